@@ -1,0 +1,133 @@
+"""What every backend takes and gives back: a narrow interface, like an Optuna sampler's.
+
+A backend turns (Problem, Config) into a Measurement. It never raises for a configuration
+that does not fit or does not compile: those are Measurements with a `failure`. It raises
+only for problems the user must fix (UsageError) or bugs.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..problem import Config, Problem
+
+SOURCES = ("estimate", "compile", "run")
+FAILURE_KINDS = ("oom", "invalid", "compile_error", "timeout", "crash", "interrupted")
+CATEGORIES = ("weights", "optimizer", "gradients", "activations", "stash", "temporary", "code/exchange")
+
+
+@dataclass
+class Measurement:
+    """What a backend says of one configuration (DESIGN.md). Lists are per IPU of a replica."""
+
+    feasible: bool
+    source: str
+    required_bytes: list[int] = field(default_factory=list)
+    capacity_bytes: list[int] = field(default_factory=list)
+    max_tile_bytes: list[int] = field(default_factory=list)
+    tile_capacity_bytes: int = 0
+    breakdown: list[dict[str, int]] = field(default_factory=list)
+    overflow_bytes: int = 0
+    throughput: float | None = None  # samples/s of the whole config, all replicas
+    step_time_s: float | None = None  # one weight update
+    failure: str | None = None
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def violation(self) -> float:
+        """Graded constraint for the sampler: how far over capacity, as a fraction (<= 0 fits).
+
+        Taken on the busiest tile of the worst IPU, because OOM is per tile. Failures that
+        are not about memory score 1.0: infeasible, with nothing to learn about distance.
+        """
+        if self.failure not in (None, "oom"):
+            return 1.0
+        if not self.max_tile_bytes or not self.tile_capacity_bytes:
+            return 0.0 if self.feasible else 1.0
+        worst = max(self.max_tile_bytes) / self.tile_capacity_bytes - 1.0
+        if self.feasible:
+            return min(worst, 0.0)
+        return max(worst, 1e-6)
+
+    def worst_ipu(self) -> int | None:
+        if not self.max_tile_bytes:
+            return None
+        return max(range(len(self.max_tile_bytes)), key=lambda i: self.max_tile_bytes[i])
+
+    def verdict(self) -> str:
+        """One line for tables: 'fits', 'OOM by 312 MB on IPU1', 'timeout: ...'."""
+        if self.failure and self.failure != "oom":
+            return f"{self.failure}: {self.reason}" if self.reason else self.failure
+        if self.feasible:
+            return "fits"
+        ipu = self.worst_ipu()
+        if ipu is None:
+            return "OOM"
+        over = per_ipu_overflow(self)[ipu]
+        return f"OOM by {format_bytes(over)} on IPU{ipu}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feasible": self.feasible,
+            "source": self.source,
+            "required_bytes": list(self.required_bytes),
+            "capacity_bytes": list(self.capacity_bytes),
+            "max_tile_bytes": list(self.max_tile_bytes),
+            "tile_capacity_bytes": self.tile_capacity_bytes,
+            "breakdown": [dict(b) for b in self.breakdown],
+            "overflow_bytes": self.overflow_bytes,
+            "throughput": self.throughput,
+            "step_time_s": self.step_time_s,
+            "failure": self.failure,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Measurement":
+        keys = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in keys})
+
+
+def per_ipu_overflow(m: Measurement) -> list[int]:
+    """Bytes each IPU would need beyond its capacity if every tile were as full as its busiest."""
+    out = []
+    for i, tile in enumerate(m.max_tile_bytes):
+        tiles = m.capacity_bytes[i] // m.tile_capacity_bytes if m.tile_capacity_bytes else 0
+        out.append(max(0, (tile - m.tile_capacity_bytes) * tiles))
+    return out
+
+
+def failed(kind: str, reason: str, source: str = "compile", **details: Any) -> Measurement:
+    assert kind in FAILURE_KINDS, kind
+    return Measurement(feasible=False, source=source, failure=kind, reason=reason, details=details)
+
+
+def format_bytes(n: float) -> str:
+    if n is None or math.isnan(n):
+        return "-"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.{0 if unit == 'MB' else 1}f} {unit}" if unit != "MB" else f"{n / size:.0f} MB"
+    return f"{n:.0f} B"
+
+
+class Backend(abc.ABC):
+    """Measures configurations. Subclasses: EstimateBackend, PopTorchBackend."""
+
+    name: str = "base"
+    #: the Measurement.source this backend normally produces
+    source: str = "estimate"
+
+    @abc.abstractmethod
+    def measure(self, problem: Problem, config: Config) -> Measurement:
+        """Never raises for a config that does not fit or compile; returns a failure instead."""
+
+    def describe(self) -> str:
+        return self.name
+
+    def close(self) -> None:
+        """Release subprocesses, devices, caches."""

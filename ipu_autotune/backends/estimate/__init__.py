@@ -1,0 +1,60 @@
+"""The estimate backend: an analytical model of Mk1/Mk2/Bow IPUs (docs/estimator.md)."""
+
+from __future__ import annotations
+
+from ...models.trace import ModelProfile, profile_for
+from ...problem import Config, Problem
+from ..base import Backend, Measurement
+from ..targets import get_target
+from .constants import NOMINAL, EstimatorConstants
+from .layout import stages
+from .memory import stage_memory
+from .timing import timing
+
+
+class EstimateBackend(Backend):
+    """Predicts memory per IPU by category and step time, from the model traced on `meta`."""
+
+    name = "estimate"
+    source = "estimate"
+
+    def __init__(self, constants: EstimatorConstants = NOMINAL):
+        self.constants = constants
+
+    def profile(self, problem: Problem) -> ModelProfile:
+        return profile_for(problem)
+
+    def measure(self, problem: Problem, config: Config) -> Measurement:
+        return estimate(problem, config, self.profile(problem), self.constants)
+
+
+def estimate(problem: Problem, config: Config, profile: ModelProfile,
+             constants: EstimatorConstants = NOMINAL) -> Measurement:
+    target = get_target(problem.target)
+    k = constants
+    layout = stages(profile, config)
+    n = len(layout)
+    memories = [stage_memory(problem, config, s, n, target, k) for s in layout]
+    time = timing(problem, config, layout, target, k)
+
+    capacity = target.bytes_per_ipu
+    feasible = all(m.max_tile <= target.bytes_per_tile for m in memories)
+    compute_tiles = target.tiles - config.io_tiles
+    overflow = sum(max(0, m.max_tile - target.bytes_per_tile) * compute_tiles for m in memories)
+    m = Measurement(
+        feasible=feasible,
+        source="estimate",
+        required_bytes=[mem.required for mem in memories],
+        capacity_bytes=[capacity] * n,
+        max_tile_bytes=[mem.max_tile for mem in memories],
+        tile_capacity_bytes=target.bytes_per_tile,
+        breakdown=[mem.breakdown for mem in memories],
+        overflow_bytes=int(overflow),
+        throughput=time.throughput,
+        step_time_s=time.step_time_s,
+        failure=None if feasible else "oom",
+        reason="" if feasible else "estimated over tile memory",
+        details={"stage_seconds": time.stage_seconds, "time_parts": time.parts,
+                 "stage_units": [[s.first, s.last] for s in layout]},
+    )
+    return m

@@ -1,0 +1,98 @@
+"""Where each unit of the model runs: stages from split points, per-stage sums.
+
+Plain functions over per-unit costs, like torchgpipe's balance: the memory and time models
+both read the same Stage records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...models.trace import ModelProfile
+from ...problem import Config
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    first: int  # unit index range [first, last)
+    last: int
+    params: int
+    largest_param: int
+    in_bytes: int  # FP32 bytes that cross into the stage per micro-batch
+    saved: int  # FP32 bytes saved for backward per micro-batch
+    saved_heavy: int
+    saved_light: int
+    light_bytes: int
+    heavy_flops: float  # conv + matmul forward FLOPs per micro-batch
+    other_flops: float
+    ops: int
+    max_op_bytes: int
+    checkpoint_bytes: int  # FP32 outputs of checkpointed units in the stage
+    max_segment_saved: int  # FP32 saved bytes of the largest run between checkpoints
+    out_bytes: int  # what leaves the stage (next stage's input)
+
+
+def unit_of_path(profile: ModelProfile, path: str) -> int:
+    """Unit index a module path falls in (a split inside a unit rounds to the unit's start)."""
+    idx = profile.unit_index(path)
+    if idx is not None:
+        return idx
+    position = {p: i for i, p in enumerate(profile.module_order)}
+    q = position.get(path)
+    if q is None:
+        return 0
+    starts = [position.get(u.path, 0) for u in profile.units]
+    best = 0
+    for i, s in enumerate(starts):
+        if s <= q:
+            best = i
+    return best
+
+
+def unit_output_bytes(profile: ModelProfile, i: int) -> int:
+    units = profile.units
+    if i + 1 < len(units):
+        return units[i + 1].in_bytes
+    return profile.batch_size * profile.num_classes * 4
+
+
+def stage_bounds(profile: ModelProfile, config: Config) -> list[tuple[int, int]]:
+    n = len(profile.units)
+    cuts = [0] + [unit_of_path(profile, s) for s in config.splits] + [n]
+    return [(cuts[k], max(cuts[k], cuts[k + 1])) for k in range(len(cuts) - 1)]
+
+
+def stages(profile: ModelProfile, config: Config) -> list[Stage]:
+    units = profile.units
+    ckpt_units = {unit_of_path(profile, p) for p in config.checkpoints}
+    out: list[Stage] = []
+    for k, (lo, hi) in enumerate(stage_bounds(profile, config)):
+        members = units[lo:hi]
+        segment = best_segment = 0
+        checkpoint_bytes = 0
+        for i in range(lo, hi):
+            segment += units[i].saved_bytes
+            if i in ckpt_units:
+                checkpoint_bytes += unit_output_bytes(profile, i)
+                best_segment = max(best_segment, segment)
+                segment = 0
+        best_segment = max(best_segment, segment)
+        out.append(Stage(
+            index=k, first=lo, last=hi,
+            params=sum(u.params for u in members),
+            largest_param=max((u.largest_param for u in members), default=0),
+            in_bytes=profile.input_bytes if lo == 0 else units[lo].in_bytes if lo < len(units) else 0,
+            saved=sum(u.saved_bytes for u in members),
+            saved_heavy=sum(u.saved_heavy_bytes for u in members),
+            saved_light=sum(u.saved_light_bytes for u in members),
+            light_bytes=sum(u.light_bytes for u in members),
+            heavy_flops=sum(u.flops.get("conv", 0.0) + u.flops.get("matmul", 0.0) for u in members),
+            other_flops=sum(u.flops.get("norm", 0.0) + u.flops.get("other", 0.0) for u in members),
+            ops=sum(u.ops for u in members),
+            max_op_bytes=max((u.max_op_bytes for u in members), default=0),
+            checkpoint_bytes=checkpoint_bytes,
+            max_segment_saved=best_segment,
+            out_bytes=unit_output_bytes(profile, hi - 1) if hi > lo else 0,
+        ))
+    return out

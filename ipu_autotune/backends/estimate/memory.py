@@ -1,0 +1,140 @@
+"""Memory per IPU, by category, for one replica (docs/estimator.md, "Memory").
+
+Always-live: weights, gradient accumulators, optimizer state, pipeline stash, code and
+exchange. Not-always-live peak: the activations live at the start of a backward pass
+(or of a recomputed segment) plus the planner's temporaries. OOM is decided on the
+busiest tile: mean bytes per tile times a calibrated imbalance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...problem import Config, Problem
+from ..targets import Target
+from .constants import EstimatorConstants
+from .layout import Stage
+
+
+def activation_scale(config: Config) -> float:
+    """Activation bytes relative to the FP32 trace."""
+    return 0.5 if config.half_compute else 1.0
+
+
+def input_scale(config: Config) -> float:
+    """Input bytes relative to FP32: 8-bit I/O sends uint8, normalised on the IPU."""
+    if config.eight_bit_io:
+        return 0.25
+    return activation_scale(config)
+
+
+def state_bytes_per_param(problem: Problem, config: Config) -> float:
+    """Optimizer state per parameter, PopTorch defaults (hardware notes, section 2.4)."""
+    first = 2.0 if config.optimizer_state == "half" else 4.0
+    weight = 2.0 if config.half_weights else 4.0
+    return {
+        "sgd": first,  # velocity (velocity_accum_type)
+        "sgd_combined": weight,  # one combined accumulator+velocity tensor
+        "adam": first + 4.0,  # m (first-order type) + v (second-order, FP32)
+        "adamw": first + 4.0,
+        "lamb": first + 4.0,
+        "rmsprop": 4.0,  # second-order only (PyTorch default momentum 0)
+    }[problem.optimizer]
+
+
+def accumulator_bytes_per_param(problem: Problem, config: Config) -> float:
+    """Gradient accumulator (accum_type) when accumulating or pipelining; none for SGD combined."""
+    if problem.optimizer == "sgd_combined":
+        return 0.0
+    if config.gradient_accumulation > 1 or config.pipelined:
+        return 2.0 if config.optimizer_state == "half" else 4.0
+    return 0.0
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    breakdown: dict[str, int]
+    required: int
+    max_tile: int
+
+
+def _activations_and_stash(stage: Stage, config: Config, n_stages: int) -> tuple[float, float]:
+    """Live activations of one micro-batch, and the pipeline stash, in bytes."""
+    a = activation_scale(config)
+    stage_in = stage.in_bytes * (input_scale(config) if stage.first == 0 else a)
+    saved = stage.saved * a
+    heavy = stage.saved_heavy * a
+    light = stage.saved_light * a
+    checkpoints = stage.checkpoint_bytes * a
+    mode = config.effective_recompute
+
+    # What must stay from forward to backward, and what is live while a backward runs.
+    if mode == "none":
+        kept, live = saved, saved
+    elif mode == "standard":  # keep conv/matmul outputs, recompute norms and elementwise
+        kept, live = heavy + stage_in, heavy + stage_in + light / max(1, stage.last - stage.first)
+    elif mode == "norm_only":
+        kept = heavy + 0.5 * light + stage_in
+        live = kept
+    else:  # pipeline, all: keep the stage input and checkpoints, recompute the rest
+        kept = stage_in + checkpoints
+        live = checkpoints + (stage.max_segment_saved * a if checkpoints else saved)
+
+    if not config.pipelined:
+        return live, 0.0
+    depth = 2 * (n_stages - stage.index) - 1  # micro-batches in flight on IPU k
+    if mode == "none":
+        return saved, (depth - 1) * saved
+    if stage.index == n_stages - 1 and mode == "pipeline":
+        # The last stage runs forward and backward in one cycle: nothing recomputed.
+        return saved, depth * stage_in
+    return live, depth * kept
+
+
+def stage_memory(problem: Problem, config: Config, stage: Stage, n_stages: int,
+                 target: Target, k: EstimatorConstants) -> StageMemory:
+    weight_bytes = 2.0 if config.half_weights else 4.0
+    weights = stage.params * weight_bytes
+
+    gradients = stage.params * accumulator_bytes_per_param(problem, config)
+
+    state_per_param = state_bytes_per_param(problem, config)
+    if config.optimizer_offload:
+        # State lives in Streaming Memory but is streamed back for the update: the largest
+        # single variable's state is on chip at once.
+        optimizer = stage.largest_param * state_per_param
+    else:
+        optimizer = stage.params * state_per_param
+        if config.replicated_tensor_sharding and config.replicas > 1:
+            optimizer = optimizer / config.replicas + stage.largest_param * state_per_param / config.replicas
+
+    activations, stash = _activations_and_stash(stage, config, n_stages)
+
+    amp = config.available_memory_proportion[min(stage.index, len(config.available_memory_proportion) - 1)]
+    compute_tiles = target.tiles - config.io_tiles
+    plan_need = k.temporary_plan_factor * stage.max_op_bytes * activation_scale(config)
+    if config.half_compute and config.partials == "half":
+        plan_need *= 0.5  # half partials halve the AMP-unit temporaries (MPO 5.2)
+    temporary = min(amp * target.bytes_per_tile * compute_tiles, plan_need)
+    if gradients == 0:
+        # Without accumulators each weight gradient is transient: the largest one at a time.
+        temporary += stage.largest_param * weight_bytes
+
+    recomputed = config.effective_recompute in ("pipeline", "all", "standard")
+    op_code = stage.ops * k.code_bytes_per_op * (1 + (k.recompute_code_fraction if recomputed else 0))
+    if amp < k.amp_code_knee:
+        op_code *= 1 + (k.amp_code_knee - amp) / k.amp_code_knee
+    code = k.code_base_bytes + op_code
+
+    breakdown = {
+        "weights": int(weights),
+        "optimizer": int(optimizer),
+        "gradients": int(gradients),
+        "activations": int(activations),
+        "stash": int(stash),
+        "temporary": int(temporary),
+        "code/exchange": int(code),
+    }
+    required = sum(breakdown.values())
+    max_tile = int(required / compute_tiles * k.tile_imbalance)
+    return StageMemory(breakdown, required, max_tile)

@@ -1,0 +1,134 @@
+"""Step time and throughput (docs/estimator.md, "Time").
+
+Per micro-batch and IPU: conv/matmul FLOPs at the precision's peak times a calibrated
+efficiency (lower with a smaller available memory proportion), memory-bound ops at SRAM
+bandwidth, a fixed cost per op, recomputation's extra forward, and the copy to the next
+IPU. Then the schedule: a pipeline runs (accumulation + stages - 1) cycles of its slowest
+IPU, sharded execution the sum of its stages, plus the weight update, the all-reduce
+across replicas, input transfer and a host round trip per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...problem import Config, Problem
+from ..targets import Target
+from .constants import EstimatorConstants
+from .layout import Stage
+from .memory import activation_scale, input_scale, state_bytes_per_param
+
+
+def compute_mode(config: Config) -> str:
+    if not config.half_compute:
+        return "fp32"
+    return "fp16.16" if config.partials == "half" else "fp16.32"
+
+
+def amp_speed(amp: float, k: EstimatorConstants) -> float:
+    """Relative conv/matmul speed: 1 at saturation, falling as the planner gets less memory."""
+    short = max(0.0, k.amp_saturation - amp) / k.amp_saturation
+    return 1.0 / (1.0 + k.amp_slowdown * short)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    transfer_s: float
+
+    @property
+    def total(self) -> float:
+        return self.forward_s + self.backward_s + self.recompute_s + self.transfer_s
+
+
+def stage_time(config: Config, stage: Stage, n_stages: int, target: Target,
+               k: EstimatorConstants) -> StageTime:
+    mode = compute_mode(config)
+    amp = config.available_memory_proportion[min(stage.index, len(config.available_memory_proportion) - 1)]
+    rate = target.peak_flops(mode) * k.matmul_efficiency[mode] * amp_speed(amp, k)
+    a = activation_scale(config)
+    light_s = (stage.light_bytes * a * k.light_traffic_factor) / target.sram_bytes_per_s
+    other_s = stage.other_flops / (target.peak_flops("fp32") * 0.25)
+    ops_s = stage.ops * k.op_overhead_s
+
+    heavy_fwd = stage.heavy_flops / rate
+    fwd = heavy_fwd + light_s + other_s + ops_s
+    # Backward: data and weight gradients for conv/matmul, about twice the light work.
+    bwd = 2 * heavy_fwd + 2 * (light_s + other_s) + 2 * ops_s
+
+    recompute = config.effective_recompute
+    last_pipeline_stage = config.pipelined and stage.index == n_stages - 1
+    if recompute in ("pipeline", "all") and not last_pipeline_stage:
+        extra = fwd
+    elif recompute == "standard":
+        extra = light_s + other_s + ops_s * 0.5
+    elif recompute == "norm_only":
+        extra = (light_s + other_s) * 0.5
+    else:
+        extra = 0.0
+
+    transfer = 0.0
+    if n_stages > 1 and stage.index < n_stages - 1:
+        link = target.ipu_link_bytes_per_s * k.link_bandwidth_scale
+        transfer = 2 * stage.out_bytes * a / link  # activation forward, its gradient back
+    return StageTime(fwd, bwd, extra, transfer)
+
+
+@dataclass(frozen=True)
+class Timing:
+    step_time_s: float  # one weight update, device side
+    call_time_s: float  # one call of the PopTorch model (device_iterations updates)
+    throughput: float  # samples/s, whole system
+    stage_seconds: list[float]
+    parts: dict[str, float]
+
+
+def timing(problem: Problem, config: Config, stages: list[Stage], target: Target,
+           k: EstimatorConstants) -> Timing:
+    n = len(stages)
+    times = [stage_time(config, s, n, target, k) for s in stages]
+    ga = config.gradient_accumulation
+
+    input_s = stages[0].in_bytes * input_scale(config) / (target.host_bytes_per_s * k.host_bandwidth_scale)
+    overlapped_io = config.io_tiles > 0
+
+    per_stage = [t.total for t in times]
+    if not overlapped_io:
+        per_stage[0] += input_s
+    if config.pipelined:
+        cycle = max(per_stage) + k.pipeline_cycle_overhead_s
+        compute = (ga + n - 1) * cycle
+    else:
+        compute = ga * sum(per_stage)
+        if overlapped_io:
+            compute = max(compute, ga * input_s)
+
+    # Weight update: streaming the optimizer state when it is offloaded.
+    update = 0.0
+    if config.optimizer_offload:
+        state = max(s.params for s in stages) * state_bytes_per_param(problem, config)
+        if config.replicated_tensor_sharding and config.replicas > 1:
+            state /= config.replicas
+        update = 2 * state / max(target.streaming_bytes_per_s, 1.0)
+
+    allreduce = 0.0
+    if config.replicas > 1:
+        r = config.replicas
+        grad_bytes = max(s.params for s in stages) * (2.0 if config.half_weights else 4.0)
+        link = target.ipu_link_bytes_per_s * k.link_bandwidth_scale
+        allreduce = 2 * (r - 1) / r * grad_bytes / link
+
+    step = compute + update + allreduce
+    di = config.device_iterations
+    call = di * step + k.host_call_overhead_s
+    samples = problem.batch_size * ga * config.replicas * di
+    return Timing(
+        step_time_s=step,
+        call_time_s=call,
+        throughput=samples / call,
+        stage_seconds=per_stage,
+        parts={"compute": compute, "weight_update": update, "all_reduce": allreduce,
+               "host_per_step": k.host_call_overhead_s / di, "input_per_micro_batch": input_s},
+    )

@@ -1,0 +1,225 @@
+"""The ready-to-paste PopTorch snippet for a configuration.
+
+The PopTorch backend compiles each trial by executing this very snippet in its child
+process, so the code a user pastes is the code that was compiled. Only validated values
+reach the generated source: module paths must match `rules.MODULE_PATH` and are emitted
+with repr(); numbers are re-typed; choices come from fixed tables.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import __version__
+from ..problem import DEFAULT_AMP, Config, Problem
+from ..rules import MODULE_PATH
+
+# PopART RecomputationType (popart sessionoptions.hpp).
+RECOMPUTATION_TYPE = {"none": 0, "standard": 1, "norm_only": 2, "pipeline": 3, "all": 4}
+DEFAULT_LR = {"sgd": 0.01, "sgd_combined": 0.01, "adam": 1e-3, "adamw": 1e-3, "lamb": 1e-3, "rmsprop": 1e-3}
+#: the loss scale automatic loss scaling starts from
+ALS_INITIAL_SCALE = 128.0
+
+
+def _path(path: str) -> str:
+    if not isinstance(path, str) or not MODULE_PATH.match(path):
+        raise ValueError(f"refusing to export {path!r}: not a module path")
+    return repr(path)
+
+
+def _int(v) -> str:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"refusing to export {v!r}: not an integer")
+    return str(int(v))
+
+
+def _float(v) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"refusing to export {v!r}: not a finite number")
+    return repr(float(v))
+
+
+def options_lines(config: Config) -> list[str]:
+    """Every non-default knob as a call on `opts`, in PopTorch's own API."""
+    c = config
+    lines: list[str] = []
+    if c.device_iterations != 1:
+        lines.append(f"opts.deviceIterations({_int(c.device_iterations)})")
+    if c.replicas != 1:
+        lines.append(f"opts.replicationFactor({_int(c.replicas)})")
+    if c.gradient_accumulation != 1:
+        lines.append(f"opts.Training.gradientAccumulation({_int(c.gradient_accumulation)})")
+    if c.ipus_per_replica > 1 or c.execution == "sharded":
+        if c.execution == "pipelined":
+            lines.append("opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))")
+        else:
+            lines.append("opts.setExecutionStrategy(poptorch.ShardedExecution(poptorch.AutoStage.SameAsIpu))")
+    amp = c.available_memory_proportion
+    if any(a != DEFAULT_AMP for a in amp):
+        entries = ", ".join(f'"IPU{i}": {_float(a)}' for i, a in enumerate(amp))
+        lines.append(f"opts.setAvailableMemoryProportion({{{entries}}})")
+    if c.half_compute and c.partials == "half":
+        lines.append("opts.Precision.setPartialsType(torch.half)")
+    if c.stochastic_rounding:
+        lines.append("opts.Precision.enableStochasticRounding(True)")
+    if c.loss_scaling == "auto":
+        lines.append("opts.Training.setAutomaticLossScaling(True)")
+    if c.recompute != "default":
+        mode = c.recompute
+        if not c.pipelined and mode in ("standard", "norm_only", "all"):
+            # Single-IPU recomputation needs explicit mode (Graphcore's CNN example does this).
+            lines.append('opts._Popart.set("explicitRecomputation", True)')
+        lines.append(f'opts._Popart.set("autoRecomputation", {RECOMPUTATION_TYPE[mode]})  '
+                     f"# RecomputationType.{_RECOMPUTE_NAME[mode]}")
+    if c.optimizer_offload or c.replicated_tensor_sharding:
+        chain = "poptorch.TensorLocationSettings()"
+        if c.optimizer_offload:
+            chain += ".useOnChipStorage(False)"
+        if c.replicated_tensor_sharding:
+            chain += ".useReplicatedTensorSharding(True)"
+        lines.append(f"opts.TensorLocations.setOptimizerLocation({chain})")
+    if c.io_tiles:
+        lines.append(f"opts.TensorLocations.numIOTiles({_int(c.io_tiles)})")
+    return lines
+
+
+_RECOMPUTE_NAME = {"none": "NoRecompute", "standard": "Standard", "norm_only": "NormOnly",
+                   "pipeline": "Pipeline", "all": "RecomputeAll"}
+
+
+def optimizer_call(problem: Problem, config: Config) -> str:
+    c = config
+    state = "torch.float16" if c.optimizer_state == "half" else "torch.float32"
+    scale = ALS_INITIAL_SCALE if c.loss_scaling == "auto" else c.loss_scaling
+    args = ["model.parameters()", "lr=lr"]
+    if scale != 1.0:
+        args.append(f"loss_scaling={_float(scale)}")
+    opt = problem.optimizer
+    if opt in ("sgd", "sgd_combined"):
+        cls = "SGD"
+        args.append("momentum=0.9")
+        if opt == "sgd_combined":
+            args.append("use_combined_accum=True")
+        else:
+            args += [f"accum_type={state}", f"velocity_accum_type={state}"]
+    else:
+        cls = {"adam": "Adam", "adamw": "AdamW", "lamb": "LAMB", "rmsprop": "RMSprop"}[opt]
+        args += [f"accum_type={state}", f"first_order_momentum_accum_type={state}",
+                 "second_order_momentum_accum_type=torch.float32"]
+    return f"poptorch.optim.{cls}({', '.join(args)})"
+
+
+def annotate_lines(config: Config) -> list[str]:
+    c = config
+    lines: list[str] = []
+    if c.precision == "16.16":
+        lines.append("model.half()  # 16.16: FP16 weights and activations")
+    for ipu, path in enumerate(c.splits, start=1):
+        lines.append(f"poptorch.BeginBlock(model.get_submodule({_path(path)}), ipu_id={ipu})")
+    for path in c.checkpoints:
+        lines.append(f"model.get_submodule({_path(path)}).register_forward_hook(_checkpoint_output)")
+    return lines
+
+
+_HEADER = '''\
+"""PopTorch configuration found by ipu-autotune {version}.
+
+{summary}
+Usage:
+    model = TrainingModel(my_model)          # adds the loss{eight_bit_usage}
+    opts = make_options()
+    training_model = poptorch.trainingModel(model, opts, make_optimizer(model))
+    loader = poptorch.DataLoader(opts, dataset, batch_size=MICRO_BATCH)
+"""
+import torch
+import poptorch
+
+MICRO_BATCH = {micro_batch}
+INPUT_DTYPE = {input_dtype}
+'''
+
+_EIGHT_BIT = '''
+
+class NormalizeInput(torch.nn.Module):
+    """uint8 images in, normalised on the IPU: a quarter of the host I/O of float32."""
+
+    def __init__(self, model, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)):
+        super().__init__()
+        self.model = model
+        # In the model's input dtype, so that FP16 models get FP16 activations.
+        self.register_buffer("mean", (torch.tensor(mean) * 255.0).view(1, -1, 1, 1).to(INPUT_DTYPE))
+        self.register_buffer("std", (torch.tensor(std) * 255.0).view(1, -1, 1, 1).to(INPUT_DTYPE))
+
+    def forward(self, x):
+        return self.model((x.to(INPUT_DTYPE) - self.mean) / self.std)
+'''
+
+_BODY = '''
+
+def _checkpoint_output(module, inputs, output):
+    return poptorch.recomputationCheckpoint(output)
+
+
+def annotate(model):
+    """Precision, pipeline stages and recomputation checkpoints, in place."""
+{annotate}
+    return model
+
+
+class TrainingModel(torch.nn.Module):
+    """PopTorch training models return the loss from forward."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = {wrapped}
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, labels=None):
+        if x.is_floating_point():
+            x = x.to(INPUT_DTYPE)
+        out = self.model(x)
+        if labels is None:
+            return out
+        return out, self.loss(out.float(), labels)
+
+
+def make_options():
+    opts = poptorch.Options()
+{options}
+    return opts
+
+
+def make_optimizer(model, lr={lr}):
+    return {optimizer}
+'''
+
+
+def _indent(lines: list[str]) -> str:
+    return "\n".join("    " + line for line in lines) if lines else "    pass"
+
+
+def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
+    if config.eight_bit_io:
+        norm_args = "" if problem.input_shape[0] == 3 else \
+            f", mean=({', '.join(['0.5'] * problem.input_shape[0])},), std=({', '.join(['0.5'] * problem.input_shape[0])},)"
+        wrapped = f"NormalizeInput(annotate(model){norm_args})"
+    else:
+        wrapped = "annotate(model)"
+    source = _HEADER.format(
+        version=__version__,
+        summary=summary.strip() + "\n" if summary else "",
+        micro_batch=_int(problem.batch_size),
+        input_dtype="torch.half" if config.half_compute else "torch.float",
+        eight_bit_usage="\n    # feed uint8 images: normalisation runs on the IPU" if config.eight_bit_io else "",
+    )
+    if config.eight_bit_io:
+        source += _EIGHT_BIT
+    source += _BODY.format(
+        annotate=_indent(annotate_lines(config)),
+        wrapped=wrapped,
+        options=_indent(options_lines(config)),
+        lr=repr(DEFAULT_LR[problem.optimizer]),
+        optimizer=optimizer_call(problem, config),
+    )
+    compile(source, "best_options.py", "exec")  # never hand out code that does not parse
+    return source

@@ -1,0 +1,296 @@
+"""Trace a model on the `meta` device into per-unit costs.
+
+A *unit* is a place where a pipeline stage may begin (`poptorch.BeginBlock`): for ResNets the
+stem, each bottleneck block and the head; for ViT the patch embedding, each encoder layer and
+the head. One forward pass on meta tensors (no weights, no memory) records, per unit:
+parameters, the bytes that cross into it, the bytes autograd saves for backward (split into
+what matmul/conv keep and what cheap ops keep), forward FLOPs by kind and op counts.
+
+Ops are attributed the way BeginBlock assigns them: everything that runs after a unit's
+first module starts, up to the next unit, belongs to that unit.
+
+The trace is FP32; FP16 halves activation bytes, which the estimator applies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+from .zoo import build_model
+
+CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+_NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
+_CONV_OPS = {"convolution", "_convolution", "conv2d", "conv1d", "conv3d"}
+_MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_efficient_attention",
+               "_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention",
+               "_scaled_dot_product_attention_math"}
+_NORM_OPS = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+             "_native_batch_norm_legit_no_training", "native_layer_norm", "native_group_norm"}
+# Metadata-only ops: no data moved, no code worth counting.
+_VIEW_OPS = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze",
+             "unsqueeze", "detach", "alias", "slice", "select", "as_strided", "split", "unbind",
+             "split_with_sizes", "chunk", "flatten", "_reshape_alias", "lift_fresh", "empty",
+             "empty_like", "zeros", "ones", "new_empty", "new_zeros", "zeros_like", "ones_like",
+             "empty_strided", "clone", "copy_", "_to_copy", "fill_", "normal_", "uniform_"}
+
+
+def op_kind(name: str) -> str:
+    if name in _CONV_OPS:
+        return "conv"
+    if name in _MATMUL_OPS:
+        return "matmul"
+    if name in _NORM_OPS:
+        return "norm"
+    return "other"
+
+
+@dataclass
+class Unit:
+    path: str  # the module that begins it: where BeginBlock goes
+    members: list[str] = field(default_factory=list)  # module paths merged into it
+    params: int = 0
+    largest_param: int = 0  # elements of its biggest parameter tensor
+    in_bytes: int = 0  # what crosses into it per micro-batch (FP32)
+    saved_heavy_bytes: int = 0  # saved for backward, produced by conv/matmul (FP32, per micro-batch)
+    saved_light_bytes: int = 0  # saved, produced by norms and elementwise ops (cheap to recompute)
+    flops: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    light_bytes: int = 0  # bytes written by memory-bound ops (time model)
+    ops: int = 0  # non-view ops: drives code and exchange size
+    max_op_bytes: int = 0  # in + out bytes of its largest conv/matmul (temporary planning)
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.saved_heavy_bytes + self.saved_light_bytes
+
+    @property
+    def forward_flops(self) -> float:
+        return sum(self.flops.values())
+
+
+@dataclass
+class ModelProfile:
+    model: str
+    batch_size: int
+    input_shape: tuple[int, ...]
+    num_classes: int
+    units: list[Unit]
+    module_order: list[str]  # every module path, in first-execution order
+    input_bytes: int  # one micro-batch of FP32 input
+    trace_seconds: float
+
+    @property
+    def split_candidates(self) -> list[str]:
+        """Module paths where stage 2, 3, ... may begin, in execution order."""
+        return [u.path for u in self.units[1:]]
+
+    @property
+    def params(self) -> int:
+        return sum(u.params for u in self.units)
+
+    def unit_index(self, path: str) -> int | None:
+        for i, u in enumerate(self.units):
+            if u.path == path or path in u.members:
+                return i
+        return None
+
+
+def _is_stack(module: nn.Module) -> bool:
+    children = list(module.children())
+    return isinstance(module, CONTAINERS) and len(children) >= 2 and len({type(c) for c in children}) == 1
+
+
+def _is_wrapper(module: nn.Module) -> bool:
+    """A module around one model (a loss or input-normalisation wrapper): look inside."""
+    with_params = [c for c in module.children() if any(True for _ in c.parameters())]
+    return len(with_params) == 1
+
+
+def _unit_candidates(model: nn.Module) -> list[str]:
+    """Modules that are not broken down further: leaves, or blocks like a Bottleneck."""
+    found: list[str] = []
+
+    def visit(path: str, module: nn.Module, root: bool) -> None:
+        children = list(module.named_children())
+        expand = children and (root or type(module) in CONTAINERS or _is_wrapper(module)
+                               or any(_is_stack(c) for _, c in children))
+        if not expand:
+            found.append(path)
+            return
+        for name, child in children:
+            visit(f"{path}.{name}" if path else name, child, False)
+
+    visit("", model, True)
+    return found
+
+
+def _merges_into_previous(module: nn.Module) -> bool:
+    """Norms, activations, pooling and dropout follow the op they belong to."""
+    has_params = any(True for _ in module.parameters())
+    return not has_params or isinstance(module, _NORMS)
+
+
+def _tensor_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(o) for o in obj)
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(o) for o in obj.values())
+    return 0
+
+
+class _Recorder(TorchDispatchMode):
+    """Logs, in order, each aten op with its kind, FLOPs, output bytes and input bytes."""
+
+    def __init__(self, events: list):
+        super().__init__()
+        self.events = events
+        self.producer: dict[int, str] = {}  # output storage -> kind of the op that wrote it
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name not in _VIEW_OPS:
+            kind = op_kind(name)
+            packet = func.overloadpacket
+            flops = flop_registry[packet](*args, **kwargs, out_val=out) if packet in flop_registry else 0
+            out_bytes = _tensor_bytes(out)
+            in_bytes = _tensor_bytes(args) if kind in ("conv", "matmul") else 0
+            self.events.append(("op", kind, float(flops), out_bytes, in_bytes))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    self.producer[t.untyped_storage()._cdata] = kind
+        return out
+
+
+def _run_forward(model: nn.Module, x: torch.Tensor, labels: torch.Tensor, events: list) -> None:
+    """One training-mode forward plus loss, logging module entries, ops and saved tensors."""
+    param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
+    param_storages |= {b.untyped_storage()._cdata for b in model.buffers()}
+    seen: set[int] = set()
+    recorder = _Recorder(events)
+    names = {m: n for n, m in model.named_modules()}
+
+    def pre_hook(module, args):
+        events.append(("enter", names[module], _tensor_bytes(args)))
+
+    def pack(t: torch.Tensor):
+        key = t.untyped_storage()._cdata
+        if key not in param_storages and key not in seen:
+            seen.add(key)
+            # What recomputing it would cost depends on the op that produced it.
+            events.append(("saved", recorder.producer.get(key, "input"), t.untyped_storage().nbytes()))
+        return t
+
+    handles = [m.register_forward_pre_hook(pre_hook) for m in model.modules()]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), recorder:
+            out = model(x)
+            if isinstance(out, (tuple, list)):
+                out = out[0]
+            elif not isinstance(out, torch.Tensor) and hasattr(out, "logits"):
+                out = out.logits
+            loss = nn.functional.cross_entropy(out.flatten(1) if out.dim() > 2 else out, labels)
+            del loss
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def trace_model(model_name: str, batch_size: int, input_shape: tuple[int, ...],
+                num_classes: int) -> ModelProfile:
+    start = time.perf_counter()
+    model = build_model(model_name, num_classes, device="meta")
+    profile = trace_module(model, batch_size, input_shape, num_classes, model_name)
+    profile.trace_seconds = time.perf_counter() - start
+    return profile
+
+
+def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...],
+                 num_classes: int, name: str = "") -> ModelProfile:
+    """Trace an already built module. It must live on the meta device, in FP32."""
+    start = time.perf_counter()
+    x = torch.empty((batch_size, *input_shape), device="meta", requires_grad=False)
+    labels = torch.zeros(batch_size, dtype=torch.long, device="meta")
+    events: list = []
+    _run_forward(model, x, labels, events)
+
+    modules = dict(model.named_modules())
+    order: list[str] = []
+    for event in events:
+        if event[0] == "enter" and event[1] not in order:
+            order.append(event[1])
+    position = {p: i for i, p in enumerate(order)}
+
+    candidates = sorted((c for c in _unit_candidates(model) if c in position), key=position.get)
+    starts: list[str] = []
+    for c in candidates:
+        if not starts or not _merges_into_previous(modules[c]):
+            starts.append(c)
+    start_set = set(starts)
+
+    units = [Unit(path=p) for p in starts]
+    unit_of_start = {p: i for i, p in enumerate(starts)}
+    current = 0
+    owner: dict[str, int] = {}
+    for event in events:
+        if event[0] == "enter":
+            path = event[1]
+            if path in start_set:
+                current = unit_of_start[path]
+                if not units[current].in_bytes:
+                    units[current].in_bytes = event[2]
+            if path not in owner:
+                owner[path] = current
+                if path not in start_set and path in candidates:
+                    units[current].members.append(path)
+        elif event[0] == "op":
+            _, kind, flops, out_bytes, in_bytes = event
+            unit = units[current]
+            unit.ops += 1
+            unit.flops[kind] += flops
+            if kind in ("conv", "matmul"):
+                unit.max_op_bytes = max(unit.max_op_bytes, in_bytes + out_bytes)
+            else:
+                unit.light_bytes += out_bytes
+        else:
+            _, kind, nbytes = event
+            if kind in ("conv", "matmul"):
+                units[current].saved_heavy_bytes += nbytes
+            else:
+                units[current].saved_light_bytes += nbytes
+
+    for path, module in modules.items():
+        unit = units[owner.get(path, 0)]
+        for p in module.parameters(recurse=False):
+            if p.requires_grad:
+                unit.params += p.numel()
+                unit.largest_param = max(unit.largest_param, p.numel())
+    for unit in units:
+        unit.flops = dict(unit.flops)
+
+    return ModelProfile(
+        model=name or type(model).__name__, batch_size=batch_size, input_shape=tuple(input_shape),
+        num_classes=num_classes, units=units, module_order=order,
+        input_bytes=x.numel() * 4, trace_seconds=time.perf_counter() - start,
+    )
+
+
+@lru_cache(maxsize=8)
+def cached_trace(model_name: str, batch_size: int, input_shape: tuple[int, ...],
+                 num_classes: int) -> ModelProfile:
+    """One trace per (model, micro-batch, input shape, classes) per process."""
+    return trace_model(model_name, batch_size, tuple(input_shape), num_classes)
+
+
+def profile_for(problem) -> ModelProfile:
+    return cached_trace(problem.model, problem.batch_size, tuple(problem.input_shape), problem.num_classes)

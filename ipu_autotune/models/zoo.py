@@ -1,0 +1,73 @@
+"""Build the user's model: a torchvision classification model by name, or `package.module:factory`.
+
+No weights are ever downloaded. Tracing builds on the `meta` device (no memory used); the
+numerics check builds on the CPU with the model's real random initialisation.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from functools import lru_cache
+
+import torch
+from torch import nn
+
+from ..errors import UsageError
+
+
+@lru_cache(maxsize=1)
+def torchvision_models() -> tuple[str, ...]:
+    import torchvision.models as tvm
+
+    return tuple(sorted(tvm.list_models(module=tvm)))
+
+
+def check_model_name(name: str) -> None:
+    """Fail early, with suggestions, for a name that is neither torchvision's nor module:factory."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        if not module or not attr:
+            raise UsageError(f"model '{name}': write a factory as package.module:function")
+        return
+    if name not in torchvision_models():
+        close = difflib.get_close_matches(name, torchvision_models(), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else (
+            "; use a torchvision classification model name (e.g. resnet50) or package.module:factory")
+        raise UsageError(f"unknown model '{name}'{hint}")
+
+
+def _factory(name: str):
+    if ":" not in name:
+        import torchvision.models as tvm
+
+        return lambda num_classes: tvm.get_model(name, weights=None, num_classes=num_classes)
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"model '{name}': cannot import {module_name} ({exc}); "
+                         "is it installed or on PYTHONPATH?") from None
+    try:
+        fn = getattr(module, attr)
+    except AttributeError:
+        raise UsageError(f"model '{name}': {module_name} has no attribute '{attr}'") from None
+    if not callable(fn):
+        raise UsageError(f"model '{name}': {attr} is not callable")
+    try:
+        takes_classes = "num_classes" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes_classes = False
+    return (lambda n: fn(num_classes=n)) if takes_classes else (lambda n: fn())
+
+
+def build_model(name: str, num_classes: int, device: str | torch.device = "meta") -> nn.Module:
+    """The user's model, with its own initialisation, in training mode, on `device`."""
+    check_model_name(name)
+    factory = _factory(name)
+    with torch.device(device):
+        model = factory(num_classes)
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"model '{name}': the factory returned {type(model).__name__}, not an nn.Module")
+    return model.train()

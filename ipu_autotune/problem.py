@@ -1,0 +1,263 @@
+"""Problem (what is trained, fixed for a study) and Config (one IPU configuration).
+
+Both are frozen dataclasses of plain values, with a dict form that is the public TOML/JSON
+contract of DESIGN.md. Parsing checks types and names here; the cross-field rules live in
+`rules.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+PRECISIONS = ("32.32", "16.32", "16.16")
+PARTIALS = ("float", "half")
+OPTIMIZERS = ("sgd", "sgd_combined", "adam", "adamw", "lamb", "rmsprop")
+TARGETS = ("mk1", "mk2", "bow")
+EXECUTIONS = ("pipelined", "sharded")
+RECOMPUTE_MODES = ("default", "none", "standard", "norm_only", "pipeline", "all")
+STATE_DTYPES = ("float", "half")
+DEFAULT_AMP = 0.6  # poplibs' default availableMemoryProportion
+
+# Models whose input size is fixed by their architecture (position embeddings).
+_FIXED_224 = ("vit_", "swin_", "maxvit")
+
+
+def default_input_shape(model: str) -> tuple[int, ...]:
+    """Image size when none is given.
+
+    64x64 is the Graphcore hands-on workshop's size, which is the problem this tool's
+    default run reproduces; transformers with learned position embeddings need 224.
+    """
+    if model.startswith(_FIXED_224):
+        return (3, 224, 224)
+    return (3, 64, 64)
+
+
+@dataclass(frozen=True)
+class Problem:
+    model: str
+    batch_size: int
+    input_shape: tuple[int, ...] = ()
+    num_classes: int = 1000
+    optimizer: str = "adamw"
+    ipus: int = 2
+    target: str = "mk2"
+    global_batch: int | None = None  # micro-batch x accumulation x replicas, when fixed
+
+    def __post_init__(self) -> None:
+        if not self.input_shape:
+            object.__setattr__(self, "input_shape", default_input_shape(self.model))
+        object.__setattr__(self, "input_shape", tuple(self.input_shape))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["input_shape"] = list(self.input_shape)
+        if d["global_batch"] is None:
+            del d["global_batch"]
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "[problem]") -> "Problem":
+        values = _parse_fields(cls, data, where)
+        for key in ("model", "batch_size"):
+            if key not in values:
+                raise UsageError(f"{where}: missing key '{key}'")
+        return cls(**values)
+
+    @property
+    def slug(self) -> str:
+        """Default study name, e.g. resnet101-bs64-2ipu-mk2."""
+        name = self.model.replace(":", "-").replace(".", "-").replace("/", "-")
+        slug = f"{name}-bs{self.batch_size}-{self.ipus}ipu-{self.target}"
+        if self.input_shape != default_input_shape(self.model):
+            slug += "-" + "x".join(str(s) for s in self.input_shape)
+        if self.global_batch:
+            slug += f"-gb{self.global_batch}"
+        return slug
+
+
+@dataclass(frozen=True)
+class Config:
+    precision: str = "32.32"
+    partials: str = "float"
+    stochastic_rounding: bool = False
+    loss_scaling: float | str = 1.0
+    optimizer_state: str = "float"
+    ipus_per_replica: int = 1
+    replicas: int = 1
+    splits: tuple[str, ...] = ()
+    execution: str = "pipelined"
+    recompute: str = "default"
+    checkpoints: tuple[str, ...] = ()
+    available_memory_proportion: tuple[float, ...] = ()
+    optimizer_offload: bool = False
+    replicated_tensor_sharding: bool = False
+    gradient_accumulation: int = 1
+    device_iterations: int = 1
+    eight_bit_io: bool = False
+    io_tiles: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "splits", tuple(self.splits))
+        object.__setattr__(self, "checkpoints", tuple(self.checkpoints))
+        amp = tuple(float(a) for a in self.available_memory_proportion)
+        if not amp:
+            amp = (DEFAULT_AMP,) * max(1, self.ipus_per_replica)
+        object.__setattr__(self, "available_memory_proportion", amp)
+        if isinstance(self.loss_scaling, int) and not isinstance(self.loss_scaling, bool):
+            object.__setattr__(self, "loss_scaling", float(self.loss_scaling))
+
+    # Derived views used across the code base.
+    @property
+    def half_weights(self) -> bool:
+        return self.precision.endswith(".16")
+
+    @property
+    def half_compute(self) -> bool:
+        return self.precision.startswith("16.")
+
+    @property
+    def total_ipus(self) -> int:
+        return self.ipus_per_replica * self.replicas
+
+    @property
+    def pipelined(self) -> bool:
+        return self.execution == "pipelined" and self.ipus_per_replica > 1
+
+    @property
+    def effective_recompute(self) -> str:
+        """What PopTorch will do: 'default' is Pipeline on a multi-IPU pipeline, else none."""
+        if self.recompute == "default":
+            return "pipeline" if self.pipelined else "none"
+        return self.recompute
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples per weight update for a micro-batch of one (multiply by the micro-batch)."""
+        return self.gradient_accumulation * self.replicas
+
+    def replace(self, **changes: Any) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for key in ("splits", "checkpoints", "available_memory_proportion"):
+            d[key] = list(d[key])
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "[config]") -> "Config":
+        return cls(**_parse_fields(cls, data, where))
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    problem: Problem | None
+    config: Config | None
+
+
+def load_config_file(path: str | Path) -> ConfigFile:
+    """Read a TOML file with optional [problem] and [config] tables."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: malformed TOML: {exc}") from None
+    unknown = sorted(set(data) - {"problem", "config"})
+    if unknown:
+        raise UsageError(f"{path}: unknown table '{unknown[0]}' (expected [problem] and [config])")
+    problem = Problem.from_dict(data["problem"], f"{path} [problem]") if "problem" in data else None
+    config = Config.from_dict(data["config"], f"{path} [config]") if "config" in data else None
+    return ConfigFile(problem, config)
+
+
+# --- field parsing -------------------------------------------------------------------------
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "precision": PRECISIONS,
+    "partials": PARTIALS,
+    "optimizer": OPTIMIZERS,
+    "target": TARGETS,
+    "execution": EXECUTIONS,
+    "recompute": RECOMPUTE_MODES,
+    "optimizer_state": STATE_DTYPES,
+}
+
+
+def _parse_fields(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a table")
+    known = {f.name: f for f in fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            fix = f"; did you mean '{hint[0]}'?" if hint else f"; known keys: {', '.join(known)}"
+            raise UsageError(f"{where}: unknown key '{key}'{fix}")
+        values[key] = _coerce(key, value, where)
+    return values
+
+
+def _coerce(key: str, value: Any, where: str) -> Any:
+    def bad(expected: str) -> UsageError:
+        return UsageError(f"{where}: '{key}' must be {expected}, got {value!r}")
+
+    if key in _CHOICES:
+        if value not in _CHOICES[key]:
+            raise bad("one of " + ", ".join(repr(c) for c in _CHOICES[key]))
+        return value
+    if key in ("model",):
+        if not isinstance(value, str) or not value:
+            raise bad("a model name")
+        return value
+    if key in ("stochastic_rounding", "optimizer_offload", "replicated_tensor_sharding", "eight_bit_io"):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if key in ("batch_size", "num_classes", "ipus", "ipus_per_replica", "replicas",
+               "gradient_accumulation", "device_iterations", "io_tiles", "global_batch"):
+        if value is None and key == "global_batch":
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("a whole number")
+        if key == "io_tiles" and value < 0 or key != "io_tiles" and value < 1:
+            raise bad("a positive whole number" if key != "io_tiles" else "0 or more")
+        return value
+    if key == "loss_scaling":
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise bad('a positive number or "auto"')
+        return float(value)
+    if key in ("input_shape",):
+        if not isinstance(value, list) or not value or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
+        ):
+            raise bad("a list of positive whole numbers, e.g. [3, 224, 224]")
+        return tuple(value)
+    if key in ("splits", "checkpoints"):
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise bad('a list of module paths, e.g. ["layer3.8"]')
+        return tuple(value)
+    if key == "available_memory_proportion":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+        ):
+            raise bad("a list of numbers in (0, 1], one per IPU")
+        return tuple(float(v) for v in value)
+    raise AssertionError(f"no parser for {key}")  # every dataclass field has one above
