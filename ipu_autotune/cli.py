@@ -1,0 +1,233 @@
+"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies.
+
+Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 130 interrupted,
+1 an unexpected error (traceback with --debug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sys
+import warnings
+from pathlib import Path
+
+from rich.console import Console
+
+from . import __version__
+from .errors import UsageError
+from .problem import OPTIMIZERS, TARGETS, Config, Problem, default_input_shape, load_config_file
+
+SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics")
+DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
+DEFAULT_TRIALS = 60
+DEFAULT_OUT = "ipu-autotune-out"
+
+
+# --- argument parsing ------------------------------------------------------------------------
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(p) for p in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected C,H,W such as 3,224,224, got {text!r}") from None
+    if not shape or any(s < 1 for s in shape):
+        raise argparse.ArgumentTypeError(f"dimensions must be positive, got {text!r}")
+    return shape
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are our one-line UsageError (exit 2, no usage dump)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+    p.add_argument("model", nargs=None if model_required else "?",
+                   help="torchvision model name (resnet50, vit_b_16, ...) or package.module:factory")
+    p.add_argument("--batch-size", "-b", type=_positive_int, required=model_required,
+                   help="micro-batch per replica")
+    p.add_argument("--ipus", type=_positive_int, default=None, help="IPUs available in total (default 2)")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--input-shape", type=_shape, help="one sample's shape, e.g. 3,224,224")
+    shape.add_argument("--image-size", type=_positive_int,
+                       help="square RGB images of this size (default 64 for CNNs, the workshop's size; 224 for ViT/Swin)")
+    p.add_argument("--num-classes", type=_positive_int, default=None, help="classes (default 1000)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="optimizer (default adamw)")
+    p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
+    p.add_argument("--global-batch", type=_positive_int, default=None,
+                   help="fix micro-batch x gradient accumulation x replicas to this")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="ipu-autotune",
+        description="Find a PopTorch configuration that fits in IPU memory and runs fast.",
+        epilog="Run 'ipu-autotune COMMAND --help' for a command's options. "
+               "'ipu-autotune MODEL ...' is short for 'ipu-autotune tune MODEL ...'.",
+    )
+    parser.add_argument("--version", action="version", version=f"ipu-autotune {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    tune = sub.add_parser("tune", help="run (or resume) a tuning study",
+                          description="Tune a model: an Optuna study from the baseline to a fast "
+                                      "configuration that fits. Resumes when the study exists.")
+    _add_problem_args(tune)
+    tune.add_argument("--baseline", metavar="FILE", help="config TOML of your starting point "
+                      "(default: FP32, defaults, split by block count)")
+    tune.add_argument("--space", metavar="FILE", help="search space TOML merged over the built-in one")
+    tune.add_argument("--trials", type=_positive_int, default=DEFAULT_TRIALS,
+                      help=f"new trials to run (default {DEFAULT_TRIALS})")
+    tune.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                      help="stop starting new trials after this long")
+    tune.add_argument("--storage", default=DEFAULT_STORAGE,
+                      help=f"Optuna storage URL (default {DEFAULT_STORAGE}); journal:///path for a "
+                           "shared file system, postgresql://... for many hosts")
+    tune.add_argument("--study", help="study name (default from the problem, e.g. resnet101-bs64-2ipu-mk2)")
+    tune.add_argument("--backend", choices=("auto", "estimate", "poptorch"), default="auto",
+                      help="auto: PopTorch when the SDK is importable, else the estimator")
+    tune.add_argument("--screen-margin", type=float, default=0.25,
+                      help="poptorch backend: skip compiles the estimator puts this far over memory")
+    tune.add_argument("--no-screen", action="store_true", help="poptorch backend: compile every candidate")
+    tune.add_argument("--compile-timeout", type=float, default=3600.0, metavar="SECONDS",
+                      help="poptorch backend: give up on one compile after this long")
+    tune.add_argument("--seed", type=int, default=None, help="sampler seed, for repeatable studies")
+    tune.add_argument("--out", default=None, metavar="DIR",
+                      help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY)")
+    tune.add_argument("--quiet", "-q", action="store_true", help="only the final result line")
+    tune.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_common(tune)
+
+    est = sub.add_parser("estimate", help="memory and speed of one configuration",
+                         description="Measure one configuration (from --config and/or --set) "
+                                     "with a backend; --json prints one Measurement.")
+    _add_problem_args(est, model_required=False)
+    est.add_argument("--config", metavar="FILE", help="TOML with [config] (and optionally [problem])")
+    est.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, e.g. --set precision=16.16 --set splits=layer3.8")
+    est.add_argument("--backend", choices=("auto", "estimate", "poptorch"), default="estimate")
+    est.add_argument("--json", action="store_true", help="print exactly one Measurement as JSON")
+    _add_common(est)
+
+    exp = sub.add_parser("export", help="write a trial's configuration as code, TOML or JSON")
+    exp.add_argument("--storage", default=DEFAULT_STORAGE)
+    exp.add_argument("--study", required=True)
+    exp.add_argument("--trial", type=int, default=None, help="trial number (default: the best)")
+    exp.add_argument("--format", choices=("python", "toml", "json"), default="python")
+    exp.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    _add_common(exp)
+
+    show = sub.add_parser("show", help="a study's trials and its best configuration")
+    show.add_argument("--storage", default=DEFAULT_STORAGE)
+    show.add_argument("--study", required=True)
+    show.add_argument("--json", action="store_true")
+    _add_common(show)
+
+    studies = sub.add_parser("studies", help="the studies in a storage")
+    studies.add_argument("--storage", default=DEFAULT_STORAGE)
+    studies.add_argument("--json", action="store_true")
+    _add_common(studies)
+
+    try:
+        from . import numerics
+
+        num = sub.add_parser("numerics", help="loss scale, stochastic rounding and partials advice",
+                             description="Gradient statistics on the CPU, and what they mean for FP16.")
+        numerics.add_arguments(num)
+        _add_common(num)
+    except ImportError:
+        pass
+    return parser
+
+
+def problem_from_args(args, base: Problem | None = None) -> Problem:
+    """Flags override the file's [problem]; unset flags keep it (or the defaults)."""
+    values = base.to_dict() if base else {}
+    if args.model:
+        if base and args.model != base.model:
+            values.pop("input_shape", None)
+        values["model"] = args.model
+    for flag, key in (("batch_size", "batch_size"), ("ipus", "ipus"), ("num_classes", "num_classes"),
+                      ("optimizer", "optimizer"), ("target", "target"), ("global_batch", "global_batch")):
+        if getattr(args, flag, None) is not None:
+            values[key] = getattr(args, flag)
+    if getattr(args, "input_shape", None):
+        values["input_shape"] = list(args.input_shape)
+    elif getattr(args, "image_size", None):
+        values["input_shape"] = [3, args.image_size, args.image_size]
+    if "model" not in values:
+        raise UsageError("name a model (e.g. resnet50) or give --config with a [problem] table")
+    if "batch_size" not in values:
+        raise UsageError("give --batch-size (the micro-batch per replica)")
+    return Problem.from_dict(values, "problem")
+
+
+def resume_command(problem: Problem, storage: str, study: str) -> str:
+    from .storage import mask_url
+
+    parts = ["ipu-autotune", problem.model, "--batch-size", str(problem.batch_size)]
+    defaults = Problem(problem.model, problem.batch_size)
+    if problem.ipus != defaults.ipus:
+        parts += ["--ipus", str(problem.ipus)]
+    if problem.input_shape != default_input_shape(problem.model):
+        parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
+    for key in ("num_classes", "optimizer", "target", "global_batch"):
+        if getattr(problem, key) != getattr(defaults, key):
+            parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
+    if storage != DEFAULT_STORAGE:
+        parts += ["--storage", mask_url(storage)]
+    if study != problem.slug:
+        parts += ["--study", study]
+    return shlex.join(parts)
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+        argv.insert(0, "tune")
+    debug = "--debug" in argv
+    err = Console(stderr=True, highlight=False)
+    warnings.filterwarnings("ignore", module="optuna")
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        from . import commands
+
+        return getattr(commands, f"cmd_{args.command}")(args)
+    except UsageError as exc:
+        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: say so plainly, with the traceback on request
+        if debug:
+            raise
+        err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+                  soft_wrap=True)
+        return 1

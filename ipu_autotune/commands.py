@@ -1,0 +1,378 @@
+"""What each subcommand does, given parsed arguments. Output goes through `ui`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from . import export, ui
+from .backends import resolve_backend_name
+from .backends.base import Backend, Measurement
+from .cli import DEFAULT_OUT, problem_from_args, resume_command
+from .errors import UsageError
+from .models.trace import profile_for
+from .models.zoo import check_model_name
+from .problem import Config, Problem, load_config_file
+from .rules import validate
+from .search.space import SearchSpace
+from .storage import mask_url, open_storage
+
+
+def _console(args) -> Console:
+    # JSON goes to stdout alone; everything human goes to stderr then.
+    return Console(stderr=bool(getattr(args, "json", False)), highlight=False)
+
+
+def _trace(problem: Problem, console: Console):
+    check_model_name(problem.model)
+    with console.status(f"Tracing {problem.model} on the meta device (no weights, no memory)…"):
+        try:
+            return profile_for(problem)
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise UsageError(f"model '{problem.model}' could not be traced with input "
+                             f"{list(problem.input_shape)} at micro-batch {problem.batch_size}: "
+                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+                             "check --input-shape") from None
+
+
+def make_backend(args, problem: Problem, console: Console, work_dir: Path | None = None) -> Backend:
+    from .backends.estimate import EstimateBackend
+
+    name = resolve_backend_name(args.backend)
+    if name == "estimate":
+        if args.backend == "auto":
+            console.print("[dim]PopTorch not found: using the estimate backend; every figure is estimated.[/]")
+        return EstimateBackend()
+    from .backends.poptorch import PopTorchBackend
+    from .backends.screen import ScreenedBackend
+
+    backend = PopTorchBackend(work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=args.compile_timeout)
+    if getattr(args, "no_screen", False):
+        return backend
+    return ScreenedBackend(backend, EstimateBackend(), margin=args.screen_margin)
+
+
+# --- tune ---------------------------------------------------------------------------------------
+
+def cmd_tune(args) -> int:
+    from . import study as st
+    from .warmstart import naive_baseline, proposals
+
+    console = _console(args)
+    problem = problem_from_args(args)
+    baseline_file = load_config_file(args.baseline) if args.baseline else None
+    if baseline_file and baseline_file.problem and baseline_file.problem != problem:
+        raise UsageError(f"{args.baseline}: its [problem] differs from the command line; "
+                         "remove the [problem] table or match the flags")
+    if baseline_file and baseline_file.config is None:
+        raise UsageError(f"{args.baseline}: no [config] table")
+
+    profile = _trace(problem, console)
+    space = SearchSpace.load(problem, args.space)
+    if not space.ipu_layouts(problem, profile):
+        raise UsageError("no IPU layout fits the problem and the search space "
+                         "(check --ipus, --global-batch and the space's ipus_per_replica/replicas)")
+    baseline = baseline_file.config if baseline_file else naive_baseline(problem, profile)
+    validate(problem, baseline, profile.module_order, where=args.baseline or "the default baseline")
+
+    storage_url = args.storage
+    study_name = args.study or problem.slug
+    out_dir = Path(args.out or Path(DEFAULT_OUT) / study_name)
+    backend = make_backend(args, problem, console, out_dir / "trials")
+    storage = open_storage(storage_url)
+    estimated = backend.name == "estimate"
+
+    def on_create(study) -> None:
+        study.set_user_attr(st.ATTR_SPACE, space.to_dict())
+        st.enqueue(study, space, problem, profile, proposals(problem, profile, space, baseline))
+
+    study, created = st.open_study(storage, study_name, problem, args.seed, on_create)
+    runner = st.Runner(study, problem, profile, space, backend)
+    view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json)
+    runner.observers.append(view)
+
+    if not args.quiet and not args.json:
+        _print_header(console, problem, backend, study_name, storage_url, created, study)
+
+    def on_signal(signum, frame):
+        if runner.stop_requested:
+            raise KeyboardInterrupt
+        runner.stop_requested = True
+        console.print("[yellow]Stopping after the current trial; press Ctrl-C again to quit now.[/]")
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with view:
+            ran = runner.run(args.trials, args.timeout)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        backend.close()
+
+    records = st.records(study)
+    best = st.best_record(study)
+    base = next((r for r in records if r.origin == "baseline"), records[0] if records else None)
+    files = _write_outputs(out_dir, problem, study_name, records, best)
+    resume = resume_command(problem, storage_url, study_name)
+    result = {
+        "study": study_name, "storage": mask_url(storage_url), "backend": backend.name,
+        "estimated": estimated, "trials_run": len(ran), "trials_total": len(records),
+        "interrupted": runner.stop_requested,
+        "baseline": _record_json(base), "best": _record_json(best),
+        "closest": None if best else _record_json(st.closest_record(study)),
+        "files": {k: str(v) for k, v in files.items()}, "resume": resume,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif args.quiet:
+        console.print(_one_line(best, base, study_name), soft_wrap=True)
+    else:
+        _print_summary(console, problem, base, best, st.closest_record(study), files, resume, estimated,
+                       len(ran), runner.stop_requested)
+    return 130 if runner.stop_requested and len(ran) < args.trials else 0
+
+
+def _record_json(r) -> dict | None:
+    if r is None:
+        return None
+    return {"trial": r.number, "origin": r.origin, "state": r.state, "config": r.config.to_dict(),
+            "measurement": r.measurement.to_dict()}
+
+
+def _one_line(best, base, study_name: str) -> str:
+    if best is None:
+        return f"{study_name}: nothing fits yet"
+    m = best.measurement
+    speed = f"{m.throughput:,.0f} samples/s" if m.throughput else "no throughput"
+    ratio = f" ({ui.speedup_line(base, best)})" if base and base.measurement.throughput else ""
+    return f"{study_name}: best trial {best.number} fits, {speed} [{m.source}]{ratio}"
+
+
+def _print_header(console, problem: Problem, backend, study_name, storage_url, created, study) -> None:
+    shape = "x".join(map(str, problem.input_shape))
+    gb = f", global batch {problem.global_batch}" if problem.global_batch else ""
+    where = "new study" if created else f"resuming at trial {len(study.trials)}"
+    note = " — every figure is an estimate of the analytical IPU model" if backend.name == "estimate" else ""
+    console.print(ui.panel(Text.assemble(
+        (f"{problem.model}", "bold"), f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
+        f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
+        f"study {study_name} in {mask_url(storage_url)} ({where})"), "ipu-autotune"))
+
+
+def _print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted) -> None:
+    console.print()
+    if best is None:
+        console.print("[bold red]Nothing fits yet.[/]")
+        if closest is not None:
+            console.print(f"Closest: trial {closest.number}, {closest.measurement.verdict()}.")
+            console.print(ui.measurement_table(closest.measurement, "where the memory goes"))
+    else:
+        console.print(ui.comparison(problem, base, best, estimated))
+        lines = ui.changes(base.config, best.config)
+        if lines:
+            console.print("[bold]What changed[/] (baseline → best):")
+            for line in lines:
+                console.print(f"  {line}", highlight=False)
+        speed = ui.speedup_line(base, best)
+        if speed:
+            console.print(f"[bold green]{speed}[/]" + (" (both estimated)" if estimated else ""))
+    console.print()
+    if interrupted:
+        console.print(f"[yellow]Interrupted after {ran} new trial(s).[/]")
+    for label, path in files.items():
+        console.print(f"{label:>8}: {path}", highlight=False)
+    console.print(f"  resume: {resume}", highlight=False, soft_wrap=True)
+
+
+def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, best) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    log = out_dir / "trials.jsonl"
+    with log.open("w") as fh:
+        for r in records:
+            fh.write(json.dumps(_record_json(r)) + "\n")
+    files["trials"] = log
+    if best is not None:
+        for fmt, name in (("toml", "best.toml"), ("python", "best_options.py")):
+            path = out_dir / name
+            path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name))
+            files["config" if fmt == "toml" else "snippet"] = path
+    return files
+
+
+# --- estimate -------------------------------------------------------------------------------------
+
+def _parse_set(items: list[str]) -> dict:
+    import tomllib
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item!r}: write KEY=VALUE, e.g. --set precision=16.16")
+        key = key.strip()
+        if key in ("splits", "checkpoints") and not value.strip().startswith("["):
+            out[key] = [p for p in value.split(",") if p]
+            continue
+        if key == "available_memory_proportion" and "," in value and not value.strip().startswith("["):
+            value = f"[{value}]"
+        try:
+            out[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = value  # a bare word such as 16.16 or pipelined
+    return out
+
+
+def cmd_estimate(args) -> int:
+    from .warmstart import naive_baseline
+
+    console = _console(args)
+    file = load_config_file(args.config) if args.config else None
+    problem = problem_from_args(args, file.problem if file else None)
+    profile = _trace(problem, console)
+    values = file.config.to_dict() if file and file.config else naive_baseline(problem, profile).to_dict()
+    overrides = _parse_set(args.set)
+    if "ipus_per_replica" in overrides and "available_memory_proportion" not in overrides:
+        values.pop("available_memory_proportion", None)
+    values.update(overrides)
+    config = Config.from_dict(values, "config" if not args.config else f"{args.config} [config]")
+    validate(problem, config, profile.module_order, where=args.config or "config")
+    backend = make_backend(args, problem, console)
+    m = backend.measure(problem, config)
+    if args.json:
+        out = m.to_dict()
+        out["problem"] = problem.to_dict()
+        out["config"] = config.to_dict()
+        print(json.dumps(out, indent=2))
+        return 0
+    _print_measurement(console, problem, config, m)
+    return 0
+
+
+def _print_measurement(console, problem: Problem, config: Config, m: Measurement) -> None:
+    from .advice import suggestions
+
+    label = "estimated" if m.source == "estimate" else m.source
+    console.print(ui.measurement_table(m, f"{problem.model}: memory per IPU ({label})"))
+    verdict = Text(m.verdict(), style="green" if m.feasible else "red")
+    speed = f"  throughput {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})" \
+        if m.throughput else ""
+    console.print(Text.assemble("verdict: ", verdict, speed))
+    worst = m.worst_ipu()
+    if worst is not None and m.breakdown:
+        bd = m.breakdown[worst]
+        top = max(bd, key=bd.get)
+        console.print(f"largest consumer: {top} on IPU{worst} ({ui.format_bytes(bd[top])})")
+    if m.source == "estimate":
+        tips = suggestions(problem, config)
+        if tips:
+            console.print("[bold]Suggestions[/] (estimated):")
+            for tip in tips[:5]:
+                console.print(f"  {tip}", highlight=False)
+
+
+# --- export, show, studies ----------------------------------------------------------------------------
+
+def _load_study(storage_url: str, name: str):
+    import optuna
+
+    from .study import stored_problem
+
+    storage = open_storage(storage_url)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        hint = f"; studies there: {', '.join(names[:8])}" if names else "; that storage holds no studies"
+        raise UsageError(f"no study '{name}' in {mask_url(storage_url)}{hint}") from None
+    problem = stored_problem(study)
+    if problem is None:
+        raise UsageError(f"study '{name}' was not made by ipu-autotune")
+    return study, problem
+
+
+def cmd_export(args) -> int:
+    from .study import TrialRecord, best_record
+
+    study, problem = _load_study(args.storage, args.study)
+    if args.trial is None:
+        record = best_record(study)
+        if record is None:
+            raise UsageError(f"study '{args.study}' has no configuration that fits yet; "
+                             "export one anyway with --trial N")
+    else:
+        match = [t for t in study.trials if t.number == args.trial]
+        record = TrialRecord.from_trial(match[0]) if match else None
+        if record is None:
+            raise UsageError(f"study '{args.study}' has no finished trial {args.trial}")
+    try:
+        text = export.render(args.format, problem, record.config, record.measurement, record.number, args.study)
+    except ValueError as exc:
+        raise UsageError(f"trial {record.number} cannot be exported safely: {exc}") from None
+    if args.output:
+        Path(args.output).write_text(text)
+        Console(stderr=True).print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_show(args) -> int:
+    from .study import best_record, records
+
+    console = _console(args)
+    study, problem = _load_study(args.storage, args.study)
+    recs = records(study)
+    best = best_record(study)
+    if args.json:
+        print(json.dumps({"study": args.study, "problem": problem.to_dict(),
+                          "trials": [_record_json(r) for r in recs], "best": _record_json(best)}, indent=2))
+        return 0
+    table = ui.TrialTable(rows=max(1, len(recs)))
+    for r in recs:
+        table.add(r)
+    console.print(table)
+    console.print(_one_line(best, next((r for r in recs if r.origin == "baseline"), None), args.study))
+    if best is not None:
+        console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))
+    return 0
+
+
+def cmd_studies(args) -> int:
+    import optuna
+
+    console = _console(args)
+    storage = open_storage(args.storage)
+    rows = []
+    for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        problem = s.user_attrs.get("problem")
+        rows.append({"study": s.study_name, "trials": s.n_trials,
+                     "model": problem.get("model") if problem else None,
+                     "micro_batch": problem.get("batch_size") if problem else None,
+                     "created": s.datetime_start.isoformat(timespec="seconds") if s.datetime_start else None})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        console.print(f"no studies in {mask_url(args.storage)}")
+        return 0
+    table = Table("study", "model", "micro-batch", "trials", "started")
+    for r in rows:
+        table.add_row(r["study"], str(r["model"] or "-"), str(r["micro_batch"] or "-"), str(r["trials"]),
+                      str(r["created"] or "-"))
+    console.print(table)
+    return 0
+
+
+def cmd_numerics(args) -> int:
+    from . import numerics
+
+    return numerics.command(args, _console(args))

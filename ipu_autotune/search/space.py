@@ -1,0 +1,405 @@
+"""Search spaces: the domain of every knob, read from TOML, sampled define-by-run.
+
+A knob in a space file is a fixed value (`precision = "16.16"`), a list of choices
+(`precision = ["32.32", "16.16"]`) or a range (`{ low = 1, high = 256, log = true }`).
+Sampling asks Optuna for knobs in dependency order (topology, then precision, memory,
+throughput) and only asks for what applies, so every sampled config passes the rules:
+no trial is spent on an invalid one. `params_for` is the inverse: the Optuna parameters
+that replay a given Config, for enqueuing the baseline and warm starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..models import partition
+from ..models.trace import ModelProfile
+from ..problem import EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config, Problem
+
+KNOBS = (
+    "precision", "partials", "stochastic_rounding", "loss_scaling", "optimizer_state",
+    "ipus_per_replica", "replicas", "execution", "splits", "recompute", "checkpoint_every",
+    "available_memory_proportion", "optimizer_offload", "replicated_tensor_sharding",
+    "gradient_accumulation", "device_iterations", "eight_bit_io", "io_tiles",
+)
+_ALLOWED_VALUES: dict[str, tuple] = {
+    "precision": PRECISIONS, "partials": PARTIALS, "optimizer_state": STATE_DTYPES,
+    "execution": EXECUTIONS, "recompute": RECOMPUTE_MODES,
+}
+_BOOLS = ("stochastic_rounding", "optimizer_offload", "replicated_tensor_sharding", "eight_bit_io")
+_INTS = ("ipus_per_replica", "replicas", "checkpoint_every", "gradient_accumulation",
+         "device_iterations", "io_tiles")
+
+
+@dataclass(frozen=True)
+class Choice:
+    values: tuple
+
+    def contains(self, v: Any) -> bool:
+        return any(v == x and type(v) is type(x) for x in self.values)
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = None
+    integer: bool = False
+
+    def contains(self, v: Any) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        if not self.low <= v <= self.high:
+            return False
+        if self.step:
+            k = (v - self.low) / self.step
+            return abs(k - round(k)) < 1e-9
+        return not self.integer or float(v).is_integer()
+
+
+Knob = Choice | Range
+
+
+def family(model: str) -> str:
+    return "transformer" if model.startswith(("vit_", "swin_", "maxvit")) else "cnn"
+
+
+def _parse_knob(name: str, raw: Any, where: str) -> Knob:
+    if name == "splits":
+        if raw == "search" or (isinstance(raw, list) and all(isinstance(p, str) for p in raw)):
+            return Choice((raw if raw == "search" else tuple(raw),))
+        raise UsageError(f'{where}: splits must be "search" or a list of module paths')
+    if isinstance(raw, dict):
+        unknown = set(raw) - {"low", "high", "log", "step"}
+        if unknown or "low" not in raw or "high" not in raw:
+            raise UsageError(f"{where}: {name} range needs low and high (and optional log, step)")
+        low, high = raw["low"], raw["high"]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low > high:
+            raise UsageError(f"{where}: {name} range must have numbers low <= high")
+        integer = name in _INTS
+        if integer and not (float(low).is_integer() and float(high).is_integer()):
+            raise UsageError(f"{where}: {name} takes whole numbers")
+        if raw.get("log") and low <= 0:
+            raise UsageError(f"{where}: {name} log range needs low > 0")
+        return Range(low, high, bool(raw.get("log", False)), raw.get("step"), integer)
+    values = tuple(raw) if isinstance(raw, list) else (raw,)
+    if not values:
+        raise UsageError(f"{where}: {name} has no values; give at least one")
+    for v in values:
+        _check_value(name, v, where)
+    if name == "loss_scaling":
+        values = tuple(float(v) if not isinstance(v, str) else v for v in values)
+    if name == "available_memory_proportion":
+        values = tuple(float(v) for v in values)
+    return Choice(values)
+
+
+def _check_value(name: str, v: Any, where: str) -> None:
+    bad = UsageError(f"{where}: {name} cannot take {v!r}")
+    if name in _ALLOWED_VALUES:
+        if v not in _ALLOWED_VALUES[name]:
+            raise UsageError(f"{where}: {name} cannot take {v!r}; "
+                             f"choose from {', '.join(map(repr, _ALLOWED_VALUES[name]))}")
+    elif name in _BOOLS:
+        if not isinstance(v, bool):
+            raise bad
+    elif name == "replicas" and v == "max":
+        return
+    elif name in _INTS:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise bad
+    elif name == "loss_scaling":
+        if not (v == "auto" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)):
+            raise bad
+    elif name == "available_memory_proportion":
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise bad
+
+
+def _read_toml(path: Path | Any, where: str) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{where}: malformed TOML: {exc}") from None
+    knobs = data.get("knobs", {})
+    unknown_tables = set(data) - {"space", "knobs"}
+    if unknown_tables:
+        raise UsageError(f"{where}: unknown table '{sorted(unknown_tables)[0]}' (expected [space], [knobs])")
+    for key in knobs:
+        if key not in KNOBS:
+            hint = difflib.get_close_matches(key, KNOBS, n=1)
+            raise UsageError(f"{where}: unknown knob '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ""))
+    return knobs
+
+
+def builtin_space_path(name: str):
+    return resources.files("ipu_autotune").joinpath("search_spaces", f"{name}.toml")
+
+
+class SearchSpace:
+    """The knobs of one study. Build with `SearchSpace.load`."""
+
+    def __init__(self, knobs: dict[str, Knob], sources: list[str]):
+        self.knobs = knobs
+        self.sources = sources
+
+    @classmethod
+    def load(cls, problem: Problem, path: str | Path | None = None) -> "SearchSpace":
+        """default.toml, then the model family's file, then the user's file on top."""
+        raw: dict[str, Any] = {}
+        origin: dict[str, str] = {}
+        sources = []
+        files = [(builtin_space_path(n), f"search_spaces/{n}.toml") for n in ("default", family(problem.model))]
+        if path is not None:
+            files.append((Path(path), str(path)))
+        for file, label in files:
+            if file is not files[-1][0] and not file.is_file():
+                continue
+            knobs = _read_toml(file, label)
+            raw.update(knobs)
+            origin.update(dict.fromkeys(knobs, label))
+            sources.append(label)
+        knobs = {name: _parse_knob(name, value, origin[name]) for name, value in raw.items()}
+        missing = [k for k in KNOBS if k not in knobs]
+        if missing:
+            raise UsageError(f"search space lacks knob(s) {', '.join(missing)}")
+        return cls(knobs, sources)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, knob in self.knobs.items():
+            if isinstance(knob, Range):
+                out[name] = {"low": knob.low, "high": knob.high, "log": knob.log,
+                             **({"step": knob.step} if knob.step else {})}
+            else:
+                vals = [list(v) if isinstance(v, tuple) else v for v in knob.values]
+                out[name] = vals[0] if len(vals) == 1 else vals
+        return out
+
+    # --- topology choices that depend only on the problem ----------------------------------
+
+    def ipu_layouts(self, problem: Problem, profile: ModelProfile) -> list[tuple[int, int]]:
+        """(ipus_per_replica, replicas) pairs this space allows for the problem."""
+        layouts = []
+        per_replica = self.knobs["ipus_per_replica"]
+        candidates = per_replica.values if isinstance(per_replica, Choice) else range(
+            int(per_replica.low), int(per_replica.high) + 1)
+        for ipr in candidates:
+            if ipr < 1 or ipr & (ipr - 1) or ipr > problem.ipus or ipr > len(profile.units):
+                continue
+            for r in self._replica_options(problem, ipr):
+                if problem.global_batch and not self._global_accumulation(problem, ipr, r):
+                    continue
+                layouts.append((ipr, r))
+        return layouts
+
+    def _replica_options(self, problem: Problem, ipr: int) -> list[int]:
+        most = problem.ipus // ipr
+        most = 1 << (most.bit_length() - 1)  # power of two total IPUs
+        knob = self.knobs["replicas"]
+        if isinstance(knob, Choice) and knob.values == ("max",):
+            return [most]
+        if isinstance(knob, Choice):
+            return [r for r in knob.values if isinstance(r, int) and 1 <= r <= most and not r & (r - 1)]
+        return [r for r in range(max(1, int(knob.low)), min(most, int(knob.high)) + 1) if not r & (r - 1)]
+
+    @staticmethod
+    def _min_accumulation(ipr: int, execution: str) -> int:
+        return 2 * ipr - 1 if execution == "pipelined" and ipr > 1 else 1
+
+    @staticmethod
+    def _global_accumulation(problem: Problem, ipr: int, replicas: int) -> int | None:
+        per_update = problem.batch_size * replicas
+        if problem.global_batch % per_update:
+            return None
+        return problem.global_batch // per_update
+
+    # --- sampling ---------------------------------------------------------------------------
+
+    def sample(self, trial, problem: Problem, profile: ModelProfile) -> Config:
+        """Ask `trial` (an Optuna trial, or a _Replay) for a valid Config."""
+        s = _Asker(trial, self.knobs)
+        layouts = self.ipu_layouts(problem, profile)
+        if not layouts:
+            raise UsageError("the search space allows no IPU layout for this problem "
+                             "(check ipus_per_replica, replicas, --ipus and --global-batch)")
+        ipr = s.choose("ipus_per_replica", sorted({l[0] for l in layouts}))
+        replicas = s.choose("replicas" if len({r for i, r in layouts if i == ipr}) > 1 else None,
+                            sorted({r for i, r in layouts if i == ipr}))
+        accumulation = self._global_accumulation(problem, ipr, replicas) if problem.global_batch else None
+        execution = "pipelined"
+        if ipr > 1:
+            executions = s.values("execution")
+            if accumulation is not None and accumulation < 2 * ipr - 1:
+                executions = [e for e in executions if e != "pipelined"]  # too few micro-batches
+            execution = s.choose("execution", executions)
+        splits = self._sample_splits(s, ipr, profile)
+
+        precision = s.ask("precision")
+        half_compute, half_weights = precision.startswith("16."), precision.endswith(".16")
+        partials = s.ask("partials") if half_compute else "float"
+        stochastic_rounding = s.ask("stochastic_rounding") if half_weights else False
+        if half_compute:
+            scales = [v for v in s.values("loss_scaling") if half_weights or v != "auto"]
+            loss_scaling = s.choose("loss_scaling" if half_weights else "loss_scaling_fp32_weights", scales)
+        else:
+            loss_scaling = 1.0
+        optimizer_state = s.ask("optimizer_state")
+
+        pipelined = execution == "pipelined" and ipr > 1
+        modes = [m for m in s.values("recompute") if pipelined or m != "pipeline"]
+        recompute = s.choose("recompute_pipelined" if pipelined else "recompute", modes)
+        effective = ("pipeline" if pipelined else "none") if recompute == "default" else recompute
+        checkpoints: tuple[str, ...] = ()
+        if effective in ("pipeline", "all"):
+            every = s.ask("checkpoint_every")
+            checkpoints = checkpoints_every(profile, splits, every)
+        amp = tuple(s.ask("available_memory_proportion", f"available_memory_proportion_ipu{i}")
+                    for i in range(ipr))
+        offload = s.ask("optimizer_offload") if problem.target != "mk1" else False
+        rts = s.ask("replicated_tensor_sharding") if replicas > 1 else False
+
+        if accumulation is None:
+            accumulation = max(s.ask("gradient_accumulation"), self._min_accumulation(ipr, execution))
+        device_iterations = s.ask("device_iterations")
+        eight_bit_io = s.ask("eight_bit_io") if problem.input_shape[0] in (1, 3) else False
+        io_tiles = 0
+        if not pipelined:
+            io_tiles = s.ask("io_tiles")
+            if io_tiles:
+                execution = "sharded"
+
+        return Config(
+            precision=precision, partials=partials, stochastic_rounding=stochastic_rounding,
+            loss_scaling=loss_scaling, optimizer_state=optimizer_state, ipus_per_replica=ipr,
+            replicas=replicas, splits=splits, execution=execution, recompute=recompute,
+            checkpoints=checkpoints, available_memory_proportion=amp, optimizer_offload=offload,
+            replicated_tensor_sharding=rts, gradient_accumulation=int(accumulation),
+            device_iterations=int(device_iterations), eight_bit_io=eight_bit_io, io_tiles=int(io_tiles),
+        )
+
+    def _sample_splits(self, s: "_Asker", ipr: int, profile: ModelProfile) -> tuple[str, ...]:
+        if ipr == 1:
+            return ()
+        fixed = self.knobs["splits"].values[0]
+        if fixed != "search":
+            if len(fixed) != ipr - 1:
+                raise UsageError(f"the search space fixes {len(fixed)} split(s) but samples "
+                                 f"{ipr} IPUs per replica; fix ipus_per_replica too")
+            return tuple(fixed)
+        units = len(profile.units)
+        raw = [s.integer(f"split{i}_of_{ipr}", 1, units - ipr + 1) for i in range(ipr - 1)]
+        return tuple(profile.units[b].path for b in partition.decode(raw))
+
+    def params_for(self, problem: Problem, profile: ModelProfile, config: Config) -> dict[str, Any]:
+        """Optuna parameters that make `sample` reproduce `config` (as far as the space reaches)."""
+        replay = _Replay(wanted_params(config, profile))
+        self.sample(replay, problem, profile)
+        return replay.recorded
+
+
+def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int) -> tuple[str, ...]:
+    """Checkpoint the output of every `every`-th unit inside each stage (not a stage's last)."""
+    if every <= 0:
+        return ()
+    index = {u.path: i for i, u in enumerate(profile.units)}
+    bounds = [0, *(index[p] for p in splits), len(profile.units)]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        for i in range(lo + every - 1, hi - 1, every):
+            out.append(profile.units[i].path)
+    return tuple(out)
+
+
+def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
+    c = config
+    wanted: dict[str, Any] = {
+        "ipus_per_replica": c.ipus_per_replica, "replicas": c.replicas, "execution": c.execution,
+        "precision": c.precision, "partials": c.partials, "stochastic_rounding": c.stochastic_rounding,
+        "loss_scaling": c.loss_scaling, "loss_scaling_fp32_weights": c.loss_scaling,
+        "optimizer_state": c.optimizer_state, "recompute": c.recompute,
+        "recompute_pipelined": c.recompute, "optimizer_offload": c.optimizer_offload,
+        "replicated_tensor_sharding": c.replicated_tensor_sharding,
+        "gradient_accumulation": c.gradient_accumulation, "device_iterations": c.device_iterations,
+        "eight_bit_io": c.eight_bit_io, "io_tiles": c.io_tiles,
+    }
+    for i, a in enumerate(c.available_memory_proportion):
+        wanted[f"available_memory_proportion_ipu{i}"] = a
+    index = {u.path: i for i, u in enumerate(profile.units)}
+    if c.splits and all(p in index for p in c.splits):
+        for i, r in enumerate(partition.encode([index[p] for p in c.splits])):
+            wanted[f"split{i}_of_{c.ipus_per_replica}"] = r
+    for every in range(0, len(profile.units) + 1):
+        if checkpoints_every(profile, c.splits if all(p in index for p in c.splits) else (), every) \
+                == tuple(c.checkpoints):
+            wanted["checkpoint_every"] = every
+            break
+    return wanted
+
+
+class _Asker:
+    """Turns knobs into trial.suggest_* calls; fixed knobs are not asked."""
+
+    def __init__(self, trial, knobs: dict[str, Knob]):
+        self.trial = trial
+        self.knobs = knobs
+
+    def values(self, knob: str) -> list:
+        k = self.knobs[knob]
+        if isinstance(k, Range):
+            raise UsageError(f"knob {knob} takes a list of choices, not a range")
+        return list(k.values)
+
+    def choose(self, param: str | None, options: list):
+        if not options:
+            raise UsageError(f"the search space leaves no valid value for {param}")
+        if len(options) == 1 or param is None:
+            return options[0]
+        return self.trial.suggest_categorical(param, options)
+
+    def integer(self, param: str, low: int, high: int):
+        if low == high:
+            return low
+        return self.trial.suggest_int(param, low, high)
+
+    def ask(self, knob: str, param: str | None = None):
+        param = param or knob
+        k = self.knobs[knob]
+        if isinstance(k, Choice):
+            return self.choose(param, list(k.values))
+        if k.integer:
+            return self.trial.suggest_int(param, int(k.low), int(k.high), log=k.log, step=int(k.step or 1))
+        return self.trial.suggest_float(param, k.low, k.high, log=k.log, step=k.step)
+
+
+class _Replay:
+    """A stand-in trial that answers with the wanted values, recording those in range."""
+
+    def __init__(self, wanted: dict[str, Any]):
+        self.wanted = wanted
+        self.recorded: dict[str, Any] = {}
+
+    def _answer(self, name: str, domain: Knob, fallback):
+        v = self.wanted.get(name)
+        if v is not None and domain.contains(v):
+            self.recorded[name] = v
+            return v
+        return fallback
+
+    def suggest_categorical(self, name, choices):
+        return self._answer(name, Choice(tuple(choices)), choices[0])
+
+    def suggest_int(self, name, low, high, log=False, step=1):
+        return self._answer(name, Range(low, high, log, step if step != 1 else None, True), low)
+
+    def suggest_float(self, name, low, high, log=False, step=None):
+        return self._answer(name, Range(low, high, log, step), low)

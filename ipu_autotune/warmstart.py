@@ -1,0 +1,219 @@
+"""The first trials of a new study: the baseline, then estimator-guided candidates.
+
+On hardware every trial is a compile, so the first few must count. The estimator is cheap
+(well under a millisecond), so it screens hundreds of candidates here to propose a handful:
+balanced pipeline splits, the cheapest single changes that make the baseline fit, and the
+result of a greedy climb on estimated throughput from the best of those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .backends.base import Measurement
+from .backends.estimate import estimate
+from .backends.estimate.constants import NOMINAL, EstimatorConstants
+from .models import partition
+from .models.trace import ModelProfile
+from .problem import Config, Problem
+from .rules import violations
+from .search.space import Choice, Range, SearchSpace, checkpoints_every
+
+
+@dataclass(frozen=True)
+class Proposal:
+    config: Config
+    origin: str  # why it is here, shown in the trial table
+
+
+def naive_baseline(problem: Problem, profile: ModelProfile) -> Config:
+    """What a newcomer writes: FP32, defaults, split by block count over all IPUs."""
+    n = problem.ipus if problem.ipus & (problem.ipus - 1) == 0 else 1 << (problem.ipus.bit_length() - 1)
+    n = min(n, len(profile.units))
+    cuts = partition.by_count(len(profile.units), n)
+    accumulation = 2 * n - 1 if n > 1 else 1
+    execution = "pipelined"
+    if problem.global_batch:
+        accumulation = max(1, problem.global_batch // problem.batch_size)
+        if n > 1 and accumulation < 2 * n - 1:
+            execution = "sharded"
+    return Config(ipus_per_replica=n, splits=tuple(profile.units[c].path for c in cuts),
+                  gradient_accumulation=accumulation, execution=execution)
+
+
+def unit_costs(problem: Problem, profile: ModelProfile, config: Config, kind: str) -> list[float]:
+    """Per-unit cost for balancing: bytes it needs ('memory') or FLOPs ('compute')."""
+    if kind == "compute":
+        return [u.forward_flops + 1.0 for u in profile.units]
+    weight = 2.0 if config.half_weights else 4.0
+    state = 16.0 if problem.optimizer in ("adam", "adamw", "lamb") else 8.0
+    act = 0.5 if config.half_compute else 1.0
+    return [u.params * (weight + state) + u.saved_bytes * act for u in profile.units]
+
+
+def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kind: str,
+                    constants: EstimatorConstants = NOMINAL) -> tuple[str, ...]:
+    """Splits balancing compute (FLOPs), or memory (the busiest IPU's busiest tile).
+
+    Memory is balanced on the estimator itself, not on a per-unit cost: recomputation and
+    stash depth make a unit's memory depend on which stage it lands in. A per-unit balance
+    starts a descent that moves one boundary at a time while the worst tile improves.
+    """
+    cuts = partition.balanced(unit_costs(problem, profile, config, kind), config.ipus_per_replica)
+    if kind == "memory":
+        def worst(c: list[int]) -> float:
+            trial = config.replace(splits=tuple(profile.units[i].path for i in c))
+            return max(estimate(problem, trial, profile, constants).max_tile_bytes)
+
+        best = worst(cuts)
+        improved = True
+        while improved:
+            improved = False
+            for k in range(len(cuts)):
+                for step in (-1, 1):
+                    moved = list(cuts)
+                    moved[k] += step
+                    lo = moved[k - 1] if k else 0
+                    hi = moved[k + 1] if k + 1 < len(moved) else len(profile.units)
+                    if not lo < moved[k] < hi:
+                        continue
+                    score = worst(moved)
+                    if score < best:
+                        best, cuts, improved = score, moved, True
+    return tuple(profile.units[c].path for c in cuts)
+
+
+def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, config: Config):
+    """Single-knob changes of `config` within the space (and a few that need a partner)."""
+    def values(name: str) -> list:
+        knob = space.knobs.get(name)
+        if isinstance(knob, Choice):
+            return list(knob.values)
+        if isinstance(knob, Range):
+            if knob.integer:
+                v, out = max(1, int(knob.low)), []
+                while v <= knob.high:
+                    out.append(v)
+                    v *= 2
+                return out
+            return [round(knob.low + i * (knob.step or 0.05), 4) for i in range(0, 40)
+                    if knob.low + i * (knob.step or 0.05) <= knob.high + 1e-9][::3]
+        return []
+
+    c = config
+    for p in values("precision"):
+        if p != c.precision:
+            yield "precision", c.replace(precision=p, loss_scaling=1.0 if p == "32.32" else 1024.0,
+                                         partials="float", stochastic_rounding=p == "16.16")
+    if c.half_compute:
+        yield "partials", c.replace(partials="half" if c.partials == "float" else "float")
+    for s in values("optimizer_state"):
+        if s != c.optimizer_state:
+            yield "optimizer_state", c.replace(optimizer_state=s)
+    for r in values("recompute_pipelined" if c.pipelined else "recompute") or values("recompute"):
+        if r != c.recompute and (c.pipelined or r != "pipeline"):
+            yield "recompute", c.replace(recompute=r, checkpoints=())
+    effective = c.replace(checkpoints=()).effective_recompute
+    if effective in ("pipeline", "all"):
+        for every in values("checkpoint_every"):
+            yield "checkpoints", c.replace(checkpoints=checkpoints_every(profile, c.splits, every))
+    for a in values("available_memory_proportion"):
+        yield "available_memory_proportion", c.replace(available_memory_proportion=(a,) * c.ipus_per_replica)
+    if problem.target != "mk1":
+        yield "optimizer_offload", c.replace(optimizer_offload=not c.optimizer_offload)
+    if c.replicas > 1:
+        yield "replicated_tensor_sharding", c.replace(replicated_tensor_sharding=not c.replicated_tensor_sharding)
+    if not problem.global_batch:
+        for g in values("gradient_accumulation"):
+            yield "gradient_accumulation", c.replace(gradient_accumulation=g)
+    for d in values("device_iterations"):
+        yield "device_iterations", c.replace(device_iterations=d)
+    yield "eight_bit_io", c.replace(eight_bit_io=not c.eight_bit_io)
+    if c.ipus_per_replica > 1:
+        for kind in ("memory", "compute"):
+            yield "splits", c.replace(splits=balanced_splits(problem, profile, c, kind))
+    for ipr, replicas in space.ipu_layouts(problem, profile):
+        if (ipr, replicas) == (c.ipus_per_replica, c.replicas):
+            continue
+        accumulation = c.gradient_accumulation
+        if problem.global_batch:
+            accumulation = problem.global_batch // (problem.batch_size * replicas)
+        elif ipr > 1:
+            accumulation = max(accumulation, 2 * ipr - 1)
+        moved = c.replace(ipus_per_replica=ipr, replicas=replicas, available_memory_proportion=(),
+                          gradient_accumulation=accumulation, replicated_tensor_sharding=False,
+                          checkpoints=(), recompute="default", splits=(), io_tiles=0,
+                          execution="pipelined" if ipr > 1 and accumulation >= 2 * ipr - 1 else
+                          ("sharded" if ipr > 1 else c.execution))
+        if ipr > 1:
+            moved = moved.replace(splits=balanced_splits(problem, profile, moved, "memory"))
+        yield "ipus_per_replica", moved
+
+
+class Screen:
+    """Estimates with a cache, keeping only configs that pass the rules."""
+
+    def __init__(self, problem: Problem, profile: ModelProfile, constants: EstimatorConstants = NOMINAL):
+        self.problem, self.profile, self.constants = problem, profile, constants
+        self.cache: dict[Config, Measurement | None] = {}
+
+    def __call__(self, config: Config) -> Measurement | None:
+        if config not in self.cache:
+            ok = not violations(self.problem, config, self.profile.module_order)
+            self.cache[config] = estimate(self.problem, config, self.profile, self.constants) if ok else None
+        return self.cache[config]
+
+
+def _score(m: Measurement | None) -> tuple:
+    """Feasible first, then throughput; infeasible ranked by how far over they are."""
+    if m is None:
+        return (0, float("-inf"))
+    return (1, m.throughput or 0.0) if m.feasible else (0, -m.violation)
+
+
+def climb(screen: Screen, space: SearchSpace, start: Config, rounds: int = 8) -> Config:
+    """Greedy ascent on (feasible, estimated throughput) over single-knob changes."""
+    best, best_score = start, _score(screen(start))
+    for _ in range(rounds):
+        moved = False
+        for _, candidate in _alternatives(space, screen.problem, screen.profile, best):
+            score = _score(screen(candidate))
+            if score > best_score:
+                best, best_score, moved = candidate, score, True
+        if not moved:
+            break
+    return best
+
+
+def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, baseline: Config,
+              limit: int = 8, constants: EstimatorConstants = NOMINAL) -> list[Proposal]:
+    """The baseline first, then distinct estimator-guided candidates."""
+    screen = Screen(problem, profile, constants)
+    out = [Proposal(baseline, "baseline")]
+    seen = {baseline}
+
+    def add(config: Config, origin: str) -> None:
+        if config not in seen and screen(config) is not None and len(out) < limit:
+            seen.add(config)
+            out.append(Proposal(config, origin))
+
+    if baseline.ipus_per_replica > 1:
+        for kind in ("memory", "compute"):
+            add(baseline.replace(splits=balanced_splits(problem, profile, baseline, kind)),
+                f"splits balanced by {kind}")
+
+    fixes = sorted(((_score(screen(c)), knob, c) for knob, c in _alternatives(space, problem, profile, baseline)
+                    if screen(c) is not None and screen(c).feasible),
+                   key=lambda t: t[0], reverse=True)
+    used_knobs = set()
+    for _, knob, config in fixes:
+        if knob not in used_knobs:
+            used_knobs.add(knob)
+            add(config, f"fits by changing {knob.replace('_', ' ')}")
+        if len(used_knobs) == 3:
+            break
+
+    starts = [config for _, _, config in fixes[:1]] or [baseline]
+    climbed = climb(screen, space, starts[0])
+    add(climbed, "estimator climb")
+    return out
