@@ -208,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     err = Console(stderr=True, highlight=False)
     warnings.filterwarnings("ignore", module="optuna")
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own output says what happens
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -210,6 +210,9 @@ def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, be
 
 # --- estimate -------------------------------------------------------------------------------------
 
+_WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recompute")
+
+
 def _parse_set(items: list[str]) -> dict:
     import tomllib
 
@@ -218,8 +221,11 @@ def _parse_set(items: list[str]) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--set {item!r}: write KEY=VALUE, e.g. --set precision=16.16")
-        key = key.strip()
-        if key in ("splits", "checkpoints") and not value.strip().startswith("["):
+        key, value = key.strip(), value.strip()
+        if key in _WORD_KEYS or value == "auto":
+            out[key] = value.strip("\"'")  # 16.16 is a precision name here, not a number
+            continue
+        if key in ("splits", "checkpoints") and not value.startswith("["):
             out[key] = [p for p in value.split(",") if p]
             continue
         if key == "available_memory_proportion" and "," in value and not value.strip().startswith("["):

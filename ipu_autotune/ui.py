@@ -141,9 +141,9 @@ class TuneView:
         self.table.add(r)
         self.progress.advance(self.task)
         if self.live is None and not self.quiet:
-            best = " ★" if self.table.best is r else ""
-            self.console.print(f"trial {r.number:>4}{best}  {r.origin[:24]:<24}  {knobs_summary(r.config):<48}  "
-                               f"{r.measurement.verdict():<26}  {throughput_text(r.measurement):>12}  "
+            best = "★" if self.table.best is r else " "
+            self.console.print(f"trial {r.number:>4} {best} {r.origin[:22]:<22}  {knobs_summary(r.config):<44}  "
+                               f"{r.measurement.verdict():<22}  {throughput_text(r.measurement):>11}  "
                                f"{r.measurement.source}", highlight=False, soft_wrap=True)
 
 

@@ -200,7 +200,7 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
     if baseline.ipus_per_replica > 1:
         for kind in ("memory", "compute"):
             add(baseline.replace(splits=balanced_splits(problem, profile, baseline, kind)),
-                f"splits balanced by {kind}")
+                f"balanced by {kind}")
 
     fixes = sorted(((_score(screen(c)), knob, c) for knob, c in _alternatives(space, problem, profile, baseline)
                     if screen(c) is not None and screen(c).feasible),
@@ -209,7 +209,7 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
     for _, knob, config in fixes:
         if knob not in used_knobs:
             used_knobs.add(knob)
-            add(config, f"fits by changing {knob.replace('_', ' ')}")
+            add(config, f"fix: {knob.replace('_', ' ')}")
         if len(used_knobs) == 3:
             break
 

@@ -378,7 +378,8 @@ class _Asker:
             return self.choose(param, list(k.values))
         if k.integer:
             return self.trial.suggest_int(param, int(k.low), int(k.high), log=k.log, step=int(k.step or 1))
-        return self.trial.suggest_float(param, k.low, k.high, log=k.log, step=k.step)
+        value = self.trial.suggest_float(param, k.low, k.high, log=k.log, step=k.step)
+        return round(value, 6)  # a stepped float lands on 0.9000000000000001
 
 
 class _Replay:

@@ -1,0 +1,18 @@
+"""Shared test setup: test-only models importable as `calibration_models:...`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS))
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """Run in an empty folder, as a user would (the default storage lands there)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -1,0 +1,41 @@
+"""Pipeline partitions over per-unit costs."""
+
+import itertools
+
+from hypothesis import given, settings, strategies as st
+
+from ipu_autotune.models import partition
+
+
+def brute_force(costs, parts):
+    n = len(costs)
+    return min(max(partition.stage_costs(costs, cuts)) for cuts in itertools.combinations(range(1, n), parts - 1))
+
+
+@given(st.lists(st.integers(1, 50), min_size=2, max_size=9), st.integers(2, 4))
+@settings(max_examples=150, deadline=None)
+def test_balanced_is_optimal(costs, parts):
+    parts = min(parts, len(costs))
+    cuts = partition.balanced(costs, parts)
+    assert len(cuts) == parts - 1 and cuts == sorted(set(cuts)) and 0 < cuts[0] and cuts[-1] < len(costs)
+    assert max(partition.stage_costs(costs, cuts)) == brute_force(costs, parts)
+
+
+def test_every_partition_is_reachable_and_valid():
+    units, parts = 7, 3
+    reached = set()
+    for raw in itertools.product(range(1, units - parts + 2), repeat=parts - 1):
+        cuts = partition.decode(list(raw))
+        assert all(0 < a < b < units for a, b in zip(cuts, cuts[1:])) and cuts[-1] < units
+        reached.add(tuple(cuts))
+    assert reached == set(itertools.combinations(range(1, units), parts - 1))
+
+
+def test_encode_inverts_decode():
+    for cuts in itertools.combinations(range(1, 10), 3):
+        assert partition.decode(partition.encode(list(cuts))) == list(cuts)
+
+
+def test_by_count_splits_evenly():
+    assert partition.by_count(35, 2) == [18]
+    assert partition.by_count(8, 4) == [2, 4, 6]

@@ -1,0 +1,129 @@
+"""The product, end to end through the console script: the workshop story on the estimator."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import optuna
+import pytest
+
+from ipu_autotune.backends.estimate import EstimateBackend
+from ipu_autotune.problem import Config, Problem
+
+HAND_TUNED = Config(precision="16.16", optimizer_state="half", loss_scaling=1000.0, ipus_per_replica=2,
+                    splits=("layer3.8",), gradient_accumulation=8, device_iterations=4, eight_bit_io=True)
+WORKSHOP = Problem("resnet101", 64, input_shape=(3, 64, 64), optimizer="adamw", ipus=2)
+
+
+def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("ipu-autotune")
+    proc = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "120"})
+    if check:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def tune_json(cwd: Path, *extra: str) -> dict:
+    return json.loads(cli("resnet101", "--batch-size", "64", "--json", "--seed", "0", *extra, cwd=cwd).stdout)
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """`ipu-autotune resnet101 --batch-size 64` in an empty folder (with --json to read it)."""
+    cwd = tmp_path_factory.mktemp("default")
+    return cwd, tune_json(cwd)
+
+
+@pytest.mark.slow
+def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run):
+    cwd, result = default_run
+    assert result["backend"] == "estimate" and result["estimated"]
+    assert result["trials_run"] == 60
+    base, best = result["baseline"], result["best"]
+    assert base["trial"] == 0 and base["origin"] == "baseline"
+    assert base["measurement"]["feasible"] is False and base["measurement"]["failure"] == "oom"
+    assert base["config"]["precision"] == "32.32"  # what a newcomer writes
+    assert best["measurement"]["feasible"] is True
+    hand_tuned = EstimateBackend().measure(WORKSHOP, HAND_TUNED)
+    assert hand_tuned.feasible
+    assert best["measurement"]["throughput"] >= 1.2 * hand_tuned.throughput
+    # The storage is the default SQLite file in the working folder, and the study is complete.
+    study = optuna.load_study(study_name="resnet101-bs64-2ipu-mk2", storage=f"sqlite:///{cwd}/ipu-autotune.db")
+    assert len(study.trials) == 60 and study.best_trial.number == best["trial"]
+    files = result["files"]
+    assert Path(cwd, files["config"]).is_file() and Path(cwd, files["snippet"]).is_file()
+    assert sum(1 for _ in Path(cwd, files["trials"]).open()) == 60
+
+
+@pytest.mark.slow
+def test_same_command_resumes_the_study(default_run):
+    cwd, first = default_run
+    again = tune_json(cwd, "--trials", "5")
+    assert again["trials_run"] == 5 and again["trials_total"] == 65
+    study = optuna.load_study(study_name="resnet101-bs64-2ipu-mk2", storage=f"sqlite:///{cwd}/ipu-autotune.db")
+    assert sorted(t.number for t in study.trials) == list(range(65))
+    assert again["best"]["measurement"]["throughput"] >= first["best"]["measurement"]["throughput"]
+
+
+@pytest.mark.slow
+def test_fixed_global_batch_still_fits_and_beats_hand_tuned(tmp_path):
+    result = tune_json(tmp_path, "--global-batch", "512", "--trials", "40")
+    best = result["best"]
+    c = best["config"]
+    assert 64 * c["gradient_accumulation"] * c["replicas"] == 512
+    hand_tuned = EstimateBackend().measure(WORKSHOP, HAND_TUNED)
+    assert best["measurement"]["feasible"] and best["measurement"]["throughput"] > hand_tuned.throughput
+
+
+@pytest.mark.slow
+def test_toml_export_round_trips_through_estimate(default_run):
+    cwd, result = default_run
+    out = cwd / "best.toml"
+    cli("export", "--study", "resnet101-bs64-2ipu-mk2", "--format", "toml", "-o", str(out), cwd=cwd)
+    data = tomllib.loads(out.read_text())
+    assert data["config"] == result["best"]["config"]
+    measured = json.loads(cli("estimate", "--config", str(out), "--json", cwd=cwd).stdout)
+    stored = result["best"]["measurement"]
+    for key in ("feasible", "required_bytes", "max_tile_bytes", "breakdown", "overflow_bytes", "source"):
+        assert measured[key] == stored[key], key
+    assert measured["throughput"] == pytest.approx(stored["throughput"], rel=1e-9)
+
+
+@pytest.mark.slow
+def test_python_export_byte_compiles(default_run):
+    cwd, result = default_run
+    snippet = cli("export", "--study", "resnet101-bs64-2ipu-mk2", cwd=cwd).stdout
+    compile(snippet, "best_options.py", "exec")
+    assert "poptorch.Options()" in snippet and "def make_optimizer" in snippet
+
+
+def test_estimate_json_is_exactly_one_measurement(tmp_path):
+    proc = cli("estimate", "resnet101", "--batch-size", "64", "--set", "precision=16.16",
+               "--set", "splits=layer3.8", "--set", "ipus_per_replica=2", "--set", "gradient_accumulation=3",
+               "--json", cwd=tmp_path)
+    out = json.loads(proc.stdout)
+    expected = {"feasible", "source", "required_bytes", "capacity_bytes", "max_tile_bytes", "breakdown",
+                "overflow_bytes", "throughput", "step_time_s", "failure", "problem", "config"}
+    assert expected <= set(out)
+    assert out["source"] == "estimate" and len(out["required_bytes"]) == 2
+    assert set(out["breakdown"][0]) == {"weights", "optimizer", "gradients", "activations", "stash",
+                                        "temporary", "code/exchange"}
+
+
+def test_estimate_table_names_consumer_and_suggestions(tmp_path):
+    proc = cli("estimate", "resnet101", "--batch-size", "64", cwd=tmp_path)
+    assert "largest consumer:" in proc.stdout
+    assert "saves" in proc.stdout and "on IPU" in proc.stdout
+    assert "estimated" in proc.stdout
+
+
+def test_help_lists_the_commands(tmp_path):
+    out = cli("--help", cwd=tmp_path).stdout
+    for word in ("tune", "estimate", "export", "show", "studies"):
+        assert word in out
