@@ -25,6 +25,8 @@ SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics")
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
 DEFAULT_TRIALS = 60
 DEFAULT_OUT = "ipu-autotune-out"
+#: the estimator's verdicts near capacity are not to be trusted with hardware time
+DEFAULT_HEADROOM = 0.05
 
 
 # --- argument parsing ------------------------------------------------------------------------
@@ -36,6 +38,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 0.5], got {text!r}") from None
+    if not 0 <= value <= 0.5:
+        raise argparse.ArgumentTypeError(f"must be in [0, 0.5], got {value}")
     return value
 
 
@@ -109,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--no-screen", action="store_true", help="poptorch backend: compile every candidate")
     tune.add_argument("--compile-timeout", type=float, default=3600.0, metavar="SECONDS",
                       help="poptorch backend: give up on one compile after this long")
+    tune.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
+                      help="estimates count as fitting only with this fraction of tile memory free "
+                           f"(default {DEFAULT_HEADROOM}; compiles are exact and ignore it)")
     tune.add_argument("--seed", type=int, default=None, help="sampler seed, for repeatable studies")
     tune.add_argument("--out", default=None, metavar="DIR",
                       help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY)")
@@ -124,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set precision=16.16 --set splits=layer3.8")
     est.add_argument("--backend", choices=("auto", "estimate", "poptorch"), default="estimate")
+    est.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
+                     help=f"tile memory to keep free for estimation error (default {DEFAULT_HEADROOM})")
     est.add_argument("--json", action="store_true", help="print exactly one Measurement as JSON")
     _add_common(est)
 

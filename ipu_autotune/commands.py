@@ -50,14 +50,14 @@ def make_backend(args, problem: Problem, console: Console, work_dir: Path | None
     if name == "estimate":
         if args.backend == "auto":
             console.print("[dim]PopTorch not found: using the estimate backend; every figure is estimated.[/]")
-        return EstimateBackend()
+        return EstimateBackend(headroom=args.headroom)
     from .backends.poptorch import PopTorchBackend
     from .backends.screen import ScreenedBackend
 
     backend = PopTorchBackend(work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=args.compile_timeout)
     if getattr(args, "no_screen", False):
         return backend
-    return ScreenedBackend(backend, EstimateBackend(), margin=args.screen_margin)
+    return ScreenedBackend(backend, EstimateBackend(headroom=args.headroom), margin=args.screen_margin)
 
 
 # --- tune ---------------------------------------------------------------------------------------
@@ -92,7 +92,8 @@ def cmd_tune(args) -> int:
 
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
-        st.enqueue(study, space, problem, profile, proposals(problem, profile, space, baseline))
+        st.enqueue(study, space, problem, profile,
+                   proposals(problem, profile, space, baseline, headroom=args.headroom))
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create)
     runner = st.Runner(study, problem, profile, space, backend)

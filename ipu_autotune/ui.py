@@ -96,6 +96,13 @@ class TrialTable:
         if r.feasible and (self.best is None or (r.measurement.throughput or 0) > (self.best.measurement.throughput or 0)):
             self.best = r
 
+    def best_line(self) -> Text:
+        if self.best is None:
+            return Text("best so far: nothing fits yet", style="dim")
+        b = self.best
+        return Text.assemble(("★ best so far: ", "bold"), f"trial {b.number}  ",
+                             (throughput_text(b.measurement), "bold green"), f"  {knobs_summary(b.config)}")
+
     def __rich__(self) -> RenderableType:
         table = Table(box=box.SIMPLE_HEAD, expand=False, pad_edge=False)
         table.add_column("#", justify="right")
@@ -109,6 +116,14 @@ class TrialTable:
             table.add_row(f"{mark}{r.number}", r.origin, knobs_summary(r.config), verdict_text(r),
                           throughput_text(r.measurement), r.measurement.source)
         return table
+
+
+class _BestLine:
+    def __init__(self, table: TrialTable):
+        self.table = table
+
+    def __rich__(self) -> Text:
+        return self.table.best_line()
 
 
 class TuneView:
@@ -128,7 +143,7 @@ class TuneView:
 
     def __enter__(self) -> "TuneView":
         if not self.quiet and self.console.is_terminal:
-            self.live = Live(Group(self.table, self.progress), console=self.console,
+            self.live = Live(Group(self.table, _BestLine(self.table), self.progress), console=self.console,
                              refresh_per_second=8, transient=False)
             self.live.__enter__()
         return self

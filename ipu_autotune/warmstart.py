@@ -153,14 +153,17 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
 class Screen:
     """Estimates with a cache, keeping only configs that pass the rules."""
 
-    def __init__(self, problem: Problem, profile: ModelProfile, constants: EstimatorConstants = NOMINAL):
+    def __init__(self, problem: Problem, profile: ModelProfile, constants: EstimatorConstants = NOMINAL,
+                 headroom: float = 0.0):
         self.problem, self.profile, self.constants = problem, profile, constants
+        self.headroom = headroom
         self.cache: dict[Config, Measurement | None] = {}
 
     def __call__(self, config: Config) -> Measurement | None:
         if config not in self.cache:
             ok = not violations(self.problem, config, self.profile.module_order)
-            self.cache[config] = estimate(self.problem, config, self.profile, self.constants) if ok else None
+            self.cache[config] = estimate(self.problem, config, self.profile, self.constants,
+                                          self.headroom) if ok else None
         return self.cache[config]
 
 
@@ -172,11 +175,16 @@ def _score(m: Measurement | None) -> tuple:
 
 
 def climb(screen: Screen, space: SearchSpace, start: Config, rounds: int = 8) -> Config:
-    """Greedy ascent on (feasible, estimated throughput) over single-knob changes."""
+    """Greedy ascent on (feasible, estimated throughput) over single-knob changes.
+
+    The IPU layout stays as it starts: callers climb once per layout.
+    """
     best, best_score = start, _score(screen(start))
     for _ in range(rounds):
         moved = False
-        for _, candidate in _alternatives(space, screen.problem, screen.profile, best):
+        for knob, candidate in _alternatives(space, screen.problem, screen.profile, best):
+            if knob == "ipus_per_replica":
+                continue
             score = _score(screen(candidate))
             if score > best_score:
                 best, best_score, moved = candidate, score, True
@@ -186,9 +194,9 @@ def climb(screen: Screen, space: SearchSpace, start: Config, rounds: int = 8) ->
 
 
 def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, baseline: Config,
-              limit: int = 8, constants: EstimatorConstants = NOMINAL) -> list[Proposal]:
+              limit: int = 8, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0) -> list[Proposal]:
     """The baseline first, then distinct estimator-guided candidates."""
-    screen = Screen(problem, profile, constants)
+    screen = Screen(problem, profile, constants, headroom)
     out = [Proposal(baseline, "baseline")]
     seen = {baseline}
 
@@ -213,7 +221,11 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
         if len(used_knobs) == 3:
             break
 
+    # Climb from the best fix and from the baseline moved to every other IPU layout: going
+    # from a pipeline to replicas needs several knobs at once, which one climb won't do.
     starts = [config for _, _, config in fixes[:1]] or [baseline]
-    climbed = climb(screen, space, starts[0])
-    add(climbed, "estimator climb")
+    starts += [moved for knob, moved in _alternatives(space, problem, profile, baseline) if knob == "ipus_per_replica"]
+    climbed = sorted({climb(screen, space, start) for start in starts}, key=lambda c: _score(screen(c)), reverse=True)
+    for config in climbed[:2]:
+        add(config, f"estimator climb ({config.ipus_per_replica} IPU x {config.replicas})")
     return out

@@ -85,7 +85,8 @@ def test_fixed_global_batch_still_fits_and_beats_hand_tuned(tmp_path):
 def test_toml_export_round_trips_through_estimate(default_run):
     cwd, result = default_run
     out = cwd / "best.toml"
-    cli("export", "--study", "resnet101-bs64-2ipu-mk2", "--format", "toml", "-o", str(out), cwd=cwd)
+    cli("export", "--study", "resnet101-bs64-2ipu-mk2", "--trial", str(result["best"]["trial"]),
+        "--format", "toml", "-o", str(out), cwd=cwd)
     data = tomllib.loads(out.read_text())
     assert data["config"] == result["best"]["config"]
     measured = json.loads(cli("estimate", "--config", str(out), "--json", cwd=cwd).stdout)

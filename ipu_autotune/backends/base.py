@@ -35,7 +35,13 @@ class Measurement:
     step_time_s: float | None = None  # one weight update
     failure: str | None = None
     reason: str = ""
+    #: fraction of tile memory kept free for estimation error (estimate backend only)
+    headroom: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tile_limit_bytes(self) -> float:
+        return self.tile_capacity_bytes * (1.0 - self.headroom)
 
     @property
     def violation(self) -> float:
@@ -48,7 +54,7 @@ class Measurement:
             return 1.0
         if not self.max_tile_bytes or not self.tile_capacity_bytes:
             return 0.0 if self.feasible else 1.0
-        worst = max(self.max_tile_bytes) / self.tile_capacity_bytes - 1.0
+        worst = max(self.max_tile_bytes) / self.tile_limit_bytes - 1.0
         if self.feasible:
             return min(worst, 0.0)
         return max(worst, 1e-6)
@@ -68,6 +74,9 @@ class Measurement:
         if ipu is None:
             return "OOM"
         over = per_ipu_overflow(self)[ipu]
+        if over == 0:
+            used = self.max_tile_bytes[ipu] / self.tile_capacity_bytes
+            return f"{used:.0%} of tile memory on IPU{ipu}, inside the {self.headroom:.0%} headroom"
         return f"OOM by {format_bytes(over)} on IPU{ipu}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,6 +93,7 @@ class Measurement:
             "step_time_s": self.step_time_s,
             "failure": self.failure,
             "reason": self.reason,
+            "headroom": self.headroom,
         }
 
     @classmethod

@@ -18,18 +18,21 @@ class EstimateBackend(Backend):
     name = "estimate"
     source = "estimate"
 
-    def __init__(self, constants: EstimatorConstants = NOMINAL):
+    def __init__(self, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0):
         self.constants = constants
+        self.headroom = headroom
 
     def profile(self, problem: Problem) -> ModelProfile:
         return profile_for(problem)
 
     def measure(self, problem: Problem, config: Config) -> Measurement:
-        return estimate(problem, config, self.profile(problem), self.constants)
+        return estimate(problem, config, self.profile(problem), self.constants, self.headroom)
 
 
 def estimate(problem: Problem, config: Config, profile: ModelProfile,
-             constants: EstimatorConstants = NOMINAL) -> Measurement:
+             constants: EstimatorConstants = NOMINAL, headroom: float = 0.0) -> Measurement:
+    """Memory and time of one config. With `headroom`, a config fits only if its busiest
+    tile leaves that fraction of the tile free, a margin for the model's own error."""
     target = get_target(problem.target)
     k = constants
     layout = stages(profile, config)
@@ -38,7 +41,7 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
     time = timing(problem, config, layout, target, k)
 
     capacity = target.bytes_per_ipu
-    feasible = all(m.max_tile <= target.bytes_per_tile for m in memories)
+    feasible = all(m.max_tile <= target.bytes_per_tile * (1.0 - headroom) for m in memories)
     compute_tiles = target.tiles - config.io_tiles
     overflow = sum(max(0, m.max_tile - target.bytes_per_tile) * compute_tiles for m in memories)
     m = Measurement(
@@ -53,7 +56,8 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
         throughput=time.throughput,
         step_time_s=time.step_time_s,
         failure=None if feasible else "oom",
-        reason="" if feasible else "estimated over tile memory",
+        reason="" if feasible else "estimated over tile memory" + (f" less {headroom:.0%} headroom" if headroom else ""),
+        headroom=headroom,
         details={"stage_seconds": time.stage_seconds, "time_parts": time.parts,
                  "stage_units": [[s.first, s.last] for s in layout]},
     )
