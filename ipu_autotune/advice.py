@@ -19,7 +19,9 @@ def _describe(knob: str, before: Config, after: Config) -> str:
     parts = []
     for k in changed[:2]:
         value = b[k]
-        if isinstance(value, list):
+        if k == "checkpoints":
+            value = f"on {len(value)} blocks" if value else "none"
+        elif isinstance(value, list):
             value = ", ".join(map(str, value)) if value else "none"
         parts.append(f"{k} {value}")
     return " and ".join(parts) or knob

@@ -23,13 +23,15 @@ from .problem import Config, Problem
 from .study import TrialRecord
 
 
-def memory_bar(used: int, capacity: int, width: int = 22) -> Text:
+def memory_bar(used: int, capacity: int, width: int = 22, label: bool = True) -> Text:
     """'██████████░░░░ 812 MB / 940 MB' coloured by headroom; over capacity in red."""
     fraction = used / capacity if capacity else 0.0
     filled = min(width, round(fraction * width))
     style = "green" if fraction <= 0.85 else "yellow" if fraction <= 1.0 else "red"
     text = Text("█" * filled, style=style)
     text.append("░" * (width - filled), style="dim")
+    if not label:
+        return text
     text.append(f" {format_bytes(used)} / {format_bytes(capacity)}")
     if fraction > 1.0:
         text.append(f" (+{format_bytes(used - capacity)})", style="red")
@@ -162,16 +164,24 @@ class TuneView:
                                f"{r.measurement.source}", highlight=False, soft_wrap=True)
 
 
+_SHORT = {"weights": "weights", "optimizer": "optim", "gradients": "grads", "activations": "activ",
+          "stash": "stash", "temporary": "temp", "code/exchange": "code"}
+
+
 def measurement_table(m: Measurement, title: str = "") -> Table:
-    """Per-IPU memory by category with a bar against capacity."""
+    """Per-IPU memory by category, the total, and the busiest tile against capacity."""
     table = Table(title=title or None, box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("IPU")
     for cat in CATEGORIES:
-        table.add_column(cat, justify="right")
-    table.add_column("busiest tile vs capacity")
+        table.add_column(_SHORT[cat], justify="right", no_wrap=True)
+    table.add_column("total", justify="right", no_wrap=True)
+    table.add_column("busiest tile", no_wrap=True)
     for i, bd in enumerate(m.breakdown):
         cells = [format_bytes(bd.get(cat, 0)) for cat in CATEGORIES]
-        table.add_row(f"IPU{i}", *cells, memory_bar(effective_bytes(m, i), m.capacity_bytes[i]))
+        need = effective_bytes(m, i)
+        bar = memory_bar(need, m.capacity_bytes[i], width=12, label=False)
+        bar.append(f" {need / m.capacity_bytes[i]:.0%}", style="bold" if need > m.capacity_bytes[i] else "")
+        table.add_row(f"IPU{i}", *cells, format_bytes(m.required_bytes[i]), bar)
     return table
 
 

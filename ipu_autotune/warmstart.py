@@ -227,5 +227,5 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
     starts += [moved for knob, moved in _alternatives(space, problem, profile, baseline) if knob == "ipus_per_replica"]
     climbed = sorted({climb(screen, space, start) for start in starts}, key=lambda c: _score(screen(c)), reverse=True)
     for config in climbed[:2]:
-        add(config, f"estimator climb ({config.ipus_per_replica} IPU x {config.replicas})")
+        add(config, f"climb {config.ipus_per_replica}ipu x{config.replicas}")
     return out
