@@ -7,19 +7,15 @@ Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 130 interru
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shlex
-import signal
 import sys
 import warnings
-from pathlib import Path
 
 from rich.console import Console
 
 from . import __version__
 from .errors import UsageError
-from .problem import OPTIMIZERS, TARGETS, Config, Problem, default_input_shape, load_config_file
+from .problem import OPTIMIZERS, TARGETS, Problem, default_input_shape
 
 SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics")
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"

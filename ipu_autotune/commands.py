@@ -7,7 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -48,8 +48,9 @@ def make_backend(args, problem: Problem, console: Console, work_dir: Path | None
 
     name = resolve_backend_name(args.backend)
     if name == "estimate":
-        if args.backend == "auto":
-            console.print("[dim]PopTorch not found: using the estimate backend; every figure is estimated.[/]")
+        if args.backend == "auto" and not getattr(args, "quiet", False):
+            Console(stderr=True).print("[dim]PopTorch not found: using the estimate backend; "
+                                       "every figure is estimated.[/]")
         return EstimateBackend(headroom=args.headroom)
     from .backends.poptorch import PopTorchBackend
     from .backends.screen import ScreenedBackend
@@ -134,7 +135,7 @@ def cmd_tune(args) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     elif args.quiet:
-        console.print(_one_line(best, base, study_name), soft_wrap=True)
+        console.print(_one_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         _print_summary(console, problem, base, best, st.closest_record(study), files, resume, estimated,
                        len(ran), runner.stop_requested)
@@ -347,7 +348,8 @@ def cmd_show(args) -> int:
     for r in recs:
         table.add(r)
     console.print(table)
-    console.print(_one_line(best, next((r for r in recs if r.origin == "baseline"), None), args.study))
+    console.print(_one_line(best, next((r for r in recs if r.origin == "baseline"), None), args.study),
+                  markup=False)
     if best is not None:
         console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 

@@ -128,3 +128,23 @@ def test_help_lists_the_commands(tmp_path):
     out = cli("--help", cwd=tmp_path).stdout
     for word in ("tune", "estimate", "export", "show", "studies"):
         assert word in out
+
+
+@pytest.mark.slow
+def test_show_and_studies_read_the_storage(default_run):
+    cwd, result = default_run
+    shown = json.loads(cli("show", "--study", "resnet101-bs64-2ipu-mk2", "--json", cwd=cwd).stdout)
+    assert shown["problem"]["model"] == "resnet101"
+    assert shown["trials"][0]["origin"] == "baseline"
+    assert shown["best"]["measurement"]["feasible"]
+    listed = json.loads(cli("studies", "--json", cwd=cwd).stdout)
+    assert [s["study"] for s in listed] == ["resnet101-bs64-2ipu-mk2"]
+    assert listed[0]["trials"] >= 60 and listed[0]["model"] == "resnet101"
+    table = cli("show", "--study", "resnet101-bs64-2ipu-mk2", cwd=cwd).stdout
+    assert "best trial" in table and "fits" in table
+
+
+def test_quiet_prints_one_line(tmp_path):
+    proc = cli("resnet18", "--batch-size", "8", "--trials", "12", "--quiet", cwd=tmp_path)
+    lines = [l for l in proc.stdout.splitlines() if l.strip()]
+    assert len(lines) == 1 and "best trial" in lines[0] and "samples/s" in lines[0]
