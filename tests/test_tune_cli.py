@@ -148,3 +148,38 @@ def test_quiet_prints_one_line(tmp_path):
     proc = cli("resnet18", "--batch-size", "8", "--trials", "12", "--quiet", cwd=tmp_path)
     lines = [l for l in proc.stdout.splitlines() if l.strip()]
     assert len(lines) == 1 and "best trial" in lines[0] and "samples/s" in lines[0]
+
+
+WORKSHOP_START = """\
+[problem]
+model = "resnet101"
+batch_size = 64
+input_shape = [3, 64, 64]
+optimizer = "adamw"
+ipus = 2
+
+[config]
+precision = "32.32"
+ipus_per_replica = 2
+splits = ["layer3.8"]
+gradient_accumulation = 3
+"""
+
+
+def test_user_baseline_is_trial_zero(tmp_path):
+    (tmp_path / "start.toml").write_text(WORKSHOP_START)
+    result = json.loads(cli("resnet101", "--batch-size", "64", "--baseline", "start.toml", "--trials", "8",
+                            "--json", cwd=tmp_path).stdout)
+    base = result["baseline"]
+    assert base["trial"] == 0 and base["config"]["splits"] == ["layer3.8"]
+    assert base["measurement"]["failure"] == "oom"  # the workshop's starting point does not fit
+    assert result["best"]["measurement"]["feasible"]
+
+
+def test_estimate_reads_the_workshop_file(tmp_path):
+    (tmp_path / "start.toml").write_text(WORKSHOP_START)
+    fp32 = json.loads(cli("estimate", "--config", "start.toml", "--json", cwd=tmp_path).stdout)
+    fp16 = json.loads(cli("estimate", "--config", "start.toml", "--set", "precision=16.16", "--json",
+                          cwd=tmp_path).stdout)
+    assert not fp32["feasible"] and fp16["feasible"]
+    assert fp32["problem"]["input_shape"] == [3, 64, 64] and fp16["config"]["precision"] == "16.16"
