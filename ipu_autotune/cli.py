@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
                       help="estimates count as fitting only with this fraction of tile memory free "
                            f"(default {DEFAULT_HEADROOM}; compiles are exact and ignore it)")
+    tune.add_argument("--no-numerics", action="store_true",
+                      help="search loss scaling, stochastic rounding and partials instead of setting them "
+                           "from the model's gradient statistics")
     tune.add_argument("--seed", type=int, default=None, help="sampler seed, for repeatable studies")
     tune.add_argument("--out", default=None, metavar="DIR",
                       help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY)")

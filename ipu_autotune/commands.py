@@ -91,13 +91,24 @@ def cmd_tune(args) -> int:
     storage = open_storage(storage_url)
     estimated = backend.name == "estimate"
 
+    existing = st.load_existing(storage, study_name)
+    if existing is not None:
+        st.check_same_problem(existing, problem)
+    advice = None if args.no_numerics else _numerics_advice(problem, space, existing, console)
+    prepare = None
+    if advice is not None:
+        space = space.without(*NUMERIC_KNOBS)
+        prepare = _advised(advice, space)
+
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
         st.enqueue(study, space, problem, profile,
-                   proposals(problem, profile, space, baseline, headroom=args.headroom))
+                   proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare))
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create)
-    runner = st.Runner(study, problem, profile, space, backend)
+    if advice is not None and st.ATTR_NUMERICS not in study.user_attrs:
+        study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
+    runner = st.Runner(study, problem, profile, space, backend, adjust=prepare)
     view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json)
     runner.observers.append(view)
 
@@ -122,7 +133,7 @@ def cmd_tune(args) -> int:
     records = st.records(study)
     best = st.best_record(study)
     base = next((r for r in records if r.origin == "baseline"), records[0] if records else None)
-    files = _write_outputs(out_dir, problem, study_name, records, best)
+    files = _write_outputs(out_dir, problem, study_name, records, best, _notes(advice))
     resume = resume_command(problem, storage_url, study_name)
     result = {
         "study": study_name, "storage": mask_url(storage_url), "backend": backend.name,
@@ -131,6 +142,7 @@ def cmd_tune(args) -> int:
         "baseline": _record_json(base), "best": _record_json(best),
         "closest": None if best else _record_json(st.closest_record(study)),
         "files": {k: str(v) for k, v in files.items()}, "resume": resume,
+        "numerics": advice.to_dict() if advice is not None else None,
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -138,7 +150,7 @@ def cmd_tune(args) -> int:
         console.print(_one_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         _print_summary(console, problem, base, best, st.closest_record(study), files, resume, estimated,
-                       len(ran), runner.stop_requested)
+                       len(ran), runner.stop_requested, advice)
     return 130 if runner.stop_requested and len(ran) < args.trials else 0
 
 
@@ -169,7 +181,8 @@ def _print_header(console, problem: Problem, backend, study_name, storage_url, c
         f"study {study_name} in {mask_url(storage_url)} ({where})"), "ipu-autotune"))
 
 
-def _print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted) -> None:
+def _print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
+                   advice=None) -> None:
     console.print()
     if best is None:
         console.print("[bold red]Nothing fits yet.[/]")
@@ -186,6 +199,12 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
         speed = ui.speedup_line(base, best)
         if speed:
             console.print(f"[bold green]{speed}[/]" + (" (both estimated)" if estimated else ""))
+    if advice is not None:
+        from .numerics import summary_lines
+
+        console.print("[bold]Numerics[/] (from the model's own gradients, measured on the CPU):")
+        for line in summary_lines(advice):
+            console.print(f"  {line}", highlight=False)
     console.print()
     if interrupted:
         console.print(f"[yellow]Interrupted after {ran} new trial(s).[/]")
@@ -194,7 +213,8 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
     console.print(f"  resume: {resume}", highlight=False, soft_wrap=True)
 
 
-def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, best) -> dict[str, Path]:
+def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, best,
+                   notes: list[str]) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     log = out_dir / "trials.jsonl"
@@ -205,9 +225,54 @@ def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, be
     if best is not None:
         for fmt, name in (("toml", "best.toml"), ("python", "best_options.py")):
             path = out_dir / name
-            path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name))
+            path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name,
+                                          notes))
             files["config" if fmt == "toml" else "snippet"] = path
     return files
+
+
+# --- numerics -------------------------------------------------------------------------------------
+
+NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
+
+
+def _numerics_advice(problem: Problem, space: SearchSpace, existing, console):
+    """The study's numerics advice: stored with it, or measured now (a few seconds on the CPU)."""
+    from . import numerics
+    from .study import ATTR_NUMERICS
+
+    stored = existing.user_attrs.get(ATTR_NUMERICS) if existing is not None else None
+    if stored:
+        return numerics.NumericsAdvice.from_dict(stored)
+    precision = space.knobs["precision"]
+    if all(v == "32.32" for v in getattr(precision, "values", ())):
+        return None  # nothing runs in FP16: nothing to advise
+    with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
+                        "and partials…"):
+        try:
+            return numerics.advise(problem)
+        except UsageError:
+            raise
+        except Exception as exc:  # advice is an aid: without it the study still searches these knobs
+            console.print(f"[yellow]numerics advice skipped: {type(exc).__name__}: {exc}[/]")
+            return None
+
+
+def _advised(advice, space: SearchSpace):
+    """Apply the advice to a config, except where the user's space fixed a knob."""
+    def prepare(config: Config) -> Config:
+        advised = advice.apply(config)
+        kept = {k: getattr(config, k) for k in NUMERIC_KNOBS if k in space.user_knobs}
+        return advised.replace(**kept) if kept else advised
+    return prepare
+
+
+def _notes(advice) -> list[str]:
+    if advice is None:
+        return []
+    from .numerics import summary_lines
+
+    return ["Numerics, from the model's own gradients:", *summary_lines(advice)]
 
 
 # --- estimate -------------------------------------------------------------------------------------
@@ -321,8 +386,14 @@ def cmd_export(args) -> int:
         record = TrialRecord.from_trial(match[0]) if match else None
         if record is None:
             raise UsageError(f"study '{args.study}' has no finished trial {args.trial}")
+    from .numerics import NumericsAdvice
+    from .study import ATTR_NUMERICS
+
+    stored = study.user_attrs.get(ATTR_NUMERICS)
+    notes = _notes(NumericsAdvice.from_dict(stored)) if stored else []
     try:
-        text = export.render(args.format, problem, record.config, record.measurement, record.number, args.study)
+        text = export.render(args.format, problem, record.config, record.measurement, record.number, args.study,
+                             notes)
     except ValueError as exc:
         raise UsageError(f"trial {record.number} cannot be exported safely: {exc}") from None
     if args.output:

@@ -32,7 +32,7 @@ from .warmstart import Proposal
 ATTR_PROBLEM = "problem"
 ATTR_VERSION = "ipu_autotune_version"
 ATTR_SPACE = "search_space"
-ATTR_NOTES = "notes"  # study-level facts shown in summaries (numerics advice, backend)
+ATTR_NUMERICS = "numerics"  # the numerics advice the study applies
 
 
 @dataclass

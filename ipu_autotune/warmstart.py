@@ -8,6 +8,7 @@ result of a greedy climb on estimated throughput from the best of those.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .backends.base import Measurement
@@ -151,13 +152,22 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
 
 
 class Screen:
-    """Estimates with a cache, keeping only configs that pass the rules."""
+    """Estimates with a cache, keeping only configs that pass the rules.
+
+    `prepare` is applied to every candidate before it is judged (the numerics advice: the
+    study will run candidates with it, so they must be judged with it).
+    """
 
     def __init__(self, problem: Problem, profile: ModelProfile, constants: EstimatorConstants = NOMINAL,
-                 headroom: float = 0.0):
+                 headroom: float = 0.0, prepare: Callable[[Config], Config] | None = None):
         self.problem, self.profile, self.constants = problem, profile, constants
         self.headroom = headroom
+        self.prepare = prepare or (lambda c: c)
         self.cache: dict[Config, Measurement | None] = {}
+
+    def candidates(self, space: SearchSpace, config: Config):
+        for knob, candidate in _alternatives(space, self.problem, self.profile, config):
+            yield knob, self.prepare(candidate)
 
     def __call__(self, config: Config) -> Measurement | None:
         if config not in self.cache:
@@ -182,7 +192,7 @@ def climb(screen: Screen, space: SearchSpace, start: Config, rounds: int = 8) ->
     best, best_score = start, _score(screen(start))
     for _ in range(rounds):
         moved = False
-        for knob, candidate in _alternatives(space, screen.problem, screen.profile, best):
+        for knob, candidate in screen.candidates(space, best):
             if knob == "ipus_per_replica":
                 continue
             score = _score(screen(candidate))
@@ -194,9 +204,10 @@ def climb(screen: Screen, space: SearchSpace, start: Config, rounds: int = 8) ->
 
 
 def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, baseline: Config,
-              limit: int = 8, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0) -> list[Proposal]:
-    """The baseline first, then distinct estimator-guided candidates."""
-    screen = Screen(problem, profile, constants, headroom)
+              limit: int = 8, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
+              prepare: Callable[[Config], Config] | None = None) -> list[Proposal]:
+    """The baseline first (as given), then distinct estimator-guided candidates."""
+    screen = Screen(problem, profile, constants, headroom, prepare)
     out = [Proposal(baseline, "baseline")]
     seen = {baseline}
 
@@ -207,10 +218,10 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
 
     if baseline.ipus_per_replica > 1:
         for kind in ("memory", "compute"):
-            add(baseline.replace(splits=balanced_splits(problem, profile, baseline, kind)),
+            add(screen.prepare(baseline.replace(splits=balanced_splits(problem, profile, baseline, kind))),
                 f"balanced by {kind}")
 
-    fixes = sorted(((_score(screen(c)), knob, c) for knob, c in _alternatives(space, problem, profile, baseline)
+    fixes = sorted(((_score(screen(c)), knob, c) for knob, c in screen.candidates(space, baseline)
                     if screen(c) is not None and screen(c).feasible),
                    key=lambda t: t[0], reverse=True)
     used_knobs = set()
@@ -223,8 +234,8 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
 
     # Climb from the best fix and from the baseline moved to every other IPU layout: going
     # from a pipeline to replicas needs several knobs at once, which one climb won't do.
-    starts = [config for _, _, config in fixes[:1]] or [baseline]
-    starts += [moved for knob, moved in _alternatives(space, problem, profile, baseline) if knob == "ipus_per_replica"]
+    starts = [config for _, _, config in fixes[:1]] or [screen.prepare(baseline)]
+    starts += [moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"]
     climbed = sorted({climb(screen, space, start) for start in starts}, key=lambda c: _score(screen(c)), reverse=True)
     for config in climbed[:2]:
         add(config, f"climb {config.ipus_per_replica}ipu x{config.replicas}")

@@ -58,6 +58,13 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run):
     assert len(study.trials) == 60 and study.best_trial.number == best["trial"]
     files = result["files"]
     assert Path(cwd, files["config"]).is_file() and Path(cwd, files["snippet"]).is_file()
+    # Numerics advice from the model's own gradients sets loss scale, SR and partials, with reasons.
+    advice = result["numerics"]
+    assert advice["loss_scale"]["reason"] and advice["stochastic_rounding"]["reason"]
+    assert best["config"]["loss_scaling"] == ("auto" if advice["loss_scale"]["auto"] else advice["loss_scale"]["scale"])
+    assert best["config"]["stochastic_rounding"] == advice["stochastic_rounding"]["recommend"]
+    snippet = Path(cwd, files["snippet"]).read_text()
+    assert "# Numerics, from the model's own gradients:" in snippet and "# loss scale" in snippet
     assert sum(1 for _ in Path(cwd, files["trials"]).open()) == 60
 
 

@@ -18,8 +18,10 @@ def summary_line(problem: Problem, m: Measurement, trial: int | None, study: str
 
 
 def render(fmt: str, problem: Problem, config: Config, m: Measurement | None = None,
-           trial: int | None = None, study: str | None = None) -> str:
+           trial: int | None = None, study: str | None = None, notes: list[str] = ()) -> str:
     summary = summary_line(problem, m, trial, study) if m is not None else ""
+    if notes:
+        summary = "\n".join([summary, "", *notes]).strip()
     if fmt == "python":
         return render_snippet(problem, config, summary)
     if fmt == "toml":

@@ -124,13 +124,13 @@ def annotate_lines(config: Config) -> list[str]:
 _HEADER = '''\
 """PopTorch configuration found by ipu-autotune {version}.
 
-{summary}
 Usage:
     model = TrainingModel(my_model)          # adds the loss{eight_bit_usage}
     opts = make_options()
     training_model = poptorch.trainingModel(model, opts, make_optimizer(model))
     loader = poptorch.DataLoader(opts, dataset, batch_size=MICRO_BATCH)
 """
+{summary}
 import torch
 import poptorch
 
@@ -161,8 +161,7 @@ def _checkpoint_output(module, inputs, output):
 
 
 def annotate(model):
-    """Precision, pipeline stages and recomputation checkpoints, in place."""
-{annotate}
+    """Precision, pipeline stages and recomputation checkpoints, in place."""{annotate}
     return model
 
 
@@ -184,8 +183,7 @@ class TrainingModel(torch.nn.Module):
 
 
 def make_options():
-    opts = poptorch.Options()
-{options}
+    opts = poptorch.Options(){options}
     return opts
 
 
@@ -194,8 +192,17 @@ def make_optimizer(model, lr={lr}):
 '''
 
 
+def _comment(text: str) -> str:
+    """Free text (possibly read back from a study database) as inert comment lines."""
+    lines = []
+    for line in text.strip().splitlines():
+        safe = "".join(ch if ch.isprintable() else " " for ch in line)
+        lines.append(f"# {safe}".rstrip())
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def _indent(lines: list[str]) -> str:
-    return "\n".join("    " + line for line in lines) if lines else "    pass"
+    return "\n".join("    " + line for line in lines)
 
 
 def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
@@ -207,7 +214,7 @@ def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
         wrapped = "annotate(model)"
     source = _HEADER.format(
         version=__version__,
-        summary=summary.strip() + "\n" if summary else "",
+        summary=_comment(summary),
         micro_batch=_int(problem.batch_size),
         input_dtype="torch.half" if config.half_compute else "torch.float",
         eight_bit_usage="\n    # feed uint8 images: normalisation runs on the IPU" if config.eight_bit_io else "",
@@ -215,9 +222,9 @@ def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
     if config.eight_bit_io:
         source += _EIGHT_BIT
     source += _BODY.format(
-        annotate=_indent(annotate_lines(config)),
+        annotate="\n" + _indent(annotate_lines(config)) if annotate_lines(config) else "",
         wrapped=wrapped,
-        options=_indent(options_lines(config)),
+        options="\n" + _indent(options_lines(config)) if options_lines(config) else "",
         lr=repr(DEFAULT_LR[problem.optimizer]),
         optimizer=optimizer_call(problem, config),
     )

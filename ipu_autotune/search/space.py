@@ -148,9 +148,19 @@ def builtin_space_path(name: str):
 class SearchSpace:
     """The knobs of one study. Build with `SearchSpace.load`."""
 
-    def __init__(self, knobs: dict[str, Knob], sources: list[str]):
+    def __init__(self, knobs: dict[str, Knob], sources: list[str], user_knobs: frozenset[str] = frozenset()):
         self.knobs = knobs
         self.sources = sources
+        self.user_knobs = user_knobs  # set by the user's --space file: advice never overrides them
+
+    def without(self, *names: str) -> "SearchSpace":
+        """A copy that no longer searches `names` (fixed at their first value), unless the
+        user's space set them; the caller fills them in (e.g. from numerics advice)."""
+        knobs = dict(self.knobs)
+        for name in names:
+            if name not in self.user_knobs and isinstance(knobs[name], Choice):
+                knobs[name] = Choice(knobs[name].values[:1])
+        return SearchSpace(knobs, self.sources, self.user_knobs)
 
     @classmethod
     def load(cls, problem: Problem, path: str | Path | None = None) -> "SearchSpace":
@@ -172,7 +182,8 @@ class SearchSpace:
         missing = [k for k in KNOBS if k not in knobs]
         if missing:
             raise UsageError(f"search space lacks knob(s) {', '.join(missing)}")
-        return cls(knobs, sources)
+        user = frozenset(k for k, where in origin.items() if path is not None and where == str(path))
+        return cls(knobs, sources, user)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
