@@ -190,3 +190,15 @@ def test_estimate_reads_the_workshop_file(tmp_path):
                           cwd=tmp_path).stdout)
     assert not fp32["feasible"] and fp16["feasible"]
     assert fp32["problem"]["input_shape"] == [3, 64, 64] and fp16["config"]["precision"] == "16.16"
+
+
+def test_numerics_advice_yields_to_a_user_space(tmp_path):
+    (tmp_path / "space.toml").write_text('[knobs]\nprecision = "16.16"\npartials = "float"\n')
+    result = json.loads(cli("resnet18", "--batch-size", "8", "--trials", "15", "--space", "space.toml", "--json",
+                            cwd=tmp_path).stdout)
+    assert result["numerics"]["partials"]["recommend"] == "half"  # advice says half is safe...
+    shown = json.loads(cli("show", "--study", result["study"], "--json", cwd=tmp_path).stdout)
+    sampled = [t["config"] for t in shown["trials"] if t["origin"] == "sampled"]
+    assert sampled and all(c["partials"] == "float" for c in sampled)  # ...but the user fixed float
+    scale = result["numerics"]["loss_scale"]
+    assert all(c["loss_scaling"] == ("auto" if scale["auto"] else scale["scale"]) for c in sampled)
