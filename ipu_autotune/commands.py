@@ -109,6 +109,10 @@ def cmd_tune(args) -> int:
     if advice is not None and st.ATTR_NUMERICS not in study.user_attrs:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
     runner = st.Runner(study, problem, profile, space, backend, adjust=prepare)
+    if not estimated:
+        from .guide import Guide
+
+        runner.guide = Guide(problem, profile, space, args.headroom, prepare)
     view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json)
     runner.observers.append(view)
 

@@ -15,7 +15,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -28,6 +28,9 @@ from .problem import Config, Problem
 from .rules import violations
 from .search.space import SearchSpace
 from .warmstart import Proposal
+
+if TYPE_CHECKING:
+    from .guide import Guide
 
 ATTR_PROBLEM = "problem"
 ATTR_VERSION = "ipu_autotune_version"
@@ -164,7 +167,25 @@ class Runner:
     backend: Backend
     observers: list[Callable[[TrialRecord], None]] = field(default_factory=list)
     adjust: Callable[[Config], Config] | None = None  # e.g. numerics advice
+    guide: "Guide | None" = None  # estimator-guided proposals for compiling backends
     stop_requested: bool = False
+    _measured: list[tuple[Config, Measurement]] | None = None
+
+    def _history(self) -> list[tuple[Config, Measurement]]:
+        if self._measured is None:
+            self._measured = [(r.config, r.measurement) for r in records(self.study)]
+        return self._measured
+
+    def _enqueue_guided(self) -> None:
+        """Before asking the sampler, let the guide propose (once the warm starts are done)."""
+        if self.guide is None or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        history = self._history()
+        tried = {c for c, _ in history}
+        config = self.guide.propose(history, tried)
+        if config is not None:
+            origin = f"guided (memory x{self.guide.correction:.2f})"
+            enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
 
     def config_for(self, trial: optuna.Trial) -> tuple[Config, str]:
         sampled = self.space.sample(trial, self.problem, self.profile)
@@ -176,6 +197,7 @@ class Runner:
         return sampled, "sampled"
 
     def run_one(self) -> TrialRecord:
+        self._enqueue_guided()
         trial = self.study.ask()
         start = time.perf_counter()
         config, origin = self.config_for(trial)
@@ -203,6 +225,8 @@ class Runner:
             self.study.tell(trial, state=TrialState.FAIL)
             state = "FAIL"
         rec = TrialRecord(trial.number, config, m, origin, state, seconds)
+        if self._measured is not None:
+            self._measured.append((config, m))
         for observe in self.observers:
             observe(rec)
         return rec

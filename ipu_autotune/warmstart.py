@@ -111,13 +111,26 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
     for s in values("optimizer_state"):
         if s != c.optimizer_state:
             yield "optimizer_state", c.replace(optimizer_state=s)
-    for r in values("recompute_pipelined" if c.pipelined else "recompute") or values("recompute"):
-        if r != c.recompute and (c.pipelined or r != "pipeline"):
-            yield "recompute", c.replace(recompute=r, checkpoints=())
-    effective = c.replace(checkpoints=()).effective_recompute
-    if effective in ("pipeline", "all"):
-        for every in values("checkpoint_every"):
-            yield "checkpoints", c.replace(checkpoints=checkpoints_every(profile, c.splits, every))
+    if c.ipus_per_replica > 1:
+        for execution in values("execution"):
+            if execution != c.execution and (execution != "pipelined" or not problem.global_batch
+                                             or c.gradient_accumulation >= 2 * c.ipus_per_replica - 1):
+                accumulation = c.gradient_accumulation if execution == "sharded" or problem.global_batch \
+                    else max(c.gradient_accumulation, 2 * c.ipus_per_replica - 1)
+                yield "execution", c.replace(execution=execution, recompute="default", checkpoints=(),
+                                             io_tiles=0, gradient_accumulation=accumulation)
+    # Recomputation and its checkpoints move together: one without the other rarely helps.
+    for r in values("recompute"):
+        if r == "pipeline" and not c.pipelined:
+            continue
+        moved = c.replace(recompute=r, checkpoints=())
+        if moved.effective_recompute in ("pipeline", "all"):
+            for every in values("checkpoint_every"):
+                candidate = moved.replace(checkpoints=checkpoints_every(profile, c.splits, every))
+                if candidate != c:
+                    yield "recompute", candidate
+        elif moved != c:
+            yield "recompute", moved
     for a in values("available_memory_proportion"):
         yield "available_memory_proportion", c.replace(available_memory_proportion=(a,) * c.ipus_per_replica)
     if problem.target != "mk1":
@@ -133,6 +146,16 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
     if c.ipus_per_replica > 1:
         for kind in ("memory", "compute"):
             yield "splits", c.replace(splits=balanced_splits(problem, profile, c, kind))
+        index = {u.path: i for i, u in enumerate(profile.units)}
+        if all(p in index for p in c.splits):
+            cuts = [index[p] for p in c.splits]
+            for k in range(len(cuts)):
+                for step in (-4, -2, -1, 1, 2, 4):
+                    moved = list(cuts)
+                    moved[k] += step
+                    bounds = [0, *moved, len(profile.units)]
+                    if all(a < b for a, b in zip(bounds, bounds[1:])):
+                        yield "splits", c.replace(splits=tuple(profile.units[i].path for i in moved))
     for ipr, replicas in space.ipu_layouts(problem, profile):
         if (ipr, replicas) == (c.ipus_per_replica, c.replicas):
             continue
@@ -184,30 +207,38 @@ def _score(m: Measurement | None) -> tuple:
     return (1, m.throughput or 0.0) if m.feasible else (0, -m.violation)
 
 
-def climb(screen: Screen, space: SearchSpace, start: Config, rounds: int = 8) -> Config:
-    """Greedy ascent on (feasible, estimated throughput) over single-knob changes.
+def climb(screen: Screen, space: SearchSpace, start: Config, rounds: int = 24) -> Config:
+    """Steepest ascent on (feasible, estimated throughput) over single-knob changes.
 
     The IPU layout stays as it starts: callers climb once per layout.
     """
     best, best_score = start, _score(screen(start))
     for _ in range(rounds):
-        moved = False
+        step, step_score = None, best_score
         for knob, candidate in screen.candidates(space, best):
             if knob == "ipus_per_replica":
                 continue
             score = _score(screen(candidate))
-            if score > best_score:
-                best, best_score, moved = candidate, score, True
-        if not moved:
+            if score > step_score:
+                step, step_score = candidate, score
+        if step is None:
             break
+        best, best_score = step, step_score
     return best
 
 
 def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, baseline: Config,
-              limit: int = 8, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
-              prepare: Callable[[Config], Config] | None = None) -> list[Proposal]:
-    """The baseline first (as given), then distinct estimator-guided candidates."""
+              limit: int = 6, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
+              prepare: Callable[[Config], Config] | None = None, safety: float = 0.10) -> list[Proposal]:
+    """The baseline first (as given), then distinct estimator-guided candidates, most useful first.
+
+    On hardware each is a compile. Second comes the fastest configuration with `safety`
+    more tile memory free than the headroom asks (likely to fit even where the model is
+    optimistic), then the fastest ones per IPU layout, then the cheapest single change that
+    makes the baseline fit and the memory-balanced split (both to show what matters).
+    """
     screen = Screen(problem, profile, constants, headroom, prepare)
+    safe = Screen(problem, profile, constants, min(0.5, headroom + safety), prepare)
     out = [Proposal(baseline, "baseline")]
     seen = {baseline}
 
@@ -216,27 +247,25 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
             seen.add(config)
             out.append(Proposal(config, origin))
 
-    if baseline.ipus_per_replica > 1:
-        for kind in ("memory", "compute"):
-            add(screen.prepare(baseline.replace(splits=balanced_splits(problem, profile, baseline, kind))),
-                f"balanced by {kind}")
-
     fixes = sorted(((_score(screen(c)), knob, c) for knob, c in screen.candidates(space, baseline)
                     if screen(c) is not None and screen(c).feasible),
                    key=lambda t: t[0], reverse=True)
-    used_knobs = set()
-    for _, knob, config in fixes:
-        if knob not in used_knobs:
-            used_knobs.add(knob)
-            add(config, f"fix: {knob.replace('_', ' ')}")
-        if len(used_knobs) == 3:
-            break
 
     # Climb from the best fix and from the baseline moved to every other IPU layout: going
     # from a pipeline to replicas needs several knobs at once, which one climb won't do.
-    starts = [config for _, _, config in fixes[:1]] or [screen.prepare(baseline)]
+    starts = [config for _, _, config in fixes[:3]] or [screen.prepare(baseline)]
     starts += [moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"]
-    climbed = sorted({climb(screen, space, start) for start in starts}, key=lambda c: _score(screen(c)), reverse=True)
+    safe_best = max({climb(safe, space, s) for s in starts}, key=lambda c: _score(safe(c)))
+    if safe(safe_best) is not None and safe(safe_best).feasible:
+        add(safe_best, f"climb, {safe.headroom:.0%} free")
+    climbed = sorted({climb(screen, space, s) for s in starts}, key=lambda c: _score(screen(c)), reverse=True)
     for config in climbed[:2]:
         add(config, f"climb {config.ipus_per_replica}ipu x{config.replicas}")
+    if fixes:
+        # The fix that keeps most of the baseline: the smallest change that fits.
+        _, knob, config = min(fixes, key=lambda t: screen(t[2]).throughput or 0.0)
+        add(config, f"fix: {knob.replace('_', ' ')}")
+    if baseline.ipus_per_replica > 1:
+        add(screen.prepare(baseline.replace(splits=balanced_splits(problem, profile, baseline, "memory"))),
+            "balanced by memory")
     return out
