@@ -27,14 +27,22 @@ DEFAULT_HEADROOM = 0.05
 
 # --- argument parsing ------------------------------------------------------------------------
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def positive(kind: type):
+    """An argparse type: a positive int or float."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            noun = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+_positive_int = positive(int)
 
 
 def _fraction(text: str) -> float:
@@ -64,7 +72,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def _add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     p.add_argument("model", nargs=None if model_required else "?",
                    help="torchvision model name (resnet50, vit_b_16, ...) or package.module:factory")
     p.add_argument("--batch-size", "-b", type=_positive_int, required=model_required,
@@ -98,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="run (or resume) a tuning study",
                           description="Tune a model: an Optuna study from the baseline to a fast "
                                       "configuration that fits. Resumes when the study exists.")
-    _add_problem_args(tune)
+    add_problem_args(tune)
     tune.add_argument("--baseline", metavar="FILE", help="config TOML of your starting point "
                       "(default: FP32, defaults, split by block count)")
     tune.add_argument("--space", metavar="FILE", help="search space TOML merged over the built-in one")
@@ -133,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser("estimate", help="memory and speed of one configuration",
                          description="Measure one configuration (from --config and/or --set) "
                                      "with a backend; --json prints one Measurement.")
-    _add_problem_args(est, model_required=False)
+    add_problem_args(est, model_required=False)
     est.add_argument("--config", metavar="FILE", help="TOML with [config] (and optionally [problem])")
     est.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set precision=16.16 --set splits=layer3.8")

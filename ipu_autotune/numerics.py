@@ -887,39 +887,13 @@ def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str 
 
 # --- command line: `ipu-autotune numerics MODEL --batch-size N` ---------------------------------
 
-def _positive(kind: type):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-    return parse
-
-
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(p) for p in text.replace("x", ",").split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected C,H,W such as 3,224,224, got {text!r}") from None
-    if any(s < 1 for s in shape):
-        raise argparse.ArgumentTypeError(f"dimensions must be positive, got {text!r}")
-    return shape
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="torchvision model name (resnet50, ...) or package.module:factory")
-    parser.add_argument("--batch-size", "-b", type=_positive(int), required=True, help="micro-batch per replica")
-    shape = parser.add_mutually_exclusive_group()
-    shape.add_argument("--input-shape", type=_shape, help="one sample's shape, e.g. 3,224,224")
-    shape.add_argument("--image-size", type=_positive(int), help="square RGB images of this size (default 64)")
-    parser.add_argument("--num-classes", type=_positive(int), default=None, help="classes (default 1000)")
-    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="optimizer (default adamw)")
-    parser.add_argument("--lr", type=_positive(float), default=None,
+    from .cli import add_problem_args, positive
+
+    add_problem_args(parser)
+    parser.add_argument("--lr", type=positive(float), default=None,
                         help="learning rate (default 0.1 x batch/256 for SGD, 1e-3 for the others)")
-    parser.add_argument("--steps", type=_positive(int), default=3, help="training steps to measure (default 3)")
+    parser.add_argument("--steps", type=positive(int), default=3, help="training steps to measure (default 3)")
     parser.add_argument("--data", metavar="MODULE:FUNCTION",
                         help="function returning (inputs, labels) batches (default: random inputs and labels)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the initialisation and random data")
