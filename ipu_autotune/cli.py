@@ -12,6 +12,7 @@ import sys
 import warnings
 
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__
 from .errors import UsageError
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return getattr(commands, f"cmd_{args.command}")(args)
     except UsageError as exc:
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -255,6 +256,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: say so plainly, with the traceback on request
         if debug:
             raise
-        err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} (run with --debug for the traceback)",
-                  soft_wrap=True)
+        err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "
+                  "(run with --debug for the traceback)", soft_wrap=True)
         return 1
