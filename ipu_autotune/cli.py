@@ -22,6 +22,8 @@ SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics")
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
 DEFAULT_TRIALS = 60
 DEFAULT_OUT = "ipu-autotune-out"
+#: seconds between a worker's heartbeats (storage.HEARTBEAT_INTERVAL_S)
+DEFAULT_HEARTBEAT = 10
 #: the estimator's verdicts near capacity are not to be trusted with hardware time
 DEFAULT_HEADROOM = 0.05
 
@@ -119,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"Optuna storage URL (default {DEFAULT_STORAGE}); journal:///path for a "
                            "shared file system, postgresql://... for many hosts")
     tune.add_argument("--study", help="study name (default from the problem, e.g. resnet101-bs64-2ipu-mk2)")
+    tune.add_argument("--heartbeat", type=_positive_int, default=DEFAULT_HEARTBEAT, metavar="SECONDS",
+                      help=f"workers beat this often (default {DEFAULT_HEARTBEAT}); a trial whose worker misses "
+                           "3 beats is failed and retried by another. Set when the study is created; "
+                           "later workers follow the study's")
     tune.add_argument("--backend", choices=("auto", "estimate", "poptorch"), default="auto",
                       help="auto: PopTorch when the SDK is importable, else the estimator")
     tune.add_argument("--screen-margin", type=float, default=0.25,
@@ -226,6 +232,12 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
 
 # --- entry point ------------------------------------------------------------------------------
 
+def _one_line(text: str) -> str:
+    """An error message as one line: newlines and other control characters (from a file name,
+    a study name, a stored value) are shown escaped, never acted on by the terminal."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
@@ -246,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return getattr(commands, f"cmd_{args.command}")(args)
     except UsageError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(_one_line(str(exc)))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")

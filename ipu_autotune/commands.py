@@ -21,7 +21,7 @@ from .models.zoo import check_model_name
 from .problem import Config, Problem, load_config_file
 from .rules import validate
 from .search.space import SearchSpace
-from .storage import mask_url, open_storage
+from .storage import check_url, mask_url, open_storage
 
 
 def _console(args) -> Console:
@@ -69,6 +69,7 @@ def cmd_tune(args) -> int:
 
     console = _console(args)
     problem = problem_from_args(args)
+    check_url(args.storage)  # a URL that cannot work fails before the model is traced
     baseline_file = load_config_file(args.baseline) if args.baseline else None
     if baseline_file and baseline_file.problem and baseline_file.problem != problem:
         raise UsageError(f"{args.baseline}: its [problem] differs from the command line; "
@@ -81,19 +82,20 @@ def cmd_tune(args) -> int:
     if not space.ipu_layouts(problem, profile):
         raise UsageError("no IPU layout fits the problem and the search space "
                          "(check --ipus, --global-batch and the space's ipus_per_replica/replicas)")
+    st.check_space(space, problem, profile)  # a knob left without a valid value: before any storage
     baseline = baseline_file.config if baseline_file else naive_baseline(problem, profile)
     validate(problem, baseline, profile.module_order, where=args.baseline or "the default baseline")
 
     storage_url = args.storage
     study_name = args.study or problem.slug
     out_dir = Path(args.out or Path(DEFAULT_OUT) / study_name)
-    backend = make_backend(args, problem, console, out_dir / "trials")
-    storage = open_storage(storage_url)
-    estimated = backend.name == "estimate"
-
+    resolve_backend_name(args.backend)  # its error before the storage is touched
+    storage = open_storage(storage_url, args.heartbeat)  # unreachable: one line, before any note
     existing = st.load_existing(storage, study_name)
     if existing is not None:
         st.check_same_problem(existing, problem)
+    backend = make_backend(args, problem, console, out_dir / "trials")
+    estimated = backend.name == "estimate"
     advice = None if args.no_numerics else _numerics_advice(problem, space, existing, console)
     prepare = None
     if advice is not None:
@@ -105,7 +107,7 @@ def cmd_tune(args) -> int:
         st.enqueue(study, space, problem, profile,
                    proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare))
 
-    study, created = st.open_study(storage, study_name, problem, args.seed, on_create)
+    study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
     if advice is not None and st.ATTR_NUMERICS not in study.user_attrs:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
     runner = st.Runner(study, problem, profile, space, backend, adjust=prepare)
@@ -119,26 +121,31 @@ def cmd_tune(args) -> int:
     if not args.quiet and not args.json:
         _print_header(console, problem, backend, study_name, storage_url, created, study)
 
-    def on_signal(signum, frame):
-        if runner.stop_requested:
-            raise KeyboardInterrupt
-        runner.stop_requested = True
-        console.print("[yellow]Stopping after the current trial; press Ctrl-C again to quit now.[/]")
+    def on_stop(signum) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        console.print(f"[yellow]{name}: stopping after the current trial (it gets {runner.interrupt_grace_s:g} s "
+                      "to finish, else it is recorded as interrupted and run again on resume); "
+                      "press Ctrl-C again to quit now.[/]")
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with view:
+        with runner.stop_on_signals(on_stop), view:
             ran = runner.run(args.trials, args.timeout)
+    except KeyboardInterrupt:  # the second Ctrl-C: the storage is consistent, say how to go on
+        done = sum(1 for t in study.get_trials(deepcopy=False, states=(st.TrialState.COMPLETE,)))
+        Console(stderr=True, highlight=False).print(
+            f"Interrupted: {done} completed trial(s) in study {study_name}. Resume with:\n  "
+            + _resume(args, problem, storage_url, study_name), soft_wrap=True, markup=False)
+        raise
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         backend.close()
 
     records = st.records(study)
     best = st.best_record(study)
     base = next((r for r in records if r.origin == "baseline"), records[0] if records else None)
     files = _write_outputs(out_dir, problem, study_name, records, best, _notes(advice))
-    resume = resume_command(problem, storage_url, study_name)
+    finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
+    remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
+    resume = _resume(args, problem, storage_url, study_name, remaining)
     result = {
         "study": study_name, "storage": mask_url(storage_url), "backend": backend.name,
         "estimated": estimated, "trials_run": len(ran), "trials_total": len(records),
@@ -156,6 +163,30 @@ def cmd_tune(args) -> int:
         _print_summary(console, problem, base, best, st.closest_record(study), files, resume, estimated,
                        len(ran), runner.stop_requested, advice)
     return 130 if runner.stop_requested and len(ran) < args.trials else 0
+
+
+def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
+    """The command that goes on with this study as this run did (the storage password masked)."""
+    import shlex
+
+    from .cli import DEFAULT_HEADROOM
+
+    extra: list[str] = []
+    if trials is not None:
+        extra += ["--trials", str(trials)]
+    if args.space:
+        extra += ["--space", args.space]
+    if args.backend != "auto":
+        extra += ["--backend", args.backend]
+    if args.headroom != DEFAULT_HEADROOM:
+        extra += ["--headroom", str(args.headroom)]
+    if args.no_numerics:
+        extra.append("--no-numerics")
+    if args.no_screen:
+        extra.append("--no-screen")
+    if args.out:
+        extra += ["--out", args.out]
+    return resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
 
 
 def _record_json(r) -> dict | None:
@@ -394,7 +425,11 @@ def cmd_export(args) -> int:
     from .study import ATTR_NUMERICS
 
     stored = study.user_attrs.get(ATTR_NUMERICS)
-    notes = _notes(NumericsAdvice.from_dict(stored)) if stored else []
+    try:
+        notes = _notes(NumericsAdvice.from_dict(stored)) if stored else []
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise UsageError(f"study '{args.study}': its stored numerics advice is unreadable (not written by "
+                         "this version of ipu-autotune?); nothing exported") from None
     try:
         text = export.render(args.format, problem, record.config, record.measurement, record.number, args.study,
                              notes)

@@ -172,16 +172,27 @@ def load_config_file(path: str | Path) -> ConfigFile:
         raise UsageError(f"{path}: no such file") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text file; a config file is TOML") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: malformed TOML: {exc}") from None
+        raise UsageError(toml_error(path, exc, text)) from None
     unknown = sorted(set(data) - {"problem", "config"})
     if unknown:
         raise UsageError(f"{path}: unknown table '{unknown[0]}' (expected [problem] and [config])")
     problem = Problem.from_dict(data["problem"], f"{path} [problem]") if "problem" in data else None
     config = Config.from_dict(data["config"], f"{path} [config]") if "config" in data else None
     return ConfigFile(problem, config)
+
+
+def toml_error(where: Any, exc: Exception, text: str) -> str:
+    """'FILE: malformed TOML: <what> (at line N, column M)', with a line even at end of file."""
+    msg = str(exc)
+    if "at end of document" in msg:
+        lines = max(1, len(text.splitlines()))
+        msg = msg.replace("at end of document", f"at line {lines}, end of file: something is left open")
+    return f"{where}: malformed TOML: {msg}"
 
 
 # --- field parsing -------------------------------------------------------------------------

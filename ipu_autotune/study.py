@@ -9,11 +9,15 @@ timeout or compile error is a failed trial; nothing the rules reject reaches a b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import random
+import signal
+import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +31,7 @@ from .models.trace import ModelProfile
 from .problem import Config, Problem
 from .rules import violations
 from .search.space import SearchSpace
+from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
 from .warmstart import Proposal
 
 if TYPE_CHECKING:
@@ -36,6 +41,16 @@ ATTR_PROBLEM = "problem"
 ATTR_VERSION = "ipu_autotune_version"
 ATTR_SPACE = "search_space"
 ATTR_NUMERICS = "numerics"  # the numerics advice the study applies
+ATTR_HEARTBEAT = "heartbeat_s"  # seconds between a worker's beats; set when the study is created
+
+#: after a stop request, the running trial gets this long to finish before it is interrupted
+INTERRUPT_GRACE_S = 10.0
+#: how long a worker waits for another worker that is creating the same study
+READY_TIMEOUT_S = 300.0
+
+
+class TrialInterrupted(KeyboardInterrupt):
+    """Raised into a measurement whose grace period after a stop request ran out."""
 
 
 @dataclass
@@ -95,35 +110,89 @@ def check_same_problem(study: optuna.Study, problem: Problem) -> None:
 
 
 def load_existing(storage, name: str) -> optuna.Study | None:
+    """The study, once its creator has finished setting it up (another worker may be at it)."""
     try:
-        return optuna.load_study(study_name=name, storage=storage)
+        study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return None
+    _wait_until_ready(study)
+    return study
+
+
+def _wait_until_ready(study: optuna.Study) -> None:
+    """A creating worker writes the problem first and the version last (after the warm starts)."""
+    start = time.monotonic()
+    while ATTR_VERSION not in study.user_attrs:
+        waited = time.monotonic() - start
+        if ATTR_PROBLEM not in study.user_attrs and (waited > 5.0 or study.get_trials(deepcopy=False)):
+            return  # not an ipu-autotune study (ours get the problem before any trial): check_same_problem says so
+        if waited > READY_TIMEOUT_S:
+            raise UsageError(f"study '{study.study_name}' is still unfinished after {READY_TIMEOUT_S:.0f} s: "
+                             "the worker creating it stopped half-way; delete it "
+                             f"(optuna delete-study --study-name {study.study_name} --storage URL) "
+                             "or choose another --study name")
+        time.sleep(0.2)
 
 
 def open_study(storage, name: str, problem: Problem, seed: int | None,
-               on_create: Callable[[optuna.Study], None]) -> tuple[optuna.Study, bool]:
+               on_create: Callable[[optuna.Study], None],
+               heartbeat_s: int | None = None) -> tuple[optuna.Study, bool]:
     """Load the study, checking its problem, or create it and run `on_create` once.
 
     Only the worker that creates the study enqueues the warm starts, so workers that
-    start together do not duplicate them.
+    start together do not duplicate them; the others wait until it is ready. A creation
+    that fails (bad input found by `on_create`, Ctrl-C) removes the half-made study.
     """
     sampler = create_sampler(seed)
+    if load_existing(storage, name) is None:
+        try:
+            study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                        direction="maximize")
+        except optuna.exceptions.DuplicatedStudyError:
+            pass  # another worker won the race: load it below, once it is ready
+        else:
+            try:
+                study.set_user_attr(ATTR_PROBLEM, problem.to_dict())
+                if heartbeat_s is not None:
+                    study.set_user_attr(ATTR_HEARTBEAT, int(heartbeat_s))
+                on_create(study)
+                study.set_user_attr(ATTR_VERSION, __version__)  # last: the study is ready
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    optuna.delete_study(study_name=name, storage=storage)
+                raise
+            return study, True
     existing = load_existing(storage, name)
-    if existing is not None:
-        check_same_problem(existing, problem)
-        return optuna.load_study(study_name=name, storage=storage, sampler=sampler), False
-    try:
-        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
-                                    direction="maximize")
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-        check_same_problem(study, problem)
-        return study, False
-    study.set_user_attr(ATTR_PROBLEM, problem.to_dict())
-    study.set_user_attr(ATTR_VERSION, __version__)
-    on_create(study)
-    return study, True
+    if existing is None:  # deleted by its creator meanwhile
+        raise UsageError(f"study '{name}' was removed while this worker waited for it; run again")
+    check_same_problem(existing, problem)
+    return optuna.load_study(study_name=name, storage=storage, sampler=sampler), False
+
+
+def check_space(space: SearchSpace, problem: Problem, profile: ModelProfile, samples: int = 128) -> None:
+    """Sample the space with random answers before any study exists, so that a space leaving
+    some knob no valid value fails as bad input (UsageError) instead of half-way through a study."""
+    rng = random.Random(0)
+    for _ in range(samples):
+        space.sample(_RandomAnswers(rng), problem, profile)
+
+
+class _RandomAnswers:
+    """A stand-in trial answering every suggest_* at random."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+
+    def suggest_categorical(self, name, choices):
+        return self.rng.choice(list(choices))
+
+    def suggest_int(self, name, low, high, log=False, step=1):
+        return self.rng.randrange(low, high + 1, step or 1)
+
+    def suggest_float(self, name, low, high, log=False, step=None):
+        if step:
+            return low + step * self.rng.randint(0, int(round((high - low) / step)))
+        return self.rng.uniform(low, high)
 
 
 def enqueue(study: optuna.Study, space: SearchSpace, problem: Problem, profile: ModelProfile,
@@ -169,7 +238,21 @@ class Runner:
     adjust: Callable[[Config], Config] | None = None  # e.g. numerics advice
     guide: "Guide | None" = None  # estimator-guided proposals for compiling backends
     stop_requested: bool = False
+    #: after a stop request the running measurement gets this long, then is interrupted
+    #: (recorded as failed, reason "interrupted", and enqueued again); None: let it finish
+    interrupt_grace_s: float | None = INTERRUPT_GRACE_S
     _measured: list[tuple[Config, Measurement]] | None = None
+    _measuring: bool = False
+    _quit: bool = False
+    _grace_armed: bool = False
+    _previous_alarm: Any = None
+    _heartbeat: Heartbeat | None = None
+    _stale_checked: float = -math.inf
+
+    def __post_init__(self) -> None:
+        stored = self.study.user_attrs.get(ATTR_HEARTBEAT)
+        if isinstance(stored, int) and not isinstance(stored, bool) and stored > 0:
+            set_heartbeat(self.study._storage, stored)  # every worker judges staleness alike
 
     def _history(self) -> list[tuple[Config, Measurement]]:
         if self._measured is None:
@@ -197,16 +280,38 @@ class Runner:
         return sampled, "sampled"
 
     def run_one(self) -> TrialRecord:
+        self._fail_stale()
         self._enqueue_guided()
-        trial = self.study.ask()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "heartbeat is meant for optimize()": we beat ourselves
+            trial = self.study.ask()
+        if self._heartbeat is not None:
+            self._heartbeat.track(trial._trial_id)
         start = time.perf_counter()
-        config, origin = self.config_for(trial)
-        found = violations(self.problem, config, self.profile.module_order)
-        if found:
-            # Never reaches a backend. Only a user-written space or baseline can get here.
-            measurement = failed("invalid", found[0], source="estimate")
-        else:
-            measurement = self.backend.measure(self.problem, config)
+        config: Config | None = None
+        origin = "sampled"
+        try:
+            config, origin = self.config_for(trial)
+            found = violations(self.problem, config, self.profile.module_order)
+            if found:
+                # Never reaches a backend. Only a user-written space or baseline can get here.
+                measurement = failed("invalid", found[0], source="estimate")
+            else:
+                measurement = self._measure(config)
+        except KeyboardInterrupt as exc:  # a second Ctrl-C, or the grace after the first ran out
+            if config is None:
+                self._abandon(trial, "interrupted", "stopped before its configuration was chosen")
+                raise
+            rec = self._interrupted(trial, config, origin, time.perf_counter() - start)
+            if isinstance(exc, TrialInterrupted):
+                return rec
+            raise
+        except BaseException as exc:  # a bug, or a space that leaves a knob no value: never leave it RUNNING
+            self._abandon(trial, "error", f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            if self._heartbeat is not None:
+                self._heartbeat.track(None)
         return self.record(trial, config, origin, measurement, time.perf_counter() - start)
 
     def record(self, trial: optuna.Trial, config: Config, origin: str, m: Measurement,
@@ -222,6 +327,7 @@ class Runner:
             state = "COMPLETE"
         else:
             trial.set_user_attr("failure", f"{m.failure}: {m.reason}")
+            trial.set_user_attr("reason", m.failure)
             self.study.tell(trial, state=TrialState.FAIL)
             state = "FAIL"
         rec = TrialRecord(trial.number, config, m, origin, state, seconds)
@@ -234,11 +340,122 @@ class Runner:
     def run(self, n_trials: int, timeout_s: float | None = None) -> list[TrialRecord]:
         done: list[TrialRecord] = []
         start = time.monotonic()
-        while len(done) < n_trials and not self.stop_requested:
-            if timeout_s is not None and time.monotonic() - start >= timeout_s:
-                break
-            done.append(self.run_one())
+        try:
+            while len(done) < n_trials and not self.stop_requested:
+                if timeout_s is not None and time.monotonic() - start >= timeout_s:
+                    break
+                done.append(self.run_one())
+                if self._quit:
+                    raise KeyboardInterrupt
+        finally:
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
+                self._heartbeat = None
         return done
+
+    # --- stopping: Ctrl-C, SIGTERM ------------------------------------------------------------
+
+    def request_stop(self) -> bool:
+        """What a Ctrl-C or SIGTERM does. The first: no new trial starts, and the running one
+        gets `interrupt_grace_s` to finish, after which it is recorded as failed (reason
+        "interrupted") and enqueued again; returns True. The second: quit now (the running
+        trial is recorded the same way first), raising KeyboardInterrupt; returns False when
+        no trial is measuring (the loop quits as soon as the storage is consistent)."""
+        if not self.stop_requested:
+            self.stop_requested = True
+            if self._measuring:
+                self._arm_grace()
+            return True
+        self._quit = True
+        if self._measuring:
+            raise KeyboardInterrupt
+        return False
+
+    @contextlib.contextmanager
+    def stop_on_signals(self, on_stop: Callable[[int], None] | None = None) -> Iterator[None]:
+        """Route SIGINT and SIGTERM to `request_stop` (main thread only); `on_stop(signum)`
+        is told of the first one, e.g. to print what happens next."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            if self.request_stop() and on_stop is not None:
+                on_stop(signum)
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    def _measure(self, config: Config) -> Measurement:
+        if self._quit:
+            raise KeyboardInterrupt
+        self._measuring = True
+        try:
+            if self.stop_requested:
+                self._arm_grace()
+            return self.backend.measure(self.problem, config)
+        finally:
+            self._measuring = False
+            self._disarm_grace()
+
+    def _arm_grace(self) -> None:
+        if (self._grace_armed or self.interrupt_grace_s is None or not hasattr(signal, "setitimer")
+                or threading.current_thread() is not threading.main_thread()):
+            return
+        self._previous_alarm = signal.signal(signal.SIGALRM, self._grace_over)
+        signal.setitimer(signal.ITIMER_REAL, max(float(self.interrupt_grace_s), 0.001))
+        self._grace_armed = True
+
+    def _disarm_grace(self) -> None:
+        if self._grace_armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous_alarm or signal.SIG_DFL)
+            self._grace_armed = False
+
+    def _grace_over(self, signum, frame) -> None:
+        if self._measuring:
+            raise TrialInterrupted(f"no result {self.interrupt_grace_s:g} s after the stop request")
+
+    def _interrupted(self, trial: optuna.Trial, config: Config, origin: str, seconds: float) -> TrialRecord:
+        """Record the trial as failed (reason "interrupted") and enqueue its parameters again,
+        so a resumed or concurrent worker measures it: an interrupt loses no configuration."""
+        m = failed("interrupted", "stopped (Ctrl-C or SIGTERM) before its measurement finished",
+                   source=self.backend.source)
+        asked = trial.user_attrs  # before `record` overwrites the origin
+        again = {k: asked[k] for k in ("origin", "enqueued_config") if k in asked}
+        rec = self.record(trial, config, f"{origin}, interrupted", m, seconds)
+        with contextlib.suppress(Exception):
+            retry_trial(self.study, self.study._storage.get_trial(trial._trial_id), again)
+        return rec
+
+    def _abandon(self, trial: optuna.Trial, reason: str, detail: str) -> None:
+        """Tell a trial that cannot be measured as failed, so none is left RUNNING."""
+        with contextlib.suppress(Exception):
+            trial.set_user_attr("failure", f"{reason}: {detail}"[:500])
+            trial.set_user_attr("reason", reason)
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    # --- crashed workers ----------------------------------------------------------------------
+
+    def _fail_stale(self) -> None:
+        """Fail trials whose worker stopped beating (they are enqueued again by the storage's
+        retry callback), at most once per heartbeat interval; start this worker's heartbeat."""
+        interval = heartbeat_interval(self.study._storage)
+        if interval is None:
+            return
+        if self._heartbeat is None:
+            self._heartbeat = Heartbeat(self.study._storage)
+        now = time.monotonic()
+        if now - self._stale_checked < interval:
+            return
+        self._stale_checked = now
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optuna.storages.fail_stale_trials(self.study)
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

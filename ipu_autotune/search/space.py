@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import UsageError
 from ..models import partition
 from ..models.trace import ModelProfile
-from ..problem import EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config, Problem
+from ..problem import EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config, Problem, toml_error
 
 KNOBS = (
     "precision", "partials", "stochastic_rounding", "loss_scaling", "optimizer_state",
@@ -125,11 +125,16 @@ def _check_value(name: str, v: Any, where: str) -> None:
 
 def _read_toml(path: Path | Any, where: str) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
+        data = tomllib.loads(text)
     except FileNotFoundError:
         raise UsageError(f"{where}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: not a text file; a search space is TOML") from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{where}: malformed TOML: {exc}") from None
+        raise UsageError(toml_error(where, exc, text)) from None
     knobs = data.get("knobs", {})
     unknown_tables = set(data) - {"space", "knobs"}
     if unknown_tables:
@@ -372,7 +377,10 @@ class _Asker:
 
     def choose(self, param: str | None, options: list):
         if not options:
-            raise UsageError(f"the search space leaves no valid value for {param}")
+            knob = param.removesuffix("_fp32_weights").removesuffix("_pipelined") if param else "a knob"
+            raise UsageError(f"the search space leaves no valid value for {knob}: each of its choices breaks "
+                             "a rule for some candidates (e.g. recompute \"pipeline\" without a pipeline, "
+                             "loss_scaling \"auto\" with FP32 weights); add a choice to it in the --space file")
         if len(options) == 1 or param is None:
             return options[0]
         return self.trial.suggest_categorical(param, options)

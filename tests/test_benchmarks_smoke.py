@@ -1,0 +1,105 @@
+"""The benchmarks run and print well-formed tables (their --quick modes, as subprocesses).
+
+No timing is asserted: these machines are noisy. Only the shape of the output and that
+its numbers are sane (positive times, fractions in [0, 1], counts within the budget).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def run(script: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, str(BENCHMARKS / script), *args],
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert re.search(r"^machine: \d+ cores, .+; Python [\d.]+, torch .+, optuna [\d.]+", text, re.MULTILINE), text[:500]
+    assert f"command: python benchmarks/{script} {' '.join(args)}".rstrip() in text
+    assert re.search(r"^wall time: \d+ s", text, re.MULTILINE)
+    return text
+
+
+def table(text: str, heading: str) -> list[dict[str, str]]:
+    """The Markdown table under the first '## ' heading that starts with `heading`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("## " + heading))
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    header, rule, *body = rows
+    assert set(rule[0]) <= {"-", ":"}
+    assert body, f"empty table under {heading}"
+    assert all(len(r) == len(header) for r in body)
+    return [dict(zip(header, r)) for r in body]
+
+
+def number(cell: str) -> float:
+    return float(cell.replace(",", "").rstrip("x").lstrip(">"))
+
+
+@pytest.mark.slow
+def test_search_efficiency_quick():
+    text = run("search_efficiency.py", "--quick")
+    problems = table(text, "Problems")
+    assert [p["problem"] for p in problems] == ["resnet101-mb64-64px-2ipu"]
+    assert problems[0]["seeds with a fit"] == "2/2"
+    assert number(problems[0]["best known (median samples/s)"]) > 0
+
+    rows = table(text, "Compiles")
+    assert [r["strategy"] for r in rows] == ["random", "tpe", "ipu-autotune"]
+    for r in rows:
+        for key in ("to first fit", "to within 5%"):
+            v = r[key]
+            assert v == ">20" or 1 <= number(v) <= 20, (key, v)
+        for k in (10, 20):
+            assert 0.0 <= number(r[f"best@{k}"]) <= 1.0
+        assert r["best@50"] == "-"  # past the budget of 20
+        assert re.fullmatch(r"\d+/2", r["reached 5%"])
+        assert number(r["trials/run"]) >= 20
+    assert number(rows[0]["screened/run"]) == 0  # only the tuner screens
+
+    ratios = table(text, "Ratios")
+    assert {r["comparison"] for r in ratios} == {"tpe vs random", "ipu-autotune vs random", "ipu-autotune vs tpe"}
+    targets = table(text, "Targets")
+    assert [r["tuner"] for r in targets] == ["ipu-autotune"]
+    assert all(r["first fit <= 2"] in ("met", "not met") for r in targets)
+    assert all(r[">= 3x vs tpe"] in ("met", "not met", "undecided") for r in targets)
+
+
+@pytest.mark.slow
+def test_tuner_overhead_quick():
+    text = run("tuner_overhead.py", "--quick", "--trials", "20")
+    rows = table(text, "Mean wall time per trial")
+    assert [r["storage"] for r in rows] == ["sqlite", "journal", "memory"]
+    for r in rows:
+        for key in ("trials 1-10", "trials 11-20", "all 20"):
+            ms = number(r[key])
+            assert ms > 0 and math.isfinite(ms)
+        assert number(r["estimate share"]) > 0
+    target = table(text, "Target")
+    assert all(r["target"] in ("met", "not met") for r in target)
+
+
+@pytest.mark.slow
+def test_estimator_speed_quick():
+    text = run("estimator_speed.py", "--quick", "--estimates", "100")
+    rows = table(text, "Trace")
+    assert [r["model"] for r in rows] == ["resnet18", "resnet101"]
+    for r in rows:
+        assert int(r["units"]) > 2 and int(r["ops"]) > 10
+        assert number(r["first trace s"]) > 0 and number(r["second trace s"]) > 0
+        assert 0 < number(r["estimate median ms"]) <= number(r["max ms"])
+    assert re.search(r"^Target: one resnet101 estimate after tracing under 5 ms: median [\d.]+ ms", text, re.MULTILINE)
+    assert len(table(text, "Ratios")) == 2
