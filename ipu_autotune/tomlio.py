@@ -17,7 +17,9 @@ def _value(v: Any) -> str:
             raise ValueError(f"TOML cannot hold {v}")
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a valid TOML basic string
+        # A JSON string is a TOML basic string, except that JSON escapes characters beyond
+        # U+FFFF as surrogate pairs, which TOML rejects: keep them literal. DEL must be escaped.
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
