@@ -56,9 +56,9 @@ def make_backend(args, problem: Problem, console: Console, work_dir: Path | None
     from .backends.screen import ScreenedBackend
 
     backend = PopTorchBackend(work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=args.compile_timeout)
-    if getattr(args, "no_screen", False):
-        return backend
-    return ScreenedBackend(backend, EstimateBackend(headroom=args.headroom), margin=args.screen_margin)
+    # Without screening the estimator still fills in throughput where an offline compile has none.
+    margin = float("inf") if getattr(args, "no_screen", False) else args.screen_margin
+    return ScreenedBackend(backend, EstimateBackend(headroom=args.headroom), margin=margin)
 
 
 # --- tune ---------------------------------------------------------------------------------------

@@ -75,7 +75,8 @@ class TrialRecord:
         return cls(
             number=t.number,
             config=Config.from_dict(t.user_attrs["config"], f"trial {t.number} config"),
-            measurement=Measurement.from_dict(t.user_attrs["measurement"]),
+            measurement=Measurement.from_dict({**t.user_attrs["measurement"],
+                                               "details": t.user_attrs.get("details", {})}),
             origin=t.user_attrs.get("origin", "sampled"),
             state=t.state.name,
             seconds=t.user_attrs.get("seconds", 0.0),
@@ -318,6 +319,8 @@ class Runner:
                seconds: float) -> TrialRecord:
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("measurement", _jsonable(m.to_dict()))
+        if m.details:
+            trial.set_user_attr("details", _jsonable(m.details))  # log path, per-IPU overflow, timing
         trial.set_user_attr("origin", origin)
         trial.set_user_attr("seconds", round(seconds, 4))
         if m.failure in (None, "oom"):

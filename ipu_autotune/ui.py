@@ -49,7 +49,8 @@ def effective_bytes(m: Measurement, ipu: int) -> int:
 def throughput_text(m: Measurement) -> str:
     if m.throughput is None:
         return "-"
-    return f"{m.throughput:,.0f}/s"
+    estimated = m.source != "estimate" and m.details.get("throughput_source") == "estimate"
+    return f"{m.throughput:,.0f}/s" + (" (est.)" if estimated else "")
 
 
 def knobs_summary(c: Config) -> str:
@@ -172,12 +173,15 @@ def measurement_table(m: Measurement, title: str = "") -> Table:
     """Per-IPU memory by category, the total, and the busiest tile against capacity."""
     table = Table(title=title or None, box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("IPU")
-    for cat in CATEGORIES:
-        table.add_column(_SHORT[cat], justify="right", no_wrap=True)
+    # A compile's profile has its own categories (always-live, not-always-live, gaps).
+    shown = [c for c in CATEGORIES if any(c in bd for bd in m.breakdown)] or list(CATEGORIES)
+    shown += sorted({k for bd in m.breakdown for k in bd} - set(shown))
+    for cat in shown:
+        table.add_column(_SHORT.get(cat, cat), justify="right", no_wrap=True)
     table.add_column("total", justify="right", no_wrap=True)
     table.add_column("busiest tile", no_wrap=True)
     for i, bd in enumerate(m.breakdown):
-        cells = [format_bytes(bd.get(cat, 0)) for cat in CATEGORIES]
+        cells = [format_bytes(bd.get(cat, 0)) for cat in shown]
         need = effective_bytes(m, i)
         bar = memory_bar(need, m.capacity_bytes[i], width=12, label=False)
         bar.append(f" {need / m.capacity_bytes[i]:.0%}", style="bold" if need > m.capacity_bytes[i] else "")

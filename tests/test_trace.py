@@ -48,3 +48,32 @@ def test_trace_is_cached_per_problem():
     problem = Problem("resnet18", 4, input_shape=(3, 32, 32))
     assert profile_for(problem) is profile_for(Problem("resnet18", 4, input_shape=(3, 32, 32)))
     assert profile_for(problem) is not profile_for(Problem("resnet18", 8, input_shape=(3, 32, 32)))
+
+
+def test_a_wrapped_plain_model_is_opened_up():
+    """TrainingModel(model) in the exported snippet: stages begin inside the wrapped model."""
+    import torch
+    from torch import nn
+
+    from ipu_autotune.models.trace import trace_module
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2, self.fc = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3), nn.Linear(8 * 28 * 28, 10)
+
+        def forward(self, x):
+            return self.fc(self.conv2(self.conv1(x)).flatten(1))
+
+    class WithLoss(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model, self.loss = model, nn.CrossEntropyLoss()
+
+        def forward(self, x):
+            return self.model(x)
+
+    with torch.device("meta"):
+        wrapped = WithLoss(Net())
+    assert [u.path for u in trace_module(wrapped, 2, (3, 32, 32), 10).units] == \
+        ["model.conv1", "model.conv2", "model.fc"]

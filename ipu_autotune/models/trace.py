@@ -124,8 +124,12 @@ def _unit_candidates(model: nn.Module) -> list[str]:
         if not expand:
             found.append(path)
             return
+        wrapped = _is_wrapper(module) and not root and type(module) not in CONTAINERS
         for name, child in children:
-            visit(f"{path}.{name}" if path else name, child, False)
+            # Inside a wrapper (loss, input normalisation) the wrapped model is opened up as
+            # if it were the root: its blocks are where stages can begin.
+            inner = wrapped and any(True for _ in child.parameters())
+            visit(f"{path}.{name}" if path else name, child, inner)
 
     visit("", model, True)
     return found
