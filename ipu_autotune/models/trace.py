@@ -124,7 +124,7 @@ def _unit_candidates(model: nn.Module) -> list[str]:
         if not expand:
             found.append(path)
             return
-        wrapped = _is_wrapper(module) and not root and type(module) not in CONTAINERS
+        wrapped = _is_wrapper(module) and type(module) not in CONTAINERS
         for name, child in children:
             # Inside a wrapper (loss, input normalisation) the wrapped model is opened up as
             # if it were the root: its blocks are where stages can begin.
