@@ -207,21 +207,3 @@ class HiddenIPU(Backend):
         return self.evaluate(problem, config)
 
 
-class Screened(Backend):
-    """What ships with the PopTorch backend: a candidate the estimator puts over tile memory
-    by more than `margin` is recorded from the estimate and not compiled (no compile spent).
-    Otherwise it is compiled by `backend`.
-    """
-
-    def __init__(self, backend: Backend, estimator: Backend, margin: float = DEFAULT_SCREEN_MARGIN):
-        self.backend, self.estimator, self.margin = backend, estimator, margin
-        self.name = f"screened {backend.name}"
-        self.skipped = 0
-
-    def measure(self, problem: Problem, config: Config) -> Measurement:
-        est = self.estimator.measure(problem, config)
-        if est.failure == "oom" and est.violation > self.margin:
-            self.skipped += 1
-            est.reason = f"screened: estimated {est.violation:.0%} over tile memory; not compiled"
-            return est
-        return self.backend.measure(problem, config)

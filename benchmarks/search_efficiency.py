@@ -56,7 +56,6 @@ from common import (
     DEFAULT_HEADROOM,
     DEFAULT_SCREEN_MARGIN,
     HiddenIPU,
-    Screened,
     fmt_count,
     markdown_table,
     median,
@@ -66,6 +65,7 @@ from common import (
 from ipu_autotune import study as st
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
+from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.guide import Guide, memory_correction
 from ipu_autotune.models.trace import profile_for
 from ipu_autotune.problem import Config, Problem
@@ -135,12 +135,12 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
             st.enqueue(s, space, problem, profile, items)
 
         study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed, on_create)
-        backend = screen = Screened(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), DEFAULT_SCREEN_MARGIN)
+        backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
         guide = Guide(problem, profile, space, DEFAULT_HEADROOM)
     elif strategy in WHAT_IF[1:]:
         study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed,
                                  lambda s: st.enqueue(s, space, problem, profile, [Proposal(baseline, "baseline")]))
-        backend = screen = Screened(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), DEFAULT_SCREEN_MARGIN)
+        backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
         guide = Guide(problem, profile, space, DEFAULT_HEADROOM)
         calibrate = _Calibrate(study, problem, space, baseline, screen, better_climb=strategy.endswith("climb"))
     else:
@@ -159,7 +159,7 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
             if strategy in WHAT_IF[1:]:
                 calibrate(rec)
         run.guided += rec.origin.startswith("guided")
-    run.screened = screen.skipped if screen else 0
+    run.screened = screen.compiles_saved if screen else 0
     run.seconds = time.perf_counter() - start
     return run
 
@@ -190,7 +190,7 @@ class _Calibrate:
     steps) instead of warmstart.climb.
     """
 
-    def __init__(self, study, problem, space, baseline, screen: Screened, better_climb: bool):
+    def __init__(self, study, problem, space, baseline, screen: ScreenedBackend, better_climb: bool):
         self.study, self.problem, self.space, self.baseline = study, problem, space, baseline
         self.screen, self.better_climb = screen, better_climb
         self.profile = profile_for(problem)
