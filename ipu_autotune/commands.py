@@ -154,6 +154,7 @@ def cmd_tune(args) -> int:
         "closest": None if best else _record_json(st.closest_record(study)),
         "files": {k: str(v) for k, v in files.items()}, "resume": resume,
         "numerics": advice.to_dict() if advice is not None else None,
+        "compiles": _compile_counts(backend),
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -161,7 +162,7 @@ def cmd_tune(args) -> int:
         console.print(_one_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         _print_summary(console, problem, base, best, st.closest_record(study), files, resume, estimated,
-                       len(ran), runner.stop_requested, advice)
+                       len(ran), runner.stop_requested, advice, _compile_counts(backend))
     return 130 if runner.stop_requested and len(ran) < args.trials else 0
 
 
@@ -187,6 +188,13 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
     if args.out:
         extra += ["--out", args.out]
     return resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
+
+
+def _compile_counts(backend) -> dict | None:
+    """How many candidates were compiled and how many the estimator screened out (this run)."""
+    if not hasattr(backend, "compiles_saved"):
+        return None
+    return {"run": backend.compiles_run, "saved": backend.compiles_saved}
 
 
 def _record_json(r) -> dict | None:
@@ -217,7 +225,7 @@ def _print_header(console, problem: Problem, backend, study_name, storage_url, c
 
 
 def _print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
-                   advice=None) -> None:
+                   advice=None, compiles=None) -> None:
     console.print()
     if best is None:
         console.print("[bold red]Nothing fits yet.[/]")
@@ -243,6 +251,9 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
     console.print()
     if interrupted:
         console.print(f"[yellow]Interrupted after {ran} new trial(s).[/]")
+    if compiles:
+        console.print(f"Compiles this run: {compiles['run']}; screened out by the estimator, not compiled: "
+                      f"{compiles['saved']}", highlight=False)
     for label, path in files.items():
         console.print(f"{label:>8}: {path}", highlight=False)
     console.print(f"  resume: {resume}", highlight=False, soft_wrap=True)

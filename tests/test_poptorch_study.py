@@ -1,0 +1,62 @@
+"""A full study on the fake SDK, through the CLI: compiles, screening, OOMs, crashes and hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from conftest_fake_sdk import SMALL_CNN, fake_env
+
+pytestmark = pytest.mark.slow
+PROBLEM = [SMALL_CNN, "--batch-size", "512", "--input-shape", "3,32,32", "--num-classes", "10"]
+
+
+def tune(cwd, *args: str, **env: str) -> dict:
+    cmd = [sys.executable, "-m", "ipu_autotune", "tune", *PROBLEM, "--backend", "poptorch", "--no-numerics",
+           "--seed", "0", "--json", *args]
+    done = subprocess.run(cmd, cwd=cwd, env={**os.environ, **fake_env(**env)}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def trials(cwd, result):
+    study = optuna.load_study(study_name=result["study"], storage=f"sqlite:///{cwd}/ipu-autotune.db")
+    return study.trials
+
+
+def test_a_study_survives_crashes_and_hangs_and_records_ooms_from_profiles(tmp_path):
+    # Run 1: screening on, IPUs attached, the third compile crashes.
+    first = tune(tmp_path, "--trials", "8", FAKE_POPTORCH_IPUS="2", FAKE_POPTORCH_FAULT="crash",
+                 FAKE_POPTORCH_FAULT_MATCH="trial-0003")
+    assert first["trials_run"] == 8
+    assert first["compiles"]["saved"] > 0 and first["compiles"]["run"] > 0  # screening reported
+    done = trials(tmp_path, first)
+    crashed = [t for t in done if t.state.name == "FAIL"]
+    assert len(crashed) == 1 and crashed[0].user_attrs["failure"].startswith("crash")
+    assert crashed[0].number < done[-1].number  # the study went on after it
+    timed = [t.user_attrs["measurement"] for t in done if t.user_attrs["measurement"]["source"] == "run"]
+    assert timed and all(m["feasible"] and m["throughput"] > 0 for m in timed)
+    screened = [t for t in done if t.user_attrs["measurement"]["source"] == "estimate"]
+    assert len(screened) == first["compiles"]["saved"]
+
+    # Run 2, resumed: every candidate compiled, offline; the first compile hangs.
+    second = tune(tmp_path, "--trials", "6", "--no-screen", "--compile-timeout", "20", "--out", "run2",
+                  FAKE_POPTORCH_FAULT="hang", FAKE_POPTORCH_FAULT_MATCH="trial-0001")
+    assert second["trials_total"] == 14 and second["compiles"]["saved"] == 0
+    done = trials(tmp_path, second)[8:]
+    hung = [t for t in done if t.state.name == "FAIL"]
+    assert len(hung) == 1 and hung[0].user_attrs["failure"].startswith("timeout")
+    ooms = [t for t in done if t.state.name == "COMPLETE" and not t.user_attrs["measurement"]["feasible"]]
+    assert ooms, "expected an out-of-memory compile among the resumed trials"
+    for t in ooms:
+        m = t.user_attrs["measurement"]
+        assert m["source"] == "compile" and m["failure"] == "oom" and m["overflow_bytes"] > 0
+        assert len(m["max_tile_bytes"]) == t.user_attrs["config"]["ipus_per_replica"]
+        assert t.constraints["memory"] > 0  # completed-infeasible, graded by the profile
+    assert second["best"]["measurement"]["feasible"]
