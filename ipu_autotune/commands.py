@@ -141,6 +141,7 @@ def cmd_tune(args) -> int:
 
     records = st.records(study)
     best = st.best_record(study)
+    closest = None if best else st.closest_record(records)
     base = next((r for r in records if r.origin == "baseline"), records[0] if records else None)
     files = _write_outputs(out_dir, problem, study_name, records, best, _notes(advice))
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
@@ -151,7 +152,7 @@ def cmd_tune(args) -> int:
         "estimated": estimated, "trials_run": len(ran), "trials_total": len(records),
         "interrupted": runner.stop_requested,
         "baseline": _record_json(base), "best": _record_json(best),
-        "closest": None if best else _record_json(st.closest_record(study)),
+        "closest": _record_json(closest),
         "files": {k: str(v) for k, v in files.items()}, "resume": resume,
         "numerics": advice.to_dict() if advice is not None else None,
         "compiles": _compile_counts(backend),
@@ -161,7 +162,7 @@ def cmd_tune(args) -> int:
     elif args.quiet:
         console.print(_one_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
-        _print_summary(console, problem, base, best, st.closest_record(study), files, resume, estimated,
+        _print_summary(console, problem, base, best, closest, files, resume, estimated,
                        len(ran), runner.stop_requested, advice, _compile_counts(backend))
     return 130 if runner.stop_requested and len(ran) < args.trials else 0
 

@@ -166,24 +166,31 @@ class ConfigFile:
 def load_config_file(path: str | Path) -> ConfigFile:
     """Read a TOML file with optional [problem] and [config] tables."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not a text file; a config file is TOML") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(toml_error(path, exc, text)) from None
+    data = read_toml(path, str(path), "a config file")
     unknown = sorted(set(data) - {"problem", "config"})
     if unknown:
         raise UsageError(f"{path}: unknown table '{unknown[0]}' (expected [problem] and [config])")
     problem = Problem.from_dict(data["problem"], f"{path} [problem]") if "problem" in data else None
     config = Config.from_dict(data["config"], f"{path} [config]") if "config" in data else None
     return ConfigFile(problem, config)
+
+
+def read_toml(path, where: str, kind: str) -> dict[str, Any]:
+    """A TOML file's tables, or a one-line UsageError naming the file (and line) and the fix.
+
+    `path` is a Path or an importlib resource; `kind` names what the file should be.
+    """
+    try:
+        text = path.read_text()
+        return tomllib.loads(text)
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such file") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: not a text file; {kind} is TOML") from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(toml_error(where, exc, text)) from None
 
 
 def toml_error(where: Any, exc: Exception, text: str) -> str:

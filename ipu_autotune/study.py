@@ -220,9 +220,9 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
         return None
 
 
-def closest_record(study: optuna.Study) -> TrialRecord | None:
+def closest_record(recs: list[TrialRecord]) -> TrialRecord | None:
     """When nothing fits: the completed trial nearest to fitting."""
-    done = [r for r in records(study) if r.state == "COMPLETE"]
+    done = [r for r in recs if r.state == "COMPLETE"]
     return min(done, key=lambda r: r.measurement.violation, default=None)
 
 

@@ -11,7 +11,6 @@ that replay a given Config, for enqueuing the baseline and warm starts.
 from __future__ import annotations
 
 import difflib
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 from ..errors import UsageError
 from ..models import partition
 from ..models.trace import ModelProfile
-from ..problem import EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config, Problem, toml_error
+from ..problem import EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config, Problem, read_toml
 
 KNOBS = (
     "precision", "partials", "stochastic_rounding", "loss_scaling", "optimizer_state",
@@ -124,17 +123,7 @@ def _check_value(name: str, v: Any, where: str) -> None:
 
 
 def _read_toml(path: Path | Any, where: str) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-        data = tomllib.loads(text)
-    except FileNotFoundError:
-        raise UsageError(f"{where}: no such file") from None
-    except OSError as exc:
-        raise UsageError(f"{where}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{where}: not a text file; a search space is TOML") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(toml_error(where, exc, text)) from None
+    data = read_toml(path, where, "a search space")
     knobs = data.get("knobs", {})
     unknown_tables = set(data) - {"space", "knobs"}
     if unknown_tables:
