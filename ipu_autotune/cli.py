@@ -178,11 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(studies)
 
     try:
-        from . import numerics
+        from . import commands_numerics
 
         num = sub.add_parser("numerics", help="loss scale, stochastic rounding and partials advice",
                              description="Gradient statistics on the CPU, and what they mean for FP16.")
-        numerics.add_arguments(num)
+        commands_numerics.add_arguments(num)
         _add_common(num)
     except ImportError:
         pass

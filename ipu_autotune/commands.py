@@ -504,6 +504,6 @@ def cmd_studies(args) -> int:
 
 
 def cmd_numerics(args) -> int:
-    from . import numerics
+    from .commands_numerics import command
 
-    return numerics.command(args, _console(args))
+    return command(args, _console(args))
