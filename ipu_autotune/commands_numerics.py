@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .cli import add_problem_args, positive, problem_from_args
+from .args import add_problem_args, positive, problem_from_args
 from .numerics import advise
 from .numerics.view import render
 
