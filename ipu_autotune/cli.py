@@ -7,7 +7,6 @@ Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 130 interru
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import warnings
 
@@ -15,35 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from .args import DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE, DEFAULT_TRIALS, add_problem_args, positive
 from .errors import UsageError
-from .problem import OPTIMIZERS, TARGETS, Problem, default_input_shape
 
 SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics")
-DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
-DEFAULT_TRIALS = 60
-DEFAULT_OUT = "ipu-autotune-out"
-#: seconds between a worker's heartbeats (storage.HEARTBEAT_INTERVAL_S)
-DEFAULT_HEARTBEAT = 10
-#: the estimator's verdicts near capacity are not to be trusted with hardware time
-DEFAULT_HEADROOM = 0.05
 
 
 # --- argument parsing ------------------------------------------------------------------------
-
-def positive(kind: type):
-    """An argparse type: a positive int or float."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            noun = "a whole number" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
-    return parse
-
 
 _positive_int = positive(int)
 
@@ -58,38 +35,11 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(p) for p in text.replace("x", ",").split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected C,H,W such as 3,224,224, got {text!r}") from None
-    if not shape or any(s < 1 for s in shape):
-        raise argparse.ArgumentTypeError(f"dimensions must be positive, got {text!r}")
-    return shape
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse, but errors are our one-line UsageError (exit 2, no usage dump)."""
 
     def error(self, message: str):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
-    p.add_argument("model", nargs=None if model_required else "?",
-                   help="torchvision model name (resnet50, vit_b_16, ...) or package.module:factory")
-    p.add_argument("--batch-size", "-b", type=_positive_int, required=model_required,
-                   help="micro-batch per replica")
-    p.add_argument("--ipus", type=_positive_int, default=None, help="IPUs available in total (default 2)")
-    shape = p.add_mutually_exclusive_group()
-    shape.add_argument("--input-shape", type=_shape, help="one sample's shape, e.g. 3,224,224")
-    shape.add_argument("--image-size", type=_positive_int,
-                       help="square RGB images of this size (default 64 for CNNs, the workshop's size; 224 for ViT/Swin)")
-    p.add_argument("--num-classes", type=_positive_int, default=None, help="classes (default 1000)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="optimizer (default adamw)")
-    p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
-    p.add_argument("--global-batch", type=_positive_int, default=None,
-                   help="fix micro-batch x gradient accumulation x replicas to this")
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -178,56 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(studies)
 
     try:
-        from . import numerics
+        from . import commands_numerics
 
         num = sub.add_parser("numerics", help="loss scale, stochastic rounding and partials advice",
                              description="Gradient statistics on the CPU, and what they mean for FP16.")
-        numerics.add_arguments(num)
+        commands_numerics.add_arguments(num)
         _add_common(num)
     except ImportError:
         pass
     return parser
-
-
-def problem_from_args(args, base: Problem | None = None) -> Problem:
-    """Flags override the file's [problem]; unset flags keep it (or the defaults)."""
-    values = base.to_dict() if base else {}
-    if args.model:
-        if base and args.model != base.model:
-            values.pop("input_shape", None)
-        values["model"] = args.model
-    for flag, key in (("batch_size", "batch_size"), ("ipus", "ipus"), ("num_classes", "num_classes"),
-                      ("optimizer", "optimizer"), ("target", "target"), ("global_batch", "global_batch")):
-        if getattr(args, flag, None) is not None:
-            values[key] = getattr(args, flag)
-    if getattr(args, "input_shape", None):
-        values["input_shape"] = list(args.input_shape)
-    elif getattr(args, "image_size", None):
-        values["input_shape"] = [3, args.image_size, args.image_size]
-    if "model" not in values:
-        raise UsageError("name a model (e.g. resnet50) or give --config with a [problem] table")
-    if "batch_size" not in values:
-        raise UsageError("give --batch-size (the micro-batch per replica)")
-    return Problem.from_dict(values, "problem")
-
-
-def resume_command(problem: Problem, storage: str, study: str) -> str:
-    from .storage import mask_url
-
-    parts = ["ipu-autotune", problem.model, "--batch-size", str(problem.batch_size)]
-    defaults = Problem(problem.model, problem.batch_size)
-    if problem.ipus != defaults.ipus:
-        parts += ["--ipus", str(problem.ipus)]
-    if problem.input_shape != default_input_shape(problem.model):
-        parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
-    for key in ("num_classes", "optimizer", "target", "global_batch"):
-        if getattr(problem, key) != getattr(defaults, key):
-            parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
-    if storage != DEFAULT_STORAGE:
-        parts += ["--storage", mask_url(storage)]
-    if study != problem.slug:
-        parts += ["--study", study]
-    return shlex.join(parts)
 
 
 # --- entry point ------------------------------------------------------------------------------

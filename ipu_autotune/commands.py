@@ -14,7 +14,7 @@ from rich.text import Text
 from . import export, ui
 from .backends import resolve_backend_name
 from .backends.base import Backend, Measurement
-from .cli import DEFAULT_OUT, problem_from_args, resume_command
+from .args import DEFAULT_OUT, problem_from_args, resume_command
 from .errors import UsageError
 from .models.trace import profile_for
 from .models.zoo import check_model_name
@@ -171,7 +171,7 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
     """The command that goes on with this study as this run did (the storage password masked)."""
     import shlex
 
-    from .cli import DEFAULT_HEADROOM
+    from .args import DEFAULT_HEADROOM
 
     extra: list[str] = []
     if trials is not None:
@@ -504,6 +504,6 @@ def cmd_studies(args) -> int:
 
 
 def cmd_numerics(args) -> int:
-    from . import numerics
+    from .commands_numerics import command
 
-    return numerics.command(args, _console(args))
+    return command(args, _console(args))

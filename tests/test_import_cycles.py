@@ -1,0 +1,162 @@
+"""No import cycles between the package's modules.
+
+Reads the source with `ast` (nothing is imported): every `import`/`from ... import`, also
+inside functions (a lazy import still closes a circle, it only hides it until run time),
+relative ones resolved against the importing module. Imports under `if TYPE_CHECKING:` are
+left out: they never run. `from pkg import name` counts as importing `pkg.name` when that
+is a module, else `pkg`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ipu_autotune
+
+PACKAGE_DIR = Path(ipu_autotune.__file__).parent
+
+
+def module_files(root: Path, package: str) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file under `root` (a package named `package`)."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """Import nodes anywhere in the tree, except under `if TYPE_CHECKING:`."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from (n for child in node.orelse for n in _imports_of(child))
+            continue
+        yield from _imports_of(node)
+
+
+def _imports_of(node: ast.AST):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield node
+    else:
+        yield from _imports(node)
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the package's modules it imports."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        targets = set()
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+                continue
+            if node.level:
+                # level 1 is the importing module's package (the module itself for an __init__)
+                base = name.split(".")
+                base = base[:len(base) - node.level + (1 if is_package else 0)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                targets.add(submodule if submodule in modules else source)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (as a path that returns to its start) per strongly connected group of modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's algorithm; the package is small, recursion is fine
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return [_cycle_in(group, graph) for group in groups]
+
+
+def _cycle_in(group: list[str], graph: dict[str, set[str]]) -> list[str]:
+    """A shortest path from the group's first module back to itself, inside the group."""
+    start, members = group[0], set(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & members):
+                if w == start:
+                    return paths[v] + [start]
+                if w not in paths:
+                    paths[w] = paths[v] + [w]
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"{group} is not strongly connected")
+
+
+def test_the_package_has_no_import_cycle():
+    modules = module_files(PACKAGE_DIR, "ipu_autotune")
+    assert "ipu_autotune.cli" in modules and "ipu_autotune.numerics.advice" in modules
+    cycles = find_cycles(import_graph(modules))
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+#: the command layer: argument parsing and the subcommands; the library below never imports it
+COMMAND_LAYER = {"ipu_autotune.cli", "ipu_autotune.args", "ipu_autotune.commands", "ipu_autotune.commands_numerics",
+                 "ipu_autotune.__main__"}
+
+
+def test_only_the_command_layer_imports_the_argument_definitions():
+    graph = import_graph(module_files(PACKAGE_DIR, "ipu_autotune"))
+    below = {m: sorted(targets & COMMAND_LAYER) for m, targets in graph.items() if m not in COMMAND_LAYER}
+    assert {m: t for m, t in below.items() if t} == {}
+    numerics = [p for p in (PACKAGE_DIR / "numerics").rglob("*.py") if "argparse" in p.read_text()]
+    assert numerics == []
+
+
+def test_the_walk_finds_cycles_through_lazy_and_relative_imports(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .sub import b\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from ..c import g\n")
+    (pkg / "c.py").write_text("def g():\n    from . import a\n")
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .e import x\n")
+    (pkg / "e.py").write_text("from .d import y\n")
+    (pkg / "f.py").write_text("import pkg.a\nfrom pkg.sub.b import f\n")
+    graph = import_graph(module_files(pkg, "pkg"))
+    assert graph["pkg.f"] == {"pkg.a", "pkg.sub.b"}
+    assert find_cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"]]
