@@ -142,7 +142,7 @@ def cmd_tune(args) -> int:
     records = st.records(study)
     best = st.best_record(study)
     closest = None if best else st.closest_record(records)
-    base = next((r for r in records if r.origin == "baseline"), records[0] if records else None)
+    base = next((r for r in records if r.origin.startswith("baseline")), records[0] if records else None)
     files = _write_outputs(out_dir, problem, study_name, records, best, _notes(advice))
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
@@ -470,7 +470,7 @@ def cmd_show(args) -> int:
     for r in recs:
         table.add(r)
     console.print(table)
-    console.print(_one_line(best, next((r for r in recs if r.origin == "baseline"), None), args.study),
+    console.print(_one_line(best, next((r for r in recs if r.origin.startswith("baseline")), None), args.study),
                   markup=False)
     if best is not None:
         console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))
