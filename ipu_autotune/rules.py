@@ -108,6 +108,10 @@ def _state_location_needs_state(p: Problem, c: Config) -> str | None:
     if p.optimizer == "sgd_combined" and (c.optimizer_offload or c.replicated_tensor_sharding):
         return ("optimizer_offload and replicated_tensor_sharding do nothing with sgd_combined "
                 "(it keeps no separate optimizer state); set both to false")
+    if p.optimizer == "sgd_combined" and c.optimizer_state == "half":
+        # The snippet's optim.SGD(use_combined_accum=True) takes no state types, and the
+        # estimator counts the combined tensor at the weights' precision.
+        return 'optimizer_state = "half" does nothing with sgd_combined; set it to "float"'
     return None
 
 

@@ -275,7 +275,7 @@ class SearchSpace:
             loss_scaling = s.choose("loss_scaling" if half_weights else "loss_scaling_fp32_weights", scales)
         else:
             loss_scaling = 1.0
-        optimizer_state = s.ask("optimizer_state")
+        optimizer_state = s.ask("optimizer_state") if problem.optimizer != "sgd_combined" else "float"
 
         pipelined = execution == "pipelined" and ipr > 1
         modes = distinct_recompute([m for m in s.values("recompute") if pipelined or m != "pipeline"], pipelined)
@@ -287,8 +287,7 @@ class SearchSpace:
             checkpoints = checkpoints_every(profile, splits, every)
         amp = tuple(s.ask("available_memory_proportion", f"available_memory_proportion_ipu{i}")
                     for i in range(ipr))
-        # sgd_combined keeps no separate state: its location knobs do nothing (rules.py).
-        has_state = problem.optimizer != "sgd_combined"
+        has_state = problem.optimizer != "sgd_combined"  # state knobs do nothing (rules.py)
         offload = s.ask("optimizer_offload") if problem.target != "mk1" and has_state else False
         rts = s.ask("replicated_tensor_sharding") if replicas > 1 and has_state else False
 
