@@ -15,7 +15,8 @@ from .errors import UsageError
 from .problem import Config, Problem
 
 # A module path as `nn.Module.get_submodule` takes it: dotted names and list indices.
-MODULE_PATH = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")  # "6" is a Sequential child
+# "6" is an nn.Sequential child; RegNet names its blocks "block1-0". Exported with repr().
+MODULE_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 
 def _is_power_of_two(n: int) -> bool:

@@ -151,3 +151,20 @@ def test_sgd_combined_never_samples_offload_or_rts():
     for _ in range(200):
         c = space.sample(_RandomAnswers(rng), p, profile)
         assert not c.optimizer_offload and not c.replicated_tensor_sharding
+
+
+# --- split and checkpoint candidates: never where a skip connection crosses -------------------
+
+@pytest.mark.parametrize("name", ["efficientnet_b0", "mobilenet_v3_small", "convnext_tiny", "regnet_y_400mf",
+                                  "resnet18"])
+def test_no_split_candidate_lies_inside_a_residual_block(name):
+    from ipu_autotune.models.trace import _has_skip, trace_model
+
+    model = build_model(name, 10)
+    profile = trace_model(name, 2, (3, 32, 32), 10)
+    assert len(profile.units) >= 5
+    for unit in profile.units:
+        parts = unit.path.split(".")
+        for depth in range(1, len(parts)):
+            ancestor = model.get_submodule(".".join(parts[:depth]))
+            assert not _has_skip(ancestor), f"{unit.path} is inside {'.'.join(parts[:depth])}, a residual block"
