@@ -168,3 +168,31 @@ def test_no_split_candidate_lies_inside_a_residual_block(name):
         for depth in range(1, len(parts)):
             ancestor = model.get_submodule(".".join(parts[:depth]))
             assert not _has_skip(ancestor), f"{unit.path} is inside {'.'.join(parts[:depth])}, a residual block"
+
+
+# --- snippet comments come from the exported config ---------------------------------------------
+
+def _advice(auto: bool, scale: float, partials: str, rounding: bool):
+    from types import SimpleNamespace as NS
+
+    return NS(loss_scale=NS(auto=auto, scale=scale, reason="gradients underflow below 2^-24"),
+              partials=NS(recommend=partials, reason="accumulations stay in range"),
+              stochastic_rounding=NS(recommend=rounding, reason="small updates"))
+
+
+def test_snippet_comments_cannot_contradict_its_code():
+    from ipu_autotune import export
+    from ipu_autotune.export.notes import numerics_notes
+
+    p = problem()
+    advice = _advice(auto=True, scale=8192.0, partials="half", rounding=True)
+    c = Config(precision="16.16", loss_scaling=128.0, partials="float", stochastic_rounding=True)
+    text = export.render("python", p, c, notes=numerics_notes(advice, c))
+    assert "loss_scaling=128.0" in text and "8192" not in text and "automatic" not in text
+    assert "partials float: set by the search space" in text and "stochastic rounding on: small updates" in text
+    fp32 = Config()
+    text = export.render("python", p, fp32, notes=numerics_notes(advice, fp32))
+    assert "does not apply" in text and "half" not in text.split("import torch")[0]
+    followed = Config(precision="16.16", loss_scaling="auto", partials="half", stochastic_rounding=True)
+    text = export.render("python", p, followed, notes=numerics_notes(advice, followed))
+    assert "loss scaling automatic: gradients underflow" in text and "starting at 128" in text
