@@ -142,8 +142,9 @@ def cmd_tune(args) -> int:
     records = st.records(study)
     best = st.best_record(study)
     closest = None if best else st.closest_record(records)
-    base = next((r for r in records if r.origin == "baseline"), records[0] if records else None)
-    files = _write_outputs(out_dir, problem, study_name, records, best, _notes(advice))
+    base = next((r for r in records if r.origin.startswith("baseline")), records[0] if records else None)
+    files = _write_outputs(out_dir, problem, study_name, records, best,
+                           _notes(advice, best.config) if best else [])
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
@@ -314,12 +315,11 @@ def _advised(advice, space: SearchSpace):
     return prepare
 
 
-def _notes(advice) -> list[str]:
-    if advice is None:
-        return []
-    from .numerics import summary_lines
+def _notes(advice, config: Config) -> list[str]:
+    """The advice as it applies to the exported config (export/notes.py)."""
+    from .export.notes import numerics_notes
 
-    return ["Numerics, from the model's own gradients:", *summary_lines(advice)]
+    return numerics_notes(advice, config)
 
 
 # --- estimate -------------------------------------------------------------------------------------
@@ -438,7 +438,7 @@ def cmd_export(args) -> int:
 
     stored = study.user_attrs.get(ATTR_NUMERICS)
     try:
-        notes = _notes(NumericsAdvice.from_dict(stored)) if stored else []
+        notes = _notes(NumericsAdvice.from_dict(stored), record.config) if stored else []
     except (KeyError, TypeError, ValueError, AttributeError):
         raise UsageError(f"study '{args.study}': its stored numerics advice is unreadable (not written by "
                          "this version of ipu-autotune?); nothing exported") from None
@@ -470,7 +470,7 @@ def cmd_show(args) -> int:
     for r in recs:
         table.add(r)
     console.print(table)
-    console.print(_one_line(best, next((r for r in recs if r.origin == "baseline"), None), args.study),
+    console.print(_one_line(best, next((r for r in recs if r.origin.startswith("baseline")), None), args.study),
                   markup=False)
     if best is not None:
         console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))

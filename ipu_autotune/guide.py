@@ -53,7 +53,7 @@ class Guide:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so far."""
         self.correction = memory_correction(self.problem, self.profile, measured, self.constants)
         corrected = replace(self.constants, tile_imbalance=self.constants.tile_imbalance * self.correction)
-        screen = Screen(self.problem, self.profile, corrected, self.headroom, self.prepare)
+        screen = Screen(self.problem, self.profile, corrected, self.headroom, self.prepare, self.space)
         fits = [(m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None]
         fits.sort(key=lambda t: t[0], reverse=True)
         starts = [c for _, c in fits[:self.starts]]

@@ -83,6 +83,19 @@ class Problem:
         return slug
 
 
+def effective_recompute(recompute: str, pipelined: bool) -> str:
+    """The recomputation PopART performs. "default" is Pipeline when pipelined, else none.
+    When pipelined, PopART skips its Standard/NormOnly annotators (popart willow/src/ir.cpp,
+    the autoAnnotate call runs only without pipelining) and every enabled mode other than
+    Pipeline takes the same path in willow/src/transforms/pipeline.cpp (setRecomputation):
+    standard, norm_only and all compile alike, so they are one mode here, "all"."""
+    if recompute == "default":
+        return "pipeline" if pipelined else "none"
+    if pipelined and recompute in ("standard", "norm_only"):
+        return "all"
+    return recompute
+
+
 @dataclass(frozen=True)
 class Config:
     precision: str = "32.32"
@@ -134,9 +147,7 @@ class Config:
     @property
     def effective_recompute(self) -> str:
         """What PopTorch will do: 'default' is Pipeline on a multi-IPU pipeline, else none."""
-        if self.recompute == "default":
-            return "pipeline" if self.pipelined else "none"
-        return self.recompute
+        return effective_recompute(self.recompute, self.pipelined)
 
     @property
     def samples_per_step(self) -> int:

@@ -15,7 +15,8 @@ from .errors import UsageError
 from .problem import Config, Problem
 
 # A module path as `nn.Module.get_submodule` takes it: dotted names and list indices.
-MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+# "6" is an nn.Sequential child; RegNet names its blocks "block1-0". Exported with repr().
+MODULE_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -90,6 +91,31 @@ def _pipeline_recompute(p: Problem, c: Config) -> str | None:
     return None
 
 
+def takes_images(p: Problem) -> bool:
+    """8-bit I/O sends uint8 images normalised per channel: only for [C, H, W] with C 1 or 3."""
+    return len(p.input_shape) == 3 and p.input_shape[0] in (1, 3)
+
+
+def _eight_bit_needs_images(p: Problem, c: Config) -> str | None:
+    if c.eight_bit_io and not takes_images(p):
+        return (f"eight_bit_io needs image inputs [1 or 3, H, W], not {list(p.input_shape)}; "
+                "set eight_bit_io = false")
+    return None
+
+
+def _state_location_needs_state(p: Problem, c: Config) -> str | None:
+    # PopTorch optim.SGD docstring: with use_combined_accum the optimizer state location
+    # settings have no effect, so neither knob changes what runs.
+    if p.optimizer == "sgd_combined" and (c.optimizer_offload or c.replicated_tensor_sharding):
+        return ("optimizer_offload and replicated_tensor_sharding do nothing with sgd_combined "
+                "(it keeps no separate optimizer state); set both to false")
+    if p.optimizer == "sgd_combined" and c.optimizer_state == "half":
+        # The snippet's optim.SGD(use_combined_accum=True) takes no state types, and the
+        # estimator counts the combined tensor at the weights' precision.
+        return 'optimizer_state = "half" does nothing with sgd_combined; set it to "float"'
+    return None
+
+
 def _global_batch(p: Problem, c: Config) -> str | None:
     if p.global_batch:
         got = p.batch_size * c.gradient_accumulation * c.replicas
@@ -118,6 +144,8 @@ CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _auto_loss_scaling,
     _sharding_needs_replicas,
     _pipeline_recompute,
+    _eight_bit_needs_images,
+    _state_location_needs_state,
     _global_batch,
 )
 

@@ -272,13 +272,29 @@ class Runner:
             enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
 
     def config_for(self, trial: optuna.Trial) -> tuple[Config, str]:
+        """The trial's Config, always inside the space: the one place that enforces it.
+
+        A config the sampler did not produce (enqueued warm starts and guided proposals,
+        numerics-adjusted samples) is checked; one with a knob outside the space is replaced
+        by its projection into the space. The baseline is the user's own starting point:
+        run as given, its origin names the knobs outside the space."""
         sampled = self.space.sample(trial, self.problem, self.profile)
         enqueued = trial.user_attrs.get("enqueued_config")
         if enqueued is not None:
-            return Config.from_dict(enqueued, "enqueued config"), trial.user_attrs.get("origin", "enqueued")
-        if self.adjust is not None:
-            sampled = self.adjust(sampled)
-        return sampled, "sampled"
+            config, origin = Config.from_dict(enqueued, "enqueued config"), trial.user_attrs.get("origin", "enqueued")
+        elif self.adjust is not None:
+            config, origin = self.adjust(sampled), "sampled"
+        else:
+            return sampled, "sampled"
+        out = self.space.outside(self.problem, self.profile, config)
+        if not out:
+            return config, origin
+        if origin.startswith("baseline"):
+            return config, origin if "outside" in origin else f"{origin} (outside your space: {', '.join(out)})"
+        moved = self.space.project(self.problem, self.profile, config)
+        if self.space.outside(self.problem, self.profile, moved):
+            moved = sampled  # the projection broke a dependency: the sampler's own config is inside
+        return moved, origin if origin == "sampled" else f"{origin}, moved into your space"
 
     def run_one(self) -> TrialRecord:
         self._fail_stale()

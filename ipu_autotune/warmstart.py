@@ -182,19 +182,25 @@ class Screen:
     """
 
     def __init__(self, problem: Problem, profile: ModelProfile, constants: EstimatorConstants = NOMINAL,
-                 headroom: float = 0.0, prepare: Callable[[Config], Config] | None = None):
+                 headroom: float = 0.0, prepare: Callable[[Config], Config] | None = None,
+                 space: SearchSpace | None = None):
         self.problem, self.profile, self.constants = problem, profile, constants
         self.headroom = headroom
         self.prepare = prepare or (lambda c: c)
+        self.space = space  # when given, configs outside it are rejected like invalid ones
         self.cache: dict[Config, Measurement | None] = {}
 
     def candidates(self, space: SearchSpace, config: Config):
+        """Single-knob moves, each projected into the space: a climb only walks in-space
+        configs (a fixed knob stays fixed), so no warm start is dropped by the run loop."""
         for knob, candidate in _alternatives(space, self.problem, self.profile, config):
-            yield knob, self.prepare(candidate)
+            yield knob, self.prepare(space.project(self.problem, self.profile, candidate))
 
     def __call__(self, config: Config) -> Measurement | None:
         if config not in self.cache:
             ok = not violations(self.problem, config, self.profile.module_order)
+            if ok and self.space is not None:
+                ok = not self.space.outside(self.problem, self.profile, config)
             self.cache[config] = estimate(self.problem, config, self.profile, self.constants,
                                           self.headroom) if ok else None
         return self.cache[config]
@@ -237,8 +243,8 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
     optimistic), then the fastest ones per IPU layout, then the cheapest single change that
     makes the baseline fit and the memory-balanced split (both to show what matters).
     """
-    screen = Screen(problem, profile, constants, headroom, prepare)
-    safe = Screen(problem, profile, constants, min(0.5, headroom + safety), prepare)
+    screen = Screen(problem, profile, constants, headroom, prepare, space)
+    safe = Screen(problem, profile, constants, min(0.5, headroom + safety), prepare, space)
     out = [Proposal(baseline, "baseline")]
     seen = {baseline}
 
@@ -253,7 +259,8 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
 
     # Climb from the best fix and from the baseline moved to every other IPU layout: going
     # from a pipeline to replicas needs several knobs at once, which one climb won't do.
-    starts = [config for _, _, config in fixes[:3]] or [screen.prepare(baseline)]
+    starts = [config for _, _, config in fixes[:3]] or [
+        screen.prepare(space.project(problem, profile, baseline))]
     starts += [moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"]
     safe_best = max({climb(safe, space, s) for s in starts}, key=lambda c: _score(safe(c)))
     if safe(safe_best) is not None and safe(safe_best).feasible:
@@ -266,6 +273,6 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
         _, knob, config = min(fixes, key=lambda t: screen(t[2]).throughput or 0.0)
         add(config, f"fix: {knob.replace('_', ' ')}")
     if baseline.ipus_per_replica > 1:
-        add(screen.prepare(baseline.replace(splits=balanced_splits(problem, profile, baseline, "memory"))),
-            "balanced by memory")
+        balanced = baseline.replace(splits=balanced_splits(problem, profile, baseline, "memory"))
+        add(screen.prepare(space.project(problem, profile, balanced)), "balanced by memory")
     return out

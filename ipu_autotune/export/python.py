@@ -87,6 +87,24 @@ _RECOMPUTE_NAME = {"none": "NoRecompute", "standard": "Standard", "norm_only": "
                    "pipeline": "Pipeline", "all": "RecomputeAll"}
 
 
+def config_notes(problem: Problem, config: Config) -> list[str]:
+    """What this config does that the code alone does not say, generated from the config
+    itself so that the comments cannot disagree with the code below them."""
+    c = config
+    notes = []
+    if c.loss_scaling == "auto":
+        notes.append(f"Loss scaling: automatic, starting at {ALS_INITIAL_SCALE:g}.")
+    elif c.loss_scaling != 1.0:
+        notes.append(f"Loss scaling: fixed at {c.loss_scaling:g}.")
+    if c.half_compute:
+        notes.append(f"Partials: {c.partials}." + (" Stochastic rounding on." if c.stochastic_rounding else ""))
+    if c.optimizer_state == "half" and problem.optimizer != "sgd_combined":
+        # poptorch/_optimizer_attributes.py: FP16 accumulators make PopTorch pick the Running
+        # mean-reduction strategy (no separate divide at the end of the accumulation).
+        notes.append("FP16 optimizer state: PopTorch switches the mean reduction to Running.")
+    return notes
+
+
 def optimizer_call(problem: Problem, config: Config) -> str:
     c = config
     state = "torch.float16" if c.optimizer_state == "half" else "torch.float32"
@@ -177,6 +195,7 @@ class TrainingModel(torch.nn.Module):
         if x.is_floating_point():
             x = x.to(INPUT_DTYPE)
         out = self.model(x)
+        out = getattr(out, "logits", out)  # Hugging Face style output objects
         if labels is None:
             return out
         return out, self.loss(out.float(), labels)
@@ -214,7 +233,7 @@ def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
         wrapped = "annotate(model)"
     source = _HEADER.format(
         version=__version__,
-        summary=_comment(summary),
+        summary=_comment("\n".join(filter(None, [summary, *config_notes(problem, config)]))),
         micro_batch=_int(problem.batch_size),
         input_dtype="torch.half" if config.half_compute else "torch.float",
         eight_bit_usage="\n    # feed uint8 images: normalisation runs on the IPU" if config.eight_bit_io else "",

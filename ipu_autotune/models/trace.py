@@ -113,13 +113,27 @@ def _is_wrapper(module: nn.Module) -> bool:
     return len(with_params) == 1
 
 
+#: residual blocks recognisable by class name (their forward adds a shortcut)
+_RESIDUAL_BLOCKS = ("BasicBlock", "Bottleneck", "ResBottleneckBlock", "ResBasicBlock")
+
+
+def _has_skip(module: nn.Module) -> bool:
+    """A block whose forward adds a skip connection around its children: kept whole, so no
+    split or checkpoint candidate lies where the skip crosses (the estimator does not count
+    a crossing tensor). torchvision marks them with `use_res_connect` (InvertedResidual,
+    MBConv) or a StochasticDepth child (MBConv, ConvNeXt's CNBlock)."""
+    if getattr(module, "use_res_connect", False) or type(module).__name__ in _RESIDUAL_BLOCKS:
+        return True
+    return any(type(c).__name__ == "StochasticDepth" for c in module.children())
+
+
 def _unit_candidates(model: nn.Module) -> list[str]:
     """Modules that are not broken down further: leaves, or blocks like a Bottleneck."""
     found: list[str] = []
 
     def visit(path: str, module: nn.Module, root: bool) -> None:
         children = list(module.named_children())
-        expand = children and (root or type(module) in CONTAINERS or _is_wrapper(module)
+        expand = children and not _has_skip(module) and (root or type(module) in CONTAINERS or _is_wrapper(module)
                                or any(_is_stack(c) for _, c in children))
         if not expand:
             found.append(path)

@@ -66,8 +66,15 @@ def build_model(name: str, num_classes: int, device: str | torch.device = "meta"
     """The user's model, with its own initialisation, in training mode, on `device`."""
     check_model_name(name)
     factory = _factory(name)
-    with torch.device(device):
-        model = factory(num_classes)
+    try:
+        with torch.device(device):
+            model = factory(num_classes)
+    except NotImplementedError as exc:
+        if "meta" not in str(exc) or torch.device(device).type != "meta":
+            raise
+        # A constructor that computes its layout with tensors (torchvision's RegNet reads
+        # block widths back with .tolist()) cannot run on meta: build on the CPU, then move.
+        model = factory(num_classes).to(device)
     if not isinstance(model, nn.Module):
         raise UsageError(f"model '{name}': the factory returned {type(model).__name__}, not an nn.Module")
     return model.train()

@@ -19,7 +19,9 @@ from typing import Any
 from ..errors import UsageError
 from ..models import partition
 from ..models.trace import ModelProfile
-from ..problem import EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config, Problem, read_toml
+from ..problem import (EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config, Problem,
+                       effective_recompute, read_toml)
+from ..rules import takes_images
 
 KNOBS = (
     "precision", "partials", "stochastic_rounding", "loss_scaling", "optimizer_state",
@@ -142,19 +144,34 @@ def builtin_space_path(name: str):
 class SearchSpace:
     """The knobs of one study. Build with `SearchSpace.load`."""
 
-    def __init__(self, knobs: dict[str, Knob], sources: list[str], user_knobs: frozenset[str] = frozenset()):
-        self.knobs = knobs
+    def __init__(self, knobs: dict[str, Knob], sources: list[str], user_knobs: frozenset[str] = frozenset(),
+                 domain: dict[str, Knob] | None = None, advised: frozenset[str] = frozenset()):
+        self.knobs = knobs  # what the sampler asks
         self.sources = sources
         self.user_knobs = user_knobs  # set by the user's --space file: advice never overrides them
+        self.domain = domain if domain is not None else knobs  # what a config may hold (see `outside`)
+        self.advised = advised  # not sampled: set by advice (numerics), so any value is in the space
+
+    def outside(self, problem: Problem, profile: ModelProfile, config: Config) -> list[str]:
+        """The knobs of `config` that this space could not have produced (empty: inside)."""
+        from .membership import outside
+        return outside(self, problem, profile, config)
+
+    def project(self, problem: Problem, profile: ModelProfile, config: Config) -> Config:
+        """`config` moved into the space: each knob outside takes the nearest allowed value."""
+        from .membership import project
+        return project(self, problem, profile, config)
 
     def without(self, *names: str) -> "SearchSpace":
         """A copy that no longer searches `names` (fixed at their first value), unless the
         user's space set them; the caller fills them in (e.g. from numerics advice)."""
         knobs = dict(self.knobs)
+        advised = set(self.advised)
         for name in names:
             if name not in self.user_knobs and isinstance(knobs[name], Choice):
                 knobs[name] = Choice(knobs[name].values[:1])
-        return SearchSpace(knobs, self.sources, self.user_knobs)
+                advised.add(name)
+        return SearchSpace(knobs, self.sources, self.user_knobs, self.domain, frozenset(advised))
 
     @classmethod
     def load(cls, problem: Problem, path: str | Path | None = None) -> "SearchSpace":
@@ -258,25 +275,26 @@ class SearchSpace:
             loss_scaling = s.choose("loss_scaling" if half_weights else "loss_scaling_fp32_weights", scales)
         else:
             loss_scaling = 1.0
-        optimizer_state = s.ask("optimizer_state")
+        optimizer_state = s.ask("optimizer_state") if problem.optimizer != "sgd_combined" else "float"
 
         pipelined = execution == "pipelined" and ipr > 1
-        modes = [m for m in s.values("recompute") if pipelined or m != "pipeline"]
+        modes = distinct_recompute([m for m in s.values("recompute") if pipelined or m != "pipeline"], pipelined)
         recompute = s.choose("recompute_pipelined" if pipelined else "recompute", modes)
-        effective = ("pipeline" if pipelined else "none") if recompute == "default" else recompute
+        effective = effective_recompute(recompute, pipelined)
         checkpoints: tuple[str, ...] = ()
         if effective in ("pipeline", "all"):
             every = s.ask("checkpoint_every")
             checkpoints = checkpoints_every(profile, splits, every)
         amp = tuple(s.ask("available_memory_proportion", f"available_memory_proportion_ipu{i}")
                     for i in range(ipr))
-        offload = s.ask("optimizer_offload") if problem.target != "mk1" else False
-        rts = s.ask("replicated_tensor_sharding") if replicas > 1 else False
+        has_state = problem.optimizer != "sgd_combined"  # state knobs do nothing (rules.py)
+        offload = s.ask("optimizer_offload") if problem.target != "mk1" and has_state else False
+        rts = s.ask("replicated_tensor_sharding") if replicas > 1 and has_state else False
 
         if accumulation is None:
             accumulation = max(s.ask("gradient_accumulation"), self._min_accumulation(ipr, execution))
         device_iterations = s.ask("device_iterations")
-        eight_bit_io = s.ask("eight_bit_io") if problem.input_shape[0] in (1, 3) else False
+        eight_bit_io = s.ask("eight_bit_io") if takes_images(problem) else False
         io_tiles = 0
         if not pipelined:
             io_tiles = s.ask("io_tiles")
@@ -310,6 +328,18 @@ class SearchSpace:
         replay = _Replay(wanted_params(config, profile))
         self.sample(replay, problem, profile)
         return replay.recorded
+
+
+def distinct_recompute(modes: list[str], pipelined: bool) -> list[str]:
+    """One mode per distinct PopART behaviour (the first listed): trials are not spent on
+    modes that compile alike (standard, norm_only and all when pipelined)."""
+    seen: set[str] = set()
+    out = []
+    for m in modes:
+        if effective_recompute(m, pipelined) not in seen:
+            seen.add(effective_recompute(m, pipelined))
+            out.append(m)
+    return out
 
 
 def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int) -> tuple[str, ...]:
@@ -393,15 +423,24 @@ class _Asker:
 class _Replay:
     """A stand-in trial that answers with the wanted values, recording those in range."""
 
-    def __init__(self, wanted: dict[str, Any]):
+    def __init__(self, wanted: dict[str, Any], nearest: bool = False):
         self.wanted = wanted
         self.recorded: dict[str, Any] = {}
+        self.nearest = nearest  # out of range: the nearest allowed value, not the lowest
 
     def _answer(self, name: str, domain: Knob, fallback):
         v = self.wanted.get(name)
         if v is not None and domain.contains(v):
             self.recorded[name] = v
             return v
+        if self.nearest and isinstance(domain, Range) and isinstance(v, (int, float)) \
+                and not isinstance(v, bool):
+            step = domain.step or (1 if domain.integer else None)
+            v = min(max(v, domain.low), domain.high)
+            if step:
+                v = domain.low + step * round((v - domain.low) / step)
+                v = min(v, domain.high)
+            return int(v) if domain.integer else round(v, 6)
         return fallback
 
     def suggest_categorical(self, name, choices):

@@ -99,13 +99,15 @@ def stage_memory(problem: Problem, config: Config, stage: Stage, n_stages: int,
     gradients = stage.params * accumulator_bytes_per_param(problem, config)
 
     state_per_param = state_bytes_per_param(problem, config)
-    if config.optimizer_offload:
+    # sgd_combined: the location settings have no effect (PopTorch optim.SGD docstring).
+    location_applies = problem.optimizer != "sgd_combined"
+    if config.optimizer_offload and location_applies:
         # State lives in Streaming Memory but is streamed back for the update: the largest
         # single variable's state is on chip at once.
         optimizer = stage.largest_param * state_per_param
     else:
         optimizer = stage.params * state_per_param
-        if config.replicated_tensor_sharding and config.replicas > 1:
+        if config.replicated_tensor_sharding and config.replicas > 1 and location_applies:
             optimizer = optimizer / config.replicas + stage.largest_param * state_per_param / config.replicas
 
     activations, stash = _activations_and_stash(stage, config, n_stages)

@@ -92,22 +92,20 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
     ga = config.gradient_accumulation
 
     input_s = stages[0].in_bytes * input_scale(config) / (target.host_bytes_per_s * k.host_bandwidth_scale)
-    overlapped_io = config.io_tiles > 0
-
+    # No overlap credit for I/O tiles: the exported code only reserves them
+    # (TensorLocations.numIOTiles); without poptorch.set_overlap_for_input/output the host
+    # transfer stays on the step's critical path and the tiles are only lost to compute.
     per_stage = [t.total for t in times]
-    if not overlapped_io:
-        per_stage[0] += input_s
+    per_stage[0] += input_s
     if config.pipelined:
         cycle = max(per_stage) + k.pipeline_cycle_overhead_s
         compute = (ga + n - 1) * cycle
     else:
         compute = ga * sum(per_stage)
-        if overlapped_io:
-            compute = max(compute, ga * input_s)
 
     # Weight update: streaming the optimizer state when it is offloaded.
     update = 0.0
-    if config.optimizer_offload:
+    if config.optimizer_offload and problem.optimizer != "sgd_combined":  # no state to stream
         state = max(s.params for s in stages) * state_bytes_per_param(problem, config)
         if config.replicated_tensor_sharding and config.replicas > 1:
             state /= config.replicas
