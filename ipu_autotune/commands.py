@@ -143,7 +143,11 @@ def cmd_tune(args) -> int:
     best = st.best_record(study)
     closest = None if best else st.closest_record(records)
     base = next((r for r in records if r.origin == "baseline"), records[0] if records else None)
-    files = _write_outputs(out_dir, problem, study_name, records, best, _notes(advice))
+    from .host import pipeline as host_pipeline, report as host_report
+
+    base_gb = host_pipeline.global_batch(problem, base.config) if base is not None else None
+    files = _write_outputs(out_dir, problem, study_name, records, best, _notes(advice), base_gb)
+    reference = host_report.workshop_reference(problem) if best is not None else None
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
@@ -156,6 +160,8 @@ def cmd_tune(args) -> int:
         "files": {k: str(v) for k, v in files.items()}, "resume": resume,
         "numerics": advice.to_dict() if advice is not None else None,
         "compiles": _compile_counts(backend),
+        "workshop_reference": reference.to_dict() if reference is not None else None,
+        "learning_rate": _lr_json(problem, base, best),
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -163,7 +169,7 @@ def cmd_tune(args) -> int:
         console.print(_one_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         _print_summary(console, problem, base, best, closest, files, resume, estimated,
-                       len(ran), runner.stop_requested, advice, _compile_counts(backend))
+                       len(ran), runner.stop_requested, advice, _compile_counts(backend), reference)
     return 130 if runner.stop_requested and len(ran) < args.trials else 0
 
 
@@ -189,6 +195,18 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
     if args.out:
         extra += ["--out", args.out]
     return resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
+
+
+def _lr_json(problem: Problem, base, best) -> dict | None:
+    from .host.report import learning_rate
+
+    if best is None:
+        return None
+    lr = learning_rate(problem, base.config if base is not None else None, best.config)
+    if lr is None:
+        return None
+    return {"optimizer": lr.optimizer, "rule": lr.rule, "base_lr": lr.base_lr,
+            "base_global_batch": lr.base_global_batch, "global_batch": lr.global_batch, "lr": lr.lr}
 
 
 def _compile_counts(backend) -> dict | None:
@@ -226,7 +244,7 @@ def _print_header(console, problem: Problem, backend, study_name, storage_url, c
 
 
 def _print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
-                   advice=None, compiles=None) -> None:
+                   advice=None, compiles=None, reference=None) -> None:
     console.print()
     if best is None:
         console.print("[bold red]Nothing fits yet.[/]")
@@ -243,6 +261,10 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
         speed = ui.speedup_line(base, best)
         if speed:
             console.print(f"[bold green]{speed}[/]" + (" (both estimated)" if estimated else ""))
+        from .host.report import lines as end_to_end_lines
+
+        for line in end_to_end_lines(problem, base, best, reference):
+            console.print(f"  {line}", highlight=False)
     if advice is not None:
         from .numerics import summary_lines
 
@@ -261,7 +283,7 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
 
 
 def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, best,
-                   notes: list[str]) -> dict[str, Path]:
+                   notes: list[str], base_global_batch: int | None = None) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     log = out_dir / "trials.jsonl"
@@ -273,7 +295,7 @@ def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, be
         for fmt, name in (("toml", "best.toml"), ("python", "best_options.py")):
             path = out_dir / name
             path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name,
-                                          notes))
+                                          notes, base_global_batch))
             files["config" if fmt == "toml" else "snippet"] = path
     return files
 
@@ -442,9 +464,14 @@ def cmd_export(args) -> int:
     except (KeyError, TypeError, ValueError, AttributeError):
         raise UsageError(f"study '{args.study}': its stored numerics advice is unreadable (not written by "
                          "this version of ipu-autotune?); nothing exported") from None
+    from .host.pipeline import global_batch
+    from .study import records as study_records
+
+    base = next((r for r in study_records(study) if r.origin == "baseline"), None)
+    base_gb = global_batch(problem, base.config) if base is not None else None
     try:
         text = export.render(args.format, problem, record.config, record.measurement, record.number, args.study,
-                             notes)
+                             notes, base_gb)
     except ValueError as exc:
         raise UsageError(f"trial {record.number} cannot be exported safely: {exc}") from None
     if args.output:
