@@ -68,6 +68,20 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _micro_batch_knob(text: str):
+    """'search', or 'LOW-HIGH': the micro_batch knob of the search space."""
+    if text == "search":
+        return text
+    low, sep, high = text.partition("-")
+    try:
+        low_n, high_n = int(low), int(high if sep else low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'search' or a range such as 8-128, got {text!r}") from None
+    if not 1 <= low_n <= high_n:
+        raise argparse.ArgumentTypeError(f"expected 1 <= LOW <= HIGH, got {text!r}")
+    return {"low": low_n, "high": high_n, "log": True}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but errors are our one-line UsageError (exit 2, no usage dump)."""
 
@@ -90,6 +104,20 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) ->
     p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
     p.add_argument("--global-batch", type=_positive_int, default=None,
                    help="fix micro-batch x gradient accumulation x replicas to this")
+    data = p.add_argument_group("data and host (end-to-end throughput)")
+    data.add_argument("--dataset-size", type=_positive_int, default=None,
+                      help="samples per epoch (default 50,000: the workshop's CIFAR-10); one call may not need more")
+    data.add_argument("--host-memory", type=positive(float), default=None, metavar="GB",
+                      help="host memory one call's samples may take, times the loader's buffers (default 32)")
+    data.add_argument("--max-global-batch", type=_positive_int, default=None,
+                      help="ceiling on micro-batch x accumulation x replicas (default 2048; README, 'Training recipe')")
+
+
+def add_data_arg(p: argparse.ArgumentParser) -> None:
+    """--data for tune and estimate (numerics has its own, for gradient statistics)."""
+    p.add_argument("--data", metavar="MODULE:FUNCTION",
+                      help="your Dataset or DataLoader: its host cost per sample is timed on this CPU "
+                           "(default: costs calibrated on the workshop's epoch times)")
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -110,9 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Tune a model: an Optuna study from the baseline to a fast "
                                       "configuration that fits. Resumes when the study exists.")
     add_problem_args(tune)
+    add_data_arg(tune)
     tune.add_argument("--baseline", metavar="FILE", help="config TOML of your starting point "
                       "(default: FP32, defaults, split by block count)")
     tune.add_argument("--space", metavar="FILE", help="search space TOML merged over the built-in one")
+    tune.add_argument("--micro-batch", type=_micro_batch_knob, default=None, metavar="search|LOW-HIGH",
+                      help="search the micro-batch too (off by default: --batch-size is kept): 'search' "
+                           "tries powers of two, LOW-HIGH a range")
     tune.add_argument("--trials", type=_positive_int, default=DEFAULT_TRIALS,
                       help=f"new trials to run (default {DEFAULT_TRIALS})")
     tune.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
@@ -149,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Measure one configuration (from --config and/or --set) "
                                      "with a backend; --json prints one Measurement.")
     add_problem_args(est, model_required=False)
+    add_data_arg(est)
     est.add_argument("--config", metavar="FILE", help="TOML with [config] (and optionally [problem])")
     est.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set precision=16.16 --set splits=layer3.8")
@@ -197,7 +230,9 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
             values.pop("input_shape", None)
         values["model"] = args.model
     for flag, key in (("batch_size", "batch_size"), ("ipus", "ipus"), ("num_classes", "num_classes"),
-                      ("optimizer", "optimizer"), ("target", "target"), ("global_batch", "global_batch")):
+                      ("optimizer", "optimizer"), ("target", "target"), ("global_batch", "global_batch"),
+                      ("dataset_size", "dataset_size"), ("host_memory", "host_memory_gb"),
+                      ("max_global_batch", "max_global_batch")):
         if getattr(args, flag, None) is not None:
             values[key] = getattr(args, flag)
     if getattr(args, "input_shape", None):
@@ -208,7 +243,11 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
         raise UsageError("name a model (e.g. resnet50) or give --config with a [problem] table")
     if "batch_size" not in values:
         raise UsageError("give --batch-size (the micro-batch per replica)")
-    return Problem.from_dict(values, "problem")
+    from .rules import check_problem
+
+    problem = Problem.from_dict(values, "problem")
+    check_problem(problem)
+    return problem
 
 
 def resume_command(problem: Problem, storage: str, study: str) -> str:
@@ -220,9 +259,11 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
         parts += ["--ipus", str(problem.ipus)]
     if problem.input_shape != default_input_shape(problem.model):
         parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
-    for key in ("num_classes", "optimizer", "target", "global_batch"):
+    for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch"):
         if getattr(problem, key) != getattr(defaults, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
+    if problem.host_memory_gb != defaults.host_memory_gb:
+        parts += ["--host-memory", f"{problem.host_memory_gb:g}"]
     if storage != DEFAULT_STORAGE:
         parts += ["--storage", mask_url(storage)]
     if study != problem.slug:

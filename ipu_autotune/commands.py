@@ -68,7 +68,7 @@ def cmd_tune(args) -> int:
     from .warmstart import naive_baseline, proposals
 
     console = _console(args)
-    problem = problem_from_args(args)
+    problem = _with_host_data(args, problem_from_args(args), console)
     check_url(args.storage)  # a URL that cannot work fails before the model is traced
     baseline_file = load_config_file(args.baseline) if args.baseline else None
     if baseline_file and baseline_file.problem and baseline_file.problem != problem:
@@ -79,6 +79,8 @@ def cmd_tune(args) -> int:
 
     profile = _trace(problem, console)
     space = SearchSpace.load(problem, args.space)
+    if args.micro_batch is not None:
+        space = space.with_knob("micro_batch", args.micro_batch, "--micro-batch")
     if not space.ipu_layouts(problem, profile):
         raise UsageError("no IPU layout fits the problem and the search space "
                          "(check --ipus, --global-batch and the space's ipus_per_replica/replicas)")
@@ -93,6 +95,7 @@ def cmd_tune(args) -> int:
     storage = open_storage(storage_url, args.heartbeat)  # unreachable: one line, before any note
     existing = st.load_existing(storage, study_name)
     if existing is not None:
+        problem = _stored_host_costs(existing, problem)
         st.check_same_problem(existing, problem)
     backend = make_backend(args, problem, console, out_dir / "trials")
     estimated = backend.name == "estimate"
@@ -173,6 +176,35 @@ def cmd_tune(args) -> int:
     return 130 if runner.stop_requested and len(ran) < args.trials else 0
 
 
+def _with_host_data(args, problem: Problem, console) -> Problem:
+    """The problem with its host costs timed from --data (a few seconds on this CPU)."""
+    if not getattr(args, "data", None):
+        return problem
+    from dataclasses import replace
+
+    from .host.measure import DEFAULT_SECONDS, measure
+
+    with console.status(f"Timing the host input pipeline of --data {args.data} for {DEFAULT_SECONDS:g} s…") as status:
+        measured = measure(args.data, progress=lambda n, t: status.update(
+            f"Timing the host input pipeline of --data {args.data}: {n:,} samples in {t:.1f} s…"))
+    if not getattr(args, "quiet", False):
+        console.print(f"[dim]{measured.line()}[/]", highlight=False)
+    return replace(problem, host_float_sample_s=measured.float_sample_s, host_uint8_sample_s=measured.uint8_sample_s)
+
+
+def _stored_host_costs(study, problem: Problem) -> Problem:
+    """A resumed study keeps the host costs it was created with (a new timing differs a little)."""
+    from dataclasses import replace
+
+    from .study import stored_problem
+
+    stored = stored_problem(study)
+    if stored is None:
+        return problem
+    return replace(problem, host_float_sample_s=stored.host_float_sample_s,
+                   host_uint8_sample_s=stored.host_uint8_sample_s)
+
+
 def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
     """The command that goes on with this study as this run did (the storage password masked)."""
     import shlex
@@ -184,6 +216,9 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
         extra += ["--trials", str(trials)]
     if args.space:
         extra += ["--space", args.space]
+    if args.micro_batch is not None:
+        mb = args.micro_batch
+        extra += ["--micro-batch", mb if isinstance(mb, str) else f"{mb['low']}-{mb['high']}"]
     if args.backend != "auto":
         extra += ["--backend", args.backend]
     if args.headroom != DEFAULT_HEADROOM:
@@ -378,7 +413,7 @@ def cmd_estimate(args) -> int:
 
     console = _console(args)
     file = load_config_file(args.config) if args.config else None
-    problem = problem_from_args(args, file.problem if file else None)
+    problem = _with_host_data(args, problem_from_args(args, file.problem if file else None), console)
     profile = _trace(problem, console)
     values = file.config.to_dict() if file and file.config else naive_baseline(problem, profile).to_dict()
     overrides = _parse_set(args.set)
@@ -408,6 +443,12 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
     speed = f"  throughput {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})" \
         if m.throughput else ""
     console.print(Text.assemble("verdict: ", verdict, speed))
+    if m.bottleneck:
+        from .host.pipeline import bottleneck_line
+
+        device = f"; the IPUs alone {m.device_throughput:,.0f}/s" if m.device_throughput else ""
+        console.print(f"end to end: bottleneck {bottleneck_line(m)}{device}; {m.samples_per_call:,} samples "
+                      f"({ui.format_bytes(m.host_bytes_per_call)}) per call ({label})", highlight=False)
     worst = m.worst_ipu()
     if worst is not None and m.breakdown:
         bd = m.breakdown[worst]

@@ -163,6 +163,19 @@ CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
 )
 
 
+def check_problem(p: Problem) -> None:
+    """What no config can fix: raised as bad input before anything is traced or stored."""
+    if p.batch_size > p.dataset_size:
+        raise UsageError(f"the dataset ({p.dataset_size:,} samples) is smaller than one micro-batch "
+                         f"({p.batch_size}); lower --batch-size or check --dataset-size")
+    if p.global_batch and p.global_batch > p.max_global_batch:
+        raise UsageError(f"--global-batch {p.global_batch} is above the ceiling {p.max_global_batch}; "
+                         f"raise --max-global-batch to at least {p.global_batch} or lower --global-batch")
+    if p.global_batch and p.global_batch > p.dataset_size:
+        raise UsageError(f"--global-batch {p.global_batch} is more than the dataset ({p.dataset_size:,} "
+                         "samples): not one weight update per epoch; lower it or check --dataset-size")
+
+
 def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:
     """Splits and checkpoints must name modules of the model; splits in execution order.
 

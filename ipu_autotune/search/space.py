@@ -154,6 +154,12 @@ class SearchSpace:
         self.sources = sources
         self.user_knobs = user_knobs  # set by the user's --space file: advice never overrides them
 
+    def with_knob(self, name: str, raw: Any, where: str) -> "SearchSpace":
+        """A copy with one knob set from the command line (a user knob, like --space's)."""
+        knobs = dict(self.knobs)
+        knobs[name] = _parse_knob(name, raw, where)
+        return SearchSpace(knobs, self.sources + [where], self.user_knobs | {name})
+
     def without(self, *names: str) -> "SearchSpace":
         """A copy that no longer searches `names` (fixed at their first value), unless the
         user's space set them; the caller fills them in (e.g. from numerics advice)."""
