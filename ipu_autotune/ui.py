@@ -78,6 +78,10 @@ def knobs_summary(c: Config) -> str:
         parts.append("8bit")
     if c.io_tiles:
         parts.append(f"io{c.io_tiles}")
+    if c.micro_batch:
+        parts.append(f"mb{c.micro_batch}")
+    if c.loader_mode == "async" or c.loader_workers:
+        parts.append(("async" if c.loader_mode == "async" else "sync") + (f" w{c.loader_workers}" if c.loader_workers else ""))
     return " ".join(parts)
 
 

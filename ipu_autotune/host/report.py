@@ -42,7 +42,8 @@ def lines(problem: Problem, base, best, reference=None) -> list[str]:
     label = " (estimated)" if m.source == "estimate" or m.details.get("throughput_source") == "estimate" else ""
     if m.bottleneck:
         n = m.samples_per_call or pipeline.samples_per_call(problem, best.config)
-        out.append(f"best: bottleneck {pipeline.bottleneck_line(m)}{label}; {n:,} samples per call "
+        alone = f", the IPUs alone {m.device_throughput:,.0f}/s" if m.device_throughput else ""
+        out.append(f"best: bottleneck {pipeline.bottleneck_line(m)}{label}{alone}; {n:,} samples per call "
                    f"of {problem.dataset_size:,} per epoch")
     if reference is not None and reference.throughput:
         ratio = f"; best is {m.throughput / reference.throughput:.1f}x it" if m.throughput else ""

@@ -146,6 +146,11 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
         result["error"] = CaughtError.from_exception(exc).to_dict()
         return result
 
+    refused = refusal(problem, config)  # before the model, the options or the host batch exist
+    if refused:
+        result.update(status="refused", reason=f"refused before allocating the host batch: {refused}")
+        log(result["reason"])
+        return result
     try:
         from ...models.zoo import build_model
 
@@ -163,11 +168,6 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
         Path(request["options_path"]).write_text(repr(opts) + "\n")  # never toDict (pitfall 13)
         optimizer = ns["make_optimizer"](model, lr=request["lr"]) if request.get("lr") is not None \
             else ns["make_optimizer"](model)
-        refused = refusal(problem, config)
-        if refused:
-            result.update(status="refused", reason=f"refused before allocating the host batch: {refused}")
-            log(result["reason"])
-            return result
         x, labels = host_batch(problem, config, ns.get("INPUT_DTYPE", torch.float))
         result["phase"] = "compile"
         training = poptorch.trainingModel(model, opts, optimizer)
