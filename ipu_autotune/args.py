@@ -63,6 +63,20 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) ->
     p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
     p.add_argument("--global-batch", type=_positive_int, default=None,
                    help="fix micro-batch x gradient accumulation x replicas to this")
+    data = p.add_argument_group("data and host (end-to-end throughput)")
+    data.add_argument("--dataset-size", type=_positive_int, default=None,
+                      help="samples per epoch (default 50,000: the workshop's CIFAR-10); one call may not need more")
+    data.add_argument("--host-memory", type=positive(float), default=None, metavar="GB",
+                      help="host memory one call's samples may take, times the loader's buffers (default 32)")
+    data.add_argument("--max-global-batch", type=_positive_int, default=None,
+                      help="ceiling on micro-batch x accumulation x replicas (default 2048; README, 'Training recipe')")
+
+
+def add_data_arg(p: argparse.ArgumentParser) -> None:
+    """--data for tune and estimate (numerics has its own, for gradient statistics)."""
+    p.add_argument("--data", metavar="MODULE:FUNCTION",
+                   help="your Dataset or DataLoader: its host cost per sample is timed on this CPU "
+                        "(default: costs calibrated on the workshop's epoch times)")
 
 
 def problem_from_args(args, base: Problem | None = None) -> Problem:
@@ -73,7 +87,9 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
             values.pop("input_shape", None)
         values["model"] = args.model
     for flag, key in (("batch_size", "batch_size"), ("ipus", "ipus"), ("num_classes", "num_classes"),
-                      ("optimizer", "optimizer"), ("target", "target"), ("global_batch", "global_batch")):
+                      ("optimizer", "optimizer"), ("target", "target"), ("global_batch", "global_batch"),
+                      ("dataset_size", "dataset_size"), ("host_memory", "host_memory_gb"),
+                      ("max_global_batch", "max_global_batch")):
         if getattr(args, flag, None) is not None:
             values[key] = getattr(args, flag)
     if getattr(args, "input_shape", None):
@@ -84,7 +100,11 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
         raise UsageError("name a model (e.g. resnet50) or give --config with a [problem] table")
     if "batch_size" not in values:
         raise UsageError("give --batch-size (the micro-batch per replica)")
-    return Problem.from_dict(values, "problem")
+    from .rules import check_problem
+
+    problem = Problem.from_dict(values, "problem")
+    check_problem(problem)
+    return problem
 
 
 def resume_command(problem: Problem, storage: str, study: str) -> str:
@@ -96,9 +116,11 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
         parts += ["--ipus", str(problem.ipus)]
     if problem.input_shape != default_input_shape(problem.model):
         parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
-    for key in ("num_classes", "optimizer", "target", "global_batch"):
+    for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch"):
         if getattr(problem, key) != getattr(defaults, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
+    if problem.host_memory_gb != defaults.host_memory_gb:
+        parts += ["--host-memory", f"{problem.host_memory_gb:g}"]
     if storage != DEFAULT_STORAGE:
         parts += ["--storage", mask_url(storage)]
     if study != problem.slug:

@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
-from .args import DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE, DEFAULT_TRIALS, add_problem_args, positive
+from .args import (DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE, DEFAULT_TRIALS, add_data_arg,
+                   add_problem_args, positive)
 from .errors import UsageError
 
 SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics")
@@ -33,6 +34,20 @@ def _fraction(text: str) -> float:
     if not 0 <= value <= 0.5:
         raise argparse.ArgumentTypeError(f"must be in [0, 0.5], got {value}")
     return value
+
+
+def _micro_batch_knob(text: str):
+    """'search', or 'LOW-HIGH': the micro_batch knob of the search space."""
+    if text == "search":
+        return text
+    low, sep, high = text.partition("-")
+    try:
+        low_n, high_n = int(low), int(high if sep else low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'search' or a range such as 8-128, got {text!r}") from None
+    if not 1 <= low_n <= high_n:
+        raise argparse.ArgumentTypeError(f"expected 1 <= LOW <= HIGH, got {text!r}")
+    return {"low": low_n, "high": high_n, "log": True}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,9 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Tune a model: an Optuna study from the baseline to a fast "
                                       "configuration that fits. Resumes when the study exists.")
     add_problem_args(tune)
+    add_data_arg(tune)
     tune.add_argument("--baseline", metavar="FILE", help="config TOML of your starting point "
                       "(default: FP32, defaults, split by block count)")
     tune.add_argument("--space", metavar="FILE", help="search space TOML merged over the built-in one")
+    tune.add_argument("--micro-batch", type=_micro_batch_knob, default=None, metavar="search|LOW-HIGH",
+                      help="search the micro-batch too (off by default: --batch-size is kept): 'search' "
+                           "tries powers of two, LOW-HIGH a range")
     tune.add_argument("--trials", type=_positive_int, default=DEFAULT_TRIALS,
                       help=f"new trials to run (default {DEFAULT_TRIALS})")
     tune.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
@@ -99,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Measure one configuration (from --config and/or --set) "
                                      "with a backend; --json prints one Measurement.")
     add_problem_args(est, model_required=False)
+    add_data_arg(est)
     est.add_argument("--config", metavar="FILE", help="TOML with [config] (and optionally [problem])")
     est.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set precision=16.16 --set splits=layer3.8")

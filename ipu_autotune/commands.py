@@ -68,7 +68,7 @@ def cmd_tune(args) -> int:
     from .warmstart import naive_baseline, proposals
 
     console = _console(args)
-    problem = problem_from_args(args)
+    problem = _with_host_data(args, problem_from_args(args), console)
     check_url(args.storage)  # a URL that cannot work fails before the model is traced
     baseline_file = load_config_file(args.baseline) if args.baseline else None
     if baseline_file and baseline_file.problem and baseline_file.problem != problem:
@@ -79,6 +79,8 @@ def cmd_tune(args) -> int:
 
     profile = _trace(problem, console)
     space = SearchSpace.load(problem, args.space)
+    if args.micro_batch is not None:
+        space = space.with_knob("micro_batch", args.micro_batch, "--micro-batch")
     if not space.ipu_layouts(problem, profile):
         raise UsageError("no IPU layout fits the problem and the search space "
                          "(check --ipus, --global-batch and the space's ipus_per_replica/replicas)")
@@ -93,6 +95,7 @@ def cmd_tune(args) -> int:
     storage = open_storage(storage_url, args.heartbeat)  # unreachable: one line, before any note
     existing = st.load_existing(storage, study_name)
     if existing is not None:
+        problem = _stored_host_costs(existing, problem)
         st.check_same_problem(existing, problem)
     backend = make_backend(args, problem, console, out_dir / "trials")
     estimated = backend.name == "estimate"
@@ -143,8 +146,12 @@ def cmd_tune(args) -> int:
     best = st.best_record(study)
     closest = None if best else st.closest_record(records)
     base = next((r for r in records if r.origin.startswith("baseline")), records[0] if records else None)
+    from .host import pipeline as host_pipeline, report as host_report
+
+    base_gb = host_pipeline.global_batch(problem, base.config) if base is not None else None
     files = _write_outputs(out_dir, problem, study_name, records, best,
-                           _notes(advice, best.config) if best else [])
+                           _notes(advice, best.config) if best else [], base_gb)
+    reference = host_report.workshop_reference(problem) if best is not None else None
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
@@ -157,6 +164,8 @@ def cmd_tune(args) -> int:
         "files": {k: str(v) for k, v in files.items()}, "resume": resume,
         "numerics": advice.to_dict() if advice is not None else None,
         "compiles": _compile_counts(backend),
+        "workshop_reference": reference.to_dict() if reference is not None else None,
+        "learning_rate": _lr_json(problem, base, best),
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -164,8 +173,37 @@ def cmd_tune(args) -> int:
         console.print(_one_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         _print_summary(console, problem, base, best, closest, files, resume, estimated,
-                       len(ran), runner.stop_requested, advice, _compile_counts(backend))
+                       len(ran), runner.stop_requested, advice, _compile_counts(backend), reference)
     return 130 if runner.stop_requested and len(ran) < args.trials else 0
+
+
+def _with_host_data(args, problem: Problem, console) -> Problem:
+    """The problem with its host costs timed from --data (a few seconds on this CPU)."""
+    if not getattr(args, "data", None):
+        return problem
+    from dataclasses import replace
+
+    from .host.measure import DEFAULT_SECONDS, measure
+
+    with console.status(f"Timing the host input pipeline of --data {args.data} for {DEFAULT_SECONDS:g} s…") as status:
+        measured = measure(args.data, progress=lambda n, t: status.update(
+            f"Timing the host input pipeline of --data {args.data}: {n:,} samples in {t:.1f} s…"))
+    if not getattr(args, "quiet", False):
+        console.print(f"[dim]{measured.line()}[/]", highlight=False)
+    return replace(problem, host_float_sample_s=measured.float_sample_s, host_uint8_sample_s=measured.uint8_sample_s)
+
+
+def _stored_host_costs(study, problem: Problem) -> Problem:
+    """A resumed study keeps the host costs it was created with (a new timing differs a little)."""
+    from dataclasses import replace
+
+    from .study import stored_problem
+
+    stored = stored_problem(study)
+    if stored is None:
+        return problem
+    return replace(problem, host_float_sample_s=stored.host_float_sample_s,
+                   host_uint8_sample_s=stored.host_uint8_sample_s)
 
 
 def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
@@ -179,6 +217,9 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
         extra += ["--trials", str(trials)]
     if args.space:
         extra += ["--space", args.space]
+    if args.micro_batch is not None:
+        mb = args.micro_batch
+        extra += ["--micro-batch", mb if isinstance(mb, str) else f"{mb['low']}-{mb['high']}"]
     if args.backend != "auto":
         extra += ["--backend", args.backend]
     if args.headroom != DEFAULT_HEADROOM:
@@ -190,6 +231,18 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
     if args.out:
         extra += ["--out", args.out]
     return resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
+
+
+def _lr_json(problem: Problem, base, best) -> dict | None:
+    from .host.report import learning_rate
+
+    if best is None:
+        return None
+    lr = learning_rate(problem, base.config if base is not None else None, best.config)
+    if lr is None:
+        return None
+    return {"optimizer": lr.optimizer, "rule": lr.rule, "base_lr": lr.base_lr,
+            "base_global_batch": lr.base_global_batch, "global_batch": lr.global_batch, "lr": lr.lr}
 
 
 def _compile_counts(backend) -> dict | None:
@@ -227,7 +280,7 @@ def _print_header(console, problem: Problem, backend, study_name, storage_url, c
 
 
 def _print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
-                   advice=None, compiles=None) -> None:
+                   advice=None, compiles=None, reference=None) -> None:
     console.print()
     if best is None:
         console.print("[bold red]Nothing fits yet.[/]")
@@ -244,6 +297,10 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
         speed = ui.speedup_line(base, best)
         if speed:
             console.print(f"[bold green]{speed}[/]" + (" (both estimated)" if estimated else ""))
+        from .host.report import lines as end_to_end_lines
+
+        for line in end_to_end_lines(problem, base, best, reference):
+            console.print(f"  {line}", highlight=False)
     if advice is not None:
         from .numerics import summary_lines
 
@@ -262,7 +319,7 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
 
 
 def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, best,
-                   notes: list[str]) -> dict[str, Path]:
+                   notes: list[str], base_global_batch: int | None = None) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     log = out_dir / "trials.jsonl"
@@ -274,7 +331,7 @@ def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, be
         for fmt, name in (("toml", "best.toml"), ("python", "best_options.py")):
             path = out_dir / name
             path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name,
-                                          notes))
+                                          notes, base_global_batch))
             files["config" if fmt == "toml" else "snippet"] = path
     return files
 
@@ -356,7 +413,7 @@ def cmd_estimate(args) -> int:
 
     console = _console(args)
     file = load_config_file(args.config) if args.config else None
-    problem = problem_from_args(args, file.problem if file else None)
+    problem = _with_host_data(args, problem_from_args(args, file.problem if file else None), console)
     profile = _trace(problem, console)
     values = file.config.to_dict() if file and file.config else naive_baseline(problem, profile).to_dict()
     overrides = _parse_set(args.set)
@@ -386,6 +443,12 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
     speed = f"  throughput {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})" \
         if m.throughput else ""
     console.print(Text.assemble("verdict: ", verdict, speed))
+    if m.bottleneck:
+        from .host.pipeline import bottleneck_line
+
+        device = f"; the IPUs alone {m.device_throughput:,.0f}/s" if m.device_throughput else ""
+        console.print(f"end to end: bottleneck {bottleneck_line(m)}{device}; {m.samples_per_call:,} samples "
+                      f"({ui.format_bytes(m.host_bytes_per_call)}) per call ({label})", highlight=False)
     worst = m.worst_ipu()
     if worst is not None and m.breakdown:
         bd = m.breakdown[worst]
@@ -442,9 +505,14 @@ def cmd_export(args) -> int:
     except (KeyError, TypeError, ValueError, AttributeError):
         raise UsageError(f"study '{args.study}': its stored numerics advice is unreadable (not written by "
                          "this version of ipu-autotune?); nothing exported") from None
+    from .host.pipeline import global_batch
+    from .study import records as study_records
+
+    base = next((r for r in study_records(study) if r.origin == "baseline"), None)
+    base_gb = global_batch(problem, base.config) if base is not None else None
     try:
         text = export.render(args.format, problem, record.config, record.measurement, record.number, args.study,
-                             notes)
+                             notes, base_gb)
     except ValueError as exc:
         raise UsageError(f"trial {record.number} cannot be exported safely: {exc}") from None
     if args.output:

@@ -23,6 +23,13 @@ TARGETS = ("mk1", "mk2", "bow")
 EXECUTIONS = ("pipelined", "sharded")
 RECOMPUTE_MODES = ("default", "none", "standard", "norm_only", "pipeline", "all")
 STATE_DTYPES = ("float", "half")
+LOADER_MODES = ("sync", "async")  # poptorch.DataLoaderMode.Sync / .Async
+#: the workshop's data: the CIFAR-10 training set
+DEFAULT_DATASET_SIZE = 50_000
+#: host memory one call's samples (times the loader's buffering) may take, GB
+DEFAULT_HOST_MEMORY_GB = 32.0
+#: samples per weight update beyond which the tuner does not go unless told (README, "Training recipe")
+DEFAULT_MAX_GLOBAL_BATCH = 2048
 DEFAULT_AMP = 0.6  # poplibs' default availableMemoryProportion
 
 # Models whose input size is fixed by their architecture (position embeddings).
@@ -50,6 +57,13 @@ class Problem:
     ipus: int = 2
     target: str = "mk2"
     global_batch: int | None = None  # micro-batch x accumulation x replicas, when fixed
+    # The data side (host/pipeline.py): samples per epoch, host memory, the recipe's ceiling,
+    # and the host loader's seconds per sample when measured with --data (None: the default).
+    dataset_size: int = DEFAULT_DATASET_SIZE
+    host_memory_gb: float = DEFAULT_HOST_MEMORY_GB
+    max_global_batch: int = DEFAULT_MAX_GLOBAL_BATCH
+    host_float_sample_s: float | None = None
+    host_uint8_sample_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.input_shape:
@@ -59,8 +73,9 @@ class Problem:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["input_shape"] = list(self.input_shape)
-        if d["global_batch"] is None:
-            del d["global_batch"]
+        for key in ("global_batch", "host_float_sample_s", "host_uint8_sample_s"):
+            if d[key] is None:
+                del d[key]
         return d
 
     @classmethod
@@ -116,6 +131,9 @@ class Config:
     device_iterations: int = 1
     eight_bit_io: bool = False
     io_tiles: int = 0
+    loader_mode: str = "sync"  # poptorch.DataLoaderMode: sync | async
+    loader_workers: int = 0  # poptorch.DataLoader num_workers
+    micro_batch: int | None = None  # None: the problem's batch_size (the knob is off by default)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "splits", tuple(self.splits))
@@ -161,6 +179,8 @@ class Config:
         d = dataclasses.asdict(self)
         for key in ("splits", "checkpoints", "available_memory_proportion"):
             d[key] = list(d[key])
+        if d["micro_batch"] is None:
+            del d["micro_batch"]
         return d
 
     @classmethod
@@ -223,6 +243,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "execution": EXECUTIONS,
     "recompute": RECOMPUTE_MODES,
     "optimizer_state": STATE_DTYPES,
+    "loader_mode": LOADER_MODES,
 }
 
 
@@ -257,14 +278,22 @@ def _coerce(key: str, value: Any, where: str) -> Any:
             raise bad("true or false")
         return value
     if key in ("batch_size", "num_classes", "ipus", "ipus_per_replica", "replicas",
-               "gradient_accumulation", "device_iterations", "io_tiles", "global_batch"):
-        if value is None and key == "global_batch":
+               "gradient_accumulation", "device_iterations", "io_tiles", "global_batch",
+               "dataset_size", "max_global_batch", "loader_workers", "micro_batch"):
+        if value is None and key in ("global_batch", "micro_batch"):
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad("a whole number")
-        if key == "io_tiles" and value < 0 or key != "io_tiles" and value < 1:
-            raise bad("a positive whole number" if key != "io_tiles" else "0 or more")
+        zero_ok = key in ("io_tiles", "loader_workers")
+        if zero_ok and value < 0 or not zero_ok and value < 1:
+            raise bad("a positive whole number" if not zero_ok else "0 or more")
         return value
+    if key in ("host_memory_gb", "host_float_sample_s", "host_uint8_sample_s"):
+        if value is None and key != "host_memory_gb":
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise bad("a positive number")
+        return float(value)
     if key == "loss_scaling":
         if value == "auto":
             return value

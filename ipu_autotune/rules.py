@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from .errors import UsageError
+from .host import pipeline as host
 from .problem import Config, Problem
 
 # A module path as `nn.Module.get_submodule` takes it: dotted names and list indices.
@@ -118,10 +119,46 @@ def _state_location_needs_state(p: Problem, c: Config) -> str | None:
 
 def _global_batch(p: Problem, c: Config) -> str | None:
     if p.global_batch:
-        got = p.batch_size * c.gradient_accumulation * c.replicas
+        got = host.global_batch(p, c)
         if got != p.global_batch:
-            return (f"global batch is fixed at {p.global_batch} but micro-batch {p.batch_size} x "
+            return (f"global batch is fixed at {p.global_batch} but micro-batch {host.micro_batch(p, c)} x "
                     f"accumulation {c.gradient_accumulation} x replicas {c.replicas} = {got}")
+    return None
+
+
+def _global_batch_ceiling(p: Problem, c: Config) -> str | None:
+    got = host.global_batch(p, c)
+    if not p.global_batch and got > p.max_global_batch:
+        return (f"global batch {got} (micro-batch {host.micro_batch(p, c)} x accumulation "
+                f"{c.gradient_accumulation} x replicas {c.replicas}) is above the ceiling "
+                f"{p.max_global_batch}; lower gradient_accumulation or raise --max-global-batch")
+    return None
+
+
+def _samples_per_call(p: Problem, c: Config) -> str | None:
+    n = host.samples_per_call(p, c)
+    if n > p.dataset_size:
+        return (f"one call needs {n:,} samples (micro-batch x accumulation x replicas x device "
+                f"iterations) but the dataset has {p.dataset_size:,}; a DataLoader with drop_last "
+                "yields nothing: lower device_iterations or gradient_accumulation")
+    return None
+
+
+def _host_memory(p: Problem, c: Config) -> str | None:
+    need = host.host_bytes_needed(p, c)
+    allowed = p.host_memory_gb * 1e9
+    if need > allowed:
+        return (f"one call's samples take {need / 1e9:.1f} GB of host memory "
+                f"({host.host_bytes_per_call(p, c) / 1e9:.2f} GB x {host.loader_buffers(c)} loader "
+                f"buffers), above --host-memory {p.host_memory_gb:g} GB; lower device_iterations "
+                "or loader_workers, or raise --host-memory")
+    return None
+
+
+def _micro_batch(p: Problem, c: Config) -> str | None:
+    if host.micro_batch(p, c) > p.dataset_size:
+        return (f"the dataset ({p.dataset_size:,} samples) is smaller than one micro-batch "
+                f"({host.micro_batch(p, c)}); lower --batch-size or check --dataset-size")
     return None
 
 
@@ -147,7 +184,24 @@ CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _eight_bit_needs_images,
     _state_location_needs_state,
     _global_batch,
+    _micro_batch,
+    _global_batch_ceiling,
+    _samples_per_call,
+    _host_memory,
 )
+
+
+def check_problem(p: Problem) -> None:
+    """What no config can fix: raised as bad input before anything is traced or stored."""
+    if p.batch_size > p.dataset_size:
+        raise UsageError(f"the dataset ({p.dataset_size:,} samples) is smaller than one micro-batch "
+                         f"({p.batch_size}); lower --batch-size or check --dataset-size")
+    if p.global_batch and p.global_batch > p.max_global_batch:
+        raise UsageError(f"--global-batch {p.global_batch} is above the ceiling {p.max_global_batch}; "
+                         f"raise --max-global-batch to at least {p.global_batch} or lower --global-batch")
+    if p.global_batch and p.global_batch > p.dataset_size:
+        raise UsageError(f"--global-batch {p.global_batch} is more than the dataset ({p.dataset_size:,} "
+                         "samples): not one weight update per epoch; lower it or check --dataset-size")
 
 
 def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:

@@ -78,6 +78,10 @@ def knobs_summary(c: Config) -> str:
         parts.append("8bit")
     if c.io_tiles:
         parts.append(f"io{c.io_tiles}")
+    if c.micro_batch:
+        parts.append(f"mb{c.micro_batch}")
+    if c.loader_mode == "async" or c.loader_workers:
+        parts.append(("async" if c.loader_mode == "async" else "sync") + (f" w{c.loader_workers}" if c.loader_workers else ""))
     return " ".join(parts)
 
 
@@ -209,7 +213,9 @@ def comparison(problem: Problem, baseline: TrialRecord, best: TrialRecord, estim
     suffix = " (estimated)" if estimated else ""
     table.add_row("throughput", throughput_text(baseline.measurement) + suffix,
                   Text(throughput_text(best.measurement) + suffix, style="bold green"))
-    for cfg_name, getter in (("global batch", lambda c: problem.batch_size * c.gradient_accumulation * c.replicas),
+    from .host.pipeline import global_batch
+
+    for cfg_name, getter in (("global batch", lambda c: global_batch(problem, c)),
                              ("layout", lambda c: f"{c.ipus_per_replica} IPU/replica x {c.replicas}")):
         table.add_row(cfg_name, str(getter(baseline.config)), str(getter(best.config)))
     ipus = max(len(baseline.measurement.breakdown), len(best.measurement.breakdown))

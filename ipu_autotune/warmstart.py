@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .backends.base import Measurement
-from .backends.estimate import estimate
+from .backends.estimate import estimate, with_micro_batch
 from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models import partition
-from .models.trace import ModelProfile
+from .models.trace import ModelProfile, profile_for
 from .problem import Config, Problem
 from .rules import violations
 from .search.space import Choice, Range, SearchSpace, checkpoints_every
@@ -143,6 +143,12 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
     for d in values("device_iterations"):
         yield "device_iterations", c.replace(device_iterations=d)
     yield "eight_bit_io", c.replace(eight_bit_io=not c.eight_bit_io)
+    for mode in values("loader_mode"):
+        if mode != c.loader_mode:
+            yield "loader_mode", c.replace(loader_mode=mode)
+    for w in values("loader_workers"):
+        if w != c.loader_workers:
+            yield "loader_workers", c.replace(loader_workers=w)
     if c.ipus_per_replica > 1:
         for kind in ("memory", "compute"):
             yield "splits", c.replace(splits=balanced_splits(problem, profile, c, kind))
@@ -161,7 +167,7 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
             continue
         accumulation = c.gradient_accumulation
         if problem.global_batch:
-            accumulation = problem.global_batch // (problem.batch_size * replicas)
+            accumulation = problem.global_batch // ((c.micro_batch or problem.batch_size) * replicas)
         elif ipr > 1:
             accumulation = max(accumulation, 2 * ipr - 1)
         moved = c.replace(ipus_per_replica=ipr, replicas=replicas, available_memory_proportion=(),
@@ -201,7 +207,9 @@ class Screen:
             ok = not violations(self.problem, config, self.profile.module_order)
             if ok and self.space is not None:
                 ok = not self.space.outside(self.problem, self.profile, config)
-            self.cache[config] = estimate(self.problem, config, self.profile, self.constants,
+            problem = with_micro_batch(self.problem, config)
+            profile = self.profile if problem is self.problem else profile_for(problem)
+            self.cache[config] = estimate(problem, config, profile, self.constants,
                                           self.headroom) if ok else None
         return self.cache[config]
 

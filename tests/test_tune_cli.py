@@ -15,8 +15,10 @@ import pytest
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.problem import Config, Problem
 
+#: the workshop's final configuration, async data loader included (seed-epoch-ga8-di4-8bit-async)
 HAND_TUNED = Config(precision="16.16", optimizer_state="half", loss_scaling=1000.0, ipus_per_replica=2,
-                    splits=("layer3.8",), gradient_accumulation=8, device_iterations=4, eight_bit_io=True)
+                    splits=("layer3.8",), gradient_accumulation=8, device_iterations=4, eight_bit_io=True,
+                    loader_mode="async")
 WORKSHOP = Problem("resnet101", 64, input_shape=(3, 64, 64), optimizer="adamw", ipus=2)
 
 
@@ -52,7 +54,16 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run):
     assert best["measurement"]["feasible"] is True
     hand_tuned = EstimateBackend().measure(WORKSHOP, HAND_TUNED)
     assert hand_tuned.feasible
-    assert best["measurement"]["throughput"] >= 1.2 * hand_tuned.throughput
+    assert best["measurement"]["throughput"] >= 1.2 * hand_tuned.throughput  # both end to end
+    # Trainable: one call within an epoch of CIFAR-10, the global batch within the ceiling.
+    c = best["config"]
+    assert best["measurement"]["samples_per_call"] == \
+        64 * c["gradient_accumulation"] * c["replicas"] * c["device_iterations"] <= 50_000
+    assert 64 * c["gradient_accumulation"] * c["replicas"] <= 2048
+    assert best["measurement"]["bottleneck"] and result["workshop_reference"]["bottleneck"] == "host input"
+    assert result["workshop_reference"]["throughput"] == pytest.approx(hand_tuned.throughput)
+    if 64 * c["gradient_accumulation"] * c["replicas"] != 192:
+        assert result["learning_rate"]["rule"] == "square root" and result["learning_rate"]["base_global_batch"] == 192
     # The storage is the default SQLite file in the working folder, and the study is complete.
     study = optuna.load_study(study_name="resnet101-bs64-2ipu-mk2", storage=f"sqlite:///{cwd}/ipu-autotune.db")
     assert len(study.trials) == 60 and study.best_trial.number == best["trial"]
@@ -66,6 +77,19 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run):
     snippet = Path(cwd, files["snippet"]).read_text()
     assert "# Numerics, from the model's own gradients:" in snippet and "# loss scale" in snippet
     assert sum(1 for _ in Path(cwd, files["trials"]).open()) == 60
+
+
+@pytest.mark.slow
+def test_default_summary_names_both_bottlenecks_and_the_rate(default_run, tmp_path):
+    """The human summary (on a copy of the study, so the other tests' trial counts hold)."""
+    import shutil
+
+    cwd, _ = default_run
+    shutil.copy(cwd / "ipu-autotune.db", tmp_path / "ipu-autotune.db")
+    text = cli("resnet101", "--batch-size", "64", "--trials", "1", cwd=tmp_path).stdout
+    assert "best: bottleneck " in text and "samples per call" in text
+    assert "workshop's final config (16.16, GA 8, DI 4, 8-bit I/O, async loader)" in text
+    assert "bottleneck host input" in text and "learning rate: global batch 192 ->" in text
 
 
 @pytest.mark.slow

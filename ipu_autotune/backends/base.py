@@ -38,6 +38,13 @@ class Measurement:
     #: fraction of tile memory kept free for estimation error (estimate backend only)
     headroom: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    # End to end (host/pipeline.py): `throughput` includes the host input pipeline; these
+    # say what the IPUs alone would do and what limits the call.
+    device_throughput: float | None = None  # samples/s of the IPUs fed without waiting
+    samples_per_call: int | None = None
+    host_bytes_per_call: int | None = None
+    bottleneck: str | None = None  # device compute | host input | host call | all-reduce | weight update
+    bottleneck_share: float | None = None  # its fraction of one call
 
     @property
     def tile_limit_bytes(self) -> float:
@@ -94,6 +101,11 @@ class Measurement:
             "failure": self.failure,
             "reason": self.reason,
             "headroom": self.headroom,
+            "device_throughput": self.device_throughput,
+            "samples_per_call": self.samples_per_call,
+            "host_bytes_per_call": self.host_bytes_per_call,
+            "bottleneck": self.bottleneck,
+            "bottleneck_share": self.bottleneck_share,
         }
 
     @classmethod

@@ -55,6 +55,9 @@ class ScreenedBackend(Backend):
             if (self.estimate_missing_throughput and m.feasible and m.throughput is None
                     and predicted.throughput is not None):
                 m.throughput, m.step_time_s = predicted.throughput, predicted.step_time_s
+                for key in ("device_throughput", "samples_per_call", "host_bytes_per_call", "bottleneck",
+                            "bottleneck_share"):
+                    setattr(m, key, getattr(predicted, key))
                 m.details["throughput_source"] = "estimate"
         return m
 

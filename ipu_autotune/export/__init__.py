@@ -18,12 +18,13 @@ def summary_line(problem: Problem, m: Measurement, trial: int | None, study: str
 
 
 def render(fmt: str, problem: Problem, config: Config, m: Measurement | None = None,
-           trial: int | None = None, study: str | None = None, notes: list[str] = ()) -> str:
+           trial: int | None = None, study: str | None = None, notes: list[str] = (),
+           base_global_batch: int | None = None) -> str:
     summary = summary_line(problem, m, trial, study) if m is not None else ""
     if notes:
         summary = "\n".join([summary, "", *notes]).strip()
     if fmt == "python":
-        return render_snippet(problem, config, summary)
+        return render_snippet(problem, config, summary, base_global_batch)
     if fmt == "toml":
         header = "ipu-autotune configuration. " + summary + \
                  "\nCheck it with: ipu-autotune estimate --config THIS_FILE"

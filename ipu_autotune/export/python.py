@@ -146,7 +146,7 @@ Usage:
     model = TrainingModel(my_model)          # adds the loss{eight_bit_usage}
     opts = make_options()
     training_model = poptorch.trainingModel(model, opts, make_optimizer(model))
-    loader = poptorch.DataLoader(opts, dataset, batch_size=MICRO_BATCH)
+    loader = make_loader(opts, dataset)      # {samples_per_call:,} samples per call
 """
 {summary}
 import torch
@@ -154,6 +154,7 @@ import poptorch
 
 MICRO_BATCH = {micro_batch}
 INPUT_DTYPE = {input_dtype}
+LOADER_WORKERS = {loader_workers}
 '''
 
 _EIGHT_BIT = '''
@@ -206,8 +207,14 @@ def make_options():
     return opts
 
 
-def make_optimizer(model, lr={lr}):
+def make_optimizer(model, lr={lr}):{lr_comment}
     return {optimizer}
+
+
+def make_loader(opts, dataset):
+    """One call takes MICRO_BATCH x accumulation x replicas x device iterations samples."""{loader_comment}
+    return poptorch.DataLoader(opts, dataset, batch_size=MICRO_BATCH, shuffle=True, drop_last=True,
+                               num_workers=LOADER_WORKERS, mode=poptorch.DataLoaderMode.{loader_mode})
 '''
 
 
@@ -224,19 +231,37 @@ def _indent(lines: list[str]) -> str:
     return "\n".join("    " + line for line in lines)
 
 
-def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
+def learning_rate(problem: Problem, config: Config, base_global_batch: int | None) -> tuple[str, str]:
+    """make_optimizer's default rate, and the comment giving the base rate and the rule."""
+    from ..host import pipeline, recipe
+
+    base = DEFAULT_LR[problem.optimizer]
+    scaled = recipe.scaling(problem.optimizer, base, base_global_batch, pipeline.global_batch(problem, config))
+    if scaled is None:
+        return repr(base), ""
+    return (_float(scaled.lr),
+            f"\n    # Base rate {base:g} at global batch {scaled.base_global_batch}; this config trains at "
+            f"{scaled.global_batch},\n    # {scaled.rule} rule for {problem.optimizer}: {scaled.formula()}.")
+
+
+def render_snippet(problem: Problem, config: Config, summary: str = "",
+                   base_global_batch: int | None = None) -> str:
+    from ..host import pipeline
     if config.eight_bit_io:
         norm_args = "" if problem.input_shape[0] == 3 else \
             f", mean=({', '.join(['0.5'] * problem.input_shape[0])},), std=({', '.join(['0.5'] * problem.input_shape[0])},)"
         wrapped = f"NormalizeInput(annotate(model){norm_args})"
     else:
         wrapped = "annotate(model)"
+    lr, lr_comment = learning_rate(problem, config, base_global_batch)
     source = _HEADER.format(
         version=__version__,
         summary=_comment("\n".join(filter(None, [summary, *config_notes(problem, config)]))),
-        micro_batch=_int(problem.batch_size),
+        micro_batch=_int(pipeline.micro_batch(problem, config)),
         input_dtype="torch.half" if config.half_compute else "torch.float",
         eight_bit_usage="\n    # feed uint8 images: normalisation runs on the IPU" if config.eight_bit_io else "",
+        samples_per_call=pipeline.samples_per_call(problem, config),
+        loader_workers=_int(config.loader_workers),
     )
     if config.eight_bit_io:
         source += _EIGHT_BIT
@@ -244,8 +269,12 @@ def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
         annotate="\n" + _indent(annotate_lines(config)) if annotate_lines(config) else "",
         wrapped=wrapped,
         options="\n" + _indent(options_lines(config)) if options_lines(config) else "",
-        lr=repr(DEFAULT_LR[problem.optimizer]),
+        lr=lr,
+        lr_comment=lr_comment,
         optimizer=optimizer_call(problem, config),
+        loader_mode={"sync": "Sync", "async": "Async"}[config.loader_mode],
+        loader_comment="\n    # 8-bit I/O: the dataset yields uint8 images (no ToTensor float cast, no Normalize on the\n"
+                       "    # host); NormalizeInput casts and normalises on the IPU." if config.eight_bit_io else "",
     )
     compile(source, "best_options.py", "exec")  # never hand out code that does not parse
     return source

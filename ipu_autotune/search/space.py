@@ -19,8 +19,9 @@ from typing import Any
 from ..errors import UsageError
 from ..models import partition
 from ..models.trace import ModelProfile
-from ..problem import (EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config, Problem,
-                       effective_recompute, read_toml)
+from ..host import pipeline as host
+from ..problem import (EXECUTIONS, LOADER_MODES, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config,
+                       Problem, effective_recompute, read_toml)
 from ..rules import takes_images
 
 KNOBS = (
@@ -28,14 +29,17 @@ KNOBS = (
     "ipus_per_replica", "replicas", "execution", "splits", "recompute", "checkpoint_every",
     "available_memory_proportion", "optimizer_offload", "replicated_tensor_sharding",
     "gradient_accumulation", "device_iterations", "eight_bit_io", "io_tiles",
+    "loader_mode", "loader_workers", "micro_batch",
 )
 _ALLOWED_VALUES: dict[str, tuple] = {
     "precision": PRECISIONS, "partials": PARTIALS, "optimizer_state": STATE_DTYPES,
-    "execution": EXECUTIONS, "recompute": RECOMPUTE_MODES,
+    "execution": EXECUTIONS, "recompute": RECOMPUTE_MODES, "loader_mode": LOADER_MODES,
 }
 _BOOLS = ("stochastic_rounding", "optimizer_offload", "replicated_tensor_sharding", "eight_bit_io")
 _INTS = ("ipus_per_replica", "replicas", "checkpoint_every", "gradient_accumulation",
-         "device_iterations", "io_tiles")
+         "device_iterations", "io_tiles", "loader_workers", "micro_batch")
+#: micro-batches `micro_batch = "search"` tries (powers of two)
+MICRO_BATCH_SEARCH = tuple(2 ** i for i in range(10))
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ def family(model: str) -> str:
 
 
 def _parse_knob(name: str, raw: Any, where: str) -> Knob:
+    if name == "micro_batch" and raw in ("off", "search"):
+        return Choice((raw,))
     if name == "splits":
         if raw == "search" or (isinstance(raw, list) and all(isinstance(p, str) for p in raw)):
             return Choice((raw if raw == "search" else tuple(raw),))
@@ -114,7 +120,7 @@ def _check_value(name: str, v: Any, where: str) -> None:
     elif name == "replicas" and v == "max":
         return
     elif name in _INTS:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or name == "micro_batch" and v < 1:
             raise bad
     elif name == "loss_scaling":
         if not (v == "auto" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)):
@@ -161,6 +167,12 @@ class SearchSpace:
         """`config` moved into the space: each knob outside takes the nearest allowed value."""
         from .membership import project
         return project(self, problem, profile, config)
+
+    def with_knob(self, name: str, raw: Any, where: str) -> "SearchSpace":
+        """A copy with one knob set from the command line (a user knob, like --space's)."""
+        knobs = dict(self.knobs)
+        knobs[name] = _parse_knob(name, raw, where)
+        return SearchSpace(knobs, self.sources + [where], self.user_knobs | {name})
 
     def without(self, *names: str) -> "SearchSpace":
         """A copy that no longer searches `names` (fixed at their first value), unless the
@@ -219,10 +231,22 @@ class SearchSpace:
             if ipr < 1 or ipr & (ipr - 1) or ipr > problem.ipus or ipr > len(profile.units):
                 continue
             for r in self._replica_options(problem, ipr):
-                if problem.global_batch and not self._global_accumulation(problem, ipr, r):
+                if problem.global_batch and not any(self._global_accumulation(problem, ipr, r, mb)
+                                                    for mb in self.micro_batches(problem)):
                     continue
                 layouts.append((ipr, r))
         return layouts
+
+    def micro_batches(self, problem: Problem) -> list[int]:
+        """Micro-batches this space tries: the problem's alone unless the knob is on."""
+        knob = self.knobs["micro_batch"]
+        if isinstance(knob, Range):
+            return [m for m in range(max(1, int(knob.low)), int(knob.high) + 1)]
+        if knob.values == ("off",):
+            return [problem.batch_size]
+        if knob.values == ("search",):
+            return [m for m in MICRO_BATCH_SEARCH if m <= problem.dataset_size]
+        return [int(m) for m in knob.values]
 
     def _replica_options(self, problem: Problem, ipr: int) -> list[int]:
         most = problem.ipus // ipr
@@ -239,8 +263,8 @@ class SearchSpace:
         return 2 * ipr - 1 if execution == "pipelined" and ipr > 1 else 1
 
     @staticmethod
-    def _global_accumulation(problem: Problem, ipr: int, replicas: int) -> int | None:
-        per_update = problem.batch_size * replicas
+    def _global_accumulation(problem: Problem, ipr: int, replicas: int, mb: int | None = None) -> int | None:
+        per_update = (mb or problem.batch_size) * replicas
         if problem.global_batch % per_update:
             return None
         return problem.global_batch // per_update
@@ -257,7 +281,11 @@ class SearchSpace:
         ipr = s.choose("ipus_per_replica", sorted({l[0] for l in layouts}))
         replicas = s.choose("replicas" if len({r for i, r in layouts if i == ipr}) > 1 else None,
                             sorted({r for i, r in layouts if i == ipr}))
-        accumulation = self._global_accumulation(problem, ipr, replicas) if problem.global_batch else None
+        micro_batches = self.micro_batches(problem)
+        if problem.global_batch:
+            micro_batches = [m for m in micro_batches if self._global_accumulation(problem, ipr, replicas, m)]
+        mb = self._ask_micro_batch(s, micro_batches)
+        accumulation = self._global_accumulation(problem, ipr, replicas, mb) if problem.global_batch else None
         execution = "pipelined"
         if ipr > 1:
             executions = s.values("execution")
@@ -293,6 +321,8 @@ class SearchSpace:
 
         if accumulation is None:
             accumulation = max(s.ask("gradient_accumulation"), self._min_accumulation(ipr, execution))
+            # The recipe's ceiling on the global batch (rules._global_batch_ceiling).
+            accumulation = max(1, min(accumulation, problem.max_global_batch // (mb * replicas)))
         device_iterations = s.ask("device_iterations")
         eight_bit_io = s.ask("eight_bit_io") if takes_images(problem) else False
         io_tiles = 0
@@ -300,15 +330,40 @@ class SearchSpace:
             io_tiles = s.ask("io_tiles")
             if io_tiles:
                 execution = "sharded"
+        loader_mode = s.ask("loader_mode")
+        loader_workers = s.ask("loader_workers")
 
-        return Config(
+        config = Config(
             precision=precision, partials=partials, stochastic_rounding=stochastic_rounding,
             loss_scaling=loss_scaling, optimizer_state=optimizer_state, ipus_per_replica=ipr,
             replicas=replicas, splits=splits, execution=execution, recompute=recompute,
             checkpoints=checkpoints, available_memory_proportion=amp, optimizer_offload=offload,
             replicated_tensor_sharding=rts, gradient_accumulation=int(accumulation),
             device_iterations=int(device_iterations), eight_bit_io=eight_bit_io, io_tiles=int(io_tiles),
+            loader_mode=loader_mode, loader_workers=int(loader_workers),
+            micro_batch=None if mb == problem.batch_size else mb,
         )
+        return self._within_one_call(problem, config)
+
+    @staticmethod
+    def _within_one_call(problem: Problem, config: Config) -> Config:
+        """Device iterations cut to what an epoch and the host memory allow (rules)."""
+        per_iteration = host.samples_per_call(problem, config.replace(device_iterations=1))
+        by_data = problem.dataset_size // per_iteration
+        per_iteration_bytes = host.host_bytes_needed(problem, config.replace(device_iterations=1))
+        by_memory = int(problem.host_memory_gb * 1e9 // per_iteration_bytes)
+        most = max(1, min(by_data, by_memory))
+        if config.device_iterations > most:
+            return config.replace(device_iterations=most)
+        return config
+
+    def _ask_micro_batch(self, s: "_Asker", options: list[int]) -> int:
+        knob = self.knobs["micro_batch"]
+        if isinstance(knob, Range) and options:
+            low, high = min(options), max(options)
+            if len(options) == high - low + 1:  # a whole range: let the sampler treat it as ordered
+                return s.integer("micro_batch", low, high, log=knob.log)
+        return s.choose("micro_batch", options)
 
     def _sample_splits(self, s: "_Asker", ipr: int, profile: ModelProfile) -> tuple[str, ...]:
         if ipr == 1:
@@ -325,7 +380,9 @@ class SearchSpace:
 
     def params_for(self, problem: Problem, profile: ModelProfile, config: Config) -> dict[str, Any]:
         """Optuna parameters that make `sample` reproduce `config` (as far as the space reaches)."""
-        replay = _Replay(wanted_params(config, profile))
+        wanted = wanted_params(config, profile)
+        wanted["micro_batch"] = config.micro_batch or problem.batch_size
+        replay = _Replay(wanted)
         self.sample(replay, problem, profile)
         return replay.recorded
 
@@ -366,6 +423,7 @@ def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
         "replicated_tensor_sharding": c.replicated_tensor_sharding,
         "gradient_accumulation": c.gradient_accumulation, "device_iterations": c.device_iterations,
         "eight_bit_io": c.eight_bit_io, "io_tiles": c.io_tiles,
+        "loader_mode": c.loader_mode, "loader_workers": c.loader_workers, "micro_batch": c.micro_batch,
     }
     for i, a in enumerate(c.available_memory_proportion):
         wanted[f"available_memory_proportion_ipu{i}"] = a
@@ -404,10 +462,10 @@ class _Asker:
             return options[0]
         return self.trial.suggest_categorical(param, options)
 
-    def integer(self, param: str, low: int, high: int):
+    def integer(self, param: str, low: int, high: int, log: bool = False):
         if low == high:
             return low
-        return self.trial.suggest_int(param, low, high)
+        return self.trial.suggest_int(param, low, high, log=log)
 
     def ask(self, knob: str, param: str | None = None):
         param = param or knob

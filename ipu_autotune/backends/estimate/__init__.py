@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...host import pipeline as host
 from ...models.trace import ModelProfile, profile_for
 from ...problem import Config, Problem
 from ..base import Backend, Measurement
@@ -26,7 +27,24 @@ class EstimateBackend(Backend):
         return profile_for(problem)
 
     def measure(self, problem: Problem, config: Config) -> Measurement:
+        problem = with_micro_batch(problem, config)
         return estimate(problem, config, self.profile(problem), self.constants, self.headroom)
+
+
+def with_micro_batch(problem: Problem, config: Config) -> Problem:
+    """The problem at the config's micro-batch, when the micro-batch knob set one."""
+    if config.micro_batch and config.micro_batch != problem.batch_size:
+        from dataclasses import replace
+
+        return replace(problem, batch_size=config.micro_batch)
+    return problem
+
+
+def device_parts(config: Config, time, k: EstimatorConstants) -> dict[str, float]:
+    """Seconds per call of the IPU side, by bottleneck name (host/pipeline.py)."""
+    di = config.device_iterations
+    return {"device compute": di * time.parts["compute"], "weight update": di * time.parts["weight_update"],
+            "all-reduce": di * time.parts["all_reduce"], "host call": k.host_call_overhead_s}
 
 
 def estimate(problem: Problem, config: Config, profile: ModelProfile,
@@ -44,6 +62,7 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
     feasible = all(m.max_tile <= target.bytes_per_tile * (1.0 - headroom) for m in memories)
     compute_tiles = target.tiles - config.io_tiles
     overflow = sum(max(0, m.max_tile - target.bytes_per_tile) * compute_tiles for m in memories)
+    e2e = host.end_to_end(problem, config, device_parts(config, time, k))
     m = Measurement(
         feasible=feasible,
         source="estimate",
@@ -53,12 +72,18 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
         tile_capacity_bytes=target.bytes_per_tile,
         breakdown=[mem.breakdown for mem in memories],
         overflow_bytes=int(overflow),
-        throughput=time.throughput,
+        throughput=e2e.throughput,
         step_time_s=time.step_time_s,
         failure=None if feasible else "oom",
         reason="" if feasible else "estimated over tile memory" + (f" less {headroom:.0%} headroom" if headroom else ""),
         headroom=headroom,
         details={"stage_seconds": time.stage_seconds, "time_parts": time.parts,
-                 "stage_units": [[s.first, s.last] for s in layout]},
+                 "stage_units": [[s.first, s.last] for s in layout],
+                 "call_shares": {name: round(v, 4) for name, v in e2e.shares.items()}},
+        device_throughput=time.throughput,
+        samples_per_call=host.samples_per_call(problem, config),
+        host_bytes_per_call=host.host_bytes_per_call(problem, config),
+        bottleneck=e2e.bottleneck,
+        bottleneck_share=e2e.bottleneck_share,
     )
     return m

@@ -98,7 +98,10 @@ class PopTorchBackend(Backend):
             hint = last_line(read_text(log_path))
             return failed("crash", f"the trial process {why} without a result"
                           + (f": {hint}" if hint else "") + f" (log: {log_path})", **details)
-        return measurement_from_result(result, details, read_text(log_path))
+        m = measurement_from_result(result, details, read_text(log_path))
+        if m.source == "run" and m.throughput:
+            _end_to_end(m, problem, config)
+        return m
 
     def _new_trial_dir(self) -> Path:
         """trial-0001, trial-0002, ...: mkdir is the lock, so concurrent tuners never share one."""
@@ -222,6 +225,8 @@ def measurement_from_result(result: dict[str, Any], details: dict[str, Any],
     if status == "compile_error" and error is not None and error.is_poptorch and LOG_MARKER in log_text:
         status, details["oom_evidence"] = "oom", "PopTorch log"  # the parent sees all of stderr
 
+    if status == "refused":  # the child's own rules check, before any allocation (child.refusal)
+        return failed("invalid", result.get("reason") or "refused by the trial's host checks", **details)
     if status == "ok":
         m = _with_memory(Measurement(feasible=True, source="compile", details=details), memory)
         timing = result.get("timing")
@@ -246,6 +251,21 @@ def measurement_from_result(result: dict[str, Any], details: dict[str, Any],
     if phase in ("annotate", "options"):
         return failed("compile_error", f"PopTorch rejected the {phase} step: {what}", **details)
     return failed("crash", f"trial setup failed: {what} (log: {details.get('log')})", **details)
+
+
+def _end_to_end(m: Measurement, problem: Problem, config: Config) -> None:
+    """A timed run feeds synthetic data: its speed is the IPUs'. Add the host pipeline's
+    (labelled in details: the host part is the model's, not measured)."""
+    from ...host import pipeline as host
+
+    seconds_per_call = host.samples_per_call(problem, config) / m.throughput
+    e2e = host.end_to_end(problem, config, {"device compute": seconds_per_call})
+    m.details["host_part"] = f"estimated: {host.host_costs(problem).source}"
+    m.device_throughput = m.throughput
+    m.throughput = e2e.throughput
+    m.samples_per_call = host.samples_per_call(problem, config)
+    m.host_bytes_per_call = host.host_bytes_per_call(problem, config)
+    m.bottleneck, m.bottleneck_share = e2e.bottleneck, e2e.bottleneck_share
 
 
 def _with_memory(m: Measurement, memory: ProfileMemory | None) -> Measurement:

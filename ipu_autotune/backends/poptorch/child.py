@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ...host import pipeline as host
 from ...problem import Config, Problem
 from .errors import ERROR_LOG, CaughtError, oom_evidence, read_text
 from .profile import find_profile, read_profile
@@ -69,13 +70,34 @@ def host_batch(problem: Problem, config: Config, input_dtype: Any) -> tuple[Any,
     """The full host batch compile() needs: micro-batch x device iterations x replicas x GA."""
     import torch
 
-    n = problem.batch_size * config.device_iterations * config.replicas * config.gradient_accumulation
+    n = host.samples_per_call(problem, config)
     dtype = torch.uint8 if config.eight_bit_io else input_dtype
     # One sample broadcast to the full batch (stride 0): a compile needs the shape, not the
     # values, and micro-batch 512 x accumulation 128 x device iterations 64 would be tens of GB.
     x = torch.zeros((1, *problem.input_shape), dtype=dtype).expand(n, *problem.input_shape)
     labels = torch.zeros(1, dtype=torch.long).expand(n)
     return x, labels
+
+
+def refusal(problem: Problem, config: Config) -> str | None:
+    """Why this call's host batch must not be allocated, or None.
+
+    Real PopTorch makes every non-contiguous input contiguous (python/_args_parser.py), so
+    the stride-0 batch of `host_batch` is allocated in full once compile() sees it: check
+    what that costs against the problem's host memory and dataset before touching it.
+    """
+    from ...rules import _host_memory, _samples_per_call
+
+    for rule in (_samples_per_call, _host_memory):
+        found = rule(problem, config)
+        if found:
+            return found
+    n = host.samples_per_call(problem, config)
+    contiguous = n * host.sample_bytes(problem, config)
+    if contiguous > problem.host_memory_gb * 1e9:
+        return (f"the host batch of one call is {contiguous / 1e9:.1f} GB ({n:,} samples), above "
+                f"--host-memory {problem.host_memory_gb:g} GB")
+    return None
 
 
 def _caught(exc: BaseException, poptorch: Any) -> CaughtError:
@@ -105,8 +127,7 @@ def _time_runs(training: Any, x: Any, labels: Any, problem: Problem, config: Con
         training(x, labels)
         seconds.append(time.perf_counter() - start)
     per_call = sum(seconds) / len(seconds)
-    samples = (problem.batch_size * config.gradient_accumulation * config.replicas
-               * config.device_iterations)
+    samples = host.samples_per_call(problem, config)
     return {"seconds_per_call": per_call, "calls": calls, "samples_per_call": samples,
             "throughput": samples / per_call if per_call > 0 else None,
             "step_time_s": per_call / config.device_iterations, "call_seconds": seconds}
@@ -125,6 +146,11 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
         result["error"] = CaughtError.from_exception(exc).to_dict()
         return result
 
+    refused = refusal(problem, config)  # before the model, the options or the host batch exist
+    if refused:
+        result.update(status="refused", reason=f"refused before allocating the host batch: {refused}")
+        log(result["reason"])
+        return result
     try:
         from ...models.zoo import build_model
 

@@ -6,6 +6,7 @@ tuner's estimator. Put `tests/fake_sdk` on sys.path / PYTHONPATH to use it; neve
 """
 
 from . import enums, optim, poptorch_core
+from ._data_loader import DataLoader
 from ._impl import createPoptorchError, isWrapped
 from ._poplar_executor import PoplarExecutor, trainingModel
 from .enums import (
@@ -49,7 +50,7 @@ def setLogLevel(level) -> None:
 
 
 __all__ = [
-    "AutoStage", "BeginBlock", "CommGroupType", "ConnectionType", "DataLoaderMode", "Error",
+    "AutoStage", "BeginBlock", "CommGroupType", "ConnectionType", "DataLoader", "DataLoaderMode", "Error",
     "HalfFloatCastingBehavior", "Liveness", "MeanReductionStrategy", "Options", "OutputMode",
     "PipelinedExecution", "PoplarExecutor", "RecoverableError", "ReductionType", "ShardedExecution",
     "Stage", "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "createPoptorchError",

@@ -1,0 +1,155 @@
+"""End-to-end throughput: the IPUs' call time plus the host input pipeline (DESIGN.md).
+
+One call of a PopTorch training model consumes `samples_per_call` samples that the host
+loader must produce. With `DataLoaderMode.Sync` and no workers the host builds them, then
+the IPUs run: the two times add. With `DataLoaderMode.Async` (PopTorch's
+AsynchronousDataAccessor, a separate process with a ring of `buffer_size=3` batches) or with
+loader workers (torch DataLoader worker processes prefetching), loading overlaps the IPUs:
+a call takes the longer of the two.
+
+The default per-sample costs are **calibrated on the workshop's measured epoch times**
+(tests/calibration/points.toml, `seed-epoch-*`: CIFAR-10 at 32x32, flip, resize to 64,
+to tensor, and without 8-bit I/O also to float16 and normalise, one loader process). They
+describe that machine and those transforms; `--data module:fn` replaces them with costs
+measured on this CPU (host/measure.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..problem import Config, Problem
+
+#: AsynchronousDataAccessor(buffer_size=3): batches the async loader keeps ready
+ASYNC_BUFFERS = 3
+#: torch DataLoader prefetch_factor default: batches each worker prepares ahead
+WORKER_PREFETCH = 2
+LABEL_BYTES = 8  # int64 class index per sample
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """Seconds one loader process spends per sample, and per call (collate, hand-off)."""
+
+    #: float path (cast to float16 and normalise on the host). Calibrated: seed-epoch-ga8 and
+    #: seed-epoch-ga8-di4 differ by 1,536 samples per call and 1.40 s per call.
+    float_sample_s: float = 0.82e-3
+    #: uint8 path (8-bit I/O: no cast or normalisation on the host). Calibrated:
+    #: seed-epoch-ga8-di4-8bit, 0.565 s per 2,048-sample call less the IPUs' share.
+    uint8_sample_s: float = 0.18e-3
+    #: fixed host cost per call on top of the samples. Calibrated: seed-epoch-ga8.
+    call_s: float = 5e-3
+    #: speed-up per extra loader worker process. Assumed, not calibrated (the workshop used
+    #: no workers); measure with --data to replace the per-sample costs on your CPU.
+    worker_efficiency: float = 0.9
+    source: str = "calibrated on the workshop's epoch times"
+
+    def sample_s(self, config: Config) -> float:
+        return self.uint8_sample_s if config.eight_bit_io else self.float_sample_s
+
+
+WORKSHOP = HostCosts()
+
+
+def host_costs(problem: Problem) -> HostCosts:
+    """The problem's measured costs (from --data) where it has them, else the workshop's."""
+    if problem.host_float_sample_s is None and problem.host_uint8_sample_s is None:
+        return WORKSHOP
+    f = problem.host_float_sample_s if problem.host_float_sample_s is not None else WORKSHOP.float_sample_s
+    u = problem.host_uint8_sample_s if problem.host_uint8_sample_s is not None else WORKSHOP.uint8_sample_s
+    return HostCosts(float_sample_s=f, uint8_sample_s=u, source="measured on this CPU with --data")
+
+
+def micro_batch(problem: Problem, config: Config) -> int:
+    return config.micro_batch or problem.batch_size
+
+
+def samples_per_call(problem: Problem, config: Config) -> int:
+    """What one call of the training model consumes: micro-batch x GA x replicas x DI."""
+    return (micro_batch(problem, config) * config.gradient_accumulation * config.replicas
+            * config.device_iterations)
+
+
+def global_batch(problem: Problem, config: Config) -> int:
+    """Samples per weight update: micro-batch x GA x replicas."""
+    return micro_batch(problem, config) * config.gradient_accumulation * config.replicas
+
+
+def sample_bytes(problem: Problem, config: Config) -> int:
+    """Host bytes of one sample as the loader hands it over (input and label)."""
+    elements = math.prod(problem.input_shape)
+    if config.eight_bit_io:
+        per = 1
+    else:
+        per = 2 if config.half_compute else 4
+    return elements * per + LABEL_BYTES
+
+
+def loader_buffers(config: Config) -> int:
+    """Calls' worth of samples alive on the host at once."""
+    buffers = ASYNC_BUFFERS if config.loader_mode == "async" else 1
+    return buffers + WORKER_PREFETCH * config.loader_workers
+
+
+def host_bytes_per_call(problem: Problem, config: Config) -> int:
+    return samples_per_call(problem, config) * sample_bytes(problem, config)
+
+
+def host_bytes_needed(problem: Problem, config: Config) -> int:
+    """One call's host bytes times the loader's buffering: what --host-memory bounds."""
+    return host_bytes_per_call(problem, config) * loader_buffers(config)
+
+
+def parallel_loaders(config: Config, costs: HostCosts) -> float:
+    if config.loader_workers <= 1:
+        return 1.0
+    return 1.0 + (config.loader_workers - 1) * costs.worker_efficiency
+
+
+def overlapped(config: Config) -> bool:
+    return config.loader_mode == "async" or config.loader_workers > 0
+
+
+@dataclass(frozen=True)
+class EndToEnd:
+    throughput: float  # samples/s, end to end
+    call_time_s: float
+    device_call_s: float
+    host_input_s: float  # host time per call, after worker parallelism
+    shares: dict[str, float]  # part -> fraction of the call
+    bottleneck: str
+    bottleneck_share: float
+
+
+BOTTLENECKS = ("device compute", "host input", "host call", "all-reduce", "weight update")
+
+
+def end_to_end(problem: Problem, config: Config, device_parts: dict[str, float],
+               costs: HostCosts | None = None) -> EndToEnd:
+    """Combine the IPUs' time per call (split into named parts) with the host pipeline.
+
+    `device_parts` are seconds per call: "device compute", "weight update", "all-reduce",
+    "host call" (the round trip of one call). The bottleneck is the part with the largest
+    share of the call; with an overlapped loader the host input's share is its own time
+    over the call, which is 100% when the IPUs wait for it.
+    """
+    costs = costs or host_costs(problem)
+    n = samples_per_call(problem, config)
+    host_input = (n * costs.sample_s(config) + costs.call_s) / parallel_loaders(config, costs)
+    device_call = sum(device_parts.values())
+    call = max(host_input, device_call) if overlapped(config) else host_input + device_call
+    parts = dict(device_parts)
+    parts["host input"] = host_input
+    shares = {k: v / call for k, v in parts.items() if call > 0}
+    name = max(shares, key=shares.get)
+    return EndToEnd(throughput=n / call, call_time_s=call, device_call_s=device_call,
+                    host_input_s=host_input, shares=shares, bottleneck=name,
+                    bottleneck_share=shares[name])
+
+
+def bottleneck_line(m) -> str:
+    """'device compute, 96% of a call' for a Measurement, or '' when it has none."""
+    if not getattr(m, "bottleneck", None):
+        return ""
+    return f"{m.bottleneck}, {m.bottleneck_share:.0%} of a call"
