@@ -12,6 +12,7 @@ import dataclasses
 import random
 
 import pytest
+import torch
 from conftest_fake_sdk import SMALL_CNN, fake_sdk
 
 from ipu_autotune.backends.estimate import estimate
@@ -48,7 +49,16 @@ def seen_by_poptorch(poptorch, p: Problem, c: Config, tmp) -> Config:
                             hardware=False)
     training = poptorch.trainingModel(model, opts, ns["make_optimizer"](model))
     training.compile(*child.host_batch(p, c, ns["INPUT_DTYPE"]))
-    return training.fake_record["config"]
+    return training.fake_record["config"].replace(**loader_seen(poptorch, ns))
+
+
+def loader_seen(poptorch, ns: dict) -> dict:
+    """The host knobs, as the snippet's poptorch.DataLoader received them."""
+    dataset = torch.utils.data.TensorDataset(torch.zeros(1, 1))
+    loader = ns["make_loader"](ns["make_options"](), dataset)
+    assert isinstance(loader, poptorch.DataLoader)
+    mode = {poptorch.DataLoaderMode.Sync: "sync", poptorch.DataLoaderMode.Async: "async"}[loader._mode]
+    return {"loader_mode": mode, "loader_workers": loader.num_workers}
 
 
 def assert_same_knobs(original: Config, seen: Config, where: str) -> None:

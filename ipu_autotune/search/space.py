@@ -11,7 +11,7 @@ that replay a given Config, for enqueuing the baseline and warm starts.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -159,14 +159,25 @@ class SearchSpace:
         self.advised = advised  # not sampled: set by advice (numerics), so any value is in the space
 
     def outside(self, problem: Problem, profile: ModelProfile, config: Config) -> list[str]:
-        """The knobs of `config` that this space could not have produced (empty: inside)."""
-        from .membership import outside
-        return outside(self, problem, profile, config)
+        """The knobs of `config` that this space could not have produced (empty: inside).
+
+        The space is what its sampler can produce, so the sampler decides: replay the config's
+        own values through `sample` over the full domain (before advice narrowed it) and
+        compare. Knobs set by advice (`advised`) take any value: the user left them free.
+        """
+        replayed = self._replayed(problem, profile, config, nearest=False)
+        return [f.name for f in fields(Config)
+                if f.name not in self.advised and getattr(config, f.name) != getattr(replayed, f.name)]
 
     def project(self, problem: Problem, profile: ModelProfile, config: Config) -> Config:
         """`config` moved into the space: each knob outside takes the nearest allowed value."""
-        from .membership import project
-        return project(self, problem, profile, config)
+        replayed = self._replayed(problem, profile, config, nearest=True)
+        kept = {name: getattr(config, name) for name in self.advised}
+        return replayed.replace(**kept) if kept else replayed
+
+    def _replayed(self, problem: Problem, profile: ModelProfile, config: Config, nearest: bool) -> Config:
+        full = SearchSpace(self.domain, self.sources, self.user_knobs)
+        return full.sample(_Replay(wanted_params(config, profile), nearest=nearest), problem, profile)
 
     def with_knob(self, name: str, raw: Any, where: str) -> "SearchSpace":
         """A copy with one knob set from the command line (a user knob, like --space's)."""
