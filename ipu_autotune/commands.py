@@ -38,9 +38,12 @@ def _trace(problem: Problem, console: Console):
             raise
         except Exception as exc:
             raise UsageError(f"model '{problem.model}' could not be traced with input "
-                             f"{list(problem.input_shape)} at micro-batch {problem.batch_size}: "
+                             f"{list(problem.inputs) or list(problem.input_shape)} at micro-batch "
+                             f"{problem.batch_size}: "
                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
-                             "check --input-shape") from None
+                             + ("check --input (NAME:SHAPE:DTYPE, one per forward argument)"
+                                if problem.inputs or problem.token_inputs else
+                                "check --input-shape, or describe several or integer inputs with --input")) from None
 
 
 def make_backend(args, problem: Problem, console: Console, work_dir: Path | None = None) -> Backend:
@@ -294,6 +297,8 @@ def _numerics_advice(problem: Problem, space: SearchSpace, existing, console):
     precision = space.knobs["precision"]
     if all(v == "32.32" for v in getattr(precision, "values", ())):
         return None  # nothing runs in FP16: nothing to advise
+    if problem.inputs or problem.token_inputs:
+        return None  # the CPU statistics run feeds one float batch: these knobs are searched instead
     with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
                         "and partials…"):
         try:

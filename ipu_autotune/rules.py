@@ -99,6 +99,12 @@ def _global_batch(p: Problem, c: Config) -> str | None:
     return None
 
 
+def _eight_bit_needs_images(p: Problem, c: Config) -> str | None:
+    if c.eight_bit_io and (p.token_inputs or p.inputs):
+        return "eight_bit_io is for uint8 images; this model's inputs are token ids or named inputs"
+    return None
+
+
 def _path_syntax(p: Problem, c: Config) -> str | None:
     for kind, paths in (("split", c.splits), ("checkpoint", c.checkpoints)):
         for path in paths:
@@ -115,6 +121,7 @@ CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _amp_per_ipu,
     _pipeline_accumulation,
     _io_tiles,
+    _eight_bit_needs_images,
     _auto_loss_scaling,
     _sharding_needs_replicas,
     _pipeline_recompute,

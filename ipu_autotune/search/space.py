@@ -276,7 +276,8 @@ class SearchSpace:
         if accumulation is None:
             accumulation = max(s.ask("gradient_accumulation"), self._min_accumulation(ipr, execution))
         device_iterations = s.ask("device_iterations")
-        eight_bit_io = s.ask("eight_bit_io") if problem.input_shape[0] in (1, 3) else False
+        images = problem.input_shape[0] in (1, 3) and not problem.inputs and not problem.token_inputs
+        eight_bit_io = s.ask("eight_bit_io") if images else False
         io_tiles = 0
         if not pipelined:
             io_tiles = s.ask("io_tiles")
