@@ -70,10 +70,13 @@ class Problem:
         elif self.task or self.seq_len:
             raise UsageError(f"model '{self.model}': --task and --seq-len are for hf: models; "
                              "describe a factory's inputs with --input NAME:SHAPE:DTYPE")
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        if not self.input_shape and self.inputs:  # named inputs: the first one's sample shape
+            shape = self.inputs[0].split(":")[1]
+            object.__setattr__(self, "input_shape", tuple(int(d) for d in shape.split("x")))
         if not self.input_shape:
             object.__setattr__(self, "input_shape", default_input_shape(self.model))
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
-        object.__setattr__(self, "inputs", tuple(self.inputs))
 
     @property
     def token_inputs(self) -> bool:
