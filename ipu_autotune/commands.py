@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -278,6 +279,12 @@ def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, be
             path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name,
                                           notes))
             files["config" if fmt == "toml" else "snippet"] = path
+        if problem.token_inputs:  # optimum-graphcore users load this with IPUConfig.from_pretrained
+            from .export.ipu_config import render_ipu_config
+
+            path = out_dir / "ipu_config.json"
+            path.write_text(render_ipu_config(problem, best.config, profile_for(problem))[0])
+            files["optimum"] = path
     return files
 
 
@@ -448,8 +455,15 @@ def cmd_export(args) -> int:
         raise UsageError(f"study '{args.study}': its stored numerics advice is unreadable (not written by "
                          "this version of ipu-autotune?); nothing exported") from None
     try:
-        text = export.render(args.format, problem, record.config, record.measurement, record.number, args.study,
-                             notes)
+        if args.format == "ipu-config":
+            from .export.ipu_config import render_ipu_config
+
+            text, lost = render_ipu_config(problem, record.config, _trace(problem, Console(stderr=True)))
+            for line in lost:
+                Console(stderr=True, highlight=False).print(f"[dim]ipu_config.json: {escape(line)}[/]", soft_wrap=True)
+        else:
+            text = export.render(args.format, problem, record.config, record.measurement, record.number,
+                                 args.study, notes)
     except ValueError as exc:
         raise UsageError(f"trial {record.number} cannot be exported safely: {exc}") from None
     if args.output:

@@ -196,3 +196,40 @@ def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(tmp_path, 
     splits = best["config"]["splits"]
     assert splits and all(s.startswith(layer_prefix) and s.rsplit(".", 1)[1].isdigit() for s in splits)
     assert best["measurement"]["throughput"] > base["measurement"]["throughput"]
+
+
+# --- must show 4: the optimum-graphcore IPUConfig export ----------------------------------------
+
+def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sdk(tmp_path):
+    from conftest_fake_sdk import fake_sdk
+
+    from ipu_autotune.export.ipu_config import IPU_CONFIG_FIELDS
+
+    result = json.loads(cli("hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4",
+                            "--trials", "12", "--seed", "1", "--json", cwd=tmp_path).stdout)
+    study = result["study"]
+    exported = cli("export", "--study", study, "--format", "ipu-config", cwd=tmp_path).stdout
+    ipu_config = json.loads(exported)
+    assert set(ipu_config) <= IPU_CONFIG_FIELDS
+    assert sum(ipu_config["layers_per_ipu"]) == 12
+    assert len(ipu_config["matmul_proportion"]) == ipu_config["ipus_per_replica"] == \
+        result["best"]["config"]["ipus_per_replica"]
+    assert ipu_config["gradient_accumulation_steps"] == result["best"]["config"]["gradient_accumulation"]
+    written = tmp_path / "ipu-autotune-out" / study / "ipu_config.json"
+    assert json.loads(written.read_text()) == ipu_config
+
+    snippet = cli("export", "--study", study, cwd=tmp_path).stdout
+    with fake_sdk() as poptorch:
+        ns: dict = {}
+        exec(compile(snippet, "best_options.py", "exec"), ns)
+        model = build_hf_model("hf:bert-base-uncased", "sequence-classification", 1000, device="cpu").float()
+        training = ns["TrainingModel"](model)
+        opts = ns["make_options"]()
+        wrapped = poptorch.trainingModel(training, opts, ns["make_optimizer"](training))
+        assert wrapped is not None
+        assert opts.Training.gradient_accumulation == result["best"]["config"]["gradient_accumulation"]
+        # The annotated model still trains on the CPU: token ids in, the task's loss out.
+        training.float()
+        ids = torch.zeros(2, 16, dtype=torch.long)
+        loss = training(ids, torch.ones_like(ids), torch.zeros(2, dtype=torch.long))
+        assert loss.dim() == 0 and torch.isfinite(loss)

@@ -157,6 +157,8 @@ class NormalizeInput(torch.nn.Module):
 _BODY = '''
 
 def _checkpoint_output(module, inputs, output):
+    if isinstance(output, tuple):  # Hugging Face layers return (hidden_states, ...)
+        return (poptorch.recomputationCheckpoint(output[0]), *output[1:])
     return poptorch.recomputationCheckpoint(output)
 
 
@@ -205,6 +207,29 @@ def _indent(lines: list[str]) -> str:
     return "\n".join("    " + line for line in lines)
 
 
+# hf: models compute their own loss from the labels; token ids stay integers.
+_TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
+    """PopTorch training models return the loss from forward; {labels} as transformers names them."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = annotate(model)
+
+    def forward(self, input_ids, attention_mask, {label_args}):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, {label_kwargs})
+        return out.logits if out.loss is None else out.loss
+
+
+'''
+
+
+def _token_model(problem: Problem) -> str:
+    labels = ["start_positions", "end_positions"] if problem.task == "question-answering" else ["labels"]
+    return _TOKEN_MODEL.format(labels=" and ".join(labels),
+                               label_args=", ".join(f"{n}=None" for n in labels),
+                               label_kwargs=", ".join(f"{n}={n}" for n in labels))
+
+
 def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
     if config.eight_bit_io:
         norm_args = "" if problem.input_shape[0] == 3 else \
@@ -228,5 +253,8 @@ def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
         lr=repr(DEFAULT_LR[problem.optimizer]),
         optimizer=optimizer_call(problem, config),
     )
+    if problem.token_inputs:
+        start = source.index("class TrainingModel(torch.nn.Module):")
+        source = source[:start] + _token_model(problem) + source[source.index("def make_options():"):]
     compile(source, "best_options.py", "exec")  # never hand out code that does not parse
     return source
