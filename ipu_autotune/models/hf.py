@@ -116,12 +116,17 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta"):
     arch = architecture(name)
     task = resolve_task(name, task)
     config = transformers.AutoConfig.for_model(arch.family, **arch.sizes)
+    for key, value in arch.sizes.items():  # for_model drops some keys (tie_word_embeddings in v5)
+        setattr(config, key, value)
     if task == "sequence-classification":
         config.num_labels = num_labels
     # Eager attention: the exact ops PopTorch traces, and no data-dependent mask shortcuts.
     config._attn_implementation = "eager"
     with torch.device(device):
         model = getattr(transformers, TASKS[task]).from_config(config, attn_implementation="eager")
+    if arch.family in ("t5", "mt5"):
+        # T5's encoder and decoder always share one embedding (`shared`), tied head or not.
+        model.set_input_embeddings(model.get_input_embeddings())
     return model.train()
 
 
