@@ -67,6 +67,9 @@ class Unit:
     light_bytes: int = 0  # bytes written by memory-bound ops (time model)
     ops: int = 0  # non-view ops: drives code and exchange size
     max_op_bytes: int = 0  # in + out bytes of its largest conv/matmul (temporary planning)
+    # A tied head (GPT-2's lm_head, BERT's MLM decoder) reads a parameter another unit owns:
+    # it runs where that unit runs, as Graphcore places it (head with the embedding on IPU0).
+    placed_with: int | None = None
 
     @property
     def saved_bytes(self) -> int:
@@ -299,7 +302,9 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
                 if path not in start_set and path in candidates:
                     units[current].members.append(path)
         elif event[0] == "param":
-            param_unit.setdefault(event[1], current)
+            first = param_unit.setdefault(event[1], current)
+            if first != current and units[current].placed_with is None:
+                units[current].placed_with = first
         elif event[0] == "op":
             _, kind, flops, out_bytes, in_bytes = event
             unit = units[current]
@@ -317,6 +322,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
                 units[current].saved_light_bytes += nbytes
 
     _charge_parameters(model, units, owner, param_unit)
+    _place_heads_with_their_weights(units)
     for unit in units:
         unit.flops = dict(unit.flops)
 
@@ -327,6 +333,23 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
         num_classes=num_classes, units=units, module_order=order,
         input_bytes=input_bytes, trace_seconds=time.perf_counter() - start,
     )
+
+
+def _place_heads_with_their_weights(units: list[Unit]) -> None:
+    """A tied unit takes the rest of its head along (BERT's `cls.predictions.transform` with
+    `cls.predictions.decoder`): the units before it under the same top-level module."""
+    for i, unit in enumerate(units):
+        if unit.placed_with is None or unit.placed_with >= i:
+            unit.placed_with = None
+            continue
+        top = unit.path.split(".")[0]
+        if units[unit.placed_with].path.split(".")[0] == top:
+            unit.placed_with = None  # tied within one top-level module: nothing to move
+            continue
+        j = i - 1
+        while j > unit.placed_with and units[j].path.split(".")[0] == top and units[j].placed_with is None:
+            units[j].placed_with = unit.placed_with
+            j -= 1
 
 
 def _charge_parameters(model: nn.Module, units: list[Unit], owner: dict[str, int],
