@@ -230,6 +230,22 @@ def _token_model(problem: Problem) -> str:
                                label_kwargs=", ".join(f"{n}={n}" for n in labels))
 
 
+def tied_head_lines(problem: Problem, config: Config) -> list[str]:
+    """hf: models: a head tied to the embedding runs on IPU0 with it, as optimum-graphcore's
+    parallelize() places it (models/bert/modeling_bert.py, PipelinedBertForMaskedLM:
+    `poptorch.BeginBlock(self.cls, "Classifier", ipu_id=0)`); the estimate assumes the same."""
+    if not problem.token_inputs or not config.pipelined:
+        return []
+    from ..models.trace import profile_for
+
+    units = profile_for(problem).units
+    heads = [u.path for u in units if u.placed_with == 0]
+    # One block per head: its first unit (the rest of the head follows it in execution order).
+    firsts = [p for i, p in enumerate(heads) if i == 0 or heads[i - 1] != units[[u.path for u in units].index(p) - 1].path]
+    return [f"poptorch.BeginBlock(model.get_submodule({_path(p)}), ipu_id=0)  # tied head with its embedding"
+            for p in firsts]
+
+
 def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
     if config.eight_bit_io:
         norm_args = "" if problem.input_shape[0] == 3 else \
@@ -246,10 +262,14 @@ def render_snippet(problem: Problem, config: Config, summary: str = "") -> str:
     )
     if config.eight_bit_io:
         source += _EIGHT_BIT
+    heads = tied_head_lines(problem, config)
+    options = options_lines(config)
+    if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
+        options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]
     source += _BODY.format(
-        annotate="\n" + _indent(annotate_lines(config)) if annotate_lines(config) else "",
+        annotate="\n" + _indent(annotate_lines(config) + heads) if annotate_lines(config) + heads else "",
         wrapped=wrapped,
-        options="\n" + _indent(options_lines(config)) if options_lines(config) else "",
+        options="\n" + _indent(options) if options else "",
         lr=repr(DEFAULT_LR[problem.optimizer]),
         optimizer=optimizer_call(problem, config),
     )
