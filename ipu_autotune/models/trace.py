@@ -156,6 +156,11 @@ def _merges_into_previous(module: nn.Module) -> bool:
     return not has_params or isinstance(module, _NORMS)
 
 
+def _embedding_group(previous: nn.Module, module: nn.Module) -> bool:
+    """GPT-2's position embedding follows its token embedding: one unit, the embeddings."""
+    return isinstance(previous, nn.Embedding) and isinstance(module, nn.Embedding)
+
+
 def _tensor_bytes(obj) -> int:
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
@@ -281,7 +286,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
     candidates = sorted((c for c in _unit_candidates(model) if c in position), key=position.get)
     starts: list[str] = []
     for c in candidates:
-        if not starts or not _merges_into_previous(modules[c]):
+        if not starts or not (_merges_into_previous(modules[c]) or _embedding_group(modules[starts[-1]], modules[c])):
             starts.append(c)
     start_set = set(starts)
 
