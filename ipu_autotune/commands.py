@@ -220,6 +220,10 @@ def _one_line(best, base, study_name: str) -> str:
 
 def _print_header(console, problem: Problem, backend, study_name, storage_url, created, study) -> None:
     shape = "x".join(map(str, problem.input_shape))
+    if problem.task:
+        shape = f"{problem.task}, {problem.seq_len} tokens"
+    elif problem.inputs:
+        shape = ", ".join(problem.inputs)
     gb = f", global batch {problem.global_batch}" if problem.global_batch else ""
     where = "new study" if created else f"resuming at trial {len(study.trials)}"
     note = " — every figure is an estimate of the analytical IPU model" if backend.name == "estimate" else ""

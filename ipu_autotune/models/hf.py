@@ -115,6 +115,7 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta"):
 
     arch = architecture(name)
     task = resolve_task(name, task)
+    transformers.logging.set_verbosity_error()  # its notes about unused config keys are not the user's
     config = transformers.AutoConfig.for_model(arch.family, **arch.sizes)
     for key, value in arch.sizes.items():  # for_model drops some keys (tie_word_embeddings in v5)
         setattr(config, key, value)
