@@ -184,6 +184,12 @@ def test_bad_transformer_input_is_one_line_exit_2(tmp_path, args, message):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_numerics_says_plainly_it_takes_image_models_only(tmp_path):
+    proc = cli("numerics", "hf:gpt2", "-b", "1", cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "token ids or named inputs" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
 # --- must show 1: start out of memory, end on a fitting best split at layers -----------------
 
 @pytest.mark.parametrize("args, layer_prefix", [
