@@ -242,3 +242,37 @@ def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sd
         ids = torch.zeros(2, 16, dtype=torch.long)
         loss = training(ids, torch.ones_like(ids), torch.zeros(2, dtype=torch.long))
         assert loss.dim() == 0 and torch.isfinite(loss)
+
+
+def test_tied_head_runs_on_the_embedding_ipu_and_the_snippet_places_it_there():
+    from ipu_autotune.backends.estimate.layout import stages
+    from ipu_autotune.export.python import render_snippet
+    from ipu_autotune.problem import Config
+
+    problem = Problem("hf:gpt2", 1, task="causal-lm", seq_len=128)
+    profile = profile_for(problem)
+    config = Config(precision="16.16", ipus_per_replica=4, gradient_accumulation=8,
+                    splits=("transformer.h.0", "transformer.h.4", "transformer.h.8"))
+    head = next(u for u in profile.units if u.path == "lm_head")
+    first, *_, last = stages(profile, config)
+    assert first.heavy_flops >= head.flops["matmul"]  # the 50257-way projection is on IPU0
+    assert last.heavy_flops < head.flops["matmul"]
+    snippet = render_snippet(problem, config)
+    assert "poptorch.BeginBlock(model.get_submodule('lm_head'), ipu_id=0)" in snippet
+    assert "AutoStage.AutoIncrement" in snippet
+
+
+def test_ipu_config_says_checkpoint_every_layer_only_when_every_layer_is_checkpointed():
+    from ipu_autotune.export.ipu_config import ipu_config
+    from ipu_autotune.problem import Config
+
+    problem = Problem("hf:bert-base-uncased", 8)
+    profile = profile_for(problem)
+    layers = tuple(f"bert.encoder.layer.{i}" for i in range(12))
+    config = Config(precision="16.16", ipus_per_replica=2, gradient_accumulation=8, recompute="pipeline",
+                    splits=("bert.encoder.layer.6",), checkpoints=layers)
+    data, _ = ipu_config(problem, config, profile)
+    assert data["recompute_checkpoint_every_layer"] and data["layers_per_ipu"] == [6, 6]
+    data, notes = ipu_config(problem, config.replace(checkpoints=layers[::2]), profile)
+    assert not data["recompute_checkpoint_every_layer"]
+    assert any("some layers only" in n for n in notes)
