@@ -9,7 +9,8 @@ import argparse
 import shlex
 
 from .errors import UsageError
-from .problem import OPTIMIZERS, TARGETS, Problem, default_input_shape
+from .models.hf import TASKS
+from .problem import DEFAULT_SEQ_LEN, OPTIMIZERS, TARGETS, Problem, default_input_shape
 
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
 DEFAULT_TRIALS = 60
@@ -63,6 +64,15 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) ->
     p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
     p.add_argument("--global-batch", type=_positive_int, default=None,
                    help="fix micro-batch x gradient accumulation x replicas to this")
+    p.add_argument("--task", choices=tuple(TASKS), default=None,
+                   help="hf: models: the head and loss trained (default: sequence-classification for "
+                        "encoders, causal-lm for GPT-2, seq2seq-lm for T5)")
+    p.add_argument("--seq-len", type=_positive_int, default=None,
+                   help=f"hf: models: tokens per sample (default {DEFAULT_SEQ_LEN})")
+    p.add_argument("--input", action="append", default=None, metavar="NAME:SHAPE:DTYPE", dest="inputs",
+                   help="a forward input of a module:factory model, one per input, in order, passed by "
+                        "name; SHAPE is one sample's, e.g. --input input_ids:128:int64 "
+                        "--input attention_mask:128:int64 (dtypes: int64 int32 float32 float16 bool)")
     data = p.add_argument_group("data and host (end-to-end throughput)")
     data.add_argument("--dataset-size", type=_positive_int, default=None,
                       help="samples per epoch (default 50,000: the workshop's CIFAR-10); one call may not need more")
@@ -84,12 +94,14 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
     values = base.to_dict() if base else {}
     if args.model:
         if base and args.model != base.model:
-            values.pop("input_shape", None)
+            for key in ("input_shape", "task", "seq_len", "inputs"):
+                values.pop(key, None)
         values["model"] = args.model
     for flag, key in (("batch_size", "batch_size"), ("ipus", "ipus"), ("num_classes", "num_classes"),
                       ("optimizer", "optimizer"), ("target", "target"), ("global_batch", "global_batch"),
                       ("dataset_size", "dataset_size"), ("host_memory", "host_memory_gb"),
-                      ("max_global_batch", "max_global_batch")):
+                      ("max_global_batch", "max_global_batch"),
+                      ("task", "task"), ("seq_len", "seq_len"), ("inputs", "inputs")):
         if getattr(args, flag, None) is not None:
             values[key] = getattr(args, flag)
     if getattr(args, "input_shape", None):
@@ -114,9 +126,13 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
     defaults = Problem(problem.model, problem.batch_size)
     if problem.ipus != defaults.ipus:
         parts += ["--ipus", str(problem.ipus)]
-    if problem.input_shape != default_input_shape(problem.model):
+    if problem.inputs:
+        for spec in problem.inputs:
+            parts += ["--input", spec]
+    elif problem.input_shape != default_input_shape(problem.model, problem.seq_len):
         parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
-    for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch"):
+    for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch",
+                "task", "seq_len"):
         if getattr(problem, key) != getattr(defaults, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
     if problem.host_memory_gb != defaults.host_memory_gb:

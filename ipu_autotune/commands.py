@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -38,9 +39,12 @@ def _trace(problem: Problem, console: Console):
             raise
         except Exception as exc:
             raise UsageError(f"model '{problem.model}' could not be traced with input "
-                             f"{list(problem.input_shape)} at micro-batch {problem.batch_size}: "
+                             f"{list(problem.inputs) or list(problem.input_shape)} at micro-batch "
+                             f"{problem.batch_size}: "
                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
-                             "check --input-shape") from None
+                             + ("check --input (NAME:SHAPE:DTYPE, one per forward argument)"
+                                if problem.inputs or problem.token_inputs else
+                                "check --input-shape, or describe several or integer inputs with --input")) from None
 
 
 def make_backend(args, problem: Problem, console: Console, work_dir: Path | None = None) -> Backend:
@@ -270,6 +274,10 @@ def _one_line(best, base, study_name: str) -> str:
 
 def _print_header(console, problem: Problem, backend, study_name, storage_url, created, study) -> None:
     shape = "x".join(map(str, problem.input_shape))
+    if problem.task:
+        shape = f"{problem.task}, {problem.seq_len} tokens"
+    elif problem.inputs:
+        shape = ", ".join(problem.inputs)
     gb = f", global batch {problem.global_batch}" if problem.global_batch else ""
     where = "new study" if created else f"resuming at trial {len(study.trials)}"
     note = " — every figure is an estimate of the analytical IPU model" if backend.name == "estimate" else ""
@@ -333,6 +341,12 @@ def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, be
             path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name,
                                           notes, base_global_batch))
             files["config" if fmt == "toml" else "snippet"] = path
+        if problem.token_inputs:  # optimum-graphcore users load this with IPUConfig.from_pretrained
+            from .export.ipu_config import render_ipu_config
+
+            path = out_dir / "ipu_config.json"
+            path.write_text(render_ipu_config(problem, best.config, profile_for(problem))[0])
+            files["optimum"] = path
     return files
 
 
@@ -352,6 +366,8 @@ def _numerics_advice(problem: Problem, space: SearchSpace, existing, console):
     precision = space.knobs["precision"]
     if all(v == "32.32" for v in getattr(precision, "values", ())):
         return None  # nothing runs in FP16: nothing to advise
+    if problem.inputs or problem.token_inputs:
+        return None  # the CPU statistics run feeds one float batch: these knobs are searched instead
     with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
                         "and partials…"):
         try:
@@ -511,8 +527,15 @@ def cmd_export(args) -> int:
     base = next((r for r in study_records(study) if r.origin == "baseline"), None)
     base_gb = global_batch(problem, base.config) if base is not None else None
     try:
-        text = export.render(args.format, problem, record.config, record.measurement, record.number, args.study,
-                             notes, base_gb)
+        if args.format == "ipu-config":
+            from .export.ipu_config import render_ipu_config
+
+            text, lost = render_ipu_config(problem, record.config, _trace(problem, Console(stderr=True)))
+            for line in lost:
+                Console(stderr=True, highlight=False).print(f"[dim]ipu_config.json: {escape(line)}[/]", soft_wrap=True)
+        else:
+            text = export.render(args.format, problem, record.config, record.measurement, record.number,
+                                 args.study, notes, base_gb)
     except ValueError as exc:
         raise UsageError(f"trial {record.number} cannot be exported safely: {exc}") from None
     if args.output:

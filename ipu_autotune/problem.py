@@ -31,17 +31,20 @@ DEFAULT_HOST_MEMORY_GB = 32.0
 #: samples per weight update beyond which the tuner does not go unless told (README, "Training recipe")
 DEFAULT_MAX_GLOBAL_BATCH = 2048
 DEFAULT_AMP = 0.6  # poplibs' default availableMemoryProportion
+DEFAULT_SEQ_LEN = 128  # hf: models, when --seq-len is not given
 
 # Models whose input size is fixed by their architecture (position embeddings).
 _FIXED_224 = ("vit_", "swin_", "maxvit")
 
 
-def default_input_shape(model: str) -> tuple[int, ...]:
-    """Image size when none is given.
+def default_input_shape(model: str, seq_len: int = 0) -> tuple[int, ...]:
+    """Image size when none is given; for `hf:` models, one sequence of token ids.
 
     64x64 is the Graphcore hands-on workshop's size, which is the problem this tool's
     default run reproduces; transformers with learned position embeddings need 224.
     """
+    if model.startswith("hf:"):
+        return (seq_len or DEFAULT_SEQ_LEN,)
     if model.startswith(_FIXED_224):
         return (3, 224, 224)
     return (3, 64, 64)
@@ -64,11 +67,35 @@ class Problem:
     max_global_batch: int = DEFAULT_MAX_GLOBAL_BATCH
     host_float_sample_s: float | None = None
     host_uint8_sample_s: float | None = None
+    # Transformers (docs/transformers.md): the task's head, the sequence length, and the
+    # forward's named inputs ("NAME:SHAPE:DTYPE"); empty means one float image batch.
+    task: str = ""
+    seq_len: int = 0
+    inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.model.startswith("hf:"):
+            from .models import hf
+
+            object.__setattr__(self, "task", hf.resolve_task(self.model, self.task))
+            object.__setattr__(self, "seq_len", self.seq_len or DEFAULT_SEQ_LEN)
+            hf.check_seq_len(self.model, self.seq_len)
+            object.__setattr__(self, "input_shape", (self.seq_len,))
+        elif self.task or self.seq_len:
+            raise UsageError(f"model '{self.model}': --task and --seq-len are for hf: models; "
+                             "describe a factory's inputs with --input NAME:SHAPE:DTYPE")
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        if not self.input_shape and self.inputs:  # named inputs: the first one's sample shape
+            shape = self.inputs[0].split(":")[1]
+            object.__setattr__(self, "input_shape", tuple(int(d) for d in shape.split("x")))
         if not self.input_shape:
             object.__setattr__(self, "input_shape", default_input_shape(self.model))
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
+
+    @property
+    def token_inputs(self) -> bool:
+        """Integer token ids (hf: models), not images: no 8-bit image I/O, no image size."""
+        return self.model.startswith("hf:")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -76,6 +103,12 @@ class Problem:
         for key in ("global_batch", "host_float_sample_s", "host_uint8_sample_s"):
             if d[key] is None:
                 del d[key]
+        # Image problems keep the dict they always had.
+        for key in ("task", "seq_len", "inputs"):
+            if not d[key]:
+                del d[key]
+        if "inputs" in d:
+            d["inputs"] = list(d["inputs"])
         return d
 
     @classmethod
@@ -90,8 +123,12 @@ class Problem:
     def slug(self) -> str:
         """Default study name, e.g. resnet101-bs64-2ipu-mk2."""
         name = self.model.replace(":", "-").replace(".", "-").replace("/", "-")
+        if self.task:
+            name = f"{name}-{self.task}-sl{self.seq_len}"
         slug = f"{name}-bs{self.batch_size}-{self.ipus}ipu-{self.target}"
-        if self.input_shape != default_input_shape(self.model):
+        if self.inputs:
+            slug += "-" + "-".join(i.split(":")[0] for i in self.inputs)
+        elif self.input_shape != default_input_shape(self.model, self.seq_len):
             slug += "-" + "x".join(str(s) for s in self.input_shape)
         if self.global_batch:
             slug += f"-gb{self.global_batch}"
@@ -269,6 +306,18 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         if value not in _CHOICES[key]:
             raise bad("one of " + ", ".join(repr(c) for c in _CHOICES[key]))
         return value
+    if key == "task":
+        from .models.hf import TASKS
+
+        if value not in TASKS:
+            raise bad("one of " + ", ".join(repr(t) for t in TASKS))
+        return value
+    if key == "inputs":
+        from .models.inputs import parse_inputs
+
+        if not isinstance(value, list):
+            raise bad('a list of inputs, e.g. ["input_ids:128:int64", "attention_mask:128:int64"]')
+        return parse_inputs(value)
     if key in ("model",):
         if not isinstance(value, str) or not value:
             raise bad("a model name")
@@ -279,7 +328,8 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         return value
     if key in ("batch_size", "num_classes", "ipus", "ipus_per_replica", "replicas",
                "gradient_accumulation", "device_iterations", "io_tiles", "global_batch",
-               "dataset_size", "max_global_batch", "loader_workers", "micro_batch"):
+               "dataset_size", "max_global_batch", "loader_workers", "micro_batch",
+               "seq_len"):
         if value is None and key in ("global_batch", "micro_batch"):
             return None
         if isinstance(value, bool) or not isinstance(value, int):

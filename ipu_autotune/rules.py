@@ -93,8 +93,9 @@ def _pipeline_recompute(p: Problem, c: Config) -> str | None:
 
 
 def takes_images(p: Problem) -> bool:
-    """8-bit I/O sends uint8 images normalised per channel: only for [C, H, W] with C 1 or 3."""
-    return len(p.input_shape) == 3 and p.input_shape[0] in (1, 3)
+    """8-bit I/O sends uint8 images normalised per channel: only for [C, H, W] with C 1 or 3,
+    and not for token ids or a factory's named inputs."""
+    return len(p.input_shape) == 3 and p.input_shape[0] in (1, 3) and not (p.token_inputs or p.inputs)
 
 
 def _eight_bit_needs_images(p: Problem, c: Config) -> str | None:
@@ -178,10 +179,10 @@ CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _amp_per_ipu,
     _pipeline_accumulation,
     _io_tiles,
+    _eight_bit_needs_images,
     _auto_loss_scaling,
     _sharding_needs_replicas,
     _pipeline_recompute,
-    _eight_bit_needs_images,
     _state_location_needs_state,
     _global_batch,
     _micro_batch,

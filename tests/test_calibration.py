@@ -16,6 +16,12 @@ POINTS = tomllib.loads((Path(__file__).parent / "calibration" / "points.toml").r
 backend = EstimateBackend()
 
 
+def _cases(key):
+    """Points with `key`; a point with `known_miss` is expected to fail, for that reason."""
+    return [pytest.param(p, id=p["id"], marks=pytest.mark.xfail(strict=True, reason=p["known_miss"]))
+            if "known_miss" in p else pytest.param(p, id=p["id"]) for p in POINTS if key in p]
+
+
 def load(point):
     return Problem.from_dict(point["problem"]), Config.from_dict(point["config"])
 
@@ -26,14 +32,14 @@ def test_point_is_a_valid_config(point):
     assert violations(problem, config, profile_for(problem).module_order) == []
 
 
-@pytest.mark.parametrize("point", [p for p in POINTS if "expect" in p], ids=lambda p: p["id"])
+@pytest.mark.parametrize("point", _cases("expect"))
 def test_memory_verdict(point):
     problem, config = load(point)
     m = backend.measure(problem, config)
     assert m.feasible == (point["expect"] == "fits"), m.verdict()
 
 
-@pytest.mark.parametrize("point", [p for p in POINTS if "throughput" in p], ids=lambda p: p["id"])
+@pytest.mark.parametrize("point", _cases("throughput"))
 def test_throughput_within_published_band(point):
     """End-to-end points against `throughput`; device-side ones against `device_throughput`."""
     problem, config = load(point)
@@ -42,7 +48,8 @@ def test_throughput_within_published_band(point):
     assert scope in ("device", "end_to_end"), "say what the published figure covers"
     got = m.device_throughput if scope == "device" else m.throughput
     ratio = got / point["throughput"]
-    assert 0.7 <= ratio <= 1.4, f"estimated {got:.0f}/s ({scope}) is {ratio:.2f}x the published figure"
+    low, high = point.get("band", (0.7, 1.4))
+    assert low <= ratio <= high, f"estimated {got:.0f}/s ({scope}) is {ratio:.2f}x the published figure"
 
 
 STEPS = [p for p in POINTS if "step_of" in p]
@@ -92,3 +99,12 @@ def test_hand_tuned_workshop_config_is_faster_than_its_start():
     start = backend.measure(*by_id["seed-fp16"])
     tuned = backend.measure(*by_id["seed-fp16-ga8-di4-8bit"])
     assert tuned.throughput > 1.1 * start.throughput
+
+
+def test_mt5_runs_out_of_memory_on_the_embedding_and_head_ipus():
+    """M21: optimum's mT5 notebook layout [0, 8, 8, 0] overflows IPU0 and IPU3 only, where the
+    untied 250112x512 embedding and LM head keep 8 B of AdamW state per parameter each."""
+    problem, config = load(next(p for p in POINTS if p["id"] == "M21"))
+    m = backend.measure(problem, config)
+    over = [i for i, t in enumerate(m.max_tile_bytes) if t > m.tile_capacity_bytes]
+    assert over == [0, 3]

@@ -176,6 +176,8 @@ class NormalizeInput(torch.nn.Module):
 _BODY = '''
 
 def _checkpoint_output(module, inputs, output):
+    if isinstance(output, tuple):  # Hugging Face layers return (hidden_states, ...)
+        return (poptorch.recomputationCheckpoint(output[0]), *output[1:])
     return poptorch.recomputationCheckpoint(output)
 
 
@@ -244,9 +246,49 @@ def learning_rate(problem: Problem, config: Config, base_global_batch: int | Non
             f"{scaled.global_batch},\n    # {scaled.rule} rule for {problem.optimizer}: {scaled.formula()}.")
 
 
+# hf: models compute their own loss from the labels; token ids stay integers.
+_TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
+    """PopTorch training models return the loss from forward; {labels} as transformers names them."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = annotate(model)
+
+    def forward(self, input_ids, attention_mask, {label_args}):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, {label_kwargs})
+        return out.logits if out.loss is None else out.loss
+
+
+'''
+
+
+def _token_model(problem: Problem) -> str:
+    labels = ["start_positions", "end_positions"] if problem.task == "question-answering" else ["labels"]
+    return _TOKEN_MODEL.format(labels=" and ".join(labels),
+                               label_args=", ".join(f"{n}=None" for n in labels),
+                               label_kwargs=", ".join(f"{n}={n}" for n in labels))
+
+
+def tied_head_lines(problem: Problem, config: Config) -> list[str]:
+    """hf: models: a head tied to the embedding runs on IPU0 with it, as optimum-graphcore's
+    parallelize() places it (models/bert/modeling_bert.py, PipelinedBertForMaskedLM:
+    `poptorch.BeginBlock(self.cls, "Classifier", ipu_id=0)`); the estimate assumes the same."""
+    if not problem.token_inputs or not config.pipelined:
+        return []
+    from ..models.trace import profile_for
+
+    units = profile_for(problem).units
+    heads = [u.path for u in units if u.placed_with == 0]
+    # One block per head: its first unit (the rest of the head follows it in execution order).
+    firsts = [p for i, p in enumerate(heads) if i == 0 or heads[i - 1] != units[[u.path for u in units].index(p) - 1].path]
+    return [f"poptorch.BeginBlock(model.get_submodule({_path(p)}), ipu_id=0)  # tied head with its embedding"
+            for p in firsts]
+
+
 def render_snippet(problem: Problem, config: Config, summary: str = "",
                    base_global_batch: int | None = None) -> str:
     from ..host import pipeline
+
     if config.eight_bit_io:
         norm_args = "" if problem.input_shape[0] == 3 else \
             f", mean=({', '.join(['0.5'] * problem.input_shape[0])},), std=({', '.join(['0.5'] * problem.input_shape[0])},)"
@@ -265,10 +307,14 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     )
     if config.eight_bit_io:
         source += _EIGHT_BIT
+    heads = tied_head_lines(problem, config)
+    options = options_lines(config)
+    if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
+        options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]
     source += _BODY.format(
-        annotate="\n" + _indent(annotate_lines(config)) if annotate_lines(config) else "",
+        annotate="\n" + _indent(annotate_lines(config) + heads) if annotate_lines(config) + heads else "",
         wrapped=wrapped,
-        options="\n" + _indent(options_lines(config)) if options_lines(config) else "",
+        options="\n" + _indent(options) if options else "",
         lr=lr,
         lr_comment=lr_comment,
         optimizer=optimizer_call(problem, config),
@@ -276,5 +322,8 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
         loader_comment="\n    # 8-bit I/O: the dataset yields uint8 images (no ToTensor float cast, no Normalize on the\n"
                        "    # host); NormalizeInput casts and normalises on the IPU." if config.eight_bit_io else "",
     )
+    if problem.token_inputs:
+        start = source.index("class TrainingModel(torch.nn.Module):")
+        source = source[:start] + _token_model(problem) + source[source.index("def make_options():"):]
     compile(source, "best_options.py", "exec")  # never hand out code that does not parse
     return source

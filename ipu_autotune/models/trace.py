@@ -24,6 +24,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from .hf import jit_like_tracing
+from .inputs import sample_batch
 from .zoo import build_model
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -65,6 +67,9 @@ class Unit:
     light_bytes: int = 0  # bytes written by memory-bound ops (time model)
     ops: int = 0  # non-view ops: drives code and exchange size
     max_op_bytes: int = 0  # in + out bytes of its largest conv/matmul (temporary planning)
+    # A tied head (GPT-2's lm_head, BERT's MLM decoder) reads a parameter another unit owns:
+    # it runs where that unit runs, as Graphcore places it (head with the embedding on IPU0).
+    placed_with: int | None = None
 
     @property
     def saved_bytes(self) -> int:
@@ -107,6 +112,15 @@ def _is_stack(module: nn.Module) -> bool:
     return isinstance(module, CONTAINERS) and len(children) >= 2 and len({type(c) for c in children}) == 1
 
 
+def _holds_stack(module: nn.Module, depth: int = 2) -> bool:
+    """A stack of repeated blocks lies within `depth` levels: a model body such as
+    BertModel (`encoder.layer`) or GPT2Model (`h`), to be opened down to its blocks."""
+    for child in module.children():
+        if _is_stack(child) or (depth > 1 and _holds_stack(child, depth - 1)):
+            return True
+    return False
+
+
 def _is_wrapper(module: nn.Module) -> bool:
     """A module around one model (a loss or input-normalisation wrapper): look inside."""
     with_params = [c for c in module.children() if any(True for _ in c.parameters())]
@@ -131,19 +145,20 @@ def _unit_candidates(model: nn.Module) -> list[str]:
     """Modules that are not broken down further: leaves, or blocks like a Bottleneck."""
     found: list[str] = []
 
-    def visit(path: str, module: nn.Module, root: bool) -> None:
+    def visit(path: str, module: nn.Module, root: bool, repeated: bool = False) -> None:
         children = list(module.named_children())
-        expand = children and not _has_skip(module) and (root or type(module) in CONTAINERS or _is_wrapper(module)
-                               or any(_is_stack(c) for _, c in children))
+        expand = children and not _has_skip(module) and (
+            root or type(module) in CONTAINERS or _holds_stack(module) or (_is_wrapper(module) and not repeated))
         if not expand:
             found.append(path)
             return
         wrapped = _is_wrapper(module) and type(module) not in CONTAINERS
+        stack = _is_stack(module)
         for name, child in children:
             # Inside a wrapper (loss, input normalisation) the wrapped model is opened up as
             # if it were the root: its blocks are where stages can begin.
             inner = wrapped and any(True for _ in child.parameters())
-            visit(f"{path}.{name}" if path else name, child, inner)
+            visit(f"{path}.{name}" if path else name, child, inner, stack)
 
     visit("", model, True)
     return found
@@ -153,6 +168,11 @@ def _merges_into_previous(module: nn.Module) -> bool:
     """Norms, activations, pooling and dropout follow the op they belong to."""
     has_params = any(True for _ in module.parameters())
     return not has_params or isinstance(module, _NORMS)
+
+
+def _embedding_group(previous: nn.Module, module: nn.Module) -> bool:
+    """GPT-2's position embedding follows its token embedding: one unit, the embeddings."""
+    return isinstance(previous, nn.Embedding) and isinstance(module, nn.Embedding)
 
 
 def _tensor_bytes(obj) -> int:
@@ -165,18 +185,33 @@ def _tensor_bytes(obj) -> int:
     return 0
 
 
+def _flat_tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _flat_tensors(o)
+
+
 class _Recorder(TorchDispatchMode):
     """Logs, in order, each aten op with its kind, FLOPs, output bytes and input bytes."""
 
-    def __init__(self, events: list):
+    def __init__(self, events: list, param_storages: frozenset = frozenset()):
         super().__init__()
         self.events = events
         self.producer: dict[int, str] = {}  # output storage -> kind of the op that wrote it
+        self.param_storages = param_storages
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
+        if self.param_storages:
+            # A parameter belongs to the unit whose ops read it, called module or not.
+            for t in _flat_tensors(args):
+                key = t.untyped_storage()._cdata
+                if key in self.param_storages:
+                    self.events.append(("param", key))
         if name not in _VIEW_OPS:
             kind = op_kind(name)
             packet = func.overloadpacket
@@ -190,16 +225,18 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
-def _run_forward(model: nn.Module, x: torch.Tensor, labels: torch.Tensor, events: list) -> None:
-    """One training-mode forward plus loss, logging module entries, ops and saved tensors."""
+def _run_forward(model: nn.Module, x: torch.Tensor | dict, labels: torch.Tensor, events: list) -> None:
+    """One training-mode forward plus loss, logging module entries, ops, parameter reads and
+    saved tensors. `x` is the input batch, or the forward's keyword arguments."""
+    trainable = frozenset(p.untyped_storage()._cdata for p in model.parameters() if p.requires_grad)
     param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
     param_storages |= {b.untyped_storage()._cdata for b in model.buffers()}
     seen: set[int] = set()
-    recorder = _Recorder(events)
+    recorder = _Recorder(events, trainable)
     names = {m: n for n, m in model.named_modules()}
 
-    def pre_hook(module, args):
-        events.append(("enter", names[module], _tensor_bytes(args)))
+    def pre_hook(module, args, kwargs):
+        events.append(("enter", names[module], _tensor_bytes(args) + _tensor_bytes(kwargs)))
 
     def pack(t: torch.Tensor):
         key = t.untyped_storage()._cdata
@@ -209,10 +246,12 @@ def _run_forward(model: nn.Module, x: torch.Tensor, labels: torch.Tensor, events
             events.append(("saved", recorder.producer.get(key, "input"), t.untyped_storage().nbytes()))
         return t
 
-    handles = [m.register_forward_pre_hook(pre_hook) for m in model.modules()]
+    handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in model.modules()]
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), recorder:
-            out = model(x)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), recorder, jit_like_tracing():
+            out = model(**x) if isinstance(x, dict) else model(x)
+            if getattr(out, "loss", None) is not None:
+                return  # the model computed its own loss from the labels it was given
             if isinstance(out, (tuple, list)):
                 out = out[0]
             elif not isinstance(out, torch.Tensor) and hasattr(out, "logits"):
@@ -225,19 +264,28 @@ def _run_forward(model: nn.Module, x: torch.Tensor, labels: torch.Tensor, events
 
 
 def trace_model(model_name: str, batch_size: int, input_shape: tuple[int, ...],
-                num_classes: int) -> ModelProfile:
+                num_classes: int, task: str = "", seq_len: int = 0,
+                inputs: tuple[str, ...] = ()) -> ModelProfile:
+    from ..problem import Problem
+
     start = time.perf_counter()
-    model = build_model(model_name, num_classes, device="meta")
-    profile = trace_module(model, batch_size, input_shape, num_classes, model_name)
+    problem = Problem(model_name, batch_size, input_shape=input_shape, num_classes=num_classes,
+                      task=task, seq_len=seq_len, inputs=inputs)
+    model = build_model(model_name, num_classes, device="meta", task=problem.task)
+    kwargs = sample_batch(problem, batch_size) if problem.token_inputs or problem.inputs else None
+    profile = trace_module(model, batch_size, problem.input_shape, num_classes, model_name, kwargs)
     profile.trace_seconds = time.perf_counter() - start
     return profile
 
 
 def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...],
-                 num_classes: int, name: str = "") -> ModelProfile:
-    """Trace an already built module. It must live on the meta device, in FP32."""
+                 num_classes: int, name: str = "", inputs: dict | None = None) -> ModelProfile:
+    """Trace an already built module. It must live on the meta device, in FP32.
+
+    `inputs`: the forward's keyword arguments (several inputs, integer or float) instead of
+    one float batch of `input_shape`."""
     start = time.perf_counter()
-    x = torch.empty((batch_size, *input_shape), device="meta", requires_grad=False)
+    x = inputs if inputs is not None else torch.empty((batch_size, *input_shape), device="meta")
     labels = torch.zeros(batch_size, dtype=torch.long, device="meta")
     events: list = []
     _run_forward(model, x, labels, events)
@@ -252,7 +300,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
     candidates = sorted((c for c in _unit_candidates(model) if c in position), key=position.get)
     starts: list[str] = []
     for c in candidates:
-        if not starts or not _merges_into_previous(modules[c]):
+        if not starts or not (_merges_into_previous(modules[c]) or _embedding_group(modules[starts[-1]], modules[c])):
             starts.append(c)
     start_set = set(starts)
 
@@ -260,6 +308,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
     unit_of_start = {p: i for i, p in enumerate(starts)}
     current = 0
     owner: dict[str, int] = {}
+    param_unit: dict[int, int] = {}  # parameter storage -> unit that reads it first
     for event in events:
         if event[0] == "enter":
             path = event[1]
@@ -271,6 +320,10 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
                 owner[path] = current
                 if path not in start_set and path in candidates:
                     units[current].members.append(path)
+        elif event[0] == "param":
+            first = param_unit.setdefault(event[1], current)
+            if first != current and units[current].placed_with is None:
+                units[current].placed_with = first
         elif event[0] == "op":
             _, kind, flops, out_bytes, in_bytes = event
             unit = units[current]
@@ -287,28 +340,61 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
             else:
                 units[current].saved_light_bytes += nbytes
 
-    for path, module in modules.items():
-        unit = units[owner.get(path, 0)]
-        for p in module.parameters(recurse=False):
-            if p.requires_grad:
-                unit.params += p.numel()
-                unit.largest_param = max(unit.largest_param, p.numel())
+    _charge_parameters(model, units, owner, param_unit)
+    _place_heads_with_their_weights(units)
     for unit in units:
         unit.flops = dict(unit.flops)
 
+    input_bytes = (sum(_tensor_bytes(t) for t in inputs.values()) if inputs is not None
+                   else x.numel() * 4)
     return ModelProfile(
         model=name or type(model).__name__, batch_size=batch_size, input_shape=tuple(input_shape),
         num_classes=num_classes, units=units, module_order=order,
-        input_bytes=x.numel() * 4, trace_seconds=time.perf_counter() - start,
+        input_bytes=input_bytes, trace_seconds=time.perf_counter() - start,
     )
+
+
+def _place_heads_with_their_weights(units: list[Unit]) -> None:
+    """A tied unit takes the rest of its head along (BERT's `cls.predictions.transform` with
+    `cls.predictions.decoder`): the units before it under the same top-level module."""
+    for i, unit in enumerate(units):
+        if unit.placed_with is None or unit.placed_with >= i:
+            unit.placed_with = None
+            continue
+        top = unit.path.split(".")[0]
+        if units[unit.placed_with].path.split(".")[0] == top:
+            unit.placed_with = None  # tied within one top-level module: nothing to move
+            continue
+        j = i - 1
+        while j > unit.placed_with and units[j].path.split(".")[0] == top and units[j].placed_with is None:
+            units[j].placed_with = unit.placed_with
+            j -= 1
+
+
+def _charge_parameters(model: nn.Module, units: list[Unit], owner: dict[str, int],
+                       param_unit: dict[int, int]) -> None:
+    """Each trainable parameter once (tied ones too), to the unit whose ops read it first;
+    a parameter the forward never reads goes with its module."""
+    counted: set[int] = set()
+    for path, module in model.named_modules():
+        for p in module.parameters(recurse=False):
+            key = p.untyped_storage()._cdata
+            if not p.requires_grad or key in counted:
+                continue
+            counted.add(key)
+            unit = units[param_unit.get(key, owner.get(path, 0))]
+            unit.params += p.numel()
+            unit.largest_param = max(unit.largest_param, p.numel())
 
 
 @lru_cache(maxsize=8)
 def cached_trace(model_name: str, batch_size: int, input_shape: tuple[int, ...],
-                 num_classes: int) -> ModelProfile:
-    """One trace per (model, micro-batch, input shape, classes) per process."""
-    return trace_model(model_name, batch_size, tuple(input_shape), num_classes)
+                 num_classes: int, task: str = "", seq_len: int = 0,
+                 inputs: tuple[str, ...] = ()) -> ModelProfile:
+    """One trace per problem (model, micro-batch, inputs, classes, task) per process."""
+    return trace_model(model_name, batch_size, tuple(input_shape), num_classes, task, seq_len, tuple(inputs))
 
 
 def profile_for(problem) -> ModelProfile:
-    return cached_trace(problem.model, problem.batch_size, tuple(problem.input_shape), problem.num_classes)
+    return cached_trace(problem.model, problem.batch_size, tuple(problem.input_shape), problem.num_classes,
+                        problem.task, problem.seq_len, tuple(problem.inputs))

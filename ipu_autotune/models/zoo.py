@@ -26,6 +26,11 @@ def torchvision_models() -> tuple[str, ...]:
 
 def check_model_name(name: str) -> None:
     """Fail early, with suggestions, for a name that is neither torchvision's nor module:factory."""
+    if name.startswith("hf:"):
+        from .hf import architecture
+
+        architecture(name)
+        return
     if ":" in name:
         module, _, attr = name.partition(":")
         if not module or not attr:
@@ -62,9 +67,14 @@ def _factory(name: str):
     return (lambda n: fn(num_classes=n)) if takes_classes else (lambda n: fn())
 
 
-def build_model(name: str, num_classes: int, device: str | torch.device = "meta") -> nn.Module:
+def build_model(name: str, num_classes: int, device: str | torch.device = "meta",
+                task: str = "") -> nn.Module:
     """The user's model, with its own initialisation, in training mode, on `device`."""
     check_model_name(name)
+    if name.startswith("hf:"):
+        from .hf import build_hf_model
+
+        return build_hf_model(name, task, num_classes, device)
     factory = _factory(name)
     try:
         with torch.device(device):

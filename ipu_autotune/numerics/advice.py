@@ -94,6 +94,10 @@ def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str 
     """
     from ..models.zoo import build_model
 
+    if problem.token_inputs or problem.inputs:
+        raise UsageError(f"numerics: {problem.model} takes token ids or named inputs, and the statistics run "
+                         "feeds one float image batch so far; tuning searches loss scaling, stochastic rounding "
+                         "and partials for it instead")
     if lr is not None and not lr > 0:
         raise UsageError(f"--lr must be positive, got {lr}")
     if steps < 1:

@@ -73,7 +73,7 @@ Knob = Choice | Range
 
 
 def family(model: str) -> str:
-    return "transformer" if model.startswith(("vit_", "swin_", "maxvit")) else "cnn"
+    return "transformer" if model.startswith(("vit_", "swin_", "maxvit", "hf:")) else "cnn"
 
 
 def _parse_knob(name: str, raw: Any, where: str) -> Knob:

@@ -63,26 +63,42 @@ def stage_bounds(profile: ModelProfile, config: Config) -> list[tuple[int, int]]
     return [(cuts[k], max(cuts[k], cuts[k + 1])) for k in range(len(cuts) - 1)]
 
 
+def stage_members(profile: ModelProfile, config: Config) -> list[list[int]]:
+    """Unit indices per stage: the contiguous ranges the splits make, with tied heads moved
+    to the stage of the unit whose weights they read (`Unit.placed_with`)."""
+    bounds = stage_bounds(profile, config)
+    stage_of = {i: k for k, (lo, hi) in enumerate(bounds) for i in range(lo, hi)}
+    members: list[list[int]] = [[] for _ in bounds]
+    for i, unit in enumerate(profile.units):
+        home = unit.placed_with if unit.placed_with is not None else i
+        if i in stage_of:
+            members[stage_of.get(home, stage_of[i])].append(i)
+    return members
+
+
 def stages(profile: ModelProfile, config: Config) -> list[Stage]:
     units = profile.units
     ckpt_units = {unit_of_path(profile, p) for p in config.checkpoints}
     out: list[Stage] = []
-    for k, (lo, hi) in enumerate(stage_bounds(profile, config)):
-        members = units[lo:hi]
+    bounds = stage_bounds(profile, config)
+    for k, ((lo, hi), indices) in enumerate(zip(bounds, stage_members(profile, config))):
+        members = [units[i] for i in indices]
         segment = best_segment = 0
         checkpoint_bytes = 0
-        for i in range(lo, hi):
+        for i in indices:
             segment += units[i].saved_bytes
             if i in ckpt_units:
                 checkpoint_bytes += unit_output_bytes(profile, i)
                 best_segment = max(best_segment, segment)
                 segment = 0
         best_segment = max(best_segment, segment)
+        moved_in = [i for i in indices if not lo <= i < hi]  # a tied head's input crosses back
         out.append(Stage(
             index=k, first=lo, last=hi,
             params=sum(u.params for u in members),
             largest_param=max((u.largest_param for u in members), default=0),
-            in_bytes=profile.input_bytes if lo == 0 else units[lo].in_bytes if lo < len(units) else 0,
+            in_bytes=(profile.input_bytes if lo == 0 else units[lo].in_bytes if lo < len(units) else 0)
+            + sum(units[i].in_bytes for i in moved_in),
             saved=sum(u.saved_bytes for u in members),
             saved_heavy=sum(u.saved_heavy_bytes for u in members),
             saved_light=sum(u.saved_light_bytes for u in members),

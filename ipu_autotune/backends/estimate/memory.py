@@ -86,8 +86,11 @@ def _activations_and_stash(stage: Stage, config: Config, n_stages: int) -> tuple
     if mode == "none":
         return saved, (depth - 1) * saved
     if stage.index == n_stages - 1 and mode == "pipeline":
-        # The last stage runs forward and backward in one cycle: nothing recomputed.
-        return saved, depth * stage_in
+        # The last stage runs forward and backward in one cycle: nothing recomputed, unless
+        # it holds recomputation checkpoints (BERT's checkpoint on every layer). Then it keeps
+        # the checkpoints and recomputes between them [D: calibrated on Graphcore's BERT
+        # layouts M13-M17, whose 7-layer last stages only fit that way].
+        return (live if checkpoints else saved), depth * stage_in
     return live, depth * kept
 
 

@@ -1,0 +1,161 @@
+"""Hugging Face transformers as `hf:NAME`, built from their configuration, never downloaded.
+
+The architecture sizes below are the published ones of each checkpoint's `config.json`
+(hidden size, layers, heads, feed-forward size, vocabulary, positions); with them
+`transformers` builds the same module tree the Hub checkpoint would load into, with no
+network access. Tasks choose the head the way `AutoModelFor<Task>` does.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+PREFIX = "hf:"
+
+# task name -> transformers Auto class; the labels each task's loss needs are in `task_labels`.
+TASKS = {
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "masked-lm": "AutoModelForMaskedLM",
+    "causal-lm": "AutoModelForCausalLM",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM",
+}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    family: str  # transformers model_type
+    sizes: dict  # keyword arguments of the family's Config class
+    default_task: str
+    max_positions: int  # longest sequence the position embeddings allow (0: relative, no limit)
+    layers_path: str  # where the repeated blocks live, for IPUConfig.layers_per_ipu
+
+
+def _bert(layers: int, hidden: int, heads: int) -> dict:
+    return dict(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                intermediate_size=4 * hidden, max_position_embeddings=512, type_vocab_size=2)
+
+
+def _gpt2(layers: int, hidden: int, heads: int) -> dict:
+    return dict(vocab_size=50257, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=1024)
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "bert-base-uncased": Architecture("bert", _bert(12, 768, 12), "sequence-classification", 512,
+                                      "encoder.layer"),
+    "bert-large-uncased": Architecture("bert", _bert(24, 1024, 16), "sequence-classification", 512,
+                                       "encoder.layer"),
+    "roberta-base": Architecture("roberta", dict(_bert(12, 768, 12), vocab_size=50265, max_position_embeddings=514,
+                                                 type_vocab_size=1, pad_token_id=1),
+                                 "sequence-classification", 512, "encoder.layer"),
+    "distilbert-base-uncased": Architecture("distilbert", dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12,
+                                                               hidden_dim=3072, max_position_embeddings=512),
+                                            "sequence-classification", 512, "transformer.layer"),
+    "gpt2": Architecture("gpt2", _gpt2(12, 768, 12), "causal-lm", 1024, "h"),
+    "gpt2-medium": Architecture("gpt2", _gpt2(24, 1024, 16), "causal-lm", 1024, "h"),
+    "gpt2-large": Architecture("gpt2", _gpt2(36, 1280, 20), "causal-lm", 1024, "h"),
+    "t5-small": Architecture("t5", dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6,
+                                        num_decoder_layers=6, num_heads=8, decoder_start_token_id=0,
+                                        pad_token_id=0), "seq2seq-lm", 0, "block"),
+    "mt5-small": Architecture("mt5", dict(vocab_size=250112, d_model=512, d_kv=64, d_ff=1024, num_layers=8,
+                                          num_decoder_layers=8, num_heads=6, feed_forward_proj="gated-gelu",
+                                          tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0),
+                          "seq2seq-lm", 0, "block"),
+}
+
+# Which tasks each family has a head for in transformers.
+_FAMILY_TASKS = {
+    "bert": ("sequence-classification", "masked-lm", "question-answering", "causal-lm"),
+    "roberta": ("sequence-classification", "masked-lm", "question-answering", "causal-lm"),
+    "distilbert": ("sequence-classification", "masked-lm", "question-answering"),
+    "gpt2": ("causal-lm", "sequence-classification", "question-answering"),
+    "t5": ("seq2seq-lm",),
+    "mt5": ("seq2seq-lm",),
+}
+
+
+
+def is_hf(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def architecture(name: str) -> Architecture:
+    key = name[len(PREFIX):] if is_hf(name) else name
+    if key not in ARCHITECTURES:
+        close = difflib.get_close_matches(key, ARCHITECTURES, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(PREFIX + c for c in close)}?" if close else \
+            "known: " + ", ".join(PREFIX + k for k in ARCHITECTURES)
+        raise UsageError(f"unknown Hugging Face model '{name}' (built offline from tabulated sizes); {hint}")
+    return ARCHITECTURES[key]
+
+
+def resolve_task(name: str, task: str) -> str:
+    arch = architecture(name)
+    task = task or arch.default_task
+    if task not in TASKS:
+        raise UsageError(f"unknown task '{task}'; use one of {', '.join(TASKS)}")
+    if task not in _FAMILY_TASKS[arch.family]:
+        raise UsageError(f"{name} has no {task} head; use --task {' or '.join(_FAMILY_TASKS[arch.family])}")
+    return task
+
+
+def check_seq_len(name: str, seq_len: int) -> None:
+    limit = architecture(name).max_positions
+    if limit and seq_len > limit:
+        raise UsageError(f"{name}: --seq-len {seq_len} exceeds its {limit} position embeddings; use {limit} or less")
+
+
+def build_hf_model(name: str, task: str, num_labels: int, device="meta"):
+    """The model with the task's head, randomly initialised on `device`, in training mode."""
+    import torch
+    import transformers
+
+    arch = architecture(name)
+    task = resolve_task(name, task)
+    transformers.logging.set_verbosity_error()  # its notes about unused config keys are not the user's
+    config = transformers.AutoConfig.for_model(arch.family, **arch.sizes)
+    for key, value in arch.sizes.items():  # for_model drops some keys (tie_word_embeddings in v5)
+        setattr(config, key, value)
+    if task == "sequence-classification":
+        config.num_labels = num_labels
+    # Eager attention: the exact ops PopTorch traces, and no data-dependent mask shortcuts.
+    config._attn_implementation = "eager"
+    with torch.device(device):
+        model = getattr(transformers, TASKS[task]).from_config(config, attn_implementation="eager")
+    if arch.family in ("t5", "mt5"):
+        # T5's encoder and decoder always share one embedding (`shared`), tied head or not.
+        model.set_input_embeddings(model.get_input_embeddings())
+    return model.train()
+
+
+def layer_count(name: str) -> int:
+    sizes = architecture(name).sizes
+    for key in ("num_hidden_layers", "n_layer", "n_layers"):
+        if key in sizes:
+            return sizes[key]
+    return sizes["num_layers"] + sizes.get("num_decoder_layers", sizes["num_layers"])
+
+
+class jit_like_tracing:
+    """Inside, `transformers` believes it is being traced, as it is under PopTorch's
+    torch.jit trace: it keeps the attention mask instead of checking its values
+    (`masking_utils._ignore_bidirectional_mask_sdpa` reads `mask.all()`, which meta tensors
+    cannot answer)."""
+
+    def __enter__(self):
+        try:
+            from transformers import masking_utils
+        except ImportError:
+            self._module = None
+            return self
+        self._module, self._saved = masking_utils, masking_utils.is_tracing
+        masking_utils.is_tracing = lambda tensor=None: True
+        return self
+
+    def __exit__(self, *exc):
+        if self._module is not None:
+            self._module.is_tracing = self._saved
+        return False

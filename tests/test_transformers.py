@@ -1,0 +1,278 @@
+"""Transformers as IPU users train them: hf: models built offline, named inputs, layer units,
+parameters charged where they are read (tied ones once), and the must-show tuning runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from ipu_autotune.errors import UsageError
+from ipu_autotune.models.hf import ARCHITECTURES, build_hf_model, layer_count
+from ipu_autotune.models.inputs import parse_input, parse_inputs
+from ipu_autotune.models.trace import profile_for, trace_model
+from ipu_autotune.problem import Problem, load_config_file
+
+
+def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("ipu-autotune")
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "120", "PYTHONPATH": path})
+    if check:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def unique_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # parameters() yields a tied tensor once
+
+
+# --- models ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["bert-base-uncased", "gpt2", "t5-small", "distilbert-base-uncased",
+                                  "roberta-base"])
+def test_hf_models_trace_at_layer_units_with_every_parameter_once(name):
+    problem = Problem(f"hf:{name}", 2, seq_len=64)
+    profile = profile_for(problem)
+    model = build_hf_model(problem.model, problem.task, problem.num_classes)
+    assert profile.params == unique_params(model)
+    # One unit per transformer layer: each layer a place where a stage may begin.
+    arch = ARCHITECTURES[name]
+    layer_units = [u for u in profile.units if f"{arch.layers_path}." in u.path
+                   and u.path.rsplit(".", 1)[-1].isdigit()]
+    assert len(layer_units) == layer_count(problem.model)
+
+
+def test_published_sizes():
+    """The tabulated architectures build the published parameter counts."""
+    counts = {"bert-base-uncased": 110e6, "bert-large-uncased": 336e6, "gpt2": 124.4e6,
+              "gpt2-medium": 355e6, "roberta-base": 125e6, "t5-small": 60.5e6,
+              "distilbert-base-uncased": 66e6}
+    for name, expected in counts.items():
+        # The masked-LM / LM head: what the checkpoint holds (no new classifier).
+        task = {"bert": "masked-lm", "roberta": "masked-lm", "distilbert": "masked-lm"}.get(
+            ARCHITECTURES[name].family, "")
+        model = build_hf_model(f"hf:{name}", task, 2)
+        assert unique_params(model) == pytest.approx(expected, rel=0.03), name
+
+
+def test_gpt2_tied_head_is_counted_once_with_the_embedding():
+    profile = profile_for(Problem("hf:gpt2", 1, task="causal-lm", seq_len=128))
+    assert profile.params == 124_439_808  # not 163M: lm_head.weight is transformer.wte.weight
+    by_path = {u.path: u for u in profile.units}
+    # Token and position embeddings form one unit (no split between them), with the tied head's weight.
+    assert by_path["transformer.wte"].params == 50257 * 768 + 1024 * 768
+    assert "transformer.wpe" in by_path["transformer.wte"].members
+    assert by_path["lm_head"].placed_with == 0  # runs with the embedding, on IPU0
+    assert by_path["lm_head"].params == 0
+    assert by_path["lm_head"].flops["matmul"] > 0  # but the vocabulary projection runs there
+
+
+def test_bert_through_a_wrapper_opens_to_layers():
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = build_hf_model("hf:bert-base-uncased", "sequence-classification", 2)
+
+        def forward(self, input_ids, attention_mask):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    from ipu_autotune.models.trace import trace_module
+
+    inputs = {"input_ids": torch.zeros(2, 32, dtype=torch.long, device="meta"),
+              "attention_mask": torch.ones(2, 32, dtype=torch.long, device="meta")}
+    with torch.device("meta"):
+        model = Wrapped()
+    profile = trace_module(model, 2, (32,), 2, inputs=inputs)
+    paths = [u.path for u in profile.units]
+    assert "bert.bert.encoder.layer.0" in paths and "bert.bert.encoder.layer.11" in paths
+    assert profile.params == unique_params(model)
+
+
+# --- must show 3: parameters charged to the unit that uses them ------------------------------
+
+@pytest.mark.parametrize("name, blocks", [
+    ("swin_b", [f"features.{s}.{b}" for s, n in ((1, 2), (3, 2), (5, 18), (7, 2)) for b in range(n)]),
+    ("vit_b_16", [f"encoder.layers.encoder_layer_{i}" for i in range(12)]),
+])
+def test_attention_parameters_sit_in_their_own_block(name, blocks):
+    profile = trace_model(name, 1, (3, 224, 224), 1000)
+    model = torchvision.models.get_model(name)
+    assert profile.params == unique_params(model)
+    modules = dict(model.named_modules())
+    by_path = {u.path: u for u in profile.units}
+    for block in blocks:
+        # Swin's qkv/proj and ViT's out_proj are read without calling their module. A norm
+        # after the last block follows it (its members).
+        unit = by_path[block]
+        expected = unique_params(modules[block]) + sum(unique_params(modules[m]) for m in unit.members)
+        assert unit.params == expected, block
+    assert by_path[profile.units[0].path].params < 1e6  # the patch embedding alone
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+def test_input_specs_parse_from_strings_and_tables():
+    assert str(parse_input("input_ids:128:int64")) == "input_ids:128:int64"
+    assert parse_input("pixels:3x32x32").dtype == "float32"
+    assert str(parse_input({"name": "mask", "shape": [4, 8], "dtype": "bool"})) == "mask:4x8:bool"
+    for bad in ("ids", "ids:12a:int64", "ids:128:int8", "1x:128:int64", "ids:0:int64"):
+        with pytest.raises(UsageError):
+            parse_input(bad)
+    with pytest.raises(UsageError, match="twice"):
+        parse_inputs(["a:1:int64", "a:2:int64"])
+
+
+class TwoInputs(nn.Module):
+    """A token classifier whose forward takes integer ids and a float mask."""
+
+    def __init__(self, num_classes: int = 5):
+        super().__init__()
+        self.embed = nn.Embedding(1000, 64)
+        self.layers = nn.ModuleList(nn.TransformerEncoderLayer(64, 4, 128, batch_first=True) for _ in range(4))
+        self.head = nn.Linear(64, num_classes)
+
+    def forward(self, input_ids, attention_mask):
+        x = self.embed(input_ids) * attention_mask.unsqueeze(-1)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x.mean(1))
+
+
+def two_inputs(num_classes: int = 5):
+    return TwoInputs(num_classes)
+
+
+def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(tmp_path):
+    model = f"{__name__}:two_inputs"
+    env_cwd = tmp_path
+    args = ("estimate", model, "--batch-size", "4", "--input", "input_ids:32:int64",
+            "--input", "attention_mask:32:float32", "--json")
+    out = json.loads(cli(*args, cwd=env_cwd).stdout)
+    assert out["problem"]["inputs"] == ["input_ids:32:int64", "attention_mask:32:float32"]
+    profile = profile_for(Problem.from_dict(out["problem"]))
+    assert [u.path for u in profile.units][1:5] == [f"layers.{i}" for i in range(4)]
+    assert profile.params == unique_params(TwoInputs(1000))  # --num-classes default
+
+    config = tmp_path / "two.toml"
+    config.write_text(f'[problem]\nmodel = "{model}"\nbatch_size = 4\n'
+                      'inputs = [{name = "input_ids", shape = [32], dtype = "int64"}, '
+                      '"attention_mask:32:float32"]\n[config]\n')
+    assert load_config_file(config).problem.inputs == tuple(out["problem"]["inputs"])
+    from_file = json.loads(cli("estimate", "--config", str(config), "--json", cwd=env_cwd).stdout)
+    assert from_file["problem"] == out["problem"] and from_file["required_bytes"][0] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("hf:bert-base-uncasd", "-b", "8"), "did you mean hf:bert-base-uncased"),
+    (("hf:gpt2", "-b", "1", "--seq-len", "2048"), "exceeds its 1024 position embeddings"),
+    (("hf:t5-small", "-b", "1", "--task", "causal-lm"), "has no causal-lm head"),
+    (("resnet18", "-b", "1", "--seq-len", "128"), "are for hf: models"),
+    (("resnet18", "-b", "1", "--input", "ids:12:int8"), "dtype 'int8'"),
+])
+def test_bad_transformer_input_is_one_line_exit_2(tmp_path, args, message):
+    proc = cli("estimate", *args, cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_numerics_says_plainly_it_takes_image_models_only(tmp_path):
+    proc = cli("numerics", "hf:gpt2", "-b", "1", cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "token ids or named inputs" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+# --- must show 1: start out of memory, end on a fitting best split at layers -----------------
+
+@pytest.mark.parametrize("args, layer_prefix", [
+    (("hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4"), "bert.encoder.layer."),
+    (("hf:gpt2", "--task", "causal-lm", "--seq-len", "1024", "--batch-size", "1", "--ipus", "4"),
+     "transformer.h."),
+])
+def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(tmp_path, args, layer_prefix):
+    result = json.loads(cli(*args, "--trials", "20", "--seed", "0", "--json", cwd=tmp_path).stdout)
+    base, best = result["baseline"], result["best"]
+    assert not base["measurement"]["feasible"] and base["measurement"]["failure"] == "oom"
+    assert best["measurement"]["feasible"]
+    splits = best["config"]["splits"]
+    assert splits and all(s.startswith(layer_prefix) and s.rsplit(".", 1)[1].isdigit() for s in splits)
+    assert best["measurement"]["throughput"] > base["measurement"]["throughput"]
+
+
+# --- must show 4: the optimum-graphcore IPUConfig export ----------------------------------------
+
+def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sdk(tmp_path):
+    from conftest_fake_sdk import fake_sdk
+
+    from ipu_autotune.export.ipu_config import IPU_CONFIG_FIELDS
+
+    result = json.loads(cli("hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4",
+                            "--trials", "12", "--seed", "1", "--json", cwd=tmp_path).stdout)
+    study = result["study"]
+    exported = cli("export", "--study", study, "--format", "ipu-config", cwd=tmp_path).stdout
+    ipu_config = json.loads(exported)
+    assert set(ipu_config) <= IPU_CONFIG_FIELDS
+    assert sum(ipu_config["layers_per_ipu"]) == 12
+    assert len(ipu_config["matmul_proportion"]) == ipu_config["ipus_per_replica"] == \
+        result["best"]["config"]["ipus_per_replica"]
+    assert ipu_config["gradient_accumulation_steps"] == result["best"]["config"]["gradient_accumulation"]
+    written = tmp_path / "ipu-autotune-out" / study / "ipu_config.json"
+    assert json.loads(written.read_text()) == ipu_config
+
+    snippet = cli("export", "--study", study, cwd=tmp_path).stdout
+    with fake_sdk() as poptorch:
+        ns: dict = {}
+        exec(compile(snippet, "best_options.py", "exec"), ns)
+        model = build_hf_model("hf:bert-base-uncased", "sequence-classification", 1000, device="cpu").float()
+        training = ns["TrainingModel"](model)
+        opts = ns["make_options"]()
+        wrapped = poptorch.trainingModel(training, opts, ns["make_optimizer"](training))
+        assert wrapped is not None
+        assert opts.Training.gradient_accumulation == result["best"]["config"]["gradient_accumulation"]
+        # The annotated model still trains on the CPU: token ids in, the task's loss out.
+        training.float()
+        ids = torch.zeros(2, 16, dtype=torch.long)
+        loss = training(ids, torch.ones_like(ids), torch.zeros(2, dtype=torch.long))
+        assert loss.dim() == 0 and torch.isfinite(loss)
+
+
+def test_tied_head_runs_on_the_embedding_ipu_and_the_snippet_places_it_there():
+    from ipu_autotune.backends.estimate.layout import stages
+    from ipu_autotune.export.python import render_snippet
+    from ipu_autotune.problem import Config
+
+    problem = Problem("hf:gpt2", 1, task="causal-lm", seq_len=128)
+    profile = profile_for(problem)
+    config = Config(precision="16.16", ipus_per_replica=4, gradient_accumulation=8,
+                    splits=("transformer.h.0", "transformer.h.4", "transformer.h.8"))
+    head = next(u for u in profile.units if u.path == "lm_head")
+    first, *_, last = stages(profile, config)
+    assert first.heavy_flops >= head.flops["matmul"]  # the 50257-way projection is on IPU0
+    assert last.heavy_flops < head.flops["matmul"]
+    snippet = render_snippet(problem, config)
+    assert "poptorch.BeginBlock(model.get_submodule('lm_head'), ipu_id=0)" in snippet
+    assert "AutoStage.AutoIncrement" in snippet
+
+
+def test_ipu_config_says_checkpoint_every_layer_only_when_every_layer_is_checkpointed():
+    from ipu_autotune.export.ipu_config import ipu_config
+    from ipu_autotune.problem import Config
+
+    problem = Problem("hf:bert-base-uncased", 8)
+    profile = profile_for(problem)
+    layers = tuple(f"bert.encoder.layer.{i}" for i in range(12))
+    config = Config(precision="16.16", ipus_per_replica=2, gradient_accumulation=8, recompute="pipeline",
+                    splits=("bert.encoder.layer.6",), checkpoints=layers)
+    data, _ = ipu_config(problem, config, profile)
+    assert data["recompute_checkpoint_every_layer"] and data["layers_per_ipu"] == [6, 6]
+    data, notes = ipu_config(problem, config.replace(checkpoints=layers[::2]), profile)
+    assert not data["recompute_checkpoint_every_layer"]
+    assert any("some layers only" in n for n in notes)
