@@ -124,6 +124,8 @@ def test_free_text_stays_in_comments(capsys, in_tmp):
     name = "evil\nimport os; os.system('touch PWNED')\n"
     notes = advise(wh.problem(), steps=2).to_dict()
     notes["loss_scale"]["reason"] = "fine\nimport os\r\nos.system('touch PWNED')\x0b" + '"' * 3 + "'" * 3
+    # the exported config (loss scale 1) follows this advice, so its reason is exported
+    notes["loss_scale"].update(auto=False, scale=1.0)
     url = make_study(in_tmp / "evil.db", name, GOOD_DICT, study_attrs={st.ATTR_NUMERICS: notes})
     out = in_tmp / "best_options.py"
     code, _, err = export(capsys, url, name, out, "--trial", "0")
