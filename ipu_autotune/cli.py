@@ -169,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="a study's trials and its best configuration")
     show.add_argument("--storage", default=DEFAULT_STORAGE)
     show.add_argument("--study", required=True)
+    show.add_argument("--trial", type=int, default=None, metavar="N",
+                      help="one trial in full: its whole configuration and memory per IPU")
     show.add_argument("--json", action="store_true")
     _add_common(show)
 

@@ -7,6 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -115,7 +116,8 @@ def cmd_tune(args) -> int:
         from .guide import Guide
 
         runner.guide = Guide(problem, profile, space, args.headroom, prepare)
-    view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json)
+    earlier = [] if created else st.records(study)
+    view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json, earlier=earlier)
     runner.observers.append(view)
 
     if not args.quiet and not args.json:
@@ -217,12 +219,24 @@ def _one_line(best, base, study_name: str) -> str:
 def _print_header(console, problem: Problem, backend, study_name, storage_url, created, study) -> None:
     shape = "x".join(map(str, problem.input_shape))
     gb = f", global batch {problem.global_batch}" if problem.global_batch else ""
-    where = "new study" if created else f"resuming at trial {len(study.trials)}"
+    where = "new study" if created else _resume_point(study)
     note = " — every figure is an estimate of the analytical IPU model" if backend.name == "estimate" else ""
     console.print(ui.panel(Text.assemble(
         (f"{problem.model}", "bold"), f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
         f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
         f"study {study_name} in {mask_url(storage_url)} ({where})"), "ipu-autotune"))
+
+
+def _resume_point(study) -> str:
+    """'resuming: 12 trials done, next is trial 11': an interrupted trial waits to run again
+    under a new number, and waiting trials run first, lowest number first."""
+    from .study import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    done = sum(1 for t in trials if t.state.is_finished())
+    waiting = [t.number for t in trials if t.state == TrialState.WAITING]
+    nxt = min(waiting) if waiting else len(trials)
+    return f"resuming: {done} trial(s) done, next is trial {nxt}"
 
 
 def _print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
@@ -462,6 +476,9 @@ def cmd_show(args) -> int:
     study, problem = _load_study(args.storage, args.study)
     recs = records(study)
     best = best_record(study)
+    base = next((r for r in recs if r.origin == "baseline"), None)
+    if args.trial is not None:
+        return _show_trial(console, args, recs, base)
     if args.json:
         print(json.dumps({"study": args.study, "problem": problem.to_dict(),
                           "trials": [_record_json(r) for r in recs], "best": _record_json(best)}, indent=2))
@@ -470,10 +487,24 @@ def cmd_show(args) -> int:
     for r in recs:
         table.add(r)
     console.print(table)
-    console.print(_one_line(best, next((r for r in recs if r.origin == "baseline"), None), args.study),
-                  markup=False)
+    console.print(_one_line(best, base, args.study), markup=False)
     if best is not None:
         console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))
+    console.print(f"details of one trial: ipu-autotune show --study {args.study} --trial N", markup=False,
+                  highlight=False)
+    return 0
+
+
+def _show_trial(console, args, recs, base) -> int:
+    match = [r for r in recs if r.number == args.trial]
+    if not match:
+        raise UsageError(f"study '{args.study}' has no finished trial {args.trial} "
+                         f"(finished: {', '.join(str(r.number) for r in recs[:20]) or 'none'})")
+    r = match[0]
+    if args.json:
+        print(json.dumps(_record_json(r), indent=2))
+        return 0
+    console.print(ui.trial_details(r, base))
     return 0
 
 
@@ -482,25 +513,50 @@ def cmd_studies(args) -> int:
 
     console = _console(args)
     storage = open_storage(args.storage)
-    rows = []
-    for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        problem = s.user_attrs.get("problem")
-        rows.append({"study": s.study_name, "trials": s.n_trials,
-                     "model": problem.get("model") if problem else None,
-                     "micro_batch": problem.get("batch_size") if problem else None,
-                     "created": s.datetime_start.isoformat(timespec="seconds") if s.datetime_start else None})
+    rows = [_study_row(storage, s) for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         console.print(f"no studies in {mask_url(args.storage)}")
         return 0
-    table = Table("study", "model", "micro-batch", "trials", "started")
+    # The name is what --study takes: never cut, it gets the room it needs.
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("study", no_wrap=True, overflow="fold")
+    table.add_column("trials", justify="right", no_wrap=True)
+    table.add_column("best samples/s", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=False)
     for r in rows:
-        table.add_row(r["study"], str(r["model"] or "-"), str(r["micro_batch"] or "-"), str(r["trials"]),
-                      str(r["created"] or "-"))
+        best = "-" if r["best_throughput"] is None else f"{r['best_throughput']:,.0f}"
+        table.add_row(r["study"], str(r["trials"]), best, r["state"])
     console.print(table)
     return 0
+
+
+def _study_row(storage, summary) -> dict:
+    import optuna
+
+    from .study import TrialState, best_record
+
+    problem = summary.user_attrs.get("problem")
+    row = {"study": summary.study_name, "trials": summary.n_trials,
+           "model": problem.get("model") if problem else None,
+           "micro_batch": problem.get("batch_size") if problem else None,
+           "created": summary.datetime_start.isoformat(timespec="seconds") if summary.datetime_start else None,
+           "best_trial": None, "best_throughput": None, "state": "not ipu-autotune"}
+    if not problem:
+        return row
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    best = best_record(study)
+    running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+    if best is not None:
+        row["best_trial"], row["best_throughput"] = best.number, best.measurement.throughput
+        row["state"] = "fits"
+    else:
+        row["state"] = "nothing fits" if summary.n_trials else "empty"
+    if running:
+        row["state"] += f", {running} running"
+    return row
 
 
 def cmd_numerics(args) -> int:
