@@ -1,6 +1,7 @@
 """Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies.
 
-Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 130 interrupted,
+Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
+no trial fits (the closest one and what would help are printed), 130 interrupted,
 1 an unexpected error (traceback with --debug).
 """
 

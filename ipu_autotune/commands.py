@@ -19,6 +19,7 @@ from .cli import DEFAULT_OUT, problem_from_args, resume_command
 from .errors import UsageError
 from .models.trace import profile_for
 from .models.zoo import check_model_name
+from .nofit import EXIT_NOTHING_FITS, lacks
 from .problem import Config, Problem, load_config_file
 from .rules import validate
 from .search.space import SearchSpace
@@ -149,12 +150,19 @@ def cmd_tune(args) -> int:
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
+    helps = []
+    if best is None and closest is not None:
+        from .nofit import best_changes
+
+        helps = best_changes(problem, closest.config, profile, args.headroom)
     result = {
         "study": study_name, "storage": mask_url(storage_url), "backend": backend.name,
         "estimated": estimated, "trials_run": len(ran), "trials_total": len(records),
         "interrupted": runner.stop_requested,
         "baseline": _record_json(base), "best": _record_json(best),
         "closest": _record_json(closest),
+        "closest_lacks": lacks(closest.measurement) if closest else None,
+        "changes_that_help": [c.to_dict() for c in helps],
         "files": {k: str(v) for k, v in files.items()}, "resume": resume,
         "numerics": advice.to_dict() if advice is not None else None,
         "compiles": _compile_counts(backend),
@@ -165,8 +173,10 @@ def cmd_tune(args) -> int:
         console.print(_one_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         _print_summary(console, problem, base, best, closest, files, resume, estimated,
-                       len(ran), runner.stop_requested, advice, _compile_counts(backend))
-    return 130 if runner.stop_requested and len(ran) < args.trials else 0
+                       len(ran), runner.stop_requested, advice, _compile_counts(backend), helps)
+    if runner.stop_requested and len(ran) < args.trials:
+        return 130
+    return EXIT_NOTHING_FITS if best is None and records else 0
 
 
 def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
@@ -220,7 +230,7 @@ def _print_header(console, problem: Problem, backend, study_name, storage_url, c
     shape = "x".join(map(str, problem.input_shape))
     gb = f", global batch {problem.global_batch}" if problem.global_batch else ""
     where = "new study" if created else _resume_point(study)
-    note = " — every figure is an estimate of the analytical IPU model" if backend.name == "estimate" else ""
+    note = " (every figure estimated)" if backend.name == "estimate" else ""
     console.print(ui.panel(Text.assemble(
         (f"{problem.model}", "bold"), f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
         f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
@@ -240,13 +250,18 @@ def _resume_point(study) -> str:
 
 
 def _print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
-                   advice=None, compiles=None) -> None:
+                   advice=None, compiles=None, helps=()) -> None:
     console.print()
     if best is None:
         console.print("[bold red]Nothing fits yet.[/]")
         if closest is not None:
-            console.print(f"Closest: trial {closest.number}, {closest.measurement.verdict()}.")
+            console.print(f"Closest: trial {closest.number} ({ui.tl.changed_knobs(base.config if base else None, closest.config)}): "
+                          f"{lacks(closest.measurement)}.", highlight=False, markup=False)
             console.print(ui.measurement_table(closest.measurement, "where the memory goes"))
+        if helps:
+            console.print("[bold]What would help most[/] (run again with):")
+            for change in helps:
+                console.print(f"  {change.flag}: {change.result}", highlight=False, markup=False)
     else:
         console.print(ui.comparison(problem, base, best, estimated))
         lines = ui.changes(base.config, best.config)

@@ -146,7 +146,8 @@ class TuneView:
         self.table.add(r)
         self.progress.advance(self.task)
         if self.live is None and not self.quiet:
-            self.console.print(Text(self.table.line(r), no_wrap=True, overflow="ellipsis"), highlight=False)
+            self.console.print(self.table.line(r), highlight=False, markup=False, no_wrap=True,
+                               overflow="ellipsis", crop=True)
 
 
 _SHORT = {"weights": "weights", "optimizer": "optim", "gradients": "grads", "activations": "activ",
