@@ -76,19 +76,24 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, hardware: bool = True) -> None:
+    """The Problem's flags; `hardware=False` leaves out --ipus and --target (for commands that
+    run on the CPU only, so their --help lists only options they use)."""
     p.add_argument("model", nargs=None if model_required else "?",
-                   help="torchvision model name (resnet50, vit_b_16, ...) or package.module:factory")
+                   help="torchvision model name (resnet50, vit_b_16, ...) or package.module:factory "
+                        "(the module must be importable: installed or on PYTHONPATH, e.g. PYTHONPATH=.)")
     p.add_argument("--batch-size", "-b", type=_positive_int, required=model_required,
                    help="micro-batch per replica")
-    p.add_argument("--ipus", type=_positive_int, default=None, help="IPUs available in total (default 2)")
+    if hardware:
+        p.add_argument("--ipus", type=_positive_int, default=None, help="IPUs available in total (default 2)")
     shape = p.add_mutually_exclusive_group()
     shape.add_argument("--input-shape", type=_shape, help="one sample's shape, e.g. 3,224,224")
     shape.add_argument("--image-size", type=_positive_int,
                        help="square RGB images of this size (default 64 for CNNs, the workshop's size; 224 for ViT/Swin)")
     p.add_argument("--num-classes", type=_positive_int, default=None, help="classes (default 1000)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="optimizer (default adamw)")
-    p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
+    if hardware:
+        p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
     p.add_argument("--global-batch", type=_positive_int, default=None,
                    help="fix micro-batch x gradient accumulation x replicas to this")
 

@@ -96,9 +96,14 @@ def cmd_tune(args) -> int:
     existing = st.load_existing(storage, study_name)
     if existing is not None:
         st.check_same_problem(existing, problem)
+        if args.baseline:  # warm starts are enqueued once, when a study is created
+            raise UsageError(f"study '{study_name}' exists, so --baseline {args.baseline} would be ignored; "
+                             "drop --baseline to resume it, or give --study NEW_NAME to start a new study "
+                             "from this baseline")
     backend = make_backend(args, problem, console, out_dir / "trials")
     estimated = backend.name == "estimate"
-    advice = None if args.no_numerics else _numerics_advice(problem, space, existing, console)
+    seed = 0 if args.seed is None else args.seed  # the same advice on every run of the same command
+    advice = None if args.no_numerics else _numerics_advice(problem, space, existing, console, seed)
     prepare = None
     if advice is not None:
         space = space.without(*NUMERIC_KNOBS)
@@ -312,7 +317,7 @@ def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, be
 NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
 
 
-def _numerics_advice(problem: Problem, space: SearchSpace, existing, console):
+def _numerics_advice(problem: Problem, space: SearchSpace, existing, console, seed: int = 0):
     """The study's numerics advice: stored with it, or measured now (a few seconds on the CPU)."""
     from . import numerics
     from .study import ATTR_NUMERICS
@@ -326,7 +331,7 @@ def _numerics_advice(problem: Problem, space: SearchSpace, existing, console):
     with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
                         "and partials…"):
         try:
-            return numerics.advise(problem)
+            return numerics.advise(problem, seed=seed)
         except UsageError:
             raise
         except Exception as exc:  # advice is an aid: without it the study still searches these knobs
@@ -392,8 +397,10 @@ def cmd_estimate(args) -> int:
     if "ipus_per_replica" in overrides and "available_memory_proportion" not in overrides:
         values.pop("available_memory_proportion", None)
     values.update(overrides)
-    config = Config.from_dict(values, "config" if not args.config else f"{args.config} [config]")
-    validate(problem, config, profile.module_order, where=args.config or "config")
+    # The file's [config] was checked when it was read: a bad key or value now came from --set.
+    config = Config.from_dict(values, "--set" if overrides else "config")
+    where = " with ".join(filter(None, (args.config, "--set" if overrides else None))) or "config"
+    validate(problem, config, profile.module_order, where=where)
     backend = make_backend(args, problem, console)
     m = backend.measure(problem, config)
     if args.json:

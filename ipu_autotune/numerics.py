@@ -890,7 +890,7 @@ def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .cli import add_problem_args, positive
 
-    add_problem_args(parser)
+    add_problem_args(parser, hardware=False)
     parser.add_argument("--lr", type=positive(float), default=None,
                         help="learning rate (default 0.1 x batch/256 for SGD, 1e-3 for the others)")
     parser.add_argument("--steps", type=positive(int), default=3, help="training steps to measure (default 3)")

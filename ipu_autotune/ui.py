@@ -242,6 +242,8 @@ def changes(before: Config, after: Config) -> list[str]:
     out = []
     a, b = before.to_dict(), after.to_dict()
     for key in a:
+        if key == "execution" and after.ipus_per_replica == 1:
+            continue  # one IPU has no stages: pipelined or sharded is the same program
         if a[key] != b[key]:
             fmt = lambda v: ", ".join(map(str, v)) if isinstance(v, list) else str(v)
             out.append(f"{key}: {fmt(a[key]) or '-'} → {fmt(b[key]) or '-'}")
