@@ -266,14 +266,14 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
         if helps:
             console.print("[bold]What would help most[/] (run again with):")
             for change in helps:
-                console.print(f"  {change.flag}: {change.result}", highlight=False, markup=False)
+                console.print(ui.indented(f"{change.flag}: {change.result}"), highlight=False)
     else:
         console.print(ui.comparison(problem, base, best, estimated))
         lines = ui.changes(base.config, best.config)
         if lines:
             console.print("[bold]What changed[/] (baseline → best):")
             for line in lines:
-                console.print(f"  {line}", highlight=False)
+                console.print(ui.indented(line), highlight=False)
         speed = ui.speedup_line(base, best)
         if speed:
             console.print(f"[bold green]{speed}[/]" + (" (both estimated)" if estimated else ""))
@@ -282,7 +282,7 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
 
         console.print("[bold]Numerics[/] (from the model's own gradients, measured on the CPU):")
         for line in summary_lines(advice):
-            console.print(f"  {line}", highlight=False)
+            console.print(ui.indented(line), highlight=False)
     console.print()
     if interrupted:
         console.print(f"[yellow]Interrupted after {ran} new trial(s).[/]")
@@ -419,9 +419,10 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
     label = "estimated" if m.source == "estimate" else m.source
     console.print(ui.measurement_table(m, f"{problem.model}: memory per IPU ({label})"))
     verdict = Text(m.verdict(), style="green" if m.feasible else "red")
-    speed = f"  throughput {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})" \
-        if m.throughput else ""
-    console.print(Text.assemble("verdict: ", verdict, speed))
+    console.print(Text.assemble("verdict: ", verdict))
+    if m.throughput:
+        console.print(f"throughput: {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})",
+                      highlight=False)
     worst = m.worst_ipu()
     if worst is not None and m.breakdown:
         bd = m.breakdown[worst]
@@ -432,7 +433,7 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
         if tips:
             console.print("[bold]Suggestions[/] (estimated):")
             for tip in tips[:5]:
-                console.print(f"  {tip}", highlight=False)
+                console.print(ui.indented(tip), highlight=False)
 
 
 # --- export, show, studies ----------------------------------------------------------------------------
@@ -570,12 +571,16 @@ def _study_row(storage, summary) -> dict:
         return row
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     best = best_record(study)
-    running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+    trials = study.get_trials(deepcopy=False)
+    running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+    # Trials measured; queued warm starts and retries are not yet trials of the study's story.
+    row["trials"] = sum(1 for t in trials if t.state.is_finished())
+    row["queued"] = sum(1 for t in trials if t.state == TrialState.WAITING)
     if best is not None:
         row["best_trial"], row["best_throughput"] = best.number, best.measurement.throughput
         row["state"] = "fits"
     else:
-        row["state"] = "nothing fits" if summary.n_trials else "empty"
+        row["state"] = "nothing fits" if row["trials"] else "empty"
     if running:
         row["state"] += f", {running} running"
     return row

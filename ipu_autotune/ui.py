@@ -13,6 +13,7 @@ from collections import deque
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
@@ -275,7 +276,7 @@ def comparison(problem: Problem, baseline: TrialRecord, best: TrialRecord, estim
                 cell = Text("")
             cells.append(cell)
         table.add_row(f"IPU{i} memory", *cells)
-    table.caption = "memory: the busiest tile against a tile's memory (OOM is per tile); the IPU's total"
+    table.caption = "memory: the busiest tile's use of a tile (OOM is per tile); the IPU's total"
     table.caption_justify = "left"
     return table
 
@@ -285,6 +286,11 @@ def speedup_line(baseline: TrialRecord, best: TrialRecord) -> str:
     if not b or not t:
         return ""
     return f"{t / b:.1f}x the baseline's throughput"
+
+
+def indented(line: str, indent: int = 2) -> Padding:
+    """A line wrapped at word boundaries, its continuation lines indented like its first."""
+    return Padding(Text(line), (0, 0, 0, indent), expand=False)
 
 
 def panel(renderable: RenderableType, title: str) -> Panel:
