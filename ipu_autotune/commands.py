@@ -260,8 +260,9 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
     if best is None:
         console.print("[bold red]Nothing fits yet.[/]")
         if closest is not None:
-            console.print(f"Closest: trial {closest.number} ({ui.tl.changed_knobs(base.config if base else None, closest.config)}): "
-                          f"{lacks(closest.measurement)}.", highlight=False, markup=False)
+            knobs = ui.tl.changed_knobs(base.config if base else None, closest.config)
+            console.print(ui.indented(f"Closest: trial {closest.number} ({knobs})", 0), highlight=False)
+            console.print(ui.indented(f"it lacks memory: {lacks(closest.measurement)}"), highlight=False)
             console.print(ui.measurement_table(closest.measurement, "where the memory goes"))
         if helps:
             console.print("[bold]What would help most[/] (run again with):")

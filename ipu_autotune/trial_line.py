@@ -35,8 +35,16 @@ _ABBREV: dict[str, Any] = {
     "io_tiles": lambda v: f"io{v}",
 }
 
+#: The order knobs are named in: what changes the program most first (layout, precision,
+#: batching), the memory levers next, the numerics the advice sets last (they follow the
+#: precision, and are the first to go when the line is cut). Fields not listed follow.
+_ORDER = ("ipus_per_replica", "replicas", "execution", "precision", "gradient_accumulation", "device_iterations",
+          "splits", "recompute", "checkpoints", "available_memory_proportion", "optimizer_offload",
+          "replicated_tensor_sharding", "optimizer_state", "eight_bit_io", "io_tiles", "partials",
+          "loss_scaling", "stochastic_rounding")
+
 #: What a baseline row shows of itself: the knobs a reader needs to place it.
-_BASELINE_KNOBS = ("precision", "ipus_per_replica", "replicas", "execution", "gradient_accumulation")
+_BASELINE_KNOBS = ("ipus_per_replica", "replicas", "execution", "precision", "gradient_accumulation")
 
 
 def knob_text(name: str, value: Any) -> str:
@@ -54,12 +62,11 @@ def changed_knobs(baseline: Config | None, config: Config) -> str:
     if config == baseline:
         return "= baseline"
     parts = []
-    for f in dataclasses.fields(Config):
-        value = getattr(config, f.name)
-        if value != getattr(baseline, f.name):
-            if _implied(f.name, config, baseline):
-                continue
-            parts.append(knob_text(f.name, value))
+    names = [f.name for f in dataclasses.fields(Config)]
+    for name in sorted(names, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER)):
+        value = getattr(config, name)
+        if value != getattr(baseline, name) and not _implied(name, config, baseline):
+            parts.append(knob_text(name, value))
     return " ".join(parts) or "= baseline"
 
 
