@@ -239,7 +239,7 @@ def _print_header(console, problem: Problem, backend, study_name, storage_url, c
     console.print(ui.panel(Text.assemble(
         (f"{problem.model}", "bold"), f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
         f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
-        f"study {study_name} in {mask_url(storage_url)} ({where})"), "ipu-autotune"))
+        f"study {study_name} in {mask_url(storage_url)}\n{where}"), "ipu-autotune"))
 
 
 def _resume_point(study) -> str:
