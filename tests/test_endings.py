@@ -218,3 +218,28 @@ def test_the_wheel_build_copies_the_search_spaces_into_the_package(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     copied = sorted(p.name for p in (tmp_path / "ipu_autotune" / "search_spaces").glob("*.toml"))
     assert copied == sorted(p.name for p in (REPO / "search_spaces").glob("*.toml"))
+
+
+def test_summary_memory_figures_agree_with_estimate():
+    """The summary's per-IPU cell and `estimate`'s row give the same total and busiest-tile use."""
+    import re as _re
+
+    from ipu_autotune.backends.estimate import EstimateBackend
+    from ipu_autotune.ui import comparison, compact_bytes, measurement_table
+
+    problem = Problem("resnet18", 16)
+    config = Config(ipus_per_replica=2, splits=("layer3.0",), gradient_accumulation=3)
+    m = EstimateBackend().measure(problem, config)
+    record = TrialRecord(0, config, m, "baseline", "COMPLETE")
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))
+    console.print(comparison(problem, record, record, True))
+    summary = console.export_text()
+    console.print(measurement_table(m))
+    table = console.export_text()
+    for ipu in range(2):
+        total = compact_bytes(m.required_bytes[ipu])
+        tile = f"{m.max_tile_bytes[ipu] / m.tile_capacity_bytes:.0%}"
+        assert f"{tile} tile; {total}" in summary
+        row = next(line for line in table.splitlines() if line.strip().startswith(f"IPU{ipu}"))
+        assert _re.search(rf"\b{_re.escape(total)}\s+{_re.escape(tile)}\s*$", row), row
+    assert "OOM is per tile" in summary and "OOM is per tile" in table
