@@ -49,21 +49,27 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, hardware: bool = True) -> None:
+    """The Problem's flags; `hardware=False` leaves out the IPUs, the training recipe and the
+    host (--ipus, --target, --global-batch, the data group), for commands that run on the CPU
+    only, so their --help lists only options they use."""
     p.add_argument("model", nargs=None if model_required else "?",
-                   help="torchvision model name (resnet50, vit_b_16, ...) or package.module:factory")
+                   help="torchvision model name (resnet50, vit_b_16, ...), hf:NAME, or package.module:factory "
+                        "(the module must be importable: installed or on PYTHONPATH, e.g. PYTHONPATH=.)")
     p.add_argument("--batch-size", "-b", type=_positive_int, required=model_required,
                    help="micro-batch per replica")
-    p.add_argument("--ipus", type=_positive_int, default=None, help="IPUs available in total (default 2)")
+    if hardware:
+        p.add_argument("--ipus", type=_positive_int, default=None, help="IPUs available in total (default 2)")
     shape = p.add_mutually_exclusive_group()
     shape.add_argument("--input-shape", type=_shape, help="one sample's shape, e.g. 3,224,224")
     shape.add_argument("--image-size", type=_positive_int,
                        help="square RGB images of this size (default 64 for CNNs, the workshop's size; 224 for ViT/Swin)")
     p.add_argument("--num-classes", type=_positive_int, default=None, help="classes (default 1000)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="optimizer (default adamw)")
-    p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
-    p.add_argument("--global-batch", type=_positive_int, default=None,
-                   help="fix micro-batch x gradient accumulation x replicas to this")
+    if hardware:
+        p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
+        p.add_argument("--global-batch", type=_positive_int, default=None,
+                       help="fix micro-batch x gradient accumulation x replicas to this")
     p.add_argument("--task", choices=tuple(TASKS), default=None,
                    help="hf: models: the head and loss trained (default: sequence-classification for "
                         "encoders, causal-lm for GPT-2, seq2seq-lm for T5)")
@@ -73,6 +79,8 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True) ->
                    help="a forward input of a module:factory model, one per input, in order, passed by "
                         "name; SHAPE is one sample's, e.g. --input input_ids:128:int64 "
                         "--input attention_mask:128:int64 (dtypes: int64 int32 float32 float16 bool)")
+    if not hardware:
+        return
     data = p.add_argument_group("data and host (end-to-end throughput)")
     data.add_argument("--dataset-size", type=_positive_int, default=None,
                       help="samples per epoch (default 50,000: the workshop's CIFAR-10); one call may not need more")

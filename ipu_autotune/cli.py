@@ -1,6 +1,7 @@
 """Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies.
 
-Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 130 interrupted,
+Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
+no trial fits (the closest one and what would help are printed), 130 interrupted,
 1 an unexpected error (traceback with --debug).
 """
 
@@ -140,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="a study's trials and its best configuration")
     show.add_argument("--storage", default=DEFAULT_STORAGE)
     show.add_argument("--study", required=True)
+    show.add_argument("--trial", type=int, default=None, metavar="N",
+                      help="one trial in full: its whole configuration and memory per IPU")
     show.add_argument("--json", action="store_true")
     _add_common(show)
 

@@ -7,6 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -19,6 +20,7 @@ from .args import DEFAULT_OUT, problem_from_args, resume_command
 from .errors import UsageError
 from .models.trace import profile_for
 from .models.zoo import check_model_name
+from .nofit import EXIT_NOTHING_FITS, lacks
 from .problem import Config, Problem, load_config_file
 from .rules import validate
 from .search.space import SearchSpace
@@ -101,9 +103,14 @@ def cmd_tune(args) -> int:
     if existing is not None:
         problem = _stored_host_costs(existing, problem)
         st.check_same_problem(existing, problem)
+        if args.baseline:  # warm starts are enqueued once, when a study is created
+            raise UsageError(f"study '{study_name}' exists, so --baseline {args.baseline} would be ignored; "
+                             "drop --baseline to resume it, or give --study NEW_NAME to start a new study "
+                             "from this baseline")
     backend = make_backend(args, problem, console, out_dir / "trials")
     estimated = backend.name == "estimate"
-    advice = None if args.no_numerics else _numerics_advice(problem, space, existing, console)
+    seed = 0 if args.seed is None else args.seed  # the same advice on every run of the same command
+    advice = None if args.no_numerics else _numerics_advice(problem, space, existing, console, seed)
     prepare = None
     if advice is not None:
         space = space.without(*NUMERIC_KNOBS)
@@ -122,7 +129,8 @@ def cmd_tune(args) -> int:
         from .guide import Guide
 
         runner.guide = Guide(problem, profile, space, args.headroom, prepare)
-    view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json)
+    earlier = [] if created else st.records(study)
+    view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json, earlier=earlier)
     runner.observers.append(view)
 
     if not args.quiet and not args.json:
@@ -159,12 +167,19 @@ def cmd_tune(args) -> int:
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
+    helps = []
+    if best is None and closest is not None:
+        from .nofit import best_changes
+
+        helps = best_changes(problem, closest.config, profile, args.headroom)
     result = {
         "study": study_name, "storage": mask_url(storage_url), "backend": backend.name,
         "estimated": estimated, "trials_run": len(ran), "trials_total": len(records),
         "interrupted": runner.stop_requested,
         "baseline": _record_json(base), "best": _record_json(best),
         "closest": _record_json(closest),
+        "closest_lacks": lacks(closest.measurement) if closest else None,
+        "changes_that_help": [c.to_dict() for c in helps],
         "files": {k: str(v) for k, v in files.items()}, "resume": resume,
         "numerics": advice.to_dict() if advice is not None else None,
         "compiles": _compile_counts(backend),
@@ -177,8 +192,10 @@ def cmd_tune(args) -> int:
         console.print(_one_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         _print_summary(console, problem, base, best, closest, files, resume, estimated,
-                       len(ran), runner.stop_requested, advice, _compile_counts(backend), reference)
-    return 130 if runner.stop_requested and len(ran) < args.trials else 0
+                       len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps)
+    if runner.stop_requested and len(ran) < args.trials:
+        return 130
+    return EXIT_NOTHING_FITS if best is None and records else 0
 
 
 def _with_host_data(args, problem: Problem, console) -> Problem:
@@ -279,29 +296,47 @@ def _print_header(console, problem: Problem, backend, study_name, storage_url, c
     elif problem.inputs:
         shape = ", ".join(problem.inputs)
     gb = f", global batch {problem.global_batch}" if problem.global_batch else ""
-    where = "new study" if created else f"resuming at trial {len(study.trials)}"
-    note = " — every figure is an estimate of the analytical IPU model" if backend.name == "estimate" else ""
+    where = "new study" if created else _resume_point(study)
+    note = " (every figure estimated)" if backend.name == "estimate" else ""
     console.print(ui.panel(Text.assemble(
         (f"{problem.model}", "bold"), f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
         f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
-        f"study {study_name} in {mask_url(storage_url)} ({where})"), "ipu-autotune"))
+        f"study {study_name} in {mask_url(storage_url)}\n{where}"), "ipu-autotune"))
+
+
+def _resume_point(study) -> str:
+    """'resuming: 12 trials done, next is trial 11': an interrupted trial waits to run again
+    under a new number, and waiting trials run first, lowest number first."""
+    from .study import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    done = sum(1 for t in trials if t.state.is_finished())
+    waiting = [t.number for t in trials if t.state == TrialState.WAITING]
+    nxt = min(waiting) if waiting else len(trials)
+    return f"resuming: {done} trial(s) done, next is trial {nxt}"
 
 
 def _print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
-                   advice=None, compiles=None, reference=None) -> None:
+                   advice=None, compiles=None, reference=None, helps=()) -> None:
     console.print()
     if best is None:
         console.print("[bold red]Nothing fits yet.[/]")
         if closest is not None:
-            console.print(f"Closest: trial {closest.number}, {closest.measurement.verdict()}.")
+            knobs = ui.tl.changed_knobs(base.config if base else None, closest.config)
+            console.print(ui.indented(f"Closest: trial {closest.number} ({knobs})", 0), highlight=False)
+            console.print(ui.indented(f"it lacks memory: {lacks(closest.measurement)}"), highlight=False)
             console.print(ui.measurement_table(closest.measurement, "where the memory goes"))
+        if helps:
+            console.print("[bold]What would help most[/] (run again with):")
+            for change in helps:
+                console.print(ui.indented(f"{change.flag}: {change.result}"), highlight=False)
     else:
         console.print(ui.comparison(problem, base, best, estimated))
         lines = ui.changes(base.config, best.config)
         if lines:
             console.print("[bold]What changed[/] (baseline → best):")
             for line in lines:
-                console.print(f"  {line}", highlight=False)
+                console.print(ui.indented(line), highlight=False)
         speed = ui.speedup_line(base, best)
         if speed:
             console.print(f"[bold green]{speed}[/]" + (" (both estimated)" if estimated else ""))
@@ -314,7 +349,7 @@ def _print_summary(console, problem, base, best, closest, files, resume, estimat
 
         console.print("[bold]Numerics[/] (from the model's own gradients, measured on the CPU):")
         for line in summary_lines(advice):
-            console.print(f"  {line}", highlight=False)
+            console.print(ui.indented(line), highlight=False)
     console.print()
     if interrupted:
         console.print(f"[yellow]Interrupted after {ran} new trial(s).[/]")
@@ -355,7 +390,7 @@ def _write_outputs(out_dir: Path, problem: Problem, study_name: str, records, be
 NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
 
 
-def _numerics_advice(problem: Problem, space: SearchSpace, existing, console):
+def _numerics_advice(problem: Problem, space: SearchSpace, existing, console, seed: int = 0):
     """The study's numerics advice: stored with it, or measured now (a few seconds on the CPU)."""
     from . import numerics
     from .study import ATTR_NUMERICS
@@ -371,7 +406,7 @@ def _numerics_advice(problem: Problem, space: SearchSpace, existing, console):
     with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
                         "and partials…"):
         try:
-            return numerics.advise(problem)
+            return numerics.advise(problem, seed=seed)
         except UsageError:
             raise
         except Exception as exc:  # advice is an aid: without it the study still searches these knobs
@@ -436,8 +471,10 @@ def cmd_estimate(args) -> int:
     if "ipus_per_replica" in overrides and "available_memory_proportion" not in overrides:
         values.pop("available_memory_proportion", None)
     values.update(overrides)
-    config = Config.from_dict(values, "config" if not args.config else f"{args.config} [config]")
-    validate(problem, config, profile.module_order, where=args.config or "config")
+    # The file's [config] was checked when it was read: a bad key or value now came from --set.
+    config = Config.from_dict(values, "--set" if overrides else "config")
+    where = " with ".join(filter(None, (args.config, "--set" if overrides else None))) or "config"
+    validate(problem, config, profile.module_order, where=where)
     backend = make_backend(args, problem, console)
     m = backend.measure(problem, config)
     if args.json:
@@ -456,9 +493,10 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
     label = "estimated" if m.source == "estimate" else m.source
     console.print(ui.measurement_table(m, f"{problem.model}: memory per IPU ({label})"))
     verdict = Text(m.verdict(), style="green" if m.feasible else "red")
-    speed = f"  throughput {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})" \
-        if m.throughput else ""
-    console.print(Text.assemble("verdict: ", verdict, speed))
+    console.print(Text.assemble("verdict: ", verdict))
+    if m.throughput:
+        console.print(f"throughput: {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})",
+                      highlight=False)
     if m.bottleneck:
         from .host.pipeline import bottleneck_line
 
@@ -475,7 +513,7 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
         if tips:
             console.print("[bold]Suggestions[/] (estimated):")
             for tip in tips[:5]:
-                console.print(f"  {tip}", highlight=False)
+                console.print(ui.indented(tip), highlight=False)
 
 
 # --- export, show, studies ----------------------------------------------------------------------------
@@ -524,7 +562,7 @@ def cmd_export(args) -> int:
     from .host.pipeline import global_batch
     from .study import records as study_records
 
-    base = next((r for r in study_records(study) if r.origin == "baseline"), None)
+    base = next((r for r in study_records(study) if r.origin.startswith("baseline")), None)
     base_gb = global_batch(problem, base.config) if base is not None else None
     try:
         if args.format == "ipu-config":
@@ -553,6 +591,9 @@ def cmd_show(args) -> int:
     study, problem = _load_study(args.storage, args.study)
     recs = records(study)
     best = best_record(study)
+    base = next((r for r in recs if r.origin.startswith("baseline")), None)
+    if args.trial is not None:
+        return _show_trial(console, args, recs, base)
     if args.json:
         print(json.dumps({"study": args.study, "problem": problem.to_dict(),
                           "trials": [_record_json(r) for r in recs], "best": _record_json(best)}, indent=2))
@@ -561,10 +602,24 @@ def cmd_show(args) -> int:
     for r in recs:
         table.add(r)
     console.print(table)
-    console.print(_one_line(best, next((r for r in recs if r.origin.startswith("baseline")), None), args.study),
-                  markup=False)
+    console.print(_one_line(best, base, args.study), markup=False)
     if best is not None:
         console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))
+    console.print(f"details of one trial: ipu-autotune show --study {args.study} --trial N", markup=False,
+                  highlight=False)
+    return 0
+
+
+def _show_trial(console, args, recs, base) -> int:
+    match = [r for r in recs if r.number == args.trial]
+    if not match:
+        raise UsageError(f"study '{args.study}' has no finished trial {args.trial} "
+                         f"(finished: {', '.join(str(r.number) for r in recs[:20]) or 'none'})")
+    r = match[0]
+    if args.json:
+        print(json.dumps(_record_json(r), indent=2))
+        return 0
+    console.print(ui.trial_details(r, base))
     return 0
 
 
@@ -573,25 +628,54 @@ def cmd_studies(args) -> int:
 
     console = _console(args)
     storage = open_storage(args.storage)
-    rows = []
-    for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        problem = s.user_attrs.get("problem")
-        rows.append({"study": s.study_name, "trials": s.n_trials,
-                     "model": problem.get("model") if problem else None,
-                     "micro_batch": problem.get("batch_size") if problem else None,
-                     "created": s.datetime_start.isoformat(timespec="seconds") if s.datetime_start else None})
+    rows = [_study_row(storage, s) for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         console.print(f"no studies in {mask_url(args.storage)}")
         return 0
-    table = Table("study", "model", "micro-batch", "trials", "started")
+    # The name is what --study takes: never cut, it gets the room it needs.
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("study", no_wrap=True, overflow="fold")
+    table.add_column("trials", justify="right", no_wrap=True)
+    table.add_column("best samples/s", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=False)
     for r in rows:
-        table.add_row(r["study"], str(r["model"] or "-"), str(r["micro_batch"] or "-"), str(r["trials"]),
-                      str(r["created"] or "-"))
+        best = "-" if r["best_throughput"] is None else f"{r['best_throughput']:,.0f}"
+        table.add_row(r["study"], str(r["trials"]), best, r["state"])
     console.print(table)
     return 0
+
+
+def _study_row(storage, summary) -> dict:
+    import optuna
+
+    from .study import TrialState, best_record
+
+    problem = summary.user_attrs.get("problem")
+    row = {"study": summary.study_name, "trials": summary.n_trials,
+           "model": problem.get("model") if problem else None,
+           "micro_batch": problem.get("batch_size") if problem else None,
+           "created": summary.datetime_start.isoformat(timespec="seconds") if summary.datetime_start else None,
+           "best_trial": None, "best_throughput": None, "state": "not ipu-autotune"}
+    if not problem:
+        return row
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    best = best_record(study)
+    trials = study.get_trials(deepcopy=False)
+    running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+    # Trials measured; queued warm starts and retries are not yet trials of the study's story.
+    row["trials"] = sum(1 for t in trials if t.state.is_finished())
+    row["queued"] = sum(1 for t in trials if t.state == TrialState.WAITING)
+    if best is not None:
+        row["best_trial"], row["best_throughput"] = best.number, best.measurement.throughput
+        row["state"] = "fits"
+    else:
+        row["state"] = "nothing fits" if row["trials"] else "empty"
+    if running:
+        row["state"] += f", {running} running"
+    return row
 
 
 def cmd_numerics(args) -> int:

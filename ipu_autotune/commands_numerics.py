@@ -12,7 +12,7 @@ from .numerics.view import render
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_problem_args(parser)
+    add_problem_args(parser, hardware=False)
     parser.add_argument("--lr", type=positive(float), default=None,
                         help="learning rate (default 0.1 x batch/256 for SGD, 1e-3 for the others)")
     parser.add_argument("--steps", type=positive(int), default=3, help="training steps to measure (default 3)")

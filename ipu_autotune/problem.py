@@ -50,6 +50,29 @@ def default_input_shape(model: str, seq_len: int = 0) -> tuple[int, ...]:
     return (3, 64, 64)
 
 
+#: Problem fields the slug always names in its own way (model-bs64-2ipu-mk2-3x32x32-gb512)
+_SLUG_FIXED = ("model", "batch_size", "ipus", "target", "input_shape", "global_batch", "task", "seq_len", "inputs")
+#: measured by --data, a little different on every run: a resumed study keeps the costs it
+#: was created with, so they must not change its name
+_SLUG_SKIP = ("host_float_sample_s", "host_uint8_sample_s")
+
+
+def _slug_part(name: str, value: Any) -> str:
+    """'lamb' for a word value; 'num_classes10' for a number; a short hash for anything long."""
+    import hashlib
+    import json
+    import re
+
+    if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.]{1,24}", value):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return f"{name}{str(value).lower()}"
+    text = json.dumps(value, sort_keys=True, default=str)
+    if re.fullmatch(r"[A-Za-z0-9_.]{1,24}", text):
+        return f"{name}-{text}"
+    return f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
 @dataclass(frozen=True)
 class Problem:
     model: str
@@ -132,6 +155,20 @@ class Problem:
             slug += "-" + "x".join(str(s) for s in self.input_shape)
         if self.global_batch:
             slug += f"-gb{self.global_batch}"
+        # Every other field that differs from its default, generically (fields added later
+        # included), so two problems in one storage never share a default name.
+        for f in fields(self):
+            if f.name in _SLUG_FIXED or f.name in _SLUG_SKIP:
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                continue
+            value = getattr(self, f.name)
+            if value != default:
+                slug += "-" + _slug_part(f.name, value)
         return slug
 
 

@@ -13,6 +13,7 @@ from collections import deque
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
@@ -21,29 +22,7 @@ from rich.text import Text
 from .backends.base import CATEGORIES, Measurement, format_bytes
 from .problem import Config, Problem
 from .study import TrialRecord
-
-
-def memory_bar(used: int, capacity: int, width: int = 22, label: bool = True) -> Text:
-    """'██████████░░░░ 812 MB / 940 MB' coloured by headroom; over capacity in red."""
-    fraction = used / capacity if capacity else 0.0
-    filled = min(width, round(fraction * width))
-    style = "green" if fraction <= 0.85 else "yellow" if fraction <= 1.0 else "red"
-    text = Text("█" * filled, style=style)
-    text.append("░" * (width - filled), style="dim")
-    if not label:
-        return text
-    text.append(f" {format_bytes(used)} / {format_bytes(capacity)}")
-    if fraction > 1.0:
-        text.append(f" (+{format_bytes(used - capacity)})", style="red")
-    return text
-
-
-def effective_bytes(m: Measurement, ipu: int) -> int:
-    """What the IPU would need if every tile were as full as its busiest: what OOM compares."""
-    if m.tile_capacity_bytes and m.max_tile_bytes:
-        tiles = m.capacity_bytes[ipu] // m.tile_capacity_bytes
-        return m.max_tile_bytes[ipu] * tiles
-    return m.required_bytes[ipu]
+from . import trial_line as tl
 
 
 def throughput_text(m: Measurement) -> str:
@@ -53,38 +32,6 @@ def throughput_text(m: Measurement) -> str:
     return f"{m.throughput:,.0f}/s" + (" (est.)" if estimated else "")
 
 
-def knobs_summary(c: Config) -> str:
-    parts = [c.precision]
-    if c.half_compute and c.partials == "half":
-        parts.append("half-partials")
-    if c.ipus_per_replica > 1:
-        parts.append(f"{c.ipus_per_replica}ipu-{'pipe' if c.execution == 'pipelined' else 'shard'}")
-    if c.replicas > 1:
-        parts.append(f"x{c.replicas}rep")
-    parts.append(f"ga{c.gradient_accumulation}")
-    if c.device_iterations > 1:
-        parts.append(f"di{c.device_iterations}")
-    if c.recompute != "default":
-        parts.append(f"rc:{c.recompute}")
-    if c.checkpoints:
-        parts.append(f"{len(c.checkpoints)}ckpt")
-    if any(a != 0.6 for a in c.available_memory_proportion):
-        parts.append("amp " + "/".join(f"{a:g}" for a in c.available_memory_proportion))
-    if c.optimizer_offload:
-        parts.append("offload")
-    if c.replicated_tensor_sharding:
-        parts.append("rts")
-    if c.eight_bit_io:
-        parts.append("8bit")
-    if c.io_tiles:
-        parts.append(f"io{c.io_tiles}")
-    if c.micro_batch:
-        parts.append(f"mb{c.micro_batch}")
-    if c.loader_mode == "async" or c.loader_workers:
-        parts.append(("async" if c.loader_mode == "async" else "sync") + (f" w{c.loader_workers}" if c.loader_workers else ""))
-    return " ".join(parts)
-
-
 def verdict_text(r: TrialRecord) -> Text:
     v = r.measurement.verdict()
     style = "green" if r.feasible else "red" if r.measurement.failure == "oom" else "yellow"
@@ -92,36 +39,72 @@ def verdict_text(r: TrialRecord) -> Text:
 
 
 class TrialTable:
-    """The last few trials, with the best so far marked."""
+    """The last few trials, one line each (the knobs that differ from the baseline), the best
+    of the whole study marked. `running` holds trials being measured now, shown after the
+    finished ones (empty unless a caller runs trials in parallel)."""
 
     def __init__(self, rows: int = 12):
         self.recent: deque[TrialRecord] = deque(maxlen=rows)
         self.best: TrialRecord | None = None
+        self.baseline: Config | None = None
+        self.running: dict[int, tuple[Config, str]] = {}
+
+    def seed(self, records: list[TrialRecord]) -> None:
+        """Trials finished before this run (a resume): they count for the best and the baseline."""
+        for r in records:
+            self._note(r)
 
     def add(self, r: TrialRecord) -> None:
         self.recent.append(r)
+        self.running.pop(r.number, None)
+        self._note(r)
+
+    def _note(self, r: TrialRecord) -> None:
+        if r.origin.startswith("baseline") and self.baseline is None:
+            self.baseline = r.config
         if r.feasible and (self.best is None or (r.measurement.throughput or 0) > (self.best.measurement.throughput or 0)):
             self.best = r
 
+    def is_best(self, r: TrialRecord) -> bool:
+        return self.best is not None and self.best.number == r.number
+
+    def changes(self, r: TrialRecord) -> str:
+        if r.origin.startswith("baseline"):
+            return tl.baseline_knobs(r.config)
+        return tl.changed_knobs(self.baseline, r.config)
+
+    def line(self, r: TrialRecord) -> str:
+        """The plain form of a row, for logs and pipes (the caller crops it to the width)."""
+        star = "★" if self.is_best(r) else " "
+        return (f"trial {r.number:>3} {star} {tl.short_origin(r.origin)[:8]:<8} {tl.short_verdict(r.measurement):<16} "
+                f"{tl.short_throughput(r.measurement):>8}/s {tl.short_source(r.measurement.source)} {self.changes(r)}")
+
     def best_line(self) -> Text:
         if self.best is None:
-            return Text("best so far: nothing fits yet", style="dim")
+            return Text("best so far: nothing fits yet", style="dim", no_wrap=True, overflow="ellipsis")
         b = self.best
         return Text.assemble(("★ best so far: ", "bold"), f"trial {b.number}  ",
-                             (throughput_text(b.measurement), "bold green"), f"  {knobs_summary(b.config)}")
+                             (throughput_text(b.measurement), "bold green"), f"  {self.changes(b)}",
+                             no_wrap=True, overflow="ellipsis")
 
     def __rich__(self) -> RenderableType:
-        table = Table(box=box.SIMPLE_HEAD, expand=False, pad_edge=False)
-        table.add_column("#", justify="right")
-        table.add_column("origin", style="dim", max_width=26, no_wrap=True, overflow="ellipsis")
-        table.add_column("configuration", max_width=58, overflow="fold")
-        table.add_column("verdict", max_width=28, overflow="ellipsis", no_wrap=True)
-        table.add_column("throughput", justify="right")
-        table.add_column("source", style="dim")
+        table = Table(box=box.SIMPLE_HEAD, expand=True, pad_edge=False, padding=(0, 0, 0, 1))
+        table.add_column("#", justify="right", no_wrap=True, min_width=4)
+        table.add_column("origin", style="dim", no_wrap=True, max_width=8, overflow="crop")
+        table.add_column("verdict", no_wrap=True, min_width=16, max_width=16, overflow="ellipsis")
+        table.add_column("samples/s", justify="right", no_wrap=True, min_width=9)
+        table.add_column("src", style="dim", no_wrap=True, min_width=3)
+        table.add_column("changes from the baseline", no_wrap=True, overflow="ellipsis", ratio=1)
         for r in self.recent:
-            mark = "★ " if self.best is r else ""
-            table.add_row(f"{mark}{r.number}", r.origin, knobs_summary(r.config), verdict_text(r),
-                          throughput_text(r.measurement), r.measurement.source)
+            mark = "★ " if self.is_best(r) else ""
+            style = "green" if r.feasible else "red" if r.measurement.failure == "oom" else "yellow"
+            table.add_row(f"{mark}{r.number}", tl.short_origin(r.origin),
+                          Text(tl.short_verdict(r.measurement), style=style),
+                          tl.short_throughput(r.measurement), tl.short_source(r.measurement.source),
+                          self.changes(r))
+        for number, (config, origin) in sorted(self.running.items()):
+            table.add_row(str(number), tl.short_origin(origin), Text("running", style="cyan"), "", "",
+                          tl.changed_knobs(self.baseline, config))
         return table
 
 
@@ -136,10 +119,11 @@ class _BestLine:
 class TuneView:
     """Live progress for the tune command; plain lines when not on a terminal."""
 
-    def __init__(self, console: Console, total: int, quiet: bool = False):
+    def __init__(self, console: Console, total: int, quiet: bool = False, earlier: list[TrialRecord] = ()):
         self.console = console
         self.quiet = quiet
         self.table = TrialTable()
+        self.table.seed(list(earlier))  # after a resume, stars count the whole study
         self.progress = Progress(
             TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
@@ -163,40 +147,104 @@ class TuneView:
         self.table.add(r)
         self.progress.advance(self.task)
         if self.live is None and not self.quiet:
-            best = "★" if self.table.best is r else " "
-            self.console.print(f"trial {r.number:>4} {best} {r.origin[:22]:<22}  {knobs_summary(r.config):<44}  "
-                               f"{r.measurement.verdict():<22}  {throughput_text(r.measurement):>11}  "
-                               f"{r.measurement.source}", highlight=False, soft_wrap=True)
+            self.console.print(self.table.line(r), highlight=False, markup=False, no_wrap=True,
+                               overflow="ellipsis", crop=True)
 
 
 _SHORT = {"weights": "weights", "optimizer": "optim", "gradients": "grads", "activations": "activ",
           "stash": "stash", "temporary": "temp", "code/exchange": "code"}
 
 
-def measurement_table(m: Measurement, title: str = "") -> Table:
-    """Per-IPU memory by category, the total, and the busiest tile against capacity."""
-    table = Table(title=title or None, box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("IPU")
-    # A compile's profile has its own categories (always-live, not-always-live, gaps).
-    shown = [c for c in CATEGORIES if any(c in bd for bd in m.breakdown)] or list(CATEGORIES)
-    shown += sorted({k for bd in m.breakdown for k in bd} - set(shown))
-    for cat in shown:
-        table.add_column(_SHORT.get(cat, cat), justify="right", no_wrap=True)
-    table.add_column("total", justify="right", no_wrap=True)
-    table.add_column("busiest tile", no_wrap=True)
-    for i, bd in enumerate(m.breakdown):
-        cells = [format_bytes(bd.get(cat, 0)) for cat in shown]
-        need = effective_bytes(m, i)
-        bar = memory_bar(need, m.capacity_bytes[i], width=12, label=False)
-        bar.append(f" {need / m.capacity_bytes[i]:.0%}", style="bold" if need > m.capacity_bytes[i] else "")
-        table.add_row(f"IPU{i}", *cells, format_bytes(m.required_bytes[i]), bar)
-    return table
+def tile_fraction(m: Measurement, ipu: int) -> float:
+    """The busiest tile's use of tile memory: what the out-of-memory verdict is about."""
+    if m.tile_capacity_bytes and m.max_tile_bytes:
+        return m.max_tile_bytes[ipu] / m.tile_capacity_bytes
+    return m.required_bytes[ipu] / m.capacity_bytes[ipu] if m.capacity_bytes[ipu] else 0.0
+
+
+def tile_bar(m: Measurement, ipu: int, width: int) -> Text:
+    """'████████░░░░ 105%': the busiest tile against tile memory, red when over."""
+    fraction = tile_fraction(m, ipu)
+    filled = min(width, round(fraction * width))
+    style = "green" if fraction <= 0.85 else "yellow" if fraction <= 1.0 else "red"
+    text = Text("█" * filled, style=style)
+    text.append("░" * (width - filled), style="dim")
+    text.append(f" {fraction:.0%}", style="bold" if fraction > 1.0 else "")
+    return text
+
+
+def compact_bytes(n: float) -> str:
+    """At most six characters ('775 kB', '1.2 GB'), so a table's figures are never cut."""
+    text = format_bytes(n)
+    if text.endswith(" kB"):
+        return f"{n / 1e3:.0f} kB"
+    return text
+
+
+class MeasurementTable:
+    """Per-IPU memory by category, the total, and the busiest tile against tile memory: one
+    row per IPU, every figure whole at 80 columns (the tile bar only where there is room)."""
+
+    def __init__(self, m: Measurement, title: str = ""):
+        self.m, self.title = m, title
+
+    def __rich_console__(self, console, options):
+        m = self.m
+        # A compile's profile has its own categories (always-live, not-always-live, gaps).
+        shown = [c for c in CATEGORIES if any(c in bd for bd in m.breakdown)] or list(CATEGORIES)
+        shown += sorted({k for bd in m.breakdown for k in bd} - set(shown))
+        bar_width = 12 if options.max_width >= 4 + 9 * (len(shown) + 1) + 20 else 0
+        table = Table(title=self.title or None, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
+                      padding=(0, 0, 0, 1), caption="tile: the busiest tile against a tile's memory (OOM is per tile)",
+                      caption_justify="left", caption_style="dim")
+        table.add_column("IPU", no_wrap=True)
+        for cat in shown:
+            table.add_column(_SHORT.get(cat, cat), justify="right", no_wrap=True)
+        table.add_column("total", justify="right", no_wrap=True)
+        table.add_column("tile", no_wrap=True, justify="right" if not bar_width else "left")
+        for i, bd in enumerate(m.breakdown):
+            cells = [compact_bytes(bd.get(cat, 0)) for cat in shown]
+            tile = tile_bar(m, i, bar_width) if bar_width else Text(f"{tile_fraction(m, i):.0%}")
+            table.add_row(f"IPU{i}", *cells, compact_bytes(m.required_bytes[i]), tile)
+        yield table
+
+
+def measurement_table(m: Measurement, title: str = "") -> MeasurementTable:
+    return MeasurementTable(m, title)
+
+
+def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
+    """`show --trial N`: everything about one trial, one fact per line."""
+    m = r.measurement
+    head = Text.assemble((f"trial {r.number}", "bold"), f"  {r.origin}  ({r.state.lower()}, {m.source}, "
+                         f"{r.seconds:.1f} s)\n", "verdict: ", verdict_text(r))
+    if m.throughput is not None:
+        head.append(f"\nthroughput: {throughput_text(m)}" + (" (estimated)" if m.source == "estimate" else ""))
+        if m.step_time_s:
+            head.append(f", step {m.step_time_s * 1e3:.1f} ms")
+    parts: list[RenderableType] = [head]
+    config = Table(box=None, show_header=False, pad_edge=False)
+    config.add_column(style="dim")
+    config.add_column()
+    config.add_column(style="dim")
+    before = baseline.config.to_dict() if baseline is not None and baseline is not r else {}
+    for key, value in r.config.to_dict().items():
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        was = before.get(key, value)
+        note = "" if was == value else "baseline: " + (", ".join(map(str, was)) if isinstance(was, list) else str(was))
+        config.add_row(key, shown or "-", note)
+    parts.append(config)
+    if m.breakdown:
+        parts.append(measurement_table(m, "memory per IPU" + (" (estimated)" if m.source == "estimate" else "")))
+    return Group(*parts)
 
 
 def changes(before: Config, after: Config) -> list[str]:
     out = []
     a, b = before.to_dict(), after.to_dict()
     for key in a:
+        if key == "execution" and after.ipus_per_replica == 1:
+            continue  # one IPU has no stages: pipelined or sharded is the same program
         if a[key] != b[key]:
             fmt = lambda v: ", ".join(map(str, v)) if isinstance(v, list) else str(v)
             out.append(f"{key}: {fmt(a[key]) or '-'} → {fmt(b[key]) or '-'}")
@@ -223,8 +271,15 @@ def comparison(problem: Problem, baseline: TrialRecord, best: TrialRecord, estim
         cells = []
         for r in (baseline, best):
             m = r.measurement
-            cells.append(memory_bar(effective_bytes(m, i), m.capacity_bytes[i]) if i < len(m.breakdown) else Text(""))
+            if i < len(m.breakdown):
+                cell = tile_bar(m, i, 10)
+                cell.append(f" tile; {format_bytes(m.required_bytes[i])}")
+            else:
+                cell = Text("")
+            cells.append(cell)
         table.add_row(f"IPU{i} memory", *cells)
+    table.caption = "memory: the busiest tile's use of a tile (OOM is per tile); the IPU's total"
+    table.caption_justify = "left"
     return table
 
 
@@ -233,6 +288,11 @@ def speedup_line(baseline: TrialRecord, best: TrialRecord) -> str:
     if not b or not t:
         return ""
     return f"{t / b:.1f}x the baseline's throughput"
+
+
+def indented(line: str, indent: int = 2) -> Padding:
+    """A line wrapped at word boundaries, its continuation lines indented like its first."""
+    return Padding(Text(line), (0, 0, 0, indent), expand=False)
 
 
 def panel(renderable: RenderableType, title: str) -> Panel:

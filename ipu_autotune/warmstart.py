@@ -276,7 +276,8 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
     climbed = sorted({climb(screen, space, s) for s in starts}, key=lambda c: _score(screen(c)), reverse=True)
     for config in climbed[:2]:
         add(config, f"climb {config.ipus_per_replica}ipu x{config.replicas}")
-    if fixes:
+    base = screen(baseline)
+    if fixes and not (base is not None and base.feasible):  # a baseline that fits needs no fix
         # The fix that keeps most of the baseline: the smallest change that fits.
         _, knob, config = min(fixes, key=lambda t: screen(t[2]).throughput or 0.0)
         add(config, f"fix: {knob.replace('_', ' ')}")

@@ -49,7 +49,9 @@ def options_lines(config: Config) -> list[str]:
         lines.append(f"opts.replicationFactor({_int(c.replicas)})")
     if c.gradient_accumulation != 1:
         lines.append(f"opts.Training.gradientAccumulation({_int(c.gradient_accumulation)})")
-    if c.ipus_per_replica > 1 or c.execution == "sharded":
+    # One IPU has no stages: an execution strategy would say nothing (overlapped I/O, which
+    # PipelinedExecution refuses, is not set by this snippet).
+    if c.ipus_per_replica > 1:
         if c.execution == "pipelined":
             lines.append("opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))")
         else:

@@ -143,8 +143,22 @@ def _read_toml(path: Path | Any, where: str) -> dict[str, Any]:
     return knobs
 
 
+def builtin_space_dir():
+    """The built-in spaces: the copy a wheel carries inside the package (setup.py's build_py),
+    else the checkout's top-level `search_spaces/` (source tree, editable install)."""
+    packaged = resources.files("ipu_autotune").joinpath("search_spaces")
+    if packaged.joinpath("default.toml").is_file():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "search_spaces"
+    if (checkout / "default.toml").is_file():
+        return checkout
+    # Never search without the default space: that would be a different tool.
+    raise RuntimeError(f"the built-in search spaces are missing (looked in {checkout} and in the installed "
+                       "package); reinstall ipu-autotune")
+
+
 def builtin_space_path(name: str):
-    return resources.files("ipu_autotune").joinpath("search_spaces", f"{name}.toml")
+    return builtin_space_dir().joinpath(f"{name}.toml")
 
 
 class SearchSpace:

@@ -1,0 +1,128 @@
+"""One trial as one line: the knobs that differ from the baseline, abbreviated in one place.
+
+The live table, `show` and the plain per-trial log all use these, so a trial reads the same
+everywhere and fits 80 columns (details: `show --trial N`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .backends.base import Measurement, format_bytes, per_ipu_overflow
+from .problem import Config
+
+#: How each Config field is written in a trial line. A knob not listed here (a field added
+#: later) is written `name=value`, so it is never hidden, only longer.
+_ABBREV: dict[str, Any] = {
+    "precision": lambda v: v,
+    "partials": lambda v: f"partials:{v}",
+    "stochastic_rounding": lambda v: "sr" if v else "no-sr",
+    "loss_scaling": lambda v: "ls:auto" if v == "auto" else f"ls{v:g}",
+    "optimizer_state": lambda v: f"state:{v}",
+    "ipus_per_replica": lambda v: f"{v}ipu",
+    "replicas": lambda v: f"x{v}rep",
+    "splits": lambda v: "split@" + ",".join(v) if v else "no-splits",
+    "execution": lambda v: "pipe" if v == "pipelined" else "shard" if v == "sharded" else v,
+    "recompute": lambda v: f"rc:{v}",
+    "checkpoints": lambda v: f"{len(v)}ckpt",
+    "available_memory_proportion": lambda v: "amp" + "/".join(f"{a:g}" for a in v),
+    "optimizer_offload": lambda v: "offload" if v else "no-offload",
+    "replicated_tensor_sharding": lambda v: "rts" if v else "no-rts",
+    "gradient_accumulation": lambda v: f"ga{v}",
+    "device_iterations": lambda v: f"di{v}",
+    "eight_bit_io": lambda v: "8bit" if v else "no-8bit",
+    "io_tiles": lambda v: f"io{v}",
+    "loader_mode": lambda v: v,
+    "loader_workers": lambda v: f"w{v}",
+    "micro_batch": lambda v: f"mb{v}" if v else "mb:problem",
+}
+
+#: The order knobs are named in: what changes the program most first (layout, precision,
+#: batching), the memory levers next, the numerics the advice sets last (they follow the
+#: precision, and are the first to go when the line is cut). Fields not listed follow.
+_ORDER = ("ipus_per_replica", "replicas", "execution", "precision", "gradient_accumulation", "device_iterations",
+          "splits", "recompute", "checkpoints", "available_memory_proportion", "optimizer_offload",
+          "replicated_tensor_sharding", "optimizer_state", "eight_bit_io", "loader_mode", "loader_workers",
+          "micro_batch", "io_tiles", "partials",
+          "loss_scaling", "stochastic_rounding")
+
+#: What a baseline row shows of itself: the knobs a reader needs to place it.
+_BASELINE_KNOBS = ("ipus_per_replica", "replicas", "execution", "precision", "gradient_accumulation")
+
+
+def knob_text(name: str, value: Any) -> str:
+    fmt = _ABBREV.get(name)
+    if fmt is None:
+        shown = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        return f"{name}={shown}"
+    return fmt(value)
+
+
+def changed_knobs(baseline: Config | None, config: Config) -> str:
+    """'16.16 partials:half ga8 di4': the fields of `config` that differ from `baseline`."""
+    if baseline is None:
+        baseline = Config()
+    if config == baseline:
+        return "= baseline"
+    parts = []
+    names = [f.name for f in dataclasses.fields(Config)]
+    for name in sorted(names, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER)):
+        value = getattr(config, name)
+        if value != getattr(baseline, name) and not _implied(name, config, baseline):
+            parts.append(knob_text(name, value))
+    return " ".join(parts) or "= baseline"
+
+
+def _implied(name: str, config: Config, baseline: Config) -> bool:
+    """A difference the layout already says: one IPU has no splits or execution mode, and
+    an AMP list that only changed length with the IPU count keeps its value."""
+    if name in ("execution", "splits") and config.ipus_per_replica == 1:
+        return True
+    if name == "available_memory_proportion":
+        return set(config.available_memory_proportion) == set(baseline.available_memory_proportion)
+    return False
+
+
+def baseline_knobs(config: Config) -> str:
+    """'32.32 2ipu pipe ga3': the baseline's own layout, shown on its row."""
+    parts = []
+    for name in _BASELINE_KNOBS:
+        value = getattr(config, name)
+        if name == "replicas" and value == 1:
+            continue
+        if name == "execution" and config.ipus_per_replica == 1:
+            continue
+        parts.append(knob_text(name, value))
+    return " ".join(parts)
+
+
+def short_verdict(m: Measurement) -> str:
+    """'fits', 'OOM +312 MB IPU1', 'timeout': at most ~18 characters."""
+    if m.failure and m.failure != "oom":
+        return m.failure
+    if m.feasible:
+        return "fits"
+    ipu = m.worst_ipu()
+    if ipu is None:
+        return "OOM"
+    over = per_ipu_overflow(m)[ipu]
+    if over == 0:
+        return "in headroom"
+    return f"OOM +{format_bytes(over)} IPU{ipu}"
+
+
+def short_origin(origin: str) -> str:
+    """The first word of a trial's origin ('climb', 'fix', 'sampled', 'baseline')."""
+    word = origin.split(",")[0].split(" ")[0].rstrip(":")
+    return word + ("!" if "interrupted" in origin else "")
+
+
+def short_source(source: str) -> str:
+    return {"estimate": "est", "compile": "cmp", "run": "run"}.get(source, source[:3])
+
+
+def short_throughput(m: Measurement) -> str:
+    if m.throughput is None or m.failure not in (None, "oom"):
+        return "-"
+    return f"{m.throughput:,.0f}"
