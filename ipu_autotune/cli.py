@@ -18,7 +18,7 @@ from . import __version__
 from .errors import UsageError
 from .problem import OPTIMIZERS, TARGETS, Problem, default_input_shape
 
-SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics")
+SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report")
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
 DEFAULT_TRIALS = 60
 DEFAULT_OUT = "ipu-autotune-out"
@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "from the model's gradient statistics")
     tune.add_argument("--seed", type=int, default=None, help="sampler seed, for repeatable studies")
     tune.add_argument("--out", default=None, metavar="DIR",
-                      help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY)")
+                      help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY); "
+                           "given, it also gets report.html")
     tune.add_argument("--quiet", "-q", action="store_true", help="only the final result line")
     tune.add_argument("--json", action="store_true", help="print the result as JSON")
     _add_common(tune)
@@ -171,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--study", required=True)
     show.add_argument("--json", action="store_true")
     _add_common(show)
+
+    rep = sub.add_parser("report", help="a study as one self-contained HTML page with plots")
+    rep.add_argument("--storage", default=DEFAULT_STORAGE)
+    rep.add_argument("--study", required=True)
+    rep.add_argument("-o", "--output", metavar="FILE", help="where to write it (default STUDY.html)")
+    _add_common(rep)
 
     studies = sub.add_parser("studies", help="the studies in a storage")
     studies.add_argument("--storage", default=DEFAULT_STORAGE)

@@ -144,6 +144,10 @@ def cmd_tune(args) -> int:
     closest = None if best else st.closest_record(records)
     base = next((r for r in records if r.origin == "baseline"), records[0] if records else None)
     files = _write_outputs(out_dir, problem, study_name, records, best, _notes(advice))
+    if args.out:  # an explicit output folder also gets the HTML report (a few MB, plotly inline)
+        from .report import write_report
+
+        files["report"] = write_report(study, problem, out_dir / "report.html")
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
@@ -476,6 +480,15 @@ def cmd_show(args) -> int:
         console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))
     return 0
 
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+
+    study, problem = _load_study(args.storage, args.study)
+    path = write_report(study, problem, args.output or f"{args.study}.html")
+    Console(stderr=True, highlight=False).print(f"wrote {path}", soft_wrap=True)
+    return 0
 
 def cmd_studies(args) -> int:
     import optuna
