@@ -58,10 +58,12 @@ def step_parts(record: TrialRecord) -> dict[str, float]:
 
 
 def bottleneck(record: TrialRecord) -> tuple[str, float] | None:
-    """(what limits throughput, its share of the step) when the Measurement names it."""
-    raw = record.measurement.to_dict() | record.measurement.details
-    name = raw.get("bottleneck")
-    share = raw.get("bottleneck_share")
+    """(what limits throughput, its share of the step) when the Measurement names it: its
+    `bottleneck` and `bottleneck_share` fields (issue 11), or the same keys in its details."""
+    m = record.measurement
+    name = getattr(m, "bottleneck", None) or m.details.get("bottleneck")
+    share = getattr(m, "bottleneck_share", None)
+    share = share if share is not None else m.details.get("bottleneck_share")
     if not name:
         return None
     return str(name), float(share) if isinstance(share, (int, float)) else float("nan")
