@@ -10,6 +10,7 @@ import re
 from wsgiref.util import setup_testing_defaults
 
 import optuna
+import optuna_dashboard  # the test extra: optuna-dashboard from the package index
 import pytest
 from optuna.trial import TrialState
 
@@ -57,7 +58,6 @@ def test_best_params_are_readable_and_the_config_is_complete(study):
 
 
 def test_trials_dataframe_has_readable_columns(study):
-    pytest.importorskip("pandas")
     _, s = study
     df = s.trials_dataframe()
     assert {"value", "params_precision", "user_attrs_record", "state"} <= set(df.columns)
@@ -76,9 +76,8 @@ def _dashboard_get(app, path: str) -> dict:
 
 def test_optuna_dashboard_shows_each_constraint_and_a_best_that_fits(study):
     """optuna-dashboard's own WSGI app and serializer, asked what its web page asks."""
-    dashboard = pytest.importorskip("optuna_dashboard")
     url, s = study
-    app = dashboard.wsgi(optuna.storages.RDBStorage(url))
+    app = optuna_dashboard.wsgi(optuna.storages.RDBStorage(url))
     detail = _dashboard_get(app, f"/api/studies/{s._study_id}")
     ours = {r.number: r for r in records(s)}
     shown = {t["number"]: t for t in detail["trials"]}
