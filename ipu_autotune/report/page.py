@@ -15,7 +15,7 @@ from . import figures
 from .data import ReportData, bottleneck
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 1200px; color: #222; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.6em; }
 .sub { color: #666; } .estimated { background: #fff4d6; padding: 0.4em 0.8em; border-radius: 4px; }
 .cards { display: flex; gap: 1em; flex-wrap: wrap; }
