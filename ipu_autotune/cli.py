@@ -19,7 +19,7 @@ from .args import (DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STO
                    add_problem_args, positive)
 from .errors import UsageError
 
-SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics")
+SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report")
 
 
 # --- argument parsing ------------------------------------------------------------------------
@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "from the model's gradient statistics")
     tune.add_argument("--seed", type=int, default=None, help="sampler seed, for repeatable studies")
     tune.add_argument("--out", default=None, metavar="DIR",
-                      help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY)")
+                      help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY); "
+                           "given, it also gets report.html")
     tune.add_argument("--quiet", "-q", action="store_true", help="only the final result line")
     tune.add_argument("--json", action="store_true", help="print the result as JSON")
     _add_common(tune)
@@ -145,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="one trial in full: its whole configuration and memory per IPU")
     show.add_argument("--json", action="store_true")
     _add_common(show)
+
+    rep = sub.add_parser("report", help="a study as one self-contained HTML page with plots")
+    rep.add_argument("--storage", default=DEFAULT_STORAGE)
+    rep.add_argument("--study", required=True)
+    rep.add_argument("-o", "--output", metavar="FILE", help="where to write it (default STUDY.html)")
+    _add_common(rep)
 
     studies = sub.add_parser("studies", help="the studies in a storage")
     studies.add_argument("--storage", default=DEFAULT_STORAGE)

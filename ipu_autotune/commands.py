@@ -164,6 +164,10 @@ def cmd_tune(args) -> int:
     files = _write_outputs(out_dir, problem, study_name, records, best,
                            _notes(advice, best.config) if best else [], base_gb)
     reference = host_report.workshop_reference(problem) if best is not None else None
+    if args.out:  # an explicit output folder also gets the HTML report (a few MB, plotly inline)
+        from .report import write_report
+
+        files["report"] = write_report(study, problem, out_dir / "report.html")
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
@@ -622,6 +626,15 @@ def _show_trial(console, args, recs, base) -> int:
     console.print(ui.trial_details(r, base))
     return 0
 
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+
+    study, problem = _load_study(args.storage, args.study)
+    path = write_report(study, problem, args.output or f"{args.study}.html")
+    Console(stderr=True, highlight=False).print(f"wrote {path}", soft_wrap=True)
+    return 0
 
 def cmd_studies(args) -> int:
     import optuna

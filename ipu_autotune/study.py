@@ -30,6 +30,7 @@ from .errors import UsageError
 from .models.trace import ModelProfile
 from .problem import Config, Problem
 from .rules import violations
+from .search.names import old_names
 from .search.space import SearchSpace
 from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
 from .warmstart import Proposal
@@ -42,6 +43,14 @@ ATTR_VERSION = "ipu_autotune_version"
 ATTR_SPACE = "search_space"
 ATTR_NUMERICS = "numerics"  # the numerics advice the study applies
 ATTR_HEARTBEAT = "heartbeat_s"  # seconds between a worker's beats; set when the study is created
+#: a trial's one user attribute: {"config": the complete Config, "measurement": the Measurement
+#: (with "details"), "origin", "seconds"}; one storage write per trial (README, "Reading a study")
+ATTR_RECORD = "record"
+#: Optuna's constraint as a list under one system attribute: what `study.best_trial`
+#: (optuna/study/_constrained_optimization.py, `_get_constraints_from_system_attrs`, the "old
+#: format"), the samplers and optuna-dashboard (`_serializer.serialize_frozen_trial`) all read.
+#: `trial.set_constraint` writes `constraints:<key>` instead, which the dashboard shows as none.
+CONSTRAINTS_KEY = "constraints"
 
 #: after a stop request, the running trial gets this long to finish before it is interrupted
 INTERRUPT_GRACE_S = 10.0
@@ -70,17 +79,34 @@ class TrialRecord:
 
     @classmethod
     def from_trial(cls, t: FrozenTrial) -> "TrialRecord | None":
-        if "config" not in t.user_attrs or "measurement" not in t.user_attrs:
+        rec = trial_attrs(t)
+        if "config" not in rec or "measurement" not in rec:
             return None
         return cls(
             number=t.number,
-            config=Config.from_dict(t.user_attrs["config"], f"trial {t.number} config"),
-            measurement=Measurement.from_dict({**t.user_attrs["measurement"],
-                                               "details": t.user_attrs.get("details", {})}),
-            origin=t.user_attrs.get("origin", "sampled"),
+            config=Config.from_dict(rec["config"], f"trial {t.number} config"),
+            measurement=Measurement.from_dict(rec["measurement"]),
+            origin=rec.get("origin", "sampled"),
             state=t.state.name,
-            seconds=t.user_attrs.get("seconds", 0.0),
+            seconds=rec.get("seconds", 0.0),
         )
+
+
+def trial_attrs(t: FrozenTrial) -> dict[str, Any]:
+    """A trial's ATTR_RECORD ({config, measurement (with details), origin, seconds}), also
+    from studies written before it existed (one user attribute per field)."""
+    rec = t.user_attrs.get(ATTR_RECORD)
+    if isinstance(rec, dict):
+        return rec
+    old = t.user_attrs
+    out: dict[str, Any] = {k: old[k] for k in ("config", "origin", "seconds") if k in old}
+    if "measurement" in old:
+        out["measurement"] = {**old["measurement"], "details": old.get("details", {})}
+    elif "failure" in old:  # abandoned before it was measured
+        kind, _, reason = str(old["failure"]).partition(": ")
+        out["measurement"] = {"feasible": False, "source": "estimate", "failure": old.get("reason", kind),
+                              "reason": reason}
+    return out
 
 
 def create_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
@@ -108,6 +134,11 @@ def check_same_problem(study: optuna.Study, problem: Problem) -> None:
         diffs = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         raise UsageError(f"study '{study.study_name}' holds a different problem ({'; '.join(diffs)}); "
                          "resume with the same options or pick a new --study name")
+    old = old_names({p for t in study.get_trials(deepcopy=False) for p in t.params})
+    if old:
+        raise UsageError(f"study '{study.study_name}' was written by an older ipu-autotune (parameter "
+                         f"'{old[0]}' has since been renamed): its sampler cannot learn from it; show, "
+                         "export and report still read it; resume under a new --study name")
 
 
 def load_existing(storage, name: str) -> optuna.Study | None:
@@ -333,20 +364,17 @@ class Runner:
 
     def record(self, trial: optuna.Trial, config: Config, origin: str, m: Measurement,
                seconds: float) -> TrialRecord:
-        trial.set_user_attr("config", config.to_dict())
-        trial.set_user_attr("measurement", _jsonable(m.to_dict()))
-        if m.details:
-            trial.set_user_attr("details", _jsonable(m.details))  # log path, per-IPU overflow, timing
-        trial.set_user_attr("origin", origin)
-        trial.set_user_attr("seconds", round(seconds, 4))
+        trial.set_user_attr(ATTR_RECORD, _jsonable({
+            "config": config.to_dict(), "measurement": {**m.to_dict(), "details": m.details},
+            "origin": origin, "seconds": round(seconds, 4)}))
         if m.failure in (None, "oom"):
-            trial.set_constraint("memory", float(m.violation))
-            value = m.throughput if m.throughput is not None and math.isfinite(m.throughput) else 0.0
-            self.study.tell(trial, value)
+            self.study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, [float(m.violation)])
+            # A configuration that does not fit trains at 0 samples/s: so the best by value
+            # (optuna-dashboard, `storage.get_best_trial`) is always one that fits.
+            fits = m.feasible and m.throughput is not None and math.isfinite(m.throughput)
+            self.study.tell(trial, m.throughput if fits else 0.0)
             state = "COMPLETE"
         else:
-            trial.set_user_attr("failure", f"{m.failure}: {m.reason}")
-            trial.set_user_attr("reason", m.failure)
             self.study.tell(trial, state=TrialState.FAIL)
             state = "FAIL"
         rec = TrialRecord(trial.number, config, m, origin, state, seconds)
@@ -454,8 +482,10 @@ class Runner:
     def _abandon(self, trial: optuna.Trial, reason: str, detail: str) -> None:
         """Tell a trial that cannot be measured as failed, so none is left RUNNING."""
         with contextlib.suppress(Exception):
-            trial.set_user_attr("failure", f"{reason}: {detail}"[:500])
-            trial.set_user_attr("reason", reason)
+            # "error" is no Measurement failure kind: written as data, never measured
+            m = Measurement(feasible=False, source=self.backend.source, failure=reason, reason=detail[:500])
+            origin = trial.user_attrs.get("origin", "sampled")
+            trial.set_user_attr(ATTR_RECORD, {"measurement": m.to_dict(), "origin": origin})
             self.study.tell(trial, state=TrialState.FAIL)
 
     # --- crashed workers ----------------------------------------------------------------------

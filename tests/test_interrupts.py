@@ -19,6 +19,8 @@ from optuna.trial import TrialState
 
 import workers_helpers as wh
 
+from ipu_autotune.study import trial_attrs
+
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -100,8 +102,8 @@ def test_sigterm_interrupts_a_long_trial_after_the_grace_and_resume_retries_it(t
 
     study = load(url, "long")
     first = study.trials[0]
-    assert first.state == TrialState.FAIL and first.user_attrs["reason"] == "interrupted"
-    assert first.user_attrs["failure"].startswith("interrupted:")
+    assert first.state == TrialState.FAIL and trial_attrs(first)["measurement"]["failure"] == "interrupted"
+    assert trial_attrs(first)["measurement"]["reason"].startswith("stopped")
     assert TrialState.RUNNING not in [t.state for t in study.trials]
     retries = [t for t in study.trials if RetryHeartbeatStaleTrialCallback.retried_trial_number(t) == 0]
     assert len(retries) == 1 and retries[0].state == TrialState.WAITING
@@ -114,7 +116,7 @@ def test_sigterm_interrupts_a_long_trial_after_the_grace_and_resume_retries_it(t
     study = load(url, "long")
     retry = study.trials[retries[0].number]
     assert retry.state == TrialState.COMPLETE and retry.user_attrs["origin"] == "baseline"
-    assert retry.user_attrs["config"] == first.user_attrs["config"]
+    assert trial_attrs(retry)["config"] == trial_attrs(first)["config"]
     assert sorted(t.number for t in study.trials) == list(range(len(study.trials)))
     assert TrialState.RUNNING not in [t.state for t in study.trials]
 
@@ -140,7 +142,7 @@ def test_second_ctrl_c_quits_at_once_and_records_the_trial(tmp_path):
     assert "QUIT" in out
     study = load(url, "quit")
     assert [t.state for t in study.trials if t.state != TrialState.WAITING] == [TrialState.FAIL]
-    assert study.trials[0].user_attrs["reason"] == "interrupted"
+    assert trial_attrs(study.trials[0])["measurement"]["failure"] == "interrupted"
 
 
 @pytest.mark.skipif(not (wh.TESTS / "fake_sdk" / "poptorch").is_dir(), reason="needs the fake PopTorch SDK")
@@ -173,7 +175,7 @@ def test_cli_double_ctrl_c_during_a_compile_kills_it_and_says_how_to_resume(tmp_
     (name,) = optuna.get_all_study_names(f"sqlite:///{db}")
     study = load(f"sqlite:///{db}", name)
     failed = [t for t in study.trials if t.state == TrialState.FAIL]
-    assert failed[0].user_attrs["reason"] == "interrupted"
+    assert trial_attrs(failed[0])["measurement"]["failure"] == "interrupted"
     # The compile subprocess did not outlive the tuner.
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", leftover.stdout

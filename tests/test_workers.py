@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 
 import workers_helpers as wh
 from ipu_autotune.storage import open_storage
+from ipu_autotune.study import trial_attrs
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -112,10 +113,10 @@ def test_three_workers_share_one_study(tmp_path, kind):
     assert sorted(t.number for t in trials) == list(range(total))
     assert all(t.state == TrialState.COMPLETE for t in trials), collections.Counter(t.state for t in trials)
     # The warm starts were enqueued by one worker only.
-    origins = collections.Counter(t.user_attrs["origin"] for t in trials)
+    origins = collections.Counter(trial_attrs(t)["origin"] for t in trials)
     warm = {o: n for o, n in origins.items() if o != "sampled"}
     assert warm.get("baseline") == 1 and set(warm.values()) == {1}, origins
-    assert sum(1 for t in trials if t.number < len(warm) and t.user_attrs["origin"] != "sampled") == len(warm)
+    assert sum(1 for t in trials if t.number < len(warm) and trial_attrs(t)["origin"] != "sampled") == len(warm)
 
     # The same best from every reader: three fresh storages (one per worker) and `show --json`.
     bests = {optuna.load_study(study_name=name, storage=open_storage(url)).best_trial.number for _ in range(3)}

@@ -23,6 +23,7 @@ from ..host import pipeline as host
 from ..problem import (EXECUTIONS, LOADER_MODES, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config,
                        Problem, effective_recompute, read_toml)
 from ..rules import takes_images
+from .names import readable
 
 KNOBS = (
     "precision", "partials", "stochastic_rounding", "loss_scaling", "optimizer_state",
@@ -461,7 +462,7 @@ def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
                 == tuple(c.checkpoints):
             wanted["checkpoint_every"] = every
             break
-    return wanted
+    return {readable(k): v for k, v in wanted.items()}
 
 
 class _Asker:
@@ -485,12 +486,12 @@ class _Asker:
                              "loss_scaling \"auto\" with FP32 weights); add a choice to it in the --space file")
         if len(options) == 1 or param is None:
             return options[0]
-        return self.trial.suggest_categorical(param, options)
+        return self.trial.suggest_categorical(readable(param), options)
 
     def integer(self, param: str, low: int, high: int, log: bool = False):
         if low == high:
             return low
-        return self.trial.suggest_int(param, low, high, log=log)
+        return self.trial.suggest_int(readable(param), low, high, log=log)
 
     def ask(self, knob: str, param: str | None = None):
         param = param or knob
@@ -498,8 +499,8 @@ class _Asker:
         if isinstance(k, Choice):
             return self.choose(param, list(k.values))
         if k.integer:
-            return self.trial.suggest_int(param, int(k.low), int(k.high), log=k.log, step=int(k.step or 1))
-        value = self.trial.suggest_float(param, k.low, k.high, log=k.log, step=k.step)
+            return self.trial.suggest_int(readable(param), int(k.low), int(k.high), log=k.log, step=int(k.step or 1))
+        value = self.trial.suggest_float(readable(param), k.low, k.high, log=k.log, step=k.step)
         return round(value, 6)  # a stepped float lands on 0.9000000000000001
 
 

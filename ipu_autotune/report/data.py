@@ -1,0 +1,69 @@
+"""What the report shows, read from a study's stored trials (never re-measured)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+
+from ..problem import Problem
+from ..study import TrialRecord, best_record, closest_record, records
+
+
+@dataclass
+class ReportData:
+    study: optuna.Study
+    problem: Problem
+    records: list[TrialRecord]
+    best: TrialRecord | None
+    baseline: TrialRecord | None
+    closest: TrialRecord | None  # when nothing fits
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({r.measurement.source for r in self.records})
+
+    @property
+    def estimated(self) -> bool:
+        """Every figure came from the analytical model, none from a compile or a run."""
+        return self.sources == ["estimate"]
+
+    @property
+    def feasible(self) -> list[TrialRecord]:
+        return [r for r in self.records if r.feasible]
+
+
+def gather(study: optuna.Study, problem: Problem) -> ReportData:
+    recs = records(study)
+    best = best_record(study)
+    baseline = next((r for r in recs if r.origin == "baseline"), recs[0] if recs else None)
+    return ReportData(study, problem, recs, best, baseline, None if best else closest_record(recs))
+
+
+#: the estimator's `time_parts` that add up to one weight update (estimate/timing.py);
+#: its `input_per_micro_batch` is already inside "compute", so it is not stacked again
+STEP_PARTS = {"compute": "compute (with input transfer)", "weight_update": "weight update (offloaded state)",
+              "all_reduce": "gradient all-reduce", "host_per_step": "host call overhead"}
+
+
+def step_parts(record: TrialRecord) -> dict[str, float]:
+    """Seconds per weight update by part, as the backend stored them (estimate: `time_parts`)."""
+    parts = record.measurement.details.get("time_parts") or {}
+    return {label: float(parts[k]) for k, label in STEP_PARTS.items()
+            if isinstance(parts.get(k), (int, float)) and parts[k] > 0}
+
+
+def bottleneck(record: TrialRecord) -> tuple[str, float] | None:
+    """(what limits throughput, its share of the step) when the Measurement names it: its
+    `bottleneck` and `bottleneck_share` fields (issue 11), or the same keys in its details."""
+    m = record.measurement
+    name = getattr(m, "bottleneck", None) or m.details.get("bottleneck")
+    share = getattr(m, "bottleneck_share", None)
+    share = share if share is not None else m.details.get("bottleneck_share")
+    if not name:
+        return None
+    return str(name), float(share) if isinstance(share, (int, float)) else float("nan")
