@@ -31,6 +31,7 @@ from .models.trace import ModelProfile
 from .problem import Config, Problem
 from .rules import violations
 from .search.space import SearchSpace
+from .search.window import DEFAULT_WINDOW, WindowedTPESampler
 from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
 from .warmstart import Proposal
 
@@ -83,14 +84,17 @@ class TrialRecord:
         )
 
 
-def create_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+def create_sampler(seed: int | None, window: int | None = DEFAULT_WINDOW) -> optuna.samplers.BaseSampler:
+    """`window`: finished trials the sampler models at most (search/window.py), so its cost
+    stops growing with the study; None: every trial (Optuna's TPESampler as is)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # Multivariate TPE models the knobs jointly (precision and memory levers interact);
         # group handles the conditional knobs; constant liar keeps parallel workers apart.
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10,
-        )
+        options = dict(seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10)
+        if window is None:
+            return optuna.samplers.TPESampler(**options)
+        return WindowedTPESampler(**options, window=window)
 
 
 def stored_problem(study: optuna.Study) -> Problem | None:
