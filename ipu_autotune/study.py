@@ -270,7 +270,11 @@ class Runner:
             return
         history = self._history()
         tried = {c for c, _ in history}
-        config = self.guide.propose(history, tried)
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        for t in running:
+            if "enqueued_config" in t.user_attrs:  # another worker is compiling it: don't propose it twice
+                tried.add(Config.from_dict(t.user_attrs["enqueued_config"], "enqueued config"))
+        config = self.guide.propose(history, tried, running=len(running))
         if config is not None:
             origin = f"guided (memory x{self.guide.correction:.2f})"
             enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
