@@ -247,6 +247,7 @@ class Runner:
     #: (recorded as failed, reason "interrupted", and enqueued again); None: let it finish
     interrupt_grace_s: float | None = INTERRUPT_GRACE_S
     _measured: list[tuple[Config, Measurement]] | None = None
+    _history_size: int = -1
     _measuring: bool = False
     _quit: bool = False
     _grace_armed: bool = False
@@ -260,8 +261,10 @@ class Runner:
             set_heartbeat(self.study._storage, stored)  # every worker judges staleness alike
 
     def _history(self) -> list[tuple[Config, Measurement]]:
-        if self._measured is None:
+        finished = len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
+        if self._measured is None or finished != self._history_size:  # other workers finished trials too
             self._measured = [(r.config, r.measurement) for r in records(self.study)]
+            self._history_size = finished
         return self._measured
 
     def _enqueue_guided(self) -> None:
@@ -344,6 +347,7 @@ class Runner:
         rec = TrialRecord(trial.number, config, m, origin, state, seconds)
         if self._measured is not None:
             self._measured.append((config, m))
+            self._history_size += 1
         for observe in self.observers:
             observe(rec)
         return rec

@@ -138,9 +138,10 @@ class TuneView:
         self.table = TrialTable()
         self.progress = Progress(
             TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[running]}"),
+            console=console,
         )
-        self.task = self.progress.add_task("trials", total=total)
+        self.task = self.progress.add_task("trials", total=total, running="")
         self.live: Live | None = None
         self.started = time.monotonic()
 
@@ -154,6 +155,11 @@ class TuneView:
     def __exit__(self, *exc) -> None:
         if self.live is not None:
             self.live.__exit__(*exc)
+
+    def show_running(self, numbers: list[int]) -> None:
+        """Trials other worker processes are measuring now (tune --jobs)."""
+        text = f"running: {', '.join(map(str, numbers))}" if numbers else ""
+        self.progress.update(self.task, running=text)
 
     def __call__(self, r: TrialRecord) -> None:
         self.table.add(r)
