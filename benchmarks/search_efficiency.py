@@ -160,6 +160,8 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
                   trials=out["trials"], guided=out["guided"], stop_at=out["stop_at"])
         run.screened = screen.compiles_saved
         run.seconds = time.perf_counter() - start
+        run.best_config = max(((r.measurement.throughput, r.config) for r in st.records(study) if r.feasible),
+                              key=lambda t: t[0], default=(None, None))[1]
         return run
     elif strategy == "what-if: pair climb":
         def on_create(s: optuna.Study) -> None:
@@ -624,7 +626,11 @@ def main(argv: list[str] | None = None) -> int:
             for k in keys for kind in kinds for s in range(seeds)]
     if jobs_n > 1:
         with multiprocessing.get_context("spawn").Pool(jobs_n) as pool:
-            results = list(pool.imap_unordered(run_job, jobs))
+            results = []
+            for r in pool.imap_unordered(run_job, jobs):
+                results.append(r)
+                print(f"  {len(results)}/{len(jobs)} done: {r['problem']} seed {r['seed']} "
+                      f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
     else:
         results = [run_job(j) for j in jobs]
     labels = [label(k, kind) for k in keys for kind in kinds]

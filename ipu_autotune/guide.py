@@ -86,7 +86,9 @@ class Guide:
         self.problem, self.profile, self.space = problem, profile, space
         self.headroom, self.prepare, self.constants, self.starts = headroom, prepare, constants, starts
         self.screen = Screen(problem, profile, constants, 0.0, prepare)  # nominal, cached for the study
-        self.pool: set[Config] = set()  # every candidate gathered so far, re-ranked at each proposal
+        self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
+        self.pool: set[Config] = set()
+        self.climbed: set[Config] = set()  # layout starts already climbed from  # every candidate gathered so far, re-ranked at each proposal
         self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
         self.stop_note = ""  # the stopping rule, once it applies
@@ -96,7 +98,7 @@ class Guide:
         far; `running`: trials other workers are compiling now (each adds a memory hedge)."""
         model = CorrectedModel(self.screen, observe(self.screen, measured), self.headroom, HEDGE * running)
         self.correction = model.memory_prior
-        corrected = CorrectedScreen(model)
+        corrected = CorrectedScreen(model, self.neighbours)
         fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
                       key=lambda t: t[0], reverse=True)
         anchors = [c for _, c in fits[:self.starts]]
@@ -113,10 +115,30 @@ class Guide:
                 da, db = _changes(anchor, a), _changes(anchor, b)
                 if not da.keys() & db.keys():
                     self.pool.add(anchor.replace(**da, **db))
-            self.pool.add(pair_climb(corrected, model, self.space, anchor))
+            if anchor == anchors[0]:  # one climb per proposal: the best anchor's
+                self.pool.add(pair_climb(corrected, model, self.space, anchor))
+        # Every IPU layout gets its own climb from its best candidate: a layout no compile has
+        # reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
+        layouts: dict = {}
+        for c in self.pool:
+            key = (c.ipus_per_replica, c.replicas)
+            if key not in layouts or model.score(c) > model.score(layouts[key]):
+                layouts[key] = c
+        for c in layouts.values():
+            if c not in self.climbed:
+                self.climbed.add(c)
+                self.pool.add(pair_climb(corrected, model, self.space, c))
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
         self._stopping_rule(model, choice, fits)
+        if self.stop_note and fits:
+            # Nothing safe is expected to pay: try the fastest candidate that fits with no
+            # margin at all (the best often sits at the edge of memory); an OOM teaches the
+            # correction there.
+            bold = [c for c in self.pool if c not in tried and (j := model.judge(c)) is not None
+                    and j[3] <= 1.0 and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
+            if bold:
+                return max(bold, key=lambda c: model.judge(c)[1])
         return choice
 
     def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list) -> None:

@@ -6,8 +6,8 @@ of a pipelined FP16 config is not that of a sharded FP32 one. Each compile tells
 error where it ran: measured / estimated busiest tile (even an out-of-memory compile reports
 it) and measured / estimated throughput. For a candidate, the correction is a kernel-weighted
 mean of those errors, weighted by how many knobs it shares with each compiled config (a
-config one knob away is mostly like it), shrunk towards a prior: for memory the largest
-ratio seen (conservative: an OOM costs a compile), for throughput the mean log-ratio. The
+config one knob away is mostly like it), shrunk towards a prior: the mean log-ratio seen (for
+memory, a margin where no compile is near makes up for it). The
 feasibility margin shrinks from `headroom` far from any compile to a fifth of it at one.
 With compiles running in parallel, each further proposal adds a `hedge` to that margin, so
 the first round of N workers tries the estimator's best at N levels of memory safety.
@@ -33,9 +33,21 @@ PRIOR_WEIGHT = 0.25
 _FIELDS = [f.name for f in fields(Config)]
 
 
+_VALUES: dict[Config, tuple] = {}
+
+
+def _values(c: Config) -> tuple:
+    v = _VALUES.get(c)
+    if v is None:
+        if len(_VALUES) > 200_000:  # bounded: a long study must not grow it forever
+            _VALUES.clear()
+        v = _VALUES[c] = tuple(getattr(c, f) for f in _FIELDS)
+    return v
+
+
 def distance(a: Config, b: Config) -> int:
     """How many knobs differ."""
-    return sum(getattr(a, f) != getattr(b, f) for f in _FIELDS)
+    return sum(x != y for x, y in zip(_values(a), _values(b)))
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,10 @@ class CorrectedModel:
         self.screen, self.headroom, self.hedge = screen, headroom, hedge
         self.memory = [(o.config, o.memory_ratio) for o in observations if o.memory_ratio is not None]
         self.speed = [(o.config, o.speed_log_ratio) for o in observations if o.speed_log_ratio is not None]
-        self.memory_prior = max([1.0, *(r for _, r in self.memory)])
+        # The mean, not the largest: a largest-ratio prior rules out whole regions (another IPU
+        # layout) where the model is less wrong; an OOM there costs one compile and teaches.
+        self.memory_prior = (math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory))
+                             if self.memory else 1.0)
         self.speed_prior = sum(r for _, r in self.speed) / len(self.speed) if self.speed else 0.0
         self.cache: dict[Config, tuple | None] = {}
 
@@ -85,8 +100,8 @@ class CorrectedModel:
         return num / den, PRIOR_WEIGHT / den
 
     def judge(self, config: Config) -> tuple | None:
-        """(fits, corrected throughput, corrected worst-tile fraction of the limit) or None
-        when the rules reject it."""
+        """(fits, corrected throughput, corrected worst-tile fraction of the limit, of the
+        tile with no margin) or None when the rules reject it."""
         if config in self.cache:
             return self.cache[config]
         m = self.screen(config)
@@ -97,7 +112,8 @@ class CorrectedModel:
         log_speed, _ = self._blend(config, self.speed, self.speed_prior)
         limit = m.tile_capacity_bytes * (1.0 - (self.headroom + self.hedge) * unsure)
         load = max(m.max_tile_bytes) * ratio / limit
-        out = (load <= 1.0, (m.throughput or 0.0) * math.exp(log_speed), load)
+        out = (load <= 1.0, (m.throughput or 0.0) * math.exp(log_speed), load,
+               max(m.max_tile_bytes) * ratio / m.tile_capacity_bytes)
         self.cache[config] = out
         return out
 
@@ -112,10 +128,44 @@ class CorrectedModel:
 class CorrectedScreen(Screen):
     """A warmstart.Screen whose answers are corrected (so warmstart.climb climbs the corrected model)."""
 
-    def __init__(self, model: CorrectedModel):
+    def __init__(self, model: CorrectedModel, neighbours: dict | None = None):
+        """`neighbours`: a cache of each config's single-knob changes, kept across proposals
+        (generating them balances splits on the estimator: the costly part of a climb)."""
         s = model.screen
         super().__init__(s.problem, s.profile, s.constants, 0.0, s.prepare)
         self.model = model
+        self.neighbours = {} if neighbours is None else neighbours
+
+    def candidates(self, space, config: Config):
+        if config not in self.neighbours:
+            found = list(super().candidates(space, config))
+            found += [("fine", self.prepare(c)) for c in finer_changes(space, config)]
+            self.neighbours[config] = list(dict.fromkeys(found))
+        return self.neighbours[config]
+
+
+def finer_changes(space, c: Config) -> list[Config]:
+    """Single changes warmstart's climb leaves out, worth a compile once the model is
+    corrected: I/O tiles (not pipelined, as the space samples them), every available
+    memory proportion step, and one IPU's proportion a step up or down."""
+    out = []
+    tiles = space.knobs.get("io_tiles")
+    if tiles is not None and not c.pipelined:
+        out += [c.replace(io_tiles=t, execution="sharded" if t else c.execution)
+                for t in getattr(tiles, "values", ()) if t != c.io_tiles]
+    amp = space.knobs.get("available_memory_proportion")
+    step = getattr(amp, "step", None)
+    if amp is not None and step:
+        n = int((amp.high - amp.low) / step + 1e-9)
+        out += [c.replace(available_memory_proportion=(round(amp.low + i * step, 4),) * c.ipus_per_replica)
+                for i in range(n + 1)]
+        for i, a in enumerate(c.available_memory_proportion):
+            for v in (round(a - step, 4), round(a + step, 4)):
+                if amp.low - 1e-9 <= v <= amp.high + 1e-9:
+                    amps = list(c.available_memory_proportion)
+                    amps[i] = v
+                    out.append(c.replace(available_memory_proportion=tuple(amps)))
+    return [x for x in out if x != c]
 
     def __call__(self, config: Config) -> Measurement | None:
         if config not in self.cache:
