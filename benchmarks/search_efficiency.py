@@ -4,18 +4,23 @@ On hardware every trial is a compile of minutes, so the figure that matters is c
 not seconds. The stand-in for hardware is a *hidden IPU*: the estimate backend with its
 calibrated constants perturbed per seed (always-live code memory, matmul efficiency, tile
 imbalance, link and host bandwidth, each x[0.7, 1.3]) and a +-3% per-config throughput
-noise. The tuner only ever sees the nominal estimator. Every hidden-IPU evaluation is one
-compile.
+noise. The second kind (`--hidden structural`, common.StructuralHiddenIPU) also differs in
+structure: tile imbalance per memory category, a host input pipeline that caps samples/s,
+per-step, per-stage and per-call overheads the estimator lacks. Both kinds are reported.
+The tuner only ever sees the nominal estimator. Every hidden-IPU evaluation is one compile.
 
 Strategies, each starting from the naive baseline as trial 0:
   random        Optuna RandomSampler over the same search space
   tpe           the tuner's own sampler (multivariate TPE, create_sampler) without warm starts
   ipu-autotune  as `ipu-autotune tune` runs with the PopTorch backend (numerics advice off,
                 as --no-numerics, so every strategy searches the same space): create_sampler,
-                warm starts from `proposals` on the nominal estimator (5% headroom), the
-                Guide (climbs again on the estimator corrected by the compiles' memory), and
-                screening: a candidate the nominal estimator puts more than 25% over tile
-                memory is recorded from the estimate, without a compile
+                the first two warm starts of `proposals` (5% headroom), then the Guide (walks
+                down the estimator's ranking corrected per config, memory and throughput, by
+                the compiles so far; pair climbs; a stopping rule), and screening: a
+                candidate the nominal estimator puts more than 25% over tile memory is
+                recorded from the estimate, without a compile
+  ipu-autotune --jobs N   the same with N compile workers on one study, on a simulated
+                clock (simulated_workers.py; a compile takes common.compile_minutes)
 
 With --what-if, tuner changes that are NOT shipped, to size them (see _Calibrate, polish):
   what-if: pair climb               as shipped, but the warm starts climb with `polish`:
@@ -31,9 +36,9 @@ search on the hidden IPU itself that counts no compiles (`best_known`: greedy as
 pairs of knobs, a TPE run of --reference-trials seeded with them, ascents from its best,
 then random kicks each followed by an ascent) or measured by any benchmarked run.
 
-    python benchmarks/search_efficiency.py            # full: 4 problems x 10 seeds, budget 50
-    python benchmarks/search_efficiency.py --what-if  # and the two what-ifs
-    python benchmarks/search_efficiency.py --quick    # CI smoke: 1 problem, 2 seeds, budget 20
+    python benchmarks/search_efficiency.py            # full: 4 problems x 2 hidden kinds x 6 seeds, budget 50
+    python benchmarks/search_efficiency.py --what-if  # and the what-ifs
+    python benchmarks/search_efficiency.py --quick    # CI smoke: 1 problem, 2 seeds, budget 20, --jobs 1 4
 """
 
 from __future__ import annotations
@@ -616,7 +621,9 @@ def main(argv: list[str] | None = None) -> int:
                   "search_efficiency.py", argv)
     print(f"{len(keys)} problem(s) x {seeds} seed(s) x {len(STRATEGIES) + (len(WHAT_IF) if args.what_if else 0)} strategies, budget {budget} compiles "
           f"per run; best known from climbs, a {reference_trials}-trial TPE run and {kicks} kicks on the hidden IPU; "
-          f"hidden IPU: {', '.join(common.PERTURBED)} x[0.7, 1.3], throughput noise +-3%; "
+          f"hidden IPU: {', '.join(common.PERTURBED)} x[0.7, 1.3], throughput noise +-3%"
+          f"{'; and differing in structure (StructuralHiddenIPU)' if 'structural' in kinds else ''}; "
+          f"ipu-autotune timed with {', '.join(map(str, workers))} compile worker(s); "
           f"screen margin {DEFAULT_SCREEN_MARGIN:.0%}, headroom {DEFAULT_HEADROOM:.0%}\n", flush=True)
 
     start = time.perf_counter()
