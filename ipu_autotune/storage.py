@@ -158,16 +158,13 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    storage = optuna.storages.RDBStorage(
+                    return optuna.storages.RDBStorage(
                         url,
                         heartbeat_interval=heartbeat_s,
                         grace_period=heartbeat_s * GRACE_FACTOR,
                         heartbeat_stale_trial_callback=retry,
                         engine_kwargs=_engine_kwargs(scheme),
                     )
-                if scheme == "sqlite":
-                    _fast_sqlite(storage)
-                return storage
             except Exception as exc:
                 # Workers starting together on a new database race to create its tables:
                 # the losers see "already exists" / a duplicate key; the tables are there now.
@@ -181,24 +178,6 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
         reason = mask_url(_first_line(exc))
         raise UsageError(f"storage {mask_url(url)} is unreachable: {reason}; check the host, port, "
                          "user and that the database exists") from None
-
-
-def _fast_sqlite(storage) -> None:
-    """Write-ahead log with synchronous=NORMAL: a commit appends to the log without an fsync
-    (the database stays consistent; a power cut may lose the last trials, never corrupt it).
-    Each of a trial's several writes is its own transaction, and with the default rollback
-    journal each paid an fsync (about 10 ms here). SQLite is one host (WAL needs shared
-    memory), which is what the docs already say SQLite is for."""
-    from sqlalchemy import event
-
-    def pragmas(connection, _record) -> None:
-        cursor = connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    event.listen(storage.engine, "connect", pragmas)
-    storage.engine.dispose()  # connections opened while creating the tables get the pragmas too
 
 
 def _creation_race(exc: BaseException) -> bool:
