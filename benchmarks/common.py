@@ -207,3 +207,92 @@ class HiddenIPU(Backend):
         return self.evaluate(problem, config)
 
 
+
+
+# --- the hidden IPU that differs in structure ---------------------------------------------
+
+#: busiest-tile excess per memory category, relative to the estimator's single imbalance:
+#: (low, high) factor drawn per seed. Planner temporaries and activations spread over
+#: tiles worse than weights; code and exchange vary with the op mix.
+CATEGORY_IMBALANCE = {"weights": (0.9, 1.05), "optimizer": (0.9, 1.05), "gradients": (0.9, 1.05),
+                      "activations": (1.0, 1.25), "stash": (1.0, 1.25), "temporary": (1.05, 1.4),
+                      "code/exchange": (0.95, 1.3)}
+#: host input pipeline (decode, augment, collate) in input bytes per second it delivers: the
+#: estimator assumes the host keeps up; here it caps samples/s (8-bit I/O sends a quarter).
+HOST_PIPELINE_BYTES_PER_S = (4e9, 8e9)
+#: per weight update: a fixed cost plus one per pipeline stage (sync, stream-copy setup), s
+STEP_OVERHEAD_S = (0.5e-3, 2e-3)
+STAGE_OVERHEAD_S = (0.1e-3, 0.4e-3)
+#: per call of the model (host-side Python, stream callbacks), s, on top of the estimator's
+CALL_OVERHEAD_S = (1e-3, 5e-3)
+
+
+class StructuralHiddenIPU(HiddenIPU):
+    """A hidden IPU that differs from the estimator in structure, not only in constants:
+
+    - tile imbalance per memory category (CATEGORY_IMBALANCE), so the memory error depends
+      on the config's mix (pipelined stash and temporaries vs weights), not one ratio;
+    - a host input pipeline that caps samples/s (HOST_PIPELINE_BYTES_PER_S; 8-bit I/O and
+      FP16 inputs send less), which the estimator does not model;
+    - per-step and per-stage overheads (STEP_OVERHEAD_S, STAGE_OVERHEAD_S) and a larger
+      per-call cost (CALL_OVERHEAD_S), which favour more accumulation and device iterations
+      than the estimator does.
+
+    On top of the constant perturbation and noise of HiddenIPU. Only the estimator's
+    outputs (busiest tile, breakdown, throughput) and the config's fields are used, so it
+    follows changes to the estimator.
+    """
+
+    name = "hidden-ipu-structural"
+
+    def __init__(self, seed: int, noise: float = 0.03, spread: float = 0.3):
+        super().__init__(seed, noise, spread)
+        rng = seeded_random(f"hidden-ipu-structure/{seed}")
+        self.category = {k: rng.uniform(*v) for k, v in CATEGORY_IMBALANCE.items()}
+        self.host_bytes_per_s = rng.uniform(*HOST_PIPELINE_BYTES_PER_S)
+        self.step_s, self.stage_s = rng.uniform(*STEP_OVERHEAD_S), rng.uniform(*STAGE_OVERHEAD_S)
+        self.call_s = rng.uniform(*CALL_OVERHEAD_S)
+
+    def evaluate(self, problem: Problem, config: Config) -> Measurement:
+        key = (problem, config)
+        if key not in self._cache:
+            m = estimate(problem, config, profile_for(problem), self.constants)
+            m.source, m.details = "compile", {}
+            tiles = []
+            for busiest, parts in zip(m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes)):
+                total = sum(parts.values())
+                scale = sum(v * self.category.get(k, 1.0) for k, v in parts.items()) / total if total else 1.0
+                tiles.append(int(busiest * scale))
+            m.max_tile_bytes = tiles
+            m.feasible = max(tiles) <= m.tile_capacity_bytes
+            m.failure = None if m.feasible else "oom"
+            if m.feasible and m.throughput:
+                per_call = problem.batch_size * config.gradient_accumulation * config.replicas \
+                    * config.device_iterations
+                stages = config.ipus_per_replica if config.pipelined else 1
+                call = per_call / m.throughput + config.device_iterations * (self.step_s + self.stage_s * stages) \
+                    + self.call_s
+                pixels = math.prod(problem.input_shape) if problem.input_shape else 0
+                bytes_per_sample = pixels * (1 if config.eight_bit_io else 2 if config.half_compute else 4)
+                call = max(call, per_call * bytes_per_sample / self.host_bytes_per_s)
+                j = self.jitter(config)
+                m.throughput = per_call / call * j
+                m.step_time_s = call / config.device_iterations / j
+            else:
+                m.throughput, m.step_time_s = None, None
+                m.reason = "hidden IPU: out of tile memory"
+            self._cache[key] = m
+        return self._cache[key]
+
+
+HIDDEN_KINDS = {"constants": HiddenIPU, "structural": StructuralHiddenIPU}
+
+
+def compile_minutes(problem: Problem, config: Config) -> float:
+    """Simulated compile time: 8 minutes for the workshop's ResNet-101 on 2 IPUs (about 225
+    traced ops per IPU), scaling with the ops on the busiest IPU, 30% more with
+    recomputation (the forward is laid out twice). An assumption for the --jobs timing."""
+    ops = sum(u.ops for u in profile_for(problem).units) or 1
+    per_ipu = ops / max(1, config.ipus_per_replica)
+    recompute = 1.3 if config.effective_recompute in ("pipeline", "all", "standard") else 1.0
+    return (1.5 + 6.5 * per_ipu / 225) * recompute

@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "tries powers of two, LOW-HIGH a range")
     tune.add_argument("--trials", type=_positive_int, default=DEFAULT_TRIALS,
                       help=f"new trials to run (default {DEFAULT_TRIALS})")
+    tune.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                      help="trials at once on this host, one worker process (one compile) each; "
+                           "needs an SQLite or journal storage (default 1)")
+    tune.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # started by --jobs
     tune.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                       help="stop starting new trials after this long")
     tune.add_argument("--storage", default=DEFAULT_STORAGE,
@@ -191,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        args.argv = argv  # --jobs starts workers with the same options
         if args.command is None:
             parser.print_help()
             return 2

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import export, ui
+from . import export, parallel, ui
 from .backends import resolve_backend_name
 from .backends.base import Backend, Measurement
 from .args import DEFAULT_OUT, problem_from_args, resume_command
@@ -70,7 +70,7 @@ def make_backend(args, problem: Problem, console: Console, work_dir: Path | None
 # --- tune ---------------------------------------------------------------------------------------
 
 def cmd_tune(args) -> int:
-    from . import study as st
+    from . import parallel, study as st
     from .warmstart import naive_baseline, proposals
 
     console = _console(args)
@@ -95,6 +95,8 @@ def cmd_tune(args) -> int:
     validate(problem, baseline, profile.module_order, where=args.baseline or "the default baseline")
 
     storage_url = args.storage
+    jobs = getattr(args, "jobs", 1)
+    parallel.check_jobs(jobs, storage_url)
     study_name = args.study or problem.slug
     out_dir = Path(args.out or Path(DEFAULT_OUT) / study_name)
     resolve_backend_name(args.backend)  # its error before the storage is touched
@@ -116,24 +118,31 @@ def cmd_tune(args) -> int:
         space = space.without(*NUMERIC_KNOBS)
         prepare = _advised(advice, space)
 
+    guide = None
+    if not estimated:
+        from .guide import Guide
+
+        guide = Guide(problem, profile, space, args.headroom, prepare)
+
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
-        st.enqueue(study, space, problem, profile,
-                   proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare))
+        items = proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
+        if guide is not None:  # compiles: the guide ranks the later warm starts with what it learns
+            from .guide import COMPILED_WARM_STARTS
+
+            guide.pool.update(p.config for p in items)
+            items = items[:COMPILED_WARM_STARTS]
+        st.enqueue(study, space, problem, profile, items)
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
     if advice is not None and st.ATTR_NUMERICS not in study.user_attrs:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
-    runner = st.Runner(study, problem, profile, space, backend, adjust=prepare)
-    if not estimated:
-        from .guide import Guide
-
-        runner.guide = Guide(problem, profile, space, args.headroom, prepare)
+    runner = st.Runner(study, problem, profile, space, backend, adjust=prepare, guide=guide)
     earlier = [] if created else st.records(study)
-    view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json, earlier=earlier)
+    view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json or args.worker, earlier=earlier)
     runner.observers.append(view)
 
-    if not args.quiet and not args.json:
+    if not args.quiet and not args.json and not args.worker:
         _print_header(console, problem, backend, study_name, storage_url, created, study)
 
     def on_stop(signum) -> None:
@@ -143,8 +152,18 @@ def cmd_tune(args) -> int:
                       "press Ctrl-C again to quit now.[/]")
 
     try:
-        with runner.stop_on_signals(on_stop), view:
-            ran = runner.run(args.trials, args.timeout)
+        if jobs > 1:
+            workers = parallel.Workers(args.argv, args.trials, jobs)
+            try:
+                with workers.pass_signals(on_stop), view:
+                    ran = parallel.watch(study, workers, view, view.show_running)
+            finally:
+                workers.signal_all(signal.SIGINT)  # only if this process failed: never leave a worker behind
+                workers.wait()
+            runner.stop_requested = workers.stops > 0
+        else:
+            with runner.stop_on_signals(on_stop), view:
+                ran = runner.run(args.trials, args.timeout)
     except KeyboardInterrupt:  # the second Ctrl-C: the storage is consistent, say how to go on
         done = sum(1 for t in study.get_trials(deepcopy=False, states=(st.TrialState.COMPLETE,)))
         Console(stderr=True, highlight=False).print(
@@ -153,8 +172,12 @@ def cmd_tune(args) -> int:
         raise
     finally:
         backend.close()
+    if args.worker:  # the process that started it reports
+        return 130 if runner.stop_requested and len(ran) < args.trials else 0
 
     records = st.records(study)
+    if guide is not None and records:  # the stopping rule, on every worker's compiles
+        guide.propose([(r.config, r.measurement) for r in records], {r.config for r in records})
     best = st.best_record(study)
     closest = None if best else st.closest_record(records)
     base = next((r for r in records if r.origin.startswith("baseline")), records[0] if records else None)
@@ -189,6 +212,7 @@ def cmd_tune(args) -> int:
         "compiles": _compile_counts(backend),
         "workshop_reference": reference.to_dict() if reference is not None else None,
         "learning_rate": _lr_json(problem, base, best),
+        "stopping_rule": guide.stop_note if guide is not None and guide.stop_note else None,
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -197,6 +221,8 @@ def cmd_tune(args) -> int:
     else:
         _print_summary(console, problem, base, best, closest, files, resume, estimated,
                        len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps)
+        if guide is not None and guide.stop_note:
+            console.print(f"Stopping rule: {guide.stop_note}.", highlight=False)
     if runner.stop_requested and len(ran) < args.trials:
         return 130
     return EXIT_NOTHING_FITS if best is None and records else 0

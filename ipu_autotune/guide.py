@@ -1,12 +1,14 @@
 """Estimator-guided proposals during a study, corrected by what the compiles showed.
 
-The analytical model is off for any real IPU by some tens of percent, mostly in memory
-(code size, tile imbalance). Each compile tells us by how much: the profile gives the
-busiest tile of every IPU even when the compile runs out of memory. The guide scales the
-estimator's busiest-tile prediction by the largest ratio seen (conservative: OOM costs a
-compile), climbs again on the corrected model from the best configurations measured so
-far, and proposes the first result not yet tried. Ranking by throughput needs no
-correction: a constant factor does not change which candidate is fastest.
+The analytical model is off for any real IPU by some tens of percent, in memory (code size,
+tile imbalance) and in time (host, per-step costs), and differently for different configs.
+Each compile tells us by how much where it ran (search/corrected.py learns it per config).
+The guide walks down the estimator's ranking *as corrected*: it gathers candidates around
+the best configurations measured so far (single-knob changes, pairs of the most promising
+ones, and a climb on the corrected model that tries pairs of knobs when no single one
+helps), and proposes the fastest one predicted to fit that was not tried yet. When the
+corrected model expects no untried candidate to beat the best measurement by more than
+`STOP_GAIN`, it says so (`stop_note`): more compiles are unlikely to pay.
 
 With the estimate backend there is nothing to learn (the measurements are the model), so
 the study does not use a guide there.
@@ -15,14 +17,25 @@ the study does not use a guide there.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from itertools import combinations
 
 from .backends.estimate import estimate
 from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models.trace import ModelProfile
 from .problem import Config, Problem
+from .search.corrected import CorrectedModel, CorrectedScreen, observe
 from .search.space import SearchSpace
 from .warmstart import Screen, climb
+
+#: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline
+#: (whose compile teaches the correction) and the safest climb; the guide ranks the rest
+COMPILED_WARM_STARTS = 2
+#: the stopping rule: no untried candidate expected this much faster than the best measured
+STOP_GAIN = 0.01
+#: extra memory margin per trial running elsewhere, where nothing near was compiled
+HEDGE = 0.05
+#: single-knob changes of an anchor that are combined in pairs (the best by corrected score)
+PAIR_TOP = 8
 
 
 def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequence, constants: EstimatorConstants,
@@ -39,6 +52,31 @@ def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequenc
     return max([floor, *ratios]) if ratios else floor
 
 
+def _changes(a: Config, b: Config) -> dict:
+    return {f: getattr(b, f) for f in a.__dataclass_fields__ if getattr(a, f) != getattr(b, f)}
+
+
+def pair_climb(screen: Screen, model: CorrectedModel, space: SearchSpace, start: Config, rounds: int = 12) -> Config:
+    """warmstart.climb on the corrected model, then pairs of the best single changes when
+    no single one helps (recompute and accumulation, say, must often move together)."""
+    best = climb(screen, space, start)
+    for _ in range(rounds):
+        singles = sorted({c for knob, c in screen.candidates(space, best) if knob != "ipus_per_replica"},
+                         key=model.score, reverse=True)[:PAIR_TOP]
+        top, top_score = None, model.score(best)
+        for a, b in combinations(singles, 2):
+            da, db = _changes(best, a), _changes(best, b)
+            if da.keys() & db.keys():
+                continue
+            c = best.replace(**da, **db)
+            if model.score(c) > top_score:
+                top, top_score = c, model.score(c)
+        if top is None:
+            break
+        best = climb(screen, space, top)
+    return best
+
+
 class Guide:
     """Proposes the next configuration to compile, or None to let the sampler choose."""
 
@@ -47,24 +85,71 @@ class Guide:
                  starts: int = 3):
         self.problem, self.profile, self.space = problem, profile, space
         self.headroom, self.prepare, self.constants, self.starts = headroom, prepare, constants, starts
-        self.correction = 1.0
+        self.screen = Screen(problem, profile, constants, 0.0, prepare, space)  # nominal, in the space, cached
+        self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
+        self.pool: set[Config] = set()
+        self.climbed: set[Config] = set()  # layout starts already climbed from  # every candidate gathered so far, re-ranked at each proposal
+        self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
+        self.expected_gain: float | None = None  # best untried candidate / best measured - 1
+        self.stop_note = ""  # the stopping rule, once it applies
 
-    def propose(self, measured: Sequence, tried: set[Config]) -> Config | None:
-        """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so far."""
-        self.correction = memory_correction(self.problem, self.profile, measured, self.constants)
-        corrected = replace(self.constants, tile_imbalance=self.constants.tile_imbalance * self.correction)
-        screen = Screen(self.problem, self.profile, corrected, self.headroom, self.prepare, self.space)
-        fits = [(m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None]
-        fits.sort(key=lambda t: t[0], reverse=True)
-        starts = [c for _, c in fits[:self.starts]]
-        if not starts:
-            # Nothing fits yet: climb from the configs nearest to fitting.
-            near = sorted(((m.violation, c) for c, m in measured if m.failure in (None, "oom")),
-                          key=lambda t: t[0])
-            starts = [c for _, c in near[:self.starts]]
-        for start in starts:
-            candidate = climb(screen, self.space, start)
-            result = screen(candidate)
-            if candidate not in tried and result is not None and result.feasible:
-                return candidate
-        return None
+    def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
+        """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
+        far; `running`: trials other workers are compiling now (each adds a memory hedge)."""
+        model = CorrectedModel(self.screen, observe(self.screen, measured), self.headroom, HEDGE * running)
+        self.correction = model.memory_prior
+        corrected = CorrectedScreen(model, self.neighbours)
+        fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
+                      key=lambda t: t[0], reverse=True)
+        anchors = [c for _, c in fits[:self.starts]]
+        if not anchors:
+            # Nothing fits yet: start from the configs nearest to fitting.
+            near = sorted(((m.violation, c) for c, m in measured if m.failure in (None, "oom")), key=lambda t: t[0])
+            anchors = [c for _, c in near[:self.starts]]
+        for anchor in anchors:
+            singles = [c for knob, c in corrected.candidates(self.space, anchor)]
+            self.pool.update(singles)
+            top = sorted((c for c in singles if c.ipus_per_replica == anchor.ipus_per_replica),
+                         key=model.score, reverse=True)[:PAIR_TOP]
+            for a, b in combinations(top, 2):
+                da, db = _changes(anchor, a), _changes(anchor, b)
+                if not da.keys() & db.keys():
+                    self.pool.add(anchor.replace(**da, **db))
+            if anchor == anchors[0]:  # one climb per proposal: the best anchor's
+                self.pool.add(pair_climb(corrected, model, self.space, anchor))
+        # Every IPU layout gets its own climb from its best candidate: a layout no compile has
+        # reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
+        layouts: dict = {}
+        for c in self.pool:
+            key = (c.ipus_per_replica, c.replicas)
+            if key not in layouts or model.score(c) > model.score(layouts[key]):
+                layouts[key] = c
+        for c in layouts.values():
+            if c not in self.climbed:
+                self.climbed.add(c)
+                self.pool.add(pair_climb(corrected, model, self.space, c))
+        ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
+        choice = next((c for c in ranked if model.score(c)[0] == 1), None)
+        self._stopping_rule(model, choice, fits)
+        if self.stop_note and fits:
+            # Nothing safe is expected to pay: try the fastest candidate that fits with no
+            # margin at all (the best often sits at the edge of memory); an OOM teaches the
+            # correction there.
+            bold = [c for c in self.pool if c not in tried and (j := model.judge(c)) is not None
+                    and j[3] <= 1.0 and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
+            if bold:
+                return max(bold, key=lambda c: model.judge(c)[1])
+        return choice
+
+    def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list) -> None:
+        if not fits:
+            self.expected_gain, self.stop_note = None, ""
+            return
+        best = fits[0][0]
+        self.expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
+        if self.expected_gain < STOP_GAIN:
+            self.stop_note = (f"the estimator, corrected by {len(model.speed)} compile(s) that ran, expects no "
+                              f"untried candidate to beat the best by {STOP_GAIN:.0%} or more: further compiles "
+                              "are unlikely to pay")
+        else:
+            self.stop_note = ""

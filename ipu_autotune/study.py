@@ -32,6 +32,7 @@ from .problem import Config, Problem
 from .rules import violations
 from .search.names import old_names
 from .search.space import SearchSpace
+from .search.window import DEFAULT_WINDOW, WindowedTPESampler
 from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
 from .warmstart import Proposal
 
@@ -109,14 +110,17 @@ def trial_attrs(t: FrozenTrial) -> dict[str, Any]:
     return out
 
 
-def create_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+def create_sampler(seed: int | None, window: int | None = DEFAULT_WINDOW) -> optuna.samplers.BaseSampler:
+    """`window`: finished trials the sampler models at most (search/window.py), so its cost
+    stops growing with the study; None: every trial (Optuna's TPESampler as is)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # Multivariate TPE models the knobs jointly (precision and memory levers interact);
         # group handles the conditional knobs; constant liar keeps parallel workers apart.
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10,
-        )
+        options = dict(seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10)
+        if window is None:
+            return optuna.samplers.TPESampler(**options)
+        return WindowedTPESampler(**options, window=window)
 
 
 def stored_problem(study: optuna.Study) -> Problem | None:
@@ -274,6 +278,7 @@ class Runner:
     #: (recorded as failed, reason "interrupted", and enqueued again); None: let it finish
     interrupt_grace_s: float | None = INTERRUPT_GRACE_S
     _measured: list[tuple[Config, Measurement]] | None = None
+    _history_size: int = -1
     _measuring: bool = False
     _quit: bool = False
     _grace_armed: bool = False
@@ -287,8 +292,10 @@ class Runner:
             set_heartbeat(self.study._storage, stored)  # every worker judges staleness alike
 
     def _history(self) -> list[tuple[Config, Measurement]]:
-        if self._measured is None:
+        finished = len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
+        if self._measured is None or finished != self._history_size:  # other workers finished trials too
             self._measured = [(r.config, r.measurement) for r in records(self.study)]
+            self._history_size = finished
         return self._measured
 
     def _enqueue_guided(self) -> None:
@@ -297,7 +304,11 @@ class Runner:
             return
         history = self._history()
         tried = {c for c, _ in history}
-        config = self.guide.propose(history, tried)
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        for t in running:
+            if "enqueued_config" in t.user_attrs:  # another worker is compiling it: don't propose it twice
+                tried.add(Config.from_dict(t.user_attrs["enqueued_config"], "enqueued config"))
+        config = self.guide.propose(history, tried, running=len(running))
         if config is not None:
             origin = f"guided (memory x{self.guide.correction:.2f})"
             enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
@@ -380,6 +391,7 @@ class Runner:
         rec = TrialRecord(trial.number, config, m, origin, state, seconds)
         if self._measured is not None:
             self._measured.append((config, m))
+            self._history_size += 1
         for observe in self.observers:
             observe(rec)
         return rec

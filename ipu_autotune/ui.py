@@ -126,9 +126,10 @@ class TuneView:
         self.table.seed(list(earlier))  # after a resume, stars count the whole study
         self.progress = Progress(
             TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[running]}"),
+            console=console,
         )
-        self.task = self.progress.add_task("trials", total=total)
+        self.task = self.progress.add_task("trials", total=total, running="")
         self.live: Live | None = None
         self.started = time.monotonic()
 
@@ -142,6 +143,11 @@ class TuneView:
     def __exit__(self, *exc) -> None:
         if self.live is not None:
             self.live.__exit__(*exc)
+
+    def show_running(self, numbers: list[int]) -> None:
+        """Trials other worker processes are measuring now (tune --jobs)."""
+        text = f"running: {', '.join(map(str, numbers))}" if numbers else ""
+        self.progress.update(self.task, running=text)
 
     def __call__(self, r: TrialRecord) -> None:
         self.table.add(r)

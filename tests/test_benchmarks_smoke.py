@@ -53,12 +53,14 @@ def number(cell: str) -> float:
 def test_search_efficiency_quick():
     text = run("search_efficiency.py", "--quick")
     problems = table(text, "Problems")
-    assert [p["problem"] for p in problems] == ["resnet101-mb64-64px-2ipu"]
-    assert problems[0]["seeds with a fit"] == "2/2"
-    assert number(problems[0]["best known (median samples/s)"]) > 0
+    labels = ["resnet101-mb64-64px-2ipu [constants]", "resnet101-mb64-64px-2ipu [structural]"]
+    assert [p["problem"] for p in problems] == labels  # both kinds of hidden IPU
+    for p in problems:
+        assert p["seeds with a fit"] == "2/2"
+        assert number(p["best known (median samples/s)"]) > 0
 
     rows = table(text, "Compiles")
-    assert [r["strategy"] for r in rows] == ["random", "tpe", "ipu-autotune"]
+    assert [r["strategy"] for r in rows] == ["random", "tpe", "ipu-autotune", "ipu-autotune --jobs 4"] * 2
     for r in rows:
         for key in ("to first fit", "to within 5%"):
             v = r[key]
@@ -73,23 +75,30 @@ def test_search_efficiency_quick():
     ratios = table(text, "Ratios")
     assert {r["comparison"] for r in ratios} == {"tpe vs random", "ipu-autotune vs random", "ipu-autotune vs tpe"}
     targets = table(text, "Targets")
-    assert [r["tuner"] for r in targets] == ["ipu-autotune"]
+    assert [r["tuner"] for r in targets] == ["ipu-autotune"] * 2
     assert all(r["first fit <= 2"] in ("met", "not met") for r in targets)
     assert all(r[">= 3x vs tpe"] in ("met", "not met", "undecided") for r in targets)
+    hours = table(text, "Simulated hours")
+    assert [r["workers"] for r in hours] == ["ipu-autotune --jobs 1", "ipu-autotune --jobs 4"] * 2
+    assert all(r["hours to within 5%"] == "never" or number(r["hours to within 5%"]) > 0 for r in hours)
+    stops = table(text, "Stopping rule")
+    assert [r["problem"] for r in stops] == labels
 
 
 @pytest.mark.slow
 def test_tuner_overhead_quick():
     text = run("tuner_overhead.py", "--quick", "--trials", "20")
     rows = table(text, "Mean wall time per trial")
-    assert [r["storage"] for r in rows] == ["sqlite", "journal", "memory"]
+    assert [r["storage, sampler"] for r in rows] == [f"{s}, {k}" for k in ("windowed", "full")
+                                                      for s in ("sqlite", "journal", "memory")]
     for r in rows:
         for key in ("trials 1-10", "trials 11-20", "all 20"):
             ms = number(r[key])
             assert ms > 0 and math.isfinite(ms)
         assert number(r["estimate share"]) > 0
     target = table(text, "Target")
-    assert all(r["target"] in ("met", "not met") for r in target)
+    assert all(r["target (wall)"] in ("met", "not met") for r in target)
+    assert all(number(r["CPU ms/trial at 20"]) > 0 for r in target)
 
 
 @pytest.mark.slow

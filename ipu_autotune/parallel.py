@@ -1,0 +1,120 @@
+"""`tune --jobs N`: N trials at once on one host, one compile per worker process.
+
+The process the user started creates the study (warm starts, numerics advice) as usual,
+then starts N workers: `ipu-autotune tune` itself with the same options, `--jobs 1`, its
+share of the trials and `--worker` (no header, summary or files). They share the study's
+storage like workers started by hand; constant-liar TPE and the guide (which skips the
+configurations other workers are compiling) keep them apart. This process only watches
+the storage and feeds finished trials, and the running ones, to the live view.
+
+Ctrl-C and SIGTERM are passed on: the workers are in their own session, so a terminal's
+Ctrl-C reaches them once, through this process. The first asks each worker to stop after its
+trial (it gets the usual grace, then is recorded as interrupted and enqueued again); the
+second makes them quit at once, still recording the running trial. No trial is left
+RUNNING by a worker that exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from .errors import UsageError
+from .study import TrialRecord
+
+#: how often the watching process reads the storage (seconds)
+POLL_S = 0.5
+
+
+def check_jobs(jobs: int, storage_url: str) -> None:
+    if jobs > 1 and storage_url == "memory:":
+        raise UsageError("--jobs needs a storage the worker processes share: use sqlite:///FILE (one host) "
+                         "or journal:///FILE, not memory:")
+
+
+def shares(trials: int, jobs: int) -> list[int]:
+    """Trials per worker, as even as possible; workers with no trial are not started."""
+    return [n for n in (trials // jobs + (i < trials % jobs) for i in range(jobs)) if n > 0]
+
+
+def worker_argv(argv: list[str], trials: int) -> list[str]:
+    """The worker's command: this one's options with its share of the trials, as a worker."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in ("--jobs", "--trials"):
+            skip = True
+            continue
+        if a.startswith(("--jobs=", "--trials=")) or a in ("--quiet", "--json"):
+            continue
+        out.append(a)
+    return [sys.executable, "-m", "ipu_autotune", *out, "--jobs", "1", "--trials", str(trials), "--worker"]
+
+
+class Workers:
+    """Started worker processes and the signals passed on to them."""
+
+    def __init__(self, argv: list[str], trials: int, jobs: int):
+        self.procs = [subprocess.Popen(worker_argv(argv, n), stdout=subprocess.DEVNULL, start_new_session=True)
+                      for n in shares(trials, jobs)]
+        self.stops = 0
+
+    def signal_all(self, signum: int) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signum)
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def wait(self) -> list[int]:
+        return [p.wait() for p in self.procs]
+
+    @contextlib.contextmanager
+    def pass_signals(self, on_stop: Callable[[int], None] | None = None):
+        def handler(signum, frame):
+            self.stops += 1
+            if self.stops == 1 and on_stop is not None:
+                on_stop(signum)
+            self.signal_all(signal.SIGINT)
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+def watch(study: optuna.Study, workers: Workers, observe: Callable[[TrialRecord], None],
+          show_running: Callable[[list[int]], None] | None = None) -> list[TrialRecord]:
+    """Until every worker exits: pass trials that finish (after this run started) to
+    `observe` and the numbers of running ones to `show_running`; returns the finished ones."""
+    seen = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))}
+    done: list[TrialRecord] = []
+    while True:
+        alive = workers.running()
+        trials = study.get_trials(deepcopy=False)
+        for t in trials:
+            if t.number not in seen and t.state in (TrialState.COMPLETE, TrialState.FAIL):
+                rec = TrialRecord.from_trial(t)
+                if rec is not None:
+                    seen.add(t.number)
+                    done.append(rec)
+                    observe(rec)
+        if show_running is not None:
+            show_running([t.number for t in trials if t.state == TrialState.RUNNING])
+        if not alive:
+            return done
+        time.sleep(POLL_S)

@@ -1,0 +1,176 @@
+"""The estimator corrected by the compiles so far, config by config.
+
+The analytical model is off for a real IPU by some tens of percent, and not by one constant:
+its tile imbalance differs per kind of op, the host and per-step costs differ, so the error
+of a pipelined FP16 config is not that of a sharded FP32 one. Each compile tells us the
+error where it ran: measured / estimated busiest tile (even an out-of-memory compile reports
+it) and measured / estimated throughput. For a candidate, the correction is a kernel-weighted
+mean of those errors, weighted by how many knobs it shares with each compiled config (a
+config one knob away is mostly like it), shrunk towards a prior: the mean log-ratio seen (for
+memory, a margin where no compile is near makes up for it). The
+feasibility margin shrinks from `headroom` far from any compile to a fifth of it at one.
+With compiles running in parallel, each further proposal adds a `hedge` to that margin, so
+the first round of N workers tries the estimator's best at N levels of memory safety.
+
+Only the estimator's outputs (busiest tile per IPU, throughput) and Config's fields are
+used, so the correction survives changes to the estimator's constants and structure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+from ..backends.base import Measurement
+from ..problem import Config
+from ..warmstart import Screen
+
+#: weight of a compiled config that differs from the candidate in one knob (d knobs: KERNEL**d)
+KERNEL = 0.3
+#: weight of the prior against the compiled configs
+PRIOR_WEIGHT = 0.25
+_FIELDS = [f.name for f in fields(Config)]
+
+
+_VALUES: dict[Config, tuple] = {}
+
+
+def _values(c: Config) -> tuple:
+    v = _VALUES.get(c)
+    if v is None:
+        if len(_VALUES) > 200_000:  # bounded: a long study must not grow it forever
+            _VALUES.clear()
+        v = _VALUES[c] = tuple(getattr(c, f) for f in _FIELDS)
+    return v
+
+
+def distance(a: Config, b: Config) -> int:
+    """How many knobs differ."""
+    return sum(x != y for x, y in zip(_values(a), _values(b)))
+
+
+@dataclass(frozen=True)
+class Observation:
+    config: Config
+    memory_ratio: float | None  # measured / estimated busiest tile (worst IPU)
+    speed_log_ratio: float | None  # log(measured / estimated throughput), when it ran
+
+
+def observe(screen: Screen, measured: Sequence) -> list[Observation]:
+    """What each compiled trial says about the estimator's error (estimates say nothing)."""
+    out = []
+    for config, m in measured:
+        if m.source == "estimate" or m.failure not in (None, "oom"):
+            continue
+        predicted = screen(config)
+        if predicted is None:
+            continue
+        ratios = [got / want for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes) if want > 0]
+        speed = None
+        if m.feasible and m.throughput and predicted.throughput:
+            speed = math.log(m.throughput / predicted.throughput)
+        out.append(Observation(config, max(ratios) if ratios else None, speed))
+    return out
+
+
+class CorrectedModel:
+    """Estimates (via a nominal `Screen`, cached) times the learnt, per-config corrections."""
+
+    def __init__(self, screen: Screen, observations: list[Observation], headroom: float, hedge: float = 0.0):
+        """`hedge`: extra memory margin where nothing was compiled near (scaled like the
+        headroom): parallel workers proposing while others' compiles run spread their bets."""
+        self.screen, self.headroom, self.hedge = screen, headroom, hedge
+        self.memory = [(o.config, o.memory_ratio) for o in observations if o.memory_ratio is not None]
+        self.speed = [(o.config, o.speed_log_ratio) for o in observations if o.speed_log_ratio is not None]
+        # The mean, not the largest: a largest-ratio prior rules out whole regions (another IPU
+        # layout) where the model is less wrong; an OOM there costs one compile and teaches.
+        self.memory_prior = (math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory))
+                             if self.memory else 1.0)
+        self.speed_prior = sum(r for _, r in self.speed) / len(self.speed) if self.speed else 0.0
+        self.cache: dict[Config, tuple | None] = {}
+
+    @staticmethod
+    def _blend(config: Config, points: list, prior: float) -> tuple[float, float]:
+        """(kernel-weighted value, weight of the prior in it: 1 far from every point)."""
+        num, den = prior * PRIOR_WEIGHT, PRIOR_WEIGHT
+        for c, value in points:
+            w = KERNEL ** distance(config, c)
+            num, den = num + w * value, den + w
+        return num / den, PRIOR_WEIGHT / den
+
+    def judge(self, config: Config) -> tuple | None:
+        """(fits, corrected throughput, corrected worst-tile fraction of the limit, of the
+        tile with no margin) or None when the rules reject it."""
+        if config in self.cache:
+            return self.cache[config]
+        m = self.screen(config)
+        if m is None or not m.max_tile_bytes:
+            self.cache[config] = None
+            return None
+        ratio, unsure = self._blend(config, self.memory, self.memory_prior)
+        log_speed, _ = self._blend(config, self.speed, self.speed_prior)
+        limit = m.tile_capacity_bytes * (1.0 - (self.headroom + self.hedge) * unsure)
+        load = max(m.max_tile_bytes) * ratio / limit
+        out = (load <= 1.0, (m.throughput or 0.0) * math.exp(log_speed), load,
+               max(m.max_tile_bytes) * ratio / m.tile_capacity_bytes)
+        self.cache[config] = out
+        return out
+
+    def score(self, config: Config) -> tuple:
+        """Fits first, then corrected throughput; what does not fit, by how far over."""
+        j = self.judge(config)
+        if j is None:
+            return (0, float("-inf"))
+        return (1, j[1]) if j[0] else (0, -j[2])
+
+
+class CorrectedScreen(Screen):
+    """A warmstart.Screen whose answers are corrected (so warmstart.climb climbs the corrected model)."""
+
+    def __init__(self, model: CorrectedModel, neighbours: dict | None = None):
+        """`neighbours`: a cache of each config's single-knob changes, kept across proposals
+        (generating them balances splits on the estimator: the costly part of a climb)."""
+        s = model.screen
+        super().__init__(s.problem, s.profile, s.constants, 0.0, s.prepare, s.space)
+        self.model = model
+        self.neighbours = {} if neighbours is None else neighbours
+
+    def candidates(self, space, config: Config):
+        if config not in self.neighbours:
+            found = list(super().candidates(space, config))
+            found += [("fine", self.prepare(c)) for c in finer_changes(space, config)]
+            self.neighbours[config] = list(dict.fromkeys(found))
+        return self.neighbours[config]
+
+
+def finer_changes(space, c: Config) -> list[Config]:
+    """Single changes warmstart's climb leaves out, worth a compile once the model is
+    corrected: I/O tiles (not pipelined, as the space samples them), every available
+    memory proportion step, and one IPU's proportion a step up or down."""
+    out = []
+    tiles = space.knobs.get("io_tiles")
+    if tiles is not None and not c.pipelined:
+        out += [c.replace(io_tiles=t, execution="sharded" if t else c.execution)
+                for t in getattr(tiles, "values", ()) if t != c.io_tiles]
+    amp = space.knobs.get("available_memory_proportion")
+    step = getattr(amp, "step", None)
+    if amp is not None and step:
+        n = int((amp.high - amp.low) / step + 1e-9)
+        out += [c.replace(available_memory_proportion=(round(amp.low + i * step, 4),) * c.ipus_per_replica)
+                for i in range(n + 1)]
+        for i, a in enumerate(c.available_memory_proportion):
+            for v in (round(a - step, 4), round(a + step, 4)):
+                if amp.low - 1e-9 <= v <= amp.high + 1e-9:
+                    amps = list(c.available_memory_proportion)
+                    amps[i] = v
+                    out.append(c.replace(available_memory_proportion=tuple(amps)))
+    return [x for x in out if x != c]
+
+    def __call__(self, config: Config) -> Measurement | None:
+        if config not in self.cache:
+            j, m = self.model.judge(config), self.model.screen(config)
+            self.cache[config] = None if j is None else replace(
+                m, feasible=j[0], throughput=j[1], headroom=0.0, failure=None if j[0] else "oom",
+                max_tile_bytes=[int(j[2] * m.tile_capacity_bytes)] if m.tile_capacity_bytes else m.max_tile_bytes)
+        return self.cache[config]

@@ -1,0 +1,82 @@
+"""`tune --jobs N`: N worker processes on one study record every trial once, and Ctrl-C
+leaves no trial running and no worker behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+import workers_helpers as wh
+from ipu_autotune.parallel import shares, worker_argv
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
+NAME = "tiny"
+
+
+def tune(tmp_path, *extra: str) -> list[str]:
+    return [wh.cli_exe(), "tune", wh.MODEL, *wh.PROBLEM_ARGS, "--backend", "estimate", "--no-numerics",
+            "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", NAME, *extra]
+
+
+def test_worker_command_keeps_the_options_and_takes_its_share():
+    assert shares(7, 3) == [3, 2, 2]
+    assert shares(1, 4) == [1]
+    argv = ["tune", "resnet18", "--jobs", "4", "--trials=40", "--quiet", "--storage", "sqlite:///s.db"]
+    cmd = worker_argv(argv, 10)
+    assert cmd[3:] == ["tune", "resnet18", "--storage", "sqlite:///s.db", "--jobs", "1", "--trials", "10",
+                       "--worker"]
+
+
+def test_jobs_2_records_every_trial_once(tmp_path):
+    done = subprocess.run(tune(tmp_path, "--jobs", "2", "--trials", "24", "--json"), cwd=tmp_path,
+                          capture_output=True, text=True, env=wh.env(), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["trials_total"] == 24
+    study = optuna.load_study(study_name=NAME, storage=f"sqlite:///{tmp_path / 's.db'}")
+    assert sorted(t.number for t in study.trials) == list(range(24))  # each once, no gap
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    lines = (tmp_path / "ipu-autotune-out" / NAME / "trials.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["trial"] for x in lines) == list(range(24))
+
+
+def test_jobs_needs_a_shared_storage(tmp_path):
+    cmd = tune(tmp_path, "--jobs", "2")
+    cmd[cmd.index("--storage") + 1] = "memory:"
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=wh.env(), timeout=300)
+    assert done.returncode == 2
+    assert "--jobs needs a storage the worker processes share" in done.stderr
+
+
+def test_ctrl_c_with_jobs_2_leaves_no_trial_running_and_no_worker_behind(tmp_path):
+    db = tmp_path / "s.db"
+    proc = subprocess.Popen(tune(tmp_path, "--jobs", "2", "--trials", "100000"), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wh.env())
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            states = wh.sqlite_states(db, NAME)
+            if states.get("COMPLETE", 0) >= 20:
+                break
+            time.sleep(0.25)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    assert "Ctrl-C: stopping after the current trial" in out
+    after = wh.sqlite_states(db, NAME)
+    assert "RUNNING" not in after
+    time.sleep(2.0)
+    assert wh.sqlite_states(db, NAME) == after  # no worker still running trials
+    study = optuna.load_study(study_name=NAME, storage=f"sqlite:///{db}")
+    numbers = [t.number for t in study.trials]
+    assert sorted(numbers) == list(range(len(numbers)))
+    assert after.get("COMPLETE", 0) >= 20
