@@ -64,7 +64,7 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run):
     assert best["config"]["loss_scaling"] == ("auto" if advice["loss_scale"]["auto"] else advice["loss_scale"]["scale"])
     assert best["config"]["stochastic_rounding"] == advice["stochastic_rounding"]["recommend"]
     snippet = Path(cwd, files["snippet"]).read_text()
-    assert "# Numerics, from the model's own gradients:" in snippet and "# loss scale" in snippet
+    assert "# Numerics, from the model's own gradients:" in snippet and "# loss scaling " in snippet
     assert sum(1 for _ in Path(cwd, files["trials"]).open()) == 60
 
 
