@@ -150,7 +150,7 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
         study = _study(st.create_sampler(seed))
         st.enqueue(study, space, problem, profile, [Proposal(baseline, "baseline")])
     elif strategy.startswith("ipu-autotune"):
-        # As `ipu-autotune tune` with a compiling backend (commands.cmd_tune): the first warm
+        # As `ipu-autotune tune` with a compiling backend (commands/tune.py): the first warm
         # starts enqueued, the rest handed to the guide to rank with the others.
         guide = Guide(problem, profile, space, DEFAULT_HEADROOM)
         items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)

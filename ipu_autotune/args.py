@@ -1,6 +1,6 @@
 """Argument definitions and defaults shared by the subcommands, and the problem they describe.
 
-The command layer (`cli`, `commands`, `commands_numerics`) imports this; nothing below it does.
+The command layer (`cli`, the `commands` package) imports this; nothing below it does.
 """
 
 from __future__ import annotations

@@ -163,11 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(studies)
 
     try:
-        from . import commands_numerics
+        from .commands import numerics as numerics_command
 
         num = sub.add_parser("numerics", help="loss scale, stochastic rounding and partials advice",
                              description="Gradient statistics on the CPU, and what they mean for FP16.")
-        commands_numerics.add_arguments(num)
+        numerics_command.add_arguments(num)
         _add_common(num)
     except ImportError:
         pass
@@ -199,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        from . import commands
+        from .commands import estimate, export, numerics, report, show, studies, tune
 
-        return getattr(commands, f"cmd_{args.command}")(args)
+        run = {"tune": tune, "estimate": estimate, "export": export, "show": show, "studies": studies,
+               "numerics": numerics, "report": report}[args.command].run
+        return run(args)
     except UsageError as exc:
         err.print(f"[bold red]error:[/] {escape(_one_line(str(exc)))}", soft_wrap=True)
         return 2

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from ipu_autotune import trial_line as tl
 from ipu_autotune.backends.base import Measurement
-from ipu_autotune.commands import _resume_point
+from ipu_autotune.tune_summary import resume_point as _resume_point
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.study import TrialRecord

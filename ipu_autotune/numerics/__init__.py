@@ -12,7 +12,7 @@ gradient and weight magnitudes over powers of two. From them:
 One module per concern: `statistics` (the histograms; `optimizers`, `running` and `data`
 serve it), `loss_scale`, `stochastic_rounding`, `partials`, and `advice` (the three together,
 `advise` and `NumericsAdvice.apply`). They decide; `view` formats. Nothing here reads
-command-line arguments (that is `commands_numerics`). Only torch is used (no numpy).
+command-line arguments (that is `commands/numerics.py`). Only torch is used (no numpy).
 """
 
 from .advice import PARTIALS_BATCH_CAP, NumericsAdvice, advise, summary_lines

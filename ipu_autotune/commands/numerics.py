@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from .args import add_problem_args, positive, problem_from_args
-from .numerics import advise
-from .numerics.view import render
+from ..args import add_problem_args, positive, problem_from_args
+from ..numerics import advise
+from ..numerics.view import render
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the advice as one JSON object")
 
 
-def command(args: argparse.Namespace, console) -> int:
+def run(args: argparse.Namespace) -> int:
+    from .common import console_for
+
+    console = console_for(args)
     problem = problem_from_args(args)
     with console.status(f"{args.steps} FP32 training steps of {problem.model} on the CPU…"):
         advice = advise(problem, lr=args.lr, steps=args.steps, data=args.data, seed=args.seed)

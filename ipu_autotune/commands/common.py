@@ -1,0 +1,103 @@
+"""What several subcommands share: the console, tracing the model, making the backend,
+timing the host pipeline, opening a stored study, the numerics notes of an export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from ..args import DEFAULT_OUT
+from ..backends import resolve_backend_name
+from ..backends.base import Backend
+from ..errors import UsageError
+from ..models.trace import profile_for
+from ..models.zoo import check_model_name
+from ..problem import Config, Problem
+from ..storage import mask_url, open_storage
+
+
+def console_for(args) -> Console:
+    # JSON goes to stdout alone; everything human goes to stderr then.
+    return Console(stderr=bool(getattr(args, "json", False)), highlight=False)
+
+
+def trace(problem: Problem, console: Console):
+    check_model_name(problem.model)
+    with console.status(f"Tracing {problem.model} on the meta device (no weights, no memory)…"):
+        try:
+            return profile_for(problem)
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise UsageError(f"model '{problem.model}' could not be traced with input "
+                             f"{list(problem.inputs) or list(problem.input_shape)} at micro-batch "
+                             f"{problem.batch_size}: "
+                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+                             + ("check --input (NAME:SHAPE:DTYPE, one per forward argument)"
+                                if problem.inputs or problem.token_inputs else
+                                "check --input-shape, or describe several or integer inputs with --input")) from None
+
+
+def make_backend(args, problem: Problem, console: Console, work_dir: Path | None = None) -> Backend:
+    from ..backends.estimate import EstimateBackend
+
+    name = resolve_backend_name(args.backend)
+    if name == "estimate":
+        if args.backend == "auto" and not getattr(args, "quiet", False):
+            Console(stderr=True).print("[dim]PopTorch not found: using the estimate backend; "
+                                       "every figure is estimated.[/]")
+        return EstimateBackend(headroom=args.headroom)
+    from ..backends.poptorch import PopTorchBackend
+    from ..backends.screen import ScreenedBackend
+
+    backend = PopTorchBackend(work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=args.compile_timeout)
+    # Without screening the estimator still fills in throughput where an offline compile has none.
+    margin = float("inf") if getattr(args, "no_screen", False) else args.screen_margin
+    return ScreenedBackend(backend, EstimateBackend(headroom=args.headroom), margin=margin)
+
+
+def with_host_data(args, problem: Problem, console) -> Problem:
+    """The problem with its host costs timed from --data (a few seconds on this CPU)."""
+    if not getattr(args, "data", None):
+        return problem
+    from dataclasses import replace
+
+    from ..host.measure import DEFAULT_SECONDS, measure
+
+    with console.status(f"Timing the host input pipeline of --data {args.data} for {DEFAULT_SECONDS:g} s…") as status:
+        measured = measure(args.data, progress=lambda n, t: status.update(
+            f"Timing the host input pipeline of --data {args.data}: {n:,} samples in {t:.1f} s…"))
+    if not getattr(args, "quiet", False):
+        console.print(f"[dim]{measured.line()}[/]", highlight=False)
+    return replace(problem, host_float_sample_s=measured.float_sample_s, host_uint8_sample_s=measured.uint8_sample_s)
+
+
+def load_study(storage_url: str, name: str):
+    import optuna
+
+    from ..study import stored_problem
+
+    storage = open_storage(storage_url)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        hint = f"; studies there: {', '.join(names[:8])}" if names else "; that storage holds no studies"
+        raise UsageError(f"no study '{name}' in {mask_url(storage_url)}{hint}") from None
+    problem = stored_problem(study)
+    if problem is None:
+        raise UsageError(f"study '{name}' was not made by ipu-autotune")
+    return study, problem
+
+
+def numerics_notes(advice, config: Config) -> list[str]:
+    """The advice as it applies to the exported config (export/notes.py)."""
+    from ..export.notes import numerics_notes as notes
+
+    return notes(advice, config)
+
+
+def baseline_of(records):
+    """The study's baseline trial, if it has one."""
+    return next((r for r in records if r.origin.startswith("baseline")), None)

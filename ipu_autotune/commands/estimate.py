@@ -1,0 +1,98 @@
+"""`ipu-autotune estimate`: one configuration measured (estimated, or compiled) and explained."""
+
+from __future__ import annotations
+
+import json
+
+from rich.text import Text
+
+from .. import ui
+from ..args import problem_from_args
+from ..backends.base import Measurement
+from ..errors import UsageError
+from ..problem import Config, Problem, load_config_file
+from ..rules import validate
+from .common import console_for, make_backend, trace, with_host_data
+
+_WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recompute")
+
+
+def _parse_set(items: list[str]) -> dict:
+    import tomllib
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item!r}: write KEY=VALUE, e.g. --set precision=16.16")
+        key, value = key.strip(), value.strip()
+        if key in _WORD_KEYS or value == "auto":
+            out[key] = value.strip("\"'")  # 16.16 is a precision name here, not a number
+            continue
+        if key in ("splits", "checkpoints") and not value.startswith("["):
+            out[key] = [p for p in value.split(",") if p]
+            continue
+        if key == "available_memory_proportion" and "," in value and not value.strip().startswith("["):
+            value = f"[{value}]"
+        try:
+            out[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = value  # a bare word such as 16.16 or pipelined
+    return out
+
+
+def run(args) -> int:
+    from ..warmstart import naive_baseline
+
+    console = console_for(args)
+    file = load_config_file(args.config) if args.config else None
+    problem = with_host_data(args, problem_from_args(args, file.problem if file else None), console)
+    profile = trace(problem, console)
+    values = file.config.to_dict() if file and file.config else naive_baseline(problem, profile).to_dict()
+    overrides = _parse_set(args.set)
+    if "ipus_per_replica" in overrides and "available_memory_proportion" not in overrides:
+        values.pop("available_memory_proportion", None)
+    values.update(overrides)
+    # The file's [config] was checked when it was read: a bad key or value now came from --set.
+    config = Config.from_dict(values, "--set" if overrides else "config")
+    where = " with ".join(filter(None, (args.config, "--set" if overrides else None))) or "config"
+    validate(problem, config, profile.module_order, where=where)
+    backend = make_backend(args, problem, console)
+    m = backend.measure(problem, config)
+    if args.json:
+        out = m.to_dict()
+        out["problem"] = problem.to_dict()
+        out["config"] = config.to_dict()
+        print(json.dumps(out, indent=2))
+        return 0
+    _print_measurement(console, problem, config, m)
+    return 0
+
+
+def _print_measurement(console, problem: Problem, config: Config, m: Measurement) -> None:
+    from ..advice import suggestions
+
+    label = "estimated" if m.source == "estimate" else m.source
+    console.print(ui.measurement_table(m, f"{problem.model}: memory per IPU ({label})"))
+    verdict = Text(m.verdict(), style="green" if m.feasible else "red")
+    console.print(Text.assemble("verdict: ", verdict))
+    if m.throughput:
+        console.print(f"throughput: {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})",
+                      highlight=False)
+    if m.bottleneck:
+        from ..host.pipeline import bottleneck_line
+
+        device = f"; the IPUs alone {m.device_throughput:,.0f}/s" if m.device_throughput else ""
+        console.print(f"end to end: bottleneck {bottleneck_line(m)}{device}; {m.samples_per_call:,} samples "
+                      f"({ui.format_bytes(m.host_bytes_per_call)}) per call ({label})", highlight=False)
+    worst = m.worst_ipu()
+    if worst is not None and m.breakdown:
+        bd = m.breakdown[worst]
+        top = max(bd, key=bd.get)
+        console.print(f"largest consumer: {top} on IPU{worst} ({ui.format_bytes(bd[top])})")
+    if m.source == "estimate":
+        tips = suggestions(problem, config)
+        if tips:
+            console.print("[bold]Suggestions[/] (estimated):")
+            for tip in tips[:5]:
+                console.print(ui.indented(tip), highlight=False)

@@ -1,0 +1,61 @@
+"""`ipu-autotune export`: a stored trial (the best by default) as TOML, Python or ipu_config.json."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from .. import export
+from ..errors import UsageError
+from .common import baseline_of, load_study, numerics_notes, trace
+
+
+def run(args) -> int:
+    from ..study import TrialRecord, best_record
+
+    study, problem = load_study(args.storage, args.study)
+    if args.trial is None:
+        record = best_record(study)
+        if record is None:
+            raise UsageError(f"study '{args.study}' has no configuration that fits yet; "
+                             "export one anyway with --trial N")
+    else:
+        match = [t for t in study.trials if t.number == args.trial]
+        record = TrialRecord.from_trial(match[0]) if match else None
+        if record is None:
+            raise UsageError(f"study '{args.study}' has no finished trial {args.trial}")
+    from ..numerics import NumericsAdvice
+    from ..study import ATTR_NUMERICS
+
+    stored = study.user_attrs.get(ATTR_NUMERICS)
+    try:
+        notes = numerics_notes(NumericsAdvice.from_dict(stored), record.config) if stored else []
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise UsageError(f"study '{args.study}': its stored numerics advice is unreadable (not written by "
+                         "this version of ipu-autotune?); nothing exported") from None
+    from ..host.pipeline import global_batch
+    from ..study import records as study_records
+
+    base = baseline_of(study_records(study))
+    base_gb = global_batch(problem, base.config) if base is not None else None
+    try:
+        if args.format == "ipu-config":
+            from ..export.ipu_config import render_ipu_config
+
+            text, lost = render_ipu_config(problem, record.config, trace(problem, Console(stderr=True)))
+            for line in lost:
+                Console(stderr=True, highlight=False).print(f"[dim]ipu_config.json: {escape(line)}[/]", soft_wrap=True)
+        else:
+            text = export.render(args.format, problem, record.config, record.measurement, record.number,
+                                 args.study, notes, base_gb)
+    except ValueError as exc:
+        raise UsageError(f"trial {record.number} cannot be exported safely: {exc}") from None
+    if args.output:
+        Path(args.output).write_text(text)
+        Console(stderr=True).print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,66 @@
+"""`ipu-autotune studies`: the studies in a storage, one row each."""
+
+from __future__ import annotations
+
+import json
+
+from rich import box
+from rich.table import Table
+
+from ..storage import mask_url, open_storage
+from .common import console_for
+
+
+def run(args) -> int:
+    import optuna
+
+    console = console_for(args)
+    storage = open_storage(args.storage)
+    rows = [_study_row(storage, s) for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        console.print(f"no studies in {mask_url(args.storage)}")
+        return 0
+    # The name is what --study takes: never cut, it gets the room it needs.
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("study", no_wrap=True, overflow="fold")
+    table.add_column("trials", justify="right", no_wrap=True)
+    table.add_column("best samples/s", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=False)
+    for r in rows:
+        best = "-" if r["best_throughput"] is None else f"{r['best_throughput']:,.0f}"
+        table.add_row(r["study"], str(r["trials"]), best, r["state"])
+    console.print(table)
+    return 0
+
+
+def _study_row(storage, summary) -> dict:
+    import optuna
+
+    from ..study import TrialState, best_record
+
+    problem = summary.user_attrs.get("problem")
+    row = {"study": summary.study_name, "trials": summary.n_trials,
+           "model": problem.get("model") if problem else None,
+           "micro_batch": problem.get("batch_size") if problem else None,
+           "created": summary.datetime_start.isoformat(timespec="seconds") if summary.datetime_start else None,
+           "best_trial": None, "best_throughput": None, "state": "not ipu-autotune"}
+    if not problem:
+        return row
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    best = best_record(study)
+    trials = study.get_trials(deepcopy=False)
+    running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+    # Trials measured; queued warm starts and retries are not yet trials of the study's story.
+    row["trials"] = sum(1 for t in trials if t.state.is_finished())
+    row["queued"] = sum(1 for t in trials if t.state == TrialState.WAITING)
+    if best is not None:
+        row["best_trial"], row["best_throughput"] = best.number, best.measurement.throughput
+        row["state"] = "fits"
+    else:
+        row["state"] = "nothing fits" if row["trials"] else "empty"
+    if running:
+        row["state"] += f", {running} running"
+    return row

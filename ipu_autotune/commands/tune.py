@@ -1,0 +1,305 @@
+"""`ipu-autotune MODEL --batch-size N` (tune): problem → space → study → runner → report,
+each step a call into the library. The steps' details live in the functions below it."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+from rich.console import Console
+
+from .. import parallel, study as st, ui
+from ..args import DEFAULT_OUT, problem_from_args, resume_command
+from ..backends import resolve_backend_name
+from ..errors import UsageError
+from ..nofit import EXIT_NOTHING_FITS, lacks
+from ..outputs import record_json, write_outputs
+from ..problem import Config, Problem, load_config_file
+from ..rules import validate
+from ..search.space import SearchSpace
+from ..storage import check_url, mask_url, open_storage
+from ..tune_summary import print_header, print_summary, result_line
+from .common import console_for, make_backend, numerics_notes, trace, with_host_data
+
+NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
+
+
+def run(args) -> int:
+    from ..warmstart import naive_baseline, proposals
+
+    console = console_for(args)
+    # the problem, and the model's profile
+    problem = with_host_data(args, problem_from_args(args), console)
+    check_url(args.storage)  # a URL that cannot work fails before the model is traced
+    baseline_file = _baseline_file(args, problem)
+    profile = trace(problem, console)
+    # the space it is searched in
+    space = _space(args, problem, profile)
+    baseline = baseline_file.config if baseline_file else naive_baseline(problem, profile)
+    validate(problem, baseline, profile.module_order, where=args.baseline or "the default baseline")
+    # the study: created or resumed
+    storage_url = args.storage
+    jobs = getattr(args, "jobs", 1)
+    parallel.check_jobs(jobs, storage_url)
+    study_name = args.study or problem.slug
+    out_dir = Path(args.out or Path(DEFAULT_OUT) / study_name)
+    resolve_backend_name(args.backend)  # its error before the storage is touched
+    storage = open_storage(storage_url, args.heartbeat)  # unreachable: one line, before any note
+    existing = st.load_existing(storage, study_name)
+    if existing is not None:
+        problem = _resumable(args, existing, problem, study_name)
+    backend = make_backend(args, problem, console, out_dir / "trials")
+    seed = 0 if args.seed is None else args.seed  # the same advice on every run of the same command
+    advice = None if args.no_numerics else _numerics_advice(problem, space, existing, console, seed)
+    prepare = None
+    if advice is not None:
+        space = space.without(*NUMERIC_KNOBS)
+        prepare = _advised(advice, space)
+    guide = None
+    if backend.name != "estimate":
+        from ..guide import Guide
+
+        guide = Guide(problem, profile, space, args.headroom, prepare)
+
+    def on_create(study) -> None:
+        study.set_user_attr(st.ATTR_SPACE, space.to_dict())
+        items = proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
+        if guide is not None:  # compiles: the guide ranks the later warm starts with what it learns
+            from ..guide import COMPILED_WARM_STARTS
+
+            guide.pool.update(p.config for p in items)
+            items = items[:COMPILED_WARM_STARTS]
+        st.enqueue(study, space, problem, profile, items)
+
+    study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
+    if advice is not None and st.ATTR_NUMERICS not in study.user_attrs:
+        study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
+    # the runner: trials until the budget, a stop or a signal
+    runner = st.Runner(study, problem, profile, space, backend, adjust=prepare, guide=guide)
+    earlier = [] if created else st.records(study)
+    view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json or args.worker, earlier=earlier)
+    runner.observers.append(view)
+    if not args.quiet and not args.json and not args.worker:
+        print_header(console, problem, backend, study_name, storage_url, created, study)
+    ran = _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs)
+    if args.worker:  # the process that started it reports
+        return 130 if runner.stop_requested and len(ran) < args.trials else 0
+    # the report
+    return _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
+                   study_name, out_dir)
+
+
+def _baseline_file(args, problem: Problem):
+    """--baseline FILE, read and checked against the command line's problem."""
+    baseline_file = load_config_file(args.baseline) if args.baseline else None
+    if baseline_file and baseline_file.problem and baseline_file.problem != problem:
+        raise UsageError(f"{args.baseline}: its [problem] differs from the command line; "
+                         "remove the [problem] table or match the flags")
+    if baseline_file and baseline_file.config is None:
+        raise UsageError(f"{args.baseline}: no [config] table")
+    return baseline_file
+
+
+def _space(args, problem: Problem, profile) -> SearchSpace:
+    """The search space: --space (or the built-in one), narrowed by --micro-batch, checked."""
+    space = SearchSpace.load(problem, args.space)
+    if args.micro_batch is not None:
+        space = space.with_knob("micro_batch", args.micro_batch, "--micro-batch")
+    if not space.ipu_layouts(problem, profile):
+        raise UsageError("no IPU layout fits the problem and the search space "
+                         "(check --ipus, --global-batch and the space's ipus_per_replica/replicas)")
+    st.check_space(space, problem, profile)  # a knob left without a valid value: before any storage
+    return space
+
+
+def _resumable(args, existing, problem: Problem, study_name: str) -> Problem:
+    """The problem as the existing study has it, after checking this run may resume it."""
+    problem = _stored_host_costs(existing, problem)
+    st.check_same_problem(existing, problem)
+    if args.baseline:  # warm starts are enqueued once, when a study is created
+        raise UsageError(f"study '{study_name}' exists, so --baseline {args.baseline} would be ignored; "
+                         "drop --baseline to resume it, or give --study NEW_NAME to start a new study "
+                         "from this baseline")
+    return problem
+
+
+def _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs) -> list:
+    """The trials of this run: in this process, or in --jobs worker processes watched from here."""
+    def on_stop(signum) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        console.print(f"[yellow]{name}: stopping after the current trial (it gets {runner.interrupt_grace_s:g} s "
+                      "to finish, else it is recorded as interrupted and run again on resume); "
+                      "press Ctrl-C again to quit now.[/]")
+
+    try:
+        if jobs > 1:
+            workers = parallel.Workers(args.argv, args.trials, jobs)
+            try:
+                with workers.pass_signals(on_stop), view:
+                    ran = parallel.watch(study, workers, view, view.show_running)
+            finally:
+                workers.signal_all(signal.SIGINT)  # only if this process failed: never leave a worker behind
+                workers.wait()
+            runner.stop_requested = workers.stops > 0
+        else:
+            with runner.stop_on_signals(on_stop), view:
+                ran = runner.run(args.trials, args.timeout)
+    except KeyboardInterrupt:  # the second Ctrl-C: the storage is consistent, say how to go on
+        done = sum(1 for t in study.get_trials(deepcopy=False, states=(st.TrialState.COMPLETE,)))
+        Console(stderr=True, highlight=False).print(
+            f"Interrupted: {done} completed trial(s) in study {study_name}. Resume with:\n  "
+            + _resume(args, problem, storage_url, study_name), soft_wrap=True, markup=False)
+        raise
+    finally:
+        backend.close()
+    return ran
+
+
+def _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
+            study_name, out_dir) -> int:
+    """The files, then the summary (or JSON, or one line), then the exit code."""
+    from ..host import pipeline as host_pipeline, report as host_report
+
+    estimated = backend.name == "estimate"
+    records = st.records(study)
+    if guide is not None and records:  # the stopping rule, on every worker's compiles
+        guide.propose([(r.config, r.measurement) for r in records], {r.config for r in records})
+    best = st.best_record(study)
+    closest = None if best else st.closest_record(records)
+    base = next((r for r in records if r.origin.startswith("baseline")), records[0] if records else None)
+    base_gb = host_pipeline.global_batch(problem, base.config) if base is not None else None
+    files = write_outputs(out_dir, problem, study_name, records, best,
+                          numerics_notes(advice, best.config) if best else [], base_gb)
+    reference = host_report.workshop_reference(problem) if best is not None else None
+    if args.out:  # an explicit output folder also gets the HTML report (a few MB, plotly inline)
+        from ..report import write_report
+
+        files["report"] = write_report(study, problem, out_dir / "report.html")
+    finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
+    remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
+    resume = _resume(args, problem, storage_url, study_name, remaining)
+    helps = _nothing_fits_help(problem, profile, args.headroom, best, closest)
+    if args.json:
+        print(json.dumps({
+            "study": study_name, "storage": mask_url(storage_url), "backend": backend.name,
+            "estimated": estimated, "trials_run": len(ran), "trials_total": len(records),
+            "interrupted": runner.stop_requested,
+            "baseline": record_json(base), "best": record_json(best),
+            "closest": record_json(closest),
+            "closest_lacks": lacks(closest.measurement) if closest else None,
+            "changes_that_help": [c.to_dict() for c in helps],
+            "files": {k: str(v) for k, v in files.items()}, "resume": resume,
+            "numerics": advice.to_dict() if advice is not None else None,
+            "compiles": _compile_counts(backend),
+            "workshop_reference": reference.to_dict() if reference is not None else None,
+            "learning_rate": _lr_json(problem, base, best),
+            "stopping_rule": guide.stop_note if guide is not None and guide.stop_note else None,
+        }, indent=2))
+    elif args.quiet:
+        console.print(result_line(best, base, study_name), soft_wrap=True, markup=False)
+    else:
+        print_summary(console, problem, base, best, closest, files, resume, estimated,
+                      len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps)
+        if guide is not None and guide.stop_note:
+            console.print(f"Stopping rule: {guide.stop_note}.", highlight=False)
+    if runner.stop_requested and len(ran) < args.trials:
+        return 130
+    return EXIT_NOTHING_FITS if best is None and records else 0
+
+
+def _nothing_fits_help(problem: Problem, profile, headroom: float, best, closest) -> list:
+    """When nothing fits: the changes to the command line that would help the closest trial most."""
+    if best is not None or closest is None:
+        return []
+    from ..nofit import best_changes
+
+    return best_changes(problem, closest.config, profile, headroom)
+
+
+def _stored_host_costs(study, problem: Problem) -> Problem:
+    """A resumed study keeps the host costs it was created with (a new timing differs a little)."""
+    from dataclasses import replace
+
+    stored = st.stored_problem(study)
+    if stored is None:
+        return problem
+    return replace(problem, host_float_sample_s=stored.host_float_sample_s,
+                   host_uint8_sample_s=stored.host_uint8_sample_s)
+def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
+    """The command that goes on with this study as this run did (the storage password masked)."""
+    import shlex
+
+    from ..args import DEFAULT_HEADROOM
+
+    extra: list[str] = []
+    if trials is not None:
+        extra += ["--trials", str(trials)]
+    if args.space:
+        extra += ["--space", args.space]
+    if args.micro_batch is not None:
+        mb = args.micro_batch
+        extra += ["--micro-batch", mb if isinstance(mb, str) else f"{mb['low']}-{mb['high']}"]
+    if args.backend != "auto":
+        extra += ["--backend", args.backend]
+    if args.headroom != DEFAULT_HEADROOM:
+        extra += ["--headroom", str(args.headroom)]
+    if args.no_numerics:
+        extra.append("--no-numerics")
+    if args.no_screen:
+        extra.append("--no-screen")
+    if args.out:
+        extra += ["--out", args.out]
+    return resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
+
+
+def _lr_json(problem: Problem, base, best) -> dict | None:
+    from ..host.report import learning_rate
+
+    if best is None:
+        return None
+    lr = learning_rate(problem, base.config if base is not None else None, best.config)
+    if lr is None:
+        return None
+    return {"optimizer": lr.optimizer, "rule": lr.rule, "base_lr": lr.base_lr,
+            "base_global_batch": lr.base_global_batch, "global_batch": lr.global_batch, "lr": lr.lr}
+
+
+def _compile_counts(backend) -> dict | None:
+    """How many candidates were compiled and how many the estimator screened out (this run)."""
+    if not hasattr(backend, "compiles_saved"):
+        return None
+    return {"run": backend.compiles_run, "saved": backend.compiles_saved}
+
+
+def _numerics_advice(problem: Problem, space: SearchSpace, existing, console, seed: int = 0):
+    """The study's numerics advice: stored with it, or measured now (a few seconds on the CPU)."""
+    from .. import numerics
+    from ..study import ATTR_NUMERICS
+
+    stored = existing.user_attrs.get(ATTR_NUMERICS) if existing is not None else None
+    if stored:
+        return numerics.NumericsAdvice.from_dict(stored)
+    precision = space.knobs["precision"]
+    if all(v == "32.32" for v in getattr(precision, "values", ())):
+        return None  # nothing runs in FP16: nothing to advise
+    if problem.inputs or problem.token_inputs:
+        return None  # the CPU statistics run feeds one float batch: these knobs are searched instead
+    with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
+                        "and partials…"):
+        try:
+            return numerics.advise(problem, seed=seed)
+        except UsageError:
+            raise
+        except Exception as exc:  # advice is an aid: without it the study still searches these knobs
+            console.print(f"[yellow]numerics advice skipped: {type(exc).__name__}: {exc}[/]")
+            return None
+
+
+def _advised(advice, space: SearchSpace):
+    """Apply the advice to a config, except where the user's space fixed a knob."""
+    def prepare(config: Config) -> Config:
+        advised = advice.apply(config)
+        kept = {k: getattr(config, k) for k in NUMERIC_KNOBS if k in space.user_knobs}
+        return advised.replace(**kept) if kept else advised
+    return prepare

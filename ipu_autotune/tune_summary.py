@@ -1,0 +1,100 @@
+"""What `tune` prints around the live trial table: the header panel before the study runs,
+the one-line result and the summary after it (baseline against best, or why nothing fits)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from . import ui
+from .nofit import lacks
+from .problem import Problem
+from .storage import mask_url
+
+
+def result_line(best, base, study_name: str) -> str:
+    if best is None:
+        return f"{study_name}: nothing fits yet"
+    m = best.measurement
+    speed = f"{m.throughput:,.0f} samples/s" if m.throughput else "no throughput"
+    ratio = f" ({ui.speedup_line(base, best)})" if base and base.measurement.throughput else ""
+    return f"{study_name}: best trial {best.number} fits, {speed} [{m.source}]{ratio}"
+
+
+def print_header(console, problem: Problem, backend, study_name, storage_url, created, study) -> None:
+    shape = "x".join(map(str, problem.input_shape))
+    if problem.task:
+        shape = f"{problem.task}, {problem.seq_len} tokens"
+    elif problem.inputs:
+        shape = ", ".join(problem.inputs)
+    gb = f", global batch {problem.global_batch}" if problem.global_batch else ""
+    where = "new study" if created else resume_point(study)
+    note = " (every figure estimated)" if backend.name == "estimate" else ""
+    console.print(ui.panel(Text.assemble(
+        (f"{problem.model}", "bold"), f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
+        f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
+        f"study {study_name} in {mask_url(storage_url)}\n{where}"), "ipu-autotune"))
+
+
+def resume_point(study) -> str:
+    """'resuming: 12 trials done, next is trial 11': an interrupted trial waits to run again
+    under a new number, and waiting trials run first, lowest number first."""
+    from .study import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    done = sum(1 for t in trials if t.state.is_finished())
+    waiting = [t.number for t in trials if t.state == TrialState.WAITING]
+    nxt = min(waiting) if waiting else len(trials)
+    return f"resuming: {done} trial(s) done, next is trial {nxt}"
+
+
+def print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
+                  advice=None, compiles=None, reference=None, helps=()) -> None:
+    console.print()
+    if best is None:
+        _print_nothing_fits(console, base, closest, helps)
+    else:
+        _print_best(console, problem, base, best, estimated, reference)
+    if advice is not None:
+        from .numerics import summary_lines
+
+        console.print("[bold]Numerics[/] (from the model's own gradients, measured on the CPU):")
+        for line in summary_lines(advice):
+            console.print(ui.indented(line), highlight=False)
+    console.print()
+    if interrupted:
+        console.print(f"[yellow]Interrupted after {ran} new trial(s).[/]")
+    if compiles:
+        console.print(f"Compiles this run: {compiles['run']}; screened out by the estimator, not compiled: "
+                      f"{compiles['saved']}", highlight=False)
+    for label, path in files.items():
+        console.print(f"{label:>8}: {path}", highlight=False)
+    console.print(f"  resume: {resume}", highlight=False, soft_wrap=True)
+
+
+def _print_nothing_fits(console, base, closest, helps) -> None:
+    console.print("[bold red]Nothing fits yet.[/]")
+    if closest is not None:
+        knobs = ui.tl.changed_knobs(base.config if base else None, closest.config)
+        console.print(ui.indented(f"Closest: trial {closest.number} ({knobs})", 0), highlight=False)
+        console.print(ui.indented(f"it lacks memory: {lacks(closest.measurement)}"), highlight=False)
+        console.print(ui.measurement_table(closest.measurement, "where the memory goes"))
+    if helps:
+        console.print("[bold]What would help most[/] (run again with):")
+        for change in helps:
+            console.print(ui.indented(f"{change.flag}: {change.result}"), highlight=False)
+
+
+def _print_best(console, problem, base, best, estimated, reference) -> None:
+    console.print(ui.comparison(problem, base, best, estimated))
+    lines = ui.changes(base.config, best.config)
+    if lines:
+        console.print("[bold]What changed[/] (baseline → best):")
+        for line in lines:
+            console.print(ui.indented(line), highlight=False)
+    speed = ui.speedup_line(base, best)
+    if speed:
+        console.print(f"[bold green]{speed}[/]" + (" (both estimated)" if estimated else ""))
+    from .host.report import lines as end_to_end_lines
+
+    for line in end_to_end_lines(problem, base, best, reference):
+        console.print(f"  {line}", highlight=False)
