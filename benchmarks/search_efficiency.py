@@ -69,6 +69,7 @@ from common import (
 )
 
 from ipu_autotune import study as st
+from ipu_autotune.runner import Runner
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
@@ -158,7 +159,7 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
         study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed,
                                  lambda s: st.enqueue(s, space, problem, profile, items[:COMPILED_WARM_STARTS]))
         backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
-        runner = st.Runner(study, problem, profile, space, backend, guide=guide)
+        runner = Runner(study, problem, profile, space, backend, guide=guide)
         workers = int(strategy.rsplit(" ", 1)[1]) if "--jobs" in strategy else 1
         out = run_workers(runner, oracle, budget, max_trials, workers)
         run = Run(strategy, compiles=[t for _, t in out["compiles"]], minutes=[m for m, _ in out["compiles"]],
@@ -186,7 +187,7 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
     else:
         raise ValueError(strategy)
 
-    runner = st.Runner(study, problem, profile, space, backend, guide=guide)
+    runner = Runner(study, problem, profile, space, backend, guide=guide)
     run = Run(strategy)
     first = oracle.compiles
     while oracle.compiles - first < budget and run.trials < max_trials:
@@ -357,7 +358,7 @@ def best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int,
     study = _study(st.create_sampler(10_000 + seed))
     st.enqueue(study, space, problem, profile,
                [Proposal(baseline, "baseline")] + [Proposal(c, "climb") for c in dict.fromkeys(climbed)])
-    recs = st.Runner(study, problem, profile, space, _Uncounted(oracle)).run(trials)
+    recs = Runner(study, problem, profile, space, _Uncounted(oracle)).run(trials)
     fits = sorted((r for r in recs if r.feasible and r.origin == "sampled"), key=lambda r: -r.measurement.throughput)
     for r in fits[:1]:
         consider(r.config, f"tpe{trials}")

@@ -28,6 +28,7 @@ import common
 from common import DEFAULT_HEADROOM, markdown_table
 
 from ipu_autotune import study as st
+from ipu_autotune.runner import Runner
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.models.trace import profile_for
@@ -97,7 +98,7 @@ def _run(kind: str, url: str, trials: int, sampler: str) -> dict:
     study, _ = st.open_study(storage, problem.slug, problem, 0, on_create)
     setup = time.perf_counter() - t
     backend = _Timed(EstimateBackend(headroom=DEFAULT_HEADROOM))
-    runner = st.Runner(study, problem, profile, space, backend)
+    runner = Runner(study, problem, profile, space, backend)
     per_trial, cpu = [], []
     for _ in range(trials):
         t, c = time.perf_counter(), time.process_time()

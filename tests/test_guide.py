@@ -12,7 +12,8 @@ from ipu_autotune.guide import Guide, memory_correction
 from ipu_autotune.models.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study import Runner, create_sampler, enqueue
+from ipu_autotune.runner import Runner
+from ipu_autotune.study import create_sampler, enqueue
 from ipu_autotune.warmstart import naive_baseline, proposals
 
 PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd")

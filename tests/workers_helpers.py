@@ -156,6 +156,7 @@ def worker(argv: list[str] | None = None) -> int:
     import optuna
 
     from ipu_autotune import study as st
+    from ipu_autotune.runner import Runner
     from ipu_autotune.models.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
     from ipu_autotune.storage import HEARTBEAT_INTERVAL_S, open_storage
@@ -175,7 +176,7 @@ def worker(argv: list[str] | None = None) -> int:
 
     study, created = st.open_study(storage, args.study, p, None, on_create, args.heartbeat)
     backend = _sleepy_backend(args.sleep)
-    runner = st.Runner(study, p, profile, space, backend, interrupt_grace_s=args.grace)
+    runner = Runner(study, p, profile, space, backend, interrupt_grace_s=args.grace)
     original_ask = study.ask
 
     def ask(*a, **k):

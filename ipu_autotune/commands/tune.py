@@ -15,6 +15,7 @@ from ..backends import resolve_backend_name
 from ..errors import UsageError
 from ..nofit import EXIT_NOTHING_FITS, lacks
 from ..outputs import record_json, write_outputs
+from ..runner import Runner
 from ..problem import Config, Problem, load_config_file
 from ..rules import validate
 from ..search.space import SearchSpace
@@ -76,7 +77,7 @@ def run(args) -> int:
     if advice is not None and st.ATTR_NUMERICS not in study.user_attrs:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
     # the runner: trials until the budget, a stop or a signal
-    runner = st.Runner(study, problem, profile, space, backend, adjust=prepare, guide=guide)
+    runner = Runner(study, problem, profile, space, backend, adjust=prepare, guide=guide)
     earlier = [] if created else st.records(study)
     view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json or args.worker, earlier=earlier)
     runner.observers.append(view)
