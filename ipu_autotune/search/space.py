@@ -5,14 +5,13 @@ A knob in a space file is a fixed value (`precision = "16.16"`), a list of choic
 Sampling asks Optuna for knobs in dependency order (topology, then precision, memory,
 throughput) and only asks for what applies, so every sampled config passes the rules:
 no trial is spent on an invalid one. `params_for` is the inverse: the Optuna parameters
-that replay a given Config, for enqueuing the baseline and warm starts.
+that replay a given Config, for enqueuing the baseline and warm starts (`replay.py`).
+The knob kinds and the space files' parsing are `knobs.py`.
 """
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass, fields
-from importlib import resources
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -20,146 +19,16 @@ from ..errors import UsageError
 from ..models import partition
 from ..models.trace import ModelProfile
 from ..host import pipeline as host
-from ..problem import (EXECUTIONS, LOADER_MODES, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, Config,
-                       Problem, effective_recompute, read_toml)
+from ..problem import Config, Problem, effective_recompute
 from ..rules import takes_images
-from .names import readable
+# Knob kinds and parsing, and the replay machinery, are their own modules; their names are
+# re-exported here for the modules that import them with SearchSpace.
+from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
+                    builtin_space_path, family)
+from .replay import _Asker, _Replay, checkpoints_every, wanted_params
 
-KNOBS = (
-    "precision", "partials", "stochastic_rounding", "loss_scaling", "optimizer_state",
-    "ipus_per_replica", "replicas", "execution", "splits", "recompute", "checkpoint_every",
-    "available_memory_proportion", "optimizer_offload", "replicated_tensor_sharding",
-    "gradient_accumulation", "device_iterations", "eight_bit_io", "io_tiles",
-    "loader_mode", "loader_workers", "micro_batch",
-)
-_ALLOWED_VALUES: dict[str, tuple] = {
-    "precision": PRECISIONS, "partials": PARTIALS, "optimizer_state": STATE_DTYPES,
-    "execution": EXECUTIONS, "recompute": RECOMPUTE_MODES, "loader_mode": LOADER_MODES,
-}
-_BOOLS = ("stochastic_rounding", "optimizer_offload", "replicated_tensor_sharding", "eight_bit_io")
-_INTS = ("ipus_per_replica", "replicas", "checkpoint_every", "gradient_accumulation",
-         "device_iterations", "io_tiles", "loader_workers", "micro_batch")
-#: micro-batches `micro_batch = "search"` tries (powers of two)
-MICRO_BATCH_SEARCH = tuple(2 ** i for i in range(10))
-
-
-@dataclass(frozen=True)
-class Choice:
-    values: tuple
-
-    def contains(self, v: Any) -> bool:
-        return any(v == x and type(v) is type(x) for x in self.values)
-
-
-@dataclass(frozen=True)
-class Range:
-    low: float
-    high: float
-    log: bool = False
-    step: float | None = None
-    integer: bool = False
-
-    def contains(self, v: Any) -> bool:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return False
-        if not self.low <= v <= self.high:
-            return False
-        if self.step:
-            k = (v - self.low) / self.step
-            return abs(k - round(k)) < 1e-9
-        return not self.integer or float(v).is_integer()
-
-
-Knob = Choice | Range
-
-
-def family(model: str) -> str:
-    return "transformer" if model.startswith(("vit_", "swin_", "maxvit", "hf:")) else "cnn"
-
-
-def _parse_knob(name: str, raw: Any, where: str) -> Knob:
-    if name == "micro_batch" and raw in ("off", "search"):
-        return Choice((raw,))
-    if name == "splits":
-        if raw == "search" or (isinstance(raw, list) and all(isinstance(p, str) for p in raw)):
-            return Choice((raw if raw == "search" else tuple(raw),))
-        raise UsageError(f'{where}: splits must be "search" or a list of module paths')
-    if isinstance(raw, dict):
-        unknown = set(raw) - {"low", "high", "log", "step"}
-        if unknown or "low" not in raw or "high" not in raw:
-            raise UsageError(f"{where}: {name} range needs low and high (and optional log, step)")
-        low, high = raw["low"], raw["high"]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low > high:
-            raise UsageError(f"{where}: {name} range must have numbers low <= high")
-        integer = name in _INTS
-        if integer and not (float(low).is_integer() and float(high).is_integer()):
-            raise UsageError(f"{where}: {name} takes whole numbers")
-        if raw.get("log") and low <= 0:
-            raise UsageError(f"{where}: {name} log range needs low > 0")
-        return Range(low, high, bool(raw.get("log", False)), raw.get("step"), integer)
-    values = tuple(raw) if isinstance(raw, list) else (raw,)
-    if not values:
-        raise UsageError(f"{where}: {name} has no values; give at least one")
-    for v in values:
-        _check_value(name, v, where)
-    if name == "loss_scaling":
-        values = tuple(float(v) if not isinstance(v, str) else v for v in values)
-    if name == "available_memory_proportion":
-        values = tuple(float(v) for v in values)
-    return Choice(values)
-
-
-def _check_value(name: str, v: Any, where: str) -> None:
-    bad = UsageError(f"{where}: {name} cannot take {v!r}")
-    if name in _ALLOWED_VALUES:
-        if v not in _ALLOWED_VALUES[name]:
-            raise UsageError(f"{where}: {name} cannot take {v!r}; "
-                             f"choose from {', '.join(map(repr, _ALLOWED_VALUES[name]))}")
-    elif name in _BOOLS:
-        if not isinstance(v, bool):
-            raise bad
-    elif name == "replicas" and v == "max":
-        return
-    elif name in _INTS:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or name == "micro_batch" and v < 1:
-            raise bad
-    elif name == "loss_scaling":
-        if not (v == "auto" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)):
-            raise bad
-    elif name == "available_memory_proportion":
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-            raise bad
-
-
-def _read_toml(path: Path | Any, where: str) -> dict[str, Any]:
-    data = read_toml(path, where, "a search space")
-    knobs = data.get("knobs", {})
-    unknown_tables = set(data) - {"space", "knobs"}
-    if unknown_tables:
-        raise UsageError(f"{where}: unknown table '{sorted(unknown_tables)[0]}' (expected [space], [knobs])")
-    for key in knobs:
-        if key not in KNOBS:
-            hint = difflib.get_close_matches(key, KNOBS, n=1)
-            raise UsageError(f"{where}: unknown knob '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ""))
-    return knobs
-
-
-def builtin_space_dir():
-    """The built-in spaces: the copy a wheel carries inside the package (setup.py's build_py),
-    else the checkout's top-level `search_spaces/` (source tree, editable install)."""
-    packaged = resources.files("ipu_autotune").joinpath("search_spaces")
-    if packaged.joinpath("default.toml").is_file():
-        return packaged
-    checkout = Path(__file__).resolve().parents[2] / "search_spaces"
-    if (checkout / "default.toml").is_file():
-        return checkout
-    # Never search without the default space: that would be a different tool.
-    raise RuntimeError(f"the built-in search spaces are missing (looked in {checkout} and in the installed "
-                       "package); reinstall ipu-autotune")
-
-
-def builtin_space_path(name: str):
-    return builtin_space_dir().joinpath(f"{name}.toml")
+__all__ = ["KNOBS", "MICRO_BATCH_SEARCH", "Choice", "Knob", "Range", "SearchSpace", "builtin_space_dir",
+           "builtin_space_path", "checkpoints_every", "distinct_recompute", "family", "wanted_params"]
 
 
 class SearchSpace:
@@ -423,115 +292,3 @@ def distinct_recompute(modes: list[str], pipelined: bool) -> list[str]:
             seen.add(effective_recompute(m, pipelined))
             out.append(m)
     return out
-
-
-def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int) -> tuple[str, ...]:
-    """Checkpoint the output of every `every`-th unit inside each stage (not a stage's last)."""
-    if every <= 0:
-        return ()
-    index = {u.path: i for i, u in enumerate(profile.units)}
-    bounds = [0, *(index[p] for p in splits), len(profile.units)]
-    out = []
-    for lo, hi in zip(bounds, bounds[1:]):
-        for i in range(lo + every - 1, hi - 1, every):
-            out.append(profile.units[i].path)
-    return tuple(out)
-
-
-def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
-    c = config
-    wanted: dict[str, Any] = {
-        "ipus_per_replica": c.ipus_per_replica, "replicas": c.replicas, "execution": c.execution,
-        "precision": c.precision, "partials": c.partials, "stochastic_rounding": c.stochastic_rounding,
-        "loss_scaling": c.loss_scaling, "loss_scaling_fp32_weights": c.loss_scaling,
-        "optimizer_state": c.optimizer_state, "recompute": c.recompute,
-        "recompute_pipelined": c.recompute, "optimizer_offload": c.optimizer_offload,
-        "replicated_tensor_sharding": c.replicated_tensor_sharding,
-        "gradient_accumulation": c.gradient_accumulation, "device_iterations": c.device_iterations,
-        "eight_bit_io": c.eight_bit_io, "io_tiles": c.io_tiles,
-        "loader_mode": c.loader_mode, "loader_workers": c.loader_workers, "micro_batch": c.micro_batch,
-    }
-    for i, a in enumerate(c.available_memory_proportion):
-        wanted[f"available_memory_proportion_ipu{i}"] = a
-    index = {u.path: i for i, u in enumerate(profile.units)}
-    if c.splits and all(p in index for p in c.splits):
-        for i, r in enumerate(partition.encode([index[p] for p in c.splits])):
-            wanted[f"split{i}_of_{c.ipus_per_replica}"] = r
-    for every in range(0, len(profile.units) + 1):
-        if checkpoints_every(profile, c.splits if all(p in index for p in c.splits) else (), every) \
-                == tuple(c.checkpoints):
-            wanted["checkpoint_every"] = every
-            break
-    return {readable(k): v for k, v in wanted.items()}
-
-
-class _Asker:
-    """Turns knobs into trial.suggest_* calls; fixed knobs are not asked."""
-
-    def __init__(self, trial, knobs: dict[str, Knob]):
-        self.trial = trial
-        self.knobs = knobs
-
-    def values(self, knob: str) -> list:
-        k = self.knobs[knob]
-        if isinstance(k, Range):
-            raise UsageError(f"knob {knob} takes a list of choices, not a range")
-        return list(k.values)
-
-    def choose(self, param: str | None, options: list):
-        if not options:
-            knob = param.removesuffix("_fp32_weights").removesuffix("_pipelined") if param else "a knob"
-            raise UsageError(f"the search space leaves no valid value for {knob}: each of its choices breaks "
-                             "a rule for some candidates (e.g. recompute \"pipeline\" without a pipeline, "
-                             "loss_scaling \"auto\" with FP32 weights); add a choice to it in the --space file")
-        if len(options) == 1 or param is None:
-            return options[0]
-        return self.trial.suggest_categorical(readable(param), options)
-
-    def integer(self, param: str, low: int, high: int, log: bool = False):
-        if low == high:
-            return low
-        return self.trial.suggest_int(readable(param), low, high, log=log)
-
-    def ask(self, knob: str, param: str | None = None):
-        param = param or knob
-        k = self.knobs[knob]
-        if isinstance(k, Choice):
-            return self.choose(param, list(k.values))
-        if k.integer:
-            return self.trial.suggest_int(readable(param), int(k.low), int(k.high), log=k.log, step=int(k.step or 1))
-        value = self.trial.suggest_float(readable(param), k.low, k.high, log=k.log, step=k.step)
-        return round(value, 6)  # a stepped float lands on 0.9000000000000001
-
-
-class _Replay:
-    """A stand-in trial that answers with the wanted values, recording those in range."""
-
-    def __init__(self, wanted: dict[str, Any], nearest: bool = False):
-        self.wanted = wanted
-        self.recorded: dict[str, Any] = {}
-        self.nearest = nearest  # out of range: the nearest allowed value, not the lowest
-
-    def _answer(self, name: str, domain: Knob, fallback):
-        v = self.wanted.get(name)
-        if v is not None and domain.contains(v):
-            self.recorded[name] = v
-            return v
-        if self.nearest and isinstance(domain, Range) and isinstance(v, (int, float)) \
-                and not isinstance(v, bool):
-            step = domain.step or (1 if domain.integer else None)
-            v = min(max(v, domain.low), domain.high)
-            if step:
-                v = domain.low + step * round((v - domain.low) / step)
-                v = min(v, domain.high)
-            return int(v) if domain.integer else round(v, 6)
-        return fallback
-
-    def suggest_categorical(self, name, choices):
-        return self._answer(name, Choice(tuple(choices)), choices[0])
-
-    def suggest_int(self, name, low, high, log=False, step=1):
-        return self._answer(name, Range(low, high, log, step if step != 1 else None, True), low)
-
-    def suggest_float(self, name, low, high, log=False, step=None):
-        return self._answer(name, Range(low, high, log, step), low)

@@ -1,0 +1,127 @@
+"""Replay: the Optuna parameters that reproduce a given Config (`wanted_params`, answered
+by `_Replay` when a warm start is enqueued or a config is projected into a space), and the
+`_Asker` that turns a space's knobs into `trial.suggest_*` calls while sampling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UsageError
+from ..models import partition
+from ..models.trace import ModelProfile
+from ..problem import Config
+from .knobs import Choice, Knob, Range
+from .names import readable
+
+
+def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int) -> tuple[str, ...]:
+    """Checkpoint the output of every `every`-th unit inside each stage (not a stage's last)."""
+    if every <= 0:
+        return ()
+    index = {u.path: i for i, u in enumerate(profile.units)}
+    bounds = [0, *(index[p] for p in splits), len(profile.units)]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        for i in range(lo + every - 1, hi - 1, every):
+            out.append(profile.units[i].path)
+    return tuple(out)
+
+
+def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
+    c = config
+    wanted: dict[str, Any] = {
+        "ipus_per_replica": c.ipus_per_replica, "replicas": c.replicas, "execution": c.execution,
+        "precision": c.precision, "partials": c.partials, "stochastic_rounding": c.stochastic_rounding,
+        "loss_scaling": c.loss_scaling, "loss_scaling_fp32_weights": c.loss_scaling,
+        "optimizer_state": c.optimizer_state, "recompute": c.recompute,
+        "recompute_pipelined": c.recompute, "optimizer_offload": c.optimizer_offload,
+        "replicated_tensor_sharding": c.replicated_tensor_sharding,
+        "gradient_accumulation": c.gradient_accumulation, "device_iterations": c.device_iterations,
+        "eight_bit_io": c.eight_bit_io, "io_tiles": c.io_tiles,
+        "loader_mode": c.loader_mode, "loader_workers": c.loader_workers, "micro_batch": c.micro_batch,
+    }
+    for i, a in enumerate(c.available_memory_proportion):
+        wanted[f"available_memory_proportion_ipu{i}"] = a
+    index = {u.path: i for i, u in enumerate(profile.units)}
+    if c.splits and all(p in index for p in c.splits):
+        for i, r in enumerate(partition.encode([index[p] for p in c.splits])):
+            wanted[f"split{i}_of_{c.ipus_per_replica}"] = r
+    for every in range(0, len(profile.units) + 1):
+        if checkpoints_every(profile, c.splits if all(p in index for p in c.splits) else (), every) \
+                == tuple(c.checkpoints):
+            wanted["checkpoint_every"] = every
+            break
+    return {readable(k): v for k, v in wanted.items()}
+
+
+class _Asker:
+    """Turns knobs into trial.suggest_* calls; fixed knobs are not asked."""
+
+    def __init__(self, trial, knobs: dict[str, Knob]):
+        self.trial = trial
+        self.knobs = knobs
+
+    def values(self, knob: str) -> list:
+        k = self.knobs[knob]
+        if isinstance(k, Range):
+            raise UsageError(f"knob {knob} takes a list of choices, not a range")
+        return list(k.values)
+
+    def choose(self, param: str | None, options: list):
+        if not options:
+            knob = param.removesuffix("_fp32_weights").removesuffix("_pipelined") if param else "a knob"
+            raise UsageError(f"the search space leaves no valid value for {knob}: each of its choices breaks "
+                             "a rule for some candidates (e.g. recompute \"pipeline\" without a pipeline, "
+                             "loss_scaling \"auto\" with FP32 weights); add a choice to it in the --space file")
+        if len(options) == 1 or param is None:
+            return options[0]
+        return self.trial.suggest_categorical(readable(param), options)
+
+    def integer(self, param: str, low: int, high: int, log: bool = False):
+        if low == high:
+            return low
+        return self.trial.suggest_int(readable(param), low, high, log=log)
+
+    def ask(self, knob: str, param: str | None = None):
+        param = param or knob
+        k = self.knobs[knob]
+        if isinstance(k, Choice):
+            return self.choose(param, list(k.values))
+        if k.integer:
+            return self.trial.suggest_int(readable(param), int(k.low), int(k.high), log=k.log, step=int(k.step or 1))
+        value = self.trial.suggest_float(readable(param), k.low, k.high, log=k.log, step=k.step)
+        return round(value, 6)  # a stepped float lands on 0.9000000000000001
+
+
+class _Replay:
+    """A stand-in trial that answers with the wanted values, recording those in range."""
+
+    def __init__(self, wanted: dict[str, Any], nearest: bool = False):
+        self.wanted = wanted
+        self.recorded: dict[str, Any] = {}
+        self.nearest = nearest  # out of range: the nearest allowed value, not the lowest
+
+    def _answer(self, name: str, domain: Knob, fallback):
+        v = self.wanted.get(name)
+        if v is not None and domain.contains(v):
+            self.recorded[name] = v
+            return v
+        if self.nearest and isinstance(domain, Range) and isinstance(v, (int, float)) \
+                and not isinstance(v, bool):
+            step = domain.step or (1 if domain.integer else None)
+            v = min(max(v, domain.low), domain.high)
+            if step:
+                v = domain.low + step * round((v - domain.low) / step)
+                v = min(v, domain.high)
+            return int(v) if domain.integer else round(v, 6)
+        return fallback
+
+    def suggest_categorical(self, name, choices):
+        return self._answer(name, Choice(tuple(choices)), choices[0])
+
+    def suggest_int(self, name, low, high, log=False, step=1):
+        return self._answer(name, Range(low, high, log, step if step != 1 else None, True), low)
+
+    def suggest_float(self, name, low, high, log=False, step=None):
+        return self._answer(name, Range(low, high, log, step), low)
