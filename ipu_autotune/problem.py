@@ -2,28 +2,22 @@
 
 Both are frozen dataclasses of plain values, with a dict form that is the public TOML/JSON
 contract of DESIGN.md. Parsing checks types and names here; the cross-field rules live in
-`rules.py`.
+`rules.py`; reading and checking the files' values is `parsing.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+# The values each key allows, and the field parsing, are parsing.py's; re-exported here, where
+# the rest of the package has always found them.
+from .parsing import (EXECUTIONS, LOADER_MODES, OPTIMIZERS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES,
+                      TARGETS, _parse_fields, read_toml, toml_error)
 
-PRECISIONS = ("32.32", "16.32", "16.16")
-PARTIALS = ("float", "half")
-OPTIMIZERS = ("sgd", "sgd_combined", "adam", "adamw", "lamb", "rmsprop")
-TARGETS = ("mk1", "mk2", "bow")
-EXECUTIONS = ("pipelined", "sharded")
-RECOMPUTE_MODES = ("default", "none", "standard", "norm_only", "pipeline", "all")
-STATE_DTYPES = ("float", "half")
-LOADER_MODES = ("sync", "async")  # poptorch.DataLoaderMode.Sync / .Async
 #: the workshop's data: the CIFAR-10 training set
 DEFAULT_DATASET_SIZE = 50_000
 #: host memory one call's samples (times the loader's buffering) may take, GB
@@ -278,131 +272,3 @@ def load_config_file(path: str | Path) -> ConfigFile:
     problem = Problem.from_dict(data["problem"], f"{path} [problem]") if "problem" in data else None
     config = Config.from_dict(data["config"], f"{path} [config]") if "config" in data else None
     return ConfigFile(problem, config)
-
-
-def read_toml(path, where: str, kind: str) -> dict[str, Any]:
-    """A TOML file's tables, or a one-line UsageError naming the file (and line) and the fix.
-
-    `path` is a Path or an importlib resource; `kind` names what the file should be.
-    """
-    try:
-        text = path.read_text()
-        return tomllib.loads(text)
-    except FileNotFoundError:
-        raise UsageError(f"{where}: no such file") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{where}: not a text file; {kind} is TOML") from None
-    except OSError as exc:
-        raise UsageError(f"{where}: cannot read ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(toml_error(where, exc, text)) from None
-
-
-def toml_error(where: Any, exc: Exception, text: str) -> str:
-    """'FILE: malformed TOML: <what> (at line N, column M)', with a line even at end of file."""
-    msg = str(exc)
-    if "at end of document" in msg:
-        lines = max(1, len(text.splitlines()))
-        msg = msg.replace("at end of document", f"at line {lines}, end of file: something is left open")
-    return f"{where}: malformed TOML: {msg}"
-
-
-# --- field parsing -------------------------------------------------------------------------
-
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "precision": PRECISIONS,
-    "partials": PARTIALS,
-    "optimizer": OPTIMIZERS,
-    "target": TARGETS,
-    "execution": EXECUTIONS,
-    "recompute": RECOMPUTE_MODES,
-    "optimizer_state": STATE_DTYPES,
-    "loader_mode": LOADER_MODES,
-}
-
-
-def _parse_fields(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise UsageError(f"{where}: expected a table")
-    known = {f.name: f for f in fields(cls)}
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in known:
-            hint = difflib.get_close_matches(key, known, n=1)
-            fix = f"; did you mean '{hint[0]}'?" if hint else f"; known keys: {', '.join(known)}"
-            raise UsageError(f"{where}: unknown key '{key}'{fix}")
-        values[key] = _coerce(key, value, where)
-    return values
-
-
-def _coerce(key: str, value: Any, where: str) -> Any:
-    def bad(expected: str) -> UsageError:
-        return UsageError(f"{where}: '{key}' must be {expected}, got {value!r}")
-
-    if key in _CHOICES:
-        if value not in _CHOICES[key]:
-            raise bad("one of " + ", ".join(repr(c) for c in _CHOICES[key]))
-        return value
-    if key == "task":
-        from .models.hf import TASKS
-
-        if value not in TASKS:
-            raise bad("one of " + ", ".join(repr(t) for t in TASKS))
-        return value
-    if key == "inputs":
-        from .models.inputs import parse_inputs
-
-        if not isinstance(value, list):
-            raise bad('a list of inputs, e.g. ["input_ids:128:int64", "attention_mask:128:int64"]')
-        return parse_inputs(value)
-    if key in ("model",):
-        if not isinstance(value, str) or not value:
-            raise bad("a model name")
-        return value
-    if key in ("stochastic_rounding", "optimizer_offload", "replicated_tensor_sharding", "eight_bit_io"):
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
-    if key in ("batch_size", "num_classes", "ipus", "ipus_per_replica", "replicas",
-               "gradient_accumulation", "device_iterations", "io_tiles", "global_batch",
-               "dataset_size", "max_global_batch", "loader_workers", "micro_batch",
-               "seq_len"):
-        if value is None and key in ("global_batch", "micro_batch"):
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad("a whole number")
-        zero_ok = key in ("io_tiles", "loader_workers")
-        if zero_ok and value < 0 or not zero_ok and value < 1:
-            raise bad("a positive whole number" if not zero_ok else "0 or more")
-        return value
-    if key in ("host_memory_gb", "host_float_sample_s", "host_uint8_sample_s"):
-        if value is None and key != "host_memory_gb":
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise bad("a positive number")
-        return float(value)
-    if key == "loss_scaling":
-        if value == "auto":
-            return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise bad('a positive number or "auto"')
-        return float(value)
-    if key in ("input_shape",):
-        if not isinstance(value, list) or not value or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
-        ):
-            raise bad("a list of positive whole numbers, e.g. [3, 224, 224]")
-        return tuple(value)
-    if key in ("splits", "checkpoints"):
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise bad('a list of module paths, e.g. ["layer3.8"]')
-        return tuple(value)
-    if key == "available_memory_proportion":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = [value]
-        if not isinstance(value, list) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
-        ):
-            raise bad("a list of numbers in (0, 1], one per IPU")
-        return tuple(float(v) for v in value)
-    raise AssertionError(f"no parser for {key}")  # every dataclass field has one above
