@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from ipu_autotune import cli
 from ipu_autotune import numerics as nm
-from ipu_autotune.numerics_view import render
+from ipu_autotune.numerics.view import render
 from ipu_autotune.problem import Config, Problem
 
 FP16_MAX = 65504.0
