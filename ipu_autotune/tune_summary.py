@@ -97,4 +97,4 @@ def _print_best(console, problem, base, best, estimated, reference) -> None:
     from .host.report import lines as end_to_end_lines
 
     for line in end_to_end_lines(problem, base, best, reference):
-        console.print(f"  {line}", highlight=False)
+        console.print(ui.indented(line), highlight=False)
