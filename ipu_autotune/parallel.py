@@ -27,6 +27,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
+from . import stop_signals
 from .errors import UsageError
 from .study import TrialRecord
 
@@ -89,12 +90,8 @@ class Workers:
                 on_stop(signum)
             self.signal_all(signal.SIGINT)
 
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        with stop_signals.handled(handler):
             yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
 
 
 def watch(study: optuna.Study, workers: Workers, observe: Callable[[TrialRecord], None],

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
+from . import stop_signals
 from .backends.base import Backend, Measurement, failed
 from .models.trace import ModelProfile
 from .problem import Config, Problem
@@ -230,12 +231,8 @@ class Runner:
             if self.request_stop() and on_stop is not None:
                 on_stop(signum)
 
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        with stop_signals.handled(handler):
             yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
 
     def _measure(self, config: Config) -> Measurement:
         if self._quit:
