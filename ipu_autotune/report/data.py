@@ -50,11 +50,23 @@ STEP_PARTS = {"compute": "compute (with input transfer)", "weight_update": "weig
               "all_reduce": "gradient all-reduce", "host_per_step": "host call overhead"}
 
 
+HOST_INPUT = "host input (loading, casting)"
+
+
 def step_parts(record: TrialRecord) -> dict[str, float]:
-    """Seconds per weight update by part, as the backend stored them (estimate: `time_parts`)."""
-    parts = record.measurement.details.get("time_parts") or {}
-    return {label: float(parts[k]) for k, label in STEP_PARTS.items()
-            if isinstance(parts.get(k), (int, float)) and parts[k] > 0}
+    """Seconds per weight update by part, as the backend stored them (estimate: `time_parts`),
+    and the host input pipeline's, from its share of a call (`call_shares`, end to end)."""
+    m = record.measurement
+    parts = m.details.get("time_parts") or {}
+    out = {label: float(parts[k]) for k, label in STEP_PARTS.items()
+           if isinstance(parts.get(k), (int, float)) and parts[k] > 0}
+    host_share = (m.details.get("call_shares") or {}).get("host input")
+    if out and isinstance(host_share, (int, float)) and host_share > 0 and m.throughput and m.samples_per_call:
+        # A call takes samples_per_call / throughput seconds and holds device_iterations
+        # weight updates; the host input is host_share of the call.
+        per_update = m.samples_per_call / max(1, record.config.device_iterations)
+        out[HOST_INPUT] = host_share / m.throughput * per_update
+    return out
 
 
 def bottleneck(record: TrialRecord) -> tuple[str, float] | None:

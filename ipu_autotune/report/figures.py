@@ -91,7 +91,9 @@ def step_time(data: ReportData) -> go.Figure | str:
     for part in names:
         fig.add_bar(name=part, y=[f"{label} (trial {rec.number})" for label, rec in rows],
                     x=[per_sample(rec).get(part, 0) for _, rec in rows], orientation="h")
-    fig.update_layout(title="Time per sample by part (estimated)", barmode="stack",
+    # Grouped, not stacked: with an async loader or workers the host input overlaps the IPUs.
+    fig.update_layout(title="Time per sample by part (estimated; host input overlaps the IPUs "
+                            "with an async loader or workers)", barmode="group",
                       xaxis_title="µs per sample (one weight update's time / its samples)",
                       **{**_LAYOUT, "height": 300, "legend": dict(orientation="h", y=-0.35)})
     return fig
