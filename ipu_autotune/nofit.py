@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .backends.base import Measurement, format_bytes, per_ipu_overflow
+from .backends.base import Measurement, format_bytes
 from .problem import Config, Problem
 from .rules import violations
 
@@ -33,11 +33,11 @@ def lacks(m: Measurement) -> str:
     """'the busiest tile of IPU1 needs 135% of tile memory (312 MB more on that IPU)'."""
     if m.failure not in (None, "oom"):
         return f"{m.failure}: {m.reason}" if m.reason else m.failure
-    ipu = m.worst_ipu()
-    if ipu is None or not m.tile_capacity_bytes:
+    worst = m.worst_overflow()
+    if worst is None or not m.tile_capacity_bytes:
         return m.verdict()
+    ipu, over = worst
     used = m.max_tile_bytes[ipu] / m.tile_capacity_bytes
-    over = per_ipu_overflow(m)[ipu]
     more = f" ({format_bytes(over)} more on that IPU)" if over else ""
     keep = f"; estimates must also keep {m.headroom:.0%} free" if m.headroom else ""
     return f"the busiest tile of IPU{ipu} needs {used:.0%} of a tile's memory{more}{keep}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .backends.base import Measurement, format_bytes, per_ipu_overflow
+from .backends.base import Measurement, format_bytes
 from .problem import Config
 
 #: How each Config field is written in a trial line. A knob not listed here (a field added
@@ -103,10 +103,10 @@ def short_verdict(m: Measurement) -> str:
         return m.failure
     if m.feasible:
         return "fits"
-    ipu = m.worst_ipu()
-    if ipu is None:
+    worst = m.worst_overflow()
+    if worst is None:
         return "OOM"
-    over = per_ipu_overflow(m)[ipu]
+    ipu, over = worst
     if over == 0:
         return "in headroom"
     return f"OOM +{format_bytes(over)} IPU{ipu}"

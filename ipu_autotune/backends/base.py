@@ -71,16 +71,21 @@ class Measurement:
             return None
         return max(range(len(self.max_tile_bytes)), key=lambda i: self.max_tile_bytes[i])
 
+    def worst_overflow(self) -> tuple[int, int] | None:
+        """(the IPU with the busiest tile, its bytes beyond capacity), or None without tiles."""
+        ipu = self.worst_ipu()
+        return None if ipu is None else (ipu, per_ipu_overflow(self)[ipu])
+
     def verdict(self) -> str:
         """One line for tables: 'fits', 'OOM by 312 MB on IPU1', 'timeout: ...'."""
         if self.failure and self.failure != "oom":
             return f"{self.failure}: {self.reason}" if self.reason else self.failure
         if self.feasible:
             return "fits"
-        ipu = self.worst_ipu()
-        if ipu is None:
+        worst = self.worst_overflow()
+        if worst is None:
             return "OOM"
-        over = per_ipu_overflow(self)[ipu]
+        ipu, over = worst
         if over == 0:
             used = self.max_tile_bytes[ipu] / self.tile_capacity_bytes
             return f"{used:.0%} of tile memory on IPU{ipu}, inside the {self.headroom:.0%} headroom"
