@@ -54,3 +54,22 @@ def test_guided_trials_fit_on_the_hidden_ipu():
     assert runner.guide.correction == pytest.approx(1.25, rel=1e-3)
     # No configuration is compiled twice.
     assert len({r.config for r in done}) == len(done)
+
+
+def test_the_guides_climb_sees_the_corrected_model():
+    """The climb walks CorrectedScreen: its answers must be the corrected ones, not the nominal
+    estimate (a misplaced method once left the climb on the uncorrected model)."""
+    from ipu_autotune.search.corrected import CorrectedModel, CorrectedScreen, observe
+    from ipu_autotune.warmstart import Screen
+
+    profile = profile_for(PROBLEM)
+    space = SearchSpace.load(PROBLEM)
+    screen = Screen(PROBLEM, profile, NOMINAL, 0.0, None, space)
+    config = naive_baseline(PROBLEM, profile)
+    model = CorrectedModel(screen, observe(screen, [(config, HiddenIPU().measure(PROBLEM, config))]), 0.05)
+    seen = CorrectedScreen(model)(config)
+    fits, throughput, load, fraction = model.judge(config)
+    assert seen.throughput == throughput and seen.feasible == fits
+    # 25 % more memory than the nominal estimate says (plus the margin): the corrected answer shows it.
+    nominal = max(screen(config).max_tile_bytes)
+    assert 1.25 * nominal * 0.999 <= max(seen.max_tile_bytes) <= 1.25 * nominal * 1.02

@@ -143,6 +143,14 @@ class CorrectedScreen(Screen):
             self.neighbours[config] = list(dict.fromkeys(found))
         return self.neighbours[config]
 
+    def __call__(self, config: Config) -> Measurement | None:
+        if config not in self.cache:
+            j, m = self.model.judge(config), self.model.screen(config)
+            self.cache[config] = None if j is None else replace(
+                m, feasible=j[0], throughput=j[1], headroom=0.0, failure=None if j[0] else "oom",
+                max_tile_bytes=[int(j[2] * m.tile_capacity_bytes)] if m.tile_capacity_bytes else m.max_tile_bytes)
+        return self.cache[config]
+
 
 def finer_changes(space, c: Config) -> list[Config]:
     """Single changes warmstart's climb leaves out, worth a compile once the model is
@@ -166,11 +174,3 @@ def finer_changes(space, c: Config) -> list[Config]:
                     amps[i] = v
                     out.append(c.replace(available_memory_proportion=tuple(amps)))
     return [x for x in out if x != c]
-
-    def __call__(self, config: Config) -> Measurement | None:
-        if config not in self.cache:
-            j, m = self.model.judge(config), self.model.screen(config)
-            self.cache[config] = None if j is None else replace(
-                m, feasible=j[0], throughput=j[1], headroom=0.0, failure=None if j[0] else "oom",
-                max_tile_bytes=[int(j[2] * m.tile_capacity_bytes)] if m.tile_capacity_bytes else m.max_tile_bytes)
-        return self.cache[config]
