@@ -271,6 +271,35 @@ def _token_model(problem: Problem) -> str:
                                label_kwargs=", ".join(f"{n}={n}" for n in labels))
 
 
+# A factory's named inputs (--input): passed by name; float inputs in the compute dtype.
+_NAMED_MODEL = '''class TrainingModel(torch.nn.Module):
+    """PopTorch training models return the loss from forward; the inputs by name, then the labels."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = annotate(model)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, {names}, labels=None):
+        out = self.model({kwargs})
+        out = getattr(out, "logits", out)  # Hugging Face style output objects
+        if labels is None:
+            return out
+        return out, self.loss(out.float(), labels)
+
+
+'''
+
+
+def _named_model(problem: Problem) -> str:
+    from ..models.inputs import problem_inputs
+
+    specs = problem_inputs(problem)
+    kwargs = [f"{s.name}={s.name}.to(INPUT_DTYPE)" if s.dtype.startswith("float") else f"{s.name}={s.name}"
+              for s in specs]
+    return _NAMED_MODEL.format(names=", ".join(s.name for s in specs), kwargs=", ".join(kwargs))
+
+
 def tied_head_lines(problem: Problem, config: Config) -> list[str]:
     """hf: models: a head tied to the embedding runs on IPU0 with it, as optimum-graphcore's
     parallelize() places it (models/bert/modeling_bert.py, PipelinedBertForMaskedLM:
@@ -324,8 +353,9 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
         loader_comment="\n    # 8-bit I/O: the dataset yields uint8 images (no ToTensor float cast, no Normalize on the\n"
                        "    # host); NormalizeInput casts and normalises on the IPU." if config.eight_bit_io else "",
     )
-    if problem.token_inputs:
+    if problem.token_inputs or problem.inputs:
         start = source.index("class TrainingModel(torch.nn.Module):")
-        source = source[:start] + _token_model(problem) + source[source.index("def make_options():"):]
+        model = _token_model(problem) if problem.token_inputs else _named_model(problem)
+        source = source[:start] + model + source[source.index("def make_options():"):]
     compile(source, "best_options.py", "exec")  # never hand out code that does not parse
     return source

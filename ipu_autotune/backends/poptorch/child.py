@@ -2,7 +2,7 @@
 
 It compiles by executing the exported snippet (`export/python.py`), so what was compiled is
 exactly what a user pastes: build the model, `TrainingModel(model)`, `make_options()`,
-`make_optimizer(model)`, then `poptorch.trainingModel(...).compile(x, labels)` on the full
+`make_optimizer(model)`, then `poptorch.trainingModel(...).compile(...)` (inputs, then labels) on the full
 host batch. On top of `make_options()` it adds only tuner options: a complete graph profile
 even when out of memory, a per-trial report directory, the shared executable cache, and the
 offline target (memory only) or on-demand attachment and synthetic data (timed run).
@@ -66,17 +66,28 @@ def add_tuner_options(opts: Any, poptorch: Any, request: dict[str, Any], problem
     return opts
 
 
-def host_batch(problem: Problem, config: Config, input_dtype: Any) -> tuple[Any, Any]:
-    """The full host batch compile() needs: micro-batch x device iterations x replicas x GA."""
+def host_batch(problem: Problem, config: Config, input_dtype: Any) -> tuple[Any, ...]:
+    """The full host batch compile() needs (micro-batch x device iterations x replicas x GA), as
+    the positional arguments of the snippet's TrainingModel.forward: the image and its labels,
+    or each named input in order, then the labels (hf: models: as their task names them)."""
     import torch
 
+    from ...models import hf
+    from ...models.inputs import problem_inputs, sample_batch
+
     n = host.samples_per_call(problem, config)
-    dtype = torch.uint8 if config.eight_bit_io else input_dtype
     # One sample broadcast to the full batch (stride 0): a compile needs the shape, not the
     # values, and micro-batch 512 x accumulation 128 x device iterations 64 would be tens of GB.
-    x = torch.zeros((1, *problem.input_shape), dtype=dtype).expand(n, *problem.input_shape)
-    labels = torch.zeros(1, dtype=torch.long).expand(n)
-    return x, labels
+    if not problem_inputs(problem):
+        dtype = torch.uint8 if config.eight_bit_io else input_dtype
+        x = torch.zeros((1, *problem.input_shape), dtype=dtype).expand(n, *problem.input_shape)
+        labels = torch.zeros(1, dtype=torch.long).expand(n)
+        return x, labels
+    one = sample_batch(problem, 1, device="cpu")  # token ids stay integers; masks are ones
+    if not hf.is_hf(problem.model):
+        one["labels"] = torch.zeros(1, dtype=torch.long)
+    return tuple((t.to(input_dtype) if t.is_floating_point() else t).expand(n, *t.shape[1:])
+                 for t in one.values())
 
 
 def refusal(problem: Problem, config: Config) -> str | None:
@@ -115,16 +126,16 @@ def _read_memory(request: dict[str, Any], config: Config, result: dict[str, Any]
         result["profile_error"] = CaughtError.from_exception(exc).summary()
 
 
-def _time_runs(training: Any, x: Any, labels: Any, problem: Problem, config: Config,
+def _time_runs(training: Any, batch: tuple, problem: Problem, config: Config,
                request: dict[str, Any]) -> dict[str, Any]:
     """Warm-up calls, then timed calls; samples/s of the whole system (reference §6)."""
     for _ in range(int(request.get("warmup_calls", 2))):
-        training(x, labels)
+        training(*batch)
     calls = max(1, int(request.get("timed_calls", 5)))
     seconds = []
     for _ in range(calls):
         start = time.perf_counter()
-        training(x, labels)
+        training(*batch)
         seconds.append(time.perf_counter() - start)
     per_call = sum(seconds) / len(seconds)
     samples = host.samples_per_call(problem, config)
@@ -155,7 +166,7 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
         from ...models.zoo import build_model
 
         log(f"building {problem.model} on the CPU")
-        model = build_model(problem.model, problem.num_classes, device="cpu")
+        model = build_model(problem.model, problem.num_classes, device="cpu", task=problem.task)
         ns = load_snippet(request["snippet_path"])
         result["phase"] = "annotate"  # from here on, a failure is the configuration's
         model = ns["TrainingModel"](model)
@@ -168,14 +179,14 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
         Path(request["options_path"]).write_text(repr(opts) + "\n")  # never toDict (pitfall 13)
         optimizer = ns["make_optimizer"](model, lr=request["lr"]) if request.get("lr") is not None \
             else ns["make_optimizer"](model)
-        x, labels = host_batch(problem, config, ns.get("INPUT_DTYPE", torch.float))
+        batch = host_batch(problem, config, ns.get("INPUT_DTYPE", torch.float))
         result["phase"] = "compile"
         training = poptorch.trainingModel(model, opts, optimizer)
-        log(f"compiling: host batch {tuple(x.shape)} {x.dtype}, "
+        log(f"compiling: host batch {', '.join(f'{tuple(t.shape)} {t.dtype}' for t in batch)}, "
             f"{'IPUs attached' if hardware else 'offline target'}")
         start = time.perf_counter()
         try:
-            training.compile(x, labels)
+            training.compile(*batch)
         finally:
             result["compile_seconds"] = round(time.perf_counter() - start, 3)
     except Exception as exc:
@@ -201,7 +212,7 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
     if hardware:
         result["phase"] = "run"
         try:
-            result["timing"] = _time_runs(training, x, labels, problem, config, request)
+            result["timing"] = _time_runs(training, batch, problem, config, request)
             log(f"{result['timing']['throughput']:.1f} samples/s")
         except Exception as exc:
             result["run_error"] = _caught(exc, poptorch).to_dict()

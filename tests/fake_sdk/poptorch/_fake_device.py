@@ -21,6 +21,7 @@ Environment (documented in tests/fake_sdk/README.md):
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import signal
@@ -36,6 +37,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.targets import get_target
+from ipu_autotune.models.hf import jit_like_tracing
 from ipu_autotune.models.trace import trace_module
 from ipu_autotune.problem import Config, Problem
 
@@ -213,16 +215,35 @@ class Verdict:
         self.compute_dtype = compute_dtype
 
 
+#: forward arguments a training model takes as targets (transformers' names), not as inputs
+LABEL_NAMES = ("labels", "start_positions", "end_positions")
+#: torch dtype -> ipu_autotune's input dtype names (models/inputs.py)
+DTYPE_NAMES = {torch.int64: "int64", torch.int32: "int32", torch.float32: "float32",
+               torch.float16: "float16", torch.bool: "bool"}
+
+
+def _bind_inputs(model, args) -> tuple[dict, dict]:
+    """(inputs, labels) by the names of model.forward, as PopTorch's args parser binds them."""
+    bound = inspect.signature(model.forward).bind_partial(*args).arguments
+    inputs = {k: v for k, v in bound.items() if k not in LABEL_NAMES and isinstance(v, torch.Tensor)}
+    labels = {k: v for k, v in bound.items() if k in LABEL_NAMES and isinstance(v, torch.Tensor)}
+    return inputs, labels
+
+
 def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, object, torch.dtype]:
     """The Problem/Config implied by what PopTorch sees, and the module's FP32 meta trace."""
     if len(args) < 2:
         raise throw(Error, "poptorch_py_error", "training models take the inputs and the labels")
-    x = args[0]
+    inputs, labels = _bind_inputs(model, args)
+    if not labels:  # one image batch and its labels, positionally
+        inputs, labels = {"x": args[0]}, {"labels": args[1]}
+    named = len(inputs) > 1 or any(not t.is_floating_point() and t.dtype != torch.uint8 for t in inputs.values())
+    x = next(iter(inputs.values()))
     opts = options
     ga = opts.Training.gradient_accumulation
     di, rf, group = opts.device_iterations, opts.replication_factor, opts.input_group_size
     per_call = di * (rf // group) * ga
-    for t in args[:2]:
+    for t in args:
         n = t.shape[0] if t.dim() else 1
         assert n % per_call == 0, (
             f"Invalid batch dimension: In the input {tuple(t.shape)}, the batch dimension ({n}) must "
@@ -234,11 +255,14 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
 
     # What the graph computes in: run on meta with the real dtypes and PopTorch's promotion.
     meta = copy.deepcopy(model).to("meta")
-    xm = torch.empty((micro, *input_shape), dtype=x.dtype, device="meta")
-    lm = torch.zeros(micro, dtype=args[1].dtype, device="meta")
+
+    def on_meta(t):
+        return torch.zeros((micro, *t.shape[1:]), dtype=t.dtype, device="meta")
+
+    meta_args = [on_meta(t) for t in args]
     types = PopTorchTypes()
-    with types:
-        logits, loss = _outputs(meta(xm, lm))
+    with types, jit_like_tracing():  # PopTorch traces with torch.jit, as transformers can tell
+        logits, loss = _outputs(meta(*meta_args))
     if loss is None:
         raise throw(Error, "poptorch_py_error", "The model must return a loss (a scalar) in training")
     compute = types.heavy.most_common(1)[0][0] if types.heavy else torch.float32
@@ -265,7 +289,10 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
         version = opts.ipu_version
     else:
         version = int(os.environ.get("FAKE_POPTORCH_IPU_VERSION", "2"))
+    specs = tuple(f"{k}:{'x'.join(map(str, t.shape[1:]))}:{DTYPE_NAMES[t.dtype]}"
+                  for k, t in inputs.items()) if named else ()
     problem = Problem(model="traced-by-fake-poptorch", batch_size=micro, input_shape=input_shape,
+                      inputs=specs,
                       num_classes=int(logits.shape[-1]) if logits is not None else 1,
                       optimizer=name, ipus=ipus_per_replica * rf,
                       target=TARGET_OF_VERSION.get(version, "mk2"))
@@ -286,13 +313,19 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
         replicated_tensor_sharding=locations.get("useReplicatedTensorSharding", 0) == 1,
         gradient_accumulation=ga,
         device_iterations=di,
-        eight_bit_io=x.dtype == torch.uint8,
+        eight_bit_io=not named and x.dtype == torch.uint8,
         io_tiles=opts.TensorLocations._values.get("numIOTiles", 0),
     )
 
     # The FP32 trace the estimator expects; promotion keeps casts from breaking float weights.
+    # The net inside the wrappers takes the inputs by name (and the labels, when its forward
+    # names them: transformers models compute their own loss).
+    kwargs = None
+    if named:
+        takes = inspect.signature(root.forward).parameters
+        kwargs = {k: on_meta(t) for k, t in {**inputs, **labels}.items() if k in inputs or k in takes}
     with PopTorchTypes():
-        profile = trace_module(root.float(), micro, input_shape, problem.num_classes, "fake")
+        profile = trace_module(root.float(), micro, input_shape, problem.num_classes, "fake", kwargs)
     _check_stage_order(profile, blocks, opts)
     return problem, config, profile, compute
 
