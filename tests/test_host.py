@@ -171,6 +171,16 @@ def test_snippet_scales_the_rate_and_builds_the_data_loader_the_config_names():
     assert "def make_optimizer(model, lr=0.001):" in unchanged and "Base rate" not in unchanged
 
 
+def test_transformers_start_from_their_own_learning_rate():
+    """Adam's 1e-3 is an image-model default; BERT fine-tuning starts from transformers' 5e-5."""
+    bert = Problem("hf:bert-base-uncased", 8, seq_len=128, ipus=4, optimizer="adamw")
+    config = Config(gradient_accumulation=32, replicas=2, ipus_per_replica=2, splits=("bert.encoder.layer.6",))
+    source = render_snippet(bert, config, base_global_batch=64)
+    assert "Base rate 5e-05 at global batch 64" in source
+    assert "def make_optimizer(model, lr=0.000141):" in source  # 5e-5 x sqrt(512/64)
+    assert "lr=5e-05)" in render_snippet(bert, config, base_global_batch=512)
+
+
 @pytest.mark.parametrize("config", [WORKSHOP_FINAL, WORKSHOP_FINAL.replace(loader_mode="sync", loader_workers=2,
                                                                            micro_batch=16, device_iterations=2)],
                          ids=["async", "sync-workers-mb16"])

@@ -16,7 +16,6 @@ from ..rules import MODULE_PATH
 
 # PopART RecomputationType (popart sessionoptions.hpp).
 RECOMPUTATION_TYPE = {"none": 0, "standard": 1, "norm_only": 2, "pipeline": 3, "all": 4}
-DEFAULT_LR = {"sgd": 0.01, "sgd_combined": 0.01, "adam": 1e-3, "adamw": 1e-3, "lamb": 1e-3, "rmsprop": 1e-3}
 #: the loss scale automatic loss scaling starts from
 ALS_INITIAL_SCALE = 128.0
 
@@ -239,7 +238,7 @@ def learning_rate(problem: Problem, config: Config, base_global_batch: int | Non
     """make_optimizer's default rate, and the comment giving the base rate and the rule."""
     from ..host import pipeline, recipe
 
-    base = DEFAULT_LR[problem.optimizer]
+    base = recipe.base_lr(problem)
     scaled = recipe.scaling(problem.optimizer, base, base_global_batch, pipeline.global_batch(problem, config))
     if scaled is None:
         return repr(base), ""

@@ -13,6 +13,16 @@ import math
 from dataclasses import dataclass
 
 LINEAR = ("sgd", "sgd_combined")
+#: make_optimizer's base rate, the user's own being unknown: common PyTorch starting points
+#: for image models...
+IMAGE_LR = {"sgd": 0.01, "sgd_combined": 0.01, "adam": 1e-3, "adamw": 1e-3, "lamb": 1e-3, "rmsprop": 1e-3}
+#: ...and for transformers the rate their fine-tuning recipes start from, transformers'
+#: TrainingArguments.learning_rate default: Adam's 1e-3, scaled up, would diverge BERT.
+TRANSFORMER_LR = 5e-5
+
+
+def base_lr(problem) -> float:
+    return TRANSFORMER_LR if problem.token_inputs else IMAGE_LR[problem.optimizer]
 
 
 def rule(optimizer: str) -> str:

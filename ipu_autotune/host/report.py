@@ -28,10 +28,8 @@ def workshop_reference(problem: Problem):
 
 
 def learning_rate(problem: Problem, base: Config | None, best: Config) -> recipe.LearningRate | None:
-    from ..export.python import DEFAULT_LR
-
     base_gb = pipeline.global_batch(problem, base) if base is not None else None
-    return recipe.scaling(problem.optimizer, DEFAULT_LR[problem.optimizer], base_gb,
+    return recipe.scaling(problem.optimizer, recipe.base_lr(problem), base_gb,
                           pipeline.global_batch(problem, best))
 
 
