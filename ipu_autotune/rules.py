@@ -56,12 +56,37 @@ def _amp_per_ipu(p: Problem, c: Config) -> str | None:
     return None
 
 
+def tied_head_blocks(p: Problem) -> list[str]:
+    """hf: models: the first unit of each run of head units tied to the embedding. Pipelined,
+    each goes back to IPU0 with the embedding (export/python.tied_head_lines), a stage of its own."""
+    if not p.token_inputs:
+        return []
+    from .models.trace import profile_for
+
+    units = profile_for(p).units
+    return [u.path for i, u in enumerate(units)
+            if u.placed_with == 0 and (i == 0 or units[i - 1].placed_with != 0)]
+
+
+def pipeline_stages(p: Problem, ipus_per_replica: int) -> int:
+    """Forward stages as PopTorch counts them (IPU switches + 1): one per IPU, plus one per
+    tied head that returns to IPU0."""
+    return ipus_per_replica + len(tied_head_blocks(p)) if ipus_per_replica > 1 else 1
+
+
+def min_pipeline_accumulation(p: Problem, ipus_per_replica: int) -> int:
+    """PopTorch (Compiler.cpp): pipelined training needs gradientAccumulation >= the training
+    pipeline's stages, 2 x forward stages - 1."""
+    return 2 * pipeline_stages(p, ipus_per_replica) - 1 if ipus_per_replica > 1 else 1
+
+
 def _pipeline_accumulation(p: Problem, c: Config) -> str | None:
     if c.pipelined:
-        need = 2 * c.ipus_per_replica - 1
+        need = min_pipeline_accumulation(p, c.ipus_per_replica)
         if c.gradient_accumulation < need:
-            return (f"pipelined training over {c.ipus_per_replica} IPUs needs gradient_accumulation "
-                    f">= {need} (2 x IPUs - 1), got {c.gradient_accumulation}")
+            head = " with the tied head back on IPU0" if need > 2 * c.ipus_per_replica - 1 else ""
+            return (f"pipelined training over {c.ipus_per_replica} IPUs{head} needs gradient_accumulation "
+                    f">= {need} (2 x pipeline stages - 1), got {c.gradient_accumulation}")
     return None
 
 

@@ -17,7 +17,7 @@ from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models import partition
 from .models.trace import ModelProfile, profile_for
 from .problem import Config, Problem
-from .rules import violations
+from .rules import min_pipeline_accumulation, violations
 from .search.space import Choice, Range, SearchSpace, checkpoints_every
 
 
@@ -32,11 +32,11 @@ def naive_baseline(problem: Problem, profile: ModelProfile) -> Config:
     n = problem.ipus if problem.ipus & (problem.ipus - 1) == 0 else 1 << (problem.ipus.bit_length() - 1)
     n = min(n, len(profile.units))
     cuts = partition.by_count(len(profile.units), n)
-    accumulation = 2 * n - 1 if n > 1 else 1
+    accumulation = min_pipeline_accumulation(problem, n)
     execution = "pipelined"
     if problem.global_batch:
         accumulation = max(1, problem.global_batch // problem.batch_size)
-        if n > 1 and accumulation < 2 * n - 1:
+        if accumulation < min_pipeline_accumulation(problem, n):
             execution = "sharded"
     return Config(ipus_per_replica=n, splits=tuple(profile.units[c].path for c in cuts),
                   gradient_accumulation=accumulation, execution=execution)
@@ -112,11 +112,12 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
         if s != c.optimizer_state:
             yield "optimizer_state", c.replace(optimizer_state=s)
     if c.ipus_per_replica > 1:
+        least = min_pipeline_accumulation(problem, c.ipus_per_replica)
         for execution in values("execution"):
             if execution != c.execution and (execution != "pipelined" or not problem.global_batch
-                                             or c.gradient_accumulation >= 2 * c.ipus_per_replica - 1):
+                                             or c.gradient_accumulation >= least):
                 accumulation = c.gradient_accumulation if execution == "sharded" or problem.global_batch \
-                    else max(c.gradient_accumulation, 2 * c.ipus_per_replica - 1)
+                    else max(c.gradient_accumulation, least)
                 yield "execution", c.replace(execution=execution, recompute="default", checkpoints=(),
                                              io_tiles=0, gradient_accumulation=accumulation)
     # Recomputation and its checkpoints move together: one without the other rarely helps.
@@ -169,11 +170,11 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
         if problem.global_batch:
             accumulation = problem.global_batch // ((c.micro_batch or problem.batch_size) * replicas)
         elif ipr > 1:
-            accumulation = max(accumulation, 2 * ipr - 1)
+            accumulation = max(accumulation, min_pipeline_accumulation(problem, ipr))
         moved = c.replace(ipus_per_replica=ipr, replicas=replicas, available_memory_proportion=(),
                           gradient_accumulation=accumulation, replicated_tensor_sharding=False,
                           checkpoints=(), recompute="default", splits=(), io_tiles=0,
-                          execution="pipelined" if ipr > 1 and accumulation >= 2 * ipr - 1 else
+                          execution="pipelined" if ipr > 1 and accumulation >= min_pipeline_accumulation(problem, ipr) else
                           ("sharded" if ipr > 1 else c.execution))
         if ipr > 1:
             moved = moved.replace(splits=balanced_splits(problem, profile, moved, "memory"))

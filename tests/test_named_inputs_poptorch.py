@@ -79,3 +79,37 @@ def test_tune_compiles_a_transformer_through_the_poptorch_backend(tmp_path):
     assert results, "no trial compiled"
     statuses = [json.loads(r.read_text())["status"] for r in results]
     assert all(s in ("ok", "oom") for s in statuses), statuses
+
+
+def test_a_tied_head_back_on_ipu0_is_a_pipeline_stage_of_its_own(poptorch, tmp_path):
+    """GPT-2's LM head shares the embedding's weights and runs on IPU0 after IPU3: PopTorch
+    counts 5 forward stages, so accumulation must be >= 9, not the 7 of 4 IPUs. The fake counts
+    stages from the blocks it sees; the rules and the baseline must agree with it."""
+    from ipu_autotune.rules import min_pipeline_accumulation, violations
+
+    p = Problem("hf:gpt2", 1, seq_len=32, task="causal-lm", ipus=4)
+    profile = profile_for(p)
+    baseline = naive_baseline(p, profile)
+    assert baseline.pipelined and baseline.ipus_per_replica == 4
+    assert min_pipeline_accumulation(p, 4) == 9 == baseline.gradient_accumulation
+    short = baseline.replace(gradient_accumulation=8)
+    assert any("tied head" in v for v in violations(p, short, profile.module_order))
+    ns: dict = {}
+    from ipu_autotune.export.python import render_snippet
+    from ipu_autotune.models.zoo import build_model
+
+    for c, fails in ((short, True), (baseline, False)):
+        exec(render_snippet(p, c), ns)
+        model = ns["TrainingModel"](build_model(p.model, p.num_classes, device="cpu", task=p.task))
+        opts = ns["make_options"]()
+        child.add_tuner_options(opts, poptorch, {"report_dir": str(tmp_path / str(fails))}, p, hardware=False)
+        training = poptorch.trainingModel(model, opts, ns["make_optimizer"](model))
+        try:
+            training.compile(*child.host_batch(p, c, ns["INPUT_DTYPE"]))
+            error = ""
+        except poptorch.Error as exc:
+            error = str(exc)
+        assert training.fake_record["forward_stages"] == 5
+        assert ("number of pipeline stages (9)" in error) == fails, error
+    # BERT's sequence classifier is not tied: 4 IPUs, 4 stages.
+    assert min_pipeline_accumulation(Problem("hf:bert-base-uncased", 2, seq_len=32, ipus=4), 4) == 7

@@ -12,7 +12,7 @@ import math
 
 from .. import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
-from ..rules import MODULE_PATH
+from ..rules import MODULE_PATH, tied_head_blocks
 
 # PopART RecomputationType (popart sessionoptions.hpp).
 RECOMPUTATION_TYPE = {"none": 0, "standard": 1, "norm_only": 2, "pipeline": 3, "all": 4}
@@ -303,16 +303,10 @@ def tied_head_lines(problem: Problem, config: Config) -> list[str]:
     """hf: models: a head tied to the embedding runs on IPU0 with it, as optimum-graphcore's
     parallelize() places it (models/bert/modeling_bert.py, PipelinedBertForMaskedLM:
     `poptorch.BeginBlock(self.cls, "Classifier", ipu_id=0)`); the estimate assumes the same."""
-    if not problem.token_inputs or not config.pipelined:
+    if not config.pipelined:
         return []
-    from ..models.trace import profile_for
-
-    units = profile_for(problem).units
-    heads = [u.path for u in units if u.placed_with == 0]
-    # One block per head: its first unit (the rest of the head follows it in execution order).
-    firsts = [p for i, p in enumerate(heads) if i == 0 or heads[i - 1] != units[[u.path for u in units].index(p) - 1].path]
     return [f"poptorch.BeginBlock(model.get_submodule({_path(p)}), ipu_id=0)  # tied head with its embedding"
-            for p in firsts]
+            for p in tied_head_blocks(problem)]
 
 
 def render_snippet(problem: Problem, config: Config, summary: str = "",

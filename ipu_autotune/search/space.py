@@ -20,7 +20,7 @@ from ..models import partition
 from ..models.trace import ModelProfile
 from ..host import pipeline as host
 from ..problem import Config, Problem, effective_recompute
-from ..rules import takes_images
+from ..rules import min_pipeline_accumulation, takes_images
 # Knob kinds and parsing, and the replay machinery, are their own modules; their names are
 # re-exported here for the modules that import them with SearchSpace.
 from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
@@ -154,8 +154,8 @@ class SearchSpace:
         return [r for r in range(max(1, int(knob.low)), min(most, int(knob.high)) + 1) if not r & (r - 1)]
 
     @staticmethod
-    def _min_accumulation(ipr: int, execution: str) -> int:
-        return 2 * ipr - 1 if execution == "pipelined" and ipr > 1 else 1
+    def _min_accumulation(problem: Problem, ipr: int, execution: str) -> int:
+        return min_pipeline_accumulation(problem, ipr) if execution == "pipelined" else 1
 
     @staticmethod
     def _global_accumulation(problem: Problem, ipr: int, replicas: int, mb: int | None = None) -> int | None:
@@ -184,7 +184,7 @@ class SearchSpace:
         execution = "pipelined"
         if ipr > 1:
             executions = s.values("execution")
-            if accumulation is not None and accumulation < 2 * ipr - 1:
+            if accumulation is not None and accumulation < min_pipeline_accumulation(problem, ipr):
                 executions = [e for e in executions if e != "pipelined"]  # too few micro-batches
             execution = s.choose("execution", executions)
         splits = self._sample_splits(s, ipr, profile)
@@ -215,7 +215,7 @@ class SearchSpace:
         rts = s.ask("replicated_tensor_sharding") if replicas > 1 and has_state else False
 
         if accumulation is None:
-            accumulation = max(s.ask("gradient_accumulation"), self._min_accumulation(ipr, execution))
+            accumulation = max(s.ask("gradient_accumulation"), self._min_accumulation(problem, ipr, execution))
             # The recipe's ceiling on the global batch (rules._global_batch_ceiling).
             accumulation = max(1, min(accumulation, problem.max_global_batch // (mb * replicas)))
         device_iterations = s.ask("device_iterations")

@@ -230,8 +230,9 @@ def _bind_inputs(model, args) -> tuple[dict, dict]:
     return inputs, labels
 
 
-def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, object, torch.dtype]:
-    """The Problem/Config implied by what PopTorch sees, and the module's FP32 meta trace."""
+def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, object, torch.dtype, int]:
+    """The Problem/Config implied by what PopTorch sees, the module's FP32 meta trace, its
+    compute dtype and its forward pipeline stages."""
     if len(args) < 2:
         raise throw(Error, "poptorch_py_error", "training models take the inputs and the labels")
     inputs, labels = _bind_inputs(model, args)
@@ -327,7 +328,15 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
     with PopTorchTypes():
         profile = trace_module(root.float(), micro, input_shape, problem.num_classes, "fake", kwargs)
     _check_stage_order(profile, blocks, opts)
-    return problem, config, profile, compute
+    return problem, config, profile, compute, _forward_stages(profile, blocks)
+
+
+def _forward_stages(profile, blocks) -> int:
+    """IPU switches + 1 along the execution order, as PopTorch counts pipeline stages: code
+    before the first block runs on IPU0, and a block that returns to an IPU starts a new stage."""
+    position = {p: i for i, p in enumerate(profile.module_order)}
+    ipus = [0] + [ipu for _, ipu in sorted((position[p], ipu) for ipu, p in blocks)]
+    return 1 + sum(a != b for a, b in zip(ipus, ipus[1:]))
 
 
 def _traced_root(model):
@@ -363,17 +372,17 @@ def _check_stage_order(profile, blocks, opts) -> None:
                         "model must not return to an IPU it has left")
 
 
-def check_pipeline(config: Config, options) -> None:
+def check_pipeline(config: Config, options, forward_stages: int) -> None:
     """Compiler.cpp: in training, gradientAccumulation >= the number of pipeline stages."""
-    if isinstance(options._execution_strategy, ShardedExecution) or config.ipus_per_replica < 2:
+    if isinstance(options._execution_strategy, ShardedExecution) or forward_stages < 2:
         return
-    stages = 2 * config.ipus_per_replica - 1
+    stages = 2 * forward_stages - 1
     if config.gradient_accumulation < stages:
         raise _cpp_error(
             f"poptorch.Options().Training.gradientAccumulation must be greater than or equal to the "
             f"number of pipeline stages ({stages}) when using poptorch.PipelinedExecution. Please "
-            f"note that a model with {config.ipus_per_replica} pipeline stages in PopTorch will have "
-            f"an additional {config.ipus_per_replica - 1} stages when training.")
+            f"note that a model with {forward_stages} pipeline stages in PopTorch will have "
+            f"an additional {forward_stages - 1} stages when training.")
 
 
 def check_device(total_ipus: int, options) -> None:
@@ -501,9 +510,9 @@ def compile_model(model, options, optimizer, args, record: dict | None = None) -
     """
     record = {} if record is None else record
     check_popart_options(options._Popart.options)
-    problem, config, profile, compute = reconstruct(model, options, optimizer, args)
-    record.update(problem=problem, config=config, compute_dtype=compute)
-    check_pipeline(config, options)
+    problem, config, profile, compute, stages = reconstruct(model, options, optimizer, args)
+    record.update(problem=problem, config=config, compute_dtype=compute, forward_stages=stages)
+    check_pipeline(config, options, stages)
     check_device(config.ipus_per_replica * config.replicas, options)
     engine = options._Popart.options.get("engineOptions", {})
     fault = active_fault(engine.get("autoReport.directory"))
