@@ -276,3 +276,19 @@ def test_poptorch_child_refuses_a_call_too_large_for_host_memory_before_allocati
     assert "refused before allocating" in log
     assert "building" not in log and "compiling: host batch" not in log  # nothing was allocated
     assert child.refusal(problem, config.replace(device_iterations=1)) is None
+
+
+def test_text_problems_load_ready_token_rows_not_images():
+    """Token ids are collated from a pre-tokenised dataset: no image decode or augmentation on
+    the host, int64 ids and masks on the wire, and the task's labels (one per token for MLM)."""
+    from ipu_autotune.host import pipeline
+
+    mlm = Problem("hf:bert-base-uncased", 8, seq_len=128, ipus=4, task="masked-lm")
+    costs = pipeline.host_costs(mlm)
+    assert "pre-tokenised" in costs.source and costs.sample_s(Config()) < pipeline.WORKSHOP.float_sample_s / 5
+    assert pipeline.sample_bytes(mlm, Config(precision="16.16")) == 128 * 8 * 2 + 128 * 8  # ids, mask; labels
+    classify = Problem("hf:bert-base-uncased", 8, seq_len=128, ipus=4)
+    assert pipeline.sample_bytes(classify, Config()) == 128 * 8 * 2 + 8
+    # Costs measured with --data still win over the assumption.
+    measured = Problem("hf:bert-base-uncased", 8, seq_len=128, ipus=4, host_float_sample_s=1e-3)
+    assert pipeline.host_costs(measured).float_sample_s == 1e-3
