@@ -89,6 +89,9 @@ class Problem:
     task: str = ""
     seq_len: int = 0
     inputs: tuple[str, ...] = ()
+    # Masked LM as Graphcore pretrains BERT: the head sees only this many gathered positions
+    # per sequence (0: every position, transformers' own BertForMaskedLM).
+    max_predictions: int = 0
 
     def __post_init__(self) -> None:
         if self.model.startswith("hf:"):
@@ -98,7 +101,10 @@ class Problem:
             object.__setattr__(self, "seq_len", self.seq_len or DEFAULT_SEQ_LEN)
             hf.check_seq_len(self.model, self.seq_len)
             object.__setattr__(self, "input_shape", (self.seq_len,))
-        elif self.task or self.seq_len:
+            hf.check_max_predictions(self.model, self.task, self.seq_len, self.max_predictions)
+        elif self.max_predictions:
+            raise UsageError(f"model '{self.model}': --max-predictions is for hf: models with --task masked-lm")
+        if not self.model.startswith("hf:") and (self.task or self.seq_len):
             raise UsageError(f"model '{self.model}': --task and --seq-len are for hf: models; "
                              "describe a factory's inputs with --input NAME:SHAPE:DTYPE")
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -121,7 +127,7 @@ class Problem:
             if d[key] is None:
                 del d[key]
         # Image problems keep the dict they always had.
-        for key in ("task", "seq_len", "inputs"):
+        for key in ("task", "seq_len", "inputs", "max_predictions"):
             if not d[key]:
                 del d[key]
         if "inputs" in d:

@@ -263,7 +263,34 @@ _TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
 '''
 
 
+# --max-predictions: Graphcore's pretraining model (models/masked_tokens.py, the same ops):
+# the encoder over every position, the head over the gathered masked ones.
+_MASKED_TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
+    """Masked LM on {n} gathered positions per sequence, as Graphcore pretrains BERT: labels are
+    the masked tokens' ids (batch x {n}), masked_lm_positions where they sit (batch x {n})."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = annotate(model)
+
+    def forward(self, input_ids, attention_mask, masked_lm_positions, labels):
+        hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
+        # A one-hot matmul, as optimum-graphcore's OnehotGather: its gradient is a matmul too.
+        one_hot = torch.nn.functional.one_hot(masked_lm_positions, hidden.shape[1]).to(hidden.dtype)
+        logits = self.model.{head}(torch.matmul(one_hot.detach(), hidden))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+'''
+
+
 def _token_model(problem: Problem) -> str:
+    if problem.max_predictions:
+        from ..models import hf
+        from ..models.masked_tokens import HEADS
+
+        head = HEADS[hf.architecture(problem.model).family]
+        return _MASKED_TOKEN_MODEL.format(n=problem.max_predictions, head=head)
     labels = ["start_positions", "end_positions"] if problem.task == "question-answering" else ["labels"]
     return _TOKEN_MODEL.format(labels=" and ".join(labels),
                                label_args=", ".join(f"{n}=None" for n in labels),

@@ -108,8 +108,23 @@ def check_seq_len(name: str, seq_len: int) -> None:
         raise UsageError(f"{name}: --seq-len {seq_len} exceeds its {limit} position embeddings; use {limit} or less")
 
 
-def build_hf_model(name: str, task: str, num_labels: int, device="meta"):
-    """The model with the task's head, randomly initialised on `device`, in training mode."""
+def check_max_predictions(name: str, task: str, seq_len: int, max_predictions: int) -> None:
+    from .masked_tokens import HEADS
+
+    if not max_predictions:
+        return
+    family = architecture(name).family
+    if task != "masked-lm" or family not in HEADS:
+        raise UsageError(f"{name}: --max-predictions gathers masked tokens for --task masked-lm on "
+                         f"{', '.join(HEADS)} models; drop it for {task}")
+    if max_predictions > seq_len:
+        raise UsageError(f"{name}: --max-predictions {max_predictions} exceeds --seq-len {seq_len}; "
+                         "use at most one per token")
+
+
+def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_predictions: int = 0):
+    """The model with the task's head, randomly initialised on `device`, in training mode.
+    `max_predictions`: the masked-LM head runs on gathered positions (models/masked_tokens.py)."""
     import torch
     import transformers
 
@@ -128,6 +143,10 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta"):
     if arch.family in ("t5", "mt5"):
         # T5's encoder and decoder always share one embedding (`shared`), tied head or not.
         model.set_input_embeddings(model.get_input_embeddings())
+    if max_predictions:
+        from .masked_tokens import gather_before_head
+
+        model = gather_before_head(model)
     return model.train()
 
 
