@@ -108,7 +108,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     if key in ("batch_size", "num_classes", "ipus", "ipus_per_replica", "replicas",
                "gradient_accumulation", "device_iterations", "io_tiles", "global_batch",
                "dataset_size", "max_global_batch", "loader_workers", "micro_batch",
-               "seq_len", "max_predictions"):
+               "seq_len", "max_predictions", "embedding_serialization"):
         if value is None and key in ("global_batch", "micro_batch"):
             return None
         if isinstance(value, bool) or not isinstance(value, int):

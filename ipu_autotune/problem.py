@@ -208,6 +208,9 @@ class Config:
     loader_mode: str = "sync"  # poptorch.DataLoaderMode: sync | async
     loader_workers: int = 0  # poptorch.DataLoader num_workers
     micro_batch: int | None = None  # None: the problem's batch_size (the knob is off by default)
+    # The vocabulary projection as this many serialised matmuls (optimum-graphcore's
+    # embedding_serialization_factor; 1: one matmul). hf: models with a vocabulary head only.
+    embedding_serialization: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "splits", tuple(self.splits))
@@ -255,6 +258,8 @@ class Config:
             d[key] = list(d[key])
         if d["micro_batch"] is None:
             del d["micro_batch"]
+        if d["embedding_serialization"] == 1:  # configs without a vocabulary keep their dict
+            del d["embedding_serialization"]
         return d
 
     @classmethod

@@ -13,6 +13,7 @@ import math
 from .. import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
 from ..rules import MODULE_PATH, tied_head_blocks
+from .serialization import SERIALIZED_PROJECTION, serialization_lines
 
 # PopART RecomputationType (popart sessionoptions.hpp).
 RECOMPUTATION_TYPE = {"none": 0, "standard": 1, "norm_only": 2, "pipeline": 3, "all": 4}
@@ -358,12 +359,15 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     )
     if config.eight_bit_io:
         source += _EIGHT_BIT
+    if config.embedding_serialization != 1:
+        source += SERIALIZED_PROJECTION
     heads = tied_head_lines(problem, config)
+    annotations = annotate_lines(config) + heads + serialization_lines(problem, config)
     options = options_lines(config)
     if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
         options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]
     source += _BODY.format(
-        annotate="\n" + _indent(annotate_lines(config) + heads) if annotate_lines(config) + heads else "",
+        annotate="\n" + _indent(annotations) if annotations else "",
         wrapped=wrapped,
         options="\n" + _indent(options) if options else "",
         lr=lr,

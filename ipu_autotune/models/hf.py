@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import UsageError
 
@@ -148,6 +149,32 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_pre
 
         model = gather_before_head(model)
     return model.train()
+
+
+#: tasks whose head projects onto the vocabulary (the output embedding)
+VOCABULARY_TASKS = ("masked-lm", "causal-lm", "seq2seq-lm")
+#: embedding_serialization values the transformer space offers (optimum-graphcore's
+#: embedding_serialization_factor); a value must divide the vocabulary (rules.py)
+SERIALIZATION_FACTORS = (1, 2, 4, 8)
+
+
+@lru_cache(maxsize=16)
+def vocabulary_projection(name: str, task: str) -> tuple[str, int] | None:
+    """(module path, vocabulary size) of the task head's projection onto the vocabulary,
+    which `embedding_serialization` splits; None when the head has none."""
+    task = resolve_task(name, task)
+    if task not in VOCABULARY_TASKS:
+        return None
+    model = build_hf_model(name, task, 2)
+    head = model.get_output_embeddings()
+    path = next(p for p, m in model.named_modules() if m is head)
+    return path, head.weight.shape[0]
+
+
+def serialization_factors(name: str, task: str) -> tuple[int, ...]:
+    """The factors the vocabulary divides into (1 alone: nothing to serialise)."""
+    found = vocabulary_projection(name, task) if is_hf(name) else None
+    return tuple(f for f in SERIALIZATION_FACTORS if found and found[1] % f == 0) or (1,)
 
 
 def layer_count(name: str) -> int:
