@@ -117,6 +117,12 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         if zero_ok and value < 0 or not zero_ok and value < 1:
             raise bad("a positive whole number" if not zero_ok else "0 or more")
         return value
+    if key == "attention_dropout":
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise bad("a probability from 0 up to 1, e.g. 0.0 (Graphcore's BERT pretraining)")
+        return float(value)
     if key in ("host_memory_gb", "host_float_sample_s", "host_uint8_sample_s"):
         if value is None and key != "host_memory_gb":
             return None

@@ -92,6 +92,8 @@ class Problem:
     # Masked LM as Graphcore pretrains BERT: the head sees only this many gathered positions
     # per sequence (0: every position, transformers' own BertForMaskedLM).
     max_predictions: int = 0
+    # Dropout on the attention probabilities of an hf: model (None: its checkpoint's own).
+    attention_dropout: float | None = None
 
     def __post_init__(self) -> None:
         if self.model.startswith("hf:"):
@@ -102,8 +104,9 @@ class Problem:
             hf.check_seq_len(self.model, self.seq_len)
             object.__setattr__(self, "input_shape", (self.seq_len,))
             hf.check_max_predictions(self.model, self.task, self.seq_len, self.max_predictions)
-        elif self.max_predictions:
-            raise UsageError(f"model '{self.model}': --max-predictions is for hf: models with --task masked-lm")
+            hf.check_attention_dropout(self.model, self.attention_dropout)
+        elif self.max_predictions or self.attention_dropout is not None:
+            raise UsageError(f"model '{self.model}': --max-predictions and --attention-dropout are for hf: models")
         if not self.model.startswith("hf:") and (self.task or self.seq_len):
             raise UsageError(f"model '{self.model}': --task and --seq-len are for hf: models; "
                              "describe a factory's inputs with --input NAME:SHAPE:DTYPE")
@@ -116,6 +119,12 @@ class Problem:
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
 
     @property
+    def hf_options(self) -> tuple:
+        """What the hf: model builder takes beyond name and task, as (key, value) pairs, set ones only."""
+        return tuple((k, v) for k, v in (("max_predictions", self.max_predictions or None),
+                                         ("attention_dropout", self.attention_dropout)) if v is not None)
+
+    @property
     def token_inputs(self) -> bool:
         """Integer token ids (hf: models), not images: no 8-bit image I/O, no image size."""
         return self.model.startswith("hf:")
@@ -123,7 +132,7 @@ class Problem:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["input_shape"] = list(self.input_shape)
-        for key in ("global_batch", "host_float_sample_s", "host_uint8_sample_s"):
+        for key in ("global_batch", "host_float_sample_s", "host_uint8_sample_s", "attention_dropout"):
             if d[key] is None:
                 del d[key]
         # Image problems keep the dict they always had.

@@ -337,6 +337,17 @@ def tied_head_lines(problem: Problem, config: Config) -> list[str]:
             for p in tied_head_blocks(problem)]
 
 
+def model_check_lines(problem: Problem) -> list[str]:
+    """What the estimate assumed of the user's model that the code cannot set: checked."""
+    if problem.attention_dropout is None:
+        return []
+    from ..models.hf import attention_dropout_key
+
+    key = attention_dropout_key(problem.model)
+    return [f"assert model.config.{key} == {problem.attention_dropout!r}, "
+            f"\"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): set {key}\""]
+
+
 def render_snippet(problem: Problem, config: Config, summary: str = "",
                    base_global_batch: int | None = None) -> str:
     from ..host import pipeline
@@ -362,7 +373,7 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     if config.embedding_serialization != 1:
         source += SERIALIZED_PROJECTION
     heads = tied_head_lines(problem, config)
-    annotations = annotate_lines(config) + heads + serialization_lines(problem, config)
+    annotations = model_check_lines(problem) + annotate_lines(config) + heads + serialization_lines(problem, config)
     options = options_lines(config)
     if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
         options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]

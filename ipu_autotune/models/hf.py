@@ -123,9 +123,26 @@ def check_max_predictions(name: str, task: str, seq_len: int, max_predictions: i
                          "use at most one per token")
 
 
-def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_predictions: int = 0):
+#: the config key of each family's dropout on the attention probabilities
+ATTENTION_DROPOUT_KEYS = {"bert": "attention_probs_dropout_prob", "roberta": "attention_probs_dropout_prob",
+                          "distilbert": "attention_dropout", "gpt2": "attn_pdrop"}
+
+
+def check_attention_dropout(name: str, attention_dropout: float | None) -> None:
+    family = architecture(name).family
+    if attention_dropout is not None and family not in ATTENTION_DROPOUT_KEYS:
+        raise UsageError(f"{name}: {family} has no separate attention dropout; drop --attention-dropout")
+
+
+def attention_dropout_key(name: str) -> str:
+    return ATTENTION_DROPOUT_KEYS[architecture(name).family]
+
+
+def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_predictions: int = 0,
+                   attention_dropout: float | None = None):
     """The model with the task's head, randomly initialised on `device`, in training mode.
-    `max_predictions`: the masked-LM head runs on gathered positions (models/masked_tokens.py)."""
+    `max_predictions`: the masked-LM head runs on gathered positions (models/masked_tokens.py);
+    `attention_dropout`: the dropout on attention probabilities, when not the checkpoint's."""
     import torch
     import transformers
 
@@ -137,6 +154,8 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_pre
         setattr(config, key, value)
     if task == "sequence-classification":
         config.num_labels = num_labels
+    if attention_dropout is not None:  # Graphcore pretrains BERT without it (configs_pretraining.yml)
+        setattr(config, attention_dropout_key(name), attention_dropout)
     # Eager attention: the exact ops PopTorch traces, and no data-dependent mask shortcuts.
     config._attn_implementation = "eager"
     with torch.device(device):
