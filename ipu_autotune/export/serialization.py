@@ -14,15 +14,17 @@ from ..problem import Config, Problem
 
 SERIALIZED_PROJECTION = '''
 
+def _serialized_forward(self, x):
+    out = poptorch.serializedMatMul(x, self.weight.t(), poptorch.MatMulSerializationMode.OutputChannels,
+                                    self.serialization_factor)
+    return out if self.bias is None else out + self.bias
+
+
 def _serialize_projection(linear, factor):
     """The vocabulary projection as `factor` matmuls over its output channels (optimum-graphcore's
     SerializedLinear); the weight, tied to the embedding or not, is unchanged."""
-    def forward(x):
-        out = poptorch.serializedMatMul(x, linear.weight.t(), poptorch.MatMulSerializationMode.OutputChannels,
-                                        factor)
-        return out if linear.bias is None else out + linear.bias
-
-    linear.forward = forward
+    linear.serialization_factor = factor
+    linear.forward = _serialized_forward.__get__(linear)  # a bound method: copies of the model rebind it
     return linear
 '''
 
