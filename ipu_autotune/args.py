@@ -75,6 +75,12 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, ha
                         "encoders, causal-lm for GPT-2, seq2seq-lm for T5)")
     p.add_argument("--seq-len", type=_positive_int, default=None,
                    help=f"hf: models: tokens per sample (default {DEFAULT_SEQ_LEN})")
+    p.add_argument("--max-predictions", type=_positive_int, default=None, metavar="N",
+                   help="hf: masked-lm: gather N masked positions per sequence before the head, as "
+                        "Graphcore pretrains BERT (20 at --seq-len 128, 76 at 512; default: every position)")
+    p.add_argument("--attention-dropout", type=float, default=None, metavar="P",
+                   help="hf: models: dropout on the attention probabilities (default: the checkpoint's; "
+                        "Graphcore pretrains BERT with 0)")
     p.add_argument("--input", action="append", default=None, metavar="NAME:SHAPE:DTYPE", dest="inputs",
                    help="a forward input of a module:factory model, one per input, in order, passed by "
                         "name; SHAPE is one sample's, e.g. --input input_ids:128:int64 "
@@ -102,14 +108,15 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
     values = base.to_dict() if base else {}
     if args.model:
         if base and args.model != base.model:
-            for key in ("input_shape", "task", "seq_len", "inputs"):
+            for key in ("input_shape", "task", "seq_len", "inputs", "max_predictions", "attention_dropout"):
                 values.pop(key, None)
         values["model"] = args.model
     for flag, key in (("batch_size", "batch_size"), ("ipus", "ipus"), ("num_classes", "num_classes"),
                       ("optimizer", "optimizer"), ("target", "target"), ("global_batch", "global_batch"),
                       ("dataset_size", "dataset_size"), ("host_memory", "host_memory_gb"),
                       ("max_global_batch", "max_global_batch"),
-                      ("task", "task"), ("seq_len", "seq_len"), ("inputs", "inputs")):
+                      ("task", "task"), ("seq_len", "seq_len"), ("inputs", "inputs"),
+                      ("max_predictions", "max_predictions"), ("attention_dropout", "attention_dropout")):
         if getattr(args, flag, None) is not None:
             values[key] = getattr(args, flag)
     if getattr(args, "input_shape", None):
@@ -140,7 +147,7 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
     elif problem.input_shape != default_input_shape(problem.model, problem.seq_len):
         parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
     for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch",
-                "task", "seq_len"):
+                "task", "seq_len", "max_predictions", "attention_dropout"):
         if getattr(problem, key) != getattr(defaults, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
     if problem.host_memory_gb != defaults.host_memory_gb:

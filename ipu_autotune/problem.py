@@ -89,6 +89,11 @@ class Problem:
     task: str = ""
     seq_len: int = 0
     inputs: tuple[str, ...] = ()
+    # Masked LM as Graphcore pretrains BERT: the head sees only this many gathered positions
+    # per sequence (0: every position, transformers' own BertForMaskedLM).
+    max_predictions: int = 0
+    # Dropout on the attention probabilities of an hf: model (None: its checkpoint's own).
+    attention_dropout: float | None = None
 
     def __post_init__(self) -> None:
         if self.model.startswith("hf:"):
@@ -98,7 +103,11 @@ class Problem:
             object.__setattr__(self, "seq_len", self.seq_len or DEFAULT_SEQ_LEN)
             hf.check_seq_len(self.model, self.seq_len)
             object.__setattr__(self, "input_shape", (self.seq_len,))
-        elif self.task or self.seq_len:
+            hf.check_max_predictions(self.model, self.task, self.seq_len, self.max_predictions)
+            hf.check_attention_dropout(self.model, self.attention_dropout)
+        elif self.max_predictions or self.attention_dropout is not None:
+            raise UsageError(f"model '{self.model}': --max-predictions and --attention-dropout are for hf: models")
+        if not self.model.startswith("hf:") and (self.task or self.seq_len):
             raise UsageError(f"model '{self.model}': --task and --seq-len are for hf: models; "
                              "describe a factory's inputs with --input NAME:SHAPE:DTYPE")
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -110,6 +119,12 @@ class Problem:
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
 
     @property
+    def hf_options(self) -> tuple:
+        """What the hf: model builder takes beyond name and task, as (key, value) pairs, set ones only."""
+        return tuple((k, v) for k, v in (("max_predictions", self.max_predictions or None),
+                                         ("attention_dropout", self.attention_dropout)) if v is not None)
+
+    @property
     def token_inputs(self) -> bool:
         """Integer token ids (hf: models), not images: no 8-bit image I/O, no image size."""
         return self.model.startswith("hf:")
@@ -117,11 +132,11 @@ class Problem:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["input_shape"] = list(self.input_shape)
-        for key in ("global_batch", "host_float_sample_s", "host_uint8_sample_s"):
+        for key in ("global_batch", "host_float_sample_s", "host_uint8_sample_s", "attention_dropout"):
             if d[key] is None:
                 del d[key]
         # Image problems keep the dict they always had.
-        for key in ("task", "seq_len", "inputs"):
+        for key in ("task", "seq_len", "inputs", "max_predictions"):
             if not d[key]:
                 del d[key]
         if "inputs" in d:
@@ -202,6 +217,9 @@ class Config:
     loader_mode: str = "sync"  # poptorch.DataLoaderMode: sync | async
     loader_workers: int = 0  # poptorch.DataLoader num_workers
     micro_batch: int | None = None  # None: the problem's batch_size (the knob is off by default)
+    # The vocabulary projection as this many serialised matmuls (optimum-graphcore's
+    # embedding_serialization_factor; 1: one matmul). hf: models with a vocabulary head only.
+    embedding_serialization: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "splits", tuple(self.splits))
@@ -249,6 +267,8 @@ class Config:
             d[key] = list(d[key])
         if d["micro_batch"] is None:
             del d["micro_batch"]
+        if d["embedding_serialization"] == 1:  # configs without a vocabulary keep their dict
+            del d["embedding_serialization"]
         return d
 
     @classmethod

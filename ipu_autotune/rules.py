@@ -130,6 +130,25 @@ def _eight_bit_needs_images(p: Problem, c: Config) -> str | None:
     return None
 
 
+def _embedding_serialization(p: Problem, c: Config) -> str | None:
+    """A factor splits the vocabulary projection's output channels: PopART refuses one that
+    does not divide them (willow/src/op/matmul.cpp, MatMulOp::setup: "Invalid serialisation
+    factor ... should be a multple of the serialisation factor")."""
+    if c.embedding_serialization == 1:
+        return None
+    from .models import hf
+
+    found = hf.vocabulary_projection(p.model, p.task) if hf.is_hf(p.model) else None
+    if found is None:
+        return (f"embedding_serialization {c.embedding_serialization} needs an hf: model whose head projects "
+                "onto the vocabulary (masked-lm, causal-lm, seq2seq-lm); set embedding_serialization = 1")
+    if found[1] % c.embedding_serialization:
+        usable = ", ".join(map(str, hf.serialization_factors(p.model, p.task)))
+        return (f"embedding_serialization {c.embedding_serialization} does not divide the {found[1]:,}-word "
+                f"vocabulary; use one of {usable}")
+    return None
+
+
 def _state_location_needs_state(p: Problem, c: Config) -> str | None:
     # PopTorch optim.SGD docstring: with use_combined_accum the optimizer state location
     # settings have no effect, so neither knob changes what runs.
@@ -209,6 +228,7 @@ CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _sharding_needs_replicas,
     _pipeline_recompute,
     _state_location_needs_state,
+    _embedding_serialization,
     _global_batch,
     _micro_batch,
     _global_batch_ceiling,

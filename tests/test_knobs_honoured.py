@@ -210,3 +210,18 @@ def test_snippet_comments_cannot_contradict_its_code():
     followed = Config(precision="16.16", loss_scaling="auto", partials="half", stochastic_rounding=True)
     text = export.render("python", p, followed, notes=numerics_notes(advice, followed))
     assert "loss scaling automatic: gradients underflow" in text and "starting at 128" in text
+
+
+def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch, tmp_path):
+    """hf: masked LM drawn from transformer.toml, whose knobs include embedding_serialization,
+    plus the same with the other factor: what the fake PopTorch rebuilds from the snippet's
+    serializedMatMul calls equals the config, factor included."""
+    p = Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=32, ipus=4)
+    profile = profile_for(p)
+    space = SearchSpace.load(p, builtin_space_path("transformer"))
+    rng = random.Random(12)
+    cases = [space.sample(_RandomAnswers(rng), p, profile) for _ in range(3)]
+    cases.append(cases[0].replace(embedding_serialization=3 - cases[0].embedding_serialization))
+    assert {c.embedding_serialization for c in cases} == {1, 2}
+    for i, c in enumerate(cases):
+        assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"bert masked-lm {i}")

@@ -69,7 +69,7 @@ def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> tuple
         "auto_loss_scaling": c.loss_scaling == "auto",
         "matmul_proportion": list(c.available_memory_proportion),
         "enable_half_partials": c.half_compute and c.partials == "half",
-        "embedding_serialization_factor": int(getattr(c, "embedding_serialization_factor", 1)),
+        "embedding_serialization_factor": c.embedding_serialization,
         "recompute_checkpoint_every_layer": every_layer,
     }
     assert set(out) <= IPU_CONFIG_FIELDS

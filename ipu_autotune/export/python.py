@@ -13,6 +13,7 @@ import math
 from .. import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
 from ..rules import MODULE_PATH, tied_head_blocks
+from .serialization import SERIALIZED_PROJECTION, serialization_lines
 
 # PopART RecomputationType (popart sessionoptions.hpp).
 RECOMPUTATION_TYPE = {"none": 0, "standard": 1, "norm_only": 2, "pipeline": 3, "all": 4}
@@ -263,7 +264,34 @@ _TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
 '''
 
 
+# --max-predictions: Graphcore's pretraining model (models/masked_tokens.py, the same ops):
+# the encoder over every position, the head over the gathered masked ones.
+_MASKED_TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
+    """Masked LM on {n} gathered positions per sequence, as Graphcore pretrains BERT: labels are
+    the masked tokens' ids (batch x {n}), masked_lm_positions where they sit (batch x {n})."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = annotate(model)
+
+    def forward(self, input_ids, attention_mask, masked_lm_positions, labels):
+        hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
+        # A one-hot matmul, as optimum-graphcore's OnehotGather: its gradient is a matmul too.
+        one_hot = torch.nn.functional.one_hot(masked_lm_positions, hidden.shape[1]).to(hidden.dtype)
+        logits = self.model.{head}(torch.matmul(one_hot.detach(), hidden))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+'''
+
+
 def _token_model(problem: Problem) -> str:
+    if problem.max_predictions:
+        from ..models import hf
+        from ..models.masked_tokens import HEADS
+
+        head = HEADS[hf.architecture(problem.model).family]
+        return _MASKED_TOKEN_MODEL.format(n=problem.max_predictions, head=head)
     labels = ["start_positions", "end_positions"] if problem.task == "question-answering" else ["labels"]
     return _TOKEN_MODEL.format(labels=" and ".join(labels),
                                label_args=", ".join(f"{n}=None" for n in labels),
@@ -309,6 +337,17 @@ def tied_head_lines(problem: Problem, config: Config) -> list[str]:
             for p in tied_head_blocks(problem)]
 
 
+def model_check_lines(problem: Problem) -> list[str]:
+    """What the estimate assumed of the user's model that the code cannot set: checked."""
+    if problem.attention_dropout is None:
+        return []
+    from ..models.hf import attention_dropout_key
+
+    key = attention_dropout_key(problem.model)
+    return [f"assert model.config.{key} == {problem.attention_dropout!r}, "
+            f"\"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): set {key}\""]
+
+
 def render_snippet(problem: Problem, config: Config, summary: str = "",
                    base_global_batch: int | None = None) -> str:
     from ..host import pipeline
@@ -331,12 +370,15 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     )
     if config.eight_bit_io:
         source += _EIGHT_BIT
+    if config.embedding_serialization != 1:
+        source += SERIALIZED_PROJECTION
     heads = tied_head_lines(problem, config)
+    annotations = model_check_lines(problem) + annotate_lines(config) + heads + serialization_lines(problem, config)
     options = options_lines(config)
     if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
         options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]
     source += _BODY.format(
-        annotate="\n" + _indent(annotate_lines(config) + heads) if annotate_lines(config) + heads else "",
+        annotate="\n" + _indent(annotations) if annotations else "",
         wrapped=wrapped,
         options="\n" + _indent(options) if options else "",
         lr=lr,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import UsageError
 
@@ -108,8 +109,40 @@ def check_seq_len(name: str, seq_len: int) -> None:
         raise UsageError(f"{name}: --seq-len {seq_len} exceeds its {limit} position embeddings; use {limit} or less")
 
 
-def build_hf_model(name: str, task: str, num_labels: int, device="meta"):
-    """The model with the task's head, randomly initialised on `device`, in training mode."""
+def check_max_predictions(name: str, task: str, seq_len: int, max_predictions: int) -> None:
+    from .masked_tokens import HEADS
+
+    if not max_predictions:
+        return
+    family = architecture(name).family
+    if task != "masked-lm" or family not in HEADS:
+        raise UsageError(f"{name}: --max-predictions gathers masked tokens for --task masked-lm on "
+                         f"{', '.join(HEADS)} models; drop it for {task}")
+    if max_predictions > seq_len:
+        raise UsageError(f"{name}: --max-predictions {max_predictions} exceeds --seq-len {seq_len}; "
+                         "use at most one per token")
+
+
+#: the config key of each family's dropout on the attention probabilities
+ATTENTION_DROPOUT_KEYS = {"bert": "attention_probs_dropout_prob", "roberta": "attention_probs_dropout_prob",
+                          "distilbert": "attention_dropout", "gpt2": "attn_pdrop"}
+
+
+def check_attention_dropout(name: str, attention_dropout: float | None) -> None:
+    family = architecture(name).family
+    if attention_dropout is not None and family not in ATTENTION_DROPOUT_KEYS:
+        raise UsageError(f"{name}: {family} has no separate attention dropout; drop --attention-dropout")
+
+
+def attention_dropout_key(name: str) -> str:
+    return ATTENTION_DROPOUT_KEYS[architecture(name).family]
+
+
+def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_predictions: int = 0,
+                   attention_dropout: float | None = None):
+    """The model with the task's head, randomly initialised on `device`, in training mode.
+    `max_predictions`: the masked-LM head runs on gathered positions (models/masked_tokens.py);
+    `attention_dropout`: the dropout on attention probabilities, when not the checkpoint's."""
     import torch
     import transformers
 
@@ -121,6 +154,8 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta"):
         setattr(config, key, value)
     if task == "sequence-classification":
         config.num_labels = num_labels
+    if attention_dropout is not None:  # Graphcore pretrains BERT without it (configs_pretraining.yml)
+        setattr(config, attention_dropout_key(name), attention_dropout)
     # Eager attention: the exact ops PopTorch traces, and no data-dependent mask shortcuts.
     config._attn_implementation = "eager"
     with torch.device(device):
@@ -128,7 +163,37 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta"):
     if arch.family in ("t5", "mt5"):
         # T5's encoder and decoder always share one embedding (`shared`), tied head or not.
         model.set_input_embeddings(model.get_input_embeddings())
+    if max_predictions:
+        from .masked_tokens import gather_before_head
+
+        model = gather_before_head(model)
     return model.train()
+
+
+#: tasks whose head projects onto the vocabulary (the output embedding)
+VOCABULARY_TASKS = ("masked-lm", "causal-lm", "seq2seq-lm")
+#: embedding_serialization values the transformer space offers (optimum-graphcore's
+#: embedding_serialization_factor); a value must divide the vocabulary (rules.py)
+SERIALIZATION_FACTORS = (1, 2, 4, 8)
+
+
+@lru_cache(maxsize=16)
+def vocabulary_projection(name: str, task: str) -> tuple[str, int] | None:
+    """(module path, vocabulary size) of the task head's projection onto the vocabulary,
+    which `embedding_serialization` splits; None when the head has none."""
+    task = resolve_task(name, task)
+    if task not in VOCABULARY_TASKS:
+        return None
+    model = build_hf_model(name, task, 2)
+    head = model.get_output_embeddings()
+    path = next(p for p, m in model.named_modules() if m is head)
+    return path, head.weight.shape[0]
+
+
+def serialization_factors(name: str, task: str) -> tuple[int, ...]:
+    """The factors the vocabulary divides into (1 alone: nothing to serialise)."""
+    found = vocabulary_projection(name, task) if is_hf(name) else None
+    return tuple(f for f in SERIALIZATION_FACTORS if found and found[1] % f == 0) or (1,)
 
 
 def layer_count(name: str) -> int:

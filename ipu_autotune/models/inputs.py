@@ -88,17 +88,22 @@ def parse_inputs(values) -> tuple[str, ...]:
     return tuple(str(s) for s in specs)
 
 
-def hf_inputs(family: str, task: str, seq_len: int) -> tuple[InputSpec, ...]:
+def hf_inputs(family: str, task: str, seq_len: int, max_predictions: int = 0) -> tuple[InputSpec, ...]:
     ids = InputSpec("input_ids", (seq_len,), "int64")
     mask = InputSpec("attention_mask", (seq_len,), "int64")
+    if max_predictions:  # Graphcore's pretraining input: where the masked tokens are
+        return (ids, mask, InputSpec("masked_lm_positions", (max_predictions,), "int64"))
     return (ids, mask)
 
 
-def hf_labels(task: str, batch: int, seq_len: int, device="meta") -> dict[str, torch.Tensor]:
-    """The targets each task's loss takes, as `transformers` names them."""
+def hf_labels(task: str, batch: int, seq_len: int, device="meta", max_predictions: int = 0) -> dict[str, torch.Tensor]:
+    """The targets each task's loss takes, as `transformers` names them (with gathered
+    masked tokens, the ids of those tokens only)."""
     def zeros(*shape):
         return torch.zeros(shape, dtype=torch.int64, device=device)
 
+    if task == "masked-lm" and max_predictions:
+        return {"labels": zeros(batch, max_predictions)}
     if task in ("masked-lm", "causal-lm", "seq2seq-lm"):
         return {"labels": zeros(batch, seq_len)}
     if task == "question-answering":
@@ -113,7 +118,8 @@ def problem_inputs(problem) -> tuple[InputSpec, ...]:
     if problem.inputs:
         return tuple(parse_input(s) for s in problem.inputs)
     if hf.is_hf(problem.model):
-        return hf_inputs(hf.architecture(problem.model).family, problem.task, problem.seq_len)
+        return hf_inputs(hf.architecture(problem.model).family, problem.task, problem.seq_len,
+                         problem.max_predictions)
     return ()
 
 
@@ -123,5 +129,5 @@ def sample_batch(problem, batch: int, device="meta") -> dict[str, torch.Tensor]:
 
     kwargs = {s.name: s.tensor(batch, device) for s in problem_inputs(problem)}
     if hf.is_hf(problem.model):
-        kwargs.update(hf_labels(problem.task, batch, problem.seq_len, device))
+        kwargs.update(hf_labels(problem.task, batch, problem.seq_len, device, problem.max_predictions))
     return kwargs

@@ -68,13 +68,13 @@ def _factory(name: str):
 
 
 def build_model(name: str, num_classes: int, device: str | torch.device = "meta",
-                task: str = "") -> nn.Module:
+                task: str = "", **hf_options) -> nn.Module:
     """The user's model, with its own initialisation, in training mode, on `device`."""
     check_model_name(name)
     if name.startswith("hf:"):
         from .hf import build_hf_model
 
-        return build_hf_model(name, task, num_classes, device)
+        return build_hf_model(name, task, num_classes, device, **hf_options)
     factory = _factory(name)
     try:
         with torch.device(device):

@@ -19,7 +19,7 @@ KNOBS = (
     "ipus_per_replica", "replicas", "execution", "splits", "recompute", "checkpoint_every",
     "available_memory_proportion", "optimizer_offload", "replicated_tensor_sharding",
     "gradient_accumulation", "device_iterations", "eight_bit_io", "io_tiles",
-    "loader_mode", "loader_workers", "micro_batch",
+    "loader_mode", "loader_workers", "micro_batch", "embedding_serialization",
 )
 _ALLOWED_VALUES: dict[str, tuple] = {
     "precision": PRECISIONS, "partials": PARTIALS, "optimizer_state": STATE_DTYPES,
@@ -27,7 +27,7 @@ _ALLOWED_VALUES: dict[str, tuple] = {
 }
 _BOOLS = ("stochastic_rounding", "optimizer_offload", "replicated_tensor_sharding", "eight_bit_io")
 _INTS = ("ipus_per_replica", "replicas", "checkpoint_every", "gradient_accumulation",
-         "device_iterations", "io_tiles", "loader_workers", "micro_batch")
+         "device_iterations", "io_tiles", "loader_workers", "micro_batch", "embedding_serialization")
 #: micro-batches `micro_batch = "search"` tries (powers of two)
 MICRO_BATCH_SEARCH = tuple(2 ** i for i in range(10))
 

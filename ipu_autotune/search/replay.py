@@ -40,6 +40,7 @@ def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
         "gradient_accumulation": c.gradient_accumulation, "device_iterations": c.device_iterations,
         "eight_bit_io": c.eight_bit_io, "io_tiles": c.io_tiles,
         "loader_mode": c.loader_mode, "loader_workers": c.loader_workers, "micro_batch": c.micro_batch,
+        "embedding_serialization": c.embedding_serialization,
     }
     for i, a in enumerate(c.available_memory_proportion):
         wanted[f"available_memory_proportion_ipu{i}"] = a

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..models import partition
+from ..models.hf import serialization_factors
 from ..models.trace import ModelProfile
 from ..host import pipeline as host
 from ..problem import Config, Problem, effective_recompute
@@ -227,6 +228,10 @@ class SearchSpace:
                 execution = "sharded"
         loader_mode = s.ask("loader_mode")
         loader_workers = s.ask("loader_workers")
+        # Only factors that divide the vocabulary of a head that has one (rules.py).
+        usable = set(serialization_factors(problem.model, problem.task))
+        serialization = s.choose("embedding_serialization",
+                                 [f for f in s.values("embedding_serialization") if f in usable] or [1])
 
         config = Config(
             precision=precision, partials=partials, stochastic_rounding=stochastic_rounding,
@@ -236,7 +241,7 @@ class SearchSpace:
             replicated_tensor_sharding=rts, gradient_accumulation=int(accumulation),
             device_iterations=int(device_iterations), eight_bit_io=eight_bit_io, io_tiles=int(io_tiles),
             loader_mode=loader_mode, loader_workers=int(loader_workers),
-            micro_batch=None if mb == problem.batch_size else mb,
+            micro_batch=None if mb == problem.batch_size else mb, embedding_serialization=int(serialization),
         )
         return self._within_one_call(problem, config)
 

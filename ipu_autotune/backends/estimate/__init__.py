@@ -10,6 +10,7 @@ from ..targets import get_target
 from .constants import NOMINAL, EstimatorConstants
 from .layout import stages
 from .memory import stage_memory
+from .serialization import serialize_projection
 from .timing import timing
 
 
@@ -53,7 +54,7 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
     tile leaves that fraction of the tile free, a margin for the model's own error."""
     target = get_target(problem.target)
     k = constants
-    layout = stages(profile, config)
+    layout = serialize_projection(problem, config, profile, stages(profile, config))
     n = len(layout)
     memories = [stage_memory(problem, config, s, n, target, k) for s in layout]
     time = timing(problem, config, layout, target, k)

@@ -166,7 +166,10 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
         from ...models.zoo import build_model
 
         log(f"building {problem.model} on the CPU")
-        model = build_model(problem.model, problem.num_classes, device="cpu", task=problem.task)
+        # The user's model as the problem describes it (its attention dropout); the masked-token
+        # gather of --max-predictions is the snippet's TrainingModel's, not the model's.
+        described = {k: v for k, v in problem.hf_options if k == "attention_dropout"}
+        model = build_model(problem.model, problem.num_classes, device="cpu", task=problem.task, **described)
         ns = load_snippet(request["snippet_path"])
         result["phase"] = "annotate"  # from here on, a failure is the configuration's
         model = ns["TrainingModel"](model)

@@ -16,12 +16,13 @@ from .enums import (
     DataLoaderMode,
     HalfFloatCastingBehavior,
     Liveness,
+    MatMulSerializationMode,
     MeanReductionStrategy,
     OutputMode,
     ReductionType,
     SyncPattern,
 )
-from .ops import BeginBlock, recomputationCheckpoint, removeBlocks
+from .ops import BeginBlock, recomputationCheckpoint, removeBlocks, serializedMatMul
 from .options import (
     Options,
     PipelinedExecution,
@@ -51,9 +52,9 @@ def setLogLevel(level) -> None:
 
 __all__ = [
     "AutoStage", "BeginBlock", "CommGroupType", "ConnectionType", "DataLoader", "DataLoaderMode", "Error",
-    "HalfFloatCastingBehavior", "Liveness", "MeanReductionStrategy", "Options", "OutputMode",
+    "HalfFloatCastingBehavior", "Liveness", "MatMulSerializationMode", "MeanReductionStrategy", "Options", "OutputMode",
     "PipelinedExecution", "PoplarExecutor", "RecoverableError", "ReductionType", "ShardedExecution",
     "Stage", "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "createPoptorchError",
     "enums", "ipuHardwareIsAvailable", "ipuHardwareVersion", "isWrapped", "optim",
-    "recomputationCheckpoint", "removeBlocks", "setLogLevel", "trainingModel",
+    "recomputationCheckpoint", "removeBlocks", "serializedMatMul", "setLogLevel", "trainingModel",
 ]

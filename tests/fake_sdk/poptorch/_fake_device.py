@@ -42,7 +42,7 @@ from ipu_autotune.models.trace import trace_module
 from ipu_autotune.problem import Config, Problem
 
 from . import enums, optim
-from .ops import block_annotations, checkpointed_modules
+from .ops import block_annotations, checkpointed_modules, serialized_matmuls
 from .options import ShardedExecution
 from .poptorch_core import Error, attached_ipus, throw
 
@@ -262,8 +262,10 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
 
     meta_args = [on_meta(t) for t in args]
     types = PopTorchTypes()
+    serialized_matmuls.clear()
     with types, jit_like_tracing():  # PopTorch traces with torch.jit, as transformers can tell
         logits, loss = _outputs(meta(*meta_args))
+    factors = {f for mode, f in serialized_matmuls if mode == enums.MatMulSerializationMode.OutputChannels}
     if loss is None:
         raise throw(Error, "poptorch_py_error", "The model must return a loss (a scalar) in training")
     compute = types.heavy.most_common(1)[0][0] if types.heavy else torch.float32
@@ -316,6 +318,7 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
         device_iterations=di,
         eight_bit_io=not named and x.dtype == torch.uint8,
         io_tiles=opts.TensorLocations._values.get("numIOTiles", 0),
+        embedding_serialization=max(factors, default=1),
     )
 
     # The FP32 trace the estimator expects; promotion keeps casts from breaking float weights.

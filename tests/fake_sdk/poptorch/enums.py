@@ -64,3 +64,11 @@ class Liveness(enum.IntEnum):
 class AutoStage(enum.IntEnum):
     SameAsIpu = 0
     AutoIncrement = 1
+
+
+class MatMulSerializationMode(enum.Enum):
+    """Which dimension of a serialised matmul is split (python/enums.py)."""
+    InputChannels = "input_channels"
+    ReducingDim = "reducing_dim"
+    OutputChannels = "output_channels"
+    Disabled = "none"

@@ -11,6 +11,8 @@ from ._impl import createPoptorchError
 
 #: set by the fake compiler while it probes hooks: how many checkpoints were taken
 _checkpoint_calls: list[int] = []
+#: (mode, factor) of every serializedMatMul the traced forward called, for the fake compiler
+serialized_matmuls: list[tuple] = []
 
 
 class _BlockHook:
@@ -54,6 +56,22 @@ def recomputationCheckpoint(*tensors: List[torch.Tensor]):
     if _checkpoint_calls:
         _checkpoint_calls[-1] += len(out)
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def serializedMatMul(lhs, rhs, mode, factor=0, keep_precision=False):
+    """python/ops.py: asserts its argument types, then an ordinary matmul annotated for PopART
+    (which refuses a factor that does not divide the split dimension, willow MatMulOp::setup)."""
+    from .enums import MatMulSerializationMode
+
+    assert isinstance(keep_precision, bool)
+    assert isinstance(factor, int)
+    assert isinstance(mode, MatMulSerializationMode)
+    if mode == MatMulSerializationMode.OutputChannels and factor and rhs.shape[-1] % factor:
+        raise createPoptorchError(f"Invalid serialisation factor {factor} for output channels dim "
+                                  f"{rhs.shape[-1]}. output_channels dim should be a multple of the "
+                                  "serialisation factor")
+    serialized_matmuls.append((mode, factor))
+    return torch.matmul(lhs, rhs)
 
 
 def block_annotations(model: torch.nn.Module) -> list[tuple[str, _BlockHook]]:

@@ -1,0 +1,134 @@
+"""embedding_serialization: the vocabulary projection as serialised matmuls, from the rules and
+the transformer space through the estimate to the PopTorch code and the IPUConfig export."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from ipu_autotune.backends.estimate import EstimateBackend
+from ipu_autotune.export.ipu_config import ipu_config
+from ipu_autotune.export.python import render_snippet
+from ipu_autotune.models.hf import build_hf_model
+from ipu_autotune.models.trace import profile_for
+from ipu_autotune.problem import Config, Problem
+from ipu_autotune.rules import violations
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study import _RandomAnswers
+
+BERT_MLM = Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=128)
+T5 = Problem("hf:t5-small", 2, task="seq2seq-lm", seq_len=128)
+PIPELINE = Config(precision="16.16", ipus_per_replica=4, gradient_accumulation=16,
+                  splits=("bert.encoder.layer.0", "bert.encoder.layer.4", "bert.encoder.layer.8"))
+
+
+@pytest.mark.parametrize("problem, factor, message", [
+    (BERT_MLM, 4, "does not divide the 30,522-word vocabulary; use one of 1, 2"),
+    (Problem("hf:bert-base-uncased", 4, task="question-answering"), 2, "projects onto the vocabulary"),
+    (Problem("resnet18", 4), 2, "needs an hf: model"),
+    (Problem("hf:gpt2", 1, task="causal-lm"), 2, "50,257-word vocabulary; use one of 1"),
+])
+def test_rules_refuse_a_factor_where_popart_would(problem, factor, message):
+    found = violations(problem, Config(embedding_serialization=factor))
+    assert found and message in found[0]
+
+
+def test_rules_accept_dividing_factors():
+    assert violations(BERT_MLM, Config(embedding_serialization=2)) == []
+    assert violations(T5, Config(embedding_serialization=8)) == []
+
+
+@pytest.mark.parametrize("problem, expected", [
+    (BERT_MLM, {1, 2}), (T5, {1, 2, 4, 8}),
+    (Problem("hf:bert-base-uncased", 4, task="question-answering"), {1}),
+    (Problem("vit_b_16", 2), {1}),
+])
+def test_the_transformer_space_searches_only_factors_that_apply(problem, expected):
+    space = SearchSpace.load(problem)
+    profile = profile_for(problem)
+    rng = random.Random(3)
+    seen = {space.sample(_RandomAnswers(rng), problem, profile).embedding_serialization for _ in range(60)}
+    assert seen == expected
+
+
+def test_cnn_space_never_serialises():
+    problem = Problem("resnet18", 4)
+    space = SearchSpace.load(problem)
+    rng = random.Random(0)
+    assert {space.sample(_RandomAnswers(rng), problem, profile_for(problem)).embedding_serialization
+            for _ in range(20)} == {1}
+
+
+def test_the_estimate_splits_the_projection_temporaries_not_its_weights():
+    backend = EstimateBackend()
+    plain = backend.measure(BERT_MLM, PIPELINE)
+    two = backend.measure(BERT_MLM, PIPELINE.replace(embedding_serialization=2))
+    head = plain.breakdown[0]  # the tied MLM head runs on IPU0 with the embedding
+    assert two.breakdown[0]["temporary"] < head["temporary"]
+    for category in ("weights", "optimizer", "gradients", "stash"):
+        assert two.breakdown[0][category] == head[category]
+    assert two.breakdown[1:] == plain.breakdown[1:]  # the encoder IPUs are untouched
+
+
+def test_m21_head_ipu_shrinks_with_each_factor_but_stays_out_of_memory():
+    """mT5's untied 250112-word head alone on IPU3: serialising shrinks its temporaries only;
+    its on-chip AdamW state still overflows (optimum's notebook also moved state off chip)."""
+    problem = Problem("hf:mt5-small", 1, task="seq2seq-lm", seq_len=128, optimizer="adamw", ipus=4)
+    config = Config(precision="16.32", ipus_per_replica=4, gradient_accumulation=16,
+                    splits=("encoder.block.0", "decoder.block.0", "lm_head"))
+    tiles = [EstimateBackend().measure(problem, config.replace(embedding_serialization=f)).max_tile_bytes[3]
+             for f in (1, 2, 4, 8)]
+    assert tiles == sorted(tiles, reverse=True) and tiles[0] > tiles[-1]
+    assert not EstimateBackend().measure(problem, config.replace(embedding_serialization=8)).feasible
+
+
+def test_config_key_round_trips_and_old_configs_keep_their_dict():
+    assert "embedding_serialization" not in Config().to_dict()
+    c = Config(embedding_serialization=2)
+    assert Config.from_dict(c.to_dict()) == c
+
+
+def test_ipu_config_export_carries_the_factor():
+    config = PIPELINE.replace(embedding_serialization=2)
+    exported, _notes = ipu_config(BERT_MLM, config, profile_for(BERT_MLM))
+    assert exported["embedding_serialization_factor"] == 2
+
+
+def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_the_same_loss():
+    """Config -> snippet -> fake PopTorch: the factor PopTorch receives is the config's, in
+    OutputChannels mode, and the serialised projection gives the plain model's loss."""
+    from conftest_fake_sdk import fake_sdk
+
+    torch.manual_seed(0)
+    config = PIPELINE.replace(precision="32.32", embedding_serialization=2)
+    snippet = render_snippet(BERT_MLM, config)
+    assert "poptorch.serializedMatMul" in snippet
+    model = build_hf_model(BERT_MLM.model, "masked-lm", 2, device="cpu").eval()
+    ids = torch.randint(0, 30522, (2, 12))
+    mask, labels = torch.ones_like(ids), torch.randint(0, 30522, (2, 12))
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    with fake_sdk() as poptorch:
+        from poptorch import ops
+
+        ns: dict = {}
+        exec(compile(snippet, "best_options.py", "exec"), ns)
+        training = ns["TrainingModel"](model)
+        ops.serialized_matmuls.clear()
+        with torch.no_grad():
+            loss = training(ids, mask, labels)
+        assert ops.serialized_matmuls == [(poptorch.MatMulSerializationMode.OutputChannels, 2)]
+        # the tie survives: the projection still reads the input embedding's weight
+        assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
+
+
+def test_the_fake_refuses_a_factor_that_does_not_divide_like_popart():
+    from conftest_fake_sdk import fake_sdk
+
+    with fake_sdk() as poptorch:
+        with pytest.raises(poptorch.Error, match="Invalid serialisation factor 4"):
+            poptorch.serializedMatMul(torch.zeros(2, 8), torch.zeros(8, 30522),
+                                      poptorch.MatMulSerializationMode.OutputChannels, 4)
