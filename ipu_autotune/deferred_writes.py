@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from optuna.distributions import BaseDistribution, distribution_to_json
+from optuna.distributions import BaseDistribution, check_distribution_compatibility, distribution_to_json
 from optuna.storages._cached_storage import _CachedStorage
 from optuna.trial import FrozenTrial, TrialState
 
@@ -51,9 +51,7 @@ class _Held:
         return bool(self.params or self.user_attrs or self.system_attrs)
 
     def merged(self, trial: FrozenTrial) -> FrozenTrial:
-        """`trial` as it will be once these writes are in."""
-        if not self:
-            return trial
+        """`trial` as it will be once these writes are in (a copy: callers may change it)."""
         t = copy.copy(trial)
         t.params = {**t.params, **{k: d.to_external_repr(v) for k, (v, d) in self.params.items()}}
         t.distributions = {**t.distributions, **{k: d for k, (_, d) in self.params.items()}}
@@ -154,8 +152,49 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
     def __init__(self, backend) -> None:
         super().__init__(backend)
         self._held_init()
+        #: the trials this process runs, as it last read or wrote them: Optuna reads a running
+        #: trial from the database at every `get_trial` (three a trial), though only this
+        #: process writes to it (another may only fail it as stale: its tell then fails)
+        self._own: dict[int, FrozenTrial] = {}
+        #: studies in which `ask` just created a trial: its `_pop_waiting_trial_id` read the
+        #: study a moment before, so the sampler's read that follows need not read it again
+        self._just_read: set[int] = set()
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        trial_id = super().create_new_trial(study_id, template_trial)
+        if template_trial is None:
+            with self._lock:
+                _, number = self._trial_id_to_study_id_and_number[trial_id]
+                self._own[trial_id] = self._studies[study_id].trials[number]
+                self._just_read.add(study_id)
+        return trial_id
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        with self._held_lock:
+            held = self._held.get(trial_id)
+            if held is None:
+                return _CachedStorage.get_trial(self, trial_id)
+            if trial_id not in self._own:
+                self._own[trial_id] = _CachedStorage.get_trial(self, trial_id)
+            return held.merged(self._own[trial_id])
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
+        self.flush()
+        with self._lock:
+            if study_id not in self._just_read or study_id not in self._studies:
+                fresh = False
+            else:
+                self._just_read.discard(study_id)
+                trials = sorted((t for t in self._studies[study_id].trials.values()
+                                 if states is None or t.state in states), key=lambda t: t.number)
+                fresh = True
+        if not fresh:
+            return _CachedStorage.get_all_trials(self, study_id, deepcopy=deepcopy, states=states)
+        return copy.deepcopy(trials) if deepcopy else trials
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values=None) -> bool:
+        with self._held_lock:
+            self._own.pop(trial_id, None)
         if state != TrialState.RUNNING:
             return super().set_trial_state_values(trial_id, state, values)
         from optuna.storages._rdb import models
@@ -183,22 +222,30 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
             study_id, _ = self._trial_id_to_study_id_and_number[trial_id]
             known = self._studies[study_id].param_distribution
             with _create_scoped_session(rdb.scoped_session) as session:
+                trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=state is not None)
+                rdb.check_trial_is_updatable(trial_id, trial.state)
                 for name, (value, dist) in held.params.items():
-                    rdb._set_trial_param_without_commit(session, trial_id, name, value, dist, known.get(name))
+                    if name not in known:  # the first time this process sees it: Optuna looks it up
+                        rdb._set_trial_param_without_commit(session, trial_id, name, value, dist)
+                        continue
+                    # as `_set_trial_param_without_commit` does, without looking the trial up again
+                    check_distribution_compatibility(known[name], dist)
+                    session.add(models.TrialParamModel(trial_id=trial_id, param_name=name, param_value=value,
+                                                       distribution_json=distribution_to_json(dist)))
                 for key, value in held.user_attrs.items():
                     rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
                 for key, value in held.system_attrs.items():
                     rdb._set_trial_attr_without_commit(session, models.TrialSystemAttributeModel, trial_id, key,
                                                        value)
                 if state is not None:  # as RDBStorage.set_trial_state_values does for a finished state
-                    trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
-                    rdb.check_trial_is_updatable(trial_id, trial.state)
                     for objective, v in enumerate(values or ()):
                         rdb._set_trial_value_without_commit(session, trial, objective, v)
                     trial.state = state
                     trial.datetime_complete = datetime.now()
             for name, (_, dist) in held.params.items():
                 known.setdefault(name, dist)
+        if state is None and trial_id in self._own:
+            self._own[trial_id] = held.merged(self._own[trial_id])
         return True
 
 

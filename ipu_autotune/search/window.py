@@ -6,12 +6,13 @@ constant liar (parallel workers) it reads every trial from the storage again, un
 self._constant_liar`). Both grow with the study: at 1,000 trials that is most of the
 tuner's own time. Here the sampler sees the most recent `window` finished trials plus the
 `keep_best` best feasible ones (so the "good" side of TPE never forgets the best region),
-finished trials come from the storage's cache and only RUNNING trials (the constant liar's
-lies) are read fresh. Below `window` finished trials it is exactly TPESampler.
+every trial comes from the study's read of the storage at the start of this ask (Optuna
+resets that cache at each ask), RUNNING ones (the constant liar's lies) included. Below
+`window` finished trials it is exactly TPESampler.
 
 Two more costs grew with the study, both once per ask rather than once per group of knobs
-(`group=True` calls `_sample` for each group, about 7 here): the window itself is built once
-per trial, RUNNING trials read once per trial; and the grouped search space
+(`group=True` calls `_sample` for each group, about 7 here): the window is built once per
+trial; and the grouped search space
 (`_GroupDecomposedSearchSpace.calculate`, which walks every finished trial at every ask) only
 adds the trials it has not seen. Its groups are kept between asks and adding a trial's
 distributions again changes nothing, so skipping seen trials gives the same groups.
@@ -64,9 +65,9 @@ class _WindowedStudy:
         states = tuple(states) if states is not None else tuple(TrialState)
         out = [t for t in self._finished if t.state in states]
         if TrialState.RUNNING in states:
-            if self._running is None:
-                self._running = self._study._storage.get_all_trials(self._study._study_id, deepcopy=False,
-                                                                    states=(TrialState.RUNNING,))
+            if self._running is None:  # this ask's read of the storage: as fresh as the ask
+                self._running = self._study._get_trials(deepcopy=False, states=(TrialState.RUNNING,),
+                                                        use_cache=True)
             out += self._running
         return out
 
