@@ -68,6 +68,18 @@ class DeferredTrialWrites:
         self._held: dict[int, _Held] = {}
         self._held_lock = threading.RLock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (as Optuna's storages are) without the lock, and without this process's
+        held writes and running trials: a copy elsewhere does not run them."""
+        state = super().__getstate__()
+        state.pop("_held_lock", None)
+        state.update({k: type(state[k])() for k in ("_held", "_own", "_just_read") if k in state})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._held_lock = threading.RLock()
+
     def _hold(self, trial_id: int) -> None:
         with self._held_lock:
             self._held.setdefault(trial_id, _Held())

@@ -220,3 +220,18 @@ def test_distributions_stay_checked_when_the_parameters_are_held(tmp_path):
         study._storage.flush(second._trial_id)
     assert CategoricalDistribution([1, 2]) == study.trials[0].distributions["c"]
     assert collections.Counter(t.state for t in study.trials)[TrialState.COMPLETE] == 1
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_pickled_storage_carries_no_held_writes(tmp_path, kind):
+    import pickle
+
+    url = _url(kind, tmp_path)
+    storage = open_storage(url)
+    study = optuna.create_study(storage=storage, study_name="pickled")
+    trial = study.ask()
+    trial.suggest_float("x", 0, 1)
+    copy = pickle.loads(pickle.dumps(storage))
+    study.tell(trial, 1.0)
+    seen = optuna.load_study(study_name="pickled", storage=copy).trials  # would flush a stale copy
+    assert [(t.state, t.params) for t in seen] == [(TrialState.COMPLETE, trial.params)]
