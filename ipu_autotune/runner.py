@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 
 from . import stop_signals
 from .backends.base import Backend, Measurement, failed
+from .deferred_writes import flush as flush_held
 from .models.trace import ModelProfile
 from .problem import Config, Problem
 from .rules import violations
@@ -140,6 +141,9 @@ class Runner:
         origin = "sampled"
         try:
             config, origin = self.config_for(trial)
+            # the sampled parameters in one write, before the measurement: other workers' constant
+            # liar and a stale-trial retry read them (the rest goes with the tell: deferred_writes.py)
+            flush_held(self.study._storage, trial._trial_id)
             found = violations(self.problem, config, self.profile.module_order)
             if found:
                 # Never reaches a backend. Only a user-written space or baseline can get here.

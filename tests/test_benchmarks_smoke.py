@@ -112,3 +112,14 @@ def test_estimator_speed_quick():
         assert 0 < number(r["estimate median ms"]) <= number(r["max ms"])
     assert re.search(r"^Target: one resnet101 estimate after tracing under 5 ms: median [\d.]+ ms", text, re.MULTILINE)
     assert len(table(text, "Ratios")) == 2
+
+
+@pytest.mark.slow
+def test_storage_writes_counts_both_storages():
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "storage_writes.py"), "--trials", "3"],
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "$ python benchmarks/storage_writes.py --trials 3" in out.stdout
+    found = dict(re.findall(r"^\s*(sqlite|journal): .* for 3 trials = ([\d.]+) per trial$", out.stdout, re.MULTILINE))
+    assert set(found) == {"sqlite", "journal"}, out.stdout
+    assert all(0 < float(v) <= 4.0 for v in found.values()), found

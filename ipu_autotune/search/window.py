@@ -6,15 +6,25 @@ constant liar (parallel workers) it reads every trial from the storage again, un
 self._constant_liar`). Both grow with the study: at 1,000 trials that is most of the
 tuner's own time. Here the sampler sees the most recent `window` finished trials plus the
 `keep_best` best feasible ones (so the "good" side of TPE never forgets the best region),
-finished trials come from the storage's cache and only RUNNING trials (the constant liar's
-lies) are read fresh. Below `window` finished trials it is exactly TPESampler.
+every trial comes from the study's read of the storage at the start of this ask (Optuna
+resets that cache at each ask), RUNNING ones (the constant liar's lies) included. Below
+`window` finished trials it is exactly TPESampler.
+
+Two more costs grew with the study, both once per ask rather than once per group of knobs
+(`group=True` calls `_sample` for each group, about 7 here): the window is built once per
+trial; and the grouped search space
+(`_GroupDecomposedSearchSpace.calculate`, which walks every finished trial at every ask) only
+adds the trials it has not seen. Its groups are kept between asks and adding a trial's
+distributions again changes nothing, so skipping seen trials gives the same groups.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Container, Sequence
 
 import optuna
+from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace, _SearchSpaceGroup
 from optuna.trial import FrozenTrial, TrialState
 
 #: finished trials TPE models at most (recent ones); the best are kept on top of these
@@ -29,11 +39,23 @@ def _feasible(t: FrozenTrial) -> bool:
         constraints is None or all(c <= 0 for c in constraints))
 
 
+def _window(finished: list[FrozenTrial], window: int, keep_best: int) -> list[FrozenTrial]:
+    if len(finished) <= window:
+        return finished
+    recent = finished[-window:]
+    best = sorted((t for t in finished[:-window] if _feasible(t)), key=lambda t: t.value, reverse=True)[:keep_best]
+    return sorted(best + recent, key=lambda t: t.number)
+
+
 class _WindowedStudy:
-    """The study as TPE's `_sample` sees it: a bounded slice of its trials."""
+    """The study as TPE's `_sample` sees it during one ask: a bounded slice of its trials,
+    built once, and the RUNNING trials read once."""
 
     def __init__(self, study: optuna.Study, window: int, keep_best: int):
-        self._study, self._window, self._keep_best = study, window, keep_best
+        self._study = study
+        finished = study._get_trials(deepcopy=False, states=_FINISHED, use_cache=True)
+        self._finished = _window(finished, window, keep_best)
+        self._running: list[FrozenTrial] | None = None
 
     def __getattr__(self, name):
         return getattr(self._study, name)
@@ -41,17 +63,29 @@ class _WindowedStudy:
     def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
                     use_cache: bool = False) -> list[FrozenTrial]:
         states = tuple(states) if states is not None else tuple(TrialState)
-        finished = [t for t in self._study._get_trials(deepcopy=False, states=_FINISHED, use_cache=True)
-                    if t.state in states]
-        if len(finished) > self._window:
-            recent = finished[-self._window:]
-            best = sorted((t for t in finished[:-self._window] if _feasible(t)),
-                          key=lambda t: t.value, reverse=True)[:self._keep_best]
-            finished = sorted(best + recent, key=lambda t: t.number)
+        out = [t for t in self._finished if t.state in states]
         if TrialState.RUNNING in states:
-            finished += self._study._storage.get_all_trials(self._study._study_id, deepcopy=False,
-                                                            states=(TrialState.RUNNING,))
-        return finished
+            if self._running is None:  # this ask's read of the storage: as fresh as the ask
+                self._running = self._study._get_trials(deepcopy=False, states=(TrialState.RUNNING,),
+                                                        use_cache=True)
+            out += self._running
+        return out
+
+
+class _IncrementalGroups(_GroupDecomposedSearchSpace):
+    """Optuna's grouped search space, adding each finished trial once (module docstring)."""
+
+    def __init__(self, include_pruned: bool):
+        super().__init__(include_pruned)
+        self._added: set[int] = set()
+
+    def calculate(self, study, use_cache: bool = False) -> _SearchSpaceGroup:
+        states = (TrialState.COMPLETE, TrialState.PRUNED) if self._include_pruned else (TrialState.COMPLETE,)
+        for trial in study._get_trials(deepcopy=False, states=states, use_cache=use_cache):
+            if trial.number not in self._added:  # finished: its distributions never change
+                self._search_space.add_distributions(trial.distributions)
+                self._added.add(trial.number)
+        return copy.deepcopy(self._search_space)
 
 
 class WindowedTPESampler(optuna.samplers.TPESampler):
@@ -60,18 +94,23 @@ class WindowedTPESampler(optuna.samplers.TPESampler):
     def __init__(self, *args, window: int = DEFAULT_WINDOW, keep_best: int = DEFAULT_KEEP_BEST, **kwargs):
         super().__init__(*args, **kwargs)
         self.window, self.keep_best = window, keep_best
+        if getattr(self, "_group_decomposed_search_space", None) is not None:
+            self._group_decomposed_search_space = _IncrementalGroups(include_pruned=True)
+        self._asked: tuple[int, _WindowedStudy] | None = None  # (trial number, its window)
+
+    def _windowed(self, study, trial: FrozenTrial) -> _WindowedStudy:
+        if self._asked is None or self._asked[0] != trial.number or self._asked[1]._study is not study:
+            self._asked = (trial.number, _WindowedStudy(study, self.window, self.keep_best))
+        return self._asked[1]
 
     def _sample(self, study, trial: FrozenTrial, search_space: dict) -> dict:
-        return super()._sample(_WindowedStudy(study, self.window, self.keep_best), trial, search_space)
+        return super()._sample(self._windowed(study, trial), trial, search_space)
+
+    def after_trial(self, study, trial: FrozenTrial, state: TrialState, values) -> None:
+        self._asked = None  # the next ask sees this trial finished
+        super().after_trial(study, trial, state, values)
 
 
 def trial_window(trials: Sequence[FrozenTrial], window: int, keep_best: int) -> list[FrozenTrial]:
     """What the sampler models of `trials` (for tests and the docs)."""
-    class _Fake:
-        _storage = None
-        _study_id = 0
-
-        def _get_trials(self, deepcopy=False, states=None, use_cache=True):
-            return [t for t in trials if t.state in (states or tuple(TrialState))]
-
-    return _WindowedStudy(_Fake(), window, keep_best)._get_trials(states=_FINISHED)
+    return _window([t for t in trials if t.state in _FINISHED], window, keep_best)

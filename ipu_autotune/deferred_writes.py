@@ -1,0 +1,287 @@
+"""A running trial's storage writes, held and written together: few writes per trial.
+
+Optuna writes each parameter (`Trial._suggest`), each trial attribute and the final state as
+its own storage operation: on SQLite each is a transaction with its own fsync, on a journal
+file each an append under the file lock with its own fsync. A trial of the default run made
+about 19 of them. Here the writes of a trial this process is running (created by `ask` or
+popped from the queue) are held in memory and written as one batch:
+
+- when the runner calls `flush(trial_id)`, right after the configuration is chosen (so other
+  workers see the running trial's parameters for the constant liar, and a stale-trial retry
+  copies them, during the long measurement);
+- together with the trial's final state (`study.tell`): the record, the constraint, the
+  value and the state in one write;
+- before any read of the whole study (`get_all_trials`), so this process never reads
+  behind its own writes; a read of the trial itself (`get_trial`) sees them merged in.
+
+That is Optuna's own promise for its cached storage (optuna/storages/_cached_storage.py,
+`_CachedStorage` docstring, "Data persistence": a trial's earlier writes are persisted
+before its state changes). What a process killed mid-trial loses is at most the writes of
+the few milliseconds between its ask and its flush; its trial is failed by the heartbeat.
+
+A batch is one SQL transaction (`DeferredCachedStorage`, calling the `_without_commit`
+helpers RDBStorage itself uses to create a trial from a template,
+optuna/storages/_rdb/storage.py `_get_prepared_new_trial`) or one `append_logs` call of
+the journal backend (`DeferredJournalWrites`, the same log records `JournalStorage` writes
+one at a time, optuna/storages/journal/_storage.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from optuna.distributions import BaseDistribution, check_distribution_compatibility, distribution_to_json
+from optuna.storages._cached_storage import _CachedStorage
+from optuna.trial import FrozenTrial, TrialState
+
+
+@dataclass
+class _Held:
+    """One trial's writes not yet in the storage."""
+
+    params: dict[str, tuple[float, BaseDistribution]] = field(default_factory=dict)
+    user_attrs: dict[str, Any] = field(default_factory=dict)
+    system_attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.params or self.user_attrs or self.system_attrs)
+
+    def merged(self, trial: FrozenTrial) -> FrozenTrial:
+        """`trial` as it will be once these writes are in (a copy: callers may change it)."""
+        t = copy.copy(trial)
+        t.params = {**t.params, **{k: d.to_external_repr(v) for k, (v, d) in self.params.items()}}
+        t.distributions = {**t.distributions, **{k: d for k, (_, d) in self.params.items()}}
+        t.user_attrs = {**t.user_attrs, **self.user_attrs}
+        t.system_attrs = {**t.system_attrs, **self.system_attrs}
+        return t
+
+
+class DeferredTrialWrites:
+    """Mixin for a storage class: holds the writes of the trials this process runs (module
+    docstring). The storage implements `_write_batch(trial_id, held, state, values)`."""
+
+    def _held_init(self) -> None:
+        self._held: dict[int, _Held] = {}
+        self._held_lock = threading.RLock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (as Optuna's storages are) without the lock, and without this process's
+        held writes and running trials: a copy elsewhere does not run them."""
+        state = super().__getstate__()
+        state.pop("_held_lock", None)
+        state.update({k: type(state[k])() for k in ("_held", "_own", "_just_read") if k in state})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._held_lock = threading.RLock()
+
+    def _hold(self, trial_id: int) -> None:
+        with self._held_lock:
+            self._held.setdefault(trial_id, _Held())
+
+    def flush(self, trial_id: int | None = None) -> None:
+        """Write the held writes of one trial (None: of every trial) in one batch each."""
+        with self._held_lock:
+            ids = list(self._held) if trial_id is None else [trial_id]
+            for tid in ids:
+                held = self._held.get(tid)
+                if held:
+                    self._held[tid] = _Held()
+                    self._write_batch(tid, held, None, None)
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
+                        distribution: BaseDistribution) -> None:
+        with self._held_lock:
+            if trial_id in self._held:
+                self._held[trial_id].params[param_name] = (param_value_internal, distribution)
+                return
+        super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        with self._held_lock:
+            if trial_id in self._held:
+                self._held[trial_id].user_attrs[key] = value
+                return
+        super().set_trial_user_attr(trial_id, key, value)
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        with self._held_lock:
+            if trial_id in self._held:
+                self._held[trial_id].system_attrs[key] = value
+                return
+        super().set_trial_system_attr(trial_id, key, value)
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        trial_id = super().create_new_trial(study_id, template_trial)
+        if template_trial is None:  # a trial `ask` runs here (a template is enqueued or added)
+            self._hold(trial_id)
+        return trial_id
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values=None) -> bool:
+        with self._held_lock:
+            held = self._held.pop(trial_id, None)
+            if held and state.is_finished():
+                return self._write_batch(trial_id, held, state, values)  # the trial's last write
+            if held:
+                self._write_batch(trial_id, held, None, None)
+            changed = super().set_trial_state_values(trial_id, state, values)
+            if state == TrialState.RUNNING and (changed or held is not None):
+                self._hold(trial_id)  # popped from the queue: this process runs it
+            return changed
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        with self._held_lock:
+            held = self._held.get(trial_id)
+            trial = super().get_trial(trial_id)
+            return held.merged(trial) if held else trial
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
+        self.flush()
+        return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+
+
+def flush(storage, trial_id: int) -> None:
+    """Write a running trial's held writes now (a no-op on storages that hold none)."""
+    if isinstance(storage, DeferredTrialWrites):
+        storage.flush(trial_id)
+
+
+class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
+    """Optuna's cached RDB storage, a held trial's writes in one transaction. Popping a queued
+    trial is one conditional UPDATE, so two workers cannot both pop it: RDBStorage reads the
+    state and then writes it (`set_trial_state_values`), and SQLite ignores its
+    `with_for_update`, so two workers could both see WAITING and both run the trial."""
+
+    def __init__(self, backend) -> None:
+        super().__init__(backend)
+        self._held_init()
+        #: the trials this process runs, as it last read or wrote them: Optuna reads a running
+        #: trial from the database at every `get_trial` (three a trial), though only this
+        #: process writes to it (another may only fail it as stale: its tell then fails)
+        self._own: dict[int, FrozenTrial] = {}
+        #: studies in which `ask` just created a trial: its `_pop_waiting_trial_id` read the
+        #: study a moment before, so the sampler's read that follows need not read it again
+        self._just_read: set[int] = set()
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        trial_id = super().create_new_trial(study_id, template_trial)
+        if template_trial is None:
+            with self._lock:
+                _, number = self._trial_id_to_study_id_and_number[trial_id]
+                self._own[trial_id] = self._studies[study_id].trials[number]
+                self._just_read.add(study_id)
+        return trial_id
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        with self._held_lock:
+            held = self._held.get(trial_id)
+            if held is None:
+                return _CachedStorage.get_trial(self, trial_id)
+            if trial_id not in self._own:
+                self._own[trial_id] = _CachedStorage.get_trial(self, trial_id)
+            return held.merged(self._own[trial_id])
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
+        self.flush()
+        with self._lock:
+            if study_id not in self._just_read or study_id not in self._studies:
+                fresh = False
+            else:
+                self._just_read.discard(study_id)
+                trials = sorted((t for t in self._studies[study_id].trials.values()
+                                 if states is None or t.state in states), key=lambda t: t.number)
+                fresh = True
+        if not fresh:
+            return _CachedStorage.get_all_trials(self, study_id, deepcopy=deepcopy, states=states)
+        return copy.deepcopy(trials) if deepcopy else trials
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values=None) -> bool:
+        with self._held_lock:
+            self._own.pop(trial_id, None)
+        if state != TrialState.RUNNING:
+            return super().set_trial_state_values(trial_id, state, values)
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with self._held_lock:
+            self.flush(trial_id)
+            with _create_scoped_session(self._backend.scoped_session) as session:
+                updated = (session.query(models.TrialModel)
+                           .filter(models.TrialModel.trial_id == trial_id,
+                                   models.TrialModel.state == TrialState.WAITING)
+                           .update({models.TrialModel.state: TrialState.RUNNING}, synchronize_session=False))
+                if updated == 1:  # the start time as RDBStorage writes it (its model converts to UTC)
+                    models.TrialModel.find_or_raise_by_id(trial_id, session).datetime_start = datetime.now()
+            if updated == 1:
+                self._hold(trial_id)
+            return updated == 1
+
+    def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool:
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        rdb = self._backend
+        with self._lock:
+            study_id, _ = self._trial_id_to_study_id_and_number[trial_id]
+            known = self._studies[study_id].param_distribution
+            with _create_scoped_session(rdb.scoped_session) as session:
+                trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=state is not None)
+                rdb.check_trial_is_updatable(trial_id, trial.state)
+                for name, (value, dist) in held.params.items():
+                    if name not in known:  # the first time this process sees it: Optuna looks it up
+                        rdb._set_trial_param_without_commit(session, trial_id, name, value, dist)
+                        continue
+                    # as `_set_trial_param_without_commit` does, without looking the trial up again
+                    check_distribution_compatibility(known[name], dist)
+                    session.add(models.TrialParamModel(trial_id=trial_id, param_name=name, param_value=value,
+                                                       distribution_json=distribution_to_json(dist)))
+                for key, value in held.user_attrs.items():
+                    rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
+                for key, value in held.system_attrs.items():
+                    rdb._set_trial_attr_without_commit(session, models.TrialSystemAttributeModel, trial_id, key,
+                                                       value)
+                if state is not None:  # as RDBStorage.set_trial_state_values does for a finished state
+                    for objective, v in enumerate(values or ()):
+                        rdb._set_trial_value_without_commit(session, trial, objective, v)
+                    trial.state = state
+                    trial.datetime_complete = datetime.now()
+            for name, (_, dist) in held.params.items():
+                known.setdefault(name, dist)
+        if state is None and trial_id in self._own:
+            self._own[trial_id] = held.merged(self._own[trial_id])
+        return True
+
+
+class DeferredJournalWrites(DeferredTrialWrites):
+    """For a JournalStorage subclass: a held trial's writes in one `append_logs` call."""
+
+    def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool:
+        from optuna.storages.journal._storage import JournalOperation as Op
+
+        logs: list[dict[str, Any]] = []
+        for name, (value, dist) in held.params.items():
+            logs.append({"op_code": Op.SET_TRIAL_PARAM, "trial_id": trial_id, "param_name": name,
+                         "param_value_internal": value, "distribution": distribution_to_json(dist)})
+        # one attribute per record: the journal's replay asserts it
+        logs += [{"op_code": Op.SET_TRIAL_USER_ATTR, "trial_id": trial_id, "user_attr": {k: v}}
+                 for k, v in held.user_attrs.items()]
+        logs += [{"op_code": Op.SET_TRIAL_SYSTEM_ATTR, "trial_id": trial_id, "system_attr": {k: v}}
+                 for k, v in held.system_attrs.items()]
+        if state is not None:
+            logs.append({"op_code": Op.SET_TRIAL_STATE_VALUES, "trial_id": trial_id, "state": state,
+                         "values": None if values is None else list(values),
+                         "datetime_complete": datetime.now(tz=timezone.utc).isoformat(timespec="microseconds")})
+        with self._thread_lock:
+            worker = self._replay_result.worker_id
+            self._backend.append_logs([{**log, "worker_id": worker} for log in logs])
+            self._sync_with_backend()
+        return True
