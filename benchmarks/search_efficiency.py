@@ -90,6 +90,14 @@ from ipu_autotune.warmstart import (
     proposals,
 )
 
+def cli_problem(command: str) -> Problem:
+    """The Problem `ipu-autotune COMMAND` tunes, built by the CLI's own parser."""
+    from ipu_autotune.args import problem_from_args
+    from ipu_autotune.cli import build_parser
+
+    return problem_from_args(build_parser().parse_args(["tune", *command.split()]))
+
+
 PROBLEMS: dict[str, Problem] = {
     # the default run: the Graphcore workshop problem
     "resnet101-mb64-64px-2ipu": Problem("resnet101", 64, (3, 64, 64), ipus=2),
@@ -97,6 +105,8 @@ PROBLEMS: dict[str, Problem] = {
     "vit_b_16-mb8-224-4ipu": Problem("vit_b_16", 8, (3, 224, 224), ipus=4),
     # far from feasible: the naive baseline needs ~3x the tile memory there is
     "resnet152-mb16-224-2ipu": Problem("resnet152", 16, (3, 224, 224), ipus=2),
+    # a transformer (issue 12's must-show problem), as the command line builds it
+    "bert-base-sl128-mb8-4ipu": cli_problem("hf:bert-base-uncased --seq-len 128 --batch-size 8 --ipus 4"),
 }
 QUICK_PROBLEMS = ["resnet101-mb64-64px-2ipu"]
 STRATEGIES = ("random", "tpe", "ipu-autotune")
@@ -388,15 +398,63 @@ class _Uncounted(HiddenIPU):
         return self.evaluate(problem, config)
 
 
+#: best-known searches kept between runs (they cost more than the strategies); see cached_best_known
+REFERENCE_CACHE = Path.home() / ".cache" / "ipu-autotune-bench" / "reference"
+
+
+def _reference_key(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int) -> str:
+    """What a best-known search depends on: the problem, the hidden IPU's kind and seed, the
+    search's length and code, and a fingerprint of the hidden IPU's answers (the baseline and
+    its single changes), so a change to the hidden IPU, the estimator or the space misses."""
+    import hashlib
+    import inspect
+
+    profile = profile_for(problem)
+    space = SearchSpace.load(problem)
+    baseline = naive_baseline(problem, profile)
+    probes = [baseline] + [c for _, c in _alternatives(space, problem, profile, baseline)]
+    answers = []
+    for c in probes:
+        if violations(problem, c, profile.module_order):
+            continue
+        m = oracle.evaluate(problem, c)
+        answers.append((m.feasible, m.throughput and round(m.throughput, 3), list(m.max_tile_bytes)))
+    code = "".join(inspect.getsource(f) for f in (best_known, polish, _singles, type(oracle).evaluate,
+                                                   HiddenIPU.evaluate))
+    text = json.dumps([problem.slug, type(oracle).__name__, seed, trials, kicks, space.to_dict(), answers, code],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def cached_best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int,
+                      use_cache: bool = True) -> tuple[float | None, str, Config | None]:
+    """best_known, kept on disk per (problem, hidden kind and seed, trials, kicks) under
+    REFERENCE_CACHE, keyed by _reference_key."""
+    path = REFERENCE_CACHE / f"{problem.slug}-{type(oracle).__name__}-{seed}-{trials}-{kicks}.json"
+    key = _reference_key(problem, oracle, seed, trials, kicks) if use_cache else ""
+    if use_cache and path.exists():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            data = json.loads(path.read_text())
+            if data["key"] == key:
+                config = Config.from_dict(data["config"], "cached reference") if data["config"] else None
+                return data["reference"], data["source"], config
+    found = best_known(problem, oracle, seed, trials, kicks)
+    if use_cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"key": key, "reference": found[0], "source": found[1],
+                                    "config": found[2].to_dict() if found[2] else None}))
+    return found
+
+
 def run_job(args: tuple) -> dict:
     """One (problem, seed): the reference search, then every strategy. Picklable for a pool."""
-    key, kind, seed, budget, reference_trials, kicks, max_trials, strategies = args
+    key, kind, seed, budget, reference_trials, kicks, max_trials, strategies, use_cache = args
     common.quiet_optuna()
     problem = PROBLEMS[key]
     profile = profile_for(problem)
     oracle = HIDDEN_KINDS[kind](seed)
     t0 = time.perf_counter()
-    reference, source, config = best_known(problem, oracle, seed, reference_trials, kicks)
+    reference, source, config = cached_best_known(problem, oracle, seed, reference_trials, kicks, use_cache)
     ref_seconds = time.perf_counter() - t0
     runs = {s: run_strategy(s, problem, oracle, seed, budget, max_trials) for s in strategies}
     seen = [t for r in runs.values() for t in r.compiles if t is not None]
@@ -605,6 +663,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--what-if", action="store_true",
                     help="also run three tuner changes that are not shipped: a pair climb for the warm "
                          "starts; warm starts and screen on the model corrected by the first compile; both")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds run are FIRST_SEED .. FIRST_SEED+SEEDS-1 (default 0): report on seeds not developed on")
+    ap.add_argument("--no-reference-cache", action="store_true",
+                    help=f"search the best known afresh, not from {REFERENCE_CACHE} (kept per problem, hidden "
+                         "IPU and seed, keyed by the hidden IPU's answers and the search's code)")
     ap.add_argument("--json", type=Path, default=None, help="also write every run's raw results here")
     args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 6)
@@ -630,8 +693,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     strategies = STRATEGIES + (WHAT_IF if args.what_if else ())
     strategies = strategies + tuple(f"ipu-autotune --jobs {n}" for n in workers if n > 1)
-    jobs = [(k, kind, s, budget, reference_trials, kicks, max_trials, strategies)
-            for k in keys for kind in kinds for s in range(seeds)]
+    jobs = [(k, kind, s, budget, reference_trials, kicks, max_trials, strategies, not args.no_reference_cache)
+            for k in keys for kind in kinds for s in range(args.first_seed, args.first_seed + seeds)]
     if jobs_n > 1:
         with multiprocessing.get_context("spawn").Pool(jobs_n) as pool:
             results = []

@@ -33,7 +33,7 @@ COMPILED_WARM_STARTS = 2
 #: the stopping rule: no untried candidate expected this much faster than the best measured
 STOP_GAIN = 0.01
 #: extra memory margin per trial running elsewhere, where nothing near was compiled
-HEDGE = 0.05
+HEDGE = 0.10
 #: single-knob changes of an anchor that are combined in pairs (the best by corrected score)
 PAIR_TOP = 8
 
@@ -87,8 +87,8 @@ class Guide:
         self.headroom, self.prepare, self.constants, self.starts = headroom, prepare, constants, starts
         self.screen = Screen(problem, profile, constants, 0.0, prepare, space)  # nominal, in the space, cached
         self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
-        self.pool: set[Config] = set()
-        self.climbed: set[Config] = set()  # layout starts already climbed from  # every candidate gathered so far, re-ranked at each proposal
+        self.pool: set[Config] = set()  # every candidate gathered so far, re-ranked at each proposal
+        self.climbed: set[tuple[Config, int]] = set()  # (layout start, running trials) climbed from
         self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
         self.stop_note = ""  # the stopping rule, once it applies
@@ -124,9 +124,11 @@ class Guide:
             key = (c.ipus_per_replica, c.replicas)
             if key not in layouts or model.score(c) > model.score(layouts[key]):
                 layouts[key] = c
+        # Each margin too: with compiles running elsewhere the hedge raises the margin, and
+        # the first round of N workers is then the best per layout at N levels of safety.
         for c in layouts.values():
-            if c not in self.climbed:
-                self.climbed.add(c)
+            if (c, running) not in self.climbed:
+                self.climbed.add((c, running))
                 self.pool.add(pair_climb(corrected, model, self.space, c))
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
