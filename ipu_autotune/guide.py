@@ -23,15 +23,18 @@ from .backends.estimate import estimate
 from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models.trace import ModelProfile
 from .problem import Config, Problem
-from .search.corrected import CorrectedModel, CorrectedScreen, observe
+from .search.corrected import CorrectedModel, CorrectedScreen, layout, observe
 from .search.space import SearchSpace
 from .warmstart import Screen, climb
 
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline
 #: (whose compile teaches the correction) and the safest climb; the guide ranks the rest
 COMPILED_WARM_STARTS = 2
-#: the stopping rule: no untried candidate expected this much faster than the best measured
+#: the stopping rule: no untried candidate expected this much faster than the best measured,
 STOP_GAIN = 0.01
+#: and this many compiles in a row since the best measured did not beat it by STOP_GAIN (the
+#: model alone said "stop" at compile 3-5, before the tuner was within 5 % in half the runs)
+STOP_PATIENCE = 3
 #: extra memory margin per trial running elsewhere, where nothing near was compiled
 HEDGE = 0.10
 #: single-knob changes of an anchor that are combined in pairs (the best by corrected score)
@@ -121,7 +124,7 @@ class Guide:
         # reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
         layouts: dict = {}
         for c in self.pool:
-            key = (c.ipus_per_replica, c.replicas)
+            key = layout(c)  # a pipeline and a sharded model on the same IPUs are different layouts
             if key not in layouts or model.score(c) > model.score(layouts[key]):
                 layouts[key] = c
         # Each margin too: with compiles running elsewhere the hedge raises the margin, and
@@ -132,8 +135,8 @@ class Guide:
                 self.pool.add(pair_climb(corrected, model, self.space, c))
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
-        self._stopping_rule(model, choice, fits)
-        if self.stop_note and fits:
+        exhausted = self._stopping_rule(model, choice, fits, measured)
+        if exhausted and fits:
             # Nothing safe is expected to pay: try the fastest candidate that fits with no
             # margin at all (the best often sits at the edge of memory); an OOM teaches the
             # correction there.
@@ -143,15 +146,34 @@ class Guide:
                 return max(bold, key=lambda c: model.judge(c)[1])
         return choice
 
-    def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list) -> None:
+    def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list, measured: Sequence) -> bool:
+        """Sets stop_note when further compiles are unlikely to pay: the corrected model
+        expects no untried candidate to beat the best by STOP_GAIN, and the last
+        STOP_PATIENCE compiles did not either. Returns the first condition alone."""
+        self.stop_note = ""
         if not fits:
-            self.expected_gain, self.stop_note = None, ""
-            return
+            self.expected_gain = None
+            return False
         best = fits[0][0]
         self.expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
-        if self.expected_gain < STOP_GAIN:
-            self.stop_note = (f"the estimator, corrected by {len(model.speed)} compile(s) that ran, expects no "
-                              f"untried candidate to beat the best by {STOP_GAIN:.0%} or more: further compiles "
-                              "are unlikely to pay")
+        exhausted = self.expected_gain < STOP_GAIN
+        since = compiles_since_best(measured)
+        if exhausted and since >= STOP_PATIENCE:
+            self.stop_note = (f"the last {since} compiles did not beat the best by {STOP_GAIN:.0%}, and the "
+                              f"estimator, corrected by {len(model.speed)} compile(s) that ran, expects no "
+                              f"untried candidate to: further compiles are unlikely to pay")
+        return exhausted
+
+
+def compiles_since_best(measured: Sequence) -> int:
+    """Compiles (fitting or out of memory) since the last one that beat the best before it by STOP_GAIN."""
+    best, since = 0.0, 0
+    for _, m in measured:
+        if m.source == "estimate" or m.failure not in (None, "oom"):
+            continue
+        t = (m.throughput or 0.0) if m.feasible else 0.0
+        if t > 0 and t >= best * (1 + STOP_GAIN):
+            best, since = t, 0
         else:
-            self.stop_note = ""
+            since += 1
+    return since
