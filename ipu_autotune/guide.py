@@ -99,7 +99,10 @@ class Guide:
     def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
         far; `running`: trials other workers are compiling now (each adds a memory hedge)."""
-        model = CorrectedModel(self.screen, observe(self.screen, measured), self.headroom, HEDGE * running)
+        seen = observe(self.screen, measured)
+        # The hedge spreads the first round's bets over levels of memory safety while nothing
+        # is known; once a compile has returned, the learnt correction is the better guide.
+        model = CorrectedModel(self.screen, seen, self.headroom, 0.0 if seen else HEDGE * running)
         self.correction = model.memory_prior
         corrected = CorrectedScreen(model, self.neighbours)
         fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),

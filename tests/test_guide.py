@@ -144,3 +144,26 @@ def test_a_layouts_compiles_set_its_prior():
     nominal = screen(far).throughput
     corrected = model.judge(far)[1]
     assert corrected < nominal * math.exp((slow + fast) / 2)  # nearer the layout's error than the mean
+
+
+def test_the_first_round_of_parallel_workers_spreads_its_bets_over_memory_margins():
+    """With --jobs N, N-1 workers ask before any compile returns: each further one takes the
+    fastest candidate at a larger memory margin (HEDGE per running trial), so one of the
+    first round usually fits even where the estimator is optimistic."""
+    from ipu_autotune.guide import HEDGE
+    from ipu_autotune.warmstart import Screen
+
+    profile = profile_for(PROBLEM)
+    space = SearchSpace.load(PROBLEM)
+    items = proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)
+    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide.pool.update(p.config for p in items)
+    nominal = Screen(PROBLEM, profile, NOMINAL, 0.0, None, space)
+    running = {p.config for p in items[:2]}  # the enqueued warm starts, compiling
+    chosen = []
+    for k in (2, 3):
+        config = guide.propose([], running | set(chosen), running=k)
+        assert config is not None and config not in running and config not in chosen
+        m = nominal(config)
+        assert max(m.max_tile_bytes) <= m.tile_capacity_bytes * (1 - 0.05 - HEDGE * k) * 1.0001
+        chosen.append(config)
