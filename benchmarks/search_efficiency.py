@@ -34,9 +34,13 @@ With --what-if, tuner changes that are NOT shipped, to size them (see _Calibrate
 Best known (per problem and seed) is the best feasible hidden-IPU throughput found by a
 search on the hidden IPU itself that counts no compiles (`best_known`: greedy ascents with
 pairs of knobs, a TPE run of --reference-trials seeded with them, ascents from its best,
-then random kicks each followed by an ascent) or measured by any benchmarked run.
+then random kicks each followed by an ascent), inside the search space the tuner searches,
+or measured by any benchmarked run. It is kept on disk (REFERENCE_CACHE) per problem,
+hidden IPU and seed, keyed by the hidden IPU's answers on a few probes and the search's
+code, so a change to either searches afresh.
 
-    python benchmarks/search_efficiency.py            # full: 4 problems x 2 hidden kinds x 6 seeds, budget 50
+    python benchmarks/search_efficiency.py            # full: 5 problems x 2 hidden kinds x 6 seeds, budget 50
+    python benchmarks/search_efficiency.py --first-seed 100   # on seeds not developed on
     python benchmarks/search_efficiency.py --what-if  # and the what-ifs
     python benchmarks/search_efficiency.py --quick    # CI smoke: 1 problem, 2 seeds, budget 20, --jobs 1 4
 """
