@@ -91,7 +91,7 @@ class Guide:
         self.screen = Screen(problem, profile, constants, 0.0, prepare, space)  # nominal, in the space, cached
         self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
         self.pool: set[Config] = set()  # every candidate gathered so far, re-ranked at each proposal
-        self.climbed: set[tuple[Config, int]] = set()  # (layout start, running trials) climbed from
+        self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
         self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
         self.stop_note = ""  # the stopping rule, once it applies
@@ -123,31 +123,38 @@ class Guide:
                     self.pool.add(anchor.replace(**da, **db))
             if anchor == anchors[0]:  # one climb per proposal: the best anchor's
                 self.pool.add(pair_climb(corrected, model, self.space, anchor))
-        # Every IPU layout gets its own climb from its best candidate: a layout no compile has
-        # reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
-        layouts: dict = {}
-        for c in self.pool:
-            key = layout(c)  # a pipeline and a sharded model on the same IPUs are different layouts
-            if key not in layouts or model.score(c) > model.score(layouts[key]):
-                layouts[key] = c
-        # Each margin too: with compiles running elsewhere the hedge raises the margin, and
-        # the first round of N workers is then the best per layout at N levels of safety.
-        for c in layouts.values():
-            if (c, running) not in self.climbed:
-                self.climbed.add((c, running))
-                self.pool.add(pair_climb(corrected, model, self.space, c))
+        self._climb_layouts(model, corrected, model.hedge)
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
         exhausted = self._stopping_rule(model, choice, fits, measured)
         if exhausted and fits:
             # Nothing safe is expected to pay: try the fastest candidate that fits with no
-            # margin at all (the best often sits at the edge of memory); an OOM teaches the
-            # correction there.
-            bold = [c for c in self.pool if c not in tried and (j := model.judge(c)) is not None
-                    and j[3] <= 1.0 and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
+            # margin at all (the best often sits at the edge of memory: a climb with the margin
+            # never reaches it, so each layout is climbed again without one); an OOM teaches
+            # the correction there.
+            edge = CorrectedModel(self.screen, seen, 0.0)
+            self._climb_layouts(edge, CorrectedScreen(edge, self.neighbours), "edge")
+            bold = [c for c in self.pool if c not in tried and (j := edge.judge(c)) is not None
+                    and j[0] and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
             if bold:
-                return max(bold, key=lambda c: model.judge(c)[1])
+                return max(bold, key=lambda c: edge.judge(c)[1])
         return choice
+
+    def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
+        """Every IPU layout gets its own climb from its best candidate: a layout no compile has
+        reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
+        Per `tag` too (the hedge, or no margin): with compiles running elsewhere the hedge
+        raises the margin, and the first round of N workers is the best per layout at N levels
+        of safety."""
+        layouts: dict = {}
+        for c in self.pool:
+            key = layout(c)  # a pipeline and a sharded model on the same IPUs are different layouts
+            if key not in layouts or model.score(c) > model.score(layouts[key]):
+                layouts[key] = c
+        for c in layouts.values():
+            if (c, tag) not in self.climbed:
+                self.climbed.add((c, tag))
+                self.pool.add(pair_climb(screen, model, self.space, c))
 
     def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list, measured: Sequence) -> bool:
         """Sets stop_note when further compiles are unlikely to pay: the corrected model
