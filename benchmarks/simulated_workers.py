@@ -23,10 +23,13 @@ def run_workers(runner, oracle, budget: int, max_trials: int, workers: int) -> d
     clock, seq, launched, trials, guided = 0.0, 0, 0, 0, 0
     running: list = []
     compiles: list[tuple[float, float | None]] = []
+    durations: list[float] = []  # per compile, in finishing order: its simulated minutes
     stop_at = None  # compile count at which the guide's stopping rule first applied
     while True:
         while len(running) < workers and launched < budget and trials < max_trials:
             runner._enqueue_guided()
+            if stop_at is None and runner.guide is not None and runner.guide.stop_note:
+                stop_at = len(compiles)  # the rule, as the guide saw it with these compiles finished
             trial = study.ask()
             config, origin = runner.config_for(trial)
             trials += 1
@@ -40,13 +43,12 @@ def run_workers(runner, oracle, budget: int, max_trials: int, workers: int) -> d
                 continue
             launched += 1
             seq += 1
-            heapq.heappush(running, (clock + compile_minutes(problem, config), seq, trial, config, origin, m))
+            heapq.heappush(running, (clock + compile_minutes(problem, config), seq, trial, config, origin, m,
+                                     compile_minutes(problem, config)))
         if not running:
             break
-        clock, _, trial, config, origin, m = heapq.heappop(running)
+        clock, _, trial, config, origin, m, minutes = heapq.heappop(running)
+        durations.append(minutes)
         rec = runner.record(trial, config, origin, m, 0.0)
         compiles.append((clock, m.throughput if rec.feasible else None))
-        guide = runner.guide
-        if stop_at is None and guide is not None and guide.stop_note:
-            stop_at = len(compiles)
-    return {"compiles": compiles, "trials": trials, "guided": guided, "stop_at": stop_at}
+    return {"compiles": compiles, "durations": durations, "trials": trials, "guided": guided, "stop_at": stop_at}

@@ -23,17 +23,20 @@ from .backends.estimate import estimate
 from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models.trace import ModelProfile
 from .problem import Config, Problem
-from .search.corrected import CorrectedModel, CorrectedScreen, observe
+from .search.corrected import CorrectedModel, CorrectedScreen, layout, observe
 from .search.space import SearchSpace
 from .warmstart import Screen, climb
 
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline
 #: (whose compile teaches the correction) and the safest climb; the guide ranks the rest
 COMPILED_WARM_STARTS = 2
-#: the stopping rule: no untried candidate expected this much faster than the best measured
+#: the stopping rule: no untried candidate expected this much faster than the best measured,
 STOP_GAIN = 0.01
+#: and this many compiles in a row since the best measured did not beat it by STOP_GAIN (the
+#: model alone said "stop" at compile 3-5, before the tuner was within 5 % in half the runs)
+STOP_PATIENCE = 3
 #: extra memory margin per trial running elsewhere, where nothing near was compiled
-HEDGE = 0.05
+HEDGE = 0.10
 #: single-knob changes of an anchor that are combined in pairs (the best by corrected score)
 PAIR_TOP = 8
 
@@ -87,8 +90,8 @@ class Guide:
         self.headroom, self.prepare, self.constants, self.starts = headroom, prepare, constants, starts
         self.screen = Screen(problem, profile, constants, 0.0, prepare, space)  # nominal, in the space, cached
         self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
-        self.pool: set[Config] = set()
-        self.climbed: set[Config] = set()  # layout starts already climbed from  # every candidate gathered so far, re-ranked at each proposal
+        self.pool: set[Config] = set()  # every candidate gathered so far, re-ranked at each proposal
+        self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
         self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
         self.stop_note = ""  # the stopping rule, once it applies
@@ -96,7 +99,10 @@ class Guide:
     def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
         far; `running`: trials other workers are compiling now (each adds a memory hedge)."""
-        model = CorrectedModel(self.screen, observe(self.screen, measured), self.headroom, HEDGE * running)
+        seen = observe(self.screen, measured)
+        # The hedge spreads the first round's bets over levels of memory safety while nothing
+        # is known; once a compile has returned, the learnt correction is the better guide.
+        model = CorrectedModel(self.screen, seen, self.headroom, 0.0 if seen else HEDGE * running)
         self.correction = model.memory_prior
         corrected = CorrectedScreen(model, self.neighbours)
         fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
@@ -117,39 +123,67 @@ class Guide:
                     self.pool.add(anchor.replace(**da, **db))
             if anchor == anchors[0]:  # one climb per proposal: the best anchor's
                 self.pool.add(pair_climb(corrected, model, self.space, anchor))
-        # Every IPU layout gets its own climb from its best candidate: a layout no compile has
-        # reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
+        self._climb_layouts(model, corrected, model.hedge)
+        ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
+        choice = next((c for c in ranked if model.score(c)[0] == 1), None)
+        exhausted = self._stopping_rule(model, choice, fits, measured)
+        if exhausted and fits:
+            # Nothing safe is expected to pay: try the fastest candidate that fits with no
+            # margin at all (the best often sits at the edge of memory: a climb with the margin
+            # never reaches it, so each layout is climbed again without one); an OOM teaches
+            # the correction there.
+            edge = CorrectedModel(self.screen, seen, 0.0)
+            self._climb_layouts(edge, CorrectedScreen(edge, self.neighbours), "edge")
+            bold = [c for c in self.pool if c not in tried and (j := edge.judge(c)) is not None
+                    and j[0] and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
+            if bold:
+                return max(bold, key=lambda c: edge.judge(c)[1])
+        return choice
+
+    def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
+        """Every IPU layout gets its own climb from its best candidate: a layout no compile has
+        reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
+        Per `tag` too (the hedge, or no margin): with compiles running elsewhere the hedge
+        raises the margin, and the first round of N workers is the best per layout at N levels
+        of safety."""
         layouts: dict = {}
         for c in self.pool:
-            key = (c.ipus_per_replica, c.replicas)
+            key = layout(c)  # a pipeline and a sharded model on the same IPUs are different layouts
             if key not in layouts or model.score(c) > model.score(layouts[key]):
                 layouts[key] = c
         for c in layouts.values():
-            if c not in self.climbed:
-                self.climbed.add(c)
-                self.pool.add(pair_climb(corrected, model, self.space, c))
-        ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
-        choice = next((c for c in ranked if model.score(c)[0] == 1), None)
-        self._stopping_rule(model, choice, fits)
-        if self.stop_note and fits:
-            # Nothing safe is expected to pay: try the fastest candidate that fits with no
-            # margin at all (the best often sits at the edge of memory); an OOM teaches the
-            # correction there.
-            bold = [c for c in self.pool if c not in tried and (j := model.judge(c)) is not None
-                    and j[3] <= 1.0 and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
-            if bold:
-                return max(bold, key=lambda c: model.judge(c)[1])
-        return choice
+            if (c, tag) not in self.climbed:
+                self.climbed.add((c, tag))
+                self.pool.add(pair_climb(screen, model, self.space, c))
 
-    def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list) -> None:
+    def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list, measured: Sequence) -> bool:
+        """Sets stop_note when further compiles are unlikely to pay: the corrected model
+        expects no untried candidate to beat the best by STOP_GAIN, and the last
+        STOP_PATIENCE compiles did not either. Returns the first condition alone."""
+        self.stop_note = ""
         if not fits:
-            self.expected_gain, self.stop_note = None, ""
-            return
+            self.expected_gain = None
+            return False
         best = fits[0][0]
         self.expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
-        if self.expected_gain < STOP_GAIN:
-            self.stop_note = (f"the estimator, corrected by {len(model.speed)} compile(s) that ran, expects no "
-                              f"untried candidate to beat the best by {STOP_GAIN:.0%} or more: further compiles "
-                              "are unlikely to pay")
+        exhausted = self.expected_gain < STOP_GAIN
+        since = compiles_since_best(measured)
+        if exhausted and since >= STOP_PATIENCE:
+            self.stop_note = (f"the last {since} compiles did not beat the best by {STOP_GAIN:.0%}, and the "
+                              f"estimator, corrected by {len(model.speed)} compile(s) that ran, expects no "
+                              f"untried candidate to: further compiles are unlikely to pay")
+        return exhausted
+
+
+def compiles_since_best(measured: Sequence) -> int:
+    """Compiles (fitting or out of memory) since the last one that beat the best before it by STOP_GAIN."""
+    best, since = 0.0, 0
+    for _, m in measured:
+        if m.source == "estimate" or m.failure not in (None, "oom"):
+            continue
+        t = (m.throughput or 0.0) if m.feasible else 0.0
+        if t > 0 and t >= best * (1 + STOP_GAIN):
+            best, since = t, 0
         else:
-            self.stop_note = ""
+            since += 1
+    return since

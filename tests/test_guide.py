@@ -1,5 +1,6 @@
 """The guide learns how far compiles differ from the estimator and proposes configs that fit."""
 
+import math
 from dataclasses import replace
 
 import optuna
@@ -13,7 +14,7 @@ from ipu_autotune.models.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.runner import Runner
-from ipu_autotune.study import create_sampler, enqueue
+from ipu_autotune.study import create_sampler, enqueue, records
 from ipu_autotune.warmstart import naive_baseline, proposals
 
 PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd")
@@ -73,3 +74,96 @@ def test_the_guides_climb_sees_the_corrected_model():
     # 25 % more memory than the nominal estimate says (plus the margin): the corrected answer shows it.
     nominal = max(screen(config).max_tile_bytes)
     assert 1.25 * nominal * 0.999 <= max(seen.max_tile_bytes) <= 1.25 * nominal * 1.02
+
+
+def _compiled(throughput, oom=False):
+    from ipu_autotune.backends.base import Measurement
+
+    return Measurement(feasible=not oom, source="compile", throughput=None if oom else throughput,
+                       failure="oom" if oom else None)
+
+
+def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain():
+    from ipu_autotune.guide import compiles_since_best
+
+    config = naive_baseline(PROBLEM, profile_for(PROBLEM))
+    runs = [_compiled(100.0), _compiled(100.5), _compiled(0, oom=True), _compiled(102.0), _compiled(101.0)]
+    assert compiles_since_best([(config, m) for m in runs]) == 1  # 102 beat 100 by 1 %; 101 did not beat 102
+    assert compiles_since_best([(config, m) for m in runs[:3]]) == 2  # 100.5 is under 1 % better
+    # Estimates are the model itself, not compiles: they do not count.
+    est = estimate(PROBLEM, config, profile_for(PROBLEM))
+    assert compiles_since_best([(config, runs[0]), (config, est)]) == 0
+
+
+def test_the_stopping_rule_waits_for_compiles_that_confirm_it():
+    """The model alone said "stop" at compile 3-5, often before the tuner was within 5 %:
+    the rule now also needs STOP_PATIENCE compiles in a row that did not beat the best."""
+    from ipu_autotune.guide import STOP_PATIENCE, compiles_since_best
+
+    profile = profile_for(PROBLEM)
+    space = SearchSpace.load(PROBLEM)
+    study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
+    enqueue(study, space, PROBLEM, profile, proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile),
+                                                       headroom=0.05)[:2])
+    guide = Guide(PROBLEM, profile, space, 0.05)
+    runner = Runner(study, PROBLEM, profile, space, HiddenIPU(), guide=guide)
+    applied = 0
+    for _ in range(14):
+        runner.run_one()
+        history = [(r.config, r.measurement) for r in records(runner.study)]
+        guide.propose(history, {c for c, _ in history})
+        if guide.stop_note:
+            applied += 1
+            assert compiles_since_best(history) >= STOP_PATIENCE
+            assert f"the last {compiles_since_best(history)} compiles" in guide.stop_note
+    assert applied, "the rule never applied in 14 compiles on a hidden IPU the model corrects exactly"
+
+
+def test_a_layouts_compiles_set_its_prior():
+    """The estimator's errors differ most between IPU layouts: a candidate far (in other knobs)
+    from every compile still takes its own layout's error, not the mean over all layouts."""
+    from ipu_autotune.search.corrected import CorrectedModel, Observation, layout
+    from ipu_autotune.warmstart import Screen
+
+    profile = profile_for(PROBLEM)
+    space = SearchSpace.load(PROBLEM)
+    screen = Screen(PROBLEM, profile, NOMINAL, 0.0, None, space)
+    items = [p.config for p in proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)]
+    by_layout: dict = {}
+    for c in items:
+        by_layout.setdefault(layout(c), c)
+    assert len(by_layout) >= 2, "the proposals should span two IPU layouts"
+    (a, ca), (b, cb) = list(by_layout.items())[:2]
+    slow, fast = -0.7, 0.0  # layout a measured at half the estimate; layout b as estimated
+    model = CorrectedModel(screen, [Observation(ca, 1.0, slow), Observation(cb, 1.0, fast)], 0.05)
+    # a config of layout a that shares few knobs with the compiled one
+    far = ca.replace(gradient_accumulation=ca.gradient_accumulation * 2, device_iterations=ca.device_iterations + 3,
+                     recompute="standard" if ca.recompute != "standard" else "default")
+    if screen(far) is None:
+        pytest.skip("the moved config breaks a rule for this problem")
+    nominal = screen(far).throughput
+    corrected = model.judge(far)[1]
+    assert corrected < nominal * math.exp((slow + fast) / 2)  # nearer the layout's error than the mean
+
+
+def test_the_first_round_of_parallel_workers_spreads_its_bets_over_memory_margins():
+    """With --jobs N, N-1 workers ask before any compile returns: each further one takes the
+    fastest candidate at a larger memory margin (HEDGE per running trial), so one of the
+    first round usually fits even where the estimator is optimistic."""
+    from ipu_autotune.guide import HEDGE
+    from ipu_autotune.warmstart import Screen
+
+    profile = profile_for(PROBLEM)
+    space = SearchSpace.load(PROBLEM)
+    items = proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)
+    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide.pool.update(p.config for p in items)
+    nominal = Screen(PROBLEM, profile, NOMINAL, 0.0, None, space)
+    running = {p.config for p in items[:2]}  # the enqueued warm starts, compiling
+    chosen = []
+    for k in (2, 3):
+        config = guide.propose([], running | set(chosen), running=k)
+        assert config is not None and config not in running and config not in chosen
+        m = nominal(config)
+        assert max(m.max_tile_bytes) <= m.tile_capacity_bytes * (1 - 0.05 - HEDGE * k) * 1.0001
+        chosen.append(config)

@@ -63,13 +63,18 @@ def run(args) -> int:
 
         guide = Guide(problem, profile, space, args.headroom, prepare)
 
+    warm = None
+    if guide is not None:  # compiles: the guide ranks the later warm starts with what it learns,
+        # in every process (a --jobs worker and a resumed study too, not only the one that creates it)
+        warm = proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
+        guide.pool.update(p.config for p in warm)
+
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
-        items = proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
-        if guide is not None:  # compiles: the guide ranks the later warm starts with what it learns
+        items = warm or proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
+        if guide is not None:
             from ..guide import COMPILED_WARM_STARTS
 
-            guide.pool.update(p.config for p in items)
             items = items[:COMPILED_WARM_STARTS]
         st.enqueue(study, space, problem, profile, items)
 

@@ -50,6 +50,23 @@ def distance(a: Config, b: Config) -> int:
     return sum(x != y for x, y in zip(_values(a), _values(b)))
 
 
+def layout(c: Config) -> tuple:
+    """How the model is laid out on the IPUs: the estimator's errors differ most between
+    layouts (pipeline stages, replicas, sharding), less between configs of one layout."""
+    return c.ipus_per_replica, c.replicas, c.execution
+
+
+def _layout_priors(points: list, prior: float) -> dict:
+    """Per layout, the mean of its compiles' errors shrunk towards the mean of all (one
+    compile counts as much as the overall mean): a layout's second candidate learns from
+    its first even when they share few other knobs."""
+    sums: dict = {}
+    for c, value in points:
+        n, total = sums.get(layout(c), (0, 0.0))
+        sums[layout(c)] = (n + 1, total + value)
+    return {k: (prior + total) / (1 + n) for k, (n, total) in sums.items()}
+
+
 @dataclass(frozen=True)
 class Observation:
     config: Config
@@ -88,6 +105,8 @@ class CorrectedModel:
         self.memory_prior = (math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory))
                              if self.memory else 1.0)
         self.speed_prior = sum(r for _, r in self.speed) / len(self.speed) if self.speed else 0.0
+        self.memory_layout = _layout_priors(self.memory, self.memory_prior)
+        self.speed_layout = _layout_priors(self.speed, self.speed_prior)
         self.cache: dict[Config, tuple | None] = {}
 
     @staticmethod
@@ -108,8 +127,9 @@ class CorrectedModel:
         if m is None or not m.max_tile_bytes:
             self.cache[config] = None
             return None
-        ratio, unsure = self._blend(config, self.memory, self.memory_prior)
-        log_speed, _ = self._blend(config, self.speed, self.speed_prior)
+        key = layout(config)
+        ratio, unsure = self._blend(config, self.memory, self.memory_layout.get(key, self.memory_prior))
+        log_speed, _ = self._blend(config, self.speed, self.speed_layout.get(key, self.speed_prior))
         limit = m.tile_capacity_bytes * (1.0 - (self.headroom + self.hedge) * unsure)
         load = max(m.max_tile_bytes) * ratio / limit
         out = (load <= 1.0, (m.throughput or 0.0) * math.exp(log_speed), load,
