@@ -83,11 +83,12 @@ def host_batch(problem: Problem, config: Config, input_dtype: Any) -> tuple[Any,
         x = torch.zeros((1, *problem.input_shape), dtype=dtype).expand(n, *problem.input_shape)
         labels = torch.zeros(1, dtype=torch.long).expand(n)
         return x, labels
-    one = sample_batch(problem, 1, device="cpu")  # token ids stay integers; masks are ones
+    # In their declared dtypes, as the user's loader sends them: the snippet's TrainingModel
+    # casts float inputs to INPUT_DTYPE on the IPU; token ids stay integers; masks are ones.
+    one = sample_batch(problem, 1, device="cpu")
     if not hf.is_hf(problem.model):
         one["labels"] = torch.zeros(1, dtype=torch.long)
-    return tuple((t.to(input_dtype) if t.is_floating_point() else t).expand(n, *t.shape[1:])
-                 for t in one.values())
+    return tuple(t.expand(n, *t.shape[1:]) for t in one.values())
 
 
 def refusal(problem: Problem, config: Config) -> str | None:
