@@ -271,10 +271,10 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
     starts = [config for _, _, config in fixes[:3]] or [
         screen.prepare(space.project(problem, profile, baseline))]
     starts += [moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"]
-    safe_best = max({climb(safe, space, s) for s in starts}, key=lambda c: _score(safe(c)))
+    safe_best = max(dict.fromkeys(climb(safe, space, s) for s in starts), key=lambda c: _score(safe(c)))
     if safe(safe_best) is not None and safe(safe_best).feasible:
         add(safe_best, f"climb, {safe.headroom:.0%} free")
-    climbed = sorted({climb(screen, space, s) for s in starts}, key=lambda c: _score(screen(c)), reverse=True)
+    climbed = sorted(dict.fromkeys(climb(screen, space, s) for s in starts), key=lambda c: _score(screen(c)), reverse=True)
     for config in climbed[:2]:
         add(config, f"climb {config.ipus_per_replica}ipu x{config.replicas}")
     base = screen(baseline)
