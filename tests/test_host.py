@@ -289,6 +289,9 @@ def test_text_problems_load_ready_token_rows_not_images():
     assert pipeline.sample_bytes(mlm, Config(precision="16.16")) == 128 * 8 * 2 + 128 * 8  # ids, mask; labels
     classify = Problem("hf:bert-base-uncased", 8, seq_len=128, ipus=4)
     assert pipeline.sample_bytes(classify, Config()) == 128 * 8 * 2 + 8
+    # Gathered masked tokens: 20 positions in, 20 labels (not one per token).
+    gathered = Problem("hf:bert-base-uncased", 8, seq_len=128, ipus=4, task="masked-lm", max_predictions=20)
+    assert pipeline.sample_bytes(gathered, Config()) == 128 * 8 * 2 + 20 * 8 + 20 * 8
     # Costs measured with --data still win over the assumption.
     measured = Problem("hf:bert-base-uncased", 8, seq_len=128, ipus=4, host_float_sample_s=1e-3)
     assert pipeline.host_costs(measured).float_sample_s == 1e-3

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..problem import Config, Problem
 
@@ -60,9 +61,6 @@ class HostCosts:
 WORKSHOP = HostCosts()
 #: seconds per sample for rows of ready tensors: a fixed part and one per element
 TENSOR_ROW_S, TENSOR_ELEMENT_S = 25e-6, 0.107e-6  # fit to the three measurements above
-#: host bytes per element of a named input as the loader hands it over (int64 stays 64-bit
-#: on the host; PopTorch casts it to 32-bit on the way in)
-HOST_BYTES = {"int64": 8, "int32": 4, "float32": 4, "float16": 2, "bool": 1}
 
 
 def _named_inputs(problem: Problem) -> tuple:
@@ -107,20 +105,25 @@ def global_batch(problem: Problem, config: Config) -> int:
 
 def sample_bytes(problem: Problem, config: Config) -> int:
     """Host bytes of one sample as the loader hands it over (input and label)."""
-    named = _named_inputs(problem)
-    if named:
-        from ..models import hf
-        from ..models.inputs import hf_labels
-
-        labels = sum(t.numel() for t in hf_labels(problem.task, 1, problem.seq_len).values()) \
-            if hf.is_hf(problem.model) else 1
-        return sum(math.prod(s.shape) * HOST_BYTES[s.dtype] for s in named) + labels * LABEL_BYTES
+    if _named_inputs(problem):
+        return _named_sample_bytes(problem)
     elements = math.prod(problem.input_shape)
     if config.eight_bit_io:
         per = 1
     else:
         per = 2 if config.half_compute else 4
     return elements * per + LABEL_BYTES
+
+
+@lru_cache(maxsize=64)
+def _named_sample_bytes(problem: Problem) -> int:
+    """One sample as the PopTorch child sends it (models/inputs.sample_batch, labels included for
+    hf: models), in the loader's dtypes: int64 ids stay 64-bit on the host."""
+    from ..models import hf
+    from ..models.inputs import sample_batch
+
+    label = 0 if hf.is_hf(problem.model) else LABEL_BYTES
+    return sum(t.numel() * t.element_size() for t in sample_batch(problem, 1).values()) + label
 
 
 def loader_buffers(config: Config) -> int:
