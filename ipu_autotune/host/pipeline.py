@@ -69,6 +69,7 @@ def _named_inputs(problem: Problem) -> tuple:
     return problem_inputs(problem)
 
 
+@lru_cache(maxsize=64)
 def tensor_rows(problem: Problem) -> HostCosts:
     """Named inputs: collating rows of ready tensors (TENSOR_ROW_S), the same with or
     without 8-bit I/O, which only image inputs take."""

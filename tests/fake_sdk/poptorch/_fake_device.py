@@ -38,6 +38,7 @@ from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.targets import get_target
 from ipu_autotune.models.hf import jit_like_tracing
+from ipu_autotune.models.inputs import DTYPES
 from ipu_autotune.models.trace import trace_module
 from ipu_autotune.problem import Config, Problem
 
@@ -217,9 +218,8 @@ class Verdict:
 
 #: forward arguments a training model takes as targets (transformers' names), not as inputs
 LABEL_NAMES = ("labels", "start_positions", "end_positions")
-#: torch dtype -> ipu_autotune's input dtype names (models/inputs.py)
-DTYPE_NAMES = {torch.int64: "int64", torch.int32: "int32", torch.float32: "float32",
-               torch.float16: "float16", torch.bool: "bool"}
+#: torch dtype -> ipu_autotune's input dtype names
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
 def _bind_inputs(model, args) -> tuple[dict, dict]:
