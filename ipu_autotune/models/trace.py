@@ -21,39 +21,13 @@ from functools import lru_cache
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
 
-from .hf import jit_like_tracing
+from .forward_log import run_forward, tensor_bytes
 from .inputs import sample_batch
 from .zoo import build_model
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
-_CONV_OPS = {"convolution", "_convolution", "conv2d", "conv1d", "conv3d"}
-_MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_efficient_attention",
-               "_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention",
-               "_scaled_dot_product_attention_math"}
-_NORM_OPS = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-             "_native_batch_norm_legit_no_training", "native_layer_norm", "native_group_norm"}
-# Metadata-only ops: no data moved, no code worth counting.
-_VIEW_OPS = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze",
-             "unsqueeze", "detach", "alias", "slice", "select", "as_strided", "split", "unbind",
-             "split_with_sizes", "chunk", "flatten", "_reshape_alias", "lift_fresh", "empty",
-             "empty_like", "zeros", "ones", "new_empty", "new_zeros", "zeros_like", "ones_like",
-             "empty_strided", "clone", "copy_", "_to_copy", "fill_", "normal_", "uniform_"}
-
-
-def op_kind(name: str) -> str:
-    if name in _CONV_OPS:
-        return "conv"
-    if name in _MATMUL_OPS:
-        return "matmul"
-    if name in _NORM_OPS:
-        return "norm"
-    return "other"
-
-
 @dataclass
 class Unit:
     path: str  # the module that begins it: where BeginBlock goes
@@ -61,6 +35,10 @@ class Unit:
     params: int = 0
     largest_param: int = 0  # elements of its biggest parameter tensor
     in_bytes: int = 0  # what crosses into it per micro-batch (FP32)
+    # Inputs it shares with the unit before, passed along unchanged (BERT's attention mask
+    # goes to every layer): they cross IPUs, but no unit produces them, so no checkpoint
+    # keeps them.
+    carried_in_bytes: int = 0
     saved_heavy_bytes: int = 0  # saved for backward, produced by conv/matmul (FP32, per micro-batch)
     saved_light_bytes: int = 0  # saved, produced by norms and elementwise ops (cheap to recompute)
     flops: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -175,94 +153,6 @@ def _embedding_group(previous: nn.Module, module: nn.Module) -> bool:
     return isinstance(previous, nn.Embedding) and isinstance(module, nn.Embedding)
 
 
-def _tensor_bytes(obj) -> int:
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(o) for o in obj)
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(o) for o in obj.values())
-    return 0
-
-
-def _flat_tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _flat_tensors(o)
-
-
-class _Recorder(TorchDispatchMode):
-    """Logs, in order, each aten op with its kind, FLOPs, output bytes and input bytes."""
-
-    def __init__(self, events: list, param_storages: frozenset = frozenset()):
-        super().__init__()
-        self.events = events
-        self.producer: dict[int, str] = {}  # output storage -> kind of the op that wrote it
-        self.param_storages = param_storages
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = func.overloadpacket.__name__
-        if self.param_storages:
-            # A parameter belongs to the unit whose ops read it, called module or not.
-            for t in _flat_tensors(args):
-                key = t.untyped_storage()._cdata
-                if key in self.param_storages:
-                    self.events.append(("param", key))
-        if name not in _VIEW_OPS:
-            kind = op_kind(name)
-            packet = func.overloadpacket
-            flops = flop_registry[packet](*args, **kwargs, out_val=out) if packet in flop_registry else 0
-            out_bytes = _tensor_bytes(out)
-            in_bytes = _tensor_bytes(args) if kind in ("conv", "matmul") else 0
-            self.events.append(("op", kind, float(flops), out_bytes, in_bytes))
-            for t in out if isinstance(out, (tuple, list)) else (out,):
-                if isinstance(t, torch.Tensor):
-                    self.producer[t.untyped_storage()._cdata] = kind
-        return out
-
-
-def _run_forward(model: nn.Module, x: torch.Tensor | dict, labels: torch.Tensor, events: list) -> None:
-    """One training-mode forward plus loss, logging module entries, ops, parameter reads and
-    saved tensors. `x` is the input batch, or the forward's keyword arguments."""
-    trainable = frozenset(p.untyped_storage()._cdata for p in model.parameters() if p.requires_grad)
-    param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
-    param_storages |= {b.untyped_storage()._cdata for b in model.buffers()}
-    seen: set[int] = set()
-    recorder = _Recorder(events, trainable)
-    names = {m: n for n, m in model.named_modules()}
-
-    def pre_hook(module, args, kwargs):
-        events.append(("enter", names[module], _tensor_bytes(args) + _tensor_bytes(kwargs)))
-
-    def pack(t: torch.Tensor):
-        key = t.untyped_storage()._cdata
-        if key not in param_storages and key not in seen:
-            seen.add(key)
-            # What recomputing it would cost depends on the op that produced it.
-            events.append(("saved", recorder.producer.get(key, "input"), t.untyped_storage().nbytes()))
-        return t
-
-    handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in model.modules()]
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), recorder, jit_like_tracing():
-            out = model(**x) if isinstance(x, dict) else model(x)
-            if getattr(out, "loss", None) is not None:
-                return  # the model computed its own loss from the labels it was given
-            if isinstance(out, (tuple, list)):
-                out = out[0]
-            elif not isinstance(out, torch.Tensor) and hasattr(out, "logits"):
-                out = out.logits
-            loss = nn.functional.cross_entropy(out.flatten(1) if out.dim() > 2 else out, labels)
-            del loss
-    finally:
-        for h in handles:
-            h.remove()
-
-
 def trace_model(model_name: str, batch_size: int, input_shape: tuple[int, ...], num_classes: int, task: str = "",
                 seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple = ()) -> ModelProfile:
     from ..problem import Problem
@@ -287,7 +177,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
     x = inputs if inputs is not None else torch.empty((batch_size, *input_shape), device="meta")
     labels = torch.zeros(batch_size, dtype=torch.long, device="meta")
     events: list = []
-    _run_forward(model, x, labels, events)
+    run_forward(model, x, labels, events)
 
     modules = dict(model.named_modules())
     order: list[str] = []
@@ -308,6 +198,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
     current = 0
     owner: dict[str, int] = {}
     param_unit: dict[int, int] = {}  # parameter storage -> unit that reads it first
+    previous_inputs: dict[int, int] = {}  # storages entering the unit before, and their bytes
     for event in events:
         if event[0] == "enter":
             path = event[1]
@@ -315,6 +206,10 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
                 current = unit_of_start[path]
                 if not units[current].in_bytes:
                     units[current].in_bytes = event[2]
+                    entering = event[3]
+                    units[current].carried_in_bytes = sum(
+                        n for key, n in entering.items() if key in previous_inputs)
+                    previous_inputs = entering
             if path not in owner:
                 owner[path] = current
                 if path not in start_set and path in candidates:
@@ -344,7 +239,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
     for unit in units:
         unit.flops = dict(unit.flops)
 
-    input_bytes = (sum(_tensor_bytes(t) for t in inputs.values()) if inputs is not None
+    input_bytes = (sum(tensor_bytes(t) for t in inputs.values()) if inputs is not None
                    else x.numel() * 4)
     return ModelProfile(
         model=name or type(model).__name__, batch_size=batch_size, input_shape=tuple(input_shape),

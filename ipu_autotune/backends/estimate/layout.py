@@ -57,6 +57,15 @@ def unit_output_bytes(profile: ModelProfile, i: int) -> int:
     return profile.batch_size * profile.num_classes * 4
 
 
+def unit_produced_bytes(profile: ModelProfile, i: int) -> int:
+    """What unit i itself produces for the next unit: what a recomputation checkpoint on it
+    keeps. Inputs passed along unchanged (an attention mask) are not its output."""
+    units = profile.units
+    if i + 1 < len(units):
+        return units[i + 1].in_bytes - units[i + 1].carried_in_bytes
+    return unit_output_bytes(profile, i)
+
+
 def stage_bounds(profile: ModelProfile, config: Config) -> list[tuple[int, int]]:
     n = len(profile.units)
     cuts = [0] + [unit_of_path(profile, s) for s in config.splits] + [n]
@@ -88,7 +97,7 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
         for i in indices:
             segment += units[i].saved_bytes
             if i in ckpt_units:
-                checkpoint_bytes += unit_output_bytes(profile, i)
+                checkpoint_bytes += unit_produced_bytes(profile, i)
                 best_segment = max(best_segment, segment)
                 segment = 0
         best_segment = max(best_segment, segment)
