@@ -36,14 +36,17 @@ def warm_starts(p: Problem, n: int = 3) -> list[Config]:
     return [w.config for w in proposals(p, profile, SearchSpace.load(p), naive_baseline(p, profile))[:n]]
 
 
-@pytest.mark.parametrize("model, task", [
-    ("hf:bert-base-uncased", "sequence-classification"),
-    ("hf:bert-base-uncased", "masked-lm"),
-    ("hf:bert-base-uncased", "question-answering"),
-    ("hf:gpt2", "causal-lm"),
+@pytest.mark.parametrize("model, task, max_predictions", [
+    ("hf:bert-base-uncased", "sequence-classification", 0),
+    ("hf:bert-base-uncased", "masked-lm", 0),
+    # Graphcore's pretraining model: the TrainingModel gathers the masked positions before the
+    # head, which the net inside it cannot do alone; PopTorch traces the whole TrainingModel.
+    ("hf:bert-base-uncased", "masked-lm", 5),
+    ("hf:bert-base-uncased", "question-answering", 0),
+    ("hf:gpt2", "causal-lm", 0),
 ])
-def test_transformer_configs_are_what_poptorch_sees(poptorch, tmp_path, model, task):
-    p = Problem(model, 2, seq_len=32, task=task, ipus=4)
+def test_transformer_configs_are_what_poptorch_sees(poptorch, tmp_path, model, task, max_predictions):
+    p = Problem(model, 2, seq_len=32, task=task, ipus=4, max_predictions=max_predictions)
     for i, c in enumerate(warm_starts(p)):
         assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"{model} {task} #{i}")
 

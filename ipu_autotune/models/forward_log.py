@@ -138,7 +138,7 @@ def run_forward(model: nn.Module, x: torch.Tensor | dict, labels: torch.Tensor, 
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), recorder, jit_like_tracing():
             out = model(**x) if isinstance(x, dict) else model(x)
-            if getattr(out, "loss", None) is not None:
+            if getattr(out, "loss", None) is not None or (isinstance(out, torch.Tensor) and out.dim() == 0):
                 return  # the model computed its own loss from the labels it was given
             if isinstance(out, (tuple, list)):
                 out = out[0]

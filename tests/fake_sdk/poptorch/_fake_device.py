@@ -325,11 +325,18 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
     # The net inside the wrappers takes the inputs by name (and the labels, when its forward
     # names them: transformers models compute their own loss).
     kwargs = None
+    traced = root
     if named:
         takes = inspect.signature(root.forward).parameters
-        kwargs = {k: on_meta(t) for k, t in {**inputs, **labels}.items() if k in inputs or k in takes}
+        if all(k in takes for k in inputs):
+            kwargs = {k: on_meta(t) for k, t in {**inputs, **labels}.items() if k in inputs or k in takes}
+        else:  # the wrapper computes what the net cannot (masked-token gather): trace it all,
+            traced = meta  # as PopTorch does, and name units from the net
+            kwargs = {k: on_meta(t) for k, t in {**inputs, **labels}.items()}
     with PopTorchTypes():
-        profile = trace_module(root.float(), micro, input_shape, problem.num_classes, "fake", kwargs)
+        profile = trace_module(traced.float(), micro, input_shape, problem.num_classes, "fake", kwargs)
+    if traced is not root:
+        _strip_profile(profile, prefix)
     _check_stage_order(profile, blocks, opts)
     return problem, config, profile, compute, _forward_stages(profile, blocks)
 
@@ -359,6 +366,14 @@ def _traced_root(model):
 
 def _strip(path: str, prefix: str) -> str:
     return path[len(prefix):] if prefix and path.startswith(prefix) else path
+
+
+def _strip_profile(profile, prefix: str) -> None:
+    """Unit and module paths of a wrapper's trace, as the net inside names them."""
+    for unit in profile.units:
+        unit.path = _strip(unit.path, prefix)
+        unit.members = [_strip(m, prefix) for m in unit.members]
+    profile.module_order = [_strip(m, prefix) for m in profile.module_order]
 
 
 def _check_stage_order(profile, blocks, opts) -> None:
