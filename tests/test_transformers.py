@@ -76,6 +76,35 @@ def test_gpt2_tied_head_is_counted_once_with_the_embedding():
     assert by_path["lm_head"].flops["matmul"] > 0  # but the vocabulary projection runs there
 
 
+def test_a_tied_head_is_a_pipeline_stage_in_the_estimate_too():
+    """GPT-2's head runs on IPU0 after IPU3: 5 forward stages on 4 IPUs. Every stash is as deep
+    as 5 stages make it, IPU3 is no longer the last stage (it keeps a stash, its output goes
+    back to IPU0), and the head itself (forward and backward in one cycle) is not stashed."""
+    from ipu_autotune.backends.estimate import EstimateBackend
+    from ipu_autotune.backends.estimate.layout import forward_stages, stages
+    from ipu_autotune.problem import Config
+    from ipu_autotune.rules import min_pipeline_accumulation, pipeline_stages
+
+    def stashes(p, layers):
+        c = Config(precision="16.16", ipus_per_replica=4, recompute="none",
+                   splits=tuple(f"{layers}.{i}" for i in (3, 6, 9)),
+                   gradient_accumulation=min_pipeline_accumulation(p, 4))
+        layout = stages(profile_for(p), c)
+        assert forward_stages(layout, c) == pipeline_stages(p, 4)
+        m = EstimateBackend().measure(p, c)
+        return layout, [b["stash"] for b in m.breakdown]
+
+    gpt2 = Problem("hf:gpt2", 1, seq_len=64, task="causal-lm", ipus=4)
+    layout, stash = stashes(gpt2, "transformer.h")
+    assert pipeline_stages(gpt2, 4) == 5 and layout[0].returning_heads == 1
+    assert stash[3] > 0
+    ipu0 = layout[0]
+    assert stash[0] == int((2 * 5 - 2) * (ipu0.saved - ipu0.head_saved) * 0.5)  # FP16: half the FP32 trace
+    bert = Problem("hf:bert-base-uncased", 2, seq_len=64, ipus=4)  # untied classifier: 4 stages
+    layout, stash = stashes(bert, "bert.encoder.layer")
+    assert layout[0].returning_heads == 0 and stash[3] == 0
+
+
 def test_bert_through_a_wrapper_opens_to_layers():
     class Wrapped(nn.Module):
         def __init__(self):

@@ -8,7 +8,7 @@ from ...problem import Config, Problem
 from ..base import Backend, Measurement
 from ..targets import get_target
 from .constants import NOMINAL, EstimatorConstants
-from .layout import stages
+from .layout import forward_stages, stages
 from .memory import stage_memory
 from .serialization import serialize_projection
 from .timing import timing
@@ -56,7 +56,7 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
     k = constants
     layout = serialize_projection(problem, config, profile, stages(profile, config))
     n = len(layout)
-    memories = [stage_memory(problem, config, s, n, target, k) for s in layout]
+    memories = [stage_memory(problem, config, s, forward_stages(layout, config), target, k) for s in layout]
     time = timing(problem, config, layout, target, k)
 
     capacity = target.bytes_per_ipu

@@ -31,6 +31,10 @@ class Stage:
     checkpoint_bytes: int  # FP32 outputs of checkpointed units in the stage
     max_segment_saved: int  # FP32 saved bytes of the largest run between checkpoints
     out_bytes: int  # what leaves the stage (next stage's input)
+    # Tied heads run here after the last IPU (GPT-2's lm_head back on IPU0): each is a
+    # pipeline stage of its own, forward and backward in one cycle, so nothing of it is stashed.
+    returning_heads: int = 0
+    head_saved: int = 0  # FP32 saved bytes of those heads, per micro-batch
 
 
 def unit_of_path(profile: ModelProfile, path: str) -> int:
@@ -119,5 +123,16 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
             checkpoint_bytes=checkpoint_bytes,
             max_segment_saved=best_segment,
             out_bytes=unit_output_bytes(profile, hi - 1) if hi > lo else 0,
+            returning_heads=sum(1 for i in moved_in if i - 1 not in moved_in),
+            head_saved=sum(units[i].saved_bytes for i in moved_in),
         ))
     return out
+
+
+def forward_stages(layout: list[Stage], config: Config) -> int:
+    """Pipeline stages as PopTorch counts them: one per IPU, plus one per tied head that
+    returns to an earlier IPU (rules.pipeline_stages). Stash depths and the fill and flush
+    follow this count, not the number of IPUs."""
+    if not config.pipelined or len(layout) < 2:
+        return len(layout)
+    return len(layout) + sum(s.returning_heads for s in layout)

@@ -84,7 +84,7 @@ def _activations_and_stash(stage: Stage, config: Config, n_stages: int) -> tuple
         return live, 0.0
     depth = 2 * (n_stages - stage.index) - 1  # micro-batches in flight on IPU k
     if mode == "none":
-        return saved, (depth - 1) * saved
+        return saved, (depth - 1) * (saved - stage.head_saved * a)
     if stage.index == n_stages - 1 and mode == "pipeline":
         # The last stage runs forward and backward in one cycle: nothing recomputed, unless
         # it holds recomputation checkpoints (BERT's checkpoint on every layer). Then it keeps

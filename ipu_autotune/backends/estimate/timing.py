@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ...problem import Config, Problem
 from ..targets import Target
 from .constants import EstimatorConstants
-from .layout import Stage
+from .layout import Stage, forward_stages
 from .memory import activation_scale, input_scale, state_bytes_per_param
 
 
@@ -87,7 +87,7 @@ class Timing:
 
 def timing(problem: Problem, config: Config, stages: list[Stage], target: Target,
            k: EstimatorConstants) -> Timing:
-    n = len(stages)
+    n = forward_stages(stages, config)
     times = [stage_time(config, s, n, target, k) for s in stages]
     ga = config.gradient_accumulation
 
