@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from dataclasses import replace
 
 from .errors import UsageError
 from .models.hf import TASKS
-from .problem import DEFAULT_SEQ_LEN, OPTIMIZERS, TARGETS, Problem, default_input_shape
+from .problem import (DEFAULT_SEQ_LEN, OPTIMIZERS, TARGETS, Problem, default_input_shape,
+                      default_max_global_batch)
 
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
 DEFAULT_TRIALS = 60
@@ -93,7 +95,9 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, ha
     data.add_argument("--host-memory", type=positive(float), default=None, metavar="GB",
                       help="host memory one call's samples may take, times the loader's buffers (default 32)")
     data.add_argument("--max-global-batch", type=_positive_int, default=None,
-                      help="ceiling on micro-batch x accumulation x replicas (default 2048; README, 'Training recipe')")
+                      help="ceiling on micro-batch x accumulation x replicas (default 2048; 256 when "
+                           "fine-tuning an hf: model for sequence-classification or question-answering; "
+                           "README, 'Training recipe')")
 
 
 def add_data_arg(p: argparse.ArgumentParser) -> None:
@@ -146,6 +150,7 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
             parts += ["--input", spec]
     elif problem.input_shape != default_input_shape(problem.model, problem.seq_len):
         parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
+    defaults = replace(defaults, max_global_batch=default_max_global_batch(problem.model, problem.task))
     for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch",
                 "task", "seq_len", "max_predictions", "attention_dropout"):
         if getattr(problem, key) != getattr(defaults, key):

@@ -24,6 +24,16 @@ DEFAULT_DATASET_SIZE = 50_000
 DEFAULT_HOST_MEMORY_GB = 32.0
 #: samples per weight update beyond which the tuner does not go unless told (README, "Training recipe")
 DEFAULT_MAX_GLOBAL_BATCH = 2048
+#: the ceiling when fine-tuning a transformer (a task head on a pretrained body): the global
+#: batch of Graphcore's SQuAD BERT-Large, micro-batch 4 x accumulation 32 x 2 replicas
+#: (graphcore/examples nlp/bert/pytorch/configs_squad.yml, squad_large_384)
+FINE_TUNING_MAX_GLOBAL_BATCH = 256
+FINE_TUNING_TASKS = ("sequence-classification", "question-answering")
+#: the same ceiling when fine-tuning a transformer (a task head on a pretrained body): the
+#: global batch of Graphcore's SQuAD BERT-Large (micro-batch 4 x accumulation 32 x 2 replicas,
+#: graphcore/examples nlp/bert/pytorch/configs_squad.yml); the tool's flags, README "Training recipe"
+FINE_TUNING_MAX_GLOBAL_BATCH = 256
+FINE_TUNING_TASKS = ("sequence-classification", "question-answering")
 DEFAULT_AMP = 0.6  # poplibs' default availableMemoryProportion
 DEFAULT_SEQ_LEN = 128  # hf: models, when --seq-len is not given
 
@@ -81,7 +91,7 @@ class Problem:
     # and the host loader's seconds per sample when measured with --data (None: the default).
     dataset_size: int = DEFAULT_DATASET_SIZE
     host_memory_gb: float = DEFAULT_HOST_MEMORY_GB
-    max_global_batch: int = DEFAULT_MAX_GLOBAL_BATCH
+    max_global_batch: int = 0  # 0: default_max_global_batch(model, task)
     host_float_sample_s: float | None = None
     host_uint8_sample_s: float | None = None
     # Transformers (docs/transformers.md): the task's head, the sequence length, and the
@@ -117,6 +127,8 @@ class Problem:
         if not self.input_shape:
             object.__setattr__(self, "input_shape", default_input_shape(self.model))
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
+        if not self.max_global_batch:
+            object.__setattr__(self, "max_global_batch", default_max_global_batch(self.model, self.task))
 
     @property
     def hf_options(self) -> tuple:
@@ -175,10 +187,20 @@ class Problem:
                 default = f.default_factory()
             else:
                 continue
+            if f.name == "max_global_batch":
+                default = default_max_global_batch(self.model, self.task)
             value = getattr(self, f.name)
             if value != default:
                 slug += "-" + _slug_part(f.name, value)
         return slug
+
+
+def default_max_global_batch(model: str, task: str) -> int:
+    """The global batch ceiling unless told: 2,048 (README, "Training recipe"), 256 when
+    fine-tuning a transformer's task head, where recipes use a few hundred at most."""
+    if model.startswith("hf:") and task in FINE_TUNING_TASKS:
+        return FINE_TUNING_MAX_GLOBAL_BATCH
+    return DEFAULT_MAX_GLOBAL_BATCH
 
 
 def effective_recompute(recompute: str, pipelined: bool) -> str:

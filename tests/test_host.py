@@ -97,6 +97,27 @@ def test_rules_bound_one_call_and_the_global_batch():
     assert violations(Problem("resnet101", 64, max_global_batch=4096), big) == []
 
 
+def test_fine_tuning_a_transformer_has_a_lower_global_batch_ceiling():
+    """A task head on a pretrained body trains at a few hundred samples per update; 2,048
+    would leave a 50,000-example task set 24 updates an epoch. Pretraining keeps 2,048."""
+    from ipu_autotune.args import DEFAULT_STORAGE, resume_command
+
+    bert = Problem("hf:bert-base-uncased", 8)  # sequence-classification by default
+    assert bert.max_global_batch == 256
+    assert Problem("hf:bert-base-uncased", 8, task="question-answering").max_global_batch == 256
+    assert Problem("hf:gpt2", 1, task="causal-lm").max_global_batch == 2048
+    assert Problem("hf:bert-base-uncased", 8, task="masked-lm").max_global_batch == 2048
+    assert Problem("resnet101", 64).max_global_batch == 2048
+    assert Problem("hf:bert-base-uncased", 8, max_global_batch=1024).max_global_batch == 1024
+    assert Problem.from_dict({"model": "hf:bert-base-uncased", "batch_size": 8}).max_global_batch == 256
+    # The default is not a choice the study name or the resume command has to spell out.
+    assert "max" not in bert.slug and "--max-global-batch" not in resume_command(bert, DEFAULT_STORAGE, bert.slug)
+    told = Problem("hf:bert-base-uncased", 8, max_global_batch=2048)
+    assert told.slug != bert.slug and "--max-global-batch 2048" in resume_command(told, DEFAULT_STORAGE, told.slug)
+    config = SearchSpace.load(bert).sample(_Max(), bert, profile_for(bert))
+    assert host.global_batch(bert, config) <= 256
+
+
 # --- the search space --------------------------------------------------------------------------
 
 class _Max:

@@ -1,8 +1,9 @@
 """The training recipe a recommendation changes: the global batch and its learning rate.
 
-The ceiling (Problem.max_global_batch, --max-global-batch, default 2,048) is justified in
-the README ("Training recipe"). When the best config trains at another global batch than
-the starting point, the learning rate moves with it: linearly for SGD (Goyal et al., 2017,
+The ceiling (Problem.max_global_batch, --max-global-batch, default 2,048, 256 when
+fine-tuning an hf: model's task head) is justified in the README ("Training recipe").
+When the best config trains at another global batch than the starting point, the learning
+rate moves with it: linearly for SGD (Goyal et al., 2017,
 "Accurate, Large Minibatch SGD") and by the square root for Adam-family optimizers
 (Hoffer et al., 2017; Krizhevsky, 2014), as DeepSpeed's autotuning guide advises.
 """
