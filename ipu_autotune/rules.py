@@ -131,9 +131,9 @@ def _eight_bit_needs_images(p: Problem, c: Config) -> str | None:
 
 
 def _embedding_serialization(p: Problem, c: Config) -> str | None:
-    """A factor splits the vocabulary projection's output channels: PopART refuses one that
-    does not divide them (willow/src/op/matmul.cpp, MatMulOp::setup: "Invalid serialisation
-    factor ... should be a multple of the serialisation factor")."""
+    """A factor splits the vocabulary projection's output channels, so the head needs one.
+    PopART refuses a factor that does not divide them (willow/src/op/matmul.cpp,
+    MatMulOp::setup); the export pads such a vocabulary first (hf.padded_vocabulary)."""
     if c.embedding_serialization == 1:
         return None
     from .models import hf
@@ -142,10 +142,9 @@ def _embedding_serialization(p: Problem, c: Config) -> str | None:
     if found is None:
         return (f"embedding_serialization {c.embedding_serialization} needs an hf: model whose head projects "
                 "onto the vocabulary (masked-lm, causal-lm, seq2seq-lm); set embedding_serialization = 1")
-    if found[1] % c.embedding_serialization:
-        usable = ", ".join(map(str, hf.serialization_factors(p.model, p.task)))
-        return (f"embedding_serialization {c.embedding_serialization} does not divide the {found[1]:,}-word "
-                f"vocabulary; use one of {usable}")
+    if c.embedding_serialization not in hf.SERIALIZATION_FACTORS:
+        usable = ", ".join(map(str, hf.SERIALIZATION_FACTORS))
+        return f"embedding_serialization {c.embedding_serialization} is not one of {usable}"
     return None
 
 

@@ -24,24 +24,27 @@ PIPELINE = Config(precision="16.16", ipus_per_replica=4, gradient_accumulation=1
                   splits=("bert.encoder.layer.0", "bert.encoder.layer.4", "bert.encoder.layer.8"))
 
 
+GPT2 = Problem("hf:gpt2", 1, task="causal-lm", seq_len=16, ipus=4)
+
+
 @pytest.mark.parametrize("problem, factor, message", [
-    (BERT_MLM, 4, "does not divide the 30,522-word vocabulary; use one of 1, 2"),
     (Problem("hf:bert-base-uncased", 4, task="question-answering"), 2, "projects onto the vocabulary"),
     (Problem("resnet18", 4), 2, "needs an hf: model"),
-    (Problem("hf:gpt2", 1, task="causal-lm"), 2, "50,257-word vocabulary; use one of 1"),
 ])
-def test_rules_refuse_a_factor_where_popart_would(problem, factor, message):
+def test_rules_refuse_a_factor_without_a_vocabulary_head(problem, factor, message):
     found = violations(problem, Config(embedding_serialization=factor))
     assert found and message in found[0]
 
 
-def test_rules_accept_dividing_factors():
+def test_rules_accept_every_factor_on_a_vocabulary_head_the_export_pads_what_it_must():
     assert violations(BERT_MLM, Config(embedding_serialization=2)) == []
+    assert violations(BERT_MLM, Config(embedding_serialization=4)) == []  # 30,522 padded to 30,524
     assert violations(T5, Config(embedding_serialization=8)) == []
+    assert violations(GPT2, Config(embedding_serialization=8)) == []  # 50,257 padded to 50,264
 
 
 @pytest.mark.parametrize("problem, expected", [
-    (BERT_MLM, {1, 2}), (T5, {1, 2, 4, 8}),
+    (BERT_MLM, {1, 2, 4, 8}), (T5, {1, 2, 4, 8}), (GPT2, {1, 2, 4, 8}),
     (Problem("hf:bert-base-uncased", 4, task="question-answering"), {1}),
     (Problem("vit_b_16", 2), {1}),
 ])
@@ -122,6 +125,37 @@ def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_
         assert ops.serialized_matmuls == [(poptorch.MatMulSerializationMode.OutputChannels, 2)]
         # the tie survives: the projection still reads the input embedding's weight
         assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
+
+
+def test_a_vocabulary_the_factor_does_not_divide_is_padded_and_the_loss_is_unchanged():
+    """GPT-2's 50,257 words at factor 4: the snippet pads the tied embedding to 50,260 (as
+    optimum-graphcore does), PopTorch gets a factor that divides, and the padding words'
+    logits are masked so the loss is the unpadded model's."""
+    from conftest_fake_sdk import fake_sdk
+
+    torch.manual_seed(0)
+    config = Config(precision="32.32", ipus_per_replica=4, gradient_accumulation=9, embedding_serialization=4,
+                    splits=("transformer.h.3", "transformer.h.6", "transformer.h.9"))
+    assert violations(GPT2, config) == []
+    snippet = render_snippet(GPT2, config)
+    assert "50,257 words padded to 50,260, in 4 pieces" in snippet
+    model = build_hf_model(GPT2.model, "causal-lm", 2, device="cpu").eval()
+    ids = torch.randint(0, 50257, (2, 16))
+    with torch.no_grad():
+        plain = model(input_ids=ids, labels=ids).loss
+    with fake_sdk() as poptorch:
+        from poptorch import ops
+
+        ns: dict = {}
+        exec(compile(snippet, "best_options.py", "exec"), ns)
+        training = ns["TrainingModel"](model)
+        ops.serialized_matmuls.clear()
+        with torch.no_grad():
+            loss = training(ids, torch.ones_like(ids), ids)
+        assert ops.serialized_matmuls == [(poptorch.MatMulSerializationMode.OutputChannels, 4)]
+    assert model.lm_head.weight.shape[0] == 50260
+    assert model.lm_head.weight is model.transformer.wte.weight  # still tied
     assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
 
 

@@ -373,7 +373,9 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     if config.embedding_serialization != 1:
         source += SERIALIZED_PROJECTION
     heads = tied_head_lines(problem, config)
-    annotations = model_check_lines(problem) + annotate_lines(config) + heads + serialization_lines(problem, config)
+    # Serialisation first: padding a vocabulary resizes the embeddings, which older transformers
+    # do by replacing the modules that BeginBlock annotations would already have wrapped.
+    annotations = model_check_lines(problem) + serialization_lines(problem, config) + annotate_lines(config) + heads
     options = options_lines(config)
     if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
         options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]

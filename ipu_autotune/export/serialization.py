@@ -5,7 +5,11 @@ optimum-graphcore does this with `SerializedLinear` (optimum/graphcore/modeling_
 models/bert/modeling_bert.py): `poptorch.serializedMatMul(x, weight.t(),
 MatMulSerializationMode.OutputChannels, factor)`, plus the bias. Here the projection module
 keeps its weight (tied to the input embedding or not) and only its forward changes, so the
-module paths, the tying and the state dict stay those of the user's model.
+module paths and the tying stay those of the user's model. A vocabulary the factor does not
+divide (GPT-2's 50,257 words) is padded first, as optimum-graphcore pads it
+(`PipelinedGPT2LMHeadModel.parallelize`: `resize_token_embeddings` to a multiple of the
+factor), and the padding words' logits are pushed to -10,000 so the loss and the predictions
+are those of the real vocabulary (its `forward` does the same).
 """
 
 from __future__ import annotations
@@ -17,13 +21,26 @@ SERIALIZED_PROJECTION = '''
 def _serialized_forward(self, x):
     out = poptorch.serializedMatMul(x, self.weight.t(), poptorch.MatMulSerializationMode.OutputChannels,
                                     self.serialization_factor)
-    return out if self.bias is None else out + self.bias
+    if self.bias is not None:
+        out = out + self.bias
+    padding = out.shape[-1] - self.words
+    if padding:  # padding words never win: their logits are -10,000 (optimum-graphcore's mask)
+        keep = torch.cat([torch.ones(self.words), torch.zeros(padding)]).to(dtype=out.dtype, device=out.device)
+        out = out * keep + (1 - keep) * -10000.0
+    return out
 
 
-def _serialize_projection(linear, factor):
+def _serialize_projection(model, path, factor):
     """The vocabulary projection as `factor` matmuls over its output channels (optimum-graphcore's
-    SerializedLinear); the weight, tied to the embedding or not, is unchanged."""
-    linear.serialization_factor = factor
+    SerializedLinear); the weight, tied to the embedding or not, is unchanged. A vocabulary the
+    factor does not divide is padded to a multiple of it first (PopART splits only those):
+    `model.resize_token_embeddings(words)` gives the user's vocabulary back before saving."""
+    words = model.get_submodule(path).out_features
+    padded = -(-words // factor) * factor
+    if padded > words:
+        model.resize_token_embeddings(padded)  # resizes a tied or untied head with the embedding
+    linear = model.get_submodule(path)
+    linear.serialization_factor, linear.words = factor, words
     linear.forward = _serialized_forward.__get__(linear)  # a bound method: copies of the model rebind it
     return linear
 '''
@@ -35,6 +52,9 @@ def serialization_lines(problem: Problem, config: Config) -> list[str]:
         return []
     from ..models import hf
 
+    factor = config.embedding_serialization
     path, vocabulary = hf.vocabulary_projection(problem.model, problem.task)
-    return [f"_serialize_projection(model.get_submodule({path!r}), {config.embedding_serialization})"
-            f"  # {vocabulary:,} words in {config.embedding_serialization} pieces"]
+    padded = hf.padded_vocabulary(vocabulary, factor)
+    pieces = f"{vocabulary:,} words in {factor} pieces" if padded == vocabulary else \
+        f"{vocabulary:,} words padded to {padded:,}, in {factor} pieces"
+    return [f"_serialize_projection(model, {path!r}, {factor})  # {pieces}"]

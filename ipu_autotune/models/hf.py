@@ -173,7 +173,8 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_pre
 #: tasks whose head projects onto the vocabulary (the output embedding)
 VOCABULARY_TASKS = ("masked-lm", "causal-lm", "seq2seq-lm")
 #: embedding_serialization values the transformer space offers (optimum-graphcore's
-#: embedding_serialization_factor); a value must divide the vocabulary (rules.py)
+#: embedding_serialization_factor); a vocabulary that a factor does not divide is padded
+#: (padded_vocabulary), as optimum-graphcore pads GPT-2's
 SERIALIZATION_FACTORS = (1, 2, 4, 8)
 
 
@@ -191,9 +192,18 @@ def vocabulary_projection(name: str, task: str) -> tuple[str, int] | None:
 
 
 def serialization_factors(name: str, task: str) -> tuple[int, ...]:
-    """The factors the vocabulary divides into (1 alone: nothing to serialise)."""
+    """The factors the vocabulary projection can be split into (1 alone: it has none)."""
     found = vocabulary_projection(name, task) if is_hf(name) else None
-    return tuple(f for f in SERIALIZATION_FACTORS if found and found[1] % f == 0) or (1,)
+    return SERIALIZATION_FACTORS if found else (1,)
+
+
+def padded_vocabulary(words: int, factor: int) -> int:
+    """The vocabulary rounded up to a multiple of the factor: PopART splits only output
+    channels the factor divides (willow/src/op/matmul.cpp, MatMulOp::setup), so
+    optimum-graphcore resizes the token embeddings to this and masks the padding logits
+    (optimum/graphcore/models/gpt2/modeling_gpt2.py, PipelinedGPT2LMHeadModel.parallelize
+    and forward)."""
+    return -(-words // factor) * factor
 
 
 def layer_count(name: str) -> int:

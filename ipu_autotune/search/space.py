@@ -228,7 +228,7 @@ class SearchSpace:
                 execution = "sharded"
         loader_mode = s.ask("loader_mode")
         loader_workers = s.ask("loader_workers")
-        # Only factors that divide the vocabulary of a head that has one (rules.py).
+        # Only where the head projects onto a vocabulary (rules.py); the export pads it to the factor.
         usable = set(serialization_factors(problem.model, problem.task))
         serialization = s.choose("embedding_serialization",
                                  [f for f in s.values("embedding_serialization") if f in usable] or [1])
