@@ -23,6 +23,7 @@ from .backends.estimate import estimate
 from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models.trace import ModelProfile
 from .problem import Config, Problem
+from .search.bold import BetModel, bold_choice, memory_error
 from .search.corrected import CorrectedModel, CorrectedScreen, layout, observe
 from .search.space import SearchSpace
 from .warmstart import Screen, climb
@@ -137,8 +138,24 @@ class Guide:
             bold = [c for c in self.pool if c not in tried and (j := edge.judge(c)) is not None
                     and j[0] and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
             if bold:
-                return max(bold, key=lambda c: edge.judge(c)[1])
+                choice = max(bold, key=lambda c: edge.judge(c)[1])
+        if seen and (choice is None or compiles_since_best(measured) >= STOP_PATIENCE):
+            choice = self._bet(seen, fits, choice, tried) or choice
         return choice
+
+    def _bet(self, seen: list, fits: list, choice: Config | None, tried: set[Config]) -> Config | None:
+        """After compiles that stall (or with nothing predicted to fit): the candidate with the
+        best expected throughput given the model's memory error (search/bold.py), if it beats
+        the best measured and what `choice` is expected to give. Each layout's fastest candidate
+        (were it to fit) is climbed on expected throughput first, so the pool holds the best bets."""
+        bets = BetModel(self.screen, seen, memory_error(CorrectedModel(self.screen, seen, 0.0)))
+        for start in bets.starts(self.pool):
+            if (start, ("bet", round(bets.error, 3))) not in self.climbed:
+                self.climbed.add((start, ("bet", round(bets.error, 3))))
+                self.pool.add(pair_climb(CorrectedScreen(bets, self.neighbours), bets, self.space, start))
+        safe = CorrectedModel(self.screen, seen, 0.0).judge(choice) if choice is not None else None
+        return bold_choice(bets, (c for c in self.pool if c not in tried), fits[0][0] if fits else 0.0,
+                           safe[1] if safe else 0.0)
 
     def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
         """Every IPU layout gets its own climb from its best candidate: a layout no compile has
