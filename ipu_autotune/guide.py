@@ -23,7 +23,7 @@ from .backends.estimate import estimate
 from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models.trace import ModelProfile
 from .problem import Config, Problem
-from .search.bold import BetModel, bold_choice, memory_error
+from .search.bold import BET_LOSSES, BetModel, bold_choice, losing_streak, memory_error
 from .search.corrected import CorrectedModel, CorrectedScreen, layout, observe
 from .search.space import SearchSpace
 from .warmstart import Screen, climb
@@ -96,6 +96,7 @@ class Guide:
         self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
         self.stop_note = ""  # the stopping rule, once it applies
+        self.bets: set[Config] = set()  # configs proposed as bets over the predicted memory (search/bold.py)
 
     def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
@@ -139,8 +140,12 @@ class Guide:
                     and j[0] and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
             if bold:
                 choice = max(bold, key=lambda c: edge.judge(c)[1])
-        if seen and (choice is None or compiles_since_best(measured) >= STOP_PATIENCE):
-            choice = self._bet(seen, fits, choice, tried) or choice
+        if seen and (choice is None or compiles_since_best(measured) >= STOP_PATIENCE) \
+                and losing_streak(measured, self.bets) < BET_LOSSES:
+            bet = self._bet(seen, fits, choice, tried)
+            if bet is not None:
+                self.bets.add(bet)
+                return bet
         return choice
 
     def _bet(self, seen: list, fits: list, choice: Config | None, tried: set[Config]) -> Config | None:

@@ -34,6 +34,9 @@ MEMORY_ERROR_CAP = 0.10
 BOLD_GAIN = 0.05
 #: and have at least this chance to fit
 MIN_FIT_CHANCE = 0.25
+#: bets stop after this many in a row ran out of memory (the model's error is then larger
+#: than its compiles showed: picking the best bets picks where it under-predicts)
+BET_LOSSES = 3
 #: a climb towards a bet starts from, and passes through, candidates with this chance or more
 LONG_SHOT = 0.02
 
@@ -106,3 +109,12 @@ def bold_choice(model: BetModel, candidates: Iterable[Config], best: float, floo
         if j is not None and j[1] > value and model.chance(c) >= MIN_FIT_CHANCE:
             pick, value = c, j[1]
     return pick
+
+
+def losing_streak(measured, bets: set[Config]) -> int:
+    """How many of the last bets in `measured` ((config, Measurement) in order) ran out of memory in a row."""
+    streak = 0
+    for config, m in measured:
+        if config in bets and m.source != "estimate":
+            streak = streak + 1 if m.failure == "oom" else 0 if m.failure is None else streak
+    return streak
