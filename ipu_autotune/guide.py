@@ -97,6 +97,7 @@ class Guide:
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
         self.stop_note = ""  # the stopping rule, once it applies
         self.bets: set[Config] = set()  # configs proposed as bets over the predicted memory (search/bold.py)
+        self.bet_chance: float | None = None  # the last proposal's chance to fit, when it was a bet
 
     def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
@@ -140,11 +141,13 @@ class Guide:
                     and j[0] and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
             if bold:
                 choice = max(bold, key=lambda c: edge.judge(c)[1])
+        self.bet_chance = None
         if seen and (choice is None or compiles_since_best(measured) >= STOP_PATIENCE) \
                 and losing_streak(measured, self.bets) < BET_LOSSES:
             bet = self._bet(seen, fits, choice, tried)
             if bet is not None:
                 self.bets.add(bet)
+                self.stop_note = ""  # a bet is expected to pay: the stopping rule does not apply
                 return bet
         return choice
 
@@ -154,13 +157,16 @@ class Guide:
         the best measured and what `choice` is expected to give. Each layout's fastest candidate
         (were it to fit) is climbed on expected throughput first, so the pool holds the best bets."""
         bets = BetModel(self.screen, seen, memory_error(CorrectedModel(self.screen, seen, 0.0)))
+        tag = ("bet", round(bets.error, 3))
         for start in bets.starts(self.pool):
-            if (start, ("bet", round(bets.error, 3))) not in self.climbed:
-                self.climbed.add((start, ("bet", round(bets.error, 3))))
+            if (start, tag) not in self.climbed:
+                self.climbed.add((start, tag))
                 self.pool.add(pair_climb(CorrectedScreen(bets, self.neighbours), bets, self.space, start))
         safe = CorrectedModel(self.screen, seen, 0.0).judge(choice) if choice is not None else None
-        return bold_choice(bets, (c for c in self.pool if c not in tried), fits[0][0] if fits else 0.0,
-                           safe[1] if safe else 0.0)
+        bet = bold_choice(bets, (c for c in self.pool if c not in tried), fits[0][0] if fits else 0.0,
+                          safe[1] if safe else 0.0)
+        self.bet_chance = None if bet is None else bets.chance(bet)
+        return bet
 
     def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
         """Every IPU layout gets its own climb from its best candidate: a layout no compile has

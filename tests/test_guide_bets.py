@@ -14,6 +14,7 @@ from ipu_autotune.search.bold import (
     BOLD_GAIN,
     MEMORY_ERROR_CAP,
     MEMORY_ERROR_FLOOR,
+    MIN_FIT_CHANCE,
     bold_choice,
     fit_chance,
     losing_streak,
@@ -142,7 +143,8 @@ def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candid
     measured = _stalled(profile)
     guide = Guide(PROBLEM, profile, space, 0.05)
     proposal = guide.propose(measured, {c for c, _ in measured})
-    assert proposal in guide.bets
+    assert proposal in guide.bets and MIN_FIT_CHANCE <= guide.bet_chance <= 1.0  # shown in the trial's origin
+    assert not guide.stop_note  # a bet is expected to pay
     best = max(m.throughput for _, m in measured)
     model = CorrectedModel(guide.screen, observe(guide.screen, measured), 0.0)
     assert model.judge(proposal)[1] > 2 * best
