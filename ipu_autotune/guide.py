@@ -23,8 +23,8 @@ from .backends.estimate import estimate
 from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models.trace import ModelProfile
 from .problem import Config, Problem
-from .search.bold import BET_LOSSES, BetModel, bold_choice, losing_streak, memory_error
-from .search.corrected import CorrectedModel, CorrectedScreen, layout, observe
+from .search.bold import BET_LOSSES, BetModel, bet_climb, bold_choice, losing_streak, memory_error
+from .search.corrected import CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .search.space import SearchSpace
 from .warmstart import Screen, climb
 
@@ -65,7 +65,7 @@ def pair_climb(screen: Screen, model: CorrectedModel, space: SearchSpace, start:
     no single one helps (recompute and accumulation, say, must often move together)."""
     best = climb(screen, space, start)
     for _ in range(rounds):
-        singles = sorted({c for knob, c in screen.candidates(space, best) if knob != "ipus_per_replica"},
+        singles = sorted(dict.fromkeys(c for knob, c in screen.candidates(space, best) if knob != "ipus_per_replica"),
                          key=model.score, reverse=True)[:PAIR_TOP]
         top, top_score = None, model.score(best)
         for a, b in combinations(singles, 2):
@@ -91,7 +91,7 @@ class Guide:
         self.headroom, self.prepare, self.constants, self.starts = headroom, prepare, constants, starts
         self.screen = Screen(problem, profile, constants, 0.0, prepare, space)  # nominal, in the space, cached
         self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
-        self.pool: set[Config] = set()  # every candidate gathered so far, re-ranked at each proposal
+        self.pool = CandidatePool()  # every candidate gathered so far, re-ranked at each proposal
         self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
         self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
@@ -153,15 +153,15 @@ class Guide:
 
     def _bet(self, seen: list, fits: list, choice: Config | None, tried: set[Config]) -> Config | None:
         """After compiles that stall (or with nothing predicted to fit): the candidate with the
-        best expected throughput given the model's memory error (search/bold.py), if it beats
-        the best measured and what `choice` is expected to give. Each layout's fastest candidate
+        largest expected improvement given the model's memory error (search/bold.py), if it
+        beats what `choice` is expected to give. Each layout's fastest candidate
         (were it to fit) is climbed on expected throughput first, so the pool holds the best bets."""
         bets = BetModel(self.screen, seen, memory_error(CorrectedModel(self.screen, seen, 0.0)))
         tag = ("bet", round(bets.error, 3))
         for start in bets.starts(self.pool):
             if (start, tag) not in self.climbed:
                 self.climbed.add((start, tag))
-                self.pool.add(pair_climb(CorrectedScreen(bets, self.neighbours), bets, self.space, start))
+                self.pool.add(bet_climb(CorrectedScreen(bets, self.neighbours), bets, self.space, start))
         safe = CorrectedModel(self.screen, seen, 0.0).judge(choice) if choice is not None else None
         bet = bold_choice(bets, (c for c in self.pool if c not in tried), fits[0][0] if fits else 0.0,
                           safe[1] if safe else 0.0)

@@ -10,8 +10,10 @@ guide keeps compiling safe variations that do not pay.
 
 So after compiles that stall, each candidate is weighed by its chance to fit under the
 model's own error (log-normal, its spread measured by predicting each compiled config from
-the others, at least MEMORY_ERROR_FLOOR): expected throughput = chance x corrected
-throughput. The best such bet is compiled when it beats the best measured by BOLD_GAIN. An
+the others, at least MEMORY_ERROR_FLOOR). Climbs towards bets follow expected throughput
+(chance x corrected throughput); the bet compiled is the candidate with the largest expected
+improvement (chance x gain over the best measured: an OOM costs a compile, not the best),
+when that is at least BOLD_GAIN of the best and more than the safe choice's gain. An
 OOM costs one compile and corrects the model there (the compile's own ratio then dominates
 its neighbours), so the next bet is better informed. Only the busiest-tile totals of the
 compiles are used, as a real compile reports them.
@@ -23,20 +25,23 @@ import math
 from collections.abc import Iterable
 
 from ..problem import Config
-from .corrected import CorrectedModel, layout
+from ..warmstart import climb
+from .corrected import CorrectedModel, CorrectedScreen, layout
 
 #: the corrected busiest tile is never trusted closer than this (relative, one sigma): a
 #: change of memory mix the compiles did not show moves it by about this much
 MEMORY_ERROR_FLOOR = 0.02
 #: nor is the spread taken wider than this (a few wild compiles must not make every bet look safe)
 MEMORY_ERROR_CAP = 0.10
-#: a bet must be expected this much faster than the best measured
+#: a bet's expected improvement (chance to fit x gain) must be at least this fraction of the best measured
 BOLD_GAIN = 0.05
 #: and have at least this chance to fit
 MIN_FIT_CHANCE = 0.25
 #: bets stop after this many in a row ran out of memory (the model's error is then larger
 #: than its compiles showed: picking the best bets picks where it under-predicts)
 BET_LOSSES = 3
+#: the fastest and the leanest single changes a bet's climb pairs (each with each)
+BET_PAIRS = 6
 #: a climb towards a bet starts from, and passes through, candidates with this chance or more
 LONG_SHOT = 0.02
 
@@ -83,6 +88,11 @@ class BetModel(CorrectedModel):
             self.bets[config] = None if j is None else (chance >= LONG_SHOT, chance * j[1], j[2], j[3])
         return self.bets[config]
 
+    def throughput(self, config: Config) -> float:
+        """Corrected throughput, were it to fit."""
+        j = CorrectedModel.judge(self, config)
+        return 0.0 if j is None else j[1]
+
     def chance(self, config: Config) -> float:
         j = self.judge(config)
         return 0.0 if j is None else fit_chance(j[3], self.error)
@@ -100,14 +110,49 @@ class BetModel(CorrectedModel):
         return [c for _, c in fastest.values()]
 
 
-def bold_choice(model: BetModel, candidates: Iterable[Config], best: float, floor: float = 0.0) -> Config | None:
-    """The candidate with the largest expected throughput, if it beats both the best measured
-    by BOLD_GAIN and `floor` (what the safe choice expects)."""
-    pick, value = None, max(best * (1.0 + BOLD_GAIN), floor)
+def _changes(a: Config, b: Config) -> dict:
+    return {f: getattr(b, f) for f in a.__dataclass_fields__ if getattr(a, f) != getattr(b, f)}
+
+
+def bet_climb(screen: CorrectedScreen, model: BetModel, space, start: Config, rounds: int = 8) -> Config:
+    """warmstart.climb on expected throughput, then, when no single change helps, pairs of
+    one of the fastest single changes (were they to fit) with one of those that free the
+    most memory: more accumulation with the optimizer state offloaded, say, where either
+    alone is slower or over memory."""
+    best = climb(screen, space, start)
+    for _ in range(rounds):
+        singles = [c for knob, c in screen.candidates(space, best)
+                   if knob != "ipus_per_replica" and model.judge(c) is not None]
+        fast = sorted(singles, key=model.throughput, reverse=True)[:BET_PAIRS]
+        lean = sorted(singles, key=lambda c: model.judge(c)[3])[:BET_PAIRS]
+        top, top_score = None, model.score(best)
+        for a in fast:
+            for b in lean:
+                da, db = _changes(best, a), _changes(best, b)
+                if da.keys() & db.keys():
+                    continue
+                c = best.replace(**da, **db)
+                if model.score(c) > top_score:
+                    top, top_score = c, model.score(c)
+        if top is None:
+            break
+        best = climb(screen, space, top)
+    return best
+
+
+def bold_choice(model: BetModel, candidates: Iterable[Config], best: float, safe: float = 0.0) -> Config | None:
+    """The candidate with the largest expected improvement on the best measured (chance to
+    fit x corrected gain: an OOM costs a compile, not the best), if that is at least
+    BOLD_GAIN of the best and more than the safe choice's (corrected throughput `safe`) gain."""
+    pick, value = None, max(best * BOLD_GAIN, safe - best)
     for c in candidates:
         j = model.judge(c)
-        if j is not None and j[1] > value and model.chance(c) >= MIN_FIT_CHANCE:
-            pick, value = c, j[1]
+        if j is None:
+            continue
+        chance = model.chance(c)
+        gain = chance * (model.throughput(c) - best)
+        if gain > value and chance >= MIN_FIT_CHANCE:
+            pick, value = c, gain
     return pick
 
 

@@ -92,6 +92,19 @@ def observe(screen: Screen, measured: Sequence) -> list[Observation]:
     return out
 
 
+class CandidatePool(dict):
+    """An insertion-ordered set of candidates (add, update, in, iteration): ties in the
+    guide's ranking then fall the same way in every process, where a set's order follows
+    string hashing (PYTHONHASHSEED) and so did the guide's proposals."""
+
+    def add(self, config: Config) -> None:
+        self[config] = None
+
+    def update(self, configs=()) -> None:  # type: ignore[override]
+        for c in configs:
+            self[c] = None
+
+
 class CorrectedModel:
     """Estimates (via a nominal `Screen`, cached) times the learnt, per-config corrections."""
 
