@@ -23,7 +23,8 @@ from .backends.estimate import estimate
 from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models.trace import ModelProfile
 from .problem import Config, Problem
-from .search.corrected import CorrectedModel, CorrectedScreen, layout, observe
+from .search.bold import BET_LOSSES, BetModel, bet_climb, bold_choice, losing_streak, memory_error
+from .search.corrected import CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .search.space import SearchSpace
 from .warmstart import Screen, climb
 
@@ -64,7 +65,7 @@ def pair_climb(screen: Screen, model: CorrectedModel, space: SearchSpace, start:
     no single one helps (recompute and accumulation, say, must often move together)."""
     best = climb(screen, space, start)
     for _ in range(rounds):
-        singles = sorted({c for knob, c in screen.candidates(space, best) if knob != "ipus_per_replica"},
+        singles = sorted(dict.fromkeys(c for knob, c in screen.candidates(space, best) if knob != "ipus_per_replica"),
                          key=model.score, reverse=True)[:PAIR_TOP]
         top, top_score = None, model.score(best)
         for a, b in combinations(singles, 2):
@@ -90,11 +91,13 @@ class Guide:
         self.headroom, self.prepare, self.constants, self.starts = headroom, prepare, constants, starts
         self.screen = Screen(problem, profile, constants, 0.0, prepare, space)  # nominal, in the space, cached
         self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
-        self.pool: set[Config] = set()  # every candidate gathered so far, re-ranked at each proposal
+        self.pool = CandidatePool()  # every candidate gathered so far, re-ranked at each proposal
         self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
         self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
         self.stop_note = ""  # the stopping rule, once it applies
+        self.bets: set[Config] = set()  # configs proposed as bets over the predicted memory (search/bold.py)
+        self.bet_chance: float | None = None  # the last proposal's chance to fit, when it was a bet
 
     def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
@@ -137,8 +140,33 @@ class Guide:
             bold = [c for c in self.pool if c not in tried and (j := edge.judge(c)) is not None
                     and j[0] and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
             if bold:
-                return max(bold, key=lambda c: edge.judge(c)[1])
+                choice = max(bold, key=lambda c: edge.judge(c)[1])
+        self.bet_chance = None
+        if seen and (choice is None or compiles_since_best(measured) >= STOP_PATIENCE) \
+                and losing_streak(measured, self.bets) < BET_LOSSES:
+            bet = self._bet(seen, fits, choice, tried)
+            if bet is not None:
+                self.bets.add(bet)
+                self.stop_note = ""  # a bet is expected to pay: the stopping rule does not apply
+                return bet
         return choice
+
+    def _bet(self, seen: list, fits: list, choice: Config | None, tried: set[Config]) -> Config | None:
+        """After compiles that stall (or with nothing predicted to fit): the candidate with the
+        largest expected improvement given the model's memory error (search/bold.py), if it
+        beats what `choice` is expected to give. Each layout's fastest candidate
+        (were it to fit) is climbed on expected throughput first, so the pool holds the best bets."""
+        bets = BetModel(self.screen, seen, memory_error(CorrectedModel(self.screen, seen, 0.0)))
+        tag = ("bet", round(bets.error, 3))
+        for start in bets.starts(self.pool):
+            if (start, tag) not in self.climbed:
+                self.climbed.add((start, tag))
+                self.pool.add(bet_climb(CorrectedScreen(bets, self.neighbours), bets, self.space, start))
+        safe = CorrectedModel(self.screen, seen, 0.0).judge(choice) if choice is not None else None
+        bet = bold_choice(bets, (c for c in self.pool if c not in tried), fits[0][0] if fits else 0.0,
+                          safe[1] if safe else 0.0)
+        self.bet_chance = None if bet is None else bets.chance(bet)
+        return bet
 
     def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
         """Every IPU layout gets its own climb from its best candidate: a layout no compile has

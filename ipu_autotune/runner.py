@@ -101,6 +101,8 @@ class Runner:
         config = self.guide.propose(history, tried, running=len(running))
         if config is not None:
             origin = f"guided (memory x{self.guide.correction:.2f})"
+            if self.guide.bet_chance is not None:  # over the margin, on purpose (guide.py, search/bold.py)
+                origin = f"guided bet ({self.guide.bet_chance:.0%} chance to fit, memory x{self.guide.correction:.2f})"
             enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
 
     def config_for(self, trial: optuna.Trial) -> tuple[Config, str]:

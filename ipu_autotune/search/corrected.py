@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields, replace
 from ..backends.base import Measurement
 from ..problem import Config
 from ..warmstart import Screen
+from .replay import checkpoints_every
 
 #: weight of a compiled config that differs from the candidate in one knob (d knobs: KERNEL**d)
 KERNEL = 0.3
@@ -89,6 +90,19 @@ def observe(screen: Screen, measured: Sequence) -> list[Observation]:
             speed = math.log(m.throughput / predicted.throughput)
         out.append(Observation(config, max(ratios) if ratios else None, speed))
     return out
+
+
+class CandidatePool(dict):
+    """An insertion-ordered set of candidates (add, update, in, iteration): ties in the
+    guide's ranking then fall the same way in every process, where a set's order follows
+    string hashing (PYTHONHASHSEED) and so did the guide's proposals."""
+
+    def add(self, config: Config) -> None:
+        self[config] = None
+
+    def update(self, configs=()) -> None:  # type: ignore[override]
+        for c in configs:
+            self[c] = None
 
 
 class CorrectedModel:
@@ -160,6 +174,8 @@ class CorrectedScreen(Screen):
         if config not in self.neighbours:
             found = list(super().candidates(space, config))
             found += [("fine", self.prepare(c)) for c in finer_changes(space, config)]
+            found += [("splits", self.prepare(space.project(self.problem, self.profile, c)))
+                      for c in split_moves(self.profile, config)]
             self.neighbours[config] = list(dict.fromkeys(found))
         return self.neighbours[config]
 
@@ -194,3 +210,25 @@ def finer_changes(space, c: Config) -> list[Config]:
                     amps[i] = v
                     out.append(c.replace(available_memory_proportion=tuple(amps)))
     return [x for x in out if x != c]
+
+
+def split_moves(profile, c: Config) -> list[Config]:
+    """Stage boundaries moved by one or two units with the checkpoints re-derived for the new
+    stages (warmstart's split moves keep the old checkpoints, which the space then drops: a
+    recomputing config's split cannot move without its checkpoints)."""
+    index = {u.path: i for i, u in enumerate(profile.units)}
+    if not c.splits or not c.checkpoints or not all(p in index for p in c.splits):
+        return []
+    every = next((k for k in range(1, len(profile.units) + 1)
+                  if checkpoints_every(profile, c.splits, k) == tuple(c.checkpoints)), None)
+    if every is None:
+        return []
+    cuts, out = [index[p] for p in c.splits], []
+    for k in range(len(cuts)):
+        for step in (-2, -1, 1, 2):
+            moved = list(cuts)
+            moved[k] += step
+            if all(0 < x < len(profile.units) for x in moved) and moved == sorted(set(moved)):
+                splits = tuple(profile.units[x].path for x in moved)
+                out.append(c.replace(splits=splits, checkpoints=checkpoints_every(profile, splits, every)))
+    return out
