@@ -16,6 +16,7 @@ the study does not use a guide there.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import combinations
 
@@ -35,7 +36,10 @@ STOP_GAIN = 0.01
 #: and this many compiles in a row since the best measured did not beat it by STOP_GAIN (the
 #: model alone said "stop" at compile 3-5, before the tuner was within 5 % in half the runs)
 STOP_PATIENCE = 3
-#: extra memory margin per trial running elsewhere, where nothing near was compiled
+#: while no compile has returned and others run: extra memory margin for a candidate, per
+#: trial running in its IPU layout plus one (a layout nothing runs in gets the safest warm
+#: start's margin, 15 % with the default headroom; each running trial in it pushes the next
+#: bet there further from the edge of memory)
 HEDGE = 0.10
 #: single-knob changes of an anchor that are combined in pairs (the best by corrected score)
 PAIR_TOP = 8
@@ -100,9 +104,10 @@ class Guide:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
         far; `running`: trials other workers are compiling now (each adds a memory hedge)."""
         seen = observe(self.screen, measured)
-        # The hedge spreads the first round's bets over levels of memory safety while nothing
-        # is known; once a compile has returned, the learnt correction is the better guide.
-        model = CorrectedModel(self.screen, seen, self.headroom, 0.0 if seen else HEDGE * running)
+        # While nothing is known and others compile, the first round spreads its bets (see
+        # _first_round); once a compile has returned, the learnt correction is the better guide.
+        first_round = not seen and running > 0
+        model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0)
         self.correction = model.memory_prior
         corrected = CorrectedScreen(model, self.neighbours)
         fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
@@ -124,6 +129,8 @@ class Guide:
             if anchor == anchors[0]:  # one climb per proposal: the best anchor's
                 self.pool.add(pair_climb(corrected, model, self.space, anchor))
         self._climb_layouts(model, corrected, model.hedge)
+        if first_round:
+            return self._first_round(seen, measured, tried)
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
         exhausted = self._stopping_rule(model, choice, fits, measured)
@@ -139,6 +146,26 @@ class Guide:
             if bold:
                 return max(bold, key=lambda c: edge.judge(c)[1])
         return choice
+
+    def _first_round(self, seen: list, measured: Sequence, tried: set[Config]) -> Config | None:
+        """The fastest untried candidate, each judged at a memory margin of HEDGE per trial
+        running in its IPU layout, plus one. The estimator's errors differ most between
+        layouts, in speed as in memory: serially the compiles of the warm starts show which
+        layout is faster than estimated (often not the one it ranks first); in parallel the
+        first round cannot know, so it covers the layouts first (each at the safest warm
+        start's margin), then the same layouts further from the edge of memory."""
+        done = {c for c, _ in measured}
+        busy = Counter(layout(c) for c in tried if c not in done)  # running here or elsewhere
+        models = {}
+        for level in sorted({1, *(1 + n for n in busy.values())}):
+            models[level] = m = CorrectedModel(self.screen, seen, self.headroom, HEDGE * level)
+            self._climb_layouts(m, CorrectedScreen(m, self.neighbours), m.hedge)
+
+        def score(c: Config) -> tuple:
+            return models[1 + busy[layout(c)]].score(c)
+
+        self.expected_gain, self.stop_note = None, ""
+        return max((c for c in self.pool if c not in tried and score(c)[0] == 1), key=score, default=None)
 
     def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
         """Every IPU layout gets its own climb from its best candidate: a layout no compile has
