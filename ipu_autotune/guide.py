@@ -178,7 +178,12 @@ class Guide:
         # Only slow layouts are left at those margins: bet on a fast one nearer the edge of
         # memory instead (the headroom alone), where the estimator overrates memory.
         bold = CorrectedModel(self.screen, seen, self.headroom)
-        self._climb_layouts(bold, CorrectedScreen(bold, self.neighbours), "first round, bold")
+        bold_screen = CorrectedScreen(bold, self.neighbours)
+        self._climb_layouts(bold, bold_screen, "first round, bold")
+        for c in tried - done:  # and from each running bet (the safest warm start, say)
+            if (c, "first round, bold") not in self.climbed:
+                self.climbed.add((c, "first round, bold"))
+                self.pool.add(pair_climb(bold_screen, bold, self.space, c))
         edge = [c for c in self.pool if c not in tried and (j := bold.score(c))[0] == 1 and j[1] >= DOMINATED * top]
         return max(edge, key=bold.score) if edge else max(fitting, key=score)
 
