@@ -107,7 +107,8 @@ class Guide:
 
     def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
-        far; `running`: trials other workers are compiling now (each adds a memory hedge)."""
+        far; `running`: trials other workers are compiling now (while no compile has returned,
+        each adds a memory hedge to the candidates of its IPU layout: _first_round)."""
         seen = observe(self.screen, measured)
         # While nothing is known and others compile, the first round spreads its bets (see
         # _first_round); once a compile has returned, the learnt correction is the better guide.
@@ -190,9 +191,8 @@ class Guide:
     def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
         """Every IPU layout gets its own climb from its best candidate: a layout no compile has
         reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
-        Per `tag` too (the hedge, or no margin): with compiles running elsewhere the hedge
-        raises the margin, and the first round of N workers is the best per layout at N levels
-        of safety."""
+        Per `tag` too (the hedge, or no margin): with compiles running elsewhere the first
+        round judges each layout at its own margin (_first_round), climbed at each."""
         layouts: dict = {}
         for c in self.pool:
             key = layout(c)  # a pipeline and a sharded model on the same IPUs are different layouts
