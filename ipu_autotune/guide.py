@@ -16,6 +16,7 @@ the study does not use a guide there.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import combinations
 
@@ -36,8 +37,16 @@ STOP_GAIN = 0.01
 #: and this many compiles in a row since the best measured did not beat it by STOP_GAIN (the
 #: model alone said "stop" at compile 3-5, before the tuner was within 5 % in half the runs)
 STOP_PATIENCE = 3
-#: extra memory margin per trial running elsewhere, where nothing near was compiled
+#: while no compile has returned and others run: extra memory margin for a candidate, per
+#: trial running in its IPU layout plus one (a layout nothing runs in gets the safest warm
+#: start's margin, 15 % with the default headroom; each running trial in it pushes the next
+#: bet there further from the edge of memory)
 HEDGE = 0.10
+#: in that first round, a bet predicted slower than this fraction of the fastest at the safest
+#: warm start's margin is replaced by a fast layout's candidate nearer the edge of memory: it
+#: could only win where the estimator's speed ranking is off by more than that (BERT's 4-IPU
+#: pipeline at 0.85 of the 2 x 2 layout's estimate was the 2 x 2's 0.84 on the hidden IPU)
+DOMINATED = 0.9
 #: single-knob changes of an anchor that are combined in pairs (the best by corrected score)
 PAIR_TOP = 8
 
@@ -101,11 +110,14 @@ class Guide:
 
     def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
-        far; `running`: trials other workers are compiling now (each adds a memory hedge)."""
+        far; `running`: trials other workers are compiling now (while no compile has returned,
+        each adds a memory hedge to the candidates of its IPU layout: _first_round)."""
         seen = observe(self.screen, measured)
-        # The hedge spreads the first round's bets over levels of memory safety while nothing
-        # is known; once a compile has returned, the learnt correction is the better guide.
-        model = CorrectedModel(self.screen, seen, self.headroom, 0.0 if seen else HEDGE * running)
+        self.bet_chance = None
+        # While nothing is known and others compile, the first round spreads its bets (see
+        # _first_round); once a compile has returned, the learnt correction is the better guide.
+        first_round = not seen and running > 0
+        model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0)
         self.correction = model.memory_prior
         corrected = CorrectedScreen(model, self.neighbours)
         fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
@@ -127,6 +139,8 @@ class Guide:
             if anchor == anchors[0]:  # one climb per proposal: the best anchor's
                 self.pool.add(pair_climb(corrected, model, self.space, anchor))
         self._climb_layouts(model, corrected, model.hedge)
+        if first_round:
+            return self._first_round(seen, measured, tried)
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
         exhausted = self._stopping_rule(model, choice, fits, measured)
@@ -141,7 +155,6 @@ class Guide:
                     and j[0] and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
             if bold:
                 choice = max(bold, key=lambda c: edge.judge(c)[1])
-        self.bet_chance = None
         if seen and (choice is None or compiles_since_best(measured) >= STOP_PATIENCE) \
                 and losing_streak(measured, self.bets) < BET_LOSSES:
             bet = self._bet(seen, fits, choice, tried)
@@ -168,12 +181,46 @@ class Guide:
         self.bet_chance = None if bet is None else bets.chance(bet)
         return bet
 
+    def _first_round(self, seen: list, measured: Sequence, tried: set[Config]) -> Config | None:
+        """The fastest untried candidate, each judged at a memory margin of HEDGE per trial
+        running in its IPU layout, plus one. The estimator's errors differ most between
+        layouts, in speed as in memory: serially the compiles of the warm starts show which
+        layout is faster than estimated (often not the one it ranks first); in parallel the
+        first round cannot know, so it covers the layouts first (each at the safest warm
+        start's margin), then the same layouts further from the edge of memory."""
+        done = {c for c, _ in measured}
+        busy = Counter(layout(c) for c in tried if c not in done)  # running here or elsewhere
+        models = {}
+        for level in sorted({1, *(1 + n for n in busy.values())}):
+            models[level] = m = CorrectedModel(self.screen, seen, self.headroom, HEDGE * level)
+            self._climb_layouts(m, CorrectedScreen(m, self.neighbours), m.hedge)
+
+        def score(c: Config) -> tuple:
+            return models[1 + busy[layout(c)]].score(c)
+
+        self.expected_gain, self.stop_note = None, ""
+        fitting = [c for c in self.pool if c not in tried and score(c)[0] == 1]
+        top = max((j[1] for c in self.pool if (j := models[1].score(c))[0] == 1), default=0.0)
+        worth = [c for c in fitting if score(c)[1] >= DOMINATED * top]
+        if worth or not fitting:
+            return max(worth, key=score, default=None)
+        # Only slow layouts are left at those margins: bet on a fast one nearer the edge of
+        # memory instead (the headroom alone), where the estimator overrates memory.
+        bold = CorrectedModel(self.screen, seen, self.headroom)
+        bold_screen = CorrectedScreen(bold, self.neighbours)
+        self._climb_layouts(bold, bold_screen, "first round, bold")
+        for c in sorted(tried - done, key=repr):  # and from each running bet (in a fixed order: ties)
+            if (c, "first round, bold") not in self.climbed:
+                self.climbed.add((c, "first round, bold"))
+                self.pool.add(pair_climb(bold_screen, bold, self.space, c))
+        edge = [c for c in self.pool if c not in tried and (j := bold.score(c))[0] == 1 and j[1] >= DOMINATED * top]
+        return max(edge, key=bold.score) if edge else max(fitting, key=score)
+
     def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
         """Every IPU layout gets its own climb from its best candidate: a layout no compile has
         reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
-        Per `tag` too (the hedge, or no margin): with compiles running elsewhere the hedge
-        raises the margin, and the first round of N workers is the best per layout at N levels
-        of safety."""
+        Per `tag` too (the hedge, or no margin): with compiles running elsewhere the first
+        round judges each layout at its own margin (_first_round), climbed at each."""
         layouts: dict = {}
         for c in self.pool:
             key = layout(c)  # a pipeline and a sharded model on the same IPUs are different layouts

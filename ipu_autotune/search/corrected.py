@@ -9,8 +9,9 @@ mean of those errors, weighted by how many knobs it shares with each compiled co
 config one knob away is mostly like it), shrunk towards a prior: the mean log-ratio seen (for
 memory, a margin where no compile is near makes up for it). The
 feasibility margin shrinks from `headroom` far from any compile to a fifth of it at one.
-With compiles running in parallel, each further proposal adds a `hedge` to that margin, so
-the first round of N workers tries the estimator's best at N levels of memory safety.
+With compiles running in parallel and none returned yet, the guide adds a `hedge` to that
+margin per trial already running in the candidate's IPU layout (guide.Guide._first_round),
+so the first round covers the layouts before it bets twice on one.
 
 Only the estimator's outputs (busiest tile per IPU, throughput) and Config's fields are
 used, so the correction survives changes to the estimator's constants and structure.
