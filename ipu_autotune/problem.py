@@ -29,11 +29,6 @@ DEFAULT_MAX_GLOBAL_BATCH = 2048
 #: (graphcore/examples nlp/bert/pytorch/configs_squad.yml, squad_large_384)
 FINE_TUNING_MAX_GLOBAL_BATCH = 256
 FINE_TUNING_TASKS = ("sequence-classification", "question-answering")
-#: the same ceiling when fine-tuning a transformer (a task head on a pretrained body): the
-#: global batch of Graphcore's SQuAD BERT-Large (micro-batch 4 x accumulation 32 x 2 replicas,
-#: graphcore/examples nlp/bert/pytorch/configs_squad.yml); the tool's flags, README "Training recipe"
-FINE_TUNING_MAX_GLOBAL_BATCH = 256
-FINE_TUNING_TASKS = ("sequence-classification", "question-answering")
 DEFAULT_AMP = 0.6  # poplibs' default availableMemoryProportion
 DEFAULT_SEQ_LEN = 128  # hf: models, when --seq-len is not given
 
