@@ -77,7 +77,9 @@ class _Recorder(TorchDispatchMode):
         self.events = events
         self.producer: dict[int, str] = {}  # output storage -> kind of the op that wrote it
         self.random_masks: set[int] = set()  # storages written by a dropout's mask draw
-        self._masks_alive: list[torch.Tensor] = []  # so no later tensor reuses their storage keys
+        # Every op's output stays alive (meta tensors: no memory) so no later tensor reuses its
+        # storage key: a reused key would give a new tensor an old tensor's producer or mask.
+        self._alive: list = []
         self.param_storages = param_storages
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -91,7 +93,7 @@ class _Recorder(TorchDispatchMode):
             masks = [out[1]]
         for mask in masks:
             self.random_masks.add(mask.untyped_storage()._cdata)
-            self._masks_alive.append(mask)
+        self._alive.append(out)
         if self.param_storages:
             # A parameter belongs to the unit whose ops read it, called module or not.
             for t in _flat_tensors(args):
