@@ -26,6 +26,7 @@ from .models.trace import ModelProfile
 from .problem import Config, Problem
 from .search.bold import BET_LOSSES, BetModel, bet_climb, bold_choice, losing_streak, memory_error
 from .search.corrected import CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
+from .search.pairs import best_pair, merged
 from .search.space import SearchSpace
 from .warmstart import Screen, climb
 
@@ -65,10 +66,6 @@ def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequenc
     return max([floor, *ratios]) if ratios else floor
 
 
-def _changes(a: Config, b: Config) -> dict:
-    return {f: getattr(b, f) for f in a.__dataclass_fields__ if getattr(a, f) != getattr(b, f)}
-
-
 def pair_climb(screen: Screen, model: CorrectedModel, space: SearchSpace, start: Config, rounds: int = 12) -> Config:
     """warmstart.climb on the corrected model, then pairs of the best single changes when
     no single one helps (recompute and accumulation, say, must often move together)."""
@@ -76,14 +73,7 @@ def pair_climb(screen: Screen, model: CorrectedModel, space: SearchSpace, start:
     for _ in range(rounds):
         singles = sorted(dict.fromkeys(c for knob, c in screen.candidates(space, best) if knob != "ipus_per_replica"),
                          key=model.score, reverse=True)[:PAIR_TOP]
-        top, top_score = None, model.score(best)
-        for a, b in combinations(singles, 2):
-            da, db = _changes(best, a), _changes(best, b)
-            if da.keys() & db.keys():
-                continue
-            c = best.replace(**da, **db)
-            if model.score(c) > top_score:
-                top, top_score = c, model.score(c)
+        top = best_pair(model, best, combinations(singles, 2))
         if top is None:
             break
         best = climb(screen, space, top)
@@ -133,9 +123,8 @@ class Guide:
             top = sorted((c for c in singles if c.ipus_per_replica == anchor.ipus_per_replica),
                          key=model.score, reverse=True)[:PAIR_TOP]
             for a, b in combinations(top, 2):
-                da, db = _changes(anchor, a), _changes(anchor, b)
-                if not da.keys() & db.keys():
-                    self.pool.add(anchor.replace(**da, **db))
+                if (pair := merged(anchor, a, b)) is not None:
+                    self.pool.add(pair)
             if anchor == anchors[0]:  # one climb per proposal: the best anchor's
                 self.pool.add(pair_climb(corrected, model, self.space, anchor))
         self._climb_layouts(model, corrected, model.hedge)

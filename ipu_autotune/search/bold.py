@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import product
 
 from ..problem import Config
 from ..warmstart import climb
 from .corrected import CorrectedModel, CorrectedScreen, layout
+from .pairs import best_pair
 
 #: the corrected busiest tile is never trusted closer than this (relative, one sigma): a
 #: change of memory mix the compiles did not show moves it by about this much
@@ -110,10 +112,6 @@ class BetModel(CorrectedModel):
         return [c for _, c in fastest.values()]
 
 
-def _changes(a: Config, b: Config) -> dict:
-    return {f: getattr(b, f) for f in a.__dataclass_fields__ if getattr(a, f) != getattr(b, f)}
-
-
 def bet_climb(screen: CorrectedScreen, model: BetModel, space, start: Config, rounds: int = 8) -> Config:
     """warmstart.climb on expected throughput, then, when no single change helps, pairs of
     one of the fastest single changes (were they to fit) with one of those that free the
@@ -125,15 +123,7 @@ def bet_climb(screen: CorrectedScreen, model: BetModel, space, start: Config, ro
                    if knob != "ipus_per_replica" and model.judge(c) is not None]
         fast = sorted(singles, key=model.throughput, reverse=True)[:BET_PAIRS]
         lean = sorted(singles, key=lambda c: model.judge(c)[3])[:BET_PAIRS]
-        top, top_score = None, model.score(best)
-        for a in fast:
-            for b in lean:
-                da, db = _changes(best, a), _changes(best, b)
-                if da.keys() & db.keys():
-                    continue
-                c = best.replace(**da, **db)
-                if model.score(c) > top_score:
-                    top, top_score = c, model.score(c)
+        top = best_pair(model, best, product(fast, lean))
         if top is None:
             break
         best = climb(screen, space, top)
