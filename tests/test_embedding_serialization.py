@@ -99,11 +99,26 @@ def test_ipu_config_export_carries_the_factor():
     assert exported["embedding_serialization_factor"] == 2
 
 
+def _through_fake_poptorch(snippet: str, model, *batch):
+    """The snippet's TrainingModel run on the fake SDK: its loss, the (mode, factor) of each
+    serialised matmul PopTorch received, and the OutputChannels mode to compare them with."""
+    from conftest_fake_sdk import fake_sdk
+
+    with fake_sdk() as poptorch:
+        from poptorch import ops
+
+        ns: dict = {}
+        exec(compile(snippet, "best_options.py", "exec"), ns)
+        training = ns["TrainingModel"](model)
+        ops.serialized_matmuls.clear()
+        with torch.no_grad():
+            loss = training(*batch)
+        return loss, list(ops.serialized_matmuls), poptorch.MatMulSerializationMode.OutputChannels
+
+
 def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_the_same_loss():
     """Config -> snippet -> fake PopTorch: the factor PopTorch receives is the config's, in
     OutputChannels mode, and the serialised projection gives the plain model's loss."""
-    from conftest_fake_sdk import fake_sdk
-
     torch.manual_seed(0)
     config = PIPELINE.replace(precision="32.32", embedding_serialization=2)
     snippet = render_snippet(BERT_MLM, config)
@@ -113,18 +128,10 @@ def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_
     mask, labels = torch.ones_like(ids), torch.randint(0, 30522, (2, 12))
     with torch.no_grad():
         plain = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-    with fake_sdk() as poptorch:
-        from poptorch import ops
-
-        ns: dict = {}
-        exec(compile(snippet, "best_options.py", "exec"), ns)
-        training = ns["TrainingModel"](model)
-        ops.serialized_matmuls.clear()
-        with torch.no_grad():
-            loss = training(ids, mask, labels)
-        assert ops.serialized_matmuls == [(poptorch.MatMulSerializationMode.OutputChannels, 2)]
-        # the tie survives: the projection still reads the input embedding's weight
-        assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    loss, matmuls, output_channels = _through_fake_poptorch(snippet, model, ids, mask, labels)
+    assert matmuls == [(output_channels, 2)]
+    # the tie survives: the projection still reads the input embedding's weight
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
     assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
 
 
@@ -132,8 +139,6 @@ def test_a_vocabulary_the_factor_does_not_divide_is_padded_and_the_loss_is_uncha
     """GPT-2's 50,257 words at factor 4: the snippet pads the tied embedding to 50,260 (as
     optimum-graphcore does), PopTorch gets a factor that divides, and the padding words'
     logits are masked so the loss is the unpadded model's."""
-    from conftest_fake_sdk import fake_sdk
-
     torch.manual_seed(0)
     config = Config(precision="32.32", ipus_per_replica=4, gradient_accumulation=9, embedding_serialization=4,
                     splits=("transformer.h.3", "transformer.h.6", "transformer.h.9"))
@@ -144,16 +149,8 @@ def test_a_vocabulary_the_factor_does_not_divide_is_padded_and_the_loss_is_uncha
     ids = torch.randint(0, 50257, (2, 16))
     with torch.no_grad():
         plain = model(input_ids=ids, labels=ids).loss
-    with fake_sdk() as poptorch:
-        from poptorch import ops
-
-        ns: dict = {}
-        exec(compile(snippet, "best_options.py", "exec"), ns)
-        training = ns["TrainingModel"](model)
-        ops.serialized_matmuls.clear()
-        with torch.no_grad():
-            loss = training(ids, torch.ones_like(ids), ids)
-        assert ops.serialized_matmuls == [(poptorch.MatMulSerializationMode.OutputChannels, 4)]
+    loss, matmuls, output_channels = _through_fake_poptorch(snippet, model, ids, torch.ones_like(ids), ids)
+    assert matmuls == [(output_channels, 4)]
     assert model.lm_head.weight.shape[0] == 50260
     assert model.lm_head.weight is model.transformer.wte.weight  # still tied
     assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
