@@ -56,7 +56,8 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
     k = constants
     layout = serialize_projection(problem, config, profile, stages(profile, config))
     n = len(layout)
-    memories = [stage_memory(problem, config, s, forward_stages(layout, config), target, k) for s in layout]
+    pipeline_stages = forward_stages(layout, config)
+    memories = [stage_memory(problem, config, s, pipeline_stages, target, k) for s in layout]
     time = timing(problem, config, layout, target, k)
 
     capacity = target.bytes_per_ipu
