@@ -81,6 +81,13 @@ def test_search_efficiency_quick():
     hours = table(text, "Simulated hours")
     assert [r["workers"] for r in hours] == ["ipu-autotune --jobs 1", "ipu-autotune --jobs 4"] * 2
     assert all(r["hours to within 5%"] == "never" or number(r["hours to within 5%"]) > 0 for r in hours)
+    for r in hours:  # the fastest compile within 5% that exists is never slower than the one --jobs 1 used
+        if r["floor"] != "-":
+            assert r["reachable floor"] != "-" and 0 < number(r["reachable floor"]) <= number(r["floor"]), r
+    whole = re.search(r"--jobs 4 took ([\d.]+) simulated hours to within 5% where --jobs 1 took ([\d.]+): "
+                      r"\*\*([\d.]+)x\*\*", text)
+    if whole:  # both got within 5% on some seed
+        assert number(whole.group(3)) == pytest.approx(float(whole.group(1)) / float(whole.group(2)), abs=0.06)
     stops = table(text, "Stopping rule")
     assert [r["problem"] for r in stops] == labels
 
