@@ -50,8 +50,15 @@ def number(cell: str) -> float:
 
 
 @pytest.mark.slow
-def test_search_efficiency_quick():
-    text = run("search_efficiency.py", "--quick")
+def test_search_efficiency_quick(tmp_path):
+    saved = tmp_path / "runs.json"
+    text = run("search_efficiency.py", "--quick", "--json", str(saved))
+    # --report prints the same tables from the saved results, running nothing
+    again = subprocess.run([sys.executable, str(BENCHMARKS / "search_efficiency.py"), "--report", str(saved)],
+                           capture_output=True, text=True, check=False, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for heading in ("Compiles", "Targets", "Simulated hours", "Stopping rule"):
+        assert table(again.stdout, heading) == table(text, heading), heading
     problems = table(text, "Problems")
     labels = ["resnet101-mb64-64px-2ipu [constants]", "resnet101-mb64-64px-2ipu [structural]"]
     assert [p["problem"] for p in problems] == labels  # both kinds of hidden IPU
