@@ -762,12 +762,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 seeds, budget 20, short reference")
-    ap.add_argument("--seeds", type=int, default=None, help="seeds per problem (default 10; quick 2)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per problem (default 6; quick 2)")
     ap.add_argument("--budget", type=int, default=None, help="compiles per run (default 50; quick 20)")
     ap.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS), default=None, metavar="PROBLEM",
                     help=f"any of: {', '.join(PROBLEMS)} (default all; quick {QUICK_PROBLEMS[0]})")
     ap.add_argument("--reference-trials", type=int, default=None,
-                    help="length of the TPE run on the hidden IPU behind 'best known' (default 400; quick 60)")
+                    help="length of the TPE run on the hidden IPU behind 'best known' (default 200; quick 60)")
     ap.add_argument("--processes", type=int, default=None,
                     help="benchmark worker processes, one (problem, seed) each (default 2; quick 1)")
     ap.add_argument("--jobs", type=int, nargs="+", default=None, metavar="N",
