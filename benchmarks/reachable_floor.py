@@ -43,7 +43,7 @@ def compile_class(problem: Problem, config: Config) -> float:
 def class_bests(problem: Problem, oracle, seed: int, reference: Config | None,
                 kicks: int) -> dict[float, tuple[float, Config]]:
     """Per compile class: (best hidden-IPU throughput found in it, config)."""
-    from search_efficiency import _OracleScreen, _singles, polish
+    from search_efficiency import _OracleScreen, kicked, polish
 
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
@@ -70,14 +70,8 @@ def class_bests(problem: Problem, oracle, seed: int, reference: Config | None,
         mine = sorted((s for s in starts if compile_class(problem, s) == want), key=lambda c: _score(screen(c)),
                       reverse=True)[:CLASS_STARTS]
         best = max((polish(screen, space, s, rounds=25) for s in mine), key=lambda c: _score(screen(c)))
-        rng = common.seeded_random(f"class/{problem.slug}/{seed}/{want}")
-        for _ in range(kicks):
-            c = best
-            for _ in range(rng.choice((2, 3))):
-                c = rng.choice(_singles(space, screen, c) or [c])
-            c = polish(screen, space, c, rounds=10, pairs=False)
-            if _score(screen(c)) > _score(screen(best)):
-                best = c
+        best = kicked(screen, space, best, common.seeded_random(f"class/{problem.slug}/{seed}/{want}"), kicks,
+                      (2, 3), rounds=10)
         m = screen(best)
         if m is not None and m.feasible:
             out[want] = (m.throughput, best)
@@ -89,9 +83,9 @@ def cached_class_bests(problem: Problem, oracle, seed: int, reference: Config | 
     """class_bests' throughputs, kept on disk beside the best-known search (same key, and this code)."""
     import inspect
 
-    from search_efficiency import REFERENCE_CACHE
+    from search_efficiency import REFERENCE_CACHE, kicked
 
-    code = inspect.getsource(class_bests) + inspect.getsource(compile_minutes)
+    code = inspect.getsource(class_bests) + inspect.getsource(kicked) + inspect.getsource(compile_minutes)
     key = hashlib.sha256(f"{reference_key}/{CLASS_STARTS}/{kicks}/{code}".encode()).hexdigest()[:24]
     path = REFERENCE_CACHE / f"classes-{problem.slug}-{type(oracle).__name__}-{seed}-{kicks}.json"
     if use_cache and path.exists():

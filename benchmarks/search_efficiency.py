@@ -78,6 +78,7 @@ from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.guide import COMPILED_WARM_STARTS, Guide, memory_correction
+from ipu_autotune.models import partition
 from ipu_autotune.models.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules import violations
@@ -313,12 +314,8 @@ def _singles(space: SearchSpace, screen: Screen, c: Config) -> list[Config]:
     index = {u.path: i for i, u in enumerate(profile.units)}
     cuts = [index[p] for p in c.splits if p in index]
     if len(cuts) == len(c.splits):
-        for k in range(len(cuts)):
-            for step in (-2, -1, 1, 2):
-                moved = list(cuts)
-                moved[k] += step
-                if all(0 < x < len(profile.units) for x in moved) and moved == sorted(set(moved)):
-                    out.append(c.replace(splits=tuple(profile.units[x].path for x in moved), checkpoints=()))
+        for moved in partition.moved_cuts(cuts, len(profile.units), (-2, -1, 1, 2)):
+            out.append(c.replace(splits=tuple(profile.units[x].path for x in moved), checkpoints=()))
     return [x for x in dict.fromkeys(out) if x != c]
 
 
@@ -344,6 +341,20 @@ def polish(screen: Screen, space: SearchSpace, start: Config, rounds: int = 40, 
             break
         score, best = top
     return best
+
+
+def kicked(screen: Screen, space: SearchSpace, start: Config, rng, kicks: int, sizes: tuple[int, ...],
+           rounds: int = 40) -> Config:
+    """An iterated local search: `kicks` times, a random number (from `sizes`) of random
+    single-knob moves from the best so far, then a greedy single-knob ascent; kept when better."""
+    for _ in range(kicks):
+        c = start
+        for _ in range(rng.choice(sizes)):
+            c = rng.choice(_singles(space, screen, c) or [c])
+        c = polish(screen, space, c, rounds=rounds, pairs=False)
+        if _score(screen(c)) > _score(screen(start)):
+            start = c
+    return start
 
 
 def best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int,
@@ -388,15 +399,7 @@ def best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int,
         consider(polish(screen, space, r.config), f"tpe{trials}+climb")
     if best[2] is not None:
         rng = common.seeded_random(f"reference/{problem.slug}/{seed}")
-        start = best[2]
-        for _ in range(kicks):
-            c = start
-            for _ in range(rng.choice((2, 3, 4))):
-                c = rng.choice(_singles(space, screen, c) or [c])
-            c = polish(screen, space, c, pairs=False)
-            if _score(screen(c)) > _score(screen(start)):
-                start = c
-        consider(start, "kicks")
+        consider(kicked(screen, space, best[2], rng, kicks, (2, 3, 4)), "kicks")
     return best[0], best[1], best[2]
 
 
@@ -438,7 +441,7 @@ def _reference_key(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, 
             continue
         m = oracle.evaluate(problem, c)
         answers.append((m.feasible, m.throughput and round(m.throughput, 3), list(m.max_tile_bytes)))
-    code = "".join(inspect.getsource(f) for f in (best_known, polish, _singles, _OracleScreen, _Uncounted,
+    code = "".join(inspect.getsource(f) for f in (best_known, kicked, polish, _singles, _OracleScreen, _Uncounted,
                                                    type(oracle).evaluate,
                                                    HiddenIPU.evaluate))
     text = json.dumps([problem.slug, type(oracle).__name__, seed, trials, kicks, space.to_dict(), answers, code],

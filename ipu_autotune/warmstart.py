@@ -155,14 +155,9 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
             yield "splits", c.replace(splits=balanced_splits(problem, profile, c, kind))
         index = {u.path: i for i, u in enumerate(profile.units)}
         if all(p in index for p in c.splits):
-            cuts = [index[p] for p in c.splits]
-            for k in range(len(cuts)):
-                for step in (-4, -2, -1, 1, 2, 4):
-                    moved = list(cuts)
-                    moved[k] += step
-                    bounds = [0, *moved, len(profile.units)]
-                    if all(a < b for a, b in zip(bounds, bounds[1:])):
-                        yield "splits", c.replace(splits=tuple(profile.units[i].path for i in moved))
+            for moved in partition.moved_cuts([index[p] for p in c.splits], len(profile.units),
+                                              (-4, -2, -1, 1, 2, 4)):
+                yield "splits", c.replace(splits=tuple(profile.units[i].path for i in moved))
     for ipr, replicas in space.ipu_layouts(problem, profile):
         if (ipr, replicas) == (c.ipus_per_replica, c.replicas):
             continue

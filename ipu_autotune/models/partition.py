@@ -47,6 +47,20 @@ def stage_costs(costs: Sequence[float], cuts: Sequence[int]) -> list[float]:
     return [sum(costs[bounds[k]:bounds[k + 1]]) for k in range(len(bounds) - 1)]
 
 
+def moved_cuts(cuts: Sequence[int], units: int, steps: Sequence[int]) -> list[list[int]]:
+    """Each boundary moved alone by each step (boundary by boundary, in `steps` order), where
+    every stage keeps at least one unit."""
+    out = []
+    for k in range(len(cuts)):
+        for step in steps:
+            moved = list(cuts)
+            moved[k] += step
+            bounds = [0, *moved, units]
+            if all(a < b for a, b in zip(bounds, bounds[1:])):
+                out.append(moved)
+    return out
+
+
 def encode(cuts: Sequence[int]) -> list[int]:
     """Boundaries -> non-decreasing integers in [1, C-N+1] (stars and bars).
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, fields, replace
 from ..backends.base import Measurement
 from ..problem import Config
 from ..warmstart import Screen
-from .replay import checkpoints_every
+from ..models import partition
+from .replay import checkpoint_spacing, checkpoints_every
 
 #: weight of a compiled config that differs from the candidate in one knob (d knobs: KERNEL**d)
 KERNEL = 0.3
@@ -220,16 +221,11 @@ def split_moves(profile, c: Config) -> list[Config]:
     index = {u.path: i for i, u in enumerate(profile.units)}
     if not c.splits or not c.checkpoints or not all(p in index for p in c.splits):
         return []
-    every = next((k for k in range(1, len(profile.units) + 1)
-                  if checkpoints_every(profile, c.splits, k) == tuple(c.checkpoints)), None)
+    every = checkpoint_spacing(profile, c)
     if every is None:
         return []
-    cuts, out = [index[p] for p in c.splits], []
-    for k in range(len(cuts)):
-        for step in (-2, -1, 1, 2):
-            moved = list(cuts)
-            moved[k] += step
-            if all(0 < x < len(profile.units) for x in moved) and moved == sorted(set(moved)):
-                splits = tuple(profile.units[x].path for x in moved)
-                out.append(c.replace(splits=splits, checkpoints=checkpoints_every(profile, splits, every)))
+    out = []
+    for moved in partition.moved_cuts([index[p] for p in c.splits], len(profile.units), (-2, -1, 1, 2)):
+        splits = tuple(profile.units[x].path for x in moved)
+        out.append(c.replace(splits=splits, checkpoints=checkpoints_every(profile, splits, every)))
     return out

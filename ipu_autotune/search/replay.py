@@ -28,6 +28,17 @@ def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int
     return tuple(out)
 
 
+def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:
+    """The `every` with which checkpoints_every gives `config`'s checkpoints (0: none), or
+    None when they are placed some other way (by hand)."""
+    index = {u.path: i for i, u in enumerate(profile.units)}
+    splits = config.splits if all(p in index for p in config.splits) else ()
+    for every in range(0, len(profile.units) + 1):
+        if checkpoints_every(profile, splits, every) == tuple(config.checkpoints):
+            return every
+    return None
+
+
 def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
     c = config
     wanted: dict[str, Any] = {
@@ -48,11 +59,9 @@ def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
     if c.splits and all(p in index for p in c.splits):
         for i, r in enumerate(partition.encode([index[p] for p in c.splits])):
             wanted[f"split{i}_of_{c.ipus_per_replica}"] = r
-    for every in range(0, len(profile.units) + 1):
-        if checkpoints_every(profile, c.splits if all(p in index for p in c.splits) else (), every) \
-                == tuple(c.checkpoints):
-            wanted["checkpoint_every"] = every
-            break
+    every = checkpoint_spacing(profile, c)
+    if every is not None:
+        wanted["checkpoint_every"] = every
     return {readable(k): v for k, v in wanted.items()}
 
 
