@@ -1,56 +1,103 @@
-"""Single changes that save memory, with the estimated saving ("16.16 saves 340 MB on IPU1")."""
+"""Single changes that save memory, each the whole suggested configuration re-estimated.
+
+A suggestion's claims (the saving, the verdict, the throughput ratio) all come from
+estimating the configuration it proposes, never from one IPU's delta: a split that relieves
+IPU3 by overloading IPU2 says so ("saves 120 MB on the busiest IPU (now IPU2), still OOM by
+611 MB on IPU2").
+"""
 
 from __future__ import annotations
 
-from .backends.base import format_bytes
-from .backends.estimate import estimate
-from .models.trace import profile_for
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .backends.base import Measurement, format_bytes
+from .backends.estimate import EstimateBackend
+from .models.trace import ModelProfile, profile_for
 from .problem import Config, Problem
-from .rules import violations
+from .rules import recipe_violations, violations
+from .search.replay import checkpoint_spacing
 from .search.space import SearchSpace
 from .warmstart import _alternatives
 
+#: numerics partners that follow a precision change; named only when nothing else changed
+_PARTNERS = ("loss_scaling", "stochastic_rounding", "partials")
 
-def _describe(knob: str, before: Config, after: Config) -> str:
+
+@dataclass(frozen=True)
+class Suggestion:
+    knob: str
+    config: Config  # the whole suggested configuration
+    measurement: Measurement  # its estimate: every claim below is read from it
+    saving: int  # bytes: the busiest IPU's need before, less the busiest IPU's need after
+    text: str
+
+
+def busiest_need(m: Measurement) -> int:
+    """What the busiest IPU needs if every tile were as full as its busiest one (bytes)."""
+    if not m.max_tile_bytes or not m.tile_capacity_bytes:
+        return 0
+    return max(m.max_tile_bytes) * (m.capacity_bytes[0] // m.tile_capacity_bytes)
+
+
+def _value(key: str, config: Config, profile: ModelProfile):
+    value = config.to_dict()[key]
+    if key == "checkpoints":
+        every = checkpoint_spacing(profile, config)
+        if not value:
+            return "none"
+        return f"every {every} blocks" if every and every > 1 else "every block" if every else \
+            f"on {len(value)} blocks"
+    if isinstance(value, bool):
+        return str(value).lower()  # as --set and the config file write it
+    if key == "available_memory_proportion" and len(set(value)) == 1 and len(value) > 1:
+        return f"{value[0]} on every IPU"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) if value else "none"
+    return value
+
+
+def describe(before: Config, after: Config, profile: ModelProfile) -> str:
+    """Every field the suggested configuration changes: applying them gives exactly it."""
     a, b = before.to_dict(), after.to_dict()
-    changed = [k for k in a if a[k] != b[k] and k not in ("loss_scaling", "stochastic_rounding", "partials")]
-    if not changed:
-        changed = [k for k in a if a[k] != b[k]]
-    parts = []
-    for k in changed[:2]:
-        value = b[k]
-        if k == "checkpoints":
-            value = f"on {len(value)} blocks" if value else "none"
-        elif isinstance(value, list):
-            value = ", ".join(map(str, value)) if value else "none"
-        parts.append(f"{k} {value}")
-    return " and ".join(parts) or knob
+    changed = [k for k in a if a[k] != b[k]]
+    return ", ".join(f"{k} {_value(k, after, profile)}" for k in changed)
 
 
-def suggestions(problem: Problem, config: Config, limit: int = 5) -> list[str]:
-    """Changes that most reduce the worst IPU's busiest tile, best first."""
+def _text(change: str, base: Measurement, m: Measurement, saving: int) -> str:
+    before_ipu, after_ipu = base.worst_ipu() or 0, m.worst_ipu() or 0
+    moved = f" (now IPU{after_ipu})" if after_ipu != before_ipu else ""
+    verdict = ", fits" if m.feasible and not base.feasible else "" if m.feasible else f", still {m.verdict()}"
+    speed = ""
+    if base.throughput and m.throughput:
+        ratio = m.throughput / base.throughput
+        speed = f", {ratio:.2f}x throughput" if abs(ratio - 1) > 0.005 else ""
+    return f"{change}: saves {format_bytes(saving)} on the busiest IPU{moved}{verdict}{speed}"
+
+
+def suggestions(problem: Problem, config: Config, limit: int = 5,
+                measure: Callable[[Problem, Config], Measurement] | None = None) -> list[Suggestion]:
+    """Changes that most reduce the busiest IPU's need, best first, each re-estimated whole
+    with `measure` (the estimate backend by default). Candidates must pass every rule the
+    configuration itself passes: a recipe rule it already breaks does not hide the advice."""
+    measure = measure or EstimateBackend().measure
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
-    base = estimate(problem, config, profile)
-    worst = base.worst_ipu() or 0
-    base_need = base.max_tile_bytes[worst] * (base.capacity_bytes[worst] // base.tile_capacity_bytes)
-    found: dict[str, tuple[float, str]] = {}
+    base = measure(problem, config)
+    base_need = busiest_need(base)
+    already = set(recipe_violations(problem, config))
+    found: dict[str, Suggestion] = {}
     for knob, candidate in _alternatives(space, problem, profile, config):
-        if candidate == config or violations(problem, candidate, profile.module_order):
+        if candidate == config:
             continue
-        m = estimate(problem, candidate, profile)
-        if len(m.max_tile_bytes) <= worst:
+        if violations(problem, candidate, profile.module_order, recipe=False) or \
+                set(recipe_violations(problem, candidate)) - already:
             continue
-        need = m.max_tile_bytes[worst] * (m.capacity_bytes[worst] // m.tile_capacity_bytes)
-        saving = base_need - need
-        if saving <= 0:
+        m = measure(problem, candidate)
+        saving = base_need - busiest_need(m)
+        if saving <= 0 or len(m.max_tile_bytes) != len(m.capacity_bytes):
             continue
-        speed = ""
-        if base.throughput and m.throughput:
-            ratio = m.throughput / base.throughput
-            speed = f", {ratio:.2f}x throughput" if abs(ratio - 1) > 0.005 else ""
-        fits = ", fits" if m.feasible and not base.feasible else ""
-        text = f"{_describe(knob, config, candidate)} saves {format_bytes(saving)} on IPU{worst}{fits}{speed}"
-        if knob not in found or saving > found[knob][0]:
-            found[knob] = (saving, text)
-    return [text for _, text in sorted(found.values(), key=lambda t: -t[0])[:limit]]
+        if knob not in found or saving > found[knob].saving:
+            text = _text(describe(config, candidate, profile), base, m, saving)
+            found[knob] = Suggestion(knob, candidate, m, saving, text)
+    return sorted(found.values(), key=lambda s: -s.saving)[:limit]

@@ -214,6 +214,20 @@ def _path_syntax(p: Problem, c: Config) -> str | None:
     return None
 
 
+#: Rules of the recipe, not of the hardware: the data and batch defaults a search keeps to.
+#: `estimate` answers a configuration that breaks them, naming each (EXIT_BREAKS_RECIPE).
+RECIPE_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
+    _global_batch,
+    _micro_batch,
+    _global_batch_ceiling,
+    _samples_per_call,
+    _host_memory,
+)
+
+#: `estimate`'s exit code for a configuration estimated although it breaks a recipe rule
+#: (documented in the README and cli.py)
+EXIT_BREAKS_RECIPE = 4
+
 CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _path_syntax,
     _ipus_available,
@@ -277,15 +291,65 @@ def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:
     return found
 
 
-def violations(problem: Problem, config: Config, module_order: Sequence[str] | None = None) -> list[str]:
-    found = [msg for rule in CONFIG_RULES if (msg := rule(problem, config))]
-    if module_order is not None and not any("module path" in m for m in found):
-        found += model_violations(config, module_order)
+def _layer_hint(profile, path: str) -> tuple[str, str]:
+    """The layer (unit) holding `path`, and the layer boundary after it."""
+    units = profile.units
+    held = profile.unit_index(path)
+    if held is None:
+        held = next((i for i, u in enumerate(units) if path.startswith(u.path + ".")), 0)
+    after = units[held + 1].path if held + 1 < len(units) else units[held].path
+    return units[held].path, after
+
+
+def placement_violations(c: Config, profile) -> list[str]:
+    """The estimator's stages hold whole layers (units, models/placement.py): a split must
+    begin one and a checkpoint end one, or the estimate would be of another model."""
+    from .models.placement import checkpoint_unit, stage_start
+
+    found: list[str] = []
+    previous = 0
+    for path in c.splits:
+        start = stage_start(profile, path)
+        if start is None:
+            layer, after = _layer_hint(profile, path)
+            found.append(f"split '{path}' is inside layer '{layer}', where no pipeline stage can begin; "
+                         f"split where a layer begins, e.g. '{after}'")
+        elif start <= previous:
+            found.append(f"split '{path}' begins layer '{profile.units[start].path}', which starts the model "
+                         "or an earlier stage; give each stage at least one layer")
+        else:
+            previous = start
+    for path in c.checkpoints:
+        if checkpoint_unit(profile, path) is None:
+            layer, _ = _layer_hint(profile, path)
+            found.append(f"checkpoint '{path}' is inside layer '{layer}'; checkpoint a layer's output, "
+                         f"e.g. '{layer}'")
     return found
 
 
+def violations(problem: Problem, config: Config, module_order: Sequence[str] | None = None,
+               recipe: bool = True) -> list[str]:
+    """Every rule `config` breaks; `recipe=False` leaves out RECIPE_RULES. With the model's
+    `module_order`, splits and checkpoints are checked against the traced model too."""
+    rules = CONFIG_RULES if recipe else tuple(r for r in CONFIG_RULES if r not in RECIPE_RULES)
+    found = [msg for rule in rules if (msg := rule(problem, config))]
+    if module_order is not None and not any("module path" in m for m in found):
+        unknown = model_violations(config, module_order)
+        found += unknown
+        if not unknown and (config.splits or config.checkpoints):
+            from .models.trace import profile_for
+
+            found += placement_violations(config, profile_for(problem))
+    return found
+
+
+def recipe_violations(problem: Problem, config: Config) -> dict[str, str]:
+    """The recipe rules `config` breaks, by rule name ('global_batch_ceiling': message)."""
+    return {rule.__name__.strip("_"): msg for rule in RECIPE_RULES if (msg := rule(problem, config))}
+
+
 def validate(problem: Problem, config: Config, module_order: Sequence[str] | None = None,
-             where: str = "config") -> None:
-    found = violations(problem, config, module_order)
+             where: str = "config", recipe: bool = True) -> None:
+    found = violations(problem, config, module_order, recipe)
     if found:
         raise UsageError(f"{where} breaks a rule: {found[0]}")

@@ -15,6 +15,7 @@ from .backends.base import Measurement
 from .backends.estimate import estimate, with_micro_batch
 from .backends.estimate.constants import NOMINAL, EstimatorConstants
 from .models import partition
+from .models.placement import stage_starts
 from .models.trace import ModelProfile, profile_for
 from .problem import Config, Problem
 from .rules import min_pipeline_accumulation, violations
@@ -153,9 +154,9 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
     if c.ipus_per_replica > 1:
         for kind in ("memory", "compute"):
             yield "splits", c.replace(splits=balanced_splits(problem, profile, c, kind))
-        index = {u.path: i for i, u in enumerate(profile.units)}
-        if all(p in index for p in c.splits):
-            for moved in partition.moved_cuts([index[p] for p in c.splits], len(profile.units),
+        starts = stage_starts(profile, c.splits)
+        if starts is not None:
+            for moved in partition.moved_cuts(starts, len(profile.units),
                                               (-4, -2, -1, 1, 2, 4)):
                 yield "splits", c.replace(splits=tuple(profile.units[i].path for i in moved))
     for ipr, replicas in space.ipu_layouts(problem, profile):

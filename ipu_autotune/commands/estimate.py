@@ -11,7 +11,7 @@ from ..args import problem_from_args
 from ..backends.base import Measurement
 from ..errors import UsageError
 from ..problem import Config, Problem, load_config_file
-from ..rules import validate
+from ..rules import EXIT_BREAKS_RECIPE, recipe_violations, validate
 from .common import console_for, make_backend, trace, with_host_data
 
 _WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recompute")
@@ -56,20 +56,27 @@ def run(args) -> int:
     # The file's [config] was checked when it was read: a bad key or value now came from --set.
     config = Config.from_dict(values, "--set" if overrides else "config")
     where = " with ".join(filter(None, (args.config, "--set" if overrides else None))) or "config"
-    validate(problem, config, profile.module_order, where=where)
+    # A recipe rule (global batch ceiling, samples per call, host memory...) does not stop the
+    # answer: the user asked whether this configuration fits. The rule is named with its fix.
+    validate(problem, config, profile.module_order, where=where, recipe=False)
+    broken = list(recipe_violations(problem, config).values())
     backend = make_backend(args, problem, console)
     m = backend.measure(problem, config)
+    code = EXIT_BREAKS_RECIPE if broken else 0
     if args.json:
         out = m.to_dict()
         out["problem"] = problem.to_dict()
         out["config"] = config.to_dict()
+        out["rules_broken"] = broken
         print(json.dumps(out, indent=2))
-        return 0
-    _print_measurement(console, problem, config, m)
-    return 0
+        return code
+    _print_measurement(console, problem, config, m, args.headroom)
+    for rule in broken:
+        console.print(Text.assemble(("breaks a recipe rule: ", "red"), rule))
+    return code
 
 
-def _print_measurement(console, problem: Problem, config: Config, m: Measurement) -> None:
+def _print_measurement(console, problem: Problem, config: Config, m: Measurement, headroom: float) -> None:
     from ..advice import suggestions
 
     label = "estimated" if m.source == "estimate" else m.source
@@ -91,8 +98,11 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
         top = max(bd, key=bd.get)
         console.print(f"largest consumer: {top} on IPU{worst} ({ui.format_bytes(bd[top])})")
     if m.source == "estimate":
-        tips = suggestions(problem, config)
+        from ..backends.estimate import EstimateBackend
+
+        # Always the estimator (never a compile per suggestion), with the verdict's headroom.
+        tips = suggestions(problem, config, measure=EstimateBackend(headroom=headroom).measure)
         if tips:
-            console.print("[bold]Suggestions[/] (estimated):")
+            console.print("[bold]Suggestions[/] (estimated, each the whole configuration re-estimated):")
             for tip in tips[:5]:
-                console.print(ui.indented(tip), highlight=False)
+                console.print(ui.indented(tip.text), highlight=False)

@@ -26,6 +26,10 @@ from .forward_log import run_forward, tensor_bytes
 from .inputs import sample_batch
 from .zoo import build_model
 
+#: PopART's TensorLocationSettings default minElementsForReplicatedTensorSharding (PopTorch
+#: keeps it): smaller tensors are not sharded (popart willow/src/transforms/
+#: streamingmemoryopinserter.cpp, determineTensorLocation).
+MIN_ELEMENTS_FOR_SHARDING = 8192
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
 @dataclass
@@ -34,6 +38,9 @@ class Unit:
     members: list[str] = field(default_factory=list)  # module paths merged into it
     params: int = 0
     largest_param: int = 0  # elements of its biggest parameter tensor
+    # Elements in tensors too small for PopART to shard over replicas (biases, norms):
+    # their optimizer state stays whole under replicated tensor sharding.
+    unshardable_params: int = 0
     in_bytes: int = 0  # what crosses into it per micro-batch (FP32)
     # Inputs it shares with the unit before, passed along unchanged (BERT's attention mask
     # goes to every layer): they cross IPUs, but no unit produces them, so no checkpoint
@@ -279,6 +286,8 @@ def _charge_parameters(model: nn.Module, units: list[Unit], owner: dict[str, int
             unit = units[param_unit.get(key, owner.get(path, 0))]
             unit.params += p.numel()
             unit.largest_param = max(unit.largest_param, p.numel())
+            if p.numel() < MIN_ELEMENTS_FOR_SHARDING:
+                unit.unshardable_params += p.numel()
 
 
 @lru_cache(maxsize=8)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..models import partition
+from ..models.placement import stage_starts
 from ..models.trace import ModelProfile
 from ..problem import Config
 from .knobs import Choice, Knob, Range
@@ -19,8 +20,8 @@ def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int
     """Checkpoint the output of every `every`-th unit inside each stage (not a stage's last)."""
     if every <= 0:
         return ()
-    index = {u.path: i for i, u in enumerate(profile.units)}
-    bounds = [0, *(index[p] for p in splits), len(profile.units)]
+    # Splits the rules refuse (inside a unit) cannot bound a stage: checkpoint as if unsplit.
+    bounds = [0, *(stage_starts(profile, splits) or ()), len(profile.units)]
     out = []
     for lo, hi in zip(bounds, bounds[1:]):
         for i in range(lo + every - 1, hi - 1, every):
@@ -31,10 +32,8 @@ def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int
 def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:
     """The `every` with which checkpoints_every gives `config`'s checkpoints (0: none), or
     None when they are placed some other way (by hand)."""
-    index = {u.path: i for i, u in enumerate(profile.units)}
-    splits = config.splits if all(p in index for p in config.splits) else ()
     for every in range(0, len(profile.units) + 1):
-        if checkpoints_every(profile, splits, every) == tuple(config.checkpoints):
+        if checkpoints_every(profile, config.splits, every) == tuple(config.checkpoints):
             return every
     return None
 

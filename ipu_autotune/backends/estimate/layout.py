@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...models.placement import checkpoint_unit, stage_start
 from ...models.trace import ModelProfile
 from ...problem import Config
 
@@ -19,6 +20,7 @@ class Stage:
     last: int
     params: int
     largest_param: int
+    unshardable_params: int  # in tensors below PopART's sharding threshold
     in_bytes: int  # FP32 bytes that cross into the stage per micro-batch
     saved: int  # FP32 bytes saved for backward per micro-batch
     saved_heavy: int
@@ -38,8 +40,11 @@ class Stage:
 
 
 def unit_of_path(profile: ModelProfile, path: str) -> int:
-    """Unit index a module path falls in (a split inside a unit rounds to the unit's start)."""
-    idx = profile.unit_index(path)
+    """Unit index a split at `path` begins (models/placement.py). A path inside a unit, which
+    the rules refuse, rounds to the unit's start: the backend never raises on a config."""
+    idx = stage_start(profile, path)
+    if idx is None:
+        idx = profile.unit_index(path)
     if idx is not None:
         return idx
     position = {p: i for i, p in enumerate(profile.module_order)}
@@ -52,6 +57,11 @@ def unit_of_path(profile: ModelProfile, path: str) -> int:
         if s <= q:
             best = i
     return best
+
+
+def _checkpointed(profile: ModelProfile, path: str) -> int:
+    found = checkpoint_unit(profile, path)
+    return found if found is not None else unit_of_path(profile, path)
 
 
 def unit_output_bytes(profile: ModelProfile, i: int) -> int:
@@ -91,7 +101,7 @@ def stage_members(profile: ModelProfile, config: Config) -> list[list[int]]:
 
 def stages(profile: ModelProfile, config: Config) -> list[Stage]:
     units = profile.units
-    ckpt_units = {unit_of_path(profile, p) for p in config.checkpoints}
+    ckpt_units = {_checkpointed(profile, p) for p in config.checkpoints}
     out: list[Stage] = []
     bounds = stage_bounds(profile, config)
     for k, ((lo, hi), indices) in enumerate(zip(bounds, stage_members(profile, config))):
@@ -110,6 +120,7 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
             index=k, first=lo, last=hi,
             params=sum(u.params for u in members),
             largest_param=max((u.largest_param for u in members), default=0),
+            unshardable_params=sum(u.unshardable_params for u in members),
             in_bytes=(profile.input_bytes if lo == 0 else units[lo].in_bytes if lo < len(units) else 0)
             + sum(units[i].in_bytes for i in moved_in),
             saved=sum(u.saved_bytes for u in members),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...models.trace import MIN_ELEMENTS_FOR_SHARDING
 from ...problem import Config, Problem
 from ..targets import Target
 from .constants import EstimatorConstants
@@ -49,6 +50,49 @@ def accumulator_bytes_per_param(problem: Problem, config: Config) -> float:
     if config.gradient_accumulation > 1 or config.pipelined:
         return 2.0 if config.optimizer_state == "half" else 4.0
     return 0.0
+
+
+def sharded(problem: Problem, config: Config) -> bool:
+    """Replicated tensor sharding in effect: sgd_combined has no state tensors to shard (its
+    location settings do nothing, PopTorch optim.SGD docstring), one replica nothing to
+    shard over."""
+    return config.replicated_tensor_sharding and config.replicas > 1 and problem.optimizer != "sgd_combined"
+
+
+def state_elements_per_replica(problem: Problem, config: Config, stage: Stage) -> float:
+    """Optimizer-state elements one replica keeps of a stage's parameters. Sharded, each
+    tensor of at least 8192 elements (minElementsForReplicatedTensorSharding) keeps
+    (n - 1) / R + 1 of them (popart willow/src/transforms/streamingmemoryopinserter.cpp,
+    insertRemoteLoadOp: "The original shape becomes the RTS shape"); the padding of at most
+    one element per tensor is left out."""
+    if not sharded(problem, config):
+        return float(stage.params)
+    shardable = stage.params - stage.unshardable_params
+    return shardable / config.replicas + stage.unshardable_params
+
+
+def optimizer_state_on_chip(problem: Problem, config: Config, stage: Stage) -> float:
+    """Bytes of optimizer state on chip per replica, as PopART places it.
+
+    Offloaded (optimizerStateTensorLocationSettings off chip), the state lives in Streaming
+    Memory and each tensor is loaded back for its update: the largest tensor's state is on
+    chip at once, and with sharding only its shard, since the optimizer op is wired to the
+    loaded (sharded) tensor, not to the gathered one (streamingmemoryopinserter.cpp,
+    applyTensor). On chip, sharding keeps each replica's shard of every tensor. A sharded
+    update also all-gathers the updated weight slice back to full size before CopyVarUpdate
+    writes the weight (applyReplicatedOptimizerSharding, case 6): a transient of the update,
+    after the backward pass has freed its activations, so not counted here.
+    """
+    per_element = state_bytes_per_param(problem, config)
+    if problem.optimizer == "sgd_combined":  # one combined tensor, always on chip
+        return stage.params * per_element
+    shards = sharded(problem, config)
+    if config.optimizer_offload:
+        largest = stage.largest_param
+        if shards and largest >= MIN_ELEMENTS_FOR_SHARDING:
+            largest = (largest - 1) // config.replicas + 1
+        return largest * per_element
+    return state_elements_per_replica(problem, config, stage) * per_element
 
 
 @dataclass(frozen=True)
@@ -101,17 +145,7 @@ def stage_memory(problem: Problem, config: Config, stage: Stage, n_stages: int,
 
     gradients = stage.params * accumulator_bytes_per_param(problem, config)
 
-    state_per_param = state_bytes_per_param(problem, config)
-    # sgd_combined: the location settings have no effect (PopTorch optim.SGD docstring).
-    location_applies = problem.optimizer != "sgd_combined"
-    if config.optimizer_offload and location_applies:
-        # State lives in Streaming Memory but is streamed back for the update: the largest
-        # single variable's state is on chip at once.
-        optimizer = stage.largest_param * state_per_param
-    else:
-        optimizer = stage.params * state_per_param
-        if config.replicated_tensor_sharding and config.replicas > 1 and location_applies:
-            optimizer = optimizer / config.replicas + stage.largest_param * state_per_param / config.replicas
+    optimizer = optimizer_state_on_chip(problem, config, stage)
 
     activations, stash = _activations_and_stash(stage, config, n_stages)
 

@@ -16,7 +16,7 @@ from ...problem import Config, Problem
 from ..targets import Target
 from .constants import EstimatorConstants
 from .layout import Stage, forward_stages
-from .memory import activation_scale, input_scale, state_bytes_per_param
+from .memory import activation_scale, input_scale, state_bytes_per_param, state_elements_per_replica
 
 
 def compute_mode(config: Config) -> str:
@@ -106,9 +106,8 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
     # Weight update: streaming the optimizer state when it is offloaded.
     update = 0.0
     if config.optimizer_offload and problem.optimizer != "sgd_combined":  # no state to stream
-        state = max(s.params for s in stages) * state_bytes_per_param(problem, config)
-        if config.replicated_tensor_sharding and config.replicas > 1:
-            state /= config.replicas
+        elements = max(state_elements_per_replica(problem, config, s) for s in stages)
+        state = elements * state_bytes_per_param(problem, config)
         update = 2 * state / max(target.streaming_bytes_per_s, 1.0)
 
     allreduce = 0.0
