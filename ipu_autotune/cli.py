@@ -1,8 +1,9 @@
 """Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies.
 
 Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
-no trial fits (the closest one and what would help are printed), 130 interrupted,
-1 an unexpected error (traceback with --debug).
+no trial fits (the closest one and what would help are printed), 4 `estimate` answered
+for a config that breaks a recipe rule (each rule printed; rules.EXIT_BREAKS_RECIPE),
+130 interrupted, 1 an unexpected error (traceback with --debug).
 """
 
 from __future__ import annotations
