@@ -41,9 +41,10 @@ class WorkerScaling:
     cores: int
 
     def line(self) -> str:
-        measured = ", ".join(f"{w}: {s:.2f}x" for w, s in zip(self.counts, self.speedups))
-        return (f"loader workers measured on this CPU ({self.cores} cores): {measured} the speed of one "
-                f"worker; more workers than {self.counts[-1]} are taken as {self.counts[-1]}")
+        measured = ", ".join(f"{w} workers {s:.2f}x" for w, s in zip(self.counts[1:], self.speedups[1:]))
+        last = self.counts[-1]
+        return (f"loader speed-up over one worker, measured on this CPU ({self.cores} cores): "
+                f"{measured or 'one worker only'}; more than {last} worker(s) count as {last}")
 
 
 def _map_style(data):
@@ -93,19 +94,27 @@ class _Cycle:
         return 2 ** 31
 
 
+class NotMeasured(Exception):
+    """Why the worker scaling could not be timed (the host model then keeps its assumption)."""
+
+
 def measure_scaling(data, seconds: float = DEFAULT_SECONDS, counts: Sequence[int] | None = None,
-                    progress: Callable[[int], None] | None = None) -> WorkerScaling | None:
-    """Speed-ups over one worker, or None when the data is a plain iterable workers cannot split."""
+                    progress: Callable[[int], None] | None = None) -> WorkerScaling:
+    """Speed-ups over one worker; NotMeasured when workers cannot split or read the data."""
     split = _map_style(data)
     if split is None:
-        return None
+        raise NotMeasured("a plain iterable cannot be split among workers (return a Dataset or DataLoader)")
     dataset, batch, collate = split
     counts = tuple(counts or worker_counts())
     rates = []
     for w in counts:
         if progress is not None:
             progress(w)
-        rates.append(_rate(dataset, batch, collate, w, seconds))
+        try:
+            rates.append(_rate(dataset, batch, collate, w, seconds))
+        except Exception as exc:  # the user's dataset in worker processes: keep the assumption, say why
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise NotMeasured(f"reading with {w} worker(s) failed: {type(exc).__name__}: {first}") from None
     return WorkerScaling(counts, tuple(round(r / rates[0], 3) for r in rates), usable_cores())
 
 
