@@ -129,6 +129,12 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise bad("a positive number")
         return float(value)
+    if key == "host_worker_speedups":
+        if not isinstance(value, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in value
+        ) or len(value) > 4:
+            raise bad("up to four positive numbers: the loader's speed-ups at 1, 2, 4 and 8 workers")
+        return tuple(float(v) for v in value)
     if key == "loss_scaling":
         if value == "auto":
             return value

@@ -53,7 +53,7 @@ def default_input_shape(model: str, seq_len: int = 0) -> tuple[int, ...]:
 _SLUG_FIXED = ("model", "batch_size", "ipus", "target", "input_shape", "global_batch", "task", "seq_len", "inputs")
 #: measured by --data, a little different on every run: a resumed study keeps the costs it
 #: was created with, so they must not change its name
-_SLUG_SKIP = ("host_float_sample_s", "host_uint8_sample_s")
+_SLUG_SKIP = ("host_float_sample_s", "host_uint8_sample_s", "host_worker_speedups")
 
 
 def _slug_part(name: str, value: Any) -> str:
@@ -89,6 +89,8 @@ class Problem:
     max_global_batch: int = 0  # 0: default_max_global_batch(model, task)
     host_float_sample_s: float | None = None
     host_uint8_sample_s: float | None = None
+    # loader speed-ups over one worker at 1, 2, 4, ... workers, measured by --data (empty: assumed)
+    host_worker_speedups: tuple[float, ...] = ()
     # Transformers (docs/transformers.md): the task's head, the sequence length, and the
     # forward's named inputs ("NAME:SHAPE:DTYPE"); empty means one float image batch.
     task: str = ""
@@ -116,6 +118,7 @@ class Problem:
             raise UsageError(f"model '{self.model}': --task and --seq-len are for hf: models; "
                              "describe a factory's inputs with --input NAME:SHAPE:DTYPE")
         object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "host_worker_speedups", tuple(self.host_worker_speedups))
         if not self.input_shape and self.inputs:  # named inputs: the first one's sample shape
             shape = self.inputs[0].split(":")[1]
             object.__setattr__(self, "input_shape", tuple(int(d) for d in shape.split("x")))
@@ -143,11 +146,12 @@ class Problem:
             if d[key] is None:
                 del d[key]
         # Image problems keep the dict they always had.
-        for key in ("task", "seq_len", "inputs", "max_predictions"):
+        for key in ("task", "seq_len", "inputs", "max_predictions", "host_worker_speedups"):
             if not d[key]:
                 del d[key]
-        if "inputs" in d:
-            d["inputs"] = list(d["inputs"])
+        for key in ("inputs", "host_worker_speedups"):
+            if key in d:
+                d[key] = list(d[key])
         return d
 
     @classmethod

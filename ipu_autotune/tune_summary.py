@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from . import ui
+from . import intervals, ui
 from .nofit import lacks
 from .problem import Problem
 from .storage import mask_url
@@ -98,3 +98,6 @@ def _print_best(console, problem, base, best, estimated, reference) -> None:
 
     for line in end_to_end_lines(problem, base, best, reference):
         console.print(ui.indented(line), highlight=False)
+    bars = intervals.summary_line(base.measurement if base else None, best.measurement)
+    if bars:
+        console.print(ui.indented(bars), highlight=False)

@@ -45,6 +45,13 @@ class Measurement:
     host_bytes_per_call: int | None = None
     bottleneck: str | None = None  # device compute | host input | host call | all-reduce | weight update
     bottleneck_share: float | None = None  # its fraction of one call
+    # Error bars (estimate backend only; backends/estimate/error_bars.py): [low, high] per IPU
+    # for memory, [low, high] samples/s for throughput; None where there is no interval.
+    max_tile_bytes_interval: list[list[int]] | None = None
+    required_bytes_interval: list[list[int]] | None = None
+    throughput_interval: list[float] | None = None
+    device_throughput_interval: list[float] | None = None
+    straddles_tile_limit: bool = False  # some IPU's busiest-tile interval holds the tile's capacity
 
     @property
     def tile_limit_bytes(self) -> float:
@@ -111,6 +118,11 @@ class Measurement:
             "host_bytes_per_call": self.host_bytes_per_call,
             "bottleneck": self.bottleneck,
             "bottleneck_share": self.bottleneck_share,
+            "max_tile_bytes_interval": self.max_tile_bytes_interval,
+            "required_bytes_interval": self.required_bytes_interval,
+            "throughput_interval": self.throughput_interval,
+            "device_throughput_interval": self.device_throughput_interval,
+            "straddles_tile_limit": self.straddles_tile_limit,
         }
 
     @classmethod

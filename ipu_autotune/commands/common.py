@@ -58,19 +58,30 @@ def make_backend(args, problem: Problem, console: Console, work_dir: Path | None
 
 
 def with_host_data(args, problem: Problem, console) -> Problem:
-    """The problem with its host costs timed from --data (a few seconds on this CPU)."""
+    """The problem with its host costs timed from --data (a few seconds on this CPU): per
+    sample, and how the loader scales with worker processes."""
     if not getattr(args, "data", None):
         return problem
     from dataclasses import replace
 
-    from ..host.measure import DEFAULT_SECONDS, measure
+    from ..host.measure import DEFAULT_SECONDS, load, measure
+    from ..host.workers import NotMeasured, measure_scaling
 
+    try:
+        with console.status(f"Timing --data {args.data} with loader workers…") as status:
+            scaling = measure_scaling(load(args.data), progress=lambda w: status.update(
+                f"Timing --data {args.data} with {w} loader worker(s)…"))
+        speedups, scaling_line = scaling.speedups, scaling.line()
+    except NotMeasured as why:
+        speedups, scaling_line = (), f"loader workers not measured: {why}; assumed 0.9 of a process per worker"
     with console.status(f"Timing the host input pipeline of --data {args.data} for {DEFAULT_SECONDS:g} s…") as status:
-        measured = measure(args.data, progress=lambda n, t: status.update(
+        measured = measure(args.data, worker_speedups=speedups, progress=lambda n, t: status.update(
             f"Timing the host input pipeline of --data {args.data}: {n:,} samples in {t:.1f} s…"))
     if not getattr(args, "quiet", False):
         console.print(f"[dim]{measured.line()}[/]", highlight=False)
-    return replace(problem, host_float_sample_s=measured.float_sample_s, host_uint8_sample_s=measured.uint8_sample_s)
+        console.print(f"[dim]{scaling_line}[/]", highlight=False)
+    return replace(problem, host_float_sample_s=measured.float_sample_s, host_uint8_sample_s=measured.uint8_sample_s,
+                   host_worker_speedups=speedups)
 
 
 def load_study(storage_url: str, name: str):

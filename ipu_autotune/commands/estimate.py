@@ -6,7 +6,7 @@ import json
 
 from rich.text import Text
 
-from .. import ui
+from .. import intervals, ui
 from ..args import problem_from_args
 from ..backends.base import Measurement
 from ..errors import UsageError
@@ -82,7 +82,9 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
     label = "estimated" if m.source == "estimate" else m.source
     console.print(ui.measurement_table(m, f"{problem.model}: memory per IPU ({label})"))
     verdict = Text(m.verdict(), style="green" if m.feasible else "red")
-    console.print(Text.assemble("verdict: ", verdict))
+    console.print(Text.assemble("verdict: ", verdict, intervals.verdict_note(m)))
+    if intervals.line(m):
+        console.print(intervals.line(m).replace("error bars", f"error bars ({label})", 1), highlight=False)
     if m.throughput:
         console.print(f"throughput: {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})",
                       highlight=False)

@@ -231,7 +231,7 @@ def _stored_host_costs(study, problem: Problem) -> Problem:
     if stored is None:
         return problem
     return replace(problem, host_float_sample_s=stored.host_float_sample_s,
-                   host_uint8_sample_s=stored.host_uint8_sample_s)
+                   host_uint8_sample_s=stored.host_uint8_sample_s, host_worker_speedups=stored.host_worker_speedups)
 def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
     """The command that goes on with this study as this run did (the storage password masked)."""
     import shlex

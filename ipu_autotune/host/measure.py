@@ -2,7 +2,8 @@
 
 `fn()` returns a Dataset (map-style), a DataLoader, or any iterable of (inputs, labels)
 batches or samples. It is timed on this CPU for a few seconds; the result is seconds per
-sample for one loader process (a DataLoader's time is multiplied back by its workers),
+sample for one loader process (a DataLoader's time is multiplied back by its workers' measured
+speed-up, host/workers.py),
 for the path the data takes (uint8 images: the 8-bit I/O path; floats: the float path).
 The other path is derived by adding or removing the cast and normalisation, timed here on
 one of the user's samples.
@@ -76,9 +77,14 @@ def _normalise_cost(x: torch.Tensor, repeats: int = 20) -> float:
 
 
 def measure(spec: str, seconds: float = DEFAULT_SECONDS,
-            progress: Callable[[int, float], None] | None = None) -> MeasuredHost:
+            progress: Callable[[int, float], None] | None = None, worker_speedups=()) -> MeasuredHost:
+    """`worker_speedups` (host/workers.py): how a DataLoader's own workers really add up; without
+    them its time is taken as `num_workers` processes' worth."""
+    from .workers import speedup
+
     data = load(spec)
     workers = max(1, int(getattr(data, "num_workers", 0) or 0))
+    parallel = speedup(workers, worker_speedups) if worker_speedups else workers
     if hasattr(data, "__getitem__") and hasattr(data, "__len__") and not hasattr(data, "batch_size"):
         if len(data) == 0:
             raise UsageError(f"--data '{spec}' returned an empty dataset; it must yield samples")
@@ -107,7 +113,7 @@ def measure(spec: str, seconds: float = DEFAULT_SECONDS,
     if samples == 0 or not isinstance(first, torch.Tensor):
         raise UsageError(f"--data '{spec}' yielded no samples (tensors or (inputs, labels)); "
                          "return a Dataset or DataLoader with data in it")
-    per_sample = elapsed * workers / samples
+    per_sample = elapsed * parallel / samples
     normalise = _normalise_cost(first)
     if first.dtype == torch.uint8:
         return MeasuredHost(per_sample + normalise, per_sample, samples, elapsed, "uint8")

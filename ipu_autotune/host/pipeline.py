@@ -25,7 +25,7 @@ Not calibrated on an IPU host; `--data module:fn` measures yours.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ..problem import Config, Problem
@@ -50,9 +50,11 @@ class HostCosts:
     #: fixed host cost per call on top of the samples. Calibrated: seed-epoch-ga8.
     call_s: float = 5e-3
     #: speed-up per extra loader worker process. Assumed, not calibrated (the workshop used
-    #: no workers); measure with --data to replace the per-sample costs on your CPU.
+    #: no workers); --data measures the real scaling (worker_speedups) on your CPU.
     worker_efficiency: float = 0.9
     source: str = "calibrated on the workshop's epoch times"
+    #: measured speed-ups over one worker at 1, 2, 4, ... workers (host/workers.py); empty: assumed
+    worker_speedups: tuple[float, ...] = ()
 
     def sample_s(self, config: Config) -> float:
         return self.uint8_sample_s if config.eight_bit_io else self.float_sample_s
@@ -82,11 +84,13 @@ def tensor_rows(problem: Problem) -> HostCosts:
 def host_costs(problem: Problem) -> HostCosts:
     """The problem's measured costs (from --data) where it has them, else the workshop's."""
     default = tensor_rows(problem) if _named_inputs(problem) else WORKSHOP
+    if problem.host_worker_speedups:
+        default = replace(default, worker_speedups=tuple(problem.host_worker_speedups))
     if problem.host_float_sample_s is None and problem.host_uint8_sample_s is None:
         return default
     f = problem.host_float_sample_s if problem.host_float_sample_s is not None else default.float_sample_s
     u = problem.host_uint8_sample_s if problem.host_uint8_sample_s is not None else default.uint8_sample_s
-    return HostCosts(float_sample_s=f, uint8_sample_s=u, source="measured on this CPU with --data")
+    return replace(default, float_sample_s=f, uint8_sample_s=u, source="measured on this CPU with --data")
 
 
 def micro_batch(problem: Problem, config: Config) -> int:
@@ -145,7 +149,23 @@ def host_bytes_needed(problem: Problem, config: Config) -> int:
 def parallel_loaders(config: Config, costs: HostCosts) -> float:
     if config.loader_workers <= 1:
         return 1.0
+    if costs.worker_speedups:
+        from .workers import speedup
+
+        return speedup(config.loader_workers, costs.worker_speedups)
     return 1.0 + (config.loader_workers - 1) * costs.worker_efficiency
+
+
+def assumptions(problem: Problem, config: Config) -> list[str]:
+    """What a host-input figure for this config rests on that --data did not measure."""
+    costs = host_costs(problem)
+    out = []
+    if costs.source != "measured on this CPU with --data":
+        out.append(f"host cost per sample {costs.sample_s(config) * 1e3:.2f} ms ({costs.source})")
+    if config.loader_workers > 1 and not costs.worker_speedups:
+        out.append(f"{config.loader_workers} loader workers each adding {costs.worker_efficiency:g} of a process "
+                   "(assumed)")
+    return out
 
 
 def overlapped(config: Config) -> bool:

@@ -43,6 +43,10 @@ def lines(problem: Problem, base, best, reference=None) -> list[str]:
         alone = f", the IPUs alone {m.device_throughput:,.0f}/s" if m.device_throughput else ""
         out.append(f"best: bottleneck {pipeline.bottleneck_line(m)}{label}{alone}; {n:,} samples per call "
                    f"of {problem.dataset_size:,} per epoch")
+        assumed = pipeline.assumptions(problem, best.config) if m.bottleneck == "host input" else []
+        if assumed:
+            out.append(f"the host-input bottleneck rests on: {'; '.join(assumed)}; --data module:fn measures "
+                       "both on your loader")
     if reference is not None and reference.throughput:
         ratio = f"; best is {m.throughput / reference.throughput:.1f}x it" if m.throughput else ""
         out.append(f"workshop's final config (16.16, GA 8, DI 4, 8-bit I/O, async loader): "

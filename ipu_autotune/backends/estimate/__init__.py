@@ -8,6 +8,7 @@ from ...problem import Config, Problem
 from ..base import Backend, Measurement
 from ..targets import get_target
 from .constants import NOMINAL, EstimatorConstants
+from .error_bars import bars
 from .layout import forward_stages, stages
 from .memory import stage_memory
 from .serialization import serialize_projection
@@ -65,12 +66,14 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
     compute_tiles = target.tiles - config.io_tiles
     overflow = sum(max(0, m.max_tile - target.bytes_per_tile) * compute_tiles for m in memories)
     e2e = host.end_to_end(problem, config, device_parts(config, time, k))
+    required, max_tile = [mem.required for mem in memories], [mem.max_tile for mem in memories]
+    bar = bars(problem.model, max_tile, required, target.bytes_per_tile, e2e.throughput, time.throughput)
     m = Measurement(
         feasible=feasible,
         source="estimate",
-        required_bytes=[mem.required for mem in memories],
+        required_bytes=required,
         capacity_bytes=[capacity] * n,
-        max_tile_bytes=[mem.max_tile for mem in memories],
+        max_tile_bytes=max_tile,
         tile_capacity_bytes=target.bytes_per_tile,
         breakdown=[mem.breakdown for mem in memories],
         overflow_bytes=int(overflow),
@@ -87,5 +90,10 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
         host_bytes_per_call=host.host_bytes_per_call(problem, config),
         bottleneck=e2e.bottleneck,
         bottleneck_share=e2e.bottleneck_share,
+        max_tile_bytes_interval=bar.max_tile_bytes,
+        required_bytes_interval=bar.required_bytes,
+        throughput_interval=bar.throughput,
+        device_throughput_interval=bar.device_throughput,
+        straddles_tile_limit=bar.straddles_tile_limit,
     )
     return m

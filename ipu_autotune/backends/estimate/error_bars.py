@@ -1,0 +1,107 @@
+"""Error bars on every estimate, from the calibration set's leave-one-out residuals.
+
+The widths below are computed by `python tools/error_bars.py` from
+`tests/calibration/points.toml` (docs/estimator.md, "Error bars"); `tests/test_error_bars.py`
+recomputes them and fails when they drift. They ship here because a user's installed
+package has no tests folder to read at run time.
+
+- **Throughput**: published throughputs are numbers, so each point has a residual
+  log(published / estimated). The 90 % interval is estimate x exp(+-w), w the split-conformal
+  quantile of |residual| (the ceil(0.9 (n + 1))-th smallest), per category when it has the
+  points for it, else over all throughput points.
+- **Memory**: published memory points are verdicts (fits or out of memory), which bound the
+  error but do not measure it. The band is the range of a common factor on the estimate
+  that every verdict of the model family still allows: up to 1 / (the largest busiest-tile
+  fraction that fits) and down to 1 / (the smallest one that does not).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+#: the throughput interval's nominal coverage
+COVERAGE = 0.9
+
+#: computed by tools/error_bars.py; checked by tests/test_error_bars.py
+THROUGHPUT_LOG_WIDTH = {"all": 0.2775}
+MEMORY_SCALE = {"all": (0.8838, 1.0415), "cnn": (0.8838, 1.2581), "transformer": (0.3008, 1.0415)}
+
+
+def conformal_width(residuals: Sequence[float], coverage: float = COVERAGE) -> float | None:
+    """The ceil(coverage (n + 1))-th smallest |residual|, or None when n is too small for it."""
+    ranked = sorted(abs(r) for r in residuals)
+    k = math.ceil(coverage * (len(ranked) + 1))
+    return ranked[k - 1] if 0 < k <= len(ranked) else None
+
+
+def throughput_widths(residuals: dict[str, Sequence[float]]) -> dict[str, float]:
+    """Log half-widths per category where it has enough points, and "all" pooled."""
+    pooled = [r for rs in residuals.values() for r in rs]
+    widths = {"all": conformal_width(pooled)}
+    for category, rs in residuals.items():
+        w = conformal_width(rs)
+        if w is not None:
+            widths[category] = w
+    if widths["all"] is None:
+        raise ValueError(f"{len(pooled)} throughput residuals cannot give a {COVERAGE:.0%} interval")
+    return widths
+
+
+def memory_scale(verdicts: Iterable[tuple[float, bool]]) -> tuple[float, float] | None:
+    """(low, high) common factors on the busiest tile that every (tile fraction, fits) allows;
+    None without both a fitting and an out-of-memory point."""
+    verdicts = list(verdicts)
+    fits = [p for p, ok in verdicts if ok]
+    ooms = [p for p, ok in verdicts if not ok]
+    if not fits or not ooms:
+        return None
+    return min(1.0, 1.0 / min(ooms)), max(1.0, 1.0 / max(fits))
+
+
+def memory_scales(verdicts: dict[str, Sequence[tuple[float, bool]]]) -> dict[str, tuple[float, float]]:
+    pooled = [v for vs in verdicts.values() for v in vs]
+    scales = {"all": memory_scale(pooled)}
+    for family, vs in verdicts.items():
+        s = memory_scale(vs)
+        if s is not None:
+            scales[family] = s
+    if scales["all"] is None:
+        raise ValueError("the memory band needs a point that fits and one that does not")
+    return scales
+
+
+def family(model: str) -> str:
+    """The calibration family a problem's error bars come from."""
+    from ...search.knobs import family as knob_family
+
+    return knob_family(model)
+
+
+@dataclass(frozen=True)
+class Bars:
+    """A Measurement's error bars: busiest tile and required bytes per IPU, throughput."""
+
+    max_tile_bytes: list[list[int]]
+    required_bytes: list[list[int]]
+    throughput: list[float] | None
+    device_throughput: list[float] | None
+    straddles_tile_limit: bool
+
+
+def bars(model: str, max_tile: Sequence[int], required: Sequence[int], tile_capacity: int,
+         throughput: float | None, device_throughput: float | None) -> Bars:
+    low, high = MEMORY_SCALE.get(family(model), MEMORY_SCALE["all"])
+    w = THROUGHPUT_LOG_WIDTH.get("end_to_end", THROUGHPUT_LOG_WIDTH["all"])
+    wd = THROUGHPUT_LOG_WIDTH.get("device", THROUGHPUT_LOG_WIDTH["all"])
+
+    def band(x: float, lo: float, hi: float) -> list:
+        return [x * lo, x * hi]
+
+    tiles = [[round(t * low), round(t * high)] for t in max_tile]
+    straddles = any(lo <= tile_capacity < hi for lo, hi in tiles)
+    return Bars(max_tile_bytes=tiles, required_bytes=[[round(r * low), round(r * high)] for r in required],
+                throughput=band(throughput, math.exp(-w), math.exp(w)) if throughput else None,
+                device_throughput=band(device_throughput, math.exp(-wd), math.exp(wd)) if device_throughput else None,
+                straddles_tile_limit=straddles)

@@ -1,0 +1,48 @@
+"""An estimate's error bars as a person reads them (backends/estimate/error_bars.py makes them)."""
+
+from __future__ import annotations
+
+from .backends.base import Measurement
+
+UNCERTAIN = "uncertain: the error bar straddles the tile limit"
+
+
+def tile_bars(m: Measurement) -> str:
+    """'IPU0 95-135%, IPU1 92-131%': each IPU's busiest tile as a share of a tile, low to high."""
+    if not m.max_tile_bytes_interval or not m.tile_capacity_bytes:
+        return ""
+    cap = m.tile_capacity_bytes
+    return ", ".join(f"IPU{i} {lo / cap:.0%}-{hi / cap:.0%}" for i, (lo, hi) in enumerate(m.max_tile_bytes_interval))
+
+
+def throughput_bar(m: Measurement) -> str:
+    if not m.throughput_interval:
+        return ""
+    lo, hi = m.throughput_interval
+    return f"{lo:,.0f}-{hi:,.0f}/s"
+
+
+def verdict_note(m: Measurement) -> str:
+    """'; uncertain: ...' when the memory error bar holds the tile limit, else ''."""
+    return f"; {UNCERTAIN}" if m.straddles_tile_limit else ""
+
+
+def line(m: Measurement) -> str:
+    """'error bars: busiest tile IPU0 65-93%; throughput 15,565-27,115/s (90%)', or ''."""
+    parts = []
+    if tile_bars(m):
+        parts.append(f"busiest tile {tile_bars(m)}")
+    if throughput_bar(m):
+        parts.append(f"throughput {throughput_bar(m)} (90%)")
+    return "error bars: " + "; ".join(parts) if parts else ""
+
+
+def summary_line(base: Measurement | None, best: Measurement) -> str:
+    """The tune summary's one line: the best's bars, and the baseline's when its verdict is uncertain."""
+    out = line(best)
+    if not out:
+        return ""
+    out = out.replace("error bars: ", "error bars (docs/estimator.md): best ", 1) + verdict_note(best)
+    if base is not None and base.straddles_tile_limit:
+        out += f"; baseline's busiest tile {tile_bars(base)}, {UNCERTAIN}"
+    return out
