@@ -134,7 +134,8 @@ class TuneView:
         self.started = time.monotonic()
 
     def __enter__(self) -> "TuneView":
-        if not self.quiet and self.console.is_terminal:
+        # In Jupyter, rich draws the live table in an output widget (ipywidgets) of the cell.
+        if not self.quiet and (self.console.is_terminal or self.console.is_jupyter):
             self.live = Live(Group(self.table, _BestLine(self.table), self.progress), console=self.console,
                              refresh_per_second=8, transient=False)
             self.live.__enter__()
