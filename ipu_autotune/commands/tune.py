@@ -11,9 +11,10 @@ from pathlib import Path
 from rich.console import Console
 
 from .. import parallel, study as st, ui
-from ..args import DEFAULT_OUT, problem_from_args, resume_command
+from ..args import DEFAULT_OUT, problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
 from ..errors import UsageError
+from ..models.objects import is_object
 from ..nofit import EXIT_NOTHING_FITS, lacks
 from ..outputs import record_json, write_outputs
 from ..runner import Runner
@@ -275,7 +276,8 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
         extra.append("--no-screen")
     if args.out:
         extra += ["--out", args.out]
-    return resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
+    command = resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
+    return python_call(command) if is_object(problem.model) else command
 
 
 def _lr_json(problem: Problem, base, best) -> dict | None:
