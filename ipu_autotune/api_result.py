@@ -20,7 +20,7 @@ from .study import TrialRecord
 _PRE = '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;font-family:Menlo,Consolas,monospace">{code}</pre>'
 
 
-def html(*renderables: RenderableType, width: int = 100) -> str:
+def html(*renderables: RenderableType, width: int = 120) -> str:
     """Rich renderables as one self-styled HTML block (text escaped by rich), for a notebook."""
     console = Console(record=True, width=width, file=io.StringIO(), force_jupyter=False, force_terminal=True)
     for r in renderables:
