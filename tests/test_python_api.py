@@ -240,3 +240,42 @@ def test_ctrl_c_stops_a_python_run_after_the_current_trial_and_returns_the_resul
     interrupted, count, fits = out.split("RESULT ")[1].split()
     assert interrupted == "True" and 4 <= int(count) < 100 and fits == "True"
     assert "Traceback" not in err
+
+
+def test_the_readme_quick_start_shows_the_command_and_the_same_call_in_three_lines():
+    import re
+
+    from ipu_autotune.api_result import TuneResult
+
+    quick = (Path(__file__).resolve().parents[1] / "README.md").read_text().split("## Install and run")[0]
+    command = re.search(r"```\n(ipu-autotune [^\n]+)\n```", quick).group(1)
+    lines = re.search(r"```python\n(.*?)```", quick, re.S).group(1).strip().splitlines()
+    assert len(lines) == 3 and lines[0] == "import ipu_autotune"
+    call = re.search(r"result = ipu_autotune\.tune\((.*?)\)", lines[1]).group(1)
+    model, options = eval(f"(lambda model, **options: (model, options))({call})")
+    parser = cli.build_parser()
+    assert vars(parser.parse_args(api.to_argv("tune", model, options))) == \
+        vars(parser.parse_args(["tune", *command.split()[1:]]))
+    assert re.match(r"result\.(\w+)\(\)", lines[2]).group(1) in dir(TuneResult)
+
+
+def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(monkeypatch):
+    import importlib.util
+    import io
+
+    from rich.console import Console
+
+    from ipu_autotune import ui
+    from ipu_autotune.backends.base import Measurement
+    from ipu_autotune.problem import Config
+    from ipu_autotune.study import TrialRecord
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))
+    out = io.StringIO()
+    console = Console(force_jupyter=True, file=out, width=100)
+    record = TrialRecord(0, Config(), Measurement(feasible=True, source="estimate", throughput=123.0), "baseline",
+                         "COMPLETE")
+    with ui.TuneView(console, 3) as view:
+        view(record)
+    assert view.live is None  # rich would draw a live display nowhere without the widget
