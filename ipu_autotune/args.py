@@ -162,3 +162,24 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
     if study != problem.slug:
         parts += ["--study", study]
     return shlex.join(parts)
+
+
+def python_call(command: str) -> str:
+    """A resume command as the Python API's call, for a model only Python can give (object:NAME):
+    'ipu-autotune object:Net --batch-size 8 --no-numerics' -> "ipu_autotune.tune(model,
+    name='Net', batch_size=8, no_numerics=True)"."""
+    parts = shlex.split(command)[1:]
+    name = parts.pop(0).partition(":")[2]
+    kwargs: dict[str, object] = {"name": name}
+    while parts:
+        key = parts.pop(0)[2:].replace("-", "_")
+        if parts and not parts[0].startswith("--"):
+            value = parts.pop(0)
+            value = int(value) if value.isdigit() else value
+            if key == "input":  # --input repeats: the keyword takes a list
+                kwargs.setdefault("inputs", []).append(value)
+                continue
+            kwargs[key] = value
+        else:
+            kwargs[key] = True
+    return "ipu_autotune.tune(model, " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"

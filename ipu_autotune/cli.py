@@ -15,7 +15,7 @@ import warnings
 from rich.console import Console
 from rich.markup import escape
 
-from . import __version__
+from .version import __version__
 from .args import (DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE, DEFAULT_TRIALS, add_data_arg,
                    add_problem_args, positive)
 from .errors import UsageError

@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__
+from .version import __version__
 from .backends.base import Measurement
 from .errors import UsageError
 from .models.trace import ModelProfile

@@ -116,6 +116,16 @@ class _BestLine:
         return self.table.best_line()
 
 
+def _jupyter_widgets(console: Console) -> bool:
+    """In Jupyter rich draws a live display in an ipywidgets output widget; without ipywidgets
+    it would draw nothing, so the trials are printed as lines instead."""
+    if not console.is_jupyter:
+        return False
+    import importlib.util
+
+    return importlib.util.find_spec("ipywidgets") is not None
+
+
 class TuneView:
     """Live progress for the tune command; plain lines when not on a terminal."""
 
@@ -134,7 +144,7 @@ class TuneView:
         self.started = time.monotonic()
 
     def __enter__(self) -> "TuneView":
-        if not self.quiet and self.console.is_terminal:
+        if not self.quiet and (self.console.is_terminal or _jupyter_widgets(self.console)):
             self.live = Live(Group(self.table, _BestLine(self.table), self.progress), console=self.console,
                              refresh_per_second=8, transient=False)
             self.live.__enter__()

@@ -42,26 +42,8 @@ def _parse_set(items: list[str]) -> dict:
 
 
 def run(args) -> int:
-    from ..warmstart import naive_baseline
-
     console = console_for(args)
-    file = load_config_file(args.config) if args.config else None
-    problem = with_host_data(args, problem_from_args(args, file.problem if file else None), console)
-    profile = trace(problem, console)
-    values = file.config.to_dict() if file and file.config else naive_baseline(problem, profile).to_dict()
-    overrides = _parse_set(args.set)
-    if "ipus_per_replica" in overrides and "available_memory_proportion" not in overrides:
-        values.pop("available_memory_proportion", None)
-    values.update(overrides)
-    # The file's [config] was checked when it was read: a bad key or value now came from --set.
-    config = Config.from_dict(values, "--set" if overrides else "config")
-    where = " with ".join(filter(None, (args.config, "--set" if overrides else None))) or "config"
-    # A recipe rule (global batch ceiling, samples per call, host memory...) does not stop the
-    # answer: the user asked whether this configuration fits. The rule is named with its fix.
-    validate(problem, config, profile.module_order, where=where, recipe=False)
-    broken = list(recipe_violations(problem, config).values())
-    backend = make_backend(args, problem, console)
-    m = backend.measure(problem, config)
+    problem, config, m, broken = measured(args, console=console)
     code = EXIT_BREAKS_RECIPE if broken else 0
     if args.json:
         out = m.to_dict()
@@ -74,6 +56,33 @@ def run(args) -> int:
     for rule in broken:
         console.print(Text.assemble(("breaks a recipe rule: ", "red"), rule))
     return code
+
+
+def measured(args, overrides: dict | None = None,
+             console=None) -> tuple[Problem, Config, Measurement, list[str]]:
+    """The problem, the configuration (--config, then --set, then `overrides`: the Python API's
+    config keys) checked by the rules, its measurement, and the recipe rules it breaks."""
+    from ..warmstart import naive_baseline
+
+    console = console or console_for(args)
+    file = load_config_file(args.config) if args.config else None
+    problem = with_host_data(args, problem_from_args(args, file.problem if file else None), console)
+    profile = trace(problem, console)
+    values = file.config.to_dict() if file and file.config else naive_baseline(problem, profile).to_dict()
+    flag = "--set" if overrides is None else "config"
+    overrides = {**_parse_set(args.set), **(overrides or {})}
+    if "ipus_per_replica" in overrides and "available_memory_proportion" not in overrides:
+        values.pop("available_memory_proportion", None)
+    values.update(overrides)
+    # The file's [config] was checked when it was read: a bad key or value now came from --set.
+    config = Config.from_dict(values, flag if overrides else "config")
+    where = " with ".join(filter(None, (args.config, flag if overrides else None))) or "config"
+    # A recipe rule (global batch ceiling, samples per call, host memory...) does not stop the
+    # answer: the user asked whether this configuration fits. The rule is named with its fix.
+    validate(problem, config, profile.module_order, where=where, recipe=False)
+    broken = list(recipe_violations(problem, config).values())
+    backend = make_backend(args, problem, console)
+    return problem, config, backend.measure(problem, config), broken
 
 
 def _print_measurement(console, problem: Problem, config: Config, m: Measurement, headroom: float) -> None:

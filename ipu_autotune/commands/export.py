@@ -27,6 +27,20 @@ def run(args) -> int:
         record = TrialRecord.from_trial(match[0]) if match else None
         if record is None:
             raise UsageError(f"study '{args.study}' has no finished trial {args.trial}")
+    text, lost = render_record(study, problem, record, args.format, args.study)
+    for line in lost:
+        Console(stderr=True, highlight=False).print(f"[dim]ipu_config.json: {escape(line)}[/]", soft_wrap=True)
+    if args.output:
+        Path(args.output).write_text(text)
+        Console(stderr=True).print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def render_record(study, problem, record, fmt: str, study_name: str) -> tuple[str, list[str]]:
+    """A stored trial in `fmt` (python, toml, json, ipu-config) with the study's numerics notes
+    and the baseline's global batch; and for ipu-config what IPUConfig cannot say."""
     from ..numerics import NumericsAdvice
     from ..study import ATTR_NUMERICS
 
@@ -34,7 +48,7 @@ def run(args) -> int:
     try:
         notes = numerics_notes(NumericsAdvice.from_dict(stored), record.config) if stored else []
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise UsageError(f"study '{args.study}': its stored numerics advice is unreadable (not written by "
+        raise UsageError(f"study '{study_name}': its stored numerics advice is unreadable (not written by "
                          "this version of ipu-autotune?); nothing exported") from None
     from ..host.pipeline import global_batch
     from ..study import records as study_records
@@ -42,20 +56,11 @@ def run(args) -> int:
     base = baseline_of(study_records(study))
     base_gb = global_batch(problem, base.config) if base is not None else None
     try:
-        if args.format == "ipu-config":
+        if fmt == "ipu-config":
             from ..export.ipu_config import render_ipu_config
 
-            text, lost = render_ipu_config(problem, record.config, trace(problem, Console(stderr=True)))
-            for line in lost:
-                Console(stderr=True, highlight=False).print(f"[dim]ipu_config.json: {escape(line)}[/]", soft_wrap=True)
-        else:
-            text = export.render(args.format, problem, record.config, record.measurement, record.number,
-                                 args.study, notes, base_gb)
+            return render_ipu_config(problem, record.config, trace(problem, Console(stderr=True)))
+        return export.render(fmt, problem, record.config, record.measurement, record.number, study_name, notes,
+                             base_gb), []
     except ValueError as exc:
         raise UsageError(f"trial {record.number} cannot be exported safely: {exc}") from None
-    if args.output:
-        Path(args.output).write_text(text)
-        Console(stderr=True).print(f"wrote {args.output}")
-    else:
-        sys.stdout.write(text)
-    return 0

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import signal
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
 from .. import parallel, study as st, ui
-from ..args import DEFAULT_OUT, problem_from_args, resume_command
+from ..args import DEFAULT_OUT, problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
 from ..errors import UsageError
+from ..models.objects import is_object
 from ..nofit import EXIT_NOTHING_FITS, lacks
 from ..outputs import record_json, write_outputs
 from ..runner import Runner
@@ -26,7 +28,25 @@ from .common import console_for, make_backend, numerics_notes, trace, with_host_
 NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
 
 
+@dataclass
+class TuneOutcome:
+    """What a tune run leaves for its caller: the exit code, and for the Python API the study."""
+
+    exit_code: int
+    study: object = None
+    problem: Problem | None = None
+    study_name: str = ""
+    backend: str = ""
+    interrupted: bool = False
+    files: dict = field(default_factory=dict)
+    resume: str = ""
+
+
 def run(args) -> int:
+    return tune_study(args).exit_code
+
+
+def tune_study(args) -> TuneOutcome:
     from ..warmstart import naive_baseline, proposals
 
     console = console_for(args)
@@ -90,7 +110,7 @@ def run(args) -> int:
         print_header(console, problem, backend, study_name, storage_url, created, study)
     ran = _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs)
     if args.worker:  # the process that started it reports
-        return 130 if runner.stop_requested and len(ran) < args.trials else 0
+        return TuneOutcome(130 if runner.stop_requested and len(ran) < args.trials else 0)
     # the report
     return _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
                    study_name, out_dir)
@@ -163,7 +183,7 @@ def _run_trials(args, console, study, runner, view, backend, problem, storage_ur
 
 
 def _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-            study_name, out_dir) -> int:
+            study_name, out_dir) -> TuneOutcome:
     """The files, then the summary (or JSON, or one line), then the exit code."""
     from ..host import pipeline as host_pipeline, report as host_report
 
@@ -209,9 +229,9 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
                       len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps)
         if guide is not None and guide.stop_note:
             console.print(f"Stopping rule: {guide.stop_note}.", highlight=False)
-    if runner.stop_requested and len(ran) < args.trials:
-        return 130
-    return EXIT_NOTHING_FITS if best is None and records else 0
+    interrupted = runner.stop_requested and len(ran) < args.trials
+    code = 130 if interrupted else EXIT_NOTHING_FITS if best is None and records else 0
+    return TuneOutcome(code, study, problem, study_name, backend.name, interrupted, files, resume)
 
 
 def _nothing_fits_help(problem: Problem, profile, headroom: float, best, closest) -> list:
@@ -256,7 +276,8 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
         extra.append("--no-screen")
     if args.out:
         extra += ["--out", args.out]
-    return resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
+    command = resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
+    return python_call(command) if is_object(problem.model) else command
 
 
 def _lr_json(problem: Problem, base, best) -> dict | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .. import __version__
+from ..version import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
 from ..rules import MODULE_PATH, tied_head_blocks
 from .serialization import SERIALIZED_PROJECTION, serialization_lines

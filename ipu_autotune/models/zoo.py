@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import UsageError
+from . import objects
 
 
 @lru_cache(maxsize=1)
@@ -26,6 +27,9 @@ def torchvision_models() -> tuple[str, ...]:
 
 def check_model_name(name: str) -> None:
     """Fail early, with suggestions, for a name that is neither torchvision's nor module:factory."""
+    if objects.is_object(name):
+        objects.registered(name)
+        return
     if name.startswith("hf:"):
         from .hf import architecture
 
@@ -75,16 +79,8 @@ def build_model(name: str, num_classes: int, device: str | torch.device = "meta"
         from .hf import build_hf_model
 
         return build_hf_model(name, task, num_classes, device, **hf_options)
+    if objects.is_object(name):
+        return objects.build(objects.registered(name), device).train()
     factory = _factory(name)
-    try:
-        with torch.device(device):
-            model = factory(num_classes)
-    except NotImplementedError as exc:
-        if "meta" not in str(exc) or torch.device(device).type != "meta":
-            raise
-        # A constructor that computes its layout with tensors (torchvision's RegNet reads
-        # block widths back with .tolist()) cannot run on meta: build on the CPU, then move.
-        model = factory(num_classes).to(device)
-    if not isinstance(model, nn.Module):
-        raise UsageError(f"model '{name}': the factory returned {type(model).__name__}, not an nn.Module")
+    model = objects.construct(lambda: factory(num_classes), torch.device(device), f"model '{name}': the factory")
     return model.train()

@@ -8,7 +8,7 @@ import json
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from .. import __version__
+from ..version import __version__
 from ..problem import Config
 from ..study import TrialRecord
 from . import figures

@@ -25,6 +25,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ...export.python import render_snippet
+from ...models import objects
 from ...problem import Config, Problem
 from ..base import Backend, Measurement, failed, format_bytes
 from .errors import LOG_MARKER, CaughtError, describe_exit, last_line, read_text
@@ -61,6 +62,7 @@ class PopTorchBackend(Backend):
         self._lock = threading.Lock()
         self._running: dict[int, subprocess.Popen] = {}
         self._closed: set[int] = set()  # pids close() killed: "interrupted", not a crash
+        self._pickled: set[str] = set()  # object models written to work_dir this run
 
     def describe(self) -> str:
         return f"poptorch (compile in a subprocess, timeout {self.timeout_s:g} s)"
@@ -142,8 +144,19 @@ class PopTorchBackend(Backend):
             "timed_calls": self.timed_calls,
             "lr": self.lr,
         }
+        if objects.is_object(problem.model):
+            request["model_path"] = str(self._model_file(problem.model))
         (trial_dir / "request.json").write_text(json.dumps(request, indent=1))
         return request
+
+    def _model_file(self, model: str) -> Path:
+        """A model given as a Python object, pickled once for every trial's process: a fresh
+        interpreter cannot rebuild it from its name (models/objects.py says what pickles)."""
+        path = self.work_dir / f"{model.replace(':', '-')}.pkl"
+        if model not in self._pickled:
+            path.write_bytes(objects.pickled(model))
+            self._pickled.add(model)
+        return path
 
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ)

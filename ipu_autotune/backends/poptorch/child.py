@@ -37,9 +37,12 @@ def log(msg: str) -> None:
 
 def load_snippet(path: str | Path) -> dict[str, Any]:
     """Execute the exported snippet; its namespace holds annotate, TrainingModel, make_options..."""
-    source = Path(path).read_text()
-    ns: dict[str, Any] = {"__name__": "ipu_autotune_trial_snippet", "__file__": str(path)}
-    exec(compile(source, str(path), "exec"), ns)
+    return run_snippet(Path(path).read_text(), str(path))
+
+
+def run_snippet(source: str, filename: str) -> dict[str, Any]:
+    ns: dict[str, Any] = {"__name__": "ipu_autotune_trial_snippet", "__file__": filename}
+    exec(compile(source, filename, "exec"), ns)
     return ns
 
 
@@ -170,7 +173,12 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
         # The user's model as the problem describes it (its attention dropout); the masked-token
         # gather of --max-predictions is the snippet's TrainingModel's, not the model's.
         described = {k: v for k, v in problem.hf_options if k == "attention_dropout"}
-        model = build_model(problem.model, problem.num_classes, device="cpu", task=problem.task, **described)
+        if request.get("model_path"):  # a Python object the parent pickled (models/objects.py)
+            import pickle
+
+            model = pickle.loads(Path(request["model_path"]).read_bytes()).train()
+        else:
+            model = build_model(problem.model, problem.num_classes, device="cpu", task=problem.task, **described)
         ns = load_snippet(request["snippet_path"])
         result["phase"] = "annotate"  # from here on, a failure is the configuration's
         model = ns["TrainingModel"](model)

@@ -1,0 +1,158 @@
+"""The Python API: `ipu_autotune.tune(model, batch_size=64)` and `ipu_autotune.estimate(...)`.
+
+A call is the command line run in this process: its keywords are the subcommand's flags
+(`batch_size` for `--batch-size`), read from the same argparse definition (`cli.build_parser`),
+turned into an argument list and parsed by it, so types, defaults, checks and messages are
+the CLI's; then `commands.tune` / `commands.estimate` run as for the command. Bad input
+raises the CLI's `UsageError` with the same one-line message. `model` may also be an
+`nn.Module` or a zero-argument callable (models/objects.py: how such a model is named).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .errors import UsageError
+
+#: flags that make no sense in a Python call: the CLI's own plumbing
+_NOT_KEYWORDS = {"help", "debug", "model", "version", "command"}
+
+
+def _subparser(command: str) -> argparse.ArgumentParser:
+    from .cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
+def keywords(command: str) -> dict[str, argparse.Action]:
+    """The keywords a call takes: the subcommand's documented flags, by their argparse dest."""
+    return {a.dest: a for a in _subparser(command)._actions
+            if a.option_strings and a.help != argparse.SUPPRESS and a.dest not in _NOT_KEYWORDS}
+
+
+def _text(value: Any) -> str:
+    """A Python value as the flag's text: (3, 32, 32) -> '3,32,32'; {'low': 8, 'high': 64} -> '8-64'."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    if isinstance(value, dict) and set(value) >= {"low", "high"}:
+        return f"{value['low']}-{value['high']}"
+    return str(value)
+
+
+def to_argv(command: str, model: str | None, options: dict[str, Any]) -> list[str]:
+    """The command line these keywords stand for, e.g. ['tune', 'resnet50', '--batch-size=64']."""
+    allowed = keywords(command)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise UsageError(f"ipu-autotune {command}: unknown keyword '{unknown[0]}'; the keywords are the "
+                         f"command's flags with '_' for '-': {', '.join(sorted(allowed))}")
+    argv = [command] + ([model] if model is not None else [])
+    for key, value in options.items():
+        action = allowed[key]
+        flag = next(s for s in action.option_strings if s.startswith("--"))
+        if value is None:
+            continue
+        if action.nargs == 0:  # a switch
+            if not isinstance(value, bool):
+                raise UsageError(f"ipu-autotune {command}: {key} takes True or False, got {value!r}")
+            argv += [flag] if value else []
+        elif isinstance(action, argparse._AppendAction):
+            argv += [f"{flag}={_text(v)}" for v in (value if isinstance(value, (list, tuple)) else [value])]
+        else:
+            argv.append(f"{flag}={_text(value)}")
+    return argv
+
+
+def model_string(model: Any, name: str | None = None) -> str:
+    """The model as the CLI names it: a string as given, an object registered as object:NAME."""
+    if isinstance(model, str):
+        if name is not None:
+            raise UsageError("name= is for a model object; a model string names itself")
+        return model
+    from .models import objects
+    from .models.trace import cached_trace
+
+    string = objects.register(model, name)
+    cached_trace.cache_clear()  # the name may now stand for a changed model: trace it anew
+    return string
+
+
+def _parse(command: str, model: str | None, options: dict[str, Any]) -> argparse.Namespace:
+    import optuna
+
+    from .cli import build_parser
+
+    argv = to_argv(command, model, options)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # as the CLI: our own output says what happens
+    return args
+
+
+def tune(model: Any, *, name: str | None = None, **options: Any):
+    """Run or resume a study, as `ipu-autotune MODEL --batch-size N ...` does; returns a TuneResult.
+
+    `model`: a model string the CLI takes (resnet50, hf:bert-base-uncased, package.module:factory),
+    an nn.Module, or a zero-argument callable returning one; `name`: an object model's name (default:
+    its class name), so its study is `object-NAME-bs...`. Other keywords: the CLI's flags
+    (`ipu-autotune tune --help`), e.g. batch_size=64, trials=20, storage="sqlite:///s.db".
+    The first Ctrl-C (a kernel interrupt) stops after the current trial and returns the result so
+    far, with `interrupted` set; a second one raises KeyboardInterrupt, as on the terminal.
+    """
+    from .api_result import TuneResult
+    from .commands.tune import tune_study
+    from .models import objects
+
+    string = model_string(model, name)
+    args = _parse("tune", string, options)
+    if objects.is_object(string):
+        _check_object_run(args, string)
+    outcome = tune_study(args)
+    if outcome.study is None:
+        raise UsageError("the tune run ended before its study was opened")
+    return TuneResult.from_outcome(outcome)
+
+
+def _check_object_run(args: argparse.Namespace, model: str) -> None:
+    """What a model object cannot do: run in --jobs worker processes; pickle badly for PopTorch."""
+    from .backends import resolve_backend_name
+    from .models import objects
+
+    if args.jobs > 1:
+        raise UsageError(f"model '{model}': jobs={args.jobs} starts worker processes, which cannot rebuild a "
+                         "model object; use jobs=1, or a model string (package.module:factory)")
+    if resolve_backend_name(args.backend) == "poptorch":
+        objects.pickled(model)  # its refusal before any study exists
+
+
+def estimate(model: Any = None, config: Any = None, *, name: str | None = None, **options: Any):
+    """One configuration measured, as `ipu-autotune estimate` does; returns an EstimateResult
+    (the per-IPU memory table, the verdict and the throughput as data).
+
+    `config`: a Config, a dict of its keys, or a TOML file path (as --config); unset keys keep
+    the default baseline's. Other keywords: the CLI's flags (`ipu-autotune estimate --help`)."""
+    from pathlib import Path
+
+    from .api_result import EstimateResult
+    from .commands.estimate import measured
+    from .problem import Config
+
+    string = model_string(model, name) if model is not None else None
+    overrides = None
+    if isinstance(config, (str, Path)):
+        options["config"] = str(config)
+    elif isinstance(config, Config):
+        overrides = config.to_dict()
+    elif isinstance(config, dict):
+        overrides = dict(config)
+    elif config is not None:
+        raise UsageError(f"config: expected a Config, a dict or a TOML file path, got {type(config).__name__}")
+    args = _parse("estimate", string, options)
+    problem, cfg, m, broken = measured(args, overrides)
+    return EstimateResult(problem, cfg, m, broken)
+
+
+__all__ = ["tune", "estimate", "keywords", "to_argv"]
