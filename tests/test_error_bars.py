@@ -137,3 +137,18 @@ def test_families_take_their_own_memory_band():
     assert lo / cnn.max_tile_bytes[0] == pytest.approx(eb.MEMORY_SCALE["cnn"][0], rel=1e-4)
     assert hi / cnn.max_tile_bytes[0] == pytest.approx(eb.MEMORY_SCALE["cnn"][1], rel=1e-4)
     assert eb.family("hf:bert-base-uncased") == "transformer" and eb.family("resnet50") == "cnn"
+
+
+def test_a_compiled_verdict_has_no_memory_bar_but_its_estimated_throughput_keeps_its_interval():
+    from ipu_autotune.backends.base import Backend
+    from ipu_autotune.backends.screen import ScreenedBackend
+
+    class Compiled(Backend):
+        def measure(self, problem, config):
+            return Measurement(feasible=True, source="compile", max_tile_bytes=[400_000], tile_capacity_bytes=638_976)
+
+    m = ScreenedBackend(Compiled(), EstimateBackend()).measure(WORKSHOP, FITTING)
+    estimate = EstimateBackend().measure(WORKSHOP, FITTING)
+    assert m.source == "compile" and m.details["throughput_source"] == "estimate"
+    assert m.throughput_interval == estimate.throughput_interval and m.max_tile_bytes_interval is None
+    assert not m.straddles_tile_limit

@@ -80,6 +80,18 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run):
 
 
 @pytest.mark.slow
+def test_default_run_json_carries_the_error_bars(default_run):
+    _, result = default_run
+    base, best = result["baseline"]["measurement"], result["best"]["measurement"]
+    low, high = best["throughput_interval"]
+    assert low < best["throughput"] < high
+    assert all(lo <= t <= hi for (lo, hi), t in zip(best["max_tile_bytes_interval"], best["max_tile_bytes"]))
+    assert base["straddles_tile_limit"] is True  # 108% of a tile, inside the CNN band's reach
+    cap = best["tile_capacity_bytes"]  # the best may sit near the line among host-bound ties
+    assert best["straddles_tile_limit"] == any(lo <= cap < hi for lo, hi in best["max_tile_bytes_interval"])
+
+
+@pytest.mark.slow
 def test_default_summary_names_both_bottlenecks_and_the_rate(default_run, tmp_path):
     """The human summary (on a copy of the study, so the other tests' trial counts hold)."""
     import shutil
@@ -90,6 +102,7 @@ def test_default_summary_names_both_bottlenecks_and_the_rate(default_run, tmp_pa
     assert "best: bottleneck " in text and "samples per call" in text
     assert "workshop's final config (16.16, GA 8, DI 4, 8-bit I/O, async loader)" in text
     assert "bottleneck host input" in text and "learning rate: global batch 192 ->" in text
+    assert "error bars (docs/estimator.md): best busiest tile IPU0 " in text and "(90%)" in text
 
 
 @pytest.mark.slow

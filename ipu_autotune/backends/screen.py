@@ -56,7 +56,7 @@ class ScreenedBackend(Backend):
                     and predicted.throughput is not None):
                 m.throughput, m.step_time_s = predicted.throughput, predicted.step_time_s
                 for key in ("device_throughput", "samples_per_call", "host_bytes_per_call", "bottleneck",
-                            "bottleneck_share"):
+                            "bottleneck_share", "throughput_interval", "device_throughput_interval"):
                     setattr(m, key, getattr(predicted, key))
                 m.details["throughput_source"] = "estimate"
         return m

@@ -21,6 +21,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ...search.knobs import family  # the calibration family a problem's error bars come from
+
 #: the throughput interval's nominal coverage
 COVERAGE = 0.9
 
@@ -36,17 +38,21 @@ def conformal_width(residuals: Sequence[float], coverage: float = COVERAGE) -> f
     return ranked[k - 1] if 0 < k <= len(ranked) else None
 
 
-def throughput_widths(residuals: dict[str, Sequence[float]]) -> dict[str, float]:
-    """Log half-widths per category where it has enough points, and "all" pooled."""
-    pooled = [r for rs in residuals.values() for r in rs]
-    widths = {"all": conformal_width(pooled)}
-    for category, rs in residuals.items():
-        w = conformal_width(rs)
+def _per_category(groups: dict[str, Sequence], width_of, missing: str) -> dict:
+    """`width_of` over every group pooled ("all") and over each group that has enough for it."""
+    widths = {"all": width_of([v for vs in groups.values() for v in vs])}
+    if widths["all"] is None:
+        raise ValueError(missing)
+    for category, vs in groups.items():
+        w = width_of(vs)
         if w is not None:
             widths[category] = w
-    if widths["all"] is None:
-        raise ValueError(f"{len(pooled)} throughput residuals cannot give a {COVERAGE:.0%} interval")
     return widths
+
+
+def throughput_widths(residuals: dict[str, Sequence[float]]) -> dict[str, float]:
+    """Log half-widths per category where it has enough points, and "all" pooled."""
+    return _per_category(residuals, conformal_width, f"too few throughput residuals for a {COVERAGE:.0%} interval")
 
 
 def memory_scale(verdicts: Iterable[tuple[float, bool]]) -> tuple[float, float] | None:
@@ -61,22 +67,7 @@ def memory_scale(verdicts: Iterable[tuple[float, bool]]) -> tuple[float, float] 
 
 
 def memory_scales(verdicts: dict[str, Sequence[tuple[float, bool]]]) -> dict[str, tuple[float, float]]:
-    pooled = [v for vs in verdicts.values() for v in vs]
-    scales = {"all": memory_scale(pooled)}
-    for family, vs in verdicts.items():
-        s = memory_scale(vs)
-        if s is not None:
-            scales[family] = s
-    if scales["all"] is None:
-        raise ValueError("the memory band needs a point that fits and one that does not")
-    return scales
-
-
-def family(model: str) -> str:
-    """The calibration family a problem's error bars come from."""
-    from ...search.knobs import family as knob_family
-
-    return knob_family(model)
+    return _per_category(verdicts, memory_scale, "the memory band needs a point that fits and one that does not")
 
 
 @dataclass(frozen=True)
