@@ -18,21 +18,27 @@ kernelspec = pytest.importorskip("ipykernel.kernelspec")
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.ipynb"))
 pytestmark = pytest.mark.slow
+KERNEL = "ipu-autotune-test"
 
 
-def _run(path: Path, tmp_path: Path, monkeypatch) -> nbformat.NotebookNode:
-    # A kernel spec for this very interpreter, so the kernel imports the ipu_autotune under test.
+def _kernel_spec(tmp_path: Path, monkeypatch) -> str:
+    """A kernel spec for this very interpreter, so the kernel imports the ipu_autotune under test."""
     prefix = tmp_path / "jupyter"
-    kernelspec.install(kernel_name="ipu-autotune-test", prefix=str(prefix))
+    kernelspec.install(kernel_name=KERNEL, prefix=str(prefix))
     monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
                                                                    os.environ.get("PYTHONPATH")])))
+    return KERNEL
+
+
+def _run(path: Path, tmp_path: Path, monkeypatch) -> nbformat.NotebookNode:
+    _kernel_spec(tmp_path, monkeypatch)
     nb = nbformat.read(path, as_version=4)
     # appended in memory only: which interpreter the kernel is
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print('KERNEL', sys.executable)"))
     work = tmp_path / "work"
     work.mkdir()
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="ipu-autotune-test",
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name=KERNEL,
                                      resources={"metadata": {"path": str(work)}})
     client.execute()  # raises CellExecutionError on any failing cell
     return nb
@@ -80,3 +86,53 @@ def test_the_example_notebook_runs_and_shows_a_fitting_best(path, tmp_path, monk
     assert (work / "tinynet-report.html").stat().st_size > 10_000
     assert "verdict: fits" in _html(_outputs(nb, "check = ipu_autotune.estimate("))
     assert (work / "notebook-example.db").exists()
+
+
+INTERRUPTED_RUN = """
+from torch import nn
+import ipu_autotune
+
+model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+result = ipu_autotune.tune(model, name="interrupted", batch_size=8, input_shape=(3, 32, 32), num_classes=10,
+                           trials=100000, storage={url!r})
+print("RESULT", result.interrupted, len(result.records), result.best is not None)
+"""
+
+
+def test_a_kernel_interrupt_stops_after_the_current_trial_and_returns_the_result(tmp_path, monkeypatch):
+    """Interrupt the kernel (Jupyter's stop button: SIGINT to the kernel) while tune runs in a cell."""
+    import time
+
+    from jupyter_client.manager import start_new_kernel
+
+    import workers_helpers as wh
+
+    db = tmp_path / "s.db"
+    km, kc = start_new_kernel(kernel_name=_kernel_spec(tmp_path, monkeypatch), cwd=str(tmp_path))
+    try:
+        msg_id = kc.execute(INTERRUPTED_RUN.format(url=f"sqlite:///{db}"))
+        deadline = time.monotonic() + 300
+        while wh.sqlite_states(db).get("COMPLETE", 0) < 3:
+            assert time.monotonic() < deadline, "the cell ran no trials"
+            time.sleep(0.25)
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=120)
+        while reply["parent_header"].get("msg_id") != msg_id:  # start_new_kernel's own requests first
+            reply = kc.get_shell_msg(timeout=120)
+        printed = []
+        while True:
+            msg = kc.get_iopub_msg(timeout=30)
+            if msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
+                printed.append(msg["content"]["text"])
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle" \
+                    and msg["parent_header"].get("msg_id") == msg_id:
+                break
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert reply["content"]["status"] == "ok", reply["content"]  # no KeyboardInterrupt in the cell
+    interrupted, count, fits = "".join(printed).split("RESULT ")[1].split()
+    assert interrupted == "True" and 3 <= int(count) < 1000 and fits == "True"
+    states = wh.sqlite_states(db)
+    assert "RUNNING" not in states and states["COMPLETE"] == int(count)
