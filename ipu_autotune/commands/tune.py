@@ -12,6 +12,7 @@ from rich.console import Console
 from .. import parallel, study as st, ui
 from ..args import DEFAULT_OUT, problem_from_args, resume_command
 from ..backends import resolve_backend_name
+from ..display import terminal_text
 from ..errors import UsageError
 from ..nofit import EXIT_NOTHING_FITS, lacks
 from ..outputs import record_json, write_outputs
@@ -176,8 +177,13 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
     closest = None if best else st.closest_record(records)
     base = next((r for r in records if r.origin.startswith("baseline")), records[0] if records else None)
     base_gb = host_pipeline.global_batch(problem, base.config) if base is not None else None
-    files = write_outputs(out_dir, problem, study_name, records, best,
-                          numerics_notes(advice, best.config) if best else [], base_gb)
+    try:
+        files = write_outputs(out_dir, problem, study_name, records, best,
+                              numerics_notes(advice, best.config) if best else [], base_gb)
+    except ValueError as exc:  # the best's stored config would not be safe code (a crafted record)
+        console.print(terminal_text(f"best trial {best.number} is not exported: {exc}"), style="yellow",
+                      markup=False, highlight=False, soft_wrap=True)
+        files = write_outputs(out_dir, problem, study_name, records, None, [], base_gb)
     reference = host_report.workshop_reference(problem) if best is not None else None
     if args.out:  # an explicit output folder also gets the HTML report (a few MB, plotly inline)
         from ..report import write_report
