@@ -166,7 +166,8 @@ class EstimateResult:
 
     def to_dict(self) -> dict[str, Any]:
         """As `ipu-autotune estimate --json` prints it."""
-        return {**self.measurement.to_dict(), "problem": self.problem.to_dict(), "config": self.config.to_dict()}
+        return {**self.measurement.to_dict(), "problem": self.problem.to_dict(), "config": self.config.to_dict(),
+                "rules_broken": list(self.rules_broken)}
 
     def _repr_html_(self) -> str:
         label = "estimated" if self.measurement.source == "estimate" else self.measurement.source

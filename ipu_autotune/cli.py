@@ -18,6 +18,7 @@ from rich.markup import escape
 from .version import __version__
 from .args import (DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE, DEFAULT_TRIALS, add_data_arg,
                    add_problem_args, positive)
+from .display import terminal_text
 from .errors import UsageError
 
 SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report")
@@ -177,12 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- entry point ------------------------------------------------------------------------------
 
-def _one_line(text: str) -> str:
-    """An error message as one line: newlines and other control characters (from a file name,
-    a study name, a stored value) are shown escaped, never acted on by the terminal."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
@@ -206,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                "numerics": numerics, "report": report}[args.command].run
         return run(args)
     except UsageError as exc:
-        err.print(f"[bold red]error:[/] {escape(_one_line(str(exc)))}", soft_wrap=True)
+        # One line: control characters from a file name, a study name or a stored value are
+        # shown escaped (display.terminal_text), never acted on by the terminal.
+        err.print(f"[bold red]error:[/] {escape(terminal_text(exc))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -216,6 +213,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: say so plainly, with the traceback on request
         if debug:
             raise
-        err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "
+        err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(terminal_text(exc))} "
                   "(run with --debug for the traceback)", soft_wrap=True)
         return 1

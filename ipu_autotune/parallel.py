@@ -29,7 +29,7 @@ from optuna.trial import TrialState
 
 from . import stop_signals
 from .errors import UsageError
-from .study import TrialRecord
+from .study import TrialRecord, UnreadableRecord
 
 #: how often the watching process reads the storage (seconds)
 POLL_S = 0.5
@@ -105,7 +105,11 @@ def watch(study: optuna.Study, workers: Workers, observe: Callable[[TrialRecord]
         trials = study.get_trials(deepcopy=False)
         for t in trials:
             if t.number not in seen and t.state in (TrialState.COMPLETE, TrialState.FAIL):
-                rec = TrialRecord.from_trial(t)
+                try:
+                    rec = TrialRecord.from_trial(t)
+                except UnreadableRecord:  # written by someone else: not this run's trial to show
+                    seen.add(t.number)
+                    continue
                 if rec is not None:
                     seen.add(t.number)
                     done.append(rec)

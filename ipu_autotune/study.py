@@ -26,6 +26,7 @@ from .backends.base import Measurement
 from .errors import UsageError
 from .models.trace import ModelProfile
 from .problem import Config, Problem
+from .record_schema import UnreadableRecord, check_record
 from .search.names import old_names
 from .search.space import SearchSpace
 from .search.window import DEFAULT_WINDOW, WindowedTPESampler
@@ -60,17 +61,14 @@ class TrialRecord:
 
     @classmethod
     def from_trial(cls, t: FrozenTrial) -> "TrialRecord | None":
+        """None for a trial not yet measured; UnreadableRecord (one line naming the trial
+        and the field) for a record that does not match the schema (record_schema.py)."""
         rec = trial_attrs(t)
         if "config" not in rec or "measurement" not in rec:
             return None
-        return cls(
-            number=t.number,
-            config=Config.from_dict(rec["config"], f"trial {t.number} config"),
-            measurement=Measurement.from_dict(rec["measurement"]),
-            origin=rec.get("origin", "sampled"),
-            state=t.state.name,
-            seconds=rec.get("seconds", 0.0),
-        )
+        config, measurement, origin, seconds = check_record(rec, t.number)
+        return cls(number=t.number, config=config, measurement=measurement, origin=origin, state=t.state.name,
+                   seconds=seconds)
 
 
 def trial_attrs(t: FrozenTrial) -> dict[str, Any]:
@@ -81,8 +79,10 @@ def trial_attrs(t: FrozenTrial) -> dict[str, Any]:
         return rec
     old = t.user_attrs
     out: dict[str, Any] = {k: old[k] for k in ("config", "origin", "seconds") if k in old}
-    if "measurement" in old:
+    if isinstance(old.get("measurement"), dict):
         out["measurement"] = {**old["measurement"], "details": old.get("details", {})}
+    elif "measurement" in old:  # not a table: the schema check says so
+        out["measurement"] = old["measurement"]
     elif "failure" in old:  # abandoned before it was measured
         kind, _, reason = str(old["failure"]).partition(": ")
         out["measurement"] = {"feasible": False, "source": "estimate", "failure": old.get("reason", kind),
@@ -219,20 +219,38 @@ def enqueue(study: optuna.Study, space: SearchSpace, problem: Problem, profile: 
                             skip_if_exists=False)
 
 
-def records(study: optuna.Study) -> list[TrialRecord]:
-    out = []
+def read_records(study: optuna.Study) -> tuple[list[TrialRecord], dict[int, str]]:
+    """The finished trials' records, and by trial number a one-line reason for each trial
+    whose record does not match the schema (left out, so the rest of the study still reads)."""
+    out, unreadable = [], {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-        r = TrialRecord.from_trial(t)
+        try:
+            r = TrialRecord.from_trial(t)
+        except UnreadableRecord as exc:
+            unreadable[t.number] = str(exc)
+            continue
         if r is not None:
             out.append(r)
-    return out
+    return out, unreadable
 
 
-def best_record(study: optuna.Study) -> TrialRecord | None:
+def records(study: optuna.Study) -> list[TrialRecord]:
+    """The readable finished trials (`read_records` also says why the others are left out)."""
+    return read_records(study)[0]
+
+
+def best_record(study: optuna.Study, skip_unreadable: bool = False) -> TrialRecord | None:
+    """Optuna's best trial as a record. When its record is unreadable: UnreadableRecord, or
+    with `skip_unreadable` (what displays want) the fastest readable trial that fits."""
     try:
         return TrialRecord.from_trial(study.best_trial)
     except ValueError:  # nothing feasible yet
         return None
+    except UnreadableRecord:
+        if not skip_unreadable:
+            raise
+    fits = [r for r in records(study) if r.feasible and r.measurement.throughput is not None]
+    return max(fits, key=lambda r: r.measurement.throughput, default=None)
 
 
 def closest_record(recs: list[TrialRecord]) -> TrialRecord | None:

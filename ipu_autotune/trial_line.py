@@ -1,7 +1,8 @@
 """One trial as one line: the knobs that differ from the baseline, abbreviated in one place.
 
 The live table, `show` and the plain per-trial log all use these, so a trial reads the same
-everywhere and fits 80 columns (details: `show --trial N`).
+everywhere and fits 80 columns (details: `show --trial N`). What they return from stored
+values is terminal text (display.py): a crafted record's escape sequences are shown, not run.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from .backends.base import Measurement, format_bytes
+from .display import terminal_text
 from .problem import Config
 
 #: How each Config field is written in a trial line. A knob not listed here (a field added
@@ -55,8 +57,8 @@ def knob_text(name: str, value: Any) -> str:
     fmt = _ABBREV.get(name)
     if fmt is None:
         shown = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-        return f"{name}={shown}"
-    return fmt(value)
+        return terminal_text(f"{name}={shown}")
+    return terminal_text(fmt(value))
 
 
 def changed_knobs(baseline: Config | None, config: Config) -> str:
@@ -100,7 +102,7 @@ def baseline_knobs(config: Config) -> str:
 def short_verdict(m: Measurement) -> str:
     """'fits', 'OOM +312 MB IPU1', 'timeout': at most ~18 characters."""
     if m.failure and m.failure != "oom":
-        return m.failure
+        return terminal_text(m.failure)
     if m.feasible:
         return "fits"
     worst = m.worst_overflow()
@@ -115,11 +117,11 @@ def short_verdict(m: Measurement) -> str:
 def short_origin(origin: str) -> str:
     """The first word of a trial's origin ('climb', 'fix', 'sampled', 'baseline')."""
     word = origin.split(",")[0].split(" ")[0].rstrip(":")
-    return word + ("!" if "interrupted" in origin else "")
+    return terminal_text(word) + ("!" if "interrupted" in origin else "")
 
 
 def short_source(source: str) -> str:
-    return {"estimate": "est", "compile": "cmp", "run": "run"}.get(source, source[:3])
+    return {"estimate": "est", "compile": "cmp", "run": "run"}.get(source) or terminal_text(source)[:3]
 
 
 def short_throughput(m: Measurement) -> str:

@@ -6,18 +6,20 @@ from __future__ import annotations
 from rich.text import Text
 
 from . import intervals, ui
+from .display import terminal_text
 from .nofit import lacks
 from .problem import Problem
 from .storage import mask_url
 
 
 def result_line(best, base, study_name: str) -> str:
+    """One line for `show` and `tune --quiet`, as terminal text (it quotes the stored source)."""
     if best is None:
-        return f"{study_name}: nothing fits yet"
+        return terminal_text(f"{study_name}: nothing fits yet")
     m = best.measurement
     speed = f"{m.throughput:,.0f} samples/s" if m.throughput else "no throughput"
     ratio = f" ({ui.speedup_line(base, best)})" if base and base.measurement.throughput else ""
-    return f"{study_name}: best trial {best.number} fits, {speed} [{m.source}]{ratio}"
+    return terminal_text(f"{study_name}: best trial {best.number} fits, {speed} [{m.source}]{ratio}")
 
 
 def print_header(console, problem: Problem, backend, study_name, storage_url, created, study) -> None:

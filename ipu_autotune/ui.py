@@ -2,7 +2,8 @@
 
 Everything here only formats; nothing decides. On a terminal the tune command shows a
 progress bar and a live table; elsewhere (CI logs, pipes) one plain line per trial.
-NO_COLOR is honoured by rich itself.
+NO_COLOR is honoured by rich itself. Stored values reach rich only as terminal text in a
+Text (display.py): never as markup, never as a raw escape sequence.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .backends.base import CATEGORIES, Measurement, format_bytes
+from .display import terminal_cell, terminal_text
 from .problem import Config, Problem
 from .study import TrialRecord
 from . import trial_line as tl
@@ -35,7 +37,7 @@ def throughput_text(m: Measurement) -> str:
 def verdict_text(r: TrialRecord) -> Text:
     v = r.measurement.verdict()
     style = "green" if r.feasible else "red" if r.measurement.failure == "oom" else "yellow"
-    return Text(v, style=style)
+    return terminal_cell(v, style)
 
 
 class TrialTable:
@@ -98,13 +100,13 @@ class TrialTable:
         for r in self.recent:
             mark = "★ " if self.is_best(r) else ""
             style = "green" if r.feasible else "red" if r.measurement.failure == "oom" else "yellow"
-            table.add_row(f"{mark}{r.number}", tl.short_origin(r.origin),
-                          Text(tl.short_verdict(r.measurement), style=style),
-                          tl.short_throughput(r.measurement), tl.short_source(r.measurement.source),
-                          self.changes(r))
+            table.add_row(f"{mark}{r.number}", terminal_cell(tl.short_origin(r.origin)),
+                          terminal_cell(tl.short_verdict(r.measurement), style),
+                          tl.short_throughput(r.measurement), terminal_cell(tl.short_source(r.measurement.source)),
+                          terminal_cell(self.changes(r)))
         for number, (config, origin) in sorted(self.running.items()):
-            table.add_row(str(number), tl.short_origin(origin), Text("running", style="cyan"), "", "",
-                          tl.changed_knobs(self.baseline, config))
+            table.add_row(str(number), terminal_cell(tl.short_origin(origin)), Text("running", style="cyan"), "", "",
+                          terminal_cell(tl.changed_knobs(self.baseline, config)))
         return table
 
 
@@ -215,7 +217,7 @@ class MeasurementTable:
                       caption_justify="left", caption_style="dim")
         table.add_column("IPU", no_wrap=True)
         for cat in shown:
-            table.add_column(_SHORT.get(cat, cat), justify="right", no_wrap=True)
+            table.add_column(terminal_cell(_SHORT.get(cat, cat)), justify="right", no_wrap=True)
         table.add_column("total", justify="right", no_wrap=True)
         table.add_column("tile", no_wrap=True, justify="right" if not bar_width else "left")
         for i, bd in enumerate(m.breakdown):
@@ -232,8 +234,8 @@ def measurement_table(m: Measurement, title: str = "") -> MeasurementTable:
 def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
     """`show --trial N`: everything about one trial, one fact per line."""
     m = r.measurement
-    head = Text.assemble((f"trial {r.number}", "bold"), f"  {r.origin}  ({r.state.lower()}, {m.source}, "
-                         f"{r.seconds:.1f} s)\n", "verdict: ", verdict_text(r))
+    head = Text.assemble((f"trial {r.number}", "bold"), terminal_text(f"  {r.origin}  ({r.state.lower()}, {m.source}, "
+                                                                      f"{r.seconds:.1f} s)"), "\nverdict: ", verdict_text(r))
     if m.throughput is not None:
         head.append(f"\nthroughput: {throughput_text(m)}" + (" (estimated)" if m.source == "estimate" else ""))
         if m.step_time_s:
@@ -245,14 +247,18 @@ def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
     config.add_column(style="dim")
     before = baseline.config.to_dict() if baseline is not None and baseline is not r else {}
     for key, value in r.config.to_dict().items():
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
         was = before.get(key, value)
-        note = "" if was == value else "baseline: " + (", ".join(map(str, was)) if isinstance(was, list) else str(was))
-        config.add_row(key, shown or "-", note)
+        note = "" if was == value else f"baseline: {_value_text(was)}"
+        config.add_row(key, terminal_cell(_value_text(value) or "-"), terminal_cell(note))
     parts.append(config)
     if m.breakdown:
         parts.append(measurement_table(m, "memory per IPU" + (" (estimated)" if m.source == "estimate" else "")))
     return Group(*parts)
+
+
+def _value_text(value) -> str:
+    """A config value as terminal text: a list comma-separated."""
+    return terminal_text(", ".join(map(str, value)) if isinstance(value, list) else value)
 
 
 def changes(before: Config, after: Config) -> list[str]:
@@ -262,8 +268,7 @@ def changes(before: Config, after: Config) -> list[str]:
         if key == "execution" and after.ipus_per_replica == 1:
             continue  # one IPU has no stages: pipelined or sharded is the same program
         if a[key] != b[key]:
-            fmt = lambda v: ", ".join(map(str, v)) if isinstance(v, list) else str(v)
-            out.append(f"{key}: {fmt(a[key]) or '-'} → {fmt(b[key]) or '-'}")
+            out.append(f"{key}: {_value_text(a[key]) or '-'} → {_value_text(b[key]) or '-'}")
     return out
 
 
@@ -307,8 +312,9 @@ def speedup_line(baseline: TrialRecord, best: TrialRecord) -> str:
 
 
 def indented(line: str, indent: int = 2) -> Padding:
-    """A line wrapped at word boundaries, its continuation lines indented like its first."""
-    return Padding(Text(line), (0, 0, 0, indent), expand=False)
+    """A line wrapped at word boundaries, its continuation lines indented like its first (the
+    summary's lines, which quote stored values: terminal text)."""
+    return Padding(terminal_cell(line), (0, 0, 0, indent), expand=False)
 
 
 def panel(renderable: RenderableType, title: str) -> Panel:

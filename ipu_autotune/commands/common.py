@@ -1,5 +1,6 @@
 """What several subcommands share: the console, tracing the model, making the backend,
-timing the host pipeline, opening a stored study, the numerics notes of an export."""
+timing the host pipeline, opening a stored study and saying which of its trials are
+unreadable, the numerics notes of an export."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rich.console import Console
 from ..args import DEFAULT_OUT
 from ..backends import resolve_backend_name
 from ..backends.base import Backend
+from ..display import terminal_text
 from ..errors import UsageError
 from ..models.trace import profile_for
 from ..models.zoo import check_model_name
@@ -107,6 +109,14 @@ def numerics_notes(advice, config: Config) -> list[str]:
     from ..export.notes import numerics_notes as notes
 
     return notes(advice, config)
+
+
+def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:
+    """One line per trial whose stored record does not match the schema (study.read_records):
+    the trial is left out, the rest of the study shows."""
+    for reason in unreadable.values():
+        console.print(terminal_text(f"unreadable, left out: {reason}"), style="yellow", markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 def baseline_of(records):

@@ -5,26 +5,29 @@ from __future__ import annotations
 import json
 
 from .. import ui
+from ..display import terminal_text
 from ..errors import UsageError
 from ..outputs import record_json
 from ..tune_summary import result_line
-from .common import baseline_of, console_for, load_study
+from .common import baseline_of, console_for, load_study, print_unreadable
 
 
 def run(args) -> int:
-    from ..study import best_record, records
+    from ..study import best_record, read_records
 
     console = console_for(args)
     study, problem = load_study(args.storage, args.study)
-    recs = records(study)
-    best = best_record(study)
+    recs, unreadable = read_records(study)
+    best = best_record(study, skip_unreadable=True)
     base = baseline_of(recs)
     if args.trial is not None:
-        return _show_trial(console, args, recs, base)
+        return _show_trial(console, args, recs, unreadable, base)
     if args.json:
         print(json.dumps({"study": args.study, "problem": problem.to_dict(),
-                          "trials": [record_json(r) for r in recs], "best": record_json(best)}, indent=2))
+                          "trials": [record_json(r) for r in recs], "best": record_json(best),
+                          "unreadable": list(unreadable.values())}, indent=2))
         return 0
+    print_unreadable(console, unreadable)
     table = ui.TrialTable(rows=max(1, len(recs)))
     for r in recs:
         table.add(r)
@@ -32,14 +35,16 @@ def run(args) -> int:
     console.print(result_line(best, base, args.study), markup=False)
     if best is not None:
         console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))
-    console.print(f"details of one trial: ipu-autotune show --study {args.study} --trial N", markup=False,
-                  highlight=False)
+    console.print(terminal_text(f"details of one trial: ipu-autotune show --study {args.study} --trial N"),
+                  markup=False, highlight=False)
     return 0
 
 
-def _show_trial(console, args, recs, base) -> int:
+def _show_trial(console, args, recs, unreadable, base) -> int:
     match = [r for r in recs if r.number == args.trial]
     if not match:
+        if args.trial in unreadable:
+            raise UsageError(f"study '{args.study}': {unreadable[args.trial]}")
         raise UsageError(f"study '{args.study}' has no finished trial {args.trial} "
                          f"(finished: {', '.join(str(r.number) for r in recs[:20]) or 'none'})")
     r = match[0]

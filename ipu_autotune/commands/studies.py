@@ -7,6 +7,7 @@ import json
 from rich import box
 from rich.table import Table
 
+from ..display import terminal_cell
 from ..storage import mask_url, open_storage
 from .common import console_for
 
@@ -31,7 +32,8 @@ def run(args) -> int:
     table.add_column("state", no_wrap=False)
     for r in rows:
         best = "-" if r["best_throughput"] is None else f"{r['best_throughput']:,.0f}"
-        table.add_row(r["study"], str(r["trials"]), best, r["state"])
+        # Names and states come from the storage: shown as terminal text, never as markup.
+        table.add_row(terminal_cell(r["study"]), str(r["trials"]), best, terminal_cell(r["state"]))
     console.print(table)
     return 0
 
@@ -42,6 +44,7 @@ def _study_row(storage, summary) -> dict:
     from ..study import TrialState, best_record
 
     problem = summary.user_attrs.get("problem")
+    problem = problem if isinstance(problem, dict) else None
     row = {"study": summary.study_name, "trials": summary.n_trials,
            "model": problem.get("model") if problem else None,
            "micro_batch": problem.get("batch_size") if problem else None,
@@ -50,7 +53,7 @@ def _study_row(storage, summary) -> dict:
     if not problem:
         return row
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
-    best = best_record(study)
+    best = best_record(study, skip_unreadable=True)
     trials = study.get_trials(deepcopy=False)
     running = sum(1 for t in trials if t.state == TrialState.RUNNING)
     # Trials measured; queued warm starts and retries are not yet trials of the study's story.

@@ -13,6 +13,7 @@ from rich.console import Console
 from .. import parallel, study as st, ui
 from ..args import DEFAULT_OUT, problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
+from ..display import terminal_text
 from ..errors import UsageError
 from ..models.objects import is_object
 from ..nofit import EXIT_NOTHING_FITS, lacks
@@ -23,7 +24,7 @@ from ..rules import validate
 from ..search.space import SearchSpace
 from ..storage import check_url, mask_url, open_storage
 from ..tune_summary import print_header, print_summary, result_line
-from .common import console_for, make_backend, numerics_notes, trace, with_host_data
+from .common import console_for, make_backend, numerics_notes, print_unreadable, trace, with_host_data
 
 NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
 
@@ -103,11 +104,12 @@ def tune_study(args) -> TuneOutcome:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
     # the runner: trials until the budget, a stop or a signal
     runner = Runner(study, problem, profile, space, backend, adjust=prepare, guide=guide)
-    earlier = [] if created else st.records(study)
+    earlier, unreadable = ([], {}) if created else st.read_records(study)
     view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json or args.worker, earlier=earlier)
     runner.observers.append(view)
     if not args.quiet and not args.json and not args.worker:
         print_header(console, problem, backend, study_name, storage_url, created, study)
+        print_unreadable(console, unreadable)
     ran = _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs)
     if args.worker:  # the process that started it reports
         return TuneOutcome(130 if runner.stop_requested and len(ran) < args.trials else 0)
@@ -191,12 +193,17 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
     records = st.records(study)
     if guide is not None and records:  # the stopping rule, on every worker's compiles
         guide.propose([(r.config, r.measurement) for r in records], {r.config for r in records})
-    best = st.best_record(study)
+    best = st.best_record(study, skip_unreadable=True)
     closest = None if best else st.closest_record(records)
     base = next((r for r in records if r.origin.startswith("baseline")), records[0] if records else None)
     base_gb = host_pipeline.global_batch(problem, base.config) if base is not None else None
-    files = write_outputs(out_dir, problem, study_name, records, best,
-                          numerics_notes(advice, best.config) if best else [], base_gb)
+    try:
+        files = write_outputs(out_dir, problem, study_name, records, best,
+                              numerics_notes(advice, best.config) if best else [], base_gb)
+    except ValueError as exc:  # the best's stored config would not be safe code (a crafted record)
+        console.print(terminal_text(f"best trial {best.number} is not exported: {exc}"), style="yellow",
+                      markup=False, highlight=False, soft_wrap=True)
+        files = write_outputs(out_dir, problem, study_name, records, None, [], base_gb)
     reference = host_report.workshop_reference(problem) if best is not None else None
     if args.out:  # an explicit output folder also gets the HTML report (a few MB, plotly inline)
         from ..report import write_report

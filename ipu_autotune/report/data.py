@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import optuna
 
 from ..problem import Problem
-from ..study import TrialRecord, best_record, closest_record, records
+from ..study import TrialRecord, best_record, closest_record, read_records
 
 
 @dataclass
@@ -18,6 +18,8 @@ class ReportData:
     best: TrialRecord | None
     baseline: TrialRecord | None
     closest: TrialRecord | None  # when nothing fits
+    #: trial number -> why its stored record is unreadable (left out of everything above)
+    unreadable: dict[int, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -38,10 +40,10 @@ class ReportData:
 
 
 def gather(study: optuna.Study, problem: Problem) -> ReportData:
-    recs = records(study)
-    best = best_record(study)
+    recs, unreadable = read_records(study)
+    best = best_record(study, skip_unreadable=True)
     baseline = next((r for r in recs if r.origin == "baseline"), recs[0] if recs else None)
-    return ReportData(study, problem, recs, best, baseline, None if best else closest_record(recs))
+    return ReportData(study, problem, recs, best, baseline, None if best else closest_record(recs), unreadable)
 
 
 #: the estimator's `time_parts` that add up to one weight update (estimate/timing.py);

@@ -1,4 +1,8 @@
-"""The report's plots: plotly figures, or a sentence saying why a plot is left out."""
+"""The report's plots: plotly figures, or a sentence saying why a plot is left out.
+
+plotly reads labels and hover text as HTML, so text taken from the study (memory categories,
+Optuna's parameter names and hover text) goes in as display.html_text.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..backends.base import CATEGORIES
+from ..display import html_text
 from ..study import TrialRecord
 from .data import ReportData, step_parts
 
@@ -30,8 +35,8 @@ def memory(panels: list[tuple[str, TrialRecord]]) -> go.Figure:
         m = rec.measurement
         ipus = [f"IPU{i}" for i in range(len(m.breakdown))]
         for cat in shown:
-            fig.add_bar(name=cat, x=ipus, y=[b.get(cat, 0) / 1e6 for b in m.breakdown], legendgroup=cat,
-                        marker_color=_COLORS.get(cat), showlegend=col == 1, row=1, col=col)
+            fig.add_bar(name=html_text(cat), x=ipus, y=[b.get(cat, 0) / 1e6 for b in m.breakdown],
+                        legendgroup=html_text(cat), marker_color=_COLORS.get(cat), showlegend=col == 1, row=1, col=col)
         fig.add_scatter(name="IPU capacity", x=ipus, y=[c / 1e6 for c in m.capacity_bytes], mode="markers",
                         legendgroup="capacity", showlegend=col == 1, row=1, col=col,
                         marker=dict(symbol="line-ew-open", size=60, color="black", line=dict(width=3)))
@@ -47,7 +52,7 @@ def history(study: optuna.Study) -> go.Figure | str:
         warnings.simplefilter("ignore")
         fig = optuna.visualization.plot_optimization_history(study, target_name="throughput (samples/s)")
     fig.update_layout(**_LAYOUT)
-    return fig
+    return _study_text_escaped(fig)
 
 
 def importances(study: optuna.Study) -> go.Figure | str:
@@ -69,7 +74,34 @@ def importances(study: optuna.Study) -> go.Figure | str:
     if not fig.data or not len(fig.data[0].x or ()):
         return "Parameter importances: no parameter is common to every completed trial."
     fig.update_layout(**_LAYOUT)
+    return _study_text_escaped(fig)
+
+
+_EXTRA = "<extra></extra>"  # plotly's own tag in Optuna's hover templates: hides the trace name
+
+
+def _study_text_escaped(fig: go.Figure) -> go.Figure:
+    """An Optuna figure with the text it took from the study (parameter names, trial
+    attributes in hover text) as HTML text; numbers stay numbers."""
+    for trace in fig.data:
+        for attr in ("x", "y", "text", "hovertext"):
+            values = getattr(trace, attr, None)
+            if isinstance(values, str):
+                trace[attr] = html_text(values)
+            elif values is not None and any(isinstance(v, str) for v in values):
+                trace[attr] = [html_text(v) if isinstance(v, str) else v for v in values]
+        if isinstance(trace.name, str):
+            trace.name = html_text(trace.name)
+        template = trace.hovertemplate
+        if template is not None:
+            trace.hovertemplate = ([_template(t) for t in template] if not isinstance(template, str)
+                                   else _template(template))
     return fig
+
+
+def _template(text: str) -> str:
+    kept = text.endswith(_EXTRA)
+    return html_text(text.removesuffix(_EXTRA)) + (_EXTRA if kept else "")
 
 
 def step_time(data: ReportData) -> go.Figure | str:

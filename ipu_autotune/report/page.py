@@ -1,14 +1,18 @@
-"""The report as one HTML file: inline CSS, inline plotly.js, no request when opened."""
+"""The report as one HTML file: inline CSS, inline plotly.js, no request when opened.
+
+Every value read from the study reaches the page through `_e` (display.html_text), numbers
+and enums included: a shared study's records are input, and the report is opened by others.
+"""
 
 from __future__ import annotations
 
-import html
 import json
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from ..version import __version__
+from ..display import html_text
 from ..problem import Config
 from ..study import TrialRecord
 from . import figures
@@ -59,8 +63,8 @@ def render(data: ReportData) -> str:
             f"<script>{get_plotlyjs()}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+def _e(value: object) -> str:
+    return html_text(value)
 
 
 def _fig(fig: go.Figure | str) -> str:
@@ -149,15 +153,19 @@ def _trials(data: ReportData) -> str:
     for r in data.records:
         c, m = r.config, r.measurement
         cells = [
-            str(r.number), _e(r.origin), r.state, _verdict(r),
-            _e(f"{m.throughput:,.0f}" if m.throughput is not None and r.feasible else "-"), m.source,
-            c.precision, f"{c.ipus_per_replica}x{c.replicas}", str(c.gradient_accumulation),
-            str(c.device_iterations), c.recompute,
-            ", ".join(f"{a:g}" for a in c.available_memory_proportion), f"{r.seconds:.2f}",
+            _e(r.number), _e(r.origin), _e(r.state), _verdict(r),
+            _e(f"{m.throughput:,.0f}" if m.throughput is not None and r.feasible else "-"), _e(m.source),
+            _e(c.precision), _e(f"{c.ipus_per_replica}x{c.replicas}"), _e(c.gradient_accumulation),
+            _e(c.device_iterations), _e(c.recompute),
+            _e(", ".join(f"{a:g}" for a in c.available_memory_proportion)), _e(f"{r.seconds:.2f}"),
         ]
         cls = " class='best'" if r.number == best else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
-    return f"<div style='max-height: 32em; overflow: auto'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
+    table = f"<div style='max-height: 32em; overflow: auto'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
+    if data.unreadable:  # left out, each with its reason (study.read_records)
+        table += (f"<p class='note'>{len(data.unreadable)} trial(s) left out, their stored records unreadable:</p>"
+                  "<ul>" + "".join(f"<li>{_e(reason)}</li>" for reason in data.unreadable.values()) + "</ul>")
+    return table
 
 
 def _toml(config: Config) -> str:
