@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from .errors import UsageError
 from .models.hf import TASKS
+from .parsing import TRAINERS
 from .problem import (DEFAULT_SEQ_LEN, OPTIMIZERS, TARGETS, Problem, default_input_shape,
                       default_max_global_batch)
 
@@ -83,6 +84,10 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, ha
     p.add_argument("--attention-dropout", type=float, default=None, metavar="P",
                    help="hf: models: dropout on the attention probabilities (default: the checkpoint's; "
                         "Graphcore pretrains BERT with 0)")
+    p.add_argument("--trainer", choices=TRAINERS, default=None,
+                   help="hf: models: what trains the result: poptorch (the exported PopTorch snippet, the "
+                        "default) or optimum (optimum-graphcore's IPUTrainer with the exported ipu_config.json; "
+                        "the search keeps to what IPUConfig can express)")
     p.add_argument("--input", action="append", default=None, metavar="NAME:SHAPE:DTYPE", dest="inputs",
                    help="a forward input of a module:factory model, one per input, in order, passed by "
                         "name; SHAPE is one sample's, e.g. --input input_ids:128:int64 "
@@ -120,7 +125,8 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
                       ("dataset_size", "dataset_size"), ("host_memory", "host_memory_gb"),
                       ("max_global_batch", "max_global_batch"),
                       ("task", "task"), ("seq_len", "seq_len"), ("inputs", "inputs"),
-                      ("max_predictions", "max_predictions"), ("attention_dropout", "attention_dropout")):
+                      ("max_predictions", "max_predictions"), ("attention_dropout", "attention_dropout"),
+                      ("trainer", "trainer")):
         if getattr(args, flag, None) is not None:
             values[key] = getattr(args, flag)
     if getattr(args, "input_shape", None):
@@ -152,7 +158,7 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
         parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
     defaults = replace(defaults, max_global_batch=default_max_global_batch(problem.model, problem.task))
     for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch",
-                "task", "seq_len", "max_predictions", "attention_dropout"):
+                "task", "seq_len", "max_predictions", "attention_dropout", "trainer"):
         if getattr(problem, key) != getattr(defaults, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
     if problem.host_memory_gb != defaults.host_memory_gb:

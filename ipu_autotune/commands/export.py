@@ -42,12 +42,17 @@ def run(args) -> int:
     base = baseline_of(study_records(study))
     base_gb = global_batch(problem, base.config) if base is not None else None
     try:
-        if args.format == "ipu-config":
+        if args.format in ("ipu-config", "ipu-trainer"):
             from ..export.ipu_config import render_ipu_config
+            from ..export.trainer import render_trainer, trainer_notes
 
-            text, lost = render_ipu_config(problem, record.config, trace(problem, Console(stderr=True)))
-            for line in lost:
-                Console(stderr=True, highlight=False).print(f"[dim]ipu_config.json: {escape(line)}[/]", soft_wrap=True)
+            text = render_ipu_config(problem, record.config, trace(problem, Console(stderr=True)))
+            if args.format == "ipu-trainer":
+                text = render_trainer(problem, record.config, notes, base_gb)
+            else:
+                for line in [*trainer_notes(record.config), "train it with: export --format ipu-trainer"]:
+                    Console(stderr=True, highlight=False).print(f"[dim]ipu_config.json: {escape(line)}[/]",
+                                                                soft_wrap=True)
         else:
             text = export.render(args.format, problem, record.config, record.measurement, record.number,
                                  args.study, notes, base_gb)

@@ -89,6 +89,20 @@ _RECOMPUTE_NAME = {"none": "NoRecompute", "standard": "Standard", "norm_only": "
                    "pipeline": "Pipeline", "all": "RecomputeAll"}
 
 
+def trainer_option_lines(problem: Problem) -> list[str]:
+    """--trainer optimum: the PopART options IPUTrainer compiles with (IPUConfig._to_options,
+    optimum/graphcore/ipu_configuration.py), so that a compile of this snippet is a compile of
+    what IPUTrainer runs. The values come from fixed tables (optimum_target.py)."""
+    if problem.trainer != "optimum":
+        return []
+    from ..optimum_target import ENGINE_OPTIONS, PATTERNS, POPART_OPTIONS
+
+    lines = [f"opts._Popart.set({k!r}, {v!r})" for k, v in POPART_OPTIONS.items()]
+    lines.append(f"opts._Popart.setPatterns({PATTERNS!r})")
+    lines.append(f'opts._Popart.set("engineOptions", {ENGINE_OPTIONS!r})')
+    return ["# IPUTrainer's own PopART options (optimum-graphcore IPUConfig._to_options)", *lines]
+
+
 def config_notes(problem: Problem, config: Config) -> list[str]:
     """What this config does that the code alone does not say, generated from the config
     itself so that the comments cannot disagree with the code below them."""
@@ -155,8 +169,7 @@ import torch
 import poptorch
 
 MICRO_BATCH = {micro_batch}
-INPUT_DTYPE = {input_dtype}
-LOADER_WORKERS = {loader_workers}
+{input_dtype}LOADER_WORKERS = {loader_workers}
 '''
 
 _EIGHT_BIT = '''
@@ -363,7 +376,9 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
         version=__version__,
         summary=_comment("\n".join(filter(None, [summary, *config_notes(problem, config)]))),
         micro_batch=_int(pipeline.micro_batch(problem, config)),
-        input_dtype="torch.half" if config.half_compute else "torch.float",
+        # Token ids stay integers: hf: models have no input dtype to cast to.
+        input_dtype="" if problem.token_inputs else
+        f"INPUT_DTYPE = {'torch.half' if config.half_compute else 'torch.float'}\n",
         eight_bit_usage="\n    # feed uint8 images: normalisation runs on the IPU" if config.eight_bit_io else "",
         samples_per_call=pipeline.samples_per_call(problem, config),
         loader_workers=_int(config.loader_workers),
@@ -376,7 +391,7 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     # Serialisation first: padding a vocabulary resizes the embeddings, which older transformers
     # do by replacing the modules that BeginBlock annotations would already have wrapped.
     annotations = model_check_lines(problem) + serialization_lines(problem, config) + annotate_lines(config) + heads
-    options = options_lines(config)
+    options = options_lines(config) + trainer_option_lines(problem)
     if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
         options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]
     source += _BODY.format(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...optimum_target import outer_fragment_params
 from ...problem import Config, Problem
 from ..targets import Target
 from .constants import EstimatorConstants
@@ -103,10 +104,12 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
     else:
         compute = ga * sum(per_stage)
 
-    # Weight update: streaming the optimizer state when it is offloaded.
+    # Weight update: streaming the optimizer state when it is offloaded. The IPUs' outer
+    # fragments overlap (optimum_target.outer_fragment_params says which).
+    outer_params = outer_fragment_params(problem, [s.params for s in stages])
     update = 0.0
     if config.optimizer_offload and problem.optimizer != "sgd_combined":  # no state to stream
-        state = max(s.params for s in stages) * state_bytes_per_param(problem, config)
+        state = outer_params * state_bytes_per_param(problem, config)
         if config.replicated_tensor_sharding and config.replicas > 1:
             state /= config.replicas
         update = 2 * state / max(target.streaming_bytes_per_s, 1.0)
@@ -114,7 +117,7 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
     allreduce = 0.0
     if config.replicas > 1:
         r = config.replicas
-        grad_bytes = max(s.params for s in stages) * (2.0 if config.half_weights else 4.0)
+        grad_bytes = outer_params * (2.0 if config.half_weights else 4.0)
         link = target.ipu_link_bytes_per_s * k.link_bandwidth_scale
         allreduce = 2 * (r - 1) / r * grad_bytes / link
 
