@@ -60,7 +60,7 @@ def read_snippet(poptorch, snippet: str, model, layers: list[str], head: str, ba
     ns: dict = {}
     exec(compile(snippet, "best_options.py", "exec"), ns)
     training_model = ns["TrainingModel"](model)
-    opts = ns["make_options"]()
+    opts = ns["make_options"]().useOfflineIpuTarget()  # compile only, as the PopTorch backend does
     training = poptorch.trainingModel(training_model, opts, ns["make_optimizer"](training_model))
     try:
         training.compile(*batch)
