@@ -73,6 +73,10 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, ha
         p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
         p.add_argument("--global-batch", type=_positive_int, default=None,
                        help="fix micro-batch x gradient accumulation x replicas to this")
+        p.add_argument("--trainer", choices=TRAINERS, default=None,
+                       help="hf: models: what trains the result: poptorch (the exported PopTorch snippet, the "
+                            "default) or optimum (optimum-graphcore's IPUTrainer with the exported "
+                            "ipu_config.json; the search keeps to what IPUConfig can express)")
     p.add_argument("--task", choices=tuple(TASKS), default=None,
                    help="hf: models: the head and loss trained (default: sequence-classification for "
                         "encoders, causal-lm for GPT-2, seq2seq-lm for T5)")
@@ -84,10 +88,6 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, ha
     p.add_argument("--attention-dropout", type=float, default=None, metavar="P",
                    help="hf: models: dropout on the attention probabilities (default: the checkpoint's; "
                         "Graphcore pretrains BERT with 0)")
-    p.add_argument("--trainer", choices=TRAINERS, default=None,
-                   help="hf: models: what trains the result: poptorch (the exported PopTorch snippet, the "
-                        "default) or optimum (optimum-graphcore's IPUTrainer with the exported ipu_config.json; "
-                        "the search keeps to what IPUConfig can express)")
     p.add_argument("--input", action="append", default=None, metavar="NAME:SHAPE:DTYPE", dest="inputs",
                    help="a forward input of a module:factory model, one per input, in order, passed by "
                         "name; SHAPE is one sample's, e.g. --input input_ids:128:int64 "

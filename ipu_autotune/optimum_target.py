@@ -10,13 +10,13 @@ the models' `parallelize()`.
 
 from __future__ import annotations
 
-from .parsing import TRAINERS  # noqa: F401  (the choices: "poptorch", "optimum")
 from .problem import Config, Problem
+
 #: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW, or LAMB with `lamb=True`)
 TRAINER_OPTIMIZERS = ("adamw", "lamb")
 
 # IPUConfig._to_options (training), beyond the knobs a Config already carries. The PopTorch
-# backend compiles these too when the target is optimum (export/python.py), so a compile
+# backend compiles these too when the target is optimum (trainer_option_lines), so a compile
 # measures what IPUTrainer compiles.
 POPART_OPTIONS: dict[str, object] = {
     "disableGradAccumulationTensorStreams": True,
@@ -39,6 +39,17 @@ def outer_fragment_params(problem: Problem, params_per_stage: list[int]) -> int:
     if not is_optimum(problem) or len(params_per_stage) < 2:
         return max(params_per_stage)
     return params_per_stage[0] + max(params_per_stage[1:])
+
+
+def trainer_option_lines(problem: Problem) -> list[str]:
+    """--trainer optimum: these options as `opts` calls for the snippet (export/python.py), so
+    that a compile of the snippet is a compile of what IPUTrainer runs. Fixed tables only."""
+    if not is_optimum(problem):
+        return []
+    lines = [f"opts._Popart.set({k!r}, {v!r})" for k, v in POPART_OPTIONS.items()]
+    lines.append(f"opts._Popart.setPatterns({PATTERNS!r})")
+    lines.append(f'opts._Popart.set("engineOptions", {ENGINE_OPTIONS!r})')
+    return ["# IPUTrainer's own PopART options (optimum-graphcore IPUConfig._to_options)", *lines]
 
 
 def is_optimum(problem: Problem) -> bool:

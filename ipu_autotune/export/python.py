@@ -12,6 +12,7 @@ import math
 
 from .. import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
+from ..optimum_target import trainer_option_lines
 from ..rules import MODULE_PATH, tied_head_blocks
 from .serialization import SERIALIZED_PROJECTION, serialization_lines
 
@@ -87,20 +88,6 @@ def options_lines(config: Config) -> list[str]:
 
 _RECOMPUTE_NAME = {"none": "NoRecompute", "standard": "Standard", "norm_only": "NormOnly",
                    "pipeline": "Pipeline", "all": "RecomputeAll"}
-
-
-def trainer_option_lines(problem: Problem) -> list[str]:
-    """--trainer optimum: the PopART options IPUTrainer compiles with (IPUConfig._to_options,
-    optimum/graphcore/ipu_configuration.py), so that a compile of this snippet is a compile of
-    what IPUTrainer runs. The values come from fixed tables (optimum_target.py)."""
-    if problem.trainer != "optimum":
-        return []
-    from ..optimum_target import ENGINE_OPTIONS, PATTERNS, POPART_OPTIONS
-
-    lines = [f"opts._Popart.set({k!r}, {v!r})" for k, v in POPART_OPTIONS.items()]
-    lines.append(f"opts._Popart.setPatterns({PATTERNS!r})")
-    lines.append(f'opts._Popart.set("engineOptions", {ENGINE_OPTIONS!r})')
-    return ["# IPUTrainer's own PopART options (optimum-graphcore IPUConfig._to_options)", *lines]
 
 
 def config_notes(problem: Problem, config: Config) -> list[str]:
@@ -391,7 +378,7 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     # Serialisation first: padding a vocabulary resizes the embeddings, which older transformers
     # do by replacing the modules that BeginBlock annotations would already have wrapped.
     annotations = model_check_lines(problem) + serialization_lines(problem, config) + annotate_lines(config) + heads
-    options = options_lines(config) + trainer_option_lines(problem)
+    options = options_lines(config) + trainer_option_lines(problem)  # --trainer optimum: IPUTrainer's
     if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
         options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]
     source += _BODY.format(
