@@ -97,7 +97,7 @@ class TuneResult:
 
     def ipu_config(self, path: str | Path | None = None, trial: int | None = None) -> dict:
         """The trial as an optimum-graphcore ipu_config.json (IPUConfig fields only); written to
-        `path` when given. What IPUConfig cannot say is in `ipu_config_notes`."""
+        `path` when given. How to train it (IPUTrainingArguments) is in `ipu_config_notes`."""
         text, self.ipu_config_notes = self._export("ipu-config", trial)
         if path is not None:
             Path(path).write_text(text)

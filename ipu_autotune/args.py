@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from .errors import UsageError
 from .models.hf import TASKS
+from .parsing import TRAINERS
 from .problem import (DEFAULT_SEQ_LEN, OPTIMIZERS, TARGETS, Problem, default_input_shape,
                       default_max_global_batch)
 
@@ -72,6 +73,10 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, ha
         p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
         p.add_argument("--global-batch", type=_positive_int, default=None,
                        help="fix micro-batch x gradient accumulation x replicas to this")
+        p.add_argument("--trainer", choices=TRAINERS, default=None,
+                       help="hf: models: what trains the result: poptorch (the exported PopTorch snippet, the "
+                            "default) or optimum (optimum-graphcore's IPUTrainer with the exported "
+                            "ipu_config.json; the search keeps to what IPUConfig can express)")
     p.add_argument("--task", choices=tuple(TASKS), default=None,
                    help="hf: models: the head and loss trained (default: sequence-classification for "
                         "encoders, causal-lm for GPT-2, seq2seq-lm for T5)")
@@ -120,7 +125,8 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
                       ("dataset_size", "dataset_size"), ("host_memory", "host_memory_gb"),
                       ("max_global_batch", "max_global_batch"),
                       ("task", "task"), ("seq_len", "seq_len"), ("inputs", "inputs"),
-                      ("max_predictions", "max_predictions"), ("attention_dropout", "attention_dropout")):
+                      ("max_predictions", "max_predictions"), ("attention_dropout", "attention_dropout"),
+                      ("trainer", "trainer")):
         if getattr(args, flag, None) is not None:
             values[key] = getattr(args, flag)
     if getattr(args, "input_shape", None):
@@ -152,7 +158,7 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
         parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
     defaults = replace(defaults, max_global_batch=default_max_global_batch(problem.model, problem.task))
     for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch",
-                "task", "seq_len", "max_predictions", "attention_dropout"):
+                "task", "seq_len", "max_predictions", "attention_dropout", "trainer"):
         if getattr(problem, key) != getattr(defaults, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
     if problem.host_memory_gb != defaults.host_memory_gb:

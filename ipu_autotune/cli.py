@@ -140,8 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--storage", default=DEFAULT_STORAGE)
     exp.add_argument("--study", required=True)
     exp.add_argument("--trial", type=int, default=None, help="trial number (default: the best)")
-    exp.add_argument("--format", choices=("python", "toml", "json", "ipu-config"), default="python",
-                     help="ipu-config: an optimum-graphcore ipu_config.json (IPUConfig fields only)")
+    exp.add_argument("--format", choices=("python", "toml", "json", "ipu-config", "ipu-trainer"), default="python",
+                     help="ipu-config: an optimum-graphcore ipu_config.json (IPUConfig fields only); "
+                          "ipu-trainer: the IPUTrainer code that trains with it")
     exp.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     _add_common(exp)
 

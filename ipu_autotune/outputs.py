@@ -34,10 +34,27 @@ def write_outputs(out_dir: Path, problem: Problem, study_name: str, records, bes
             path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name,
                                           notes, base_global_batch))
             files["config" if fmt == "toml" else "snippet"] = path
-        if problem.token_inputs:  # optimum-graphcore users load this with IPUConfig.from_pretrained
-            from .export.ipu_config import render_ipu_config
-
-            path = out_dir / "ipu_config.json"
-            path.write_text(render_ipu_config(problem, best.config, profile_for(problem))[0])
-            files["optimum"] = path
+        if problem.token_inputs:
+            files.update(_write_optimum(out_dir, problem, best.config, notes, base_global_batch))
     return files
+
+
+def _write_optimum(out_dir: Path, problem: Problem, config, notes: list[str], base_global_batch) -> dict[str, Path]:
+    """ipu_config.json and the IPUTrainer code that trains with it (IPUConfig.from_pretrained
+    reads the folder), or, when IPUTrainer would train something else, why not."""
+    from .export.ipu_config import NotAnIPUConfig, render_ipu_config
+    from .export.trainer import render_trainer
+
+    for stale in ("ipu_config.json", "train_with_optimum.py", "ipu_config_refused.txt"):
+        (out_dir / stale).unlink(missing_ok=True)
+    try:
+        text = render_ipu_config(problem, config, profile_for(problem))
+    except NotAnIPUConfig as exc:
+        path = out_dir / "ipu_config_refused.txt"
+        path.write_text("No ipu_config.json: IPUTrainer would not train the best config as it was estimated.\n"
+                        + "".join(f"- {r}\n" for r in exc.reasons)
+                        + "Tune with --trainer optimum to search only what IPUConfig expresses.\n")
+        return {"optimum": path}
+    (out_dir / "ipu_config.json").write_text(text)
+    (out_dir / "train_with_optimum.py").write_text(render_trainer(problem, config, notes, base_global_batch))
+    return {"optimum": out_dir / "ipu_config.json", "trainer": out_dir / "train_with_optimum.py"}

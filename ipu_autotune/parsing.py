@@ -16,6 +16,7 @@ PRECISIONS = ("32.32", "16.32", "16.16")
 PARTIALS = ("float", "half")
 OPTIMIZERS = ("sgd", "sgd_combined", "adam", "adamw", "lamb", "rmsprop")
 TARGETS = ("mk1", "mk2", "bow")
+TRAINERS = ("poptorch", "optimum")  # optimum_target.py
 EXECUTIONS = ("pipelined", "sharded")
 RECOMPUTE_MODES = ("default", "none", "standard", "norm_only", "pipeline", "all")
 STATE_DTYPES = ("float", "half")
@@ -56,6 +57,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "partials": PARTIALS,
     "optimizer": OPTIMIZERS,
     "target": TARGETS,
+    "trainer": TRAINERS,
     "execution": EXECUTIONS,
     "recompute": RECOMPUTE_MODES,
     "optimizer_state": STATE_DTYPES,

@@ -101,6 +101,9 @@ class Problem:
     max_predictions: int = 0
     # Dropout on the attention probabilities of an hf: model (None: its checkpoint's own).
     attention_dropout: float | None = None
+    # What trains the result (optimum_target.py): "poptorch", the exported snippet, or
+    # "optimum", optimum-graphcore's IPUTrainer with the exported ipu_config.json.
+    trainer: str = "poptorch"
 
     def __post_init__(self) -> None:
         if self.model.startswith("hf:"):
@@ -149,6 +152,8 @@ class Problem:
         for key in ("task", "seq_len", "inputs", "max_predictions", "host_worker_speedups"):
             if not d[key]:
                 del d[key]
+        if d["trainer"] == "poptorch":
+            del d["trainer"]
         for key in ("inputs", "host_worker_speedups"):
             if key in d:
                 d[key] = list(d[key])

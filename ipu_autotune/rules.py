@@ -148,6 +148,33 @@ def _embedding_serialization(p: Problem, c: Config) -> str | None:
     return None
 
 
+def _tied_head_split(p: Problem, c: Config) -> str | None:
+    """A head reading the embedding's weight (BERT's MLM decoder, GPT-2's lm_head) runs on the
+    embedding's IPU: PopART refuses to copy a variable between virtual graphs when pipelining
+    (willow/src/transforms/pipeline.cpp, setIPUCopyPipelineStage), so no stage starts there."""
+    if not c.pipelined or not p.token_inputs:
+        return None
+    from .models.trace import profile_for
+
+    tied = [u.path for u in profile_for(p).units if u.placed_with is not None]
+    for split in c.splits:
+        head = next((t for t in tied if split == t or split.startswith(t + ".")), None)
+        if head is not None:
+            return (f"split '{split}' puts {head}, tied to the embedding's weight, on another pipeline stage "
+                    "than that weight: PopART refuses to copy a weight between stages; split at a layer")
+    return None
+
+
+def _optimum_trainer(p: Problem, c: Config) -> str | None:
+    """--trainer optimum: only what IPUTrainer + IPUConfig train as estimated (optimum_target.py)."""
+    if p.trainer != "optimum":
+        return None
+    from .optimum_target import unexpressible
+
+    found = unexpressible(p, c)
+    return f"--trainer optimum: {found[0]}" if found else None
+
+
 def _state_location_needs_state(p: Problem, c: Config) -> str | None:
     # PopTorch optim.SGD docstring: with use_combined_accum the optimizer state location
     # settings have no effect, so neither knob changes what runs.
@@ -242,6 +269,8 @@ CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _pipeline_recompute,
     _state_location_needs_state,
     _embedding_serialization,
+    _tied_head_split,
+    _optimum_trainer,
     _global_batch,
     _micro_batch,
     _global_batch_ceiling,
@@ -258,6 +287,15 @@ def check_problem(p: Problem) -> None:
     if p.global_batch and p.global_batch > p.max_global_batch:
         raise UsageError(f"--global-batch {p.global_batch} is above the ceiling {p.max_global_batch}; "
                          f"raise --max-global-batch to at least {p.global_batch} or lower --global-batch")
+    if p.trainer == "optimum":
+        from .optimum_target import TRAINER_OPTIMIZERS
+
+        if not p.token_inputs:
+            raise UsageError(f"--trainer optimum is for hf: models (optimum-graphcore's pipelined models), "
+                             f"not '{p.model}'; leave --trainer out to export a PopTorch snippet")
+        if p.optimizer not in TRAINER_OPTIMIZERS:
+            raise UsageError(f"--trainer optimum: IPUTrainer builds AdamW or LAMB, not {p.optimizer}; "
+                             "use --optimizer adamw or --optimizer lamb")
     if p.global_batch and p.global_batch > p.dataset_size:
         raise UsageError(f"--global-batch {p.global_batch} is more than the dataset ({p.dataset_size:,} "
                          "samples): not one weight update per epoch; lower it or check --dataset-size")

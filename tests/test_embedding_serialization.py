@@ -94,8 +94,9 @@ def test_config_key_round_trips_and_old_configs_keep_their_dict():
 
 
 def test_ipu_config_export_carries_the_factor():
-    config = PIPELINE.replace(embedding_serialization=2)
-    exported, _notes = ipu_config(BERT_MLM, config, profile_for(BERT_MLM))
+    # FP16 weights with FP16 optimizer state and stochastic rounding: what IPUTrainer trains
+    config = PIPELINE.replace(embedding_serialization=2, optimizer_state="half", stochastic_rounding=True)
+    exported = ipu_config(BERT_MLM, config, profile_for(BERT_MLM))
     assert exported["embedding_serialization_factor"] == 2
 
 

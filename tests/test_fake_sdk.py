@@ -58,7 +58,7 @@ def compile_snippet(poptorch, p: Problem, c: Config, snippet: str | None = None)
     child.add_tuner_options(opts, poptorch, {"report_dir": report, "cache_dir": report + "/cache"}, p,
                             hardware=False)
     optimizer = ns["make_optimizer"](model)
-    x, labels = child.host_batch(p, c, ns["INPUT_DTYPE"])
+    x, labels = child.host_batch(p, c, ns.get("INPUT_DTYPE", torch.float))
     training = poptorch.trainingModel(model, opts, optimizer)
     try:
         training.compile(x, labels)

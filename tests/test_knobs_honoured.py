@@ -49,7 +49,7 @@ def seen_by_poptorch(poptorch, p: Problem, c: Config, tmp) -> Config:
                             hardware=False)
     training = poptorch.trainingModel(model, opts, ns["make_optimizer"](model))
     try:
-        training.compile(*child.host_batch(p, c, ns["INPUT_DTYPE"]))
+        training.compile(*child.host_batch(p, c, ns.get("INPUT_DTYPE", torch.float)))
     except poptorch.Error as exc:  # out of memory still says what PopTorch understood
         if "Out of memory" not in str(exc):
             raise

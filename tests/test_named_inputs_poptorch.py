@@ -108,7 +108,7 @@ def test_a_tied_head_back_on_ipu0_is_a_pipeline_stage_of_its_own(poptorch, tmp_p
         child.add_tuner_options(opts, poptorch, {"report_dir": str(tmp_path / str(fails))}, p, hardware=False)
         training = poptorch.trainingModel(model, opts, ns["make_optimizer"](model))
         try:
-            training.compile(*child.host_batch(p, c, ns["INPUT_DTYPE"]))
+            training.compile(*child.host_batch(p, c, ns.get("INPUT_DTYPE", torch.float)))
             error = ""
         except poptorch.Error as exc:
             error = str(exc)

@@ -244,7 +244,7 @@ def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sd
     from ipu_autotune.export.ipu_config import IPU_CONFIG_FIELDS
 
     result = json.loads(cli("hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4",
-                            "--trials", "12", "--seed", "1", "--json", cwd=tmp_path).stdout)
+                            "--trainer", "optimum", "--trials", "12", "--seed", "1", "--json", cwd=tmp_path).stdout)
     study = result["study"]
     exported = cli("export", "--study", study, "--format", "ipu-config", cwd=tmp_path).stdout
     ipu_config = json.loads(exported)
@@ -291,17 +291,18 @@ def test_tied_head_runs_on_the_embedding_ipu_and_the_snippet_places_it_there():
     assert "AutoStage.AutoIncrement" in snippet
 
 
-def test_ipu_config_says_checkpoint_every_layer_only_when_every_layer_is_checkpointed():
-    from ipu_autotune.export.ipu_config import ipu_config
+def test_ipu_config_says_checkpoint_every_layer_only_when_optimum_would_place_the_same():
+    from ipu_autotune.export.ipu_config import NotAnIPUConfig, ipu_config
     from ipu_autotune.problem import Config
 
     problem = Problem("hf:bert-base-uncased", 8)
     profile = profile_for(problem)
-    layers = tuple(f"bert.encoder.layer.{i}" for i in range(12))
-    config = Config(precision="16.16", ipus_per_replica=2, gradient_accumulation=8, recompute="pipeline",
+    # optimum's BertForSequenceClassification: every layer but the model's last; layer 5 ends a stage
+    layers = tuple(f"bert.encoder.layer.{i}" for i in range(11) if i != 5)
+    config = Config(precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half",
+                    ipus_per_replica=2, gradient_accumulation=8, recompute="pipeline",
                     splits=("bert.encoder.layer.6",), checkpoints=layers)
-    data, _ = ipu_config(problem, config, profile)
+    data = ipu_config(problem, config, profile)
     assert data["recompute_checkpoint_every_layer"] and data["layers_per_ipu"] == [6, 6]
-    data, notes = ipu_config(problem, config.replace(checkpoints=layers[::2]), profile)
-    assert not data["recompute_checkpoint_every_layer"]
-    assert any("some layers only" in n for n in notes)
+    with pytest.raises(NotAnIPUConfig, match="some layers only"):
+        ipu_config(problem, config.replace(checkpoints=layers[::2]), profile)

@@ -39,8 +39,8 @@ def run(args) -> int:
 
 
 def render_record(study, problem, record, fmt: str, study_name: str) -> tuple[str, list[str]]:
-    """A stored trial in `fmt` (python, toml, json, ipu-config) with the study's numerics notes
-    and the baseline's global batch; and for ipu-config what IPUConfig cannot say."""
+    """A stored trial in `fmt` (python, toml, json, ipu-config, ipu-trainer) with the study's
+    numerics notes and the baseline's global batch; and for ipu-config the notes on training it."""
     from ..numerics import NumericsAdvice
     from ..study import ATTR_NUMERICS
 
@@ -56,10 +56,15 @@ def render_record(study, problem, record, fmt: str, study_name: str) -> tuple[st
     base = baseline_of(study_records(study))
     base_gb = global_batch(problem, base.config) if base is not None else None
     try:
-        if fmt == "ipu-config":
+        if fmt in ("ipu-config", "ipu-trainer"):
             from ..export.ipu_config import render_ipu_config
+            from ..export.trainer import render_trainer, trainer_notes
 
-            return render_ipu_config(problem, record.config, trace(problem, Console(stderr=True)))
+            # Rendered first either way: it refuses a configuration IPUConfig cannot express.
+            text = render_ipu_config(problem, record.config, trace(problem, Console(stderr=True)))
+            if fmt == "ipu-trainer":
+                return render_trainer(problem, record.config, notes, base_gb), []
+            return text, [*trainer_notes(record.config), "train it with: export --format ipu-trainer"]
         return export.render(fmt, problem, record.config, record.measurement, record.number, study_name, notes,
                              base_gb), []
     except ValueError as exc:

@@ -1,17 +1,16 @@
-"""A configuration as an optimum-graphcore `IPUConfig` (`ipu_config.json`).
+"""A configuration as an optimum-graphcore `IPUConfig` (`ipu_config.json`), or a refusal.
 
-Only keys `IPUConfig.__init__` pops are written (optimum/graphcore/ipu_configuration.py,
-class IPUConfig, huggingface/optimum-graphcore): `ipus_per_replica`, `layers_per_ipu`,
-`replication_factor`, `gradient_accumulation_steps`, `device_iterations`,
-`optimizer_state_offchip`, `replicated_tensor_sharding`, `auto_loss_scaling`,
-`matmul_proportion`, `enable_half_partials`, `embedding_serialization_factor`,
-`recompute_checkpoint_every_layer`. What IPUConfig cannot say (FP16 weights are the
-trainer's `fp16` argument; a fixed loss scale; sharded training, as `IPUConfig._to_options`
-always pipelines) is returned as notes for the user, never as extra keys.
+Only keys `IPUConfig.__init__` takes are written (optimum/graphcore/ipu_configuration.py,
+class IPUConfig, huggingface/optimum-graphcore). What IPUConfig cannot hold but
+`IPUTrainingArguments` can (`fp32`, `loss_scaling`, the micro-batch, the loader) is the
+IPUTrainer block's (export/trainer.py). A config IPUTrainer would not train as it was
+estimated (sharded, 16.32, checkpoints optimum would not place, a serialisation factor
+optimum cannot run...: `optimum_target.unexpressible`) is refused with the reasons, never
+exported approximately.
 
 `layers_per_ipu` counts the model's repeated layers per IPU, the way optimum's
-`parallelize()` places them (embeddings ride on IPU0 outside the count; heads on the last
-IPU). For a model without such layers (a torchvision CNN), every traced unit counts.
+`parallelize()` places them (`get_layer_ipu`; embeddings ride on IPU0 outside the count;
+a tied head on IPU0, other heads on the last IPU).
 """
 
 from __future__ import annotations
@@ -19,10 +18,11 @@ from __future__ import annotations
 import json
 
 from ..models.trace import ModelProfile
+from ..optimum_target import unexpressible
 from ..problem import Config, Problem
 
-#: The keys IPUConfig accepts (its __init__ pops exactly these; anything else is rejected
-#: by optimum's BaseConfig as an unknown attribute of the JSON it saves and loads).
+#: The keys IPUConfig accepts (its __init__ takes exactly these; anything else is rejected
+#: as an unknown argument: IncompatibleIPUConfigError).
 IPU_CONFIG_FIELDS = frozenset({
     "seed", "ipus_per_replica", "layers_per_ipu", "replication_factor", "inference_replication_factor",
     "gradient_accumulation_steps", "device_iterations", "inference_device_iterations",
@@ -31,6 +31,15 @@ IPU_CONFIG_FIELDS = frozenset({
     "embedding_serialization_factor", "recompute_checkpoint_every_layer", "output_mode",
     "execute_encoder_on_cpu_for_generation",
 })
+
+
+class NotAnIPUConfig(ValueError):
+    """The config cannot be trained by IPUTrainer + IPUConfig as it was estimated."""
+
+    def __init__(self, reasons: list[str]):
+        self.reasons = reasons
+        super().__init__("an IPUConfig cannot say this config: " + "; ".join(reasons) +
+                         " (tune with --trainer optimum to search only configs IPUConfig expresses)")
 
 
 def layer_units(problem: Problem, profile: ModelProfile) -> list[int]:
@@ -51,13 +60,12 @@ def layers_per_ipu(problem: Problem, config: Config, profile: ModelProfile) -> l
     return [sum(1 for i in layers if lo <= i < hi) for lo, hi in stage_bounds(profile, config)]
 
 
-def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> tuple[dict, list[str]]:
-    """The IPUConfig dict, and notes on what it cannot carry."""
+def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> dict:
+    """The IPUConfig dict; raises NotAnIPUConfig when IPUTrainer would train something else."""
+    reasons = unexpressible(problem, config)
+    if reasons:
+        raise NotAnIPUConfig(reasons)
     c = config
-    layers = layer_units(problem, profile)
-    checkpointed = {profile.unit_index(p) for p in c.checkpoints}
-    every_layer = bool(layers) and c.effective_recompute in ("pipeline", "all") and \
-        all(i in checkpointed for i in layers)
     out = {
         "ipus_per_replica": c.ipus_per_replica,
         "layers_per_ipu": layers_per_ipu(problem, c, profile),
@@ -70,24 +78,12 @@ def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> tuple
         "matmul_proportion": list(c.available_memory_proportion),
         "enable_half_partials": c.half_compute and c.partials == "half",
         "embedding_serialization_factor": c.embedding_serialization,
-        "recompute_checkpoint_every_layer": every_layer,
+        # unexpressible() has checked the checkpoints are optimum's own (search/replay.optimum_checkpoints)
+        "recompute_checkpoint_every_layer": bool(c.checkpoints) and c.effective_recompute == "pipeline",
     }
     assert set(out) <= IPU_CONFIG_FIELDS
-    notes = []
-    if c.half_weights or c.half_compute:
-        notes.append(f"precision {c.precision}: pass fp16=True to IPUTrainingArguments (IPUConfig has no precision)")
-    if c.loss_scaling not in ("auto", 1.0):
-        notes.append(f"loss scale {c.loss_scaling:g}: IPUConfig has none; set it on your optimizer")
-    if c.execution == "sharded" and c.ipus_per_replica > 1:
-        notes.append("sharded execution: IPUConfig always trains pipelined; use the PopTorch snippet instead")
-    if not c.stochastic_rounding:
-        notes.append("IPUConfig always enables stochastic rounding for training")
-    if c.checkpoints and not every_layer:
-        notes.append("checkpoints on some layers only: IPUConfig checkpoints every layer or none; "
-                     "the PopTorch snippet places them exactly")
-    return out, notes
+    return out
 
 
-def render_ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> tuple[str, list[str]]:
-    data, notes = ipu_config(problem, config, profile)
-    return json.dumps(data, indent=2) + "\n", notes
+def render_ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> str:
+    return json.dumps(ipu_config(problem, config, profile), indent=2) + "\n"

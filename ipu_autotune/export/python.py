@@ -12,6 +12,7 @@ import math
 
 from ..version import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
+from ..optimum_target import trainer_option_lines
 from ..rules import MODULE_PATH, tied_head_blocks
 from .serialization import SERIALIZED_PROJECTION, serialization_lines
 
@@ -155,8 +156,7 @@ import torch
 import poptorch
 
 MICRO_BATCH = {micro_batch}
-INPUT_DTYPE = {input_dtype}
-LOADER_WORKERS = {loader_workers}
+{input_dtype}LOADER_WORKERS = {loader_workers}
 '''
 
 _EIGHT_BIT = '''
@@ -363,7 +363,9 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
         version=__version__,
         summary=_comment("\n".join(filter(None, [summary, *config_notes(problem, config)]))),
         micro_batch=_int(pipeline.micro_batch(problem, config)),
-        input_dtype="torch.half" if config.half_compute else "torch.float",
+        # Token ids stay integers: hf: models have no input dtype to cast to.
+        input_dtype="" if problem.token_inputs else
+        f"INPUT_DTYPE = {'torch.half' if config.half_compute else 'torch.float'}\n",
         eight_bit_usage="\n    # feed uint8 images: normalisation runs on the IPU" if config.eight_bit_io else "",
         samples_per_call=pipeline.samples_per_call(problem, config),
         loader_workers=_int(config.loader_workers),
@@ -376,7 +378,7 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     # Serialisation first: padding a vocabulary resizes the embeddings, which older transformers
     # do by replacing the modules that BeginBlock annotations would already have wrapped.
     annotations = model_check_lines(problem) + serialization_lines(problem, config) + annotate_lines(config) + heads
-    options = options_lines(config)
+    options = options_lines(config) + trainer_option_lines(problem)  # --trainer optimum: IPUTrainer's
     if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
         options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]
     source += _BODY.format(

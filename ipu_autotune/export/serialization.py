@@ -25,7 +25,8 @@ def _serialized_forward(self, x):
         out = out + self.bias
     padding = out.shape[-1] - self.words
     if padding:  # padding words never win: their logits are -10,000 (optimum-graphcore's mask)
-        keep = torch.cat([torch.ones(self.words), torch.zeros(padding)]).to(dtype=out.dtype, device=out.device)
+        keep = torch.cat([torch.ones(self.words, dtype=out.dtype, device=out.device),
+                          torch.zeros(padding, dtype=out.dtype, device=out.device)])
         out = out * keep + (1 - keep) * -10000.0
     return out
 

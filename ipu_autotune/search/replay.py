@@ -29,9 +29,30 @@ def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int
     return tuple(out)
 
 
+def is_layer(path: str) -> bool:
+    """A repeated transformer layer ("bert.encoder.layer.3", "transformer.h.11"): what
+    IPUConfig's layers_per_ipu counts and recompute_checkpoint_every_layer checkpoints."""
+    return path.rsplit(".", 1)[-1].isdigit()
+
+
+def optimum_checkpoints(profile: ModelProfile, splits: tuple[str, ...]) -> tuple[str, ...]:
+    """`recompute_checkpoint_every_layer = true` as optimum-graphcore's parallelize() applies it,
+    less what changes nothing (a checkpoint on a stage's last unit, whose output is stashed
+    anyway): layers only, and not the model's last layer for heads it does not tie to the
+    embedding (optimum/graphcore/models/bert/modeling_bert.py, BertPipelineMixin.parallelize:
+    `index != num_hidden_layers - 1`; PipelinedBertForMaskedLM and PipelinedGPT2LMHeadModel,
+    whose heads are tied, checkpoint every layer)."""
+    layers = [u.path for u in profile.units if is_layer(u.path)]
+    tied = any(u.placed_with is not None for u in profile.units)
+    skip = set() if tied or not layers else {layers[-1]}
+    return tuple(p for p in checkpoints_every(profile, splits, 1) if is_layer(p) and p not in skip)
+
+
 def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:
     """The `every` with which checkpoints_every gives `config`'s checkpoints (0: none), or
     None when they are placed some other way (by hand)."""
+    if config.checkpoints and tuple(config.checkpoints) == optimum_checkpoints(profile, config.splits):
+        return 1  # the optimum target's checkpoint_every = 1 (SearchSpace.sample)
     for every in range(0, len(profile.units) + 1):
         if checkpoints_every(profile, config.splits, every) == tuple(config.checkpoints):
             return every

@@ -17,16 +17,16 @@ from typing import Any
 
 from ..errors import UsageError
 from ..models import partition
-from ..models.hf import serialization_factors
 from ..models.trace import ModelProfile
 from ..host import pipeline as host
 from ..problem import Config, Problem, effective_recompute
+from ..optimum_target import serialization_factors
 from ..rules import min_pipeline_accumulation, takes_images
 # Knob kinds and parsing, and the replay machinery, are their own modules; their names are
 # re-exported here for the modules that import them with SearchSpace.
 from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
                     builtin_space_path, family)
-from .replay import _Asker, _Replay, checkpoints_every, wanted_params
+from .replay import _Asker, _Replay, checkpoints_every, optimum_checkpoints, wanted_params
 
 __all__ = ["KNOBS", "MICRO_BATCH_SEARCH", "Choice", "Knob", "Range", "SearchSpace", "builtin_space_dir",
            "builtin_space_path", "checkpoints_every", "distinct_recompute", "family", "wanted_params"]
@@ -87,7 +87,9 @@ class SearchSpace:
         raw: dict[str, Any] = {}
         origin: dict[str, str] = {}
         sources = []
-        files = [(builtin_space_path(n), f"search_spaces/{n}.toml") for n in ("default", family(problem.model))]
+        # --trainer optimum: optimum.toml narrows the space to what IPUConfig expresses.
+        names = ("default", family(problem.model)) + (("optimum",) if problem.trainer == "optimum" else ())
+        files = [(builtin_space_path(n), f"search_spaces/{n}.toml") for n in names]
         if path is not None:
             files.append((Path(path), str(path)))
         for file, label in files:
@@ -200,6 +202,8 @@ class SearchSpace:
         else:
             loss_scaling = 1.0
         optimizer_state = s.ask("optimizer_state") if problem.optimizer != "sgd_combined" else "float"
+        if problem.trainer == "optimum":  # IPUTrainer: FP16 accumulators unless fp32 (optimum_target.py)
+            optimizer_state = "half" if half_weights else "float"
 
         pipelined = execution == "pipelined" and ipr > 1
         modes = distinct_recompute([m for m in s.values("recompute") if pipelined or m != "pipeline"], pipelined)
@@ -209,6 +213,8 @@ class SearchSpace:
         if effective in ("pipeline", "all"):
             every = s.ask("checkpoint_every")
             checkpoints = checkpoints_every(profile, splits, every)
+            if problem.trainer == "optimum":  # every layer or none: recompute_checkpoint_every_layer
+                checkpoints = optimum_checkpoints(profile, splits) if every else ()
         amp = tuple(s.ask("available_memory_proportion", f"available_memory_proportion_ipu{i}")
                     for i in range(ipr))
         has_state = problem.optimizer != "sgd_combined"  # state knobs do nothing (rules.py)
@@ -229,7 +235,7 @@ class SearchSpace:
         loader_mode = s.ask("loader_mode")
         loader_workers = s.ask("loader_workers")
         # Only where the head projects onto a vocabulary (rules.py); the export pads it to the factor.
-        usable = set(serialization_factors(problem.model, problem.task))
+        usable = set(serialization_factors(problem))
         serialization = s.choose("embedding_serialization",
                                  [f for f in s.values("embedding_serialization") if f in usable] or [1])
 

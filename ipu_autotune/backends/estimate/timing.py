@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...optimum_target import outer_fragment_params
 from ...problem import Config, Problem
 from ..targets import Target
 from .constants import EstimatorConstants
@@ -103,17 +104,20 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
     else:
         compute = ga * sum(per_stage)
 
-    # Weight update: streaming the optimizer state when it is offloaded.
+    # Weight update: streaming the optimizer state when it is offloaded. The IPUs' outer
+    # fragments overlap (optimum_target.outer_fragment_params says which).
+    outer_params = outer_fragment_params(problem, [s.params for s in stages])
     update = 0.0
     if config.optimizer_offload and problem.optimizer != "sgd_combined":  # no state to stream
-        elements = max(state_elements_per_replica(problem, config, s) for s in stages)
+        # Each replica streams its own shard of each stage's state (memory.state_elements_per_replica).
+        elements = outer_fragment_params(problem, [state_elements_per_replica(problem, config, s) for s in stages])
         state = elements * state_bytes_per_param(problem, config)
         update = 2 * state / max(target.streaming_bytes_per_s, 1.0)
 
     allreduce = 0.0
     if config.replicas > 1:
         r = config.replicas
-        grad_bytes = max(s.params for s in stages) * (2.0 if config.half_weights else 4.0)
+        grad_bytes = outer_params * (2.0 if config.half_weights else 4.0)
         link = target.ipu_link_bytes_per_s * k.link_bandwidth_scale
         allreduce = 2 * (r - 1) / r * grad_bytes / link
 

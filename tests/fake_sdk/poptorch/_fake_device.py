@@ -99,7 +99,7 @@ _ENGINE = {"debug.allowOutOfMemory", "debug.instrument", "autoReport.all", "auto
            "autoReport.outputSerializedGraph", "autoReport.executionProfileProgramRunCount",
            "autoReport.streamAtEachRun", "profiler.format", "profiler.includeCycleEstimates",
            "profiler.includeFlopEstimates", "target.syncReplicasIndependently",
-           "target.hostSyncTimeout", "target.deterministicWorkers"}
+           "target.hostSyncTimeout", "target.deterministicWorkers", "opt.useAutoloader"}
 
 
 def _cpp_error(message: str) -> Error:

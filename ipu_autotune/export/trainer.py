@@ -1,0 +1,101 @@
+"""How to train an exported `ipu_config.json`: a ready-to-run IPUTrainer block.
+
+Every keyword is a real field of `IPUTrainingArguments` (optimum/graphcore/training_args.py):
+`fp32` (IPUTrainer halves the model and keeps FP16 optimizer accumulators unless it is set,
+trainer.py `IPUTrainer.__init__` and `create_optimizer`), `loss_scaling` (IPUTrainer builds
+the optimizer, so the scale goes there, not on an optimizer of yours),
+`per_device_train_batch_size` (the micro-batch), `gradient_accumulation_steps` (it overrides
+the IPUConfig's when given, so it is given the same value), `lamb`, `dataloader_mode`,
+`dataloader_num_workers`, `learning_rate`.
+"""
+
+from __future__ import annotations
+
+from .. import __version__
+from ..problem import Config, Problem
+from .python import ALS_INITIAL_SCALE, _comment, _float, _int, learning_rate
+
+#: transformers' Auto class for each --task (optimum's to_pipelined maps it to its Pipelined* class)
+AUTO_CLASS = {
+    "masked-lm": "AutoModelForMaskedLM", "causal-lm": "AutoModelForCausalLM",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "question-answering": "AutoModelForQuestionAnswering", "seq2seq-lm": "AutoModelForSeq2SeqLM",
+}
+
+_BLOCK = '''"""Train with optimum-graphcore: IPUTrainer and the ipu_config.json beside this file.
+
+Found by ipu-autotune {version}.
+Usage: train(train_dataset)  # a tokenized dataset: input_ids, attention_mask and the task's labels
+"""
+{notes}
+from pathlib import Path
+
+from optimum.graphcore import IPUConfig, IPUTrainer, IPUTrainingArguments
+from transformers import {auto}
+
+
+def train(train_dataset, checkpoint={checkpoint!r}, output_dir="outputs", data_collator=None):
+    ipu_config = IPUConfig.from_pretrained(str(Path(__file__).resolve().parent))  # ipu_config.json
+    model = {auto}.from_pretrained(checkpoint{model_kwargs})
+    args = IPUTrainingArguments(
+        output_dir=output_dir,
+{fields}
+    )
+    trainer = IPUTrainer(model=model, ipu_config=ipu_config, args=args, train_dataset=train_dataset,
+                         data_collator=data_collator)
+    return trainer.train()
+'''
+
+
+def training_arguments(problem: Problem, config: Config, base_global_batch: int | None = None) -> dict[str, str]:
+    """IPUTrainingArguments keywords, as source text, for what the config trains."""
+    from ..host import pipeline
+
+    c = config
+    fields = {
+        "per_device_train_batch_size": _int(pipeline.micro_batch(problem, c)),
+        "gradient_accumulation_steps": _int(c.gradient_accumulation),
+        "fp32": repr(not c.half_weights),
+    }
+    if c.loss_scaling == "auto":  # the snippet's starting scale too (export/python.ALS_INITIAL_SCALE)
+        fields["auto_loss_scaling"] = "True"
+        fields["loss_scaling"] = _float(ALS_INITIAL_SCALE)
+    elif c.loss_scaling != 1.0:
+        fields["loss_scaling"] = _float(c.loss_scaling)
+    if problem.optimizer == "lamb":
+        fields["lamb"] = "True"
+    fields["learning_rate"] = learning_rate(problem, c, base_global_batch)[0]
+    fields["dataloader_mode"] = repr(c.loader_mode)
+    fields["dataloader_num_workers"] = _int(c.loader_workers)
+    fields["dataloader_drop_last"] = "True"
+    return fields
+
+
+def trainer_notes(config: Config) -> list[str]:
+    """What the arguments mean for this config (from the config, so they cannot disagree)."""
+    c = config
+    notes = ["FP16 weights and activations: IPUTrainer halves the model (fp32=False)." if c.half_weights else
+             "FP32 weights, activations and optimizer state: fp32=True (IPUTrainer would otherwise halve the model)."]
+    if c.loss_scaling == "auto":
+        notes.append(f"Loss scaling: automatic from {ALS_INITIAL_SCALE:g} (auto_loss_scaling; also in ipu_config.json).")
+    elif c.loss_scaling != 1.0:
+        notes.append(f"Loss scaling: fixed at {c.loss_scaling:g}, on the optimizer IPUTrainer builds (loss_scaling).")
+    return notes
+
+
+def render_trainer(problem: Problem, config: Config, notes: list[str] = (),
+                   base_global_batch: int | None = None) -> str:
+    from ..models import hf
+
+    fields = training_arguments(problem, config, base_global_batch)
+    kwargs = f", num_labels={problem.num_classes}" if problem.task == "sequence-classification" else ""
+    source = _BLOCK.format(
+        version=__version__,
+        notes=_comment("\n".join([*trainer_notes(config), *notes])),
+        auto=AUTO_CLASS[problem.task],
+        checkpoint=problem.model.removeprefix(hf.PREFIX),
+        model_kwargs=kwargs,
+        fields="\n".join(f"        {k}={v}," for k, v in fields.items()),
+    )
+    compile(source, "train_with_optimum.py", "exec")  # never hand out code that does not parse
+    return source

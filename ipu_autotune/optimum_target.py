@@ -1,0 +1,130 @@
+"""The optimum-graphcore target (`--trainer optimum`): what `IPUTrainer` with an `IPUConfig`
+can train, and the PopART options it compiles with (docs/transformers.md, "Training with
+optimum-graphcore").
+
+Read from huggingface/optimum-graphcore (main, the version that pins transformers 4.29.2):
+`optimum/graphcore/ipu_configuration.py` (`IPUConfig._to_options`), `trainer.py`
+(`IPUTrainer.__init__`, `create_optimizer`), `training_args.py` (`IPUTrainingArguments`) and
+the models' `parallelize()`.
+"""
+
+from __future__ import annotations
+
+from .problem import Config, Problem
+
+#: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW, or LAMB with `lamb=True`)
+TRAINER_OPTIMIZERS = ("adamw", "lamb")
+
+# IPUConfig._to_options (training), beyond the knobs a Config already carries. The PopTorch
+# backend compiles these too when the target is optimum (trainer_option_lines), so a compile
+# measures what IPUTrainer compiles.
+POPART_OPTIONS: dict[str, object] = {
+    "disableGradAccumulationTensorStreams": True,
+    # popart.AccumulateOuterFragmentSchedule.OverlapMemoryOptimized; IPU0 left out of the overlap
+    "accumulateOuterFragmentSettings.schedule": 3,
+    "accumulateOuterFragmentSettings.excludedVirtualGraphs": ["0"],
+    "outlineThreshold": 10.0,
+    "subgraphCopyingStrategy": 1,  # popart.SubgraphCopyingStrategy.JustInTime
+    "scheduleNonWeightUpdateGradientConsumersEarly": True,
+}
+PATTERNS = {"TiedGather": True, "TiedGatherAccumulate": True, "UpdateInplacePrioritiesForIpu": True}
+ENGINE_OPTIONS = {"opt.useAutoloader": "true", "target.syncReplicasIndependently": "true"}
+
+
+def outer_fragment_params(problem: Problem, params_per_stage: list[float]) -> float:
+    """Parameters whose weight update (and all-reduce) sets the outer fragment's time. The
+    estimate has the IPUs update in parallel, so the busiest one counts; IPUTrainer's
+    `accumulateOuterFragmentSettings.excludedVirtualGraphs = ["0"]` keeps IPU0 out of that
+    overlap (OverlapMemoryOptimized for the rest), so IPU0's update comes on top."""
+    if not is_optimum(problem) or len(params_per_stage) < 2:
+        return max(params_per_stage)
+    return params_per_stage[0] + max(params_per_stage[1:])
+
+
+def trainer_option_lines(problem: Problem) -> list[str]:
+    """--trainer optimum: these options as `opts` calls for the snippet (export/python.py), so
+    that a compile of the snippet is a compile of what IPUTrainer runs. Fixed tables only."""
+    if not is_optimum(problem):
+        return []
+    lines = [f"opts._Popart.set({k!r}, {v!r})" for k, v in POPART_OPTIONS.items()]
+    lines.append(f"opts._Popart.setPatterns({PATTERNS!r})")
+    lines.append(f'opts._Popart.set("engineOptions", {ENGINE_OPTIONS!r})')
+    return ["# IPUTrainer's own PopART options (optimum-graphcore IPUConfig._to_options)", *lines]
+
+
+def is_optimum(problem: Problem) -> bool:
+    return problem.trainer == "optimum"
+
+
+def pads_vocabulary(model: str) -> bool:
+    """Only GPT-2's parallelize() pads the vocabulary to a multiple of the factor
+    (models/gpt2/modeling_gpt2.py, PipelinedGPT2LMHeadModel.parallelize: resize_token_embeddings);
+    BERT's and RoBERTa's give SerializedLinear the vocabulary as it is."""
+    from .models import hf
+
+    return hf.architecture(model).family == "gpt2"
+
+
+def serialization_factors(problem: Problem, optimum: bool | None = None) -> tuple[int, ...]:
+    """The embedding_serialization factors the target can run. PopART splits only output
+    channels the factor divides (willow/src/op/matmul.cpp, MatMulOp::setup): the snippet pads
+    any vocabulary first; optimum pads GPT-2's only (BERT's 30,522 words: 1 and 2; RoBERTa's
+    50,265: 1)."""
+    from .models import hf
+
+    factors = hf.serialization_factors(problem.model, problem.task)
+    optimum = is_optimum(problem) if optimum is None else optimum
+    if not optimum or factors == (1,) or pads_vocabulary(problem.model):
+        return factors
+    words = hf.vocabulary_projection(problem.model, problem.task)[1]
+    return tuple(f for f in factors if words % f == 0)
+
+
+def trainer_precision(config: Config) -> bool:
+    """IPUTrainer halves the model unless `fp32=True` (trainer.py, IPUTrainer.__init__), and
+    keeps the optimizer's accumulator and first moment in FP16 unless fp32 (create_optimizer):
+    True when the config is one of those two."""
+    if config.precision == "16.16":
+        return config.optimizer_state == "half"
+    return config.precision == "32.32" and config.optimizer_state == "float"
+
+
+def unexpressible(problem: Problem, config: Config) -> list[str]:
+    """Why IPUTrainer + IPUConfig would not train `config` as it was estimated (empty: it would)."""
+    from .models.trace import profile_for
+    from .search.replay import is_layer, optimum_checkpoints
+
+    c = config
+    out = []
+    if not problem.token_inputs:
+        out.append("IPUTrainer trains hf: models")
+    if problem.optimizer not in TRAINER_OPTIMIZERS:
+        out.append(f"optimizer {problem.optimizer}: IPUTrainer builds AdamW or LAMB (trainer.py, create_optimizer)")
+    if c.execution == "sharded" and c.ipus_per_replica > 1:
+        out.append("sharded execution: IPUConfig always trains pipelined (IPUConfig._to_options: "
+                   "PipelinedExecution), so the accumulation must cover 2 x stages - 1")
+    if not trainer_precision(c):
+        out.append(f"precision {c.precision} with {c.optimizer_state} optimizer state: IPUTrainer trains FP16 "
+                   "weights with FP16 accumulators and first moment, or (fp32=True) FP32 throughout")
+    if c.half_weights and not c.stochastic_rounding:
+        out.append("stochastic rounding off: IPUConfig always enables it for training")
+    if c.io_tiles:
+        out.append("I/O tiles: IPUConfig has no numIOTiles")
+    default = "pipeline" if c.pipelined else "none"
+    if c.effective_recompute != default:
+        out.append(f"recompute {c.recompute}: IPUConfig leaves PopTorch's default ({default} here)")
+    elif c.checkpoints and c.effective_recompute == "pipeline":
+        profile = profile_for(problem)
+        units = {u.path for u in profile.units}
+        if all(s in units for s in c.splits) and tuple(c.checkpoints) != optimum_checkpoints(profile, c.splits):
+            others = [p for p in c.checkpoints if not is_layer(p)]
+            what = f"checkpoints on {', '.join(others)}" if others else "checkpoints on some layers only"
+            out.append(f"{what}: IPUConfig checkpoints every layer (recompute_checkpoint_every_layer) or none")
+    if c.pipelined:
+        others = [p for p in c.splits if not is_layer(p)]
+        if others:
+            out.append(f"split at {', '.join(others)}: IPUConfig's layers_per_ipu splits at layers only")
+    if c.embedding_serialization not in serialization_factors(problem, optimum=True):
+        out.append(f"embedding_serialization {c.embedding_serialization}: optimum's SerializedLinear does not "
+                   "pad this vocabulary and PopART refuses a factor that does not divide it")
+    return out

@@ -1,0 +1,89 @@
+"""Both exports of one trial, read back into the same terms (issue 24, must show 2).
+
+`read_ipu_config` interprets an `ipu_config.json` the way optimum-graphcore's parallelize()
+would place the model (huggingface/optimum-graphcore main): `get_layer_ipu` /
+`_expand_layers_per_ipu_wildcard` (optimum/graphcore/modeling_utils.py) for the layers,
+embeddings on IPU0, a tied head on IPU0 (PipelinedBertForMaskedLM, PipelinedRobertaForMaskedLM,
+PipelinedGPT2LMHeadModel: `BeginBlock(..., ipu_id=0)`), other heads on the last IPU
+(`last_ipu = ipus_per_replica - 1`), checkpoints on every layer (tied-head classes) or every
+layer but the model's last (the *PipelineMixin classes: `index != num_hidden_layers - 1`),
+`matmul_proportion` per IPU, `embedding_serialization_factor` on the head's projection
+(SerializedLinear) for the language-model classes.
+
+`read_snippet` runs the PopTorch snippet on the fake SDK and reads what PopTorch saw: each
+BeginBlock's IPU, the checkpoint hooks, the options' memory proportions, the serialised matmuls.
+
+Both are then normalised the same way: a checkpoint on a layer whose output leaves its IPU
+changes nothing (the stage's output is stashed for its copy anyway), so it is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Placement:
+    layer_ipu: tuple[int, ...]  # IPU of each layer, in order
+    head_ipu: int
+    checkpointed: frozenset[int]  # layer indices whose output is a recomputation checkpoint
+    amp: tuple[float, ...]
+    serialization: int
+    other_checkpoints: frozenset[str] = frozenset()  # checkpoints on modules that are not layers
+
+
+def _normalised(layer_ipu, head_ipu, checkpointed) -> frozenset[int]:
+    nxt = list(layer_ipu[1:]) + [head_ipu]
+    return frozenset(i for i in checkpointed if layer_ipu[i] == nxt[i])
+
+
+def read_ipu_config(data: dict, n_layers: int, tied_head: bool) -> Placement:
+    per_ipu = data["layers_per_ipu"]
+    ipus = data["ipus_per_replica"]
+    assert len(per_ipu) == ipus and sum(per_ipu) == n_layers, "IPUConfig/_expand_layers_per_ipu_wildcard refuses it"
+    assert len(data["matmul_proportion"]) == ipus, "IPUConfig._validate_ipu_config refuses it"
+    layer_ipu = tuple(ipu for ipu, n in enumerate(per_ipu) for _ in range(n))
+    head_ipu = 0 if tied_head else ipus - 1
+    checkpointed: set[int] = set()
+    if data["recompute_checkpoint_every_layer"]:
+        checkpointed = set(range(n_layers)) if tied_head else set(range(n_layers - 1))
+    return Placement(layer_ipu, head_ipu, _normalised(layer_ipu, head_ipu, checkpointed),
+                     tuple(data["matmul_proportion"]), data["embedding_serialization_factor"])
+
+
+def read_snippet(poptorch, snippet: str, model, layers: list[str], head: str, batch) -> tuple[Placement, object]:
+    """(placement, options) of the snippet's TrainingModel as the fake PopTorch compiles it."""
+    from poptorch import ops
+
+    ns: dict = {}
+    exec(compile(snippet, "best_options.py", "exec"), ns)
+    training_model = ns["TrainingModel"](model)
+    opts = ns["make_options"]().useOfflineIpuTarget()  # compile only, as the PopTorch backend does
+    training = poptorch.trainingModel(training_model, opts, ns["make_optimizer"](training_model))
+    try:
+        training.compile(*batch)
+    except poptorch.Error as exc:  # out of memory still says what PopTorch understood
+        if "Out of memory" not in str(exc):
+            raise
+    starts = {path.removeprefix("model."): hook._ipu_id for path, hook in ops.block_annotations(training_model)}
+    ipu, placed = 0, {}
+    for path, _ in training_model.model.named_modules():  # modules in the order they run
+        ipu = starts.get(path, ipu)
+        placed[path] = ipu
+    layer_ipu = tuple(placed[p] for p in layers)
+    checkpoint_paths = {p.removeprefix("model.") for p in ops.checkpointed_modules(training_model)}
+    checkpointed = {i for i, p in enumerate(layers) if p in checkpoint_paths}
+    record = training.fake_record["config"]
+    n_ipus = max(placed.values()) + 1
+    amp = tuple(float(opts.available_memory_proportion.get(i, 0.6)) for i in range(n_ipus))
+    others = frozenset(checkpoint_paths - set(layers))
+    return Placement(layer_ipu, placed[head], _normalised(layer_ipu, placed[head], checkpointed), amp,
+                     record.embedding_serialization, others), opts
+
+
+def token_batch(problem, config):
+    from ipu_autotune.backends.poptorch import child
+
+    return child.host_batch(problem, config, torch.float)
