@@ -207,3 +207,21 @@ def test_estimate_within_the_recipe_exits_0_and_a_broken_hardware_rule_still_exi
     assert json.loads(capsys.readouterr()[0])["rules_broken"] == []
     code = main(base + ["--ipus", "4", "--set", "replicas=3"])
     one_line_exit_2(code, capsys.readouterr()[1], "power of two")
+
+
+def test_the_search_keeps_the_recipe_rules_hard(capsys, in_tmp):
+    (in_tmp / "base.toml").write_text("[config]\nipus_per_replica = 1\nsplits = []\nreplicas = 2\n"
+                                      "gradient_accumulation = 128\n")
+    code = main(["resnet18", "--batch-size", "16", "--baseline", "base.toml", "--storage",
+                 f"sqlite:///{in_tmp / 'study.db'}"])
+    one_line_exit_2(code, capsys.readouterr()[1], "base.toml breaks a rule", "above the ceiling 2048")
+    assert not (in_tmp / "study.db").exists()
+
+
+def test_exit_code_4_is_documented():
+    import ipu_autotune.cli as cli
+    from pathlib import Path
+
+    assert "4 `estimate` answered" in cli.__doc__
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "| 4 | `estimate` answered" in readme
