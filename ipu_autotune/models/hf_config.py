@@ -1,0 +1,161 @@
+"""Where an `hf:` model's architecture comes from, and what it implies, read from its config.
+
+`hf:NAME` is a tabulated checkpoint (models/hf.py, the offline shortcut) or `hf:PATH`, a
+folder holding the checkpoint's `config.json` (one file of a Hub download). Either way the
+result is a `transformers` config, never weights and never the network. What the rest of
+the tool needs to know of the model (its family, the tasks it has heads for, its longest
+sequence, whether it reads images) is derived from that config and transformers' own Auto
+mappings, not tabulated per model name.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import UsageError
+
+PREFIX = "hf:"
+
+# task name -> transformers Auto class; the labels each task's loss needs are in inputs.hf_labels.
+TASKS = {
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "masked-lm": "AutoModelForMaskedLM",
+    "causal-lm": "AutoModelForCausalLM",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM",
+    "image-classification": "AutoModelForImageClassification",
+}
+# task -> the Auto class's model_type -> class table (transformers.models.auto.modeling_auto,
+# the same names in 4.x and 5.x)
+_MAPPINGS = {
+    "sequence-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "question-answering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+    "seq2seq-lm": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+}
+#: what a tabulated name or a folder's config.json lacks: the fix, for an unknown hf:NAME
+DOWNLOAD_HINT = ("for any other model download its config.json (huggingface-cli download NAME config.json "
+                 "--local-dir DIR) and pass the folder as hf:DIR")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    family: str  # transformers model_type
+    default_task: str
+    tasks: tuple[str, ...]  # the tasks transformers has a head for, that the tool trains
+    max_positions: int  # longest sequence the position embeddings allow (0: relative, no limit)
+    image_shape: tuple[int, ...] = ()  # (channels, height, width) for an image model; () for text
+
+    @property
+    def reads_images(self) -> bool:
+        return bool(self.image_shape)
+
+
+def is_hf(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def folder(name: str) -> Path | None:
+    """The folder `hf:PATH` names, when it holds a config.json."""
+    path = Path(name[len(PREFIX):] if is_hf(name) else name).expanduser()
+    return path if (path / "config.json").is_file() else None
+
+
+@lru_cache(maxsize=32)
+def _loaded(name: str):
+    """The model's transformers config (shared: callers take a copy via `model_config`)."""
+    import transformers
+
+    from .hf import ARCHITECTURES
+
+    transformers.logging.set_verbosity_error()  # its notes about unused config keys are not the user's
+    key = name[len(PREFIX):] if is_hf(name) else name
+    where = folder(name)
+    if where is not None:
+        try:
+            return transformers.AutoConfig.from_pretrained(str(where), local_files_only=True)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            reason = " ".join(str(exc).split())[:200]
+            raise UsageError(f"model '{name}': cannot read {where / 'config.json'} ({reason}); it must be a "
+                             f"transformers config.json with a model_type transformers "
+                             f"{transformers.__version__} knows") from None
+    if key in ARCHITECTURES:
+        family, sizes = ARCHITECTURES[key].family, ARCHITECTURES[key].sizes
+        config = transformers.AutoConfig.for_model(family, **sizes)
+        for k, value in sizes.items():  # for_model drops some keys (tie_word_embeddings in v5)
+            setattr(config, k, value)
+        return config
+    if Path(key).expanduser().is_dir():
+        raise UsageError(f"model '{name}': the folder has no config.json; {DOWNLOAD_HINT}")
+    close = difflib.get_close_matches(key, ARCHITECTURES, n=3, cutoff=0.5)
+    known = (f"did you mean {', '.join(PREFIX + c for c in close)}?" if close else
+             "tabulated: " + ", ".join(PREFIX + k for k in ARCHITECTURES) + ";")
+    raise UsageError(f"unknown Hugging Face model '{name}' (not tabulated, not a folder with a config.json); "
+                     f"{known} {DOWNLOAD_HINT}")
+
+
+def model_config(name: str):
+    """A fresh copy of the model's config, for the caller to adjust."""
+    return copy.deepcopy(_loaded(name))
+
+
+def _heads(family: str) -> tuple[str, ...]:
+    from transformers.models.auto import modeling_auto
+
+    return tuple(task for task, table in _MAPPINGS.items() if family in getattr(modeling_auto, table, {}))
+
+
+def _image_shape(config) -> tuple[int, ...]:
+    size = config.image_size
+    height, width = (size, size) if isinstance(size, int) else tuple(size)
+    return (getattr(config, "num_channels", 3), height, width)
+
+
+def _max_positions(config) -> int:
+    limit = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions")
+                  if isinstance(getattr(config, k, None), int)), 0)
+    if "roberta" in config.model_type and limit:
+        # RoBERTa's positions start after the padding index (RobertaEmbeddings, padding_idx + 1)
+        limit -= (config.pad_token_id or 0) + 1
+    return limit
+
+
+@lru_cache(maxsize=32)
+def derived(name: str) -> Architecture:
+    """The architecture's facts from its config: the family, the heads, the positions."""
+    from .hf import ARCHITECTURES
+
+    config = _loaded(name)
+    family = config.model_type
+    heads = _heads(family)
+    text_heads = tuple(t for t in heads if t != "image-classification")
+    if config.is_encoder_decoder:
+        # Our inputs give the decoder its labels only for seq2seq-lm (the model shifts them
+        # into decoder_input_ids); other heads of encoder-decoders need decoder inputs we do not build.
+        tasks = tuple(t for t in text_heads if t == "seq2seq-lm")
+    elif text_heads:
+        tasks = text_heads
+    else:
+        tasks = tuple(t for t in heads if t == "image-classification")
+    if not tasks:
+        raise UsageError(f"model '{name}' (model_type {family}): transformers has none of the heads ipu-autotune "
+                         f"trains ({', '.join(TASKS)}) for it; use a text or image-classification model")
+    key = name[len(PREFIX):]
+    if key in ARCHITECTURES and folder(name) is None:
+        default = ARCHITECTURES[key].default_task
+    elif "seq2seq-lm" in tasks:
+        default = "seq2seq-lm"
+    elif tasks == ("image-classification",):
+        default = "image-classification"
+    elif "causal-lm" in tasks and "masked-lm" not in tasks:
+        default = "causal-lm"  # a decoder-only model (GPT-2, LLaMA, GPT-NeoX)
+    else:
+        default = tasks[0] if "sequence-classification" not in tasks else "sequence-classification"
+    image_shape = _image_shape(config) if tasks == ("image-classification",) else ()
+    return Architecture(family, default, tasks, _max_positions(config), image_shape)
