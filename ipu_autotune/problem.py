@@ -175,7 +175,7 @@ class Problem:
         """Default study name, e.g. resnet101-bs64-2ipu-mk2."""
         name = self.model.replace(":", "-").replace(".", "-").replace("/", "-")
         if self.task:
-            name = f"{name}-{self.task}-sl{self.seq_len}"
+            name = f"{name}-{self.task}" + (f"-sl{self.seq_len}" if self.seq_len else "")
         if self.decoder_seq_len and self.decoder_seq_len != min(self.seq_len, DEFAULT_DECODER_SEQ_LEN):
             name = f"{name}-dsl{self.decoder_seq_len}"
         slug = f"{name}-bs{self.batch_size}-{self.ipus}ipu-{self.target}"

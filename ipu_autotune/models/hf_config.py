@@ -39,9 +39,13 @@ _MAPPINGS = {
     "seq2seq-lm": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
     "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
 }
-#: what a tabulated name or a folder's config.json lacks: the fix, for an unknown hf:NAME
-DOWNLOAD_HINT = ("for any other model download its config.json (huggingface-cli download NAME config.json "
-                 "--local-dir DIR) and pass the folder as hf:DIR")
+
+
+def download_hint(key: str) -> str:
+    """The fix for a model we have no config for: one file of its Hub download, as a folder."""
+    local = Path(key).name or "DIR"
+    return (f"download its config.json (huggingface-cli download {key} config.json --local-dir {local}) "
+            f"and pass the folder: hf:{local}")
 
 
 @dataclass(frozen=True)
@@ -78,13 +82,13 @@ def _loaded(name: str):
     key = name[len(PREFIX):] if is_hf(name) else name
     where = folder(name)
     if where is not None:
+        _check_config_file(name, where / "config.json")
         try:
             return transformers.AutoConfig.from_pretrained(str(where), local_files_only=True)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            reason = " ".join(str(exc).split())[:200]
-            raise UsageError(f"model '{name}': cannot read {where / 'config.json'} ({reason}); it must be a "
-                             f"transformers config.json with a model_type transformers "
-                             f"{transformers.__version__} knows") from None
+            reason = " ".join(str(exc).split())[:160]
+            raise UsageError(f"model '{name}': transformers cannot build a config from {where / 'config.json'} "
+                             f"({reason}); fix the file or download it again") from None
     if key in ARCHITECTURES:
         family, sizes = ARCHITECTURES[key].family, ARCHITECTURES[key].sizes
         config = transformers.AutoConfig.for_model(family, **sizes)
@@ -92,12 +96,31 @@ def _loaded(name: str):
             setattr(config, k, value)
         return config
     if Path(key).expanduser().is_dir():
-        raise UsageError(f"model '{name}': the folder has no config.json; {DOWNLOAD_HINT}")
-    close = difflib.get_close_matches(key, ARCHITECTURES, n=3, cutoff=0.5)
-    known = (f"did you mean {', '.join(PREFIX + c for c in close)}?" if close else
-             "tabulated: " + ", ".join(PREFIX + k for k in ARCHITECTURES) + ";")
+        raise UsageError(f"model '{name}': the folder has no config.json; download the model's config.json "
+                         "into it (huggingface-cli download NAME config.json --local-dir FOLDER)")
+    close = difflib.get_close_matches(key, ARCHITECTURES, n=3, cutoff=0.6)
+    known = f"did you mean {', '.join(PREFIX + c for c in close)}? Or " if close else ""
     raise UsageError(f"unknown Hugging Face model '{name}' (not tabulated, not a folder with a config.json); "
-                     f"{known} {DOWNLOAD_HINT}")
+                     f"{known}{download_hint(key)}")
+
+
+def _check_config_file(name: str, path: Path) -> None:
+    """A config.json transformers can read: JSON, with a model_type it knows (its own errors
+    run to paragraphs)."""
+    import json
+
+    from transformers import CONFIG_MAPPING, __version__
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"model '{name}': {path} is not readable JSON ({exc}); download it again") from None
+    family = data.get("model_type") if isinstance(data, dict) else None
+    if not isinstance(family, str):
+        raise UsageError(f"model '{name}': {path} has no model_type; it must be a transformers model's config.json")
+    if family not in CONFIG_MAPPING:
+        raise UsageError(f"model '{name}': model_type '{family}' in {path} is not one transformers {__version__} "
+                         "knows; upgrade transformers or use a model it has")
 
 
 def model_config(name: str):
