@@ -74,7 +74,8 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, ha
                        help="fix micro-batch x gradient accumulation x replicas to this")
     p.add_argument("--task", choices=tuple(TASKS), default=None,
                    help="hf: models: the head and loss trained (default: sequence-classification for "
-                        "encoders, causal-lm for GPT-2, seq2seq-lm for T5)")
+                        "encoders, causal-lm for decoders, seq2seq-lm for encoder-decoders, "
+                        "image-classification for ViT)")
     p.add_argument("--seq-len", type=_positive_int, default=None,
                    help=f"hf: models: tokens per sample (default {DEFAULT_SEQ_LEN})")
     p.add_argument("--decoder-seq-len", type=_positive_int, default=None, metavar="N",

@@ -31,8 +31,9 @@ FINE_TUNING_MAX_GLOBAL_BATCH = 256
 FINE_TUNING_TASKS = ("sequence-classification", "question-answering")
 DEFAULT_AMP = 0.6  # poplibs' default availableMemoryProportion
 DEFAULT_SEQ_LEN = 128  # hf: models, when --seq-len is not given
-# hf: seq2seq models' decoder tokens, at most the encoder's: optimum-graphcore's summarization
-# and translation examples train at max_target_length 128, whatever the encoder's length
+# hf: seq2seq models' decoder tokens unless told, at most the encoder's: optimum-graphcore's
+# summarization example trains at max_target_length 128 with max_source_length 1024
+# (examples/summarization/run_summarization.py, DataTrainingArguments)
 DEFAULT_DECODER_SEQ_LEN = 128
 
 # Models whose input size is fixed by their architecture (position embeddings).
