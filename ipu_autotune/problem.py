@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .models.hf_config import DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN  # noqa: F401 (hf: defaults, found here)
 # The values each key allows, and the field parsing, are parsing.py's; re-exported here, where
 # the rest of the package has always found them.
 from .parsing import (EXECUTIONS, LOADER_MODES, OPTIMIZERS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES,
@@ -30,11 +31,6 @@ DEFAULT_MAX_GLOBAL_BATCH = 2048
 FINE_TUNING_MAX_GLOBAL_BATCH = 256
 FINE_TUNING_TASKS = ("sequence-classification", "question-answering")
 DEFAULT_AMP = 0.6  # poplibs' default availableMemoryProportion
-DEFAULT_SEQ_LEN = 128  # hf: models, when --seq-len is not given
-# hf: seq2seq models' decoder tokens unless told, at most the encoder's: optimum-graphcore's
-# summarization example trains at max_target_length 128 with max_source_length 1024
-# (examples/summarization/run_summarization.py, DataTrainingArguments)
-DEFAULT_DECODER_SEQ_LEN = 128
 
 # Models whose input size is fixed by their architecture (position embeddings).
 _FIXED_224 = ("vit_", "swin_", "maxvit")

@@ -119,6 +119,20 @@ def test_input_shape_on_a_token_model_is_its_sequence_length(tmp_path):
         Problem(model, 1, input_shape=(1024,), seq_len=128)
 
 
+def test_flags_over_a_config_file_change_the_sequence_without_a_conflict(tmp_path, capsys):
+    """A stored hf: problem keeps its shape as [seq_len]: --seq-len, --input-shape and --task
+    on top of it replace the file's tokens (and the decoder's default follows), never clash."""
+    model = write_config(tmp_path, "t5")
+    config = tmp_path / "t5.toml"
+    config.write_text(f'[problem]\nmodel = "{model}"\nbatch_size = 1\nseq_len = 64\ninput_shape = [64]\n'
+                      'decoder_seq_len = 64\n[config]\n')
+    for flags, seq_len, decoder in ((("--seq-len", "512"), 512, 128), (("--input-shape", "256"), 256, 128),
+                                    (("--decoder-seq-len", "32"), 64, 32), ((), 64, 64)):
+        assert main(["estimate", "--config", str(config), *flags, "--json"]) == 0
+        problem = json.loads(capsys.readouterr().out)["problem"]
+        assert (problem["seq_len"], problem["input_shape"], problem["decoder_seq_len"]) == (seq_len, [seq_len], decoder)
+
+
 @pytest.mark.parametrize("args, message", [
     (("hf:facebook/bart-base", "-b", "1"), "huggingface-cli download facebook/bart-base config.json"),
     (("hf:gpt2", "-b", "1", "--input-shape", "1024", "--seq-len", "128"), "disagree"),

@@ -338,17 +338,14 @@ def tied_head_lines(problem: Problem, config: Config) -> list[str]:
 
 
 def model_check_lines(problem: Problem) -> list[str]:
-    """What the estimate assumed of the user's model: set where the code can, else checked."""
-    from ..models.hf import SEQUENCE_CLASSIFICATION_LOSS, attention_dropout_key
+    """What the estimate assumed of the user's model: set where the code can (hf.model_settings), else checked."""
+    from ..models.hf import attention_dropout_key, model_settings
 
-    loss = [f"model.config.problem_type = {SEQUENCE_CLASSIFICATION_LOSS!r}  # the loss PopTorch can trace"
-            ] if problem.token_inputs and problem.task == "sequence-classification" else []
     if problem.attention_dropout is None:
-        return loss
+        return model_settings(problem)
     key = attention_dropout_key(problem.model)
-    return loss + [f"assert model.config.{key} == {problem.attention_dropout!r}, "
-                   f"\"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): "
-                   f"set {key}\""]
+    return model_settings(problem) + [f"assert model.config.{key} == {problem.attention_dropout!r}, "
+        f"\"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): set {key}\""]
 
 
 def render_snippet(problem: Problem, config: Config, summary: str = "",

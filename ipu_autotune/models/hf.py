@@ -1,56 +1,19 @@
 """Hugging Face transformers as `hf:NAME` or `hf:PATH`, built from their configuration, never downloaded.
 
-`hf:PATH` is a folder with the checkpoint's `config.json`; the names tabulated below are the
-offline shortcut, with the published sizes of each checkpoint's `config.json` (hidden size,
-layers, heads, feed-forward size, vocabulary, positions). Either way `transformers` builds
-the module tree the Hub checkpoint would load into, on the `meta` device, with no network
-access (models/hf_config.py reads the config). Tasks choose the head the way
-`AutoModelFor<Task>` does; the repeated layers are found in the built model (`layer_stacks`).
+`hf:PATH` is a folder with the checkpoint's `config.json`; the names tabulated in
+models/hf_config.py are the offline shortcut. Either way `transformers` builds the module
+tree the Hub checkpoint would load into, on the `meta` device, with no network access.
+Tasks choose the head the way `AutoModelFor<Task>` does; the repeated layers are found in
+the built model (`layer_stacks`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import UsageError
-from .hf_config import PREFIX, TASKS, Architecture, derived, is_hf, model_config  # noqa: F401 (re-exported)
-
-@dataclass(frozen=True)
-class Tabulated:
-    family: str  # transformers model_type
-    sizes: dict  # keyword arguments of the family's Config class
-    default_task: str
-
-
-def _bert(layers: int, hidden: int, heads: int) -> dict:
-    return dict(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                intermediate_size=4 * hidden, max_position_embeddings=512, type_vocab_size=2)
-
-
-def _gpt2(layers: int, hidden: int, heads: int) -> dict:
-    return dict(vocab_size=50257, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=1024)
-
-
-ARCHITECTURES: dict[str, Tabulated] = {
-    "bert-base-uncased": Tabulated("bert", _bert(12, 768, 12), "sequence-classification"),
-    "bert-large-uncased": Tabulated("bert", _bert(24, 1024, 16), "sequence-classification"),
-    "roberta-base": Tabulated("roberta", dict(_bert(12, 768, 12), vocab_size=50265, max_position_embeddings=514,
-                                              type_vocab_size=1, pad_token_id=1), "sequence-classification"),
-    "distilbert-base-uncased": Tabulated("distilbert", dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12,
-                                                            hidden_dim=3072, max_position_embeddings=512),
-                                         "sequence-classification"),
-    "gpt2": Tabulated("gpt2", _gpt2(12, 768, 12), "causal-lm"),
-    "gpt2-medium": Tabulated("gpt2", _gpt2(24, 1024, 16), "causal-lm"),
-    "gpt2-large": Tabulated("gpt2", _gpt2(36, 1280, 20), "causal-lm"),
-    "t5-small": Tabulated("t5", dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6,
-                                     num_decoder_layers=6, num_heads=8, decoder_start_token_id=0,
-                                     pad_token_id=0), "seq2seq-lm"),
-    "mt5-small": Tabulated("mt5", dict(vocab_size=250112, d_model=512, d_kv=64, d_ff=1024, num_layers=8,
-                                       num_decoder_layers=8, num_heads=6, feed_forward_proj="gated-gelu",
-                                       tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0),
-                       "seq2seq-lm"),
-}
+from .hf_config import (ARCHITECTURES, DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN, PREFIX, TASKS,  # noqa: F401
+                        Architecture, derived, is_hf, model_config)
 
 
 def architecture(name: str) -> Architecture:
@@ -78,8 +41,6 @@ def problem_shape(name: str, task: str, seq_len: int, decoder_seq_len: int,
     """(seq_len, decoder_seq_len, input_shape) of an hf: problem, defaults filled in, checked.
     Token models: --input-shape N is the sequence length (with --seq-len, they must agree);
     image models take the size their config was built for."""
-    from ..problem import DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN
-
     arch = architecture(name)
     input_shape = tuple(input_shape)
     if arch.reads_images:
@@ -126,6 +87,13 @@ def check_max_predictions(name: str, task: str, seq_len: int, max_predictions: i
 #: anyway, said outright because DeBERTa's unset default first selects the labelled rows with
 #: `nonzero()`, a data-dependent shape that neither the meta trace nor PopTorch can follow
 SEQUENCE_CLASSIFICATION_LOSS = "single_label_classification"
+
+
+def model_settings(problem) -> list[str]:
+    """Lines of the exported snippet that set on the user's model what the estimate trained."""
+    if problem.token_inputs and problem.task == "sequence-classification":
+        return [f"model.config.problem_type = {SEQUENCE_CLASSIFICATION_LOSS!r}  # the loss PopTorch can trace"]
+    return []
 
 
 #: the config keys families name their dropout on the attention probabilities with

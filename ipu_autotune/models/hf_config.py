@@ -19,6 +19,11 @@ from pathlib import Path
 from ..errors import UsageError
 
 PREFIX = "hf:"
+DEFAULT_SEQ_LEN = 128  # hf: text models, when --seq-len is not given
+# seq2seq models' decoder tokens unless told, at most the encoder's: optimum-graphcore's
+# summarization example trains at max_target_length 128 with max_source_length 1024
+# (examples/summarization/run_summarization.py, DataTrainingArguments)
+DEFAULT_DECODER_SEQ_LEN = 128
 
 # task name -> transformers Auto class; the labels each task's loss needs are in inputs.hf_labels.
 TASKS = {
@@ -61,6 +66,46 @@ class Architecture:
         return bool(self.image_shape)
 
 
+@dataclass(frozen=True)
+class Tabulated:
+    """A checkpoint's published config.json sizes (hidden size, layers, heads, feed-forward
+    size, vocabulary, positions), to build it offline by name."""
+
+    family: str  # transformers model_type
+    sizes: dict  # keyword arguments of the family's Config class
+    default_task: str
+
+
+def _bert(layers: int, hidden: int, heads: int) -> dict:
+    return dict(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                intermediate_size=4 * hidden, max_position_embeddings=512, type_vocab_size=2)
+
+
+def _gpt2(layers: int, hidden: int, heads: int) -> dict:
+    return dict(vocab_size=50257, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=1024)
+
+
+ARCHITECTURES: dict[str, Tabulated] = {
+    "bert-base-uncased": Tabulated("bert", _bert(12, 768, 12), "sequence-classification"),
+    "bert-large-uncased": Tabulated("bert", _bert(24, 1024, 16), "sequence-classification"),
+    "roberta-base": Tabulated("roberta", dict(_bert(12, 768, 12), vocab_size=50265, max_position_embeddings=514,
+                                              type_vocab_size=1, pad_token_id=1), "sequence-classification"),
+    "distilbert-base-uncased": Tabulated("distilbert", dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12,
+                                                            hidden_dim=3072, max_position_embeddings=512),
+                                         "sequence-classification"),
+    "gpt2": Tabulated("gpt2", _gpt2(12, 768, 12), "causal-lm"),
+    "gpt2-medium": Tabulated("gpt2", _gpt2(24, 1024, 16), "causal-lm"),
+    "gpt2-large": Tabulated("gpt2", _gpt2(36, 1280, 20), "causal-lm"),
+    "t5-small": Tabulated("t5", dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6,
+                                     num_decoder_layers=6, num_heads=8, decoder_start_token_id=0,
+                                     pad_token_id=0), "seq2seq-lm"),
+    "mt5-small": Tabulated("mt5", dict(vocab_size=250112, d_model=512, d_kv=64, d_ff=1024, num_layers=8,
+                                       num_decoder_layers=8, num_heads=6, feed_forward_proj="gated-gelu",
+                                       tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0),
+                       "seq2seq-lm"),
+}
+
+
 def is_hf(name: str) -> bool:
     return name.startswith(PREFIX)
 
@@ -75,8 +120,6 @@ def folder(name: str) -> Path | None:
 def _loaded(name: str):
     """The model's transformers config (shared: callers take a copy via `model_config`)."""
     import transformers
-
-    from .hf import ARCHITECTURES
 
     transformers.logging.set_verbosity_error()  # its notes about unused config keys are not the user's
     key = name[len(PREFIX):] if is_hf(name) else name
@@ -152,8 +195,6 @@ def _max_positions(config) -> int:
 @lru_cache(maxsize=32)
 def derived(name: str) -> Architecture:
     """The architecture's facts from its config: the family, the heads, the positions."""
-    from .hf import ARCHITECTURES
-
     config = _loaded(name)
     family = config.model_type
     heads = _heads(family)
