@@ -79,9 +79,12 @@ def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, ha
                             "ipu_config.json; the search keeps to what IPUConfig can express)")
     p.add_argument("--task", choices=tuple(TASKS), default=None,
                    help="hf: models: the head and loss trained (default: sequence-classification for "
-                        "encoders, causal-lm for GPT-2, seq2seq-lm for T5)")
+                        "encoders, causal-lm for decoders, seq2seq-lm for encoder-decoders, "
+                        "image-classification for ViT)")
     p.add_argument("--seq-len", type=_positive_int, default=None,
                    help=f"hf: models: tokens per sample (default {DEFAULT_SEQ_LEN})")
+    p.add_argument("--decoder-seq-len", type=_positive_int, default=None, metavar="N",
+                   help="hf: seq2seq-lm: decoder tokens per sample (default: --seq-len, at most 128)")
     p.add_argument("--max-predictions", type=_positive_int, default=None, metavar="N",
                    help="hf: masked-lm: gather N masked positions per sequence before the head, as "
                         "Graphcore pretrains BERT (20 at --seq-len 128, 76 at 512; default: every position)")
@@ -117,7 +120,8 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
     values = base.to_dict() if base else {}
     if args.model:
         if base and args.model != base.model:
-            for key in ("input_shape", "task", "seq_len", "inputs", "max_predictions", "attention_dropout"):
+            for key in ("input_shape", "task", "seq_len", "inputs", "max_predictions", "attention_dropout",
+                        "decoder_seq_len"):
                 values.pop(key, None)
         values["model"] = args.model
     for flag, key in (("batch_size", "batch_size"), ("ipus", "ipus"), ("num_classes", "num_classes"),
@@ -126,13 +130,21 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
                       ("max_global_batch", "max_global_batch"),
                       ("task", "task"), ("seq_len", "seq_len"), ("inputs", "inputs"),
                       ("max_predictions", "max_predictions"), ("attention_dropout", "attention_dropout"),
-                      ("trainer", "trainer")):
+                      ("trainer", "trainer"), ("decoder_seq_len", "decoder_seq_len")):
         if getattr(args, flag, None) is not None:
             values[key] = getattr(args, flag)
     if getattr(args, "input_shape", None):
         values["input_shape"] = list(args.input_shape)
+        if getattr(args, "seq_len", None) is None:  # an hf: model's tokens: the new shape, not the file's
+            values.pop("seq_len", None)
     elif getattr(args, "image_size", None):
         values["input_shape"] = [3, args.image_size, args.image_size]
+    elif getattr(args, "seq_len", None) is not None:
+        values.pop("input_shape", None)  # the file's shape was its sequence length
+    new_tokens = getattr(args, "seq_len", None) is not None or getattr(args, "task", None) or \
+        getattr(args, "input_shape", None)
+    if new_tokens and getattr(args, "decoder_seq_len", None) is None:
+        values.pop("decoder_seq_len", None)  # the file's followed its own seq_len and task: the default again
     if "model" not in values:
         raise UsageError("name a model (e.g. resnet50) or give --config with a [problem] table")
     if "batch_size" not in values:
@@ -158,7 +170,7 @@ def resume_command(problem: Problem, storage: str, study: str) -> str:
         parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
     defaults = replace(defaults, max_global_batch=default_max_global_batch(problem.model, problem.task))
     for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch",
-                "task", "seq_len", "max_predictions", "attention_dropout", "trainer"):
+                "task", "seq_len", "decoder_seq_len", "max_predictions", "attention_dropout", "trainer"):
         if getattr(problem, key) != getattr(defaults, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
     if problem.host_memory_gb != defaults.host_memory_gb:

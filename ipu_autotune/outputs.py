@@ -34,7 +34,7 @@ def write_outputs(out_dir: Path, problem: Problem, study_name: str, records, bes
             path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name,
                                           notes, base_global_batch))
             files["config" if fmt == "toml" else "snippet"] = path
-        if problem.token_inputs:
+        if problem.model.startswith("hf:"):  # optimum-graphcore users load this with IPUConfig.from_pretrained
             files.update(_write_optimum(out_dir, problem, best.config, notes, base_global_batch))
     return files
 

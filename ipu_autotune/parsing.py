@@ -110,12 +110,12 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     if key in ("batch_size", "num_classes", "ipus", "ipus_per_replica", "replicas",
                "gradient_accumulation", "device_iterations", "io_tiles", "global_batch",
                "dataset_size", "max_global_batch", "loader_workers", "micro_batch",
-               "seq_len", "max_predictions", "embedding_serialization"):
+               "seq_len", "decoder_seq_len", "max_predictions", "embedding_serialization"):
         if value is None and key in ("global_batch", "micro_batch"):
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad("a whole number")
-        zero_ok = key in ("io_tiles", "loader_workers", "max_predictions")
+        zero_ok = key in ("io_tiles", "loader_workers", "max_predictions", "decoder_seq_len")
         if zero_ok and value < 0 or not zero_ok and value < 1:
             raise bad("a positive whole number" if not zero_ok else "0 or more")
         return value

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .models.hf_config import DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN  # noqa: F401 (hf: defaults, found here)
 # The values each key allows, and the field parsing, are parsing.py's; re-exported here, where
 # the rest of the package has always found them.
 from .parsing import (EXECUTIONS, LOADER_MODES, OPTIMIZERS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES,
@@ -30,7 +31,6 @@ DEFAULT_MAX_GLOBAL_BATCH = 2048
 FINE_TUNING_MAX_GLOBAL_BATCH = 256
 FINE_TUNING_TASKS = ("sequence-classification", "question-answering")
 DEFAULT_AMP = 0.6  # poplibs' default availableMemoryProportion
-DEFAULT_SEQ_LEN = 128  # hf: models, when --seq-len is not given
 
 # Models whose input size is fixed by their architecture (position embeddings).
 _FIXED_224 = ("vit_", "swin_", "maxvit")
@@ -43,14 +43,17 @@ def default_input_shape(model: str, seq_len: int = 0) -> tuple[int, ...]:
     default run reproduces; transformers with learned position embeddings need 224.
     """
     if model.startswith("hf:"):
-        return (seq_len or DEFAULT_SEQ_LEN,)
+        from .models.hf import architecture
+
+        return architecture(model).image_shape or (seq_len or DEFAULT_SEQ_LEN,)
     if model.startswith(_FIXED_224):
         return (3, 224, 224)
     return (3, 64, 64)
 
 
 #: Problem fields the slug always names in its own way (model-bs64-2ipu-mk2-3x32x32-gb512)
-_SLUG_FIXED = ("model", "batch_size", "ipus", "target", "input_shape", "global_batch", "task", "seq_len", "inputs")
+_SLUG_FIXED = ("model", "batch_size", "ipus", "target", "input_shape", "global_batch", "task", "seq_len", "inputs",
+               "decoder_seq_len")
 #: measured by --data, a little different on every run: a resumed study keeps the costs it
 #: was created with, so they must not change its name
 _SLUG_SKIP = ("host_float_sample_s", "host_uint8_sample_s", "host_worker_speedups")
@@ -104,21 +107,23 @@ class Problem:
     # What trains the result (optimum_target.py): "poptorch", the exported snippet, or
     # "optimum", optimum-graphcore's IPUTrainer with the exported ipu_config.json.
     trainer: str = "poptorch"
+    # Decoder tokens per sample of an hf: seq2seq model (0 elsewhere; default min(seq_len, 128)).
+    decoder_seq_len: int = 0
 
     def __post_init__(self) -> None:
         if self.model.startswith("hf:"):
             from .models import hf
 
             object.__setattr__(self, "task", hf.resolve_task(self.model, self.task))
-            object.__setattr__(self, "seq_len", self.seq_len or DEFAULT_SEQ_LEN)
-            hf.check_seq_len(self.model, self.seq_len)
-            object.__setattr__(self, "input_shape", (self.seq_len,))
+            for key, value in zip(("seq_len", "decoder_seq_len", "input_shape"), hf.problem_shape(
+                    self.model, self.task, self.seq_len, self.decoder_seq_len, self.input_shape)):
+                object.__setattr__(self, key, value)
             hf.check_max_predictions(self.model, self.task, self.seq_len, self.max_predictions)
             hf.check_attention_dropout(self.model, self.attention_dropout)
         elif self.max_predictions or self.attention_dropout is not None:
             raise UsageError(f"model '{self.model}': --max-predictions and --attention-dropout are for hf: models")
-        if not self.model.startswith("hf:") and (self.task or self.seq_len):
-            raise UsageError(f"model '{self.model}': --task and --seq-len are for hf: models; "
+        if not self.model.startswith("hf:") and (self.task or self.seq_len or self.decoder_seq_len):
+            raise UsageError(f"model '{self.model}': --task, --seq-len and --decoder-seq-len are for hf: models; "
                              "describe a factory's inputs with --input NAME:SHAPE:DTYPE")
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "host_worker_speedups", tuple(self.host_worker_speedups))
@@ -139,8 +144,12 @@ class Problem:
 
     @property
     def token_inputs(self) -> bool:
-        """Integer token ids (hf: models), not images: no 8-bit image I/O, no image size."""
-        return self.model.startswith("hf:")
+        """Integer token ids (hf: text models), not images: no 8-bit image I/O, no image size."""
+        if not self.model.startswith("hf:"):
+            return False
+        from .models.hf import architecture
+
+        return not architecture(self.model).reads_images
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -149,7 +158,7 @@ class Problem:
             if d[key] is None:
                 del d[key]
         # Image problems keep the dict they always had.
-        for key in ("task", "seq_len", "inputs", "max_predictions", "host_worker_speedups"):
+        for key in ("task", "seq_len", "inputs", "max_predictions", "decoder_seq_len", "host_worker_speedups"):
             if not d[key]:
                 del d[key]
         if d["trainer"] == "poptorch":
@@ -172,7 +181,9 @@ class Problem:
         """Default study name, e.g. resnet101-bs64-2ipu-mk2."""
         name = self.model.replace(":", "-").replace(".", "-").replace("/", "-")
         if self.task:
-            name = f"{name}-{self.task}-sl{self.seq_len}"
+            name = f"{name}-{self.task}" + (f"-sl{self.seq_len}" if self.seq_len else "")
+        if self.decoder_seq_len and self.decoder_seq_len != min(self.seq_len, DEFAULT_DECODER_SEQ_LEN):
+            name = f"{name}-dsl{self.decoder_seq_len}"
         slug = f"{name}-bs{self.batch_size}-{self.ipus}ipu-{self.target}"
         if self.inputs:
             slug += "-" + "-".join(i.split(":")[0] for i in self.inputs)

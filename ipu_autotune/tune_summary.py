@@ -24,8 +24,11 @@ def result_line(best, base, study_name: str) -> str:
 
 def print_header(console, problem: Problem, backend, study_name, storage_url, created, study) -> None:
     shape = "x".join(map(str, problem.input_shape))
-    if problem.task:
-        shape = f"{problem.task}, {problem.seq_len} tokens"
+    if problem.token_inputs:
+        decoder = f" ({problem.decoder_seq_len} to the decoder)" if problem.decoder_seq_len else ""
+        shape = f"{problem.task}, {problem.seq_len} tokens{decoder}"
+    elif problem.task:  # an hf: image model
+        shape = f"{problem.task}, {shape}"
     elif problem.inputs:
         shape = ", ".join(problem.inputs)
     gb = f", global batch {problem.global_batch}" if problem.global_batch else ""

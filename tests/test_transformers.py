@@ -15,7 +15,7 @@ import torchvision
 from torch import nn
 
 from ipu_autotune.errors import UsageError
-from ipu_autotune.models.hf import ARCHITECTURES, build_hf_model, layer_count
+from ipu_autotune.models.hf import ARCHITECTURES, build_hf_model, layer_count, layer_stacks
 from ipu_autotune.models.inputs import parse_input, parse_inputs
 from ipu_autotune.models.trace import profile_for, trace_model
 from ipu_autotune.problem import Problem, load_config_file
@@ -37,18 +37,22 @@ def unique_params(model: nn.Module) -> int:
 
 # --- models ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["bert-base-uncased", "gpt2", "t5-small", "distilbert-base-uncased",
-                                  "roberta-base"])
-def test_hf_models_trace_at_layer_units_with_every_parameter_once(name):
+@pytest.mark.parametrize("name, stacks", [
+    ("bert-base-uncased", ("bert.encoder.layer",)), ("gpt2", ("transformer.h",)),
+    ("t5-small", ("encoder.block", "decoder.block")), ("distilbert-base-uncased", ("distilbert.transformer.layer",)),
+    ("roberta-base", ("roberta.encoder.layer",))])
+def test_hf_models_trace_at_layer_units_with_every_parameter_once(name, stacks):
     problem = Problem(f"hf:{name}", 2, seq_len=64)
     profile = profile_for(problem)
     model = build_hf_model(problem.model, problem.task, problem.num_classes)
     assert profile.params == unique_params(model)
-    # One unit per transformer layer: each layer a place where a stage may begin.
-    arch = ARCHITECTURES[name]
-    layer_units = [u for u in profile.units if f"{arch.layers_path}." in u.path
+    # The repeated blocks are found in the built model, and each is a unit: a place where a
+    # stage may begin.
+    assert layer_stacks(problem.model, problem.task) == stacks
+    layer_units = [u for u in profile.units if u.path.rsplit(".", 1)[0] in stacks
                    and u.path.rsplit(".", 1)[-1].isdigit()]
-    assert len(layer_units) == layer_count(problem.model)
+    assert len(layer_units) == layer_count(problem.model) == \
+        {"distilbert-base-uncased": 6, "t5-small": 12, "gpt2": 12}.get(name, 12)
 
 
 def test_published_sizes():

@@ -47,9 +47,9 @@ def layer_units(problem: Problem, profile: ModelProfile) -> list[int]:
     from ..models import hf
 
     if hf.is_hf(problem.model):
-        stack = hf.architecture(problem.model).layers_path
+        stacks = hf.layer_stacks(problem.model, problem.task)
         return [i for i, u in enumerate(profile.units)
-                if f".{stack}." in f".{u.path}" and u.path.rsplit(".", 1)[-1].isdigit()]
+                if u.path.rsplit(".", 1)[0] in stacks and u.path.rsplit(".", 1)[-1].isdigit()]
     return list(range(len(profile.units)))
 
 

@@ -338,14 +338,14 @@ def tied_head_lines(problem: Problem, config: Config) -> list[str]:
 
 
 def model_check_lines(problem: Problem) -> list[str]:
-    """What the estimate assumed of the user's model that the code cannot set: checked."""
-    if problem.attention_dropout is None:
-        return []
-    from ..models.hf import attention_dropout_key
+    """What the estimate assumed of the user's model: set where the code can (hf.model_settings), else checked."""
+    from ..models.hf import attention_dropout_key, model_settings
 
+    if problem.attention_dropout is None:
+        return model_settings(problem)
     key = attention_dropout_key(problem.model)
-    return [f"assert model.config.{key} == {problem.attention_dropout!r}, "
-            f"\"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): set {key}\""]
+    return model_settings(problem) + [f"assert model.config.{key} == {problem.attention_dropout!r}, "
+        f"\"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): set {key}\""]
 
 
 def render_snippet(problem: Problem, config: Config, summary: str = "",

@@ -11,17 +11,11 @@ the IPUConfig's when given, so it is given the same value), `lamb`, `dataloader_
 
 from __future__ import annotations
 
-from .. import __version__
+from ..version import __version__
 from ..problem import Config, Problem
 from .python import ALS_INITIAL_SCALE, _comment, _float, _int, learning_rate
 
 #: transformers' Auto class for each --task (optimum's to_pipelined maps it to its Pipelined* class)
-AUTO_CLASS = {
-    "masked-lm": "AutoModelForMaskedLM", "causal-lm": "AutoModelForCausalLM",
-    "sequence-classification": "AutoModelForSequenceClassification",
-    "question-answering": "AutoModelForQuestionAnswering", "seq2seq-lm": "AutoModelForSeq2SeqLM",
-}
-
 _BLOCK = '''"""Train with optimum-graphcore: IPUTrainer and the ipu_config.json beside this file.
 
 Found by ipu-autotune {version}.
@@ -85,14 +79,14 @@ def trainer_notes(config: Config) -> list[str]:
 
 def render_trainer(problem: Problem, config: Config, notes: list[str] = (),
                    base_global_batch: int | None = None) -> str:
-    from ..models import hf
+    from ..models import hf, hf_config
 
     fields = training_arguments(problem, config, base_global_batch)
     kwargs = f", num_labels={problem.num_classes}" if problem.task == "sequence-classification" else ""
     source = _BLOCK.format(
         version=__version__,
         notes=_comment("\n".join([*trainer_notes(config), *notes])),
-        auto=AUTO_CLASS[problem.task],
+        auto=hf_config.TASKS[problem.task],
         checkpoint=problem.model.removeprefix(hf.PREFIX),
         model_kwargs=kwargs,
         fields="\n".join(f"        {k}={v}," for k, v in fields.items()),

@@ -1,96 +1,23 @@
-"""Hugging Face transformers as `hf:NAME`, built from their configuration, never downloaded.
+"""Hugging Face transformers as `hf:NAME` or `hf:PATH`, built from their configuration, never downloaded.
 
-The architecture sizes below are the published ones of each checkpoint's `config.json`
-(hidden size, layers, heads, feed-forward size, vocabulary, positions); with them
-`transformers` builds the same module tree the Hub checkpoint would load into, with no
-network access. Tasks choose the head the way `AutoModelFor<Task>` does.
+`hf:PATH` is a folder with the checkpoint's `config.json`; the names tabulated in
+models/hf_config.py are the offline shortcut. Either way `transformers` builds the module
+tree the Hub checkpoint would load into, on the `meta` device, with no network access.
+Tasks choose the head the way `AutoModelFor<Task>` does; the repeated layers are found in
+the built model (`layer_stacks`).
 """
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import UsageError
-
-PREFIX = "hf:"
-
-# task name -> transformers Auto class; the labels each task's loss needs are in `task_labels`.
-TASKS = {
-    "sequence-classification": "AutoModelForSequenceClassification",
-    "masked-lm": "AutoModelForMaskedLM",
-    "causal-lm": "AutoModelForCausalLM",
-    "question-answering": "AutoModelForQuestionAnswering",
-    "seq2seq-lm": "AutoModelForSeq2SeqLM",
-}
-
-
-@dataclass(frozen=True)
-class Architecture:
-    family: str  # transformers model_type
-    sizes: dict  # keyword arguments of the family's Config class
-    default_task: str
-    max_positions: int  # longest sequence the position embeddings allow (0: relative, no limit)
-    layers_path: str  # where the repeated blocks live, for IPUConfig.layers_per_ipu
-
-
-def _bert(layers: int, hidden: int, heads: int) -> dict:
-    return dict(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                intermediate_size=4 * hidden, max_position_embeddings=512, type_vocab_size=2)
-
-
-def _gpt2(layers: int, hidden: int, heads: int) -> dict:
-    return dict(vocab_size=50257, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=1024)
-
-
-ARCHITECTURES: dict[str, Architecture] = {
-    "bert-base-uncased": Architecture("bert", _bert(12, 768, 12), "sequence-classification", 512,
-                                      "encoder.layer"),
-    "bert-large-uncased": Architecture("bert", _bert(24, 1024, 16), "sequence-classification", 512,
-                                       "encoder.layer"),
-    "roberta-base": Architecture("roberta", dict(_bert(12, 768, 12), vocab_size=50265, max_position_embeddings=514,
-                                                 type_vocab_size=1, pad_token_id=1),
-                                 "sequence-classification", 512, "encoder.layer"),
-    "distilbert-base-uncased": Architecture("distilbert", dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12,
-                                                               hidden_dim=3072, max_position_embeddings=512),
-                                            "sequence-classification", 512, "transformer.layer"),
-    "gpt2": Architecture("gpt2", _gpt2(12, 768, 12), "causal-lm", 1024, "h"),
-    "gpt2-medium": Architecture("gpt2", _gpt2(24, 1024, 16), "causal-lm", 1024, "h"),
-    "gpt2-large": Architecture("gpt2", _gpt2(36, 1280, 20), "causal-lm", 1024, "h"),
-    "t5-small": Architecture("t5", dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6,
-                                        num_decoder_layers=6, num_heads=8, decoder_start_token_id=0,
-                                        pad_token_id=0), "seq2seq-lm", 0, "block"),
-    "mt5-small": Architecture("mt5", dict(vocab_size=250112, d_model=512, d_kv=64, d_ff=1024, num_layers=8,
-                                          num_decoder_layers=8, num_heads=6, feed_forward_proj="gated-gelu",
-                                          tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0),
-                          "seq2seq-lm", 0, "block"),
-}
-
-# Which tasks each family has a head for in transformers.
-_FAMILY_TASKS = {
-    "bert": ("sequence-classification", "masked-lm", "question-answering", "causal-lm"),
-    "roberta": ("sequence-classification", "masked-lm", "question-answering", "causal-lm"),
-    "distilbert": ("sequence-classification", "masked-lm", "question-answering"),
-    "gpt2": ("causal-lm", "sequence-classification", "question-answering"),
-    "t5": ("seq2seq-lm",),
-    "mt5": ("seq2seq-lm",),
-}
-
-
-
-def is_hf(name: str) -> bool:
-    return name.startswith(PREFIX)
+from .hf_config import (ARCHITECTURES, DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN, PREFIX, TASKS,  # noqa: F401
+                        Architecture, derived, is_hf, model_config)
 
 
 def architecture(name: str) -> Architecture:
-    key = name[len(PREFIX):] if is_hf(name) else name
-    if key not in ARCHITECTURES:
-        close = difflib.get_close_matches(key, ARCHITECTURES, n=3, cutoff=0.5)
-        hint = f"did you mean {', '.join(PREFIX + c for c in close)}?" if close else \
-            "known: " + ", ".join(PREFIX + k for k in ARCHITECTURES)
-        raise UsageError(f"unknown Hugging Face model '{name}' (built offline from tabulated sizes); {hint}")
-    return ARCHITECTURES[key]
+    return derived(name)
 
 
 def resolve_task(name: str, task: str) -> str:
@@ -98,15 +25,48 @@ def resolve_task(name: str, task: str) -> str:
     task = task or arch.default_task
     if task not in TASKS:
         raise UsageError(f"unknown task '{task}'; use one of {', '.join(TASKS)}")
-    if task not in _FAMILY_TASKS[arch.family]:
-        raise UsageError(f"{name} has no {task} head; use --task {' or '.join(_FAMILY_TASKS[arch.family])}")
+    if task not in arch.tasks:
+        raise UsageError(f"{name} has no {task} head; use --task {' or '.join(arch.tasks)}")
     return task
 
 
-def check_seq_len(name: str, seq_len: int) -> None:
+def check_seq_len(name: str, seq_len: int, flag: str = "--seq-len") -> None:
     limit = architecture(name).max_positions
     if limit and seq_len > limit:
-        raise UsageError(f"{name}: --seq-len {seq_len} exceeds its {limit} position embeddings; use {limit} or less")
+        raise UsageError(f"{name}: {flag} {seq_len} exceeds its {limit} position embeddings; use {limit} or less")
+
+
+def problem_shape(name: str, task: str, seq_len: int, decoder_seq_len: int,
+                  input_shape: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+    """(seq_len, decoder_seq_len, input_shape) of an hf: problem, defaults filled in, checked.
+    Token models: --input-shape N is the sequence length (with --seq-len, they must agree);
+    image models take the size their config was built for."""
+    arch = architecture(name)
+    input_shape = tuple(input_shape)
+    if arch.reads_images:
+        if seq_len or decoder_seq_len:
+            raise UsageError(f"{name} reads images, not tokens: drop --seq-len and --decoder-seq-len")
+        if input_shape and input_shape != arch.image_shape:
+            size = "x".join(map(str, arch.image_shape))
+            raise UsageError(f"{name} takes {size} images (image_size and num_channels in its config.json); "
+                             f"drop --input-shape/--image-size or change them in config.json")
+        return 0, 0, arch.image_shape
+    if input_shape:
+        if len(input_shape) != 1:
+            raise UsageError(f"{name} takes token ids, not {'x'.join(map(str, input_shape))} inputs: "
+                             "give --seq-len N instead of --input-shape/--image-size")
+        if seq_len and seq_len != input_shape[0]:
+            raise UsageError(f"{name}: --input-shape {input_shape[0]} and --seq-len {seq_len} disagree; "
+                             "give --seq-len only")
+        seq_len = input_shape[0]
+    seq_len = seq_len or DEFAULT_SEQ_LEN
+    check_seq_len(name, seq_len)
+    if task == "seq2seq-lm":
+        decoder_seq_len = decoder_seq_len or min(seq_len, DEFAULT_DECODER_SEQ_LEN)
+        check_seq_len(name, decoder_seq_len, "--decoder-seq-len")
+    elif decoder_seq_len:
+        raise UsageError(f"{name}: --decoder-seq-len is for --task seq2seq-lm; drop it for {task}")
+    return seq_len, decoder_seq_len, (seq_len,)
 
 
 def check_max_predictions(name: str, task: str, seq_len: int, max_predictions: int) -> None:
@@ -123,19 +83,33 @@ def check_max_predictions(name: str, task: str, seq_len: int, max_predictions: i
                          "use at most one per token")
 
 
-#: the config key of each family's dropout on the attention probabilities
-ATTENTION_DROPOUT_KEYS = {"bert": "attention_probs_dropout_prob", "roberta": "attention_probs_dropout_prob",
-                          "distilbert": "attention_dropout", "gpt2": "attn_pdrop"}
+#: the loss of sequence-classification heads: what transformers picks for integer labels
+#: anyway, said outright because DeBERTa's unset default first selects the labelled rows with
+#: `nonzero()`, a data-dependent shape that neither the meta trace nor PopTorch can follow
+SEQUENCE_CLASSIFICATION_LOSS = "single_label_classification"
+
+
+def model_settings(problem) -> list[str]:
+    """Lines of the exported snippet that set on the user's model what the estimate trained."""
+    if problem.token_inputs and problem.task == "sequence-classification":
+        return [f"model.config.problem_type = {SEQUENCE_CLASSIFICATION_LOSS!r}  # the loss PopTorch can trace"]
+    return []
+
+
+#: the config keys families name their dropout on the attention probabilities with
+#: (BERT, RoBERTa, DeBERTa, ViT; DistilBERT, BART, LLaMA, GPT-NeoX; GPT-2); T5 has none
+ATTENTION_DROPOUT_KEYS = ("attention_probs_dropout_prob", "attention_dropout", "attn_pdrop")
+
+
+def attention_dropout_key(name: str) -> str | None:
+    config = model_config(name)
+    return next((k for k in ATTENTION_DROPOUT_KEYS if isinstance(getattr(config, k, None), (int, float))), None)
 
 
 def check_attention_dropout(name: str, attention_dropout: float | None) -> None:
-    family = architecture(name).family
-    if attention_dropout is not None and family not in ATTENTION_DROPOUT_KEYS:
-        raise UsageError(f"{name}: {family} has no separate attention dropout; drop --attention-dropout")
-
-
-def attention_dropout_key(name: str) -> str:
-    return ATTENTION_DROPOUT_KEYS[architecture(name).family]
+    if attention_dropout is not None and not attention_dropout_key(name):
+        raise UsageError(f"{name}: {architecture(name).family} has no separate attention dropout; "
+                         "drop --attention-dropout")
 
 
 def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_predictions: int = 0,
@@ -146,28 +120,64 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_pre
     import torch
     import transformers
 
-    arch = architecture(name)
     task = resolve_task(name, task)
-    transformers.logging.set_verbosity_error()  # its notes about unused config keys are not the user's
-    config = transformers.AutoConfig.for_model(arch.family, **arch.sizes)
-    for key, value in arch.sizes.items():  # for_model drops some keys (tie_word_embeddings in v5)
-        setattr(config, key, value)
-    if task == "sequence-classification":
+    config = model_config(name)
+    if task in ("sequence-classification", "image-classification"):
         config.num_labels = num_labels
+    if task == "sequence-classification":
+        config.problem_type = SEQUENCE_CLASSIFICATION_LOSS
     if attention_dropout is not None:  # Graphcore pretrains BERT without it (configs_pretraining.yml)
         setattr(config, attention_dropout_key(name), attention_dropout)
     # Eager attention: the exact ops PopTorch traces, and no data-dependent mask shortcuts.
     config._attn_implementation = "eager"
     with torch.device(device):
         model = getattr(transformers, TASKS[task]).from_config(config, attn_implementation="eager")
-    if arch.family in ("t5", "mt5"):
-        # T5's encoder and decoder always share one embedding (`shared`), tied head or not.
+    if config.is_encoder_decoder:
+        # T5's and BART's encoder and decoder always share one embedding (`shared`), tied head or not.
         model.set_input_embeddings(model.get_input_embeddings())
     if max_predictions:
         from .masked_tokens import gather_before_head
 
         model = gather_before_head(model)
     return model.train()
+
+
+def _identical_stacks(model) -> list[tuple[str, int]]:
+    """(path, blocks) of each outermost ModuleList of two or more blocks of one class with weights."""
+    from torch import nn
+
+    found: list[tuple[str, int]] = []
+    for path, module in model.named_modules():
+        if not isinstance(module, nn.ModuleList) or any(path.startswith(p + ".") for p, _ in found):
+            continue
+        blocks = list(module)
+        if len(blocks) >= 2 and len({type(b) for b in blocks}) == 1 and any(True for _ in blocks[0].parameters()):
+            found.append((path, len(blocks)))
+    return found
+
+
+@lru_cache(maxsize=16)
+def layer_stacks(name: str, task: str) -> tuple[str, ...]:
+    """Module paths of the repeated layers (IPUConfig's layers_per_ipu counts them): the longest
+    list of identical blocks, or for an encoder-decoder the encoder's and the decoder's."""
+    model = build_hf_model(name, task, 2)
+    stacks = _identical_stacks(model)
+    if not model.config.is_encoder_decoder:
+        return (max(stacks, key=lambda s: s[1])[0],) if stacks else ()
+    paths = {m: p for p, m in model.named_modules()}
+    picked = []
+    for part in (model.get_encoder(), model.get_decoder()):
+        inside = [s for s in stacks if s[0].startswith(paths[part] + ".")]
+        if inside:
+            picked.append(max(inside, key=lambda s: s[1])[0])
+    return tuple(picked)
+
+
+def layer_count(name: str, task: str = "") -> int:
+    """The repeated layers' blocks, encoder and decoder together."""
+    task = resolve_task(name, task)
+    modules = dict(build_hf_model(name, task, 2).named_modules())
+    return sum(len(modules[p]) for p in layer_stacks(name, task))
 
 
 #: tasks whose head projects onto the vocabulary (the output embedding)
@@ -204,14 +214,6 @@ def padded_vocabulary(words: int, factor: int) -> int:
     (optimum/graphcore/models/gpt2/modeling_gpt2.py, PipelinedGPT2LMHeadModel.parallelize
     and forward)."""
     return -(-words // factor) * factor
-
-
-def layer_count(name: str) -> int:
-    sizes = architecture(name).sizes
-    for key in ("num_hidden_layers", "n_layer", "n_layers"):
-        if key in sizes:
-            return sizes[key]
-    return sizes["num_layers"] + sizes.get("num_decoder_layers", sizes["num_layers"])
 
 
 class jit_like_tracing:

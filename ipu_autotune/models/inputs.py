@@ -96,15 +96,19 @@ def hf_inputs(family: str, task: str, seq_len: int, max_predictions: int = 0) ->
     return (ids, mask)
 
 
-def hf_labels(task: str, batch: int, seq_len: int, device="meta", max_predictions: int = 0) -> dict[str, torch.Tensor]:
+def hf_labels(task: str, batch: int, seq_len: int, device="meta", max_predictions: int = 0,
+              decoder_seq_len: int = 0) -> dict[str, torch.Tensor]:
     """The targets each task's loss takes, as `transformers` names them (with gathered
-    masked tokens, the ids of those tokens only)."""
+    masked tokens, the ids of those tokens only). A seq2seq model's labels are the decoder's
+    tokens (it shifts them into its decoder inputs), `decoder_seq_len` of them."""
     def zeros(*shape):
         return torch.zeros(shape, dtype=torch.int64, device=device)
 
     if task == "masked-lm" and max_predictions:
         return {"labels": zeros(batch, max_predictions)}
-    if task in ("masked-lm", "causal-lm", "seq2seq-lm"):
+    if task == "seq2seq-lm":
+        return {"labels": zeros(batch, decoder_seq_len or seq_len)}
+    if task in ("masked-lm", "causal-lm"):
         return {"labels": zeros(batch, seq_len)}
     if task == "question-answering":
         return {"start_positions": zeros(batch), "end_positions": zeros(batch)}
@@ -117,17 +121,16 @@ def problem_inputs(problem) -> tuple[InputSpec, ...]:
 
     if problem.inputs:
         return tuple(parse_input(s) for s in problem.inputs)
-    if hf.is_hf(problem.model):
+    if problem.token_inputs:
         return hf_inputs(hf.architecture(problem.model).family, problem.task, problem.seq_len,
                          problem.max_predictions)
     return ()
 
 
 def sample_batch(problem, batch: int, device="meta") -> dict[str, torch.Tensor]:
-    """Keyword arguments of one forward call, labels included for `hf:` models."""
-    from . import hf
-
+    """Keyword arguments of one forward call, labels included for `hf:` text models."""
     kwargs = {s.name: s.tensor(batch, device) for s in problem_inputs(problem)}
-    if hf.is_hf(problem.model):
-        kwargs.update(hf_labels(problem.task, batch, problem.seq_len, device, problem.max_predictions))
+    if problem.token_inputs:
+        kwargs.update(hf_labels(problem.task, batch, problem.seq_len, device, problem.max_predictions,
+                                problem.decoder_seq_len))
     return kwargs

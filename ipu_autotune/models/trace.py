@@ -161,12 +161,14 @@ def _embedding_group(previous: nn.Module, module: nn.Module) -> bool:
 
 
 def trace_model(model_name: str, batch_size: int, input_shape: tuple[int, ...], num_classes: int, task: str = "",
-                seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple = ()) -> ModelProfile:
+                seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple = (),
+                decoder_seq_len: int = 0) -> ModelProfile:
     from ..problem import Problem
 
     start = time.perf_counter()
     problem = Problem(model_name, batch_size, input_shape=input_shape, num_classes=num_classes,
-                      task=task, seq_len=seq_len, inputs=inputs, **dict(hf_options))
+                      task=task, seq_len=seq_len, inputs=inputs, decoder_seq_len=decoder_seq_len,
+                      **dict(hf_options))
     model = build_model(model_name, num_classes, device="meta", task=problem.task, **dict(hf_options))
     kwargs = sample_batch(problem, batch_size) if problem.token_inputs or problem.inputs else None
     profile = trace_module(model, batch_size, problem.input_shape, num_classes, model_name, kwargs)
@@ -292,12 +294,14 @@ def _charge_parameters(model: nn.Module, units: list[Unit], owner: dict[str, int
 
 @lru_cache(maxsize=8)
 def cached_trace(model_name: str, batch_size: int, input_shape: tuple[int, ...], num_classes: int, task: str = "",
-                 seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple = ()) -> ModelProfile:
+                 seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple = (),
+                 decoder_seq_len: int = 0) -> ModelProfile:
     """One trace per problem (model, micro-batch, inputs, classes, task) per process."""
     return trace_model(model_name, batch_size, tuple(input_shape), num_classes, task, seq_len, tuple(inputs),
-                       hf_options)
+                       hf_options, decoder_seq_len)
 
 
 def profile_for(problem) -> ModelProfile:
     return cached_trace(problem.model, problem.batch_size, tuple(problem.input_shape), problem.num_classes,
-                        problem.task, problem.seq_len, tuple(problem.inputs), problem.hf_options)
+                        problem.task, problem.seq_len, tuple(problem.inputs), problem.hf_options,
+                        problem.decoder_seq_len)
