@@ -43,6 +43,8 @@ class TuneResult:
     files: dict[str, Path] = field(default_factory=dict)
     resume: str = ""
     study: Any = field(default=None, repr=False)  # the optuna.Study, for reading it further
+    #: what the last ipu_config() could not say as IPUConfig fields (FP16 weights, a fixed loss scale...)
+    ipu_config_notes: list[str] = field(default_factory=list, repr=False)
 
     @classmethod
     def from_outcome(cls, outcome) -> "TuneResult":

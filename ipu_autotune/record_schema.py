@@ -19,8 +19,10 @@ from .problem import Config
 
 #: what each field must be where its type alone does not say it
 _MEASUREMENT_CHOICES = {"source": SOURCES, "failure": FAILURE_KINDS}
-#: the per-IPU lists: the tables index one by another's positions
-_PER_IPU = ("required_bytes", "capacity_bytes", "max_tile_bytes", "breakdown")
+#: the per-IPU lists the tables index by another's positions: these two always the same length,
+_PER_IPU = ("required_bytes", "capacity_bytes")
+#: these either empty (not measured) or as long as those
+_PER_IPU_OPTIONAL = ("max_tile_bytes", "breakdown")
 #: longest stored value quoted in a reason
 _QUOTE = 60
 
@@ -71,7 +73,8 @@ def measurement_from_record(data: Any, where: str) -> Measurement:
         if key in _MEASUREMENT_CHOICES and value is not None and value not in _MEASUREMENT_CHOICES[key]:
             choices = ", ".join(repr(c) for c in _MEASUREMENT_CHOICES[key])
             raise UnreadableRecord(f"{where}: '{key}' must be one of {choices}, got {_quote(value)}")
-    lengths = {k: len(data[k]) for k in _PER_IPU if data.get(k)}
+    lengths = {k: len(data.get(k, [])) for k in _PER_IPU}
+    lengths.update({k: len(data[k]) for k in _PER_IPU_OPTIONAL if data.get(k)})
     if len(set(lengths.values())) > 1:
         raise UnreadableRecord(f"{where}: the per-IPU lists differ in length "
                                f"({', '.join(f'{k} {n}' for k, n in lengths.items())})")

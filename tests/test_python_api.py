@@ -23,6 +23,14 @@ from ipu_autotune import api, cli
 from ipu_autotune.errors import UsageError
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(in_tmp):
+    """Runs write their output folder and default storage in the working folder: a fresh one."""
+    return in_tmp
+
+
 FAST = dict(batch_size=8, input_shape=(3, 32, 32), num_classes=10, seed=3, quiet=True)
 
 
@@ -66,6 +74,7 @@ def test_an_nn_module_instance_is_tuned_and_left_as_it_was(tmp_path):
     assert "<html" in report.read_text()[:200].lower()
 
 
+@pytest.mark.slow
 def test_a_lambda_is_named_by_the_class_it_builds_and_resumes_the_instances_study(tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     first = ipu_autotune.tune(TinyNet(), trials=3, storage=url, **FAST)
@@ -164,12 +173,16 @@ def test_options_is_a_real_poptorch_options_where_poptorch_imports(tmp_path):
     assert result.ipu_config()["gradient_accumulation_steps"] == result.best_config.gradient_accumulation
 
 
-def test_ipu_config_of_an_hf_model(tmp_path):
+def test_ipu_config_of_an_hf_model_is_the_export_commands(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/s.db"
     result = ipu_autotune.tune("hf:bert-base-uncased", batch_size=2, seq_len=32, trials=2, quiet=True,
-                               storage=f"sqlite:///{tmp_path}/s.db", seed=1)
+                               storage=url, seed=1)
     config = result.ipu_config(tmp_path / "ipu_config.json")
     assert config["ipus_per_replica"] == result.best_config.ipus_per_replica
     assert json.loads((tmp_path / "ipu_config.json").read_text()) == config
+    code, out, _ = _cli(capsys, "export", "--study", result.study_name, "--storage", url, "--format", "ipu-config")
+    assert code == 0 and json.loads(out) == config
+    assert json.loads((Path(result.files["optimum"])).read_text()) == config  # what the run wrote
 
 
 @pytest.mark.slow

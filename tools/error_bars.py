@@ -127,7 +127,7 @@ def coverage_rows(checks: list[Check]) -> list[tuple[str, str, int, int]]:
 def table(pts: list[Point] | None = None) -> str:
     pts = points() if pts is None else pts
     checks = leave_one_out(pts)
-    lines = [f"| quantity | points | inside the interval (leave-one-out) | fraction |", "|---|---|---|---|"]
+    lines = ["| quantity | points | inside the interval (leave-one-out) | fraction |", "|---|---|---|---|"]
     for name, subset, inside, total in coverage_rows(checks):
         lines.append(f"| {name} | {subset} | {inside} of {total} | {inside / total:.0%} |")
     lines += ["", "| point | family | kind | estimate vs published | interval without the point | inside | tuned on |",
@@ -154,5 +154,8 @@ def constants_source(pts: list[Point] | None = None) -> str:
 
 if __name__ == "__main__":
     pts = points()
-    print(constants_source(pts) if "--constants" in sys.argv[1:] else table(pts))
-    print(f"\n({COVERAGE:.0%} intervals; {len(pts)} points)" if "--constants" not in sys.argv[1:] else "")
+    if "--constants" in sys.argv[1:]:
+        print(constants_source(pts))
+    else:
+        print(table(pts))
+        print(f"\n({COVERAGE:.0%} intervals; {len(pts)} points)")

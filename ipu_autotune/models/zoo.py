@@ -1,4 +1,5 @@
-"""Build the user's model: a torchvision classification model by name, or `package.module:factory`.
+"""Build the user's model: a torchvision classification model by name, `package.module:factory`,
+or `object:NAME`, an object given to the Python API (objects.py).
 
 No weights are ever downloaded. Tracing builds on the `meta` device (no memory used); the
 numerics check builds on the CPU with the model's real random initialisation.

@@ -135,7 +135,7 @@ def _bottlenecks(data: ReportData) -> str:
         if found:
             name, share = found
             rows.append(f"<li>{label} (trial {r.number}): <b>{_e(name)}</b>"
-                        + (f", {share:.0%} of the step" if share == share else "") + "</li>")
+                        + (_e(f", {share:.0%} of the step") if share == share else "") + "</li>")
     if not rows:
         return ("<p class='note'>The measurements do not name a bottleneck; the step time below "
                 "shows where the time goes.</p>")
