@@ -78,6 +78,12 @@ def measurement_from_record(data: Any, where: str) -> Measurement:
     if len(set(lengths.values())) > 1:
         raise UnreadableRecord(f"{where}: the per-IPU lists differ in length "
                                f"({', '.join(f'{k} {n}' for k, n in lengths.items())})")
+    # The figures a verdict divides by (Measurement.verdict, .violation).
+    if data.get("max_tile_bytes") and not data.get("tile_capacity_bytes", 0) > 0:
+        raise UnreadableRecord(f"{where}: 'tile_capacity_bytes' must be positive with 'max_tile_bytes', "
+                               f"got {_quote(data.get('tile_capacity_bytes'))}")
+    if not 0 <= data.get("headroom", 0.0) < 1:
+        raise UnreadableRecord(f"{where}: 'headroom' must be from 0 up to 1, got {_quote(data['headroom'])}")
     return Measurement.from_dict(data)
 
 
