@@ -19,9 +19,9 @@ from .problem import Config
 
 #: what each field must be where its type alone does not say it
 _MEASUREMENT_CHOICES = {"source": SOURCES, "failure": FAILURE_KINDS}
-#: the per-IPU lists the tables index by another's positions: these two always the same length,
+#: per-IPU lists the tables index by one another's positions: these always of one length, ...
 _PER_IPU = ("required_bytes", "capacity_bytes")
-#: these either empty (not measured) or as long as those
+#: ... these either as long or empty (not measured)
 _PER_IPU_OPTIONAL = ("max_tile_bytes", "breakdown")
 #: longest stored value quoted in a reason
 _QUOTE = 60
@@ -40,8 +40,6 @@ def check_record(rec: Any, number: int) -> tuple[Config, Measurement, str, float
         raise UnreadableRecord(f"{where}: its record must be a table, got {_quote(rec)}")
     try:
         config = Config.from_dict(rec["config"], f"{where} config")
-    except UnreadableRecord:
-        raise
     except UsageError as exc:
         raise UnreadableRecord(str(exc)) from None
     except (TypeError, ValueError) as exc:  # a value the parser let through that Config refuses
