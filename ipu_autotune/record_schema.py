@@ -19,9 +19,9 @@ from .problem import Config
 
 #: what each field must be where its type alone does not say it
 _MEASUREMENT_CHOICES = {"source": SOURCES, "failure": FAILURE_KINDS}
-#: the per-IPU lists the tables index by another's positions: these two always the same length,
+#: per-IPU lists the tables index by one another's positions: these always of one length, ...
 _PER_IPU = ("required_bytes", "capacity_bytes")
-#: these either empty (not measured) or as long as those
+#: ... these either as long or empty (not measured)
 _PER_IPU_OPTIONAL = ("max_tile_bytes", "breakdown")
 #: longest stored value quoted in a reason
 _QUOTE = 60
@@ -40,8 +40,6 @@ def check_record(rec: Any, number: int) -> tuple[Config, Measurement, str, float
         raise UnreadableRecord(f"{where}: its record must be a table, got {_quote(rec)}")
     try:
         config = Config.from_dict(rec["config"], f"{where} config")
-    except UnreadableRecord:
-        raise
     except UsageError as exc:
         raise UnreadableRecord(str(exc)) from None
     except (TypeError, ValueError) as exc:  # a value the parser let through that Config refuses
@@ -78,6 +76,12 @@ def measurement_from_record(data: Any, where: str) -> Measurement:
     if len(set(lengths.values())) > 1:
         raise UnreadableRecord(f"{where}: the per-IPU lists differ in length "
                                f"({', '.join(f'{k} {n}' for k, n in lengths.items())})")
+    # The figures a verdict divides by (Measurement.verdict, .violation).
+    if data.get("max_tile_bytes") and not data.get("tile_capacity_bytes", 0) > 0:
+        raise UnreadableRecord(f"{where}: 'tile_capacity_bytes' must be positive with 'max_tile_bytes', "
+                               f"got {_quote(data.get('tile_capacity_bytes'))}")
+    if not 0 <= data.get("headroom", 0.0) < 1:
+        raise UnreadableRecord(f"{where}: 'headroom' must be from 0 up to 1, got {_quote(data['headroom'])}")
     return Measurement.from_dict(data)
 
 

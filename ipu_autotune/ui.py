@@ -234,8 +234,8 @@ def measurement_table(m: Measurement, title: str = "") -> MeasurementTable:
 def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
     """`show --trial N`: everything about one trial, one fact per line."""
     m = r.measurement
-    head = Text.assemble((f"trial {r.number}", "bold"), terminal_text(f"  {r.origin}  ({r.state.lower()}, {m.source}, "
-                                                                      f"{r.seconds:.1f} s)"), "\nverdict: ", verdict_text(r))
+    about = terminal_text(f"  {r.origin}  ({r.state.lower()}, {m.source}, {r.seconds:.1f} s)")
+    head = Text.assemble((f"trial {r.number}", "bold"), about, "\nverdict: ", verdict_text(r))
     if m.throughput is not None:
         head.append(f"\nthroughput: {throughput_text(m)}" + (" (estimated)" if m.source == "estimate" else ""))
         if m.step_time_s:

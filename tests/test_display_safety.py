@@ -21,6 +21,7 @@ import re
 import sqlite3
 import subprocess
 import typing
+from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -80,14 +81,19 @@ def _text_setter(hint):
     return None
 
 
+def _field_edit(section: str, name: str, setter):
+    def edit(rec: dict, payload: str) -> None:
+        rec[section][name] = setter(rec[section].get(name), payload)
+    return edit
+
+
 def string_fields() -> dict[str, typing.Callable[[dict, str], None]]:
     fields = {}
     for section, cls in (("config", Config), ("measurement", Measurement)):
         for name, hint in typing.get_type_hints(cls).items():
             setter = _text_setter(hint)
             if setter is not None:
-                fields[f"{section}.{name}"] = (lambda s, n, f: lambda rec, p: rec[s].__setitem__(n, f(rec[s].get(n), p)))(
-                    section, name, setter)
+                fields[f"{section}.{name}"] = _field_edit(section, name, setter)
 
     def details_value(rec, p):  # the keys displays read from details (bottleneck: the pre-issue-11 form)
         rec["measurement"]["bottleneck"] = None
@@ -109,11 +115,9 @@ NEVER_SHOWN = {"measurement.details (key)"}
 def attack(src: Path, dst: Path, numbers, edit) -> None:
     """Copy the study and edit the records of trials `numbers` in the storage's table, as
     someone with write access to a shared study would (Optuna refuses to change a finished trial)."""
-    with sqlite3.connect(src) as source, sqlite3.connect(dst) as copy:
+    with closing(sqlite3.connect(src)) as source, closing(sqlite3.connect(dst)) as copy:
         source.backup(copy)  # with what the write-ahead log still holds (storage.py turns WAL on)
-    source.close()
-    copy.close()
-    with sqlite3.connect(dst) as con:
+    with closing(sqlite3.connect(dst)) as con, con:
         rows = con.execute("SELECT a.trial_id, t.number, a.value_json FROM trial_user_attributes a "
                            "JOIN trials t ON t.trial_id = a.trial_id WHERE a.key = ?", (ATTR_RECORD,)).fetchall()
         for trial_id, number, value in rows:

@@ -55,6 +55,8 @@ GOOD = stored(EstimateBackend().measure(PROBLEM, CONFIGS[1]), CONFIGS[1])
     ("measurement", "details", [], "trial 7 measurement: 'details' must be a table"),
     ("measurement", "reason", 5, "trial 7 measurement: 'reason' must be text, got 5"),
     ("measurement", "capacity_bytes", [1], "trial 7 measurement: the per-IPU lists differ in length"),
+    ("measurement", "tile_capacity_bytes", 0, "trial 7 measurement: 'tile_capacity_bytes' must be positive"),
+    ("measurement", "headroom", 1.0, "trial 7 measurement: 'headroom' must be from 0 up to 1, got 1.0"),
     ("config", "precision", "8.8", "trial 7 config: 'precision' must be one of '32.32', '16.32', '16.16'"),
     ("config", "gradient_accumulation", "8", "trial 7 config: 'gradient_accumulation' must be a whole number"),
     ("config", "splits", "layer3", "trial 7 config: 'splits' must be a list of module paths"),
