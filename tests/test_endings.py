@@ -142,7 +142,7 @@ def test_study_name_names_every_problem_field_that_differs_from_its_default():
     # Measured host costs (--data) vary run to run; hf:/factory-input fields have their own test.
     every = {f.name for f in dataclasses.fields(Problem)} - {"model", "batch_size", "host_float_sample_s",
                                                              "host_uint8_sample_s", "task", "seq_len", "inputs",
-                                                             "max_predictions", "attention_dropout"}
+                                                             "max_predictions", "attention_dropout", "trainer"}
     assert set(changed) == every, "a Problem field without a study-name case"
     names = {Problem("resnet101", 64, **{k: v}).slug for k, v in changed.items()}
     assert len(names) == len(every) and base.slug not in names
@@ -151,6 +151,9 @@ def test_study_name_names_every_problem_field_that_differs_from_its_default():
 
 def test_hf_study_names_carry_task_and_sequence_length_once():
     bert = Problem("hf:bert-base-uncased", 8, task="masked-lm", seq_len=128)
+    # a study of the optimum-graphcore target is another study (issue 24)
+    assert Problem("hf:bert-base-uncased", 8, task="masked-lm", seq_len=128, trainer="optimum").slug == \
+        bert.slug + "-optimum"
     assert bert.slug == "hf-bert-base-uncased-masked-lm-sl128-bs8-2ipu-mk2"
     gathered = Problem("hf:bert-base-uncased", 8, task="masked-lm", seq_len=128, max_predictions=20,
                        attention_dropout=0.0)
