@@ -14,6 +14,9 @@ PROBLEMS = [
     Problem("resnet101", 64, global_batch=512),
     Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd_combined"),
     Problem("resnet18", 8, ipus=8, target="mk1"),
+    # heads tied to the embedding: no split may take them off its stage when pipelined
+    Problem("hf:bert-base-uncased", 4, ipus=4, task="masked-lm", seq_len=128),
+    Problem("hf:gpt2", 4, ipus=4, task="causal-lm", seq_len=128),
 ]
 
 

@@ -190,7 +190,7 @@ class SearchSpace:
             if accumulation is not None and accumulation < min_pipeline_accumulation(problem, ipr):
                 executions = [e for e in executions if e != "pipelined"]  # too few micro-batches
             execution = s.choose("execution", executions)
-        splits = self._sample_splits(s, ipr, profile)
+        splits = self._sample_splits(s, ipr, profile, execution == "pipelined" and problem.token_inputs)
 
         precision = s.ask("precision")
         half_compute, half_weights = precision.startswith("16."), precision.endswith(".16")
@@ -271,7 +271,10 @@ class SearchSpace:
                 return s.integer("micro_batch", low, high, log=knob.log)
         return s.choose("micro_batch", options)
 
-    def _sample_splits(self, s: "_Asker", ipr: int, profile: ModelProfile) -> tuple[str, ...]:
+    def _sample_splits(self, s: "_Asker", ipr: int, profile: ModelProfile,
+                       head_stays: bool) -> tuple[str, ...]:
+        """`head_stays`: pipelined, a head tied to the embedding runs on its stage
+        (rules._tied_head_split), so no split is drawn at or after the first tied unit."""
         if ipr == 1:
             return ()
         fixed = self.knobs["splits"].values[0]
@@ -281,6 +284,8 @@ class SearchSpace:
                                  f"{ipr} IPUs per replica; fix ipus_per_replica too")
             return tuple(fixed)
         units = len(profile.units)
+        if head_stays:
+            units = next((i for i, u in enumerate(profile.units) if u.placed_with is not None), units)
         raw = [s.integer(f"split{i}_of_{ipr}", 1, units - ipr + 1) for i in range(ipr - 1)]
         return tuple(profile.units[b].path for b in partition.decode(raw))
 
