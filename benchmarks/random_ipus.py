@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for j in jobs:
             results.append(run_draw(j))
+            if args.json:  # kept after each run: a long run stopped early still reports what it did
+                args.json.write_text(json.dumps({"argv": argv, "set": args.set, "results": results}, default=str))
             print(f"  {len(results)}/{len(jobs)} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr,
                   flush=True)
     results.sort(key=lambda r: (keys.index(r["problem"]), r["draw"]))

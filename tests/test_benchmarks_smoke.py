@@ -176,3 +176,21 @@ def test_random_hidden_draws_are_fixed_and_the_sets_disjoint():
     assert all(len(d.strengths) >= MIN_MECHANISMS for d in draws)
     assert all(STRENGTH[0] <= s <= STRENGTH[1] for d in draws for s in d.strengths.values())
     assert len({tuple(sorted(d.strengths)) for d in draws}) > 20  # mechanisms differ from draw to draw
+
+
+@pytest.mark.slow
+def test_memory_calibration_quick():
+    text = run("memory_calibration.py", "--quick")
+    bins = table(text, "Calibration")
+    total = 0
+    for b in bins:
+        lo, hi = map(float, b["chance to fit"].split("-"))
+        assert lo - 1e-9 <= number(b["mean chance"]) <= hi + 1e-9
+        assert 0.0 <= number(b["observed fit rate"]) <= 1.0
+        total += int(b["candidates"])
+    rows = table(text, "Says it fits")
+    assert [r["problem"] for r in rows] == ["resnet101-mb64-64px-2ipu", "all problems"]
+    assert int(rows[0]["candidates"]) == total
+    assert 0.0 <= number(rows[0]["Brier (learnt chance)"]) <= 1.0
+    for key in ("learnt, chance >= 0.5", "shipped guide (learnt ratio, no margin)"):
+        assert re.fullmatch(r"(\d\.\d\d of \d+|-) / (\d+ of \d+|-)", rows[0][key]), rows[0][key]
