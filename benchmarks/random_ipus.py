@@ -128,7 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 draws, budget 10, short reference")
     ap.add_argument("--no-reference-cache", action="store_true", help="search the best known afresh")
     ap.add_argument("--json", type=Path, default=None, help="also write every run's raw results here")
+    ap.add_argument("--report", type=Path, default=None, metavar="JSON",
+                    help="print the tables of an earlier run's --json file (runs done so far), running nothing")
     args = ap.parse_args(argv)
+    if args.report:
+        saved = json.loads(args.report.read_text())
+        keys = list(dict.fromkeys(r["problem"] for r in saved["results"]))
+        print(f"tables of {args.report} (draw set {saved['set']}; command: python benchmarks/random_ipus.py "
+              f"{' '.join(saved['argv'])}; {len(saved['results'])} runs)\n")
+        print(report(saved["results"], saved.get("budget", 20), keys))
+        return 0
     draws = args.draws or (2 if args.quick else 20)
     budget = args.budget or (10 if args.quick else 20)
     keys = args.problems or (se.QUICK_PROBLEMS if args.quick else list(se.PROBLEMS))
@@ -151,14 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         for j in jobs:
             results.append(run_draw(j))
             if args.json:  # kept after each run: a long run stopped early still reports what it did
-                args.json.write_text(json.dumps({"argv": argv, "set": args.set, "results": results}, default=str))
+                args.json.write_text(json.dumps({"argv": argv, "set": args.set, "budget": budget, "results": results}, default=str))
             print(f"  {len(results)}/{len(jobs)} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr,
                   flush=True)
     results.sort(key=lambda r: (keys.index(r["problem"]), r["draw"]))
     print(report(results, budget, keys))
     print(f"\nwall time: {time.perf_counter() - start:.0f} s with {args.processes} process(es)")
     if args.json:
-        args.json.write_text(json.dumps({"argv": argv, "set": args.set, "results": results}, indent=1, default=str))
+        args.json.write_text(json.dumps({"argv": argv, "set": args.set, "budget": budget, "results": results}, indent=1, default=str))
         print(f"raw results: {args.json}")
     return 0
 
