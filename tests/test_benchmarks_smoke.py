@@ -137,3 +137,60 @@ def test_storage_writes_counts_both_storages():
     found = dict(re.findall(r"^\s*(sqlite|journal): .* for 3 trials = ([\d.]+) per trial$", out.stdout, re.MULTILINE))
     assert set(found) == {"sqlite", "journal"}, out.stdout
     assert all(0 < float(v) <= 4.0 for v in found.values()), found
+
+
+@pytest.mark.slow
+def test_random_ipus_quick():
+    text = run("random_ipus.py", "--quick")
+    assert re.search(r"^draw set: develop \(ids 10000-10001; develop on these\)", text, re.MULTILINE)
+    problems = table(text, "Problems and draws")
+    assert [p["problem"] for p in problems] == ["resnet101-mb64-64px-2ipu"]
+    assert problems[0]["draws"] == "2"
+    fits = int(problems[0]["draws with a fit (runs counted)"].split("/")[0])
+    rows = table(text, "Compiles")
+    assert [(r["problem"], r["strategy"]) for r in rows] == [
+        (p, s) for p in ("resnet101-mb64-64px-2ipu", "all problems") for s in ("ipu-autotune", "tpe")]
+    for r in rows:
+        within, runs = re.fullmatch(r"(\d+)/(\d+) \(\d+%\)", r["within 5% in <= 10"]).groups()
+        assert int(runs) == fits and int(within) <= fits
+        for key in ("median to 5%", "p90 to 5%", "median first fit"):
+            assert r[key] == ">10" or 1 <= number(r[key]) <= 10, (key, r[key])
+        assert 0.0 <= number(r["best@10 (median)"]) <= 1.0
+        assert r["best@20 (median)"] == "-"  # past the budget of 10
+    targets = table(text, "Targets")
+    assert all(v in ("met", "not met") for t in targets for k, v in t.items() if k != "problem")
+    stop = table(text, "Stopping rule")
+    said, runs = map(int, stop[0]["runs where it said stop"].split("/"))
+    assert runs == fits and said <= runs
+
+
+def test_random_hidden_draws_are_fixed_and_the_sets_disjoint():
+    sys.path.insert(0, str(BENCHMARKS))
+    from random_hidden import MIN_MECHANISMS, STRENGTH, draw, draw_ids
+
+    develop, report = set(draw_ids("develop", 500)), set(draw_ids("report", 500))
+    assert not develop & report
+    a, b = draw(10_003), draw(10_003)
+    assert a == b  # a draw id fixes the hidden IPU in every process
+    draws = [draw(i) for i in draw_ids("develop", 40)]
+    assert all(len(d.strengths) >= MIN_MECHANISMS for d in draws)
+    assert all(STRENGTH[0] <= s <= STRENGTH[1] for d in draws for s in d.strengths.values())
+    assert len({tuple(sorted(d.strengths)) for d in draws}) > 20  # mechanisms differ from draw to draw
+
+
+@pytest.mark.slow
+def test_memory_calibration_quick():
+    text = run("memory_calibration.py", "--quick")
+    bins = table(text, "Calibration")
+    total = 0
+    for b in bins:
+        lo, hi = map(float, b["chance to fit"].split("-"))
+        assert lo - 1e-9 <= number(b["mean chance"]) <= hi + 1e-9
+        assert 0.0 <= number(b["observed fit rate"]) <= 1.0
+        total += int(b["candidates"])
+    rows = table(text, "Says it fits")
+    assert [r["problem"] for r in rows] == ["resnet101-mb64-64px-2ipu", "all problems"]
+    assert int(rows[0]["candidates"]) == total
+    assert 0.0 <= number(rows[0]["Brier (learnt chance)"]) <= 1.0
+    for key in ("learnt, chance >= 0.5", "shipped guide (learnt ratio, no margin)"):
+        assert re.fullmatch(r"(\d\.\d\d of \d+|-) / (\d+ of \d+|-)", rows[0][key]), rows[0][key]

@@ -1,0 +1,117 @@
+"""Is the learnt chance to fit calibrated? (issue 22: of candidates given 0.8, about 80 % fit)
+
+Per (problem, random hidden IPU, random_hidden.py): the first COMPILES configs the tuner
+compiles (the baseline and the warm starts of `warmstart.proposals`, in order) are measured
+on the hidden IPU; search/memory_model.py learns tile memory from them; then every candidate
+the guide would judge next (the warm starts and their single-knob changes, every IPU layout,
+not compiled) gets a chance to fit, which is compared with whether it fits on the hidden IPU.
+The shipped guide's judgement (search/corrected.py: the estimate times the learnt ratio, no
+margin) is scored on the same candidates. Nothing here counts compiles or changes the tuner.
+
+    python benchmarks/memory_calibration.py                  # develop draws, 5 problems x 20
+    python benchmarks/memory_calibration.py --set report     # held-out draws: report only
+    python benchmarks/memory_calibration.py --quick          # CI smoke: 1 problem, 2 draws
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+import search_efficiency as se
+from common import markdown_table
+from random_hidden import DRAW_SETS, RandomHiddenIPU, draw_ids
+
+from ipu_autotune.guide import COMPILED_WARM_STARTS
+from ipu_autotune.models.trace import profile_for
+from ipu_autotune.search.corrected import CorrectedModel, layout, observe
+from ipu_autotune.search.memory_model import MemoryModel, memory_points
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.warmstart import Screen, naive_baseline, proposals
+
+#: compiles learnt from before the candidates are judged: the tuner's enqueued warm starts and
+#: the guide's first proposal
+COMPILES = COMPILED_WARM_STARTS + 1
+BINS = [(i / 10, (i + 1) / 10) for i in range(10)]
+
+
+def judge_draw(key: str, draw_id: int) -> list[tuple[float, bool, bool]]:
+    """(learnt chance to fit, the shipped guide says it fits, it fits on the hidden IPU) per candidate."""
+    problem = se.PROBLEMS[key]
+    profile, space = profile_for(problem), SearchSpace.load(problem)
+    oracle = RandomHiddenIPU(draw_id)
+    items = [p.config for p in proposals(problem, profile, space, naive_baseline(problem, profile), headroom=0.05)]
+    screen = Screen(problem, profile, space=space)
+    measured = [(c, oracle.evaluate(problem, c)) for c in items[:COMPILES] if screen(c) is not None]
+    model = MemoryModel(memory_points(screen, measured, layout))
+    shipped = CorrectedModel(screen, observe(screen, measured), 0.0)
+    compiled = {c for c, _ in measured}
+    candidates = dict.fromkeys(c for item in items for c in [item, *(x for _, x in screen.candidates(space, item))])
+    out = []
+    for c in candidates:
+        estimate = screen(c)
+        if c in compiled or estimate is None or (j := shipped.judge(c)) is None:
+            continue
+        out.append((model.chance_to_fit(layout(c), estimate), j[3] <= 1.0, oracle.evaluate(problem, c).feasible))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--set", choices=sorted(DRAW_SETS), default="develop",
+                    help="draw ids: develop (develop on these) or report (held out, report only)")
+    ap.add_argument("--draws", type=int, default=None, help="draws per problem (default 20; quick 2)")
+    ap.add_argument("--problems", nargs="+", choices=sorted(se.PROBLEMS), default=None, metavar="PROBLEM",
+                    help=f"any of: {', '.join(se.PROBLEMS)} (default all; quick {se.QUICK_PROBLEMS[0]})")
+    ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 draws")
+    args = ap.parse_args(argv)
+    draws = args.draws or (2 if args.quick else 20)
+    keys = args.problems or (se.QUICK_PROBLEMS if args.quick else list(se.PROBLEMS))
+    common.quiet_optuna()
+    common.header("Chance to fit: the learnt memory model against the hidden IPU", "memory_calibration.py", argv)
+    ids = draw_ids(args.set, draws)
+    print(f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}); {len(keys)} problem(s) x {draws} draw(s); learnt from "
+          f"the first {COMPILES} compiles of each run\n", flush=True)
+    start = time.perf_counter()
+    per = {k: [x for d in ids for x in judge_draw(k, d)] for k in keys}
+    every = [x for k in keys for x in per[k]]
+    rows = []
+    for lo, hi in BINS:
+        got = [(p, fit) for p, _, fit in every if lo <= p < hi or (hi == 1.0 and p == 1.0)]
+        if got:
+            rows.append([f"{lo:.1f}-{hi:.1f}", str(len(got)), f"{sum(p for p, _ in got) / len(got):.2f}",
+                         f"{sum(f for _, f in got) / len(got):.2f}"])
+    print("## Calibration (every problem: candidates binned by the learnt chance to fit)\n")
+    print(markdown_table(["chance to fit", "candidates", "mean chance", "observed fit rate"], rows))
+    rows = []
+    for k in [*keys, "all problems"]:
+        xs = every if k == "all problems" else per[k]
+        if not xs:
+            continue
+        fits = sum(f for _, _, f in xs)
+        brier = sum((p - f) ** 2 for p, _, f in xs) / len(xs)
+
+        def rates(says) -> str:
+            yes = [f for s, f in says if s]
+            no = [f for s, f in says if not s]
+            return (f"{sum(yes) / len(yes):.2f} of {len(yes)}" if yes else "-") + " / " + \
+                   (f"{sum(no)} of {len(no)}" if no else "-")
+
+        rows.append([k, str(len(xs)), f"{fits / len(xs):.2f}", f"{brier:.3f}",
+                     rates([(p >= 0.5, f) for p, _, f in xs]), rates([(s, f) for _, s, f in xs])])
+    print("\n## Says it fits: of the candidates it says fit, the fraction that fit / of those it rules out, "
+          "how many fit\n")
+    print(markdown_table(["problem", "candidates", "fit on the hidden IPU", "Brier (learnt chance)",
+                          "learnt, chance >= 0.5", "shipped guide (learnt ratio, no margin)"], rows, "lrrrrr"))
+    print(f"\nwall time: {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

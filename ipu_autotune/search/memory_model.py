@@ -1,0 +1,164 @@
+"""Tile memory as the compiles show it: a fixed and a proportional part, learnt with their
+uncertainty, and a chance to fit.
+
+A single multiplier (measured / estimated busiest tile) reads a fixed cost per tile that the
+estimator lacks (code, exchange buffers, sync state) as a ratio: the lightly loaded IPU of a
+pipeline shows the largest ratio, and the multiplier then puts a heavily loaded candidate far
+over memory (issue 22: BERT's first compile measured x1.18 on its busiest IPU; the multiplier
+applied x1.31 and ruled out the best config, 0.906 of a tile in truth). Here each IPU of each
+compile (fitting or not: an out-of-memory compile reports its tiles too) is a point
+
+    measured = fixed + fixed[layout] + (proportional + sum_c deviation_c x share_c) x estimated
+
+in fractions of a tile, where share_c is the estimator's share of memory category c on that
+IPU, so a category the estimator gets wrong (planner temporaries, stash) is learnt apart. A
+Bayesian linear regression with a prior for each part (PRIORS: nothing fixed, the estimate's
+proportion, no category or layout difference) gives their posterior means and covariance; the
+noise is the residual spread shrunk towards NOISE_PRIOR. A candidate's busiest tile is then a
+normal with the predictive mean and spread, and its chance to fit is the smallest of its IPUs'
+(their errors share the learnt parts, so they move together).
+
+Only the estimator's outputs (busiest tile and breakdown per IPU) and Config's layout are used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from ..backends.base import CATEGORIES, Measurement
+from ..problem import Config
+
+#: prior (mean, standard deviation) of each part, in fractions of a tile
+PRIORS = {"fixed": (0.0, 0.10), "proportional": (1.0, 0.30), "category": (0.0, 0.15), "layout": (0.0, 0.05)}
+#: measurement and model noise of one IPU's busiest tile before any residual is seen (fraction
+#: of a tile), and how many points' worth of weight that guess carries against the residuals
+NOISE_PRIOR, NOISE_PRIOR_POINTS = 0.02, 2.0
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    layout: tuple
+    estimated: float  # estimated busiest tile, fraction of a tile
+    shares: tuple[float, ...]  # per CATEGORIES, the estimator's share of the IPU's memory
+    measured: float  # measured busiest tile, fraction of a tile
+
+
+def ipu_shares(breakdown: dict[str, int] | None) -> tuple[float, ...]:
+    total = sum((breakdown or {}).values())
+    return tuple((breakdown or {}).get(c, 0) / total if total else 0.0 for c in CATEGORIES)
+
+
+def memory_points(screen, measured: Sequence, layout: Callable[[Config], tuple]) -> list[MemoryPoint]:
+    """One point per IPU of every compile that reports its tiles; `screen` gives the nominal
+    estimate of a config (warmstart.Screen), `measured` is (config, Measurement) pairs,
+    `layout` the IPU layout a fixed cost may depend on (search/corrected.py's)."""
+    out = []
+    for config, m in measured:
+        if m.source == "estimate" or m.failure not in (None, "oom") or not m.max_tile_bytes:
+            continue
+        predicted = screen(config)
+        if predicted is None or len(predicted.max_tile_bytes) != len(m.max_tile_bytes):
+            continue
+        cap = predicted.tile_capacity_bytes or m.tile_capacity_bytes
+        parts = predicted.breakdown or [None] * len(m.max_tile_bytes)
+        for got, want, breakdown in zip(m.max_tile_bytes, predicted.max_tile_bytes, parts):
+            out.append(MemoryPoint(layout(config), want / cap, ipu_shares(breakdown), got / cap))
+    return out
+
+
+def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """x with a x = b for a symmetric positive definite a (small: pure Python)."""
+    n = len(a)
+    low = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(i + 1):
+            s = a[i][j] - sum(low[i][k] * low[j][k] for k in range(j))
+            low[i][j] = math.sqrt(max(s, 1e-18)) if i == j else s / low[j][j]
+    y = [0.0] * n
+    for i in range(n):
+        y[i] = (b[i] - sum(low[i][k] * y[k] for k in range(i))) / low[i][i]
+    x = [0.0] * n
+    for i in reversed(range(n)):
+        x[i] = (y[i] - sum(low[k][i] * x[k] for k in range(i + 1, n))) / low[i][i]
+    return x
+
+
+class MemoryModel:
+    """The learnt fixed and proportional parts (see the module's docstring)."""
+
+    def __init__(self, points: list[MemoryPoint]):
+        self.points = points
+        self.layouts = sorted({p.layout for p in points}, key=repr)
+        names = ["fixed", "proportional", *(f"category {c}" for c in CATEGORIES),
+                 *(f"layout {lay}" for lay in self.layouts)]
+        priors = [PRIORS["fixed"], PRIORS["proportional"], *[PRIORS["category"]] * len(CATEGORIES),
+                  *[PRIORS["layout"]] * len(self.layouts)]
+        self.names = names
+        self.prior_mean = [m for m, _ in priors]
+        self.prior_precision = [1.0 / sd**2 for _, sd in priors]
+        self.noise = NOISE_PRIOR
+        self.mean = self._fit()
+        if points:  # the noise from the residuals (shrunk to the prior), then the fit again
+            rss = sum((p.measured - self._dot(self._x(p.layout, p.estimated, p.shares), self.mean)) ** 2
+                      for p in points)
+            self.noise = math.sqrt((NOISE_PRIOR_POINTS * NOISE_PRIOR**2 + rss) / (NOISE_PRIOR_POINTS + len(points)))
+            self.mean = self._fit()
+
+    def _x(self, lay: tuple, estimated: float, shares: tuple[float, ...]) -> list[float]:
+        return [1.0, estimated, *(estimated * s for s in shares), *(1.0 if lay == L else 0.0 for L in self.layouts)]
+
+    @staticmethod
+    def _dot(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b))
+
+    def _precision(self) -> list[list[float]]:
+        n, w = len(self.names), 1.0 / self.noise**2
+        a = [[0.0] * n for _ in range(n)]
+        for i in range(n):
+            a[i][i] = self.prior_precision[i]
+        for p in self.points:
+            x = self._x(p.layout, p.estimated, p.shares)
+            for i in range(n):
+                if x[i]:
+                    for j in range(n):
+                        a[i][j] += w * x[i] * x[j]
+        return a
+
+    def _fit(self) -> list[float]:
+        w = 1.0 / self.noise**2
+        self._a = self._precision()
+        b = [pm * pp for pm, pp in zip(self.prior_mean, self.prior_precision)]
+        for p in self.points:
+            x = self._x(p.layout, p.estimated, p.shares)
+            b = [bi + w * xi * p.measured for bi, xi in zip(b, x)]
+        return _cholesky_solve(self._a, b)
+
+    def part(self, name: str) -> tuple[float, float]:
+        """(posterior mean, standard deviation) of one part, e.g. "fixed" or "proportional"."""
+        i = self.names.index(name)
+        e = [0.0] * len(self.names)
+        e[i] = 1.0
+        return self.mean[i], math.sqrt(max(0.0, _cholesky_solve(self._a, e)[i]))
+
+    def tile(self, lay: tuple, estimated: float, shares: tuple[float, ...]) -> tuple[float, float]:
+        """(mean, standard deviation) of one IPU's busiest tile, fractions of a tile. A layout
+        no compile ran in has no layout part: its prior spread is added instead."""
+        x = self._x(lay, estimated, shares)
+        var = self._dot(x, _cholesky_solve(self._a, x)) + self.noise**2
+        if lay not in self.layouts:
+            var += PRIORS["layout"][1] ** 2
+        return self._dot(x, self.mean), math.sqrt(var)
+
+    def busiest(self, lay: tuple, estimate: Measurement) -> list[tuple[float, float]]:
+        """Per IPU of a candidate in layout `lay` (its nominal estimate), the predicted busiest tile."""
+        cap = estimate.tile_capacity_bytes
+        parts = estimate.breakdown or [None] * len(estimate.max_tile_bytes)
+        return [self.tile(lay, t / cap, ipu_shares(b)) for t, b in zip(estimate.max_tile_bytes, parts)]
+
+    def chance_to_fit(self, lay: tuple, estimate: Measurement, limit: float = 1.0) -> float:
+        """P(every IPU's busiest tile <= `limit` of a tile): the smallest per IPU."""
+        tiles = self.busiest(lay, estimate)
+        return min((NormalDist(mu, sd).cdf(limit) for mu, sd in tiles), default=0.0)
