@@ -139,10 +139,12 @@ def test_study_name_names_every_problem_field_that_differs_from_its_default():
     assert with_host.startswith(base.slug + "-host-") and " " not in with_host
     changed = {"ipus": 4, "target": "bow", "input_shape": (3, 32, 32), "global_batch": 1024, "optimizer": "sgd",
                "num_classes": 10, "dataset_size": 1_281_167, "host_memory_gb": 64.0, "max_global_batch": 4096}
-    # Measured host costs (--data) vary run to run; hf:/factory-input fields have their own test.
+    # Measured host costs (--data) vary run to run; hf:/factory-input fields have their own tests
+    # (decoder_seq_len: tests/test_hf_configs.py).
     every = {f.name for f in dataclasses.fields(Problem)} - {"model", "batch_size", "host_float_sample_s",
-                                                             "host_uint8_sample_s", "task", "seq_len", "inputs",
-                                                             "max_predictions", "attention_dropout", "trainer"}
+                                                             "host_uint8_sample_s", "host_worker_speedups", "task",
+                                                             "seq_len", "inputs", "max_predictions",
+                                                             "attention_dropout", "trainer", "decoder_seq_len"}
     assert set(changed) == every, "a Problem field without a study-name case"
     names = {Problem("resnet101", 64, **{k: v}).slug for k, v in changed.items()}
     assert len(names) == len(every) and base.slug not in names
