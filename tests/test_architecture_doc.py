@@ -25,6 +25,6 @@ def test_every_module_the_architecture_page_names_exists():
 
 
 def test_the_check_catches_a_path_that_is_not_there():
-    paths = named_paths("see `ipu_autotune/runner.py`, `ipu_autotune/commands/` and `ipu_autotune/nowhere.py`")
-    assert paths == {"ipu_autotune/runner.py", "ipu_autotune/commands", "ipu_autotune/nowhere.py"}
+    paths = named_paths("see `ipu_autotune/study/runner.py`, `ipu_autotune/commands/` and `ipu_autotune/nowhere.py`")
+    assert paths == {"ipu_autotune/study/runner.py", "ipu_autotune/commands", "ipu_autotune/nowhere.py"}
     assert [p for p in sorted(paths) if not exists(p)] == ["ipu_autotune/nowhere.py"]

@@ -22,8 +22,8 @@ from ipu_autotune.models.trace import profile_for
 from ipu_autotune.models.zoo import build_model
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.search.space import SearchSpace, builtin_space_path
-from ipu_autotune.study import _RandomAnswers
-from ipu_autotune.warmstart import naive_baseline, proposals
+from ipu_autotune.study.records import _RandomAnswers
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 SHIPPED = ("default", "cnn", "transformer")
 OPTIMIZERS = ("adamw", "sgd", "sgd_combined", "lamb")

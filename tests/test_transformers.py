@@ -87,7 +87,7 @@ def test_a_tied_head_is_a_pipeline_stage_in_the_estimate_too():
     from ipu_autotune.backends.estimate import EstimateBackend
     from ipu_autotune.backends.estimate.layout import forward_stages, stages
     from ipu_autotune.problem import Config
-    from ipu_autotune.rules import min_pipeline_accumulation, pipeline_stages
+    from ipu_autotune.rules.cross_field import min_pipeline_accumulation, pipeline_stages
 
     def stashes(p, layers):
         c = Config(precision="16.16", ipus_per_replica=4, recompute="none",

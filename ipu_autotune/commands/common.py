@@ -11,12 +11,12 @@ from rich.console import Console
 from ..args import DEFAULT_OUT
 from ..backends import resolve_backend_name
 from ..backends.base import Backend
-from ..display import terminal_text
+from ..present.display import terminal_text
 from ..errors import UsageError
 from ..models.trace import profile_for
 from ..models.zoo import check_model_name
 from ..problem import Config, Problem
-from ..storage import mask_url, open_storage
+from ..study.storage import mask_url, open_storage
 
 
 def console_for(args) -> Console:
@@ -89,7 +89,7 @@ def with_host_data(args, problem: Problem, console) -> Problem:
 def load_study(storage_url: str, name: str):
     import optuna
 
-    from ..study import stored_problem
+    from ..study.records import stored_problem
 
     storage = open_storage(storage_url)
     try:

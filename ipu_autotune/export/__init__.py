@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .. import tomlio
+from . import tomlio
 from ..backends.base import Measurement
 from ..problem import Config, Problem
 from .python import render_snippet

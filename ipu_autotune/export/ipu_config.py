@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 
 from ..models.trace import ModelProfile
-from ..optimum_target import unexpressible
+from ..rules.optimum_target import unexpressible
 from ..problem import Config, Problem
 
 #: The keys IPUConfig accepts (its __init__ takes exactly these; anything else is rejected

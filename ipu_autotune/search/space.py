@@ -20,8 +20,8 @@ from ..models import partition
 from ..models.trace import ModelProfile
 from ..host import pipeline as host
 from ..problem import Config, Problem, effective_recompute
-from ..optimum_target import serialization_factors
-from ..rules import min_pipeline_accumulation, takes_images
+from ..rules.optimum_target import serialization_factors
+from ..rules.cross_field import min_pipeline_accumulation, takes_images
 # Knob kinds and parsing, and the replay machinery, are their own modules; their names are
 # re-exported here for the modules that import them with SearchSpace.
 from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,

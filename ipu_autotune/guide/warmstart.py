@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .backends.base import Measurement
-from .backends.estimate import estimate, with_micro_batch
-from .backends.estimate.constants import NOMINAL, EstimatorConstants
-from .models import partition
-from .models.placement import stage_starts
-from .models.trace import ModelProfile, profile_for
-from .problem import Config, Problem
-from .rules import min_pipeline_accumulation, violations
-from .search.space import Choice, Range, SearchSpace, checkpoints_every
+from ..backends.base import Measurement
+from ..backends.estimate import estimate, with_micro_batch
+from ..backends.estimate.constants import NOMINAL, EstimatorConstants
+from ..models import partition
+from ..models.placement import stage_starts
+from ..models.trace import ModelProfile, profile_for
+from ..problem import Config, Problem
+from ..rules.cross_field import min_pipeline_accumulation, violations
+from ..search.space import Choice, Range, SearchSpace, checkpoints_every
 
 
 @dataclass(frozen=True)

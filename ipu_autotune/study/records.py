@@ -21,16 +21,16 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .version import __version__
-from .backends.base import Measurement
-from .errors import UsageError
-from .models.trace import ModelProfile
-from .problem import Config, Problem
+from ..version import __version__
+from ..backends.base import Measurement
+from ..errors import UsageError
+from ..models.trace import ModelProfile
+from ..problem import Config, Problem
 from .record_schema import UnreadableRecord, check_record
-from .search.names import old_names
-from .search.space import SearchSpace
-from .search.window import DEFAULT_WINDOW, WindowedTPESampler
-from .warmstart import Proposal
+from ..search.names import old_names
+from ..search.space import SearchSpace
+from ..search.window import DEFAULT_WINDOW, WindowedTPESampler
+from ..guide.warmstart import Proposal
 
 ATTR_PROBLEM = "problem"
 ATTR_VERSION = "ipu_autotune_version"

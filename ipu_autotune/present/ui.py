@@ -20,10 +20,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .backends.base import CATEGORIES, Measurement, format_bytes
+from ..backends.base import CATEGORIES, Measurement, format_bytes
 from .display import terminal_cell, terminal_text
-from .problem import Config, Problem
-from .study import TrialRecord
+from ..problem import Config, Problem
+from ..study.records import TrialRecord
 from . import trial_line as tl
 
 
@@ -282,7 +282,7 @@ def comparison(problem: Problem, baseline: TrialRecord, best: TrialRecord, estim
     suffix = " (estimated)" if estimated else ""
     table.add_row("throughput", throughput_text(baseline.measurement) + suffix,
                   Text(throughput_text(best.measurement) + suffix, style="bold green"))
-    from .host.pipeline import global_batch
+    from ..host.pipeline import global_batch
 
     for cfg_name, getter in (("global batch", lambda c: global_batch(problem, c)),
                              ("layout", lambda c: f"{c.ipus_per_replica} IPU/replica x {c.replicas}")):
