@@ -25,7 +25,7 @@ import math
 import common
 from common import compile_minutes
 
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.guide.warmstart import _alternatives, _score, naive_baseline, proposals

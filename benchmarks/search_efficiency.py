@@ -79,7 +79,7 @@ from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide, memory_correction
 from ipu_autotune.models import partition
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace

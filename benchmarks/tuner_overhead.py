@@ -31,7 +31,7 @@ from ipu_autotune.study import records as st
 from ipu_autotune.study.runner import Runner
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import EstimateBackend
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.storage import open_storage

@@ -12,7 +12,7 @@ from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.export.ipu_config import ipu_config
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.models.hf import build_hf_model
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace

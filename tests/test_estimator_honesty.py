@@ -14,7 +14,7 @@ from ipu_autotune.guide.suggestions import suggestions
 from ipu_autotune.backends.base import format_bytes
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.cli import main
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules.cross_field import EXIT_BREAKS_RECIPE, violations
 from ipu_autotune.search.space import SearchSpace

@@ -10,7 +10,7 @@ from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.guide.proposals import Guide, memory_correction
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.runner import Runner
@@ -237,7 +237,7 @@ def test_warm_starts_do_not_depend_on_string_hashing():
     import sys
 
     code = ("from ipu_autotune.problem import Problem\n"
-            "from ipu_autotune.models.trace import profile_for\n"
+            "from ipu_autotune.profiles.trace import profile_for\n"
             "from ipu_autotune.search.space import SearchSpace\n"
             "from ipu_autotune.guide.warmstart import naive_baseline, proposals\n"
             "p = Problem('resnet101', 64, (3, 64, 64), ipus=2)\n"

@@ -7,7 +7,7 @@ import pytest
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.guide.proposals import Guide
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.guide.bold import (
     BET_LOSSES,
@@ -201,7 +201,7 @@ def test_the_guides_proposals_do_not_depend_on_string_hashing():
     code = ("import sys; sys.path.insert(0, 'tests')\n"
             "import test_guide_bets as t\n"
             "from ipu_autotune.guide.proposals import Guide\n"
-            "from ipu_autotune.models.trace import profile_for\n"
+            "from ipu_autotune.profiles.trace import profile_for\n"
             "from ipu_autotune.search.space import SearchSpace\n"
             "profile = profile_for(t.PROBLEM)\n"
             "measured = t._stalled(profile)[:2]\n"

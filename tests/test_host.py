@@ -17,7 +17,7 @@ from ipu_autotune.host import measure as host_measure
 from ipu_autotune.host import pipeline as host
 from ipu_autotune.host import recipe
 from ipu_autotune.present.host_report import WORKSHOP_FINAL, lines, workshop_reference
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace

@@ -19,7 +19,7 @@ from conftest_fake_sdk import fake_env, fake_sdk
 from test_knobs_honoured import assert_same_knobs, seen_by_poptorch
 
 from ipu_autotune.backends.poptorch import child
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.guide.warmstart import naive_baseline, proposals

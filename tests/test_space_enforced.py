@@ -11,7 +11,7 @@ import json
 import pytest
 
 from ipu_autotune.cli import main
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.runner import Runner

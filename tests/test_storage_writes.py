@@ -14,7 +14,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from ipu_autotune.backends.estimate import EstimateBackend
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.study.runner import Runner
 from ipu_autotune.search.space import SearchSpace

@@ -13,7 +13,7 @@ from ..backends import resolve_backend_name
 from ..backends.base import Backend
 from ..present.display import terminal_text
 from ..errors import UsageError
-from ..models.trace import profile_for
+from ..profiles.trace import profile_for
 from ..models.zoo import check_model_name
 from ..problem import Config, Problem
 from ..study.storage import mask_url, open_storage

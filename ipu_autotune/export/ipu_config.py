@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from ..models.trace import ModelProfile
+from ..profiles.trace import ModelProfile
 from ..rules.optimum_target import unexpressible
 from ..problem import Config, Problem
 

@@ -22,7 +22,7 @@ from itertools import combinations
 
 from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
-from ..models.trace import ModelProfile
+from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from .bold import BET_LOSSES, BetModel, bet_climb, bold_choice, losing_streak, memory_error
 from .corrected import CandidatePool, CorrectedModel, CorrectedScreen, layout, observe

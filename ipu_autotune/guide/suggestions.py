@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..backends.base import Measurement, format_bytes
 from ..backends.estimate import EstimateBackend
-from ..models.trace import ModelProfile, profile_for
+from ..profiles.trace import ModelProfile, profile_for
 from ..problem import Config, Problem
 from ..rules.cross_field import recipe_violations, violations
 from ..search.replay import checkpoint_spacing

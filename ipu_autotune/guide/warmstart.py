@@ -15,8 +15,8 @@ from ..backends.base import Measurement
 from ..backends.estimate import estimate, with_micro_batch
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..models import partition
-from ..models.placement import stage_starts
-from ..models.trace import ModelProfile, profile_for
+from ..profiles.placement import stage_starts
+from ..profiles.trace import ModelProfile, profile_for
 from ..problem import Config, Problem
 from ..rules.cross_field import min_pipeline_accumulation, violations
 from ..search.space import Choice, Range, SearchSpace, checkpoints_every

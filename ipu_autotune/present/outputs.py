@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from .. import export
-from ..models.trace import profile_for
+from ..profiles.trace import profile_for
 from ..problem import Problem
 
 

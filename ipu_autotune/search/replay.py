@@ -9,8 +9,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..models import partition
-from ..models.placement import stage_starts
-from ..models.trace import ModelProfile
+from ..profiles.placement import stage_starts
+from ..profiles.trace import ModelProfile
 from ..problem import Config
 from .knobs import Choice, Knob, Range
 from .names import readable

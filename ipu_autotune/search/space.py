@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..models import partition
-from ..models.trace import ModelProfile
+from ..profiles.trace import ModelProfile
 from ..host import pipeline as host
 from ..problem import Config, Problem, effective_recompute
 from ..rules.optimum_target import serialization_factors

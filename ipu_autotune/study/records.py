@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ..version import __version__
 from ..backends.base import Measurement
 from ..errors import UsageError
-from ..models.trace import ModelProfile
+from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from .record_schema import UnreadableRecord, check_record
 from ..search.names import old_names

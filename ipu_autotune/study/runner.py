@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 from . import stop_signals
 from ..backends.base import Backend, Measurement, failed
 from .deferred_writes import flush as flush_held
-from ..models.trace import ModelProfile
+from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from ..rules.cross_field import violations
 from ..search.space import SearchSpace

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...models.placement import checkpoint_unit, stage_start
-from ...models.trace import ModelProfile
+from ...profiles.placement import checkpoint_unit, stage_start
+from ...profiles.trace import ModelProfile
 from ...problem import Config
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...models.trace import ModelProfile
+from ...profiles.trace import ModelProfile
 from ...problem import Config, Problem
 from .layout import Stage, stage_members, unit_of_path
 

@@ -22,9 +22,9 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from .forward_log import run_forward, tensor_bytes
-from .inputs import sample_batch
-from .zoo import build_model
+from ..models.forward_log import run_forward, tensor_bytes
+from ..models.inputs import sample_batch
+from ..models.zoo import build_model
 
 #: PopART's TensorLocationSettings default minElementsForReplicatedTensorSharding (PopTorch
 #: keeps it): smaller tensors are not sharded (popart willow/src/transforms/
