@@ -21,7 +21,7 @@ from ipu_autotune.guide.bold import (
     memory_error,
 )
 from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, observe, split_moves
-from ipu_autotune.search.replay import checkpoints_every
+from ipu_autotune.profiles.placement import checkpoints_every
 from ipu_autotune.search.space import SearchSpace
 
 #: far from fitting naively: the benchmark's hardest problem

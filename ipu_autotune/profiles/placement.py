@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..problem import Config
 from .trace import ModelProfile
 
 
@@ -53,3 +54,61 @@ def checkpoint_unit(profile: ModelProfile, path: str) -> int | None:
         if path == "" or unit.path.startswith(path + "."):
             last_inside = i
     return last_inside
+
+
+def unit_of_path(profile: ModelProfile, path: str) -> int:
+    """Unit index a split at `path` begins (models/placement.py). A path inside a unit, which
+    the rules refuse, rounds to the unit's start: the backend never raises on a config."""
+    idx = stage_start(profile, path)
+    if idx is None:
+        idx = profile.unit_index(path)
+    if idx is not None:
+        return idx
+    position = {p: i for i, p in enumerate(profile.module_order)}
+    q = position.get(path)
+    if q is None:
+        return 0
+    starts = [position.get(u.path, 0) for u in profile.units]
+    best = 0
+    for i, s in enumerate(starts):
+        if s <= q:
+            best = i
+    return best
+
+
+def stage_bounds(profile: ModelProfile, config: Config) -> list[tuple[int, int]]:
+    n = len(profile.units)
+    cuts = [0] + [unit_of_path(profile, s) for s in config.splits] + [n]
+    return [(cuts[k], max(cuts[k], cuts[k + 1])) for k in range(len(cuts) - 1)]
+
+
+def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int) -> tuple[str, ...]:
+    """Checkpoint the output of every `every`-th unit inside each stage (not a stage's last)."""
+    if every <= 0:
+        return ()
+    # Splits the rules refuse (inside a unit) cannot bound a stage: checkpoint as if unsplit.
+    bounds = [0, *(stage_starts(profile, splits) or ()), len(profile.units)]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        for i in range(lo + every - 1, hi - 1, every):
+            out.append(profile.units[i].path)
+    return tuple(out)
+
+
+def is_layer(path: str) -> bool:
+    """A repeated transformer layer ("bert.encoder.layer.3", "transformer.h.11"): what
+    IPUConfig's layers_per_ipu counts and recompute_checkpoint_every_layer checkpoints."""
+    return path.rsplit(".", 1)[-1].isdigit()
+
+
+def optimum_checkpoints(profile: ModelProfile, splits: tuple[str, ...]) -> tuple[str, ...]:
+    """`recompute_checkpoint_every_layer = true` as optimum-graphcore's parallelize() applies it,
+    less what changes nothing (a checkpoint on a stage's last unit, whose output is stashed
+    anyway): layers only, and not the model's last layer for heads it does not tie to the
+    embedding (optimum/graphcore/models/bert/modeling_bert.py, BertPipelineMixin.parallelize:
+    `index != num_hidden_layers - 1`; PipelinedBertForMaskedLM and PipelinedGPT2LMHeadModel,
+    whose heads are tied, checkpoint every layer)."""
+    layers = [u.path for u in profile.units if is_layer(u.path)]
+    tied = any(u.placed_with is not None for u in profile.units)
+    skip = set() if tied or not layers else {layers[-1]}
+    return tuple(p for p in checkpoints_every(profile, splits, 1) if is_layer(p) and p not in skip)

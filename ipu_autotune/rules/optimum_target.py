@@ -92,7 +92,7 @@ def trainer_precision(config: Config) -> bool:
 def unexpressible(problem: Problem, config: Config) -> list[str]:
     """Why IPUTrainer + IPUConfig would not train `config` as it was estimated (empty: it would)."""
     from ..profiles.trace import profile_for
-    from ..search.replay import is_layer, optimum_checkpoints
+    from ..profiles.placement import is_layer, optimum_checkpoints
 
     c = config
     out = []

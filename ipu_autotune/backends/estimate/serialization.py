@@ -14,7 +14,8 @@ from dataclasses import replace
 
 from ...profiles.trace import ModelProfile
 from ...problem import Config, Problem
-from .layout import Stage, stage_members, unit_of_path
+from ...profiles.placement import unit_of_path
+from .layout import Stage, stage_members
 
 
 def serialize_projection(problem: Problem, config: Config, profile: ModelProfile,
