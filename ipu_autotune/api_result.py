@@ -15,6 +15,7 @@ from .present import ui
 from .backends.base import Measurement
 from .errors import UsageError
 from .problem import Config, Problem
+from .guide.warmstart import is_baseline
 from .study.records import TrialRecord
 
 _PRE = '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;font-family:Menlo,Consolas,monospace">{code}</pre>'
@@ -51,7 +52,7 @@ class TuneResult:
         from .study.records import best_record, records
 
         recs = records(outcome.study)
-        base = next((r for r in recs if r.origin.startswith("baseline")), None)
+        base = next((r for r in recs if is_baseline(r.origin)), None)
         return cls(outcome.study_name, outcome.problem, outcome.backend, recs, best_record(outcome.study), base,
                    outcome.interrupted, dict(outcome.files), outcome.resume, outcome.study)
 

@@ -16,6 +16,7 @@ from ..errors import UsageError
 from ..profiles.trace import profile_for
 from ..models.zoo import check_model_name
 from ..problem import Config, Problem
+from ..guide.warmstart import is_baseline
 from ..study.storage import mask_url, open_storage
 
 
@@ -121,4 +122,4 @@ def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:
 
 def baseline_of(records):
     """The study's baseline trial, if it has one."""
-    return next((r for r in records if r.origin.startswith("baseline")), None)
+    return next((r for r in records if is_baseline(r.origin)), None)

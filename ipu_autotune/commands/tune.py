@@ -19,6 +19,7 @@ from ..present.display import terminal_text
 from ..errors import UsageError
 from ..models.objects import is_object
 from ..guide.nofit import EXIT_NOTHING_FITS, lacks
+from ..guide.warmstart import is_baseline
 from ..present.outputs import record_json, write_outputs
 from ..study.runner import Runner
 from ..problem import Config, Problem, load_config_file
@@ -198,7 +199,7 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
         guide.propose([(r.config, r.measurement) for r in records], {r.config for r in records})
     best = st.best_record(study, skip_unreadable=True)
     closest = None if best else st.closest_record(records)
-    base = next((r for r in records if r.origin.startswith("baseline")), records[0] if records else None)
+    base = next((r for r in records if is_baseline(r.origin)), records[0] if records else None)
     base_gb = host_pipeline.global_batch(problem, base.config) if base is not None else None
     try:
         files = write_outputs(out_dir, problem, study_name, records, best,

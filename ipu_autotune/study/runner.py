@@ -32,7 +32,7 @@ from ..rules.cross_field import violations
 from ..search.space import SearchSpace
 from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
 from .records import ATTR_HEARTBEAT, ATTR_RECORD, TrialRecord, enqueue, records
-from ..guide.warmstart import Proposal
+from ..guide.warmstart import Proposal, is_baseline
 
 if TYPE_CHECKING:
     from ..guide.proposals import Guide
@@ -123,7 +123,7 @@ class Runner:
         out = self.space.outside(self.problem, self.profile, config)
         if not out:
             return config, origin
-        if origin.startswith("baseline"):
+        if is_baseline(origin):
             return config, origin if "outside" in origin else f"{origin} (outside your space: {', '.join(out)})"
         moved = self.space.project(self.problem, self.profile, config)
         if self.space.outside(self.problem, self.profile, moved):
