@@ -77,11 +77,6 @@ class ModelProfile:
     trace_seconds: float
 
     @property
-    def split_candidates(self) -> list[str]:
-        """Module paths where stage 2, 3, ... may begin, in execution order."""
-        return [u.path for u in self.units[1:]]
-
-    @property
     def params(self) -> int:
         return sum(u.params for u in self.units)
 

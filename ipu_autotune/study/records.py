@@ -1,7 +1,7 @@
 """The study: creation and resume in a storage, warm starts, and its trials as records.
 The ask/measure/tell loop that runs its trials is `runner.py`.
 
-Scoring (DESIGN.md): each trial sets a graded memory constraint (how far over the busiest
+Scoring: each trial sets a graded memory constraint (how far over the busiest
 tile's capacity, as a fraction) and reports throughput as its value, so Optuna's
 constrained TPE learns how far from feasible a candidate is, and `study.best_trial` is
 always a configuration that fits. An OOM is a completed, infeasible trial; a crash,
