@@ -2,7 +2,7 @@
 
 Per (problem, random hidden IPU, random_hidden.py): the first COMPILES configs the tuner
 compiles (the baseline and the warm starts of `warmstart.proposals`, in order) are measured
-on the hidden IPU; search/memory_model.py learns tile memory from them; then every candidate
+on the hidden IPU; guide/memory_model.py learns tile memory from them; then every candidate
 the guide would judge next (the warm starts and their single-knob changes, every IPU layout,
 not compiled) gets a chance to fit, which is compared with whether it fits on the hidden IPU.
 The shipped guide's judgement (search/corrected.py: the estimate times the learnt ratio, no
@@ -27,12 +27,12 @@ import search_efficiency as se
 from common import markdown_table
 from random_hidden import DRAW_SETS, RandomHiddenIPU, draw_ids
 
-from ipu_autotune.guide import COMPILED_WARM_STARTS
-from ipu_autotune.models.trace import profile_for
-from ipu_autotune.search.corrected import CorrectedModel, layout, observe
-from ipu_autotune.search.memory_model import MemoryModel, memory_points
+from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.guide.corrected import CorrectedModel, layout, observe
+from ipu_autotune.guide.memory_model import MemoryModel, memory_points
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.warmstart import Screen, naive_baseline, proposals
+from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
 
 #: compiles learnt from before the candidates are judged: the tuner's enqueued warm starts and
 #: the guide's first proposal

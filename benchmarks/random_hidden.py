@@ -23,7 +23,7 @@ from common import HiddenIPU, hidden_constants, seeded_random
 from ipu_autotune.backends.base import Measurement
 from ipu_autotune.backends.estimate import estimate, with_micro_batch
 from ipu_autotune.host import pipeline as host
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 
 #: draw ids per set: develop on one, report on the other (disjoint ranges, never mixed)

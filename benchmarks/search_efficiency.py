@@ -72,21 +72,21 @@ from common import (
     quantile,
 )
 
-from ipu_autotune import study as st
-from ipu_autotune.runner import Runner
+from ipu_autotune.study import records as st
+from ipu_autotune.study.runner import Runner
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
-from ipu_autotune.guide import COMPILED_WARM_STARTS, Guide, memory_correction
+from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide, memory_correction
 from ipu_autotune.models import partition
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules import violations
+from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.storage import open_storage
+from ipu_autotune.study.storage import open_storage
 from simulated_workers import run_workers
 
-from ipu_autotune.warmstart import (
+from ipu_autotune.guide.warmstart import (
     Proposal,
     Screen,
     _alternatives,
@@ -226,7 +226,7 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
 @contextlib.contextmanager
 def _pair_climb(on: bool):
     """What-if: `proposals` climbs with `polish` instead of warmstart.climb (the guide keeps its own)."""
-    import ipu_autotune.warmstart as ws
+    import ipu_autotune.guide.warmstart as ws
 
     shipped = ws.climb
     if on:

@@ -13,7 +13,7 @@ import heapq
 
 from common import compile_minutes
 
-from ipu_autotune.rules import violations
+from ipu_autotune.rules.cross_field import violations
 
 
 def run_workers(runner, oracle, budget: int, max_trials: int, workers: int) -> dict:

@@ -69,7 +69,7 @@ def run(kind: str, trials: int, folder: Path, counter: Counter) -> tuple[int, in
     before = counter.counts[key]
     if status not in (0, 3) or cli([*args, "--trials", str(trials)]) != 0:
         raise SystemExit("the tune command failed (its error is above)")
-    from ipu_autotune.storage import open_storage
+    from ipu_autotune.study.storage import open_storage
 
     done = len(optuna.load_study(study_name=STUDY, storage=open_storage(url))
                .get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL))) - 1

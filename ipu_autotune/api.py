@@ -73,7 +73,7 @@ def model_string(model: Any, name: str | None = None) -> str:
             raise UsageError("name= is for a model object; a model string names itself")
         return model
     from .models import objects
-    from .models.trace import cached_trace
+    from .profiles.trace import cached_trace
 
     string = objects.register(model, name)
     cached_trace.cache_clear()  # the name may now stand for a changed model: trace it anew

@@ -11,11 +11,12 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 
-from . import ui
+from .present import ui
 from .backends.base import Measurement
 from .errors import UsageError
 from .problem import Config, Problem
-from .study import TrialRecord
+from .guide.warmstart import is_baseline
+from .study.records import TrialRecord
 
 _PRE = '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;font-family:Menlo,Consolas,monospace">{code}</pre>'
 
@@ -48,10 +49,10 @@ class TuneResult:
 
     @classmethod
     def from_outcome(cls, outcome) -> "TuneResult":
-        from .study import best_record, records
+        from .study.records import best_record, records
 
         recs = records(outcome.study)
-        base = next((r for r in recs if r.origin.startswith("baseline")), None)
+        base = next((r for r in recs if is_baseline(r.origin)), None)
         return cls(outcome.study_name, outcome.problem, outcome.backend, recs, best_record(outcome.study), base,
                    outcome.interrupted, dict(outcome.files), outcome.resume, outcome.study)
 
@@ -115,7 +116,7 @@ class TuneResult:
         """The CLI's summary table: baseline against best with memory bars, or the closest trial."""
         if self.best is not None and self.baseline is not None:
             return ui.comparison(self.problem, self.baseline, self.best, self.estimated)
-        from .study import closest_record
+        from .study.records import closest_record
 
         closest = self.best or closest_record(self.records)
         if closest is None:
@@ -124,7 +125,7 @@ class TuneResult:
                                                          f"{closest.measurement.verdict()}")
 
     def _repr_html_(self) -> str:
-        from .tune_summary import result_line
+        from .present.tune_summary import result_line
 
         head = result_line(self.best, self.baseline, self.study_name)
         if self.interrupted:
@@ -133,7 +134,7 @@ class TuneResult:
         return html(ui.Text(head, style="bold"), self.summary(), *(ui.Text("  " + line) for line in lines))
 
     def __repr__(self) -> str:
-        from .tune_summary import result_line
+        from .present.tune_summary import result_line
 
         return f"<TuneResult {result_line(self.best, self.baseline, self.study_name)}>"
 

@@ -149,7 +149,7 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
         raise UsageError("name a model (e.g. resnet50) or give --config with a [problem] table")
     if "batch_size" not in values:
         raise UsageError("give --batch-size (the micro-batch per replica)")
-    from .rules import check_problem
+    from .rules.cross_field import check_problem
 
     problem = Problem.from_dict(values, "problem")
     check_problem(problem)
@@ -157,7 +157,7 @@ def problem_from_args(args, base: Problem | None = None) -> Problem:
 
 
 def resume_command(problem: Problem, storage: str, study: str) -> str:
-    from .storage import mask_url
+    from .study.storage import mask_url
 
     parts = ["ipu-autotune", problem.model, "--batch-size", str(problem.batch_size)]
     defaults = Problem(problem.model, problem.batch_size)

@@ -18,7 +18,7 @@ from rich.markup import escape
 from .version import __version__
 from .args import (DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE, DEFAULT_TRIALS, add_data_arg,
                    add_problem_args, positive)
-from .display import terminal_text
+from .present.display import terminal_text
 from .errors import UsageError
 
 SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report")

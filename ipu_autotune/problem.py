@@ -1,8 +1,8 @@
 """Problem (what is trained, fixed for a study) and Config (one IPU configuration).
 
 Both are frozen dataclasses of plain values, with a dict form that is the public TOML/JSON
-contract of DESIGN.md. Parsing checks types and names here; the cross-field rules live in
-`rules.py`; reading and checking the files' values is `parsing.py`.
+contract (README, config files). Parsing checks types and names here; the cross-field rules
+live in `rules/cross_field.py`; reading and checking the files' values is `parsing.py`.
 """
 
 from __future__ import annotations
@@ -289,11 +289,6 @@ class Config:
     def effective_recompute(self) -> str:
         """What PopTorch will do: 'default' is Pipeline on a multi-IPU pipeline, else none."""
         return effective_recompute(self.recompute, self.pipelined)
-
-    @property
-    def samples_per_step(self) -> int:
-        """Samples per weight update for a micro-batch of one (multiply by the micro-batch)."""
-        return self.gradient_accumulation * self.replicas
 
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)

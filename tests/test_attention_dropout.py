@@ -9,7 +9,7 @@ import torch
 from ipu_autotune.errors import UsageError
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.models.hf import build_hf_model
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 
 from test_transformers import cli

@@ -230,9 +230,9 @@ def test_read_commands_on_an_unreachable_postgres_hide_the_password(capsys, in_t
 # --- resuming ----------------------------------------------------------------------------------------
 
 def test_resuming_with_a_different_problem(capsys, db):
-    from ipu_autotune import study as st
+    from ipu_autotune.study import records as st
     from ipu_autotune.problem import Problem
-    from ipu_autotune.storage import open_storage
+    from ipu_autotune.study.storage import open_storage
 
     problem = Problem("resnet18", 8)
     st.open_study(open_storage(f"sqlite:///{db}"), problem.slug, problem, 0, lambda study: None)
@@ -256,9 +256,9 @@ def test_a_study_name_used_by_another_tool(capsys, db):
 
 
 def test_export_of_a_missing_study_lists_the_ones_there(capsys, db):
-    from ipu_autotune import study as st
+    from ipu_autotune.study import records as st
     from ipu_autotune.problem import Problem
-    from ipu_autotune.storage import open_storage
+    from ipu_autotune.study.storage import open_storage
 
     problem = Problem("resnet18", 8)
     st.open_study(open_storage(f"sqlite:///{db}"), "mine", problem, 0, lambda study: None)

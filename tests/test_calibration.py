@@ -9,8 +9,8 @@ import pytest
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules import violations
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.rules.cross_field import violations
+from ipu_autotune.profiles.trace import profile_for
 
 POINTS = tomllib.loads((Path(__file__).parent / "calibration" / "points.toml").read_text())["point"]
 backend = EstimateBackend()

@@ -29,12 +29,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from rich.console import Console, Group
 
-from ipu_autotune import ui
+from ipu_autotune.present import ui
 from ipu_autotune.backends.base import Measurement, failed
 from ipu_autotune.cli import main
-from ipu_autotune.display import html_text
+from ipu_autotune.present.display import html_text
 from ipu_autotune.problem import Config
-from ipu_autotune.study import ATTR_RECORD, read_records, trial_attrs
+from ipu_autotune.study.records import ATTR_RECORD, read_records, trial_attrs
 from test_report import _chromium
 
 pytestmark = pytest.mark.slow

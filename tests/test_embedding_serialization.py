@@ -12,11 +12,11 @@ from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.export.ipu_config import ipu_config
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.models.hf import build_hf_model
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules import violations
+from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study import _RandomAnswers
+from ipu_autotune.study.records import _RandomAnswers
 
 BERT_MLM = Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=128)
 T5 = Problem("hf:t5-small", 2, task="seq2seq-lm", seq_len=128)

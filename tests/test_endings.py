@@ -15,13 +15,13 @@ import optuna
 import pytest
 from rich.console import Console
 
-from ipu_autotune import trial_line as tl
+from ipu_autotune.present import trial_line as tl
 from ipu_autotune.backends.base import Measurement
-from ipu_autotune.tune_summary import resume_point as _resume_point
+from ipu_autotune.present.tune_summary import resume_point as _resume_point
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.study import TrialRecord
-from ipu_autotune.ui import TrialTable, TuneView
+from ipu_autotune.study.records import TrialRecord
+from ipu_autotune.present.ui import TrialTable, TuneView
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -200,7 +200,7 @@ def test_one_ipu_export_sets_no_execution_strategy():
 
 
 def test_one_ipu_summary_does_not_report_an_execution_change():
-    from ipu_autotune.ui import changes
+    from ipu_autotune.present.ui import changes
 
     lines = changes(Config(), Config(execution="sharded", io_tiles=64))
     assert not any(line.startswith("execution") for line in lines)
@@ -208,9 +208,9 @@ def test_one_ipu_summary_does_not_report_an_execution_change():
 
 
 def test_no_fix_warm_start_when_the_baseline_already_fits():
-    from ipu_autotune.models.trace import profile_for
+    from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
-    from ipu_autotune.warmstart import naive_baseline, proposals
+    from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
     problem = Problem("resnet18", 16)
     profile = profile_for(problem)
@@ -242,7 +242,7 @@ def test_summary_memory_figures_agree_with_estimate():
     import re as _re
 
     from ipu_autotune.backends.estimate import EstimateBackend
-    from ipu_autotune.ui import comparison, compact_bytes, measurement_table
+    from ipu_autotune.present.ui import comparison, compact_bytes, measurement_table
 
     problem = Problem("resnet18", 16)
     config = Config(ipus_per_replica=2, splits=("layer3.0",), gradient_accumulation=3)

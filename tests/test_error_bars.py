@@ -94,8 +94,8 @@ def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool):
 
 def _baseline() -> Config:
     """The default run's baseline (FP32, split by block count): 108% of a tile on IPU0."""
-    from ipu_autotune.models.trace import profile_for
-    from ipu_autotune.warmstart import naive_baseline
+    from ipu_autotune.profiles.trace import profile_for
+    from ipu_autotune.guide.warmstart import naive_baseline
 
     return naive_baseline(WORKSHOP, profile_for(WORKSHOP))
 

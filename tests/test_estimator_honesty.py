@@ -10,13 +10,13 @@ import re
 import optuna
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ipu_autotune.advice import suggestions
+from ipu_autotune.guide.suggestions import suggestions
 from ipu_autotune.backends.base import format_bytes
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.cli import main
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules import EXIT_BREAKS_RECIPE, violations
+from ipu_autotune.rules.cross_field import EXIT_BREAKS_RECIPE, violations
 from ipu_autotune.search.space import SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

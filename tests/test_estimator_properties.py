@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
-from ipu_autotune.rules import violations
+from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -18,7 +18,7 @@ from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.poptorch import child
 from ipu_autotune.backends.poptorch.profile import find_profile, read_profile
 from ipu_autotune.export.python import render_snippet
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.models.zoo import build_model
 from ipu_autotune.problem import Config, Problem
 

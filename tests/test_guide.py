@@ -9,13 +9,13 @@ import pytest
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
-from ipu_autotune.guide import Guide, memory_correction
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.guide.proposals import Guide, memory_correction
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.runner import Runner
-from ipu_autotune.study import create_sampler, enqueue, records
-from ipu_autotune.warmstart import naive_baseline, proposals
+from ipu_autotune.study.runner import Runner
+from ipu_autotune.study.records import create_sampler, enqueue, records
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd")
 HIDDEN = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * 1.25)  # the "real" IPU needs 25% more
@@ -63,8 +63,8 @@ def test_guided_trials_fit_on_the_hidden_ipu():
 def test_the_guides_climb_sees_the_corrected_model():
     """The climb walks CorrectedScreen: its answers must be the corrected ones, not the nominal
     estimate (a misplaced method once left the climb on the uncorrected model)."""
-    from ipu_autotune.search.corrected import CorrectedModel, CorrectedScreen, observe
-    from ipu_autotune.warmstart import Screen
+    from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, observe
+    from ipu_autotune.guide.warmstart import Screen
 
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
@@ -87,7 +87,7 @@ def _compiled(throughput, oom=False):
 
 
 def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain():
-    from ipu_autotune.guide import compiles_since_best
+    from ipu_autotune.guide.proposals import compiles_since_best
 
     config = naive_baseline(PROBLEM, profile_for(PROBLEM))
     runs = [_compiled(100.0), _compiled(100.5), _compiled(0, oom=True), _compiled(102.0), _compiled(101.0)]
@@ -101,7 +101,7 @@ def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain():
 def test_the_stopping_rule_waits_for_compiles_that_confirm_it():
     """The model alone said "stop" at compile 3-5, often before the tuner was within 5 %:
     the rule now also needs STOP_PATIENCE compiles in a row that did not beat the best."""
-    from ipu_autotune.guide import STOP_PATIENCE, compiles_since_best
+    from ipu_autotune.guide.proposals import STOP_PATIENCE, compiles_since_best
 
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
@@ -125,8 +125,8 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it():
 def test_a_layouts_compiles_set_its_prior():
     """The estimator's errors differ most between IPU layouts: a candidate far (in other knobs)
     from every compile still takes its own layout's error, not the mean over all layouts."""
-    from ipu_autotune.search.corrected import CorrectedModel, Observation, layout
-    from ipu_autotune.warmstart import Screen
+    from ipu_autotune.guide.corrected import CorrectedModel, Observation, layout
+    from ipu_autotune.guide.warmstart import Screen
 
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
@@ -161,10 +161,10 @@ def test_the_first_round_of_parallel_workers_covers_the_ipu_layouts_before_raisi
     is the estimator's close second to the safest warm start's 2x2 and often the best."""
     from collections import Counter
 
-    from ipu_autotune.guide import HEDGE
+    from ipu_autotune.guide.proposals import HEDGE
     from ipu_autotune.problem import Config
-    from ipu_autotune.search.corrected import layout
-    from ipu_autotune.warmstart import Screen
+    from ipu_autotune.guide.corrected import layout
+    from ipu_autotune.guide.warmstart import Screen
 
     problem = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="adamw")
     profile = profile_for(problem)
@@ -200,8 +200,8 @@ def test_the_first_round_bets_nearer_the_edge_on_a_fast_layout_rather_than_on_a_
     rule took the 4-IPU pipeline at a 35 % margin)."""
     from ipu_autotune.args import problem_from_args
     from ipu_autotune.cli import build_parser
-    from ipu_autotune.guide import DOMINATED
-    from ipu_autotune.warmstart import Screen
+    from ipu_autotune.guide.proposals import DOMINATED
+    from ipu_autotune.guide.warmstart import Screen
 
     problem = problem_from_args(build_parser().parse_args(
         ["tune", "hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4"]))
@@ -237,9 +237,9 @@ def test_warm_starts_do_not_depend_on_string_hashing():
     import sys
 
     code = ("from ipu_autotune.problem import Problem\n"
-            "from ipu_autotune.models.trace import profile_for\n"
+            "from ipu_autotune.profiles.trace import profile_for\n"
             "from ipu_autotune.search.space import SearchSpace\n"
-            "from ipu_autotune.warmstart import naive_baseline, proposals\n"
+            "from ipu_autotune.guide.warmstart import naive_baseline, proposals\n"
             "p = Problem('resnet101', 64, (3, 64, 64), ipus=2)\n"
             "f = profile_for(p)\n"
             "for w in proposals(p, f, SearchSpace.load(p), naive_baseline(p, f), headroom=0.05):\n"

@@ -6,10 +6,10 @@ import math
 import pytest
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.guide import Guide
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.guide.proposals import Guide
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.search.bold import (
+from ipu_autotune.guide.bold import (
     BET_LOSSES,
     BOLD_GAIN,
     MEMORY_ERROR_CAP,
@@ -20,8 +20,8 @@ from ipu_autotune.search.bold import (
     losing_streak,
     memory_error,
 )
-from ipu_autotune.search.corrected import CorrectedModel, CorrectedScreen, observe, split_moves
-from ipu_autotune.search.replay import checkpoints_every
+from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, observe, split_moves
+from ipu_autotune.profiles.placement import checkpoints_every
 from ipu_autotune.search.space import SearchSpace
 
 #: far from fitting naively: the benchmark's hardest problem
@@ -200,8 +200,8 @@ def test_the_guides_proposals_do_not_depend_on_string_hashing():
 
     code = ("import sys; sys.path.insert(0, 'tests')\n"
             "import test_guide_bets as t\n"
-            "from ipu_autotune.guide import Guide\n"
-            "from ipu_autotune.models.trace import profile_for\n"
+            "from ipu_autotune.guide.proposals import Guide\n"
+            "from ipu_autotune.profiles.trace import profile_for\n"
             "from ipu_autotune.search.space import SearchSpace\n"
             "profile = profile_for(t.PROBLEM)\n"
             "measured = t._stalled(profile)[:2]\n"

@@ -18,7 +18,7 @@ from ipu_autotune.cli import main
 from ipu_autotune.errors import UsageError
 from ipu_autotune.export.ipu_config import IPU_CONFIG_FIELDS
 from ipu_autotune.models.hf import build_hf_model, layer_count, layer_stacks
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem, load_config_file
 
 HIDDEN, LAYERS, HEADS, FFN, VOCAB = 256, 4, 4, 1024, 8000

@@ -16,10 +16,10 @@ from ipu_autotune.export.python import render_snippet
 from ipu_autotune.host import measure as host_measure
 from ipu_autotune.host import pipeline as host
 from ipu_autotune.host import recipe
-from ipu_autotune.host.report import WORKSHOP_FINAL, lines, workshop_reference
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.present.host_report import WORKSHOP_FINAL, lines, workshop_reference
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules import violations
+from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 
 WORKSHOP = Problem("resnet101", 64)
@@ -227,7 +227,7 @@ def test_fake_sdk_sees_the_loader_the_config_names(config):
 # --- the summary -----------------------------------------------------------------------------------
 
 def test_summary_names_both_bottlenecks_and_the_rate():
-    from ipu_autotune.study import TrialRecord
+    from ipu_autotune.study.records import TrialRecord
 
     reference = workshop_reference(WORKSHOP)
     assert reference is not None and reference.bottleneck == "host input"

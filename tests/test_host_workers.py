@@ -17,9 +17,9 @@ from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.errors import UsageError
 from ipu_autotune.host import pipeline as host
 from ipu_autotune.host import workers
-from ipu_autotune.host.report import WORKSHOP_FINAL, lines
+from ipu_autotune.present.host_report import WORKSHOP_FINAL, lines
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.study import TrialRecord
+from ipu_autotune.study.records import TrialRecord
 
 WORKSHOP = Problem("resnet101", 64, input_shape=(3, 64, 64), optimizer="adamw", ipus=2)
 

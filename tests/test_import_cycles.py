@@ -164,3 +164,42 @@ def test_the_walk_finds_cycles_through_lazy_and_relative_imports(tmp_path):
     graph = import_graph(module_files(pkg, "pkg"))
     assert graph["pkg.f"] == {"pkg.a", "pkg.sub.b"}
     assert find_cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"]]
+
+
+def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The import graph between the package's top-level units: each subpackage is one node
+    (`pkg.search.space` counts as `pkg.search`), each module at the root is its own."""
+    def unit(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if len(parts) > 1 and f"{package}.{parts[1]}" in graph else module
+
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        units.setdefault(unit(module), set()).update(unit(t) for t in targets)
+    return {u: targets - {u} for u, targets in units.items()}
+
+
+def test_no_import_cycle_between_packages():
+    """A file-level walk misses `a/x.py -> b/y.py -> a/z.py`: the folders would no longer be
+    layers, though no file imports itself back."""
+    graph = package_graph(import_graph(module_files(PACKAGE_DIR, "ipu_autotune")), "ipu_autotune")
+    assert {"ipu_autotune.search", "ipu_autotune.guide", "ipu_autotune.cli"} <= set(graph)
+    cycles = find_cycles(graph)
+    assert not cycles, "cycles between packages: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_a_cycle_between_packages_is_found_though_no_file_cycle_is(tmp_path):
+    pkg = tmp_path / "pkg"
+    for sub in ("a", "b"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "x.py").write_text("from ..b import y\n")
+    (pkg / "b" / "y.py").write_text("def f():\n    from ..a.z import g\n")
+    (pkg / "a" / "z.py").write_text("")
+    (pkg / "top.py").write_text("from .a import x\n")
+    files = import_graph(module_files(pkg, "pkg"))
+    assert find_cycles(files) == []
+    graph = package_graph(files, "pkg")
+    assert graph["pkg.top"] == {"pkg.a"}
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]

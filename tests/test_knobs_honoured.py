@@ -18,12 +18,12 @@ from conftest_fake_sdk import SMALL_CNN, fake_sdk
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.poptorch import child
 from ipu_autotune.export.python import render_snippet
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.models.zoo import build_model
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.search.space import SearchSpace, builtin_space_path
-from ipu_autotune.study import _RandomAnswers
-from ipu_autotune.warmstart import naive_baseline, proposals
+from ipu_autotune.study.records import _RandomAnswers
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 SHIPPED = ("default", "cnn", "transformer")
 OPTIMIZERS = ("adamw", "sgd", "sgd_combined", "lamb")
@@ -172,7 +172,7 @@ def test_sgd_combined_never_samples_offload_or_rts():
 @pytest.mark.parametrize("name", ["efficientnet_b0", "mobilenet_v3_small", "convnext_tiny", "regnet_y_400mf",
                                   "resnet18"])
 def test_no_split_candidate_lies_inside_a_residual_block(name):
-    from ipu_autotune.models.trace import _has_skip, trace_model
+    from ipu_autotune.profiles.trace import _has_skip, trace_model
 
     model = build_model(name, 10)
     profile = trace_model(name, 2, (3, 32, 32), 10)

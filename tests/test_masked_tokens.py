@@ -10,7 +10,7 @@ import torch
 from ipu_autotune.errors import UsageError
 from ipu_autotune.models.hf import build_hf_model
 from ipu_autotune.models.inputs import sample_batch
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 
 from test_transformers import cli

@@ -7,13 +7,13 @@ import pytest
 
 from ipu_autotune.backends.base import CATEGORIES
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.guide import memory_correction
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.guide.proposals import memory_correction
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
-from ipu_autotune.search.corrected import layout
-from ipu_autotune.search.memory_model import MemoryModel, MemoryPoint, memory_points
+from ipu_autotune.guide.corrected import layout
+from ipu_autotune.guide.memory_model import MemoryModel, MemoryPoint, memory_points
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.warmstart import Screen, naive_baseline, proposals
+from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
 
 PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd")
 FIXED = 0.12  # of a tile: a per-tile cost the estimator lacks (code, exchange buffers)

@@ -19,10 +19,10 @@ from conftest_fake_sdk import fake_env, fake_sdk
 from test_knobs_honoured import assert_same_knobs, seen_by_poptorch
 
 from ipu_autotune.backends.poptorch import child
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.warmstart import naive_baseline, proposals
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_a_tied_head_back_on_ipu0_is_a_pipeline_stage_of_its_own(poptorch, tmp_p
     """GPT-2's LM head shares the embedding's weights and runs on IPU0 after IPU3: PopTorch
     counts 5 forward stages, so accumulation must be >= 9, not the 7 of 4 IPUs. The fake counts
     stages from the blocks it sees; the rules and the baseline must agree with it."""
-    from ipu_autotune.rules import min_pipeline_accumulation, violations
+    from ipu_autotune.rules.cross_field import min_pipeline_accumulation, violations
 
     p = Problem("hf:gpt2", 1, seq_len=32, task="causal-lm", ipus=4)
     profile = profile_for(p)

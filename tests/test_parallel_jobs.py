@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 import workers_helpers as wh
-from ipu_autotune.parallel import shares, worker_argv
+from ipu_autotune.study.parallel import shares, worker_argv
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 NAME = "tiny"

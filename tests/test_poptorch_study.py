@@ -12,7 +12,7 @@ import pytest
 
 from conftest_fake_sdk import SMALL_CNN, fake_env
 
-from ipu_autotune.study import trial_attrs
+from ipu_autotune.study.records import trial_attrs
 
 pytestmark = pytest.mark.slow
 PROBLEM = [SMALL_CNN, "--batch-size", "512", "--input-shape", "3,32,32", "--num-classes", "10"]

@@ -17,12 +17,12 @@ import math
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings, strategies as st
 
-from ipu_autotune import tomlio
+from ipu_autotune.export import tomlio
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import (EXECUTIONS, OPTIMIZERS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES,
                                   TARGETS, Config, Problem, load_config_file)
-from ipu_autotune.rules import violations
+from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 
 SETTINGS = settings(max_examples=200, deadline=None,

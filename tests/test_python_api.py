@@ -278,10 +278,10 @@ def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(monkeypatch):
 
     from rich.console import Console
 
-    from ipu_autotune import ui
+    from ipu_autotune.present import ui
     from ipu_autotune.backends.base import Measurement
     from ipu_autotune.problem import Config
-    from ipu_autotune.study import TrialRecord
+    from ipu_autotune.study.records import TrialRecord
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))

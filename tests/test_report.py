@@ -14,7 +14,7 @@ import pytest
 from ipu_autotune.backends.base import Measurement
 from ipu_autotune.cli import main
 from ipu_autotune.report import gather, render
-from ipu_autotune.study import ATTR_RECORD, records, stored_problem, trial_attrs
+from ipu_autotune.study.records import ATTR_RECORD, records, stored_problem, trial_attrs
 from png_pixels import colours, read_png
 from study_helpers import STUDY, TUNE, finished_study
 

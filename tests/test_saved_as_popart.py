@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from ipu_autotune.backends.estimate.layout import stages
-from ipu_autotune.models.trace import trace_module
+from ipu_autotune.profiles.trace import trace_module
 from ipu_autotune.problem import Config
 
 BATCH, WIDTH = 4, 64
@@ -84,7 +84,7 @@ def test_a_mask_passed_along_is_carried_not_checkpointed():
 def test_identical_layers_keep_identical_bytes():
     """A storage key freed and reused by a later tensor gave it the old tensor's producer:
     some BERT-Large layers counted 31.5 MB of matmul outputs, others 25.2 MB."""
-    from ipu_autotune.models.trace import profile_for
+    from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.problem import Problem
 
     profile = profile_for(Problem("hf:bert-large-uncased", 4, task="question-answering", seq_len=384,

@@ -11,12 +11,12 @@ from optuna.trial import TrialState, create_trial
 from optuna.distributions import FloatDistribution
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
-from ipu_autotune.search.corrected import CorrectedModel, distance, observe
+from ipu_autotune.guide.corrected import CorrectedModel, distance, observe
 from ipu_autotune.search.window import WindowedTPESampler, trial_window
-from ipu_autotune.study import create_sampler
-from ipu_autotune.warmstart import Screen, naive_baseline
+from ipu_autotune.study.records import create_sampler
+from ipu_autotune.guide.warmstart import Screen, naive_baseline
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 

@@ -20,11 +20,11 @@ import optuna
 import pytest
 
 import workers_helpers as wh
-from ipu_autotune import study as st
+from ipu_autotune.study import records as st
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.cli import main
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.storage import mask_url
+from ipu_autotune.study.storage import mask_url
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 PROBLEM = Problem("resnet18", 8)

@@ -4,9 +4,9 @@ import optuna
 import pytest
 
 from ipu_autotune.errors import UsageError
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules import violations
+from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace, family
 
 PROBLEMS = [

@@ -11,12 +11,12 @@ import json
 import pytest
 
 from ipu_autotune.cli import main
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.runner import Runner
-from ipu_autotune.study import _RandomAnswers
-from ipu_autotune.warmstart import naive_baseline, proposals
+from ipu_autotune.study.runner import Runner
+from ipu_autotune.study.records import _RandomAnswers
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 
 def tune(tmp_path, space_text: str, *extra: str) -> list[dict]:

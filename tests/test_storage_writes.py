@@ -14,14 +14,14 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from ipu_autotune.backends.estimate import EstimateBackend
-from ipu_autotune.models.trace import profile_for
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
-from ipu_autotune.runner import Runner
+from ipu_autotune.study.runner import Runner
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.search.window import WindowedTPESampler
-from ipu_autotune.storage import open_storage
-from ipu_autotune.study import ATTR_RECORD, TrialRecord, enqueue, open_study
-from ipu_autotune.warmstart import naive_baseline, proposals
+from ipu_autotune.study.storage import open_storage
+from ipu_autotune.study.records import ATTR_RECORD, TrialRecord, enqueue, open_study
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),
               pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")]

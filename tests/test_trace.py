@@ -3,7 +3,7 @@
 import pytest
 import torchvision
 
-from ipu_autotune.models.trace import trace_model, profile_for
+from ipu_autotune.profiles.trace import trace_model, profile_for
 from ipu_autotune.problem import Problem
 
 
@@ -55,7 +55,7 @@ def test_a_wrapped_plain_model_is_opened_up():
     import torch
     from torch import nn
 
-    from ipu_autotune.models.trace import trace_module
+    from ipu_autotune.profiles.trace import trace_module
 
     class Net(nn.Module):
         def __init__(self):

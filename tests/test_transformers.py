@@ -17,7 +17,7 @@ from torch import nn
 from ipu_autotune.errors import UsageError
 from ipu_autotune.models.hf import ARCHITECTURES, build_hf_model, layer_count, layer_stacks
 from ipu_autotune.models.inputs import parse_input, parse_inputs
-from ipu_autotune.models.trace import profile_for, trace_model
+from ipu_autotune.profiles.trace import profile_for, trace_model
 from ipu_autotune.problem import Problem, load_config_file
 
 
@@ -87,7 +87,7 @@ def test_a_tied_head_is_a_pipeline_stage_in_the_estimate_too():
     from ipu_autotune.backends.estimate import EstimateBackend
     from ipu_autotune.backends.estimate.layout import forward_stages, stages
     from ipu_autotune.problem import Config
-    from ipu_autotune.rules import min_pipeline_accumulation, pipeline_stages
+    from ipu_autotune.rules.cross_field import min_pipeline_accumulation, pipeline_stages
 
     def stashes(p, layers):
         c = Config(precision="16.16", ipus_per_replica=4, recompute="none",
@@ -118,7 +118,7 @@ def test_bert_through_a_wrapper_opens_to_layers():
         def forward(self, input_ids, attention_mask):
             return self.bert(input_ids=input_ids, attention_mask=attention_mask).logits
 
-    from ipu_autotune.models.trace import trace_module
+    from ipu_autotune.profiles.trace import trace_module
 
     inputs = {"input_ids": torch.zeros(2, 32, dtype=torch.long, device="meta"),
               "attention_mask": torch.ones(2, 32, dtype=torch.long, device="meta")}

@@ -23,8 +23,8 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 import workers_helpers as wh
-from ipu_autotune.storage import open_storage
-from ipu_autotune.study import trial_attrs
+from ipu_autotune.study.storage import open_storage
+from ipu_autotune.study.records import trial_attrs
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -155,12 +155,12 @@ def worker(argv: list[str] | None = None) -> int:
 
     import optuna
 
-    from ipu_autotune import study as st
-    from ipu_autotune.runner import Runner
-    from ipu_autotune.models.trace import profile_for
+    from ipu_autotune.study import records as st
+    from ipu_autotune.study.runner import Runner
+    from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
-    from ipu_autotune.storage import HEARTBEAT_INTERVAL_S, open_storage
-    from ipu_autotune.warmstart import Proposal, naive_baseline
+    from ipu_autotune.study.storage import HEARTBEAT_INTERVAL_S, open_storage
+    from ipu_autotune.guide.warmstart import Proposal, naive_baseline
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     p = problem()

@@ -21,7 +21,7 @@ CATEGORIES = ("weights", "optimizer", "gradients", "activations", "stash", "temp
 
 @dataclass
 class Measurement:
-    """What a backend says of one configuration (DESIGN.md). Lists are per IPU of a replica."""
+    """What a backend says of one configuration. Lists are per IPU of a replica."""
 
     feasible: bool
     source: str

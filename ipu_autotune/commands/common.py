@@ -11,12 +11,13 @@ from rich.console import Console
 from ..args import DEFAULT_OUT
 from ..backends import resolve_backend_name
 from ..backends.base import Backend
-from ..display import terminal_text
+from ..present.display import terminal_text
 from ..errors import UsageError
-from ..models.trace import profile_for
+from ..profiles.trace import profile_for
 from ..models.zoo import check_model_name
 from ..problem import Config, Problem
-from ..storage import mask_url, open_storage
+from ..guide.warmstart import is_baseline
+from ..study.storage import mask_url, open_storage
 
 
 def console_for(args) -> Console:
@@ -89,7 +90,7 @@ def with_host_data(args, problem: Problem, console) -> Problem:
 def load_study(storage_url: str, name: str):
     import optuna
 
-    from ..study import stored_problem
+    from ..study.records import stored_problem
 
     storage = open_storage(storage_url)
     try:
@@ -121,4 +122,4 @@ def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:
 
 def baseline_of(records):
     """The study's baseline trial, if it has one."""
-    return next((r for r in records if r.origin.startswith("baseline")), None)
+    return next((r for r in records if is_baseline(r.origin)), None)

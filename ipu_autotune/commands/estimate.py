@@ -6,12 +6,12 @@ import json
 
 from rich.text import Text
 
-from .. import intervals, ui
+from ..present import intervals, ui
 from ..args import problem_from_args
 from ..backends.base import Measurement
 from ..errors import UsageError
 from ..problem import Config, Problem, load_config_file
-from ..rules import EXIT_BREAKS_RECIPE, recipe_violations, validate
+from ..rules.cross_field import EXIT_BREAKS_RECIPE, recipe_violations, validate
 from .common import console_for, make_backend, trace, with_host_data
 
 _WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recompute")
@@ -62,7 +62,7 @@ def measured(args, overrides: dict | None = None,
              console=None) -> tuple[Problem, Config, Measurement, list[str]]:
     """The problem, the configuration (--config, then --set, then `overrides`: the Python API's
     config keys) checked by the rules, its measurement, and the recipe rules it breaks."""
-    from ..warmstart import naive_baseline
+    from ..guide.warmstart import naive_baseline
 
     console = console or console_for(args)
     file = load_config_file(args.config) if args.config else None
@@ -86,7 +86,7 @@ def measured(args, overrides: dict | None = None,
 
 
 def _print_measurement(console, problem: Problem, config: Config, m: Measurement, headroom: float) -> None:
-    from ..advice import suggestions
+    from ..guide.suggestions import suggestions
 
     label = "estimated" if m.source == "estimate" else m.source
     console.print(ui.measurement_table(m, f"{problem.model}: memory per IPU ({label})"))

@@ -14,7 +14,7 @@ from .common import baseline_of, load_study, numerics_notes, trace
 
 
 def run(args) -> int:
-    from ..study import TrialRecord, best_record
+    from ..study.records import TrialRecord, best_record
 
     study, problem = load_study(args.storage, args.study)
     if args.trial is None:
@@ -42,7 +42,7 @@ def render_record(study, problem, record, fmt: str, study_name: str) -> tuple[st
     """A stored trial in `fmt` (python, toml, json, ipu-config, ipu-trainer) with the study's
     numerics notes and the baseline's global batch; and for ipu-config the notes on training it."""
     from ..numerics import NumericsAdvice
-    from ..study import ATTR_NUMERICS
+    from ..study.records import ATTR_NUMERICS
 
     stored = study.user_attrs.get(ATTR_NUMERICS)
     try:
@@ -51,7 +51,7 @@ def render_record(study, problem, record, fmt: str, study_name: str) -> tuple[st
         raise UsageError(f"study '{study_name}': its stored numerics advice is unreadable (not written by "
                          "this version of ipu-autotune?); nothing exported") from None
     from ..host.pipeline import global_batch
-    from ..study import records as study_records
+    from ..study.records import records as study_records
 
     base = baseline_of(study_records(study))
     base_gb = global_batch(problem, base.config) if base is not None else None

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 
-from .. import ui
-from ..display import terminal_text
+from ..present import ui
+from ..present.display import terminal_text
 from ..errors import UsageError
-from ..outputs import record_json
-from ..tune_summary import result_line
+from ..present.outputs import record_json
+from ..present.tune_summary import result_line
 from .common import baseline_of, console_for, load_study, print_unreadable
 
 
 def run(args) -> int:
-    from ..study import best_record, read_records
+    from ..study.records import best_record, read_records
 
     console = console_for(args)
     study, problem = load_study(args.storage, args.study)

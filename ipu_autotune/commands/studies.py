@@ -7,8 +7,8 @@ import json
 from rich import box
 from rich.table import Table
 
-from ..display import terminal_cell
-from ..storage import mask_url, open_storage
+from ..present.display import terminal_cell
+from ..study.storage import mask_url, open_storage
 from .common import console_for
 
 
@@ -41,7 +41,7 @@ def run(args) -> int:
 def _study_row(storage, summary) -> dict:
     import optuna
 
-    from ..study import TrialState, best_record
+    from ..study.records import TrialState, best_record
 
     problem = summary.user_attrs.get("problem")
     problem = problem if isinstance(problem, dict) else None

@@ -10,20 +10,23 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .. import parallel, study as st, ui
+from ..study import parallel
+from ..present import ui
+from ..study import records as st
 from ..args import DEFAULT_OUT, problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
-from ..display import terminal_text
+from ..present.display import terminal_text
 from ..errors import UsageError
 from ..models.objects import is_object
-from ..nofit import EXIT_NOTHING_FITS, lacks
-from ..outputs import record_json, write_outputs
-from ..runner import Runner
+from ..guide.nofit import EXIT_NOTHING_FITS, lacks
+from ..guide.warmstart import is_baseline
+from ..present.outputs import record_json, write_outputs
+from ..study.runner import Runner
 from ..problem import Config, Problem, load_config_file
-from ..rules import validate
+from ..rules.cross_field import validate
 from ..search.space import SearchSpace
-from ..storage import check_url, mask_url, open_storage
-from ..tune_summary import print_header, print_summary, result_line
+from ..study.storage import check_url, mask_url, open_storage
+from ..present.tune_summary import print_header, print_summary, result_line
 from .common import console_for, make_backend, numerics_notes, print_unreadable, trace, with_host_data
 
 NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
@@ -48,7 +51,7 @@ def run(args) -> int:
 
 
 def tune_study(args) -> TuneOutcome:
-    from ..warmstart import naive_baseline, proposals
+    from ..guide.warmstart import naive_baseline, proposals
 
     console = console_for(args)
     # the problem, and the model's profile
@@ -80,7 +83,7 @@ def tune_study(args) -> TuneOutcome:
         prepare = _advised(advice, space)
     guide = None
     if backend.name != "estimate":
-        from ..guide import Guide
+        from ..guide.proposals import Guide
 
         guide = Guide(problem, profile, space, args.headroom, prepare)
 
@@ -94,7 +97,7 @@ def tune_study(args) -> TuneOutcome:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
         items = warm or proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
         if guide is not None:
-            from ..guide import COMPILED_WARM_STARTS
+            from ..guide.proposals import COMPILED_WARM_STARTS
 
             items = items[:COMPILED_WARM_STARTS]
         st.enqueue(study, space, problem, profile, items)
@@ -187,7 +190,8 @@ def _run_trials(args, console, study, runner, view, backend, problem, storage_ur
 def _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
             study_name, out_dir) -> TuneOutcome:
     """The files, then the summary (or JSON, or one line), then the exit code."""
-    from ..host import pipeline as host_pipeline, report as host_report
+    from ..host import pipeline as host_pipeline
+    from ..present import host_report as host_report
 
     estimated = backend.name == "estimate"
     records = st.records(study)
@@ -195,7 +199,7 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
         guide.propose([(r.config, r.measurement) for r in records], {r.config for r in records})
     best = st.best_record(study, skip_unreadable=True)
     closest = None if best else st.closest_record(records)
-    base = next((r for r in records if r.origin.startswith("baseline")), records[0] if records else None)
+    base = next((r for r in records if is_baseline(r.origin)), records[0] if records else None)
     base_gb = host_pipeline.global_batch(problem, base.config) if base is not None else None
     try:
         files = write_outputs(out_dir, problem, study_name, records, best,
@@ -245,7 +249,7 @@ def _nothing_fits_help(problem: Problem, profile, headroom: float, best, closest
     """When nothing fits: the changes to the command line that would help the closest trial most."""
     if best is not None or closest is None:
         return []
-    from ..nofit import best_changes
+    from ..guide.nofit import best_changes
 
     return best_changes(problem, closest.config, profile, headroom)
 
@@ -288,7 +292,7 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
 
 
 def _lr_json(problem: Problem, base, best) -> dict | None:
-    from ..host.report import learning_rate
+    from ..present.host_report import learning_rate
 
     if best is None:
         return None
@@ -309,7 +313,7 @@ def _compile_counts(backend) -> dict | None:
 def _numerics_advice(problem: Problem, space: SearchSpace, existing, console, seed: int = 0):
     """The study's numerics advice: stored with it, or measured now (a few seconds on the CPU)."""
     from .. import numerics
-    from ..study import ATTR_NUMERICS
+    from ..study.records import ATTR_NUMERICS
 
     stored = existing.user_attrs.get(ATTR_NUMERICS) if existing is not None else None
     if stored:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from .. import tomlio
-from ..backends.base import Measurement
+from . import tomlio
 from ..problem import Config, Problem
 from .python import render_snippet
+
+if TYPE_CHECKING:  # a type only: the backends import export (the PopTorch backend compiles its code)
+    from ..backends.base import Measurement
 
 
 def summary_line(problem: Problem, m: Measurement, trial: int | None, study: str | None) -> str:

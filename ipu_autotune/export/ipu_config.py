@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 
-from ..models.trace import ModelProfile
-from ..optimum_target import unexpressible
+from ..profiles.trace import ModelProfile
+from ..rules.optimum_target import unexpressible
 from ..problem import Config, Problem
 
 #: The keys IPUConfig accepts (its __init__ takes exactly these; anything else is rejected
@@ -54,7 +54,7 @@ def layer_units(problem: Problem, profile: ModelProfile) -> list[int]:
 
 
 def layers_per_ipu(problem: Problem, config: Config, profile: ModelProfile) -> list[int]:
-    from ..backends.estimate.layout import stage_bounds
+    from ..profiles.placement import stage_bounds
 
     layers = layer_units(problem, profile)
     return [sum(1 for i in layers if lo <= i < hi) for lo, hi in stage_bounds(profile, config)]

@@ -12,8 +12,8 @@ import math
 
 from ..version import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
-from ..optimum_target import trainer_option_lines
-from ..rules import MODULE_PATH, tied_head_blocks
+from ..rules.optimum_target import trainer_option_lines
+from ..rules.cross_field import MODULE_PATH, tied_head_blocks
 from .serialization import SERIALIZED_PROJECTION, serialization_lines
 
 # PopART RecomputationType (popart sessionoptions.hpp).

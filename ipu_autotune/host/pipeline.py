@@ -1,4 +1,4 @@
-"""End-to-end throughput: the IPUs' call time plus the host input pipeline (DESIGN.md).
+"""End-to-end throughput: the IPUs' call time plus the host input pipeline.
 
 One call of a PopTorch training model consumes `samples_per_call` samples that the host
 loader must produce. With `DataLoaderMode.Sync` and no workers the host builds them, then

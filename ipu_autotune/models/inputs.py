@@ -21,8 +21,6 @@ from ..errors import UsageError
 
 DTYPES = {"int64": torch.int64, "int32": torch.int32, "float32": torch.float32,
           "float16": torch.float16, "bool": torch.bool}
-# What a sample of each dtype costs on the IPU: PopTorch casts 64-bit integers to 32-bit.
-IPU_BYTES = {"int64": 4, "int32": 4, "float32": 4, "float16": 2, "bool": 1}
 
 
 @dataclass(frozen=True)
@@ -33,13 +31,6 @@ class InputSpec:
 
     def __str__(self) -> str:
         return f"{self.name}:{'x'.join(map(str, self.shape))}:{self.dtype}"
-
-    @property
-    def ipu_bytes_per_sample(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n * IPU_BYTES[self.dtype]
 
     def tensor(self, batch: int, device="meta") -> torch.Tensor:
         fill = 1 if "mask" in self.name else 0

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import optuna
 
 from ..problem import Problem
-from ..study import TrialRecord, best_record, closest_record, read_records
+from ..study.records import TrialRecord, best_record, closest_record, read_records
 
 
 @dataclass

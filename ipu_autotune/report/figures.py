@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..backends.base import CATEGORIES
-from ..display import html_text
-from ..study import TrialRecord
+from ..present.display import html_text
+from ..study.records import TrialRecord
 from .data import ReportData, step_parts
 
 _COLORS = {  # one colour per memory category, the same in every chart

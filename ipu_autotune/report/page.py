@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from ..version import __version__
-from ..display import html_text
+from ..present.display import html_text
 from ..problem import Config
-from ..study import TrialRecord
+from ..study.records import TrialRecord
 from . import figures
 from .data import ReportData, bottleneck
 

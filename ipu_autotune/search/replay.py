@@ -9,43 +9,11 @@ from typing import Any
 
 from ..errors import UsageError
 from ..models import partition
-from ..models.placement import stage_starts
-from ..models.trace import ModelProfile
+from ..profiles.placement import checkpoints_every, optimum_checkpoints
+from ..profiles.trace import ModelProfile
 from ..problem import Config
 from .knobs import Choice, Knob, Range
 from .names import readable
-
-
-def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int) -> tuple[str, ...]:
-    """Checkpoint the output of every `every`-th unit inside each stage (not a stage's last)."""
-    if every <= 0:
-        return ()
-    # Splits the rules refuse (inside a unit) cannot bound a stage: checkpoint as if unsplit.
-    bounds = [0, *(stage_starts(profile, splits) or ()), len(profile.units)]
-    out = []
-    for lo, hi in zip(bounds, bounds[1:]):
-        for i in range(lo + every - 1, hi - 1, every):
-            out.append(profile.units[i].path)
-    return tuple(out)
-
-
-def is_layer(path: str) -> bool:
-    """A repeated transformer layer ("bert.encoder.layer.3", "transformer.h.11"): what
-    IPUConfig's layers_per_ipu counts and recompute_checkpoint_every_layer checkpoints."""
-    return path.rsplit(".", 1)[-1].isdigit()
-
-
-def optimum_checkpoints(profile: ModelProfile, splits: tuple[str, ...]) -> tuple[str, ...]:
-    """`recompute_checkpoint_every_layer = true` as optimum-graphcore's parallelize() applies it,
-    less what changes nothing (a checkpoint on a stage's last unit, whose output is stashed
-    anyway): layers only, and not the model's last layer for heads it does not tie to the
-    embedding (optimum/graphcore/models/bert/modeling_bert.py, BertPipelineMixin.parallelize:
-    `index != num_hidden_layers - 1`; PipelinedBertForMaskedLM and PipelinedGPT2LMHeadModel,
-    whose heads are tied, checkpoint every layer)."""
-    layers = [u.path for u in profile.units if is_layer(u.path)]
-    tied = any(u.placed_with is not None for u in profile.units)
-    skip = set() if tied or not layers else {layers[-1]}
-    return tuple(p for p in checkpoints_every(profile, splits, 1) if is_layer(p) and p not in skip)
 
 
 def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:

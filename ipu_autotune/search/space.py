@@ -17,16 +17,17 @@ from typing import Any
 
 from ..errors import UsageError
 from ..models import partition
-from ..models.trace import ModelProfile
+from ..profiles.trace import ModelProfile
 from ..host import pipeline as host
 from ..problem import Config, Problem, effective_recompute
-from ..optimum_target import serialization_factors
-from ..rules import min_pipeline_accumulation, takes_images
+from ..rules.optimum_target import serialization_factors
+from ..rules.cross_field import min_pipeline_accumulation, takes_images
 # Knob kinds and parsing, and the replay machinery, are their own modules; their names are
 # re-exported here for the modules that import them with SearchSpace.
 from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
                     builtin_space_path, family)
-from .replay import _Asker, _Replay, checkpoints_every, optimum_checkpoints, wanted_params
+from ..profiles.placement import checkpoints_every, optimum_checkpoints
+from .replay import _Asker, _Replay, wanted_params
 
 __all__ = ["KNOBS", "MICRO_BATCH_SEARCH", "Choice", "Knob", "Range", "SearchSpace", "builtin_space_dir",
            "builtin_space_path", "checkpoints_every", "distinct_recompute", "family", "wanted_params"]

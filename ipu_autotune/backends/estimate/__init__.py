@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...host import pipeline as host
-from ...models.trace import ModelProfile, profile_for
+from ...profiles.trace import ModelProfile, profile_for
 from ...problem import Config, Problem
 from ..base import Backend, Measurement
 from ..targets import get_target

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...models.placement import checkpoint_unit, stage_start
-from ...models.trace import ModelProfile
+from ...profiles.placement import checkpoint_unit, stage_bounds, unit_of_path
+from ...profiles.trace import ModelProfile
 from ...problem import Config
 
 
@@ -39,26 +39,6 @@ class Stage:
     head_saved: int = 0  # FP32 saved bytes of those heads, per micro-batch
 
 
-def unit_of_path(profile: ModelProfile, path: str) -> int:
-    """Unit index a split at `path` begins (models/placement.py). A path inside a unit, which
-    the rules refuse, rounds to the unit's start: the backend never raises on a config."""
-    idx = stage_start(profile, path)
-    if idx is None:
-        idx = profile.unit_index(path)
-    if idx is not None:
-        return idx
-    position = {p: i for i, p in enumerate(profile.module_order)}
-    q = position.get(path)
-    if q is None:
-        return 0
-    starts = [position.get(u.path, 0) for u in profile.units]
-    best = 0
-    for i, s in enumerate(starts):
-        if s <= q:
-            best = i
-    return best
-
-
 def _checkpointed(profile: ModelProfile, path: str) -> int:
     found = checkpoint_unit(profile, path)
     return found if found is not None else unit_of_path(profile, path)
@@ -78,12 +58,6 @@ def unit_produced_bytes(profile: ModelProfile, i: int) -> int:
     if i + 1 < len(units):
         return units[i + 1].in_bytes - units[i + 1].carried_in_bytes
     return unit_output_bytes(profile, i)
-
-
-def stage_bounds(profile: ModelProfile, config: Config) -> list[tuple[int, int]]:
-    n = len(profile.units)
-    cuts = [0] + [unit_of_path(profile, s) for s in config.splits] + [n]
-    return [(cuts[k], max(cuts[k], cuts[k + 1])) for k in range(len(cuts) - 1)]
 
 
 def stage_members(profile: ModelProfile, config: Config) -> list[list[int]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...models.trace import MIN_ELEMENTS_FOR_SHARDING
+from ...profiles.trace import MIN_ELEMENTS_FOR_SHARDING
 from ...problem import Config, Problem
 from ..targets import Target
 from .constants import EstimatorConstants

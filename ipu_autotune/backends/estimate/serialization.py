@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...models.trace import ModelProfile
+from ...profiles.trace import ModelProfile
 from ...problem import Config, Problem
-from .layout import Stage, stage_members, unit_of_path
+from ...profiles.placement import unit_of_path
+from .layout import Stage, stage_members
 
 
 def serialize_projection(problem: Problem, config: Config, profile: ModelProfile,

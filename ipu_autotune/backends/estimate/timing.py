@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...optimum_target import outer_fragment_params
+from ...rules.optimum_target import outer_fragment_params
 from ...problem import Config, Problem
 from ..targets import Target
 from .constants import EstimatorConstants

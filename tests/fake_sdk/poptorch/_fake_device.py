@@ -39,7 +39,7 @@ from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.targets import get_target
 from ipu_autotune.models.hf import jit_like_tracing
 from ipu_autotune.models.inputs import DTYPES
-from ipu_autotune.models.trace import trace_module
+from ipu_autotune.profiles.trace import trace_module
 from ipu_autotune.problem import Config, Problem
 
 from . import enums, optim

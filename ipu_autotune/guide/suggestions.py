@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .backends.base import Measurement, format_bytes
-from .backends.estimate import EstimateBackend
-from .models.trace import ModelProfile, profile_for
-from .problem import Config, Problem
-from .rules import recipe_violations, violations
-from .search.replay import checkpoint_spacing
-from .search.space import SearchSpace
+from ..backends.base import Measurement, format_bytes
+from ..backends.estimate import EstimateBackend
+from ..profiles.trace import ModelProfile, profile_for
+from ..problem import Config, Problem
+from ..rules.cross_field import recipe_violations, violations
+from ..search.replay import checkpoint_spacing
+from ..search.space import SearchSpace
 from .warmstart import _alternatives
 
 #: numerics partners that follow a precision change; named only when nothing else changed

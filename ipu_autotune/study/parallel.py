@@ -28,8 +28,8 @@ import optuna
 from optuna.trial import TrialState
 
 from . import stop_signals
-from .errors import UsageError
-from .study import TrialRecord, UnreadableRecord
+from ..errors import UsageError
+from .records import TrialRecord, UnreadableRecord
 
 #: how often the watching process reads the storage (seconds)
 POLL_S = 0.5

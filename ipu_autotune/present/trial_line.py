@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .backends.base import Measurement, format_bytes
+from ..backends.base import Measurement, format_bytes
 from .display import terminal_text
-from .problem import Config
+from ..problem import Config
 
 #: How each Config field is written in a trial line. A knob not listed here (a field added
 #: later) is written `name=value`, so it is never hidden, only longer.

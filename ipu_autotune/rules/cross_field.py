@@ -11,9 +11,9 @@ import difflib
 import re
 from collections.abc import Callable, Sequence
 
-from .errors import UsageError
-from .host import pipeline as host
-from .problem import Config, Problem
+from ..errors import UsageError
+from ..host import pipeline as host
+from ..problem import Config, Problem
 
 # A module path as `nn.Module.get_submodule` takes it: dotted names and list indices.
 # "6" is an nn.Sequential child; RegNet names its blocks "block1-0". Exported with repr().
@@ -61,7 +61,7 @@ def tied_head_blocks(p: Problem) -> list[str]:
     each goes back to IPU0 with the embedding (export/python.tied_head_lines), a stage of its own."""
     if not p.token_inputs:
         return []
-    from .models.trace import profile_for
+    from ..profiles.trace import profile_for
 
     units = profile_for(p).units
     return [u.path for i, u in enumerate(units)
@@ -136,7 +136,7 @@ def _embedding_serialization(p: Problem, c: Config) -> str | None:
     MatMulOp::setup); the export pads such a vocabulary first (hf.padded_vocabulary)."""
     if c.embedding_serialization == 1:
         return None
-    from .models import hf
+    from ..models import hf
 
     found = hf.vocabulary_projection(p.model, p.task) if hf.is_hf(p.model) else None
     if found is None:
@@ -154,7 +154,7 @@ def _tied_head_split(p: Problem, c: Config) -> str | None:
     (willow/src/transforms/pipeline.cpp, setIPUCopyPipelineStage), so no stage starts there."""
     if not c.pipelined or not p.token_inputs:
         return None
-    from .models.trace import profile_for
+    from ..profiles.trace import profile_for
 
     tied = [u.path for u in profile_for(p).units if u.placed_with is not None]
     for split in c.splits:
@@ -342,7 +342,7 @@ def _layer_hint(profile, path: str) -> tuple[str, str]:
 def placement_violations(c: Config, profile) -> list[str]:
     """The estimator's stages hold whole layers (units, models/placement.py): a split must
     begin one and a checkpoint end one, or the estimate would be of another model."""
-    from .models.placement import checkpoint_unit, stage_start
+    from ..profiles.placement import checkpoint_unit, stage_start
 
     found: list[str] = []
     previous = 0
@@ -375,7 +375,7 @@ def violations(problem: Problem, config: Config, module_order: Sequence[str] | N
         unknown = model_violations(config, module_order)
         found += unknown
         if not unknown and (config.splits or config.checkpoints):
-            from .models.trace import profile_for
+            from ..profiles.trace import profile_for
 
             found += placement_violations(config, profile_for(problem))
     return found

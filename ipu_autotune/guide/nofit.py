@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .backends.base import Measurement, format_bytes
-from .problem import Config, Problem
-from .rules import violations
+from ..backends.base import Measurement, format_bytes
+from ..problem import Config, Problem
+from ..rules.cross_field import violations
 
 #: the exit code of a study in which no trial fits (documented in the README and cli.py)
 EXIT_NOTHING_FITS = 3
@@ -101,7 +101,7 @@ def more_ipus(problem: Problem, config: Config, backend, profile) -> Change | No
 
 def best_changes(problem: Problem, config: Config, profile, headroom: float) -> list[Change]:
     """The two changes, the one that helps most first (fits, then the lower busiest tile)."""
-    from .backends.estimate import EstimateBackend
+    from ..backends.estimate import EstimateBackend
 
     backend = EstimateBackend(headroom=headroom)
     found = [c for c in (more_ipus(problem, config, backend, profile), smaller_batch(problem, config, backend))

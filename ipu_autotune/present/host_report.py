@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..problem import Config, Problem
-from . import pipeline, recipe
+from ..host import pipeline, recipe
 
 #: The hands-on workshop's final configuration, as it measured it (seed-epoch-ga8-di4-8bit-async).
 WORKSHOP_FINAL = Config(precision="16.16", partials="float", optimizer_state="half", loss_scaling=1000.0,

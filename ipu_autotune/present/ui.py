@@ -20,10 +20,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .backends.base import CATEGORIES, Measurement, format_bytes
+from ..backends.base import CATEGORIES, Measurement, format_bytes
 from .display import terminal_cell, terminal_text
-from .problem import Config, Problem
-from .study import TrialRecord
+from ..problem import Config, Problem
+from ..guide.warmstart import is_baseline
+from ..study.records import TrialRecord
 from . import trial_line as tl
 
 
@@ -62,7 +63,7 @@ class TrialTable:
         self._note(r)
 
     def _note(self, r: TrialRecord) -> None:
-        if r.origin.startswith("baseline") and self.baseline is None:
+        if is_baseline(r.origin) and self.baseline is None:
             self.baseline = r.config
         if r.feasible and (self.best is None or (r.measurement.throughput or 0) > (self.best.measurement.throughput or 0)):
             self.best = r
@@ -71,7 +72,7 @@ class TrialTable:
         return self.best is not None and self.best.number == r.number
 
     def changes(self, r: TrialRecord) -> str:
-        if r.origin.startswith("baseline"):
+        if is_baseline(r.origin):
             return tl.baseline_knobs(r.config)
         return tl.changed_knobs(self.baseline, r.config)
 
@@ -282,7 +283,7 @@ def comparison(problem: Problem, baseline: TrialRecord, best: TrialRecord, estim
     suffix = " (estimated)" if estimated else ""
     table.add_row("throughput", throughput_text(baseline.measurement) + suffix,
                   Text(throughput_text(best.measurement) + suffix, style="bold green"))
-    from .host.pipeline import global_batch
+    from ..host.pipeline import global_batch
 
     for cfg_name, getter in (("global batch", lambda c: global_batch(problem, c)),
                              ("layout", lambda c: f"{c.ipus_per_replica} IPU/replica x {c.replicas}")):

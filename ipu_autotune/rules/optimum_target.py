@@ -10,7 +10,7 @@ the models' `parallelize()`.
 
 from __future__ import annotations
 
-from .problem import Config, Problem
+from ..problem import Config, Problem
 
 #: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW, or LAMB with `lamb=True`)
 TRAINER_OPTIMIZERS = ("adamw", "lamb")
@@ -60,7 +60,7 @@ def pads_vocabulary(model: str) -> bool:
     """Only GPT-2's parallelize() pads the vocabulary to a multiple of the factor
     (models/gpt2/modeling_gpt2.py, PipelinedGPT2LMHeadModel.parallelize: resize_token_embeddings);
     BERT's and RoBERTa's give SerializedLinear the vocabulary as it is."""
-    from .models import hf
+    from ..models import hf
 
     return hf.architecture(model).family == "gpt2"
 
@@ -70,7 +70,7 @@ def serialization_factors(problem: Problem, optimum: bool | None = None) -> tupl
     channels the factor divides (willow/src/op/matmul.cpp, MatMulOp::setup): the snippet pads
     any vocabulary first; optimum pads GPT-2's only (BERT's 30,522 words: 1 and 2; RoBERTa's
     50,265: 1)."""
-    from .models import hf
+    from ..models import hf
 
     factors = hf.serialization_factors(problem.model, problem.task)
     optimum = is_optimum(problem) if optimum is None else optimum
@@ -91,8 +91,8 @@ def trainer_precision(config: Config) -> bool:
 
 def unexpressible(problem: Problem, config: Config) -> list[str]:
     """Why IPUTrainer + IPUConfig would not train `config` as it was estimated (empty: it would)."""
-    from .models.trace import profile_for
-    from .search.replay import is_layer, optimum_checkpoints
+    from ..profiles.trace import profile_for
+    from ..profiles.placement import is_layer, optimum_checkpoints
 
     c = config
     out = []

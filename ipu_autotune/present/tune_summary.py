@@ -7,9 +7,9 @@ from rich.text import Text
 
 from . import intervals, ui
 from .display import terminal_text
-from .nofit import lacks
-from .problem import Problem
-from .storage import mask_url
+from ..guide.nofit import lacks
+from ..problem import Problem
+from ..study.storage import mask_url
 
 
 def result_line(best, base, study_name: str) -> str:
@@ -43,7 +43,7 @@ def print_header(console, problem: Problem, backend, study_name, storage_url, cr
 def resume_point(study) -> str:
     """'resuming: 12 trials done, next is trial 11': an interrupted trial waits to run again
     under a new number, and waiting trials run first, lowest number first."""
-    from .study import TrialState
+    from ..study.records import TrialState
 
     trials = study.get_trials(deepcopy=False)
     done = sum(1 for t in trials if t.state.is_finished())
@@ -60,7 +60,7 @@ def print_summary(console, problem, base, best, closest, files, resume, estimate
     else:
         _print_best(console, problem, base, best, estimated, reference)
     if advice is not None:
-        from .numerics import summary_lines
+        from ..numerics import summary_lines
 
         console.print("[bold]Numerics[/] (from the model's own gradients, measured on the CPU):")
         for line in summary_lines(advice):
@@ -99,7 +99,7 @@ def _print_best(console, problem, base, best, estimated, reference) -> None:
     speed = ui.speedup_line(base, best)
     if speed:
         console.print(f"[bold green]{speed}[/]" + (" (both estimated)" if estimated else ""))
-    from .host.report import lines as end_to_end_lines
+    from .host_report import lines as end_to_end_lines
 
     for line in end_to_end_lines(problem, base, best, reference):
         console.print(ui.indented(line), highlight=False)

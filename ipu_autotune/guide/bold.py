@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from itertools import product
 
 from ..problem import Config
-from ..warmstart import climb
+from .warmstart import climb
 from .corrected import CorrectedModel, CorrectedScreen, layout
 from .pairs import best_pair
 

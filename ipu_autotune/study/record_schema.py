@@ -13,9 +13,9 @@ import types
 import typing
 from typing import Any
 
-from .backends.base import FAILURE_KINDS, SOURCES, Measurement
-from .errors import UsageError
-from .problem import Config
+from ..backends.base import FAILURE_KINDS, SOURCES, Measurement
+from ..errors import UsageError
+from ..problem import Config
 
 #: what each field must be where its type alone does not say it
 _MEASUREMENT_CHOICES = {"source": SOURCES, "failure": FAILURE_KINDS}

@@ -25,7 +25,7 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
 from .deferred_writes import DeferredCachedStorage, DeferredJournalWrites
-from .errors import UsageError
+from ..errors import UsageError
 
 #: a worker beats this often for the trial it runs (seconds)
 HEARTBEAT_INTERVAL_S = 10

@@ -20,14 +20,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import combinations
 
-from .backends.estimate import estimate
-from .backends.estimate.constants import NOMINAL, EstimatorConstants
-from .models.trace import ModelProfile
-from .problem import Config, Problem
-from .search.bold import BET_LOSSES, BetModel, bet_climb, bold_choice, losing_streak, memory_error
-from .search.corrected import CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
-from .search.pairs import best_pair, merged
-from .search.space import SearchSpace
+from ..backends.estimate import estimate
+from ..backends.estimate.constants import NOMINAL, EstimatorConstants
+from ..profiles.trace import ModelProfile
+from ..problem import Config, Problem
+from .bold import BET_LOSSES, BetModel, bet_climb, bold_choice, losing_streak, memory_error
+from .corrected import CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
+from .pairs import best_pair, merged
+from ..search.space import SearchSpace
 from .warmstart import Screen, climb
 
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline

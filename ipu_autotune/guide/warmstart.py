@@ -11,15 +11,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .backends.base import Measurement
-from .backends.estimate import estimate, with_micro_batch
-from .backends.estimate.constants import NOMINAL, EstimatorConstants
-from .models import partition
-from .models.placement import stage_starts
-from .models.trace import ModelProfile, profile_for
-from .problem import Config, Problem
-from .rules import min_pipeline_accumulation, violations
-from .search.space import Choice, Range, SearchSpace, checkpoints_every
+from ..backends.base import Measurement
+from ..backends.estimate import estimate, with_micro_batch
+from ..backends.estimate.constants import NOMINAL, EstimatorConstants
+from ..models import partition
+from ..profiles.placement import stage_starts
+from ..profiles.trace import ModelProfile, profile_for
+from ..problem import Config, Problem
+from ..rules.cross_field import min_pipeline_accumulation, violations
+from ..search.space import Choice, Range, SearchSpace, checkpoints_every
+
+
+#: a study's baseline trial; the runner may add a note to it ("baseline (outside your space: ...)"),
+#: so the stored origin is tested by its start
+BASELINE_ORIGIN = "baseline"
+
+
+def is_baseline(origin: str) -> bool:
+    return origin.startswith(BASELINE_ORIGIN)
 
 
 @dataclass(frozen=True)
@@ -250,7 +259,7 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
     """
     screen = Screen(problem, profile, constants, headroom, prepare, space)
     safe = Screen(problem, profile, constants, min(0.5, headroom + safety), prepare, space)
-    out = [Proposal(baseline, "baseline")]
+    out = [Proposal(baseline, BASELINE_ORIGIN)]
     seen = {baseline}
 
     def add(config: Config, origin: str) -> None:

@@ -22,9 +22,9 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from .forward_log import run_forward, tensor_bytes
-from .inputs import sample_batch
-from .zoo import build_model
+from ..models.forward_log import run_forward, tensor_bytes
+from ..models.inputs import sample_batch
+from ..models.zoo import build_model
 
 #: PopART's TensorLocationSettings default minElementsForReplicatedTensorSharding (PopTorch
 #: keeps it): smaller tensors are not sharded (popart willow/src/transforms/
@@ -75,11 +75,6 @@ class ModelProfile:
     module_order: list[str]  # every module path, in first-execution order
     input_bytes: int  # one micro-batch of FP32 input
     trace_seconds: float
-
-    @property
-    def split_candidates(self) -> list[str]:
-        """Module paths where stage 2, 3, ... may begin, in execution order."""
-        return [u.path for u in self.units[1:]]
 
     @property
     def params(self) -> int:

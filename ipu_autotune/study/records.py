@@ -1,7 +1,7 @@
 """The study: creation and resume in a storage, warm starts, and its trials as records.
 The ask/measure/tell loop that runs its trials is `runner.py`.
 
-Scoring (DESIGN.md): each trial sets a graded memory constraint (how far over the busiest
+Scoring: each trial sets a graded memory constraint (how far over the busiest
 tile's capacity, as a fraction) and reports throughput as its value, so Optuna's
 constrained TPE learns how far from feasible a candidate is, and `study.best_trial` is
 always a configuration that fits. An OOM is a completed, infeasible trial; a crash,
@@ -21,16 +21,16 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .version import __version__
-from .backends.base import Measurement
-from .errors import UsageError
-from .models.trace import ModelProfile
-from .problem import Config, Problem
+from ..version import __version__
+from ..backends.base import Measurement
+from ..errors import UsageError
+from ..profiles.trace import ModelProfile
+from ..problem import Config, Problem
 from .record_schema import UnreadableRecord, check_record
-from .search.names import old_names
-from .search.space import SearchSpace
-from .search.window import DEFAULT_WINDOW, WindowedTPESampler
-from .warmstart import Proposal
+from ..search.names import old_names
+from ..search.space import SearchSpace
+from ..search.window import DEFAULT_WINDOW, WindowedTPESampler
+from ..guide.warmstart import Proposal
 
 ATTR_PROBLEM = "problem"
 ATTR_VERSION = "ipu_autotune_version"

@@ -24,18 +24,18 @@ import optuna
 from optuna.trial import TrialState
 
 from . import stop_signals
-from .backends.base import Backend, Measurement, failed
+from ..backends.base import Backend, Measurement, failed
 from .deferred_writes import flush as flush_held
-from .models.trace import ModelProfile
-from .problem import Config, Problem
-from .rules import violations
-from .search.space import SearchSpace
+from ..profiles.trace import ModelProfile
+from ..problem import Config, Problem
+from ..rules.cross_field import violations
+from ..search.space import SearchSpace
 from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
-from .study import ATTR_HEARTBEAT, ATTR_RECORD, TrialRecord, enqueue, records
-from .warmstart import Proposal
+from .records import ATTR_HEARTBEAT, ATTR_RECORD, TrialRecord, enqueue, records
+from ..guide.warmstart import Proposal, is_baseline
 
 if TYPE_CHECKING:
-    from .guide import Guide
+    from ..guide.proposals import Guide
 
 #: Optuna's constraint as a list under one system attribute: what `study.best_trial`
 #: (optuna/study/_constrained_optimization.py, `_get_constraints_from_system_attrs`, the "old
@@ -123,7 +123,7 @@ class Runner:
         out = self.space.outside(self.problem, self.profile, config)
         if not out:
             return config, origin
-        if origin.startswith("baseline"):
+        if is_baseline(origin):
             return config, origin if "outside" in origin else f"{origin} (outside your space: {', '.join(out)})"
         moved = self.space.project(self.problem, self.profile, config)
         if self.space.outside(self.problem, self.profile, moved):

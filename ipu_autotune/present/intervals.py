@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .backends.base import Measurement
+from ..backends.base import Measurement
 
 UNCERTAIN = "uncertain: the error bar straddles the tile limit"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import export
-from .models.trace import profile_for
-from .problem import Problem
+from .. import export
+from ..profiles.trace import profile_for
+from ..problem import Problem
 
 
 def record_json(r) -> dict | None:
@@ -42,8 +42,8 @@ def write_outputs(out_dir: Path, problem: Problem, study_name: str, records, bes
 def _write_optimum(out_dir: Path, problem: Problem, config, notes: list[str], base_global_batch) -> dict[str, Path]:
     """ipu_config.json and the IPUTrainer code that trains with it (IPUConfig.from_pretrained
     reads the folder), or, when IPUTrainer would train something else, why not."""
-    from .export.ipu_config import NotAnIPUConfig, render_ipu_config
-    from .export.trainer import render_trainer
+    from ..export.ipu_config import NotAnIPUConfig, render_ipu_config
+    from ..export.trainer import render_trainer
 
     for stale in ("ipu_config.json", "train_with_optimum.py", "ipu_config_refused.txt"):
         (out_dir / stale).unlink(missing_ok=True)

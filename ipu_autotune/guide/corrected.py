@@ -25,9 +25,10 @@ from dataclasses import dataclass, fields, replace
 
 from ..backends.base import Measurement
 from ..problem import Config
-from ..warmstart import Screen
+from .warmstart import Screen
 from ..models import partition
-from .replay import checkpoint_spacing, checkpoints_every
+from ..profiles.placement import checkpoints_every
+from ..search.replay import checkpoint_spacing
 
 #: weight of a compiled config that differs from the candidate in one knob (d knobs: KERNEL**d)
 KERNEL = 0.3

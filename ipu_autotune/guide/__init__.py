@@ -1,0 +1,1 @@
+"""The guide: estimator-guided proposals, warm starts, corrections and bets."""

@@ -1,0 +1,1 @@
+"""What a person reads: terminal tables, trial lines, summaries, the files a run writes."""

@@ -1,0 +1,1 @@
+"""The study: Optuna's storage, records, the ask/measure/tell loop and its workers."""
