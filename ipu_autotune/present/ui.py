@@ -155,6 +155,10 @@ class TuneView:
 
     def __exit__(self, *exc) -> None:
         if self.live is not None:
+            # rich's Live.stop() draws a last frame on a terminal but not in Jupyter, where the
+            # widget would keep the refresh thread's last frame (trials finished since missing)
+            if self.console.is_jupyter:
+                self.live.refresh()
             self.live.__exit__(*exc)
 
     def show_running(self, numbers: list[int]) -> None:
