@@ -47,6 +47,11 @@ def _serialize_projection(model, path, factor):
 '''
 
 
+def serialization_code(config: Config) -> str:
+    """The helper functions the annotate() lines below call, when they call any."""
+    return SERIALIZED_PROJECTION if config.embedding_serialization != 1 else ""
+
+
 def serialization_lines(problem: Problem, config: Config) -> list[str]:
     """The annotate() line that serialises the projection, or none at factor 1."""
     if config.embedding_serialization == 1:
