@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 # The allowed values of the word-valued knobs (parsing.py and problem.py re-export them).
@@ -99,6 +100,55 @@ def _projection_refusal(problem, config) -> str | None:
     return None
 
 
+@lru_cache(maxsize=16)
+def _token_embedding(model: str, task: str) -> tuple[str, int, int] | None:
+    from torch import nn
+
+    from .models import hf
+
+    built = hf.build_hf_model(model, task, 2)
+    table = built.get_input_embeddings()
+    if not isinstance(table, nn.Embedding):  # image models embed patches, not tokens
+        return None
+    return next(p for p, m in built.named_modules() if m is table), table.num_embeddings, table.embedding_dim
+
+
+def input_embedding(problem) -> tuple[str, int, int] | None:
+    """(module path, rows, width) of the token embedding input_embedding_serialization splits:
+    hf: models whose head does not project onto the vocabulary (that projection is
+    embedding_serialization's, as optimum-graphcore splits one or the other with its
+    embedding_serialization_factor); None elsewhere."""
+    from .models import hf
+
+    if not hf.is_hf(problem.model) or problem.task in hf.VOCABULARY_TASKS:
+        return None
+    return _token_embedding(problem.model, problem.task)
+
+
+def input_embedding_factors(problem) -> tuple[int, ...]:
+    """Factors that divide the embedding's rows: optimum-graphcore's SerializedEmbedding
+    asserts `num_embeddings % serialization_factor == 0` (optimum/graphcore/modeling_utils.py),
+    and nothing pads them (BERT's 30,522 rows: 1 and 2)."""
+    from .models import hf
+
+    found = input_embedding(problem)
+    return tuple(f for f in hf.SERIALIZATION_FACTORS if found and found[1] % f == 0) or (1,)
+
+
+def _input_embedding_refusal(problem, config) -> str | None:
+    factor = config.input_embedding_serialization
+    if factor == 1:
+        return None
+    if input_embedding(problem) is None:
+        return (f"input_embedding_serialization {factor} needs an hf: text model without a vocabulary head "
+                "(a vocabulary head is split by embedding_serialization); set input_embedding_serialization = 1")
+    if factor not in input_embedding_factors(problem):
+        usable = ", ".join(map(str, input_embedding_factors(problem)))
+        return (f"input_embedding_serialization {factor} does not divide the {input_embedding(problem)[1]:,} "
+                f"embedding rows (optimum-graphcore's SerializedEmbedding needs it to); use one of {usable}")
+    return None
+
+
 # --- neighbour moves ---------------------------------------------------------------------
 
 def toggle(name: str) -> Callable:
@@ -112,6 +162,13 @@ def other_values(name: str) -> Callable:
         for v in values:
             if v != getattr(config, name):
                 yield config.replace(**{name: v})
+    return moves
+
+
+def other_usable_values(name: str, usable: Callable) -> Callable:
+    """other_values, less those the problem cannot take (the sampler leaves them out too)."""
+    def moves(problem, config, values: list) -> Iterable:
+        yield from other_values(name)(problem, config, [v for v in values if v in usable(problem)])
     return moves
 
 
@@ -217,9 +274,16 @@ SPEC: tuple[KnobSpec, ...] = (
              line_rank=16),
     # The vocabulary projection as this many serialised matmuls (export/serialization.py).
     KnobSpec("embedding_serialization", "int", least=1, applies=lambda p, layout: projection_factors(p) != (1,),
-             abbrev=lambda v: f"vocab/{v}", line_rank=22, moves=other_values("embedding_serialization"),
+             abbrev=lambda v: f"vocab/{v}", line_rank=22, moves=other_usable_values("embedding_serialization", projection_factors),
              refusal=_projection_refusal, ipu_config_key="embedding_serialization_factor", omit_at_default=True,
              sampled=True, usable=projection_factors, space_default=1),
+    # The token embedding as this many masked look-ups (optimum-graphcore's SerializedEmbedding,
+    # for heads without a vocabulary); not searched unless a space lists values.
+    KnobSpec("input_embedding_serialization", "int", least=1,
+             applies=lambda p, layout: input_embedding_factors(p) != (1,), abbrev=lambda v: f"embed/{v}",
+             line_rank=23, moves=other_usable_values("input_embedding_serialization", input_embedding_factors), refusal=_input_embedding_refusal,
+             ipu_config_key="embedding_serialization_factor", omit_at_default=True, sampled=True,
+             usable=input_embedding_factors, space_default=1),
     # The layout knobs' moves need the model's profile: the guide's own (warmstart.py).
     KnobSpec("splits", "paths", abbrev=lambda v: "split@" + ",".join(v) if v else "no-splits", line_rank=6),
     KnobSpec("ipus_per_replica", "int", least=1, abbrev=lambda v: f"{v}ipu", line_rank=0),

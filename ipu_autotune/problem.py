@@ -258,6 +258,9 @@ class Config:
     # The vocabulary projection as this many serialised matmuls (optimum-graphcore's
     # embedding_serialization_factor; 1: one matmul). hf: models with a vocabulary head only.
     embedding_serialization: int = 1
+    # The token embedding as this many masked look-ups (optimum-graphcore's SerializedEmbedding,
+    # same IPUConfig factor); hf: models without a vocabulary head only.
+    input_embedding_serialization: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "splits", tuple(self.splits))

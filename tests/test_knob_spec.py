@@ -42,7 +42,8 @@ def test_the_trial_line_abbreviates_every_knob(name):
                "available_memory_proportion": (0.3,), "optimizer_offload": True,
                "replicated_tensor_sharding": True, "gradient_accumulation": 8, "device_iterations": 4,
                "eight_bit_io": True, "io_tiles": 32, "loader_mode": "async", "loader_workers": 4,
-               "micro_batch": 16, "embedding_serialization": 2}
+               "micro_batch": 16, "embedding_serialization": 2,
+               "input_embedding_serialization": 2}
     line = changed_knobs(Config(ipus_per_replica=2), Config(ipus_per_replica=2).replace(**{name: changed[name]}))
     assert line != "= baseline" and "=" not in line, line
 
