@@ -12,8 +12,8 @@ from typing import Any
 
 from .errors import UsageError
 # The knobs' kinds and allowed values are the knob spec's; re-exported here.
-from .knob_spec import (EXECUTIONS, LOADER_MODES, PARTIALS, PRECISIONS, RECOMPUTE_MODES, SPEC, STATE_DTYPES,
-                        WORDS, names)
+from .knob_spec import (EXECUTIONS, LOADER_MODES, PARTIALS, PRECISIONS, RECOMPUTE_MODES, SPEC,  # noqa: F401
+                        STATE_DTYPES, WORDS, names)
 
 OPTIMIZERS = ("sgd", "sgd_combined", "adam", "adamw", "lamb", "rmsprop")
 TARGETS = ("mk1", "mk2", "bow")

@@ -164,7 +164,6 @@ class SearchSpace:
     def _min_accumulation(problem: Problem, ipr: int, execution: str) -> int:
         return min_pipeline_accumulation(problem, ipr) if execution == "pipelined" else 1
 
-
     # --- sampling ---------------------------------------------------------------------------
 
     def sample(self, trial, problem: Problem, profile: ModelProfile) -> Config:
