@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from common import HiddenIPU, hidden_constants, seeded_random
 
 from ipu_autotune.backends.base import Measurement
-from ipu_autotune.backends.estimate import estimate, with_micro_batch
+from ipu_autotune.backends.estimate import estimate, profile_at_micro_batch
 from ipu_autotune.host import pipeline as host
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
@@ -123,8 +123,8 @@ class RandomHiddenIPU(HiddenIPU):
         for name, (knob, off) in MEMORY_KNOBS.items():
             if name not in s or getattr(config, knob) == off:
                 continue
-            without = estimate(with_micro_batch(problem, config), config.replace(**{knob: off}),
-                               profile_for(problem), self.constants)
+            without = estimate(problem, config.replace(**{knob: off}), profile_at_micro_batch(problem, config),
+                               self.constants)
             if len(without.max_tile_bytes) != len(tiles):
                 continue
             factor = d.knob_factors[(name, layer_kind(problem))]
@@ -169,7 +169,7 @@ class RandomHiddenIPU(HiddenIPU):
     def evaluate(self, problem: Problem, config: Config) -> Measurement:
         key = (problem, config)
         if key not in self._cache:
-            m = estimate(with_micro_batch(problem, config), config, profile_for(problem), self.constants)
+            m = estimate(problem, config, profile_at_micro_batch(problem, config), self.constants)
             m.source = "compile"
             tiles = self._tiles(problem, config, m)
             call, samples = self._call(problem, config, m)

@@ -11,16 +11,13 @@ from dataclasses import fields
 from typing import Any
 
 from .errors import UsageError
+# The knobs' kinds and allowed values are the knob spec's; re-exported here.
+from .knob_spec import (EXECUTIONS, LOADER_MODES, PARTIALS, PRECISIONS, RECOMPUTE_MODES, SPEC,  # noqa: F401
+                        STATE_DTYPES, WORDS, names)
 
-PRECISIONS = ("32.32", "16.32", "16.16")
-PARTIALS = ("float", "half")
 OPTIMIZERS = ("sgd", "sgd_combined", "adam", "adamw", "lamb", "rmsprop")
 TARGETS = ("mk1", "mk2", "bow")
 TRAINERS = ("poptorch", "optimum")  # optimum_target.py
-EXECUTIONS = ("pipelined", "sharded")
-RECOMPUTE_MODES = ("default", "none", "standard", "norm_only", "pipeline", "all")
-STATE_DTYPES = ("float", "half")
-LOADER_MODES = ("sync", "async")  # poptorch.DataLoaderMode.Sync / .Async
 
 
 def read_toml(path, where: str, kind: str) -> dict[str, Any]:
@@ -52,17 +49,12 @@ def toml_error(where: Any, exc: Exception, text: str) -> str:
 
 # --- field parsing -------------------------------------------------------------------------
 
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "precision": PRECISIONS,
-    "partials": PARTIALS,
-    "optimizer": OPTIMIZERS,
-    "target": TARGETS,
-    "trainer": TRAINERS,
-    "execution": EXECUTIONS,
-    "recompute": RECOMPUTE_MODES,
-    "optimizer_state": STATE_DTYPES,
-    "loader_mode": LOADER_MODES,
-}
+_CHOICES: dict[str, tuple[str, ...]] = {"optimizer": OPTIMIZERS, "target": TARGETS, "trainer": TRAINERS, **WORDS}
+#: the Problem's whole-number fields, with the smallest each takes (the knobs': the spec's)
+_PROBLEM_INTS = {"batch_size": 1, "num_classes": 1, "ipus": 1, "global_batch": 1, "dataset_size": 1,
+                 "max_global_batch": 1, "seq_len": 1, "decoder_seq_len": 0, "max_predictions": 0}
+_LEAST = {**_PROBLEM_INTS, **{k.name: k.least for k in SPEC if k.kind == "int"}}
+_OPTIONAL = ("global_batch", *(k.name for k in SPEC if k.optional))
 
 
 def _parse_fields(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -103,19 +95,16 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         if not isinstance(value, str) or not value:
             raise bad("a model name")
         return value
-    if key in ("stochastic_rounding", "optimizer_offload", "replicated_tensor_sharding", "eight_bit_io"):
+    if key in names("bool"):
         if not isinstance(value, bool):
             raise bad("true or false")
         return value
-    if key in ("batch_size", "num_classes", "ipus", "ipus_per_replica", "replicas",
-               "gradient_accumulation", "device_iterations", "io_tiles", "global_batch",
-               "dataset_size", "max_global_batch", "loader_workers", "micro_batch",
-               "seq_len", "decoder_seq_len", "max_predictions", "embedding_serialization"):
-        if value is None and key in ("global_batch", "micro_batch"):
+    if key in _LEAST:
+        if value is None and key in _OPTIONAL:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad("a whole number")
-        zero_ok = key in ("io_tiles", "loader_workers", "max_predictions", "decoder_seq_len")
+        zero_ok = _LEAST[key] == 0
         if zero_ok and value < 0 or not zero_ok and value < 1:
             raise bad("a positive whole number" if not zero_ok else "0 or more")
         return value

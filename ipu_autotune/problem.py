@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .knob_spec import SPEC
 from .models.hf_config import DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN  # noqa: F401 (hf: defaults, found here)
 # The values each key allows, and the field parsing, are parsing.py's; re-exported here, where
 # the rest of the package has always found them.
@@ -257,6 +258,9 @@ class Config:
     # The vocabulary projection as this many serialised matmuls (optimum-graphcore's
     # embedding_serialization_factor; 1: one matmul). hf: models with a vocabulary head only.
     embedding_serialization: int = 1
+    # The token embedding as this many masked look-ups (optimum-graphcore's SerializedEmbedding,
+    # same IPUConfig factor); hf: models without a vocabulary head only.
+    input_embedding_serialization: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "splits", tuple(self.splits))
@@ -299,8 +303,9 @@ class Config:
             d[key] = list(d[key])
         if d["micro_batch"] is None:
             del d["micro_batch"]
-        if d["embedding_serialization"] == 1:  # configs without a vocabulary keep their dict
-            del d["embedding_serialization"]
+        for knob in SPEC:  # knobs newer than most records: configs that leave them off keep their dict
+            if knob.omit_at_default and d[knob.name] == knob.space_default:
+                del d[knob.name]
         return d
 
     @classmethod

@@ -225,3 +225,19 @@ def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch, tmp
               if f != cases[0].embedding_serialization]
     for i, c in enumerate(cases):
         assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"bert masked-lm {i}")
+
+
+def test_question_answering_round_trips_with_input_embedding_serialization(poptorch, tmp_path):
+    """hf: question answering (no vocabulary head) with its token embedding in look-ups, drawn
+    from a space that lists the factors and set by hand: the fake PopTorch rebuilds the factor
+    from the SerializedEmbedding the snippet put in the model, every other knob as before."""
+    p = Problem("hf:bert-base-uncased", 2, task="question-answering", seq_len=32, ipus=4)
+    profile = profile_for(p)
+    space = SearchSpace.load(p).with_knob("input_embedding_serialization", [1, 2], "test")
+    rng = random.Random(21)
+    cases = [space.sample(_RandomAnswers(rng), p, profile) for _ in range(3)]
+    cases += [cases[0].replace(input_embedding_serialization=f) for f in (1, 2)
+              if f != cases[0].input_embedding_serialization]
+    assert {c.input_embedding_serialization for c in cases} == {1, 2}
+    for i, c in enumerate(cases):
+        assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"bert qa {i}")

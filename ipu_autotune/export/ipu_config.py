@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from ..knob_spec import SPEC
 from ..profiles.trace import ModelProfile
 from ..rules.optimum_target import unexpressible
 from ..problem import Config, Problem
@@ -77,7 +78,9 @@ def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> dict:
         "auto_loss_scaling": c.loss_scaling == "auto",
         "matmul_proportion": list(c.available_memory_proportion),
         "enable_half_partials": c.half_compute and c.partials == "half",
-        "embedding_serialization_factor": c.embedding_serialization,
+        # one factor for the vocabulary projection and the input embedding (only one applies)
+        "embedding_serialization_factor": max(getattr(c, k.name) for k in SPEC
+                                              if k.ipu_config_key == "embedding_serialization_factor"),
         # unexpressible() has checked the checkpoints are optimum's own (search/replay.optimum_checkpoints)
         "recompute_checkpoint_every_layer": bool(c.checkpoints) and c.effective_recompute == "pipeline",
     }

@@ -14,7 +14,7 @@ from ..version import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
 from ..rules.optimum_target import trainer_option_lines
 from ..rules.cross_field import MODULE_PATH, tied_head_blocks
-from .serialization import SERIALIZED_PROJECTION, serialization_lines
+from .serialization import serialization_code, serialization_lines
 
 # PopART RecomputationType (popart sessionoptions.hpp).
 RECOMPUTATION_TYPE = {"none": 0, "standard": 1, "norm_only": 2, "pipeline": 3, "all": 4}
@@ -372,8 +372,7 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     )
     if config.eight_bit_io:
         source += _EIGHT_BIT
-    if config.embedding_serialization != 1:
-        source += SERIALIZED_PROJECTION
+    source += serialization_code(config)
     heads = tied_head_lines(problem, config)
     # Serialisation first: padding a vocabulary resizes the embeddings, which older transformers
     # do by replacing the modules that BeginBlock annotations would already have wrapped.

@@ -14,6 +14,7 @@ are those of the real vocabulary (its `forward` does the same).
 
 from __future__ import annotations
 
+from ..knob_spec import input_embedding
 from ..problem import Config, Problem
 
 SERIALIZED_PROJECTION = '''
@@ -47,8 +48,55 @@ def _serialize_projection(model, path, factor):
 '''
 
 
+SERIALIZED_EMBEDDING = '''
+
+class SerializedEmbedding(torch.nn.Module):
+    """The token embedding as `factor` look-ups into slices of its table, each output masked
+    to the ids inside its slice and summed: optimum-graphcore's SerializedEmbedding
+    (optimum/graphcore/modeling_utils.py), which its BERT-family parallelize() applies with
+    embedding_serialization_factor. Only the slice a look-up reads is updated at a time."""
+
+    def __init__(self, table, factor):
+        super().__init__()
+        rows = table.num_embeddings // factor  # the rules ask that the factor divides them
+        pad = table.padding_idx
+
+        def piece(i):
+            inside = pad is not None and i * rows <= pad < (i + 1) * rows
+            return torch.nn.Embedding.from_pretrained(table.weight[i * rows:(i + 1) * rows].detach(), freeze=False,
+                                                      padding_idx=pad - i * rows if inside else None)
+
+        self.rows = rows
+        self.split_embeddings = torch.nn.ModuleList(piece(i) for i in range(factor))
+
+    def forward(self, ids):
+        out = 0
+        for i, embedding in enumerate(self.split_embeddings):
+            local = ids - i * self.rows
+            inside = ((local >= 0) & (local < self.rows)).detach()
+            out = out + embedding(local * inside) * inside.unsqueeze(-1)
+        return out
+
+    def to_embedding(self):
+        """One nn.Embedding again (to save the model as transformers has it)."""
+        return torch.nn.Embedding.from_pretrained(torch.cat([e.weight for e in self.split_embeddings]).detach(),
+                                                  freeze=False)
+'''
+
+
+def serialization_code(config: Config) -> str:
+    """The helper functions the annotate() lines below call, when they call any."""
+    return (SERIALIZED_PROJECTION if config.embedding_serialization != 1 else "") + (
+        SERIALIZED_EMBEDDING if config.input_embedding_serialization != 1 else "")
+
+
 def serialization_lines(problem: Problem, config: Config) -> list[str]:
-    """The annotate() line that serialises the projection, or none at factor 1."""
+    """The annotate() line that serialises the projection or the token embedding, or none at factor 1."""
+    if config.input_embedding_serialization != 1:
+        factor = config.input_embedding_serialization
+        rows = input_embedding(problem)[1]
+        return [f"model.set_input_embeddings(SerializedEmbedding(model.get_input_embeddings(), {factor}))"
+                f"  # {rows:,} rows in {factor} look-ups"]
     if config.embedding_serialization == 1:
         return []
     from ..models import hf

@@ -12,11 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..backends.base import Measurement
-from ..backends.estimate import estimate, with_micro_batch
+from ..backends.estimate import estimate, profile_at_micro_batch
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
+from ..batch import micro_batch
+from ..knob_spec import SPEC
 from ..models import partition
 from ..profiles.placement import stage_starts
-from ..profiles.trace import ModelProfile, profile_for
+from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from ..rules.cross_field import min_pipeline_accumulation, violations
 from ..search.space import Choice, Range, SearchSpace, checkpoints_every
@@ -112,15 +114,20 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
         return []
 
     c = config
-    for p in values("precision"):
-        if p != c.precision:
-            yield "precision", c.replace(precision=p, loss_scaling=1.0 if p == "32.32" else 1024.0,
-                                         partials="float", stochastic_rounding=p == "16.16")
-    if c.half_compute:
-        yield "partials", c.replace(partials="half" if c.partials == "float" else "float")
-    for s in values("optimizer_state"):
-        if s != c.optimizer_state:
-            yield "optimizer_state", c.replace(optimizer_state=s)
+    guide_moves = {"execution": _execution_moves, "recompute": _recompute_moves, "splits": _split_moves,
+                   "ipus_per_replica": _layout_moves}
+    for knob in SPEC:
+        if knob.name in guide_moves:
+            for moved in guide_moves[knob.name](space, problem, profile, c, values):
+                yield knob.name, moved
+        elif knob.moves is not None and knob.applies_to(problem, c):
+            for moved in knob.moves(problem, c, values(knob.name)):
+                yield knob.name, moved
+
+
+# The layout knobs' moves need the profile and the space: the guide's own.
+
+def _execution_moves(space, problem, profile, c, values):
     if c.ipus_per_replica > 1:
         least = min_pipeline_accumulation(problem, c.ipus_per_replica)
         for execution in values("execution"):
@@ -128,8 +135,11 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
                                              or c.gradient_accumulation >= least):
                 accumulation = c.gradient_accumulation if execution == "sharded" or problem.global_batch \
                     else max(c.gradient_accumulation, least)
-                yield "execution", c.replace(execution=execution, recompute="default", checkpoints=(),
-                                             io_tiles=0, gradient_accumulation=accumulation)
+                yield c.replace(execution=execution, recompute="default", checkpoints=(),
+                                io_tiles=0, gradient_accumulation=accumulation)
+
+
+def _recompute_moves(space, problem, profile, c, values):
     # Recomputation and its checkpoints move together: one without the other rarely helps.
     for r in values("recompute"):
         if r == "pipeline" and not c.pipelined:
@@ -139,41 +149,29 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
             for every in values("checkpoint_every"):
                 candidate = moved.replace(checkpoints=checkpoints_every(profile, c.splits, every))
                 if candidate != c:
-                    yield "recompute", candidate
+                    yield candidate
         elif moved != c:
-            yield "recompute", moved
-    for a in values("available_memory_proportion"):
-        yield "available_memory_proportion", c.replace(available_memory_proportion=(a,) * c.ipus_per_replica)
-    if problem.target != "mk1":
-        yield "optimizer_offload", c.replace(optimizer_offload=not c.optimizer_offload)
-    if c.replicas > 1:
-        yield "replicated_tensor_sharding", c.replace(replicated_tensor_sharding=not c.replicated_tensor_sharding)
-    if not problem.global_batch:
-        for g in values("gradient_accumulation"):
-            yield "gradient_accumulation", c.replace(gradient_accumulation=g)
-    for d in values("device_iterations"):
-        yield "device_iterations", c.replace(device_iterations=d)
-    yield "eight_bit_io", c.replace(eight_bit_io=not c.eight_bit_io)
-    for mode in values("loader_mode"):
-        if mode != c.loader_mode:
-            yield "loader_mode", c.replace(loader_mode=mode)
-    for w in values("loader_workers"):
-        if w != c.loader_workers:
-            yield "loader_workers", c.replace(loader_workers=w)
+            yield moved
+
+
+def _split_moves(space, problem, profile, c, values):
     if c.ipus_per_replica > 1:
         for kind in ("memory", "compute"):
-            yield "splits", c.replace(splits=balanced_splits(problem, profile, c, kind))
+            yield c.replace(splits=balanced_splits(problem, profile, c, kind))
         starts = stage_starts(profile, c.splits)
         if starts is not None:
             for moved in partition.moved_cuts(starts, len(profile.units),
                                               (-4, -2, -1, 1, 2, 4)):
-                yield "splits", c.replace(splits=tuple(profile.units[i].path for i in moved))
+                yield c.replace(splits=tuple(profile.units[i].path for i in moved))
+
+
+def _layout_moves(space, problem, profile, c, values):
     for ipr, replicas in space.ipu_layouts(problem, profile):
         if (ipr, replicas) == (c.ipus_per_replica, c.replicas):
             continue
         accumulation = c.gradient_accumulation
         if problem.global_batch:
-            accumulation = problem.global_batch // ((c.micro_batch or problem.batch_size) * replicas)
+            accumulation = problem.global_batch // (micro_batch(problem, c) * replicas)  # the rules judge a remainder
         elif ipr > 1:
             accumulation = max(accumulation, min_pipeline_accumulation(problem, ipr))
         moved = c.replace(ipus_per_replica=ipr, replicas=replicas, available_memory_proportion=(),
@@ -183,7 +181,7 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
                           ("sharded" if ipr > 1 else c.execution))
         if ipr > 1:
             moved = moved.replace(splits=balanced_splits(problem, profile, moved, "memory"))
-        yield "ipus_per_replica", moved
+        yield moved
 
 
 class Screen:
@@ -213,9 +211,8 @@ class Screen:
             ok = not violations(self.problem, config, self.profile.module_order)
             if ok and self.space is not None:
                 ok = not self.space.outside(self.problem, self.profile, config)
-            problem = with_micro_batch(self.problem, config)
-            profile = self.profile if problem is self.problem else profile_for(problem)
-            self.cache[config] = estimate(problem, config, profile, self.constants,
+            profile = profile_at_micro_batch(self.problem, config, self.profile)
+            self.cache[config] = estimate(self.problem, config, profile, self.constants,
                                           self.headroom) if ok else None
         return self.cache[config]
 

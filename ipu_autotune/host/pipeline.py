@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+# The batch arithmetic is batch.py's; found here too, beside the host costs it feeds.
+from ..batch import global_batch, micro_batch, samples_per_call  # noqa: F401
 from ..problem import Config, Problem
 
 #: AsynchronousDataAccessor(buffer_size=3): batches the async loader keeps ready
@@ -91,21 +93,6 @@ def host_costs(problem: Problem) -> HostCosts:
     f = problem.host_float_sample_s if problem.host_float_sample_s is not None else default.float_sample_s
     u = problem.host_uint8_sample_s if problem.host_uint8_sample_s is not None else default.uint8_sample_s
     return replace(default, float_sample_s=f, uint8_sample_s=u, source="measured on this CPU with --data")
-
-
-def micro_batch(problem: Problem, config: Config) -> int:
-    return config.micro_batch or problem.batch_size
-
-
-def samples_per_call(problem: Problem, config: Config) -> int:
-    """What one call of the training model consumes: micro-batch x GA x replicas x DI."""
-    return (micro_batch(problem, config) * config.gradient_accumulation * config.replicas
-            * config.device_iterations)
-
-
-def global_batch(problem: Problem, config: Config) -> int:
-    """Samples per weight update: micro-batch x GA x replicas."""
-    return micro_batch(problem, config) * config.gradient_accumulation * config.replicas
 
 
 def sample_bytes(problem: Problem, config: Config) -> int:

@@ -12,42 +12,16 @@ from typing import Any
 
 from ..backends.base import Measurement, format_bytes
 from .display import terminal_text
+from ..knob_spec import LINE_ORDER, SPEC
 from ..problem import Config
 
-#: How each Config field is written in a trial line. A knob not listed here (a field added
-#: later) is written `name=value`, so it is never hidden, only longer.
-_ABBREV: dict[str, Any] = {
-    "precision": lambda v: v,
-    "partials": lambda v: f"partials:{v}",
-    "stochastic_rounding": lambda v: "sr" if v else "no-sr",
-    "loss_scaling": lambda v: "ls:auto" if v == "auto" else f"ls{v:g}",
-    "optimizer_state": lambda v: f"state:{v}",
-    "ipus_per_replica": lambda v: f"{v}ipu",
-    "replicas": lambda v: f"x{v}rep",
-    "splits": lambda v: "split@" + ",".join(v) if v else "no-splits",
-    "execution": lambda v: "pipe" if v == "pipelined" else "shard" if v == "sharded" else v,
-    "recompute": lambda v: f"rc:{v}",
-    "checkpoints": lambda v: f"{len(v)}ckpt",
-    "available_memory_proportion": lambda v: "amp" + "/".join(f"{a:g}" for a in v),
-    "optimizer_offload": lambda v: "offload" if v else "no-offload",
-    "replicated_tensor_sharding": lambda v: "rts" if v else "no-rts",
-    "gradient_accumulation": lambda v: f"ga{v}",
-    "device_iterations": lambda v: f"di{v}",
-    "eight_bit_io": lambda v: "8bit" if v else "no-8bit",
-    "io_tiles": lambda v: f"io{v}",
-    "loader_mode": lambda v: v,
-    "loader_workers": lambda v: f"w{v}",
-    "micro_batch": lambda v: f"mb{v}" if v else "mb:problem",
-}
-
-#: The order knobs are named in: what changes the program most first (layout, precision,
-#: batching), the memory levers next, the numerics the advice sets last (they follow the
-#: precision, and are the first to go when the line is cut). Fields not listed follow.
-_ORDER = ("ipus_per_replica", "replicas", "execution", "precision", "gradient_accumulation", "device_iterations",
-          "splits", "recompute", "checkpoints", "available_memory_proportion", "optimizer_offload",
-          "replicated_tensor_sharding", "optimizer_state", "eight_bit_io", "loader_mode", "loader_workers",
-          "micro_batch", "io_tiles", "partials",
-          "loss_scaling", "stochastic_rounding")
+#: How each Config field is written in a trial line, and in which order: the knob spec's.
+#: What changes the program most comes first (layout, precision, batching), the memory levers
+#: next, the numerics the advice sets last (they follow the precision, and are the first to go
+#: when the line is cut). A field without an abbreviation is written `name=value` at the end,
+#: so it is never hidden, only longer.
+_ABBREV: dict[str, Any] = {k.name: k.abbrev for k in SPEC if k.abbrev is not None}
+_ORDER = LINE_ORDER
 
 #: What a baseline row shows of itself: the knobs a reader needs to place it.
 _BASELINE_KNOBS = ("ipus_per_replica", "replicas", "execution", "precision", "gradient_accumulation")

@@ -296,7 +296,8 @@ def cached_trace(model_name: str, batch_size: int, input_shape: tuple[int, ...],
                        hf_options, decoder_seq_len)
 
 
-def profile_for(problem) -> ModelProfile:
-    return cached_trace(problem.model, problem.batch_size, tuple(problem.input_shape), problem.num_classes,
+def profile_for(problem, micro_batch: int | None = None) -> ModelProfile:
+    """The problem's model traced at its micro-batch, or at `micro_batch` (batch.micro_batch)."""
+    return cached_trace(problem.model, micro_batch or problem.batch_size, tuple(problem.input_shape), problem.num_classes,
                         problem.task, problem.seq_len, tuple(problem.inputs), problem.hf_options,
                         problem.decoder_seq_len)

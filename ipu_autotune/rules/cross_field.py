@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import UsageError
 from ..host import pipeline as host
+from ..knob_spec import SPEC, has_optimizer_state, takes_images  # noqa: F401 (takes_images: found here)
 from ..problem import Config, Problem
 
 # A module path as `nn.Module.get_submodule` takes it: dotted names and list indices.
@@ -117,12 +118,6 @@ def _pipeline_recompute(p: Problem, c: Config) -> str | None:
     return None
 
 
-def takes_images(p: Problem) -> bool:
-    """8-bit I/O sends uint8 images normalised per channel: only for [C, H, W] with C 1 or 3,
-    and not for token ids or a factory's named inputs."""
-    return len(p.input_shape) == 3 and p.input_shape[0] in (1, 3) and not (p.token_inputs or p.inputs)
-
-
 def _eight_bit_needs_images(p: Problem, c: Config) -> str | None:
     if c.eight_bit_io and not takes_images(p):
         return (f"eight_bit_io needs image inputs [1 or 3, H, W], not {list(p.input_shape)}; "
@@ -130,21 +125,12 @@ def _eight_bit_needs_images(p: Problem, c: Config) -> str | None:
     return None
 
 
-def _embedding_serialization(p: Problem, c: Config) -> str | None:
-    """A factor splits the vocabulary projection's output channels, so the head needs one.
-    PopART refuses a factor that does not divide them (willow/src/op/matmul.cpp,
-    MatMulOp::setup); the export pads such a vocabulary first (hf.padded_vocabulary)."""
-    if c.embedding_serialization == 1:
-        return None
-    from ..models import hf
-
-    found = hf.vocabulary_projection(p.model, p.task) if hf.is_hf(p.model) else None
-    if found is None:
-        return (f"embedding_serialization {c.embedding_serialization} needs an hf: model whose head projects "
-                "onto the vocabulary (masked-lm, causal-lm, seq2seq-lm); set embedding_serialization = 1")
-    if c.embedding_serialization not in hf.SERIALIZATION_FACTORS:
-        usable = ", ".join(map(str, hf.SERIALIZATION_FACTORS))
-        return f"embedding_serialization {c.embedding_serialization} is not one of {usable}"
+def _knob_refusals(p: Problem, c: Config) -> str | None:
+    """The rules a knob's spec carries (knob_spec.py), each knob's own."""
+    for knob in SPEC:
+        found = knob.refusal(p, c) if knob.refusal else None
+        if found:
+            return found
     return None
 
 
@@ -178,10 +164,10 @@ def _optimum_trainer(p: Problem, c: Config) -> str | None:
 def _state_location_needs_state(p: Problem, c: Config) -> str | None:
     # PopTorch optim.SGD docstring: with use_combined_accum the optimizer state location
     # settings have no effect, so neither knob changes what runs.
-    if p.optimizer == "sgd_combined" and (c.optimizer_offload or c.replicated_tensor_sharding):
+    if not has_optimizer_state(p) and (c.optimizer_offload or c.replicated_tensor_sharding):
         return ("optimizer_offload and replicated_tensor_sharding do nothing with sgd_combined "
                 "(it keeps no separate optimizer state); set both to false")
-    if p.optimizer == "sgd_combined" and c.optimizer_state == "half":
+    if not has_optimizer_state(p) and c.optimizer_state == "half":
         # The snippet's optim.SGD(use_combined_accum=True) takes no state types, and the
         # estimator counts the combined tensor at the weights' precision.
         return 'optimizer_state = "half" does nothing with sgd_combined; set it to "float"'
@@ -268,7 +254,7 @@ CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _sharding_needs_replicas,
     _pipeline_recompute,
     _state_location_needs_state,
-    _embedding_serialization,
+    _knob_refusals,
     _tied_head_split,
     _optimum_trainer,
     _global_batch,

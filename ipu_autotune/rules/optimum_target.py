@@ -10,6 +10,8 @@ the models' `parallelize()`.
 
 from __future__ import annotations
 
+# What the target can serialise is a knob's domain: the knob spec's (the search space asks it too).
+from ..knob_spec import pads_vocabulary, projection_factors as serialization_factors  # noqa: F401
 from ..problem import Config, Problem
 
 #: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW, or LAMB with `lamb=True`)
@@ -54,30 +56,6 @@ def trainer_option_lines(problem: Problem) -> list[str]:
 
 def is_optimum(problem: Problem) -> bool:
     return problem.trainer == "optimum"
-
-
-def pads_vocabulary(model: str) -> bool:
-    """Only GPT-2's parallelize() pads the vocabulary to a multiple of the factor
-    (models/gpt2/modeling_gpt2.py, PipelinedGPT2LMHeadModel.parallelize: resize_token_embeddings);
-    BERT's and RoBERTa's give SerializedLinear the vocabulary as it is."""
-    from ..models import hf
-
-    return hf.architecture(model).family == "gpt2"
-
-
-def serialization_factors(problem: Problem, optimum: bool | None = None) -> tuple[int, ...]:
-    """The embedding_serialization factors the target can run. PopART splits only output
-    channels the factor divides (willow/src/op/matmul.cpp, MatMulOp::setup): the snippet pads
-    any vocabulary first; optimum pads GPT-2's only (BERT's 30,522 words: 1 and 2; RoBERTa's
-    50,265: 1)."""
-    from ..models import hf
-
-    factors = hf.serialization_factors(problem.model, problem.task)
-    optimum = is_optimum(problem) if optimum is None else optimum
-    if not optimum or factors == (1,) or pads_vocabulary(problem.model):
-        return factors
-    words = hf.vocabulary_projection(problem.model, problem.task)[1]
-    return tuple(f for f in factors if words % f == 0)
 
 
 def trainer_precision(config: Config) -> bool:

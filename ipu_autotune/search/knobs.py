@@ -12,22 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..problem import EXECUTIONS, LOADER_MODES, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES, read_toml
+from ..knob_spec import SPACE_KNOBS, WORDS, names, spec
+from ..problem import read_toml
 
-KNOBS = (
-    "precision", "partials", "stochastic_rounding", "loss_scaling", "optimizer_state",
-    "ipus_per_replica", "replicas", "execution", "splits", "recompute", "checkpoint_every",
-    "available_memory_proportion", "optimizer_offload", "replicated_tensor_sharding",
-    "gradient_accumulation", "device_iterations", "eight_bit_io", "io_tiles",
-    "loader_mode", "loader_workers", "micro_batch", "embedding_serialization",
-)
-_ALLOWED_VALUES: dict[str, tuple] = {
-    "precision": PRECISIONS, "partials": PARTIALS, "optimizer_state": STATE_DTYPES,
-    "execution": EXECUTIONS, "recompute": RECOMPUTE_MODES, "loader_mode": LOADER_MODES,
-}
-_BOOLS = ("stochastic_rounding", "optimizer_offload", "replicated_tensor_sharding", "eight_bit_io")
-_INTS = ("ipus_per_replica", "replicas", "checkpoint_every", "gradient_accumulation",
-         "device_iterations", "io_tiles", "loader_workers", "micro_batch", "embedding_serialization")
+KNOBS = SPACE_KNOBS  # the knob spec's (knob_spec.py)
+_ALLOWED_VALUES: dict[str, tuple] = WORDS
+_BOOLS = names("bool")
+_INTS = names("int")
 #: micro-batches `micro_batch = "search"` tries (powers of two)
 MICRO_BATCH_SEARCH = tuple(2 ** i for i in range(10))
 
@@ -110,7 +101,7 @@ def _check_value(name: str, v: Any, where: str) -> None:
     elif name == "replicas" and v == "max":
         return
     elif name in _INTS:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or name == "micro_batch" and v < 1:
+        if isinstance(v, bool) or not isinstance(v, int) or v < spec(name).least:
             raise bad
     elif name == "loss_scaling":
         if not (v == "auto" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)):

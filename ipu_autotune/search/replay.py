@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..models import partition
+from ..knob_spec import replay_params
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
 from ..profiles.trace import ModelProfile
 from ..problem import Config
@@ -29,20 +30,7 @@ def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:
 
 def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
     c = config
-    wanted: dict[str, Any] = {
-        "ipus_per_replica": c.ipus_per_replica, "replicas": c.replicas, "execution": c.execution,
-        "precision": c.precision, "partials": c.partials, "stochastic_rounding": c.stochastic_rounding,
-        "loss_scaling": c.loss_scaling, "loss_scaling_fp32_weights": c.loss_scaling,
-        "optimizer_state": c.optimizer_state, "recompute": c.recompute,
-        "recompute_pipelined": c.recompute, "optimizer_offload": c.optimizer_offload,
-        "replicated_tensor_sharding": c.replicated_tensor_sharding,
-        "gradient_accumulation": c.gradient_accumulation, "device_iterations": c.device_iterations,
-        "eight_bit_io": c.eight_bit_io, "io_tiles": c.io_tiles,
-        "loader_mode": c.loader_mode, "loader_workers": c.loader_workers, "micro_batch": c.micro_batch,
-        "embedding_serialization": c.embedding_serialization,
-    }
-    for i, a in enumerate(c.available_memory_proportion):
-        wanted[f"available_memory_proportion_ipu{i}"] = a
+    wanted: dict[str, Any] = replay_params(c)
     index = {u.path: i for i, u in enumerate(profile.units)}
     if c.splits and all(p in index for p in c.splits):
         for i, r in enumerate(partition.encode([index[p] for p in c.splits])):

@@ -15,13 +15,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from ..batch import accumulation_for_global_batch, micro_batch
 from ..errors import UsageError
 from ..models import partition
 from ..profiles.trace import ModelProfile
 from ..host import pipeline as host
 from ..problem import Config, Problem, effective_recompute
-from ..rules.optimum_target import serialization_factors
-from ..rules.cross_field import min_pipeline_accumulation, takes_images
+from ..knob_spec import SPEC, applies, spec
+from ..rules.cross_field import min_pipeline_accumulation
 # Knob kinds and parsing, and the replay machinery, are their own modules; their names are
 # re-exported here for the modules that import them with SearchSpace.
 from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
@@ -101,6 +102,9 @@ class SearchSpace:
             origin.update(dict.fromkeys(knobs, label))
             sources.append(label)
         knobs = {name: _parse_knob(name, value, origin[name]) for name, value in raw.items()}
+        for name in KNOBS:  # a knob newer than the space files: its spec's value, not searched
+            if name not in knobs and spec(name).space_default is not None:
+                knobs[name] = Choice((spec(name).space_default,))
         missing = [k for k in KNOBS if k not in knobs]
         if missing:
             raise UsageError(f"search space lacks knob(s) {', '.join(missing)}")
@@ -130,7 +134,7 @@ class SearchSpace:
             if ipr < 1 or ipr & (ipr - 1) or ipr > problem.ipus or ipr > len(profile.units):
                 continue
             for r in self._replica_options(problem, ipr):
-                if problem.global_batch and not any(self._global_accumulation(problem, ipr, r, mb)
+                if problem.global_batch and not any(accumulation_for_global_batch(problem, r, mb)
                                                     for mb in self.micro_batches(problem)):
                     continue
                 layouts.append((ipr, r))
@@ -161,13 +165,6 @@ class SearchSpace:
     def _min_accumulation(problem: Problem, ipr: int, execution: str) -> int:
         return min_pipeline_accumulation(problem, ipr) if execution == "pipelined" else 1
 
-    @staticmethod
-    def _global_accumulation(problem: Problem, ipr: int, replicas: int, mb: int | None = None) -> int | None:
-        per_update = (mb or problem.batch_size) * replicas
-        if problem.global_batch % per_update:
-            return None
-        return problem.global_batch // per_update
-
     # --- sampling ---------------------------------------------------------------------------
 
     def sample(self, trial, problem: Problem, profile: ModelProfile) -> Config:
@@ -182,9 +179,9 @@ class SearchSpace:
                             sorted({r for i, r in layouts if i == ipr}))
         micro_batches = self.micro_batches(problem)
         if problem.global_batch:
-            micro_batches = [m for m in micro_batches if self._global_accumulation(problem, ipr, replicas, m)]
+            micro_batches = [m for m in micro_batches if accumulation_for_global_batch(problem, replicas, m)]
         mb = self._ask_micro_batch(s, micro_batches)
-        accumulation = self._global_accumulation(problem, ipr, replicas, mb) if problem.global_batch else None
+        accumulation = accumulation_for_global_batch(problem, replicas, mb) if problem.global_batch else None
         execution = "pipelined"
         if ipr > 1:
             executions = s.values("execution")
@@ -202,7 +199,8 @@ class SearchSpace:
             loss_scaling = s.choose("loss_scaling" if half_weights else "loss_scaling_fp32_weights", scales)
         else:
             loss_scaling = 1.0
-        optimizer_state = s.ask("optimizer_state") if problem.optimizer != "sgd_combined" else "float"
+        layout = Config(ipus_per_replica=ipr, replicas=replicas, execution=execution)
+        optimizer_state = s.ask("optimizer_state") if applies("optimizer_state", problem, layout) else "float"
         if problem.trainer == "optimum":  # IPUTrainer: FP16 accumulators unless fp32 (optimum_target.py)
             optimizer_state = "half" if half_weights else "float"
 
@@ -218,16 +216,15 @@ class SearchSpace:
                 checkpoints = optimum_checkpoints(profile, splits) if every else ()
         amp = tuple(s.ask("available_memory_proportion", f"available_memory_proportion_ipu{i}")
                     for i in range(ipr))
-        has_state = problem.optimizer != "sgd_combined"  # state knobs do nothing (rules.py)
-        offload = s.ask("optimizer_offload") if problem.target != "mk1" and has_state else False
-        rts = s.ask("replicated_tensor_sharding") if replicas > 1 and has_state else False
+        offload = s.ask("optimizer_offload") if applies("optimizer_offload", problem, layout) else False
+        rts = s.ask("replicated_tensor_sharding") if applies("replicated_tensor_sharding", problem, layout) else False
 
         if accumulation is None:
             accumulation = max(s.ask("gradient_accumulation"), self._min_accumulation(problem, ipr, execution))
             # The recipe's ceiling on the global batch (rules._global_batch_ceiling).
             accumulation = max(1, min(accumulation, problem.max_global_batch // (mb * replicas)))
         device_iterations = s.ask("device_iterations")
-        eight_bit_io = s.ask("eight_bit_io") if takes_images(problem) else False
+        eight_bit_io = s.ask("eight_bit_io") if applies("eight_bit_io", problem, layout) else False
         io_tiles = 0
         if not pipelined:
             io_tiles = s.ask("io_tiles")
@@ -235,10 +232,8 @@ class SearchSpace:
                 execution = "sharded"
         loader_mode = s.ask("loader_mode")
         loader_workers = s.ask("loader_workers")
-        # Only where the head projects onto a vocabulary (rules.py); the export pads it to the factor.
-        usable = set(serialization_factors(problem))
-        serialization = s.choose("embedding_serialization",
-                                 [f for f in s.values("embedding_serialization") if f in usable] or [1])
+        # The knobs that need no other: asked where they apply, their spec's default elsewhere.
+        plain = {k.name: self._ask_plain(s, k, problem, layout) for k in SPEC if k.sampled}
 
         config = Config(
             precision=precision, partials=partials, stochastic_rounding=stochastic_rounding,
@@ -248,7 +243,7 @@ class SearchSpace:
             replicated_tensor_sharding=rts, gradient_accumulation=int(accumulation),
             device_iterations=int(device_iterations), eight_bit_io=eight_bit_io, io_tiles=int(io_tiles),
             loader_mode=loader_mode, loader_workers=int(loader_workers),
-            micro_batch=None if mb == problem.batch_size else mb, embedding_serialization=int(serialization),
+            micro_batch=None if mb == problem.batch_size else mb, **plain,  # None: the problem's
         )
         return self._within_one_call(problem, config)
 
@@ -263,6 +258,13 @@ class SearchSpace:
         if config.device_iterations > most:
             return config.replace(device_iterations=most)
         return config
+
+    @staticmethod
+    def _ask_plain(s: "_Asker", knob, problem: Problem, layout: Config):
+        if not knob.applies_to(problem, layout):
+            return knob.space_default
+        usable = knob.usable(problem)
+        return s.choose(knob.name, [v for v in s.values(knob.name) if v in usable] or [knob.space_default])
 
     def _ask_micro_batch(self, s: "_Asker", options: list[int]) -> int:
         knob = self.knobs["micro_batch"]
@@ -293,7 +295,7 @@ class SearchSpace:
     def params_for(self, problem: Problem, profile: ModelProfile, config: Config) -> dict[str, Any]:
         """Optuna parameters that make `sample` reproduce `config` (as far as the space reaches)."""
         wanted = wanted_params(config, profile)
-        wanted["micro_batch"] = config.micro_batch or problem.batch_size
+        wanted["micro_batch"] = micro_batch(problem, config)
         replay = _Replay(wanted)
         self.sample(replay, problem, profile)
         return replay.recorded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...batch import micro_batch
 from ...host import pipeline as host
 from ...profiles.trace import ModelProfile, profile_for
 from ...problem import Config, Problem
@@ -29,17 +30,16 @@ class EstimateBackend(Backend):
         return profile_for(problem)
 
     def measure(self, problem: Problem, config: Config) -> Measurement:
-        problem = with_micro_batch(problem, config)
-        return estimate(problem, config, self.profile(problem), self.constants, self.headroom)
+        return estimate(problem, config, profile_at_micro_batch(problem, config), self.constants, self.headroom)
 
 
-def with_micro_batch(problem: Problem, config: Config) -> Problem:
-    """The problem at the config's micro-batch, when the micro-batch knob set one."""
-    if config.micro_batch and config.micro_batch != problem.batch_size:
-        from dataclasses import replace
-
-        return replace(problem, batch_size=config.micro_batch)
-    return problem
+def profile_at_micro_batch(problem: Problem, config: Config, profile: ModelProfile | None = None) -> ModelProfile:
+    """The model traced at the config's micro-batch: `profile` when it is at that batch
+    already, else a (cached) trace at it. The Problem stays as it is (batch.py)."""
+    batch = micro_batch(problem, config)
+    if profile is not None and profile.batch_size == batch:
+        return profile
+    return profile_for(problem, batch)
 
 
 def device_parts(config: Config, time, k: EstimatorConstants) -> dict[str, float]:

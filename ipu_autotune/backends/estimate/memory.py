@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...knob_spec import applies, has_optimizer_state
 from ...profiles.trace import MIN_ELEMENTS_FOR_SHARDING
 from ...problem import Config, Problem
 from ..targets import Target
@@ -45,7 +46,7 @@ def state_bytes_per_param(problem: Problem, config: Config) -> float:
 
 def accumulator_bytes_per_param(problem: Problem, config: Config) -> float:
     """Gradient accumulator (accum_type) when accumulating or pipelining; none for SGD combined."""
-    if problem.optimizer == "sgd_combined":
+    if not has_optimizer_state(problem):
         return 0.0
     if config.gradient_accumulation > 1 or config.pipelined:
         return 2.0 if config.optimizer_state == "half" else 4.0
@@ -56,7 +57,13 @@ def sharded(problem: Problem, config: Config) -> bool:
     """Replicated tensor sharding in effect: sgd_combined has no state tensors to shard (its
     location settings do nothing, PopTorch optim.SGD docstring), one replica nothing to
     shard over."""
-    return config.replicated_tensor_sharding and config.replicas > 1 and problem.optimizer != "sgd_combined"
+    return config.replicated_tensor_sharding and applies("replicated_tensor_sharding", problem, config)
+
+
+def offloaded(problem: Problem, config: Config) -> bool:
+    """Optimizer state in Streaming Memory: asked of the knob spec (no state, or no Streaming
+    Memory on Mk1: nothing moves)."""
+    return config.optimizer_offload and applies("optimizer_offload", problem, config)
 
 
 def state_elements_per_replica(problem: Problem, config: Config, stage: Stage) -> float:
@@ -84,10 +91,10 @@ def optimizer_state_on_chip(problem: Problem, config: Config, stage: Stage) -> f
     after the backward pass has freed its activations, so not counted here.
     """
     per_element = state_bytes_per_param(problem, config)
-    if problem.optimizer == "sgd_combined":  # one combined tensor, always on chip
+    if not has_optimizer_state(problem):  # one combined tensor, always on chip
         return stage.params * per_element
     shards = sharded(problem, config)
-    if config.optimizer_offload:
+    if offloaded(problem, config):
         largest = stage.largest_param
         if shards and largest >= MIN_ELEMENTS_FOR_SHARDING:
             largest = (largest - 1) // config.replicas + 1

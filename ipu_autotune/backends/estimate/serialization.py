@@ -1,4 +1,5 @@
-"""embedding_serialization in the estimate: the vocabulary projection as `factor` matmuls.
+"""embedding_serialization in the estimate: the vocabulary projection as `factor` matmuls
+(and input_embedding_serialization, the token embedding's look-up in pieces, below).
 
 `poptorch.serializedMatMul(..., OutputChannels, factor)` becomes, in PopART, `factor`
 matmuls over slices of the weight's output channels whose results are concatenated
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...knob_spec import input_embedding
 from ...profiles.trace import ModelProfile
 from ...problem import Config, Problem
 from ...profiles.placement import unit_of_path
@@ -20,6 +22,7 @@ from .layout import Stage, stage_members
 
 def serialize_projection(problem: Problem, config: Config, profile: ModelProfile,
                          layout: list[Stage]) -> list[Stage]:
+    layout = serialize_input_embedding(problem, config, profile, layout)
     factor = config.embedding_serialization
     if factor == 1:
         return layout
@@ -37,5 +40,35 @@ def serialize_projection(problem: Problem, config: Config, profile: ModelProfile
         if head in members:
             others = max((profile.units[i].max_op_bytes for i in members if i != head), default=0)
             stage = replace(stage, max_op_bytes=int(max(others, piece)), ops=stage.ops + factor - 1)
+        out.append(stage)
+    return out
+
+
+#: ops each look-up after the first adds: the offset, two comparisons, the index mask, the
+#: look-up, the output mask and the sum (optimum-graphcore's SerializedEmbedding.forward)
+OPS_PER_EXTRA_LOOKUP = 7
+
+
+def serialize_input_embedding(problem: Problem, config: Config, profile: ModelProfile,
+                              layout: list[Stage]) -> list[Stage]:
+    """input_embedding_serialization: the token embedding as `factor` masked look-ups into
+    slices of its table (optimum-graphcore's SerializedEmbedding), each output masked and
+    summed. What it saves is in the embedding's gradient (a slice's update at a time), which
+    this model does not count, so it earns no memory here: only its cost, the extra ops
+    (code, op overhead) and the masked [micro-batch, tokens, width] outputs (elementwise
+    traffic). A compile measures the saving."""
+    factor = config.input_embedding_serialization
+    found = input_embedding(problem) if factor != 1 else None
+    if found is None:
+        return layout
+    path, _, width = found
+    head = unit_of_path(profile, path)
+    tokens = profile.batch_size * max(1, problem.seq_len)
+    masked = (factor - 1) * tokens * width * 4  # FP32 bytes, as the profile counts them
+    out = []
+    for stage, members in zip(layout, stage_members(profile, config)):
+        if head in members:
+            stage = replace(stage, ops=stage.ops + OPS_PER_EXTRA_LOOKUP * (factor - 1),
+                            light_bytes=stage.light_bytes + masked)
         out.append(stage)
     return out

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...batch import samples_per_call
 from ...rules.optimum_target import outer_fragment_params
 from ...problem import Config, Problem
 from ..targets import Target
 from .constants import EstimatorConstants
 from .layout import Stage, forward_stages
-from .memory import activation_scale, input_scale, state_bytes_per_param, state_elements_per_replica
+from .memory import activation_scale, input_scale, offloaded, state_bytes_per_param, state_elements_per_replica
 
 
 def compute_mode(config: Config) -> str:
@@ -108,7 +109,7 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
     # fragments overlap (optimum_target.outer_fragment_params says which).
     outer_params = outer_fragment_params(problem, [s.params for s in stages])
     update = 0.0
-    if config.optimizer_offload and problem.optimizer != "sgd_combined":  # no state to stream
+    if offloaded(problem, config):  # a state to stream, and Streaming Memory to stream it to
         # Each replica streams its own shard of each stage's state (memory.state_elements_per_replica).
         elements = outer_fragment_params(problem, [state_elements_per_replica(problem, config, s) for s in stages])
         state = elements * state_bytes_per_param(problem, config)
@@ -124,7 +125,7 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
     step = compute + update + allreduce
     di = config.device_iterations
     call = di * step + k.host_call_overhead_s
-    samples = problem.batch_size * ga * config.replicas * di
+    samples = samples_per_call(problem, config)
     return Timing(
         step_time_s=step,
         call_time_s=call,

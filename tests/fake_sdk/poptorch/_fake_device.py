@@ -319,6 +319,10 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
         eight_bit_io=not named and x.dtype == torch.uint8,
         io_tiles=opts.TensorLocations._values.get("numIOTiles", 0),
         embedding_serialization=max(factors, default=1),
+        # a token embedding in look-ups: the model holds its pieces (optimum's SerializedEmbedding)
+        input_embedding_serialization=max((len(m.split_embeddings) for m in model.modules()
+                                           if isinstance(getattr(m, "split_embeddings", None), torch.nn.ModuleList)),
+                                          default=1),
     )
 
     # The FP32 trace the estimator expects; promotion keeps casts from breaking float weights.
