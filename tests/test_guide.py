@@ -16,8 +16,8 @@ from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.runner import Runner
 from ipu_autotune.study import create_sampler, enqueue, records
 from ipu_autotune.warmstart import naive_baseline, proposals
+from testing import RESNET50_4IPU_SGD as PROBLEM
 
-PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd")
 HIDDEN = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * 1.25)  # the "real" IPU needs 25% more
 
 

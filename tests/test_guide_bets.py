@@ -8,7 +8,7 @@ import pytest
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.guide import Guide
 from ipu_autotune.models.trace import profile_for
-from ipu_autotune.problem import Config, Problem
+from ipu_autotune.problem import Config
 from ipu_autotune.search.bold import (
     BET_LOSSES,
     BOLD_GAIN,
@@ -23,9 +23,8 @@ from ipu_autotune.search.bold import (
 from ipu_autotune.search.corrected import CorrectedModel, CorrectedScreen, observe, split_moves
 from ipu_autotune.search.replay import checkpoints_every
 from ipu_autotune.search.space import SearchSpace
+from testing import RESNET152_2IPU as PROBLEM
 
-#: far from fitting naively: the benchmark's hardest problem
-PROBLEM = Problem("resnet152", 16, (3, 224, 224), ipus=2)
 #: the "real" IPU's busiest tile over the estimator's, the same for every config here
 RATIO = 1.357
 

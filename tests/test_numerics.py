@@ -20,6 +20,7 @@ from ipu_autotune import cli
 from ipu_autotune import numerics as nm
 from ipu_autotune.numerics.view import render
 from ipu_autotune.problem import Config, Problem
+from testing import NUMERICS_CNN_SGD as PROBLEM
 
 FP16_MAX = 65504.0
 TINY = 2.0 ** -24  # smallest FP16 subnormal
@@ -199,8 +200,6 @@ def test_partials_flag_long_accumulations_with_large_or_coherent_sums_only():
 
 
 # --- the whole advice ----------------------------------------------------------------------------
-
-PROBLEM = Problem("numerics_models:small_cnn", 8, input_shape=(3, 16, 16), num_classes=10, optimizer="sgd")
 
 
 @pytest.fixture(scope="module")

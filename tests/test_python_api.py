@@ -21,6 +21,7 @@ from torch import nn
 import ipu_autotune
 from ipu_autotune import api, cli
 from ipu_autotune.errors import UsageError
+from testing import run_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -46,9 +47,8 @@ class TinyNet(nn.Module):
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
+    """The command's exit code, stdout, and stderr with its line breaks and runs of spaces as one space."""
+    code, out, err = run_cli(capsys, *argv)
     return code, out, " ".join(err.split())
 
 

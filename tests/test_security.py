@@ -23,11 +23,11 @@ import workers_helpers as wh
 from ipu_autotune import study as st
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.cli import main
-from ipu_autotune.problem import Config, Problem
+from ipu_autotune.problem import Config
 from ipu_autotune.storage import mask_url
+from testing import RESNET18 as PROBLEM
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-PROBLEM = Problem("resnet18", 8)
 GOOD = Config(precision="16.16", ipus_per_replica=2, splits=("layer3",), gradient_accumulation=3)
 
 

@@ -15,18 +15,17 @@ from optuna.trial import TrialState
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.models.trace import profile_for
-from ipu_autotune.problem import Problem
 from ipu_autotune.runner import Runner
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.search.window import WindowedTPESampler
 from ipu_autotune.storage import open_storage
 from ipu_autotune.study import ATTR_RECORD, TrialRecord, enqueue, open_study
 from ipu_autotune.warmstart import naive_baseline, proposals
+from testing import RESNET18_CIFAR_1IPU as PROBLEM
 
 pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),
               pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")]
 
-PROBLEM = Problem("resnet18", 16, (3, 32, 32), ipus=1)
 #: per trial: create (or pop), the first heartbeat, the sampled parameters, the tell with the record
 MAX_WRITES_PER_TRIAL = 4
 

@@ -4,9 +4,7 @@ parameters charged where they are read (tied ones once), and the must-show tunin
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,16 +17,11 @@ from ipu_autotune.models.hf import ARCHITECTURES, build_hf_model, layer_count, l
 from ipu_autotune.models.inputs import parse_input, parse_inputs
 from ipu_autotune.models.trace import profile_for, trace_model
 from ipu_autotune.problem import Problem, load_config_file
+from testing import run_cli_process
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("ipu-autotune")
-    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "120", "PYTHONPATH": path})
-    if check:
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
+    return run_cli_process(*args, cwd=cwd, columns=120, check=check)
 
 
 def unique_params(model: nn.Module) -> int:

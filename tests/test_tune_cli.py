@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.problem import Config, Problem
+from testing import run_cli_process
 
 #: the workshop's final configuration, async data loader included (seed-epoch-ga8-di4-8bit-async)
 HAND_TUNED = Config(precision="16.16", optimizer_state="half", loss_scaling=1000.0, ipus_per_replica=2,
@@ -23,12 +22,7 @@ WORKSHOP = Problem("resnet101", 64, input_shape=(3, 64, 64), optimizer="adamw", 
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("ipu-autotune")
-    proc = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "120"})
-    if check:
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
+    return run_cli_process(*args, cwd=cwd, columns=120, check=check)
 
 
 def tune_json(cwd: Path, *extra: str) -> dict:
