@@ -182,6 +182,7 @@ def test_storage_url_that_cannot_work(capsys, in_tmp, url):
     assert list(in_tmp.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_unreachable_postgres_fails_fast_without_the_password(capsys, in_tmp):
     start = time.monotonic()
     code, out, err = run_cli(capsys, *MODEL, "--storage", "postgresql://u:secret@127.0.0.1:1/db")
@@ -205,6 +206,7 @@ def test_read_commands_on_an_unreachable_postgres_hide_the_password(capsys, in_t
 
 # --- resuming ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_resuming_with_a_different_problem(capsys, db):
     from ipu_autotune import study as st
     from ipu_autotune.storage import open_storage

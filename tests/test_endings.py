@@ -197,6 +197,7 @@ def test_one_ipu_summary_does_not_report_an_execution_change():
     assert any(line.startswith("io_tiles") for line in lines)
 
 
+@pytest.mark.slow
 def test_no_fix_warm_start_when_the_baseline_already_fits():
     from ipu_autotune.models.trace import profile_for
     from ipu_autotune.search.space import SearchSpace

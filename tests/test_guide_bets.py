@@ -68,6 +68,7 @@ def _stalled(profile):
     return [(c, _compiled(c, profile)) for c in configs]
 
 
+@pytest.mark.slow
 def test_split_moves_carry_their_checkpoints(setup):
     """warmstart's split moves keep the old checkpoints, which the space then drops (all
     recomputed with none kept: twice the memory). The guide's own moves re-derive them."""
@@ -139,6 +140,7 @@ def test_a_bet_must_improve_on_the_best_in_expectation():
     assert 0 < BOLD_GAIN < 1
 
 
+@pytest.mark.slow
 def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candidate_over_memory(setup):
     """The case the ResNet-152 benchmark missed: every compile so far without accumulation;
     any accumulation adds gradient accumulators the corrected model puts over memory at this
@@ -158,6 +160,7 @@ def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candid
     assert _compiled(proposal, profile).feasible
 
 
+@pytest.mark.slow
 def test_bets_stop_after_losses_in_a_row(setup):
     """Where the model under-predicts memory, the best bets are where it under-predicts most:
     after BET_LOSSES of them ran out of memory in a row, the guide bets no more."""
@@ -189,6 +192,7 @@ def test_losing_streak_counts_out_of_memory_bets_in_a_row(setup):
     assert math.isclose(losing_streak([], set()), 0)
 
 
+@pytest.mark.slow
 def test_the_guides_proposals_do_not_depend_on_string_hashing():
     """The candidate pool was a set: equally ranked candidates came out in string-hash order,
     so a run's proposals changed with PYTHONHASHSEED (one benchmark seed reached the best at

@@ -107,6 +107,7 @@ def test_baseline_on_an_existing_study_is_refused_with_the_fix(two_studies, tmp_
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [80, 120])
 def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path, columns):
     out = run_cli_process("estimate", "resnet101", "--batch-size", "64", cwd=tmp_path, columns=columns)
@@ -123,6 +124,7 @@ def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path, columns):
     assert "OOM is per tile" in out.stdout
 
 
+@pytest.mark.slow
 def test_numerics_help_lists_only_options_it_uses(tmp_path):
     out = run_cli_process("numerics", "--help", cwd=tmp_path)
     assert out.returncode == 0
@@ -130,6 +132,7 @@ def test_numerics_help_lists_only_options_it_uses(tmp_path):
     assert "--batch-size" in out.stdout and "--optimizer" in out.stdout and "--seed" in out.stdout
 
 
+@pytest.mark.slow
 def test_set_errors_name_set_not_the_config_file(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[problem]\nmodel = "resnet18"\nbatch_size = 8\n[config]\nprecision = "16.16"\n')

@@ -245,6 +245,7 @@ def test_summary_and_view_state_the_reasons(advice):
     assert "lost (<2^-24)" in text and "stochastic rounding" in text and "←" in text
 
 
+@pytest.mark.slow
 def test_advise_resnet18_leaves_global_state_alone():
     threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
     advice = nm.advise(Problem("resnet18", 4, input_shape=(3, 32, 32), num_classes=10), steps=2)

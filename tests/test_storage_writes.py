@@ -77,6 +77,7 @@ def _runner(url: str) -> Runner:
     return Runner(study, PROBLEM, profile, space, EstimateBackend(headroom=0.05))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_trial_costs_at_most_four_storage_writes(tmp_path, monkeypatch, kind):
     runner = _runner(_url(kind, tmp_path))
@@ -147,6 +148,7 @@ def test_a_queued_trial_is_popped_by_one_worker_only(tmp_path):
     assert started.state == TrialState.RUNNING and started.datetime_start is not None
 
 
+@pytest.mark.slow
 def test_sqlite_runs_in_write_ahead_log_mode(tmp_path):
     storage = open_storage(_url("sqlite", tmp_path))
     with storage._backend.engine.connect() as conn:

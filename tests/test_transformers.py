@@ -125,6 +125,7 @@ def test_bert_through_a_wrapper_opens_to_layers():
 
 # --- must show 3: parameters charged to the unit that uses them ------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, blocks", [
     ("swin_b", [f"features.{s}.{b}" for s, n in ((1, 2), (3, 2), (5, 18), (7, 2)) for b in range(n)]),
     ("vit_b_16", [f"encoder.layers.encoder_layer_{i}" for i in range(12)]),
@@ -177,6 +178,7 @@ def two_inputs(num_classes: int = 5):
     return TwoInputs(num_classes)
 
 
+@pytest.mark.slow
 def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(tmp_path):
     model = f"{__name__}:two_inputs"
     env_cwd = tmp_path
@@ -197,6 +199,7 @@ def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(tmp_p
     assert from_file["problem"] == out["problem"] and from_file["required_bytes"][0] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (("hf:bert-base-uncasd", "-b", "8"), "did you mean hf:bert-base-uncased"),
     (("hf:gpt2", "-b", "1", "--seq-len", "2048"), "exceeds its 1024 position embeddings"),
@@ -210,6 +213,7 @@ def test_bad_transformer_input_is_one_line_exit_2(tmp_path, args, message):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_numerics_says_plainly_it_takes_image_models_only(tmp_path):
     proc = cli("numerics", "hf:gpt2", "-b", "1", cwd=tmp_path, check=False)
     assert proc.returncode == 2
@@ -218,6 +222,7 @@ def test_numerics_says_plainly_it_takes_image_models_only(tmp_path):
 
 # --- must show 1: start out of memory, end on a fitting best split at layers -----------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, layer_prefix", [
     (("hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4"), "bert.encoder.layer."),
     (("hf:gpt2", "--task", "causal-lm", "--seq-len", "1024", "--batch-size", "1", "--ipus", "4"),
@@ -235,6 +240,7 @@ def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(tmp_path, 
 
 # --- must show 4: the optimum-graphcore IPUConfig export ----------------------------------------
 
+@pytest.mark.slow
 def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sdk(tmp_path):
     from conftest_fake_sdk import fake_sdk
 
