@@ -15,6 +15,7 @@ from ipu_autotune.problem import Config, Problem
 from test_transformers import cli
 
 
+@pytest.mark.slow
 def test_no_attention_dropout_saves_no_dropout_masks():
     kept = profile_for(Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=512))
     none = profile_for(Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=512, attention_dropout=0.0))
@@ -40,6 +41,7 @@ def test_the_key_round_trips_and_an_unset_one_stays_out_of_the_dict():
     assert "attention_dropout" not in Problem("hf:gpt2", 1).to_dict()
 
 
+@pytest.mark.slow
 def test_a_probability_out_of_range_is_one_line_exit_2(tmp_path):
     (tmp_path / "p.toml").write_text('[problem]\nmodel = "hf:bert-base-uncased"\nbatch_size = 2\n'
                                      'attention_dropout = 1.5\n')
@@ -48,6 +50,7 @@ def test_a_probability_out_of_range_is_one_line_exit_2(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_exported_code_checks_the_model_it_is_given():
     from conftest_fake_sdk import fake_sdk
 

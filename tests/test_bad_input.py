@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ipu_autotune.cli import main
+from testing import RESNET18, run_cli, sqlite_url
 from workers_helpers import storage_snapshot
 
 MODEL = ["resnet18", "--batch-size", "8"]
@@ -22,12 +22,6 @@ MODEL = ["resnet18", "--batch-size", "8"]
 @pytest.fixture
 def db(in_tmp) -> Path:
     return in_tmp / "study.db"
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line_error(code: int, err: str, *needles: str) -> str:
@@ -43,7 +37,7 @@ def one_line_error(code: int, err: str, *needles: str) -> str:
 
 
 def tune(capsys, db: Path, *args: str) -> tuple[int, str, str]:
-    return run(capsys, *args, "--storage", f"sqlite:///{db}")
+    return run_cli(capsys, *args, "--storage", sqlite_url(db))
 
 
 def write(path: Path, text: str) -> str:
@@ -53,15 +47,13 @@ def write(path: Path, text: str) -> str:
 
 # --- the model and the micro-batch -------------------------------------------------------------
 
-def test_unknown_model_suggests_close_names(capsys, db):
-    code, _, err = tune(capsys, db, "resnet51", "--batch-size", "8")
-    one_line_error(code, err, "unknown model 'resnet51'", "did you mean", "resnet50")
-    assert not db.exists()
-
-
-def test_unknown_model_without_close_match_says_what_works(capsys, db):
-    code, _, err = tune(capsys, db, "zzzzqqq", "--batch-size", "8")
-    one_line_error(code, err, "unknown model 'zzzzqqq'", "package.module:factory")
+@pytest.mark.parametrize("model, needles", [
+    ("resnet51", ["unknown model 'resnet51'", "did you mean", "resnet50"]),
+    ("zzzzqqq", ["unknown model 'zzzzqqq'", "package.module:factory"]),  # no close name: say what works
+], ids=["close names suggested", "no close name"])
+def test_unknown_model(capsys, db, model, needles):
+    code, _, err = tune(capsys, db, model, "--batch-size", "8")
+    one_line_error(code, err, *needles)
     assert not db.exists()
 
 
@@ -75,37 +67,25 @@ def test_bad_micro_batch(capsys, db, value, needle):
 
 # --- files ---------------------------------------------------------------------------------------
 
-def test_malformed_baseline_toml_names_file_and_line(capsys, db, in_tmp):
-    path = write(in_tmp / "base.toml", '[config]\nprecision = "16.16\n')
-    code, _, err = tune(capsys, db, *MODEL, "--baseline", path)
-    one_line_error(code, err, path, "malformed TOML", "line 2")
-    assert not db.exists()
+#: (flag, file name, its text or None for a file that is not there, what the error line names
+#: besides the file)
+FILES = {
+    "malformed baseline": ("--baseline", "base.toml", '[config]\nprecision = "16.16\n', ["malformed TOML", "line 2"]),
+    "malformed space": ("--space", "space.toml", "[knobs]\nprecision = [\n", ["malformed TOML", "line 2"]),
+    "unknown config key": ("--baseline", "base.toml", '[config]\nprecison = "16.16"\n',
+                           ["unknown key 'precison'", "did you mean 'precision'"]),
+    "unknown space knob": ("--space", "space.toml", "[knobs]\ngradient_accumulaton = [4]\n",
+                           ["unknown knob 'gradient_accumulaton'", "did you mean 'gradient_accumulation'"]),
+    "missing baseline": ("--baseline", "nope.toml", None, ["no such file"]),
+}
 
 
-def test_malformed_space_toml_names_file_and_line(capsys, db, in_tmp):
-    path = write(in_tmp / "space.toml", "[knobs]\nprecision = [\n")
-    code, _, err = tune(capsys, db, *MODEL, "--space", path)
-    one_line_error(code, err, path, "malformed TOML", "line 2")
-    assert not db.exists()
-
-
-def test_unknown_config_key_suggests_the_known_one(capsys, db, in_tmp):
-    path = write(in_tmp / "base.toml", '[config]\nprecison = "16.16"\n')
-    code, _, err = tune(capsys, db, *MODEL, "--baseline", path)
-    one_line_error(code, err, path, "unknown key 'precison'", "did you mean 'precision'")
-    assert not db.exists()
-
-
-def test_unknown_space_knob_suggests_the_known_one(capsys, db, in_tmp):
-    path = write(in_tmp / "space.toml", "[knobs]\ngradient_accumulaton = [4]\n")
-    code, _, err = tune(capsys, db, *MODEL, "--space", path)
-    one_line_error(code, err, path, "unknown knob 'gradient_accumulaton'", "did you mean 'gradient_accumulation'")
-    assert not db.exists()
-
-
-def test_missing_baseline_file(capsys, db, in_tmp):
-    code, _, err = tune(capsys, db, *MODEL, "--baseline", str(in_tmp / "nope.toml"))
-    one_line_error(code, err, "nope.toml", "no such file")
+@pytest.mark.parametrize("case", FILES, ids=list(FILES))
+def test_a_bad_file_is_named_with_what_is_wrong(capsys, db, in_tmp, case):
+    flag, name, text, needles = FILES[case]
+    path = write(in_tmp / name, text) if text is not None else str(in_tmp / name)
+    code, _, err = tune(capsys, db, *MODEL, flag, path)
+    one_line_error(code, err, path, *needles)
     assert not db.exists()
 
 
@@ -156,26 +136,22 @@ def test_a_baseline_breaking_a_rule_names_the_rule(capsys, db, in_tmp, rule):
     assert not db.exists()
 
 
-def test_fewer_ipus_than_the_config_needs(capsys, db, in_tmp):
-    path = write(in_tmp / "base.toml", "[config]\n" + PIPE2)
-    code, _, err = tune(capsys, db, *MODEL, "--ipus", "1", "--baseline", path)
-    one_line_error(code, err, "needs 2 IPUs", "the problem has 1", "raise --ipus")
-    assert not db.exists()
+#: baselines the problem or the model rejects (not a rule of the config alone): text, flags, needles
+REJECTED = {
+    "fewer IPUs than it needs": (PIPE2, ["--ipus", "1"], ["needs 2 IPUs", "the problem has 1", "raise --ipus"]),
+    "split not a module": ('ipus_per_replica = 2\nsplits = ["layer3.9"]\ngradient_accumulation = 3\n', [],
+                           ["split 'layer3.9' is not a module of the model", "closest:", "layer3.0"]),
+    "split not a path": ("ipus_per_replica = 2\nsplits = [\"layer3'); import os; ('\"]\ngradient_accumulation = 3\n",
+                         [], ["is not a module path"]),
+}
 
 
-def test_split_that_is_not_a_module_names_the_closest(capsys, db, in_tmp):
-    path = write(in_tmp / "base.toml", '[config]\nipus_per_replica = 2\nsplits = ["layer3.9"]\n'
-                                       "gradient_accumulation = 3\n")
-    code, _, err = tune(capsys, db, *MODEL, "--baseline", path)
-    one_line_error(code, err, "split 'layer3.9' is not a module of the model", "closest:", "layer3.0")
-    assert not db.exists()
-
-
-def test_split_that_is_not_a_path_at_all(capsys, db, in_tmp):
-    path = write(in_tmp / "base.toml", "[config]\nipus_per_replica = 2\nsplits = [\"layer3'); import os; ('\"]\n"
-                                       "gradient_accumulation = 3\n")
-    code, _, err = tune(capsys, db, *MODEL, "--baseline", path)
-    one_line_error(code, err, "is not a module path")
+@pytest.mark.parametrize("case", REJECTED, ids=list(REJECTED))
+def test_a_baseline_the_problem_or_model_rejects(capsys, db, in_tmp, case):
+    text, flags, needles = REJECTED[case]
+    path = write(in_tmp / "base.toml", "[config]\n" + text)
+    code, _, err = tune(capsys, db, *MODEL, *flags, "--baseline", path)
+    one_line_error(code, err, *needles)
     assert not db.exists()
 
 
@@ -200,42 +176,43 @@ def test_empty_search_space(capsys, db, in_tmp, text, needles):
                                  "sqlite:///no/such/folder/s.db"])
 def test_storage_url_that_cannot_work(capsys, in_tmp, url):
     start = time.monotonic()
-    code, _, err = run(capsys, *MODEL, "--storage", url)
+    code, _, err = run_cli(capsys, *MODEL, "--storage", url)
     one_line_error(code, err, "storage")
     assert time.monotonic() - start < 5  # checked before the model is traced
     assert list(in_tmp.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_unreachable_postgres_fails_fast_without_the_password(capsys, in_tmp):
     start = time.monotonic()
-    code, out, err = run(capsys, *MODEL, "--storage", "postgresql://u:secret@127.0.0.1:1/db")
+    code, out, err = run_cli(capsys, *MODEL, "--storage", "postgresql://u:secret@127.0.0.1:1/db")
     line = one_line_error(code, err, "unreachable", "postgresql://u:***@127.0.0.1:1/db")
     assert "secret" not in out + err, line
     assert time.monotonic() - start < 60
 
 
 def test_unparsable_postgres_url_without_the_password(capsys, in_tmp):
-    code, out, err = run(capsys, *MODEL, "--storage", "postgresql://u:secret@host:port/db")
+    code, out, err = run_cli(capsys, *MODEL, "--storage", "postgresql://u:secret@host:port/db")
     one_line_error(code, err, "cannot be parsed")
     assert "secret" not in out + err
 
 
 @pytest.mark.parametrize("command", [["show", "--study", "x"], ["studies"], ["export", "--study", "x"]])
 def test_read_commands_on_an_unreachable_postgres_hide_the_password(capsys, in_tmp, command):
-    code, out, err = run(capsys, *command, "--storage", "postgresql://u:secret@127.0.0.1:1/db")
+    code, out, err = run_cli(capsys, *command, "--storage", "postgresql://u:secret@127.0.0.1:1/db")
     one_line_error(code, err, "unreachable")
     assert "secret" not in out + err
 
 
 # --- resuming ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_resuming_with_a_different_problem(capsys, db):
     from ipu_autotune.study import records as st
-    from ipu_autotune.problem import Problem
     from ipu_autotune.study.storage import open_storage
 
-    problem = Problem("resnet18", 8)
-    st.open_study(open_storage(f"sqlite:///{db}"), problem.slug, problem, 0, lambda study: None)
+    problem = RESNET18
+    st.open_study(open_storage(sqlite_url(db)), problem.slug, problem, 0, lambda study: None)
     before = storage_snapshot(db)
     assert before == [(problem.slug, None, None)]
     code, _, err = tune(capsys, db, "resnet18", "--batch-size", "16", "--study", problem.slug)
@@ -247,7 +224,7 @@ def test_resuming_with_a_different_problem(capsys, db):
 def test_a_study_name_used_by_another_tool(capsys, db):
     import optuna
 
-    theirs = optuna.create_study(study_name="theirs", storage=f"sqlite:///{db}")
+    theirs = optuna.create_study(study_name="theirs", storage=sqlite_url(db))
     theirs.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
     before = storage_snapshot(db)
     code, _, err = tune(capsys, db, *MODEL, "--study", "theirs")
@@ -257,10 +234,8 @@ def test_a_study_name_used_by_another_tool(capsys, db):
 
 def test_export_of_a_missing_study_lists_the_ones_there(capsys, db):
     from ipu_autotune.study import records as st
-    from ipu_autotune.problem import Problem
     from ipu_autotune.study.storage import open_storage
 
-    problem = Problem("resnet18", 8)
-    st.open_study(open_storage(f"sqlite:///{db}"), "mine", problem, 0, lambda study: None)
-    code, _, err = run(capsys, "export", "--storage", f"sqlite:///{db}", "--study", "minE")
+    st.open_study(open_storage(sqlite_url(db)), "mine", RESNET18, 0, lambda study: None)
+    code, _, err = run_cli(capsys, "export", "--storage", sqlite_url(db), "--study", "minE")
     one_line_error(code, err, "no study 'minE'", "studies there: mine")

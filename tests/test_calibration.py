@@ -26,12 +26,14 @@ def load(point):
     return Problem.from_dict(point["problem"]), Config.from_dict(point["config"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", POINTS, ids=[p["id"] for p in POINTS])
 def test_point_is_a_valid_config(point):
     problem, config = load(point)
     assert violations(problem, config, profile_for(problem).module_order) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", _cases("expect"))
 def test_memory_verdict(point):
     problem, config = load(point)
@@ -39,6 +41,7 @@ def test_memory_verdict(point):
     assert m.feasible == (point["expect"] == "fits"), m.verdict()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", _cases("throughput"))
 def test_throughput_within_published_band(point):
     """End-to-end points against `throughput`; device-side ones against `device_throughput`."""

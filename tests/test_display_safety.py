@@ -35,6 +35,7 @@ from ipu_autotune.cli import main
 from ipu_autotune.present.display import html_text
 from ipu_autotune.problem import Config
 from ipu_autotune.study.records import ATTR_RECORD, read_records, trial_attrs
+from testing import run_cli
 from test_report import _chromium
 
 pytestmark = pytest.mark.slow
@@ -150,9 +151,8 @@ def pristine(tmp_path_factory):
 
 
 def run(capsys, argv) -> tuple[int, str]:
-    capsys.readouterr()
-    code = main(argv)
-    out, err = capsys.readouterr()
+    """Exit code and all the command printed; never an internal error, whatever the record held."""
+    code, out, err = run_cli(capsys, *argv)
     assert "internal error" not in err, err
     return code, out + err
 

@@ -117,6 +117,7 @@ def _through_fake_poptorch(snippet: str, model, *batch):
         return loss, list(ops.serialized_matmuls), poptorch.MatMulSerializationMode.OutputChannels
 
 
+@pytest.mark.slow
 def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_the_same_loss():
     """Config -> snippet -> fake PopTorch: the factor PopTorch receives is the config's, in
     OutputChannels mode, and the serialised projection gives the plain model's loss."""
@@ -136,6 +137,7 @@ def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_
     assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_vocabulary_the_factor_does_not_divide_is_padded_and_the_loss_is_unchanged():
     """GPT-2's 50,257 words at factor 4: the snippet pads the tied embedding to 50,260 (as
     optimum-graphcore does), PopTorch gets a factor that divides, and the padding words'

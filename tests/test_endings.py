@@ -22,14 +22,9 @@ from ipu_autotune.export.python import render_snippet
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.study.records import TrialRecord
 from ipu_autotune.present.ui import TrialTable, TuneView
+from testing import run_cli_process
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("ipu-autotune")
-    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "80"})
 
 
 # --- exit code 3 ----------------------------------------------------------------------------------
@@ -40,7 +35,7 @@ NO_FIT = ("resnet50", "--batch-size", "128", "--target", "mk1", "--ipus", "1", "
 
 @pytest.mark.slow
 def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_path):
-    out = run(*NO_FIT, cwd=tmp_path)
+    out = run_cli_process(*NO_FIT, cwd=tmp_path)
     assert out.returncode == 3, out.stderr[-2000:]
     text = " ".join(out.stdout.split())  # words, whatever the wrapping
     assert "Nothing fits yet." in text
@@ -48,7 +43,7 @@ def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_pat
     assert "What would help most" in text
     assert "--ipus 2:" in text and "--batch-size " in text and "(estimated)" in text
     # The JSON form says the same, for scripts.
-    again = run(*NO_FIT, "--json", "--study", "nofit-json", cwd=tmp_path)
+    again = run_cli_process(*NO_FIT, "--json", "--study", "nofit-json", cwd=tmp_path)
     assert again.returncode == 3, again.stderr[-2000:]
     result = json.loads(again.stdout)
     assert result["best"] is None and result["closest"]["measurement"]["feasible"] is False
@@ -207,6 +202,7 @@ def test_one_ipu_summary_does_not_report_an_execution_change():
     assert any(line.startswith("io_tiles") for line in lines)
 
 
+@pytest.mark.slow
 def test_no_fix_warm_start_when_the_baseline_already_fits():
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace

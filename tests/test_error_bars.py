@@ -45,6 +45,7 @@ def calibration(tool):
     return tool.points()
 
 
+@pytest.mark.slow
 def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(tool, calibration):
     widths, scales = tool.constants(calibration)
     assert widths.keys() == eb.THROUGHPUT_LOG_WIDTH.keys() and scales.keys() == eb.MEMORY_SCALE.keys()

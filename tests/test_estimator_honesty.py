@@ -8,6 +8,7 @@ import json
 import re
 
 import optuna
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ipu_autotune.guide.suggestions import suggestions
@@ -94,6 +95,7 @@ def _draw(seed: int, p: Problem) -> Config:
     return SearchSpace.load(p).sample(study.ask(), p, profile_for(p))
 
 
+@pytest.mark.slow
 @given(st.integers(0, 10**6))
 @SETTINGS
 def test_turning_offload_off_never_lowers_on_chip_memory(seed):

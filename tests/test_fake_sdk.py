@@ -280,6 +280,7 @@ def test_without_allow_out_of_memory_an_oom_leaves_no_profile(poptorch):
     assert find_profile(report) is None
 
 
+@pytest.mark.slow
 def test_the_fake_compile_disagrees_with_the_nominal_estimator_near_the_boundary(poptorch):
     """The fake's hardware is not the estimator's model: near capacity their verdicts differ."""
 

@@ -16,8 +16,8 @@ from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.runner import Runner
 from ipu_autotune.study.records import create_sampler, enqueue, records
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from testing import RESNET50_4IPU_SGD as PROBLEM
 
-PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd")
 HIDDEN = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * 1.25)  # the "real" IPU needs 25% more
 
 
@@ -41,6 +41,7 @@ def test_correction_is_the_measured_over_estimated_tile_ratio():
     assert memory_correction(PROBLEM, profile, [(config, estimate(PROBLEM, config, profile))], NOMINAL) == 1.0
 
 
+@pytest.mark.slow
 def test_guided_trials_fit_on_the_hidden_ipu():
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
@@ -98,6 +99,7 @@ def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain():
     assert compiles_since_best([(config, runs[0]), (config, est)]) == 0
 
 
+@pytest.mark.slow
 def test_the_stopping_rule_waits_for_compiles_that_confirm_it():
     """The model alone said "stop" at compile 3-5, often before the tuner was within 5 %:
     the rule now also needs STOP_PATIENCE compiles in a row that did not beat the best."""
@@ -122,6 +124,7 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it():
     assert applied, "the rule never applied in 14 compiles on a hidden IPU the model corrects exactly"
 
 
+@pytest.mark.slow
 def test_a_layouts_compiles_set_its_prior():
     """The estimator's errors differ most between IPU layouts: a candidate far (in other knobs)
     from every compile still takes its own layout's error, not the mean over all layouts."""
@@ -149,6 +152,7 @@ def test_a_layouts_compiles_set_its_prior():
     assert corrected < nominal * math.exp((slow + fast) / 2)  # nearer the layout's error than the mean
 
 
+@pytest.mark.slow
 def test_the_first_round_of_parallel_workers_covers_the_ipu_layouts_before_raising_the_margin():
     """With --jobs N, workers ask before any compile returns. Serially, the warm starts'
     compiles show which IPU layout the estimator overrates, and the next compile is often
@@ -192,6 +196,7 @@ def test_the_first_round_of_parallel_workers_covers_the_ipu_layouts_before_raisi
     assert len(set(running)) == 4 and len({layout(c) for c in running}) >= 3
 
 
+@pytest.mark.slow
 def test_the_first_round_bets_nearer_the_edge_on_a_fast_layout_rather_than_on_a_slow_one():
     """BERT-base on 4 IPUs: once the 2 x 2 layout's bets at the first-round margins are taken,
     the next fastest is the 4-IPU pipeline at 0.85 of its estimate (0.84 on the hidden IPU of
@@ -229,6 +234,7 @@ def test_the_first_round_bets_nearer_the_edge_on_a_fast_layout_rather_than_on_a_
         assert m.throughput >= DOMINATED * fastest, f"a bet at {m.throughput / fastest:.2f} of the fastest"
 
 
+@pytest.mark.slow
 def test_warm_starts_do_not_depend_on_string_hashing():
     """Equal-scoring climbs (host-bound ties) keep their order whatever PYTHONHASHSEED is: the
     first trials of a study are the same on every run."""

@@ -8,7 +8,7 @@ import pytest
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.guide.proposals import Guide
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config, Problem
+from ipu_autotune.problem import Config
 from ipu_autotune.guide.bold import (
     BET_LOSSES,
     BOLD_GAIN,
@@ -23,9 +23,8 @@ from ipu_autotune.guide.bold import (
 from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, observe, split_moves
 from ipu_autotune.profiles.placement import checkpoints_every
 from ipu_autotune.search.space import SearchSpace
+from testing import RESNET152_2IPU as PROBLEM
 
-#: far from fitting naively: the benchmark's hardest problem
-PROBLEM = Problem("resnet152", 16, (3, 224, 224), ipus=2)
 #: the "real" IPU's busiest tile over the estimator's, the same for every config here
 RATIO = 1.357
 
@@ -69,6 +68,7 @@ def _stalled(profile):
     return [(c, _compiled(c, profile)) for c in configs]
 
 
+@pytest.mark.slow
 def test_split_moves_carry_their_checkpoints(setup):
     """warmstart's split moves keep the old checkpoints, which the space then drops (all
     recomputed with none kept: twice the memory). The guide's own moves re-derive them."""
@@ -140,6 +140,7 @@ def test_a_bet_must_improve_on_the_best_in_expectation():
     assert 0 < BOLD_GAIN < 1
 
 
+@pytest.mark.slow
 def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candidate_over_memory(setup):
     """The case the ResNet-152 benchmark missed: every compile so far without accumulation;
     any accumulation adds gradient accumulators the corrected model puts over memory at this
@@ -159,6 +160,7 @@ def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candid
     assert _compiled(proposal, profile).feasible
 
 
+@pytest.mark.slow
 def test_bets_stop_after_losses_in_a_row(setup):
     """Where the model under-predicts memory, the best bets are where it under-predicts most:
     after BET_LOSSES of them ran out of memory in a row, the guide bets no more."""
@@ -190,6 +192,7 @@ def test_losing_streak_counts_out_of_memory_bets_in_a_row(setup):
     assert math.isclose(losing_streak([], set()), 0)
 
 
+@pytest.mark.slow
 def test_the_guides_proposals_do_not_depend_on_string_hashing():
     """The candidate pool was a set: equally ranked candidates came out in string-hash order,
     so a run's proposals changed with PYTHONHASHSEED (one benchmark seed reached the best at

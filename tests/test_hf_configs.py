@@ -96,6 +96,7 @@ def test_a_tied_lm_head_is_found_from_the_model_not_the_name(tmp_path):
         assert (head.placed_with == 0) == tied and (head.params == 0) == tied, family
 
 
+@pytest.mark.slow
 def test_seq2seq_decoder_runs_at_its_own_length(tmp_path):
     """T5 and BART: the decoder's activations follow --decoder-seq-len (default min(seq_len, 128)),
     the encoder's follow --seq-len."""
@@ -119,6 +120,7 @@ def test_input_shape_on_a_token_model_is_its_sequence_length(tmp_path):
         Problem(model, 1, input_shape=(1024,), seq_len=128)
 
 
+@pytest.mark.slow
 def test_flags_over_a_config_file_change_the_sequence_without_a_conflict(tmp_path, capsys):
     """A stored hf: problem keeps its shape as [seq_len]: --seq-len, --input-shape and --task
     on top of it replace the file's tokens (and the decoder's default follows), never clash."""

@@ -146,6 +146,7 @@ def test_sampled_configs_stay_within_one_epoch_host_memory_and_the_ceiling(probl
     assert violations(problem, config, profile.module_order) == []
 
 
+@pytest.mark.slow
 def test_micro_batch_is_off_by_default_and_a_knob_on_request():
     profile = profile_for(WORKSHOP)
     assert SearchSpace.load(WORKSHOP).micro_batches(WORKSHOP) == [64]
@@ -160,6 +161,7 @@ def test_micro_batch_is_off_by_default_and_a_knob_on_request():
     assert sum(small.required_bytes) < sum(EstimateBackend().measure(WORKSHOP, WORKSHOP_FINAL).required_bytes)
 
 
+@pytest.mark.slow
 def test_micro_batch_knob_solves_a_fixed_global_batch_that_does_not_fit():
     """Global batch fixed at 512 on 2 IPUs: with the micro-batch free, some config fits."""
     problem = Problem("resnet101", 256, global_batch=512)
@@ -279,6 +281,7 @@ def test_a_map_style_dataset_is_accepted(monkeypatch, tmp_path):
 
 # --- the PopTorch child ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_poptorch_child_refuses_a_call_too_large_for_host_memory_before_allocating(tmp_path):
     """Against the fake SDK, in a real trial subprocess: the reason comes back as an invalid
     Measurement, and the child never built the host batch (no 'compiling: host batch' line)."""

@@ -67,6 +67,7 @@ def test_speedup_interpolates_the_measured_counts_and_never_extrapolates():
     assert workers.speedup(8, measured) == workers.speedup(16, measured) == pytest.approx(2.6)
 
 
+@pytest.mark.slow
 def test_waiting_loaders_speed_up_with_workers(slow_data):
     import slow_loader_data
 
@@ -95,6 +96,7 @@ def test_a_dataset_that_fails_in_workers_keeps_the_assumption():
         workers.measure_scaling(Broken(), seconds=0.1, counts=(1,))
 
 
+@pytest.mark.slow
 def test_the_host_model_uses_the_measured_speedups_instead_of_the_assumption():
     config = WORKSHOP_FINAL.replace(loader_workers=4, gradient_accumulation=32, device_iterations=24)
     parts = {"device compute": 0.01, "weight update": 0.0, "all-reduce": 0.0, "host call": 0.003}
@@ -140,6 +142,7 @@ def test_without_data_the_summary_names_what_a_host_bottleneck_rests_on():
     assert "rests on" not in _summary(WORKSHOP, WORKSHOP_FINAL.replace(loader_workers=4, gradient_accumulation=32))
 
 
+@pytest.mark.slow
 def test_estimate_with_data_measures_and_uses_the_worker_scaling(slow_data):
     config = slow_data / "c.toml"
     config.write_text('[config]\nprecision = "16.16"\noptimizer_state = "half"\nipus_per_replica = 2\n'

@@ -17,7 +17,7 @@ from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.knobs import _read_toml, builtin_space_path
 from ipu_autotune.search.replay import wanted_params
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study import _RandomAnswers
+from ipu_autotune.study.records import _RandomAnswers
 from ipu_autotune.present.trial_line import changed_knobs
 from ipu_autotune.guide.warmstart import _alternatives
 

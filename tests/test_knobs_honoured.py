@@ -91,6 +91,7 @@ def drawn_configs():
     return out
 
 
+@pytest.mark.slow
 def test_every_drawn_config_is_what_poptorch_sees(poptorch, tmp_path):
     cases = drawn_configs()
     assert len(cases) > 70
@@ -212,6 +213,7 @@ def test_snippet_comments_cannot_contradict_its_code():
     assert "loss scaling automatic: gradients underflow" in text and "starting at 128" in text
 
 
+@pytest.mark.slow
 def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch, tmp_path):
     """hf: masked LM drawn from transformer.toml, whose knobs include embedding_serialization,
     plus the first with every factor (4 and 8 pad BERT's 30,522 words): what the fake PopTorch

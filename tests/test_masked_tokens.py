@@ -20,6 +20,7 @@ def _head(profile):
     return next(u for u in profile.units if u.path.startswith("cls"))
 
 
+@pytest.mark.slow
 def test_the_head_sees_only_the_gathered_positions():
     full = profile_for(Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=128))
     gathered = profile_for(Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=128, max_predictions=20))
@@ -64,6 +65,7 @@ def _reference_loss(plain, ids, mask, positions, tokens):
     return plain(input_ids=ids, attention_mask=mask, labels=labels).loss
 
 
+@pytest.mark.slow
 def test_traced_model_and_exported_training_model_compute_transformers_masked_lm_loss():
     from conftest_fake_sdk import fake_sdk
 
@@ -94,6 +96,7 @@ def test_traced_model_and_exported_training_model_compute_transformers_masked_lm
         assert exported(ids, mask, positions, tokens).item() == pytest.approx(ours.item(), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_estimate_takes_the_flag_and_the_config_key(tmp_path):
     import json
 
@@ -109,6 +112,7 @@ def test_estimate_takes_the_flag_and_the_config_key(tmp_path):
     assert flag["max_tile_bytes"][0] < every["max_tile_bytes"][0]  # the head is on IPU0
 
 
+@pytest.mark.slow
 def test_a_bad_count_is_one_line_exit_2(tmp_path):
     proc = cli("estimate", "hf:gpt2", "-b", "1", "--max-predictions", "20", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "--task masked-lm" in proc.stderr

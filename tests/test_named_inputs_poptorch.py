@@ -36,6 +36,7 @@ def warm_starts(p: Problem, n: int = 3) -> list[Config]:
     return [w.config for w in proposals(p, profile, SearchSpace.load(p), naive_baseline(p, profile))[:n]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, task, max_predictions", [
     ("hf:bert-base-uncased", "sequence-classification", 0),
     ("hf:bert-base-uncased", "masked-lm", 0),
@@ -60,6 +61,7 @@ def test_the_host_batch_keeps_token_ids_integer_and_labels_last():
     assert ids.dtype == mask.dtype == torch.int64 and bool(mask.all())
 
 
+@pytest.mark.slow
 def test_a_factory_with_named_inputs_is_what_poptorch_sees(poptorch, tmp_path):
     p = Problem("test_transformers:two_inputs", 4, inputs=("input_ids:32:int64", "attention_mask:32:float32"),
                 num_classes=5, ipus=2)
@@ -84,6 +86,7 @@ def test_tune_compiles_a_transformer_through_the_poptorch_backend(tmp_path):
     assert all(s in ("ok", "oom") for s in statuses), statuses
 
 
+@pytest.mark.slow
 def test_a_tied_head_back_on_ipu0_is_a_pipeline_stage_of_its_own(poptorch, tmp_path):
     """GPT-2's LM head shares the embedding's weights and runs on IPU0 after IPU3: PopTorch
     counts 5 forward stages, so accumulation must be >= 9, not the 7 of 4 IPUs. The fake counts

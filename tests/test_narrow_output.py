@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from ipu_autotune.problem import Config
+from testing import run_cli_process
 
 TRIALS = 5
-
-
-def run(*args: str, cwd: Path, columns: int = 80) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("ipu-autotune")
-    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": str(columns)})
 
 
 def too_long(text: str, width: int = 80) -> list[str]:
@@ -30,10 +21,11 @@ def too_long(text: str, width: int = 80) -> list[str]:
 def two_studies(tmp_path_factory):
     """Two studies of the same model in one folder, differing only in the optimizer."""
     cwd = tmp_path_factory.mktemp("narrow")
-    first = run("resnet18", "--batch-size", "16", "--trials", str(TRIALS), "--seed", "0", "--no-numerics", cwd=cwd)
+    first = run_cli_process("resnet18", "--batch-size", "16", "--trials", str(TRIALS), "--seed", "0", "--no-numerics",
+                            cwd=cwd)
     assert first.returncode == 0, first.stderr[-2000:]
-    second = run("resnet18", "--batch-size", "16", "--optimizer", "lamb", "--trials", "2", "--seed", "0",
-                 "--no-numerics", cwd=cwd)
+    second = run_cli_process("resnet18", "--batch-size", "16", "--optimizer", "lamb", "--trials", "2", "--seed", "0",
+                             "--no-numerics", cwd=cwd)
     assert second.returncode == 0, second.stderr[-2000:]
     return cwd, first, second
 
@@ -62,7 +54,7 @@ def test_tune_piped_at_80_columns_prints_one_line_per_trial(two_studies):
 @pytest.mark.slow
 def test_show_at_80_columns_one_line_per_trial(two_studies):
     cwd, _, _ = two_studies
-    out = run("show", "--study", "resnet18-bs16-2ipu-mk2", cwd=cwd)
+    out = run_cli_process("show", "--study", "resnet18-bs16-2ipu-mk2", cwd=cwd)
     assert out.returncode == 0, out.stderr
     assert too_long(out.stdout) == []
     rows = table_rows(out.stdout)
@@ -76,19 +68,19 @@ def test_show_at_80_columns_one_line_per_trial(two_studies):
 @pytest.mark.slow
 def test_show_trial_prints_the_whole_configuration(two_studies):
     cwd, _, _ = two_studies
-    out = run("show", "--study", "resnet18-bs16-2ipu-mk2", "--trial", "1", cwd=cwd)
+    out = run_cli_process("show", "--study", "resnet18-bs16-2ipu-mk2", "--trial", "1", cwd=cwd)
     assert out.returncode == 0, out.stderr
     for key in Config().to_dict():
         assert re.search(rf"^{key}\s", out.stdout, re.M), key
     assert "IPU0" in out.stdout and too_long(out.stdout) == []
-    missing = run("show", "--study", "resnet18-bs16-2ipu-mk2", "--trial", "99", cwd=cwd)
+    missing = run_cli_process("show", "--study", "resnet18-bs16-2ipu-mk2", "--trial", "99", cwd=cwd)
     assert missing.returncode == 2 and "no finished trial 99" in missing.stderr
 
 
 @pytest.mark.slow
 def test_studies_shows_full_names_counts_best_and_state(two_studies):
     cwd, _, _ = two_studies
-    out = run("studies", cwd=cwd)
+    out = run_cli_process("studies", cwd=cwd)
     assert out.returncode == 0, out.stderr
     assert too_long(out.stdout) == []
     rows = {row.split()[0]: row.split()[1:] for row in table_rows(out.stdout)}
@@ -97,7 +89,7 @@ def test_studies_shows_full_names_counts_best_and_state(two_studies):
     assert rows["resnet18-bs16-2ipu-mk2"][0] == str(TRIALS)
     assert rows["resnet18-bs16-2ipu-mk2-lamb"][0] == "2"
     assert rows["resnet18-bs16-2ipu-mk2"][2] == "fits"
-    data = json.loads(run("studies", "--json", cwd=cwd).stdout)
+    data = json.loads(run_cli_process("studies", "--json", cwd=cwd).stdout)
     best = {r["study"]: r["best_throughput"] for r in data}
     assert f"{best['resnet18-bs16-2ipu-mk2']:,.0f}" == rows["resnet18-bs16-2ipu-mk2"][1]
 
@@ -108,15 +100,17 @@ def test_baseline_on_an_existing_study_is_refused_with_the_fix(two_studies, tmp_
     baseline = tmp_path / "base.toml"
     baseline.write_text('[config]\nprecision = "16.16"\nipus_per_replica = 2\nsplits = ["layer3.0"]\n'
                         "gradient_accumulation = 3\n")
-    out = run("resnet18", "--batch-size", "16", "--trials", "1", "--no-numerics", "--baseline", str(baseline), cwd=cwd)
+    out = run_cli_process("resnet18", "--batch-size", "16", "--trials", "1", "--no-numerics",
+                          "--baseline", str(baseline), cwd=cwd)
     assert out.returncode == 2
     assert "exists" in out.stderr and "drop --baseline" in out.stderr and "--study NEW_NAME" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [80, 120])
 def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path, columns):
-    out = run("estimate", "resnet101", "--batch-size", "64", cwd=tmp_path, columns=columns)
+    out = run_cli_process("estimate", "resnet101", "--batch-size", "64", cwd=tmp_path, columns=columns)
     assert out.returncode == 0, out.stderr
     assert too_long(out.stdout, columns) == []
     assert "…" not in out.stdout
@@ -130,18 +124,20 @@ def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path, columns):
     assert "OOM is per tile" in out.stdout
 
 
+@pytest.mark.slow
 def test_numerics_help_lists_only_options_it_uses(tmp_path):
-    out = run("numerics", "--help", cwd=tmp_path)
+    out = run_cli_process("numerics", "--help", cwd=tmp_path)
     assert out.returncode == 0
     assert "--ipus" not in out.stdout and "--target" not in out.stdout
     assert "--batch-size" in out.stdout and "--optimizer" in out.stdout and "--seed" in out.stdout
 
 
+@pytest.mark.slow
 def test_set_errors_name_set_not_the_config_file(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[problem]\nmodel = "resnet18"\nbatch_size = 8\n[config]\nprecision = "16.16"\n')
-    bad_value = run("estimate", "--config", str(cfg), "--set", "precision=17.17", cwd=tmp_path)
+    bad_value = run_cli_process("estimate", "--config", str(cfg), "--set", "precision=17.17", cwd=tmp_path)
     assert bad_value.returncode == 2 and "--set: 'precision'" in bad_value.stderr
     assert "c.toml" not in bad_value.stderr
-    bad_rule = run("estimate", "--config", str(cfg), "--set", "ipus_per_replica=4", cwd=tmp_path)
+    bad_rule = run_cli_process("estimate", "--config", str(cfg), "--set", "ipus_per_replica=4", cwd=tmp_path)
     assert bad_rule.returncode == 2 and "with --set breaks a rule" in bad_rule.stderr

@@ -20,6 +20,7 @@ from ipu_autotune import cli
 from ipu_autotune import numerics as nm
 from ipu_autotune.numerics.view import render
 from ipu_autotune.problem import Config, Problem
+from testing import NUMERICS_CNN_SGD as PROBLEM
 
 FP16_MAX = 65504.0
 TINY = 2.0 ** -24  # smallest FP16 subnormal
@@ -200,8 +201,6 @@ def test_partials_flag_long_accumulations_with_large_or_coherent_sums_only():
 
 # --- the whole advice ----------------------------------------------------------------------------
 
-PROBLEM = Problem("numerics_models:small_cnn", 8, input_shape=(3, 16, 16), num_classes=10, optimizer="sgd")
-
 
 @pytest.fixture(scope="module")
 def advice():
@@ -246,6 +245,7 @@ def test_summary_and_view_state_the_reasons(advice):
     assert "lost (<2^-24)" in text and "stochastic rounding" in text and "←" in text
 
 
+@pytest.mark.slow
 def test_advise_resnet18_leaves_global_state_alone():
     threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
     advice = nm.advise(Problem("resnet18", 4, input_shape=(3, 32, 32), num_classes=10), steps=2)

@@ -107,6 +107,7 @@ def test_sharded_config_is_refused_as_an_ipu_config():
         ipu_config(BERT_MLM, sharded, profile_for(BERT_MLM))
 
 
+@pytest.mark.slow
 def test_export_of_a_sharded_trial_is_one_line_and_exit_2(tmp_path):
     config = tmp_path / "sharded.toml"
     config.write_text('[config]\nprecision = "16.16"\noptimizer_state = "half"\nstochastic_rounding = true\n'
@@ -131,6 +132,7 @@ def test_a_split_that_takes_the_tied_head_off_the_embedding_ipu_breaks_a_rule(sp
 
 # --- failure 6: IPUTrainer's PopART options are compiled and estimated --------------------------
 
+@pytest.mark.slow
 def test_the_optimum_snippet_sets_iputrainers_popart_options_and_poptorch_sees_them():
     problem = Problem(**{**BERT_MLM.to_dict(), "trainer": "optimum"})
     snippet = render_snippet(problem, PIPELINED)
@@ -159,6 +161,7 @@ def test_the_estimate_assumes_ipu0_outside_the_overlapped_weight_update():
 
 # --- failure 7: tune writes how to train it; snippets compile clean -----------------------------
 
+@pytest.mark.slow
 def test_tune_writes_the_trainer_block_beside_ipu_config_json(tmp_path):
     out = json.loads(cli("hf:bert-base-uncased", "--task", "masked-lm", "--seq-len", "32", "--batch-size", "4",
                          "--ipus", "4", "--trainer", "optimum", "--trials", "4", "--seed", "2", "--json",
@@ -200,6 +203,7 @@ STUDIES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, task, prefix, head, tied", STUDIES)
 def test_ipu_config_and_snippet_of_a_study_place_the_same_things(tmp_path, model, task, prefix, head, tied):
     out = json.loads(cli(model, "--task", task, "--seq-len", "32", "--batch-size", "2", "--ipus", "4",

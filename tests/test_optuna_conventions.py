@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from ipu_autotune.cli import main
 from ipu_autotune.problem import Config
 from ipu_autotune.study.records import ATTR_PROBLEM, ATTR_RECORD, ATTR_VERSION, records, trial_attrs
-from study_helpers import STUDY, TUNE, finished_study
+from testing import STUDY, TUNE, finished_study
 
 pytestmark = pytest.mark.slow
 #: what parameter names looked like before: internal keys, no longer written

@@ -82,6 +82,7 @@ def traced():
         profile_for(Problem(model, batch, input_shape=shape, num_classes=10))
 
 
+@pytest.mark.slow
 @given(problems(), st.booleans(), st.data())
 @SETTINGS
 def test_every_config_a_shipped_space_produces_passes_the_rules_and_estimates_sanely(problem, fixed_numerics, data):
@@ -157,12 +158,14 @@ def toml_round_trip(tmp_path, problem: Problem, config: Config) -> tuple[Problem
     return loaded.problem, loaded.config
 
 
+@pytest.mark.slow
 @given(any_problem(), any_config())
 @SETTINGS
 def test_toml_round_trip_is_the_identity(tmp_path, problem, config):
     assert toml_round_trip(tmp_path, problem, config) == (problem, config)
 
 
+@pytest.mark.slow
 @given(any_problem(), any_config())
 @SETTINGS
 def test_json_round_trip_is_the_identity(problem, config):
@@ -170,6 +173,7 @@ def test_json_round_trip_is_the_identity(problem, config):
     assert Config.from_dict(json.loads(json.dumps(config.to_dict()))) == config
 
 
+@pytest.mark.slow
 @given(st.data())
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_sampled_configs_round_trip_through_toml(tmp_path_factory, data):

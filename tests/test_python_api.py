@@ -21,6 +21,7 @@ from torch import nn
 import ipu_autotune
 from ipu_autotune import api, cli
 from ipu_autotune.errors import UsageError
+from testing import run_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -46,12 +47,12 @@ class TinyNet(nn.Module):
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
+    """The command's exit code, stdout, and stderr with its line breaks and runs of spaces as one space."""
+    code, out, err = run_cli(capsys, *argv)
     return code, out, " ".join(err.split())
 
 
+@pytest.mark.slow
 def test_an_nn_module_instance_is_tuned_and_left_as_it_was(tmp_path):
     model = TinyNet()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -92,6 +93,7 @@ def test_a_lambda_is_named_by_the_class_it_builds_and_resumes_the_instances_stud
     assert resumed.study_name == named.study_name and len(resumed.records) == 2 + 2
 
 
+@pytest.mark.slow
 def test_a_model_string_resumes_a_study_the_cli_started_under_the_same_name(tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/s.db"
     flags = ["--batch-size", "8", "--input-shape", "3,32,32", "--num-classes", "10", "--storage", url]
@@ -161,6 +163,7 @@ def test_estimate_returns_the_clis_measurement_as_data(capsys):
         ipu_autotune.estimate(SMALL_CNN, {"precison": "16.16"}, batch_size=8, input_shape=(3, 32, 32))
 
 
+@pytest.mark.slow
 def test_options_is_a_real_poptorch_options_where_poptorch_imports(tmp_path):
     result = ipu_autotune.tune(TinyNet(), trials=3, storage=f"sqlite:///{tmp_path}/s.db", **FAST)
     with pytest.raises(UsageError, match="PopTorch is not importable"):
@@ -175,6 +178,7 @@ def test_options_is_a_real_poptorch_options_where_poptorch_imports(tmp_path):
         result.ipu_config()
 
 
+@pytest.mark.slow
 def test_ipu_config_of_an_hf_model_is_the_export_commands(tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/s.db"
     result = ipu_autotune.tune("hf:bert-base-uncased", batch_size=2, seq_len=32, trials=2, quiet=True,
@@ -210,6 +214,7 @@ def test_a_notebook_class_is_refused_for_poptorch_before_any_study(tmp_path, mon
         ipu_autotune.tune(TinyNet(), jobs=2, storage=url, **FAST)
 
 
+@pytest.mark.slow
 def test_the_command_line_says_an_object_models_study_resumes_from_python(tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/s.db"
     result = ipu_autotune.tune(TinyNet(), name="Elsewhere", trials=2, storage=url, **FAST)

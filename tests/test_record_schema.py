@@ -14,10 +14,10 @@ import pytest
 from ipu_autotune.backends.base import FAILURE_KINDS, Measurement, failed
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.present.display import html_text, terminal_cell, terminal_text
-from ipu_autotune.problem import Config, Problem
+from ipu_autotune.problem import Config
 from ipu_autotune.study.record_schema import UnreadableRecord, check_record
+from testing import RESNET18 as PROBLEM
 
-PROBLEM = Problem("resnet18", 8)
 CONFIGS = [Config(), Config(precision="16.16", ipus_per_replica=2, splits=("layer3",), gradient_accumulation=3),
            Config(precision="16.16", replicas=2, optimizer_offload=True, replicated_tensor_sharding=True,
                   device_iterations=8, loader_workers=4)]

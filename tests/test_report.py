@@ -16,7 +16,7 @@ from ipu_autotune.cli import main
 from ipu_autotune.report import gather, render
 from ipu_autotune.study.records import ATTR_RECORD, records, stored_problem, trial_attrs
 from png_pixels import colours, read_png
-from study_helpers import STUDY, TUNE, finished_study
+from testing import STUDY, TUNE, finished_study
 
 pytestmark = pytest.mark.slow
 #: an element that would fetch from the network when the page opens

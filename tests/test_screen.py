@@ -10,8 +10,8 @@ from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.backends.poptorch import PopTorchBackend
 from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.problem import Config, Problem
+from testing import SMALL_CNN_CIFAR as PROBLEM
 
-PROBLEM = Problem(model=SMALL_CNN, batch_size=64, input_shape=(3, 32, 32), num_classes=10)
 TILE = 638_976
 
 

@@ -12,11 +12,11 @@ from optuna.distributions import FloatDistribution
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Problem
 from ipu_autotune.guide.corrected import CorrectedModel, distance, observe
 from ipu_autotune.search.window import WindowedTPESampler, trial_window
 from ipu_autotune.study.records import create_sampler
 from ipu_autotune.guide.warmstart import Screen, naive_baseline
+from testing import RESNET50_4IPU_SGD as PROBLEM
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -47,9 +47,6 @@ def test_the_shipped_sampler_is_windowed_and_still_optimises():
     study.optimize(lambda t: -(t.suggest_float("x", -5, 5) - 2) ** 2, n_trials=80)
     assert study.best_value > -0.1
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
-
-
-PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd")
 
 
 def test_the_correction_is_local_near_a_compile_and_the_mean_far_away():

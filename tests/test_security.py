@@ -23,11 +23,11 @@ import workers_helpers as wh
 from ipu_autotune.study import records as st
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.cli import main
-from ipu_autotune.problem import Config, Problem
+from ipu_autotune.problem import Config
 from ipu_autotune.study.storage import mask_url
+from testing import RESNET18 as PROBLEM
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-PROBLEM = Problem("resnet18", 8)
 GOOD = Config(precision="16.16", ipus_per_replica=2, splits=("layer3",), gradient_accumulation=3)
 
 
@@ -80,6 +80,7 @@ CRAFTED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CRAFTED, ids=list(CRAFTED))
 @pytest.mark.parametrize("pick", [["--trial", "0"], []], ids=["trial 0", "best"])
 def test_export_refuses_a_crafted_config(capsys, in_tmp, case, pick):
@@ -197,6 +198,7 @@ def factory(num_classes=10):
 '''
 
 
+@pytest.mark.slow
 def test_a_stored_factory_is_never_imported_by_reading_commands(tmp_path):
     (tmp_path / "evil_module_x.py").write_text(EVIL)
     marker = tmp_path / "IMPORTED"

@@ -12,11 +12,12 @@ import pytest
 
 from ipu_autotune.cli import main
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config, Problem
+from ipu_autotune.problem import Config
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.runner import Runner
 from ipu_autotune.study.records import _RandomAnswers
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from testing import RESNET18_CIFAR_4IPU as PROBLEM
 
 
 def tune(tmp_path, space_text: str, *extra: str) -> list[dict]:
@@ -57,8 +58,6 @@ def test_fixed_partials_and_loss_scale_survive_the_numerics_advice(tmp_path):
 
 
 # --- the one enforcement point, unit by unit ----------------------------------------------------
-
-PROBLEM = Problem("resnet18", 8, input_shape=(3, 32, 32), ipus=4)
 
 
 def fixed_space(tmp_path, text: str) -> SearchSpace:

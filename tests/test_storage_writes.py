@@ -15,18 +15,17 @@ from optuna.trial import TrialState
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Problem
 from ipu_autotune.study.runner import Runner
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.search.window import WindowedTPESampler
 from ipu_autotune.study.storage import open_storage
 from ipu_autotune.study.records import ATTR_RECORD, TrialRecord, enqueue, open_study
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from testing import RESNET18_CIFAR_1IPU as PROBLEM
 
 pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),
               pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")]
 
-PROBLEM = Problem("resnet18", 16, (3, 32, 32), ipus=1)
 #: per trial: create (or pop), the first heartbeat, the sampled parameters, the tell with the record
 MAX_WRITES_PER_TRIAL = 4
 
@@ -78,6 +77,7 @@ def _runner(url: str) -> Runner:
     return Runner(study, PROBLEM, profile, space, EstimateBackend(headroom=0.05))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_trial_costs_at_most_four_storage_writes(tmp_path, monkeypatch, kind):
     runner = _runner(_url(kind, tmp_path))
@@ -148,6 +148,7 @@ def test_a_queued_trial_is_popped_by_one_worker_only(tmp_path):
     assert started.state == TrialState.RUNNING and started.datetime_start is not None
 
 
+@pytest.mark.slow
 def test_sqlite_runs_in_write_ahead_log_mode(tmp_path):
     storage = open_storage(_url("sqlite", tmp_path))
     with storage._backend.engine.connect() as conn:

@@ -4,9 +4,7 @@ parameters charged where they are read (tied ones once), and the must-show tunin
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,16 +17,11 @@ from ipu_autotune.models.hf import ARCHITECTURES, build_hf_model, layer_count, l
 from ipu_autotune.models.inputs import parse_input, parse_inputs
 from ipu_autotune.profiles.trace import profile_for, trace_model
 from ipu_autotune.problem import Problem, load_config_file
+from testing import run_cli_process
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("ipu-autotune")
-    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "120", "PYTHONPATH": path})
-    if check:
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
+    return run_cli_process(*args, cwd=cwd, columns=120, check=check)
 
 
 def unique_params(model: nn.Module) -> int:
@@ -132,6 +125,7 @@ def test_bert_through_a_wrapper_opens_to_layers():
 
 # --- must show 3: parameters charged to the unit that uses them ------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, blocks", [
     ("swin_b", [f"features.{s}.{b}" for s, n in ((1, 2), (3, 2), (5, 18), (7, 2)) for b in range(n)]),
     ("vit_b_16", [f"encoder.layers.encoder_layer_{i}" for i in range(12)]),
@@ -184,6 +178,7 @@ def two_inputs(num_classes: int = 5):
     return TwoInputs(num_classes)
 
 
+@pytest.mark.slow
 def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(tmp_path):
     model = f"{__name__}:two_inputs"
     env_cwd = tmp_path
@@ -204,6 +199,7 @@ def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(tmp_p
     assert from_file["problem"] == out["problem"] and from_file["required_bytes"][0] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (("hf:bert-base-uncasd", "-b", "8"), "did you mean hf:bert-base-uncased"),
     (("hf:gpt2", "-b", "1", "--seq-len", "2048"), "exceeds its 1024 position embeddings"),
@@ -217,6 +213,7 @@ def test_bad_transformer_input_is_one_line_exit_2(tmp_path, args, message):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_numerics_says_plainly_it_takes_image_models_only(tmp_path):
     proc = cli("numerics", "hf:gpt2", "-b", "1", cwd=tmp_path, check=False)
     assert proc.returncode == 2
@@ -225,6 +222,7 @@ def test_numerics_says_plainly_it_takes_image_models_only(tmp_path):
 
 # --- must show 1: start out of memory, end on a fitting best split at layers -----------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, layer_prefix", [
     (("hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4"), "bert.encoder.layer."),
     (("hf:gpt2", "--task", "causal-lm", "--seq-len", "1024", "--batch-size", "1", "--ipus", "4"),
@@ -242,6 +240,7 @@ def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(tmp_path, 
 
 # --- must show 4: the optimum-graphcore IPUConfig export ----------------------------------------
 
+@pytest.mark.slow
 def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sdk(tmp_path):
     from conftest_fake_sdk import fake_sdk
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.problem import Config, Problem
+from testing import run_cli_process
 
 #: the workshop's final configuration, async data loader included (seed-epoch-ga8-di4-8bit-async)
 HAND_TUNED = Config(precision="16.16", optimizer_state="half", loss_scaling=1000.0, ipus_per_replica=2,
@@ -23,12 +22,7 @@ WORKSHOP = Problem("resnet101", 64, input_shape=(3, 64, 64), optimizer="adamw", 
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("ipu-autotune")
-    proc = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "120"})
-    if check:
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
+    return run_cli_process(*args, cwd=cwd, columns=120, check=check)
 
 
 def tune_json(cwd: Path, *extra: str) -> dict:
@@ -148,6 +142,7 @@ def test_python_export_byte_compiles(default_run):
     assert "poptorch.Options()" in snippet and "def make_optimizer" in snippet
 
 
+@pytest.mark.slow
 def test_estimate_json_is_exactly_one_measurement(tmp_path):
     proc = cli("estimate", "resnet101", "--batch-size", "64", "--set", "precision=16.16",
                "--set", "splits=layer3.8", "--set", "ipus_per_replica=2", "--set", "gradient_accumulation=3",
@@ -161,6 +156,7 @@ def test_estimate_json_is_exactly_one_measurement(tmp_path):
                                         "temporary", "code/exchange"}
 
 
+@pytest.mark.slow
 def test_estimate_table_names_consumer_and_suggestions(tmp_path):
     proc = cli("estimate", "resnet101", "--batch-size", "64", cwd=tmp_path)
     assert "largest consumer:" in proc.stdout
@@ -168,6 +164,7 @@ def test_estimate_table_names_consumer_and_suggestions(tmp_path):
     assert "estimated" in proc.stdout
 
 
+@pytest.mark.slow
 def test_help_lists_the_commands(tmp_path):
     out = cli("--help", cwd=tmp_path).stdout
     for word in ("tune", "estimate", "export", "show", "studies"):
@@ -188,6 +185,7 @@ def test_show_and_studies_read_the_storage(default_run):
     assert "best trial" in table and "fits" in table
 
 
+@pytest.mark.slow
 def test_quiet_prints_one_line(tmp_path):
     proc = cli("resnet18", "--batch-size", "8", "--trials", "12", "--quiet", cwd=tmp_path)
     lines = [l for l in proc.stdout.splitlines() if l.strip()]
@@ -210,6 +208,7 @@ gradient_accumulation = 3
 """
 
 
+@pytest.mark.slow
 def test_user_baseline_is_trial_zero(tmp_path):
     (tmp_path / "start.toml").write_text(WORKSHOP_START)
     result = json.loads(cli("resnet101", "--batch-size", "64", "--baseline", "start.toml", "--trials", "8",
@@ -220,6 +219,7 @@ def test_user_baseline_is_trial_zero(tmp_path):
     assert result["best"]["measurement"]["feasible"]
 
 
+@pytest.mark.slow
 def test_estimate_reads_the_workshop_file(tmp_path):
     (tmp_path / "start.toml").write_text(WORKSHOP_START)
     fp32 = json.loads(cli("estimate", "--config", "start.toml", "--json", cwd=tmp_path).stdout)
@@ -229,6 +229,7 @@ def test_estimate_reads_the_workshop_file(tmp_path):
     assert fp32["problem"]["input_shape"] == [3, 64, 64] and fp16["config"]["precision"] == "16.16"
 
 
+@pytest.mark.slow
 def test_numerics_advice_yields_to_a_user_space(tmp_path):
     (tmp_path / "space.toml").write_text('[knobs]\nprecision = "16.16"\npartials = "float"\n')
     result = json.loads(cli("resnet18", "--batch-size", "8", "--trials", "15", "--space", "space.toml", "--json",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import subprocess
 import time
 import uuid
@@ -25,23 +24,10 @@ from optuna.trial import TrialState
 import workers_helpers as wh
 from ipu_autotune.study.storage import open_storage
 from ipu_autotune.study.records import trial_attrs
+from testing import NO_POSTGRES, POSTGRES_URL as POSTGRES, STORAGE_KINDS, storage_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-POSTGRES = os.environ.get("IPU_AUTOTUNE_TEST_POSTGRES_URL")
-NO_POSTGRES = "IPU_AUTOTUNE_TEST_POSTGRES_URL is not set (start one with: bash .ci/postgres.sh)"
-
-
-def storage_url(kind: str, folder: Path) -> str:
-    if kind == "sqlite":
-        return f"sqlite:///{folder / 'shared.db'}"
-    if kind == "journal":
-        return f"journal:///{folder / 'shared.journal'}"
-    if not POSTGRES:
-        pytest.skip(NO_POSTGRES)
-    return POSTGRES
-
-
 def cli(*args: str, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen([wh.cli_exe(), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=wh.env())
@@ -51,7 +37,7 @@ def retried(t) -> int | None:
     return RetryHeartbeatStaleTrialCallback.retried_trial_number(t)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])
+@pytest.mark.parametrize("kind", STORAGE_KINDS)
 def test_a_killed_worker_trial_is_failed_and_retried_by_the_next_worker(tmp_path, kind):
     url = storage_url(kind, tmp_path)
     name = f"crash-{uuid.uuid4().hex[:8]}"
@@ -90,7 +76,7 @@ def test_a_killed_worker_trial_is_failed_and_retried_by_the_next_worker(tmp_path
         optuna.delete_study(study_name=name, storage=open_storage(url))
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])
+@pytest.mark.parametrize("kind", STORAGE_KINDS)
 def test_three_workers_share_one_study(tmp_path, kind):
     url = storage_url(kind, tmp_path)
     name = f"shared-{uuid.uuid4().hex[:8]}"

@@ -1,7 +1,7 @@
 """Print docs/estimator.md's table of predicted vs published outcomes for every calibration point.
 
     python tools/calibration_table.py          # every point (docs/estimator.md)
-    python tools/calibration_table.py --hf     # the transformer points (README)
+    python tools/calibration_table.py --hf     # the transformer points (docs/transformers.md)
 """
 
 import sys
