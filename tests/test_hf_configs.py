@@ -167,8 +167,6 @@ def test_bad_hf_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
 #: baseline split over 2 IPUs is out of memory on the estimator
 TUNED = {family: ("--batch-size", "16", "--seq-len", "512") for family in CONFIGS}
 TUNED["vit"] = ("--batch-size", "64")
-#: families `--trainer optimum` does not take yet (see the test)
-NO_OPTIMUM_TARGET = ("t5", "vit")
 
 
 @pytest.fixture(scope="module")
@@ -183,11 +181,10 @@ def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch,
     model = write_config(tmp_path, family)
     storage, out = f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path / "out"
     # --trainer optimum: the search keeps to what an IPUConfig can express (issue 24), so the
-    # best exports as one. Not yet for T5 (its baseline splits at encoder.final_layer_norm, not
-    # a layer) or ViT (the optimum target takes text models): those tune for PopTorch and their
-    # IPUConfig is refused with the reasons (below).
-    trainer = () if family in NO_OPTIMUM_TARGET else ("--trainer", "optimum")
-    assert main([model, *TUNED[family], "--trials", "8", "--seed", "0", "--no-numerics", "--json", *trainer,
+    # best exports as one, for every family (T5's stages begin at its blocks; ViT is
+    # optimum-graphcore's PipelinedViTForImageClassification).
+    assert main([model, *TUNED[family], "--trials", "8", "--seed", "0", "--no-numerics", "--json",
+                 "--trainer", "optimum",
                  "--backend", "estimate", "--storage", storage, "--out", str(out)]) == 0
     result = json.loads(capsys.readouterr().out)
     base, best = result["baseline"], result["best"]
@@ -195,19 +192,14 @@ def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch,
     assert base["measurement"]["failure"] == "oom" and not base["measurement"]["feasible"]
     assert best is not None and best["measurement"]["feasible"]
     assert best["measurement"]["throughput"] > base["measurement"]["throughput"]
+    # Stages begin where optimum's layers_per_ipu can begin them: at a repeated layer.
+    stacks = layer_stacks(model, problem.task)
+    assert all(p.rsplit(".", 1)[0] in stacks for p in base["config"]["splits"] + best["config"]["splits"])
 
     # The IPUConfig: only keys optimum-graphcore's IPUConfig takes; every repeated layer placed.
-    code = main(["export", "--study", result["study"], "--storage", storage, "--format", "ipu-config",
-                 "-o", str(tmp_path / "ipu_config.json")])
-    if family in NO_OPTIMUM_TARGET:
-        err = capsys.readouterr().err
-        refused = (out / "ipu_config_refused.txt").read_text()
-        assert code == 2 and "cannot be exported safely" in err and len(err.strip().splitlines()) == 1, err
-        assert not (out / "ipu_config.json").exists() and "No ipu_config.json" in refused
-        code = None
-    if code is not None:
-        assert code == 0
-        check_ipu_config(tmp_path, out, family, best)
+    assert main(["export", "--study", result["study"], "--storage", storage, "--format", "ipu-config",
+                 "-o", str(tmp_path / "ipu_config.json")]) == 0
+    check_ipu_config(tmp_path, out, family, best)
 
     # The baseline's snippet (pipelined over 2 IPUs) and the best's, each on the fake SDK.
     assert main(["export", "--study", result["study"], "--storage", storage, "--trial", "0",

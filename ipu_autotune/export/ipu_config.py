@@ -10,7 +10,8 @@ exported approximately.
 
 `layers_per_ipu` counts the model's repeated layers per IPU, the way optimum's
 `parallelize()` places them (`get_layer_ipu`; embeddings ride on IPU0 outside the count;
-a tied head on IPU0, other heads on the last IPU).
+a tied head on IPU0, other heads on the last IPU; T5's encoder and decoder blocks are one
+list, rules/optimum_placement.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 
 from ..knob_spec import SPEC
 from ..profiles.trace import ModelProfile
+from ..rules.optimum_placement import layer_units
 from ..rules.optimum_target import unexpressible
 from ..problem import Config, Problem
 
@@ -41,17 +43,6 @@ class NotAnIPUConfig(ValueError):
         self.reasons = reasons
         super().__init__("an IPUConfig cannot say this config: " + "; ".join(reasons) +
                          " (tune with --trainer optimum to search only configs IPUConfig expresses)")
-
-
-def layer_units(problem: Problem, profile: ModelProfile) -> list[int]:
-    """Indices of the units that are 'layers' in IPUConfig's sense."""
-    from ..models import hf
-
-    if hf.is_hf(problem.model):
-        stacks = hf.layer_stacks(problem.model, problem.task)
-        return [i for i, u in enumerate(profile.units)
-                if u.path.rsplit(".", 1)[0] in stacks and u.path.rsplit(".", 1)[-1].isdigit()]
-    return list(range(len(profile.units)))
 
 
 def layers_per_ipu(problem: Problem, config: Config, profile: ModelProfile) -> list[int]:

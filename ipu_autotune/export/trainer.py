@@ -19,16 +19,16 @@ from .python import ALS_INITIAL_SCALE, _comment, _float, _int, learning_rate
 _BLOCK = '''"""Train with optimum-graphcore: IPUTrainer and the ipu_config.json beside this file.
 
 Found by ipu-autotune {version}.
-Usage: train(train_dataset)  # a tokenized dataset: input_ids, attention_mask and the task's labels
+Usage: train(train_dataset)  # {usage}
 """
 {notes}
 from pathlib import Path
-
+{imports}
 from optimum.graphcore import IPUConfig, IPUTrainer, IPUTrainingArguments
 from transformers import {auto}
+{helpers}
 
-
-def train(train_dataset, checkpoint={checkpoint!r}, output_dir="outputs", data_collator=None):
+def train(train_dataset, checkpoint={checkpoint!r}, output_dir="outputs", data_collator={collator}):
     ipu_config = IPUConfig.from_pretrained(str(Path(__file__).resolve().parent))  # ipu_config.json
     model = {auto}.from_pretrained(checkpoint{model_kwargs})
     args = IPUTrainingArguments(
@@ -38,6 +38,21 @@ def train(train_dataset, checkpoint={checkpoint!r}, output_dir="outputs", data_c
     trainer = IPUTrainer(model=model, ipu_config=ipu_config, args=args, train_dataset=train_dataset,
                          data_collator=data_collator)
     return trainer.train()
+'''
+
+
+_TOKENS = "a tokenized dataset: input_ids, attention_mask and the task's labels"
+# optimum-graphcore's image-classification example (examples/image-classification/
+# run_image_classification.py: collate_fn, ApplyTransforms): IPUTrainer takes batches of
+# float `pixel_values` and integer `labels`; the model computes its own loss.
+_IMAGES = "a dataset of {shape} float pixel_values (the image processor's transforms) and int labels"
+_IMAGE_COLLATOR = '''
+
+def collate_images(examples):
+    """Batches for IPUTrainer, as optimum-graphcore's image-classification example builds them."""
+    pixel_values = torch.stack([torch.as_tensor(e["pixel_values"], dtype=torch.float) for e in examples])
+    labels = torch.tensor([e["labels"] for e in examples])
+    return {"pixel_values": pixel_values, "labels": labels}
 '''
 
 
@@ -83,8 +98,15 @@ def render_trainer(problem: Problem, config: Config, notes: list[str] = (),
 
     fields = training_arguments(problem, config, base_global_batch)
     kwargs = f", num_labels={problem.num_classes}" if problem.task == "sequence-classification" else ""
+    images = problem.task == "image-classification"
+    if images:  # a checkpoint's own head is replaced when its class count differs, as the example does
+        kwargs = f", num_labels={problem.num_classes}, ignore_mismatched_sizes=True"
     source = _BLOCK.format(
         version=__version__,
+        usage=_IMAGES.format(shape="x".join(map(str, problem.input_shape))) if images else _TOKENS,
+        imports="\nimport torch" if images else "",
+        helpers=_IMAGE_COLLATOR if images else "",
+        collator="collate_images" if images else "None",
         notes=_comment("\n".join([*trainer_notes(config), *notes])),
         auto=hf_config.TASKS[problem.task],
         checkpoint=problem.model.removeprefix(hf.PREFIX),

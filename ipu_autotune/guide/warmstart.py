@@ -21,6 +21,7 @@ from ..profiles.placement import stage_starts
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from ..rules.cross_field import min_pipeline_accumulation, violations
+from ..rules.optimum_placement import layer_units, wildcard_cuts
 from ..search.space import Choice, Range, SearchSpace, checkpoints_every
 
 
@@ -43,7 +44,14 @@ def naive_baseline(problem: Problem, profile: ModelProfile) -> Config:
     """What a newcomer writes: FP32, defaults, split by block count over all IPUs."""
     n = problem.ipus if problem.ipus & (problem.ipus - 1) == 0 else 1 << (problem.ipus.bit_length() - 1)
     n = min(n, len(profile.units))
-    cuts = partition.by_count(len(profile.units), n)
+    if problem.trainer == "optimum":
+        # IPUTrainer's newcomer: IPUConfig(ipus_per_replica=n), layers_per_ipu left [-1],
+        # so stages begin at layers only (rules/optimum_placement.py)
+        layers = len(layer_units(problem, profile))
+        n = min(n, 1 << (layers.bit_length() - 1)) if layers else 1  # a power of two, a layer each
+        cuts = wildcard_cuts(problem, profile, n)
+    else:
+        cuts = partition.by_count(len(profile.units), n)
     accumulation = min_pipeline_accumulation(problem, n)
     execution = "pipelined"
     if problem.global_batch:

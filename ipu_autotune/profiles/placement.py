@@ -104,11 +104,11 @@ def is_layer(path: str) -> bool:
 def optimum_checkpoints(profile: ModelProfile, splits: tuple[str, ...]) -> tuple[str, ...]:
     """`recompute_checkpoint_every_layer = true` as optimum-graphcore's parallelize() applies it,
     less what changes nothing (a checkpoint on a stage's last unit, whose output is stashed
-    anyway): layers only, and not the model's last layer for heads it does not tie to the
-    embedding (optimum/graphcore/models/bert/modeling_bert.py, BertPipelineMixin.parallelize:
-    `index != num_hidden_layers - 1`; PipelinedBertForMaskedLM and PipelinedGPT2LMHeadModel,
-    whose heads are tied, checkpoint every layer)."""
+    anyway): layers only, less those the model's class skips (rules/optimum_placement.py,
+    `unchecked_layers`: BertPipelineMixin's last layer, `index != num_hidden_layers - 1`;
+    T5's block `num_layers - 1` in each stack; none for tied heads and ViT)."""
+    from ..rules.optimum_placement import unchecked_layers
+
     layers = [u.path for u in profile.units if is_layer(u.path)]
-    tied = any(u.placed_with is not None for u in profile.units)
-    skip = set() if tied or not layers else {layers[-1]}
+    skip = unchecked_layers(profile, layers)
     return tuple(p for p in checkpoints_every(profile, splits, 1) if is_layer(p) and p not in skip)

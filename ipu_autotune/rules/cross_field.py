@@ -274,11 +274,12 @@ def check_problem(p: Problem) -> None:
         raise UsageError(f"--global-batch {p.global_batch} is above the ceiling {p.max_global_batch}; "
                          f"raise --max-global-batch to at least {p.global_batch} or lower --global-batch")
     if p.trainer == "optimum":
-        from .optimum_target import TRAINER_OPTIMIZERS
+        from .optimum_target import TRAINER_OPTIMIZERS, model_refusal
 
-        if not p.token_inputs:
-            raise UsageError(f"--trainer optimum is for hf: models (optimum-graphcore's pipelined models), "
-                             f"not '{p.model}'; leave --trainer out to export a PopTorch snippet")
+        refusal = model_refusal(p)
+        if refusal:
+            raise UsageError(f"--trainer optimum: {refusal}, not '{p.model}'; leave --trainer out to export "
+                             "a PopTorch snippet")
         if p.optimizer not in TRAINER_OPTIMIZERS:
             raise UsageError(f"--trainer optimum: IPUTrainer builds AdamW or LAMB, not {p.optimizer}; "
                              "use --optimizer adamw or --optimizer lamb")

@@ -58,6 +58,24 @@ def is_optimum(problem: Problem) -> bool:
     return problem.trainer == "optimum"
 
 
+def model_refusal(problem: Problem) -> str | None:
+    """Why IPUTrainer cannot train this model at all: hf: text models, and hf: image
+    classifiers of the families optimum pipelines (models/vit/modeling_vit.py,
+    PipelinedViTForImageClassification); None when it can."""
+    from ..models import hf
+    from .optimum_placement import IMAGE_FAMILIES
+
+    if problem.token_inputs:
+        return None
+    if not hf.is_hf(problem.model):
+        return "IPUTrainer trains hf: models (optimum-graphcore's pipelined models)"
+    family = hf.architecture(problem.model).family
+    if family not in IMAGE_FAMILIES:
+        return (f"optimum-graphcore pipelines no {family} image classifier (its image model is "
+                "ViTForImageClassification, models/vit/modeling_vit.py)")
+    return None
+
+
 def trainer_precision(config: Config) -> bool:
     """IPUTrainer halves the model unless `fp32=True` (trainer.py, IPUTrainer.__init__), and
     keeps the optimizer's accumulator and first moment in FP16 unless fp32 (create_optimizer):
@@ -71,11 +89,17 @@ def unexpressible(problem: Problem, config: Config) -> list[str]:
     """Why IPUTrainer + IPUConfig would not train `config` as it was estimated (empty: it would)."""
     from ..profiles.trace import profile_for
     from ..profiles.placement import is_layer, optimum_checkpoints
+    from .optimum_placement import placement_refusals
 
     c = config
     out = []
-    if not problem.token_inputs:
-        out.append("IPUTrainer trains hf: models")
+    refusal = model_refusal(problem)
+    if refusal:
+        return [refusal]
+    out += placement_refusals(problem, profile_for(problem))
+    if c.eight_bit_io:
+        out.append("8-bit image I/O: IPUTrainer feeds the collator's float pixel_values (no uint8 input "
+                   "normalised on the IPU)")
     if problem.optimizer not in TRAINER_OPTIMIZERS:
         out.append(f"optimizer {problem.optimizer}: IPUTrainer builds AdamW or LAMB (trainer.py, create_optimizer)")
     if c.execution == "sharded" and c.ipus_per_replica > 1:

@@ -5,6 +5,7 @@ by `_Replay` when a warm start is enqueued or a config is projected into a space
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from ..errors import UsageError
@@ -28,12 +29,17 @@ def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:
     return None
 
 
-def wanted_params(config: Config, profile: ModelProfile) -> dict[str, Any]:
+def wanted_params(config: Config, profile: ModelProfile, candidates: list[int] | None = None) -> dict[str, Any]:
+    """`candidates`: the units stages may begin at, as SearchSpace._sample_splits draws them
+    (--trainer optimum); a split elsewhere asks for the next candidate (nearest replay)."""
     c = config
     wanted: dict[str, Any] = replay_params(c)
     index = {u.path: i for i, u in enumerate(profile.units)}
     if c.splits and all(p in index for p in c.splits):
-        for i, r in enumerate(partition.encode([index[p] for p in c.splits])):
+        cuts = [index[p] for p in c.splits]
+        if candidates is not None:
+            cuts = [bisect.bisect_left(candidates, i) + 1 for i in cuts]
+        for i, r in enumerate(partition.encode(cuts)):
             wanted[f"split{i}_of_{c.ipus_per_replica}"] = r
     every = checkpoint_spacing(profile, c)
     if every is not None:

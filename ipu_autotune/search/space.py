@@ -28,6 +28,7 @@ from ..rules.cross_field import min_pipeline_accumulation
 from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
                     builtin_space_path, family)
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
+from ..rules.optimum_placement import stage_candidates
 from .replay import _Asker, _Replay, wanted_params
 
 __all__ = ["KNOBS", "MICRO_BATCH_SEARCH", "Choice", "Knob", "Range", "SearchSpace", "builtin_space_dir",
@@ -64,7 +65,7 @@ class SearchSpace:
 
     def _replayed(self, problem: Problem, profile: ModelProfile, config: Config, nearest: bool) -> Config:
         full = SearchSpace(self.domain, self.sources, self.user_knobs)
-        return full.sample(_Replay(wanted_params(config, profile), nearest=nearest), problem, profile)
+        return full.sample(_Replay(wanted_params(config, profile, stage_candidates(problem, profile)), nearest=nearest), problem, profile)
 
     def with_knob(self, name: str, raw: Any, where: str) -> "SearchSpace":
         """A copy with one knob set from the command line (a user knob, like --space's)."""
@@ -127,11 +128,14 @@ class SearchSpace:
     def ipu_layouts(self, problem: Problem, profile: ModelProfile) -> list[tuple[int, int]]:
         """(ipus_per_replica, replicas) pairs this space allows for the problem."""
         layouts = []
+        starts = stage_candidates(problem, profile)
         per_replica = self.knobs["ipus_per_replica"]
         candidates = per_replica.values if isinstance(per_replica, Choice) else range(
             int(per_replica.low), int(per_replica.high) + 1)
         for ipr in candidates:
             if ipr < 1 or ipr & (ipr - 1) or ipr > problem.ipus or ipr > len(profile.units):
+                continue
+            if starts is not None and ipr - 1 > len(starts):  # --trainer optimum: a layer per stage start
                 continue
             for r in self._replica_options(problem, ipr):
                 if problem.global_batch and not any(accumulation_for_global_batch(problem, r, mb)
@@ -188,7 +192,8 @@ class SearchSpace:
             if accumulation is not None and accumulation < min_pipeline_accumulation(problem, ipr):
                 executions = [e for e in executions if e != "pipelined"]  # too few micro-batches
             execution = s.choose("execution", executions)
-        splits = self._sample_splits(s, ipr, profile, execution == "pipelined" and problem.token_inputs)
+        splits = self._sample_splits(s, ipr, profile, execution == "pipelined" and problem.token_inputs,
+                                     stage_candidates(problem, profile))
 
         precision = s.ask("precision")
         half_compute, half_weights = precision.startswith("16."), precision.endswith(".16")
@@ -275,9 +280,11 @@ class SearchSpace:
         return s.choose("micro_batch", options)
 
     def _sample_splits(self, s: "_Asker", ipr: int, profile: ModelProfile,
-                       head_stays: bool) -> tuple[str, ...]:
+                       head_stays: bool, candidates: list[int] | None = None) -> tuple[str, ...]:
         """`head_stays`: pipelined, a head tied to the embedding runs on its stage
-        (rules._tied_head_split), so no split is drawn at or after the first tied unit."""
+        (rules._tied_head_split), so no split is drawn at or after the first tied unit.
+        `candidates`: the only units a stage may begin at (--trainer optimum: layers,
+        rules/optimum_placement.stage_candidates), drawn by their position in that list."""
         if ipr == 1:
             return ()
         fixed = self.knobs["splits"].values[0]
@@ -286,6 +293,10 @@ class SearchSpace:
                 raise UsageError(f"the search space fixes {len(fixed)} split(s) but samples "
                                  f"{ipr} IPUs per replica; fix ipus_per_replica too")
             return tuple(fixed)
+        if candidates is not None:
+            # positions 1..len(candidates) of len(candidates) + 1 slots, stars and bars as below
+            raw = [s.integer(f"split{i}_of_{ipr}", 1, len(candidates) - ipr + 2) for i in range(ipr - 1)]
+            return tuple(profile.units[candidates[b - 1]].path for b in partition.decode(raw))
         units = len(profile.units)
         if head_stays:
             units = next((i for i, u in enumerate(profile.units) if u.placed_with is not None), units)
@@ -294,7 +305,7 @@ class SearchSpace:
 
     def params_for(self, problem: Problem, profile: ModelProfile, config: Config) -> dict[str, Any]:
         """Optuna parameters that make `sample` reproduce `config` (as far as the space reaches)."""
-        wanted = wanted_params(config, profile)
+        wanted = wanted_params(config, profile, stage_candidates(problem, profile))
         wanted["micro_batch"] = micro_batch(problem, config)
         replay = _Replay(wanted)
         self.sample(replay, problem, profile)
