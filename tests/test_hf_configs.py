@@ -147,7 +147,8 @@ def test_flags_over_a_config_file_change_the_sequence_without_a_conflict(tmp_pat
     (("hf:FOLDER/broken", "-b", "1"), "is not readable JSON"),
     (("hf:FOLDER/t5", "-b", "1", "--task", "causal-lm"), "has no causal-lm head; use --task seq2seq-lm"),
 ])
-def test_bad_hf_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+def test_bad_hf_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))  # not the machine's own cache
     write_config(tmp_path, "vit")
     write_config(tmp_path, "t5")
     (tmp_path / "empty").mkdir()
@@ -159,6 +160,37 @@ def test_bad_hf_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert main(["estimate", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def fake_hub_cache(root, repo_id: str, config: dict, revision: str = "0123456789abcdef0123456789abcdef01234567"):
+    """The layout `huggingface-cli download` leaves: models--ORG--NAME/refs/main naming a
+    snapshot whose config.json links to a blob."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(revision)
+    (repo / "blobs").mkdir()
+    blob = repo / "blobs" / "c0ffee"
+    blob.write_text(json.dumps(config))
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").symlink_to(blob)
+
+
+def test_an_untabulated_name_is_read_from_the_local_hub_cache(tmp_path, monkeypatch, capsys):
+    """hf:ORG/NAME already downloaded: its config.json comes from HF_HUB_CACHE, no network (any
+    connect fails the test); a name not in the cache is the one-line error, naming the cache."""
+    cache = tmp_path / "hub"
+    fake_hub_cache(cache, "my-org/tiny-bart", CONFIGS["bart"])
+    for var in ("HF_HOME", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert main(["estimate", "hf:my-org/tiny-bart", "-b", "1", "--seq-len", "64", "--json"]) == 0
+    problem = json.loads(capsys.readouterr().out)["problem"]
+    assert problem["task"] == "seq2seq-lm" and layer_count("hf:my-org/tiny-bart") == 4 + 2
+    assert main(["estimate", "hf:my-org/not-downloaded", "-b", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"not in the Hugging Face cache {cache}" in err and "huggingface-cli download" in err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 # --- must show 1: each family tunes from out of memory to a fit, and its exports run ---------

@@ -1,8 +1,9 @@
 """Where an `hf:` model's architecture comes from, and what it implies, read from its config.
 
-`hf:NAME` is a tabulated checkpoint (models/hf.py, the offline shortcut) or `hf:PATH`, a
-folder holding the checkpoint's `config.json` (one file of a Hub download). Either way the
-result is a `transformers` config, never weights and never the network. What the rest of
+`hf:NAME` is a tabulated checkpoint (models/hf.py, the offline shortcut), `hf:PATH`, a
+folder holding the checkpoint's `config.json` (one file of a Hub download), or a name whose
+`config.json` is already in the local Hugging Face cache (models/hub_cache.py). Either way
+the result is a `transformers` config, never weights and never the network. What the rest of
 the tool needs to know of the model (its family, the tasks it has heads for, its longest
 sequence, whether it reads images) is derived from that config and transformers' own Auto
 mappings, not tabulated per model name.
@@ -17,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import UsageError
+from .hub_cache import cache_dir, cached_snapshot
 
 PREFIX = "hf:"
 DEFAULT_SEQ_LEN = 128  # hf: text models, when --seq-len is not given
@@ -124,6 +126,8 @@ def _loaded(name: str):
     transformers.logging.set_verbosity_error()  # its notes about unused config keys are not the user's
     key = name[len(PREFIX):] if is_hf(name) else name
     where = folder(name)
+    if where is None and key not in ARCHITECTURES:
+        where = cached_snapshot(key)  # downloaded before: the local Hub cache, no network
     if where is not None:
         _check_config_file(name, where / "config.json")
         try:
@@ -143,8 +147,8 @@ def _loaded(name: str):
                          "into it (huggingface-cli download NAME config.json --local-dir FOLDER)")
     close = difflib.get_close_matches(key, ARCHITECTURES, n=3, cutoff=0.6)
     known = f"did you mean {', '.join(PREFIX + c for c in close)}? Or " if close else ""
-    raise UsageError(f"unknown Hugging Face model '{name}' (not tabulated, not a folder with a config.json); "
-                     f"{known}{download_hint(key)}")
+    raise UsageError(f"unknown Hugging Face model '{name}' (not tabulated, not a folder with a config.json, "
+                     f"not in the Hugging Face cache {cache_dir()}); {known}{download_hint(key)}")
 
 
 def _check_config_file(name: str, path: Path) -> None:
