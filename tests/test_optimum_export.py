@@ -194,6 +194,21 @@ def test_optimum_trainer_is_for_hf_models_with_its_optimizers():
         check_problem(Problem("hf:gpt2", 1, optimizer="sgd", trainer="optimum"))
 
 
+def test_optimum_takes_only_the_family_and_task_pairs_it_registers_a_pipelined_class_for():
+    """A family optimum pipelines for other heads is refused for one it does not (BertLMHeadModel
+    is not registered); each table entry names the class transformers builds for that pair."""
+    from ipu_autotune.models.hf_config import task_class
+    from ipu_autotune.rules.optimum_target import PIPELINED
+
+    assert all(task_class(family, task) == name for (family, task), (name, _) in PIPELINED.items())
+    check_problem(Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=32, trainer="optimum"))
+    bert_clm = Problem("hf:bert-base-uncased", 4, task="causal-lm", seq_len=32, trainer="optimum")
+    with pytest.raises(UsageError, match="pipelines no bert causal-lm model: no pipelined BertLMHeadModel"):
+        check_problem(bert_clm)
+    with pytest.raises(NotAnIPUConfig, match="BertLMHeadModel.*train it with the PopTorch snippet"):
+        ipu_config(bert_clm, Config(), profile_for(bert_clm))
+
+
 # --- must show 2: the IPUConfig and the snippet of the same trials, read back ------------------
 
 STUDIES = [

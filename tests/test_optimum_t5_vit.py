@@ -148,4 +148,4 @@ def test_an_image_classifier_optimum_does_not_pipeline_is_one_line(tmp_path, cap
         image_size=32, patch_size=16)))
     assert main(["estimate", f"hf:{folder}", "-b", "2", "--trainer", "optimum"]) == 2
     err = capsys.readouterr().err
-    assert "pipelines no deit image classifier" in err and len(err.strip().splitlines()) == 1, err
+    assert "pipelines no deit image-classification model" in err and len(err.strip().splitlines()) == 1, err

@@ -21,7 +21,7 @@ import json
 from ..knob_spec import SPEC
 from ..profiles.trace import ModelProfile
 from ..rules.optimum_placement import layer_units
-from ..rules.optimum_target import unexpressible
+from ..rules.optimum_target import model_refusal, unexpressible
 from ..problem import Config, Problem
 
 #: The keys IPUConfig accepts (its __init__ takes exactly these; anything else is rejected
@@ -39,10 +39,10 @@ IPU_CONFIG_FIELDS = frozenset({
 class NotAnIPUConfig(ValueError):
     """The config cannot be trained by IPUTrainer + IPUConfig as it was estimated."""
 
-    def __init__(self, reasons: list[str]):
-        self.reasons = reasons
-        super().__init__("an IPUConfig cannot say this config: " + "; ".join(reasons) +
-                         " (tune with --trainer optimum to search only configs IPUConfig expresses)")
+    def __init__(self, reasons: list[str], fix: str = "tune with --trainer optimum to search only configs "
+                                                      "IPUConfig expresses"):
+        self.reasons, self.fix = reasons, fix
+        super().__init__("an IPUConfig cannot say this config: " + "; ".join(reasons) + f" ({fix})")
 
 
 def layers_per_ipu(problem: Problem, config: Config, profile: ModelProfile) -> list[int]:
@@ -54,6 +54,9 @@ def layers_per_ipu(problem: Problem, config: Config, profile: ModelProfile) -> l
 
 def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> dict:
     """The IPUConfig dict; raises NotAnIPUConfig when IPUTrainer would train something else."""
+    refusal = model_refusal(problem)
+    if refusal:  # no config of this model trains with IPUTrainer: --trainer optimum would not help
+        raise NotAnIPUConfig([refusal], fix="train it with the PopTorch snippet (best_options.py)")
     reasons = unexpressible(problem, config)
     if reasons:
         raise NotAnIPUConfig(reasons)

@@ -175,6 +175,14 @@ def model_config(name: str):
     return copy.deepcopy(_loaded(name))
 
 
+def task_class(family: str, task: str) -> str:
+    """The transformers class `TASKS[task]` builds for a model_type ('' when it has none)."""
+    from transformers.models.auto import modeling_auto
+
+    name = getattr(modeling_auto, _MAPPINGS[task], {}).get(family, "")
+    return name if isinstance(name, str) else name[0]
+
+
 def _heads(family: str) -> tuple[str, ...]:
     from transformers.models.auto import modeling_auto
 

@@ -53,7 +53,7 @@ def _write_optimum(out_dir: Path, problem: Problem, config, notes: list[str], ba
         path = out_dir / "ipu_config_refused.txt"
         path.write_text("No ipu_config.json: IPUTrainer would not train the best config as it was estimated.\n"
                         + "".join(f"- {r}\n" for r in exc.reasons)
-                        + "Tune with --trainer optimum to search only what IPUConfig expresses.\n")
+                        + exc.fix[0].upper() + exc.fix[1:] + ".\n")
         return {"optimum": path}
     (out_dir / "ipu_config.json").write_text(text)
     (out_dir / "train_with_optimum.py").write_text(render_trainer(problem, config, notes, base_global_batch))

@@ -278,8 +278,8 @@ def check_problem(p: Problem) -> None:
 
         refusal = model_refusal(p)
         if refusal:
-            raise UsageError(f"--trainer optimum: {refusal}, not '{p.model}'; leave --trainer out to export "
-                             "a PopTorch snippet")
+            raise UsageError(f"--trainer optimum on '{p.model}': {refusal}. Drop --trainer optimum to tune "
+                             "for PopTorch")
         if p.optimizer not in TRAINER_OPTIMIZERS:
             raise UsageError(f"--trainer optimum: IPUTrainer builds AdamW or LAMB, not {p.optimizer}; "
                              "use --optimizer adamw or --optimizer lamb")

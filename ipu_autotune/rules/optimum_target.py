@@ -58,22 +58,59 @@ def is_optimum(problem: Problem) -> bool:
     return problem.trainer == "optimum"
 
 
-def model_refusal(problem: Problem) -> str | None:
-    """Why IPUTrainer cannot train this model at all: hf: text models, and hf: image
-    classifiers of the families optimum pipelines (models/vit/modeling_vit.py,
-    PipelinedViTForImageClassification); None when it can."""
-    from ..models import hf
-    from .optimum_placement import IMAGE_FAMILIES
+#: (family, task) -> the transformers class optimum-graphcore pipelines for it, and the file of
+#: optimum/graphcore/models/ whose `@register(cls)` puts it in `_PRETRAINED_TO_PIPELINED_REGISTRY`.
+#: `to_pipelined` (optimum/graphcore/modeling_utils.py) looks the model's exact class up there;
+#: any other class raises KeyError, or with `force_to_pipelined=True` gets the generic
+#: `PipelineMixin.parallelize`, which places nothing (all on IPU0): not what was estimated.
+#: Registered but not taken here: ConvNextForImageClassification (its layers nest in stages; the
+#: placement rules are ViT's) and MPNetForMaskedLM (not checked against optimum_placement.py).
+PIPELINED: dict[tuple[str, str], tuple[str, str]] = {
+    ("bert", "sequence-classification"): ("BertForSequenceClassification", "bert/modeling_bert.py"),
+    ("bert", "masked-lm"): ("BertForMaskedLM", "bert/modeling_bert.py"),
+    ("bert", "question-answering"): ("BertForQuestionAnswering", "bert/modeling_bert.py"),
+    ("roberta", "sequence-classification"): ("RobertaForSequenceClassification", "roberta/modeling_roberta.py"),
+    ("roberta", "masked-lm"): ("RobertaForMaskedLM", "roberta/modeling_roberta.py"),
+    ("roberta", "question-answering"): ("RobertaForQuestionAnswering", "roberta/modeling_roberta.py"),
+    ("distilbert", "sequence-classification"): ("DistilBertForSequenceClassification",
+                                                "distilbert/modeling_distilbert.py"),
+    ("distilbert", "masked-lm"): ("DistilBertForMaskedLM", "distilbert/modeling_distilbert.py"),
+    ("distilbert", "question-answering"): ("DistilBertForQuestionAnswering", "distilbert/modeling_distilbert.py"),
+    # DeBERTa v1 only (model_type "deberta"): nothing registers a DebertaV2 class
+    ("deberta", "sequence-classification"): ("DebertaForSequenceClassification", "deberta/modeling_deberta.py"),
+    ("deberta", "masked-lm"): ("DebertaForMaskedLM", "deberta/modeling_deberta.py"),
+    ("deberta", "question-answering"): ("DebertaForQuestionAnswering", "deberta/modeling_deberta.py"),
+    ("gpt2", "causal-lm"): ("GPT2LMHeadModel", "gpt2/modeling_gpt2.py"),
+    ("gpt2", "sequence-classification"): ("GPT2ForSequenceClassification", "gpt2/modeling_gpt2.py"),
+    ("bart", "seq2seq-lm"): ("BartForConditionalGeneration", "bart/modeling_bart.py"),
+    ("t5", "seq2seq-lm"): ("T5ForConditionalGeneration", "t5/modeling_t5.py"),
+    ("mt5", "seq2seq-lm"): ("MT5ForConditionalGeneration", "mt5/modeling_mt5.py"),
+    ("vit", "image-classification"): ("ViTForImageClassification", "vit/modeling_vit.py"),
+}
 
-    if problem.token_inputs:
-        return None
+
+def pipelined_families() -> str:
+    """What the optimum target takes, in one line: family (tasks)."""
+    taken: dict[str, list[str]] = {}
+    for family, task in PIPELINED:
+        taken.setdefault(family, []).append(task)
+    return "; ".join(f"{family} ({', '.join(tasks)})" for family, tasks in taken.items())
+
+
+def model_refusal(problem: Problem) -> str | None:
+    """Why IPUTrainer cannot train this model at all (None when it can): it pipelines the hf:
+    (family, task) pairs of PIPELINED only."""
+    from ..models import hf
+    from ..models.hf_config import task_class
+
     if not hf.is_hf(problem.model):
         return "IPUTrainer trains hf: models (optimum-graphcore's pipelined models)"
     family = hf.architecture(problem.model).family
-    if family not in IMAGE_FAMILIES:
-        return (f"optimum-graphcore pipelines no {family} image classifier (its image model is "
-                "ViTForImageClassification, models/vit/modeling_vit.py)")
-    return None
+    if (family, problem.task) in PIPELINED:
+        return None
+    name = task_class(family, problem.task) or "class"
+    return (f"optimum-graphcore pipelines no {family} {problem.task} model: no pipelined {name} is registered "
+            f"(to_pipelined, optimum/graphcore/modeling_utils.py); it pipelines {pipelined_families()}")
 
 
 def trainer_precision(config: Config) -> bool:
