@@ -29,8 +29,12 @@ CONFIGS = {
     "bert": dict(model_type="bert", max_position_embeddings=512, **_BERT_LIKE),
     "roberta": dict(model_type="roberta", max_position_embeddings=514, pad_token_id=1, type_vocab_size=1,
                     **_BERT_LIKE),
-    "deberta": dict(model_type="deberta-v2", max_position_embeddings=512, relative_attention=True,
-                    position_buckets=64, pos_att_type=["p2c", "c2p"], **_BERT_LIKE),
+    # DeBERTa v1 (microsoft/deberta-base's keys): the DeBERTa optimum-graphcore pipelines
+    "deberta": dict(model_type="deberta", max_position_embeddings=512, relative_attention=True,
+                    pos_att_type=["c2p", "p2c"], position_biased_input=False, max_relative_positions=-1,
+                    type_vocab_size=0, **_BERT_LIKE),
+    "deberta_v2": dict(model_type="deberta-v2", max_position_embeddings=512, relative_attention=True,
+                       position_buckets=64, pos_att_type=["p2c", "c2p"], **_BERT_LIKE),
     "gpt2": dict(model_type="gpt2", n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, vocab_size=VOCAB, n_positions=1024),
     "llama": dict(model_type="llama", num_key_value_heads=2, max_position_embeddings=1024, **_BERT_LIKE),
     "gpt_neox": dict(model_type="gpt_neox", max_position_embeddings=1024, **_BERT_LIKE),
@@ -45,7 +49,7 @@ CONFIGS = {
 }
 #: family -> (default task, repeated blocks: encoder and decoder for seq2seq)
 EXPECTED = {"bert": ("sequence-classification", 4), "roberta": ("sequence-classification", 4),
-            "deberta": ("sequence-classification", 4), "gpt2": ("causal-lm", 4), "llama": ("causal-lm", 4),
+            "deberta": ("sequence-classification", 4), "deberta_v2": ("sequence-classification", 4), "gpt2": ("causal-lm", 4), "llama": ("causal-lm", 4),
             "gpt_neox": ("causal-lm", 4), "t5": ("seq2seq-lm", 6), "bart": ("seq2seq-lm", 6),
             "vit": ("image-classification", 4)}
 
@@ -207,16 +211,24 @@ def poptorch():
         yield module
 
 
+#: families whose (family, task) optimum-graphcore registers no pipelined class for
+#: (rules/optimum_target.PIPELINED): they tune for PopTorch, and --trainer optimum is refused
+POPTORCH_ONLY = {"deberta_v2": "deberta-v2", "llama": "llama", "gpt_neox": "gpt_neox"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(CONFIGS))
 def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch, tmp_path, capsys, family):
     model = write_config(tmp_path, family)
     storage, out = f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path / "out"
+    optimum = family not in POPTORCH_ONLY
+    if not optimum:
+        refuse_optimum(tmp_path, capsys, model, family)
     # --trainer optimum: the search keeps to what an IPUConfig can express (issue 24), so the
-    # best exports as one, for every family (T5's stages begin at its blocks; ViT is
-    # optimum-graphcore's PipelinedViTForImageClassification).
+    # best exports as one, for every family optimum pipelines (T5's stages begin at its blocks;
+    # ViT is optimum-graphcore's PipelinedViTForImageClassification).
     assert main([model, *TUNED[family], "--trials", "8", "--seed", "0", "--no-numerics", "--json",
-                 "--trainer", "optimum",
+                 *(("--trainer", "optimum") if optimum else ()),
                  "--backend", "estimate", "--storage", storage, "--out", str(out)]) == 0
     result = json.loads(capsys.readouterr().out)
     base, best = result["baseline"], result["best"]
@@ -224,14 +236,26 @@ def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch,
     assert base["measurement"]["failure"] == "oom" and not base["measurement"]["feasible"]
     assert best is not None and best["measurement"]["feasible"]
     assert best["measurement"]["throughput"] > base["measurement"]["throughput"]
-    # Stages begin where optimum's layers_per_ipu can begin them: at a repeated layer.
-    stacks = layer_stacks(model, problem.task)
-    assert all(p.rsplit(".", 1)[0] in stacks for p in base["config"]["splits"] + best["config"]["splits"])
+    if optimum:
+        # Stages begin where optimum's layers_per_ipu can begin them: at a repeated layer.
+        stacks = layer_stacks(model, problem.task)
+        assert all(p.rsplit(".", 1)[0] in stacks for p in base["config"]["splits"] + best["config"]["splits"])
 
     # The IPUConfig: only keys optimum-graphcore's IPUConfig takes; every repeated layer placed.
-    assert main(["export", "--study", result["study"], "--storage", storage, "--format", "ipu-config",
-                 "-o", str(tmp_path / "ipu_config.json")]) == 0
-    check_ipu_config(tmp_path, out, family, best)
+    # None for a model IPUTrainer cannot pipeline, even from the PopTorch study.
+    ipu_config = ["export", "--study", result["study"], "--storage", storage, "--format", "ipu-config",
+                  "-o", str(tmp_path / "ipu_config.json")]
+    if optimum:
+        assert main(ipu_config) == 0
+        check_ipu_config(tmp_path, out, family, best)
+    else:
+        assert main(ipu_config) == 2
+        assert "optimum-graphcore pipelines no" in capsys.readouterr().err
+        assert not (tmp_path / "ipu_config.json").exists() and not (out / "ipu_config.json").exists()
+        assert not (out / "train_with_optimum.py").exists()
+        refused = (out / "ipu_config_refused.txt").read_text()
+        assert f"pipelines no {POPTORCH_ONLY[family]} {EXPECTED[family][0]} model" in refused
+        assert "--trainer optimum" not in refused  # tuning with it would not help
 
     # The baseline's snippet (pipelined over 2 IPUs) and the best's, each on the fake SDK.
     assert main(["export", "--study", result["study"], "--storage", storage, "--trial", "0",
@@ -239,6 +263,21 @@ def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch,
     for snippet, config in ((out / "best_options.py", best["config"]),
                             (tmp_path / "baseline.py", base["config"])):
         run_snippet(poptorch, snippet.read_text(), model, problem, config)
+
+
+def refuse_optimum(tmp_path, capsys, model: str, family: str) -> None:
+    """--trainer optimum on a model optimum-graphcore does not pipeline: one line, exit 2, before
+    anything is traced or stored (no study, no output folder)."""
+    storage, out = tmp_path / "refused.sqlite", tmp_path / "refused"
+    assert main([model, *TUNED[family], "--trials", "8", "--trainer", "optimum", "--backend", "estimate",
+                 "--storage", f"sqlite:///{storage}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    task = EXPECTED[family][0]
+    assert f"--trainer optimum on '{model}': optimum-graphcore pipelines no {POPTORCH_ONLY[family]} {task} model" \
+        in err
+    assert "it pipelines bert (" in err and "deberta (" in err and "Drop --trainer optimum to tune for PopTorch" in err
+    assert len(err.splitlines()) == 1, err
+    assert not storage.exists() and not out.exists()
 
 
 def check_ipu_config(tmp_path, out, family: str, best: dict) -> None:
