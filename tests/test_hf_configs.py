@@ -49,7 +49,8 @@ CONFIGS = {
 }
 #: family -> (default task, repeated blocks: encoder and decoder for seq2seq)
 EXPECTED = {"bert": ("sequence-classification", 4), "roberta": ("sequence-classification", 4),
-            "deberta": ("sequence-classification", 4), "deberta_v2": ("sequence-classification", 4), "gpt2": ("causal-lm", 4), "llama": ("causal-lm", 4),
+            "deberta": ("sequence-classification", 4), "deberta_v2": ("sequence-classification", 4),
+            "gpt2": ("causal-lm", 4), "llama": ("causal-lm", 4),
             "gpt_neox": ("causal-lm", 4), "t5": ("seq2seq-lm", 6), "bart": ("seq2seq-lm", 6),
             "vit": ("image-classification", 4)}
 
