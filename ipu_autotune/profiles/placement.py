@@ -105,8 +105,10 @@ def optimum_checkpoints(profile: ModelProfile, splits: tuple[str, ...]) -> tuple
     """`recompute_checkpoint_every_layer = true` as optimum-graphcore's parallelize() applies it,
     less what changes nothing (a checkpoint on a stage's last unit, whose output is stashed
     anyway): layers only, less those the model's class skips (rules/optimum_placement.py,
-    `unchecked_layers`: BertPipelineMixin's last layer, `index != num_hidden_layers - 1`;
-    T5's block `num_layers - 1` in each stack; none for tied heads and ViT)."""
+    `SKIPPED_INDEX`, `unchecked_layers`: the layer at `index == config.<count> - 1` in each of
+    its parallelize()'s layer loops, e.g. BertPipelineMixin's last layer, DistilBERT's and
+    DeBERTa's last layer for MLM too, BART's and T5's encoder count - 1 in both stacks; none for
+    PipelinedBertForMaskedLM, RoBERTa MLM, GPT-2 LM and ViT)."""
     from ..rules.optimum_placement import unchecked_layers
 
     layers = [u.path for u in profile.units if is_layer(u.path)]

@@ -75,6 +75,7 @@ class ModelProfile:
     module_order: list[str]  # every module path, in first-execution order
     input_bytes: int  # one micro-batch of FP32 input
     trace_seconds: float
+    task: str = ""  # the hf: task traced (resolved); "" for a module traced directly
 
     @property
     def params(self) -> int:
@@ -168,6 +169,7 @@ def trace_model(model_name: str, batch_size: int, input_shape: tuple[int, ...], 
     kwargs = sample_batch(problem, batch_size) if problem.token_inputs or problem.inputs else None
     profile = trace_module(model, batch_size, problem.input_shape, num_classes, model_name, kwargs)
     profile.trace_seconds = time.perf_counter() - start
+    profile.task = problem.task
     return profile
 
 

@@ -13,13 +13,9 @@ main, the version pinning transformers 4.29.2):
   stack's `final_layer_norm` on its last block's IPU and the LM head on IPU 0.
 - A newcomer's IPUConfig leaves `layers_per_ipu = [-1]`: the same number of layers per IPU,
   the remainder on the last (`_expand_layers_per_ipu_wildcard`).
-- `recompute_checkpoint_every_layer` checkpoints every layer but the model's last for
-  BertPipelineMixin heads (`index != num_hidden_layers - 1`); every layer for the tied heads
-  (`PipelinedBertForMaskedLM`, `PipelinedGPT2LMHeadModel`) and ViT
-  (`models/vit/modeling_vit.py`, `PipelinedViTForImageClassification.parallelize`); T5 and
-  mT5 skip the block at `index == config.num_layers - 1` in the encoder and, with the same
-  test, in the decoder (`PipelinedT5ForConditionalGeneration.parallelize`,
-  `PipelinedMT5ForConditionalGeneration.parallelize`).
+- `recompute_checkpoint_every_layer` checkpoints each layer but the one some layer loop of
+  the class's `parallelize` tests out (`index != config.<count> - 1`), per class, not per
+  tied head: `SKIPPED_INDEX` below, each entry citing the file and function.
 """
 
 from __future__ import annotations
@@ -76,14 +72,63 @@ def _family(model: str) -> str:
     return hf.architecture(model).family if hf.is_hf(model) else ""
 
 
+#: recompute_checkpoint_every_layer per pipelined class (optimum_target.PIPELINED): the config
+#: attribute `count` of the `index != self.config.<count> - 1` test with which every layer loop
+#: of the class's parallelize() skips a layer's checkpoint (optimum/graphcore/models/), or None
+#: where parallelize() checkpoints every layer. Encoder-decoders run the same test, with the
+#: encoder's count, in the encoder's and the decoder's loop, so the decoder layer with that index
+#: (if any) goes unchecked too; a decoder with fewer layers keeps them all.
+SKIPPED_INDEX: dict[tuple[str, str], str | None] = {
+    # bert/modeling_bert.py: BertPipelineMixin.parallelize (classification, QA);
+    # PipelinedBertForMaskedLM.parallelize has no test
+    ("bert", "sequence-classification"): "num_hidden_layers",
+    ("bert", "question-answering"): "num_hidden_layers",
+    ("bert", "masked-lm"): None,
+    # roberta/modeling_roberta.py: RobertaPipelineMixin.parallelize;
+    # PipelinedRobertaForMaskedLM.parallelize has no test
+    ("roberta", "sequence-classification"): "num_hidden_layers",
+    ("roberta", "question-answering"): "num_hidden_layers",
+    ("roberta", "masked-lm"): None,
+    # distilbert/modeling_distilbert.py: DistilBertPipelineMixin.parallelize places and checkpoints
+    # the layers for all three; PipelinedDistilBertForMaskedLM.parallelize calls it and only
+    # places the LM head (DistilBertConfig: num_hidden_layers is n_layers)
+    ("distilbert", "sequence-classification"): "num_hidden_layers",
+    ("distilbert", "question-answering"): "num_hidden_layers",
+    ("distilbert", "masked-lm"): "num_hidden_layers",
+    # deberta/modeling_deberta.py: DebertaPipelineMixin.parallelize for all three;
+    # PipelinedDebertaForMaskedLM has no parallelize of its own
+    ("deberta", "sequence-classification"): "num_hidden_layers",
+    ("deberta", "question-answering"): "num_hidden_layers",
+    ("deberta", "masked-lm"): "num_hidden_layers",
+    # gpt2/modeling_gpt2.py: PipelinedGPT2LMHeadModel.parallelize has no test;
+    # GPT2PipelineMixin.parallelize (PipelinedGPT2ForSequenceClassification) has it (n_layer)
+    ("gpt2", "causal-lm"): None,
+    ("gpt2", "sequence-classification"): "num_hidden_layers",
+    # bart/modeling_bart.py: PipelinedBartForConditionalGeneration.parallelize, encoder and decoder
+    # loops alike; BartConfig sets num_hidden_layers = encoder_layers
+    ("bart", "seq2seq-lm"): "encoder_layers",
+    # t5/modeling_t5.py: PipelinedT5ForConditionalGeneration.parallelize; mt5/modeling_mt5.py:
+    # PipelinedMT5ForConditionalGeneration.parallelize; both loops, num_layers (the encoder's)
+    ("t5", "seq2seq-lm"): "num_layers",
+    ("mt5", "seq2seq-lm"): "num_layers",
+    # vit/modeling_vit.py: PipelinedViTForImageClassification.parallelize has no test
+    ("vit", "image-classification"): None,
+}
+
+
 def unchecked_layers(profile: ModelProfile, layers: list[str]) -> set[str]:
-    """The layers recompute_checkpoint_every_layer leaves without a checkpoint (module doc)."""
+    """The layers recompute_checkpoint_every_layer leaves without a checkpoint (SKIPPED_INDEX)."""
     family = _family(profile.model)
-    if family in ("t5", "mt5"):
+    if (family, profile.task) in SKIPPED_INDEX:
+        count = SKIPPED_INDEX[family, profile.task]
+        if count is None:
+            return set()
         from ..models.hf import model_config
 
-        last = str(model_config(profile.model).num_layers - 1)
+        last = str(getattr(model_config(profile.model), count) - 1)
         return {p for p in layers if p.rsplit(".", 1)[-1] == last}
+    # No pipelined class (optimum refuses the model: optimum_target.model_refusal) or a module
+    # traced without its task: the common rule, the last layer unless a head is tied.
     tied = any(u.placed_with is not None for u in profile.units)
     if family in IMAGE_FAMILIES or tied or not layers:
         return set()
