@@ -73,10 +73,11 @@ def model_string(model: Any, name: str | None = None) -> str:
             raise UsageError("name= is for a model object; a model string names itself")
         return model
     from .models import objects
-    from .profiles.trace import cached_trace
+    from .profiles.trace import cached_trace, optimum_trace
 
     string = objects.register(model, name)
     cached_trace.cache_clear()  # the name may now stand for a changed model: trace it anew
+    optimum_trace.cache_clear()
     return string
 
 

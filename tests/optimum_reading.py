@@ -5,8 +5,10 @@ would place the model (huggingface/optimum-graphcore main): `get_layer_ipu` /
 `_expand_layers_per_ipu_wildcard` (optimum/graphcore/modeling_utils.py) for the layers,
 embeddings on IPU0, a tied head on IPU0 (PipelinedBertForMaskedLM, PipelinedRobertaForMaskedLM,
 PipelinedGPT2LMHeadModel: `BeginBlock(..., ipu_id=0)`), other heads on the last IPU
-(`last_ipu = ipus_per_replica - 1`), checkpoints on every layer (tied-head classes) or every
-layer but the model's last (the *PipelineMixin classes: `index != num_hidden_layers - 1`),
+(`last_ipu = ipus_per_replica - 1`), checkpoints on every layer but those the class's loops
+test out (`index != config.<count> - 1`, the per-class table SKIPPED_INDEX of
+rules/optimum_placement.py); `read_module_ipus` places every module, with what each class pins
+to IPU0 (PINNED_TO_IPU0),
 `matmul_proportion` per IPU, `embedding_serialization_factor` on the head's projection
 (SerializedLinear) for the language-model classes.
 
@@ -39,7 +41,26 @@ def _normalised(layer_ipu, head_ipu, checkpointed) -> frozenset[int]:
     return frozenset(i for i in checkpointed if layer_ipu[i] == nxt[i])
 
 
-def read_ipu_config(data: dict, n_layers: int, tied_head: bool) -> Placement:
+def skipped_layers(problem, layers: list[str]) -> set[int]:
+    """Indices (in `layers`) of the layers recompute_checkpoint_every_layer leaves unchecked: the
+    class's loops test `index != self.config.<count> - 1` per stack, with the count of the
+    per-class table (rules/optimum_placement.py, SKIPPED_INDEX; None: every layer checked)."""
+    from ipu_autotune.models.hf import architecture, model_config
+    from ipu_autotune.rules.optimum_placement import SKIPPED_INDEX
+
+    count = SKIPPED_INDEX[architecture(problem.model).family, problem.task]
+    if count is None:
+        return set()
+    last = getattr(model_config(problem.model), count) - 1
+    stacks: dict[str, list[int]] = {}
+    for i, path in enumerate(layers):
+        stacks.setdefault(path.rsplit(".", 1)[0], []).append(i)
+    return {members[last] for members in stacks.values() if last < len(members)}
+
+
+def read_ipu_config(data: dict, problem, layers: list[str], tied_head: bool) -> Placement:
+    """`layers`: the model's layer paths in order; `tied_head`: the head optimum pins to IPU0."""
+    n_layers = len(layers)
     per_ipu = data["layers_per_ipu"]
     ipus = data["ipus_per_replica"]
     assert len(per_ipu) == ipus and sum(per_ipu) == n_layers, "IPUConfig/_expand_layers_per_ipu_wildcard refuses it"
@@ -48,9 +69,42 @@ def read_ipu_config(data: dict, n_layers: int, tied_head: bool) -> Placement:
     head_ipu = 0 if tied_head else ipus - 1
     checkpointed: set[int] = set()
     if data["recompute_checkpoint_every_layer"]:
-        checkpointed = set(range(n_layers)) if tied_head else set(range(n_layers - 1))
+        checkpointed = set(range(n_layers)) - skipped_layers(problem, layers)
     return Placement(layer_ipu, head_ipu, _normalised(layer_ipu, head_ipu, checkpointed),
                      tuple(data["matmul_proportion"]), data["embedding_serialization_factor"])
+
+
+#: What parallelize() puts on IPU 0 with BeginBlock(..., ipu_id=0) besides the embeddings, read
+#: off optimum/graphcore/models/ (huggingface/optimum-graphcore main) for the classes tested:
+#: bart/modeling_bart.py PipelinedBartForConditionalGeneration.parallelize (decoder
+#: embed_positions and layernorm_embedding, "Embedding"; lm_head); distilbert/modeling_distilbert.py
+#: PipelinedDistilBertForMaskedLM.parallelize (vocab_transform, vocab_layer_norm, vocab_projector,
+#: "LM Head"); deberta/modeling_deberta.py DebertaPipelineMixin.parallelize (for the MLM class,
+#: cls.predictions.decoder only, "Projection").
+PINNED_TO_IPU0 = {
+    ("bart", "seq2seq-lm"): ("model.decoder.embed_positions", "model.decoder.layernorm_embedding", "lm_head"),
+    ("distilbert", "masked-lm"): ("vocab_transform", "vocab_layer_norm", "vocab_projector"),
+    ("deberta", "masked-lm"): ("cls.predictions.decoder",),
+}
+
+
+def read_module_ipus(data: dict, problem, modules: list[str], layers: list[str]) -> dict[str, int]:
+    """The IPU of each module (paths in the order they run) as parallelize() places them from
+    this IPUConfig: layers by layers_per_ipu (get_layer_ipu), the first module (the embeddings)
+    and PINNED_TO_IPU0 on IPU 0, and anything else where the last BeginBlock left it (the
+    layer before it: PopTorch places ops on the current block's IPU)."""
+    from ipu_autotune.models.hf import architecture
+
+    pinned = PINNED_TO_IPU0[architecture(problem.model).family, problem.task]
+    layer_ipu = dict(zip(layers, (ipu for ipu, n in enumerate(data["layers_per_ipu"]) for _ in range(n))))
+    out, ipu = {}, 0
+    for path in modules:
+        if path in layer_ipu:
+            ipu = layer_ipu[path]
+        elif any(path == p or path.startswith(p + ".") for p in pinned):
+            ipu = 0
+        out[path] = ipu
+    return out
 
 
 def read_snippet(poptorch, snippet: str, model, layers: list[str], head: str, batch) -> tuple[Placement, object]:

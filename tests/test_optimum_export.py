@@ -241,14 +241,14 @@ def test_ipu_config_and_snippet_of_a_study_place_the_same_things(tmp_path, model
     with fake_sdk() as poptorch:
         for config in cases:
             data = ipu_config(problem, config, profile)
-            from_json = read_ipu_config(data, len(layers), tied)
+            from_json = read_ipu_config(data, problem, layers, tied)
             net = build_hf_model(model, task, 2, device="cpu")
             from_snippet, opts = read_snippet(poptorch, render_snippet(problem, config), net, layers, head,
                                               token_batch(problem, config))
             assert from_snippet == from_json, config
             if data["ipus_per_replica"] > 1:  # the reading has teeth: one layer moved is seen
                 moved = [data["layers_per_ipu"][0] + 1, data["layers_per_ipu"][1] - 1, *data["layers_per_ipu"][2:]]
-                assert read_ipu_config({**data, "layers_per_ipu": moved}, len(layers), tied) != from_snippet
+                assert read_ipu_config({**data, "layers_per_ipu": moved}, problem, layers, tied) != from_snippet
             assert opts.Training.gradient_accumulation == data["gradient_accumulation_steps"]
             seen_every_layer |= bool(from_json.checkpointed)
             seen_serialized |= from_json.serialization > 1

@@ -24,7 +24,7 @@ from ipu_autotune.guide.warmstart import naive_baseline
 from ipu_autotune.problem import Problem
 from ipu_autotune.profiles.placement import optimum_checkpoints
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.rules.optimum_placement import placement_refusals
+from ipu_autotune.rules.optimum_placement import optimum_placed
 from ipu_autotune.rules.optimum_target import unexpressible
 from ipu_autotune.search.space import SearchSpace
 
@@ -71,16 +71,16 @@ def test_t5_checkpoints_skip_the_block_at_num_layers_minus_1_in_both_stacks(tmp_
         assert set(optimum_checkpoints(profile, ())) == blocks - skipped
 
 
-def test_an_untied_t5_head_is_refused_under_optimum(tmp_path):
-    """optimum puts T5's lm_head on IPU 0 tied or not; the estimate runs an untied head on the
-    last IPU, so that config is refused with the reason, not exported. transformers 5 always
-    ties T5's head (T5Config forces tie_word_embeddings), so the untied head of a 4.x build is
-    made here by hand."""
+def test_an_untied_t5_head_is_estimated_on_ipu0_under_optimum(tmp_path):
+    """optimum puts T5's lm_head on IPU 0 tied or not (PipelinedT5ForConditionalGeneration.
+    parallelize: BeginBlock(self.lm_head, "LM Head Output", ipu_id=0)); under --trainer optimum
+    the estimate does too (optimum_placement.ON_IPU0). transformers 5 always ties T5's head
+    (T5Config forces tie_word_embeddings), so the untied head of a 4.x build is made by hand."""
     problem = t5(tmp_path, 2)
     profile = profile_for(problem)
-    assert not placement_refusals(problem, profile)
     untied = dataclasses.replace(profile, units=[dataclasses.replace(u, placed_with=None) for u in profile.units])
-    assert [r.split(":")[0] for r in placement_refusals(problem, untied)] == ["an untied T5 LM head"]
+    placed = optimum_placed(untied)
+    assert [u.path for u in placed.units if u.placed_with == 0] == ["lm_head"]
 
 
 def test_the_optimum_space_draws_t5_splits_at_blocks_and_replays_them(tmp_path):

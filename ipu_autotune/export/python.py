@@ -13,7 +13,7 @@ import math
 from ..version import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
 from ..rules.optimum_target import trainer_option_lines
-from ..rules.cross_field import MODULE_PATH, tied_head_blocks
+from ..rules.cross_field import MODULE_PATH
 from .serialization import serialization_code, serialization_lines
 
 # PopART RecomputationType (popart sessionoptions.hpp).
@@ -328,13 +328,14 @@ def _named_model(problem: Problem) -> str:
 
 
 def tied_head_lines(problem: Problem, config: Config) -> list[str]:
-    """hf: models: a head tied to the embedding runs on IPU0 with it, as optimum-graphcore's
-    parallelize() places it (models/bert/modeling_bert.py, PipelinedBertForMaskedLM:
-    `poptorch.BeginBlock(self.cls, "Classifier", ipu_id=0)`); the estimate assumes the same."""
-    if not config.pipelined:
-        return []
-    return [f"poptorch.BeginBlock(model.get_submodule({_path(p)}), ipu_id=0)  # tied head with its embedding"
-            for p in tied_head_blocks(problem)]
+    """hf: models: what runs back on IPU0 (profiles/placement.head_blocks: a tied head with its
+    embedding, as optimum-graphcore's parallelize() places it, PipelinedBertForMaskedLM:
+    `BeginBlock(self.cls, "Classifier", ipu_id=0)`; under --trainer optimum, what the class pins)."""
+    from ..profiles.placement import head_blocks
+
+    return [f"poptorch.BeginBlock(model.get_submodule({_path(path)}), ipu_id={ipu})  # "
+            + ("on IPU0 with the embedding" if ipu == 0 else "back from IPU0")
+            for path, ipu in (head_blocks(problem, config) if config.pipelined else [])]
 
 
 def model_check_lines(problem: Problem) -> list[str]:

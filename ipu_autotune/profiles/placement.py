@@ -114,3 +114,35 @@ def optimum_checkpoints(profile: ModelProfile, splits: tuple[str, ...]) -> tuple
     layers = [u.path for u in profile.units if is_layer(u.path)]
     skip = unchecked_layers(profile, layers)
     return tuple(p for p in checkpoints_every(profile, splits, 1) if is_layer(p) and p not in skip)
+
+
+def head_runs(p) -> list[tuple[str, str | None]]:
+    """hf: models: each run of units placed back on IPU0 with the embedding (a tied head; under
+    --trainer optimum whatever the pipelined class pins there, rules/optimum_placement.ON_IPU0)
+    as (its first unit, the unit after it or None at the end)."""
+    if not p.token_inputs:
+        return []
+    from .trace import profile_for
+
+    units = profile_for(p).units
+    out = []
+    for i, u in enumerate(units):
+        if u.placed_with == 0 and (i == 0 or units[i - 1].placed_with != 0):
+            out.append((u.path, next((v.path for v in units[i + 1:] if v.placed_with != 0), None)))
+    return out
+
+
+def head_blocks(p, config: Config) -> list[tuple[str, int]]:
+    """(module, IPU) of each BeginBlock the pipelined snippet adds for head_runs: the run's first
+    unit on IPU0 and, for a run between layers (BART's decoder position embedding under
+    --trainer optimum), the unit after it back on its own stage's IPU unless a split begins it."""
+    from .trace import profile_for
+
+    out: list[tuple[str, int]] = []
+    for first, after in head_runs(p):
+        out.append((first, 0))
+        if after is not None and after not in config.splits:
+            profile = profile_for(p)
+            i = profile.unit_index(after)
+            out.append((after, next(k for k, (lo, hi) in enumerate(stage_bounds(profile, config)) if lo <= i < hi)))
+    return out

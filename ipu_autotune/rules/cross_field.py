@@ -57,22 +57,16 @@ def _amp_per_ipu(p: Problem, c: Config) -> str | None:
     return None
 
 
-def tied_head_blocks(p: Problem) -> list[str]:
-    """hf: models: the first unit of each run of head units tied to the embedding. Pipelined,
-    each goes back to IPU0 with the embedding (export/python.tied_head_lines), a stage of its own."""
-    if not p.token_inputs:
-        return []
-    from ..profiles.trace import profile_for
-
-    units = profile_for(p).units
-    return [u.path for i, u in enumerate(units)
-            if u.placed_with == 0 and (i == 0 or units[i - 1].placed_with != 0)]
-
-
 def pipeline_stages(p: Problem, ipus_per_replica: int) -> int:
     """Forward stages as PopTorch counts them (IPU switches + 1): one per IPU, plus one per
-    tied head that returns to IPU0."""
-    return ipus_per_replica + len(tied_head_blocks(p)) if ipus_per_replica > 1 else 1
+    tied head that returns to IPU0, and at most two per run on IPU0 between layers (BART's
+    decoder position embedding under --trainer optimum: there and back, when the layers on
+    both sides share an IPU; the bound, since this count does not know the splits)."""
+    from ..profiles.placement import head_runs
+
+    if ipus_per_replica <= 1:
+        return 1
+    return ipus_per_replica + sum(1 if after is None else 2 for _, after in head_runs(p))
 
 
 def min_pipeline_accumulation(p: Problem, ipus_per_replica: int) -> int:

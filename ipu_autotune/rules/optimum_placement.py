@@ -16,18 +16,21 @@ main, the version pinning transformers 4.29.2):
 - `recompute_checkpoint_every_layer` checkpoints each layer but the one some layer loop of
   the class's `parallelize` tests out (`index != config.<count> - 1`), per class, not per
   tied head: `SKIPPED_INDEX` below, each entry citing the file and function.
+- Besides the embeddings, some classes pin modules to IPU 0 with `BeginBlock(..., ipu_id=0)`
+  (an LM head, BART's decoder position embedding); every op after such a block runs on IPU 0
+  until the next layer's block. `ON_IPU0` below lists them per class and `optimum_placed` puts
+  those units (and only those) on IPU 0 in the estimate: `profile_for` applies it to every
+  --trainer optimum profile, so stages, memory, time, the rules and the snippet all see it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 from ..problem import Problem
 from ..profiles.trace import ModelProfile
 
-#: families whose pipelined class puts the LM head on IPU 0 whether or not it is tied
-#: (PipelinedT5ForConditionalGeneration.parallelize: BeginBlock(self.lm_head, ..., ipu_id=0))
-HEAD_ON_IPU0 = ("t5",)
 #: the image classifiers optimum-graphcore pipelines (models/vit: ViTForImageClassification only)
 IMAGE_FAMILIES = ("vit",)
 
@@ -135,12 +138,63 @@ def unchecked_layers(profile: ModelProfile, layers: list[str]) -> set[str]:
     return {layers[-1]}
 
 
-def placement_refusals(problem: Problem, profile: ModelProfile) -> list[str]:
-    """Placements optimum makes that the estimate does not: one line each."""
-    out = []
-    if _family(problem.model) in HEAD_ON_IPU0:
-        head = next((u for u in profile.units if u.path == "lm_head"), None)
-        if head is not None and head.placed_with is None:
-            out.append("an untied T5 LM head: optimum places it on IPU 0 (PipelinedT5ForConditionalGeneration."
-                       "parallelize) and the estimate on the last IPU")
-    return out
+#: Units each pipelined class's parallelize() puts on IPU 0 beyond the embeddings (the first
+#: unit): module paths a unit must begin with (the module itself or one inside it). Every other
+#: unit runs on its layer's IPU, a head after the last layer on the last IPU, whether or not it
+#: reads the embedding's weight (the PopTorch target's rule, trace._place_heads_with_their_weights).
+#: None: the class pins the tied head only (the traced ties stand). optimum/graphcore/models/:
+ON_IPU0: dict[tuple[str, str], tuple[str, ...] | None] = {
+    # bert/modeling_bert.py: PipelinedBertForMaskedLM.parallelize, BeginBlock(self.cls, "Classifier",
+    # ipu_id=0); BertPipelineMixin.parallelize (classification, QA) puts the heads on the last IPU
+    ("bert", "sequence-classification"): (),
+    ("bert", "question-answering"): (),
+    ("bert", "masked-lm"): ("cls",),
+    # roberta/modeling_roberta.py: PipelinedRobertaForMaskedLM.parallelize, BeginBlock(self.lm_head,
+    # "LM Head", ipu_id=0); RobertaPipelineMixin's heads on the last IPU
+    ("roberta", "sequence-classification"): (),
+    ("roberta", "question-answering"): (),
+    ("roberta", "masked-lm"): ("lm_head",),
+    # distilbert/modeling_distilbert.py: PipelinedDistilBertForMaskedLM.parallelize, BeginBlock(...,
+    # "LM Head", ipu_id=0) on vocab_transform, vocab_layer_norm and vocab_projector, all three
+    ("distilbert", "sequence-classification"): (),
+    ("distilbert", "question-answering"): (),
+    ("distilbert", "masked-lm"): ("vocab_transform", "vocab_layer_norm", "vocab_projector"),
+    # deberta/modeling_deberta.py: DebertaPipelineMixin.parallelize, for PipelinedDebertaForMaskedLM
+    # only BeginBlock(self.cls.predictions.decoder, "Projection", ipu_id=0): the transform before
+    # it stays on the last layer's IPU
+    ("deberta", "sequence-classification"): (),
+    ("deberta", "question-answering"): (),
+    ("deberta", "masked-lm"): ("cls.predictions.decoder",),
+    # gpt2/modeling_gpt2.py: PipelinedGPT2LMHeadModel.parallelize, BeginBlock(self.lm_head, "LM head",
+    # ipu_id=0) (ln_f stays with the last layer); PipelinedGPT2ForSequenceClassification: score last
+    ("gpt2", "causal-lm"): ("lm_head",),
+    ("gpt2", "sequence-classification"): (),
+    # bart/modeling_bart.py: PipelinedBartForConditionalGeneration.parallelize (training):
+    # BeginBlock(self.model.decoder.embed_positions / layernorm_embedding, "Embedding", ipu_id=0)
+    # between the encoder's and the decoder's loops, and BeginBlock(self.lm_head, ..., ipu_id=0)
+    ("bart", "seq2seq-lm"): ("model.decoder.embed_positions", "model.decoder.layernorm_embedding", "lm_head"),
+    # t5/modeling_t5.py: PipelinedT5ForConditionalGeneration.parallelize, BeginBlock(self.lm_head,
+    # "LM Head Output", ipu_id=0), tied or not; each final_layer_norm on its stack's last IPU
+    ("t5", "seq2seq-lm"): ("lm_head",),
+    # mt5/modeling_mt5.py: PipelinedMT5ForConditionalGeneration.parallelize, lm_head on IPU 0 only
+    # `if self.config.tie_word_embeddings`, else on the last IPU: the traced tie decides
+    ("mt5", "seq2seq-lm"): None,
+    # vit/modeling_vit.py: PipelinedViTForImageClassification.parallelize, classifier on the last IPU
+    ("vit", "image-classification"): (),
+}
+
+
+def _pinned(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith(p + ".") for p in prefixes)
+
+
+def optimum_placed(profile: ModelProfile) -> ModelProfile:
+    """The profile with the units optimum's parallelize() puts on IPU 0 (`ON_IPU0`) placed with
+    the first unit, and no other unit moved; unchanged for a class the table leaves to the
+    traced ties (None) or a model optimum does not pipeline (optimum_target.model_refusal)."""
+    prefixes = ON_IPU0.get((_family(profile.model), profile.task))
+    if prefixes is None:
+        return profile
+    units = [dataclasses.replace(u, placed_with=0 if i > 0 and _pinned(u.path, prefixes) else None)
+             for i, u in enumerate(profile.units)]
+    return dataclasses.replace(profile, units=units)

@@ -126,14 +126,12 @@ def unexpressible(problem: Problem, config: Config) -> list[str]:
     """Why IPUTrainer + IPUConfig would not train `config` as it was estimated (empty: it would)."""
     from ..profiles.trace import profile_for
     from ..profiles.placement import is_layer, optimum_checkpoints
-    from .optimum_placement import placement_refusals
 
     c = config
     out = []
     refusal = model_refusal(problem)
     if refusal:
         return [refusal]
-    out += placement_refusals(problem, profile_for(problem))
     if c.eight_bit_io:
         out.append("8-bit image I/O: IPUTrainer feeds the collator's float pixel_values (no uint8 input "
                    "normalised on the IPU)")

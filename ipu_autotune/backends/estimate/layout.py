@@ -37,6 +37,10 @@ class Stage:
     # pipeline stage of its own, forward and backward in one cycle, so nothing of it is stashed.
     returning_heads: int = 0
     head_saved: int = 0  # FP32 saved bytes of those heads, per micro-batch
+    # Times the stage's own units resume after a unit placed elsewhere ran between them (BART's
+    # decoder position embedding on IPU0 under --trainer optimum, between encoder and decoder
+    # layers on one IPU): each resumption is a pipeline stage too.
+    reentries: int = 0
 
 
 def _checkpointed(profile: ModelProfile, path: str) -> int:
@@ -90,6 +94,8 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
                 segment = 0
         best_segment = max(best_segment, segment)
         moved_in = [i for i in indices if not lo <= i < hi]  # a tied head's input crosses back
+        own = [i in indices for i in range(lo, hi)]
+        reentries = sum(1 for j in range(1, len(own)) if own[j] and not own[j - 1] and any(own[:j]))
         out.append(Stage(
             index=k, first=lo, last=hi,
             params=sum(u.params for u in members),
@@ -109,15 +115,19 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
             max_segment_saved=best_segment,
             out_bytes=unit_output_bytes(profile, hi - 1) if hi > lo else 0,
             returning_heads=sum(1 for i in moved_in if i - 1 not in moved_in),
-            head_saved=sum(units[i].saved_bytes for i in moved_in),
+            # only a head at the end runs forward and backward in one cycle; a unit moved here from
+            # mid-model (BART's decoder position embedding) is stashed like the rest
+            head_saved=sum(units[i].saved_bytes for i in moved_in
+                           if all(u.placed_with is not None for u in units[i + 1:])),
+            reentries=reentries,
         ))
     return out
 
 
 def forward_stages(layout: list[Stage], config: Config) -> int:
     """Pipeline stages as PopTorch counts them: one per IPU, plus one per tied head that
-    returns to an earlier IPU (rules.pipeline_stages). Stash depths and the fill and flush
-    follow this count, not the number of IPUs."""
+    returns to an earlier IPU and one per resumption of a stage after it (rules.pipeline_stages).
+    Stash depths and the fill and flush follow this count, not the number of IPUs."""
     if not config.pipelined or len(layout) < 2:
         return len(layout)
-    return len(layout) + sum(s.returning_heads for s in layout)
+    return len(layout) + sum(s.returning_heads + s.reentries for s in layout)
