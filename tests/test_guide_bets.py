@@ -6,7 +6,7 @@ import math
 import pytest
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.guide.proposals import Guide
+from ipu_autotune.guide.proposals import EXPLORE_CHANCE, Guide
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config
 from ipu_autotune.guide.bold import (
@@ -121,13 +121,16 @@ def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candid
     measured = _stalled(profile)
     guide = Guide(PROBLEM, profile, space, 0.05)
     proposal = guide.propose(measured, {c for c, _ in measured})
-    assert proposal in guide.bets and MIN_FIT_CHANCE <= guide.bet_chance <= 1.0  # shown in the trial's origin
+    # a bet, or a probe of the candidate likeliest to beat the best (guide.probe): either is
+    # over the safe margin on purpose, with its chance to fit shown in the trial's origin
+    assert proposal in guide.bets and min(MIN_FIT_CHANCE, EXPLORE_CHANCE) <= guide.chance <= 1.0
     assert not guide.stop_note  # a bet is expected to pay
     best = max(m.throughput for _, m in measured)
     model = CorrectedModel(guide.screen, observe(guide.screen, measured), 0.0)
-    assert model.judge(proposal)[1] > 2 * best
+    assert model.judge(proposal)[1] > 1.5 * best
     assert proposal.gradient_accumulation > 1
-    assert _compiled(proposal, profile).feasible
+    compiled = _compiled(proposal, profile)  # on the IPU that taught the ratio: it fits, and pays
+    assert compiled.feasible and compiled.throughput > 1.5 * best
 
 
 @pytest.mark.slow
@@ -174,7 +177,7 @@ def test_the_guides_proposals_do_not_depend_on_string_hashing():
 
     code = ("import sys; sys.path.insert(0, 'tests')\n"
             "import test_guide_bets as t\n"
-            "from ipu_autotune.guide.proposals import Guide\n"
+            "from ipu_autotune.guide.proposals import EXPLORE_CHANCE, Guide\n"
             "from ipu_autotune.profiles.trace import profile_for\n"
             "from ipu_autotune.search.space import SearchSpace\n"
             "profile = profile_for(t.PROBLEM)\n"

@@ -145,13 +145,14 @@ class Guide:
         if first_round:
             return self._first_round(seen, measured, tried)
         self.probe = False
-        probe = self._probe_layouts(seen, fits, measured, tried)
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
+        probe = self._probe(seen, fits, measured, tried, choice)
         exhausted = self._stopping_rule(model, choice, fits, measured)
         if probe is not None:
             self.stop_note, self.probe = "", True
             self.chance = model.chance(probe)
+            self.bets.add(probe)
             return probe
         if exhausted and fits:
             # Nothing safe is expected to pay: try the fastest candidate that fits with no
@@ -175,31 +176,41 @@ class Guide:
         self.chance = model.chance(choice) if choice is not None else None
         return choice
 
-    def _probe_layouts(self, seen: list, fits: list, measured: Sequence, tried: set[Config]) -> Config | None:
-        """Every IPU layout gets its chance before the guide settles: the estimator's errors
-        differ most between layouts (a fixed cost per stage, an all-reduce unlike the model's),
-        and a layout nothing was compiled in is known only through the others. For each such
-        layout, its best candidate on expected throughput (climbed as a bet's is); the one
-        likeliest to beat the best measured by STOP_BEAT is compiled when that chance is at
-        least EXPLORE_CHANCE: its compile teaches the layout, where another compile in the
-        layouts already measured teaches little."""
-        if not seen or not fits:
+    def _probe(self, seen: list, fits: list, measured: Sequence, tried: set[Config],
+               choice: Config | None) -> Config | None:
+        """The candidate likeliest to beat the best measured by STOP_BEAT (`_beat`), when
+        that chance is at least EXPLORE_CHANCE and twice the safe choice's, or the likeliest
+        in an IPU layout nothing was compiled in, when its chance is half the likeliest's.
+
+        Every IPU layout gets its chance before the guide settles: the estimator's errors
+        differ most between layouts (a fixed cost per stage, an all-reduce unlike the
+        model's), and a layout nothing was compiled in is known only through the others, so
+        its compile teaches most. Each layout's fastest candidate is climbed twice: on
+        expected throughput (a bet's climb, towards fast configs that likely fit) and on the
+        chance to beat the best. Probes are bets: after BET_LOSSES of them in a row ran out of
+        memory, the guide probes no more."""
+        if not seen or not fits or losing_streak(measured, self.bets) >= BET_LOSSES:
             return None
-        explored = {layout(c) for c, m in measured if m.source != "estimate" and m.failure in (None, "oom")}
         target = math.log(fits[0][0] * (1.0 + STOP_BEAT))
-        bets = ProbeModel(self.screen, seen, target)
-        tag = ("probe", len(seen))
-        for start in bets.starts(self.pool):
-            if layout(start) not in explored and (start, tag) not in self.climbed:
-                self.climbed.add((start, tag))
-                self.pool.add(bet_climb(CorrectedScreen(bets, self.neighbours), bets, self.space, start))
-        pick, value = None, EXPLORE_CHANCE
-        for c in self.pool:
-            if c in tried or layout(c) in explored:
-                continue
-            if (p := _beat(bets, c, target)) > value:
-                pick, value = c, p
-        return pick
+        probes = ProbeModel(self.screen, seen, target)
+        for model in (BetModel(self.screen, seen), probes):
+            tag = ("probe", type(model).__name__, len(seen))
+            for start in model.starts(self.pool):
+                if (start, tag) not in self.climbed:
+                    self.climbed.add((start, tag))
+                    self.pool.add(bet_climb(CorrectedScreen(model, self.neighbours), model, self.space, start))
+        explored = {layout(c) for c, m in measured if m.source != "estimate" and m.failure in (None, "oom")}
+        chances = {c: _beat(probes, c, target) for c in self.pool if c not in tried}
+        if not chances:
+            return None
+        likeliest = max(chances, key=chances.get)
+        new = max((c for c in chances if layout(c) not in explored), key=chances.get, default=None)
+        if new is not None and chances[new] >= max(EXPLORE_CHANCE, chances[likeliest] / 2):
+            return new
+        safe = _beat(probes, choice, target) if choice is not None else 0.0
+        if compiles_since_best(measured) >= 1 and chances[likeliest] >= max(EXPLORE_CHANCE, 2 * safe):
+            return likeliest
+        return None
 
     def _bet(self, seen: list, fits: list, choice: Config | None, tried: set[Config]) -> Config | None:
         """After compiles that stall (or with nothing predicted to fit): the candidate with the

@@ -102,8 +102,8 @@ class Runner:
         if config is not None:
             chance = "" if self.guide.chance is None else f"{self.guide.chance:.0%} chance to fit"
             origin = f"guided ({chance})" if chance else "guided"
-            if self.guide.probe:  # the first compile in an IPU layout (guide/proposals.py)
-                origin = f"guided layout probe ({chance})"
+            if self.guide.probe:  # the likeliest to beat the best by 5 % (guide/proposals.py, Guide._probe)
+                origin = f"guided probe ({chance})"
             if self.guide.bet_chance is not None:  # over the margin, on purpose (guide/bold.py)
                 origin = f"guided bet ({chance})"
             enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
