@@ -40,14 +40,14 @@ TARGETS = {"runs within 5% in <= 10": 0.9, "median to 5%": 4, "median first fit"
 
 def run_draw(args: tuple) -> dict:
     """One (problem, draw): the best-known search, then each strategy. Picklable for a pool."""
-    key, draw_id, budget, reference_trials, kicks, use_cache = args
+    key, draw_id, budget, reference_trials, kicks, use_cache, strategies = args
     common.quiet_optuna()
     problem = se.PROBLEMS[key]
     oracle = RandomHiddenIPU(draw_id)
     t0 = time.perf_counter()
     reference, source, _ = se.cached_best_known(problem, oracle, draw_id, reference_trials, kicks, use_cache)
     ref_seconds = time.perf_counter() - t0
-    runs = {s: se.run_strategy(s, problem, oracle, draw_id, budget, 10 * budget) for s in STRATEGIES}
+    runs = {s: se.run_strategy(s, problem, oracle, draw_id, budget, 10 * budget) for s in strategies}
     seen = [t for r in runs.values() for t in r.compiles if t is not None]
     if seen and (reference is None or max(seen) > reference):
         reference, source = max(seen), "a benchmarked run"
@@ -75,7 +75,7 @@ def report(results: list[dict], budget: int, keys: list[str]) -> str:
     groups = [(k, [r for r in results if r["problem"] == k and r["reference"]]) for k in keys]
     groups.append(("all problems", [r for r in results if r["reference"]]))
     for key, rs in groups:
-        for s in STRATEGIES:
+        for s in [s for s in STRATEGIES if all(s in r["runs"] for r in rs)]:
             ms = [se.metrics(r["runs"][s], r["reference"], budget) for r in rs]
             if not ms:
                 continue
@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference-trials", type=int, default=None,
                     help="TPE trials on the hidden IPU behind 'best known' (default 60; quick 10)")
     ap.add_argument("--kicks", type=int, default=None, help="kicks of the best-known search (default 50; quick 5)")
+    ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES),
+                    help="strategies to run (default both; the tuner alone while developing)")
     ap.add_argument("--processes", type=int, default=1, help="benchmark worker processes (default 1)")
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 draws, budget 10, short reference")
     ap.add_argument("--no-reference-cache", action="store_true", help="search the best known afresh")
@@ -151,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{trials}-trial TPE run and {kicks} kicks on each hidden IPU; mechanisms: {', '.join(MECHANISMS)}\n",
           flush=True)
     start = time.perf_counter()
-    jobs = [(k, d, budget, trials, kicks, not args.no_reference_cache) for k in keys for d in ids]
+    jobs = [(k, d, budget, trials, kicks, not args.no_reference_cache, tuple(args.strategies))
+            for k in keys for d in ids]
     if args.processes > 1:
         with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
             results = list(pool.imap_unordered(run_draw, jobs))

@@ -9,19 +9,16 @@ a model that says "1.002 of the tile" rules out for good what in fact fits at 0.
 guide keeps compiling safe variations that do not pay.
 
 So after compiles that stall, each candidate is weighed by its chance to fit under the
-model's own error (log-normal, its spread measured by predicting each compiled config from
-the others, at least MEMORY_ERROR_FLOOR). Climbs towards bets follow expected throughput
+learnt memory model (guide/memory_model.py: a mean and a spread per IPU). Climbs towards bets follow expected throughput
 (chance x corrected throughput); the bet compiled is the candidate with the largest expected
 improvement (chance x gain over the best measured: an OOM costs a compile, not the best),
 when that is at least BOLD_GAIN of the best and more than the safe choice's gain. An
 OOM costs one compile and corrects the model there (the compile's own ratio then dominates
-its neighbours), so the next bet is better informed. Only the busiest-tile totals of the
-compiles are used, as a real compile reports them.
+its neighbours), so the next bet is better informed.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from itertools import product
 
@@ -30,11 +27,6 @@ from .warmstart import climb
 from .corrected import CorrectedModel, CorrectedScreen, layout
 from .pairs import best_pair
 
-#: the corrected busiest tile is never trusted closer than this (relative, one sigma): a
-#: change of memory mix the compiles did not show moves it by about this much
-MEMORY_ERROR_FLOOR = 0.02
-#: nor is the spread taken wider than this (a few wild compiles must not make every bet look safe)
-MEMORY_ERROR_CAP = 0.10
 #: a bet's expected improvement (chance to fit x gain) must be at least this fraction of the best measured
 BOLD_GAIN = 0.05
 #: and have at least this chance to fit
@@ -48,46 +40,21 @@ BET_PAIRS = 6
 LONG_SHOT = 0.02
 
 
-def memory_error(model: CorrectedModel) -> float:
-    """The corrected model's relative error on the busiest tile: the RMS log error of each
-    compiled config predicted from the others (leave one out), within [FLOOR, CAP]."""
-    points = model.memory
-    errors = []
-    for i, (config, ratio) in enumerate(points):
-        others = points[:i] + points[i + 1:]
-        if not others:
-            break
-        prior = math.exp(sum(math.log(r) for _, r in others) / len(others))
-        predicted, _ = CorrectedModel._blend(config, others, prior)
-        errors.append(math.log(ratio / predicted) ** 2)
-    spread = math.sqrt(sum(errors) / len(errors)) if errors else 0.0
-    return min(MEMORY_ERROR_CAP, max(MEMORY_ERROR_FLOOR, spread))
-
-
-def fit_chance(load: float, error: float) -> float:
-    """P(busiest tile <= tile memory) when the corrected load (no margin) is off by a
-    log-normal error of relative spread `error`."""
-    if load <= 0:
-        return 1.0
-    return 0.5 * math.erfc(math.log(load) / (error * math.sqrt(2.0)))
-
-
 class BetModel(CorrectedModel):
     """The corrected model judged by expected throughput: a candidate counts when its chance
-    to fit is at least LONG_SHOT and is worth chance x corrected throughput, so a warmstart
-    climb on it (via CorrectedScreen) from a fast candidate over memory walks to the best
-    bet near it, trading a little speed for memory where the model is unsure."""
+    to fit (the learnt memory model's, with no margin) is at least LONG_SHOT and is worth
+    chance x corrected throughput, so a warmstart climb on it (via CorrectedScreen) from a
+    fast candidate over memory walks to the best bet near it, trading a little speed for
+    memory where the model is unsure."""
 
-    def __init__(self, screen, observations, error: float):
+    def __init__(self, screen, observations):
         super().__init__(screen, observations, 0.0)
-        self.error = error
         self.bets: dict[Config, tuple | None] = {}
 
     def judge(self, config: Config) -> tuple | None:
         if config not in self.bets:
             j = super().judge(config)
-            chance = None if j is None else fit_chance(j[3], self.error)
-            self.bets[config] = None if j is None else (chance >= LONG_SHOT, chance * j[1], j[2], j[3])
+            self.bets[config] = None if j is None else (j[4] >= LONG_SHOT, j[4] * j[1], j[2], j[3], j[4])
         return self.bets[config]
 
     def throughput(self, config: Config) -> float:
@@ -95,16 +62,12 @@ class BetModel(CorrectedModel):
         j = CorrectedModel.judge(self, config)
         return 0.0 if j is None else j[1]
 
-    def chance(self, config: Config) -> float:
-        j = self.judge(config)
-        return 0.0 if j is None else fit_chance(j[3], self.error)
-
     def starts(self, pool: Iterable[Config]) -> list[Config]:
         """Per IPU layout, the candidate fastest if it fit, among those with a LONG_SHOT or more."""
         fastest: dict = {}
         for c in pool:
             j = CorrectedModel.judge(self, c)
-            if j is None or self.chance(c) < LONG_SHOT:
+            if j is None or j[4] < LONG_SHOT:
                 continue
             key = layout(c)
             if key not in fastest or j[1] > fastest[key][0]:
@@ -139,7 +102,7 @@ def bold_choice(model: BetModel, candidates: Iterable[Config], best: float, safe
         j = model.judge(c)
         if j is None:
             continue
-        chance = model.chance(c)
+        chance = j[4]
         gain = chance * (model.throughput(c) - best)
         if gain > value and chance >= MIN_FIT_CHANCE:
             pick, value = c, gain

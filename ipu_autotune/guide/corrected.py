@@ -23,8 +23,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
+from statistics import NormalDist
+
 from ..backends.base import Measurement
+from ..host.pipeline import overlapped
 from ..problem import Config
+from .call_model import CallModel, CallTime, call_time
+from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
 from .warmstart import Screen
 from ..models import partition
 from ..profiles.placement import checkpoints_every
@@ -34,6 +39,14 @@ from ..search.replay import checkpoint_spacing
 KERNEL = 0.3
 #: weight of the prior against the compiled configs
 PRIOR_WEIGHT = 0.25
+#: a candidate "fits" when its learnt chance to fit is at least this
+FIT_CONFIDENCE = 0.8
+#: spread (fraction of a tile) of a config's busiest tile around the learnt memory parts where
+#: no compile is near: knobs the compiles did not vary can add what the parts do not express
+LOCAL_MEMORY_SD = 0.05
+#: spread of a config's log(throughput) around the learnt model before any residual is seen
+#: (a prior for the residuals' spread, worth one compile)
+SPEED_SPREAD = 0.10
 _FIELDS = [f.name for f in fields(Config)]
 
 
@@ -76,6 +89,8 @@ class Observation:
     config: Config
     memory_ratio: float | None  # measured / estimated busiest tile (worst IPU)
     speed_log_ratio: float | None  # log(measured / estimated throughput), when it ran
+    tiles: tuple[MemoryPoint, ...] = ()  # per IPU: estimated and measured busiest tile
+    call: CallTime | None = None  # the estimate's call split into device and host, and as measured
 
 
 def observe(screen: Screen, measured: Sequence) -> list[Observation]:
@@ -91,7 +106,9 @@ def observe(screen: Screen, measured: Sequence) -> list[Observation]:
         speed = None
         if m.feasible and m.throughput and predicted.throughput:
             speed = math.log(m.throughput / predicted.throughput)
-        out.append(Observation(config, max(ratios) if ratios else None, speed))
+        tiles = tuple(memory_points(screen, [(config, m)], layout))
+        call = call_time(predicted, overlapped(config), m)
+        out.append(Observation(config, max(ratios) if ratios else None, speed, tiles, call))
     return out
 
 
@@ -109,22 +126,42 @@ class CandidatePool(dict):
 
 
 class CorrectedModel:
-    """Estimates (via a nominal `Screen`, cached) times the learnt, per-config corrections."""
+    """Estimates (via a nominal `Screen`, cached) corrected by what the compiles showed.
 
-    def __init__(self, screen: Screen, observations: list[Observation], headroom: float, hedge: float = 0.0):
-        """`hedge`: extra memory margin where nothing was compiled near (scaled like the
-        headroom): parallel workers proposing while others' compiles run spread their bets."""
-        self.screen, self.headroom, self.hedge = screen, headroom, hedge
+    Memory: guide/memory_model.py's fixed and proportional parts, learnt from every IPU of
+    every compile, give each candidate's busiest tile per IPU as a mean and a spread; it
+    fits when its chance to fit is at least `confidence`. Before any compile has reported
+    its tiles there is nothing to learn: the estimate must leave `headroom` of the tile free.
+    Speed: guide/call_model.py's device and host factors, then per config the kernel-blended
+    residual of the compiles (per-layout costs the two factors do not express)."""
+
+    def __init__(self, screen: Screen, observations: list[Observation], headroom: float, hedge: float = 0.0,
+                 confidence: float = FIT_CONFIDENCE):
+        """`hedge`: extra memory margin (fraction of a tile) while nothing has been compiled:
+        parallel workers proposing while others' compiles run spread their bets."""
+        self.screen, self.headroom, self.hedge, self.confidence = screen, headroom, hedge, confidence
         self.memory = [(o.config, o.memory_ratio) for o in observations if o.memory_ratio is not None]
-        self.speed = [(o.config, o.speed_log_ratio) for o in observations if o.speed_log_ratio is not None]
-        # The mean, not the largest: a largest-ratio prior rules out whole regions (another IPU
-        # layout) where the model is less wrong; an OOM there costs one compile and teaches.
-        self.memory_prior = (math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory))
-                             if self.memory else 1.0)
-        self.speed_prior = sum(r for _, r in self.speed) / len(self.speed) if self.speed else 0.0
-        self.memory_layout = _layout_priors(self.memory, self.memory_prior)
-        self.speed_layout = _layout_priors(self.speed, self.speed_prior)
+        self.memory_model = MemoryModel([p for o in observations for p in o.tiles])
+        self.learnt_memory = bool(self.memory_model.points)
+        # what the learnt parts leave unexplained at each compiled config, per IPU: blended into
+        # the configs near it (an effect of one knob the linear parts cannot express)
+        self.memory_residuals = [(o.config, [p.measured - self.memory_model.tile(p.layout, p.estimated, p.shares,
+                                                                                 p.checkpoints)[0]
+                                             for p in o.tiles]) for o in observations if o.tiles]
+        self.calls = CallModel([o.call for o in observations if o.call is not None])
+        self.speed = [(o.config, self.calls.log_residual(o.call)) for o in observations
+                      if o.call is not None and o.call.measured_s]
+        self.speed_layout = _layout_priors(self.speed, 0.0)
+        # how far a config's learnt speed can be off: the residuals' spread, shrunk to SPEED_SPREAD
+        rss = sum(r * r for _, r in self.speed)
+        self.speed_spread = math.sqrt((SPEED_SPREAD**2 + rss) / (1 + len(self.speed)))
+        self._z = NormalDist().inv_cdf(confidence)
         self.cache: dict[Config, tuple | None] = {}
+
+    @property
+    def memory_prior(self) -> float:
+        """The mean measured/estimated busiest-tile ratio (shown in a guided trial's origin)."""
+        return math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory)) if self.memory else 1.0
 
     @staticmethod
     def _blend(config: Config, points: list, prior: float) -> tuple[float, float]:
@@ -135,24 +172,52 @@ class CorrectedModel:
             num, den = num + w * value, den + w
         return num / den, PRIOR_WEIGHT / den
 
+    def _tiles(self, config: Config, m: Measurement) -> tuple[list[tuple[float, float]], float]:
+        """Per IPU (mean, spread) of the busiest tile as a fraction of a tile, and the limit."""
+        cap = m.tile_capacity_bytes
+        if not self.learnt_memory:
+            return [(t / cap, 0.0) for t in m.max_tile_bytes], 1.0 - self.headroom - self.hedge
+        tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
+        _, unsure = self._blend(config, [(c, 0.0) for c, _ in self.memory_residuals], 0.0)
+        out = []
+        for i, (mu, sd) in enumerate(tiles):
+            same = [(c, r[i]) for c, r in self.memory_residuals if len(r) == len(tiles)]
+            residual, _ = self._blend(config, same, 0.0)
+            out.append((mu + residual, math.sqrt(sd * sd + unsure * LOCAL_MEMORY_SD**2)))
+        return out, 1.0 - self.hedge
+
     def judge(self, config: Config) -> tuple | None:
-        """(fits, corrected throughput, corrected worst-tile fraction of the limit, of the
-        tile with no margin) or None when the rules reject it."""
+        """(fits, corrected throughput, busiest tile at `confidence` over the limit, mean busiest
+        tile as a fraction of a tile, chance to fit with no margin) or None when the rules reject it."""
         if config in self.cache:
             return self.cache[config]
         m = self.screen(config)
         if m is None or not m.max_tile_bytes:
             self.cache[config] = None
             return None
-        key = layout(config)
-        ratio, unsure = self._blend(config, self.memory, self.memory_layout.get(key, self.memory_prior))
-        log_speed, _ = self._blend(config, self.speed, self.speed_layout.get(key, self.speed_prior))
-        limit = m.tile_capacity_bytes * (1.0 - (self.headroom + self.hedge) * unsure)
-        load = max(m.max_tile_bytes) * ratio / limit
-        out = (load <= 1.0, (m.throughput or 0.0) * math.exp(log_speed), load,
-               max(m.max_tile_bytes) * ratio / m.tile_capacity_bytes)
+        tiles, limit = self._tiles(config, m)
+        load = max(mu + self._z * sd for mu, sd in tiles) / limit
+        chance = min(NormalDist(mu, sd).cdf(1.0) if sd > 0 else float(mu <= 1.0) for mu, sd in tiles)
+        out = (load <= 1.0, self._throughput(config, m), load, max(mu for mu, _ in tiles), chance)
         self.cache[config] = out
         return out
+
+    def _throughput(self, config: Config, m: Measurement) -> float:
+        """Corrected throughput: the learnt device and host factors, then the config's residual."""
+        call = call_time(m, overlapped(config))
+        base = self.calls.predict(call) if call is not None else (m.throughput or 0.0)
+        residual, _ = self._blend(config, self.speed, self.speed_layout.get(layout(config), 0.0))
+        return base * math.exp(residual)
+
+    def speed_sd(self, config: Config) -> float:
+        """Spread of log(throughput) for a candidate: the residuals' spread where nothing near
+        was compiled, less near a compiled config (its residual is then mostly known)."""
+        _, unsure = self._blend(config, self.speed, 0.0)
+        return self.speed_spread * math.sqrt(unsure)
+
+    def chance(self, config: Config) -> float:
+        j = self.judge(config)
+        return 0.0 if j is None else j[4]
 
     def score(self, config: Config) -> tuple:
         """Fits first, then corrected throughput; what does not fit, by how far over."""

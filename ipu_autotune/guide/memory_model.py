@@ -8,10 +8,15 @@ over memory (issue 22: BERT's first compile measured x1.18 on its busiest IPU; t
 applied x1.31 and ruled out the best config, 0.906 of a tile in truth). Here each IPU of each
 compile (fitting or not: an out-of-memory compile reports its tiles too) is a point
 
-    measured = fixed + fixed[layout] + (proportional + sum_c deviation_c x share_c) x estimated
+    measured = fixed + per_stage x (stages - 1) + per_replica x (replicas - 1)
+               + per_checkpoint x segments + fixed[layout]
+               + (proportional + sum_c deviation_c x share_c) x estimated
 
 in fractions of a tile, where share_c is the estimator's share of memory category c on that
-IPU, so a category the estimator gets wrong (planner temporaries, stash) is learnt apart. A
+IPU, so a category the estimator gets wrong (planner temporaries, stash) is learnt apart, and
+the fixed cost may grow with the pipeline's stages (code and exchange per stage), the
+replicas (their synchronisation) or the recomputation segments per IPU (each recomputed by
+its own code): learnt as slopes, they carry to a layout or a recomputation not yet compiled. A
 Bayesian linear regression with a prior for each part (PRIORS: nothing fixed, the estimate's
 proportion, no category or layout difference) gives their posterior means and covariance; the
 noise is the residual spread shrunk towards NOISE_PRIOR. A candidate's busiest tile is then a
@@ -32,7 +37,8 @@ from ..backends.base import CATEGORIES, Measurement
 from ..problem import Config
 
 #: prior (mean, standard deviation) of each part, in fractions of a tile
-PRIORS = {"fixed": (0.0, 0.10), "proportional": (1.0, 0.30), "category": (0.0, 0.15), "layout": (0.0, 0.05)}
+PRIORS = {"fixed": (0.0, 0.10), "proportional": (1.0, 0.30), "category": (0.0, 0.15), "layout": (0.0, 0.05),
+          "per stage": (0.0, 0.02), "per replica": (0.0, 0.02), "per checkpoint": (0.0, 0.01)}
 #: measurement and model noise of one IPU's busiest tile before any residual is seen (fraction
 #: of a tile), and how many points' worth of weight that guess carries against the residuals
 NOISE_PRIOR, NOISE_PRIOR_POINTS = 0.02, 2.0
@@ -44,6 +50,15 @@ class MemoryPoint:
     estimated: float  # estimated busiest tile, fraction of a tile
     shares: tuple[float, ...]  # per CATEGORIES, the estimator's share of the IPU's memory
     measured: float  # measured busiest tile, fraction of a tile
+    checkpoints: float = 0.0  # recomputation segments per IPU (recompute_segments)
+
+
+def recompute_segments(config: Config) -> float:
+    """Recomputation segments per IPU of a replica (checkpoints + 1 when recomputing, else 0):
+    each segment is recomputed by its own code, which a fixed cost may grow with."""
+    if config.effective_recompute == "none":
+        return 0.0
+    return (len(config.checkpoints) + 1) / config.ipus_per_replica
 
 
 def ipu_shares(breakdown: dict[str, int] | None) -> tuple[float, ...]:
@@ -65,7 +80,8 @@ def memory_points(screen, measured: Sequence, layout: Callable[[Config], tuple])
         cap = predicted.tile_capacity_bytes or m.tile_capacity_bytes
         parts = predicted.breakdown or [None] * len(m.max_tile_bytes)
         for got, want, breakdown in zip(m.max_tile_bytes, predicted.max_tile_bytes, parts):
-            out.append(MemoryPoint(layout(config), want / cap, ipu_shares(breakdown), got / cap))
+            out.append(MemoryPoint(layout(config), want / cap, ipu_shares(breakdown), got / cap,
+                                   recompute_segments(config)))
     return out
 
 
@@ -92,23 +108,29 @@ class MemoryModel:
     def __init__(self, points: list[MemoryPoint]):
         self.points = points
         self.layouts = sorted({p.layout for p in points}, key=repr)
-        names = ["fixed", "proportional", *(f"category {c}" for c in CATEGORIES),
+        names = ["fixed", "proportional", "per stage", "per replica", "per checkpoint", *(f"category {c}" for c in CATEGORIES),
                  *(f"layout {lay}" for lay in self.layouts)]
-        priors = [PRIORS["fixed"], PRIORS["proportional"], *[PRIORS["category"]] * len(CATEGORIES),
-                  *[PRIORS["layout"]] * len(self.layouts)]
+        priors = [PRIORS["fixed"], PRIORS["proportional"], PRIORS["per stage"], PRIORS["per replica"],
+                  PRIORS["per checkpoint"],
+                  *[PRIORS["category"]] * len(CATEGORIES), *[PRIORS["layout"]] * len(self.layouts)]
         self.names = names
         self.prior_mean = [m for m, _ in priors]
         self.prior_precision = [1.0 / sd**2 for _, sd in priors]
         self.noise = NOISE_PRIOR
         self.mean = self._fit()
         if points:  # the noise from the residuals (shrunk to the prior), then the fit again
-            rss = sum((p.measured - self._dot(self._x(p.layout, p.estimated, p.shares), self.mean)) ** 2
+            rss = sum((p.measured - self._dot(self._x(p.layout, p.estimated, p.shares, p.checkpoints), self.mean)) ** 2
                       for p in points)
             self.noise = math.sqrt((NOISE_PRIOR_POINTS * NOISE_PRIOR**2 + rss) / (NOISE_PRIOR_POINTS + len(points)))
             self.mean = self._fit()
+        # the posterior covariance, once: every candidate's spread is x' cov x (thousands per proposal)
+        n = len(names)
+        self._cov = [_cholesky_solve(self._a, [1.0 if i == j else 0.0 for j in range(n)]) for i in range(n)]
 
-    def _x(self, lay: tuple, estimated: float, shares: tuple[float, ...]) -> list[float]:
-        return [1.0, estimated, *(estimated * s for s in shares), *(1.0 if lay == L else 0.0 for L in self.layouts)]
+    def _x(self, lay: tuple, estimated: float, shares: tuple[float, ...], checkpoints: float = 0.0) -> list[float]:
+        stages, replicas = lay[0], lay[1]
+        return [1.0, estimated, stages - 1.0, replicas - 1.0, checkpoints, *(estimated * s for s in shares),
+                *(1.0 if lay == L else 0.0 for L in self.layouts)]
 
     @staticmethod
     def _dot(a: list[float], b: list[float]) -> float:
@@ -120,7 +142,7 @@ class MemoryModel:
         for i in range(n):
             a[i][i] = self.prior_precision[i]
         for p in self.points:
-            x = self._x(p.layout, p.estimated, p.shares)
+            x = self._x(p.layout, p.estimated, p.shares, p.checkpoints)
             for i in range(n):
                 if x[i]:
                     for j in range(n):
@@ -132,33 +154,34 @@ class MemoryModel:
         self._a = self._precision()
         b = [pm * pp for pm, pp in zip(self.prior_mean, self.prior_precision)]
         for p in self.points:
-            x = self._x(p.layout, p.estimated, p.shares)
+            x = self._x(p.layout, p.estimated, p.shares, p.checkpoints)
             b = [bi + w * xi * p.measured for bi, xi in zip(b, x)]
         return _cholesky_solve(self._a, b)
 
     def part(self, name: str) -> tuple[float, float]:
         """(posterior mean, standard deviation) of one part, e.g. "fixed" or "proportional"."""
         i = self.names.index(name)
-        e = [0.0] * len(self.names)
-        e[i] = 1.0
-        return self.mean[i], math.sqrt(max(0.0, _cholesky_solve(self._a, e)[i]))
+        return self.mean[i], math.sqrt(max(0.0, self._cov[i][i]))
 
-    def tile(self, lay: tuple, estimated: float, shares: tuple[float, ...]) -> tuple[float, float]:
+    def tile(self, lay: tuple, estimated: float, shares: tuple[float, ...],
+             checkpoints: float = 0.0) -> tuple[float, float]:
         """(mean, standard deviation) of one IPU's busiest tile, fractions of a tile. A layout
         no compile ran in has no layout part: its prior spread is added instead."""
-        x = self._x(lay, estimated, shares)
-        var = self._dot(x, _cholesky_solve(self._a, x)) + self.noise**2
+        x = self._x(lay, estimated, shares, checkpoints)
+        nonzero = [(i, xi) for i, xi in enumerate(x) if xi]
+        var = sum(xi * xj * self._cov[i][j] for i, xi in nonzero for j, xj in nonzero) + self.noise**2
         if lay not in self.layouts:
             var += PRIORS["layout"][1] ** 2
         return self._dot(x, self.mean), math.sqrt(var)
 
-    def busiest(self, lay: tuple, estimate: Measurement) -> list[tuple[float, float]]:
-        """Per IPU of a candidate in layout `lay` (its nominal estimate), the predicted busiest tile."""
+    def busiest(self, lay: tuple, estimate: Measurement, checkpoints: float = 0.0) -> list[tuple[float, float]]:
+        """Per IPU of a candidate in layout `lay` (its nominal estimate, its recompute_segments),
+        the predicted busiest tile."""
         cap = estimate.tile_capacity_bytes
         parts = estimate.breakdown or [None] * len(estimate.max_tile_bytes)
-        return [self.tile(lay, t / cap, ipu_shares(b)) for t, b in zip(estimate.max_tile_bytes, parts)]
+        return [self.tile(lay, t / cap, ipu_shares(b), checkpoints) for t, b in zip(estimate.max_tile_bytes, parts)]
 
-    def chance_to_fit(self, lay: tuple, estimate: Measurement, limit: float = 1.0) -> float:
+    def chance_to_fit(self, lay: tuple, estimate: Measurement, limit: float = 1.0, checkpoints: float = 0.0) -> float:
         """P(every IPU's busiest tile <= `limit` of a tile): the smallest per IPU."""
-        tiles = self.busiest(lay, estimate)
+        tiles = self.busiest(lay, estimate, checkpoints)
         return min((NormalDist(mu, sd).cdf(limit) for mu, sd in tiles), default=0.0)

@@ -16,15 +16,17 @@ the study does not use a guide there.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import combinations
+from statistics import NormalDist
 
 from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
-from .bold import BET_LOSSES, BetModel, bet_climb, bold_choice, losing_streak, memory_error
+from .bold import BET_LOSSES, LONG_SHOT, BetModel, bet_climb, bold_choice, losing_streak
 from .corrected import CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .pairs import best_pair, merged
 from ..search.space import SearchSpace
@@ -33,11 +35,20 @@ from .warmstart import Screen, climb
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline
 #: (whose compile teaches the correction) and the safest climb; the guide ranks the rest
 COMPILED_WARM_STARTS = 2
-#: the stopping rule: no untried candidate expected this much faster than the best measured,
+#: a compile "beats" the best measured when it is this much faster (compiles_since_best); with
+#: no untried candidate expected to beat it so, a step to the edge of memory is tried
 STOP_GAIN = 0.01
-#: and this many compiles in a row since the best measured did not beat it by STOP_GAIN (the
-#: model alone said "stop" at compile 3-5, before the tuner was within 5 % in half the runs)
+#: the stopping rule: stop when the chance that some untried candidate beats the best measured
+#: by more than STOP_BEAT is under STOP_CHANCE (beat_chance),
+STOP_BEAT, STOP_CHANCE = 0.05, 0.10
+#: and this many compiles in a row did not beat the best by STOP_GAIN (the model alone said
+#: "stop" at compile 3-5, before the tuner was within 5 % in half the runs)
 STOP_PATIENCE = 3
+#: a layout nothing was compiled in is probed when its best candidate has this chance to beat
+#: the best measured by STOP_BEAT (Guide._probe_layouts)
+EXPLORE_CHANCE = 0.2
+#: the confidence of a step to the edge of memory (the safe choice's is corrected.FIT_CONFIDENCE)
+EDGE_CONFIDENCE = 0.5
 #: while no compile has returned and others run: extra memory margin for a candidate, per
 #: trial running in its IPU layout plus one (a layout nothing runs in gets the safest warm
 #: start's margin, 15 % with the default headroom; each running trial in it pushes the next
@@ -94,6 +105,9 @@ class Guide:
         self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
         self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
+        self.beat_chance: float | None = None  # P(an untried candidate beats the best by STOP_BEAT)
+        self.chance: float | None = None  # the last proposal's chance to fit, as the learnt model puts it
+        self.probe = False  # the last proposal probes an IPU layout nothing was compiled in
         self.stop_note = ""  # the stopping rule, once it applies
         self.bets: set[Config] = set()  # configs proposed as bets over the predicted memory (search/bold.py)
         self.bet_chance: float | None = None  # the last proposal's chance to fit, when it was a bet
@@ -130,15 +144,22 @@ class Guide:
         self._climb_layouts(model, corrected, model.hedge)
         if first_round:
             return self._first_round(seen, measured, tried)
+        self.probe = False
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
+        probe = self._probe(seen, fits, measured, tried, choice)
         exhausted = self._stopping_rule(model, choice, fits, measured)
+        if probe is not None:
+            self.stop_note, self.probe = "", True
+            self.chance = model.chance(probe)
+            self.bets.add(probe)
+            return probe
         if exhausted and fits:
             # Nothing safe is expected to pay: try the fastest candidate that fits with no
             # margin at all (the best often sits at the edge of memory: a climb with the margin
             # never reaches it, so each layout is climbed again without one); an OOM teaches
             # the correction there.
-            edge = CorrectedModel(self.screen, seen, 0.0)
+            edge = CorrectedModel(self.screen, seen, 0.0, confidence=EDGE_CONFIDENCE)
             self._climb_layouts(edge, CorrectedScreen(edge, self.neighbours), "edge")
             bold = [c for c in self.pool if c not in tried and (j := edge.judge(c)) is not None
                     and j[0] and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
@@ -150,16 +171,54 @@ class Guide:
             if bet is not None:
                 self.bets.add(bet)
                 self.stop_note = ""  # a bet is expected to pay: the stopping rule does not apply
+                self.chance = self.bet_chance
                 return bet
+        self.chance = model.chance(choice) if choice is not None else None
         return choice
+
+    def _probe(self, seen: list, fits: list, measured: Sequence, tried: set[Config],
+               choice: Config | None) -> Config | None:
+        """The candidate likeliest to beat the best measured by STOP_BEAT (`_beat`), when
+        that chance is at least EXPLORE_CHANCE and twice the safe choice's, or the likeliest
+        in an IPU layout nothing was compiled in, when its chance is half the likeliest's.
+
+        Every IPU layout gets its chance before the guide settles: the estimator's errors
+        differ most between layouts (a fixed cost per stage, an all-reduce unlike the
+        model's), and a layout nothing was compiled in is known only through the others, so
+        its compile teaches most. Each layout's fastest candidate is climbed twice: on
+        expected throughput (a bet's climb, towards fast configs that likely fit) and on the
+        chance to beat the best. Probes are bets: after BET_LOSSES of them in a row ran out of
+        memory, the guide probes no more."""
+        if not seen or not fits or losing_streak(measured, self.bets) >= BET_LOSSES:
+            return None
+        target = math.log(fits[0][0] * (1.0 + STOP_BEAT))
+        probes = ProbeModel(self.screen, seen, target)
+        for model in (BetModel(self.screen, seen), probes):
+            tag = ("probe", type(model).__name__, len(seen))
+            for start in model.starts(self.pool):
+                if (start, tag) not in self.climbed:
+                    self.climbed.add((start, tag))
+                    self.pool.add(bet_climb(CorrectedScreen(model, self.neighbours), model, self.space, start))
+        explored = {layout(c) for c, m in measured if m.source != "estimate" and m.failure in (None, "oom")}
+        chances = {c: _beat(probes, c, target) for c in self.pool if c not in tried}
+        if not chances:
+            return None
+        likeliest = max(chances, key=chances.get)
+        new = max((c for c in chances if layout(c) not in explored), key=chances.get, default=None)
+        if new is not None and chances[new] >= max(EXPLORE_CHANCE, chances[likeliest] / 2):
+            return new
+        safe = _beat(probes, choice, target) if choice is not None else 0.0
+        if compiles_since_best(measured) >= 1 and chances[likeliest] >= max(EXPLORE_CHANCE, 2 * safe):
+            return likeliest
+        return None
 
     def _bet(self, seen: list, fits: list, choice: Config | None, tried: set[Config]) -> Config | None:
         """After compiles that stall (or with nothing predicted to fit): the candidate with the
         largest expected improvement given the model's memory error (search/bold.py), if it
         beats what `choice` is expected to give. Each layout's fastest candidate
         (were it to fit) is climbed on expected throughput first, so the pool holds the best bets."""
-        bets = BetModel(self.screen, seen, memory_error(CorrectedModel(self.screen, seen, 0.0)))
-        tag = ("bet", round(bets.error, 3))
+        bets = BetModel(self.screen, seen)
+        tag = ("bet", len(seen))
         for start in bets.starts(self.pool):
             if (start, tag) not in self.climbed:
                 self.climbed.add((start, tag))
@@ -187,7 +246,7 @@ class Guide:
         def score(c: Config) -> tuple:
             return models[1 + busy[layout(c)]].score(c)
 
-        self.expected_gain, self.stop_note = None, ""
+        self.expected_gain, self.stop_note, self.beat_chance = None, "", None
         fitting = [c for c in self.pool if c not in tried and score(c)[0] == 1]
         top = max((j[1] for c in self.pool if (j := models[1].score(c))[0] == 1), default=0.0)
         worth = [c for c in fitting if score(c)[1] >= DOMINATED * top]
@@ -221,22 +280,64 @@ class Guide:
                 self.pool.add(pair_climb(screen, model, self.space, c))
 
     def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list, measured: Sequence) -> bool:
-        """Sets stop_note when further compiles are unlikely to pay: the corrected model
-        expects no untried candidate to beat the best by STOP_GAIN, and the last
-        STOP_PATIENCE compiles did not either. Returns the first condition alone."""
+        """Sets stop_note when further compiles are unlikely to pay: the chance that an untried
+        candidate beats the best measured by STOP_BEAT is under STOP_CHANCE, and the last
+        STOP_PATIENCE compiles did not beat it. Returns whether the safe choice is expected
+        to beat the best by STOP_GAIN (if not, a step to the edge of memory is tried)."""
         self.stop_note = ""
         if not fits:
-            self.expected_gain = None
+            self.expected_gain = self.beat_chance = None
             return False
         best = fits[0][0]
         self.expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
-        exhausted = self.expected_gain < STOP_GAIN
+        tried = {c for c, _ in measured}
+        self.beat_chance = beat_chance(model, (c for c in self.pool if c not in tried), best)
         since = compiles_since_best(measured)
-        if exhausted and since >= STOP_PATIENCE:
-            self.stop_note = (f"the last {since} compiles did not beat the best by {STOP_GAIN:.0%}, and the "
-                              f"estimator, corrected by {len(model.speed)} compile(s) that ran, expects no "
-                              f"untried candidate to: further compiles are unlikely to pay")
-        return exhausted
+        if self.beat_chance < STOP_CHANCE and since >= STOP_PATIENCE:
+            self.stop_note = (f"the last {since} compiles did not beat the best by {STOP_GAIN:.0%}, and the chance "
+                              f"that an untried candidate beats it by {STOP_BEAT:.0%} is {self.beat_chance:.0%} "
+                              f"(the estimator corrected by {len(model.speed)} compile(s) that ran): further "
+                              "compiles are unlikely to pay")
+        return self.expected_gain < STOP_GAIN
+
+
+def beat_chance(model: CorrectedModel, candidates, best: float) -> float:
+    """The chance that some candidate fits and is more than STOP_BEAT faster than `best`.
+    Per candidate: its chance to fit x P(its throughput > (1 + STOP_BEAT) best) under the
+    model's speed spread. The errors of one IPU layout's candidates move together (they share
+    the learnt factors and residuals): per layout its likeliest candidate counts, and the
+    layouts are taken as independent."""
+    target = math.log(best * (1.0 + STOP_BEAT))
+    per_layout: dict = {}
+    for c in candidates:
+        p = _beat(model, c, target)
+        key = layout(c)
+        per_layout[key] = max(per_layout.get(key, 0.0), p)
+    return 1.0 - math.prod(1.0 - p for p in per_layout.values())
+
+
+class ProbeModel(BetModel):
+    """A layout probe's climb follows the chance to beat the best by STOP_BEAT (`_beat`), not
+    expected throughput: a candidate that fits for sure but cannot win teaches nothing."""
+
+    def __init__(self, screen, observations, log_target: float):
+        super().__init__(screen, observations)
+        self.log_target = log_target
+
+    def judge(self, config: Config) -> tuple | None:
+        if config not in self.bets:
+            j = CorrectedModel.judge(self, config)
+            self.bets[config] = None if j is None else (
+                j[4] >= LONG_SHOT, _beat(self, config, self.log_target) * math.exp(self.log_target), j[2], j[3], j[4])
+        return self.bets[config]
+
+
+def _beat(model: CorrectedModel, config: Config, log_target: float) -> float:
+    """P(the config fits and its throughput exceeds exp(log_target)) under the corrected model."""
+    j = CorrectedModel.judge(model, config)
+    if j is None or j[4] <= 0.0 or j[1] <= 0.0:
+        return 0.0
+    return j[4] * NormalDist().cdf((math.log(j[1]) - log_target) / max(model.speed_sd(config), 1e-6))
 
 
 def compiles_since_best(measured: Sequence) -> int:

@@ -100,9 +100,12 @@ class Runner:
                 tried.add(Config.from_dict(t.user_attrs["enqueued_config"], "enqueued config"))
         config = self.guide.propose(history, tried, running=len(running))
         if config is not None:
-            origin = f"guided (memory x{self.guide.correction:.2f})"
-            if self.guide.bet_chance is not None:  # over the margin, on purpose (guide.py, search/bold.py)
-                origin = f"guided bet ({self.guide.bet_chance:.0%} chance to fit, memory x{self.guide.correction:.2f})"
+            chance = "" if self.guide.chance is None else f"{self.guide.chance:.0%} chance to fit"
+            origin = f"guided ({chance})" if chance else "guided"
+            if self.guide.probe:  # the likeliest to beat the best by 5 % (guide/proposals.py, Guide._probe)
+                origin = f"guided probe ({chance})"
+            if self.guide.bet_chance is not None:  # over the margin, on purpose (guide/bold.py)
+                origin = f"guided bet ({chance})"
             enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
 
     def config_for(self, trial: optuna.Trial) -> tuple[Config, str]:

@@ -1,0 +1,109 @@
+"""Time per call as the compiles show it: the device and the host learnt apart.
+
+The estimate splits a call into the IPUs' part D (compute, weight update, all-reduce, the
+call's round trip) and the host's input part H (reading and preparing the samples), and
+combines them as the loader does: max(D, H) when the loader overlaps the device, D + H when
+it does not (host/pipeline.end_to_end). A compile measures only the whole: samples per
+second. One multiplier per config cannot tell "the device is 20 % slower" from "the host
+is": on a plateau the model puts at its host cap every candidate gets the same multiplier
+and the ranking stays flat, where on the hardware the device is the bottleneck and the
+candidates differ (issue 22). So two factors are learnt, `device` and `host`:
+
+    measured call time = combine(device x D, host x H)
+
+by least squares on log time, with a log-normal prior on each (PRIOR_SD): a grid, refined
+twice (two parameters, and `max` has no gradient where the bottleneck moves). Compiles with
+different bottlenecks pin both factors; where every compile is device-bound the host factor
+stays near its prior. What the two factors leave unexplained (per-layout costs such as
+pipeline fill or the all-reduce) is the residual, which guide/corrected.py blends per config.
+
+Only the estimator's outputs (throughput, samples per call, the call's shares) are used.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..backends.base import Measurement
+
+#: prior spread of log(device factor) and log(host factor): a real IPU or host within ~x1.35
+PRIOR_SD = 0.3
+#: spread of one compile's log time around the two-factor model (run-to-run jitter and what
+#: the factors cannot express), used to weigh the compiles against the prior
+NOISE_SD = 0.05
+#: the coarse grid of log factors, then two refinements around its best point
+_GRID = (1.5, 0.1)
+_REFINE = ((0.1, 0.01), (0.01, 0.001))
+
+
+@dataclass(frozen=True)
+class CallTime:
+    """One config's call as the estimate splits it, and (compiled) as measured."""
+
+    device_s: float
+    host_s: float
+    overlapped: bool
+    samples: float
+    measured_s: float | None = None
+
+    def combined(self, device: float, host: float) -> float:
+        d, h = device * self.device_s, host * self.host_s
+        return max(d, h) if self.overlapped else d + h
+
+
+def call_time(estimate: Measurement, overlapped: bool, measured: Measurement | None = None) -> CallTime | None:
+    """The estimate's call split into device and host parts (None without a throughput)."""
+    shares = (estimate.details or {}).get("call_shares")
+    if not estimate.throughput or not estimate.samples_per_call or not shares:
+        return None
+    call = estimate.samples_per_call / estimate.throughput
+    host = shares.get("host input", 0.0) * call
+    device = sum(v for k, v in shares.items() if k != "host input") * call
+    got = None
+    if measured is not None and measured.feasible and measured.throughput:
+        got = estimate.samples_per_call / measured.throughput
+    return CallTime(device, host, overlapped, estimate.samples_per_call, got)
+
+
+class CallModel:
+    """The learnt device and host factors (see the module's docstring)."""
+
+    def __init__(self, points: list[CallTime]):
+        self.points = [p for p in points if p.measured_s]
+        self.log_device, self.log_host = self._fit() if self.points else (0.0, 0.0)
+
+    @property
+    def device(self) -> float:
+        return math.exp(self.log_device)
+
+    @property
+    def host(self) -> float:
+        return math.exp(self.log_host)
+
+    def _loss(self, u: float, v: float) -> float:
+        du, hv = math.exp(u), math.exp(v)
+        fit = sum((math.log(p.measured_s / p.combined(du, hv))) ** 2 for p in self.points) / NOISE_SD**2
+        return fit + (u * u + v * v) / PRIOR_SD**2
+
+    def _fit(self) -> tuple[float, float]:
+        span, step = _GRID
+        best = min(((self._loss(u, v), u, v) for u in _steps(0.0, span, step) for v in _steps(0.0, span, step)))
+        for span, step in _REFINE:
+            _, cu, cv = best
+            best = min(best, *((self._loss(u, v), u, v) for u in _steps(cu, span, step)
+                               for v in _steps(cv, span, step)))
+        return best[1], best[2]
+
+    def predict(self, p: CallTime) -> float:
+        """Samples per second the learnt factors give a config (before its residual)."""
+        return p.samples / p.combined(self.device, self.host)
+
+    def log_residual(self, p: CallTime) -> float:
+        """log(measured / learnt) throughput of a compiled config."""
+        return math.log(p.combined(self.device, self.host) / p.measured_s)
+
+
+def _steps(centre: float, span: float, step: float) -> list[float]:
+    n = int(round(span / step))
+    return [centre + i * step for i in range(-n, n + 1)]
