@@ -192,5 +192,5 @@ def test_memory_calibration_quick():
     assert [r["problem"] for r in rows] == ["resnet101-mb64-64px-2ipu", "all problems"]
     assert int(rows[0]["candidates"]) == total
     assert 0.0 <= number(rows[0]["Brier (learnt chance)"]) <= 1.0
-    for key in ("learnt, chance >= 0.5", "shipped guide (learnt ratio, no margin)"):
+    for key in ("learnt, chance >= 0.5", "the guide before (learnt ratio, no margin)"):
         assert re.fullmatch(r"(\d\.\d\d of \d+|-) / (\d+ of \d+|-)", rows[0][key]), rows[0][key]
