@@ -7,7 +7,7 @@ embeddings on IPU0, a tied head on IPU0 (PipelinedBertForMaskedLM, PipelinedRobe
 PipelinedGPT2LMHeadModel: `BeginBlock(..., ipu_id=0)`), other heads on the last IPU
 (`last_ipu = ipus_per_replica - 1`), checkpoints on every layer but those the class's loops
 test out (`index != config.<count> - 1`, the per-class table SKIPPED_INDEX of
-rules/optimum_placement.py); `read_module_ipus` places every module, with what each class pins
+profiles/optimum_placement.py); `read_module_ipus` places every module, with what each class pins
 to IPU0 (PINNED_TO_IPU0),
 `matmul_proportion` per IPU, `embedding_serialization_factor` on the head's projection
 (SerializedLinear) for the language-model classes.
@@ -44,9 +44,9 @@ def _normalised(layer_ipu, head_ipu, checkpointed) -> frozenset[int]:
 def skipped_layers(problem, layers: list[str]) -> set[int]:
     """Indices (in `layers`) of the layers recompute_checkpoint_every_layer leaves unchecked: the
     class's loops test `index != self.config.<count> - 1` per stack, with the count of the
-    per-class table (rules/optimum_placement.py, SKIPPED_INDEX; None: every layer checked)."""
+    per-class table (profiles/optimum_placement.py, SKIPPED_INDEX; None: every layer checked)."""
     from ipu_autotune.models.hf import architecture, model_config
-    from ipu_autotune.rules.optimum_placement import SKIPPED_INDEX
+    from ipu_autotune.profiles.optimum_placement import SKIPPED_INDEX
 
     count = SKIPPED_INDEX[architecture(problem.model).family, problem.task]
     if count is None:

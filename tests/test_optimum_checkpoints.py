@@ -27,7 +27,7 @@ from ipu_autotune.guide.warmstart import naive_baseline
 from ipu_autotune.problem import Problem
 from ipu_autotune.profiles.placement import optimum_checkpoints
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.rules.optimum_placement import SKIPPED_INDEX
+from ipu_autotune.profiles.optimum_placement import SKIPPED_INDEX
 from ipu_autotune.rules.optimum_target import PIPELINED, unexpressible
 
 DISTILBERT = dict(model_type="distilbert", dim=HIDDEN, n_heads=HEADS, hidden_dim=FFN, vocab_size=VOCAB,

@@ -24,7 +24,7 @@ from ipu_autotune.guide.warmstart import naive_baseline
 from ipu_autotune.problem import Problem
 from ipu_autotune.profiles.placement import optimum_checkpoints
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.rules.optimum_placement import optimum_placed
+from ipu_autotune.profiles.optimum_placement import optimum_placed
 from ipu_autotune.rules.optimum_target import unexpressible
 from ipu_autotune.search.space import SearchSpace
 

@@ -11,7 +11,7 @@ exported approximately.
 `layers_per_ipu` counts the model's repeated layers per IPU, the way optimum's
 `parallelize()` places them (`get_layer_ipu`; embeddings ride on IPU0 outside the count;
 a tied head on IPU0, other heads on the last IPU; T5's encoder and decoder blocks are one
-list, rules/optimum_placement.py).
+list, profiles/optimum_placement.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 
 from ..knob_spec import SPEC
 from ..profiles.trace import ModelProfile
-from ..rules.optimum_placement import layer_units
+from ..profiles.optimum_placement import layer_units
 from ..rules.optimum_target import model_refusal, unexpressible
 from ..problem import Config, Problem
 

@@ -21,7 +21,7 @@ from ..profiles.placement import stage_starts
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from ..rules.cross_field import min_pipeline_accumulation, violations
-from ..rules.optimum_placement import layer_units, wildcard_cuts
+from ..profiles.optimum_placement import layer_units, wildcard_cuts
 from ..search.space import Choice, Range, SearchSpace, checkpoints_every
 
 
@@ -46,7 +46,7 @@ def naive_baseline(problem: Problem, profile: ModelProfile) -> Config:
     n = min(n, len(profile.units))
     if problem.trainer == "optimum":
         # IPUTrainer's newcomer: IPUConfig(ipus_per_replica=n), layers_per_ipu left [-1],
-        # so stages begin at layers only (rules/optimum_placement.py)
+        # so stages begin at layers only (profiles/optimum_placement.py)
         layers = len(layer_units(problem, profile))
         n = min(n, 1 << (layers.bit_length() - 1)) if layers else 1  # a power of two, a layer each
         cuts = wildcard_cuts(problem, profile, n)

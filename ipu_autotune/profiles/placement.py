@@ -104,12 +104,12 @@ def is_layer(path: str) -> bool:
 def optimum_checkpoints(profile: ModelProfile, splits: tuple[str, ...]) -> tuple[str, ...]:
     """`recompute_checkpoint_every_layer = true` as optimum-graphcore's parallelize() applies it,
     less what changes nothing (a checkpoint on a stage's last unit, whose output is stashed
-    anyway): layers only, less those the model's class skips (rules/optimum_placement.py,
+    anyway): layers only, less those the model's class skips (profiles/optimum_placement.py,
     `SKIPPED_INDEX`, `unchecked_layers`: the layer at `index == config.<count> - 1` in each of
     its parallelize()'s layer loops, e.g. BertPipelineMixin's last layer, DistilBERT's and
     DeBERTa's last layer for MLM too, BART's and T5's encoder count - 1 in both stacks; none for
     PipelinedBertForMaskedLM, RoBERTa MLM, GPT-2 LM and ViT)."""
-    from ..rules.optimum_placement import unchecked_layers
+    from .optimum_placement import unchecked_layers
 
     layers = [u.path for u in profile.units if is_layer(u.path)]
     skip = unchecked_layers(profile, layers)
@@ -118,7 +118,7 @@ def optimum_checkpoints(profile: ModelProfile, splits: tuple[str, ...]) -> tuple
 
 def head_runs(p) -> list[tuple[str, str | None]]:
     """hf: models: each run of units placed back on IPU0 with the embedding (a tied head; under
-    --trainer optimum whatever the pipelined class pins there, rules/optimum_placement.ON_IPU0)
+    --trainer optimum whatever the pipelined class pins there, profiles/optimum_placement.ON_IPU0)
     as (its first unit, the unit after it or None at the end)."""
     if not p.token_inputs:
         return []

@@ -301,7 +301,7 @@ def cached_trace(model_name: str, batch_size: int, input_shape: tuple[int, ...],
 def profile_for(problem, micro_batch: int | None = None) -> ModelProfile:
     """The problem's model traced at its micro-batch, or at `micro_batch` (batch.micro_batch).
     Under --trainer optimum, with its units placed where the model's pipelined class puts them
-    (rules/optimum_placement.py, `optimum_placed`: e.g. DeBERTa's MLM transform on the last IPU,
+    (profiles/optimum_placement.py, `optimum_placed`: e.g. DeBERTa's MLM transform on the last IPU,
     BART's decoder position embedding on IPU 0)."""
     key = (problem.model, micro_batch or problem.batch_size, tuple(problem.input_shape), problem.num_classes,
            problem.task, problem.seq_len, tuple(problem.inputs), problem.hf_options, problem.decoder_seq_len)
@@ -313,6 +313,6 @@ def profile_for(problem, micro_batch: int | None = None) -> ModelProfile:
 @lru_cache(maxsize=8)
 def optimum_trace(*key) -> ModelProfile:
     """cached_trace's profile as optimum-graphcore's parallelize() places it (profile_for)."""
-    from ..rules.optimum_placement import optimum_placed
+    from .optimum_placement import optimum_placed
 
     return optimum_placed(cached_trace(*key))

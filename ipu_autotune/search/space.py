@@ -28,7 +28,7 @@ from ..rules.cross_field import min_pipeline_accumulation
 from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
                     builtin_space_path, family)
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
-from ..rules.optimum_placement import stage_candidates
+from ..profiles.optimum_placement import stage_candidates
 from .replay import _Asker, _Replay, wanted_params
 
 __all__ = ["KNOBS", "MICRO_BATCH_SEARCH", "Choice", "Knob", "Range", "SearchSpace", "builtin_space_dir",
@@ -284,7 +284,7 @@ class SearchSpace:
         """`head_stays`: pipelined, a head tied to the embedding runs on its stage
         (rules._tied_head_split), so no split is drawn at or after the first tied unit.
         `candidates`: the only units a stage may begin at (--trainer optimum: layers,
-        rules/optimum_placement.stage_candidates), drawn by their position in that list."""
+        profiles/optimum_placement.stage_candidates), drawn by their position in that list."""
         if ipr == 1:
             return ()
         fixed = self.knobs["splits"].values[0]

@@ -29,7 +29,7 @@ import dataclasses
 from functools import lru_cache
 
 from ..problem import Problem
-from ..profiles.trace import ModelProfile
+from .trace import ModelProfile
 
 #: the image classifiers optimum-graphcore pipelines (models/vit: ViTForImageClassification only)
 IMAGE_FAMILIES = ("vit",)
