@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from ..problem import Problem
-from .trace import ModelProfile
+
+if TYPE_CHECKING:  # a type only: trace.profile_for places a profile with this module's optimum_placed
+    from .trace import ModelProfile
 
 #: the image classifiers optimum-graphcore pipelines (models/vit: ViTForImageClassification only)
 IMAGE_FAMILIES = ("vit",)
