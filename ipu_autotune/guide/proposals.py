@@ -2,13 +2,15 @@
 
 The analytical model is off for any real IPU by some tens of percent, in memory (code size,
 tile imbalance) and in time (host, per-step costs), and differently for different configs.
-Each compile tells us by how much where it ran (search/corrected.py learns it per config).
+Each compile tells us by how much where it ran: guide/corrected.py learns the IPU's memory
+structure (guide/memory_model.py) and its device and host time apart (guide/call_model.py).
 The guide walks down the estimator's ranking *as corrected*: it gathers candidates around
 the best configurations measured so far (single-knob changes, pairs of the most promising
 ones, and a climb on the corrected model that tries pairs of knobs when no single one
-helps), and proposes the fastest one predicted to fit that was not tried yet. When the
-corrected model expects no untried candidate to beat the best measurement by more than
-`STOP_GAIN`, it says so (`stop_note`): more compiles are unlikely to pay.
+helps), and proposes the fastest one likely to fit that was not tried yet, unless a probe
+(`Guide._probe`: every IPU layout gets its chance) or a bet (guide/bold.py) is likelier to
+pay. When the chance that an untried candidate beats the best measured by STOP_BEAT is
+small, it says so (`stop_note`, with that chance): more compiles are unlikely to pay.
 
 With the estimate backend there is nothing to learn (the measurements are the model), so
 the study does not use a guide there.
@@ -44,8 +46,7 @@ STOP_BEAT, STOP_CHANCE = 0.05, 0.10
 #: and this many compiles in a row did not beat the best by STOP_GAIN (the model alone said
 #: "stop" at compile 3-5, before the tuner was within 5 % in half the runs)
 STOP_PATIENCE = 3
-#: a layout nothing was compiled in is probed when its best candidate has this chance to beat
-#: the best measured by STOP_BEAT (Guide._probe_layouts)
+#: a probe (Guide._probe) needs at least this chance to beat the best measured by STOP_BEAT
 EXPLORE_CHANCE = 0.2
 #: the confidence of a step to the edge of memory (the safe choice's is corrected.FIT_CONFIDENCE)
 EDGE_CONFIDENCE = 0.5
@@ -103,11 +104,11 @@ class Guide:
         self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
         self.pool = CandidatePool()  # every candidate gathered so far, re-ranked at each proposal
         self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
-        self.correction = 1.0  # the largest measured/estimated busiest-tile ratio (shown in the origin)
+        self.correction = 1.0  # the mean measured/estimated busiest-tile ratio (CorrectedModel.memory_prior)
         self.expected_gain: float | None = None  # best untried candidate / best measured - 1
         self.beat_chance: float | None = None  # P(an untried candidate beats the best by STOP_BEAT)
         self.chance: float | None = None  # the last proposal's chance to fit, as the learnt model puts it
-        self.probe = False  # the last proposal probes an IPU layout nothing was compiled in
+        self.probe = False  # the last proposal was a probe (Guide._probe)
         self.stop_note = ""  # the stopping rule, once it applies
         self.bets: set[Config] = set()  # configs proposed as bets over the predicted memory (search/bold.py)
         self.bet_chance: float | None = None  # the last proposal's chance to fit, when it was a bet
