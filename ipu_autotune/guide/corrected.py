@@ -1,20 +1,23 @@
 """The estimator corrected by the compiles so far, config by config.
 
 The analytical model is off for a real IPU by some tens of percent, and not by one constant:
-its tile imbalance differs per kind of op, the host and per-step costs differ, so the error
-of a pipelined FP16 config is not that of a sharded FP32 one. Each compile tells us the
-error where it ran: measured / estimated busiest tile (even an out-of-memory compile reports
-it) and measured / estimated throughput. For a candidate, the correction is a kernel-weighted
-mean of those errors, weighted by how many knobs it shares with each compiled config (a
-config one knob away is mostly like it), shrunk towards a prior: the mean log-ratio seen (for
-memory, a margin where no compile is near makes up for it). The
-feasibility margin shrinks from `headroom` far from any compile to a fifth of it at one.
-With compiles running in parallel and none returned yet, the guide adds a `hedge` to that
-margin per trial already running in the candidate's IPU layout (guide.Guide._first_round),
-so the first round covers the layouts before it bets twice on one.
+a fixed cost per tile, tile imbalance per kind of op, the host and per-step costs differ, so
+the error of a pipelined FP16 config is not that of a sharded FP32 one. Each compile tells us
+the error where it ran (even an out-of-memory compile reports its tiles). Memory: the learnt
+fixed and proportional parts (guide/memory_model.py) give each candidate's busiest tile per IPU
+as a mean and a spread; what they leave unexplained at a compiled config is blended into the
+configs near it, weighted by how many knobs they share (a config one knob away is mostly like
+it), and the spread grows where nothing near was compiled. A candidate fits when its chance
+to fit is at least `confidence`; before any compile, when the estimate leaves `headroom` free.
+Time: the learnt device and host factors (guide/call_model.py), then the blended residual,
+shrunk towards its IPU layout's mean. With compiles running in parallel and none returned
+yet, the guide adds a `hedge` to the margin per trial already running in the candidate's IPU
+layout (guide.Guide._first_round), so the first round covers the layouts before it bets
+twice on one.
 
-Only the estimator's outputs (busiest tile per IPU, throughput) and Config's fields are
-used, so the correction survives changes to the estimator's constants and structure.
+Only the estimator's outputs (busiest tile and breakdown per IPU, throughput, the call's
+shares) and Config's fields are used, so the correction survives changes to the estimator's
+constants and structure.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-
 from statistics import NormalDist
 
 from ..backends.base import Measurement
