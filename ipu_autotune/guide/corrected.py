@@ -90,7 +90,6 @@ def _layout_priors(points: list, prior: float) -> dict:
 class Observation:
     config: Config
     memory_ratio: float | None  # measured / estimated busiest tile (worst IPU)
-    speed_log_ratio: float | None  # log(measured / estimated throughput), when it ran
     tiles: tuple[MemoryPoint, ...] = ()  # per IPU: estimated and measured busiest tile
     call: CallTime | None = None  # the estimate's call split into device and host, and as measured
 
@@ -105,13 +104,18 @@ def observe(screen: Screen, measured: Sequence) -> list[Observation]:
         if predicted is None:
             continue
         ratios = [got / want for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes) if want > 0]
-        speed = None
-        if m.feasible and m.throughput and predicted.throughput:
-            speed = math.log(m.throughput / predicted.throughput)
         tiles = tuple(memory_points(screen, [(config, m)], layout))
         call = call_time(predicted, overlapped(config), m)
-        out.append(Observation(config, max(ratios) if ratios else None, speed, tiles, call))
+        out.append(Observation(config, max(ratios) if ratios else None, tiles, call))
     return out
+
+
+def _weighted(pairs, prior: float = 0.0) -> tuple[float, float]:
+    """(weighted mean of (weight, value) pairs with `prior` at PRIOR_WEIGHT, that weight's share)."""
+    num, den = prior * PRIOR_WEIGHT, PRIOR_WEIGHT
+    for w, value in pairs:
+        num, den = num + w * value, den + w
+    return num / den, PRIOR_WEIGHT / den
 
 
 class CandidatePool(dict):
@@ -141,7 +145,7 @@ class CorrectedModel:
                  confidence: float = FIT_CONFIDENCE):
         """`hedge`: extra memory margin (fraction of a tile) while nothing has been compiled:
         parallel workers proposing while others' compiles run spread their bets."""
-        self.screen, self.headroom, self.hedge, self.confidence = screen, headroom, hedge, confidence
+        self.screen, self.headroom, self.hedge = screen, headroom, hedge
         self.memory = [(o.config, o.memory_ratio) for o in observations if o.memory_ratio is not None]
         self.memory_model = MemoryModel([p for o in observations for p in o.tiles])
         self.learnt_memory = bool(self.memory_model.points)
@@ -159,20 +163,17 @@ class CorrectedModel:
         self.speed_spread = math.sqrt((SPEED_SPREAD**2 + rss) / (1 + len(self.speed)))
         self._z = NormalDist().inv_cdf(confidence)
         self.cache: dict[Config, tuple | None] = {}
+        self._speed_unsure: dict[Config, float] = {}  # _throughput's prior weight, for speed_sd
 
     @property
     def memory_prior(self) -> float:
-        """The mean measured/estimated busiest-tile ratio (shown in a guided trial's origin)."""
+        """The mean measured/estimated busiest-tile ratio (Guide.correction)."""
         return math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory)) if self.memory else 1.0
 
     @staticmethod
     def _blend(config: Config, points: list, prior: float) -> tuple[float, float]:
         """(kernel-weighted value, weight of the prior in it: 1 far from every point)."""
-        num, den = prior * PRIOR_WEIGHT, PRIOR_WEIGHT
-        for c, value in points:
-            w = KERNEL ** distance(config, c)
-            num, den = num + w * value, den + w
-        return num / den, PRIOR_WEIGHT / den
+        return _weighted(((KERNEL ** distance(config, c), value) for c, value in points), prior)
 
     def _tiles(self, config: Config, m: Measurement) -> tuple[list[tuple[float, float]], float]:
         """Per IPU (mean, spread) of the busiest tile as a fraction of a tile, and the limit."""
@@ -180,11 +181,12 @@ class CorrectedModel:
         if not self.learnt_memory:
             return [(t / cap, 0.0) for t in m.max_tile_bytes], 1.0 - self.headroom - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
-        _, unsure = self._blend(config, [(c, 0.0) for c, _ in self.memory_residuals], 0.0)
+        weights = [KERNEL ** distance(config, c) for c, _ in self.memory_residuals]
+        _, unsure = _weighted(zip(weights, [0.0] * len(weights)))
+        same = [(w, r) for w, (_, r) in zip(weights, self.memory_residuals) if len(r) == len(tiles)]
         out = []
         for i, (mu, sd) in enumerate(tiles):
-            same = [(c, r[i]) for c, r in self.memory_residuals if len(r) == len(tiles)]
-            residual, _ = self._blend(config, same, 0.0)
+            residual, _ = _weighted((w, r[i]) for w, r in same)
             out.append((mu + residual, math.sqrt(sd * sd + unsure * LOCAL_MEMORY_SD**2)))
         return out, 1.0 - self.hedge
 
@@ -208,13 +210,16 @@ class CorrectedModel:
         """Corrected throughput: the learnt device and host factors, then the config's residual."""
         call = call_time(m, overlapped(config))
         base = self.calls.predict(call) if call is not None else (m.throughput or 0.0)
-        residual, _ = self._blend(config, self.speed, self.speed_layout.get(layout(config), 0.0))
+        residual, self._speed_unsure[config] = self._blend(config, self.speed,
+                                                           self.speed_layout.get(layout(config), 0.0))
         return base * math.exp(residual)
 
     def speed_sd(self, config: Config) -> float:
         """Spread of log(throughput) for a candidate: the residuals' spread where nothing near
         was compiled, less near a compiled config (its residual is then mostly known)."""
-        _, unsure = self._blend(config, self.speed, 0.0)
+        unsure = self._speed_unsure.get(config)
+        if unsure is None:  # not judged yet: the prior's weight does not depend on the prior
+            _, unsure = self._blend(config, self.speed, 0.0)
         return self.speed_spread * math.sqrt(unsure)
 
     def chance(self, config: Config) -> float:
