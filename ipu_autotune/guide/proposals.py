@@ -195,7 +195,8 @@ class Guide:
         target = math.log(fits[0][0] * (1.0 + STOP_BEAT))
         probes = ProbeModel(self.screen, seen, target)
         for model in (BetModel(self.screen, seen), probes):
-            tag = ("probe", type(model).__name__, len(seen))
+            # the bet climb's tag is _bet's: a start climbed here is not climbed again there
+            tag = ("bet", len(seen)) if type(model) is BetModel else ("probe", len(seen))
             for start in model.starts(self.pool):
                 if (start, tag) not in self.climbed:
                     self.climbed.add((start, tag))
