@@ -56,6 +56,25 @@ def run_draw(args: tuple) -> dict:
             "runs": {s: {k: v for k, v in r.__dict__.items() if k != "best_config"} for s, r in runs.items()}}
 
 
+def joined(runs: list[list[dict]]) -> list[dict]:
+    """Results of several runs (strategies run apart) as one per (problem, draw): the union
+    of their strategies, the best known raised by anything any of them measured."""
+    out: dict[tuple, dict] = {}
+    for results in runs:
+        for r in results:
+            key = (r["problem"], r["draw"])
+            if key not in out:
+                out[key] = {**r, "runs": dict(r["runs"])}
+                continue
+            into = out[key]
+            into["runs"].update(r["runs"])
+            if r["reference"] is not None and (into["reference"] is None or r["reference"] > into["reference"]):
+                into["reference"], into["reference_source"] = r["reference"], r["reference_source"]
+    order = list(se.PROBLEMS)
+    return sorted(out.values(), key=lambda r: (order.index(r["problem"]) if r["problem"] in order else len(order),
+                                               r["problem"], r["draw"]))
+
+
 def _pct(n: int, d: int) -> str:
     return f"{n}/{d} ({n / d:.0%})" if d else "-"
 
@@ -98,6 +117,8 @@ def report(results: list[dict], budget: int, keys: list[str]) -> str:
                "median <= 4, first fit median <= 2, best@10 median >= 0.95\n")
     out.append(markdown_table(["problem", ">= 90% in <= 10", "median <= 4", "first fit <= 2", "best@10 >= 0.95"],
                               checks, "lllll"))
+    if not all("ipu-autotune" in r["runs"] for _, rs in groups for r in rs):
+        return "\n".join(out)
     rows = []
     for key, rs in groups:
         ms = [se.metrics(r["runs"]["ipu-autotune"], r["reference"], budget) for r in rs]
@@ -130,15 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 draws, budget 10, short reference")
     ap.add_argument("--no-reference-cache", action="store_true", help="search the best known afresh")
     ap.add_argument("--json", type=Path, default=None, help="also write every run's raw results here")
-    ap.add_argument("--report", type=Path, default=None, metavar="JSON",
-                    help="print the tables of an earlier run's --json file (runs done so far), running nothing")
+    ap.add_argument("--report", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="print the tables of earlier runs' --json files (runs done so far), running nothing; "
+                         "several files (the strategies run apart) are joined per (problem, draw)")
     args = ap.parse_args(argv)
     if args.report:
-        saved = json.loads(args.report.read_text())
-        keys = list(dict.fromkeys(r["problem"] for r in saved["results"]))
-        print(f"tables of {args.report} (draw set {saved['set']}; command: python benchmarks/random_ipus.py "
-              f"{' '.join(saved['argv'])}; {len(saved['results'])} runs)\n")
-        print(report(saved["results"], saved.get("budget", 20), keys))
+        saved = [json.loads(path.read_text()) for path in args.report]
+        results = joined([s["results"] for s in saved])
+        keys = list(dict.fromkeys(r["problem"] for r in results))
+        for path, s in zip(args.report, saved):
+            print(f"tables of {path} (draw set {s['set']}; command: python benchmarks/random_ipus.py "
+                  f"{' '.join(s['argv'])}; {len(s['results'])} runs)")
+        print()
+        print(report(results, saved[0].get("budget", 20), keys))
         return 0
     draws = args.draws or (2 if args.quick else 20)
     budget = args.budget or (10 if args.quick else 20)

@@ -228,6 +228,9 @@ class KnobSpec:
     # serialisation factor, which two knobs share); the others are written there by name.
     ipu_config_key: str | None = None
     omit_at_default: bool = False  # left out of a Config's dict at its default (older records)
+    # Whether it changes what the IPUs' tiles hold: a host-side knob or a numeric mode does
+    # not, so the guide carries a compile's memory error across it in full (guide/corrected.py).
+    tile_memory: bool = True
 
     def applies_to(self, problem, layout) -> bool:
         return self.applies is None or self.applies(problem, layout)
@@ -241,8 +244,9 @@ SPEC: tuple[KnobSpec, ...] = (
     KnobSpec("precision", "word", PRECISIONS, abbrev=lambda v: v, line_rank=3, moves=_precision_moves),
     KnobSpec("partials", "word", PARTIALS, abbrev=lambda v: f"partials:{v}", line_rank=19,
              moves=_partials_moves),
-    KnobSpec("stochastic_rounding", "bool", abbrev=lambda v: "sr" if v else "no-sr", line_rank=21),
-    KnobSpec("loss_scaling", "number", abbrev=lambda v: "ls:auto" if v == "auto" else f"ls{v:g}", line_rank=20,
+    KnobSpec("stochastic_rounding", "bool", abbrev=lambda v: "sr" if v else "no-sr", line_rank=21,
+             tile_memory=False),
+    KnobSpec("loss_scaling", "number", abbrev=lambda v: "ls:auto" if v == "auto" else f"ls{v:g}", line_rank=20, tile_memory=False,
              replay=lambda c: {"loss_scaling": c.loss_scaling, "loss_scaling_fp32_weights": c.loss_scaling}),
     KnobSpec("optimizer_state", "word", STATE_DTYPES, applies=lambda p, layout: has_optimizer_state(p),
              abbrev=lambda v: f"state:{v}", line_rank=12, moves=other_values("optimizer_state")),
@@ -263,13 +267,14 @@ SPEC: tuple[KnobSpec, ...] = (
     KnobSpec("gradient_accumulation", "int", least=1, abbrev=lambda v: f"ga{v}", line_rank=4,
              moves=_accumulation_moves),
     KnobSpec("device_iterations", "int", least=1, abbrev=lambda v: f"di{v}", line_rank=5,
-             moves=every_value("device_iterations")),
+             moves=every_value("device_iterations"), tile_memory=False),  # the host's buffers grow
     KnobSpec("eight_bit_io", "bool", applies=lambda p, layout: takes_images(p), abbrev=_bool_abbrev("8bit"),
              line_rank=13, moves=toggle("eight_bit_io")),
     KnobSpec("io_tiles", "int", abbrev=lambda v: f"io{v}", line_rank=18),
     KnobSpec("loader_mode", "word", LOADER_MODES, abbrev=lambda v: v, line_rank=14,
-             moves=other_values("loader_mode")),
-    KnobSpec("loader_workers", "int", abbrev=lambda v: f"w{v}", line_rank=15, moves=other_values("loader_workers")),
+             moves=other_values("loader_mode"), tile_memory=False),
+    KnobSpec("loader_workers", "int", abbrev=lambda v: f"w{v}", line_rank=15, moves=other_values("loader_workers"),
+             tile_memory=False),
     KnobSpec("micro_batch", "int", least=1, optional=True, abbrev=lambda v: f"mb{v}" if v else "mb:problem",
              line_rank=16),
     # The vocabulary projection as this many serialised matmuls (export/serialization.py).

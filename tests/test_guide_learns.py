@@ -91,3 +91,77 @@ def test_the_stopping_rule_gives_its_chance(two_compiles):
             assert f"is {guide.beat_chance:.0%}" in guide.stop_note
             return
     pytest.fail("the stopping rule never applied in 14 compiles on an IPU the model learns exactly")
+
+
+class HungryIPU(HiddenIPU):
+    """An IPU whose tiles hold `factor` times what the estimator says (tile imbalance)."""
+
+    def __init__(self, factor: float):
+        from dataclasses import replace
+
+        from ipu_autotune.backends.estimate.constants import NOMINAL
+
+        self.constants = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * factor)
+
+    def measure(self, problem, config):
+        from ipu_autotune.backends.estimate import estimate
+
+        m = estimate(problem, config, profile_for(problem), self.constants)
+        m.source = "compile"
+        return m
+
+
+def _guided_run(factor: float, compiles: int):
+    profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
+    study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
+    enqueue(study, space, PROBLEM, profile,
+            proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[:2])
+    guide = Guide(PROBLEM, profile, space, 0.05)
+    runner = Runner(study, PROBLEM, profile, space, HungryIPU(factor), guide=guide)
+    done = [runner.run_one() for _ in range(compiles)]
+    return guide, done
+
+
+@pytest.mark.slow
+def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles():
+    """On an IPU whose tiles hold 6x the estimate nothing fits: the guide (which returned
+    None here, leaving trials to the sampler and the estimate's screen) proposes the
+    likeliest candidate whose tiles no compile has held, so no compile repeats another's
+    tiles (it varied device iterations, which leave the tiles as they are, 7 times)."""
+    from ipu_autotune.guide.corrected import CorrectedModel, observe
+
+    guide, done = _guided_run(6.0, 8)
+    assert not any(r.measurement.feasible for r in done)
+    assert all(r.origin.startswith("guided") for r in done[2:])
+    measured = [(r.config, r.measurement) for r in done]
+    for i in range(2, len(measured)):
+        before = CorrectedModel(guide.screen, observe(guide.screen, measured[:i]), 0.05)
+        assert not before.tiles_known(measured[i][0]), f"compile {i} held tiles an earlier compile held"
+
+
+@pytest.mark.slow
+def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them():
+    """A config that differs from a compiled one only in knobs that leave its tiles as they
+    are (device iterations, the loader; or any knob the estimator gives the same tiles to the
+    byte) has that compile's tiles: its chance to fit is the compile's (the guide compiled
+    three such variants of one OOM config, each at "41 % chance to fit")."""
+    from ipu_autotune.guide.corrected import CorrectedModel, observe
+
+    guide, done = _guided_run(2.6, 6)
+    measured = [(r.config, r.measurement) for r in done]
+    model = CorrectedModel(guide.screen, observe(guide.screen, measured), 0.05)
+    for config, m in measured:
+        cap = m.tile_capacity_bytes
+        for di in {1, 4, 64} - {config.device_iterations}:
+            twin = config.replace(device_iterations=di, loader_workers=config.loader_workers or 1)
+            if guide.screen(twin) is None:
+                continue
+            assert model.tiles_known(twin)
+            over = max(m.max_tile_bytes) / cap
+            if abs(over - 1.0) > 0.03:  # clear of the edge: the compile's answer, nearly sure
+                assert model.chance(twin) == pytest.approx(float(over <= 1.0), abs=0.02)
+    # a change that moves the tiles is not known: it is predicted, with a spread
+    config, m = measured[-1]
+    moved = next(c for _, c in guide.screen.candidates(guide.space, config)
+                 if guide.screen(c).max_tile_bytes != guide.screen(config).max_tile_bytes)
+    assert not model.tiles_known(moved)

@@ -29,6 +29,7 @@ from statistics import NormalDist
 
 from ..backends.base import Measurement
 from ..host.pipeline import overlapped
+from ..knob_spec import SPEC
 from ..problem import Config
 from .call_model import CallModel, CallTime, call_time
 from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
@@ -46,10 +47,14 @@ FIT_CONFIDENCE = 0.8
 #: spread (fraction of a tile) of a config's busiest tile around the learnt memory parts where
 #: no compile is near: knobs the compiles did not vary can add what the parts do not express
 LOCAL_MEMORY_SD = 0.05
+#: spread (fraction of a tile) of a busiest tile a compile already held (CorrectedModel.tiles_known):
+#: a compile's tiles repeat; a knob the estimator sees no memory in may move them a little
+KNOWN_TILE_SD = 0.01
 #: spread of a config's log(throughput) around the learnt model before any residual is seen
 #: (a prior for the residuals' spread, worth one compile)
 SPEED_SPREAD = 0.10
 _FIELDS = [f.name for f in fields(Config)]
+_TILE_MEMORY = [i for i, name in enumerate(_FIELDS) if name not in {k.name for k in SPEC if not k.tile_memory}]
 
 
 _VALUES: dict[Config, tuple] = {}
@@ -67,6 +72,13 @@ def _values(c: Config) -> tuple:
 def distance(a: Config, b: Config) -> int:
     """How many knobs differ."""
     return sum(x != y for x, y in zip(_values(a), _values(b)))
+
+
+def memory_distance(a: Config, b: Config) -> int:
+    """How many knobs that change what the tiles hold differ (knob_spec's tile_memory): two
+    configs that differ only in the host's loader or device iterations hold the same tiles."""
+    va, vb = _values(a), _values(b)
+    return sum(va[i] != vb[i] for i in _TILE_MEMORY)
 
 
 def layout(c: Config) -> tuple:
@@ -181,14 +193,32 @@ class CorrectedModel:
         if not self.learnt_memory:
             return [(t / cap, 0.0) for t in m.max_tile_bytes], 1.0 - self.headroom - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
-        weights = [KERNEL ** distance(config, c) for c, _ in self.memory_residuals]
-        _, unsure = _weighted(zip(weights, [0.0] * len(weights)))
-        same = [(w, r) for w, (_, r) in zip(weights, self.memory_residuals) if len(r) == len(tiles)]
+        # A compile that held these very tiles: the same tile-memory knobs, or a config the
+        # estimator gives the same tiles to the byte (a knob that changes nothing here)
+        apart = [0 if memory_distance(config, c) == 0 or self._same_tiles(c, m) else distance(config, c)
+                 for c, _ in self.memory_residuals]
+        known = 0 in apart
+        weights = [float(d == 0) if known else KERNEL ** d for d in apart]
+        unsure = 0.0 if known else _weighted(zip(weights, [0.0] * len(weights)))[1]
+        same = [(w, r) for w, (_, r) in zip(weights, self.memory_residuals) if len(r) == len(tiles) and w > 0]
         out = []
         for i, (mu, sd) in enumerate(tiles):
-            residual, _ = _weighted((w, r[i]) for w, r in same)
-            out.append((mu + residual, math.sqrt(sd * sd + unsure * LOCAL_MEMORY_SD**2)))
+            pairs = [(w, r[i]) for w, r in same]
+            residual = sum(w * v for w, v in pairs) / sum(w for w, _ in pairs) if known else _weighted(pairs)[0]
+            out.append((mu + residual, KNOWN_TILE_SD if known else math.sqrt(sd * sd + unsure * LOCAL_MEMORY_SD**2)))
         return out, 1.0 - self.hedge
+
+    def tiles_known(self, config: Config) -> bool:
+        """Whether a compile held this config's very tiles (_tiles): compiling it cannot
+        teach memory, and its chance to fit is that compile's."""
+        m = self.screen(config)
+        return m is not None and any(memory_distance(config, c) == 0 or self._same_tiles(c, m)
+                                     for c, _ in self.memory_residuals)
+
+    def _same_tiles(self, compiled: Config, m: Measurement) -> bool:
+        estimated = self.screen(compiled)
+        return estimated is not None and estimated.max_tile_bytes == m.max_tile_bytes \
+            and estimated.breakdown == m.breakdown
 
     def judge(self, config: Config) -> tuple | None:
         """(fits, corrected throughput, busiest tile at `confidence` over the limit, mean busiest

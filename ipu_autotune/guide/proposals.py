@@ -174,6 +174,14 @@ class Guide:
                 self.stop_note = ""  # a bet is expected to pay: the stopping rule does not apply
                 self.chance = self.bet_chance
                 return bet
+        if choice is None and not fits and seen:
+            # Nothing has fit and nothing is judged likely to: the candidate likeliest to fit
+            # (feasibility first; nearest to fitting on a tie) among those whose tiles no
+            # compile has held. Left to the sampler, a study whose compiles all ran out of
+            # memory had every trial screened by the estimate and ended without a fit; each
+            # such compile moves the anchors and teaches the memory model.
+            choice = max((c for c in self.pool if c not in tried and not model.tiles_known(c)),
+                         key=lambda c: (model.chance(c), model.score(c)), default=None)
         self.chance = model.chance(choice) if choice is not None else None
         return choice
 
