@@ -158,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         saved = [json.loads(path.read_text()) for path in args.report]
         results = joined([s["results"] for s in saved])
+        everyone = set().union(*(r["runs"] for r in results))
+        partial = [r for r in results if set(r["runs"]) != everyone]
+        if partial:  # a run stopped early: report the (problem, draw) pairs every strategy ran on
+            print(f"left out: {len(partial)} (problem, draw) pair(s) not run by every strategy "
+                  f"({', '.join(sorted(everyone))})")
+            results = [r for r in results if set(r["runs"]) == everyone]
         keys = list(dict.fromkeys(r["problem"] for r in results))
         for path, s in zip(args.report, saved):
             print(f"tables of {path} (draw set {s['set']}; command: python benchmarks/random_ipus.py "
