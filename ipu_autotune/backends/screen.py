@@ -38,6 +38,10 @@ class ScreenedBackend(Backend):
         self.compiles_run = 0
         self.screen_errors = 0
 
+    @property
+    def sdk(self) -> str | None:
+        return self.inner.sdk
+
     def describe(self) -> str:
         if self.screen is None:
             return self.inner.describe()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..study import parallel
 from ..present import ui
@@ -57,6 +58,10 @@ def tune_study(args) -> TuneOutcome:
     # the problem, and the model's profile
     problem = with_host_data(args, problem_from_args(args), console)
     check_url(args.storage)  # a URL that cannot work fails before the model is traced
+    from ..calibration import session as calibration
+
+    calibration_url = calibration.store_url(args.storage, getattr(args, "calibration_storage", None),
+                                            getattr(args, "no_calibration", False))
     baseline_file = _baseline_file(args, problem)
     profile = trace(problem, console)
     # the space it is searched in
@@ -95,6 +100,7 @@ def tune_study(args) -> TuneOutcome:
 
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
+        study.set_user_attr(calibration.ATTR_UID, calibration.new_uid())
         items = warm or proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
         if guide is not None:
             from ..guide.proposals import COMPILED_WARM_STARTS
@@ -107,11 +113,16 @@ def tune_study(args) -> TuneOutcome:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
     # the runner: trials until the budget, a stop or a signal
     runner = Runner(study, problem, profile, space, backend, adjust=prepare, guide=guide)
+    calibrated = _calibration(args, console, calibration_url, study, problem, profile, backend, guide)
+    if calibrated is not None:
+        runner.observers.append(calibrated.recorder)
     earlier, unreadable = ([], {}) if created else st.read_records(study)
     view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json or args.worker, earlier=earlier)
     runner.observers.append(view)
     if not args.quiet and not args.json and not args.worker:
         print_header(console, problem, backend, study_name, storage_url, created, study)
+        if calibrated is not None and calibrated.note:
+            console.print(f"[dim]{escape(terminal_text(calibrated.note))}[/]", highlight=False)
         print_unreadable(console, unreadable)
     ran = _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs)
     if args.worker:  # the process that started it reports
@@ -119,6 +130,22 @@ def tune_study(args) -> TuneOutcome:
     # the report
     return _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
                    study_name, out_dir)
+
+
+def _calibration(args, console, url, study, problem, profile, backend, guide):
+    """The calibration store (docs/calibration.md): compiling backends only; a refused store
+    is one warning line and the study runs uncorrected."""
+    from ..calibration import session as calibration
+
+    if url is None or backend.name == "estimate":
+        return None
+
+    def warn(line: str) -> None:
+        Console(stderr=True, highlight=False).print(terminal_text(line), style="yellow", markup=False,
+                                                    soft_wrap=True)
+
+    store = calibration.open_for_tune(url, warn)
+    return calibration.prepare(store, study, problem, profile, backend, guide, warn)
 
 
 def _baseline_file(args, problem: Problem):
@@ -285,6 +312,10 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
         extra.append("--no-numerics")
     if args.no_screen:
         extra.append("--no-screen")
+    if getattr(args, "no_calibration", False):
+        extra.append("--no-calibration")
+    elif getattr(args, "calibration_storage", None):
+        extra += ["--calibration-storage", mask_url(args.calibration_storage)]
     if args.out:
         extra += ["--out", args.out]
     command = resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
