@@ -47,8 +47,15 @@ def test_two_workers_record_every_compile_once_and_the_next_study_starts_from_th
     assert sorted(r["trial"] for r in stored) == sorted(t.number for t in compiled)  # each once, none missing
     assert {r["sdk"] for r in stored} == {"poptorch-3.4.0+fake"} and {r["target"] for r in stored} == {"mk2"}
 
-    second = tune(tmp_path, "--trials", "1", "--study", "two", exit_code=None)  # 3: its baseline alone may not fit
+    second = tune(tmp_path, "--trials", "2", "--study", "two", exit_code=None)
     assert f"{len(stored)} compile(s) of 1 other study" in " ".join(second.stdout.split())  # the header says so
+    s = optuna.load_study(study_name="two", storage=f"sqlite:///{tmp_path}/ipu-autotune.db")
+    origins = [trial_attrs(t)["origin"] for t in s.trials[:2]]
+    # the guide's choice under the prior first, then the baseline (the summary compares with it)
+    assert origins[0].startswith("guided") and "calibration store prior" in origins[0]
+    assert origins[1].startswith("baseline")
+    stored_two, _ = open_store(f"sqlite:///{tmp_path}/ipu-autotune-calibration.db", create=False).records(study="two")
+    assert len(stored_two) == len(compiled_trials(tmp_path, "two"))  # the second study recorded too
 
 
 def test_a_refused_store_is_one_warning_and_the_study_runs_uncorrected(tmp_path):

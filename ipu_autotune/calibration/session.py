@@ -66,30 +66,60 @@ def open_for_tune(url: str | None, warn: Callable[[str], None]) -> Any:
     return None
 
 
-def prepare(store, study, problem, profile, backend, guide, warn: Callable[[str], None]) -> Calibration | None:
-    """Give `guide` (when there is one) the prior from other studies, and return what records
-    this study's compiles (Calibration.store, a Recorder as `recorder`)."""
+def give_prior(store, uid: str | None, problem, backend, guide, warn: Callable[[str], None]) -> Calibration | None:
+    """Give `guide` the prior fitted on the records of other studies (not `uid`'s) on the
+    problem's target and the backend's SDK; the Calibration says what it did (`note`)."""
     if store is None:
         return None
-    uid = study_uid(study)
     out = Calibration(store)
     sdk = backend.sdk
-    if guide is not None and sdk:
-        try:
-            records, _ = store.records(target=problem.target, sdk=sdk)
-        except Exception as exc:
-            warn(f"calibration store {mask_url(store.url)}: not read ({type(exc).__name__}); "
-                 "this study starts uncorrected")
-            records = []
-        others = [r for r in records if r.get("study_uid", r["study"]) != uid]
-        if others:
-            studies = len({r.get("study_uid", r["study"]) for r in others})
-            label = f"{problem.target}, {sdk}: {len(others)} compile(s) of {studies} other stud{'y' if studies == 1 else 'ies'}"
-            out.prior = fit_prior(others, label)
-            if out.prior is not None:
-                guide.screen.prior = out.prior
-                out.note = f"guide's prior from the calibration store ({label})"
-        if not out.note:
-            out.note = f"calibration store: no other study's compiles on {problem.target}, {sdk} yet"
-    out.recorder = Recorder(store, problem, profile, backend, study.study_name, uid, warn)
+    if guide is None or not sdk:
+        return out
+    try:
+        records, _ = store.records(target=problem.target, sdk=sdk)
+    except Exception as exc:
+        warn(f"calibration store {mask_url(store.url)}: not read ({type(exc).__name__}); "
+             "this study starts uncorrected")
+        records = []
+    others = [r for r in records if r.get("study_uid", r["study"]) != uid]
+    if others:
+        studies = len({r.get("study_uid", r["study"]) for r in others})
+        label = (f"{problem.target}, {sdk}: {len(others)} compile(s) of {studies} other "
+                 f"stud{'y' if studies == 1 else 'ies'}")
+        out.prior = fit_prior(others, label)
+    if out.prior is not None:
+        guide.screen.prior = out.prior
+        out.note = f"guide's prior from the calibration store ({out.prior.label})"
+    else:
+        out.note = f"calibration store: no other study's compiles on {problem.target}, {sdk} yet"
+    return out
+
+
+def first_trials(guide, warm: list) -> list:
+    """The trials a new study enqueues when the guide has a prior: the guide's own first
+    choice (judged by the prior), then the baseline (the summary compares the best with it);
+    the guide proposes from the third trial on, as without a store. `warm` as tune would
+    enqueue them (the baseline first)."""
+    from ..guide.warmstart import Proposal
+
+    first = guide.propose([], set(), 0)
+    if first is None or first == warm[0].config:
+        return warm
+    chance = "" if guide.chance is None else f"{guide.chance:.0%} chance to fit, "
+    return [Proposal(first, f"guided ({chance}calibration store prior)"), warm[0]]
+
+
+def attach(calibrated: Calibration | None, study, problem, profile, backend, warn: Callable[[str], None]):
+    """The Recorder that writes this study's compiles (a Runner observer), or None."""
+    if calibrated is None:
+        return None
+    calibrated.recorder = Recorder(calibrated.store, problem, profile, backend, study.study_name, study_uid(study),
+                                   warn)
+    return calibrated.recorder
+
+
+def prepare(store, study, problem, profile, backend, guide, warn: Callable[[str], None]) -> Calibration | None:
+    """give_prior and attach at once, for an open study (tests, benchmarks)."""
+    out = give_prior(store, study_uid(study), problem, backend, guide, warn)
+    attach(out, study, problem, profile, backend, warn)
     return out

@@ -91,6 +91,7 @@ def tune_study(args) -> TuneOutcome:
         from ..guide.proposals import Guide
 
         guide = Guide(problem, profile, space, args.headroom, prepare)
+    calibrated = _calibration(calibration_url, existing, problem, backend, guide)
 
     warm = None
     if guide is not None:  # compiles: the guide ranks the later warm starts with what it learns,
@@ -106,6 +107,8 @@ def tune_study(args) -> TuneOutcome:
             from ..guide.proposals import COMPILED_WARM_STARTS
 
             items = items[:COMPILED_WARM_STARTS]
+            if guide.screen.prior is not None:  # other studies' compiles: the guide's choice first
+                items = calibration.first_trials(guide, items)
         st.enqueue(study, space, problem, profile, items)
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
@@ -113,8 +116,7 @@ def tune_study(args) -> TuneOutcome:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
     # the runner: trials until the budget, a stop or a signal
     runner = Runner(study, problem, profile, space, backend, adjust=prepare, guide=guide)
-    calibrated = _calibration(args, console, calibration_url, study, problem, profile, backend, guide)
-    if calibrated is not None:
+    if calibration.attach(calibrated, study, problem, profile, backend, _warn) is not None:
         runner.observers.append(calibrated.recorder)
     earlier, unreadable = ([], {}) if created else st.read_records(study)
     view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json or args.worker, earlier=earlier)
@@ -132,20 +134,21 @@ def tune_study(args) -> TuneOutcome:
                    study_name, out_dir)
 
 
-def _calibration(args, console, url, study, problem, profile, backend, guide):
-    """The calibration store (docs/calibration.md): compiling backends only; a refused store
-    is one warning line and the study runs uncorrected."""
+def _warn(line: str) -> None:
+    Console(stderr=True, highlight=False).print(terminal_text(line), style="yellow", markup=False, soft_wrap=True)
+
+
+def _calibration(url, existing, problem, backend, guide):
+    """The calibration store (docs/calibration.md), compiling backends only, with the guide's
+    prior from other studies' records; a refused store is one warning line and the study
+    runs uncorrected."""
     from ..calibration import session as calibration
 
     if url is None or backend.name == "estimate":
         return None
-
-    def warn(line: str) -> None:
-        Console(stderr=True, highlight=False).print(terminal_text(line), style="yellow", markup=False,
-                                                    soft_wrap=True)
-
-    store = calibration.open_for_tune(url, warn)
-    return calibration.prepare(store, study, problem, profile, backend, guide, warn)
+    store = calibration.open_for_tune(url, _warn)
+    uid = calibration.study_uid(existing) if existing is not None else None
+    return calibration.give_prior(store, uid, problem, backend, guide, _warn)
 
 
 def _baseline_file(args, problem: Problem):
