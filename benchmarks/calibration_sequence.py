@@ -101,8 +101,13 @@ def main(argv=None) -> int:
     parser.add_argument("--set", default="develop", choices=("develop", "report"))
     parser.add_argument("--problems", type=int, default=3, help="the first N of search_efficiency.PROBLEMS")
     parser.add_argument("--budget", type=int, default=12)
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 1 draw, 2 problems, budget 5")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.draws, args.problems, args.budget = 1, 2, 5
     common.quiet_optuna()
+    common.header("Studies in sequence with the calibration store", "calibration_sequence.py",
+                  list(sys.argv[1:] if argv is None else argv))
     keys = list(PROBLEMS)[:args.problems]
     rows: dict = {arm: [] for arm in ARMS}
     errors = []
@@ -135,6 +140,7 @@ def main(argv=None) -> int:
         if rs:
             fits = sum(r["first_fits"] for r in rs) / len(rs)
             print(f"| {arm} | {len(rs)} | {fits:.0%} | {median(r['near'] for r in rs):g} |")
+    print(f"wall time: {time.perf_counter() - start:.0f} s")
     if errors:
         def med(k):
             xs = [e[k] for e in errors if e[k] is not None]

@@ -251,3 +251,39 @@ def test_the_default_store_sits_beside_the_study_storage():
     assert default_url("journal:///shared/s.journal") == "journal:///shared/s-calibration.journal"
     assert default_url("postgresql://u@h/db") == "postgresql://u@h/db"  # its own tables in that database
     assert default_url("memory:") is None
+
+
+def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles():
+    import math
+
+    from ipu_autotune.guide.call_model import CallModel, CallTime
+    from ipu_autotune.guide.memory_model import MemoryModel, MemoryPoint
+    from ipu_autotune.guide.prior import GuidePrior
+
+    prior = GuidePrior({"proportional": (1.3, 0.02)}, None, (math.log(1.2), 0.0, 0.05))
+    assert MemoryModel([]).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0] == pytest.approx(0.5)
+    assert MemoryModel([], prior).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0] == pytest.approx(0.65)
+    assert CallModel([], prior.call).device == pytest.approx(1.2)
+    # its own compiles (measured = estimate x 1.0, many of them) pull the parts back from the prior
+    own = [MemoryPoint((2, 1, "pipelined"), e, (0.0,) * 7, e) for e in (0.3, 0.4, 0.5, 0.6, 0.7) * 4]
+    moved = MemoryModel(own, prior).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0]
+    assert 0.5 <= moved < 0.6
+    calls = [CallTime(1.0, 0.1, True, 10.0, 1.0) for _ in range(6)]
+    assert 1.0 <= CallModel(calls, prior.call).device < 1.1
+
+
+def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(tmp_path, capsys):
+    url = _url(tmp_path, "journal")
+    store = open_store(url)
+    for study, factor in (("a", 1.25), ("b", 1.3)):
+        for r in records_of(study, factor=factor):
+            store.add(r)
+    capsys.readouterr()
+    assert _cli("--calibration-storage", url, "--json") == 0
+    shown = json.loads(capsys.readouterr().out)
+    (group,) = shown["groups"]
+    assert (group["target"], group["sdk"], group["records"], group["studies"]) == ("mk2", "sdk-a", 8, ["a", "b"])
+    e = group["leave_one_study_out"]
+    assert e["memory_corrected"] < e["memory_nominal"]
+    assert _cli("--calibration-storage", url, "--target", "bow") == 2  # nothing there: one line, exit 2
+    assert "mk2 sdk-a" in capsys.readouterr().err

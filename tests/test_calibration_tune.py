@@ -78,3 +78,12 @@ def test_the_estimate_backend_and_no_calibration_write_nothing(tmp_path):
     tune(tmp_path, "--trials", "3", "--quiet", backend="estimate")
     tune(tmp_path, "--trials", "1", "--quiet", "--study", "off", "--no-calibration", exit_code=None)
     assert not (tmp_path / "ipu-autotune-calibration.db").exists()
+
+
+def test_the_sequence_benchmark_runs_and_reports_both_arms():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibration_sequence.py"), "--quick"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| cold")
+            or line.startswith("| warm")}
+    assert set(rows) == {"cold", "warm"} and "leave-one-study-out" in done.stdout
