@@ -32,7 +32,10 @@ class JournalStore:
                 raise refused(url, "no calibration store there (no compile recorded yet)", EMPTY_FIX)
             with self._locked():
                 if not self.path.exists() or self.path.stat().st_size == 0:
-                    self.path.write_text(json.dumps({HEADER: FORMAT}) + "\n")
+                    # whole or not at all: a worker reading without the lock never sees half a header
+                    tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps({HEADER: FORMAT}) + "\n")
+                    os.replace(tmp, self.path)
         self._check_header()
 
     @contextlib.contextmanager

@@ -9,6 +9,7 @@ none of ours (the study database itself, say) is refused: it is not a calibratio
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -57,17 +58,30 @@ class SqlStore:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             why = "not an SQLite database (corrupted?)" if self.sqlite and path.exists() else f"cannot be read: {first}"
             raise refused(url, why, FIX) from None
+        for _ in range(20):  # another worker creating the store right now: let it finish (<= 2 s)
+            if (TABLE in names) == (META in names) and (TABLE not in names or self._format() is not None):
+                break
+            time.sleep(0.1)
+            names = set(inspect(self.engine).get_table_names())
         self._check(names, create)
 
+    def _format(self) -> str | None:
+        from sqlalchemy import select
+
+        try:
+            with self.engine.connect() as conn:
+                return conn.execute(select(self.meta.c.value).where(self.meta.c.name == "format")).scalar()
+        except Exception:  # a table of that name that is not ours
+            return "unreadable"
+
     def _check(self, names: set[str], create: bool) -> None:
-        from sqlalchemy import inspect, select
+        from sqlalchemy import inspect
 
         if TABLE in names:
             columns = {c["name"] for c in inspect(self.engine).get_columns(TABLE)}
             if not COLUMNS <= columns or META not in names:
                 raise refused(self.url, f"its table {TABLE} is not ours (columns {', '.join(sorted(columns))})", FIX)
-            with self.engine.connect() as conn:
-                got = conn.execute(select(self.meta.c.value).where(self.meta.c.name == "format")).scalar()
+            got = self._format()
             if got != str(FORMAT):
                 raise refused(self.url, f"record format {got}, this ipu-autotune reads {FORMAT}",
                               "use the ipu-autotune that wrote it, or " + FIX)
