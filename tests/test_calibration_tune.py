@@ -46,6 +46,7 @@ def test_two_workers_record_every_compile_once_and_the_next_study_starts_from_th
     assert first["compiles"] is not None and compiled and unreadable == 0
     assert sorted(r["trial"] for r in stored) == sorted(t.number for t in compiled)  # each once, none missing
     assert {r["sdk"] for r in stored} == {"poptorch-3.4.0+fake"} and {r["target"] for r in stored} == {"mk2"}
+    assert first["calibration"]["records_of_this_study"] == len(stored) and first["calibration"]["prior"] is None
 
     second = tune(tmp_path, "--trials", "2", "--study", "two", exit_code=None)
     assert f"{len(stored)} compile(s) of 1 other study" in " ".join(second.stdout.split())  # the header says so

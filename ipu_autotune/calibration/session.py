@@ -51,6 +51,15 @@ class Calibration:
     note: str = ""  # one line for the header
     recorder: Any = None  # calibration.recorder.Recorder: a Runner observer
 
+    def to_json(self, study) -> dict[str, Any]:
+        """For `tune --json`: the store, the guide's prior from it, this study's records in it."""
+        try:
+            mine = [r for r in self.store.records(study=study.study_name)[0] if r.get("study_uid") == study_uid(study)]
+        except Exception:  # the store went away meanwhile: say what is known
+            mine = None
+        return {"store": mask_url(self.store.url), "prior": self.prior.label if self.prior else None,
+                "records_of_this_study": None if mine is None else len(mine)}
+
 
 def open_for_tune(url: str | None, warn: Callable[[str], None]) -> Any:
     """The store, or None after one warning line when it is refused or unreachable."""

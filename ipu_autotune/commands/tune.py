@@ -131,7 +131,7 @@ def tune_study(args) -> TuneOutcome:
         return TuneOutcome(130 if runner.stop_requested and len(ran) < args.trials else 0)
     # the report
     return _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-                   study_name, out_dir)
+                   study_name, out_dir, calibrated)
 
 
 def _warn(line: str) -> None:
@@ -218,7 +218,7 @@ def _run_trials(args, console, study, runner, view, backend, problem, storage_ur
 
 
 def _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-            study_name, out_dir) -> TuneOutcome:
+            study_name, out_dir, calibrated=None) -> TuneOutcome:
     """The files, then the summary (or JSON, or one line), then the exit code."""
     from ..host import pipeline as host_pipeline
     from ..present import host_report as host_report
@@ -262,6 +262,7 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
             "workshop_reference": reference.to_dict() if reference is not None else None,
             "learning_rate": _lr_json(problem, base, best),
             "stopping_rule": guide.stop_note if guide is not None and guide.stop_note else None,
+            "calibration": calibrated.to_json(study) if calibrated is not None else None,
         }, indent=2))
     elif args.quiet:
         console.print(result_line(best, base, study_name), soft_wrap=True, markup=False)
