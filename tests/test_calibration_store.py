@@ -287,3 +287,15 @@ def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(
     assert e["memory_corrected"] < e["memory_nominal"]
     assert _cli("--calibration-storage", url, "--target", "bow") == 2  # nothing there: one line, exit 2
     assert "mk2 sdk-a" in capsys.readouterr().err
+
+
+def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage():
+    from ipu_autotune.calibration.compile_time import fit_compile_time
+
+    # seconds = 2 x ops^0.8 exactly: the fit finds it; without ops per stage nothing is fitted
+    records = [{"measured": {"compile_seconds": 2.0 * ops ** 0.8}, "profile": {"ops_by_stage": [ops, ops // 2]}}
+               for ops in (100, 200, 400, 800, 1600)]
+    fit = fit_compile_time(records)
+    assert fit.b == pytest.approx(0.8, abs=1e-6) and fit.seconds(3200) == pytest.approx(2.0 * 3200 ** 0.8, rel=1e-6)
+    assert fit_compile_time([{"measured": {"compile_seconds": 5.0}, "profile": {}}]) is None
+    assert records_of("s")[0]["profile"]["ops_by_stage"]  # a real record has them

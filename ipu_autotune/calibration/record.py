@@ -36,9 +36,10 @@ def profile_summary(profile: ModelProfile, config: Config) -> dict[str, Any]:
     starts = sorted({i for p in config.splits if (i := profile.unit_index(p)) is not None})
     bounds = [0, *starts, len(profile.units)]
     stages = [sum(u.saved_bytes for u in profile.units[a:b]) for a, b in zip(bounds, bounds[1:])]
+    ops = [sum(u.ops for u in profile.units[a:b]) for a, b in zip(bounds, bounds[1:])]
     return {"params": int(profile.params), "ops": int(sum(u.ops for u in profile.units)),
             "flops_by_kind": {k: float(v) for k, v in sorted(flops.items())},
-            "activations_by_stage": stages, "micro_batch": profile.batch_size}
+            "activations_by_stage": stages, "ops_by_stage": ops, "micro_batch": profile.batch_size}
 
 
 def _memory(m: Measurement) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..backends.targets import TARGETS
+from ..calibration.compile_time import fit_compile_time
 from ..calibration.prior import fit_prior, loso
 from ..calibration.store import default_url, open_store, summary
 from ..errors import UsageError
@@ -82,8 +83,17 @@ def _groups(records: list[dict]) -> list[dict]:
         out.append({"target": target, "sdk": sdk, "records": s["records"], "fits": s["fits"],
                     "models": sorted(s["models"]), "studies": sorted(s["studies"]),
                     "compile_seconds": _median([r["measured"].get("compile_seconds") for r in mine]),
-                    "correction": correction, "leave_one_study_out": loso(mine)})
+                    "correction": correction, "leave_one_study_out": loso(mine),
+                    "compile_time": _compile_time(mine)})
     return out
+
+
+def _compile_time(records: list[dict]) -> dict | None:
+    fit = fit_compile_time(records)
+    if fit is None:
+        return None
+    return {"seconds_at_1000_ops": round(fit.seconds(1000.0), 1), "exponent": round(fit.b, 3),
+            "log_spread": round(fit.spread, 3), "records": fit.records}
 
 
 def _median(values: list) -> float | None:
@@ -126,6 +136,11 @@ def _show(console: Console, url: str, groups: list[dict], unreadable: int) -> No
             console.print("  per memory category (x its share): " + ", ".join(cats), soft_wrap=True)
         if "device factor" in c:
             console.print(f"  call time: device x{c['device factor']:.3f}, host x{c['host factor']:.3f} of nominal")
+        t = g["compile_time"]
+        if t is not None:
+            console.print(f"  compile time: {t['seconds_at_1000_ops']:.0f} s at 1,000 ops on the busiest stage, "
+                          f"x (ops / 1,000)^{t['exponent']:.2f}, spread x{math.exp(t['log_spread']):.2f} "
+                          f"({t['records']} compiles)", soft_wrap=True)
         e = g["leave_one_study_out"]
         if e is None:
             console.print("  leave-one-study-out error: needs records of 2 studies or more")
