@@ -33,10 +33,21 @@ def tune(cwd, *args: str, backend: str = "poptorch", exit_code: int | None = 0):
     return done
 
 
-def compiled_trials(cwd, study: str) -> list:
-    s = optuna.load_study(study_name=study, storage=f"sqlite:///{cwd}/ipu-autotune.db")
+def compiled_trials(cwd, study: str, storage: str | None = None) -> list:
+    from ipu_autotune.study.storage import open_storage
+
+    s = optuna.load_study(study_name=study, storage=open_storage(storage or f"sqlite:///{cwd}/ipu-autotune.db"))
     return [t for t in s.trials if t.state.is_finished()
             and trial_attrs(t)["measurement"]["source"] in ("compile", "run")]
+
+
+def test_two_workers_on_a_journal_record_every_compile_once(tmp_path):
+    storage = f"journal:///{tmp_path}/s.journal"
+    tune(tmp_path, "--jobs", "2", "--trials", "6", "--study", "one", "--storage", storage, "--quiet", exit_code=None)
+    stored, unreadable = open_store(f"journal:///{tmp_path}/s-calibration.journal", create=False).records()
+    compiled = compiled_trials(tmp_path, "one", storage)
+    assert compiled and unreadable == 0
+    assert sorted(r["trial"] for r in stored) == sorted(t.number for t in compiled)
 
 
 def test_two_workers_record_every_compile_once_and_the_next_study_starts_from_them(tmp_path):
