@@ -1,4 +1,4 @@
-"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies.
+"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies, calibration.
 
 Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
 no trial fits (the closest one and what would help are printed), 4 `estimate` answered
