@@ -9,7 +9,7 @@ database server -> the same database (its own tables, `ipu_autotune_calibration*
 workers on many hosts reach nothing else in common. `memory:` has none.
 
 A store that is not one (a corrupted file, another program's database, another format) is
-refused with `StoreRefused`: one line naming it and the fix.
+refused with `refusal.StoreRefused`: one line naming it and the fix.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..study.storage import check_url, is_journal, journal_path
-from .refusal import StoreRefused  # noqa: F401  (callers catch it from here)
 
 #: the calibration store of the default study storage (sqlite:///ipu-autotune.db)
 DEFAULT_CALIBRATION = "sqlite:///ipu-autotune-calibration.db"
