@@ -8,8 +8,9 @@ the problems in turn, each tuned as `ipu-autotune tune` runs with a compiling ba
          guide, from the nominal estimator
   warm   as tune runs with the store: the guide's prior from the records this arm's earlier
          studies wrote (calibration/session.py, recorder.py, to a journal store in a
-         temporary folder); the guide's own first choice compiles first, then the baseline,
-         then the guide (session.first_trials)
+         temporary folder); the guide's own first choice (session.first_trials), then the
+         baseline (not compiled when the prior gives it under 10 % chance to fit:
+         session.prior_veto), then the guide
 
 The first problem of a draw has an empty store: every arm runs the same study there, and it
 is left out of the figures. Reported per arm, over the 2nd..last problem of every draw: the
@@ -77,6 +78,7 @@ def one_study(problem, oracle, budget: int, store, name: str) -> list:
         st.enqueue(s, space, problem, profile, first)
 
     study, _ = st.open_study(open_storage("memory:"), name, problem, 0, on_create)
+    backend.veto = session.prior_veto(guide, baseline)  # as tune sets it
     runner = Runner(study, problem, profile, space, backend, guide=guide)
     if session.attach(calibrated, study, problem, profile, backend, print) is not None:
         runner.observers.append(calibrated.recorder)

@@ -299,3 +299,24 @@ def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage():
     assert fit.b == pytest.approx(0.8, abs=1e-6) and fit.seconds(3200) == pytest.approx(2.0 * 3200 ** 0.8, rel=1e-6)
     assert fit_compile_time([{"measured": {"compile_seconds": 5.0}, "profile": {}}]) is None
     assert records_of("s")[0]["profile"]["ops_by_stage"]  # a real record has them
+
+
+def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path):
+    from ipu_autotune.backends.screen import ScreenedBackend
+
+    problem, profile, space, configs = _setup()
+    nominal = EstimateBackend().measure(problem, configs[0])
+    factor = 1.5 / (max(nominal.max_tile_bytes) / nominal.tile_capacity_bytes)  # the other study: x this
+    store = open_store(_url(tmp_path, "sqlite"))
+    for r in records_of("old", factor=factor):
+        store.add(r)
+    guide, _ = _guided(store)
+    backend = ScreenedBackend(HiddenFactor(factor), EstimateBackend(headroom=0.05), margin=float("inf"))
+    backend.veto = session.prior_veto(guide, configs[0])  # configs[0] is the baseline here
+    m = backend.measure(problem, configs[0])
+    assert m.source == "estimate" and "calibration store" in m.reason and backend.compiles_run == 0
+    assert m.max_tile_bytes == nominal.max_tile_bytes  # the record holds the nominal estimate, labelled as such
+    backend.veto = session.prior_veto(guide, configs[1])  # another baseline: configs[0] is compiled
+    assert backend.measure(problem, configs[0]).source == "compile" and backend.compiles_run == 1
+    other, _ = _guided(store, sdk="sdk-b")
+    assert session.prior_veto(other, configs[0]) is None  # no prior, no veto

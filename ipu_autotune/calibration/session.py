@@ -104,11 +104,37 @@ def give_prior(store, uid: str | None, problem, backend, guide, warn: Callable[[
     return out
 
 
+#: the baseline is not compiled when the prior gives it less than this chance to fit (it is
+#: recorded as screened, from the nominal estimate)
+VETO_CHANCE = 0.10
+
+
+def prior_veto(guide, baseline) -> Callable | None:
+    """For ScreenedBackend.veto: the baseline, when the prior gives it under VETO_CHANCE to
+    fit, is not compiled (8 minutes for a config the other studies say cannot fit). Every
+    other candidate is the guide's or the sampler's to judge. None without a prior."""
+    if guide is None or guide.screen.prior is None:
+        return None
+    from ..guide.corrected import CorrectedModel
+
+    model = CorrectedModel(guide.screen, [], 0.0)
+
+    def veto(config) -> str | None:
+        judged = model.judge(config) if config == baseline else None
+        if judged is None:  # not the baseline, or outside the space: the nominal screen decides
+            return None
+        chance = judged[4]
+        return (f"the estimate corrected by the calibration store gives it a {chance:.1%} chance to fit "
+                f"(busiest tile {judged[3]:.0%} of a tile)") if chance < VETO_CHANCE else None
+    return veto
+
+
 def first_trials(guide, warm: list) -> list:
     """The trials a new study enqueues when the guide has a prior: the guide's own first
-    choice (judged by the prior), then the baseline (the summary compares the best with it);
-    the guide proposes from the third trial on, as without a store. `warm` as tune would
-    enqueue them (the baseline first)."""
+    choice under the prior, then the baseline (the summary compares the best with it;
+    prior_veto keeps it from compiling when the prior rules it out), in place of the two
+    warm starts; the guide proposes from the third trial on, as without a store. `warm` as
+    tune would enqueue them (the baseline first)."""
     from ..guide.warmstart import Proposal
 
     first = guide.propose([], set(), 0)

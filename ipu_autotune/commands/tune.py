@@ -92,6 +92,8 @@ def tune_study(args) -> TuneOutcome:
 
         guide = Guide(problem, profile, space, args.headroom, prepare)
     calibrated = _calibration(calibration_url, existing, problem, backend, guide)
+    if calibrated is not None and hasattr(backend, "veto"):  # ScreenedBackend: the prior screens too
+        backend.veto = calibration.prior_veto(guide, baseline)
 
     warm = None
     if guide is not None:  # compiles: the guide ranks the later warm starts with what it learns,
