@@ -179,6 +179,12 @@ class HiddenIPU(Backend):
         self.compiles = 0
         self._cache: dict[tuple[Problem, Config], Measurement] = {}
 
+    @property
+    def sdk(self) -> str:
+        """Each hidden IPU is its own 'SDK' to the calibration store: records of one never
+        correct another (benchmarks/calibration_sequence.py)."""
+        return f"{self.name}-{self.seed}"
+
     def jitter(self, config: Config) -> float:
         """1 + u, u uniform in [-noise, noise], fixed per (seed, config)."""
         key = f"{self.seed}|{json.dumps(config.to_dict(), sort_keys=True)}".encode()

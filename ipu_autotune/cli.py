@@ -1,4 +1,4 @@
-"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies.
+"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies, calibration.
 
 Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
 no trial fits (the closest one and what would help are printed), 4 `estimate` answered
@@ -21,7 +21,7 @@ from .args import (DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STO
 from .present.display import terminal_text
 from .errors import UsageError
 
-SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report")
+SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report", "calibration")
 
 
 # --- argument parsing ------------------------------------------------------------------------
@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--no-numerics", action="store_true",
                       help="search loss scaling, stochastic rounding and partials instead of setting them "
                            "from the model's gradient statistics")
+    tune.add_argument("--calibration-storage", default=None, metavar="URL",
+                      help="the calibration store every compile is recorded in and the guide starts from "
+                           "(default: beside --storage, e.g. sqlite:///ipu-autotune-calibration.db)")
+    tune.add_argument("--no-calibration", action="store_true",
+                      help="neither read nor write the calibration store")
     tune.add_argument("--seed", type=int, default=None, help="sampler seed, for repeatable studies")
     tune.add_argument("--out", default=None, metavar="DIR",
                       help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY); "
@@ -160,6 +165,19 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-o", "--output", metavar="FILE", help="where to write it (default STUDY.html)")
     _add_common(rep)
 
+    cal = sub.add_parser("calibration", help="the calibration store: what compiles reported, across studies",
+                         description="Show the calibration store (records per target and SDK, the fitted "
+                                     "correction, its leave-one-study-out error) or --forget part of it.")
+    cal.add_argument("--storage", default=DEFAULT_STORAGE, help="the study storage the store sits beside")
+    cal.add_argument("--calibration-storage", default=None, metavar="URL",
+                     help="the store itself (default: beside --storage)")
+    cal.add_argument("--target", default=None, help="only this IPU generation (mk1, mk2, bow)")
+    cal.add_argument("--sdk", default=None, help="only this SDK, e.g. poptorch-3.4.0")
+    cal.add_argument("--study", default=None, help="only this study's records")
+    cal.add_argument("--forget", action="store_true", help="remove the records --target/--sdk/--study name")
+    cal.add_argument("--json", action="store_true")
+    _add_common(cal)
+
     studies = sub.add_parser("studies", help="the studies in a storage")
     studies.add_argument("--storage", default=DEFAULT_STORAGE)
     studies.add_argument("--json", action="store_true")
@@ -196,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        from .commands import estimate, export, numerics, report, show, studies, tune
+        from .commands import calibration, estimate, export, numerics, report, show, studies, tune
 
         run = {"tune": tune, "estimate": estimate, "export": export, "show": show, "studies": studies,
-               "numerics": numerics, "report": report}[args.command].run
+               "numerics": numerics, "report": report, "calibration": calibration}[args.command].run
         return run(args)
     except UsageError as exc:
         # One line: control characters from a file name, a study name or a stored value are

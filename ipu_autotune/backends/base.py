@@ -168,5 +168,11 @@ class Backend(abc.ABC):
     def describe(self) -> str:
         return self.name
 
+    @property
+    def sdk(self) -> str | None:
+        """The SDK (or model) this backend's figures come from, as the calibration store keys
+        its records (docs/calibration.md); None: unknown until a measurement says."""
+        return None
+
     def close(self) -> None:
         """Release subprocesses, devices, caches."""

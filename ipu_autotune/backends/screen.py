@@ -36,7 +36,14 @@ class ScreenedBackend(Backend):
         self.source = inner.source
         self.compiles_saved = 0
         self.compiles_run = 0
+        #: config -> a reason not to compile it, or None (calibration/session.prior_veto); the
+        #: nominal estimate is still what the screened record holds
+        self.veto = None
         self.screen_errors = 0
+
+    @property
+    def sdk(self) -> str | None:
+        return self.inner.sdk
 
     def describe(self) -> str:
         if self.screen is None:
@@ -48,6 +55,10 @@ class ScreenedBackend(Backend):
         if predicted is not None and predicted.failure in (None, "oom") and predicted.violation > self.margin:
             self.compiles_saved += 1
             return self._screened(predicted)
+        vetoed = self.veto(config) if self.veto is not None and predicted is not None else None
+        if vetoed:  # the estimate corrected by other studies' compiles (calibration store) rules it out
+            self.compiles_saved += 1
+            return self._screened(predicted, vetoed)
         self.compiles_run += 1
         m = self.inner.measure(problem, config)
         if predicted is not None:
@@ -70,11 +81,11 @@ class ScreenedBackend(Backend):
             self.screen_errors += 1
             return None
 
-    def _screened(self, predicted: Measurement) -> Measurement:
+    def _screened(self, predicted: Measurement, why: str | None = None) -> Measurement:
         ipu = predicted.worst_ipu()
         where = f" on IPU{ipu}" if ipu is not None else ""
         reason = (f"not compiled: estimated {predicted.violation:.0%} over tile memory{where}, "
-                  f"beyond the screening margin of {self.margin:.0%}")
+                  f"beyond the screening margin of {self.margin:.0%}") if why is None else f"not compiled: {why}"
         details = dict(predicted.details, screened=True, screen_violation=round(predicted.violation, 4))
         return dataclasses.replace(predicted, feasible=False, source="estimate", failure="oom",
                                    reason=reason, details=details)

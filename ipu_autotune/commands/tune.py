@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..study import parallel
 from ..present import ui
@@ -57,6 +58,10 @@ def tune_study(args) -> TuneOutcome:
     # the problem, and the model's profile
     problem = with_host_data(args, problem_from_args(args), console)
     check_url(args.storage)  # a URL that cannot work fails before the model is traced
+    from ..calibration import session as calibration
+
+    calibration_url = calibration.store_url(args.storage, getattr(args, "calibration_storage", None),
+                                            getattr(args, "no_calibration", False))
     baseline_file = _baseline_file(args, problem)
     profile = trace(problem, console)
     # the space it is searched in
@@ -86,6 +91,9 @@ def tune_study(args) -> TuneOutcome:
         from ..guide.proposals import Guide
 
         guide = Guide(problem, profile, space, args.headroom, prepare)
+    calibrated = _calibration(calibration_url, existing, problem, backend, guide)
+    if calibrated is not None and hasattr(backend, "veto"):  # ScreenedBackend: the prior screens too
+        backend.veto = calibration.prior_veto(guide, baseline)
 
     warm = None
     if guide is not None:  # compiles: the guide ranks the later warm starts with what it learns,
@@ -95,11 +103,14 @@ def tune_study(args) -> TuneOutcome:
 
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
+        study.set_user_attr(calibration.ATTR_UID, calibration.new_uid())
         items = warm or proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
         if guide is not None:
             from ..guide.proposals import COMPILED_WARM_STARTS
 
             items = items[:COMPILED_WARM_STARTS]
+            if guide.screen.prior is not None:  # other studies' compiles: the guide's choice first
+                items = calibration.first_trials(guide, items)
         st.enqueue(study, space, problem, profile, items)
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
@@ -107,18 +118,39 @@ def tune_study(args) -> TuneOutcome:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
     # the runner: trials until the budget, a stop or a signal
     runner = Runner(study, problem, profile, space, backend, adjust=prepare, guide=guide)
+    if calibration.attach(calibrated, study, problem, profile, backend, _warn) is not None:
+        runner.observers.append(calibrated.recorder)
     earlier, unreadable = ([], {}) if created else st.read_records(study)
     view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json or args.worker, earlier=earlier)
     runner.observers.append(view)
     if not args.quiet and not args.json and not args.worker:
         print_header(console, problem, backend, study_name, storage_url, created, study)
+        if calibrated is not None and calibrated.note:
+            console.print(f"[dim]{escape(terminal_text(calibrated.note))}[/]", highlight=False)
         print_unreadable(console, unreadable)
     ran = _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs)
     if args.worker:  # the process that started it reports
         return TuneOutcome(130 if runner.stop_requested and len(ran) < args.trials else 0)
     # the report
     return _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-                   study_name, out_dir)
+                   study_name, out_dir, calibrated)
+
+
+def _warn(line: str) -> None:
+    Console(stderr=True, highlight=False).print(terminal_text(line), style="yellow", markup=False, soft_wrap=True)
+
+
+def _calibration(url, existing, problem, backend, guide):
+    """The calibration store (docs/calibration.md), compiling backends only, with the guide's
+    prior from other studies' records; a refused store is one warning line and the study
+    runs uncorrected."""
+    from ..calibration import session as calibration
+
+    if url is None or backend.name == "estimate":
+        return None
+    store = calibration.open_for_tune(url, _warn)
+    uid = calibration.study_uid(existing) if existing is not None else None
+    return calibration.give_prior(store, uid, problem, backend, guide, _warn)
 
 
 def _baseline_file(args, problem: Problem):
@@ -188,7 +220,7 @@ def _run_trials(args, console, study, runner, view, backend, problem, storage_ur
 
 
 def _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-            study_name, out_dir) -> TuneOutcome:
+            study_name, out_dir, calibrated=None) -> TuneOutcome:
     """The files, then the summary (or JSON, or one line), then the exit code."""
     from ..host import pipeline as host_pipeline
     from ..present import host_report as host_report
@@ -232,6 +264,7 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
             "workshop_reference": reference.to_dict() if reference is not None else None,
             "learning_rate": _lr_json(problem, base, best),
             "stopping_rule": guide.stop_note if guide is not None and guide.stop_note else None,
+            "calibration": calibrated.to_json(study) if calibrated is not None else None,
         }, indent=2))
     elif args.quiet:
         console.print(result_line(best, base, study_name), soft_wrap=True, markup=False)
@@ -285,6 +318,10 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
         extra.append("--no-numerics")
     if args.no_screen:
         extra.append("--no-screen")
+    if getattr(args, "no_calibration", False):
+        extra.append("--no-calibration")
+    elif getattr(args, "calibration_storage", None):
+        extra += ["--calibration-storage", mask_url(args.calibration_storage)]
     if args.out:
         extra += ["--out", args.out]
     command = resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))

@@ -69,9 +69,12 @@ def call_time(estimate: Measurement, overlapped: bool, measured: Measurement | N
 class CallModel:
     """The learnt device and host factors (see the module's docstring)."""
 
-    def __init__(self, points: list[CallTime]):
+    def __init__(self, points: list[CallTime], prior: tuple[float, float, float] | None = None):
+        """`prior`: (log device, log host, spread of each) from other studies (guide/prior.py);
+        None: factors of 1 within PRIOR_SD."""
         self.points = [p for p in points if p.measured_s]
-        self.log_device, self.log_host = self._fit() if self.points else (0.0, 0.0)
+        self.prior = prior or (0.0, 0.0, PRIOR_SD)
+        self.log_device, self.log_host = self._fit() if self.points else self.prior[:2]
 
     @property
     def device(self) -> float:
@@ -84,11 +87,13 @@ class CallModel:
     def _loss(self, u: float, v: float) -> float:
         du, hv = math.exp(u), math.exp(v)
         fit = sum((math.log(p.measured_s / p.combined(du, hv))) ** 2 for p in self.points) / NOISE_SD**2
-        return fit + (u * u + v * v) / PRIOR_SD**2
+        mu, mv, sd = self.prior
+        return fit + ((u - mu) ** 2 + (v - mv) ** 2) / sd**2
 
     def _fit(self) -> tuple[float, float]:
         span, step = _GRID
-        best = min(((self._loss(u, v), u, v) for u in _steps(0.0, span, step) for v in _steps(0.0, span, step)))
+        mu, mv, _ = self.prior
+        best = min(((self._loss(u, v), u, v) for u in _steps(mu, span, step) for v in _steps(mv, span, step)))
         for span, step in _REFINE:
             _, cu, cv = best
             best = min(best, *((self._loss(u, v), u, v) for u in _steps(cu, span, step)

@@ -159,14 +159,17 @@ class CorrectedModel:
         parallel workers proposing while others' compiles run spread their bets."""
         self.screen, self.headroom, self.hedge = screen, headroom, hedge
         self.memory = [(o.config, o.memory_ratio) for o in observations if o.memory_ratio is not None]
-        self.memory_model = MemoryModel([p for o in observations for p in o.tiles])
-        self.learnt_memory = bool(self.memory_model.points)
+        # other studies' compiles (calibration store), when the screen carries them: guide/prior.py
+        prior = getattr(screen, "prior", None)
+        self.memory_model = MemoryModel([p for o in observations for p in o.tiles], prior)
+        self.learnt_memory = bool(self.memory_model.points) or bool(prior is not None and prior.memory)
         # what the learnt parts leave unexplained at each compiled config, per IPU: blended into
         # the configs near it (an effect of one knob the linear parts cannot express)
         self.memory_residuals = [(o.config, [p.measured - self.memory_model.tile(p.layout, p.estimated, p.shares,
                                                                                  p.checkpoints)[0]
                                              for p in o.tiles]) for o in observations if o.tiles]
-        self.calls = CallModel([o.call for o in observations if o.call is not None])
+        self.calls = CallModel([o.call for o in observations if o.call is not None],
+                               prior.call if prior is not None else None)
         self.speed = [(o.config, self.calls.log_residual(o.call)) for o in observations
                       if o.call is not None and o.call.measured_s]
         self.speed_layout = _layout_priors(self.speed, 0.0)

@@ -105,7 +105,8 @@ def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float]:
 class MemoryModel:
     """The learnt fixed and proportional parts (see the module's docstring)."""
 
-    def __init__(self, points: list[MemoryPoint]):
+    def __init__(self, points: list[MemoryPoint], prior=None):
+        """`prior`: a guide.prior.GuidePrior whose parts replace PRIORS (other studies' compiles)."""
         self.points = points
         self.layouts = sorted({p.layout for p in points}, key=repr)
         names = ["fixed", "proportional", "per stage", "per replica", "per checkpoint", *(f"category {c}" for c in CATEGORIES),
@@ -114,14 +115,17 @@ class MemoryModel:
                   PRIORS["per checkpoint"],
                   *[PRIORS["category"]] * len(CATEGORIES), *[PRIORS["layout"]] * len(self.layouts)]
         self.names = names
+        if prior is not None:
+            priors = [prior.memory.get(name, p) for name, p in zip(names, priors)]
         self.prior_mean = [m for m, _ in priors]
         self.prior_precision = [1.0 / sd**2 for _, sd in priors]
-        self.noise = NOISE_PRIOR
+        noise_prior = NOISE_PRIOR if prior is None or prior.noise is None else prior.noise
+        self.noise = noise_prior
         self.mean = self._fit()
         if points:  # the noise from the residuals (shrunk to the prior), then the fit again
             rss = sum((p.measured - self._dot(self._x(p.layout, p.estimated, p.shares, p.checkpoints), self.mean)) ** 2
                       for p in points)
-            self.noise = math.sqrt((NOISE_PRIOR_POINTS * NOISE_PRIOR**2 + rss) / (NOISE_PRIOR_POINTS + len(points)))
+            self.noise = math.sqrt((NOISE_PRIOR_POINTS * noise_prior**2 + rss) / (NOISE_PRIOR_POINTS + len(points)))
             self.mean = self._fit()
         # the posterior covariance, once: every candidate's spread is x' cov x (thousands per proposal)
         n = len(names)

@@ -199,6 +199,10 @@ class Screen:
     study will run candidates with it, so they must be judged with it).
     """
 
+    #: other studies' compiles as a guide.prior.GuidePrior (the calibration store), read by
+    #: every CorrectedModel built on this screen; None: the estimate as it is
+    prior = None
+
     def __init__(self, problem: Problem, profile: ModelProfile, constants: EstimatorConstants = NOMINAL,
                  headroom: float = 0.0, prepare: Callable[[Config], Config] | None = None,
                  space: SearchSpace | None = None):

@@ -26,6 +26,13 @@ class EstimateBackend(Backend):
         self.constants = constants
         self.headroom = headroom
 
+    @property
+    def sdk(self) -> str:
+        """Labelled apart from every hardware SDK: an estimate is never calibration data."""
+        from ...version import __version__
+
+        return f"estimate-{__version__}"
+
     def profile(self, problem: Problem) -> ModelProfile:
         return profile_for(problem)
 

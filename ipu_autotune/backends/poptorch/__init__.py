@@ -63,6 +63,23 @@ class PopTorchBackend(Backend):
         self._running: dict[int, subprocess.Popen] = {}
         self._closed: set[int] = set()  # pids close() killed: "interrupted", not a crash
         self._pickled: set[str] = set()  # object models written to work_dir this run
+        self._sdk: str | None = None  # the SDK label, once asked (sdk)
+
+    @property
+    def sdk(self) -> str | None:
+        """`poptorch-<version>` of the interpreter the compiles run in, asked once of a child
+        (the parent never imports PopTorch); each compile's result also says it (child.sdk_label)."""
+        if self._sdk is None:
+            code = ("import importlib, sys\n"
+                    "try:\n    m = importlib.import_module('poptorch')\nexcept Exception:\n    sys.exit(1)\n"
+                    "print('poptorch-' + str(getattr(m, '__version__', 'unknown')))")
+            try:
+                out = subprocess.run([self.python, "-c", code], env=self.child_env(), capture_output=True,
+                                     text=True, timeout=120)
+                self._sdk = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else ""
+            except (OSError, subprocess.SubprocessError):
+                self._sdk = ""
+        return self._sdk or None
 
     def describe(self) -> str:
         return f"poptorch (compile in a subprocess, timeout {self.timeout_s:g} s)"
@@ -232,7 +249,7 @@ def measurement_from_result(result: dict[str, Any], details: dict[str, Any],
     memory = ProfileMemory.from_dict(result["memory"]) if result.get("memory") else None
     details = dict(details)
     details.update({k: result[k] for k in ("profile_path", "compile_seconds", "hardware", "oom_evidence",
-                                           "profile_error", "phase") if result.get(k) is not None})
+                                           "profile_error", "phase", "sdk") if result.get(k) is not None})
     if error:
         details["error_type"] = error.type or error.cls
     if status == "compile_error" and error is not None and error.is_poptorch and LOG_MARKER in log_text:

@@ -148,6 +148,11 @@ def _time_runs(training: Any, batch: tuple, problem: Problem, config: Config,
             "step_time_s": per_call / config.device_iterations, "call_seconds": seconds}
 
 
+def sdk_label(poptorch) -> str:
+    """The SDK a compile ran on, as the calibration store keys it (docs/calibration.md)."""
+    return f"poptorch-{getattr(poptorch, '__version__', 'unknown')}"
+
+
 def run_trial(request: dict[str, Any]) -> dict[str, Any]:
     problem = Problem.from_dict(request["problem"])
     config = Config.from_dict(request["config"])
@@ -160,6 +165,7 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         result["error"] = CaughtError.from_exception(exc).to_dict()
         return result
+    result["sdk"] = sdk_label(poptorch)
 
     refused = refusal(problem, config)  # before the model, the options or the host batch exist
     if refused:

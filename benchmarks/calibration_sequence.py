@@ -1,0 +1,157 @@
+"""Studies in sequence on one random hidden IPU, with and without the calibration store (issue 25).
+
+Per draw (benchmarks/random_hidden.py, a hidden IPU with its own structural differences):
+the problems in turn, each tuned as `ipu-autotune tune` runs with a compiling backend
+(serially: warm starts, then the guide, screening at 25 %), in two arms:
+
+  cold   as without the store: the baseline and the safest climb compile first, then the
+         guide, from the nominal estimator
+  warm   as tune runs with the store: the guide's prior from the records this arm's earlier
+         studies wrote (calibration/session.py, recorder.py, to a journal store in a
+         temporary folder); the guide's own first choice (session.first_trials), then the
+         baseline (not compiled when the prior gives it under 10 % chance to fit:
+         session.prior_veto), then the guide
+
+The first problem of a draw has an empty store: every arm runs the same study there, and it
+is left out of the figures. Reported per arm, over the 2nd..last problem of every draw: the
+share of studies whose first compile fits, and the median compiles to within 5 % of the best
+throughput *any arm found* (not search_efficiency.py's long best-known search, minutes per
+problem and draw; a study that never gets within 5 % counts as budget + 1). Then the
+leave-one-study-out error of the corrected estimator against the nominal one on the warm
+arm's records of each draw (calibration/prior.loso).
+
+    python benchmarks/calibration_sequence.py --draws 3 --problems 3 --budget 12    # a few minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+from common import DEFAULT_HEADROOM, DEFAULT_SCREEN_MARGIN
+from random_hidden import RandomHiddenIPU, draw_ids
+from search_efficiency import PROBLEMS
+
+from ipu_autotune.backends.estimate import EstimateBackend
+from ipu_autotune.backends.screen import ScreenedBackend
+from ipu_autotune.calibration import session
+from ipu_autotune.calibration.prior import loso
+from ipu_autotune.calibration.store import open_store
+from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study import records as st
+from ipu_autotune.study.runner import Runner
+from ipu_autotune.study.storage import open_storage
+
+NEAR = 0.95
+#: the arms: cold (no store), warm (a store this arm's earlier studies filled)
+ARMS = ("cold", "warm")
+
+
+def one_study(problem, oracle, budget: int, store, name: str) -> list:
+    """One study as tune runs it (commands/tune.py); returns each compile's throughput (None:
+    did not fit)."""
+    profile = profile_for(problem)
+    space = SearchSpace.load(problem)
+    baseline = naive_baseline(problem, profile)
+    guide = Guide(problem, profile, space, DEFAULT_HEADROOM)
+    items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
+    guide.pool.update(p.config for p in items)
+    backend = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
+    calibrated = session.give_prior(store, name, problem, backend, guide, print) if store is not None else None
+
+    def on_create(s) -> None:
+        s.set_user_attr(session.ATTR_UID, name)
+        first = items[:COMPILED_WARM_STARTS]
+        if guide.screen.prior is not None:
+            first = session.first_trials(guide, first)
+        st.enqueue(s, space, problem, profile, first)
+
+    study, _ = st.open_study(open_storage("memory:"), name, problem, 0, on_create)
+    backend.veto = session.prior_veto(guide, baseline)  # as tune sets it
+    runner = Runner(study, problem, profile, space, backend, guide=guide)
+    if session.attach(calibrated, study, problem, profile, backend, print) is not None:
+        runner.observers.append(calibrated.recorder)
+    compiles, first = [], oracle.compiles
+    trials = 0
+    while oracle.compiles - first < budget and trials < 3 * budget:
+        before = oracle.compiles
+        rec = runner.run_one()
+        trials += 1
+        if oracle.compiles > before:
+            compiles.append(rec.measurement.throughput if rec.feasible else None)
+    return compiles
+
+
+def near_at(compiles: list, reference: float, budget: int) -> int:
+    return next((i for i, t in enumerate(compiles, 1) if t is not None and t >= NEAR * reference), budget + 1)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--draws", type=int, default=3)
+    parser.add_argument("--set", default="develop", choices=("develop", "report"))
+    parser.add_argument("--problems", type=int, default=3, help="the first N of search_efficiency.PROBLEMS")
+    parser.add_argument("--budget", type=int, default=12)
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 1 draw, 2 problems, budget 5")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.draws, args.problems, args.budget = 1, 2, 5
+    common.quiet_optuna()
+    common.header("Studies in sequence with the calibration store", "calibration_sequence.py",
+                  list(sys.argv[1:] if argv is None else argv))
+    keys = list(PROBLEMS)[:args.problems]
+    rows: dict = {arm: [] for arm in ARMS}
+    errors = []
+    start = time.perf_counter()
+    for draw_id in draw_ids(args.set, args.draws):
+        with tempfile.TemporaryDirectory() as tmp:
+            stores = {"warm": open_store(f"journal:///{tmp}/warm.journal")}
+            for i, key in enumerate(keys):
+                problem = PROBLEMS[key]
+                runs = {arm: one_study(problem, RandomHiddenIPU(draw_id), args.budget, stores.get(arm), f"{key}-{arm}")
+                        for arm in ARMS}
+                if i == 0:
+                    continue  # an empty store: every arm runs the same study
+                seen = [t for compiles in runs.values() for t in compiles if t is not None]
+                reference = max(seen) if seen else math.nan
+                for arm, compiles in runs.items():
+                    rows[arm].append({"first_fits": bool(compiles) and compiles[0] is not None,
+                                      "near": near_at(compiles, reference, args.budget) if seen else args.budget + 1})
+                    print(f"draw {draw_id} {key} {arm}: " + " ".join("-" if t is None else f"{t:.0f}" for t in compiles),
+                          flush=True)
+            records, _ = stores["warm"].records()
+            e = loso(records)
+            if e is not None:
+                errors.append(e)
+    print(f"\n{args.draws} draw(s) x problems 2..{len(keys)} ({', '.join(keys[1:])}), budget {args.budget}, "
+          f"{time.perf_counter() - start:.0f} s")
+    print("| arm | studies | first compile fits | median compiles to within 5 % of the best any arm found |")
+    print("|---|---|---|---|")
+    for arm, rs in rows.items():
+        if rs:
+            fits = sum(r["first_fits"] for r in rs) / len(rs)
+            print(f"| {arm} | {len(rs)} | {fits:.0%} | {median(r['near'] for r in rs):g} |")
+    print(f"wall time: {time.perf_counter() - start:.0f} s")
+    if errors:
+        def med(k):
+            xs = [e[k] for e in errors if e[k] is not None]
+            return f"{median(xs):.1%}" if xs else "-"
+        print("\nleave-one-study-out, median over draws of each draw's median absolute error:")
+        print(f"  busiest tile (fraction of a tile): nominal {med('memory_nominal')}, corrected {med('memory_corrected')}")
+        print(f"  throughput (|log ratio|): nominal {med('throughput_nominal')}, corrected {med('throughput_corrected')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

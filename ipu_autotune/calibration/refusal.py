@@ -1,0 +1,20 @@
+"""A store that is not one: refused with one line naming it and the fix."""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..study.storage import mask_url
+
+
+class StoreRefused(UsageError):
+    """The URL names something that is not a calibration store this version can use."""
+
+
+#: what to do about a store that is refused
+FIX = ("move it aside, or give --calibration-storage another file (or tune with --no-calibration)")
+#: what to do about a store that has no records yet
+EMPTY_FIX = "run a study with a compiling backend first, or give --calibration-storage"
+
+
+def refused(url: str, why: str, fix: str = FIX) -> StoreRefused:
+    return StoreRefused(f"calibration store {mask_url(url)}: {why}; {fix}")

@@ -1,0 +1,160 @@
+"""What a tune run does with the store: open it (a refused store is a warning, and the study
+runs uncorrected), give the guide a prior from other studies' records on the same target and
+SDK, and record this study's compiles.
+
+With the estimate backend nothing is read or written: there is no guide to correct, and an
+estimate recorded would only teach the estimator itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..study.storage import mask_url
+from .prior import fit_prior
+from .recorder import Recorder
+from .refusal import StoreRefused
+from .store import check_store_url, default_url, open_store
+
+#: the study's identity in the store (a user attribute set when the study is created): two
+#: studies of the same name in two databases are two studies
+ATTR_UID = "calibration_uid"
+
+
+def store_url(storage_url: str, calibration_storage: str | None, off: bool) -> str | None:
+    """The store a tune run uses (None: none), its URL checked (one line, exit 2, nothing touched)."""
+    if off:
+        return None
+    if calibration_storage:
+        check_store_url(calibration_storage)
+        return calibration_storage
+    return default_url(storage_url)
+
+
+def new_uid() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def study_uid(study) -> str:
+    """The study's identity: its stored uid, else (a study made before the store) its name."""
+    uid = study.user_attrs.get(ATTR_UID)
+    return uid if isinstance(uid, str) and uid else study.study_name
+
+
+@dataclass
+class Calibration:
+    store: Any
+    prior: Any = None  # guide.prior.GuidePrior, or None
+    note: str = ""  # one line for the header
+    recorder: Any = None  # calibration.recorder.Recorder: a Runner observer
+
+    def to_json(self, study) -> dict[str, Any]:
+        """For `tune --json`: the store, the guide's prior from it, this study's records in it."""
+        try:
+            mine = [r for r in self.store.records(study=study.study_name)[0] if r.get("study_uid") == study_uid(study)]
+        except Exception:  # the store went away meanwhile: say what is known
+            mine = None
+        return {"store": mask_url(self.store.url), "prior": self.prior.label if self.prior else None,
+                "records_of_this_study": None if mine is None else len(mine)}
+
+
+def open_for_tune(url: str | None, warn: Callable[[str], None]) -> Any:
+    """The store, or None after one warning line when it is refused or unreachable."""
+    if url is None:
+        return None
+    try:
+        return open_store(url, create=True)
+    except StoreRefused as exc:
+        warn(f"{exc}; this study runs uncorrected and records nothing")
+    except Exception as exc:  # unreachable server, permissions: the store is an aid
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        warn(f"calibration store {mask_url(url)}: {mask_url(first)}; this study runs uncorrected and records nothing")
+    return None
+
+
+def give_prior(store, uid: str | None, problem, backend, guide, warn: Callable[[str], None]) -> Calibration | None:
+    """Give `guide` the prior fitted on the records of other studies (not `uid`'s) on the
+    problem's target and the backend's SDK; the Calibration says what it did (`note`)."""
+    if store is None:
+        return None
+    out = Calibration(store)
+    sdk = backend.sdk
+    if guide is None or not sdk:
+        return out
+    try:
+        records, _ = store.records(target=problem.target, sdk=sdk)
+    except Exception as exc:
+        warn(f"calibration store {mask_url(store.url)}: not read ({type(exc).__name__}); "
+             "this study starts uncorrected")
+        records = []
+    others = [r for r in records if r.get("study_uid", r["study"]) != uid]
+    if others:
+        studies = len({r.get("study_uid", r["study"]) for r in others})
+        label = (f"{problem.target}, {sdk}: {len(others)} compile(s) of {studies} other "
+                 f"stud{'y' if studies == 1 else 'ies'}")
+        out.prior = fit_prior(others, label)
+    if out.prior is not None:
+        guide.screen.prior = out.prior
+        out.note = f"guide's prior from the calibration store ({out.prior.label})"
+    else:
+        out.note = f"calibration store: no other study's compiles on {problem.target}, {sdk} yet"
+    return out
+
+
+#: the baseline is not compiled when the prior gives it less than this chance to fit (it is
+#: recorded as screened, from the nominal estimate)
+VETO_CHANCE = 0.10
+
+
+def prior_veto(guide, baseline) -> Callable | None:
+    """For ScreenedBackend.veto: the baseline, when the prior gives it under VETO_CHANCE to
+    fit, is not compiled (8 minutes for a config the other studies say cannot fit). Every
+    other candidate is the guide's or the sampler's to judge. None without a prior."""
+    if guide is None or guide.screen.prior is None:
+        return None
+    from ..guide.corrected import CorrectedModel
+
+    model = CorrectedModel(guide.screen, [], 0.0)
+
+    def veto(config) -> str | None:
+        judged = model.judge(config) if config == baseline else None
+        if judged is None:  # not the baseline, or outside the space: the nominal screen decides
+            return None
+        chance = judged[4]
+        return (f"the estimate corrected by the calibration store gives it a {chance:.1%} chance to fit "
+                f"(busiest tile {judged[3]:.0%} of a tile)") if chance < VETO_CHANCE else None
+    return veto
+
+
+def first_trials(guide, warm: list) -> list:
+    """The trials a new study enqueues when the guide has a prior: the guide's own first
+    choice under the prior, then the baseline (the summary compares the best with it;
+    prior_veto keeps it from compiling when the prior rules it out), in place of the two
+    warm starts; the guide proposes from the third trial on, as without a store. `warm` as
+    tune would enqueue them (the baseline first)."""
+    from ..guide.warmstart import Proposal
+
+    first = guide.propose([], set(), 0)
+    if first is None or first == warm[0].config:
+        return warm
+    chance = "" if guide.chance is None else f"{guide.chance:.0%} chance to fit, "
+    return [Proposal(first, f"guided ({chance}calibration store prior)"), warm[0]]
+
+
+def attach(calibrated: Calibration | None, study, problem, profile, backend, warn: Callable[[str], None]):
+    """The Recorder that writes this study's compiles (a Runner observer), or None."""
+    if calibrated is None:
+        return None
+    calibrated.recorder = Recorder(calibrated.store, problem, profile, backend, study.study_name, study_uid(study),
+                                   warn)
+    return calibrated.recorder
+
+
+def prepare(store, study, problem, profile, backend, guide, warn: Callable[[str], None]) -> Calibration | None:
+    """give_prior and attach at once, for an open study (tests, benchmarks)."""
+    out = give_prior(store, study_uid(study), problem, backend, guide, warn)
+    attach(out, study, problem, profile, backend, warn)
+    return out

@@ -1,0 +1,322 @@
+"""The calibration store (issue 25, docs/calibration.md): records written once, kept apart by
+target and SDK, forgotten only as named, a foreign store refused while the study runs on."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from conftest_fake_sdk import SMALL_CNN
+
+from ipu_autotune.backends.base import Backend
+from ipu_autotune.backends.estimate import EstimateBackend
+from ipu_autotune.calibration import session
+from ipu_autotune.calibration.prior import fit_prior, loso
+from ipu_autotune.calibration.recorder import Recorder
+from ipu_autotune.calibration.refusal import StoreRefused
+from ipu_autotune.calibration.store import default_url, open_store
+from ipu_autotune.cli import main
+from ipu_autotune.guide.corrected import CorrectedModel
+from ipu_autotune.guide.warmstart import Screen, naive_baseline
+from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = Problem(model=SMALL_CNN, batch_size=64, input_shape=(3, 32, 32), num_classes=10, ipus=2)
+
+
+@lru_cache(maxsize=None)
+def _setup(target: str = "mk2"):
+    problem = dataclasses.replace(PROBLEM, target=target)
+    profile = profile_for(problem)
+    space = SearchSpace.load(problem, None)
+    base = naive_baseline(problem, profile)
+    configs = [base, base.replace(precision="16.16"), base.replace(precision="16.16", optimizer_offload=True),
+               base.replace(available_memory_proportion=(0.3,) * base.ipus_per_replica)]
+    return problem, profile, space, list(dict.fromkeys(configs))
+
+
+class HiddenFactor(Backend):
+    """A 'compiling' backend whose busiest tiles are the estimate's x `factor` (a test IPU)."""
+
+    name, source = "hidden", "compile"
+
+    def __init__(self, factor: float, sdk: str = "sdk-a"):
+        self.factor, self._sdk = factor, sdk
+
+    @property
+    def sdk(self):
+        return self._sdk
+
+    def measure(self, problem, config):
+        m = EstimateBackend().measure(problem, config)
+        tiles = [int(t * self.factor) for t in m.max_tile_bytes]
+        return dataclasses.replace(m, source="compile", max_tile_bytes=tiles, details={"compile_seconds": 12.0},
+                                   feasible=max(tiles) <= m.tile_capacity_bytes, failure=None)
+
+
+def records_of(study: str, target: str = "mk2", sdk: str = "sdk-a", factor: float = 1.3) -> list[dict]:
+    problem, profile, _, configs = _setup(target)
+    backend = HiddenFactor(factor, sdk)
+    rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
+    return [rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)]
+
+
+def _url(tmp_path: Path, kind: str) -> str:
+    return f"sqlite:///{tmp_path}/cal.db" if kind == "sqlite" else f"journal:///{tmp_path}/cal.journal"
+
+
+KINDS = ("sqlite", "journal")
+
+WRITER = """
+import json, sys
+from ipu_autotune.calibration.store import open_store
+url, path = sys.argv[1], sys.argv[2]
+store = open_store(url)
+added = sum(store.add(r) for r in json.load(open(path)))
+print(added)
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path, kind):
+    url = _url(tmp_path, kind)
+    # both workers write every compile of two studies (as a resumed or racing worker would)
+    records = records_of("s1") + records_of("s2")
+    path = tmp_path / "records.json"
+    path.write_text(json.dumps(records * 5))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    workers = [subprocess.Popen([sys.executable, "-c", WRITER, url, str(path)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    added = []
+    for w in workers:
+        out, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err[-2000:]
+        added.append(int(out.strip()))
+    assert sum(added) == len(records)  # every compile added by exactly one of them
+    stored, unreadable = open_store(url).records()
+    assert unreadable == 0
+    assert sorted(r["key"] for r in stored) == sorted(r["key"] for r in records)
+
+
+def test_a_recorder_writes_compiles_and_never_estimates(tmp_path):
+    problem, profile, _, configs = _setup()
+    store = open_store(_url(tmp_path, "sqlite"))
+
+    @dataclasses.dataclass
+    class Rec:
+        number: int
+        config: object
+        measurement: object
+
+    compiling = HiddenFactor(1.2)
+    recorder = Recorder(store, problem, profile, compiling, "s", "uid-s")
+    m = compiling.measure(problem, configs[0])
+    screened = dataclasses.replace(m, source="estimate", details={"screened": True})
+    offline = dataclasses.replace(m, details={"throughput_source": "estimate", "sdk": "poptorch-9.9"})
+    for i, (c, mm) in enumerate([(configs[0], m), (configs[1], screened), (configs[2], offline)]):
+        recorder(Rec(i, c, mm))
+    recorder(Rec(0, configs[0], m))  # the same trial again: stored once
+    estimating = Recorder(store, problem, profile, EstimateBackend(), "s", "uid-s")
+    estimating(Rec(7, configs[3], dataclasses.replace(m, source="compile")))  # labelled estimate-*: never
+    stored = {r["trial"]: r for r in store.records()[0]}
+    assert sorted(stored) == [0, 2]
+    assert stored[0]["sdk"] == "sdk-a" and stored[2]["sdk"] == "poptorch-9.9"  # the compile's own label wins
+    assert stored[0]["measured"]["throughput"] == m.throughput
+    assert stored[2]["measured"]["throughput"] is None  # the estimator's figure is not the hardware's
+    assert stored[0]["measured"]["compile_seconds"] == 12.0
+    assert stored[0]["nominal"]["max_tile_bytes"] == EstimateBackend().measure(problem, configs[0]).max_tile_bytes
+    assert stored[0]["profile"]["params"] == profile.params and len(stored[0]["profile"]["activations_by_stage"]) == 2
+
+
+class _Guide:
+    def __init__(self, screen):
+        self.screen = screen
+
+
+class _Study:
+    def __init__(self, name, uid):
+        self.study_name, self.user_attrs = name, {session.ATTR_UID: uid}
+
+
+def _guided(store, target="mk2", sdk="sdk-a", uid="uid-new"):
+    problem, profile, space, _ = _setup(target)
+    guide = _Guide(Screen(problem, profile, space=space))
+    cal = session.prepare(store, _Study("new", uid), problem, profile, HiddenFactor(1.0, sdk), guide, lambda s: None)
+    return guide, cal
+
+
+def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path):
+    store = open_store(_url(tmp_path, "sqlite"))
+    for r in records_of("old", factor=1.3):
+        store.add(r)
+    problem, profile, space, configs = _setup()
+    nominal = Screen(problem, profile, space=space)(configs[0]).max_tile_bytes
+    cap = Screen(problem, profile, space=space)(configs[0]).tile_capacity_bytes
+
+    same, cal = _guided(store)
+    assert same.screen.prior is not None and "1 other study" in cal.note
+    mean = CorrectedModel(same.screen, [], 0.05).judge(configs[0])[3]
+    assert mean == pytest.approx(1.3 * max(nominal) / cap, rel=0.03)  # the other study's x1.3, from trial 1
+
+    for guide, _ in (_guided(store, sdk="sdk-b"), _guided(store, target="bow"), _guided(store, uid="uid-old")):
+        assert guide.screen.prior is None  # another SDK, another target, or the study's own records
+        untouched = CorrectedModel(guide.screen, [], 0.05).judge(configs[0])[3]
+        assert untouched == pytest.approx(max(nominal) / cap)
+
+
+def test_the_corrected_estimate_beats_the_nominal_one_left_one_study_out():
+    records = records_of("a", factor=1.25) + records_of("b", factor=1.3) + records_of("c", factor=1.28)
+    e = loso(records)
+    assert e["studies"] == 3 and e["memory_points"] == 2 * len(records)
+    assert e["memory_corrected"] < 0.5 * e["memory_nominal"]
+    prior = fit_prior(records)
+    assert prior.memory["proportional"][0] == pytest.approx(1.28, abs=0.05)
+
+
+def _cli(*args) -> int:
+    return main(["calibration", *args])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_forget_removes_only_what_it_names(tmp_path, kind, capsys):
+    url = _url(tmp_path, kind)
+    store = open_store(url)
+    groups = {("mk2", "sdk-a", "s1"): records_of("s1"), ("mk2", "sdk-b", "s2"): records_of("s2", sdk="sdk-b"),
+              ("bow", "sdk-a", "s3"): records_of("s3", target="bow")}
+    for rs in groups.values():
+        for r in rs:
+            store.add(r)
+    keys = {g: {r["key"] for r in rs} for g, rs in groups.items()}
+    everything = set().union(*keys.values())
+
+    def stored():
+        return {r["key"] for r in open_store(url).records()[0]}
+
+    assert _cli("--calibration-storage", url, "--forget") == 2  # names nothing: removes nothing
+    assert _cli("--calibration-storage", url, "--forget", "--sdk", "sdk-z") == 2
+    assert _cli("--calibration-storage", url, "--forget", "--target", "mk7") == 2
+    assert stored() == everything
+    capsys.readouterr()
+    assert _cli("--calibration-storage", url, "--forget", "--target", "mk2", "--sdk", "sdk-a") == 0
+    assert f"forgot {len(keys['mk2', 'sdk-a', 's1'])} record(s)" in capsys.readouterr().out
+    assert stored() == everything - keys["mk2", "sdk-a", "s1"]
+    assert _cli("--calibration-storage", url, "--forget", "--study", "s3") == 0
+    assert stored() == keys["mk2", "sdk-b", "s2"]
+    assert _cli("--calibration-storage", url) == 0  # shows what is left
+
+
+def _one_line_naming(exc: BaseException, name: str) -> None:
+    text = str(exc)
+    assert "\n" not in text and name in text and ("move it aside" in text or "use the ipu-autotune" in text)
+
+
+def test_corrupted_or_foreign_stores_are_refused_in_one_line(tmp_path, capsys):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"\x00not a database at all\xff" * 100)
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as db:
+        db.execute("create table studies (id integer)")
+    journal = tmp_path / "other.journal"
+    journal.write_text('{"op_code": 0, "worker_id": "x"}\n')  # an Optuna journal, say
+    newer = tmp_path / "newer.db"
+    open_store(f"sqlite:///{newer}")
+    with sqlite3.connect(newer) as db:
+        db.execute("update ipu_autotune_calibration_meta set value = '99' where name = 'format'")
+    for path, url in ((garbage, f"sqlite:///{garbage}"), (foreign, f"sqlite:///{foreign}"),
+                      (journal, f"journal:///{journal}"), (newer, f"sqlite:///{newer}")):
+        before = path.read_bytes()
+        with pytest.raises(StoreRefused) as caught:
+            open_store(url)
+        _one_line_naming(caught.value, path.name)
+        assert path.read_bytes() == before  # nothing written to it
+        capsys.readouterr()
+        assert _cli("--calibration-storage", url) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and path.name in err
+
+
+def test_the_default_store_sits_beside_the_study_storage():
+    assert default_url("sqlite:///ipu-autotune.db") == "sqlite:///ipu-autotune-calibration.db"
+    assert default_url("sqlite:////data/runs/x.db") == "sqlite:////data/runs/x-calibration.db"
+    assert default_url("journal:///shared/s.journal") == "journal:///shared/s-calibration.journal"
+    assert default_url("postgresql://u@h/db") == "postgresql://u@h/db"  # its own tables in that database
+    assert default_url("memory:") is None
+
+
+def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles():
+    import math
+
+    from ipu_autotune.guide.call_model import CallModel, CallTime
+    from ipu_autotune.guide.memory_model import MemoryModel, MemoryPoint
+    from ipu_autotune.guide.prior import GuidePrior
+
+    prior = GuidePrior({"proportional": (1.3, 0.02)}, None, (math.log(1.2), 0.0, 0.05))
+    assert MemoryModel([]).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0] == pytest.approx(0.5)
+    assert MemoryModel([], prior).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0] == pytest.approx(0.65)
+    assert CallModel([], prior.call).device == pytest.approx(1.2)
+    # its own compiles (measured = estimate x 1.0, many of them) pull the parts back from the prior
+    own = [MemoryPoint((2, 1, "pipelined"), e, (0.0,) * 7, e) for e in (0.3, 0.4, 0.5, 0.6, 0.7) * 4]
+    moved = MemoryModel(own, prior).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0]
+    assert 0.5 <= moved < 0.6
+    calls = [CallTime(1.0, 0.1, True, 10.0, 1.0) for _ in range(6)]
+    assert 1.0 <= CallModel(calls, prior.call).device < 1.1
+
+
+def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(tmp_path, capsys):
+    url = _url(tmp_path, "journal")
+    store = open_store(url)
+    for study, factor in (("a", 1.25), ("b", 1.3)):
+        for r in records_of(study, factor=factor):
+            store.add(r)
+    capsys.readouterr()
+    assert _cli("--calibration-storage", url, "--json") == 0
+    shown = json.loads(capsys.readouterr().out)
+    (group,) = shown["groups"]
+    assert (group["target"], group["sdk"], group["records"], group["studies"]) == ("mk2", "sdk-a", 8, ["a", "b"])
+    e = group["leave_one_study_out"]
+    assert e["memory_corrected"] < e["memory_nominal"]
+    assert _cli("--calibration-storage", url, "--target", "bow") == 2  # nothing there: one line, exit 2
+    assert "mk2 sdk-a" in capsys.readouterr().err
+
+
+def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage():
+    from ipu_autotune.calibration.compile_time import fit_compile_time
+
+    # seconds = 2 x ops^0.8 exactly: the fit finds it; without ops per stage nothing is fitted
+    records = [{"measured": {"compile_seconds": 2.0 * ops ** 0.8}, "profile": {"ops_by_stage": [ops, ops // 2]}}
+               for ops in (100, 200, 400, 800, 1600)]
+    fit = fit_compile_time(records)
+    assert fit.b == pytest.approx(0.8, abs=1e-6) and fit.seconds(3200) == pytest.approx(2.0 * 3200 ** 0.8, rel=1e-6)
+    assert fit_compile_time([{"measured": {"compile_seconds": 5.0}, "profile": {}}]) is None
+    assert records_of("s")[0]["profile"]["ops_by_stage"]  # a real record has them
+
+
+def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path):
+    from ipu_autotune.backends.screen import ScreenedBackend
+
+    problem, profile, space, configs = _setup()
+    nominal = EstimateBackend().measure(problem, configs[0])
+    factor = 1.5 / (max(nominal.max_tile_bytes) / nominal.tile_capacity_bytes)  # the other study: x this
+    store = open_store(_url(tmp_path, "sqlite"))
+    for r in records_of("old", factor=factor):
+        store.add(r)
+    guide, _ = _guided(store)
+    backend = ScreenedBackend(HiddenFactor(factor), EstimateBackend(headroom=0.05), margin=float("inf"))
+    backend.veto = session.prior_veto(guide, configs[0])  # configs[0] is the baseline here
+    m = backend.measure(problem, configs[0])
+    assert m.source == "estimate" and "calibration store" in m.reason and backend.compiles_run == 0
+    assert m.max_tile_bytes == nominal.max_tile_bytes  # the record holds the nominal estimate, labelled as such
+    backend.veto = session.prior_veto(guide, configs[1])  # another baseline: configs[0] is compiled
+    assert backend.measure(problem, configs[0]).source == "compile" and backend.compiles_run == 1
+    other, _ = _guided(store, sdk="sdk-b")
+    assert session.prior_veto(other, configs[0]) is None  # no prior, no veto
