@@ -68,6 +68,7 @@ def joined(runs: list[list[dict]]) -> list[dict]:
                 continue
             into = out[key]
             into["runs"].update(r["runs"])
+            into["reference_seconds"] = max(into.get("reference_seconds", 0.0), r.get("reference_seconds", 0.0))
             if r["reference"] is not None and (into["reference"] is None or r["reference"] > into["reference"]):
                 into["reference"], into["reference_source"] = r["reference"], r["reference_source"]
     order = list(se.PROBLEMS)
