@@ -25,6 +25,7 @@ from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, r
 from ..guide.prior import GuidePrior
 from ..host.pipeline import overlapped
 from ..problem import Config
+from .record import study_of
 
 #: a fitted part's prior spread: sqrt(posterior sd^2 + (BETWEEN x the default prior's sd)^2)
 BETWEEN = 0.35
@@ -90,7 +91,7 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
     if calls:
         cm = CallModel(calls)
         call = (cm.log_device, cm.log_host, math.hypot(BETWEEN * PRIOR_SD, 0.05 / math.sqrt(len(calls))))
-    studies = len({r.get("study_uid", r["study"]) for r in records})
+    studies = len({study_of(r) for r in records})
     return GuidePrior(memory, noise, call, len(records), studies, label)
 
 
@@ -98,13 +99,13 @@ def loso(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Leave one study out: each study's compiles predicted by a prior fitted on the others,
     before any of its own compiles, against the nominal estimate. Median absolute error of
     the busiest tile per IPU (fraction of a tile) and of log throughput. None with one study."""
-    studies = sorted({r.get("study_uid", r["study"]) for r in records})
+    studies = sorted({study_of(r) for r in records})
     if len(studies) < 2:
         return None
     mem_nominal, mem_corrected, tp_nominal, tp_corrected = [], [], [], []
     for s in studies:
-        held = [r for r in records if r.get("study_uid", r["study"]) == s]
-        prior = fit_prior([r for r in records if r.get("study_uid", r["study"]) != s])
+        held = [r for r in records if study_of(r) == s]
+        prior = fit_prior([r for r in records if study_of(r) != s])
         if prior is None:
             continue
         model, calls = MemoryModel([], prior), CallModel([], prior.call)

@@ -27,6 +27,11 @@ def key_of(study_uid: str, trial: int) -> str:
     return f"{study_uid}#{trial}"
 
 
+def study_of(record: dict[str, Any]) -> str:
+    """The study a record came from: its uid, or its name for a record written without one."""
+    return record.get("study_uid", record["study"])
+
+
 def profile_summary(profile: ModelProfile, config: Config) -> dict[str, Any]:
     """Ops by kind (FLOP per kind, and the op count), parameters, activations saved per stage."""
     flops: dict[str, float] = defaultdict(float)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..study.storage import mask_url
 from .prior import fit_prior
+from .record import study_of
 from .recorder import Recorder
 from .refusal import StoreRefused
 from .store import check_store_url, default_url, open_store
@@ -90,9 +91,9 @@ def give_prior(store, uid: str | None, problem, backend, guide, warn: Callable[[
         warn(f"calibration store {mask_url(store.url)}: not read ({type(exc).__name__}); "
              "this study starts uncorrected")
         records = []
-    others = [r for r in records if r.get("study_uid", r["study"]) != uid]
+    others = [r for r in records if study_of(r) != uid]
     if others:
-        studies = len({r.get("study_uid", r["study"]) for r in others})
+        studies = len({study_of(r) for r in others})
         label = (f"{problem.target}, {sdk}: {len(others)} compile(s) of {studies} other "
                  f"stud{'y' if studies == 1 else 'ies'}")
         out.prior = fit_prior(others, label)

@@ -196,10 +196,8 @@ class CorrectedModel:
         if not self.learnt_memory:
             return [(t / cap, 0.0) for t in m.max_tile_bytes], 1.0 - self.headroom - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
-        # A compile that held these very tiles: the same tile-memory knobs, or a config the
-        # estimator gives the same tiles to the byte (a knob that changes nothing here)
-        apart = [0 if memory_distance(config, c) == 0 or self._same_tiles(c, m) else distance(config, c)
-                 for c, _ in self.memory_residuals]
+        apart = [0 if held else distance(config, c)
+                 for held, (c, _) in zip(self._held(config, m), self.memory_residuals)]
         known = 0 in apart
         weights = [float(d == 0) if known else KERNEL ** d for d in apart]
         unsure = 0.0 if known else _weighted(zip(weights, [0.0] * len(weights)))[1]
@@ -215,13 +213,21 @@ class CorrectedModel:
         """Whether a compile held this config's very tiles (_tiles): compiling it cannot
         teach memory, and its chance to fit is that compile's."""
         m = self.screen(config)
-        return m is not None and any(memory_distance(config, c) == 0 or self._same_tiles(c, m)
-                                     for c, _ in self.memory_residuals)
+        return m is not None and any(self._held(config, m))
 
-    def _same_tiles(self, compiled: Config, m: Measurement) -> bool:
-        estimated = self.screen(compiled)
-        return estimated is not None and estimated.max_tile_bytes == m.max_tile_bytes \
-            and estimated.breakdown == m.breakdown
+    def _held(self, config: Config, m: Measurement) -> list[bool]:
+        """Per compile with tiles (memory_residuals): whether it held this config's very tiles,
+        with the same tile-memory knobs or tiles the estimate gives to the byte (`m`: the
+        config's nominal estimate; a knob that changes nothing here)."""
+        out = []
+        for c, _ in self.memory_residuals:
+            same = memory_distance(config, c) == 0
+            if not same:
+                estimated = self.screen(c)
+                same = estimated is not None and estimated.max_tile_bytes == m.max_tile_bytes \
+                    and estimated.breakdown == m.breakdown
+            out.append(same)
+        return out
 
     def judge(self, config: Config) -> tuple | None:
         """(fits, corrected throughput, busiest tile at `confidence` over the limit, mean busiest
