@@ -6,9 +6,18 @@ out of memory) is a point of guide/memory_model.py's regression (fixed and propo
 parts, slopes per stage, replica and recomputation segment, a deviation per memory
 category); every compile timed on the hardware a point of guide/call_model.py's device and
 host factors. The fitted parts become the guide's prior (guide/prior.py): their posterior
-mean, and a spread that is the posterior's widened by BETWEEN of the default prior's, since
+mean, and a spread that is the posterior's widened by a fraction of the default prior's, since
 a new model may differ from the ones recorded more than the records differ among themselves.
-The widening is a choice, checked by the leave-one-study-out error (`loso`), not derived.
+
+How much is read from the records themselves (`memory_scale`): with two or more studies,
+each study's busiest tiles are predicted by a prior fitted on the others, as the guide
+would predict them before that study's first compile, and the fraction of the default
+spreads (of SCALES) under which those held-out tiles are likeliest is the one used, for the
+shared parts' widening and for the per-model parts a store cannot carry (each layout's fixed
+cost, the local departure corrected.LOCAL_MEMORY_SD) alike. A store whose models agree gets
+a sharp prior (the next study's first compile can go near the edge of memory), one whose
+models differ a wide one. With a single study there is nothing to hold out: the shared parts
+are widened by BETWEEN (a choice, not derived) and the per-model ones keep their defaults.
 """
 
 from __future__ import annotations
@@ -20,15 +29,22 @@ from typing import Any
 
 from ..backends.base import Measurement
 from ..guide.call_model import PRIOR_SD, CallModel, CallTime, call_time
-from ..guide.corrected import layout
+from ..guide.corrected import LOCAL_MEMORY_SD, layout
 from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
 from ..guide.prior import GuidePrior
 from ..host.pipeline import overlapped
 from ..problem import Config
 from .record import study_of
 
-#: a fitted part's prior spread: sqrt(posterior sd^2 + (BETWEEN x the default prior's sd)^2)
+#: a fitted part's prior spread: sqrt(posterior sd^2 + (w x the default prior's sd)^2), with w
+#: fitted by `memory_scale` from two studies on, BETWEEN before (and for the call factors)
 BETWEEN = 0.35
+#: the scales `memory_scale` chooses among; the smallest keeps a few studies that happen to
+#: agree from claiming a new model will match them to within a percent of a tile
+SCALES = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
+#: at most this many studies are held out in turn (a team's store may hold hundreds; each
+#: held-out study costs a fit on all the others)
+SCALE_FOLDS = 8
 #: the memory parts a store prior sets (the per-layout parts stay the default's: layouts differ per model)
 SHARED = ("fixed", "proportional", "per stage", "per replica", "per checkpoint")
 
@@ -78,21 +94,57 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
     if not mem and not calls:
         return None
     memory: dict[str, tuple[float, float]] = {}
-    noise = None
+    noise, memory_cov, scale = None, None, 1.0
     if mem:
         model = MemoryModel(mem)
-        names = [*SHARED, *(n for n in model.names if n.startswith("category "))]
-        for name in names:
-            mean, sd = model.part(name)
-            default = PRIORS["category" if name.startswith("category ") else name][1]
-            memory[name] = (mean, math.sqrt(sd * sd + (BETWEEN * default) ** 2))
+        widening, scale = memory_scale(records)
+        memory, memory_cov = _widened(model, widening)
         noise = model.noise
     call = None
     if calls:
         cm = CallModel(calls)
         call = (cm.log_device, cm.log_host, math.hypot(BETWEEN * PRIOR_SD, 0.05 / math.sqrt(len(calls))))
     studies = len({study_of(r) for r in records})
-    return GuidePrior(memory, noise, call, len(records), studies, label)
+    return GuidePrior(memory, noise, call, len(records), studies, label, memory_scale=scale,
+                      memory_cov=memory_cov)
+
+
+def _widened(model: MemoryModel, widening: float) -> tuple[dict[str, tuple[float, float]], tuple]:
+    """The shared and per-category parts of a fitted model, as a prior: their means, and their
+    posterior covariance with `widening` of the default prior's spread added to each part (as
+    independent: a new model departs from the recorded ones part by part). Returns
+    (name -> (mean, spread), covariance)."""
+    names = [*SHARED, *(n for n in model.names if n.startswith("category "))]
+    cov = model.covariance(names)
+    for i, name in enumerate(names):
+        cov[i][i] += (widening * PRIORS["category" if name.startswith("category ") else name][1]) ** 2
+    memory = {name: (model.part(name)[0], math.sqrt(cov[i][i])) for i, name in enumerate(names)}
+    return memory, tuple(tuple(row) for row in cov)
+
+
+def memory_scale(records: list[dict[str, Any]]) -> tuple[float, float]:
+    """(the shared parts' widening, the per-model parts' scale): the scale of SCALES under
+    which each study's busiest tiles, predicted from the other studies' records alone as the
+    guide predicts a config before its study's first compile, are likeliest (the sum of their
+    normal log densities), for both; (BETWEEN, 1) with fewer than two studies holding tiles."""
+    by_study: dict[str, list[MemoryPoint]] = {}
+    for r in records:
+        by_study.setdefault(study_of(r), []).extend(memory_points([r]))
+    by_study = {s: ps for s, ps in by_study.items() if ps}
+    if len(by_study) < 2:
+        return BETWEEN, 1.0
+    score = dict.fromkeys(SCALES, 0.0)
+    for held in sorted(by_study)[:SCALE_FOLDS]:
+        fitted = MemoryModel([p for s, ps in by_study.items() if s != held for p in ps])
+        for scale in SCALES:
+            memory, cov = _widened(fitted, scale)
+            model = MemoryModel([], GuidePrior(memory, fitted.noise, memory_scale=scale, memory_cov=cov))
+            for p in by_study[held]:
+                mean, sd = model.tile(p.layout, p.estimated, p.shares, p.checkpoints)
+                sd = math.hypot(sd, scale * LOCAL_MEMORY_SD)  # as CorrectedModel._tiles with no compile near
+                score[scale] += -math.log(sd) - 0.5 * ((p.measured - mean) / sd) ** 2
+    best = max(SCALES, key=lambda s: (score[s], -s))
+    return best, best
 
 
 def loso(records: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -106,8 +106,9 @@ def give_prior(store, uid: str | None, problem, backend, guide, warn: Callable[[
 
 
 #: the baseline is not compiled when the prior gives it less than this chance to fit (it is
-#: recorded as screened, from the nominal estimate)
-VETO_CHANCE = 0.10
+#: recorded as screened, from the nominal estimate): the user brought it because it ran out of
+#: memory, and a compile the prior expects to do so again teaches less than a guided one
+VETO_CHANCE = 0.5
 
 
 def prior_veto(guide, baseline) -> Callable | None:
@@ -130,15 +131,26 @@ def prior_veto(guide, baseline) -> Callable | None:
     return veto
 
 
+#: the chance to fit the guide's first choice under a store's prior needs (the guide's safe
+#: choices need corrected.FIT_CONFIDENCE): an out-of-memory first compile spends the head start
+#: the store gives, while a fitting one teaches this model's speed and memory at once
+FIRST_CONFIDENCE = 0.95
+
+
 def first_trials(guide, warm: list) -> list:
     """The trials a new study enqueues when the guide has a prior: the guide's own first
-    choice under the prior, then the baseline (the summary compares the best with it;
-    prior_veto keeps it from compiling when the prior rules it out), in place of the two
-    warm starts; the guide proposes from the third trial on, as without a store. `warm` as
-    tune would enqueue them (the baseline first)."""
+    choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit), then the
+    baseline (the summary compares the best with it; prior_veto keeps it from compiling
+    unless the prior says it likelier fits than not), in place of the two warm starts; the
+    guide proposes from the third trial on, as without a store. `warm` as tune would enqueue
+    them (the baseline first)."""
     from ..guide.warmstart import Proposal
 
-    first = guide.propose([], set(), 0)
+    safe, guide.confidence = guide.confidence, FIRST_CONFIDENCE
+    try:
+        first = guide.propose([], set(), 0)
+    finally:
+        guide.confidence = safe
     if first is None or first == warm[0].config:
         return warm
     chance = "" if guide.chance is None else f"{guide.chance:.0%} chance to fit, "

@@ -163,6 +163,8 @@ class CorrectedModel:
         prior = getattr(screen, "prior", None)
         self.memory_model = MemoryModel([p for o in observations for p in o.tiles], prior)
         self.learnt_memory = bool(self.memory_model.points) or bool(prior is not None and prior.memory)
+        # where nothing near was compiled, how far a config's tiles may depart from the parts
+        self.local_sd = LOCAL_MEMORY_SD * (1.0 if prior is None else prior.memory_scale)
         # what the learnt parts leave unexplained at each compiled config, per IPU: blended into
         # the configs near it (an effect of one knob the linear parts cannot express)
         self.memory_residuals = [(o.config, [p.measured - self.memory_model.tile(p.layout, p.estimated, p.shares,
@@ -206,7 +208,7 @@ class CorrectedModel:
         for i, (mu, sd) in enumerate(tiles):
             pairs = [(w, r[i]) for w, r in same]
             residual = sum(w * v for w, v in pairs) / sum(w for w, _ in pairs) if known else _weighted(pairs)[0]
-            out.append((mu + residual, KNOWN_TILE_SD if known else math.sqrt(sd * sd + unsure * LOCAL_MEMORY_SD**2)))
+            out.append((mu + residual, KNOWN_TILE_SD if known else math.sqrt(sd * sd + unsure * self.local_sd**2)))
         return out, 1.0 - self.hedge
 
     def tiles_known(self, config: Config) -> bool:

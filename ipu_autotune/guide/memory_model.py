@@ -102,6 +102,23 @@ def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
+def _prior_precision(names: list[str], priors: list[tuple[float, float]], prior) -> list[list[float]]:
+    """The parts' prior precision matrix: diagonal from the spreads, except where a store's prior
+    gives the covariance of its parts (their fit on other studies' compiles moves the
+    proportional part and the per-category deviations together: their spreads alone would
+    make a new model's tiles far less certain than those compiles say)."""
+    n = len(names)
+    cov = [[priors[i][1] ** 2 if i == j else 0.0 for j in range(n)] for i in range(n)]
+    if prior is not None and prior.memory_cov:
+        index = {name: i for i, name in enumerate(names)}
+        given = [index.get(name) for name in prior.memory]
+        for a, i in enumerate(given):
+            for b, j in enumerate(given):
+                if i is not None and j is not None:
+                    cov[i][j] = prior.memory_cov[a][b]
+    return [_cholesky_solve(cov, [1.0 if i == j else 0.0 for j in range(n)]) for i in range(n)]
+
+
 class MemoryModel:
     """The learnt fixed and proportional parts (see the module's docstring)."""
 
@@ -115,10 +132,13 @@ class MemoryModel:
                   PRIORS["per checkpoint"],
                   *[PRIORS["category"]] * len(CATEGORIES), *[PRIORS["layout"]] * len(self.layouts)]
         self.names = names
+        #: a layout part's prior spread: the default's, scaled by what the store showed (guide/prior.py)
+        self.layout_sd = PRIORS["layout"][1] * (1.0 if prior is None else prior.memory_scale)
         if prior is not None:
-            priors = [prior.memory.get(name, p) for name, p in zip(names, priors)]
+            priors = [prior.memory.get(name, (p[0], self.layout_sd) if name.startswith("layout ") else p)
+                      for name, p in zip(names, priors)]
         self.prior_mean = [m for m, _ in priors]
-        self.prior_precision = [1.0 / sd**2 for _, sd in priors]
+        self.prior_precision = _prior_precision(names, priors, prior)
         noise_prior = NOISE_PRIOR if prior is None or prior.noise is None else prior.noise
         self.noise = noise_prior
         self.mean = self._fit()
@@ -144,7 +164,7 @@ class MemoryModel:
         n, w = len(self.names), 1.0 / self.noise**2
         a = [[0.0] * n for _ in range(n)]
         for i in range(n):
-            a[i][i] = self.prior_precision[i]
+            a[i][:] = self.prior_precision[i]
         for p in self.points:
             x = self._x(p.layout, p.estimated, p.shares, p.checkpoints)
             for i in range(n):
@@ -156,11 +176,17 @@ class MemoryModel:
     def _fit(self) -> list[float]:
         w = 1.0 / self.noise**2
         self._a = self._precision()
-        b = [pm * pp for pm, pp in zip(self.prior_mean, self.prior_precision)]
+        b = [self._dot(row, self.prior_mean) for row in self.prior_precision]
         for p in self.points:
             x = self._x(p.layout, p.estimated, p.shares, p.checkpoints)
             b = [bi + w * xi * p.measured for bi, xi in zip(b, x)]
         return _cholesky_solve(self._a, b)
+
+    def covariance(self, names: list[str]) -> list[list[float]]:
+        """The posterior covariance of the named parts (a store's prior keeps how they move
+        together: guide/prior.py)."""
+        index = [self.names.index(n) for n in names]
+        return [[self._cov[i][j] for j in index] for i in index]
 
     def part(self, name: str) -> tuple[float, float]:
         """(posterior mean, standard deviation) of one part, e.g. "fixed" or "proportional"."""
@@ -175,7 +201,7 @@ class MemoryModel:
         nonzero = [(i, xi) for i, xi in enumerate(x) if xi]
         var = sum(xi * xj * self._cov[i][j] for i, xi in nonzero for j, xj in nonzero) + self.noise**2
         if lay not in self.layouts:
-            var += PRIORS["layout"][1] ** 2
+            var += self.layout_sd**2
         return self._dot(x, self.mean), math.sqrt(var)
 
     def busiest(self, lay: tuple, estimate: Measurement, checkpoints: float = 0.0) -> list[tuple[float, float]]:

@@ -26,3 +26,11 @@ class GuidePrior:
     records: int = 0
     studies: int = 0
     label: str = ""  # e.g. "mk2, poptorch-3.4.0: 41 compiles of 3 other studies"
+    #: how far a new model's memory departs from what the records predict, as a fraction of
+    #: the default priors' spreads: the per-model parts a store cannot carry (each layout's
+    #: fixed cost, corrected.LOCAL_MEMORY_SD) get this fraction of their default spread
+    #: (calibration/prior.py fits it on the records, holding out one study at a time)
+    memory_scale: float = 1.0
+    #: the covariance of the `memory` parts (in that order; its diagonal the squared spreads),
+    #: or None: independent parts
+    memory_cov: tuple[tuple[float, ...], ...] | None = None

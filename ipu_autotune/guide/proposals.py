@@ -29,7 +29,7 @@ from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from .bold import BET_LOSSES, LONG_SHOT, BetModel, bet_climb, bold_choice, losing_streak
-from .corrected import CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
+from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .pairs import best_pair, merged
 from ..search.space import SearchSpace
 from .warmstart import Screen, climb
@@ -112,6 +112,9 @@ class Guide:
         self.stop_note = ""  # the stopping rule, once it applies
         self.bets: set[Config] = set()  # configs proposed as bets over the predicted memory (search/bold.py)
         self.bet_chance: float | None = None  # the last proposal's chance to fit, when it was a bet
+        #: the chance to fit a safe choice needs (calibration/session.first_trials asks more of a
+        #: study's first compile)
+        self.confidence = FIT_CONFIDENCE
 
     def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
@@ -122,7 +125,8 @@ class Guide:
         # While nothing is known and others compile, the first round spreads its bets (see
         # _first_round); once a compile has returned, the learnt correction is the better guide.
         first_round = not seen and running > 0
-        model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0)
+        model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0,
+                               confidence=self.confidence)
         self.correction = model.memory_prior
         corrected = CorrectedScreen(model, self.neighbours)
         fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
@@ -142,7 +146,9 @@ class Guide:
                     self.pool.add(pair)
             if anchor == anchors[0]:  # one climb per proposal: the best anchor's
                 self.pool.add(pair_climb(corrected, model, self.space, anchor))
-        self._climb_layouts(model, corrected, model.hedge)
+        # climbed once per margin, and apart at another confidence (a climb's end depends on it)
+        tag = model.hedge if self.confidence == FIT_CONFIDENCE else (model.hedge, self.confidence)
+        self._climb_layouts(model, corrected, tag)
         if first_round:
             return self._first_round(seen, measured, tried)
         self.probe = False
