@@ -122,7 +122,7 @@ def main(argv=None) -> int:
                   list(sys.argv[1:] if argv is None else argv))
     keys = list(PROBLEMS)[:args.problems]
     rows: dict = {arm: [] for arm in ARMS}
-    errors = []
+    errors, unfit = [], []
     start = time.perf_counter()
     for draw_id in draw_ids(args.set, args.first_draw + args.draws)[args.first_draw:]:
         with tempfile.TemporaryDirectory() as tmp:
@@ -144,10 +144,14 @@ def main(argv=None) -> int:
                     seen += [known] if known else []
                 reference = max(seen) if seen else math.nan
                 for arm, compiles in runs.items():
+                    print(f"draw {draw_id} {key} {arm} (best known {reference:.0f}): " + " ".join(
+                        "-" if t is None else f"{t:.0f}" for t in compiles), flush=True)
+                if not seen:  # nothing of the space is known to fit this draw: no figure to take
+                    unfit.append(f"{key} on draw {draw_id}")
+                    continue
+                for arm, compiles in runs.items():
                     rows[arm].append({"first_fits": bool(compiles) and compiles[0] is not None,
-                                      "near": near_at(compiles, reference, args.budget) if seen else args.budget + 1})
-                    print(f"draw {draw_id} {key} {arm} (best known {reference:.0f}): " + " ".join("-" if t is None else f"{t:.0f}" for t in compiles),
-                          flush=True)
+                                      "near": near_at(compiles, reference, args.budget)})
             records, _ = stores["warm"].records()
             e = loso(records)
             if e is not None:
@@ -162,6 +166,8 @@ def main(argv=None) -> int:
         if rs:
             fits = sum(r["first_fits"] for r in rs) / len(rs)
             print(f"| {arm} | {len(rs)} | {fits:.0%} | {median(r['near'] for r in rs):g} |")
+    if unfit:
+        print(f"left out, as no config of the space is known to fit there: {', '.join(unfit)}")
     print(f"wall time: {time.perf_counter() - start:.0f} s")
     if errors:
         def med(k):
