@@ -285,6 +285,8 @@ def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(
     assert (group["target"], group["sdk"], group["records"], group["studies"]) == ("mk2", "sdk-a", 8, ["a", "b"])
     e = group["leave_one_study_out"]
     assert e["memory_corrected"] < e["memory_nominal"]
+    from ipu_autotune.calibration.prior import SCALES
+    assert group["correction"]["memory scale"] in SCALES  # read from the two studies held out in turn
     assert _cli("--calibration-storage", url, "--target", "bow") == 2  # nothing there: one line, exit 2
     assert "mk2 sdk-a" in capsys.readouterr().err
 
@@ -320,3 +322,80 @@ def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path):
     assert backend.measure(problem, configs[0]).source == "compile" and backend.compiles_run == 1
     other, _ = _guided(store, sdk="sdk-b")
     assert session.prior_veto(other, configs[0]) is None  # no prior, no veto
+
+
+def test_the_priors_spread_is_what_studies_held_out_show():
+    """Studies that agree give a sharp prior, studies that differ a wide one: the spread is
+    fitted leaving one study out (prior.memory_scale); one study has nothing to hold out."""
+    from ipu_autotune.calibration.prior import BETWEEN, SCALES, memory_scale
+    from ipu_autotune.guide.memory_model import MemoryModel
+
+    assert memory_scale(records_of("a")) == (BETWEEN, 1.0)
+    assert fit_prior(records_of("a")).memory_scale == 1.0
+    agree = fit_prior([r for s in "abc" for r in records_of(s, factor=1.3)])
+    differ = fit_prior([r for s, f in zip("abc", (1.0, 1.3, 1.7)) for r in records_of(s, factor=f)])
+    assert agree.memory_scale == min(SCALES) and differ.memory_scale > 2 * agree.memory_scale
+    problem, profile, space, configs = _setup()
+    m = Screen(problem, profile, space=space)(configs[1])
+    lay = (configs[1].ipus_per_replica, configs[1].replicas, configs[1].execution)
+    sharp = max(sd for _, sd in MemoryModel([], agree).busiest(lay, m))
+    wide = max(sd for _, sd in MemoryModel([], differ).busiest(lay, m))
+    assert sharp < 0.5 * wide
+
+
+def test_the_prior_keeps_how_its_parts_move_together():
+    """The store's fit moves the proportional part and the per-category deviations together:
+    carried as a covariance, a recorded model's tiles are as certain as its records say;
+    their spreads alone would make them several times less so."""
+    from ipu_autotune.guide.memory_model import MemoryModel
+
+    prior = fit_prior([r for s in "abc" for r in records_of(s, factor=1.3)])
+    assert prior.memory_cov is not None and len(prior.memory_cov) == len(prior.memory)
+    problem, profile, space, configs = _setup()
+    m = Screen(problem, profile, space=space)(configs[2])
+    lay = (configs[2].ipus_per_replica, configs[2].replicas, configs[2].execution)
+    together = MemoryModel([], prior).busiest(lay, m)
+    apart = MemoryModel([], dataclasses.replace(prior, memory_cov=None)).busiest(lay, m)
+    for (mu, sd), (mu_apart, sd_apart) in zip(together, apart):
+        assert mu == pytest.approx(mu_apart, abs=1e-6)  # the same means
+        assert sd < sd_apart
+    tiles = HiddenFactor(1.3).measure(problem, configs[2]).max_tile_bytes
+    for (mu, sd), t in zip(together, tiles):
+        assert abs(mu - t / m.tile_capacity_bytes) < 2 * sd + 0.01  # and the truth within them
+
+
+def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
+    from ipu_autotune.calibration.session import FIRST_CONFIDENCE
+    from ipu_autotune.guide.corrected import FIT_CONFIDENCE
+    from ipu_autotune.guide.prior import GuidePrior
+    from ipu_autotune.guide.proposals import Guide
+    from ipu_autotune.guide.warmstart import proposals
+
+    problem, profile, space, configs = _setup()
+    warm = proposals(problem, profile, space, configs[0], headroom=0.05)
+
+    def guide_with(prior):
+        guide = Guide(problem, profile, space, 0.05)
+        guide.pool.update(p.config for p in warm)
+        guide.screen.prior = prior
+        return guide
+
+    # a store that agrees: the guide's choice, then the baseline, and the confidence is restored
+    store = open_store(_url(tmp_path, "sqlite"))
+    for s in "abc":
+        for r in records_of(s, factor=1.3):
+            store.add(r)
+    guide = Guide(problem, profile, space, 0.05)
+    guide.pool.update(p.config for p in warm)
+    session.prepare(store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), guide, lambda s: None)
+    first = session.first_trials(guide, warm[:2])
+    assert "calibration store prior" in first[0].origin and first[1] is warm[0]
+    assert guide.confidence == FIT_CONFIDENCE
+    assert CorrectedModel(guide.screen, [], 0.05).chance(first[0].config) >= FIRST_CONFIDENCE
+    # a prior that puts this model's fast configs at 80-95 % to fit: the guide would take one
+    # later in a study, but not as its first compile (nothing is 95 % sure: the warm starts)
+    unsure = GuidePrior({"proportional": (6.0, 0.6)})
+    later = guide_with(unsure).propose([], set(), 0)
+    assert later is not None and FIT_CONFIDENCE <= CorrectedModel(guide_with(unsure).screen, [], 0.05).chance(later) \
+        < FIRST_CONFIDENCE
+    assert session.first_trials(guide_with(unsure), warm[:2]) == warm[:2]

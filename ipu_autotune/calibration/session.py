@@ -113,7 +113,7 @@ VETO_CHANCE = 0.5
 
 def prior_veto(guide, baseline) -> Callable | None:
     """For ScreenedBackend.veto: the baseline, when the prior gives it under VETO_CHANCE to
-    fit, is not compiled (8 minutes for a config the other studies say cannot fit). Every
+    fit, is not compiled (8 minutes for a config the other studies say likely cannot fit). Every
     other candidate is the guide's or the sampler's to judge. None without a prior."""
     if guide is None or guide.screen.prior is None:
         return None

@@ -77,6 +77,8 @@ def _groups(records: list[dict]) -> list[dict]:
         correction = None
         if prior is not None:
             correction = {name: {"mean": round(m, 4), "sd": round(sd, 4)} for name, (m, sd) in prior.memory.items()}
+            if prior.memory:
+                correction["memory scale"] = prior.memory_scale
             if prior.call is not None:
                 correction["device factor"] = round(math.exp(prior.call[0]), 3)
                 correction["host factor"] = round(math.exp(prior.call[1]), 3)
@@ -134,6 +136,11 @@ def _show(console: Console, url: str, groups: list[dict], unreadable: int) -> No
                       + " (fractions of a tile)", soft_wrap=True)
         if cats:
             console.print("  per memory category (x its share): " + ", ".join(cats), soft_wrap=True)
+        if "memory scale" in c:
+            how = ("read from the studies held out in turn" if len(g["studies"]) > 1
+                   else "one study: the default, nothing to hold out")
+            console.print(f"  a new model's departure from these parts: {c['memory scale']:g} of the default "
+                          f"priors' spread ({how})", soft_wrap=True)
         if "device factor" in c:
             console.print(f"  call time: device x{c['device factor']:.3f}, host x{c['host factor']:.3f} of nominal")
         t = g["compile_time"]
