@@ -393,9 +393,14 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
     assert guide.confidence == FIT_CONFIDENCE
     assert CorrectedModel(guide.screen, [], 0.05).chance(first[0].config) >= FIRST_CONFIDENCE
     # a prior that puts this model's fast configs at 80-95 % to fit: the guide would take one
-    # later in a study, but not as its first compile (nothing is 95 % sure: the warm starts)
+    # later in a study, but not as its first compile; nothing is 95 % sure, so the first is
+    # the likeliest to fit (not the warm starts the nominal estimate chose)
     unsure = GuidePrior({"proportional": (6.0, 0.6)})
     later = guide_with(unsure).propose([], set(), 0)
-    assert later is not None and FIT_CONFIDENCE <= CorrectedModel(guide_with(unsure).screen, [], 0.05).chance(later) \
-        < FIRST_CONFIDENCE
-    assert session.first_trials(guide_with(unsure), warm[:2]) == warm[:2]
+    model = CorrectedModel(guide_with(unsure).screen, [], 0.05)
+    assert later is not None and FIT_CONFIDENCE <= model.chance(later) < FIRST_CONFIDENCE
+    guide = guide_with(unsure)
+    first = session.first_trials(guide, warm[:2])
+    assert "likeliest to fit" in first[0].origin and first[1] is warm[0]
+    assert model.chance(first[0].config) == max(model.chance(c) for c in guide.pool)
+    assert model.chance(first[0].config) > max(model.chance(later), model.chance(warm[1].config))

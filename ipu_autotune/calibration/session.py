@@ -139,22 +139,32 @@ FIRST_CONFIDENCE = 0.95
 
 def first_trials(guide, warm: list) -> list:
     """The trials a new study enqueues when the guide has a prior: the guide's own first
-    choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit), then the
-    baseline (the summary compares the best with it; prior_veto keeps it from compiling
+    choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit; when none
+    is that sure, the likeliest to fit), then the baseline (the summary compares the best with it; prior_veto keeps it from compiling
     unless the prior says it likelier fits than not), in place of the two warm starts; the
     guide proposes from the third trial on, as without a store. `warm` as tune would enqueue
     them (the baseline first)."""
     from ..guide.warmstart import Proposal
+
+    from ..guide.corrected import CorrectedModel
 
     safe, guide.confidence = guide.confidence, FIRST_CONFIDENCE
     try:
         first = guide.propose([], set(), 0)
     finally:
         guide.confidence = safe
+    why = "calibration store prior"
+    if first is None:
+        # Nothing is that sure: the candidate likeliest to fit (the faster on a tie), not the
+        # warm starts, which the nominal estimate chose and the prior may well rule out.
+        model = CorrectedModel(guide.screen, [], guide.headroom)
+        first = max(guide.pool, key=lambda c: (model.chance(c), model.score(c)), default=None)
+        guide.chance = None if first is None else model.chance(first)
+        why = "the likeliest to fit under the calibration store prior"
     if first is None or first == warm[0].config:
         return warm
     chance = "" if guide.chance is None else f"{guide.chance:.0%} chance to fit, "
-    return [Proposal(first, f"guided ({chance}calibration store prior)"), warm[0]]
+    return [Proposal(first, f"guided ({chance}{why})"), warm[0]]
 
 
 def attach(calibrated: Calibration | None, study, problem, profile, backend, warn: Callable[[str], None]):
