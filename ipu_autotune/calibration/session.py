@@ -146,8 +146,15 @@ def first_trials(guide, warm: list) -> list:
     them (the baseline first)."""
     from ..guide.warmstart import Proposal
 
-    from ..guide.corrected import CorrectedModel
+    from ..guide.corrected import CorrectedModel, CorrectedScreen
 
+    # Nothing compiled yet, so the guide has no anchor to gather candidates around: the warm
+    # starts' single-knob changes stand in (a sharded variant of a pipeline that the prior
+    # puts over memory, say), judged under the prior.
+    near = CorrectedScreen(CorrectedModel(guide.screen, [], guide.headroom, confidence=FIRST_CONFIDENCE),
+                           guide.neighbours)
+    for config in list(guide.pool):
+        guide.pool.update(c for _, c in near.candidates(guide.space, config))
     safe, guide.confidence = guide.confidence, FIRST_CONFIDENCE
     try:
         first = guide.propose([], set(), 0)
