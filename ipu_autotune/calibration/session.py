@@ -140,13 +140,12 @@ FIRST_CONFIDENCE = 0.95
 def first_trials(guide, warm: list) -> list:
     """The trials a new study enqueues when the guide has a prior: the guide's own first
     choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit; when none
-    is that sure, the likeliest to fit), then the baseline (the summary compares the best with it; prior_veto keeps it from compiling
-    unless the prior says it likelier fits than not), in place of the two warm starts; the
-    guide proposes from the third trial on, as without a store. `warm` as tune would enqueue
-    them (the baseline first)."""
-    from ..guide.warmstart import Proposal
-
+    is that sure, the likeliest to fit), then the baseline (the summary compares the best
+    with it; prior_veto keeps it from compiling unless the prior says it likelier fits than
+    not), in place of the two warm starts; the guide proposes from the third trial on, as
+    without a store. `warm` as tune would enqueue them (the baseline first)."""
     from ..guide.corrected import CorrectedModel, CorrectedScreen
+    from ..guide.warmstart import Proposal
 
     # Nothing compiled yet, so the guide has no anchor to gather candidates around: the warm
     # starts' single-knob changes stand in (a sharded variant of a pipeline that the prior

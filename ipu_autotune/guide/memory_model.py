@@ -108,14 +108,15 @@ def _prior_precision(names: list[str], priors: list[tuple[float, float]], prior)
     proportional part and the per-category deviations together: their spreads alone would
     make a new model's tiles far less certain than those compiles say)."""
     n = len(names)
+    if prior is None or not prior.memory_cov:
+        return [[1.0 / priors[i][1] ** 2 if i == j else 0.0 for j in range(n)] for i in range(n)]
     cov = [[priors[i][1] ** 2 if i == j else 0.0 for j in range(n)] for i in range(n)]
-    if prior is not None and prior.memory_cov:
-        index = {name: i for i, name in enumerate(names)}
-        given = [index.get(name) for name in prior.memory]
-        for a, i in enumerate(given):
-            for b, j in enumerate(given):
-                if i is not None and j is not None:
-                    cov[i][j] = prior.memory_cov[a][b]
+    index = {name: i for i, name in enumerate(names)}
+    given = [index.get(name) for name in prior.memory]
+    for a, i in enumerate(given):
+        for b, j in enumerate(given):
+            if i is not None and j is not None:
+                cov[i][j] = prior.memory_cov[a][b]
     return [_cholesky_solve(cov, [1.0 if i == j else 0.0 for j in range(n)]) for i in range(n)]
 
 
