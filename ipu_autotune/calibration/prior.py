@@ -14,7 +14,7 @@ each study's busiest tiles are predicted by a prior fitted on the others, as the
 would predict them before that study's first compile, and the fraction of the default
 spreads (of SCALES) under which those held-out tiles are likeliest is the one used, for the
 shared parts' widening and for the per-model parts a store cannot carry (each layout's fixed
-cost, the local departure corrected.LOCAL_MEMORY_SD) alike. A store whose models agree gets
+cost, the local departure corrected.local_memory_sd) alike. A store whose models agree gets
 a sharp prior (the next study's first compile can go near the edge of memory), one whose
 models differ a wide one. With a single study there is nothing to hold out: the shared parts
 are widened by BETWEEN (a choice, not derived) and the per-model ones keep their defaults.
@@ -29,7 +29,7 @@ from typing import Any
 
 from ..backends.base import Measurement
 from ..guide.call_model import PRIOR_SD, CallModel, CallTime, call_time
-from ..guide.corrected import LOCAL_MEMORY_SD, layout
+from ..guide.corrected import layout, local_memory_sd
 from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
 from ..guide.prior import GuidePrior
 from ..host.pipeline import overlapped
@@ -138,10 +138,11 @@ def memory_scale(records: list[dict[str, Any]]) -> tuple[float, float]:
         fitted = MemoryModel([p for s, ps in by_study.items() if s != held for p in ps])
         for scale in SCALES:
             memory, cov = _widened(fitted, scale)
-            model = MemoryModel([], GuidePrior(memory, fitted.noise, memory_scale=scale, memory_cov=cov))
+            prior = GuidePrior(memory, fitted.noise, memory_scale=scale, memory_cov=cov)
+            model = MemoryModel([], prior)
             for p in by_study[held]:
                 mean, sd = model.tile(p.layout, p.estimated, p.shares, p.checkpoints)
-                sd = math.hypot(sd, scale * LOCAL_MEMORY_SD)  # as CorrectedModel._tiles with no compile near
+                sd = math.hypot(sd, local_memory_sd(prior))  # as CorrectedModel._tiles with no compile near
                 score[scale] += -math.log(sd) - 0.5 * ((p.measured - mean) / sd) ** 2
     best = max(SCALES, key=lambda s: (score[s], -s))
     return best, best

@@ -143,6 +143,12 @@ class CandidatePool(dict):
             self[c] = None
 
 
+def local_memory_sd(prior) -> float:
+    """How far a config's busiest tile may depart from the learnt parts where no compile near
+    it is known: LOCAL_MEMORY_SD, scaled by what a store's prior showed (guide/prior.py)."""
+    return LOCAL_MEMORY_SD * (1.0 if prior is None else prior.memory_scale)
+
+
 class CorrectedModel:
     """Estimates (via a nominal `Screen`, cached) corrected by what the compiles showed.
 
@@ -164,7 +170,7 @@ class CorrectedModel:
         self.memory_model = MemoryModel([p for o in observations for p in o.tiles], prior)
         self.learnt_memory = bool(self.memory_model.points) or bool(prior is not None and prior.memory)
         # where nothing near was compiled, how far a config's tiles may depart from the parts
-        self.local_sd = LOCAL_MEMORY_SD * (1.0 if prior is None else prior.memory_scale)
+        self.local_sd = local_memory_sd(prior)
         # what the learnt parts leave unexplained at each compiled config, per IPU: blended into
         # the configs near it (an effect of one knob the linear parts cannot express)
         self.memory_residuals = [(o.config, [p.measured - self.memory_model.tile(p.layout, p.estimated, p.shares,
