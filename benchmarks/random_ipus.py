@@ -12,6 +12,7 @@ hidden IPUs stay in search_efficiency.py (`--hidden constants structural`) as na
 
     python benchmarks/random_ipus.py --set report                     # 5 problems x 20 draws, budget 20
     python benchmarks/random_ipus.py --set develop --draws 6 --problems bert-base-sl128-mb8-4ipu
+    python benchmarks/random_ipus.py --set report --first-draw 20     # report draws 20020-20039
     python benchmarks/random_ipus.py --quick                          # CI smoke: 1 problem, 2 develop draws
 """
 
@@ -140,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", choices=sorted(DRAW_SETS), default="develop",
                     help="draw ids to run: develop (develop the guide on these) or report (report only)")
     ap.add_argument("--draws", type=int, default=None, help="draws per problem (default 20; quick 2)")
+    ap.add_argument("--first-draw", type=int, default=0,
+                    help="skip this many draws of the set: a fresh report set after the first is seen, or a split run")
     ap.add_argument("--budget", type=int, default=None, help="compiles per run (default 20; quick 10)")
     ap.add_argument("--problems", nargs="+", choices=sorted(se.PROBLEMS), default=None, metavar="PROBLEM",
                     help=f"any of: {', '.join(se.PROBLEMS)} (default all; quick {se.QUICK_PROBLEMS[0]})")
@@ -179,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     kicks = args.kicks or (5 if args.quick else 50)
     common.quiet_optuna()
     common.header("Search efficiency on random hidden IPUs", "random_ipus.py", argv)
-    ids = draw_ids(args.set, draws)
+    ids = draw_ids(args.set, args.first_draw + draws)[args.first_draw:]
     print(f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {'develop on these' if args.set == 'develop' else 'held out: report only, never tuned on'}); "
           f"{len(keys)} problem(s) x {draws} draw(s); budget {budget} compiles; best known from climbs, a "
           f"{trials}-trial TPE run and {kicks} kicks on each hidden IPU; mechanisms: {', '.join(MECHANISMS)}\n",

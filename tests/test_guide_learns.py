@@ -165,3 +165,71 @@ def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them():
     moved = next(c for _, c in guide.screen.candidates(guide.space, config)
                  if guide.screen(c).max_tile_bytes != guide.screen(config).max_tile_bytes)
     assert not model.tiles_known(moved)
+
+
+@pytest.mark.slow
+def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory():
+    """A config whose tile-memory knobs a fitting compile shared runs the same program on the
+    tiles: it fits, however near the edge that compile was. With a spread on those tiles the
+    guide gave a variant of a compile that fitted at 0.999 of a tile a 50 % chance, and went
+    back to a slower layout (ViT, develop draw 10006)."""
+    from dataclasses import replace
+
+    from ipu_autotune.guide.corrected import CorrectedModel, memory_distance, observe
+
+    guide, done = _guided_run(1.0, 3)
+    config, m = next((r.config, r.measurement) for r in done if r.measurement.feasible)
+    cap = m.tile_capacity_bytes
+    edge = replace(m, max_tile_bytes=[int(0.999 * cap)] + [int(0.5 * cap)] * (len(m.max_tile_bytes) - 1))
+    model = CorrectedModel(guide.screen, observe(guide.screen, [(config, edge)]), 0.05)
+    twins = [c for _, c in guide.screen.candidates(guide.space, config) if memory_distance(c, config) == 0]
+    assert twins, "no single change leaves the program on the tiles as it is"
+    for twin in twins:
+        fits, _, load, busiest, chance = model.judge(twin)
+        assert fits and chance == 1.0 and busiest == pytest.approx(0.999, abs=1e-3) and load <= 1.0
+    over = replace(edge, feasible=False, failure="oom", throughput=None,
+                   max_tile_bytes=[int(1.001 * cap)] + list(edge.max_tile_bytes[1:]))
+    model = CorrectedModel(guide.screen, observe(guide.screen, [(config, over)]), 0.05)
+    assert all(model.chance(t) == 0.0 for t in twins)  # and a program that ran out does so again
+
+
+@pytest.mark.slow
+def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles):
+    """The baseline's layout (4 IPUs pipelined) ran out of memory: nothing was learnt of its
+    speed, so its candidates keep the layout's whole prior spread, however sure the model is
+    of the 2 x 2 compile that ran; a twin of that compile is surer."""
+    from ipu_autotune.guide.corrected import SPEED_SPREAD, CorrectedModel, observe
+
+    profile, space, measured = two_compiles
+    ran = next(c for c, m in measured if m.feasible)
+    screen = Guide(PROBLEM, profile, space, 0.05).screen
+    model = CorrectedModel(screen, observe(screen, measured), 0.05)
+    never = [c for c, m in measured if not m.feasible and layout(c) != layout(ran)]
+    assert never, "the fixture's baseline should run out of memory in its own layout"
+    assert model.speed_sd(never[0]) >= SPEED_SPREAD
+    twin = ran.replace(device_iterations=ran.device_iterations + 1)
+    assert model.speed_sd(twin) < SPEED_SPREAD
+
+
+def test_expected_gain_is_the_chance_times_the_speed_above_the_best():
+    """guide/proposals.expected_gain against sampling its log-normal speed: E[max(0, T - best)]
+    x chance to fit, as a fraction of the best."""
+    from ipu_autotune.guide.proposals import expected_gain
+
+    class Judged:  # a CorrectedModel's judge and speed spread, fixed
+        def __init__(self, speed, chance, sd):
+            self.cache = {"c": (True, speed, 0.9, 0.9, chance)}
+            self.sd = sd
+
+        def speed_sd(self, config):
+            return self.sd
+
+    rng = random.Random(0)
+    for speed, chance, sd, best in [(100.0, 1.0, 0.05, 100.0), (95.0, 0.5, 0.10, 100.0), (120.0, 0.3, 0.02, 100.0)]:
+        draws = [math.exp(rng.gauss(math.log(speed), sd)) for _ in range(200_000)]
+        sampled = chance * sum(max(0.0, t - best) for t in draws) / len(draws) / best
+        assert expected_gain(Judged(speed, chance, sd), "c", best) == pytest.approx(sampled, rel=0.03)
+    # slower than the best, it still gains by its spread; sure of its speed, it gains nothing
+    unsure = expected_gain(Judged(95.0, 1.0, 0.10), "c", 100.0)
+    sure = expected_gain(Judged(95.0, 1.0, 0.01), "c", 100.0)
+    assert unsure > 0.01 and sure < 1e-6

@@ -23,6 +23,7 @@ constants and structure.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from statistics import NormalDist
@@ -47,8 +48,10 @@ FIT_CONFIDENCE = 0.8
 #: spread (fraction of a tile) of a config's busiest tile around the learnt memory parts where
 #: no compile is near: knobs the compiles did not vary can add what the parts do not express
 LOCAL_MEMORY_SD = 0.05
-#: spread (fraction of a tile) of a busiest tile a compile already held (CorrectedModel.tiles_known):
-#: a compile's tiles repeat; a knob the estimator sees no memory in may move them a little
+#: spread (fraction of a tile) of a busiest tile a compile held in the estimate only (the same
+#: tiles to the byte with other tile-memory knobs: CorrectedModel.tiles_known): a knob the
+#: estimator sees no memory in may move them a little. With the same tile-memory knobs the
+#: program on the tiles is the same, and so are its tiles: no spread at all
 KNOWN_TILE_SD = 0.01
 #: spread of a config's log(throughput) around the learnt model before any residual is seen
 #: (a prior for the residuals' spread, worth one compile)
@@ -176,6 +179,7 @@ class CorrectedModel:
         self.memory_residuals = [(o.config, [p.measured - self.memory_model.tile(p.layout, p.estimated, p.shares,
                                                                                  p.checkpoints)[0]
                                              for p in o.tiles]) for o in observations if o.tiles]
+        self.compiled_tiles = [(o.config, [p.measured for p in o.tiles]) for o in observations if o.tiles]
         self.calls = CallModel([o.call for o in observations if o.call is not None],
                                prior.call if prior is not None else None)
         self.speed = [(o.config, self.calls.log_residual(o.call)) for o in observations
@@ -184,6 +188,7 @@ class CorrectedModel:
         # how far a config's learnt speed can be off: the residuals' spread, shrunk to SPEED_SPREAD
         rss = sum(r * r for _, r in self.speed)
         self.speed_spread = math.sqrt((SPEED_SPREAD**2 + rss) / (1 + len(self.speed)))
+        self.speed_runs = Counter(layout(c) for c, _ in self.speed)  # compiles that ran, per layout
         self._z = NormalDist().inv_cdf(confidence)
         self.cache: dict[Config, tuple | None] = {}
         self._speed_unsure: dict[Config, float] = {}  # _throughput's prior weight, for speed_sd
@@ -203,6 +208,10 @@ class CorrectedModel:
         cap = m.tile_capacity_bytes
         if not self.learnt_memory:
             return [(t / cap, 0.0) for t in m.max_tile_bytes], 1.0 - self.headroom - self.hedge
+        ipus = len(m.max_tile_bytes)
+        same_program = [t for c, t in self.compiled_tiles if memory_distance(config, c) == 0 and len(t) == ipus]
+        if same_program:  # the tiles a compile of this very program measured: it fits as that one did
+            return [(max(t[i] for t in same_program), 0.0) for i in range(ipus)], 1.0 - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
         apart = [0 if held else distance(config, c)
                  for held, (c, _) in zip(self._held(config, m), self.memory_residuals)]
@@ -263,11 +272,17 @@ class CorrectedModel:
 
     def speed_sd(self, config: Config) -> float:
         """Spread of log(throughput) for a candidate: the residuals' spread where nothing near
-        was compiled, less near a compiled config (its residual is then mostly known)."""
+        was compiled, less near a compiled config (its residual is then mostly known), plus
+        what is still unknown of its IPU layout's own error. A layout is off as a whole (a
+        fixed cost per stage, an all-reduce unlike the model's), by up to SPEED_SPREAD before
+        any compile ran in it: a layout whose compiles all ran out of memory has taught
+        nothing about its speed, however sure the model is of the layouts that ran."""
         unsure = self._speed_unsure.get(config)
         if unsure is None:  # not judged yet: the prior's weight does not depend on the prior
             _, unsure = self._blend(config, self.speed, 0.0)
-        return self.speed_spread * math.sqrt(unsure)
+        runs = self.speed_runs.get(layout(config), 0)
+        layout_var = 1.0 / (1.0 / SPEED_SPREAD**2 + runs / max(self.speed_spread, 1e-3) ** 2)
+        return math.sqrt(self.speed_spread**2 * unsure + layout_var)
 
     def chance(self, config: Config) -> float:
         j = self.judge(config)

@@ -9,8 +9,11 @@ the best configurations measured so far (single-knob changes, pairs of the most 
 ones, and a climb on the corrected model that tries pairs of knobs when no single one
 helps), and proposes the fastest one likely to fit that was not tried yet, unless a probe
 (`Guide._probe`: every IPU layout gets its chance) or a bet (guide/bold.py) is likelier to
-pay. When the chance that an untried candidate beats the best measured by STOP_BEAT is
-small, it says so (`stop_note`, with that chance): more compiles are unlikely to pay.
+pay. When that safe choice is not expected to beat the best measured, it proposes the
+candidate with the largest expected gain on the best (`expected_gain`) instead: a compile
+predicted slower than the best can only gain by luck. When the chance that an untried
+candidate beats the best measured by STOP_BEAT is small, it says so (`stop_note`, with that
+chance): more compiles are unlikely to pay.
 
 With the estimate backend there is nothing to learn (the measurements are the model), so
 the study does not use a guide there.
@@ -28,7 +31,7 @@ from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
-from .bold import BET_LOSSES, LONG_SHOT, BetModel, bet_climb, bold_choice, losing_streak
+from .bold import BET_LOSSES, LONG_SHOT, MIN_FIT_CHANCE, BetModel, bet_climb, bold_choice, losing_streak
 from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .pairs import best_pair, merged
 from ..search.space import SearchSpace
@@ -162,16 +165,26 @@ class Guide:
             self.bets.add(probe)
             return probe
         if exhausted and fits:
-            # Nothing safe is expected to pay: try the fastest candidate that fits with no
-            # margin at all (the best often sits at the edge of memory: a climb with the margin
-            # never reaches it, so each layout is climbed again without one); an OOM teaches
-            # the correction there.
+            # Nothing safe is expected to pay: the compile is worth what it is expected to
+            # gain on the best measured (expected_gain: its chance to fit times its speed's
+            # spread above the best). The best often sits at the edge of memory, where a climb
+            # with the margin never reaches, so each layout is climbed again without one; and
+            # a layout whose compiles all ran out of memory is unsure in speed as well. An OOM
+            # teaches the memory model there.
             edge = CorrectedModel(self.screen, seen, 0.0, confidence=EDGE_CONFIDENCE)
             self._climb_layouts(edge, CorrectedScreen(edge, self.neighbours), "edge")
-            bold = [c for c in self.pool if c not in tried and (j := edge.judge(c)) is not None
-                    and j[0] and j[1] >= fits[0][0] * (1 + STOP_GAIN)]
-            if bold:
-                choice = max(bold, key=lambda c: edge.judge(c)[1])
+            # A candidate less likely to fit than a safe choice is a bet (guide/bold.py): no
+            # long shots, and after BET_LOSSES of them in a row ran out of memory, none under
+            # even odds (the model is then wrong at the edge in a way its compiles have not
+            # yet corrected).
+            best, losing = fits[0][0], losing_streak(measured, self.bets) >= BET_LOSSES
+            least = EDGE_CONFIDENCE if losing else MIN_FIT_CHANCE
+            worth = {c: expected_gain(edge, c, best) for c in self.pool if c not in tried and edge.chance(c) >= least}
+            pick = max(worth, key=worth.get, default=None)
+            if pick is not None and (choice is None or worth[pick] > expected_gain(edge, choice, best)):
+                choice = pick
+                if edge.chance(pick) < self.confidence:
+                    self.bets.add(pick)
         if seen and (choice is None or compiles_since_best(measured) >= STOP_PATIENCE) \
                 and losing_streak(measured, self.bets) < BET_LOSSES:
             bet = self._bet(seen, fits, choice, tried)
@@ -346,6 +359,18 @@ class ProbeModel(BetModel):
             self.bets[config] = None if j is None else (
                 j[4] >= LONG_SHOT, _beat(self, config, self.log_target) * math.exp(self.log_target), j[2], j[3], j[4])
         return self.bets[config]
+
+
+def expected_gain(model: CorrectedModel, config: Config, best: float) -> float:
+    """E[max(0, throughput - best)] were the config compiled, as a fraction of `best`: its
+    chance to fit times the part of its (log-normal) speed spread above the best."""
+    j = CorrectedModel.judge(model, config)
+    if j is None or j[4] <= 0.0 or j[1] <= 0.0:
+        return 0.0
+    sd = max(model.speed_sd(config), 1e-6)
+    d2 = (math.log(j[1]) - math.log(best)) / sd
+    cdf = NormalDist().cdf
+    return j[4] * (j[1] * math.exp(sd * sd / 2) * cdf(d2 + sd) - best * cdf(d2)) / best
 
 
 def _beat(model: CorrectedModel, config: Config, log_target: float) -> float:
