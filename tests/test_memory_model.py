@@ -93,25 +93,3 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior():
         assert len(got) >= 100
         predicted = sum(c for c, _ in pairs if lo <= c < hi) / len(got)
         assert abs(sum(got) / len(got) - predicted) < 0.08, (lo, hi, predicted, sum(got) / len(got))
-
-
-def test_a_fixed_cost_per_recomputation_segment_is_learnt_as_a_slope():
-    """An IPU whose tiles grow by 5 % of a tile per recomputation segment (each recomputed by
-    its own code). One compile with 25 checkpoints runs far out of memory; one without fits.
-    The slope takes the difference, so a lean config without checkpoints is predicted where it
-    is: put into the fixed or proportional part instead, it would be judged out of memory
-    (ResNet-152, develop draw 10010: no compile fitted in 20 with a slope prior of 0.01)."""
-    per_segment = 0.05
-    shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
-    lay = (2, 1, "sharded")
-
-    def truth(estimated, segments):
-        return estimated + per_segment * segments
-
-    compiled = [(0.70, 12.5), (0.62, 12.5), (0.55, 0.5), (0.50, 0.5)]  # (estimate, segments per IPU)
-    model = MemoryModel([MemoryPoint(lay, e, shares, truth(e, s), s) for e, s in compiled])
-    slope, _ = model.part("per checkpoint")
-    assert slope == pytest.approx(per_segment, abs=0.015)
-    mean, sd = model.tile(lay, 0.9, shares, 0.5)
-    assert mean == pytest.approx(truth(0.9, 0.5), abs=0.04)
-    assert NormalDist(mean, sd).cdf(1.0) > 0.5
