@@ -38,7 +38,7 @@ from ..problem import Config
 
 #: prior (mean, standard deviation) of each part, in fractions of a tile
 PRIORS = {"fixed": (0.0, 0.10), "proportional": (1.0, 0.30), "category": (0.0, 0.15), "layout": (0.0, 0.05),
-          "per stage": (0.0, 0.02), "per replica": (0.0, 0.02), "per checkpoint": (0.0, 0.03)}
+          "per stage": (0.0, 0.02), "per replica": (0.0, 0.02), "per checkpoint": (0.0, 0.01)}
 #: measurement and model noise of one IPU's busiest tile before any residual is seen (fraction
 #: of a tile), and how many points' worth of weight that guess carries against the residuals
 NOISE_PRIOR, NOISE_PRIOR_POINTS = 0.02, 2.0
