@@ -202,6 +202,8 @@ class Guide:
             choice = max((c for c in self.pool if c not in tried and not model.tiles_known(c)),
                          key=lambda c: (model.chance(c), model.score(c)), default=None)
         self.chance = model.chance(choice) if choice is not None else None
+        if choice is not None and choice in self.bets:  # an expected-gain pick under the safe confidence
+            self.bet_chance = self.chance
         return choice
 
     def _probe(self, seen: list, fits: list, measured: Sequence, tried: set[Config],
