@@ -51,7 +51,8 @@ STOP_BEAT, STOP_CHANCE = 0.05, 0.10
 STOP_PATIENCE = 3
 #: a probe (Guide._probe) needs at least this chance to beat the best measured by STOP_BEAT
 EXPLORE_CHANCE = 0.2
-#: the confidence of a step to the edge of memory (the safe choice's is corrected.FIT_CONFIDENCE)
+#: the confidence of a step to the edge of memory (the safe choice's is corrected.FIT_CONFIDENCE),
+#: and the least chance to fit an expected-gain pick needs once BET_LOSSES bets in a row ran out
 EDGE_CONFIDENCE = 0.5
 #: while no compile has returned and others run: extra memory margin for a candidate, per
 #: trial running in its IPU layout plus one (a layout nothing runs in gets the safest warm
