@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     rows: dict = {arm: [] for arm in ARMS}
     errors, unfit = [], []
     start = time.perf_counter()
-    for draw_id in draw_ids(args.set, args.first_draw + args.draws)[args.first_draw:]:
+    for draw_id in draw_ids(args.set, args.draws, args.first_draw):
         with tempfile.TemporaryDirectory() as tmp:
             folder = args.keep or Path(tmp)
             folder.mkdir(parents=True, exist_ok=True)

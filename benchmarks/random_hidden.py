@@ -188,11 +188,12 @@ class RandomHiddenIPU(HiddenIPU):
         return self._cache[key]
 
 
-def draw_ids(which: str, count: int) -> list[int]:
-    """The first `count` ids of a draw set."""
+def draw_ids(which: str, count: int, skip: int = 0) -> list[int]:
+    """`count` ids of a draw set, after its first `skip` (a fresh set once those are seen, or
+    one part of a split run)."""
     if which not in DRAW_SETS:
         raise ValueError(f"draw set {which!r}: one of {', '.join(DRAW_SETS)}")
-    return list(range(DRAW_SETS[which], DRAW_SETS[which] + count))
+    return list(range(DRAW_SETS[which] + skip, DRAW_SETS[which] + skip + count))
 
 
 def kind_of(draw_id: int) -> str:

@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     kicks = args.kicks or (5 if args.quick else 50)
     common.quiet_optuna()
     common.header("Search efficiency on random hidden IPUs", "random_ipus.py", argv)
-    ids = draw_ids(args.set, args.first_draw + draws)[args.first_draw:]
+    ids = draw_ids(args.set, draws, args.first_draw)
     print(f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {'develop on these' if args.set == 'develop' else 'held out: report only, never tuned on'}); "
           f"{len(keys)} problem(s) x {draws} draw(s); budget {budget} compiles; best known from climbs, a "
           f"{trials}-trial TPE run and {kicks} kicks on each hidden IPU; mechanisms: {', '.join(MECHANISMS)}\n",

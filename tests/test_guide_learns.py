@@ -211,10 +211,10 @@ def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles):
     assert model.speed_sd(twin) < SPEED_SPREAD
 
 
-def test_expected_gain_is_the_chance_times_the_speed_above_the_best():
-    """guide/proposals.expected_gain against sampling its log-normal speed: E[max(0, T - best)]
+def test_expected_improvement_is_the_chance_times_the_speed_above_the_best():
+    """guide/gain.expected_improvement against sampling its log-normal speed: E[max(0, T - best)]
     x chance to fit, as a fraction of the best."""
-    from ipu_autotune.guide.proposals import expected_gain
+    from ipu_autotune.guide.gain import expected_improvement
 
     class Judged:  # a CorrectedModel's judge and speed spread, fixed
         def __init__(self, speed, chance, sd):
@@ -228,8 +228,8 @@ def test_expected_gain_is_the_chance_times_the_speed_above_the_best():
     for speed, chance, sd, best in [(100.0, 1.0, 0.05, 100.0), (95.0, 0.5, 0.10, 100.0), (120.0, 0.3, 0.02, 100.0)]:
         draws = [math.exp(rng.gauss(math.log(speed), sd)) for _ in range(200_000)]
         sampled = chance * sum(max(0.0, t - best) for t in draws) / len(draws) / best
-        assert expected_gain(Judged(speed, chance, sd), "c", best) == pytest.approx(sampled, rel=0.03)
+        assert expected_improvement(Judged(speed, chance, sd), "c", best) == pytest.approx(sampled, rel=0.03)
     # slower than the best, it still gains by its spread; sure of its speed, it gains nothing
-    unsure = expected_gain(Judged(95.0, 1.0, 0.10), "c", 100.0)
-    sure = expected_gain(Judged(95.0, 1.0, 0.01), "c", 100.0)
+    unsure = expected_improvement(Judged(95.0, 1.0, 0.10), "c", 100.0)
+    sure = expected_improvement(Judged(95.0, 1.0, 0.01), "c", 100.0)
     assert unsure > 0.01 and sure < 1e-6

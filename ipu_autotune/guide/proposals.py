@@ -10,7 +10,7 @@ ones, and a climb on the corrected model that tries pairs of knobs when no singl
 helps), and proposes the fastest one likely to fit that was not tried yet, unless a probe
 (`Guide._probe`: every IPU layout gets its chance) or a bet (guide/bold.py) is likelier to
 pay. When that safe choice is not expected to beat the best measured, it proposes the
-candidate with the largest expected gain on the best (`expected_gain`) instead: a compile
+candidate with the largest expected gain on the best (guide/gain.py) instead: a compile
 predicted slower than the best can only gain by luck. When the chance that an untried
 candidate beats the best measured by STOP_BEAT is small, it says so (`stop_note`, with that
 chance): more compiles are unlikely to pay.
@@ -25,12 +25,12 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import combinations
-from statistics import NormalDist
 
 from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
+from .gain import chance_to_beat, expected_improvement
 from .bold import BET_LOSSES, LONG_SHOT, MIN_FIT_CHANCE, BetModel, bet_climb, bold_choice, losing_streak
 from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .pairs import best_pair, merged
@@ -167,7 +167,7 @@ class Guide:
             return probe
         if exhausted and fits:
             # Nothing safe is expected to pay: the compile is worth what it is expected to
-            # gain on the best measured (expected_gain: its chance to fit times its speed's
+            # gain on the best measured (guide/gain.py: its chance to fit times its speed's
             # spread above the best). The best often sits at the edge of memory, where a climb
             # with the margin never reaches, so each layout is climbed again without one; and
             # a layout whose compiles all ran out of memory is unsure in speed as well. An OOM
@@ -180,9 +180,10 @@ class Guide:
             # yet corrected).
             best, losing = fits[0][0], losing_streak(measured, self.bets) >= BET_LOSSES
             least = EDGE_CONFIDENCE if losing else MIN_FIT_CHANCE
-            worth = {c: expected_gain(edge, c, best) for c in self.pool if c not in tried and edge.chance(c) >= least}
+            worth = {c: expected_improvement(edge, c, best) for c in self.pool
+                     if c not in tried and edge.chance(c) >= least}
             pick = max(worth, key=worth.get, default=None)
-            if pick is not None and (choice is None or worth[pick] > expected_gain(edge, choice, best)):
+            if pick is not None and (choice is None or worth[pick] > expected_improvement(edge, choice, best)):
                 choice = pick
                 if edge.chance(pick) < self.confidence:
                     self.bets.add(pick)
@@ -209,7 +210,7 @@ class Guide:
 
     def _probe(self, seen: list, fits: list, measured: Sequence, tried: set[Config],
                choice: Config | None) -> Config | None:
-        """The candidate likeliest to beat the best measured by STOP_BEAT (`_beat`), when
+        """The candidate likeliest to beat the best measured by STOP_BEAT (`chance_to_beat`), when
         that chance is at least EXPLORE_CHANCE and twice the safe choice's, or the likeliest
         in an IPU layout nothing was compiled in, when its chance is half the likeliest's.
 
@@ -232,14 +233,14 @@ class Guide:
                     self.climbed.add((start, tag))
                     self.pool.add(bet_climb(CorrectedScreen(model, self.neighbours), model, self.space, start))
         explored = {layout(c) for c, m in measured if m.source != "estimate" and m.failure in (None, "oom")}
-        chances = {c: _beat(probes, c, target) for c in self.pool if c not in tried}
+        chances = {c: chance_to_beat(probes, c, target) for c in self.pool if c not in tried}
         if not chances:
             return None
         likeliest = max(chances, key=chances.get)
         new = max((c for c in chances if layout(c) not in explored), key=chances.get, default=None)
         if new is not None and chances[new] >= max(EXPLORE_CHANCE, chances[likeliest] / 2):
             return new
-        safe = _beat(probes, choice, target) if choice is not None else 0.0
+        safe = chance_to_beat(probes, choice, target) if choice is not None else 0.0
         if compiles_since_best(measured) >= 1 and chances[likeliest] >= max(EXPLORE_CHANCE, 2 * safe):
             return likeliest
         return None
@@ -342,14 +343,14 @@ def beat_chance(model: CorrectedModel, candidates, best: float) -> float:
     target = math.log(best * (1.0 + STOP_BEAT))
     per_layout: dict = {}
     for c in candidates:
-        p = _beat(model, c, target)
+        p = chance_to_beat(model, c, target)
         key = layout(c)
         per_layout[key] = max(per_layout.get(key, 0.0), p)
     return 1.0 - math.prod(1.0 - p for p in per_layout.values())
 
 
 class ProbeModel(BetModel):
-    """A layout probe's climb follows the chance to beat the best by STOP_BEAT (`_beat`), not
+    """A layout probe's climb follows the chance to beat the best by STOP_BEAT (`chance_to_beat`), not
     expected throughput: a candidate that fits for sure but cannot win teaches nothing."""
 
     def __init__(self, screen, observations, log_target: float):
@@ -359,29 +360,10 @@ class ProbeModel(BetModel):
     def judge(self, config: Config) -> tuple | None:
         if config not in self.bets:
             j = CorrectedModel.judge(self, config)
+            beat = chance_to_beat(self, config, self.log_target)
             self.bets[config] = None if j is None else (
-                j[4] >= LONG_SHOT, _beat(self, config, self.log_target) * math.exp(self.log_target), j[2], j[3], j[4])
+                j[4] >= LONG_SHOT, beat * math.exp(self.log_target), j[2], j[3], j[4])
         return self.bets[config]
-
-
-def expected_gain(model: CorrectedModel, config: Config, best: float) -> float:
-    """E[max(0, throughput - best)] were the config compiled, as a fraction of `best`: its
-    chance to fit times the part of its (log-normal) speed spread above the best."""
-    j = CorrectedModel.judge(model, config)
-    if j is None or j[4] <= 0.0 or j[1] <= 0.0:
-        return 0.0
-    sd = max(model.speed_sd(config), 1e-6)
-    d2 = (math.log(j[1]) - math.log(best)) / sd
-    cdf = NormalDist().cdf
-    return j[4] * (j[1] * math.exp(sd * sd / 2) * cdf(d2 + sd) - best * cdf(d2)) / best
-
-
-def _beat(model: CorrectedModel, config: Config, log_target: float) -> float:
-    """P(the config fits and its throughput exceeds exp(log_target)) under the corrected model."""
-    j = CorrectedModel.judge(model, config)
-    if j is None or j[4] <= 0.0 or j[1] <= 0.0:
-        return 0.0
-    return j[4] * NormalDist().cdf((math.log(j[1]) - log_target) / max(model.speed_sd(config), 1e-6))
 
 
 def compiles_since_best(measured: Sequence) -> int:

@@ -1,0 +1,45 @@
+"""What one compile of a candidate may gain on the best measured, under the corrected model
+(guide/corrected.py): its chance to fit, and its throughput as a log-normal around the
+corrected figure with the model's speed spread (`CorrectedModel.speed_sd`).
+
+Two views of the same belief: the chance to beat a target (a probe's and the stopping rule's
+question, guide/proposals.py) and the expected improvement on the best (which compile to
+spend when no safe choice is expected to pay). An OOM gains nothing; it costs a compile.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+from ..problem import Config
+from .corrected import CorrectedModel
+
+
+def belief(model: CorrectedModel, config: Config) -> tuple[float, float, float] | None:
+    """(chance to fit, corrected throughput, spread of its log) under the corrected model, or
+    None when it cannot fit or run (rejected by the rules, no chance, no throughput). The
+    base class's judge: a BetModel's or ProbeModel's re-scored judgement is not a belief."""
+    j = CorrectedModel.judge(model, config)
+    if j is None or j[4] <= 0.0 or j[1] <= 0.0:
+        return None
+    return j[4], j[1], max(model.speed_sd(config), 1e-6)
+
+
+def expected_improvement(model: CorrectedModel, config: Config, best: float) -> float:
+    """E[max(0, throughput - best)] were the config compiled, as a fraction of `best`: its
+    chance to fit times the part of its (log-normal) speed spread above the best."""
+    if (b := belief(model, config)) is None:
+        return 0.0
+    chance, speed, sd = b
+    d2 = (math.log(speed) - math.log(best)) / sd
+    cdf = NormalDist().cdf
+    return chance * (speed * math.exp(sd * sd / 2) * cdf(d2 + sd) - best * cdf(d2)) / best
+
+
+def chance_to_beat(model: CorrectedModel, config: Config, log_target: float) -> float:
+    """P(the config fits and its throughput exceeds exp(log_target)) under the corrected model."""
+    if (b := belief(model, config)) is None:
+        return 0.0
+    chance, speed, sd = b
+    return chance * NormalDist().cdf((math.log(speed) - log_target) / sd)
