@@ -60,6 +60,20 @@ def test_within_the_margin_is_compiled(fraction):
     assert result.details["screen_violation"] == pytest.approx(fraction - 1, abs=1e-3)
 
 
+@pytest.mark.parametrize("fraction, veto", [(1.6, None), (1.2, None), (1.2, "the store says 40% over"), (0.5, None)])
+def test_would_compile_answers_as_measure_does_without_compiling(fraction, veto):
+    """The guide asks first (guide/untried.py): the answer must be measure's, and asking
+    must neither compile nor count a compile saved."""
+    inner = Fixed(compiled())
+    asked = ScreenedBackend(inner, Fixed(predicted(fraction)), margin=0.25)
+    asked.veto = lambda config: veto
+    answer = asked.would_compile(PROBLEM, Config())
+    assert (inner.calls, asked.compiles_saved, asked.compiles_run) == (0, 0, 0)
+    assert answer == (asked.measure(PROBLEM, Config()).source == "compile")
+    assert answer == (fraction <= 1.25 and veto is None)
+    assert Fixed().would_compile(PROBLEM, Config())  # a backend without a screen compiles everything
+
+
 def test_a_compile_without_timing_gets_the_estimated_throughput():
     estimate = predicted(0.8)
     estimate.throughput, estimate.step_time_s = 1234.0, 0.05

@@ -168,6 +168,11 @@ class Backend(abc.ABC):
     def describe(self) -> str:
         return self.name
 
+    def would_compile(self, problem: Problem, config: Config) -> bool:
+        """Whether `measure` would compile `config` (False: a screen answers it without a
+        compile, backends/screen.py), so a guide never proposes what cannot teach it."""
+        return True
+
     @property
     def sdk(self) -> str | None:
         """The SDK (or model) this backend's figures come from, as the calibration store keys

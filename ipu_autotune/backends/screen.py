@@ -52,10 +52,10 @@ class ScreenedBackend(Backend):
 
     def measure(self, problem: Problem, config: Config) -> Measurement:
         predicted = self._predict(problem, config)
-        if predicted is not None and predicted.failure in (None, "oom") and predicted.violation > self.margin:
+        if self._over_margin(predicted):
             self.compiles_saved += 1
             return self._screened(predicted)
-        vetoed = self.veto(config) if self.veto is not None and predicted is not None else None
+        vetoed = self._vetoed(config, predicted)
         if vetoed:  # the estimate corrected by other studies' compiles (calibration store) rules it out
             self.compiles_saved += 1
             return self._screened(predicted, vetoed)
@@ -71,6 +71,16 @@ class ScreenedBackend(Backend):
                     setattr(m, key, getattr(predicted, key))
                 m.details["throughput_source"] = "estimate"
         return m
+
+    def would_compile(self, problem: Problem, config: Config) -> bool:
+        predicted = self._predict(problem, config)
+        return not self._over_margin(predicted) and not self._vetoed(config, predicted)
+
+    def _over_margin(self, predicted: Measurement | None) -> bool:
+        return predicted is not None and predicted.failure in (None, "oom") and predicted.violation > self.margin
+
+    def _vetoed(self, config: Config, predicted: Measurement | None) -> str | None:
+        return self.veto(config) if self.veto is not None and predicted is not None else None
 
     def _predict(self, problem: Problem, config: Config) -> Measurement | None:
         if self.screen is None:

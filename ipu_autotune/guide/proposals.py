@@ -34,6 +34,7 @@ from .gain import chance_to_beat, expected_improvement
 from .bold import BET_LOSSES, LONG_SHOT, MIN_FIT_CHANCE, BetModel, bet_climb, bold_choice, losing_streak
 from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .pairs import best_pair, merged
+from .untried import Closed
 from ..search.space import SearchSpace
 from .warmstart import Screen, climb
 
@@ -119,11 +120,19 @@ class Guide:
         #: the chance to fit a safe choice needs (calibration/session.first_trials asks more of a
         #: study's first compile)
         self.confidence = FIT_CONFIDENCE
+        self._would_compile: Callable[[Config], bool] | None = None  # propose's would_compile
+        self._verdicts: dict[Config, bool] = {}  # its answers so far (guide/untried.py)
 
-    def propose(self, measured: Sequence, tried: set[Config], running: int = 0) -> Config | None:
+    def propose(self, measured: Sequence, tried: set[Config], running: int = 0,
+                would_compile: Callable[[Config], bool] | None = None) -> Config | None:
         """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
         far; `running`: trials other workers are compiling now (while no compile has returned,
-        each adds a memory hedge to the candidates of its IPU layout: _first_round)."""
+        each adds a memory hedge to the candidates of its IPU layout: _first_round);
+        `would_compile`: whether the backend would compile a config (Backend.would_compile):
+        one it would not counts as tried (guide/untried.py)."""
+        if would_compile != self._would_compile:  # a bound method is made anew at each access
+            self._would_compile, self._verdicts = would_compile, {}
+        asked, tried = tried, Closed(set(tried), would_compile, self._verdicts)
         seen = observe(self.screen, measured)
         self.bet_chance = None
         # While nothing is known and others compile, the first round spreads its bets (see
@@ -154,7 +163,7 @@ class Guide:
         tag = model.hedge if self.confidence == FIT_CONFIDENCE else (model.hedge, self.confidence)
         self._climb_layouts(model, corrected, tag)
         if first_round:
-            return self._first_round(seen, measured, tried)
+            return self._first_round(seen, measured, asked, tried)
         self.probe = False
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
@@ -208,7 +217,7 @@ class Guide:
             self.bet_chance = self.chance
         return choice
 
-    def _probe(self, seen: list, fits: list, measured: Sequence, tried: set[Config],
+    def _probe(self, seen: list, fits: list, measured: Sequence, tried: Closed,
                choice: Config | None) -> Config | None:
         """The candidate likeliest to beat the best measured by STOP_BEAT (`chance_to_beat`), when
         that chance is at least EXPLORE_CHANCE and twice the safe choice's, or the likeliest
@@ -245,7 +254,7 @@ class Guide:
             return likeliest
         return None
 
-    def _bet(self, seen: list, fits: list, choice: Config | None, tried: set[Config]) -> Config | None:
+    def _bet(self, seen: list, fits: list, choice: Config | None, tried: Closed) -> Config | None:
         """After compiles that stall (or with nothing predicted to fit): the candidate with the
         largest expected improvement given the model's memory error (search/bold.py), if it
         beats what `choice` is expected to give. Each layout's fastest candidate
@@ -262,7 +271,7 @@ class Guide:
         self.bet_chance = None if bet is None else bets.chance(bet)
         return bet
 
-    def _first_round(self, seen: list, measured: Sequence, tried: set[Config]) -> Config | None:
+    def _first_round(self, seen: list, measured: Sequence, asked: set[Config], tried: Closed) -> Config | None:
         """The fastest untried candidate, each judged at a memory margin of HEDGE per trial
         running in its IPU layout, plus one. The estimator's errors differ most between
         layouts, in speed as in memory: serially the compiles of the warm starts show which
@@ -270,7 +279,7 @@ class Guide:
         first round cannot know, so it covers the layouts first (each at the safest warm
         start's margin), then the same layouts further from the edge of memory."""
         done = {c for c, _ in measured}
-        busy = Counter(layout(c) for c in tried if c not in done)  # running here or elsewhere
+        busy = Counter(layout(c) for c in asked if c not in done)  # running here or elsewhere
         models = {}
         for level in sorted({1, *(1 + n for n in busy.values())}):
             models[level] = m = CorrectedModel(self.screen, seen, self.headroom, HEDGE * level)
@@ -290,7 +299,7 @@ class Guide:
         bold = CorrectedModel(self.screen, seen, self.headroom)
         bold_screen = CorrectedScreen(bold, self.neighbours)
         self._climb_layouts(bold, bold_screen, "first round, bold")
-        for c in sorted(tried - done, key=repr):  # and from each running bet (in a fixed order: ties)
+        for c in sorted(set(asked) - done, key=repr):  # and from each running bet (in a fixed order: ties)
             if (c, "first round, bold") not in self.climbed:
                 self.climbed.add((c, "first round, bold"))
                 self.pool.add(pair_climb(bold_screen, bold, self.space, c))
@@ -323,7 +332,7 @@ class Guide:
             return False
         best = fits[0][0]
         self.expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
-        tried = {c for c, _ in measured}
+        tried = Closed({c for c, _ in measured}, self._would_compile, self._verdicts)
         self.beat_chance = beat_chance(model, (c for c in self.pool if c not in tried), best)
         since = compiles_since_best(measured)
         if self.beat_chance < STOP_CHANCE and since >= STOP_PATIENCE:

@@ -98,7 +98,7 @@ class Runner:
         for t in running:
             if "enqueued_config" in t.user_attrs:  # another worker is compiling it: don't propose it twice
                 tried.add(Config.from_dict(t.user_attrs["enqueued_config"], "enqueued config"))
-        config = self.guide.propose(history, tried, running=len(running))
+        config = self.guide.propose(history, tried, running=len(running), would_compile=self._would_compile)
         if config is not None:
             chance = "" if self.guide.chance is None else f"{self.guide.chance:.0%} chance to fit"
             origin = f"guided ({chance})" if chance else "guided"
@@ -107,6 +107,9 @@ class Runner:
             if self.guide.bet_chance is not None:  # over the margin, on purpose (guide/bold.py)
                 origin = f"guided bet ({chance})"
             enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
+
+    def _would_compile(self, config: Config) -> bool:
+        return self.backend.would_compile(self.problem, config)
 
     def config_for(self, trial: optuna.Trial) -> tuple[Config, str]:
         """The trial's Config, always inside the space: the one place that enforces it.
