@@ -83,6 +83,24 @@ def test_split_moves_carry_their_checkpoints(setup):
     assert all(max(guide.screen(c).max_tile_bytes) < 1.1 * nominal for c in found)
 
 
+@pytest.mark.slow
+def test_split_moves_shift_a_pipelines_boundaries_together():
+    """A pipeline whose first stage holds more than the estimate says (BERT's embeddings on a
+    random hidden IPU, draw 20031) fits when every boundary moves one layer earlier: each
+    single move overloads a middle stage, so no climb of single moves reached it."""
+    from testing import RESNET18_CIFAR_4IPU
+
+    profile = profile_for(RESNET18_CIFAR_4IPU)
+    units = [u.path for u in profile.units]
+    splits = tuple(units[i] for i in (3, 5, 7))
+    config = Config(ipus_per_replica=4, splits=splits, recompute="pipeline", gradient_accumulation=32,
+                    checkpoints=checkpoints_every(profile, splits, 1))
+    moved = {c.splits: c for c in split_moves(profile, config)}
+    for step in (-2, -1, 1, 2):
+        shifted = tuple(units[i + step] for i in (3, 5, 7))
+        assert shifted in moved and moved[shifted].checkpoints == checkpoints_every(profile, shifted, 1)
+
+
 def test_a_bet_must_improve_on_the_best_in_expectation():
     class Model:  # BetModel's answers from a table: candidate -> (chance to fit, corrected throughput)
         def __init__(self, table):

@@ -39,3 +39,11 @@ def test_encode_inverts_decode():
 def test_by_count_splits_evenly():
     assert partition.by_count(35, 2) == [18]
     assert partition.by_count(8, 4) == [2, 4, 6]
+
+
+def test_shifted_cuts_move_every_boundary_together():
+    # four stages over 12 units: stages of 3; a shift moves work between the first and last
+    # stages and keeps the middle ones' sizes (BERT's embeddings sit in the first)
+    assert partition.shifted_cuts([3, 6, 9], 12, (-2, -1, 1, 2)) == [[1, 4, 7], [2, 5, 8], [4, 7, 10], [5, 8, 11]]
+    assert partition.shifted_cuts([1, 6, 9], 12, (-1, 1)) == [[2, 7, 10]]  # the first stage keeps a unit
+    assert partition.shifted_cuts([6], 12, (-1, 1)) == []  # one boundary: moved_cuts has it

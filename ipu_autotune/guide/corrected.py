@@ -360,7 +360,9 @@ def split_moves(profile, c: Config) -> list[Config]:
     if every is None:
         return []
     out = []
-    for moved in partition.moved_cuts([index[p] for p in c.splits], len(profile.units), (-2, -1, 1, 2)):
+    cuts = [index[p] for p in c.splits]
+    for moved in partition.moved_cuts(cuts, len(profile.units), (-2, -1, 1, 2)) \
+            + partition.shifted_cuts(cuts, len(profile.units), (-2, -1, 1, 2)):
         splits = tuple(profile.units[x].path for x in moved)
         out.append(c.replace(splits=splits, checkpoints=checkpoints_every(profile, splits, every)))
     return out

@@ -61,6 +61,18 @@ def moved_cuts(cuts: Sequence[int], units: int, steps: Sequence[int]) -> list[li
     return out
 
 
+def shifted_cuts(cuts: Sequence[int], units: int, steps: Sequence[int]) -> list[list[int]]:
+    """Every boundary moved together by each step, where every stage keeps at least one unit
+    (more than one boundary: with one, moved_cuts has it)."""
+    out = []
+    for step in steps if len(cuts) > 1 else ():
+        moved = [b + step for b in cuts]
+        bounds = [0, *moved, units]
+        if all(a < b for a, b in zip(bounds, bounds[1:])):
+            out.append(moved)
+    return out
+
+
 def encode(cuts: Sequence[int]) -> list[int]:
     """Boundaries -> non-decreasing integers in [1, C-N+1] (stars and bars).
 
