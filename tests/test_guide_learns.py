@@ -40,6 +40,28 @@ def test_device_and_host_time_are_learnt_apart():
     assert abs(100.0 / (moved.combined(1.0, 1.0) * math.exp(single_ratio)) - 100.0 / 1.17) > 0.03 * 100 / 1.17
 
 
+@pytest.mark.parametrize("leak", [0.0, 0.45])
+def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak):
+    """Four configs the estimate puts at their host cap (device 0.3-0.9 of the host's time),
+    on a host whose loader leaves `leak` of the shorter side unhidden (random hidden IPUs'
+    "overlap"). Without the leak the model sees the device as free there, and optimizer
+    offload (more device time) as costless: ResNet-101 draws 20020/27/30/38 never dropped it.
+    The leak is recovered, a faster device is then predicted faster, and a loader that
+    overlaps fully is not read as leaking."""
+    rng = random.Random(5)
+
+    def call(d, h=1.0):
+        p = CallTime(d, h, True, samples=100.0)
+        return CallTime(d, h, True, 100.0, p.combined(1.0, 1.0, leak) * math.exp(rng.gauss(0, 0.01)))
+
+    model = CallModel([call(d) for d in (0.3, 0.5, 0.7, 0.9)] + [call(1.5), call(2.0)])
+    # the prior (LEAK_SD) shrinks what six compiles show a little, never to nothing
+    assert 0.6 * leak <= model.leak <= leak + 0.03
+    offloaded, kept = CallTime(0.95, 1.0, True, 100.0), CallTime(0.7, 1.0, True, 100.0)
+    gain, true_gain = model.predict(kept) / model.predict(offloaded) - 1, (0.95 - 0.7) * leak / (1 + 0.7 * leak)
+    assert 0.7 * true_gain - 0.005 <= gain <= 1.1 * true_gain + 0.005
+
+
 def test_no_compile_leaves_both_factors_at_one():
     assert (CallModel([]).device, CallModel([]).host) == (1.0, 1.0)
     assert CallModel([CallTime(1.0, 0.5, True, 10.0)]).device == 1.0  # an estimate, not a compile
