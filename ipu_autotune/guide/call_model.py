@@ -46,6 +46,7 @@ NOISE_SD = 0.05
 #: the coarse grid of log factors, then two refinements around its best point
 _GRID = (1.5, 0.1)
 _REFINE = ((0.1, 0.01), (0.01, 0.001))
+_FITS: dict[tuple, tuple[float, float, float]] = {}  # CallModel._cached_fit
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class CallModel:
         None: factors of 1 within PRIOR_SD."""
         self.points = [p for p in points if p.measured_s]
         self.prior = prior or (0.0, 0.0, PRIOR_SD)
-        self.log_device, self.log_host, self.leak = self._fit() if self.points else (*self.prior[:2], 0.0)
+        self.log_device, self.log_host, self.leak = self._cached_fit() if self.points else (*self.prior[:2], 0.0)
 
     @property
     def device(self) -> float:
@@ -100,6 +101,15 @@ class CallModel:
         fit = sum((math.log(p.measured_s / p.combined(du, hv, leak))) ** 2 for p in self.points) / NOISE_SD**2
         mu, mv, sd = self.prior
         return fit + ((u - mu) ** 2 + (v - mv) ** 2) / sd**2 + (leak / LEAK_SD) ** 2
+
+    def _cached_fit(self) -> tuple[float, float, float]:
+        """_fit, once per set of compiles and prior: a proposal builds several models of them."""
+        key = (tuple(self.points), self.prior)
+        if key not in _FITS:
+            if len(_FITS) > 1_000:  # bounded: a long study must not grow it forever
+                _FITS.clear()
+            _FITS[key] = self._fit()
+        return _FITS[key]
 
     def _fit(self) -> tuple[float, float, float]:
         span, step = _GRID
