@@ -228,7 +228,8 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
     estimated = backend.name == "estimate"
     records = st.records(study)
     if guide is not None and records:  # the stopping rule, on every worker's compiles
-        guide.propose([(r.config, r.measurement) for r in records], {r.config for r in records})
+        guide.propose([(r.config, r.measurement) for r in records], {r.config for r in records},
+                      would_compile=runner.would_compile)
     best = st.best_record(study, skip_unreadable=True)
     closest = None if best else st.closest_record(records)
     base = next((r for r in records if is_baseline(r.origin)), records[0] if records else None)

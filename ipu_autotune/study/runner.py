@@ -98,7 +98,7 @@ class Runner:
         for t in running:
             if "enqueued_config" in t.user_attrs:  # another worker is compiling it: don't propose it twice
                 tried.add(Config.from_dict(t.user_attrs["enqueued_config"], "enqueued config"))
-        config = self.guide.propose(history, tried, running=len(running), would_compile=self._would_compile)
+        config = self.guide.propose(history, tried, running=len(running), would_compile=self.would_compile)
         if config is not None:
             chance = "" if self.guide.chance is None else f"{self.guide.chance:.0%} chance to fit"
             origin = f"guided ({chance})" if chance else "guided"
@@ -108,7 +108,8 @@ class Runner:
                 origin = f"guided bet ({chance})"
             enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
 
-    def _would_compile(self, config: Config) -> bool:
+    def would_compile(self, config: Config) -> bool:
+        """Whether the backend would compile `config` (a screen may answer it without one)."""
         return self.backend.would_compile(self.problem, config)
 
     def config_for(self, trial: optuna.Trial) -> tuple[Config, str]:
