@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", choices=sorted(DRAW_SETS), default="develop",
                     help="draw ids: develop (develop on these) or report (held out, report only)")
     ap.add_argument("--draws", type=int, default=None, help="draws per problem (default 20; quick 2)")
+    ap.add_argument("--first-draw", type=int, default=0,
+                    help="skip this many draws of the set (a fresh report set after the first is seen)")
     ap.add_argument("--problems", nargs="+", choices=sorted(se.PROBLEMS), default=None, metavar="PROBLEM",
                     help=f"any of: {', '.join(se.PROBLEMS)} (default all; quick {se.QUICK_PROBLEMS[0]})")
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 draws")
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = args.problems or (se.QUICK_PROBLEMS if args.quick else list(se.PROBLEMS))
     common.quiet_optuna()
     common.header("Chance to fit: the learnt memory model against the hidden IPU", "memory_calibration.py", argv)
-    ids = draw_ids(args.set, draws)
+    ids = draw_ids(args.set, draws, args.first_draw)
     print(f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}); {len(keys)} problem(s) x {draws} draw(s); learnt from "
           f"the first {COMPILES} compiles of each run\n", flush=True)
     start = time.perf_counter()
