@@ -40,7 +40,7 @@ from .warmstart import Screen, climb
 
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline
 #: (whose compile teaches the correction) and the safest climb; the guide ranks the rest
-COMPILED_WARM_STARTS = 2
+COMPILED_WARM_STARTS = 1
 #: a compile "beats" the best measured when it is this much faster (compiles_since_best); with
 #: no untried candidate expected to beat it so, a step to the edge of memory is tried
 STOP_GAIN = 0.01
@@ -137,7 +137,7 @@ class Guide:
         self.bet_chance = None
         # While nothing is known and others compile, the first round spreads its bets (see
         # _first_round); once a compile has returned, the learnt correction is the better guide.
-        first_round = not seen and running > 0
+        first_round = not seen
         model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0,
                                confidence=self.confidence)
         self.correction = model.memory_prior
