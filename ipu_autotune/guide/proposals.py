@@ -38,8 +38,10 @@ from .untried import Closed
 from ..search.space import SearchSpace
 from .warmstart import Screen, climb
 
-#: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline
-#: (whose compile teaches the correction) and the safest climb; the guide ranks the rest
+#: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline,
+#: whose compile teaches the correction; the guide ranks the rest. (The safest climb was
+#: enqueued second: chosen before any compile, it ran out of memory on most ResNet-101 random
+#: hidden IPUs, where the guide's choice after the baseline's compile fitted.)
 COMPILED_WARM_STARTS = 1
 #: a compile "beats" the best measured when it is this much faster (compiles_since_best); with
 #: no untried candidate expected to beat it so, a step to the edge of memory is tried
@@ -55,8 +57,8 @@ EXPLORE_CHANCE = 0.2
 #: the confidence of a step to the edge of memory (the safe choice's is corrected.FIT_CONFIDENCE),
 #: and the least chance to fit an expected-gain pick needs once BET_LOSSES bets in a row ran out
 EDGE_CONFIDENCE = 0.5
-#: while no compile has returned and others run: extra memory margin for a candidate, per
-#: trial running in its IPU layout plus one (a layout nothing runs in gets the safest warm
+#: while no compile has returned: extra memory margin for a candidate, per trial running in
+#: its IPU layout plus one (a layout nothing runs in gets the safest warm
 #: start's margin, 15 % with the default headroom; each running trial in it pushes the next
 #: bet there further from the edge of memory)
 HEDGE = 0.10
@@ -135,8 +137,9 @@ class Guide:
         asked, tried = tried, Closed(set(tried), would_compile, self._verdicts)
         seen = observe(self.screen, measured)
         self.bet_chance = None
-        # While nothing is known and others compile, the first round spreads its bets (see
-        # _first_round); once a compile has returned, the learnt correction is the better guide.
+        # While nothing is known, the first round judges at the safest warm start's margin, and
+        # with others compiling spreads its bets (see _first_round); once a compile has
+        # returned, the learnt correction is the better guide.
         first_round = not seen
         model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0,
                                confidence=self.confidence)
@@ -273,11 +276,12 @@ class Guide:
 
     def _first_round(self, seen: list, measured: Sequence, asked: set[Config], tried: Closed) -> Config | None:
         """The fastest untried candidate, each judged at a memory margin of HEDGE per trial
-        running in its IPU layout, plus one. The estimator's errors differ most between
-        layouts, in speed as in memory: serially the compiles of the warm starts show which
-        layout is faster than estimated (often not the one it ranks first); in parallel the
-        first round cannot know, so it covers the layouts first (each at the safest warm
-        start's margin), then the same layouts further from the edge of memory."""
+        running in its IPU layout, plus one (serially, with the baseline screened: the safest
+        warm start's margin). The estimator's errors differ most between layouts, in speed as
+        in memory: serially the first compiles show which layout is faster than estimated
+        (often not the one it ranks first); in parallel the first round cannot know, so it
+        covers the layouts first (each at the safest warm start's margin), then the same
+        layouts further from the edge of memory."""
         done = {c for c, _ in measured}
         busy = Counter(layout(c) for c in asked if c not in done)  # running here or elsewhere
         models = {}
