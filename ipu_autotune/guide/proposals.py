@@ -139,8 +139,9 @@ class Guide:
         self.bet_chance = None
         # While nothing is known, the first round judges at the safest warm start's margin, and
         # with others compiling spreads its bets (see _first_round); once a compile has
-        # returned, the learnt correction is the better guide.
-        first_round = not seen
+        # returned, the learnt correction is the better guide, and serially so is a calibration
+        # store's prior (calibration/session.first_trials).
+        first_round = not seen and (running > 0 or self.screen.prior is None)
         model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0,
                                confidence=self.confidence)
         self.correction = model.memory_prior
