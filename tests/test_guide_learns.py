@@ -197,6 +197,30 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("factor", [1.4, 2.0])
+def test_the_second_compile_learns_from_the_baselines(factor):
+    """tune enqueues the baseline alone (COMPILED_WARM_STARTS); the guide chooses the second
+    compile knowing the baseline's tiles. On an IPU whose tiles hold `factor` x the
+    estimate's imbalance, the safest warm start (chosen at 15 % free before any compile, and
+    enqueued second until issue 22's third round) runs out of memory; the guide's choice fits."""
+    from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS
+
+    profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
+    warm = proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)
+    assert COMPILED_WARM_STARTS == 1 and warm[1].origin.startswith("climb, 15% free")
+    study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
+    enqueue(study, space, PROBLEM, profile, warm[:COMPILED_WARM_STARTS])
+    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide.pool.update(p.config for p in warm)
+    hungry = HungryIPU(factor)
+    runner = Runner(study, PROBLEM, profile, space, hungry, guide=guide)
+    baseline, second = runner.run_one(), runner.run_one()
+    assert baseline.origin == "baseline" and not baseline.measurement.feasible
+    assert not hungry.measure(PROBLEM, warm[1].config).feasible
+    assert second.origin.startswith("guided") and second.measurement.feasible
+
+
+@pytest.mark.slow
 def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them():
     """A config that differs from a compiled one only in knobs that leave its tiles as they
     are (device iterations, the loader; or any knob the estimator gives the same tiles to the

@@ -142,8 +142,8 @@ def first_trials(guide, warm: list) -> list:
     choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit; when none
     is that sure, the likeliest to fit), then the baseline (the summary compares the best
     with it; prior_veto keeps it from compiling unless the prior says it likelier fits than
-    not), in place of the two warm starts; the guide proposes from the third trial on, as
-    without a store. `warm` as tune would enqueue them (the baseline first)."""
+    not), in place of the baseline alone; the guide proposes from the third trial on, as it
+    does from the second without a store. `warm` as tune would enqueue them (the baseline first)."""
     from ..guide.corrected import CorrectedModel, CorrectedScreen
     from ..guide.warmstart import Proposal
 
