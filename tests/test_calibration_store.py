@@ -404,3 +404,18 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
     assert "likeliest to fit" in first[0].origin and first[1] is warm[0]
     assert model.chance(first[0].config) == max(model.chance(c) for c in guide.pool)
     assert model.chance(first[0].config) > max(model.chance(later), model.chance(warm[1].config))
+    # a first trial the backend would not compile (the estimator's screen) is never chosen:
+    # the next likeliest is, and so for the confident choice above
+    refused = first[0].config
+    again = session.first_trials(guide_with(unsure), warm[:2], lambda c: c != refused)
+    assert again[0].config != refused and "likeliest to fit" in again[0].origin
+    assert model.chance(again[0].config) == max(model.chance(c) for c in guide.pool if c != refused)
+    confident = Guide(problem, profile, space, 0.05)
+    confident.pool.update(p.config for p in warm)
+    session.prepare(store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), confident, lambda s: None)
+    chosen = session.first_trials(confident, warm[:2])[0].config
+    other = Guide(problem, profile, space, 0.05)
+    other.pool.update(p.config for p in warm)
+    session.prepare(store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), other, lambda s: None)
+    instead = session.first_trials(other, warm[:2], lambda c: c != chosen)
+    assert instead[0].config != chosen and "calibration store prior" in instead[0].origin

@@ -137,13 +137,15 @@ def prior_veto(guide, baseline) -> Callable | None:
 FIRST_CONFIDENCE = 0.95
 
 
-def first_trials(guide, warm: list) -> list:
+def first_trials(guide, warm: list, would_compile=None) -> list:
     """The trials a new study enqueues when the guide has a prior: the guide's own first
     choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit; when none
     is that sure, the likeliest to fit), then the baseline (the summary compares the best
     with it; prior_veto keeps it from compiling unless the prior says it likelier fits than
     not), in place of the baseline alone; the guide proposes from the third trial on, as it
-    does from the second without a store. `warm` as tune would enqueue them (the baseline first)."""
+    does from the second without a store. `warm` as tune would enqueue them (the baseline
+    first); `would_compile`, the backend's verdict (Backend.would_compile): the first trial
+    is one it would compile."""
     from ..guide.corrected import CorrectedModel, CorrectedScreen
     from ..guide.warmstart import Proposal
 
@@ -156,7 +158,7 @@ def first_trials(guide, warm: list) -> list:
         guide.pool.update(c for _, c in near.candidates(guide.space, config))
     safe, guide.confidence = guide.confidence, FIRST_CONFIDENCE
     try:
-        first = guide.propose([], set(), 0)
+        first = guide.propose([], set(), 0, would_compile=would_compile)
     finally:
         guide.confidence = safe
     why = "calibration store prior"
@@ -164,7 +166,8 @@ def first_trials(guide, warm: list) -> list:
         # Nothing is that sure: the candidate likeliest to fit (the faster on a tie), not the
         # warm starts, which the nominal estimate chose and the prior may well rule out.
         model = CorrectedModel(guide.screen, [], guide.headroom)
-        first = max(guide.pool, key=lambda c: (model.chance(c), model.score(c)), default=None)
+        first = max((c for c in guide.pool if would_compile is None or would_compile(c)),
+                    key=lambda c: (model.chance(c), model.score(c)), default=None)
         guide.chance = None if first is None else model.chance(first)
         why = "the likeliest to fit under the calibration store prior"
     if first is None or first == warm[0].config:

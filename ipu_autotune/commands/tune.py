@@ -110,7 +110,7 @@ def tune_study(args) -> TuneOutcome:
 
             items = items[:COMPILED_WARM_STARTS]
             if guide.screen.prior is not None:  # other studies' compiles: the guide's choice first
-                items = calibration.first_trials(guide, items)
+                items = calibration.first_trials(guide, items, lambda c: backend.would_compile(problem, c))
         st.enqueue(study, space, problem, profile, items)
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
