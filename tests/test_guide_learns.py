@@ -133,21 +133,13 @@ class HungryIPU(HiddenIPU):
         return m
 
 
-def _guided_run(factor: float, compiles: int, screen_margin: float | None = None):
-    """`compiles` trials on an IPU whose tiles hold `factor` x the estimate's imbalance;
-    with `screen_margin`, behind the estimator's screen (backends/screen.py) as `tune` runs it."""
-    from ipu_autotune.backends.estimate import EstimateBackend
-    from ipu_autotune.backends.screen import ScreenedBackend
-
+def _guided_run(factor: float, compiles: int):
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile,
             proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[:2])
     guide = Guide(PROBLEM, profile, space, 0.05)
-    backend = HungryIPU(factor)
-    if screen_margin is not None:
-        backend = ScreenedBackend(backend, EstimateBackend(headroom=0.05), margin=screen_margin)
-    runner = Runner(study, PROBLEM, profile, space, backend, guide=guide)
+    runner = Runner(study, PROBLEM, profile, space, HungryIPU(factor), guide=guide)
     done = [runner.run_one() for _ in range(compiles)]
     return guide, done
 
