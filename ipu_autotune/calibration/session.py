@@ -166,7 +166,8 @@ def first_trials(guide, warm: list, would_compile=None) -> list:
         # Nothing is that sure: the candidate likeliest to fit (the faster on a tie), not the
         # warm starts, which the nominal estimate chose and the prior may well rule out.
         model = CorrectedModel(guide.screen, [], guide.headroom)
-        first = max((c for c in guide.pool if would_compile is None or would_compile(c)),
+        closed = guide.closed(set())  # propose above was told would_compile
+        first = max((c for c in guide.pool if c not in closed),
                     key=lambda c: (model.chance(c), model.score(c)), default=None)
         guide.chance = None if first is None else model.chance(first)
         why = "the likeliest to fit under the calibration store prior"

@@ -134,7 +134,7 @@ class Guide:
         one it would not counts as tried (guide/untried.py)."""
         if would_compile != self._would_compile:  # a bound method is made anew at each access
             self._would_compile, self._verdicts = would_compile, {}
-        asked, tried = tried, Closed(set(tried), would_compile, self._verdicts)
+        asked, tried = tried, self.closed(tried)
         seen = observe(self.screen, measured)
         self.bet_chance = None
         # While nothing is known, the first round judges at the safest warm start's margin, and
@@ -220,6 +220,11 @@ class Guide:
         if choice is not None and choice in self.bets:  # an expected-gain pick under the safe confidence
             self.bet_chance = self.chance
         return choice
+
+    def closed(self, tried: set[Config]) -> Closed:
+        """What not to propose: `tried`, and what the backend would not compile, as the last
+        `propose` was told (guide/untried.py; its answers are kept across proposals)."""
+        return Closed(set(tried), self._would_compile, self._verdicts)
 
     def _probe(self, seen: list, fits: list, measured: Sequence, tried: Closed,
                choice: Config | None) -> Config | None:
@@ -337,7 +342,7 @@ class Guide:
             return False
         best = fits[0][0]
         self.expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
-        tried = Closed({c for c, _ in measured}, self._would_compile, self._verdicts)
+        tried = self.closed({c for c, _ in measured})
         self.beat_chance = beat_chance(model, (c for c in self.pool if c not in tried), best)
         since = compiles_since_best(measured)
         if self.beat_chance < STOP_CHANCE and since >= STOP_PATIENCE:
