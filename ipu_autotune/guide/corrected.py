@@ -6,8 +6,9 @@ the error of a pipelined FP16 config is not that of a sharded FP32 one. Each com
 the error where it ran (even an out-of-memory compile reports its tiles). Memory: the learnt
 fixed and proportional parts (guide/memory_model.py) give each candidate's busiest tile per IPU
 as a mean and a spread; what they leave unexplained at a compiled config is blended into the
-configs near it, weighted by how many knobs they share (a config one knob away is mostly like
-it), and the spread grows where nothing near was compiled. A candidate fits when its chance
+configs near it, weighted by how many of the knobs that change the tiles they share (a config
+one such knob away holds mostly what it held; the host's knobs change nothing there), and the
+spread grows where nothing near was compiled. A candidate fits when its chance
 to fit is at least `confidence`; before any compile, when the estimate leaves `headroom` free.
 Time: the learnt device and host factors (guide/call_model.py), then the blended residual,
 shrunk towards its IPU layout's mean. With compiles running in parallel and none returned
@@ -41,6 +42,12 @@ from ..search.replay import checkpoint_spacing
 
 #: weight of a compiled config that differs from the candidate in one knob (d knobs: KERNEL**d)
 KERNEL = 0.3
+#: the same for what a compile's tiles held beyond the learnt memory parts, counting only the
+#: knobs that change the tiles (memory_distance). Larger than KERNEL: the estimator gets the
+#: difference between two such configs mostly right, so an excess one compile showed is mostly
+#: its neighbour's too (at 0.3, and counting host knobs, three near-copies of one ResNet-152
+#: config that ran out were each given 34-40 % and each ran out: develop draw 20050)
+MEMORY_KERNEL = 0.6
 #: weight of the prior against the compiled configs
 PRIOR_WEIGHT = 0.25
 #: a candidate "fits" when its learnt chance to fit is at least this
@@ -213,10 +220,11 @@ class CorrectedModel:
         if same_program:  # the tiles a compile of this very program measured: it fits as that one did
             return [(max(t[i] for t in same_program), 0.0) for i in range(ipus)], 1.0 - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
-        apart = [0 if held else distance(config, c)
+        # only knobs that change what the tiles hold set how far a compile's residual carries
+        apart = [0 if held else memory_distance(config, c)
                  for held, (c, _) in zip(self._held(config, m), self.memory_residuals)]
         known = 0 in apart
-        weights = [float(d == 0) if known else KERNEL ** d for d in apart]
+        weights = [float(d == 0) if known else MEMORY_KERNEL ** d for d in apart]
         unsure = 0.0 if known else _weighted(zip(weights, [0.0] * len(weights)))[1]
         same = [(w, r) for w, (_, r) in zip(weights, self.memory_residuals) if len(r) == len(tiles) and w > 0]
         out = []
