@@ -4,12 +4,12 @@ Per draw (benchmarks/random_hidden.py, a hidden IPU with its own structural diff
 the problems in turn, each tuned as `ipu-autotune tune` runs with a compiling backend
 (serially: warm starts, then the guide, screening at 25 %), in two arms:
 
-  cold   as without the store: the baseline and the safest climb compile first, then the
+  cold   as without the store: the baseline compiles first (COMPILED_WARM_STARTS), then the
          guide, from the nominal estimator
   warm   as tune runs with the store: the guide's prior from the records this arm's earlier
          studies wrote (calibration/session.py, recorder.py, to a journal store in a
          temporary folder); the guide's own first choice (session.first_trials), then the
-         baseline (not compiled when the prior gives it under 10 % chance to fit:
+         baseline (not compiled when the prior gives it under session.VETO_CHANCE to fit:
          session.prior_veto), then the guide
 
 The first problem of a draw has an empty store: every arm runs the same study there, and it
@@ -79,7 +79,7 @@ def one_study(problem, oracle, budget: int, store, name: str) -> list:
         s.set_user_attr(session.ATTR_UID, name)
         first = items[:COMPILED_WARM_STARTS]
         if guide.screen.prior is not None:
-            first = session.first_trials(guide, first)
+            first = session.first_trials(guide, first, lambda c: backend.would_compile(problem, c))  # as tune
         st.enqueue(s, space, problem, profile, first)
 
     study, _ = st.open_study(open_storage("memory:"), name, problem, 0, on_create)
