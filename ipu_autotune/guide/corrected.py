@@ -220,9 +220,7 @@ class CorrectedModel:
         if same_program:  # the tiles a compile of this very program measured: it fits as that one did
             return [(max(t[i] for t in same_program), 0.0) for i in range(ipus)], 1.0 - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
-        # only knobs that change what the tiles hold set how far a compile's residual carries
-        apart = [0 if held else memory_distance(config, c)
-                 for held, (c, _) in zip(self._held(config, m), self.memory_residuals)]
+        apart = self._apart(config, m)
         known = 0 in apart
         weights = [float(d == 0) if known else MEMORY_KERNEL ** d for d in apart]
         unsure = 0.0 if known else _weighted(zip(weights, [0.0] * len(weights)))[1]
@@ -238,20 +236,22 @@ class CorrectedModel:
         """Whether a compile held this config's very tiles (_tiles): compiling it cannot
         teach memory, and its chance to fit is that compile's."""
         m = self.screen(config)
-        return m is not None and any(self._held(config, m))
+        return m is not None and 0 in self._apart(config, m)
 
-    def _held(self, config: Config, m: Measurement) -> list[bool]:
-        """Per compile with tiles (memory_residuals): whether it held this config's very tiles,
-        with the same tile-memory knobs or tiles the estimate gives to the byte (`m`: the
-        config's nominal estimate; a knob that changes nothing here)."""
+    def _apart(self, config: Config, m: Measurement) -> list[int]:
+        """Per compile with tiles (memory_residuals): how many knobs that change what the tiles
+        hold set it apart from this config (how far its residual carries), 0 when it held this
+        config's very tiles: the same tile-memory knobs, or tiles the estimate gives to the byte
+        (`m`: the config's nominal estimate; a knob that changes nothing here)."""
         out = []
         for c, _ in self.memory_residuals:
-            same = memory_distance(config, c) == 0
-            if not same:
+            apart = memory_distance(config, c)
+            if apart:
                 estimated = self.screen(c)
-                same = estimated is not None and estimated.max_tile_bytes == m.max_tile_bytes \
-                    and estimated.breakdown == m.breakdown
-            out.append(same)
+                if estimated is not None and estimated.max_tile_bytes == m.max_tile_bytes \
+                        and estimated.breakdown == m.breakdown:
+                    apart = 0
+            out.append(apart)
         return out
 
     def judge(self, config: Config) -> tuple | None:
