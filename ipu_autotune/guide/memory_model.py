@@ -19,8 +19,12 @@ replicas (their synchronisation) or the recomputation segments per IPU (each rec
 its own code): learnt as slopes, they carry to a layout or a recomputation not yet compiled. A
 Bayesian linear regression with a prior for each part (PRIORS: nothing fixed, the estimate's
 proportion, no category or layout difference) gives their posterior means and covariance; the
-noise is the residual spread shrunk towards NOISE_PRIOR. A candidate's busiest tile is then a
-normal with the predictive mean and spread, and its chance to fit is the smallest of its IPUs'
+noise is the residual spread shrunk towards NOISE_PRIOR. A slope's prior may be wider than
+PRIORS: the model averages that hypothesis, one slope at a time, with PRIORS' own, each
+weighed by the compiles' evidence (its marginal likelihood; SLOPES, WIDER), so a cost an IPU
+has at fifteen prior spreads is learnt, where the other parts took it up and predicted it
+wrong. A candidate's busiest tile is then a normal with the averaged model's predictive mean
+and spread, and its chance to fit is the smallest of its IPUs'
 (their errors share the learnt parts, so they move together).
 
 Only the estimator's outputs (busiest tile and breakdown per IPU) and Config's layout are used.
@@ -42,6 +46,16 @@ PRIORS = {"fixed": (0.0, 0.10), "proportional": (1.0, 0.30), "category": (0.0, 0
 #: measurement and model noise of one IPU's busiest tile before any residual is seen (fraction
 #: of a tile), and how many points' worth of weight that guess carries against the residuals
 NOISE_PRIOR, NOISE_PRIOR_POINTS = 0.02, 2.0
+#: the fixed costs' slopes, whose size differs most from one IPU and SDK to the next (PRIORS
+#: holds a recomputation segment's at 0.01 of a tile; an IPU may have ten times that)
+SLOPES = ("per stage", "per replica", "per checkpoint")
+#: the hypotheses the compiles weigh: PRIORS as they are, with this prior probability, or one
+#: slope's prior this many times wider (the rest of the probability, shared evenly). Each is
+#: weighed by its evidence (the marginal likelihood of the points), and the model is their
+#: average: where the compiles cannot yet tell which slope an excess belongs to (one compile
+#: of a new layout holds more than the others, and its stages, replicas and segments per IPU
+#: all differ), the candidates it bears on are given that doubt, not one slope's answer
+AS_GIVEN, WIDER = 0.5, (4.0, 16.0)
 
 
 @dataclass(frozen=True)
@@ -102,22 +116,41 @@ def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def _prior_precision(names: list[str], priors: list[tuple[float, float]], prior) -> list[list[float]]:
-    """The parts' prior precision matrix: diagonal from the spreads, except where a store's prior
+def _log_det(a: list[list[float]]) -> float:
+    """log |a| of a symmetric positive definite a (its Cholesky factor's diagonal)."""
+    n, low, out = len(a), [[0.0] * len(a) for _ in a], 0.0
+    for i in range(n):
+        for j in range(i + 1):
+            s = a[i][j] - sum(low[i][k] * low[j][k] for k in range(j))
+            if i == j:
+                low[i][i] = math.sqrt(max(s, 1e-18))
+                out += 2.0 * math.log(low[i][i])
+            else:
+                low[i][j] = s / low[j][j]
+    return out
+
+
+def _prior_covariance(names: list[str], priors: list[tuple[float, float]], prior) -> list[list[float]]:
+    """The parts' prior covariance: diagonal from the spreads, except where a store's prior
     gives the covariance of its parts (their fit on other studies' compiles moves the
     proportional part and the per-category deviations together: their spreads alone would
     make a new model's tiles far less certain than those compiles say)."""
     n = len(names)
-    if prior is None or not prior.memory_cov:
-        return [[1.0 / priors[i][1] ** 2 if i == j else 0.0 for j in range(n)] for i in range(n)]
     cov = [[priors[i][1] ** 2 if i == j else 0.0 for j in range(n)] for i in range(n)]
+    if prior is None or not prior.memory_cov:
+        return cov
     index = {name: i for i, name in enumerate(names)}
     given = [index.get(name) for name in prior.memory]
     for a, i in enumerate(given):
         for b, j in enumerate(given):
             if i is not None and j is not None:
                 cov[i][j] = prior.memory_cov[a][b]
-    return [_cholesky_solve(cov, [1.0 if i == j else 0.0 for j in range(n)]) for i in range(n)]
+    return cov
+
+
+def _widened(cov: list[list[float]], widths: dict[int, float]) -> list[list[float]]:
+    """`cov` with part i's spread times widths[i] (its covariances with the others alike)."""
+    return [[v * widths.get(i, 1.0) * widths.get(j, 1.0) for j, v in enumerate(row)] for i, row in enumerate(cov)]
 
 
 class MemoryModel:
@@ -139,18 +172,66 @@ class MemoryModel:
             priors = [prior.memory.get(name, (p[0], self.layout_sd) if name.startswith("layout ") else p)
                       for name, p in zip(names, priors)]
         self.prior_mean = [m for m, _ in priors]
-        self.prior_precision = _prior_precision(names, priors, prior)
-        noise_prior = NOISE_PRIOR if prior is None or prior.noise is None else prior.noise
-        self.noise = noise_prior
-        self.mean = self._fit()
-        if points:  # the noise from the residuals (shrunk to the prior), then the fit again
-            rss = sum((p.measured - self._dot(self._x(p.layout, p.estimated, p.shares, p.checkpoints), self.mean)) ** 2
-                      for p in points)
-            self.noise = math.sqrt((NOISE_PRIOR_POINTS * noise_prior**2 + rss) / (NOISE_PRIOR_POINTS + len(points)))
-            self.mean = self._fit()
-        # the posterior covariance, once: every candidate's spread is x' cov x (thousands per proposal)
+        self._prior_cov = _prior_covariance(names, priors, prior)
+        self._diagonal = prior is None or not prior.memory_cov
+        self._noise_prior = NOISE_PRIOR if prior is None or prior.noise is None else prior.noise
+        # what the points say, whatever the priors: X'X, X'y and y'y
         n = len(names)
-        self._cov = [_cholesky_solve(self._a, [1.0 if i == j else 0.0 for j in range(n)]) for i in range(n)]
+        self._gram, self._xy, self._yy = [[0.0] * n for _ in range(n)], [0.0] * n, 0.0
+        for p in points:
+            x = self._x(p.layout, p.estimated, p.shares, p.checkpoints)
+            nonzero = [(i, xi) for i, xi in enumerate(x) if xi]
+            for i, xi in nonzero:
+                self._xy[i] += xi * p.measured
+                for j, xj in nonzero:
+                    self._gram[i][j] += xi * xj
+            self._yy += p.measured**2
+        #: (prior times evidence, normalised; {slope: width}) per hypothesis kept
+        self.weights: list[tuple[float, dict[str, float]]] = []
+        hypotheses = [(AS_GIVEN, {})] if not points else [(AS_GIVEN, {})] + [
+            ((1.0 - AS_GIVEN) / (len(SLOPES) * len(WIDER)), {slope: width}) for slope in SLOPES for width in WIDER]
+        fits = []
+        for prior_weight, widths in hypotheses:
+            evidence = self._settle(widths)
+            cov = [_cholesky_solve(self._a, [1.0 if i == j else 0.0 for j in range(n)]) for i in range(n)]
+            fits.append((math.log(prior_weight) + evidence, widths, self.mean, cov, self.noise))
+        top = max(f[0] for f in fits)
+        total = sum(math.exp(f[0] - top) for f in fits)
+        kept = [(math.exp(f[0] - top) / total, *f[1:]) for f in fits]
+        kept = [f for f in kept if f[0] >= 1e-3]
+        norm = sum(f[0] for f in kept)
+        self.weights = [(w / norm, widths) for w, widths, *_ in kept]
+        # The average of the hypotheses, as one normal with its moments: a candidate's spread is
+        # then x' cov x + noise^2 as for one fit (thousands of candidates per proposal)
+        self.mean = [sum(w / norm * m[i] for w, _, m, _, _ in kept) for i in range(n)]
+        self._cov = [[sum(w / norm * (c[i][j] + m[i] * m[j]) for w, _, m, c, _ in kept) - self.mean[i] * self.mean[j]
+                      for j in range(n)] for i in range(n)]
+        self.noise = math.sqrt(sum(w / norm * noise**2 for w, _, _, _, noise in kept))
+
+    def _settle(self, widths: dict[str, float]) -> float:
+        """Fit with the slopes' priors `widths` times wider than given: the posterior mean, then
+        the noise from the residuals (shrunk to the prior), then the mean again. Returns the log
+        evidence of the points (their marginal likelihood) under those priors."""
+        n = len(self.names)
+        cov = _widened(self._prior_cov, {self.names.index(k): w for k, w in widths.items()})
+        identity = [[1.0 if i == j else 0.0 for j in range(n)] for i in range(n)]
+        self.prior_precision = [[1.0 / cov[i][i] if i == j else 0.0 for j in range(n)] for i in range(n)] \
+            if self._diagonal else [_cholesky_solve(cov, identity[i]) for i in range(n)]
+        self.noise = self._noise_prior
+        self.mean = self._fit()
+        if not self.points:
+            return 0.0
+        self.noise = math.sqrt((NOISE_PRIOR_POINTS * self._noise_prior**2 + self._rss(self.mean))
+                               / (NOISE_PRIOR_POINTS + len(self.points)))
+        self.mean = self._fit()
+        m, w = self.mean, 1.0 / self.noise**2
+        apart = [mi - m0 for mi, m0 in zip(m, self.prior_mean)]
+        return -0.5 * (len(self.points) * math.log(2 * math.pi * self.noise**2) + _log_det(cov) + _log_det(self._a)
+                       + w * self._rss(m) + self._dot(apart, [self._dot(row, apart) for row in self.prior_precision]))
+
+    def _rss(self, m: list[float]) -> float:
+        """The points' residual sum of squares at parts `m` (y'y - 2 m'X'y + m'X'X m)."""
+        return max(0.0, self._yy - 2 * self._dot(m, self._xy) + self._dot(m, [self._dot(row, m) for row in self._gram]))
 
     def _x(self, lay: tuple, estimated: float, shares: tuple[float, ...], checkpoints: float = 0.0) -> list[float]:
         stages, replicas = lay[0], lay[1]
@@ -161,26 +242,10 @@ class MemoryModel:
     def _dot(a: list[float], b: list[float]) -> float:
         return sum(x * y for x, y in zip(a, b))
 
-    def _precision(self) -> list[list[float]]:
-        n, w = len(self.names), 1.0 / self.noise**2
-        a = [[0.0] * n for _ in range(n)]
-        for i in range(n):
-            a[i][:] = self.prior_precision[i]
-        for p in self.points:
-            x = self._x(p.layout, p.estimated, p.shares, p.checkpoints)
-            for i in range(n):
-                if x[i]:
-                    for j in range(n):
-                        a[i][j] += w * x[i] * x[j]
-        return a
-
     def _fit(self) -> list[float]:
         w = 1.0 / self.noise**2
-        self._a = self._precision()
-        b = [self._dot(row, self.prior_mean) for row in self.prior_precision]
-        for p in self.points:
-            x = self._x(p.layout, p.estimated, p.shares, p.checkpoints)
-            b = [bi + w * xi * p.measured for bi, xi in zip(b, x)]
+        self._a = [[p + w * g for p, g in zip(prow, grow)] for prow, grow in zip(self.prior_precision, self._gram)]
+        b = [self._dot(row, self.prior_mean) + w * xy for row, xy in zip(self.prior_precision, self._xy)]
         return _cholesky_solve(self._a, b)
 
     def covariance(self, names: list[str]) -> list[list[float]]:
