@@ -99,14 +99,20 @@ def memory_points(screen, measured: Sequence, layout: Callable[[Config], tuple])
     return out
 
 
-def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float]:
-    """x with a x = b for a symmetric positive definite a (small: pure Python)."""
+def _cholesky(a: list[list[float]]) -> list[list[float]]:
+    """The lower Cholesky factor of a symmetric positive definite a (small: pure Python)."""
     n = len(a)
     low = [[0.0] * n for _ in range(n)]
     for i in range(n):
         for j in range(i + 1):
             s = a[i][j] - sum(low[i][k] * low[j][k] for k in range(j))
             low[i][j] = math.sqrt(max(s, 1e-18)) if i == j else s / low[j][j]
+    return low
+
+
+def _solve(low: list[list[float]], b: list[float]) -> list[float]:
+    """x with low low' x = b."""
+    n = len(low)
     y = [0.0] * n
     for i in range(n):
         y[i] = (b[i] - sum(low[i][k] * y[k] for k in range(i))) / low[i][i]
@@ -116,18 +122,21 @@ def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
+def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """x with a x = b for a symmetric positive definite a."""
+    return _solve(_cholesky(a), b)
+
+
+def _inverse(a: list[list[float]]) -> list[list[float]]:
+    """The inverse of a symmetric positive definite a, factored once."""
+    low = _cholesky(a)
+    return [_solve(low, [1.0 if i == j else 0.0 for j in range(len(a))]) for i in range(len(a))]
+
+
 def _log_det(a: list[list[float]]) -> float:
     """log |a| of a symmetric positive definite a (its Cholesky factor's diagonal)."""
-    n, low, out = len(a), [[0.0] * len(a) for _ in a], 0.0
-    for i in range(n):
-        for j in range(i + 1):
-            s = a[i][j] - sum(low[i][k] * low[j][k] for k in range(j))
-            if i == j:
-                low[i][i] = math.sqrt(max(s, 1e-18))
-                out += 2.0 * math.log(low[i][i])
-            else:
-                low[i][j] = s / low[j][j]
-    return out
+    low = _cholesky(a)
+    return 2.0 * sum(math.log(low[i][i]) for i in range(len(a)))
 
 
 def _prior_covariance(names: list[str], priors: list[tuple[float, float]], prior) -> list[list[float]]:
@@ -193,7 +202,7 @@ class MemoryModel:
         fits = []
         for prior_weight, widths in hypotheses:
             evidence = self._settle(widths)
-            cov = [_cholesky_solve(self._a, [1.0 if i == j else 0.0 for j in range(n)]) for i in range(n)]
+            cov = _inverse(self._a)
             fits.append((math.log(prior_weight) + evidence, widths, self.mean, cov, self.noise))
         top = max(f[0] for f in fits)
         total = sum(math.exp(f[0] - top) for f in fits)
@@ -214,9 +223,8 @@ class MemoryModel:
         evidence of the points (their marginal likelihood) under those priors."""
         n = len(self.names)
         cov = _widened(self._prior_cov, {self.names.index(k): w for k, w in widths.items()})
-        identity = [[1.0 if i == j else 0.0 for j in range(n)] for i in range(n)]
         self.prior_precision = [[1.0 / cov[i][i] if i == j else 0.0 for j in range(n)] for i in range(n)] \
-            if self._diagonal else [_cholesky_solve(cov, identity[i]) for i in range(n)]
+            if self._diagonal else _inverse(cov)
         self.noise = self._noise_prior
         self.mean = self._fit()
         if not self.points:
