@@ -22,7 +22,7 @@ proportion, no category or layout difference) gives their posterior means and co
 noise is the residual spread shrunk towards NOISE_PRIOR. A slope's prior may be wider than
 PRIORS: the model averages that hypothesis, one slope at a time, with PRIORS' own, each
 weighed by the compiles' evidence (its marginal likelihood; SLOPES, WIDER), so a cost an IPU
-has at fifteen prior spreads is learnt, where the other parts took it up and predicted it
+has at many prior spreads is learnt, where the other parts took it up and predicted it
 wrong. A candidate's busiest tile is then a normal with the averaged model's predictive mean
 and spread, and its chance to fit is the smallest of its IPUs'
 (their errors share the learnt parts, so they move together).
@@ -219,11 +219,12 @@ class MemoryModel:
 
     def _settle(self, widths: dict[str, float]) -> float:
         """Fit with the slopes' priors `widths` times wider than given: the posterior mean, then
-        the noise from the residuals (shrunk to the prior), then the mean again. Returns the log
-        evidence of the points (their marginal likelihood) under those priors."""
+        the noise from the residuals (shrunk to the prior), then the mean again, left in `mean`,
+        `noise` and `_a` (the posterior precision). Returns the log evidence of the points (their
+        marginal likelihood) under those priors."""
         n = len(self.names)
         cov = _widened(self._prior_cov, {self.names.index(k): w for k, w in widths.items()})
-        self.prior_precision = [[1.0 / cov[i][i] if i == j else 0.0 for j in range(n)] for i in range(n)] \
+        self._prior_precision = [[1.0 / cov[i][i] if i == j else 0.0 for j in range(n)] for i in range(n)] \
             if self._diagonal else _inverse(cov)
         self.noise = self._noise_prior
         self.mean = self._fit()
@@ -235,7 +236,7 @@ class MemoryModel:
         m, w = self.mean, 1.0 / self.noise**2
         apart = [mi - m0 for mi, m0 in zip(m, self.prior_mean)]
         return -0.5 * (len(self.points) * math.log(2 * math.pi * self.noise**2) + _log_det(cov) + _log_det(self._a)
-                       + w * self._rss(m) + self._dot(apart, [self._dot(row, apart) for row in self.prior_precision]))
+                       + w * self._rss(m) + self._dot(apart, [self._dot(row, apart) for row in self._prior_precision]))
 
     def _rss(self, m: list[float]) -> float:
         """The points' residual sum of squares at parts `m` (y'y - 2 m'X'y + m'X'X m)."""
@@ -252,8 +253,8 @@ class MemoryModel:
 
     def _fit(self) -> list[float]:
         w = 1.0 / self.noise**2
-        self._a = [[p + w * g for p, g in zip(prow, grow)] for prow, grow in zip(self.prior_precision, self._gram)]
-        b = [self._dot(row, self.prior_mean) + w * xy for row, xy in zip(self.prior_precision, self._xy)]
+        self._a = [[p + w * g for p, g in zip(prow, grow)] for prow, grow in zip(self._prior_precision, self._gram)]
+        b = [self._dot(row, self.prior_mean) + w * xy for row, xy in zip(self._prior_precision, self._xy)]
         return _cholesky_solve(self._a, b)
 
     def covariance(self, names: list[str]) -> list[list[float]]:
