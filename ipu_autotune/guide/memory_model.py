@@ -122,21 +122,15 @@ def _solve(low: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float]:
-    """x with a x = b for a symmetric positive definite a."""
-    return _solve(_cholesky(a), b)
+def _inverse(low: list[list[float]]) -> list[list[float]]:
+    """The inverse of low low' (`low`: a Cholesky factor, _cholesky)."""
+    n = len(low)
+    return [_solve(low, [1.0 if i == j else 0.0 for j in range(n)]) for i in range(n)]
 
 
-def _inverse(a: list[list[float]]) -> list[list[float]]:
-    """The inverse of a symmetric positive definite a, factored once."""
-    low = _cholesky(a)
-    return [_solve(low, [1.0 if i == j else 0.0 for j in range(len(a))]) for i in range(len(a))]
-
-
-def _log_det(a: list[list[float]]) -> float:
-    """log |a| of a symmetric positive definite a (its Cholesky factor's diagonal)."""
-    low = _cholesky(a)
-    return 2.0 * sum(math.log(low[i][i]) for i in range(len(a)))
+def _log_det(low: list[list[float]]) -> float:
+    """log |low low'| (`low`: a Cholesky factor): twice the sum of its diagonal's logs."""
+    return 2.0 * sum(math.log(low[i][i]) for i in range(len(low)))
 
 
 def _prior_covariance(names: list[str], priors: list[tuple[float, float]], prior) -> list[list[float]]:
@@ -202,7 +196,7 @@ class MemoryModel:
         fits = []
         for prior_weight, widths in hypotheses:
             evidence = self._settle(widths)
-            cov = _inverse(self._a)
+            cov = _inverse(self._low)
             fits.append((math.log(prior_weight) + evidence, widths, self.mean, cov, self.noise))
         top = max(f[0] for f in fits)
         total = sum(math.exp(f[0] - top) for f in fits)
@@ -220,12 +214,13 @@ class MemoryModel:
     def _settle(self, widths: dict[str, float]) -> float:
         """Fit with the slopes' priors `widths` times wider than given: the posterior mean, then
         the noise from the residuals (shrunk to the prior), then the mean again, left in `mean`,
-        `noise` and `_a` (the posterior precision). Returns the log evidence of the points (their
+        `noise` and `_low` (the posterior precision's Cholesky factor). Returns the log evidence of the points (their
         marginal likelihood) under those priors."""
         n = len(self.names)
         cov = _widened(self._prior_cov, {self.names.index(k): w for k, w in widths.items()})
+        cov_low = _cholesky(cov)
         self._prior_precision = [[1.0 / cov[i][i] if i == j else 0.0 for j in range(n)] for i in range(n)] \
-            if self._diagonal else _inverse(cov)
+            if self._diagonal else _inverse(cov_low)
         self.noise = self._noise_prior
         self.mean = self._fit()
         if not self.points:
@@ -235,8 +230,9 @@ class MemoryModel:
         self.mean = self._fit()
         m, w = self.mean, 1.0 / self.noise**2
         apart = [mi - m0 for mi, m0 in zip(m, self.prior_mean)]
-        return -0.5 * (len(self.points) * math.log(2 * math.pi * self.noise**2) + _log_det(cov) + _log_det(self._a)
-                       + w * self._rss(m) + self._dot(apart, [self._dot(row, apart) for row in self._prior_precision]))
+        return -0.5 * (len(self.points) * math.log(2 * math.pi * self.noise**2) + _log_det(cov_low)
+                       + _log_det(self._low) + w * self._rss(m)
+                       + self._dot(apart, [self._dot(row, apart) for row in self._prior_precision]))
 
     def _rss(self, m: list[float]) -> float:
         """The points' residual sum of squares at parts `m` (y'y - 2 m'X'y + m'X'X m)."""
@@ -253,9 +249,10 @@ class MemoryModel:
 
     def _fit(self) -> list[float]:
         w = 1.0 / self.noise**2
-        self._a = [[p + w * g for p, g in zip(prow, grow)] for prow, grow in zip(self._prior_precision, self._gram)]
+        precision = [[p + w * g for p, g in zip(prow, grow)] for prow, grow in zip(self._prior_precision, self._gram)]
         b = [self._dot(row, self.prior_mean) + w * xy for row, xy in zip(self._prior_precision, self._xy)]
-        return _cholesky_solve(self._a, b)
+        self._low = _cholesky(precision)  # the posterior precision's factor: the mean, its inverse, its determinant
+        return _solve(self._low, b)
 
     def covariance(self, names: list[str]) -> list[list[float]]:
         """The posterior covariance of the named parts (a store's prior keeps how they move
