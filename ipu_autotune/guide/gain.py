@@ -4,7 +4,7 @@ corrected figure with the model's speed spread (`CorrectedModel.speed_sd`).
 
 Two views of the same belief: the chance to beat a target (a probe's and the stopping rule's
 question, guide/proposals.py) and the expected improvement on the best (which compile to
-spend when no safe choice is expected to pay). An OOM gains nothing; it costs a compile.
+spend when no safe choice is expected to pay, or while nothing has fit). An OOM gains nothing; it costs a compile.
 """
 
 from __future__ import annotations
@@ -28,10 +28,13 @@ def belief(model: CorrectedModel, config: Config) -> tuple[float, float, float] 
 
 def expected_improvement(model: CorrectedModel, config: Config, best: float) -> float:
     """E[max(0, throughput - best)] were the config compiled, as a fraction of `best`: its
-    chance to fit times the part of its (log-normal) speed spread above the best."""
+    chance to fit times the part of its (log-normal) speed spread above the best. With no best
+    (nothing has fit), its expected throughput in samples/s."""
     if (b := belief(model, config)) is None:
         return 0.0
     chance, speed, sd = b
+    if best <= 0.0:
+        return chance * speed * math.exp(sd * sd / 2)
     d2 = (math.log(speed) - math.log(best)) / sd
     cdf = NormalDist().cdf
     return chance * (speed * math.exp(sd * sd / 2) * cdf(d2 + sd) - best * cdf(d2)) / best

@@ -11,7 +11,9 @@ helps), and proposes the fastest one likely to fit that was not tried yet, unles
 (`Guide._probe`: every IPU layout gets its chance) or a bet (guide/bold.py) is likelier to
 pay. When that safe choice is not expected to beat the best measured, it proposes the
 candidate with the largest expected gain on the best (guide/gain.py) instead: a compile
-predicted slower than the best can only gain by luck. When the chance that an untried
+predicted slower than the best can only gain by luck. While nothing has fit, it proposes the
+candidate whose compile is expected to give most (chance to fit times throughput): the
+surest fit is often a slow layout. When the chance that an untried
 candidate beats the best measured by STOP_BEAT is small, it says so (`stop_note`, with that
 chance): more compiles are unlikely to pay.
 
@@ -171,6 +173,8 @@ class Guide:
         self.probe = False
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
+        if seen and not fits:
+            choice = self._first_fit(model, measured, tried, choice)
         probe = self._probe(seen, fits, measured, tried, choice)
         exhausted = self._stopping_rule(model, choice, fits, measured)
         if probe is not None:
@@ -220,6 +224,22 @@ class Guide:
         if choice is not None and choice in self.bets:  # an expected-gain pick under the safe confidence
             self.bet_chance = self.chance
         return choice
+
+    def _first_fit(self, model: CorrectedModel, measured: Sequence, tried: Closed,
+                   choice: Config | None) -> Config | None:
+        """While nothing has fit: the compile expected to give the most (its chance to fit times
+        its throughput), among candidates with at least a bet's chance to fit (MIN_FIT_CHANCE;
+        EDGE_CONFIDENCE once BET_LOSSES such picks in a row ran out). The surest fit is often a
+        layout far slower than a likely one: after BERT's 2 x 2 pipeline ran out by a third, the
+        fastest candidate given 0.8 was a 2 x 2 sharded model with offload, which ran at 0.19 of
+        the best known; a 4 x 1 pipeline given 0.65 ran at 0.54 (develop draw 20093)."""
+        least = EDGE_CONFIDENCE if losing_streak(measured, self.bets) >= BET_LOSSES else MIN_FIT_CHANCE
+        worth = {c: expected_improvement(model, c, 0.0) for c in self.pool
+                 if c not in tried and model.chance(c) >= least}
+        pick = max(worth, key=worth.get, default=choice)
+        if pick is not None and model.chance(pick) < self.confidence:
+            self.bets.add(pick)
+        return pick
 
     def closed(self, tried: set[Config]) -> Closed:
         """What not to propose: `tried`, and what the backend would not compile, as the last
