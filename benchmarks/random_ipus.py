@@ -19,6 +19,7 @@ hidden IPUs stay in search_efficiency.py (`--hidden constants structural`) as na
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import multiprocessing
@@ -190,13 +191,15 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     jobs = [(k, d, budget, trials, kicks, not args.no_reference_cache, tuple(args.strategies))
             for k in keys for d in ids]
-    if args.processes > 1:
-        with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
-            results = list(pool.imap_unordered(run_draw, jobs))
-    else:
-        results = []
-        for j in jobs:
-            results.append(run_draw(j))
+    results = []
+    with contextlib.ExitStack() as stack:
+        if args.processes > 1:
+            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(args.processes))
+            done = pool.imap_unordered(run_draw, jobs)
+        else:
+            done = map(run_draw, jobs)
+        for result in done:
+            results.append(result)
             if args.json:  # kept after each run: a long run stopped early still reports what it did
                 args.json.write_text(json.dumps({"argv": argv, "set": args.set, "budget": budget, "results": results}, default=str))
             print(f"  {len(results)}/{len(jobs)} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr,

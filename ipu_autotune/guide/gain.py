@@ -4,7 +4,8 @@ corrected figure with the model's speed spread (`CorrectedModel.speed_sd`).
 
 Two views of the same belief: the chance to beat a target (a probe's and the stopping rule's
 question, guide/proposals.py) and the expected improvement on the best (which compile to
-spend when no safe choice is expected to pay, or while nothing has fit). An OOM gains nothing; it costs a compile.
+spend when no safe choice is expected to pay, or while nothing has fit). An OOM gains
+nothing; it costs a compile.
 """
 
 from __future__ import annotations
