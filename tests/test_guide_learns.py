@@ -354,9 +354,9 @@ def test_expected_improvement_is_the_chance_times_the_speed_above_the_best():
 def test_while_nothing_fits_the_guide_compiles_what_is_expected_to_give_most():
     """After compiles that all ran out of memory, the surest candidate is often a slow layout
     (BERT: a 2 x 2 sharded model with offload, given 0.8, ran at 0.19 of the best known; a
-    4 x 1 pipeline given 0.65 at 0.54). The guide takes the candidate with the largest chance to fit x throughput
-    among those with a bet's chance (a bet: under FIT_CONFIDENCE), and once BET_LOSSES such
-    picks in a row ran out, among those at even odds or better."""
+    4 x 1 pipeline given 0.65 at 0.54). The guide takes the candidate with the largest chance
+    to fit x throughput among those with a bet's chance (a bet: under FIT_CONFIDENCE), and
+    once BET_LOSSES such picks in a row ran out, among those at even odds or better."""
     from ipu_autotune.backends.base import Measurement
     from ipu_autotune.guide.bold import BET_LOSSES
     from ipu_autotune.problem import Config

@@ -11,9 +11,9 @@ helps), and proposes the fastest one likely to fit that was not tried yet, unles
 (`Guide._probe`: every IPU layout gets its chance) or a bet (guide/bold.py) is likelier to
 pay. When that safe choice is not expected to beat the best measured, it proposes the
 candidate with the largest expected gain on the best (guide/gain.py) instead: a compile
-predicted slower than the best can only gain by luck. While nothing has fit, it proposes the
-candidate whose compile is expected to give most (chance to fit times throughput): the
-surest fit is often a slow layout. When the chance that an untried
+predicted slower than the best can only gain by luck. While nothing has fit, a faster
+candidate whose compile is expected to give more (chance to fit times throughput) takes the
+safe choice's place: the safe choice is often a slow layout. When the chance that an untried
 candidate beats the best measured by STOP_BEAT is small, it says so (`stop_note`, with that
 chance): more compiles are unlikely to pay.
 
@@ -227,16 +227,25 @@ class Guide:
 
     def _first_fit(self, model: CorrectedModel, measured: Sequence, tried: Closed,
                    choice: Config | None) -> Config | None:
-        """While nothing has fit: the compile expected to give the most (its chance to fit times
-        its throughput), among candidates with at least a bet's chance to fit (MIN_FIT_CHANCE;
-        EDGE_CONFIDENCE once BET_LOSSES such picks in a row ran out). The surest fit is often a
-        layout far slower than a likely one: after BERT's 2 x 2 pipeline ran out by a third, the
-        fastest candidate given 0.8 was a 2 x 2 sharded model with offload, which ran at 0.19 of
-        the best known; a 4 x 1 pipeline given 0.65 ran at 0.54 (develop draw 20093)."""
+        """While nothing has fit: the safe choice (`choice`, the fastest candidate likely to fit),
+        unless a faster candidate's compile is expected to give more (its chance to fit times its
+        throughput), among those with at least a bet's chance to fit (MIN_FIT_CHANCE;
+        EDGE_CONFIDENCE once BET_LOSSES such picks in a row ran out). The safe choice is often a
+        layout far slower than a likely one: after BERT's 2 x 2 pipeline ran out by a third, it
+        was a 2 x 2 sharded model with offload, given 0.8, which ran at 0.19 of the best known;
+        a 4 x 1 pipeline given 0.65 ran at 0.54 (develop draw 20093). A surer but slower
+        candidate is not taken over it: on ResNet-101 that traded speed the hidden IPUs did
+        not give back for a chance to fit the safe choice mostly had."""
         least = EDGE_CONFIDENCE if losing_streak(measured, self.bets) >= BET_LOSSES else MIN_FIT_CHANCE
+        pace = model.judge(choice)[1] if choice is not None else 0.0
+
+        def faster(c: Config) -> bool:
+            j = model.judge(c)
+            return j is not None and j[1] > pace and model.chance(c) >= least
+
         worth = {c: expected_improvement(model, c, 0.0) for c in self.pool
-                 if c not in tried and model.chance(c) >= least}
-        pick = max(worth, key=worth.get, default=choice)
+                 if c == choice or (c not in tried and faster(c))}
+        pick = max(worth, key=worth.get, default=None)
         if pick is not None and model.chance(pick) < self.confidence:
             self.bets.add(pick)
         return pick
