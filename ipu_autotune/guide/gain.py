@@ -2,10 +2,10 @@
 (guide/corrected.py): its chance to fit, and its throughput as a log-normal around the
 corrected figure with the model's speed spread (`CorrectedModel.speed_sd`).
 
-Two views of the same belief: the chance to beat a target (a probe's and the stopping rule's
-question, guide/proposals.py) and the expected improvement on the best (which compile to
-spend when no safe choice is expected to pay, or while nothing has fit). An OOM gains
-nothing; it costs a compile.
+Two views of the same belief: the chance to beat a target (a probe's and, over all the
+candidates, the stopping rule's question, guide/proposals.py) and the expected improvement
+on the best (which compile to spend when no safe choice is expected to pay, or while nothing
+has fit). An OOM gains nothing; it costs a compile.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 from statistics import NormalDist
 
 from ..problem import Config
-from .corrected import CorrectedModel
+from .corrected import CorrectedModel, layout
 
 
 def belief(model: CorrectedModel, config: Config) -> tuple[float, float, float] | None:
@@ -47,3 +47,18 @@ def chance_to_beat(model: CorrectedModel, config: Config, log_target: float) -> 
         return 0.0
     chance, speed, sd = b
     return chance * NormalDist().cdf((math.log(speed) - log_target) / sd)
+
+
+def beat_chance(model: CorrectedModel, candidates, best: float, beat: float) -> float:
+    """The chance that some candidate fits and is more than `beat` (a fraction) faster than
+    `best`: the stopping rule's question. Per candidate: its chance to fit x P(its throughput
+    > (1 + beat) best) under the model's speed spread. The errors of one IPU layout's
+    candidates move together (they share the learnt factors and residuals): per layout its
+    likeliest candidate counts, and the layouts are taken as independent."""
+    target = math.log(best * (1.0 + beat))
+    per_layout: dict = {}
+    for c in candidates:
+        p = chance_to_beat(model, c, target)
+        key = layout(c)
+        per_layout[key] = max(per_layout.get(key, 0.0), p)
+    return 1.0 - math.prod(1.0 - p for p in per_layout.values())

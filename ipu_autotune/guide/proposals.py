@@ -32,8 +32,9 @@ from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
-from .gain import chance_to_beat, expected_improvement
-from .bold import BET_LOSSES, LONG_SHOT, MIN_FIT_CHANCE, BetModel, bet_climb, bold_choice, losing_streak
+from .gain import beat_chance, chance_to_beat, expected_improvement
+from .probe import ProbeModel
+from .bold import BET_LOSSES, MIN_FIT_CHANCE, BetModel, bet_climb, bold_choice, losing_streak
 from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .pairs import best_pair, merged
 from .untried import Closed
@@ -372,7 +373,7 @@ class Guide:
         best = fits[0][0]
         self.expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
         tried = self.closed({c for c, _ in measured})
-        self.beat_chance = beat_chance(model, (c for c in self.pool if c not in tried), best)
+        self.beat_chance = beat_chance(model, (c for c in self.pool if c not in tried), best, STOP_BEAT)
         since = compiles_since_best(measured)
         if self.beat_chance < STOP_CHANCE and since >= STOP_PATIENCE:
             self.stop_note = (f"the last {since} compiles did not beat the best by {STOP_GAIN:.0%}, and the chance "
@@ -380,38 +381,6 @@ class Guide:
                               f"(the estimator corrected by {len(model.speed)} compile(s) that ran): further "
                               "compiles are unlikely to pay")
         return self.expected_gain < STOP_GAIN
-
-
-def beat_chance(model: CorrectedModel, candidates, best: float) -> float:
-    """The chance that some candidate fits and is more than STOP_BEAT faster than `best`.
-    Per candidate: its chance to fit x P(its throughput > (1 + STOP_BEAT) best) under the
-    model's speed spread. The errors of one IPU layout's candidates move together (they share
-    the learnt factors and residuals): per layout its likeliest candidate counts, and the
-    layouts are taken as independent."""
-    target = math.log(best * (1.0 + STOP_BEAT))
-    per_layout: dict = {}
-    for c in candidates:
-        p = chance_to_beat(model, c, target)
-        key = layout(c)
-        per_layout[key] = max(per_layout.get(key, 0.0), p)
-    return 1.0 - math.prod(1.0 - p for p in per_layout.values())
-
-
-class ProbeModel(BetModel):
-    """A layout probe's climb follows the chance to beat the best by STOP_BEAT (`chance_to_beat`), not
-    expected throughput: a candidate that fits for sure but cannot win teaches nothing."""
-
-    def __init__(self, screen, observations, log_target: float):
-        super().__init__(screen, observations)
-        self.log_target = log_target
-
-    def judge(self, config: Config) -> tuple | None:
-        if config not in self.bets:
-            j = CorrectedModel.judge(self, config)
-            beat = chance_to_beat(self, config, self.log_target)
-            self.bets[config] = None if j is None else (
-                j[4] >= LONG_SHOT, beat * math.exp(self.log_target), j[2], j[3], j[4])
-        return self.bets[config]
 
 
 def compiles_since_best(measured: Sequence) -> int:

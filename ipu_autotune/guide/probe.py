@@ -1,0 +1,29 @@
+"""The model a layout probe climbs on (guide/proposals.Guide._probe): the chance to beat the
+best measured by a margin, not expected throughput. A candidate that fits for sure but cannot
+win teaches nothing."""
+
+from __future__ import annotations
+
+import math
+
+from ..problem import Config
+from .bold import LONG_SHOT, BetModel
+from .corrected import CorrectedModel
+from .gain import chance_to_beat
+
+
+class ProbeModel(BetModel):
+    """A BetModel whose score is the chance to beat exp(`log_target`) (`chance_to_beat`),
+    in samples/s at the target."""
+
+    def __init__(self, screen, observations, log_target: float):
+        super().__init__(screen, observations)
+        self.log_target = log_target
+
+    def judge(self, config: Config) -> tuple | None:
+        if config not in self.bets:
+            j = CorrectedModel.judge(self, config)
+            beat = chance_to_beat(self, config, self.log_target)
+            self.bets[config] = None if j is None else (
+                j[4] >= LONG_SHOT, beat * math.exp(self.log_target), j[2], j[3], j[4])
+        return self.bets[config]
