@@ -235,8 +235,8 @@ class Guide:
         layout far slower than a likely one: after BERT's 2 x 2 pipeline ran out by a third, it
         was a 2 x 2 sharded model with offload, given 0.8, which ran at 0.19 of the best known;
         a 4 x 1 pipeline given 0.65 ran at 0.54 (develop draw 20093). A surer but slower
-        candidate is not taken over it: on ResNet-101 that traded speed the hidden IPUs did
-        not give back for a chance to fit the safe choice mostly had."""
+        candidate does not take its place: on ResNet-101 that gave up speed for a chance to
+        fit the safe choice mostly had already, and cost a compile in 3 of 10 develop runs."""
         least = EDGE_CONFIDENCE if losing_streak(measured, self.bets) >= BET_LOSSES else MIN_FIT_CHANCE
         pace = model.judge(choice)[1] if choice is not None else 0.0
 
