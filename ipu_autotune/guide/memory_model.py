@@ -214,8 +214,8 @@ class MemoryModel:
     def _settle(self, widths: dict[str, float]) -> float:
         """Fit with the slopes' priors `widths` times wider than given: the posterior mean, then
         the noise from the residuals (shrunk to the prior), then the mean again, left in `mean`,
-        `noise` and `_low` (the posterior precision's Cholesky factor). Returns the log evidence of the points (their
-        marginal likelihood) under those priors."""
+        `noise` and `_low` (the posterior precision's Cholesky factor). Returns the log evidence
+        of the points (their marginal likelihood) under those priors."""
         n = len(self.names)
         cov = _widened(self._prior_cov, {self.names.index(k): w for k, w in widths.items()})
         cov_low = _cholesky(cov)

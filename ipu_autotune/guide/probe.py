@@ -13,8 +13,8 @@ from .gain import chance_to_beat
 
 
 class ProbeModel(BetModel):
-    """A BetModel whose score is the chance to beat exp(`log_target`) (`chance_to_beat`),
-    in samples/s at the target."""
+    """A BetModel scored by the chance to beat exp(`log_target`) (`chance_to_beat`) times that
+    target, so that the score is in samples/s, as a throughput is."""
 
     def __init__(self, screen, observations, log_target: float):
         super().__init__(screen, observations)
