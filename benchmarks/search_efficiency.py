@@ -35,9 +35,9 @@ Best known (per problem and seed) is the best feasible hidden-IPU throughput fou
 search on the hidden IPU itself that counts no compiles (`best_known`: greedy ascents with
 pairs of knobs, a TPE run of --reference-trials seeded with them, ascents from its best,
 then random kicks each followed by an ascent), inside the search space the tuner searches,
-or measured by any benchmarked run. It is kept on disk (REFERENCE_CACHE) per problem,
-hidden IPU and seed, keyed by the hidden IPU's answers on a few probes and the search's
-code, so a change to either searches afresh.
+or measured by any benchmarked run. It is kept in benchmarks/reference (REFERENCE_CACHE,
+committed) per problem, hidden IPU and seed, keyed by the hidden IPU's answers on a few
+probes and the search's code, so a change to either searches afresh.
 
     python benchmarks/search_efficiency.py            # full: 5 problems x 2 hidden kinds x 6 seeds, budget 50
     python benchmarks/search_efficiency.py --first-seed 100   # on seeds not developed on
@@ -52,6 +52,7 @@ import contextlib
 import json
 import math
 import multiprocessing
+import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -420,8 +421,11 @@ class _Uncounted:
         return self.oracle.evaluate(problem, config)
 
 
-#: best-known searches kept between runs (they cost more than the strategies); see cached_best_known
-REFERENCE_CACHE = Path.home() / ".cache" / "ipu-autotune-bench" / "reference"
+#: best-known searches kept between runs (they cost more than the strategies; see
+#: cached_best_known), in the repository so a fresh clone has them: each is keyed by the hidden
+#: IPU's answers and the search's code, so a stale one is searched again.
+#: IPU_AUTOTUNE_BENCH_CACHE moves it (a scratch folder, say).
+REFERENCE_CACHE = Path(os.environ.get("IPU_AUTOTUNE_BENCH_CACHE", Path(__file__).resolve().parent / "reference"))
 
 
 def _reference_key(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int) -> str:
