@@ -171,85 +171,39 @@ def test_a_layouts_compiles_set_its_prior():
 
 
 @pytest.mark.slow
-def test_the_first_round_of_parallel_workers_covers_the_ipu_layouts_before_raising_the_margin():
-    """With --jobs N, workers ask before any compile returns. Serially, the warm starts'
-    compiles show which IPU layout the estimator overrates, and the next compile is often
-    another layout's best; in parallel nothing is known yet, so each further worker takes the
-    fastest candidate at a memory margin of HEDGE per trial running in its layout, plus one:
-    first a layout nothing runs in (at the safest warm start's margin), not a second bet in the
-    layout the safest warm start already compiles (as the old rule, a margin HEDGE larger per
-    running trial whatever the layout, did). Through the Runner, as `tune --jobs N`'s workers.
-    ResNet-50 with AdamW on 4 IPUs is the benchmark's: there a 1-IPU pipeline with 4 replicas
-    is the estimator's close second to the safest warm start's 2x2 and often the best."""
-    from collections import Counter
-
-    from ipu_autotune.guide.proposals import HEDGE
-    from ipu_autotune.problem import Config
+def test_the_first_round_of_parallel_workers_does_not_bet_everything_on_one_edge():
+    """With --jobs N, workers ask before any compile returns, and what the IPU holds beyond
+    the estimate is unknown but shared. ResNet-152 on 2 IPUs (the baseline is over memory on
+    the estimate, so every bet is the guide's): the estimator rates the 2-IPU pipeline about
+    twice as fast as the sharded model, and four pipelines at 0.83-0.94 of a tile ran out
+    together on the structural hand-made IPU. The round's expected best puts a bet in
+    another layout, leaner than the pipelines, through the Runner, as `tune --jobs N`'s
+    workers ask."""
     from ipu_autotune.guide.corrected import layout
     from ipu_autotune.guide.warmstart import Screen
 
-    problem = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="adamw")
+    problem = Problem("resnet152", 16, input_shape=(3, 224, 224), ipus=2)  # the benchmark's
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     items = proposals(problem, profile, space, naive_baseline(problem, profile), headroom=0.05)
     guide = Guide(problem, profile, space, 0.05)
     guide.pool.update(p.config for p in items)
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
-    enqueue(study, space, problem, profile, items[:2])  # the baseline and the safest climb, as tune enqueues them
+    enqueue(study, space, problem, profile, items[:1])  # the baseline, as tune enqueues it
     runner = Runner(study, problem, profile, space, HiddenIPU(), guide=guide)
     nominal = Screen(problem, profile, NOMINAL, 0.0, None, space)
-    running: list[Config] = []
-    for _ in range(4):  # four workers ask; no compile returns
-        runner._enqueue_guided()
-        config, origin = runner.config_for(study.ask())
-        if origin.startswith("guided"):
-            busy = Counter(layout(c) for c in running)
-            m = nominal(config)
-            # judged at HEDGE per trial running in its layout, plus one
-            assert max(m.max_tile_bytes) <= m.tile_capacity_bytes * (1 - 0.05 - HEDGE * (1 + busy[layout(config)])) * 1.0001
-        running.append(config)
-    assert running[:2] == [p.config for p in items[:2]]
-    safest = layout(running[1])
-    assert layout(running[2]) != safest, "the first guided bet repeats the layout the safest warm start compiles"
-    assert len(set(running)) == 4 and len({layout(c) for c in running}) >= 3
-
-
-@pytest.mark.slow
-def test_the_first_round_bets_nearer_the_edge_on_a_fast_layout_rather_than_on_a_slow_one():
-    """BERT-base on 4 IPUs: once the 2 x 2 layout's bets at the first-round margins are taken,
-    the next fastest is the 4-IPU pipeline at 0.85 of its estimate (0.84 on the hidden IPU of
-    the benchmark). A first-round bet predicted under DOMINATED of the fastest at the safest
-    warm start's margin gives way to a fast layout's candidate at the headroom alone (the old
-    rule took the 4-IPU pipeline at a 35 % margin)."""
-    from ipu_autotune.args import problem_from_args
-    from ipu_autotune.cli import build_parser
-    from ipu_autotune.guide.proposals import DOMINATED
-    from ipu_autotune.guide.warmstart import Screen
-
-    problem = problem_from_args(build_parser().parse_args(
-        ["tune", "hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4"]))
-    profile = profile_for(problem)
-    space = SearchSpace.load(problem)
-    items = proposals(problem, profile, space, naive_baseline(problem, profile), headroom=0.05)
-    guide = Guide(problem, profile, space, 0.05)
-    guide.pool.update(p.config for p in items)
-    nominal = Screen(problem, profile, NOMINAL, 0.0, None, space)
-    fastest = max(m.throughput for c in guide.pool
-                  if (m := nominal(c)) is not None and max(m.max_tile_bytes) <= m.tile_capacity_bytes * 0.85)
-    study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
-    enqueue(study, space, problem, profile, items[:2])
-    runner = Runner(study, problem, profile, space, HiddenIPU(), guide=guide)
     bets = []
-    for _ in range(4):  # four workers ask; no compile returns
+    for _ in range(5):  # five workers ask (the baseline and four bets); no compile returns
         runner._enqueue_guided()
         config, origin = runner.config_for(study.ask())
         if origin.startswith("guided"):
             bets.append(config)
-    assert len(bets) == 2 and len(set(bets)) == 2
-    for config in bets:
-        m = nominal(config)
-        assert max(m.max_tile_bytes) <= m.tile_capacity_bytes * 0.95 * 1.0001  # the headroom at least
-        assert m.throughput >= DOMINATED * fastest, f"a bet at {m.throughput / fastest:.2f} of the fastest"
+    assert len(bets) == 4 and len(set(bets)) == 4
+    loads = {c: max(m.max_tile_bytes) / m.tile_capacity_bytes for c in bets if (m := nominal(c)) is not None}
+    assert len(loads) == len(bets) and max(loads.values()) <= 1.0
+    assert len({layout(c) for c in bets}) >= 2, "every bet in one layout"
+    fastest = max(bets, key=lambda c: nominal(c).throughput)
+    assert any(layout(c) != layout(fastest) and loads[c] <= loads[fastest] - 0.05 for c in bets)
 
 
 @pytest.mark.slow

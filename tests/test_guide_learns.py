@@ -96,6 +96,21 @@ def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles):
 
 
 @pytest.mark.slow
+def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles):
+    """With the probe of a new layout still compiling, a free worker's probe goes elsewhere:
+    each free worker probed the same new layout (four 2 x 2 sharded probes at once on
+    ResNet-50, random hidden IPU draw 20088)."""
+    profile, space, measured = two_compiles
+    guide = Guide(PROBLEM, profile, space, 0.05)
+    done = {c for c, _ in measured}
+    first = guide.propose(measured, done)
+    assert guide.probe and layout(first) not in {layout(c) for c in done}
+    second = guide.propose(measured, done | {first}, running=1)
+    assert second is not None and second != first
+    assert not (guide.probe and layout(second) == layout(first))
+
+
+@pytest.mark.slow
 def test_the_stopping_rule_gives_its_chance(two_compiles):
     """Once it applies, the note names the chance that an untried candidate beats the best by
     STOP_BEAT, and that chance is under STOP_CHANCE."""

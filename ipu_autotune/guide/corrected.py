@@ -11,10 +11,8 @@ one such knob away holds mostly what it held; the host's knobs change nothing th
 spread grows where nothing near was compiled. A candidate fits when its chance
 to fit is at least `confidence`; before any compile, when the estimate leaves `headroom` free.
 Time: the learnt device and host factors (guide/call_model.py), then the blended residual,
-shrunk towards its IPU layout's mean. With compiles running in parallel and none returned
-yet, the guide adds a `hedge` to the margin per trial already running in the candidate's IPU
-layout (guide.Guide._first_round), so the first round covers the layouts before it bets
-twice on one.
+shrunk towards its IPU layout's mean. While no compile has returned, the guide gathers
+candidates with a `hedge` added to the margin (guide.Guide.propose).
 
 Only the estimator's outputs (busiest tile and breakdown per IPU, throughput, the call's
 shares) and Config's fields are used, so the correction survives changes to the estimator's
@@ -359,9 +357,8 @@ def finer_changes(space, c: Config) -> list[Config]:
 
 def split_moves(profile, c: Config) -> list[Config]:
     """Stage boundaries moved by one or two units, each alone and all together, with the
-    checkpoints re-derived for the new stages (warmstart's split moves keep the old
-    checkpoints, which the space then drops: a recomputing config's split cannot move without
-    its checkpoints). All together: a pipeline whose first stage holds more than the estimate
+    checkpoints re-derived for the new stages (a recomputing config's split cannot move
+    without its checkpoints; warmstart's moves re-derive them too). All together: a pipeline whose first stage holds more than the estimate
     says (BERT's embeddings on random hidden IPU draw 20031) fits when every boundary moves a
     layer earlier, and each single move overloads a middle stage, so no climb of them got there."""
     index = {u.path: i for i, u in enumerate(profile.units)}

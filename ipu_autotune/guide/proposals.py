@@ -24,7 +24,6 @@ the study does not use a guide there.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import combinations
 
@@ -36,6 +35,7 @@ from .gain import beat_chance, chance_to_beat, expected_improvement
 from .probe import ProbeModel
 from .bold import BET_LOSSES, MIN_FIT_CHANCE, BetModel, bet_climb, bold_choice, losing_streak
 from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
+from .blind import BlindRound
 from .pairs import best_pair, merged
 from .untried import Closed
 from ..search.space import SearchSpace
@@ -60,16 +60,14 @@ EXPLORE_CHANCE = 0.2
 #: the confidence of a step to the edge of memory (the safe choice's is corrected.FIT_CONFIDENCE),
 #: and the least chance to fit an expected-gain pick needs once BET_LOSSES bets in a row ran out
 EDGE_CONFIDENCE = 0.5
-#: while no compile has returned: extra memory margin for a candidate, per trial running in
-#: its IPU layout plus one (a layout nothing runs in gets the safest warm
-#: start's margin, 15 % with the default headroom; each running trial in it pushes the next
-#: bet there further from the edge of memory)
+#: while no compile has returned: the extra memory margin of the model the candidates around
+#: the anchors are gathered with (the first round then weighs them by the round's expected
+#: best: _first_round)
 HEDGE = 0.10
-#: in that first round, a bet predicted slower than this fraction of the fastest at the safest
-#: warm start's margin is replaced by a fast layout's candidate nearer the edge of memory: it
-#: could only win where the estimator's speed ranking is off by more than that (BERT's 4-IPU
-#: pipeline at 0.85 of the 2 x 2 layout's estimate was the 2 x 2's 0.84 on the hidden IPU)
-DOMINATED = 0.9
+#: the margins beyond the headroom each layout is climbed at for the first round: its
+#: speed-memory frontier (a layout's fastest config and its leaner variants, which a
+#: single margin would not show)
+FRONTIER = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25)
 #: single-knob changes of an anchor that are combined in pairs (the best by corrected score)
 PAIR_TOP = 8
 
@@ -140,8 +138,8 @@ class Guide:
         asked, tried = tried, self.closed(tried)
         seen = observe(self.screen, measured)
         self.bet_chance = None
-        # While nothing is known, the first round judges at the safest warm start's margin, and
-        # with others compiling spreads its bets (see _first_round); once a compile has
+        # While nothing is known, the first round weighs each candidate by what it adds to the
+        # round's expected best (see _first_round); once a compile has
         # returned, the learnt correction is the better guide, and serially so is a calibration
         # store's prior (calibration/session.first_trials).
         first_round = not seen and (running > 0 or self.screen.prior is None)
@@ -176,7 +174,7 @@ class Guide:
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
         if seen and not fits:
             choice = self._first_fit(model, measured, tried, choice)
-        probe = self._probe(seen, fits, measured, tried, choice)
+        probe = self._probe(seen, fits, measured, asked, tried, choice)
         exhausted = self._stopping_rule(model, choice, fits, measured)
         if probe is not None:
             self.stop_note, self.probe = "", True
@@ -256,7 +254,7 @@ class Guide:
         `propose` was told (guide/untried.py; its answers are kept across proposals)."""
         return Closed(set(tried), self._would_compile, self._verdicts)
 
-    def _probe(self, seen: list, fits: list, measured: Sequence, tried: Closed,
+    def _probe(self, seen: list, fits: list, measured: Sequence, asked: set[Config], tried: Closed,
                choice: Config | None) -> Config | None:
         """The candidate likeliest to beat the best measured by STOP_BEAT (`chance_to_beat`), when
         that chance is at least EXPLORE_CHANCE and twice the safe choice's, or the likeliest
@@ -280,7 +278,11 @@ class Guide:
                 if (start, tag) not in self.climbed:
                     self.climbed.add((start, tag))
                     self.pool.add(bet_climb(CorrectedScreen(model, self.neighbours), model, self.space, start))
-        explored = {layout(c) for c, m in measured if m.source != "estimate" and m.failure in (None, "oom")}
+        # a layout another worker is compiling is being explored: without this, each free worker
+        # probed the same new layout (four 2 x 2 sharded probes at once, ResNet-50 draw 20088)
+        done = {c for c, _ in measured}
+        explored = {layout(c) for c, m in measured if m.source != "estimate" and m.failure in (None, "oom")} \
+            | {layout(c) for c in asked if c not in done}
         chances = {c: chance_to_beat(probes, c, target) for c in self.pool if c not in tried}
         if not chances:
             return None
@@ -311,40 +313,38 @@ class Guide:
         return bet
 
     def _first_round(self, seen: list, measured: Sequence, asked: set[Config], tried: Closed) -> Config | None:
-        """The fastest untried candidate, each judged at a memory margin of HEDGE per trial
-        running in its IPU layout, plus one (serially, with the baseline screened: the safest
-        warm start's margin). The estimator's errors differ most between layouts, in speed as
-        in memory: serially the first compiles show which layout is faster than estimated
-        (often not the one it ranks first); in parallel the first round cannot know, so it
-        covers the layouts first (each at the safest warm start's margin), then the same
-        layouts further from the edge of memory."""
+        """Before any compile has returned: the candidate that adds most to the round's expected
+        best throughput (guide/blind.py), given the trials running, among each layout's
+        speed-memory frontier (its climbs at the FRONTIER margins). The estimator's errors
+        differ most between layouts, and what the IPU holds beyond the estimate is unknown
+        but shared: four bets at 0.83-0.94 of a tile in the layout the estimator rates fastest
+        all ran out together on ResNet-152 (structural hand-made IPU), where a sharded model at
+        0.74, rated half as fast, was within 5 % of the best known. Serially, that is the
+        candidate with the largest chance to fit times speed; with compiles running, a further
+        bet is worth what it adds where the running ones run out."""
         done = {c for c, _ in measured}
-        busy = Counter(layout(c) for c in asked if c not in done)  # running here or elsewhere
-        models = {}
-        for level in sorted({1, *(1 + n for n in busy.values())}):
-            models[level] = m = CorrectedModel(self.screen, seen, self.headroom, HEDGE * level)
-            self._climb_layouts(m, CorrectedScreen(m, self.neighbours), m.hedge)
-
-        def score(c: Config) -> tuple:
-            return models[1 + busy[layout(c)]].score(c)
-
         self.expected_gain, self.stop_note, self.beat_chance = None, "", None
-        fitting = [c for c in self.pool if c not in tried and score(c)[0] == 1]
-        top = max((j[1] for c in self.pool if (j := models[1].score(c))[0] == 1), default=0.0)
-        worth = [c for c in fitting if score(c)[1] >= DOMINATED * top]
-        if worth or not fitting:
-            return max(worth, key=score, default=None)
-        # Only slow layouts are left at those margins: bet on a fast one nearer the edge of
-        # memory instead (the headroom alone), where the estimator overrates memory.
-        bold = CorrectedModel(self.screen, seen, self.headroom)
-        bold_screen = CorrectedScreen(bold, self.neighbours)
-        self._climb_layouts(bold, bold_screen, "first round, bold")
-        for c in sorted(set(asked) - done, key=repr):  # and from each running bet (in a fixed order: ties)
-            if (c, "first round, bold") not in self.climbed:
-                self.climbed.add((c, "first round, bold"))
-                self.pool.add(pair_climb(bold_screen, bold, self.space, c))
-        edge = [c for c in self.pool if c not in tried and (j := bold.score(c))[0] == 1 and j[1] >= DOMINATED * top]
-        return max(edge, key=bold.score) if edge else max(fitting, key=score)
+        # every layout's start: the single changes of what was asked (the baseline, when it
+        # is still compiling, has no measurement to anchor them)
+        for c in sorted(asked, key=repr):
+            self.pool.update(x for _, x in self.screen.candidates(self.space, c))
+        for margin in FRONTIER:
+            m = CorrectedModel(self.screen, seen, self.headroom + margin)
+            self._climb_layouts(m, CorrectedScreen(m, self.neighbours), ("frontier", margin))
+        blind, round_ = CorrectedModel(self.screen, seen, 0.0), BlindRound()
+
+        def outcomes(c: Config) -> list[float] | None:
+            j = blind.judge(c)  # (..., corrected throughput, ..., mean busiest tile, ...)
+            return None if j is None or j[3] > 1.0 else round_.outcomes(layout(c), j[3], j[1])
+
+        running = [o for c in sorted(set(asked) - done, key=repr) if (o := outcomes(c)) is not None]
+        if not running:  # the round's first bet (serially, the only one): the fastest at the safest margin
+            safe = CorrectedModel(self.screen, seen, self.headroom, HEDGE)
+            first = max((c for c in self.pool if c not in tried), key=safe.score, default=None)
+            if first is not None and safe.score(first)[0] == 1:
+                return first
+        worth = {c: round_.worth([*running, o]) for c in self.pool if c not in tried and (o := outcomes(c)) is not None}
+        return max(worth, key=worth.get, default=None)
 
     def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
         """Every IPU layout gets its own climb from its best candidate: a layout no compile has
