@@ -319,9 +319,9 @@ class Guide:
         differ most between layouts, and what the IPU holds beyond the estimate is unknown
         but shared: four bets at 0.83-0.94 of a tile in the layout the estimator rates fastest
         all ran out together on ResNet-152 (structural hand-made IPU), where a sharded model at
-        0.74, rated half as fast, was within 5 % of the best known. Serially, that is the
-        candidate with the largest chance to fit times speed; with compiles running, a further
-        bet is worth what it adds where the running ones run out."""
+        0.74, rated half as fast, was within 5 % of the best known. The round's first bet
+        (serially the only one) is the fastest candidate at the safest margin; with compiles
+        running, a further bet is worth what it adds where the running ones run out."""
         done = {c for c, _ in measured}
         self.expected_gain, self.stop_note, self.beat_chance = None, "", None
         # every layout's start: the single changes of what was asked (the baseline, when it
