@@ -35,8 +35,7 @@ from .call_model import CallModel, CallTime, call_time
 from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
 from .warmstart import Screen
 from ..models import partition
-from ..profiles.placement import checkpoints_every
-from ..search.replay import checkpoint_spacing
+from ..search.replay import checkpoint_spacing, with_splits
 
 #: weight of a compiled config that differs from the candidate in one knob (d knobs: KERNEL**d)
 KERNEL = 0.3
@@ -357,8 +356,8 @@ def finer_changes(space, c: Config) -> list[Config]:
 
 def split_moves(profile, c: Config) -> list[Config]:
     """Stage boundaries moved by one or two units, each alone and all together, with the
-    checkpoints re-derived for the new stages (a recomputing config's split cannot move
-    without its checkpoints; warmstart's moves re-derive them too). All together: a pipeline whose first stage holds more than the estimate
+    checkpoints re-derived for the new stages (search.replay.with_splits, as warmstart's
+    moves do). All together: a pipeline whose first stage holds more than the estimate
     says (BERT's embeddings on random hidden IPU draw 20031) fits when every boundary moves a
     layer earlier, and each single move overloads a middle stage, so no climb of them got there."""
     index = {u.path: i for i, u in enumerate(profile.units)}
@@ -374,5 +373,5 @@ def split_moves(profile, c: Config) -> list[Config]:
     out = []
     for moved in partition.moved_cuts(cuts, units, steps) + partition.shifted_cuts(cuts, units, steps):
         splits = tuple(profile.units[x].path for x in moved)
-        out.append(c.replace(splits=splits, checkpoints=checkpoints_every(profile, splits, every)))
+        out.append(with_splits(profile, c, splits, every))
     return out

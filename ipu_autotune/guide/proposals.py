@@ -61,8 +61,8 @@ EXPLORE_CHANCE = 0.2
 #: and the least chance to fit an expected-gain pick needs once BET_LOSSES bets in a row ran out
 EDGE_CONFIDENCE = 0.5
 #: while no compile has returned: the extra memory margin of the model the candidates around
-#: the anchors are gathered with (the first round then weighs them by the round's expected
-#: best: _first_round)
+#: the anchors are gathered with, and of the round's first bet (the round's further bets are
+#: weighed by its expected best: _first_round)
 HEDGE = 0.10
 #: the margins beyond the headroom each layout is climbed at for the first round: its
 #: speed-memory frontier (a layout's fastest config and its leaner variants, which a

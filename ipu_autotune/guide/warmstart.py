@@ -22,7 +22,7 @@ from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from ..rules.cross_field import min_pipeline_accumulation, violations
 from ..profiles.optimum_placement import layer_units, wildcard_cuts
-from ..search.replay import checkpoint_spacing
+from ..search.replay import checkpoint_spacing, with_splits
 from ..search.space import Choice, Range, SearchSpace, checkpoints_every
 
 
@@ -166,17 +166,13 @@ def _recompute_moves(space, problem, profile, c, values):
 def _split_moves(space, problem, profile, c, values):
     if c.ipus_per_replica > 1:
         every = checkpoint_spacing(profile, c) if c.checkpoints else None
-
-        def split(splits):
-            return c.replace(splits=splits, checkpoints=checkpoints_every(profile, splits, every)) if every \
-                else c.replace(splits=splits)
         for kind in ("memory", "compute"):
-            yield split(balanced_splits(problem, profile, c, kind))
+            yield with_splits(profile, c, balanced_splits(problem, profile, c, kind), every)
         starts = stage_starts(profile, c.splits)
         if starts is not None:
             for moved in partition.moved_cuts(starts, len(profile.units),
                                               (-4, -2, -1, 1, 2, 4)):
-                yield split(tuple(profile.units[i].path for i in moved))
+                yield with_splits(profile, c, tuple(profile.units[i].path for i in moved), every)
 
 
 def _layout_moves(space, problem, profile, c, values):

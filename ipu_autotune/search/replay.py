@@ -29,6 +29,15 @@ def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:
     return None
 
 
+def with_splits(profile: ModelProfile, config: Config, splits: tuple[str, ...], every: int | None) -> Config:
+    """`config` with its stages starting at `splits`, and its checkpoints re-derived for the new
+    stages at `every` (its checkpoint_spacing; None or 0: left as they are). A recomputing
+    config's split cannot move without its checkpoints: kept where they were, the space drops it."""
+    if not every:
+        return config.replace(splits=splits)
+    return config.replace(splits=splits, checkpoints=checkpoints_every(profile, splits, every))
+
+
 def wanted_params(config: Config, profile: ModelProfile, candidates: list[int] | None = None) -> dict[str, Any]:
     """`candidates`: the units stages may begin at, as SearchSpace._sample_splits draws them
     (--trainer optimum); a split elsewhere asks for the next candidate (nearest replay)."""
