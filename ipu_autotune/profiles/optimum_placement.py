@@ -15,7 +15,9 @@ main, the version pinning transformers 4.29.2):
   the remainder on the last (`_expand_layers_per_ipu_wildcard`).
 - `recompute_checkpoint_every_layer` checkpoints each layer but the one some layer loop of
   the class's `parallelize` tests out (`index != config.<count> - 1`), per class, not per
-  tied head: `SKIPPED_INDEX` below, each entry citing the file and function.
+  tied head: `SKIPPED_INDEX` below, each entry citing the file and function. A stage's last
+  layer is checkpointed too, and each checkpoint keeps every tensor its layer returns
+  (`CHECKPOINTED_OUTPUTS`: GPT-2's key and value with its hidden state).
 - Besides the embeddings, some classes pin modules to IPU 0 with `BeginBlock(..., ipu_id=0)`
   (an LM head, BART's decoder position embedding); every op after such a block runs on IPU 0
   until the next layer's block. `ON_IPU0` below lists them per class and `optimum_placed` puts
