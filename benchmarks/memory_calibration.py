@@ -80,7 +80,11 @@ class _RatioModel:
         self.prior = math.exp(sum(math.log(r) for _, r in self.points) / len(self.points)) if self.points else 1.0
 
     def fits(self, config, estimate) -> bool:
-        ratio, _ = CorrectedModel._blend(config, self.points, self.prior)
+        # the guide before issue 41: compiled ratios blended by 0.3 ** (knobs apart), the
+        # mean ratio counting as a quarter of a compile
+        weights = [(0.3 ** sum(getattr(config, f) != getattr(c, f) for f in config.__dataclass_fields__), r)
+                   for c, r in self.points]
+        ratio = (0.25 * self.prior + sum(w * r for w, r in weights)) / (0.25 + sum(w for w, _ in weights))
         return max(estimate.max_tile_bytes) * ratio <= estimate.tile_capacity_bytes
 
 

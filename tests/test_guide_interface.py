@@ -69,19 +69,19 @@ def test_the_runner_enqueues_the_proposal_and_the_trial_line_shows_its_reason():
     space = SearchSpace.load(PROBLEM)
     baseline = naive_baseline(PROBLEM, profile)
     config = space.project(PROBLEM, profile, baseline.replace(gradient_accumulation=4))
-    guide = OneProposal(Proposal.guided(config, Reason.PROBE, 0.42, 0.08))
+    guide = OneProposal(Proposal.guided(config, Reason.GAIN, 0.42, 0.08))
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile, [Proposal(baseline, "baseline")])
     runner = Runner(study, PROBLEM, profile, space, EstimateBackend(), guide=guide)
     first, second = runner.run_one(), runner.run_one()
     assert first.reason is None and short_label(first) == "baseline"
-    assert second.config == config and runner.last_proposal.reason is Reason.PROBE
+    assert second.config == config and runner.last_proposal.reason is Reason.GAIN
     # the history the guide was told: the baseline measured, and what the backend would compile
     told = guide.histories[-1]
     assert [c for c, _ in told.measured] == [baseline] and told.would_compile(config)
     # the record and the trial line carry the reason; the origin keeps the full story
     stored = {r.number: r for r in records(study)}[second.number]
-    assert stored.reason == second.reason == "probe" and short_label(stored) == "probe"
-    assert stored.origin == "guided probe (42% chance to fit)"
-    assert study.trials[second.number].user_attrs["proposal"] == {"reason": "probe", "chance_to_fit": 0.42,
+    assert stored.reason == second.reason == "gain" and short_label(stored) == "gain"
+    assert stored.origin == "guided (42% chance to fit, expected gain 8.0%)"
+    assert study.trials[second.number].user_attrs["proposal"] == {"reason": "gain", "chance_to_fit": 0.42,
                                                                   "expected_gain": 0.08}

@@ -10,7 +10,7 @@ import pytest
 from ipu_autotune.guide.call_model import CallModel, CallTime
 from ipu_autotune.guide.corrected import Judgement, layout
 from ipu_autotune.guide.proposal import History, Reason
-from ipu_autotune.guide.proposals import STOP_BEAT, STOP_CHANCE, Guide
+from ipu_autotune.guide.proposals import STOP_GAIN, Guide
 from ipu_autotune.guide.warmstart import Proposal, naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
@@ -84,38 +84,38 @@ def two_compiles():
 @pytest.mark.slow
 def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles):
     """The guide shipped before issue 22 kept to the layouts its warm starts compiled: the
-    best (here 1 IPU x 4 replicas) was never generated. Now the layout's likeliest candidate
-    to beat the best is compiled next, and on the hidden IPU it does."""
+    best (here 1 IPU x 4 replicas) was never generated. Now a layout nothing was compiled in
+    is unsure in every knob that sets it apart, so its expected gain is compiled next, and on
+    the hidden IPU it beats the best by 5 %."""
     profile, space, measured = two_compiles
     assert {layout(c) for c, _ in measured} == {(4, 1, "pipelined"), (2, 2, "pipelined")}
     guide = Guide(PROBLEM, profile, space, 0.05)
     picked = guide.propose(History.of(measured))
     proposal = picked.config
-    assert picked.reason is Reason.PROBE and layout(proposal) not in {layout(c) for c, _ in measured}
+    assert picked.reason is Reason.GAIN and layout(proposal) not in {layout(c) for c, _ in measured}
     best = max(m.throughput for _, m in measured if m.feasible)
     compiled = HiddenIPU().measure(PROBLEM, proposal)
-    assert compiled.feasible and compiled.throughput > (1 + STOP_BEAT) * best
+    assert compiled.feasible and compiled.throughput > 1.05 * best
 
 
 @pytest.mark.slow
 def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles):
-    """With the probe of a new layout still compiling, a free worker's probe goes elsewhere:
-    each free worker probed the same new layout (four 2 x 2 sharded probes at once on
-    ResNet-50, random hidden IPU draw 20088)."""
+    """With a compile of a new layout still running, a free worker's proposal goes elsewhere:
+    its outcome is mostly the running one's (local penalisation). Each free worker probed the
+    same new layout once (four 2 x 2 sharded probes at once on ResNet-50, draw 20088)."""
     profile, space, measured = two_compiles
     guide = Guide(PROBLEM, profile, space, 0.05)
     done = {c for c, _ in measured}
     first = guide.propose(History.of(measured, done))
-    assert first.reason is Reason.PROBE and layout(first.config) not in {layout(c) for c in done}
+    assert layout(first.config) not in {layout(c) for c in done}
     second = guide.propose(History.of(measured, done | {first.config}, running=1))
-    assert second is not None and second.config != first.config
-    assert not (second.reason is Reason.PROBE and layout(second.config) == layout(first.config))
+    assert second is not None and layout(second.config) != layout(first.config)
 
 
 @pytest.mark.slow
-def test_the_stopping_rule_gives_its_chance(two_compiles):
-    """Once it applies, the note names the chance that an untried candidate beats the best by
-    STOP_BEAT, and that chance is under STOP_CHANCE."""
+def test_the_stopping_rule_gives_its_gain(two_compiles):
+    """Once it applies, the note names the largest expected gain of an untried candidate on
+    the best, and that gain is under STOP_GAIN."""
     profile, space, measured = two_compiles
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     guide = Guide(PROBLEM, profile, space, 0.05)
@@ -126,8 +126,8 @@ def test_the_stopping_rule_gives_its_chance(two_compiles):
         history = [(r.config, r.measurement) for r in records(study)]
         stop = guide.stopping(History.of(history))
         if stop is not None:
-            assert stop.beat_chance < STOP_CHANCE
-            assert f"is {stop.beat_chance:.0%}" in str(stop)
+            assert stop.expected_gain < STOP_GAIN
+            assert f"is {stop.expected_gain:.2%} of the best" in str(stop)
             return
     pytest.fail("the stopping rule never applied in 14 compiles on an IPU the model learns exactly")
 
@@ -324,7 +324,7 @@ def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles):
     """The baseline's layout (4 IPUs pipelined) ran out of memory: nothing was learnt of its
     speed, so its candidates keep the layout's whole prior spread, however sure the model is
     of the 2 x 2 compile that ran; a twin of that compile is surer."""
-    from ipu_autotune.guide.corrected import SPEED_SPREAD, CorrectedModel, observe
+    from ipu_autotune.guide.corrected import CorrectedModel, observe
 
     profile, space, measured = two_compiles
     ran = next(c for c, m in measured if m.feasible)
@@ -332,9 +332,8 @@ def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles):
     model = CorrectedModel(screen, observe(screen, measured), 0.05)
     never = [c for c, m in measured if not m.feasible and layout(c) != layout(ran)]
     assert never, "the fixture's baseline should run out of memory in its own layout"
-    assert model.speed_sd(never[0]) >= SPEED_SPREAD
     twin = ran.replace(device_iterations=ran.device_iterations + 1)
-    assert model.speed_sd(twin) < SPEED_SPREAD
+    assert model.speed_sd(never[0]) > 2 * model.speed_sd(twin)
 
 
 class Judged:
@@ -369,30 +368,3 @@ def test_expected_improvement_is_the_chance_times_the_speed_above_the_best():
     unsure = expected_improvement(Judged({"c": (95.0, 1.0)}, 0.10), "c", 100.0)
     sure = expected_improvement(Judged({"c": (95.0, 1.0)}, 0.01), "c", 100.0)
     assert unsure > 0.01 and sure < 1e-6
-
-
-def test_while_nothing_fits_a_faster_candidate_expected_to_give_more_takes_the_safe_choices_place():
-    """After compiles that all ran out of memory, the safe choice (the fastest candidate given
-    FIT_CONFIDENCE) is often a slow layout (BERT: a 2 x 2 sharded model with offload, given
-    0.8, ran at 0.19 of the best known; a 4 x 1 pipeline given 0.65 at 0.54). A faster
-    candidate with at least a bet's chance takes its place when its chance to fit x throughput
-    is larger (a bet: under FIT_CONFIDENCE); a surer but slower one does not; once BET_LOSSES
-    such bets in a row ran out, only one at even odds or better."""
-    from ipu_autotune.backends.base import Measurement
-    from ipu_autotune.guide.bold import BET_LOSSES
-    from ipu_autotune.problem import Config
-
-    guide = Guide(PROBLEM, profile_for(PROBLEM), SearchSpace.load(PROBLEM), 0.05)
-    safe, surer, likely, long_shot = (Config(gradient_accumulation=n) for n in (2, 3, 4, 8))
-    guide.pool.update([safe, surer, likely, long_shot])
-    model = Judged({safe: (100.0, 0.85), surer: (95.0, 0.99), likely: (400.0, 0.45), long_shot: (2000.0, 0.1)}, 0.1)
-    pick = guide._first_fit(model, [], guide.closed(set()), safe)
-    assert pick == likely and pick in guide.bets
-    # with the likely one tried, the safe choice: the surer one is slower, the long shot under a bet's chance
-    assert guide._first_fit(model, [], guide.closed({likely}), safe) == safe
-
-    out = Measurement(feasible=False, source="compile", failure="oom")
-    lost = [(Config(gradient_accumulation=16, device_iterations=n), out) for n in range(1, BET_LOSSES + 1)]
-    guide.bets.update(c for c, _ in lost)
-    assert guide._first_fit(model, lost, guide.closed(set()), safe) == safe
-    assert guide._first_fit(model, lost[:-1], guide.closed(set()), safe) == likely

@@ -1,20 +1,12 @@
-"""When the guide stalls: bet on a candidate the corrected model puts just over memory.
+"""Candidates at the edge of memory: climbs on expected throughput.
 
-The corrected model (search/corrected.py) is off by a few percent even after many compiles,
-because the error is not one ratio: a real IPU's busiest tile grows differently per kind of
-memory (weights, activations, planner temporaries, code), so a config whose mix differs from
-everything compiled so far (gradient accumulators appear with accumulation > 1, say) moves
-the ratio by a percent or two. The best configuration often sits at the edge of memory, so
-a model that says "1.002 of the tile" rules out for good what in fact fits at 0.993, and the
-guide keeps compiling safe variations that do not pay.
-
-So after compiles that stall, each candidate is weighed by its chance to fit under the
-learnt memory model (guide/memory_model.py: a mean and a spread per IPU). Climbs towards bets follow expected throughput
-(chance x corrected throughput); the bet compiled is the candidate with the largest expected
-improvement (chance x gain over the best measured: an OOM costs a compile, not the best),
-when that is at least BOLD_GAIN of the best and more than the safe choice's gain. An
-OOM costs one compile and corrects the model there (the compile's own ratio then dominates
-its neighbours), so the next bet is better informed.
+The corrected model is off by a few percent even after many compiles, and the best
+configuration often sits at the edge of memory, where a climb at the learnt margin never
+reaches: a model that says "1.002 of the tile" rules out what in fact fits at 0.993. So the
+guide's pool also holds, per IPU layout, the climb on expected throughput (chance to fit x
+corrected throughput) from the layout's fastest candidate were it to fit: towards the best
+bets near it, trading a little speed for memory where the model is unsure. Which of them is
+compiled is the guide's one rule (guide/proposals.py: expected gain on the best).
 """
 
 from __future__ import annotations
@@ -28,13 +20,6 @@ from .warmstart import climb
 from .corrected import CorrectedModel, CorrectedScreen, Judgement, layout
 from .pairs import best_pair
 
-#: a bet's expected improvement (chance to fit x gain) must be at least this fraction of the best measured
-BOLD_GAIN = 0.05
-#: and have at least this chance to fit
-MIN_FIT_CHANCE = 0.25
-#: bets stop after this many in a row ran out of memory (the model's error is then larger
-#: than its compiles showed: picking the best bets picks where it under-predicts)
-BET_LOSSES = 3
 #: the fastest and the leanest single changes a bet's climb pairs (each with each)
 BET_PAIRS = 6
 #: a climb towards a bet starts from, and passes through, candidates with this chance or more
@@ -94,28 +79,3 @@ def bet_climb(screen: CorrectedScreen, model: BetModel, space, start: Config, ro
             break
         best = climb(screen, space, top)
     return best
-
-
-def bold_choice(model: BetModel, candidates: Iterable[Config], best: float, safe: float = 0.0) -> Config | None:
-    """The candidate with the largest expected improvement on the best measured (chance to
-    fit x corrected gain: an OOM costs a compile, not the best), if that is at least
-    BOLD_GAIN of the best and more than the safe choice's (corrected throughput `safe`) gain."""
-    pick, value = None, max(best * BOLD_GAIN, safe - best)
-    for c in candidates:
-        j = model.judge(c)
-        if j is None:
-            continue
-        chance = j.chance
-        gain = chance * (model.throughput(c) - best)
-        if gain > value and chance >= MIN_FIT_CHANCE:
-            pick, value = c, gain
-    return pick
-
-
-def losing_streak(measured, bets: set[Config]) -> int:
-    """How many of the last bets in `measured` ((config, Measurement) in order) ran out of memory in a row."""
-    streak = 0
-    for config, m in measured:
-        if config in bets and m.source != "estimate":
-            streak = streak + 1 if m.failure == "oom" else 0 if m.failure is None else streak
-    return streak

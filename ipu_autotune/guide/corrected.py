@@ -22,7 +22,6 @@ constants and structure.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from statistics import NormalDist
@@ -32,21 +31,13 @@ from ..host.pipeline import overlapped
 from ..knob_spec import SPEC
 from ..problem import Config
 from .call_model import CallModel, CallTime, call_time
+from .features import featurizer_for
+from .knob_effects import Residuals
 from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
 from .warmstart import Screen
 from ..models import partition
 from ..search.replay import checkpoint_spacing, with_splits
 
-#: weight of a compiled config that differs from the candidate in one knob (d knobs: KERNEL**d)
-KERNEL = 0.3
-#: the same for what a compile's tiles held beyond the learnt memory parts, counting only the
-#: knobs that change the tiles (memory_distance). Larger than KERNEL: the estimator gets the
-#: difference between two such configs mostly right, so an excess one compile showed is mostly
-#: its neighbour's too (at 0.3, and counting host knobs, three near-copies of one ResNet-152
-#: config that ran out were each given 34-40 % and each ran out: develop draw 20050)
-MEMORY_KERNEL = 0.6
-#: weight of the prior against the compiled configs
-PRIOR_WEIGHT = 0.25
 #: a candidate "fits" when its learnt chance to fit is at least this
 FIT_CONFIDENCE = 0.8
 #: spread (fraction of a tile) of a config's busiest tile around the learnt memory parts where
@@ -57,9 +48,12 @@ LOCAL_MEMORY_SD = 0.05
 #: estimator sees no memory in may move them a little. With the same tile-memory knobs the
 #: program on the tiles is the same, and so are its tiles: no spread at all
 KNOWN_TILE_SD = 0.01
-#: spread of a config's log(throughput) around the learnt model before any residual is seen
-#: (a prior for the residuals' spread, worth one compile)
-SPEED_SPREAD = 0.10
+#: the knob-effect models (guide/knob_effects.py): a knob's prior spread of effect on the log
+#: of a config's throughput, and a compile's own scatter around the model (run-to-run jitter)
+SPEED_EFFECT, SPEED_NOISE = 0.05, 0.03
+#: the same on a busiest tile beyond the learnt memory parts (fraction of a tile, scaled by a
+#: store's prior as LOCAL_MEMORY_SD is); a compile's tiles are exact, so almost no scatter
+MEMORY_EFFECT, MEMORY_NOISE = 0.02, 0.002
 _FIELDS = [f.name for f in fields(Config)]
 _TILE_MEMORY = [i for i, name in enumerate(_FIELDS) if name not in {k.name for k in SPEC if not k.tile_memory}]
 
@@ -92,17 +86,6 @@ def layout(c: Config) -> tuple:
     """How the model is laid out on the IPUs: the estimator's errors differ most between
     layouts (pipeline stages, replicas, sharding), less between configs of one layout."""
     return c.ipus_per_replica, c.replicas, c.execution
-
-
-def _layout_priors(points: list, prior: float) -> dict:
-    """Per layout, the mean of its compiles' errors shrunk towards the mean of all (one
-    compile counts as much as the overall mean): a layout's second candidate learns from
-    its first even when they share few other knobs."""
-    sums: dict = {}
-    for c, value in points:
-        n, total = sums.get(layout(c), (0, 0.0))
-        sums[layout(c)] = (n + 1, total + value)
-    return {k: (prior + total) / (1 + n) for k, (n, total) in sums.items()}
 
 
 @dataclass(frozen=True)
@@ -139,14 +122,6 @@ def observe(screen: Screen, measured: Sequence) -> list[Observation]:
         call = call_time(predicted, overlapped(config), m)
         out.append(Observation(config, max(ratios) if ratios else None, tiles, call))
     return out
-
-
-def _weighted(pairs, prior: float = 0.0) -> tuple[float, float]:
-    """(weighted mean of (weight, value) pairs with `prior` at PRIOR_WEIGHT, that weight's share)."""
-    num, den = prior * PRIOR_WEIGHT, PRIOR_WEIGHT
-    for w, value in pairs:
-        num, den = num + w * value, den + w
-    return num / den, PRIOR_WEIGHT / den
 
 
 class CandidatePool(dict):
@@ -196,28 +171,24 @@ class CorrectedModel:
                                                                                  p.checkpoints)[0]
                                              for p in o.tiles]) for o in observations if o.tiles]
         self.compiled_tiles = [(o.config, [p.measured for p in o.tiles]) for o in observations if o.tiles]
+        # ... and as a function of each knob (guide/knob_effects.py): a knob no compile moved
+        # keeps its prior spread, one they moved is learnt as a function of its value
+        features = featurizer_for(screen.profile)
+        self.memory_effects = Residuals(features, [(c, i, r) for c, rs in self.memory_residuals
+                                                   for i, r in enumerate(rs)],
+                                        MEMORY_EFFECT * self.local_sd / LOCAL_MEMORY_SD, MEMORY_NOISE, memory=True)
         self.calls = CallModel([o.call for o in observations if o.call is not None],
                                prior.call if prior is not None else None)
         self.speed = [(o.config, self.calls.log_residual(o.call)) for o in observations
                       if o.call is not None and o.call.measured_s]
-        self.speed_layout = _layout_priors(self.speed, 0.0)
-        # how far a config's learnt speed can be off: the residuals' spread, shrunk to SPEED_SPREAD
-        rss = sum(r * r for _, r in self.speed)
-        self.speed_spread = math.sqrt((SPEED_SPREAD**2 + rss) / (1 + len(self.speed)))
-        self.speed_runs = Counter(layout(c) for c, _ in self.speed)  # compiles that ran, per layout
+        self.speed_effects = Residuals(features, [(c, None, r) for c, r in self.speed], SPEED_EFFECT, SPEED_NOISE)
         self._z = NormalDist().inv_cdf(confidence)
         self.cache: dict[Config, tuple | None] = {}
-        self._speed_unsure: dict[Config, float] = {}  # _throughput's prior weight, for speed_sd
 
     @property
     def memory_prior(self) -> float:
-        """The mean measured/estimated busiest-tile ratio."""
+        """The mean measured/estimated busiest-tile ratio (Guide.correction)."""
         return math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory)) if self.memory else 1.0
-
-    @staticmethod
-    def _blend(config: Config, points: list, prior: float) -> tuple[float, float]:
-        """(kernel-weighted value, weight of the prior in it: 1 far from every point)."""
-        return _weighted(((KERNEL ** distance(config, c), value) for c, value in points), prior)
 
     def _tiles(self, config: Config, m: Measurement) -> tuple[list[tuple[float, float]], float]:
         """Per IPU (mean, spread) of the busiest tile as a fraction of a tile, and the limit."""
@@ -230,16 +201,13 @@ class CorrectedModel:
             return [(max(t[i] for t in same_program), 0.0) for i in range(ipus)], 1.0 - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
         apart = self._apart(config, m)
-        known = 0 in apart
-        weights = [float(d == 0) if known else MEMORY_KERNEL ** d for d in apart]
-        unsure = 0.0 if known else _weighted(zip(weights, [0.0] * len(weights)))[1]
-        same = [(w, r) for w, (_, r) in zip(weights, self.memory_residuals) if len(r) == len(tiles) and w > 0]
-        out = []
-        for i, (mu, sd) in enumerate(tiles):
-            pairs = [(w, r[i]) for w, r in same]
-            residual = sum(w * v for w, v in pairs) / sum(w for w, _ in pairs) if known else _weighted(pairs)[0]
-            out.append((mu + residual, KNOWN_TILE_SD if known else math.sqrt(sd * sd + unsure * self.local_sd**2)))
-        return out, 1.0 - self.hedge
+        if 0 in apart:  # tiles a compile held, to the byte as far as the estimate tells
+            held = [r for d, (_, r) in zip(apart, self.memory_residuals) if d == 0 and len(r) == len(tiles)]
+            return [(mu + sum(r[i] for r in held) / len(held) if held else mu, KNOWN_TILE_SD)
+                    for i, (mu, _) in enumerate(tiles)], 1.0 - self.hedge
+        effects = self.memory_effects.at_levels(config, range(len(tiles)))
+        return [(mu + residual, math.sqrt(sd * sd + spread * spread))
+                for (mu, sd), (residual, spread) in zip(tiles, effects)], 1.0 - self.hedge
 
     def tiles_known(self, config: Config) -> bool:
         """Whether a compile held this config's very tiles (_tiles): compiling it cannot
@@ -284,23 +252,23 @@ class CorrectedModel:
         """Corrected throughput: the learnt device and host factors, then the config's residual."""
         call = call_time(m, overlapped(config))
         base = self.calls.predict(call) if call is not None else (m.throughput or 0.0)
-        residual, self._speed_unsure[config] = self._blend(config, self.speed,
-                                                           self.speed_layout.get(layout(config), 0.0))
-        return base * math.exp(residual)
+        return base * math.exp(self.speed_effects(config)[0])
 
     def speed_sd(self, config: Config) -> float:
-        """Spread of log(throughput) for a candidate: the residuals' spread where nothing near
-        was compiled, less near a compiled config (its residual is then mostly known), plus
-        what is still unknown of its IPU layout's own error. A layout is off as a whole (a
-        fixed cost per stage, an all-reduce unlike the model's), by up to SPEED_SPREAD before
-        any compile ran in it: a layout whose compiles all ran out of memory has taught
-        nothing about its speed, however sure the model is of the layouts that ran."""
-        unsure = self._speed_unsure.get(config)
-        if unsure is None:  # not judged yet: the prior's weight does not depend on the prior
-            _, unsure = self._blend(config, self.speed, 0.0)
-        runs = self.speed_runs.get(layout(config), 0)
-        layout_var = 1.0 / (1.0 / SPEED_SPREAD**2 + runs / max(self.speed_spread, 1e-3) ** 2)
-        return math.sqrt(self.speed_spread**2 * unsure + layout_var)
+        """Spread of log(throughput) for a candidate: what the compiles leave unknown of the
+        effects of the knobs that set it apart from them (guide/knob_effects.py). A layout
+        whose compiles all ran out of memory has taught nothing about its speed."""
+        return self.speed_effects(config)[1]
+
+    def apart(self, config: Config, pending: Sequence[Config]) -> float:
+        """How much of a compile of `config` is its own, with `pending` compiles (running
+        elsewhere, not yet measured) still to report: the product over them of one less the
+        prior correlation of their speeds (local penalisation, so that N workers do not bet
+        on one outcome). 1 with nothing pending."""
+        out = 1.0
+        for rho in self.speed_effects.correlation(config, list(pending)):
+            out *= 1.0 - max(0.0, min(1.0, rho))
+        return out
 
     def chance(self, config: Config) -> float:
         j = self.judge(config)

@@ -14,18 +14,9 @@ class Reason(Enum):
     """Why the guide chose a configuration. The value is the trial line's label."""
 
     FIRST_ROUND = "round"  # before any compile returned: what it adds to the round's expected best
-    SAFE = "safe"  # the fastest candidate likely to fit
-    FIRST_FIT = "fit"  # nothing fits yet: the largest expected throughput (chance x speed)
-    GAIN = "gain"  # no safe choice is expected to pay: the largest expected gain on the best
-    PROBE = "probe"  # the likeliest to beat the best, or an IPU layout nothing was compiled in
-    BET = "bet"  # over the margin on purpose, after compiles that stalled
-    LIKELIEST = "likely"  # nothing is judged likely to fit: the likeliest to
+    FIRST_FIT = "fit"  # nothing fits yet: the largest expected throughput (chance to fit x speed)
+    GAIN = "gain"  # the largest expected gain on the best measured
     PRIOR = "prior"  # a calibration store's prior: the study's first compile
-
-    @property
-    def over_margin(self) -> bool:
-        """Chosen under the safe confidence on purpose (its compile may well run out)."""
-        return self in (Reason.PROBE, Reason.BET)
 
 
 @dataclass(frozen=True)
@@ -44,9 +35,9 @@ class Proposal:
     def guided(cls, config: Config, reason: Reason, chance: float | None, gain: float | None = None,
                why: str = "") -> "Proposal":
         words = [f"{chance:.0%} chance to fit"] if chance is not None else []
+        words += [f"expected gain {gain:.1%}"] if gain is not None else []
         words += [why] if why else []
-        kind = {Reason.PROBE: "guided probe", Reason.BET: "guided bet"}.get(reason, "guided")
-        origin = f"{kind} ({', '.join(words)})" if words else kind
+        origin = f"guided ({', '.join(words)})" if words else "guided"
         return cls(config, origin, reason, chance, gain)
 
     def attrs(self) -> dict:

@@ -1,21 +1,20 @@
-"""Estimator-guided proposals during a study, corrected by what the compiles showed.
+"""Estimator-guided proposals during a study: one model of this IPU, one rule for the next compile.
 
 The analytical model is off for any real IPU by some tens of percent, in memory (code size,
-tile imbalance) and in time (host, per-step costs), and differently for different configs.
-Each compile tells us by how much where it ran: guide/corrected.py learns the IPU's memory
-structure (guide/memory_model.py) and its device and host time apart (guide/call_model.py).
-The guide walks down the estimator's ranking *as corrected*: it gathers candidates around
-the best configurations measured so far (single-knob changes, pairs of the most promising
-ones, and a climb on the corrected model that tries pairs of knobs when no single one
-helps), and proposes the fastest one likely to fit that was not tried yet, unless a probe
-(`Guide._probe`: every IPU layout gets its chance) or a bet (guide/bold.py) is likelier to
-pay. When that safe choice is not expected to beat the best measured, it proposes the
-candidate with the largest expected gain on the best (guide/gain.py) instead: a compile
-predicted slower than the best can only gain by luck. While nothing has fit, a faster
-candidate whose compile is expected to give more (chance to fit times throughput) takes the
-safe choice's place: the safe choice is often a slow layout. When the chance that an untried
-candidate beats the best measured by STOP_BEAT is small, it says so (`stop_note`, with that
-chance): more compiles are unlikely to pay.
+tile imbalance) and in time (host, per-step costs), and differently for different knobs. Each
+compile tells us by how much where it ran: guide/corrected.py learns the IPU's memory
+structure (guide/memory_model.py), its device and host time (guide/call_model.py) and, as a
+function of every knob, what those leave unexplained (guide/knob_effects.py), each with its
+spread. The guide gathers candidates (single-knob changes and pairs around the best
+configurations measured, a climb per IPU layout, at the learnt margin, at the edge of memory
+and on expected throughput) and proposes the one with the largest expected gain on the best
+measured: its chance to fit times the part of its speed's spread above the best
+(guide/gain.py). While nothing fits, that is its expected throughput. A candidate near a
+compile still running is worth less by how much its outcome is that compile's (the two
+share the learnt effects: local penalisation). Before any compile has returned, the first
+round weighs each candidate by what it adds to the round's expected best (guide/blind.py).
+When no untried candidate is expected to gain STOP_GAIN on the best, more compiles are
+unlikely to pay, and `stopping` says so with that gain.
 
 With the estimate backend there is nothing to learn (the measurements are the model), so
 the study does not use a guide there.
@@ -23,7 +22,6 @@ the study does not use a guide there.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -32,9 +30,8 @@ from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
-from .gain import beat_chance, chance_to_beat, expected_improvement
-from .probe import ProbeModel
-from .bold import BET_LOSSES, MIN_FIT_CHANCE, BetModel, bet_climb, bold_choice, losing_streak
+from .gain import expected_improvement
+from .bold import BetModel, bet_climb
 from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .blind import BlindRound
 from .pairs import best_pair, merged
@@ -44,31 +41,20 @@ from .proposal import History, Proposal, Reason
 from .warmstart import Screen, climb
 
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline,
-#: whose compile teaches the correction; the guide ranks the rest. (The safest climb was
-#: enqueued second: chosen before any compile, it ran out of memory on most ResNet-101 random
-#: hidden IPUs, where the guide's choice after the baseline's compile fitted.)
+#: whose compile teaches the correction; the guide ranks the rest
 COMPILED_WARM_STARTS = 1
-#: a compile "beats" the best measured when it is this much faster (compiles_since_best); with
-#: no untried candidate expected to beat it so, a step to the edge of memory is tried
+#: the stopping rule: no untried candidate is expected to gain this much on the best measured
+#: (a fraction of it), and STOP_PATIENCE compiles in a row did not beat the best by as much
 STOP_GAIN = 0.01
-#: the stopping rule: stop when the chance that some untried candidate beats the best measured
-#: by more than STOP_BEAT is under STOP_CHANCE (beat_chance),
-STOP_BEAT, STOP_CHANCE = 0.05, 0.10
-#: and this many compiles in a row did not beat the best by STOP_GAIN (the model alone said
-#: "stop" at compile 3-5, before the tuner was within 5 % in half the runs)
 STOP_PATIENCE = 3
-#: a probe (Guide._probe) needs at least this chance to beat the best measured by STOP_BEAT
-EXPLORE_CHANCE = 0.2
-#: the confidence of a step to the edge of memory (the safe choice's is corrected.FIT_CONFIDENCE),
-#: and the least chance to fit an expected-gain pick needs once BET_LOSSES bets in a row ran out
+#: the confidence the edge of memory is climbed at (the safe climbs': corrected.FIT_CONFIDENCE)
 EDGE_CONFIDENCE = 0.5
 #: while no compile has returned: the extra memory margin of the model the candidates around
 #: the anchors are gathered with, and of the round's first bet (the round's further bets are
 #: weighed by its expected best: _first_round)
 HEDGE = 0.10
 #: the margins beyond the headroom each layout is climbed at for the first round: its
-#: speed-memory frontier (a layout's fastest config and its leaner variants, which a
-#: single margin would not show)
+#: speed-memory frontier (a layout's fastest config and its leaner variants)
 FRONTIER = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25)
 #: single-knob changes of an anchor that are combined in pairs (the best by corrected score)
 PAIR_TOP = 8
@@ -119,7 +105,6 @@ class Guide:
         self.pool = CandidatePool()  # every candidate gathered so far, re-ranked at each proposal
         self.pool.update(candidates)
         self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
-        self.bets: set[Config] = set()  # configs proposed as bets over the predicted memory (search/bold.py)
         self._stop: Stop | None = None  # the stopping rule, once it applies
         self._stopped: tuple | None = None  # (the history it was judged on, its Stop): stopping()
         self._would_compile: Callable[[Config], bool] | None = None  # the last history's
@@ -148,11 +133,15 @@ class Guide:
         """The corrected model's judgement of `config` before any compile (the prior alone)."""
         return CorrectedModel(self.screen, [], 0.0).judge(config)
 
+    def closed(self, tried: set[Config]) -> Closed:
+        """What not to propose: `tried`, and what the backend would not compile, as the last
+        `propose` was told (guide/untried.py; its answers are kept across proposals)."""
+        return Closed(set(tried), self._would_compile, self._verdicts)
+
     def propose(self, history: History, confidence: float = FIT_CONFIDENCE) -> Proposal | None:
-        """The next configuration to compile and why, or None. While no compile has returned,
-        each running trial adds a memory hedge to the candidates of its IPU layout
-        (_first_round). `confidence`: the chance to fit a safe choice needs (a calibrated
-        study's first compile asks more: guide/first_trials.py)."""
+        """The next configuration to compile and why, or None. `confidence`: the chance to fit
+        the candidates are climbed at, and, before any compile, the least a proposal needs
+        (a calibrated study's first compile asks more: guide/first_trials.py)."""
         if history.would_compile != self._would_compile:  # a bound method is made anew at each access
             self._would_compile, self._verdicts = history.would_compile, {}
         out = self._choose(history, confidence)
@@ -160,22 +149,56 @@ class Guide:
         return out
 
     def _choose(self, history: History, confidence: float) -> Proposal | None:
-        measured, running = history.measured, history.running
-        asked, tried = history.asked, self.closed(history.asked)
+        measured, asked, tried = history.measured, history.asked, self.closed(history.asked)
         seen = observe(self.screen, measured)
-        # While nothing is known, the first round weighs each candidate by what it adds to the
-        # round's expected best (see _first_round); once a compile has
-        # returned, the learnt correction is the better guide, and serially so is a calibration
-        # store's prior (guide/first_trials.py).
-        first_round = not seen and (running > 0 or self.screen.prior is None)
+        # Before any compile has returned, the first round (guide/blind.py); serially, a
+        # calibration store's prior is the better guide (guide/first_trials.py).
+        first_round = not seen and (history.running > 0 or self.screen.prior is None)
         model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0,
                                confidence=confidence)
+        self._gather(model, measured, confidence)
+        self._stop = None
+        if first_round:
+            first = self._first_round(seen, measured, asked, tried)
+            return None if first is None else Proposal.guided(first, Reason.FIRST_ROUND, None)
+        self._gather_edges(seen)
+        best = max((m.throughput for _, m in measured if m.feasible and m.failure is None and m.throughput),
+                   default=0.0)
+        least = confidence if not seen else 0.0  # no compile yet: the prior alone must make it likely
+        done = {c for c, _ in measured}
+        pending = [c for c in asked if c not in done]  # compiling elsewhere, or enqueued
+        worth = {}
+        for c in self.pool:
+            if c not in tried and model.chance(c) >= least:
+                worth[c] = expected_improvement(model, c, best) * model.apart(c, pending)
+        pick = max(worth, key=worth.get, default=None)
+        if best and measured:
+            since, gain = compiles_since_best(measured), max(worth.values(), default=0.0)
+            if gain < STOP_GAIN and since >= STOP_PATIENCE:
+                self._stop = Stop(since, gain, len(model.speed))
+        if pick is not None and worth[pick] <= 0.0 and not best and seen:
+            # Everything is judged all but certain to run out (its chance under-flows): the rule's
+            # limit, the candidate likeliest to fit among those whose tiles no compile has held
+            # (a compile of known tiles teaches nothing). Left to the sampler, such a study had
+            # every trial screened by the estimate and ended without a fit.
+            pick = max((c for c in worth if not model.tiles_known(c)),
+                       key=lambda c: (model.chance(c), model.score(c)), default=None)
+            return None if pick is None else Proposal.guided(pick, Reason.FIRST_FIT, model.chance(pick))
+        if pick is None or worth[pick] <= 0.0:
+            return None
+        if best:
+            return Proposal.guided(pick, Reason.GAIN, model.chance(pick), worth[pick])
+        return Proposal.guided(pick, Reason.FIRST_FIT, model.chance(pick))
+
+    def _gather(self, model: CorrectedModel, measured: Sequence, confidence: float) -> None:
+        """The candidates around the anchors (the fastest configs that fit, else the nearest to
+        fitting): their single changes, pairs of the best of those, a climb from the best
+        anchor, and a climb in every IPU layout."""
         corrected = CorrectedScreen(model, self.neighbours)
         fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
                       key=lambda t: t[0], reverse=True)
         anchors = [c for _, c in fits[:self.starts]]
         if not anchors:
-            # Nothing fits yet: start from the configs nearest to fitting.
             near = sorted(((m.violation, c) for c, m in measured if m.failure in (None, "oom")), key=lambda t: t[0])
             anchors = [c for _, c in near[:self.starts]]
         for anchor in anchors:
@@ -191,157 +214,19 @@ class Guide:
         # climbed once per margin, and apart at another confidence (a climb's end depends on it)
         tag = model.hedge if confidence == FIT_CONFIDENCE else (model.hedge, confidence)
         self._climb_layouts(model, corrected, tag)
-        if first_round:
-            self._stop = None
-            first = self._first_round(seen, measured, asked, tried)
-            return None if first is None else Proposal.guided(first, Reason.FIRST_ROUND, None)
-        best = fits[0][0] if fits else 0.0
 
-        def proposal(config: Config | None, reason: Reason, chance: float | None = None) -> Proposal | None:
-            if config is None:
-                return None
-            gain = model.score(config)[1] / best - 1.0 if best and model.score(config)[0] == 1 else None
-            return Proposal.guided(config, reason, model.chance(config) if chance is None else chance, gain)
-
-        ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
-        choice = next((c for c in ranked if model.score(c)[0] == 1), None)
-        reason = Reason.SAFE
-        if seen and not fits:
-            choice, reason = self._first_fit(model, measured, tried, choice, confidence), Reason.FIRST_FIT
-        probe = self._probe(seen, fits, measured, asked, tried, choice)
-        exhausted = self._stopping_rule(model, choice, fits, measured)
-        if probe is not None:
-            self._stop = None
-            self.bets.add(probe)
-            return proposal(probe, Reason.PROBE)
-        if exhausted and fits:
-            # Nothing safe is expected to pay: the compile is worth what it is expected to
-            # gain on the best measured (guide/gain.py: its chance to fit times its speed's
-            # spread above the best). The best often sits at the edge of memory, where a climb
-            # with the margin never reaches, so each layout is climbed again without one; and
-            # a layout whose compiles all ran out of memory is unsure in speed as well. An OOM
-            # teaches the memory model there.
-            edge = CorrectedModel(self.screen, seen, 0.0, confidence=EDGE_CONFIDENCE)
-            self._climb_layouts(edge, CorrectedScreen(edge, self.neighbours), "edge")
-            # A candidate less likely to fit than a safe choice is a bet (guide/bold.py): no
-            # long shots, and after BET_LOSSES of them in a row ran out of memory, none under
-            # even odds (the model is then wrong at the edge in a way its compiles have not
-            # yet corrected).
-            losing = losing_streak(measured, self.bets) >= BET_LOSSES
-            least = EDGE_CONFIDENCE if losing else MIN_FIT_CHANCE
-            worth = {c: expected_improvement(edge, c, best) for c in self.pool
-                     if c not in tried and edge.chance(c) >= least}
-            pick = max(worth, key=worth.get, default=None)
-            if pick is not None and (choice is None or worth[pick] > expected_improvement(edge, choice, best)):
-                choice, reason = pick, Reason.GAIN
-                if edge.chance(pick) < confidence:
-                    self.bets.add(pick)
-        if seen and (choice is None or compiles_since_best(measured) >= STOP_PATIENCE) \
-                and losing_streak(measured, self.bets) < BET_LOSSES:
-            bet = self._bet(seen, fits, choice, tried)
-            if bet is not None:
-                self.bets.add(bet)
-                self._stop = None  # a bet is expected to pay: the stopping rule does not apply
-                return proposal(bet, Reason.BET)
-        if choice is None and not fits and seen:
-            # Nothing has fit and nothing is judged likely to: the candidate likeliest to fit
-            # (feasibility first; nearest to fitting on a tie) among those whose tiles no
-            # compile has held. Left to the sampler, a study whose compiles all ran out of
-            # memory had every trial screened by the estimate and ended without a fit; each
-            # such compile moves the anchors and teaches the memory model.
-            choice = max((c for c in self.pool if c not in tried and not model.tiles_known(c)),
-                         key=lambda c: (model.chance(c), model.score(c)), default=None)
-            reason = Reason.LIKELIEST
-        if choice is not None and choice in self.bets and reason is not Reason.SAFE:
-            reason = Reason.BET  # an expected-gain pick under the safe confidence
-        return proposal(choice, reason)
-
-    def _first_fit(self, model: CorrectedModel, measured: Sequence, tried: Closed,
-                   choice: Config | None, confidence: float = FIT_CONFIDENCE) -> Config | None:
-        """While nothing has fit: the safe choice (`choice`, the fastest candidate likely to fit),
-        unless a faster candidate's compile is expected to give more (its chance to fit times its
-        throughput), among those with at least a bet's chance to fit (MIN_FIT_CHANCE;
-        EDGE_CONFIDENCE once BET_LOSSES such picks in a row ran out). The safe choice is often a
-        layout far slower than a likely one: after BERT's 2 x 2 pipeline ran out by a third, it
-        was a 2 x 2 sharded model with offload, given 0.8, which ran at 0.19 of the best known;
-        a 4 x 1 pipeline given 0.65 ran at 0.54 (develop draw 20093). A surer but slower
-        candidate does not take its place: on ResNet-101 that gave up speed for a chance to
-        fit the safe choice mostly had already, and cost a compile in 3 of 10 develop runs."""
-        least = EDGE_CONFIDENCE if losing_streak(measured, self.bets) >= BET_LOSSES else MIN_FIT_CHANCE
-        pace = model.judge(choice).throughput if choice is not None else 0.0
-
-        def faster(c: Config) -> bool:
-            j = model.judge(c)
-            return j is not None and j.throughput > pace and j.chance >= least
-
-        worth = {c: expected_improvement(model, c, 0.0) for c in self.pool
-                 if c == choice or (c not in tried and faster(c))}
-        pick = max(worth, key=worth.get, default=None)
-        if pick is not None and model.chance(pick) < confidence:
-            self.bets.add(pick)
-        return pick
-
-    def closed(self, tried: set[Config]) -> Closed:
-        """What not to propose: `tried`, and what the backend would not compile, as the last
-        `propose` was told (guide/untried.py; its answers are kept across proposals)."""
-        return Closed(set(tried), self._would_compile, self._verdicts)
-
-    def _probe(self, seen: list, fits: list, measured: Sequence, asked: set[Config], tried: Closed,
-               choice: Config | None) -> Config | None:
-        """The candidate likeliest to beat the best measured by STOP_BEAT (`chance_to_beat`), when
-        that chance is at least EXPLORE_CHANCE and twice the safe choice's, or the likeliest
-        in an IPU layout nothing was compiled in, when its chance is half the likeliest's.
-
-        Every IPU layout gets its chance before the guide settles: the estimator's errors
-        differ most between layouts (a fixed cost per stage, an all-reduce unlike the
-        model's), and a layout nothing was compiled in is known only through the others, so
-        its compile teaches most. Each layout's fastest candidate is climbed twice: on
-        expected throughput (a bet's climb, towards fast configs that likely fit) and on the
-        chance to beat the best. Probes are bets: after BET_LOSSES of them in a row ran out of
-        memory, the guide probes no more."""
-        if not seen or not fits or losing_streak(measured, self.bets) >= BET_LOSSES:
-            return None
-        target = math.log(fits[0][0] * (1.0 + STOP_BEAT))
-        probes = ProbeModel(self.screen, seen, target)
-        for model in (BetModel(self.screen, seen), probes):
-            # the bet climb's tag is _bet's: a start climbed here is not climbed again there
-            tag = ("bet", len(seen)) if type(model) is BetModel else ("probe", len(seen))
-            for start in model.starts(self.pool):
-                if (start, tag) not in self.climbed:
-                    self.climbed.add((start, tag))
-                    self.pool.add(bet_climb(CorrectedScreen(model, self.neighbours), model, self.space, start))
-        # a layout another worker is compiling is being explored: without this, each free worker
-        # probed the same new layout (four 2 x 2 sharded probes at once, ResNet-50 draw 20088)
-        done = {c for c, _ in measured}
-        explored = {layout(c) for c, m in measured if m.source != "estimate" and m.failure in (None, "oom")} \
-            | {layout(c) for c in asked if c not in done}
-        chances = {c: chance_to_beat(probes, c, target) for c in self.pool if c not in tried}
-        if not chances:
-            return None
-        likeliest = max(chances, key=chances.get)
-        new = max((c for c in chances if layout(c) not in explored), key=chances.get, default=None)
-        if new is not None and chances[new] >= max(EXPLORE_CHANCE, chances[likeliest] / 2):
-            return new
-        safe = chance_to_beat(probes, choice, target) if choice is not None else 0.0
-        if compiles_since_best(measured) >= 1 and chances[likeliest] >= max(EXPLORE_CHANCE, 2 * safe):
-            return likeliest
-        return None
-
-    def _bet(self, seen: list, fits: list, choice: Config | None, tried: Closed) -> Config | None:
-        """After compiles that stall (or with nothing predicted to fit): the candidate with the
-        largest expected improvement given the model's memory error (search/bold.py), if it
-        beats what `choice` is expected to give. Each layout's fastest candidate
-        (were it to fit) is climbed on expected throughput first, so the pool holds the best bets."""
+    def _gather_edges(self, seen: list) -> None:
+        """Candidates a climb at the learnt margin never reaches: every layout climbed at the
+        edge of memory (EDGE_CONFIDENCE), and towards the best bets (guide/bold.py: climbs on
+        chance to fit x throughput from each layout's fastest candidate were it to fit)."""
+        edge = CorrectedModel(self.screen, seen, 0.0, confidence=EDGE_CONFIDENCE)
+        self._climb_layouts(edge, CorrectedScreen(edge, self.neighbours), "edge")
         bets = BetModel(self.screen, seen)
-        tag = ("bet", len(seen))
+        tag = "bet"  # each start once: the climbs are the costly part of a proposal
         for start in bets.starts(self.pool):
             if (start, tag) not in self.climbed:
                 self.climbed.add((start, tag))
                 self.pool.add(bet_climb(CorrectedScreen(bets, self.neighbours), bets, self.space, start))
-        safe = CorrectedModel(self.screen, seen, 0.0).judge(choice) if choice is not None else None
-        bet = bold_choice(bets, (c for c in self.pool if c not in tried), fits[0][0] if fits else 0.0,
-                          safe.throughput if safe else 0.0)
-        return bet
 
     def _first_round(self, seen: list, measured: Sequence, asked: set[Config], tried: Closed) -> Config | None:
         """Before any compile has returned: the candidate that adds most to the round's expected
@@ -391,35 +276,18 @@ class Guide:
                 self.climbed.add((c, tag))
                 self.pool.add(pair_climb(screen, model, self.space, c))
 
-    def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list, measured: Sequence) -> bool:
-        """Sets the Stop when further compiles are unlikely to pay: the chance that an untried
-        candidate beats the best measured by STOP_BEAT is under STOP_CHANCE, and the last
-        STOP_PATIENCE compiles did not beat it. Returns whether the safe choice is expected
-        to beat the best by STOP_GAIN (if not, a step to the edge of memory is tried)."""
-        self._stop = None
-        if not fits:
-            return False
-        best = fits[0][0]
-        expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
-        tried = self.closed({c for c, _ in measured})
-        chance = beat_chance(model, (c for c in self.pool if c not in tried), best, STOP_BEAT)
-        since = compiles_since_best(measured)
-        if chance < STOP_CHANCE and since >= STOP_PATIENCE:
-            self._stop = Stop(since, chance, len(model.speed))
-        return expected_gain < STOP_GAIN
-
 
 @dataclass(frozen=True)
 class Stop:
     """The stopping rule, once it applies: more compiles are unlikely to pay."""
 
     compiles_since_best: int  # compiles that did not beat the best by STOP_GAIN
-    beat_chance: float  # the chance that an untried candidate beats the best by STOP_BEAT
+    expected_gain: float  # the largest expected gain of an untried candidate, a fraction of the best
     compiles_ran: int  # compiles whose speed corrected the estimator
 
     def __str__(self) -> str:
         return (f"the last {self.compiles_since_best} compiles did not beat the best by {STOP_GAIN:.0%}, and the "
-                f"chance that an untried candidate beats it by {STOP_BEAT:.0%} is {self.beat_chance:.0%} (the "
+                f"largest expected gain of an untried candidate is {self.expected_gain:.2%} of the best (the "
                 f"estimator corrected by {self.compiles_ran} compile(s) that ran): further compiles are unlikely to pay")
 
 
