@@ -48,7 +48,17 @@ class TuneOutcome:
 
 
 def run(args) -> int:
-    return tune_study(args).exit_code
+    if getattr(args, "verify", False) and not args.data:
+        raise UsageError("tune --verify needs --data MODULE:FUNCTION: the data both recipes train on")
+    outcome = tune_study(args)
+    if not getattr(args, "verify", False) or outcome.exit_code != 0 or outcome.study is None:
+        return outcome.exit_code
+    from .verify import verify_tuned
+
+    console = console_for(args)
+    verdict = verify_tuned(args, console, outcome.study, outcome.problem)
+    console.print(verdict.line(), highlight=False, soft_wrap=True)
+    return verdict.exit_code
 
 
 def tune_study(args) -> TuneOutcome:

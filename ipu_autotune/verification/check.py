@@ -14,12 +14,10 @@ from ..errors import UsageError
 from ..numerics.running import cpu_threads
 from ..problem import Config, Problem
 from .recipe import Recipe, recipe_for
-from .run import Trainer, RunResult, train
+from .run import CHECKPOINTS, RunResult, Trainer, train
 from .samples import Samples
 from .verdict import Verdict, judge
 
-#: micro-batches timed for the wall-clock estimate
-TIMED_MICRO_BATCHES = 3
 #: default optimizer steps of the recipe with the larger global batch
 DEFAULT_STEPS = 200
 
@@ -60,25 +58,26 @@ def plan(problem: Problem, baseline: Config, tuned: Config, steps: int = DEFAULT
     return Plan(base, tuned_recipe, total)
 
 
-def seconds_per_sample(build: Callable[[], nn.Module], recipe: Recipe, samples: Samples) -> float:
-    """One micro-batch's forward and backward with the recipe's emulation, timed after a warm-up."""
-    result = RunResult(recipe.label, 0, "", 0, 0)
-    trainer = Trainer(build(), recipe, 0, result)
+def _timed_run(build: Callable[[], nn.Module], the_plan: Plan, recipe: Recipe, samples: Samples) -> float:
+    """Seconds for one run of `recipe`: one update and one held-out evaluation timed after a
+    warm-up micro-batch, times the run's updates and evaluations."""
+    trainer = Trainer(build(), recipe, 0, RunResult(recipe.label, 0, "", 0, 0))
     batches = samples.batches(0, recipe.micro_batch)
     with cpu_threads():
         trainer.micro_batch(*next(batches))  # warm-up
         start = time.perf_counter()
-        for _ in range(TIMED_MICRO_BATCHES):
-            trainer.micro_batch(*next(batches))
-    return (time.perf_counter() - start) / (TIMED_MICRO_BATCHES * recipe.micro_batch)
+        trainer.step(batches)
+        step = time.perf_counter() - start
+        start = time.perf_counter()
+        trainer.evaluate(samples)
+        evaluation = time.perf_counter() - start
+    return the_plan.steps(recipe) * step + (CHECKPOINTS + 1) * evaluation
 
 
 def estimate_seconds(build: Callable[[], nn.Module], the_plan: Plan, samples: Samples) -> float:
-    """Wall clock for the three runs, from one timed micro-batch per recipe (the optimizer step and
-    the held-out evaluations come on top: a lower bound)."""
-    p = the_plan
-    return sum(n * p.steps(r) * r.global_batch * seconds_per_sample(build, r, samples)
-               for n, r in ((2, p.baseline), (1, p.tuned)))
+    """Wall clock for the three runs on this CPU, from one timed update of each recipe."""
+    return 2 * _timed_run(build, the_plan, the_plan.baseline, samples) + \
+        _timed_run(build, the_plan, the_plan.tuned, samples)
 
 
 def run_check(build: Callable[[], nn.Module], the_plan: Plan, samples: Samples, seed: int = 0,

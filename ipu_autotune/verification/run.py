@@ -40,7 +40,7 @@ FIRST_ORDER_STATE = {"sgd": "v", "sgd_combined": "v", "adam": "m", "adamw": "m",
 @dataclass
 class CurvePoint:
     samples: int
-    train_loss: float  # mean over the updates since the previous point
+    train_loss: float | None  # mean over the updates since the previous point (None before the first)
     eval_loss: float
     eval_accuracy: float
 
@@ -75,7 +75,11 @@ class RunResult:
         return self.lost_updates / self.updates if self.updates else 0.0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain JSON: inf/NaN (a diverged run's losses) as None."""
+        d = asdict(self)
+        d["points"] = [{k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in p.items()}
+                       for p in d["points"]]
+        return d
 
     @classmethod
     def from_dict(cls, data: dict) -> RunResult:
@@ -206,7 +210,7 @@ def train(build: Callable[[], nn.Module], recipe: Recipe, samples: Samples, tota
         model = build()
         model.train()
         trainer = Trainer(model, recipe, seed, result)
-        result.points.append(CurvePoint(0, math.nan, *trainer.evaluate(samples)))
+        result.points.append(CurvePoint(0, None, *trainer.evaluate(samples)))
         batches = samples.batches(seed, recipe.micro_batch)
         losses: list[float] = []
         for step in range(1, steps + 1):
