@@ -15,10 +15,7 @@ from ..errors import UsageError
 from ..problem import Config, Problem, load_config_file
 from ..verification.check import DEFAULT_STEPS, estimate_seconds, plan, run_check
 from ..verification.samples import read_samples
-from ..verification.verdict import Verdict
-
-#: the study user attribute a verdict is stored under (the report draws its curves)
-ATTR_VERIFY = "verify"
+from ..verification.verdict import ATTR_VERIFY, Verdict
 
 
 def add_verify_budget(p: argparse.ArgumentParser) -> None:

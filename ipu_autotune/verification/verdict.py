@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from ..numerics.fp16 import format_percent
 from .run import RunResult
 
+#: the study user attribute `verify` stores its verdict under (the report draws the curves)
+ATTR_VERIFY = "verify"
 VERDICTS = ("at parity", "lags", "stalled", "diverged", "baseline diverged")
 #: exit code of `verify` when the check fails (anything but "at parity"); 0 at parity
 EXIT_FAILED_CHECK = 5
