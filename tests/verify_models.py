@@ -76,3 +76,8 @@ class LargeWeightClassifier(nn.Module):
 
 def large_weight_classifier(num_classes: int = 10) -> nn.Module:
     return LargeWeightClassifier(num_classes)
+
+
+def shallow_vanishing_net(num_classes: int = 10) -> nn.Module:
+    """Five such layers: small gradients over a narrower range, which one loss scale can hold."""
+    return VanishingNet(num_classes, depth=5)
