@@ -5,8 +5,9 @@ seeds and a tuned recipe (16.16, loss scale 1024, stochastic rounding, micro-bat
 accumulation: global batch 16, the learning rate scaled by the export's rule) for K updates of
 the larger global batch, on random 64x64 images and labels (timing only: the data's content
 does not change the time; 64x64 is the project's default image size for CNNs). Printed: the
-wall-clock estimate verify shows before it starts and the real time, per run and in total,
-and the FP16 emulation's cost per sample against the FP32 baseline's.
+wall-clock estimate verify shows before it starts and the real time, per run (its held-out
+evaluations included) and in total, and the FP16 emulation's cost per sample against the
+FP32 baseline's.
 
     python benchmarks/verify_speed.py             # K = 200
     python benchmarks/verify_speed.py --steps 20  # on a busy machine: extrapolate x10, say so
@@ -69,8 +70,10 @@ def main(argv: list[str]) -> None:
     base_rate = verdict.runs[0].seconds / verdict.runs[0].samples
     rows = [[f"{r.label} (seed {r.seed})", r.recipe, f"{r.steps:,}", f"{r.samples:,}", f"{r.seconds:.0f}",
              f"{1e3 * r.seconds / r.samples:.1f}", f"{r.seconds / r.samples / base_rate:.2f}x"] for r in verdict.runs]
+    # a run's seconds include its held-out evaluations (checkpoints + 1 passes over the held-out samples)
     print(f"## Runs (K = {steps}, {IMAGE_SIZE[0]}x{IMAGE_SIZE[0]} images, {CLASSES} classes)\n")
-    print(markdown_table(["run", "recipe", "updates", "samples", "seconds", "ms/sample", "vs FP32 baseline"],
+    print(markdown_table(["run", "recipe", "updates", "samples", "seconds", "ms per training sample (with evaluations)",
+                          "vs FP32 baseline"],
                          rows, "llrrrrr"))
     print("\n## Total\n")
     print(markdown_table(["K", "estimate shown before the start (s)", "real (s)", "estimate / real"],

@@ -14,7 +14,7 @@ from ..errors import UsageError
 from ..numerics.running import cpu_threads
 from ..problem import Config, Problem
 from .recipe import Recipe, recipe_for
-from .run import CHECKPOINTS, RunResult, Trainer, train
+from .run import RunResult, Trainer, checkpoint_steps, train
 from .samples import Samples
 from .verdict import Verdict, judge
 
@@ -71,7 +71,8 @@ def _timed_run(build: Callable[[], nn.Module], the_plan: Plan, recipe: Recipe, s
         start = time.perf_counter()
         trainer.evaluate(samples)
         evaluation = time.perf_counter() - start
-    return the_plan.steps(recipe) * step + (CHECKPOINTS + 1) * evaluation
+    steps = the_plan.steps(recipe)
+    return steps * step + (len(checkpoint_steps(steps)) + 1) * evaluation
 
 
 def estimate_seconds(build: Callable[[], nn.Module], the_plan: Plan, samples: Samples) -> float:

@@ -197,13 +197,18 @@ class Trainer:
         weight.copy_(new)
 
 
+def checkpoint_steps(steps: int, checkpoints: int = CHECKPOINTS) -> list[int]:
+    """The updates after which the held-out samples are evaluated (evenly spread, the last included)."""
+    return sorted({max(1, round(k * steps / checkpoints)) for k in range(1, checkpoints + 1)})
+
+
 def train(build: Callable[[], nn.Module], recipe: Recipe, samples: Samples, total_samples: int, *, seed: int,
           checkpoints: int = CHECKPOINTS, progress: Callable[[int], None] | None = None) -> RunResult:
     """`recipe` trained on `total_samples` samples (whole updates, at least one) from `samples` in the
     order `seed` draws; the model built after seeding with `seed`. The caller's RNG is left as it was."""
     steps = max(1, total_samples // recipe.global_batch)
     result = RunResult(recipe.label, seed, recipe.describe(), steps, steps * recipe.global_batch)
-    marks = sorted({max(1, round(k * steps / checkpoints)) for k in range(1, checkpoints + 1)})
+    marks = checkpoint_steps(steps, checkpoints)
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]), cpu_threads():
         torch.manual_seed(seed)
