@@ -105,6 +105,8 @@ def evaluate(model: nn.Module, samples: Samples, half_compute: bool) -> tuple[fl
 
 
 class Trainer:
+    """One recipe's weights, optimizer state, loss scale and FP16 counts, one update at a time."""
+
     def __init__(self, model: nn.Module, recipe: Recipe, seed: int, result: RunResult):
         self.model, self.recipe, self.result = model, recipe, result
         self.params = [p for p in model.parameters() if p.requires_grad]
