@@ -61,6 +61,7 @@ class RunResult:
     skipped_updates: int = 0  # automatic loss scaling's overflow steps
     nonfinite_at: int | None = None  # samples seen when the loss or a weight became inf/NaN
     seconds: float = 0.0
+    eval_seconds: float = 0.0  # of `seconds`, the held-out evaluations
 
     @property
     def underflow_fraction(self) -> float:
@@ -161,8 +162,11 @@ class Trainer:
                     p.copy_(to_fp16(m))
 
     def evaluate(self, samples: Samples) -> tuple[float, float]:
+        start = time.perf_counter()
         self.sync()
-        return evaluate(self.model, samples, self.recipe.half_compute)
+        out = evaluate(self.model, samples, self.recipe.half_compute)
+        self.result.eval_seconds += time.perf_counter() - start
+        return out
 
     def step(self, batches) -> float:
         r = self.recipe
