@@ -102,9 +102,10 @@ def tune(model: Any, *, name: str | None = None, **options: Any):
     (`ipu-autotune tune --help`), e.g. batch_size=64, trials=20, storage="sqlite:///s.db".
     The first Ctrl-C (a kernel interrupt) stops after the current trial and returns the result so
     far, with `interrupted` set; a second one raises KeyboardInterrupt, as on the terminal.
+    With verify=True (and data=), the result's `verdict` is `verify`'s on the best config.
     """
     from .api_result import TuneResult
-    from .commands.tune import tune_study
+    from .commands.tune import tune_study, verify_outcome
     from .models import objects
 
     string = model_string(model, name)
@@ -114,7 +115,9 @@ def tune(model: Any, *, name: str | None = None, **options: Any):
     outcome = tune_study(args)
     if outcome.study is None:
         raise UsageError("the tune run ended before its study was opened")
-    return TuneResult.from_outcome(outcome)
+    result = TuneResult.from_outcome(outcome)
+    result.verdict = verify_outcome(args, outcome)
+    return result
 
 
 def _check_object_run(args: argparse.Namespace, model: str) -> None:

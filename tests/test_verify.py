@@ -79,18 +79,23 @@ def test_the_tuners_fp16_recipe_is_at_parity_on_digits(tmp_path):
     space = tmp_path / "space.toml"
     space.write_text('[knobs]\nprecision = ["16.16"]\n')
     storage = f"sqlite:///{tmp_path / 's.db'}"
-    ipu_autotune.tune("verify_models:digits_net", batch_size=16, input_shape=(1, 8, 8), num_classes=10,
-                      optimizer="adamw", max_global_batch=64, trials=8, space=str(space), backend="estimate",
-                      storage=storage, study="digits", out=str(tmp_path / "out"), quiet=True)
-    verdict = ipu_autotune.verify(study="digits", storage=storage, data=DIGITS, steps=150, quiet=True)
-    tuned = verdict.tuned
-    assert tuned.recipe.startswith("16.16") and "stochastic rounding" in tuned.recipe
+    result = ipu_autotune.tune("verify_models:digits_net", batch_size=16, input_shape=(1, 8, 8), num_classes=10,
+                               optimizer="adamw", max_global_batch=64, trials=8, space=str(space),
+                               backend="estimate", storage=storage, study="digits", out=str(tmp_path / "out"),
+                               quiet=True, data=DIGITS, verify=True)
+    verdict = result.verdict  # tune --verify: K = 200 steps of the best recipe
+    tuned, best = verdict.tuned, result.best_config
+    assert best.precision == "16.16" and best.stochastic_rounding and best.loss_scaling != 1.0
+    assert tuned.recipe.startswith("16.16") and f"loss scale {best.loss_scaling:g}" in tuned.recipe
     assert verdict.kind == "at parity", verdict.line()
     assert tuned.overflow == 0 and tuned.nonfinite_at is None
     report = cli.main(["report", "--storage", storage, "--study", "digits", "-o", str(tmp_path / "r.html")])
     assert report == 0
     html = (tmp_path / "r.html").read_text()
     assert "Training check" in html and "at parity" in html
+    # verify --study reads the same pair back from the storage
+    again = ipu_autotune.verify(study="digits", storage=storage, data=DIGITS, steps=20, quiet=True)
+    assert again.tuned.recipe == tuned.recipe and again.runs[0].recipe == verdict.runs[0].recipe
 
 
 @pytest.mark.slow
@@ -112,7 +117,9 @@ def test_fp16_weights_without_stochastic_rounding_stall_below_half_an_ulp():
 
 
 def test_global_batch_32x_with_the_linear_rule_diverges():
-    verdict = check("verify_models:digits_net", "sgd", Config(), Config(gradient_accumulation=32), 10, lr=0.1)
+    verdict = ipu_autotune.verify("verify_models:digits_net", batch_size=16, input_shape=(1, 8, 8), num_classes=10,
+                                  optimizer="sgd", lr=0.1, tuned=Config(gradient_accumulation=32), data=DIGITS,
+                                  steps=10, quiet=True)
     assert verdict.tuned.recipe.startswith("32.32, micro-batch 16 x 32 x 1 = global batch 512, sgd lr 3.2")
     assert verdict.kind == "diverged", verdict.line()
     assert verdict.exit_code == EXIT_FAILED_CHECK
