@@ -18,8 +18,15 @@ from ..verification.samples import read_samples
 from ..verification.verdict import ATTR_VERIFY, Verdict
 
 
-def add_verify_budget(p: argparse.ArgumentParser) -> None:
-    """--steps, --samples and --lr: shared with `tune --verify`."""
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_problem_args(p, model_required=False, hardware=False)
+    p.add_argument("--study", help="verify this study's best trial against its baseline trial")
+    p.add_argument("--storage", default=DEFAULT_STORAGE)
+    p.add_argument("--baseline", metavar="FILE", help="config TOML or JSON export of the starting point "
+                   "(default with --tuned: FP32, micro-batch x 1 x 1)")
+    p.add_argument("--tuned", metavar="FILE", help="config TOML or JSON export to verify (instead of --study)")
+    p.add_argument("--data", metavar="MODULE:FUNCTION",
+                   help="your Dataset, DataLoader or iterable of (inputs, labels): what both recipes train on")
     p.add_argument("--steps", type=positive(int), default=DEFAULT_STEPS, metavar="K",
                    help=f"optimizer steps of the recipe with the larger global batch (default {DEFAULT_STEPS}); "
                         "the other sees as many samples")
@@ -28,18 +35,6 @@ def add_verify_budget(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=positive(float), default=None,
                    help="your learning rate at the baseline's global batch (default: the export's "
                         "make_optimizer default); the tuned recipe's is scaled from it as the export does")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_problem_args(p, model_required=False, hardware=False)
-    p.add_argument("--study", help="verify this study's best trial against its baseline trial")
-    p.add_argument("--storage", default=DEFAULT_STORAGE)
-    p.add_argument("--baseline", metavar="FILE", help="config TOML or JSON export of the starting point "
-                   "(default with --tuned: FP32, micro-batch x 1 x 1)")
-    p.add_argument("--tuned", metavar="FILE", help="config TOML or JSON export to verify (instead of --study)")
-    p.add_argument("--data", metavar="MODULE:FUNCTION", required=False,
-                   help="your Dataset, DataLoader or iterable of (inputs, labels): what both recipes train on")
-    add_verify_budget(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the first runs (the second baseline: seed + 1)")
     p.add_argument("--quiet", "-q", action="store_true", help="only the verdict line")
     p.add_argument("--json", action="store_true", help="print the verdict, curves included, as JSON")
@@ -65,7 +60,7 @@ def _config_file(path: str) -> tuple[Problem | None, Config]:
 def configs(args) -> tuple[Problem, Config, Config, object]:
     """(problem, baseline, tuned, the study or None) from --study or --tuned/--baseline."""
     if bool(args.study) == bool(args.tuned):
-        raise UsageError("verify: give --study NAME (its best against its baseline) or --tuned FILE, not both")
+        raise UsageError("verify: give one of --study NAME (its best against its baseline) and --tuned FILE")
     if args.study:
         from ..study.records import best_record, records
         from .common import baseline_of, load_study
@@ -120,7 +115,7 @@ def verify_configs(args, console, problem: Problem, baseline: Config, tuned: Con
 
     quiet = getattr(args, "quiet", False)
     if not quiet:
-        with console.status("Timing one micro-batch of each recipe…"):
+        with console.status("Timing one update of each recipe…"):
             seconds = estimate_seconds(build, the_plan, samples)
         for r in (the_plan.baseline, the_plan.tuned):
             console.print(f"[dim]{r.label}: {r.describe()}; {the_plan.steps(r)} steps ({r.lr_line})[/]", highlight=False)

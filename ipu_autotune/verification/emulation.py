@@ -77,17 +77,13 @@ class _Fp16Boundary(torch.autograd.Function):
         return rounded, None
 
 
-def fp16_boundary(x: torch.Tensor, counts: RoundingCounts) -> torch.Tensor:
-    return _Fp16Boundary.apply(x, counts)
-
-
 @contextlib.contextmanager
 def fp16_activations(model: nn.Module, counts: RoundingCounts) -> Iterator[None]:
     """Every leaf module's floating-point output, and the gradient flowing back into it, in FP16."""
 
     def hook(module, args, output):
         if isinstance(output, torch.Tensor) and output.is_floating_point():
-            return fp16_boundary(output, counts)
+            return _Fp16Boundary.apply(output, counts)
         return None
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if not list(m.children())]

@@ -25,7 +25,6 @@ from .run import RunResult
 
 #: the study user attribute `verify` stores its verdict under (the report draws the curves)
 ATTR_VERIFY = "verify"
-VERDICTS = ("at parity", "lags", "stalled", "diverged", "baseline diverged")
 #: exit code of `verify` when the check fails (anything but "at parity"); 0 at parity
 EXIT_FAILED_CHECK = 5
 #: the compared window: this last share of the samples every run saw
