@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--verify", action="store_true",
                       help="after tuning, train the best config's recipe beside the baseline's on --data with "
                            "the IPU's FP16 numerics emulated (ipu-autotune verify, its defaults)")
+    tune.add_argument("--verify-samples", type=_positive_int, default=None, metavar="N",
+                      help="--verify: at most this many samples per run (default: 200 updates of the larger "
+                           "global batch)")
     tune.add_argument("--seed", type=int, default=None, help="sampler seed, for repeatable studies")
     tune.add_argument("--out", default=None, metavar="DIR",
                       help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY); "

@@ -93,7 +93,8 @@ def verify_tuned(args, console, study, problem: Problem) -> Verdict:
     best, base = best_record(study, skip_unreadable=True), baseline_of(records(study))
     if best is None or base is None:
         raise UsageError("tune --verify: the study has no fitting trial or no baseline trial to verify")
-    budget = argparse.Namespace(data=args.data, steps=DEFAULT_STEPS, samples=None, lr=None,
+    budget = argparse.Namespace(data=args.data, steps=DEFAULT_STEPS, samples=getattr(args, "verify_samples", None),
+                                lr=None,
                                 seed=args.seed or 0, quiet=args.quiet)
     return verify_configs(budget, console, problem, base.config, best.config, study)
 
