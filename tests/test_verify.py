@@ -162,3 +162,11 @@ def test_verify_command_exit_codes_json_and_bad_input(tmp_path, capsys):
     assert cli.main([*args, "--study", "x"]) == 2
     assert cli.main([*args, "--samples", "100"]) == 2  # less than one update of 512
     assert "raise it" in capsys.readouterr().err
+
+
+def test_tune_verify_without_data_is_refused_before_any_study(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    code = cli.main(["tune", "verify_models:digits_net", "-b", "16", *SHAPE, "--verify", "--backend", "estimate",
+                     "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "out")])
+    assert code == 2 and "--verify needs --data" in capsys.readouterr().err
+    assert not db.exists()

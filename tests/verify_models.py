@@ -1,5 +1,7 @@
 """Small real data and models for the verify tests: scikit-learn's bundled digits (1,797 8x8
-images, shipped inside the package: no download) and a small CNN for them."""
+images, shipped inside the package: no download), a small CNN for them, and two models made to
+show an FP16 failure: gradients that underflow (VanishingNet), weights whose updates fall below
+half an FP16 ulp (LargeWeightClassifier)."""
 
 from __future__ import annotations
 
