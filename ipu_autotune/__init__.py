@@ -23,4 +23,12 @@ def estimate(model=None, config=None, **options):
     return run(model, config, **options)
 
 
-__all__ = ["__version__", "estimate", "tune"]
+def verify(model=None, **options):
+    """The tuned recipe trained beside the baseline's on the CPU, FP16 emulated; returns a Verdict
+    (see ipu_autotune.api.verify)."""
+    from .api import verify as run
+
+    return run(model, **options)
+
+
+__all__ = ["__version__", "estimate", "tune", "verify"]

@@ -102,9 +102,10 @@ def tune(model: Any, *, name: str | None = None, **options: Any):
     (`ipu-autotune tune --help`), e.g. batch_size=64, trials=20, storage="sqlite:///s.db".
     The first Ctrl-C (a kernel interrupt) stops after the current trial and returns the result so
     far, with `interrupted` set; a second one raises KeyboardInterrupt, as on the terminal.
+    With verify=True (and data=), the result's `verdict` is `verify`'s on the best config.
     """
     from .api_result import TuneResult
-    from .commands.tune import tune_study
+    from .commands.tune import tune_study, verify_outcome
     from .models import objects
 
     string = model_string(model, name)
@@ -114,7 +115,9 @@ def tune(model: Any, *, name: str | None = None, **options: Any):
     outcome = tune_study(args)
     if outcome.study is None:
         raise UsageError("the tune run ended before its study was opened")
-    return TuneResult.from_outcome(outcome)
+    result = TuneResult.from_outcome(outcome)
+    result.verdict = verify_outcome(args, outcome)
+    return result
 
 
 def _check_object_run(args: argparse.Namespace, model: str) -> None:
@@ -156,4 +159,30 @@ def estimate(model: Any = None, config: Any = None, *, name: str | None = None, 
     return EstimateResult(problem, cfg, m, broken)
 
 
-__all__ = ["tune", "estimate", "keywords", "to_argv"]
+def verify(model: Any = None, *, baseline: Any = None, tuned: Any = None, name: str | None = None,
+           **options: Any):
+    """The tuned recipe trained beside the baseline's, as `ipu-autotune verify` does; returns its
+    Verdict (`.kind`, `.passed`, `.line()`, `.runs` with the curves and FP16 counts).
+
+    `tuned`/`baseline`: a Config or a config file path (as --tuned/--baseline); or study="NAME" for
+    a study's best against its baseline. Other keywords: the CLI's flags (`ipu-autotune verify
+    --help`), e.g. data="mymodule:loader", steps=100."""
+    from .args import problem_from_args
+    from .commands.common import console_for
+    from .commands.verify import verify as run_verify, verify_configs
+    from .problem import Config
+
+    string = model_string(model, name) if model is not None else None
+    objects_given = isinstance(tuned, Config) or isinstance(baseline, Config)
+    if not objects_given:
+        options.update({k: str(v) for k, v in (("tuned", tuned), ("baseline", baseline)) if v is not None})
+    args = _parse("verify", string, options)
+    console = console_for(args)
+    if not objects_given:
+        return run_verify(args, console)
+    if tuned is None:
+        raise UsageError("verify: baseline= was given as a Config; give tuned= too")
+    return verify_configs(args, console, problem_from_args(args), baseline or Config(), tuned)
+
+
+__all__ = ["tune", "estimate", "verify", "keywords", "to_argv"]

@@ -46,6 +46,8 @@ class TuneResult:
     study: Any = field(default=None, repr=False)  # the optuna.Study, for reading it further
     #: what the last ipu_config() could not say as IPUConfig fields (FP16 weights, a fixed loss scale...)
     ipu_config_notes: list[str] = field(default_factory=list, repr=False)
+    #: with verify=True: the Verdict of training the best recipe beside the baseline's (docs/verify.md)
+    verdict: Any = field(default=None, repr=False)
 
     @classmethod
     def from_outcome(cls, outcome) -> "TuneResult":

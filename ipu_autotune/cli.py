@@ -3,7 +3,8 @@
 Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
 no trial fits (the closest one and what would help are printed), 4 `estimate` answered
 for a config that breaks a recipe rule (each rule printed; rules.EXIT_BREAKS_RECIPE),
-130 interrupted, 1 an unexpected error (traceback with --debug).
+5 `verify` (or `tune --verify`) judged the tuned recipe diverged, stalled or lagging
+(verification.verdict.EXIT_FAILED_CHECK), 130 interrupted, 1 an unexpected error (traceback with --debug).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .args import (DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STO
 from .present.display import terminal_text
 from .errors import UsageError
 
-SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report", "calibration")
+SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report", "calibration", "verify")
 
 
 # --- argument parsing ------------------------------------------------------------------------
@@ -119,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "(default: beside --storage, e.g. sqlite:///ipu-autotune-calibration.db)")
     tune.add_argument("--no-calibration", action="store_true",
                       help="neither read nor write the calibration store")
+    tune.add_argument("--verify", action="store_true",
+                      help="after tuning, train the best config's recipe beside the baseline's on --data with "
+                           "the IPU's FP16 numerics emulated (ipu-autotune verify, its defaults)")
+    tune.add_argument("--verify-samples", type=_positive_int, default=None, metavar="N",
+                      help="--verify: at most this many samples per run (default: 200 updates of the larger "
+                           "global batch)")
     tune.add_argument("--seed", type=int, default=None, help="sampler seed, for repeatable studies")
     tune.add_argument("--out", default=None, metavar="DIR",
                       help=f"where the best config, snippet and trial log go (default {DEFAULT_OUT}/STUDY); "
@@ -192,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
         _add_common(num)
     except ImportError:
         pass
+    from .commands import verify as verify_command
+
+    ver = sub.add_parser("verify", help="train the tuned recipe beside the baseline's, FP16 emulated on the CPU",
+                         description="K steps of the baseline's and the tuned recipe on your data (--data) on "
+                                     "the CPU, with the IPU's FP16 numerics emulated; a verdict against two "
+                                     "baseline seeds. Exit 0 at parity, 5 when the tuned recipe diverged, "
+                                     "stalled or lags.")
+    verify_command.add_arguments(ver)
+    _add_common(ver)
     return parser
 
 
@@ -214,10 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        from .commands import calibration, estimate, export, numerics, report, show, studies, tune
+        from .commands import calibration, estimate, export, numerics, report, show, studies, tune, verify
 
         run = {"tune": tune, "estimate": estimate, "export": export, "show": show, "studies": studies,
-               "numerics": numerics, "report": report, "calibration": calibration}[args.command].run
+               "numerics": numerics, "report": report, "calibration": calibration,
+               "verify": verify}[args.command].run
         return run(args)
     except UsageError as exc:
         # One line: control characters from a file name, a study name or a stored value are

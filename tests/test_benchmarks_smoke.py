@@ -194,3 +194,15 @@ def test_memory_calibration_quick():
     assert 0.0 <= number(rows[0]["Brier (learnt chance)"]) <= 1.0
     for key in ("learnt, chance >= 0.5", "the guide before (learnt ratio, no margin)"):
         assert re.fullmatch(r"(\d\.\d\d of \d+|-) / (\d+ of \d+|-)", rows[0][key]), rows[0][key]
+
+
+@pytest.mark.slow
+def test_verify_speed_quick():
+    text = run("verify_speed.py", "--quick")
+    runs = table(text, "Runs")
+    assert [r["run"] for r in runs] == ["baseline (seed 0)", "baseline (seed 1)", "tuned (seed 0)"]
+    assert all(number(r["training (s)"]) >= 0 and int(r["samples"]) > 0 for r in runs)
+    assert runs[2]["recipe"].startswith("16.16") and number(runs[0]["vs FP32 baseline"]) == 1.0
+    measured, extrapolated = table(text, "Total")
+    assert number(measured["real (s)"]) > 0 and number(measured["estimate / real"]) > 0
+    assert extrapolated["K"] == "200" and number(extrapolated["real (s)"]) > number(measured["real (s)"])

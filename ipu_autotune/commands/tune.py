@@ -49,13 +49,30 @@ class TuneOutcome:
 
 
 def run(args) -> int:
-    return tune_study(args).exit_code
+    outcome = tune_study(args)
+    verdict = verify_outcome(args, outcome)
+    return outcome.exit_code if verdict is None else verdict.exit_code
+
+
+def verify_outcome(args, outcome: TuneOutcome):
+    """`--verify`: the best config's recipe trained beside the baseline's (commands/verify.py), its
+    verdict printed and returned; None when not asked for, or when the run found nothing to verify."""
+    if not getattr(args, "verify", False) or outcome.exit_code != 0 or outcome.study is None:
+        return None
+    from .verify import verify_tuned
+
+    console = console_for(args)
+    verdict = verify_tuned(args, console, outcome.study, outcome.problem)
+    console.print(verdict.line(), highlight=False, soft_wrap=True)
+    return verdict
 
 
 def tune_study(args) -> TuneOutcome:
     from ..guide.warmstart import naive_baseline, proposals
 
     console = console_for(args)
+    if getattr(args, "verify", False) and not args.data:
+        raise UsageError("tune --verify needs --data MODULE:FUNCTION: the data both recipes train on")
     # the problem, and the model's profile
     problem = with_host_data(args, problem_from_args(args), console)
     check_url(args.storage)  # a URL that cannot work fails before the model is traced

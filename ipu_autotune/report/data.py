@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import optuna
 
 from ..problem import Problem
+from ..verification.verdict import ATTR_VERIFY
 from ..study.records import TrialRecord, best_record, closest_record, read_records
 
 
@@ -20,6 +21,8 @@ class ReportData:
     closest: TrialRecord | None  # when nothing fits
     #: trial number -> why its stored record is unreadable (left out of everything above)
     unreadable: dict[int, str] = field(default_factory=dict)
+    #: the last `verify` verdict stored with the study (verification/verdict.py), as stored
+    verify: dict | None = None
 
     @property
     def name(self) -> str:
@@ -43,7 +46,9 @@ def gather(study: optuna.Study, problem: Problem) -> ReportData:
     recs, unreadable = read_records(study)
     best = best_record(study, skip_unreadable=True)
     baseline = next((r for r in recs if r.origin == "baseline"), recs[0] if recs else None)
-    return ReportData(study, problem, recs, best, baseline, None if best else closest_record(recs), unreadable)
+    verify = study.user_attrs.get(ATTR_VERIFY)
+    return ReportData(study, problem, recs, best, baseline, None if best else closest_record(recs), unreadable,
+                      verify if isinstance(verify, dict) else None)
 
 
 #: the estimator's `time_parts` that add up to one weight update (estimate/timing.py);

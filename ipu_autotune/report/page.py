@@ -17,6 +17,7 @@ from ..problem import Config
 from ..study.records import TrialRecord
 from . import figures
 from .data import ReportData, bottleneck
+from .training_check import training_check
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 1200px; color: #222; }
@@ -52,6 +53,8 @@ def render(data: ReportData) -> str:
     body.append("<p class='note'>Whether a configuration fits is judged per tile (its busiest tile against "
                 "the tile's memory), so an IPU can run out of memory below its total capacity.</p>")
     body += ["<h2>Bottleneck</h2>", _bottlenecks(data), _fig(figures.step_time(data))]
+    if data.verify is not None:
+        body += training_check(data.verify, _fig)
     body += ["<h2>Optimization history</h2>", _fig(figures.history(data.study))]
     body += ["<h2>Parameter importances</h2>", _fig(figures.importances(data.study))]
     body += ["<h2>Trials</h2>", _trials(data)]

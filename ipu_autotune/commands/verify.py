@@ -1,0 +1,146 @@
+"""`ipu-autotune verify`: the baseline's recipe and the tuned one trained side by side on the CPU
+for a few hundred steps of the user's data, with the IPU's FP16 numerics emulated, and a verdict
+(verification/verdict.py). Exit 0 at parity, 5 (verdict.EXIT_FAILED_CHECK) when the tuned recipe
+diverged, stalled or lags; 2 on bad input, before anything is stored."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ..args import DEFAULT_STORAGE, add_problem_args, positive, problem_from_args
+from ..errors import UsageError
+from ..problem import Config, Problem, load_config_file
+from ..verification.check import DEFAULT_STEPS, estimate_seconds, plan, run_check
+from ..verification.samples import read_samples
+from ..verification.verdict import ATTR_VERIFY, Verdict
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_problem_args(p, model_required=False, hardware=False)
+    p.add_argument("--study", help="verify this study's best trial against its baseline trial")
+    p.add_argument("--storage", default=DEFAULT_STORAGE)
+    p.add_argument("--baseline", metavar="FILE", help="config TOML or JSON export of the starting point "
+                   "(default with --tuned: FP32, micro-batch x 1 x 1)")
+    p.add_argument("--tuned", metavar="FILE", help="config TOML or JSON export to verify (instead of --study)")
+    p.add_argument("--data", metavar="MODULE:FUNCTION",
+                   help="your Dataset, DataLoader or iterable of (inputs, labels): what both recipes train on")
+    p.add_argument("--steps", type=positive(int), default=DEFAULT_STEPS, metavar="K",
+                   help=f"optimizer steps of the recipe with the larger global batch (default {DEFAULT_STEPS}); "
+                        "the other sees as many samples")
+    p.add_argument("--samples", type=positive(int), default=None, metavar="N",
+                   help="at most this many samples per run (bounds the time)")
+    p.add_argument("--lr", type=positive(float), default=None,
+                   help="your learning rate at the baseline's global batch (default: the export's "
+                        "make_optimizer default); the tuned recipe's is scaled from it as the export does")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first runs (the second baseline: seed + 1)")
+    p.add_argument("--quiet", "-q", action="store_true", help="only the verdict line")
+    p.add_argument("--json", action="store_true", help="print the verdict, curves included, as JSON")
+
+
+def _config_file(path: str) -> tuple[Problem | None, Config]:
+    if path.endswith(".json"):
+        try:
+            with open(path) as fh:
+                data = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{path}: not a readable JSON export ({exc})") from None
+        if not isinstance(data, dict) or "config" not in data:
+            raise UsageError(f"{path}: expected an export with a 'config' object (ipu-autotune export --format json)")
+        problem = Problem.from_dict(data["problem"], f"{path} problem") if "problem" in data else None
+        return problem, Config.from_dict(data["config"], f"{path} config")
+    loaded = load_config_file(path)
+    if loaded.config is None:
+        raise UsageError(f"{path}: no [config] table (ipu-autotune export --format toml writes one)")
+    return loaded.problem, loaded.config
+
+
+def configs(args) -> tuple[Problem, Config, Config, object]:
+    """(problem, baseline, tuned, the study or None) from --study or --tuned/--baseline."""
+    if bool(args.study) == bool(args.tuned):
+        raise UsageError("verify: give one of --study NAME (its best against its baseline) and --tuned FILE")
+    if args.study:
+        from ..study.records import best_record, records
+        from .common import baseline_of, load_study
+
+        study, stored = load_study(args.storage, args.study)
+        best = best_record(study, skip_unreadable=True)
+        base = baseline_of(records(study))
+        if best is None or base is None:
+            raise UsageError(f"study '{args.study}' has no {'fitting trial' if best is None else 'baseline trial'} "
+                             "to verify")
+        problem = problem_from_args(args, stored)
+        return problem, base.config, best.config, study
+    file_problem, tuned = _config_file(args.tuned)
+    base_problem, baseline = _config_file(args.baseline) if args.baseline else (None, Config())
+    problem = problem_from_args(args, file_problem or base_problem)
+    return problem, baseline, tuned, None
+
+
+def verify(args, console) -> Verdict:
+    """The check the command runs, for the command and the Python API."""
+    problem, baseline, tuned, study = configs(args)
+    return verify_configs(args, console, problem, baseline, tuned, study)
+
+
+def verify_tuned(args, console, study, problem: Problem) -> Verdict:
+    """`tune --verify`: the study just tuned, its best against its baseline, with verify's defaults."""
+    from ..study.records import best_record, records
+    from .common import baseline_of
+
+    best, base = best_record(study, skip_unreadable=True), baseline_of(records(study))
+    if best is None or base is None:
+        raise UsageError("tune --verify: the study has no fitting trial or no baseline trial to verify")
+    budget = argparse.Namespace(data=args.data, steps=DEFAULT_STEPS, samples=getattr(args, "verify_samples", None),
+                                lr=None,
+                                seed=args.seed or 0, quiet=args.quiet)
+    return verify_configs(budget, console, problem, base.config, best.config, study)
+
+
+def verify_configs(args, console, problem: Problem, baseline: Config, tuned: Config, study=None) -> Verdict:
+    from ..models.zoo import build_model
+
+    if not args.data:
+        raise UsageError("verify needs --data MODULE:FUNCTION: the loss of random labels says nothing about "
+                         "training; give the data you train on")
+    if problem.token_inputs or problem.inputs:
+        raise UsageError(f"verify: {problem.model} takes token ids or named inputs; verify feeds one float "
+                         "image batch and class labels so far")
+    the_plan = plan(problem, baseline, tuned, args.steps, args.samples, args.lr)
+    samples = read_samples(args.data, the_plan.samples)
+
+    def build():
+        return build_model(problem.model, problem.num_classes, device="cpu")
+
+    quiet = getattr(args, "quiet", False)
+    if not quiet:
+        with console.status("Timing one update of each recipe…"):
+            seconds = estimate_seconds(build, the_plan, samples)
+        for r in (the_plan.baseline, the_plan.tuned):
+            console.print(f"[dim]{r.label}: {r.describe()}; {the_plan.steps(r)} steps ({r.lr_line})[/]", highlight=False)
+        for note in the_plan.tuned.not_emulated():
+            console.print(f"[dim]not emulated: {note}[/]", highlight=False)
+        console.print(f"verify: {the_plan.samples:,} samples per run ({samples.size:,} to train on, "
+                      f"{samples.eval_inputs.shape[0]} held out), 3 runs, about {seconds:,.0f} s on this CPU",
+                      highlight=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, disable=quiet, transient=True) as bar:
+        task = bar.add_task("training samples", total=the_plan.total_samples)
+        verdict = run_check(build, the_plan, samples, seed=args.seed, progress=lambda n: bar.advance(task, n))
+    if study is not None:
+        study.set_user_attr(ATTR_VERIFY, verdict.to_dict())
+    return verdict
+
+
+def run(args: argparse.Namespace) -> int:
+    from .common import console_for
+
+    console = console_for(args)
+    verdict = verify(args, console)
+    if args.json:
+        print(json.dumps(verdict.to_dict(), indent=2, default=str))
+    else:
+        console.print(verdict.line(), highlight=False, soft_wrap=True)
+    return verdict.exit_code

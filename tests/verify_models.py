@@ -1,0 +1,85 @@
+"""Small real data and models for the verify tests: scikit-learn's bundled digits (1,797 8x8
+images, shipped inside the package: no download), a small CNN for them, and two models made to
+show an FP16 failure: gradients that underflow (VanishingNet), weights whose updates fall below
+half an FP16 ulp (LargeWeightClassifier)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def digits():
+    """Batches of 16 (inputs, labels): 1x8x8 images scaled to [0, 1], labels 0-9, in a fixed shuffled
+    order (a DataLoader, as `numerics --data` and `verify --data` both take)."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
+    y = torch.tensor(d.target, dtype=torch.int64)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[order], y[order]), batch_size=16)
+
+
+class DigitsNet(nn.Module):
+    """Conv, pool, two linear layers: about 10k weights."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(16 * 4 * 4, 32), nn.ReLU(), nn.Linear(32, num_classes))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+def digits_net(num_classes: int = 10) -> nn.Module:
+    return DigitsNet(num_classes)
+
+
+class VanishingNet(nn.Module):
+    """Eight tanh layers initialised small (gain 0.2): activations and gradients shrink about 5x per
+    layer, so most weight gradients of a mean loss fall below FP16's 2^-24 at loss scale 1.
+    Adam normalises its updates, so in FP32 it trains regardless."""
+
+    def __init__(self, num_classes: int = 10, depth: int = 8, width: int = 64, gain: float = 0.1):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        for i in range(depth):
+            linear = nn.Linear(64 if i == 0 else width, width)
+            nn.init.normal_(linear.weight, std=gain / width ** 0.5)
+            nn.init.zeros_(linear.bias)
+            layers += [linear, nn.Tanh()]
+        layers.append(nn.Linear(width, num_classes))
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def vanishing_net(num_classes: int = 10) -> nn.Module:
+    return VanishingNet(num_classes)
+
+
+class LargeWeightClassifier(nn.Module):
+    """A linear classifier whose weights start at magnitudes 0.25-0.5 (random signs), where an FP16
+    ulp is 2^-12: an update below 2^-13 rounds away under round-to-nearest."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.linear = nn.Linear(64, num_classes)
+        with torch.no_grad():
+            for t in (self.linear.weight, self.linear.bias):
+                t.copy_((torch.rand_like(t) * 0.25 + 0.25) * torch.randint_like(t, 2).mul(2).sub(1))
+
+    def forward(self, x):
+        return self.linear(x.flatten(1))
+
+
+def large_weight_classifier(num_classes: int = 10) -> nn.Module:
+    return LargeWeightClassifier(num_classes)
+
+
+def shallow_vanishing_net(num_classes: int = 10) -> nn.Module:
+    """Five such layers: small gradients over a narrower range, which one loss scale can hold."""
+    return VanishingNet(num_classes, depth=5)
