@@ -41,6 +41,7 @@ class Unit:
     # Elements in tensors too small for PopART to shard over replicas (biases, norms):
     # their optimizer state stays whole under replicated tensor sharding.
     unshardable_params: int = 0
+    param_tensors: int = 0  # trainable tensors: the weight update runs its ops once per tensor
     in_bytes: int = 0  # what crosses into it per micro-batch (FP32)
     # Inputs it shares with the unit before, passed along unchanged (BERT's attention mask
     # goes to every layer): they cross IPUs, but no unit produces them, so no checkpoint
@@ -284,6 +285,7 @@ def _charge_parameters(model: nn.Module, units: list[Unit], owner: dict[str, int
             counted.add(key)
             unit = units[param_unit.get(key, owner.get(path, 0))]
             unit.params += p.numel()
+            unit.param_tensors += 1
             unit.largest_param = max(unit.largest_param, p.numel())
             if p.numel() < MIN_ELEMENTS_FOR_SHARDING:
                 unit.unshardable_params += p.numel()

@@ -21,6 +21,7 @@ class Stage:
     params: int
     largest_param: int
     unshardable_params: int  # in tensors below PopART's sharding threshold
+    param_tensors: int  # trainable tensors: the weight update's ops run once per tensor
     in_bytes: int  # FP32 bytes that cross into the stage per micro-batch
     saved: int  # FP32 bytes saved for backward per micro-batch
     saved_heavy: int
@@ -101,6 +102,7 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
             params=sum(u.params for u in members),
             largest_param=max((u.largest_param for u in members), default=0),
             unshardable_params=sum(u.unshardable_params for u in members),
+            param_tensors=sum(u.param_tensors for u in members),
             in_bytes=(profile.input_bytes if lo == 0 else units[lo].in_bytes if lo < len(units) else 0)
             + sum(units[i].in_bytes for i in moved_in),
             saved=sum(u.saved_bytes for u in members),
