@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...profiles.placement import checkpoint_unit, stage_bounds, unit_of_path
+from ...profiles.refine import refined
 from ...profiles.trace import ModelProfile
 from ...problem import Config
 
@@ -67,7 +68,9 @@ def unit_produced_bytes(profile: ModelProfile, i: int) -> int:
 
 def stage_members(profile: ModelProfile, config: Config) -> list[list[int]]:
     """Unit indices per stage: the contiguous ranges the splits make, with tied heads moved
-    to the stage of the unit whose weights they read (`Unit.placed_with`)."""
+    to the stage of the unit whose weights they read (`Unit.placed_with`); units cut where a
+    split lands inside one (profiles/refine.py)."""
+    profile = refined(profile, config.splits, config.checkpoints)
     bounds = stage_bounds(profile, config)
     stage_of = {i: k for k, (lo, hi) in enumerate(bounds) for i in range(lo, hi)}
     members: list[list[int]] = [[] for _ in bounds]
@@ -79,6 +82,8 @@ def stage_members(profile: ModelProfile, config: Config) -> list[list[int]]:
 
 
 def stages(profile: ModelProfile, config: Config) -> list[Stage]:
+    """Per-stage sums over the units, cut first where a split or checkpoint lands inside one."""
+    profile = refined(profile, config.splits, config.checkpoints)
     units = profile.units
     ckpt_units = {_checkpointed(profile, p) for p in config.checkpoints}
     out: list[Stage] = []
