@@ -139,3 +139,46 @@ def test_the_fake_poptorch_places_begin_block_on_the_submodule_inside_the_block(
                splits=("features.2.0.block.3", "features.3.1", "features.5.0.block.3"))
     assert violations(p, c, profile_for(p).module_order) == []
     assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path), "efficientnet in-block splits")
+
+
+# --- must show 2: the search proposes in-block splits where blocks are large -----------------------
+
+@pytest.mark.slow
+def test_a_60_trial_efficientnet_study_that_needs_4_ipus_proposes_in_block_splits_and_one_compiles(
+        poptorch, tmp_path, capsys):
+    """EfficientNet-B0 at micro-batch 60, 224x224, on 4 Mk2 IPUs: no 1- or 2-IPU layout fits.
+    The space draws splits inside the large MBConv blocks (features.2.x: 38% of the saved
+    activations); the best's snippet, as tune exported it, compiles on the fake PopTorch with
+    its BeginBlock on each submodule, and `export` writes the same splits."""
+    import torch
+
+    from ipu_autotune.backends.poptorch import child
+    from ipu_autotune.models.zoo import build_model
+
+    out, db = tmp_path / "out", f"sqlite:///{tmp_path / 'db.sqlite'}"
+    assert main(["efficientnet_b0", "--batch-size", "60", "--image-size", "224", "--ipus", "4", "--trials", "60",
+                 "--seed", "0", "--no-numerics", "--backend", "estimate", "--storage", db, "--out", str(out),
+                 "--json"]) == 0
+    best = Config.from_dict(json.loads(capsys.readouterr()[0])["best"]["config"], "best")
+    trials = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    in_block = [t for t in trials if any(".block." in s for s in t["config"]["splits"])]
+    assert len(in_block) >= 5, "the space proposes splits inside MBConv blocks"
+    assert all(t["config"]["ipus_per_replica"] == 4 for t in trials if t["measurement"]["feasible"])
+    assert any(".block." in s for s in best.splits), best.splits
+
+    ns: dict = {}
+    exec((out / "best_options.py").read_text(), ns)
+    p = Problem("efficientnet_b0", 60, input_shape=(3, 224, 224), num_classes=1000, ipus=4)
+    model = ns["TrainingModel"](build_model("efficientnet_b0", 1000, device="cpu"))
+    opts = ns["make_options"]()
+    child.add_tuner_options(opts, poptorch, {"report_dir": str(tmp_path / "r"), "cache_dir": str(tmp_path / "c")}, p,
+                            hardware=False)
+    training = poptorch.trainingModel(model, opts, ns["make_optimizer"](model))
+    training.compile(*child.host_batch(p, best, ns.get("INPUT_DTYPE", torch.float)))
+    assert training.fake_record["config"].splits == best.splits
+
+    assert main(["export", "--storage", db, "--study", "efficientnet_b0-bs60-4ipu-mk2-3x224x224", "--format",
+                 "python"]) == 0
+    exported = capsys.readouterr()[0]
+    assert all(f'model.get_submodule("{s}")' in exported or f"model.get_submodule('{s}')" in exported
+               for s in best.splits), exported[:2000]

@@ -142,3 +142,52 @@ def _live_at(events: list, cuts: list[int]) -> dict[int, tuple[dict[int, int], d
         crossing = {key: size[key] for key, i in first.items() if i < cut <= last_read.get(key, -1)}
         out[cut] = (crossing, first)
     return out
+
+
+#: a unit holding more than this share of the model's saved activations is large: the search
+#: may split inside it (an EfficientNet-B0 MBConv at 112x112 holds 23%)
+LARGE_UNIT_SHARE = 1 / 8
+
+
+def split_grid(profile: ModelProfile) -> ModelProfile:
+    """The profile the search draws splits over: every unit, with each large one cut before
+    each of its parts but the first (MBConv's `block.1`..`block.3`, a transformer layer's
+    attention and MLP), where a stage boundary balances IPUs a whole block cannot."""
+    if profile.log is None:
+        return profile
+    total = sum(u.saved_bytes for u in profile.units) or 1
+    parts = [p for u in profile.units if u.saved_bytes > LARGE_UNIT_SHARE * total and u.placed_with is None
+             for p in _parts(profile, u.path)[1:]]
+    return refined(profile, parts)
+
+
+def _parts(profile: ModelProfile, path: str) -> list[str]:
+    """The modules one level inside `path` that begin with a convolution or matmul, in
+    execution order (a norm or a squeeze-excitation would move no real work), looked for
+    through a single child holding parameters (MBConv's `block`)."""
+    owners = {owner for owner, _, _ in profile.log.params}
+    heavy = _begins_heavy(profile.log.events)
+    while True:
+        depth = path.count(".") + 1 if path else 0
+        children = [m for m in profile.module_order
+                    if m.startswith(path + ".") and m.count(".") == depth
+                    and any(o == m or o.startswith(m + ".") for o in owners)]
+        if len(children) != 1:
+            return [m for m in children if m in heavy]
+        path = children[0]
+
+
+def _begins_heavy(events: list) -> set[str]:
+    """Modules whose first op after they are first entered is a convolution or matmul."""
+    out: set[str] = set()
+    waiting: list[str] = []
+    seen: set[str] = set()
+    for event in events:
+        if event[0] == "enter" and event[1] not in seen:
+            seen.add(event[1])
+            waiting.append(event[1])
+        elif event[0] == "op" and waiting:
+            if event[1] in ("conv", "matmul"):
+                out.update(waiting)
+            waiting = []
+    return out
