@@ -8,7 +8,7 @@ the problems in turn, each tuned as `ipu-autotune tune` runs with a compiling ba
          guide, from the nominal estimator
   warm   as tune runs with the store: the guide's prior from the records this arm's earlier
          studies wrote (calibration/session.py, recorder.py, to a journal store in a
-         temporary folder); the guide's own first choice (session.first_trials), then the
+         temporary folder); the guide's own first choice (guide/first_trials.py), then the
          baseline (not compiled when the prior gives it under session.VETO_CHANCE to fit:
          session.prior_veto), then the guide
 
@@ -69,17 +69,15 @@ def one_study(problem, oracle, budget: int, store, name: str) -> list:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
-    guide = Guide(problem, profile, space, DEFAULT_HEADROOM)
     items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
-    guide.pool.update(p.config for p in items)
     backend = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
-    calibrated = session.give_prior(store, name, problem, backend, guide, print) if store is not None else None
+    calibrated = session.give_prior(store, name, problem, backend, print) if store is not None else None
+    guide = Guide(problem, profile, space, DEFAULT_HEADROOM, candidates=[p.config for p in items],
+                  prior=calibrated.prior if calibrated is not None else None)
 
     def on_create(s) -> None:
         s.set_user_attr(session.ATTR_UID, name)
-        first = items[:COMPILED_WARM_STARTS]
-        if guide.screen.prior is not None:
-            first = session.first_trials(guide, first, lambda c: backend.would_compile(problem, c))  # as tune
+        first = guide.first_trials(items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c))  # as tune
         st.enqueue(s, space, problem, profile, first)
 
     study, _ = st.open_study(open_storage("memory:"), name, problem, 0, on_create)

@@ -60,7 +60,7 @@ def judge_draw(key: str, draw_id: int) -> list[tuple[float, bool, bool]]:
         estimate = screen(c)
         if c in compiled or estimate is None or (j := model.judge(c)) is None:
             continue
-        out.append((j[4], ratio.fits(c, estimate), oracle.evaluate(problem, c).feasible))
+        out.append((j.chance, ratio.fits(c, estimate), oracle.evaluate(problem, c).feasible))
     return out
 
 

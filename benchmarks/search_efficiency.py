@@ -171,9 +171,8 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
     elif strategy.startswith("ipu-autotune"):
         # As `ipu-autotune tune` with a compiling backend (commands/tune.py): the first warm
         # starts enqueued, the rest handed to the guide to rank with the others.
-        guide = Guide(problem, profile, space, DEFAULT_HEADROOM)
         items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
-        guide.pool.update(p.config for p in items)
+        guide = Guide(problem, profile, space, DEFAULT_HEADROOM, candidates=[p.config for p in items])
         study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed,
                                  lambda s: st.enqueue(s, space, problem, profile, items[:COMPILED_WARM_STARTS]))
         backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)

@@ -28,7 +28,7 @@ def run_workers(runner, oracle, budget: int, max_trials: int, workers: int) -> d
     while True:
         while len(running) < workers and launched < budget and trials < max_trials:
             runner._enqueue_guided()
-            if stop_at is None and runner.guide is not None and runner.guide.stop_note:
+            if stop_at is None and runner.guide_stop is not None:
                 stop_at = len(compiles)  # the rule, as the guide saw it with these compiles finished
             trial = study.ask()
             config, origin = runner.config_for(trial)

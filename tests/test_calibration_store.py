@@ -138,21 +138,17 @@ def test_a_recorder_writes_compiles_and_never_estimates(tmp_path):
     assert stored[0]["profile"]["params"] == profile.params and len(stored[0]["profile"]["activations_by_stage"]) == 2
 
 
-class _Guide:
-    def __init__(self, screen):
-        self.screen = screen
-
-
 class _Study:
     def __init__(self, name, uid):
         self.study_name, self.user_attrs = name, {session.ATTR_UID: uid}
 
 
 def _guided(store, target="mk2", sdk="sdk-a", uid="uid-new"):
+    from ipu_autotune.guide.proposals import Guide
+
     problem, profile, space, _ = _setup(target)
-    guide = _Guide(Screen(problem, profile, space=space))
-    cal = session.prepare(store, _Study("new", uid), problem, profile, HiddenFactor(1.0, sdk), guide, lambda s: None)
-    return guide, cal
+    cal = session.prepare(store, _Study("new", uid), problem, profile, HiddenFactor(1.0, sdk), lambda s: None)
+    return Guide(problem, profile, space, 0.05, prior=cal.prior), cal
 
 
 def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path):
@@ -164,13 +160,13 @@ def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path):
     cap = Screen(problem, profile, space=space)(configs[0]).tile_capacity_bytes
 
     same, cal = _guided(store)
-    assert same.screen.prior is not None and "1 other study" in cal.note
-    mean = CorrectedModel(same.screen, [], 0.05).judge(configs[0])[3]
+    assert same.has_prior and "1 other study" in cal.note
+    mean = CorrectedModel(same.screen, [], 0.05).judge(configs[0]).busiest
     assert mean == pytest.approx(1.3 * max(nominal) / cap, rel=0.03)  # the other study's x1.3, from trial 1
 
     for guide, _ in (_guided(store, sdk="sdk-b"), _guided(store, target="bow"), _guided(store, uid="uid-old")):
-        assert guide.screen.prior is None  # another SDK, another target, or the study's own records
-        untouched = CorrectedModel(guide.screen, [], 0.05).judge(configs[0])[3]
+        assert not guide.has_prior  # another SDK, another target, or the study's own records
+        untouched = CorrectedModel(guide.screen, [], 0.05).judge(configs[0]).busiest
         assert untouched == pytest.approx(max(nominal) / cap)
 
 
@@ -365,8 +361,9 @@ def test_the_prior_keeps_how_its_parts_move_together():
 
 
 def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
-    from ipu_autotune.calibration.session import FIRST_CONFIDENCE
     from ipu_autotune.guide.corrected import FIT_CONFIDENCE
+    from ipu_autotune.guide.first_trials import FIRST_CONFIDENCE
+    from ipu_autotune.guide.proposal import History
     from ipu_autotune.guide.prior import GuidePrior
     from ipu_autotune.guide.proposals import Guide
     from ipu_autotune.guide.warmstart import proposals
@@ -375,47 +372,37 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
     warm = proposals(problem, profile, space, configs[0], headroom=0.05)
 
     def guide_with(prior):
-        guide = Guide(problem, profile, space, 0.05)
-        guide.pool.update(p.config for p in warm)
-        guide.screen.prior = prior
-        return guide
+        return Guide(problem, profile, space, 0.05, candidates=[p.config for p in warm], prior=prior)
 
-    # a store that agrees: the guide's choice, then the baseline, and the confidence is restored
+    # a store that agrees: the guide's choice, then the baseline
     store = open_store(_url(tmp_path, "sqlite"))
     for s in "abc":
         for r in records_of(s, factor=1.3):
             store.add(r)
-    guide = Guide(problem, profile, space, 0.05)
-    guide.pool.update(p.config for p in warm)
-    session.prepare(store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), guide, lambda s: None)
-    first = session.first_trials(guide, warm[:2])
+    prior = session.prepare(store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), lambda s: None).prior
+    guide = guide_with(prior)
+    first = guide.first_trials(warm[:2])
     assert "calibration store prior" in first[0].origin and first[1] is warm[0]
-    assert guide.confidence == FIT_CONFIDENCE
+    assert first[0].reason is not None and first[0].chance >= FIRST_CONFIDENCE
     assert CorrectedModel(guide.screen, [], 0.05).chance(first[0].config) >= FIRST_CONFIDENCE
     # a prior that puts this model's fast configs at 80-95 % to fit: the guide would take one
     # later in a study, but not as its first compile; nothing is 95 % sure, so the first is
     # the likeliest to fit (not the warm starts the nominal estimate chose)
     unsure = GuidePrior({"proportional": (6.0, 0.6)})
-    later = guide_with(unsure).propose([], set(), 0)
+    later = guide_with(unsure).propose(History()).config
     model = CorrectedModel(guide_with(unsure).screen, [], 0.05)
     assert later is not None and FIT_CONFIDENCE <= model.chance(later) < FIRST_CONFIDENCE
     guide = guide_with(unsure)
-    first = session.first_trials(guide, warm[:2])
+    first = guide.first_trials(warm[:2])
     assert "likeliest to fit" in first[0].origin and first[1] is warm[0]
     assert model.chance(first[0].config) == max(model.chance(c) for c in guide.pool)
     assert model.chance(first[0].config) > max(model.chance(later), model.chance(warm[1].config))
     # a first trial the backend would not compile (the estimator's screen) is never chosen:
     # the next likeliest is, and so for the confident choice above
     refused = first[0].config
-    again = session.first_trials(guide_with(unsure), warm[:2], lambda c: c != refused)
+    again = guide_with(unsure).first_trials(warm[:2], lambda c: c != refused)
     assert again[0].config != refused and "likeliest to fit" in again[0].origin
     assert model.chance(again[0].config) == max(model.chance(c) for c in guide.pool if c != refused)
-    confident = Guide(problem, profile, space, 0.05)
-    confident.pool.update(p.config for p in warm)
-    session.prepare(store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), confident, lambda s: None)
-    chosen = session.first_trials(confident, warm[:2])[0].config
-    other = Guide(problem, profile, space, 0.05)
-    other.pool.update(p.config for p in warm)
-    session.prepare(store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), other, lambda s: None)
-    instead = session.first_trials(other, warm[:2], lambda c: c != chosen)
+    chosen = guide_with(prior).first_trials(warm[:2])[0].config
+    instead = guide_with(prior).first_trials(warm[:2], lambda c: c != chosen)
     assert instead[0].config != chosen and "calibration store prior" in instead[0].origin

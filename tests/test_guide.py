@@ -9,13 +9,15 @@ import pytest
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
+from ipu_autotune.guide.corrected import CorrectedModel, observe
+from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.proposals import Guide, memory_correction
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.runner import Runner
 from ipu_autotune.study.records import create_sampler, enqueue, records
-from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
 from testing import RESNET50_4IPU_SGD as PROBLEM
 
 HIDDEN = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * 1.25)  # the "real" IPU needs 25% more
@@ -56,7 +58,9 @@ def test_guided_trials_fit_on_the_hidden_ipu():
     # A bet (search/bold.py) is a candidate the corrected model puts at the edge, compiled for
     # its stated chance to fit: it may run out of memory, and says so in its origin.
     assert all("chance to fit" in r.origin for r in done if r.origin.startswith("guided bet"))
-    assert runner.guide.correction == pytest.approx(1.25, rel=1e-3)
+    screen = Screen(PROBLEM, profile, NOMINAL, 0.0, None, space)
+    compiled = observe(screen, [(r.config, r.measurement) for r in done])
+    assert CorrectedModel(screen, compiled, 0.05).memory_prior == pytest.approx(1.25, rel=1e-3)
     # No configuration is compiled twice.
     assert len({r.config for r in done}) == len(done)
 
@@ -73,18 +77,18 @@ def test_the_guides_climb_sees_the_corrected_model():
     config = naive_baseline(PROBLEM, profile)
     model = CorrectedModel(screen, observe(screen, [(config, HiddenIPU().measure(PROBLEM, config))]), 0.05)
     seen = CorrectedScreen(model)(config)
-    fits, throughput, load, fraction, chance = model.judge(config)
-    assert seen.throughput == throughput and seen.feasible == fits
+    j = model.judge(config)
+    assert seen.throughput == j.throughput and seen.feasible == j.fits
     # 25 % more memory than the nominal estimate says: the learnt mean shows it. The compiled
     # program's own tiles are known; a config whose tiles differ gets the margin for the
     # model's spread on top of its learnt mean.
     nominal = max(screen(config).max_tile_bytes)
     cap = screen(config).tile_capacity_bytes
-    assert 1.25 * nominal * 0.98 <= fraction * cap <= 1.25 * nominal * 1.02
-    assert max(seen.max_tile_bytes) == pytest.approx(fraction * cap, rel=1e-3)
+    assert 1.25 * nominal * 0.98 <= j.busiest * cap <= 1.25 * nominal * 1.02
+    assert max(seen.max_tile_bytes) == pytest.approx(j.busiest * cap, rel=1e-3)
     other = next(c for _, c in screen.candidates(space, config)
                  if memory_distance(c, config) > 0 and model.judge(c) is not None)
-    mean = model.judge(other)[3] * cap
+    mean = model.judge(other).busiest * cap
     assert mean < max(CorrectedScreen(model)(other).max_tile_bytes) <= mean * 1.1
 
 
@@ -124,11 +128,11 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it():
     for _ in range(14):
         runner.run_one()
         history = [(r.config, r.measurement) for r in records(runner.study)]
-        guide.propose(history, {c for c, _ in history})
-        if guide.stop_note:
+        stop = guide.stopping(History.of(history))
+        if stop is not None:
             applied += 1
             assert compiles_since_best(history) >= STOP_PATIENCE
-            assert f"the last {compiles_since_best(history)} compiles" in guide.stop_note
+            assert f"the last {compiles_since_best(history)} compiles" in str(stop)
     assert applied, "the rule never applied in 14 compiles on a hidden IPU the model corrects exactly"
 
 
@@ -166,7 +170,7 @@ def test_a_layouts_compiles_set_its_prior():
     far = next((c for move in moves if screen(c := ca.replace(**move)) is not None), None)
     assert far is not None, "no config three knobs from the compiled one passes the rules"
     nominal = screen(far).throughput
-    corrected = model.judge(far)[1]
+    corrected = model.judge(far).throughput
     assert corrected < nominal * math.exp((slow + fast) / 2)  # nearer the layout's error than the mean
 
 
@@ -186,8 +190,7 @@ def test_the_first_round_of_parallel_workers_does_not_bet_everything_on_one_edge
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     items = proposals(problem, profile, space, naive_baseline(problem, profile), headroom=0.05)
-    guide = Guide(problem, profile, space, 0.05)
-    guide.pool.update(p.config for p in items)
+    guide = Guide(problem, profile, space, 0.05, candidates=[p.config for p in items])
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, problem, profile, items[:1])  # the baseline, as tune enqueues it
     runner = Runner(study, problem, profile, space, HiddenIPU(), guide=guide)

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from ipu_autotune.backends.estimate import estimate
+from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.proposals import EXPLORE_CHANCE, Guide
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config
@@ -16,7 +17,7 @@ from ipu_autotune.guide.bold import (
     bold_choice,
     losing_streak,
 )
-from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, observe, split_moves
+from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, Judgement, observe, split_moves
 from ipu_autotune.profiles.placement import checkpoints_every
 from ipu_autotune.search.space import SearchSpace
 from testing import RESNET152_2IPU as PROBLEM
@@ -108,7 +109,7 @@ def test_a_bet_must_improve_on_the_best_in_expectation():
 
         def judge(self, c):
             chance, throughput = self.table[c]
-            return chance >= 0.02, chance * throughput, 1.0, 1.0, chance
+            return Judgement(chance >= 0.02, throughput, 1.0, 1.0, chance, chance * throughput)
 
         def throughput(self, c):
             return self.table[c][1]
@@ -138,14 +139,16 @@ def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candid
     profile, space = setup
     measured = _stalled(profile)
     guide = Guide(PROBLEM, profile, space, 0.05)
-    proposal = guide.propose(measured, {c for c, _ in measured})
-    # a bet, or a probe of the candidate likeliest to beat the best (guide.probe): either is
-    # over the safe margin on purpose, with its chance to fit shown in the trial's origin
-    assert proposal in guide.bets and min(MIN_FIT_CHANCE, EXPLORE_CHANCE) <= guide.chance <= 1.0
-    assert not guide.stop_note  # a bet is expected to pay
+    picked = guide.propose(History.of(measured))
+    proposal = picked.config
+    # a bet, or a probe of the candidate likeliest to beat the best: either is over the safe
+    # margin on purpose, with its chance to fit shown in the trial's origin
+    assert picked.reason.over_margin and min(MIN_FIT_CHANCE, EXPLORE_CHANCE) <= picked.chance <= 1.0
+    assert f"{picked.chance:.0%} chance to fit" in picked.origin
+    assert guide.stopping(History.of(measured)) is None  # a bet is expected to pay
     best = max(m.throughput for _, m in measured)
     model = CorrectedModel(guide.screen, observe(guide.screen, measured), 0.0)
-    assert model.judge(proposal)[1] > 1.5 * best
+    assert model.judge(proposal).throughput > 1.5 * best
     assert proposal.gradient_accumulation > 1
     compiled = _compiled(proposal, profile)  # on the IPU that taught the ratio: it fits, and pays
     assert compiled.feasible and compiled.throughput > 1.5 * best
@@ -159,19 +162,19 @@ def test_bets_stop_after_losses_in_a_row(setup):
     measured = _stalled(profile)
     guide = Guide(PROBLEM, profile, space, 0.05)
     tried = {c for c, _ in measured}
-    first = guide.propose(measured, tried)
-    assert first in guide.bets  # the stalled compiles make the guide bet
+    first = guide.propose(History.of(measured, tried))
+    assert first.reason.over_margin  # the stalled compiles make the guide bet
+    bets = set()
     for i in range(BET_LOSSES):  # the guide's next proposals, each out of memory and counted a lost bet
-        proposal = first if i == 0 else guide.propose(measured, tried)
-        assert proposal is not None and proposal not in tried
-        measured.append((proposal, _compiled(proposal, profile, ratio=1.6)))
-        tried.add(proposal)
-        guide.bets.add(proposal)
+        picked = first if i == 0 else guide.propose(History.of(measured, tried))
+        assert picked is not None and picked.config not in tried and picked.reason.over_margin
+        measured.append((picked.config, _compiled(picked.config, profile, ratio=1.6)))
+        tried.add(picked.config)
+        bets.add(picked.config)
         assert not measured[-1][1].feasible
-    assert losing_streak(measured, guide.bets) == BET_LOSSES
-    placed = len(guide.bets)
-    guide.propose(measured, tried)
-    assert len(guide.bets) == placed and guide.bet_chance is None
+    assert losing_streak(measured, bets) == BET_LOSSES
+    after = guide.propose(History.of(measured, tried))
+    assert after is None or not after.reason.over_margin
 
 
 def test_losing_streak_counts_out_of_memory_bets_in_a_row(setup):
@@ -195,7 +198,8 @@ def test_the_guides_proposals_do_not_depend_on_string_hashing():
 
     code = ("import sys; sys.path.insert(0, 'tests')\n"
             "import test_guide_bets as t\n"
-            "from ipu_autotune.guide.proposals import EXPLORE_CHANCE, Guide\n"
+            "from ipu_autotune.guide.proposal import History\n"
+            "from ipu_autotune.guide.proposals import Guide\n"
             "from ipu_autotune.profiles.trace import profile_for\n"
             "from ipu_autotune.search.space import SearchSpace\n"
             "profile = profile_for(t.PROBLEM)\n"
@@ -203,7 +207,7 @@ def test_the_guides_proposals_do_not_depend_on_string_hashing():
             "guide = Guide(t.PROBLEM, profile, SearchSpace.load(t.PROBLEM), 0.05)\n"
             "tried = {c for c, _ in measured}\n"
             "for _ in range(3):\n"
-            "    c = guide.propose(measured, tried)\n"
+            "    c = guide.propose(History.of(measured, tried)).config\n"
             "    print(repr(c))\n"
             "    tried.add(c)\n"
             "    measured.append((c, t._compiled(c, profile)))\n")

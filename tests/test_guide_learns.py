@@ -8,7 +8,8 @@ import optuna
 import pytest
 
 from ipu_autotune.guide.call_model import CallModel, CallTime
-from ipu_autotune.guide.corrected import layout
+from ipu_autotune.guide.corrected import Judgement, layout
+from ipu_autotune.guide.proposal import History, Reason
 from ipu_autotune.guide.proposals import STOP_BEAT, STOP_CHANCE, Guide
 from ipu_autotune.guide.warmstart import Proposal, naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
@@ -88,8 +89,9 @@ def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles):
     profile, space, measured = two_compiles
     assert {layout(c) for c, _ in measured} == {(4, 1, "pipelined"), (2, 2, "pipelined")}
     guide = Guide(PROBLEM, profile, space, 0.05)
-    proposal = guide.propose(measured, {c for c, _ in measured})
-    assert guide.probe and proposal in guide.bets and layout(proposal) not in {layout(c) for c, _ in measured}
+    picked = guide.propose(History.of(measured))
+    proposal = picked.config
+    assert picked.reason is Reason.PROBE and layout(proposal) not in {layout(c) for c, _ in measured}
     best = max(m.throughput for _, m in measured if m.feasible)
     compiled = HiddenIPU().measure(PROBLEM, proposal)
     assert compiled.feasible and compiled.throughput > (1 + STOP_BEAT) * best
@@ -103,11 +105,11 @@ def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles):
     profile, space, measured = two_compiles
     guide = Guide(PROBLEM, profile, space, 0.05)
     done = {c for c, _ in measured}
-    first = guide.propose(measured, done)
-    assert guide.probe and layout(first) not in {layout(c) for c in done}
-    second = guide.propose(measured, done | {first}, running=1)
-    assert second is not None and second != first
-    assert not (guide.probe and layout(second) == layout(first))
+    first = guide.propose(History.of(measured, done))
+    assert first.reason is Reason.PROBE and layout(first.config) not in {layout(c) for c in done}
+    second = guide.propose(History.of(measured, done | {first.config}, running=1))
+    assert second is not None and second.config != first.config
+    assert not (second.reason is Reason.PROBE and layout(second.config) == layout(first.config))
 
 
 @pytest.mark.slow
@@ -122,10 +124,10 @@ def test_the_stopping_rule_gives_its_chance(two_compiles):
     for _ in range(14):
         runner.run_one()
         history = [(r.config, r.measurement) for r in records(study)]
-        guide.propose(history, {c for c, _ in history})
-        if guide.stop_note:
-            assert guide.beat_chance < STOP_CHANCE
-            assert f"is {guide.beat_chance:.0%}" in guide.stop_note
+        stop = guide.stopping(History.of(history))
+        if stop is not None:
+            assert stop.beat_chance < STOP_CHANCE
+            assert f"is {stop.beat_chance:.0%}" in str(stop)
             return
     pytest.fail("the stopping rule never applied in 14 compiles on an IPU the model learns exactly")
 
@@ -217,8 +219,7 @@ def test_the_second_compile_learns_from_the_baselines(factor):
     assert COMPILED_WARM_STARTS == 1 and warm[1].origin.startswith("climb, 15% free")
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile, warm[:COMPILED_WARM_STARTS])
-    guide = Guide(PROBLEM, profile, space, 0.05)
-    guide.pool.update(p.config for p in warm)
+    guide = Guide(PROBLEM, profile, space, 0.05, candidates=[p.config for p in warm])
     hungry = HungryIPU(factor)
     runner = Runner(study, PROBLEM, profile, space, hungry, guide=guide)
     baseline, second = runner.run_one(), runner.run_one()
@@ -273,8 +274,8 @@ def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory():
     twins = [c for _, c in guide.screen.candidates(guide.space, config) if memory_distance(c, config) == 0]
     assert twins, "no single change leaves the program on the tiles as it is"
     for twin in twins:
-        fits, _, load, busiest, chance = model.judge(twin)
-        assert fits and chance == 1.0 and busiest == pytest.approx(0.999, abs=1e-3) and load <= 1.0
+        j = model.judge(twin)
+        assert j.fits and j.chance == 1.0 and j.busiest == pytest.approx(0.999, abs=1e-3) and j.load <= 1.0
     over = replace(edge, feasible=False, failure="oom", throughput=None,
                    max_tile_bytes=[int(1.001 * cap)] + list(edge.max_tile_bytes[1:]))
     model = CorrectedModel(guide.screen, observe(guide.screen, [(config, over)]), 0.05)
@@ -314,7 +315,8 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours():
         host = near.replace(device_iterations=1 if near.device_iterations != 1 else 4,
                             loader_workers=near.loader_workers or 1)
         if guide.screen(host) is not None:
-            assert model.judge(host)[3:] == pytest.approx(model.judge(near)[3:])
+            assert (model.judge(host).busiest, model.judge(host).chance) == \
+            pytest.approx((model.judge(near).busiest, model.judge(near).chance))
 
 
 @pytest.mark.slow
@@ -339,14 +341,14 @@ class Judged:
     """A CorrectedModel's judgements, fixed: config -> (corrected throughput, chance to fit)."""
 
     def __init__(self, beliefs: dict, sd: float):
-        self.cache = {c: (True, speed, 0.9, 0.9, chance) for c, (speed, chance) in beliefs.items()}
+        self.cache = {c: Judgement(True, speed, 0.9, 0.9, chance, speed) for c, (speed, chance) in beliefs.items()}
         self.sd = sd
 
     def speed_sd(self, config):
         return self.sd
 
     def chance(self, config):
-        return self.cache[config][4]
+        return self.cache[config].chance
 
     def judge(self, config):
         return self.cache.get(config)

@@ -68,7 +68,7 @@ def test_t5_checkpoints_skip_the_block_at_num_layers_minus_1_in_both_stacks(tmp_
         problem = t5(tmp_path, 1, num_decoder_layers=decoder_layers)
         profile = profile_for(problem)
         blocks = {u.path for u in profile.units if ".block." in u.path}
-        assert set(optimum_checkpoints(profile, ())) == blocks - skipped
+        assert set(optimum_checkpoints(profile)) == blocks - skipped
 
 
 def test_an_untied_t5_head_is_estimated_on_ipu0_under_optimum(tmp_path):

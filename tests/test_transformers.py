@@ -300,12 +300,16 @@ def test_ipu_config_says_checkpoint_every_layer_only_when_optimum_would_place_th
 
     problem = Problem("hf:bert-base-uncased", 8)
     profile = profile_for(problem)
-    # optimum's BertForSequenceClassification: every layer but the model's last; layer 5 ends a stage
-    layers = tuple(f"bert.encoder.layer.{i}" for i in range(11) if i != 5)
+    # optimum's BertForSequenceClassification: every layer but the model's last, layer 5 ending a
+    # stage included (issue 46)
+    layers = tuple(f"bert.encoder.layer.{i}" for i in range(11))
     config = Config(precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half",
                     ipus_per_replica=2, gradient_accumulation=8, recompute="pipeline",
                     splits=("bert.encoder.layer.6",), checkpoints=layers)
     data = ipu_config(problem, config, profile)
     assert data["recompute_checkpoint_every_layer"] and data["layers_per_ipu"] == [6, 6]
-    with pytest.raises(NotAnIPUConfig, match="some layers only"):
+    with pytest.raises(NotAnIPUConfig, match=r"6 of the 11 layers"):
         ipu_config(problem, config.replace(checkpoints=layers[::2]), profile)
+    with pytest.raises(NotAnIPUConfig, match=r"not on bert\.encoder\.layer\.5\)"):
+        ipu_config(problem, config.replace(checkpoints=tuple(p for p in layers if p != "bert.encoder.layer.5")),
+                   profile)

@@ -76,14 +76,15 @@ def open_for_tune(url: str | None, warn: Callable[[str], None]) -> Any:
     return None
 
 
-def give_prior(store, uid: str | None, problem, backend, guide, warn: Callable[[str], None]) -> Calibration | None:
-    """Give `guide` the prior fitted on the records of other studies (not `uid`'s) on the
-    problem's target and the backend's SDK; the Calibration says what it did (`note`)."""
+def give_prior(store, uid: str | None, problem, backend, warn: Callable[[str], None]) -> Calibration | None:
+    """The prior fitted on the records of other studies (not `uid`'s) on the problem's target
+    and the backend's SDK, for the guide of a compiling backend (Calibration.prior, handed to
+    the Guide); the Calibration says what it did (`note`)."""
     if store is None:
         return None
     out = Calibration(store)
     sdk = backend.sdk
-    if guide is None or not sdk:
+    if backend.name == "estimate" or not sdk:  # nothing is compiled: no guide to give it to
         return out
     try:
         records, _ = store.records(target=problem.target, sdk=sdk)
@@ -98,7 +99,6 @@ def give_prior(store, uid: str | None, problem, backend, guide, warn: Callable[[
                  f"stud{'y' if studies == 1 else 'ies'}")
         out.prior = fit_prior(others, label)
     if out.prior is not None:
-        guide.screen.prior = out.prior
         out.note = f"guide's prior from the calibration store ({out.prior.label})"
     else:
         out.note = f"calibration store: no other study's compiles on {problem.target}, {sdk} yet"
@@ -115,66 +115,17 @@ def prior_veto(guide, baseline) -> Callable | None:
     """For ScreenedBackend.veto: the baseline, when the prior gives it under VETO_CHANCE to
     fit, is not compiled (8 minutes for a config the other studies say likely cannot fit). Every
     other candidate is the guide's or the sampler's to judge. None without a prior."""
-    if guide is None or guide.screen.prior is None:
+    if guide is None or not guide.has_prior:
         return None
-    from ..guide.corrected import CorrectedModel
-
-    model = CorrectedModel(guide.screen, [], 0.0)
 
     def veto(config) -> str | None:
-        judged = model.judge(config) if config == baseline else None
+        judged = guide.prior_judgement(config) if config == baseline else None
         if judged is None:  # not the baseline, or outside the space: the nominal screen decides
             return None
-        chance = judged[4]
+        chance = judged.chance
         return (f"the estimate corrected by the calibration store gives it a {chance:.1%} chance to fit "
-                f"(busiest tile {judged[3]:.0%} of a tile)") if chance < VETO_CHANCE else None
+                f"(busiest tile {judged.busiest:.0%} of a tile)") if chance < VETO_CHANCE else None
     return veto
-
-
-#: the chance to fit the guide's first choice under a store's prior needs (the guide's safe
-#: choices need corrected.FIT_CONFIDENCE): an out-of-memory first compile spends the head start
-#: the store gives, while a fitting one teaches this model's speed and memory at once
-FIRST_CONFIDENCE = 0.95
-
-
-def first_trials(guide, warm: list, would_compile=None) -> list:
-    """The trials a new study enqueues when the guide has a prior: the guide's own first
-    choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit; when none
-    is that sure, the likeliest to fit), then the baseline (the summary compares the best
-    with it; prior_veto keeps it from compiling unless the prior says it likelier fits than
-    not), in place of the baseline alone; the guide proposes from the third trial on, as it
-    does from the second without a store. `warm` as tune would enqueue them (the baseline
-    first); `would_compile`, the backend's verdict (Backend.would_compile): the first trial
-    is one it would compile."""
-    from ..guide.corrected import CorrectedModel, CorrectedScreen
-    from ..guide.warmstart import Proposal
-
-    # Nothing compiled yet, so the guide has no anchor to gather candidates around: the warm
-    # starts' single-knob changes stand in (a sharded variant of a pipeline that the prior
-    # puts over memory, say), judged under the prior.
-    near = CorrectedScreen(CorrectedModel(guide.screen, [], guide.headroom, confidence=FIRST_CONFIDENCE),
-                           guide.neighbours)
-    for config in list(guide.pool):
-        guide.pool.update(c for _, c in near.candidates(guide.space, config))
-    safe, guide.confidence = guide.confidence, FIRST_CONFIDENCE
-    try:
-        first = guide.propose([], set(), 0, would_compile=would_compile)
-    finally:
-        guide.confidence = safe
-    why = "calibration store prior"
-    if first is None:
-        # Nothing is that sure: the candidate likeliest to fit (the faster on a tie), not the
-        # warm starts, which the nominal estimate chose and the prior may well rule out.
-        model = CorrectedModel(guide.screen, [], guide.headroom)
-        closed = guide.closed(set())  # propose above was told would_compile
-        first = max((c for c in guide.pool if c not in closed),
-                    key=lambda c: (model.chance(c), model.score(c)), default=None)
-        guide.chance = None if first is None else model.chance(first)
-        why = "the likeliest to fit under the calibration store prior"
-    if first is None or first == warm[0].config:
-        return warm
-    chance = "" if guide.chance is None else f"{guide.chance:.0%} chance to fit, "
-    return [Proposal(first, f"guided ({chance}{why})"), warm[0]]
 
 
 def attach(calibrated: Calibration | None, study, problem, profile, backend, warn: Callable[[str], None]):
@@ -186,8 +137,9 @@ def attach(calibrated: Calibration | None, study, problem, profile, backend, war
     return calibrated.recorder
 
 
-def prepare(store, study, problem, profile, backend, guide, warn: Callable[[str], None]) -> Calibration | None:
-    """give_prior and attach at once, for an open study (tests, benchmarks)."""
-    out = give_prior(store, study_uid(study), problem, backend, guide, warn)
+def prepare(store, study, problem, profile, backend, warn: Callable[[str], None]) -> Calibration | None:
+    """give_prior and attach at once, for an open study (tests, benchmarks); its prior is the
+    guide's (Guide's `prior`)."""
+    out = give_prior(store, study_uid(study), problem, backend, warn)
     attach(out, study, problem, profile, backend, warn)
     return out

@@ -20,6 +20,7 @@ from ..present.display import terminal_text
 from ..errors import UsageError
 from ..models.objects import is_object
 from ..guide.nofit import EXIT_NOTHING_FITS, lacks
+from ..guide.proposal import History
 from ..guide.warmstart import is_baseline
 from ..present.outputs import record_json, write_outputs
 from ..study.runner import Runner
@@ -86,20 +87,18 @@ def tune_study(args) -> TuneOutcome:
     if advice is not None:
         space = space.without(*NUMERIC_KNOBS)
         prepare = _advised(advice, space)
-    guide = None
+    calibrated = _calibration(calibration_url, existing, problem, backend)
+    guide = warm = None
     if backend.name != "estimate":
         from ..guide.proposals import Guide
 
-        guide = Guide(problem, profile, space, args.headroom, prepare)
-    calibrated = _calibration(calibration_url, existing, problem, backend, guide)
+        # compiles: the guide ranks the later warm starts with what it learns, in every process
+        # (a --jobs worker and a resumed study too, not only the one that creates it)
+        warm = proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
+        guide = Guide(problem, profile, space, args.headroom, prepare, candidates=[p.config for p in warm],
+                      prior=calibrated.prior if calibrated is not None else None)
     if calibrated is not None and hasattr(backend, "veto"):  # ScreenedBackend: the prior screens too
         backend.veto = calibration.prior_veto(guide, baseline)
-
-    warm = None
-    if guide is not None:  # compiles: the guide ranks the later warm starts with what it learns,
-        # in every process (a --jobs worker and a resumed study too, not only the one that creates it)
-        warm = proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
-        guide.pool.update(p.config for p in warm)
 
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
@@ -108,9 +107,8 @@ def tune_study(args) -> TuneOutcome:
         if guide is not None:
             from ..guide.proposals import COMPILED_WARM_STARTS
 
-            items = items[:COMPILED_WARM_STARTS]
-            if guide.screen.prior is not None:  # other studies' compiles: the guide's choice first
-                items = calibration.first_trials(guide, items, lambda c: backend.would_compile(problem, c))
+            # with other studies' compiles (a calibration store's prior), the guide's choice first
+            items = guide.first_trials(items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c))
         st.enqueue(study, space, problem, profile, items)
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
@@ -140,7 +138,7 @@ def _warn(line: str) -> None:
     Console(stderr=True, highlight=False).print(terminal_text(line), style="yellow", markup=False, soft_wrap=True)
 
 
-def _calibration(url, existing, problem, backend, guide):
+def _calibration(url, existing, problem, backend):
     """The calibration store (docs/calibration.md), compiling backends only, with the guide's
     prior from other studies' records; a refused store is one warning line and the study
     runs uncorrected."""
@@ -150,7 +148,7 @@ def _calibration(url, existing, problem, backend, guide):
         return None
     store = calibration.open_for_tune(url, _warn)
     uid = calibration.study_uid(existing) if existing is not None else None
-    return calibration.give_prior(store, uid, problem, backend, guide, _warn)
+    return calibration.give_prior(store, uid, problem, backend, _warn)
 
 
 def _baseline_file(args, problem: Problem):
@@ -227,9 +225,10 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
 
     estimated = backend.name == "estimate"
     records = st.records(study)
+    stop = None
     if guide is not None and records:  # the stopping rule, on every worker's compiles
-        guide.propose([(r.config, r.measurement) for r in records], {r.config for r in records},
-                      would_compile=runner.would_compile)
+        stop = guide.stopping(History.of([(r.config, r.measurement) for r in records],
+                                         would_compile=runner.would_compile))
     best = st.best_record(study, skip_unreadable=True)
     closest = None if best else st.closest_record(records)
     base = next((r for r in records if is_baseline(r.origin)), records[0] if records else None)
@@ -264,7 +263,7 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
             "compiles": _compile_counts(backend),
             "workshop_reference": reference.to_dict() if reference is not None else None,
             "learning_rate": _lr_json(problem, base, best),
-            "stopping_rule": guide.stop_note if guide is not None and guide.stop_note else None,
+            "stopping_rule": str(stop) if stop is not None else None,
             "calibration": calibrated.to_json(study) if calibrated is not None else None,
         }, indent=2))
     elif args.quiet:
@@ -272,8 +271,8 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
     else:
         print_summary(console, problem, base, best, closest, files, resume, estimated,
                       len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps)
-        if guide is not None and guide.stop_note:
-            console.print(f"Stopping rule: {guide.stop_note}.", highlight=False)
+        if stop is not None:
+            console.print(f"Stopping rule: {stop}.", highlight=False)
     interrupted = runner.stop_requested and len(ran) < args.trials
     code = 130 if interrupted else EXIT_NOTHING_FITS if best is None and records else 0
     return TuneOutcome(code, study, problem, study_name, backend.name, interrupted, files, resume)

@@ -75,7 +75,7 @@ def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> dict:
         # one factor for the vocabulary projection and the input embedding (only one applies)
         "embedding_serialization_factor": max(getattr(c, k.name) for k in SPEC
                                               if k.ipu_config_key == "embedding_serialization_factor"),
-        # unexpressible() has checked the checkpoints are optimum's own (search/replay.optimum_checkpoints)
+        # unexpressible() has checked the checkpoints are optimum's own (profiles/placement.optimum_checkpoints)
         "recompute_checkpoint_every_layer": bool(c.checkpoints) and c.effective_recompute == "pipeline",
     }
     assert set(out) <= IPU_CONFIG_FIELDS

@@ -12,7 +12,7 @@ import math
 
 from ..version import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
-from ..rules.optimum_target import trainer_option_lines
+from ..rules.optimum_target import checkpoint_hook, trainer_option_lines
 from ..rules.cross_field import MODULE_PATH
 from .serialization import serialization_code, serialization_lines
 
@@ -178,8 +178,8 @@ class NormalizeInput(torch.nn.Module):
 _BODY = '''
 
 def _checkpoint_output(module, inputs, output):
-    if isinstance(output, tuple):  # Hugging Face layers return (hidden_states, ...)
-        return (poptorch.recomputationCheckpoint(output[0]), *output[1:])
+    if isinstance(output, tuple):  {tuple_comment}
+        return {tuple_checkpoint}
     return poptorch.recomputationCheckpoint(output)
 
 
@@ -388,7 +388,7 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
         lr=lr,
         lr_comment=lr_comment,
         optimizer=optimizer_call(problem, config),
-        loader_mode={"sync": "Sync", "async": "Async"}[config.loader_mode],
+        loader_mode={"sync": "Sync", "async": "Async"}[config.loader_mode], **checkpoint_hook(problem),
         loader_comment="\n    # 8-bit I/O: the dataset yields uint8 images (no ToTensor float cast, no Normalize on the\n"
                        "    # host); NormalizeInput casts and normalises on the IPU." if config.eight_bit_io else "",
     )

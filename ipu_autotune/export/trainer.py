@@ -89,6 +89,17 @@ def trainer_notes(config: Config) -> list[str]:
         notes.append(f"Loss scaling: automatic from {ALS_INITIAL_SCALE:g} (auto_loss_scaling; also in ipu_config.json).")
     elif c.loss_scaling != 1.0:
         notes.append(f"Loss scaling: fixed at {c.loss_scaling:g}, on the optimizer IPUTrainer builds (loss_scaling).")
+    # What IPUConfig._to_options (optimum/graphcore/ipu_configuration.py) sets otherwise than the
+    # trial's best_options.py: only an FP32 trial can have stochastic rounding off (optimum_target).
+    if not c.stochastic_rounding:
+        notes.append("Stochastic rounding: on. IPUTrainer always enables it for training (IPUConfig._to_options); "
+                     "this trial was estimated, and its best_options.py compiles, with it off (the estimate's "
+                     "memory and time do not depend on it; the arithmetic's rounding does).")
+    ipus = c.ipus_per_replica * c.replicas
+    if ipus & (ipus - 1):
+        notes.append(f"IPUs: IPUTrainer reserves {1 << ipus.bit_length()} for this trial's {ipus} "
+                     "(autoRoundNumIPUs, IPUConfig._to_options); best_options.py does not round, and PopTorch "
+                     "refuses a count that is not a power of two on hardware.")
     return notes
 
 

@@ -20,11 +20,12 @@ its neighbours), so the next bet is better informed.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from itertools import product
 
 from ..problem import Config
 from .warmstart import climb
-from .corrected import CorrectedModel, CorrectedScreen, layout
+from .corrected import CorrectedModel, CorrectedScreen, Judgement, layout
 from .pairs import best_pair
 
 #: a bet's expected improvement (chance to fit x gain) must be at least this fraction of the best measured
@@ -49,29 +50,31 @@ class BetModel(CorrectedModel):
 
     def __init__(self, screen, observations):
         super().__init__(screen, observations, 0.0)
-        self.bets: dict[Config, tuple | None] = {}
+        self.bets: dict[Config, Judgement | None] = {}
 
-    def judge(self, config: Config) -> tuple | None:
+    def judge(self, config: Config) -> Judgement | None:
+        """Counts with a LONG_SHOT to fit; worth its expected throughput."""
         if config not in self.bets:
             j = super().judge(config)
-            self.bets[config] = None if j is None else (j[4] >= LONG_SHOT, j[4] * j[1], j[2], j[3], j[4])
+            self.bets[config] = None if j is None else replace(j, fits=j.chance >= LONG_SHOT,
+                                                               worth=j.chance * j.throughput)
         return self.bets[config]
 
     def throughput(self, config: Config) -> float:
         """Corrected throughput, were it to fit."""
         j = CorrectedModel.judge(self, config)
-        return 0.0 if j is None else j[1]
+        return 0.0 if j is None else j.throughput
 
     def starts(self, pool: Iterable[Config]) -> list[Config]:
         """Per IPU layout, the candidate fastest if it fit, among those with a LONG_SHOT or more."""
         fastest: dict = {}
         for c in pool:
             j = CorrectedModel.judge(self, c)
-            if j is None or j[4] < LONG_SHOT:
+            if j is None or j.chance < LONG_SHOT:
                 continue
             key = layout(c)
-            if key not in fastest or j[1] > fastest[key][0]:
-                fastest[key] = (j[1], c)
+            if key not in fastest or j.throughput > fastest[key][0]:
+                fastest[key] = (j.throughput, c)
         return [c for _, c in fastest.values()]
 
 
@@ -85,7 +88,7 @@ def bet_climb(screen: CorrectedScreen, model: BetModel, space, start: Config, ro
         singles = [c for knob, c in screen.candidates(space, best)
                    if knob != "ipus_per_replica" and model.judge(c) is not None]
         fast = sorted(singles, key=model.throughput, reverse=True)[:BET_PAIRS]
-        lean = sorted(singles, key=lambda c: model.judge(c)[3])[:BET_PAIRS]
+        lean = sorted(singles, key=lambda c: model.judge(c).busiest)[:BET_PAIRS]
         top = best_pair(model, best, product(fast, lean))
         if top is None:
             break
@@ -102,7 +105,7 @@ def bold_choice(model: BetModel, candidates: Iterable[Config], best: float, safe
         j = model.judge(c)
         if j is None:
             continue
-        chance = j[4]
+        chance = j.chance
         gain = chance * (model.throughput(c) - best)
         if gain > value and chance >= MIN_FIT_CHANCE:
             pick, value = c, gain

@@ -106,6 +106,18 @@ def _layout_priors(points: list, prior: float) -> dict:
 
 
 @dataclass(frozen=True)
+class Judgement:
+    """What a corrected model says of one candidate."""
+
+    fits: bool  # its busiest tile at the model's confidence stays under the limit (a bet's: any chance)
+    throughput: float  # corrected samples/s, were it to fit
+    load: float  # busiest tile at the model's confidence, as a fraction of the limit
+    busiest: float  # mean busiest tile, as a fraction of a tile
+    chance: float  # chance to fit with no margin
+    worth: float  # what the model ranks candidates by, in samples/s (CorrectedModel.score)
+
+
+@dataclass(frozen=True)
 class Observation:
     config: Config
     memory_ratio: float | None  # measured / estimated busiest tile (worst IPU)
@@ -199,7 +211,7 @@ class CorrectedModel:
 
     @property
     def memory_prior(self) -> float:
-        """The mean measured/estimated busiest-tile ratio (Guide.correction)."""
+        """The mean measured/estimated busiest-tile ratio."""
         return math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory)) if self.memory else 1.0
 
     @staticmethod
@@ -251,9 +263,9 @@ class CorrectedModel:
             out.append(apart)
         return out
 
-    def judge(self, config: Config) -> tuple | None:
-        """(fits, corrected throughput, busiest tile at `confidence` over the limit, mean busiest
-        tile as a fraction of a tile, chance to fit with no margin) or None when the rules reject it."""
+    def judge(self, config: Config) -> Judgement | None:
+        """The corrected model's judgement, or None when the rules reject the config. Its
+        worth is its corrected throughput: the fastest that fits ranks first."""
         if config in self.cache:
             return self.cache[config]
         m = self.screen(config)
@@ -263,7 +275,8 @@ class CorrectedModel:
         tiles, limit = self._tiles(config, m)
         load = max(mu + self._z * sd for mu, sd in tiles) / limit
         chance = min(NormalDist(mu, sd).cdf(1.0) if sd > 0 else float(mu <= 1.0) for mu, sd in tiles)
-        out = (load <= 1.0, self._throughput(config, m), load, max(mu for mu, _ in tiles), chance)
+        speed = self._throughput(config, m)
+        out = Judgement(load <= 1.0, speed, load, max(mu for mu, _ in tiles), chance, speed)
         self.cache[config] = out
         return out
 
@@ -291,14 +304,14 @@ class CorrectedModel:
 
     def chance(self, config: Config) -> float:
         j = self.judge(config)
-        return 0.0 if j is None else j[4]
+        return 0.0 if j is None else j.chance
 
     def score(self, config: Config) -> tuple:
         """Fits first, then corrected throughput; what does not fit, by how far over."""
         j = self.judge(config)
         if j is None:
             return (0, float("-inf"))
-        return (1, j[1]) if j[0] else (0, -j[2])
+        return (1, j.worth) if j.fits else (0, -j.load)
 
 
 class CorrectedScreen(Screen):
@@ -325,8 +338,8 @@ class CorrectedScreen(Screen):
         if config not in self.cache:
             j, m = self.model.judge(config), self.model.screen(config)
             self.cache[config] = None if j is None else replace(
-                m, feasible=j[0], throughput=j[1], headroom=0.0, failure=None if j[0] else "oom",
-                max_tile_bytes=[int(j[2] * m.tile_capacity_bytes)] if m.tile_capacity_bytes else m.max_tile_bytes)
+                m, feasible=j.fits, throughput=j.worth, headroom=0.0, failure=None if j.fits else "oom",
+                max_tile_bytes=[int(j.load * m.tile_capacity_bytes)] if m.tile_capacity_bytes else m.max_tile_bytes)
         return self.cache[config]
 
 

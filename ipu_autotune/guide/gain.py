@@ -22,9 +22,9 @@ def belief(model: CorrectedModel, config: Config) -> tuple[float, float, float] 
     None when it cannot fit or run (rejected by the rules, no chance, no throughput). The
     base class's judge: a BetModel's or ProbeModel's re-scored judgement is not a belief."""
     j = CorrectedModel.judge(model, config)
-    if j is None or j[4] <= 0.0 or j[1] <= 0.0:
+    if j is None or j.chance <= 0.0 or j.throughput <= 0.0:
         return None
-    return j[4], j[1], max(model.speed_sd(config), 1e-6)
+    return j.chance, j.throughput, max(model.speed_sd(config), 1e-6)
 
 
 def expected_improvement(model: CorrectedModel, config: Config, best: float) -> float:

@@ -5,10 +5,11 @@ win teaches nothing."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ..problem import Config
 from .bold import LONG_SHOT, BetModel
-from .corrected import CorrectedModel
+from .corrected import CorrectedModel, Judgement
 from .gain import chance_to_beat
 
 
@@ -20,10 +21,11 @@ class ProbeModel(BetModel):
         super().__init__(screen, observations)
         self.log_target = log_target
 
-    def judge(self, config: Config) -> tuple | None:
+    def judge(self, config: Config) -> Judgement | None:
+        """Counts with a LONG_SHOT to fit; worth its chance to beat the target, in samples/s."""
         if config not in self.bets:
             j = CorrectedModel.judge(self, config)
             beat = chance_to_beat(self, config, self.log_target)
-            self.bets[config] = None if j is None else (
-                j[4] >= LONG_SHOT, beat * math.exp(self.log_target), j[2], j[3], j[4])
+            self.bets[config] = None if j is None else replace(
+                j, fits=j.chance >= LONG_SHOT, worth=beat * math.exp(self.log_target))
         return self.bets[config]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import combinations
 
 from ..backends.estimate import estimate
@@ -39,6 +40,7 @@ from .blind import BlindRound
 from .pairs import best_pair, merged
 from .untried import Closed
 from ..search.space import SearchSpace
+from .proposal import History, Proposal, Reason
 from .warmstart import Screen, climb
 
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline,
@@ -101,51 +103,73 @@ def pair_climb(screen: Screen, model: CorrectedModel, space: SearchSpace, start:
 
 
 class Guide:
-    """Proposes the next configuration to compile, or None to let the sampler choose."""
+    """Proposes the next configuration to compile (`propose`), or None to let the sampler choose.
+
+    `candidates`: configurations to rank from the start (the warm starts); `prior`: other
+    studies' compiles (guide/prior.GuidePrior, from the calibration store)."""
 
     def __init__(self, problem: Problem, profile: ModelProfile, space: SearchSpace, headroom: float = 0.05,
                  prepare: Callable[[Config], Config] | None = None, constants: EstimatorConstants = NOMINAL,
-                 starts: int = 3):
+                 starts: int = 3, *, candidates: Sequence[Config] = (), prior=None):
         self.problem, self.profile, self.space = problem, profile, space
         self.headroom, self.prepare, self.constants, self.starts = headroom, prepare, constants, starts
         self.screen = Screen(problem, profile, constants, 0.0, prepare, space)  # nominal, in the space, cached
+        self.screen.prior = prior
         self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
         self.pool = CandidatePool()  # every candidate gathered so far, re-ranked at each proposal
+        self.pool.update(candidates)
         self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
-        self.correction = 1.0  # the mean measured/estimated busiest-tile ratio (CorrectedModel.memory_prior)
-        self.expected_gain: float | None = None  # best untried candidate / best measured - 1
-        self.beat_chance: float | None = None  # P(an untried candidate beats the best by STOP_BEAT)
-        self.chance: float | None = None  # the last proposal's chance to fit, as the learnt model puts it
-        self.probe = False  # the last proposal was a probe (Guide._probe)
-        self.stop_note = ""  # the stopping rule, once it applies
         self.bets: set[Config] = set()  # configs proposed as bets over the predicted memory (search/bold.py)
-        self.bet_chance: float | None = None  # the last proposal's chance to fit, when it was a bet
-        #: the chance to fit a safe choice needs (calibration/session.first_trials asks more of a
-        #: study's first compile)
-        self.confidence = FIT_CONFIDENCE
-        self._would_compile: Callable[[Config], bool] | None = None  # propose's would_compile
+        self._stop: Stop | None = None  # the stopping rule, once it applies
+        self._stopped: tuple | None = None  # (the history it was judged on, its Stop): stopping()
+        self._would_compile: Callable[[Config], bool] | None = None  # the last history's
         self._verdicts: dict[Config, bool] = {}  # its answers so far (guide/untried.py)
 
-    def propose(self, measured: Sequence, tried: set[Config], running: int = 0,
-                would_compile: Callable[[Config], bool] | None = None) -> Config | None:
-        """`measured`: (config, Measurement) of finished trials; `tried`: every config asked so
-        far; `running`: trials other workers are compiling now (while no compile has returned,
-        each adds a memory hedge to the candidates of its IPU layout: _first_round);
-        `would_compile`: whether the backend would compile a config (Backend.would_compile):
-        one it would not counts as tried (guide/untried.py)."""
-        if would_compile != self._would_compile:  # a bound method is made anew at each access
-            self._would_compile, self._verdicts = would_compile, {}
-        asked, tried = tried, self.closed(tried)
+    @property
+    def has_prior(self) -> bool:
+        return self.screen.prior is not None
+
+    def stopping(self, history: History) -> "Stop | None":
+        """The stopping rule on `history` (None while further compiles are expected to pay),
+        as the last proposal judged it when that was on the same history."""
+        if self._stopped is None or self._stopped[0] != _key(history):
+            self.propose(history)
+        return self._stopped[1] if self._stopped is not None else None
+
+    def first_trials(self, warm: list[Proposal], would_compile: Callable[[Config], bool] | None = None
+                     ) -> list[Proposal]:
+        """What a new study enqueues first: with a calibration store's prior, the guide's own
+        first choice, then the baseline (guide/first_trials.py); else `warm` as it is."""
+        from .first_trials import first_trials
+
+        return first_trials(self, warm, would_compile)
+
+    def prior_judgement(self, config: Config):
+        """The corrected model's judgement of `config` before any compile (the prior alone)."""
+        return CorrectedModel(self.screen, [], 0.0).judge(config)
+
+    def propose(self, history: History, confidence: float = FIT_CONFIDENCE) -> Proposal | None:
+        """The next configuration to compile and why, or None. While no compile has returned,
+        each running trial adds a memory hedge to the candidates of its IPU layout
+        (_first_round). `confidence`: the chance to fit a safe choice needs (a calibrated
+        study's first compile asks more: guide/first_trials.py)."""
+        if history.would_compile != self._would_compile:  # a bound method is made anew at each access
+            self._would_compile, self._verdicts = history.would_compile, {}
+        out = self._choose(history, confidence)
+        self._stopped = (_key(history), self._stop)
+        return out
+
+    def _choose(self, history: History, confidence: float) -> Proposal | None:
+        measured, running = history.measured, history.running
+        asked, tried = history.asked, self.closed(history.asked)
         seen = observe(self.screen, measured)
-        self.bet_chance = None
         # While nothing is known, the first round weighs each candidate by what it adds to the
         # round's expected best (see _first_round); once a compile has
         # returned, the learnt correction is the better guide, and serially so is a calibration
-        # store's prior (calibration/session.first_trials).
+        # store's prior (guide/first_trials.py).
         first_round = not seen and (running > 0 or self.screen.prior is None)
         model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0,
-                               confidence=self.confidence)
-        self.correction = model.memory_prior
+                               confidence=confidence)
         corrected = CorrectedScreen(model, self.neighbours)
         fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
                       key=lambda t: t[0], reverse=True)
@@ -165,22 +189,31 @@ class Guide:
             if anchor == anchors[0]:  # one climb per proposal: the best anchor's
                 self.pool.add(pair_climb(corrected, model, self.space, anchor))
         # climbed once per margin, and apart at another confidence (a climb's end depends on it)
-        tag = model.hedge if self.confidence == FIT_CONFIDENCE else (model.hedge, self.confidence)
+        tag = model.hedge if confidence == FIT_CONFIDENCE else (model.hedge, confidence)
         self._climb_layouts(model, corrected, tag)
         if first_round:
-            return self._first_round(seen, measured, asked, tried)
-        self.probe = False
+            self._stop = None
+            first = self._first_round(seen, measured, asked, tried)
+            return None if first is None else Proposal.guided(first, Reason.FIRST_ROUND, None)
+        best = fits[0][0] if fits else 0.0
+
+        def proposal(config: Config | None, reason: Reason, chance: float | None = None) -> Proposal | None:
+            if config is None:
+                return None
+            gain = model.score(config)[1] / best - 1.0 if best and model.score(config)[0] == 1 else None
+            return Proposal.guided(config, reason, model.chance(config) if chance is None else chance, gain)
+
         ranked = sorted((c for c in self.pool if c not in tried), key=model.score, reverse=True)
         choice = next((c for c in ranked if model.score(c)[0] == 1), None)
+        reason = Reason.SAFE
         if seen and not fits:
-            choice = self._first_fit(model, measured, tried, choice)
+            choice, reason = self._first_fit(model, measured, tried, choice, confidence), Reason.FIRST_FIT
         probe = self._probe(seen, fits, measured, asked, tried, choice)
         exhausted = self._stopping_rule(model, choice, fits, measured)
         if probe is not None:
-            self.stop_note, self.probe = "", True
-            self.chance = model.chance(probe)
+            self._stop = None
             self.bets.add(probe)
-            return probe
+            return proposal(probe, Reason.PROBE)
         if exhausted and fits:
             # Nothing safe is expected to pay: the compile is worth what it is expected to
             # gain on the best measured (guide/gain.py: its chance to fit times its speed's
@@ -194,23 +227,22 @@ class Guide:
             # long shots, and after BET_LOSSES of them in a row ran out of memory, none under
             # even odds (the model is then wrong at the edge in a way its compiles have not
             # yet corrected).
-            best, losing = fits[0][0], losing_streak(measured, self.bets) >= BET_LOSSES
+            losing = losing_streak(measured, self.bets) >= BET_LOSSES
             least = EDGE_CONFIDENCE if losing else MIN_FIT_CHANCE
             worth = {c: expected_improvement(edge, c, best) for c in self.pool
                      if c not in tried and edge.chance(c) >= least}
             pick = max(worth, key=worth.get, default=None)
             if pick is not None and (choice is None or worth[pick] > expected_improvement(edge, choice, best)):
-                choice = pick
-                if edge.chance(pick) < self.confidence:
+                choice, reason = pick, Reason.GAIN
+                if edge.chance(pick) < confidence:
                     self.bets.add(pick)
         if seen and (choice is None or compiles_since_best(measured) >= STOP_PATIENCE) \
                 and losing_streak(measured, self.bets) < BET_LOSSES:
             bet = self._bet(seen, fits, choice, tried)
             if bet is not None:
                 self.bets.add(bet)
-                self.stop_note = ""  # a bet is expected to pay: the stopping rule does not apply
-                self.chance = self.bet_chance
-                return bet
+                self._stop = None  # a bet is expected to pay: the stopping rule does not apply
+                return proposal(bet, Reason.BET)
         if choice is None and not fits and seen:
             # Nothing has fit and nothing is judged likely to: the candidate likeliest to fit
             # (feasibility first; nearest to fitting on a tie) among those whose tiles no
@@ -219,13 +251,13 @@ class Guide:
             # such compile moves the anchors and teaches the memory model.
             choice = max((c for c in self.pool if c not in tried and not model.tiles_known(c)),
                          key=lambda c: (model.chance(c), model.score(c)), default=None)
-        self.chance = model.chance(choice) if choice is not None else None
-        if choice is not None and choice in self.bets:  # an expected-gain pick under the safe confidence
-            self.bet_chance = self.chance
-        return choice
+            reason = Reason.LIKELIEST
+        if choice is not None and choice in self.bets and reason is not Reason.SAFE:
+            reason = Reason.BET  # an expected-gain pick under the safe confidence
+        return proposal(choice, reason)
 
     def _first_fit(self, model: CorrectedModel, measured: Sequence, tried: Closed,
-                   choice: Config | None) -> Config | None:
+                   choice: Config | None, confidence: float = FIT_CONFIDENCE) -> Config | None:
         """While nothing has fit: the safe choice (`choice`, the fastest candidate likely to fit),
         unless a faster candidate's compile is expected to give more (its chance to fit times its
         throughput), among those with at least a bet's chance to fit (MIN_FIT_CHANCE;
@@ -236,16 +268,16 @@ class Guide:
         candidate does not take its place: on ResNet-101 that gave up speed for a chance to
         fit the safe choice mostly had already, and cost a compile in 3 of 10 develop runs."""
         least = EDGE_CONFIDENCE if losing_streak(measured, self.bets) >= BET_LOSSES else MIN_FIT_CHANCE
-        pace = model.judge(choice)[1] if choice is not None else 0.0
+        pace = model.judge(choice).throughput if choice is not None else 0.0
 
         def faster(c: Config) -> bool:
             j = model.judge(c)
-            return j is not None and j[1] > pace and model.chance(c) >= least
+            return j is not None and j.throughput > pace and j.chance >= least
 
         worth = {c: expected_improvement(model, c, 0.0) for c in self.pool
                  if c == choice or (c not in tried and faster(c))}
         pick = max(worth, key=worth.get, default=None)
-        if pick is not None and model.chance(pick) < self.confidence:
+        if pick is not None and model.chance(pick) < confidence:
             self.bets.add(pick)
         return pick
 
@@ -308,8 +340,7 @@ class Guide:
                 self.pool.add(bet_climb(CorrectedScreen(bets, self.neighbours), bets, self.space, start))
         safe = CorrectedModel(self.screen, seen, 0.0).judge(choice) if choice is not None else None
         bet = bold_choice(bets, (c for c in self.pool if c not in tried), fits[0][0] if fits else 0.0,
-                          safe[1] if safe else 0.0)
-        self.bet_chance = None if bet is None else bets.chance(bet)
+                          safe.throughput if safe else 0.0)
         return bet
 
     def _first_round(self, seen: list, measured: Sequence, asked: set[Config], tried: Closed) -> Config | None:
@@ -323,7 +354,6 @@ class Guide:
         (serially the only one) is the fastest candidate at the safest margin; with compiles
         running, a further bet is worth what it adds where the running ones run out."""
         done = {c for c, _ in measured}
-        self.expected_gain, self.stop_note, self.beat_chance = None, "", None
         # every layout's start: the single changes of what was asked (the baseline, when it
         # is still compiling, has no measurement to anchor them)
         for c in sorted(asked, key=repr):
@@ -334,8 +364,8 @@ class Guide:
         blind, round_ = CorrectedModel(self.screen, seen, 0.0), BlindRound()
 
         def outcomes(c: Config) -> list[float] | None:
-            j = blind.judge(c)  # (..., corrected throughput, ..., mean busiest tile, ...)
-            return None if j is None or j[3] > 1.0 else round_.outcomes(layout(c), j[3], j[1])
+            j = blind.judge(c)
+            return None if j is None or j.busiest > 1.0 else round_.outcomes(layout(c), j.busiest, j.throughput)
 
         running = [o for c in sorted(set(asked) - done, key=repr) if (o := outcomes(c)) is not None]
         if not running:  # the round's first bet (serially, the only one): the fastest at the safest margin
@@ -362,25 +392,40 @@ class Guide:
                 self.pool.add(pair_climb(screen, model, self.space, c))
 
     def _stopping_rule(self, model: CorrectedModel, choice: Config | None, fits: list, measured: Sequence) -> bool:
-        """Sets stop_note when further compiles are unlikely to pay: the chance that an untried
+        """Sets the Stop when further compiles are unlikely to pay: the chance that an untried
         candidate beats the best measured by STOP_BEAT is under STOP_CHANCE, and the last
         STOP_PATIENCE compiles did not beat it. Returns whether the safe choice is expected
         to beat the best by STOP_GAIN (if not, a step to the edge of memory is tried)."""
-        self.stop_note = ""
+        self._stop = None
         if not fits:
-            self.expected_gain = self.beat_chance = None
             return False
         best = fits[0][0]
-        self.expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
+        expected_gain = (model.score(choice)[1] / best - 1.0) if choice is not None else -1.0
         tried = self.closed({c for c, _ in measured})
-        self.beat_chance = beat_chance(model, (c for c in self.pool if c not in tried), best, STOP_BEAT)
+        chance = beat_chance(model, (c for c in self.pool if c not in tried), best, STOP_BEAT)
         since = compiles_since_best(measured)
-        if self.beat_chance < STOP_CHANCE and since >= STOP_PATIENCE:
-            self.stop_note = (f"the last {since} compiles did not beat the best by {STOP_GAIN:.0%}, and the chance "
-                              f"that an untried candidate beats it by {STOP_BEAT:.0%} is {self.beat_chance:.0%} "
-                              f"(the estimator corrected by {len(model.speed)} compile(s) that ran): further "
-                              "compiles are unlikely to pay")
-        return self.expected_gain < STOP_GAIN
+        if chance < STOP_CHANCE and since >= STOP_PATIENCE:
+            self._stop = Stop(since, chance, len(model.speed))
+        return expected_gain < STOP_GAIN
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The stopping rule, once it applies: more compiles are unlikely to pay."""
+
+    compiles_since_best: int  # compiles that did not beat the best by STOP_GAIN
+    beat_chance: float  # the chance that an untried candidate beats the best by STOP_BEAT
+    compiles_ran: int  # compiles whose speed corrected the estimator
+
+    def __str__(self) -> str:
+        return (f"the last {self.compiles_since_best} compiles did not beat the best by {STOP_GAIN:.0%}, and the "
+                f"chance that an untried candidate beats it by {STOP_BEAT:.0%} is {self.beat_chance:.0%} (the "
+                f"estimator corrected by {self.compiles_ran} compile(s) that ran): further compiles are unlikely to pay")
+
+
+def _key(history: History) -> tuple:
+    """What a stopping rule depends on: which compiles finished and what was asked."""
+    return len(history.measured), frozenset(history.asked), history.running
 
 
 def compiles_since_best(measured: Sequence) -> int:

@@ -9,7 +9,6 @@ result of a greedy climb on estimated throughput from the best of those.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..backends.base import Measurement
 from ..backends.estimate import estimate, profile_at_micro_batch
@@ -25,6 +24,7 @@ from ..rules.cross_field import min_pipeline_accumulation, violations
 from ..profiles.optimum_placement import layer_units, wildcard_cuts
 from ..search.replay import checkpoint_spacing, with_splits
 from ..search.space import Choice, Range, SearchSpace, checkpoints_every
+from .proposal import Proposal
 
 
 #: a study's baseline trial; the runner may add a note to it ("baseline (outside your space: ...)"),
@@ -34,12 +34,6 @@ BASELINE_ORIGIN = "baseline"
 
 def is_baseline(origin: str) -> bool:
     return origin.startswith(BASELINE_ORIGIN)
-
-
-@dataclass(frozen=True)
-class Proposal:
-    config: Config
-    origin: str  # why it is here, shown in the trial table
 
 
 def naive_baseline(problem: Problem, profile: ModelProfile) -> Config:

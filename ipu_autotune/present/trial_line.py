@@ -88,6 +88,14 @@ def short_verdict(m: Measurement) -> str:
     return f"OOM +{format_bytes(over)} IPU{ipu}"
 
 
+def short_label(record) -> str:
+    """A finished trial's label: why the guide chose it (its Proposal's reason, as stored),
+    else the first word of its origin."""
+    if record.reason:
+        return terminal_text(record.reason) + ("!" if "interrupted" in record.origin else "")
+    return short_origin(record.origin)
+
+
 def short_origin(origin: str) -> str:
     """The first word of a trial's origin ('climb', 'fix', 'sampled', 'baseline')."""
     word = origin.split(",")[0].split(" ")[0].rstrip(":")

@@ -79,7 +79,7 @@ class TrialTable:
     def line(self, r: TrialRecord) -> str:
         """The plain form of a row, for logs and pipes (the caller crops it to the width)."""
         star = "★" if self.is_best(r) else " "
-        return (f"trial {r.number:>3} {star} {tl.short_origin(r.origin)[:8]:<8} {tl.short_verdict(r.measurement):<16} "
+        return (f"trial {r.number:>3} {star} {tl.short_label(r)[:8]:<8} {tl.short_verdict(r.measurement):<16} "
                 f"{tl.short_throughput(r.measurement):>8}/s {tl.short_source(r.measurement.source)} {self.changes(r)}")
 
     def best_line(self) -> Text:
@@ -101,7 +101,7 @@ class TrialTable:
         for r in self.recent:
             mark = "★ " if self.is_best(r) else ""
             style = "green" if r.feasible else "red" if r.measurement.failure == "oom" else "yellow"
-            table.add_row(f"{mark}{r.number}", terminal_cell(tl.short_origin(r.origin)),
+            table.add_row(f"{mark}{r.number}", terminal_cell(tl.short_label(r)),
                           terminal_cell(tl.short_verdict(r.measurement), style),
                           tl.short_throughput(r.measurement), terminal_cell(tl.short_source(r.measurement.source)),
                           terminal_cell(self.changes(r)))

@@ -15,7 +15,9 @@ main, the version pinning transformers 4.29.2):
   the remainder on the last (`_expand_layers_per_ipu_wildcard`).
 - `recompute_checkpoint_every_layer` checkpoints each layer but the one some layer loop of
   the class's `parallelize` tests out (`index != config.<count> - 1`), per class, not per
-  tied head: `SKIPPED_INDEX` below, each entry citing the file and function.
+  tied head: `SKIPPED_INDEX` below, each entry citing the file and function. A stage's last
+  layer is checkpointed too, and each checkpoint keeps every tensor its layer returns
+  (`CHECKPOINTED_OUTPUTS`: GPT-2's key and value with its hidden state).
 - Besides the embeddings, some classes pin modules to IPU 0 with `BeginBlock(..., ipu_id=0)`
   (an LM head, BART's decoder position embedding); every op after such a block runs on IPU 0
   until the next layer's block. `ON_IPU0` below lists them per class and `optimum_placed` puts
@@ -141,6 +143,31 @@ def unchecked_layers(profile: ModelProfile, layers: list[str]) -> set[str]:
     return {layers[-1]}
 
 
+#: Tensors each checkpointed layer returns under IPUTrainer, in hidden states (each the size of the
+#: layer's output): `recomputation_checkpoint` (optimum/graphcore/modeling_utils.py) checkpoints
+#: every element of a tuple output, and poptorch.recomputationCheckpoint flattens a nested tuple, so
+#: each returned tensor is one checkpoint PopART keeps. Read in the transformers optimum pins
+#: (4.29.2; newer ones return a tensor where 4.29.2 returns a tuple), training, no attention
+#: weights asked for:
+CHECKPOINTED_OUTPUTS: dict[tuple[str, str], int] = {
+    # BertLayer, RobertaLayer, DebertaLayer, ViTLayer, DistilBERT's TransformerBlock and
+    # BartEncoderLayer return (hidden_states,) or hidden_states; BartDecoderLayer adds its cache
+    # only with use_cache, which BartForConditionalGeneration.forward turns off given labels
+    **{key: 1 for key in SKIPPED_INDEX if key[0] not in ("gpt2", "t5", "mt5")},
+    # GPT2Block: (hidden_states, present) with present = (key, value), each [batch, heads, seq,
+    # head_dim], as GPT2Config.use_cache defaults to True and neither GPT-2 class turns it off
+    # (gpt2/modeling_gpt2.py: PipelinedGPT2LMHeadModel, GPT2PipelineMixin; OptimizedGPT2Attention
+    # replaces _attn only): 3 per block, 36 for GPT-2's 12
+    ("gpt2", "causal-lm"): 3,
+    ("gpt2", "sequence-classification"): 3,
+    # t5/modeling_t5.py, CustomT5Block (mt5: CustomMT5Block) also return position biases
+    # ([batch, heads, seq, seq]) and, in the decoder, the key/value cache: not hidden-sized, and
+    # not counted here (the estimate keeps the hidden state only)
+    ("t5", "seq2seq-lm"): 1,
+    ("mt5", "seq2seq-lm"): 1,
+}
+
+
 #: Units each pipelined class's parallelize() puts on IPU 0 beyond the embeddings (the first
 #: unit): module paths a unit must begin with (the module itself or one inside it). Every other
 #: unit runs on its layer's IPU, a head after the last layer on the last IPU, whether or not it
@@ -193,11 +220,15 @@ def _pinned(path: str, prefixes: tuple[str, ...]) -> bool:
 
 def optimum_placed(profile: ModelProfile) -> ModelProfile:
     """The profile with the units optimum's parallelize() puts on IPU 0 (`ON_IPU0`) placed with
-    the first unit, and no other unit moved; unchanged for a class the table leaves to the
-    traced ties (None) or a model optimum does not pipeline (optimum_target.model_refusal)."""
-    prefixes = ON_IPU0.get((_family(profile.model), profile.task))
-    if prefixes is None:
-        return profile
-    units = [dataclasses.replace(u, placed_with=0 if i > 0 and _pinned(u.path, prefixes) else None)
-             for i, u in enumerate(profile.units)]
+    the first unit, and no other unit moved (the traced ties stand for a class the table leaves
+    to them, None, or a model optimum does not pipeline: optimum_target.model_refusal); its
+    layers keeping, when checkpointed, every tensor they return (`CHECKPOINTED_OUTPUTS`)."""
+    key = (_family(profile.model), profile.task)
+    prefixes, outputs = ON_IPU0.get(key), CHECKPOINTED_OUTPUTS.get(key, 1)
+    units = profile.units
+    if prefixes is not None:
+        units = [dataclasses.replace(u, placed_with=0 if i > 0 and _pinned(u.path, prefixes) else None)
+                 for i, u in enumerate(units)]
+    layers = set(_layer_units(profile.model, profile.task, tuple(u.path for u in units))) if outputs > 1 else ()
+    units = [dataclasses.replace(u, checkpointed_outputs=outputs) if i in layers else u for i, u in enumerate(units)]
     return dataclasses.replace(profile, units=units)

@@ -73,19 +73,19 @@ def is_layer(path: str) -> bool:
     return path.rsplit(".", 1)[-1].isdigit()
 
 
-def optimum_checkpoints(profile: ModelProfile, splits: tuple[str, ...]) -> tuple[str, ...]:
-    """`recompute_checkpoint_every_layer = true` as optimum-graphcore's parallelize() applies it,
-    less what changes nothing (a checkpoint on a stage's last unit, whose output is stashed
-    anyway): layers only, less those the model's class skips (profiles/optimum_placement.py,
+def optimum_checkpoints(profile: ModelProfile) -> tuple[str, ...]:
+    """`recompute_checkpoint_every_layer = true` as optimum-graphcore's parallelize() applies it:
+    a `recomputation_checkpoint` on every layer its loops reach, whatever IPU the layer is on (a
+    stage's last layer too), less those the model's class skips (profiles/optimum_placement.py,
     `SKIPPED_INDEX`, `unchecked_layers`: the layer at `index == config.<count> - 1` in each of
     its parallelize()'s layer loops, e.g. BertPipelineMixin's last layer, DistilBERT's and
     DeBERTa's last layer for MLM too, BART's and T5's encoder count - 1 in both stacks; none for
-    PipelinedBertForMaskedLM, RoBERTa MLM, GPT-2 LM and ViT)."""
+    PipelinedBertForMaskedLM, RoBERTa MLM, GPT-2 LM and ViT). The stages do not change them."""
     from .optimum_placement import unchecked_layers
 
     layers = [u.path for u in profile.units if is_layer(u.path)]
     skip = unchecked_layers(profile, layers)
-    return tuple(p for p in checkpoints_every(profile, splits, 1) if is_layer(p) and p not in skip)
+    return tuple(p for p in layers if p not in skip)
 
 
 def head_runs(p) -> list[tuple[str, str | None]]:

@@ -56,6 +56,10 @@ class Unit:
     # A tied head (GPT-2's lm_head, BERT's MLM decoder) reads a parameter another unit owns:
     # it runs where that unit runs, as Graphcore places it (head with the embedding on IPU0).
     placed_with: int | None = None
+    # Tensors the size of its output that a recomputation checkpoint on it keeps: 1, the output
+    # itself (the snippet's hook); more where --trainer optimum's hook checkpoints every tensor the
+    # layer returns (profiles/optimum_placement.CHECKPOINTED_OUTPUTS: GPT-2's key and value too).
+    checkpointed_outputs: int = 1
 
     @property
     def saved_bytes(self) -> int:

@@ -54,6 +54,19 @@ def trainer_option_lines(problem: Problem) -> list[str]:
     return ["# IPUTrainer's own PopART options (optimum-graphcore IPUConfig._to_options)", *lines]
 
 
+def checkpoint_hook(problem: Problem) -> dict[str, str]:
+    """How the snippet's `_checkpoint_output` checkpoints a layer that returns a tuple. Under
+    --trainer optimum every tensor in it, as `recomputation_checkpoint` does
+    (optimum/graphcore/modeling_utils.py; poptorch.recomputationCheckpoint flattens a nested
+    tuple): GPT-2's block checkpoints its hidden state, key and value
+    (profiles/optimum_placement.CHECKPOINTED_OUTPUTS). Otherwise the hidden state only."""
+    if is_optimum(problem):
+        return {"tuple_comment": "# every tensor, as optimum-graphcore's recomputation_checkpoint",
+                "tuple_checkpoint": "tuple(poptorch.recomputationCheckpoint(y) for y in output)"}
+    return {"tuple_comment": "# Hugging Face layers return (hidden_states, ...)",
+            "tuple_checkpoint": "(poptorch.recomputationCheckpoint(output[0]), *output[1:])"}
+
+
 def is_optimum(problem: Problem) -> bool:
     return problem.trainer == "optimum"
 
@@ -151,12 +164,7 @@ def unexpressible(problem: Problem, config: Config) -> list[str]:
     if c.effective_recompute != default:
         out.append(f"recompute {c.recompute}: IPUConfig leaves PopTorch's default ({default} here)")
     elif c.checkpoints and c.effective_recompute == "pipeline":
-        profile = profile_for(problem)
-        units = {u.path for u in profile.units}
-        if all(s in units for s in c.splits) and tuple(c.checkpoints) != optimum_checkpoints(profile, c.splits):
-            others = [p for p in c.checkpoints if not is_layer(p)]
-            what = f"checkpoints on {', '.join(others)}" if others else "checkpoints on some layers only"
-            out.append(f"{what}: IPUConfig checkpoints every layer (recompute_checkpoint_every_layer) or none")
+        out += _checkpoint_refusal(c.checkpoints, optimum_checkpoints(profile_for(problem)))
     if c.pipelined:
         others = [p for p in c.splits if not is_layer(p)]
         if others:
@@ -165,3 +173,22 @@ def unexpressible(problem: Problem, config: Config) -> list[str]:
         out.append(f"embedding_serialization {c.embedding_serialization}: optimum's SerializedLinear does not "
                    "pad this vocabulary and PopART refuses a factor that does not divide it")
     return out
+
+
+def _checkpoint_refusal(checkpoints: tuple[str, ...], theirs: tuple[str, ...]) -> list[str]:
+    """Why `checkpoints` are not the ones parallelize() registers under
+    recompute_checkpoint_every_layer (`theirs`, placement.optimum_checkpoints); empty when they are."""
+    if tuple(checkpoints) == theirs:
+        return []
+    from ..profiles.placement import is_layer
+
+    others = [p for p in checkpoints if p not in theirs]
+    missing = [p for p in theirs if p not in checkpoints]
+    if others:
+        where = "not a layer" if not all(map(is_layer, others)) else "a layer parallelize() leaves unchecked"
+        what = f"checkpoints on {', '.join(others)} ({where})"
+    else:
+        what = (f"checkpoints on {len(checkpoints)} of the {len(theirs)} layers parallelize() checkpoints "
+                f"(not on {', '.join(missing)})")
+    return [f"{what}: IPUConfig's recompute_checkpoint_every_layer checkpoints all {len(theirs)}, "
+            "a stage's last layer too, or none"]

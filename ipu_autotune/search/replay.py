@@ -22,7 +22,7 @@ from .names import readable
 def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:
     """The `every` with which checkpoints_every gives `config`'s checkpoints (0: none), or
     None when they are placed some other way (by hand)."""
-    if config.checkpoints and tuple(config.checkpoints) == optimum_checkpoints(profile, config.splits):
+    if config.checkpoints and tuple(config.checkpoints) == optimum_checkpoints(profile):
         return 1  # the optimum target's checkpoint_every = 1 (SearchSpace.sample)
     for every in range(0, len(profile.units) + 1):
         if checkpoints_every(profile, config.splits, every) == tuple(config.checkpoints):
@@ -32,9 +32,10 @@ def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:
 
 def with_splits(profile: ModelProfile, config: Config, splits: tuple[str, ...], every: int | None) -> Config:
     """`config` with its stages starting at `splits`, and its checkpoints re-derived for the new
-    stages at `every` (its checkpoint_spacing; None or 0: left as they are). A recomputing
-    config's split cannot move without its checkpoints: kept where they were, the space drops it."""
-    if not every:
+    stages at `every` (its checkpoint_spacing; None or 0: left as they are, and so are the
+    optimum target's, which no stage moves). A recomputing config's split cannot move without its
+    checkpoints: kept where they were, the space drops it."""
+    if not every or tuple(config.checkpoints) == optimum_checkpoints(profile):
         return config.replace(splits=splits)
     return config.replace(splits=splits, checkpoints=checkpoints_every(profile, splits, every))
 

@@ -219,7 +219,7 @@ class SearchSpace:
             every = s.ask("checkpoint_every")
             checkpoints = checkpoints_every(profile, splits, every)
             if problem.trainer == "optimum":  # every layer or none: recompute_checkpoint_every_layer
-                checkpoints = optimum_checkpoints(profile, splits) if every else ()
+                checkpoints = optimum_checkpoints(profile) if every else ()
         amp = tuple(s.ask("available_memory_proportion", f"available_memory_proportion_ipu{i}")
                     for i in range(ipr))
         offload = s.ask("optimizer_offload") if applies("optimizer_offload", problem, layout) else False

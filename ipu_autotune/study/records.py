@@ -40,6 +40,8 @@ ATTR_HEARTBEAT = "heartbeat_s"  # seconds between a worker's beats; set when the
 #: a trial's one user attribute: {"config": the complete Config, "measurement": the Measurement
 #: (with "details"), "origin", "seconds"}; one storage write per trial (README, "Reading a study")
 ATTR_RECORD = "record"
+#: an enqueued trial the guide chose: {"reason", "chance_to_fit", "expected_gain"} (guide/proposal.py)
+ATTR_PROPOSAL = "proposal"
 #: how long a worker waits for another worker that is creating the same study
 READY_TIMEOUT_S = 300.0
 
@@ -54,6 +56,14 @@ class TrialRecord:
     origin: str
     state: str  # COMPLETE | FAIL
     seconds: float = 0.0
+    reason: str | None = None  # why the guide chose it (guide/proposal.Reason's value); None: not the guide's
+
+    @staticmethod
+    def reason_of(user_attrs: dict) -> str | None:
+        """A trial's guide reason, from its user attributes (enqueue)."""
+        stored = user_attrs.get(ATTR_PROPOSAL)
+        reason = stored.get("reason") if isinstance(stored, dict) else None
+        return reason if isinstance(reason, str) else None
 
     @property
     def feasible(self) -> bool:
@@ -68,7 +78,7 @@ class TrialRecord:
             return None
         config, measurement, origin, seconds = check_record(rec, t.number)
         return cls(number=t.number, config=config, measurement=measurement, origin=origin, state=t.state.name,
-                   seconds=seconds)
+                   seconds=seconds, reason=cls.reason_of(t.user_attrs))
 
 
 def trial_attrs(t: FrozenTrial) -> dict[str, Any]:
@@ -214,9 +224,10 @@ class _RandomAnswers:
 def enqueue(study: optuna.Study, space: SearchSpace, problem: Problem, profile: ModelProfile,
             items: list[Proposal]) -> None:
     for p in items:
-        study.enqueue_trial(space.params_for(problem, profile, p.config),
-                            user_attrs={"origin": p.origin, "enqueued_config": p.config.to_dict()},
-                            skip_if_exists=False)
+        attrs = {"origin": p.origin, "enqueued_config": p.config.to_dict()}
+        if p.reason is not None:  # a guide's decision, as the trial line shows it (TrialRecord.reason)
+            attrs[ATTR_PROPOSAL] = p.attrs()
+        study.enqueue_trial(space.params_for(problem, profile, p.config), user_attrs=attrs, skip_if_exists=False)
 
 
 def read_records(study: optuna.Study) -> tuple[list[TrialRecord], dict[int, str]]:

@@ -32,7 +32,8 @@ from ..rules.cross_field import violations
 from ..search.space import SearchSpace
 from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
 from .records import ATTR_HEARTBEAT, ATTR_RECORD, TrialRecord, enqueue, records
-from ..guide.warmstart import Proposal, is_baseline
+from ..guide.proposal import History, Proposal
+from ..guide.warmstart import is_baseline
 
 if TYPE_CHECKING:
     from ..guide.proposals import Guide
@@ -63,6 +64,8 @@ class Runner:
     observers: list[Callable[[TrialRecord], None]] = field(default_factory=list)
     adjust: Callable[[Config], Config] | None = None  # e.g. numerics advice
     guide: "Guide | None" = None  # estimator-guided proposals for compiling backends
+    last_proposal: Proposal | None = None  # the guide's, before the last trial was asked
+    guide_stop: Any = None  # the guide's stopping rule then (guide/proposals.Stop), None while compiles pay
     stop_requested: bool = False
     #: after a stop request the running measurement gets this long, then is interrupted
     #: (recorded as failed, reason "interrupted", and enqueued again); None: let it finish
@@ -98,15 +101,11 @@ class Runner:
         for t in running:
             if "enqueued_config" in t.user_attrs:  # another worker is compiling it: don't propose it twice
                 tried.add(Config.from_dict(t.user_attrs["enqueued_config"], "enqueued config"))
-        config = self.guide.propose(history, tried, running=len(running), would_compile=self.would_compile)
-        if config is not None:
-            chance = "" if self.guide.chance is None else f"{self.guide.chance:.0%} chance to fit"
-            origin = f"guided ({chance})" if chance else "guided"
-            if self.guide.probe:  # the likeliest to beat the best by 5 % (guide/proposals.py, Guide._probe)
-                origin = f"guided probe ({chance})"
-            if self.guide.bet_chance is not None:  # over the margin, on purpose (guide/bold.py)
-                origin = f"guided bet ({chance})"
-            enqueue(self.study, self.space, self.problem, self.profile, [Proposal(config, origin)])
+        asked = History(list(history), tried, len(running), self.would_compile)  # as it is now
+        self.last_proposal = self.guide.propose(asked)
+        self.guide_stop = self.guide.stopping(asked)  # as that proposal judged it
+        if self.last_proposal is not None:
+            enqueue(self.study, self.space, self.problem, self.profile, [self.last_proposal])
 
     def would_compile(self, config: Config) -> bool:
         """Whether the backend would compile `config` (a screen may answer it without one)."""
@@ -190,7 +189,8 @@ class Runner:
         else:
             self.study.tell(trial, state=TrialState.FAIL)
             state = "FAIL"
-        rec = TrialRecord(trial.number, config, m, origin, state, seconds)
+        rec = TrialRecord(trial.number, config, m, origin, state, seconds,
+                          TrialRecord.reason_of(trial.user_attrs))
         if self._measured is not None:
             self._measured.append((config, m))
             self._history_size += 1

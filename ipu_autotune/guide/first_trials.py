@@ -1,0 +1,48 @@
+"""A calibrated study's first trials: the guide's own first choice under a calibration
+store's prior (docs/calibration.md), then the baseline."""
+
+from __future__ import annotations
+
+from .corrected import CorrectedModel, CorrectedScreen
+from .proposal import History, Proposal, Reason
+
+#: the chance to fit the guide's first choice under a store's prior needs (the guide's safe
+#: choices need corrected.FIT_CONFIDENCE): an out-of-memory first compile spends the head start
+#: the store gives, while a fitting one teaches this model's speed and memory at once
+FIRST_CONFIDENCE = 0.95
+
+
+def first_trials(guide, warm: list[Proposal], would_compile=None) -> list[Proposal]:
+    """The trials a new study enqueues when the guide has a prior: the guide's own first
+    choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit; when none
+    is that sure, the likeliest to fit), then the baseline (the summary compares the best
+    with it; calibration/session.prior_veto keeps it from compiling unless the prior says it
+    likelier fits than not), in place of the baseline alone; the guide proposes from the third
+    trial on, as it does from the second without a store. `warm` as tune would enqueue them
+    (the baseline first); `would_compile`, the backend's verdict (Backend.would_compile): the
+    first trial is one it would compile."""
+    if not guide.has_prior:
+        return warm
+    # Nothing compiled yet, so the guide has no anchor to gather candidates around: the warm
+    # starts' single-knob changes stand in (a sharded variant of a pipeline that the prior
+    # puts over memory, say), judged under the prior.
+    near = CorrectedScreen(CorrectedModel(guide.screen, [], guide.headroom, confidence=FIRST_CONFIDENCE),
+                           guide.neighbours)
+    for config in list(guide.pool):
+        guide.pool.update(c for _, c in near.candidates(guide.space, config))
+    first = guide.propose(History(would_compile=would_compile), confidence=FIRST_CONFIDENCE)
+    if first is not None:
+        first = Proposal.guided(first.config, Reason.PRIOR, first.chance, why="calibration store prior")
+    else:
+        # Nothing is that sure: the candidate likeliest to fit (the faster on a tie), not the
+        # warm starts, which the nominal estimate chose and the prior may well rule out.
+        model = CorrectedModel(guide.screen, [], guide.headroom)
+        closed = guide.closed(set())  # propose above was told would_compile
+        pick = max((c for c in guide.pool if c not in closed),
+                   key=lambda c: (model.chance(c), model.score(c)), default=None)
+        if pick is not None:
+            first = Proposal.guided(pick, Reason.PRIOR, model.chance(pick),
+                                    why="the likeliest to fit under the calibration store prior")
+    if first is None or first.config == warm[0].config:
+        return warm
+    return [first, warm[0]]

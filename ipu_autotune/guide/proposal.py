@@ -1,0 +1,77 @@
+"""What the study is asked to try next, and why: the one object the runner, the trial line
+and the stored record read of a guide's decision (no side attributes, no text parsed back)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..problem import Config
+
+
+class Reason(Enum):
+    """Why the guide chose a configuration. The value is the trial line's label."""
+
+    FIRST_ROUND = "round"  # before any compile returned: what it adds to the round's expected best
+    SAFE = "safe"  # the fastest candidate likely to fit
+    FIRST_FIT = "fit"  # nothing fits yet: the largest expected throughput (chance x speed)
+    GAIN = "gain"  # no safe choice is expected to pay: the largest expected gain on the best
+    PROBE = "probe"  # the likeliest to beat the best, or an IPU layout nothing was compiled in
+    BET = "bet"  # over the margin on purpose, after compiles that stalled
+    LIKELIEST = "likely"  # nothing is judged likely to fit: the likeliest to
+    PRIOR = "prior"  # a calibration store's prior: the study's first compile
+
+    @property
+    def over_margin(self) -> bool:
+        """Chosen under the safe confidence on purpose (its compile may well run out)."""
+        return self in (Reason.PROBE, Reason.BET)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A configuration to enqueue. `origin` is its story as stored and shown in full;
+    a guide's proposal also says why it was chosen (`reason`), its chance to fit and its
+    expected gain on the best measured (a fraction; None where nothing was measured)."""
+
+    config: Config
+    origin: str
+    reason: Reason | None = None
+    chance: float | None = None
+    gain: float | None = None
+
+    @classmethod
+    def guided(cls, config: Config, reason: Reason, chance: float | None, gain: float | None = None,
+               why: str = "") -> "Proposal":
+        words = [f"{chance:.0%} chance to fit"] if chance is not None else []
+        words += [why] if why else []
+        kind = {Reason.PROBE: "guided probe", Reason.BET: "guided bet"}.get(reason, "guided")
+        origin = f"{kind} ({', '.join(words)})" if words else kind
+        return cls(config, origin, reason, chance, gain)
+
+    def attrs(self) -> dict:
+        """What the stored record keeps of the guide's decision (study/records.enqueue)."""
+        if self.reason is None:
+            return {}
+        return {"reason": self.reason.value, "chance_to_fit": self.chance, "expected_gain": self.gain}
+
+
+@dataclass(frozen=True)
+class History:
+    """What a guide is told before each proposal. `measured`: (config, Measurement) of the
+    finished trials, in order; `asked`: every config asked so far (finished, running or
+    enqueued); `running`: how many trials other workers are compiling now; `would_compile`:
+    whether the backend would compile a config (Backend.would_compile): one it would not
+    counts as asked (guide/untried.py)."""
+
+    measured: Sequence = ()
+    asked: frozenset[Config] | set[Config] = field(default_factory=frozenset)
+    running: int = 0
+    would_compile: Callable[[Config], bool] | None = None
+
+    @classmethod
+    def of(cls, measured: Sequence, asked=None, running: int = 0,
+           would_compile: Callable[[Config], bool] | None = None) -> "History":
+        """`asked` defaults to the measured configs."""
+        return cls(list(measured), set(asked) if asked is not None else {c for c, _ in measured}, running,
+                   would_compile)
