@@ -9,7 +9,8 @@ what is live there: every tensor touched before it and read after it, so an MBCo
 transformer layer's input, carried by the skip connection to the residual add, crosses with
 the partial output. The estimator counts it as the inter-IPU copy and the next stage's
 input (stashed there), as PopART copies and stashes it; the IPU before keeps what its ops
-saved. Each piece runs where its unit ran (`placed_with`).
+saved. Each piece runs where its unit ran (`placed_with`); the last one gives the unit's
+output (`checkpointed_outputs`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ def _cut(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str,
     for k, (index, path) in enumerate(begins):
         parent = profile.units[home[k]]
         units[k].placed_with = None if parent.placed_with is None else new_index[parent.placed_with]
+        if k + 1 == len(begins) or home[k + 1] != home[k]:  # the piece whose output is the unit's
+            units[k].checkpointed_outputs = parent.checkpointed_outputs
         if index not in cuts:
             continue
         crossing, carried_from = live[index]
