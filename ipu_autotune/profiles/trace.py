@@ -131,9 +131,9 @@ _RESIDUAL_BLOCKS = ("BasicBlock", "Bottleneck", "ResBottleneckBlock", "ResBasicB
 
 
 def _has_skip(module: nn.Module) -> bool:
-    """A block whose forward adds a skip connection around its children: kept whole, so no
-    split or checkpoint candidate lies where the skip crosses (the estimator does not count
-    a crossing tensor). torchvision marks them with `use_res_connect` (InvertedResidual,
+    """A block whose forward adds a skip connection around its children: kept whole as one
+    unit (a split inside it cuts it where it lands, and what the skip carries crosses:
+    profiles/refine.py). torchvision marks them with `use_res_connect` (InvertedResidual,
     MBConv) or a StochasticDepth child (MBConv, ConvNeXt's CNBlock)."""
     if getattr(module, "use_res_connect", False) or type(module).__name__ in _RESIDUAL_BLOCKS:
         return True
