@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a config key, e.g. --set precision=16.16 --set splits=layer3.8")
     est.add_argument("--backend", choices=("auto", "estimate", "poptorch"), default="estimate")
     est.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
-                     help=f"tile memory to keep free for estimation error (default {DEFAULT_HEADROOM})")
+                     help="the search's tile memory kept free for estimation error: the verdict is by the "
+                          f"tile limit, a line says when this headroom would reject it (default {DEFAULT_HEADROOM})")
     est.add_argument("--json", action="store_true", help="print exactly one Measurement as JSON")
     _add_common(est)
 

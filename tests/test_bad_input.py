@@ -140,7 +140,7 @@ def test_a_baseline_breaking_a_rule_names_the_rule(capsys, db, in_tmp, rule):
 REJECTED = {
     "fewer IPUs than it needs": (PIPE2, ["--ipus", "1"], ["needs 2 IPUs", "the problem has 1", "raise --ipus"]),
     "split not a module": ('ipus_per_replica = 2\nsplits = ["layer3.9"]\ngradient_accumulation = 3\n', [],
-                           ["split 'layer3.9' is not a module of the model", "closest:", "layer3.0"]),
+                           ["split 'layer3.9' is not a module of the model that runs in the forward pass", "closest:", "layer3.0"]),
     "split not a path": ("ipus_per_replica = 2\nsplits = [\"layer3'); import os; ('\"]\ngradient_accumulation = 3\n",
                          [], ["is not a module path"]),
 }

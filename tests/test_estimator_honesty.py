@@ -110,7 +110,7 @@ def test_turning_offload_off_never_lowers_on_chip_memory(seed):
         assert not [t for t in suggestions(p, on) if not t.config.optimizer_offload]
 
 
-# --- must show 3: no split the estimator cannot place; suggestions are re-estimates -----------------
+# --- must show 3: splits the estimator places (inside a layer too: test_in_block_placement.py); suggestions are re-estimates
 
 def one_line_exit_2(code: int, err: str, *needles: str) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
@@ -118,21 +118,6 @@ def one_line_exit_2(code: int, err: str, *needles: str) -> None:
     assert "Traceback" not in err and "internal error" not in err
     for needle in needles:
         assert needle in lines[0], lines[0]
-
-
-def test_a_split_inside_a_layer_is_one_line_and_exit_2(capsys, in_tmp):
-    code = main(["estimate", "hf:gpt2", "--batch-size", "4", "--ipus", "4",
-                 "--set", "splits=transformer.wpe,transformer.h.4,transformer.h.8"])
-    out, err = capsys.readouterr()
-    one_line_exit_2(code, err, "split 'transformer.wpe' is inside layer 'transformer.wte'", "e.g. 'transformer.h.0'")
-    assert out == ""
-
-
-def test_a_checkpoint_inside_a_layer_is_one_line_and_exit_2(capsys, in_tmp):
-    code = main(["estimate", "resnet18", "--batch-size", "8", "--set", "ipus_per_replica=1",
-                 "--set", "splits=[]", "--set", "recompute=all", "--set", "checkpoints=layer2.0.conv2"])
-    _, err = capsys.readouterr()
-    one_line_exit_2(code, err, "checkpoint 'layer2.0.conv2' is inside layer 'layer2.0'")
 
 
 def test_a_container_split_begins_its_first_layer():
@@ -190,7 +175,7 @@ def test_estimate_above_the_global_batch_ceiling_prints_the_verdict_and_the_rule
     code = main(args)
     out, err = capsys.readouterr()
     assert code == EXIT_BREAKS_RECIPE == 4 and err == ""
-    assert re.search(r"^verdict: (fits|OOM by .* on IPU0)$", out, re.M), out
+    assert re.search(r"^verdict: (fits at \d+% of a tile|OOM by .* on IPU0)", out, re.M), out
     assert "throughput:" in out
     flat = " ".join(out.split())
     assert ("breaks a recipe rule: global batch 4096 (micro-batch 16 x accumulation 128 x replicas 2) "

@@ -95,6 +95,8 @@ def drawn_configs():
 def test_every_drawn_config_is_what_poptorch_sees(poptorch, tmp_path):
     cases = drawn_configs()
     assert len(cases) > 70
+    # splits inside a large block (profiles/refine.split_grid) go through BeginBlock too (issue 42)
+    assert any(s.endswith(".conv2") for _, _, c in cases for s in c.splits)
     for i, (where, p, c) in enumerate(cases):
         assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), where)
 

@@ -33,6 +33,7 @@ TUNED_ON = {
     "M3": "code_bytes_per_op", "M5": "code_bytes_per_op", "M22": "code_base_bytes",
     "T1": "matmul_efficiency fp16.16", "seed-epoch-ga8": "host float_sample_s, call_s",
     "seed-epoch-ga8-di4": "host float_sample_s", "seed-epoch-ga8-di4-8bit": "host uint8_sample_s",
+    "seed-trace-ga3": "update_op_s", "seed-trace-ga8": "update_op_s",
 }
 
 

@@ -42,7 +42,10 @@ def trace(problem: Problem, console: Console):
                                 "check --input-shape, or describe several or integer inputs with --input")) from None
 
 
-def make_backend(args, problem: Problem, console: Console, work_dir: Path | None = None) -> Backend:
+def make_backend(args, problem: Problem, console: Console, work_dir: Path | None = None,
+                 estimate_headroom: float | None = None) -> Backend:
+    """The backend --backend names. `estimate_headroom`: the estimate backend's headroom when
+    it answers alone (estimate's own verdict is by the tile limit: 0); else --headroom."""
     from ..backends.estimate import EstimateBackend
 
     name = resolve_backend_name(args.backend)
@@ -50,7 +53,7 @@ def make_backend(args, problem: Problem, console: Console, work_dir: Path | None
         if args.backend == "auto" and not getattr(args, "quiet", False):
             Console(stderr=True).print("[dim]PopTorch not found: using the estimate backend; "
                                        "every figure is estimated.[/]")
-        return EstimateBackend(headroom=args.headroom)
+        return EstimateBackend(headroom=args.headroom if estimate_headroom is None else estimate_headroom)
     from ..backends.poptorch import PopTorchBackend
     from ..backends.screen import ScreenedBackend
 

@@ -81,7 +81,9 @@ def measured(args, overrides: dict | None = None,
     # answer: the user asked whether this configuration fits. The rule is named with its fix.
     validate(problem, config, profile.module_order, where=where, recipe=False)
     broken = list(recipe_violations(problem, config).values())
-    backend = make_backend(args, problem, console)
+    # The verdict is the estimate's own, by the tile limit: the search's headroom is the
+    # search's, reported on a line of its own (_print_measurement).
+    backend = make_backend(args, problem, console, estimate_headroom=0.0)
     return problem, config, backend.measure(problem, config), broken
 
 
@@ -90,8 +92,10 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
 
     label = "estimated" if m.source == "estimate" else m.source
     console.print(ui.measurement_table(m, f"{problem.model}: memory per IPU ({label})"))
-    verdict = Text(m.verdict(), style="green" if m.feasible else "red")
+    verdict = Text(m.verdict() + intervals.fit_share(m), style="green" if m.feasible else "red")
     console.print(Text.assemble("verdict: ", verdict, intervals.verdict_note(m)))
+    if intervals.headroom_note(m, headroom):
+        console.print(intervals.headroom_note(m, headroom), highlight=False)
     if intervals.line(m):
         console.print(intervals.line(m).replace("error bars", f"error bars ({label})", 1), highlight=False)
     if m.throughput:

@@ -17,6 +17,7 @@ from ..batch import micro_batch
 from ..knob_spec import SPEC
 from ..models import partition
 from ..profiles.placement import stage_starts
+from ..profiles.refine import split_grid
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from ..rules.cross_field import min_pipeline_accumulation, violations
@@ -67,6 +68,12 @@ def unit_costs(problem: Problem, profile: ModelProfile, config: Config, kind: st
     return [u.params * (weight + state) + u.saved_bytes * act for u in profile.units]
 
 
+def _split_grid(problem: Problem, profile: ModelProfile) -> ModelProfile:
+    """The units splits are placed over, as the space draws them: large ones cut into their parts
+    (profiles/refine.split_grid); under --trainer optimum, the layers IPUConfig counts."""
+    return profile if problem.trainer == "optimum" else split_grid(profile)
+
+
 def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kind: str,
                     constants: EstimatorConstants = NOMINAL) -> tuple[str, ...]:
     """Splits balancing compute (FLOPs), or memory (the busiest IPU's busiest tile).
@@ -75,11 +82,12 @@ def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kin
     stash depth make a unit's memory depend on which stage it lands in. A per-unit balance
     starts a descent that moves one boundary at a time while the worst tile improves.
     """
+    base, profile = profile, _split_grid(problem, profile)
     cuts = partition.balanced(unit_costs(problem, profile, config, kind), config.ipus_per_replica)
     if kind == "memory":
         def worst(c: list[int]) -> float:
             trial = config.replace(splits=tuple(profile.units[i].path for i in c))
-            return max(estimate(problem, trial, profile, constants).max_tile_bytes)
+            return max(estimate(problem, trial, base, constants).max_tile_bytes)
 
         best = worst(cuts)
         improved = True
@@ -162,11 +170,12 @@ def _split_moves(space, problem, profile, c, values):
         every = checkpoint_spacing(profile, c) if c.checkpoints else None
         for kind in ("memory", "compute"):
             yield with_splits(profile, c, balanced_splits(problem, profile, c, kind), every)
-        starts = stage_starts(profile, c.splits)
+        grid = _split_grid(problem, profile)
+        starts = stage_starts(grid, c.splits)
         if starts is not None:
-            for moved in partition.moved_cuts(starts, len(profile.units),
+            for moved in partition.moved_cuts(starts, len(grid.units),
                                               (-4, -2, -1, 1, 2, 4)):
-                yield with_splits(profile, c, tuple(profile.units[i].path for i in moved), every)
+                yield with_splits(profile, c, tuple(grid.units[i].path for i in moved), every)
 
 
 def _layout_moves(space, problem, profile, c, values):

@@ -1,9 +1,11 @@
 """One training-mode forward on meta tensors, logged as events for the tracer.
 
 Events, in order: ("enter", module path, bytes of its inputs, {input storage: bytes}),
-("op", kind, FLOPs, output bytes, input bytes for conv/matmul), ("param", storage) when an
-op reads a trainable parameter, and ("saved", producer kind, bytes) for each tensor the
-backward pass keeps, as a PopART pipeline keeps it (no dropout masks).
+("exit", module path), ("op", kind, FLOPs, output bytes, input bytes for conv/matmul),
+("use", ((storage, bytes) read...), ((storage, bytes) written...)) for every op, views too
+(what is live where a stage boundary cuts a block: profiles/refine.py), ("param", storage)
+when an op reads a trainable parameter, and ("saved", producer kind, bytes) for each tensor
+the backward pass keeps, as a PopART pipeline keeps it (no dropout masks).
 """
 
 from __future__ import annotations
@@ -69,11 +71,22 @@ def _flat_tensors(obj):
 _RANDOM_MASK_OPS = {"bernoulli", "bernoulli_"}
 
 
+def _storages(obj, skip: frozenset) -> tuple[tuple[int, int], ...]:
+    """(storage key, bytes) of each tensor in `obj`, less those in `skip`."""
+    out = {}
+    for t in _flat_tensors(obj):
+        key = t.untyped_storage()._cdata
+        if key not in skip:
+            out[key] = t.untyped_storage().nbytes()
+    return tuple(out.items())
+
+
 class _Recorder(TorchDispatchMode):
     """Logs, in order, each aten op with its kind, FLOPs, output bytes and input bytes."""
 
-    def __init__(self, events: list, param_storages: frozenset = frozenset()):
+    def __init__(self, events: list, param_storages: frozenset = frozenset(), constants: frozenset = frozenset()):
         super().__init__()
+        self.constants = constants  # parameters and buffers: never a tensor that crosses a stage
         self.events = events
         self.producer: dict[int, str] = {}  # output storage -> kind of the op that wrote it
         self.random_masks: set[int] = set()  # storages written by a dropout's mask draw
@@ -94,6 +107,7 @@ class _Recorder(TorchDispatchMode):
         for mask in masks:
             self.random_masks.add(mask.untyped_storage()._cdata)
         self._alive.append(out)
+        self.events.append(("use", _storages(args, self.constants), _storages(out, self.constants)))
         if self.param_storages:
             # A parameter belongs to the unit whose ops read it, called module or not.
             for t in _flat_tensors(args):
@@ -120,7 +134,7 @@ def run_forward(model: nn.Module, x: torch.Tensor | dict, labels: torch.Tensor, 
     param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
     param_storages |= {b.untyped_storage()._cdata for b in model.buffers()}
     seen: set[int] = set()
-    recorder = _Recorder(events, trainable)
+    recorder = _Recorder(events, trainable, frozenset(param_storages))
     names = {m: n for n, m in model.named_modules()}
 
     def pre_hook(module, args, kwargs):
@@ -136,7 +150,11 @@ def run_forward(model: nn.Module, x: torch.Tensor | dict, labels: torch.Tensor, 
             events.append(("saved", recorder.producer.get(key, "input"), t.untyped_storage().nbytes()))
         return t
 
+    def post_hook(module, args, output):
+        events.append(("exit", names[module]))
+
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in model.modules()]
+    handles += [m.register_forward_hook(post_hook) for m in model.modules()]
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), recorder, jit_like_tracing():
             out = model(**x) if isinstance(x, dict) else model(x)

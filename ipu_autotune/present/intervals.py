@@ -27,6 +27,32 @@ def verdict_note(m: Measurement) -> str:
     return f"; {UNCERTAIN}" if m.straddles_tile_limit else ""
 
 
+def _busiest(m: Measurement) -> tuple[int, float]:
+    """The IPU with the fullest busiest tile, and that tile's share of a tile."""
+    worst = max(range(len(m.max_tile_bytes)), key=m.max_tile_bytes.__getitem__)
+    return worst, m.max_tile_bytes[worst] / m.tile_capacity_bytes
+
+
+def fit_share(m: Measurement) -> str:
+    """' at 97% of a tile on IPU0' after a 'fits' verdict, else ''."""
+    if not (m.feasible and m.max_tile_bytes and m.tile_capacity_bytes):
+        return ""
+    worst, used = _busiest(m)
+    return f" at {used:.0%} of a tile on IPU{worst}"
+
+
+def headroom_note(m: Measurement, headroom: float) -> str:
+    """'the search's 5% headroom would reject it: ...' for a fitting estimate whose busiest tile
+    is inside the headroom tune keeps free (tune would not propose it), else ''."""
+    if not (m.feasible and headroom > 0 and m.max_tile_bytes and m.tile_capacity_bytes):
+        return ""
+    worst, used = _busiest(m)
+    if used <= 1.0 - headroom:
+        return ""
+    return (f"the search's {headroom:.0%} headroom would reject it: IPU{worst}'s busiest tile at {used:.0%} of a "
+            f"tile is over {1 - headroom:.0%} (tune keeps that margin for the estimate's error; --headroom)")
+
+
 def line(m: Measurement) -> str:
     """'error bars: busiest tile IPU0 65-93%; throughput 15,565-27,115/s (90%)', or ''."""
     parts = []

@@ -1,14 +1,14 @@
 """Where a split or a recomputation checkpoint lands among the traced units.
 
-A split begins a pipeline stage where its module first runs (`poptorch.BeginBlock`); the
-estimator's stages are runs of whole units, so a split must begin a unit: the unit's own
-module, or a container entered just before it (`layer3` begins at `layer3.0`). A split
-inside a unit (GPT-2's `transformer.wpe`, folded into the embedding unit) has no stage the
-estimator could build, and the rules refuse it.
+A split begins a pipeline stage where its module first runs (`poptorch.BeginBlock`). A
+split that begins a unit starts the stage there: the unit's own module, or a container
+entered just before it (`layer3` begins at `layer3.0`). A split inside a unit (an MBConv's
+`block.3`, GPT-2's `transformer.wpe`, folded into the embedding unit) cuts that unit in two
+(profiles/refine.py): the estimator's stages are runs of units of the profile so refined.
 
-A checkpoint keeps a module's output; the estimator keeps units' outputs, so it must be a
-unit, the module folded last into one (ResNet's `avgpool`), or a container, whose output is
-its last unit's.
+A checkpoint keeps a module's output: a unit, the module folded last into one (ResNet's
+`avgpool`), or a container, whose output is its last unit's; one inside a unit cuts it
+where the module returns (profiles/refine.py).
 """
 
 from __future__ import annotations
@@ -16,27 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..problem import Config
+from .refine import checkpoint_unit, refined, stage_start  # noqa: F401 (placement's names)
 from .trace import ModelProfile
-
-
-def stage_start(profile: ModelProfile, path: str) -> int | None:
-    """The unit a stage beginning at `path` starts with, or None inside a unit."""
-    units = profile.units
-    for i, unit in enumerate(units):
-        if unit.path == path:
-            return i
-    position = {p: i for i, p in enumerate(profile.module_order)}
-    q = position.get(path)
-    if q is None:
-        return None
-    starts = sorted((position[u.path], i) for i, u in enumerate(units) if u.path in position)
-    for start, i in starts:
-        if start >= q:
-            # Only containers of the unit may run between the split and the unit's start.
-            entered = profile.module_order[q:start]
-            inside = all(m == "" or units[i].path.startswith(m + ".") for m in entered)
-            return i if inside else None
-    return None
 
 
 def stage_starts(profile: ModelProfile, splits: Sequence[str]) -> list[int] | None:
@@ -45,20 +26,9 @@ def stage_starts(profile: ModelProfile, splits: Sequence[str]) -> list[int] | No
     return None if any(i is None for i in found) else found
 
 
-def checkpoint_unit(profile: ModelProfile, path: str) -> int | None:
-    """The unit whose output a checkpoint at `path` keeps, or None inside a unit."""
-    last_inside = None
-    for i, unit in enumerate(profile.units):
-        if unit.path == path or (unit.members and unit.members[-1] == path):
-            return i
-        if path == "" or unit.path.startswith(path + "."):
-            last_inside = i
-    return last_inside
-
-
 def unit_of_path(profile: ModelProfile, path: str) -> int:
-    """Unit index a split at `path` begins (models/placement.py). A path inside a unit, which
-    the rules refuse, rounds to the unit's start: the backend never raises on a config."""
+    """Unit index a split at `path` begins. On a profile not refined for it (refine.py), a path
+    inside a unit rounds to the unit's start: the backend never raises on a config."""
     idx = stage_start(profile, path)
     if idx is None:
         idx = profile.unit_index(path)
@@ -83,15 +53,17 @@ def stage_bounds(profile: ModelProfile, config: Config) -> list[tuple[int, int]]
 
 
 def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int) -> tuple[str, ...]:
-    """Checkpoint the output of every `every`-th unit inside each stage (not a stage's last)."""
+    """Checkpoint the output of every `every`-th unit inside each stage (not a stage's last);
+    a split inside a unit cuts it first (refine.py), so a stage begins with that piece."""
     if every <= 0:
         return ()
-    # Splits the rules refuse (inside a unit) cannot bound a stage: checkpoint as if unsplit.
-    bounds = [0, *(stage_starts(profile, splits) or ()), len(profile.units)]
+    fine = refined(profile, splits)
+    # A split that does not run (the rules refuse it) bounds no stage: checkpoint as if unsplit.
+    bounds = [0, *(stage_starts(fine, splits) or ()), len(fine.units)]
     out = []
     for lo, hi in zip(bounds, bounds[1:]):
         for i in range(lo + every - 1, hi - 1, every):
-            out.append(profile.units[i].path)
+            out.append(fine.units[i].path)
     return tuple(out)
 
 

@@ -41,6 +41,7 @@ class Unit:
     # Elements in tensors too small for PopART to shard over replicas (biases, norms):
     # their optimizer state stays whole under replicated tensor sharding.
     unshardable_params: int = 0
+    param_tensors: int = 0  # trainable tensors: the weight update runs its ops once per tensor
     in_bytes: int = 0  # what crosses into it per micro-batch (FP32)
     # Inputs it shares with the unit before, passed along unchanged (BERT's attention mask
     # goes to every layer): they cross IPUs, but no unit produces them, so no checkpoint
@@ -69,6 +70,16 @@ class Unit:
         return sum(self.flops.values())
 
 
+@dataclass(frozen=True)
+class TraceLog:
+    """The forward pass as logged (models/forward_log.py), kept so that the units can be cut
+    again where a split or checkpoint lands inside one (profiles/refine.py)."""
+    events: list
+    starts: tuple[str, ...]  # the modules that begin units
+    candidates: frozenset[str]  # modules not broken down further
+    params: tuple[tuple[str, int, int], ...]  # (module path, storage, elements) per trainable tensor
+
+
 @dataclass
 class ModelProfile:
     model: str
@@ -80,6 +91,9 @@ class ModelProfile:
     input_bytes: int  # one micro-batch of FP32 input
     trace_seconds: float
     task: str = ""  # the hf: task traced (resolved); "" for a module traced directly
+    log: TraceLog | None = field(default=None, repr=False, compare=False)
+    # profiles/refine.py's profiles cut inside units, by the paths cut at (not copied by replace)
+    refinements: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def params(self) -> int:
@@ -117,9 +131,9 @@ _RESIDUAL_BLOCKS = ("BasicBlock", "Bottleneck", "ResBottleneckBlock", "ResBasicB
 
 
 def _has_skip(module: nn.Module) -> bool:
-    """A block whose forward adds a skip connection around its children: kept whole, so no
-    split or checkpoint candidate lies where the skip crosses (the estimator does not count
-    a crossing tensor). torchvision marks them with `use_res_connect` (InvertedResidual,
+    """A block whose forward adds a skip connection around its children: kept whole as one
+    unit (a split inside it cuts it where it lands, and what the skip carries crosses:
+    profiles/refine.py). torchvision marks them with `use_res_connect` (InvertedResidual,
     MBConv) or a StochasticDepth child (MBConv, ConvNeXt's CNBlock)."""
     if getattr(module, "use_res_connect", False) or type(module).__name__ in _RESIDUAL_BLOCKS:
         return True
@@ -201,15 +215,41 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
     for c in candidates:
         if not starts or not (_merges_into_previous(modules[c]) or _embedding_group(modules[starts[-1]], modules[c])):
             starts.append(c)
-    start_set = set(starts)
+    log = TraceLog(events, tuple(starts), frozenset(candidates), _trainable_tensors(model))
+    units = attribute(log)
+    _place_heads_with_their_weights(units)
 
-    units = [Unit(path=p) for p in starts]
-    unit_of_start = {p: i for i, p in enumerate(starts)}
+    input_bytes = (sum(tensor_bytes(t) for t in inputs.values()) if inputs is not None
+                   else x.numel() * 4)
+    return ModelProfile(
+        model=name or type(model).__name__, batch_size=batch_size, input_shape=tuple(input_shape),
+        num_classes=num_classes, units=units, module_order=order,
+        input_bytes=input_bytes, trace_seconds=time.perf_counter() - start, log=log,
+    )
+
+
+def attribute(log: TraceLog, cuts: dict[int, str] | None = None) -> list[Unit]:
+    """The logged ops, saved tensors and parameters attributed to units as BeginBlock assigns
+    them: from a unit's start module (each time it is entered) up to the next unit. `cuts`
+    (event index -> unit path) begins more units at those events, inside others
+    (profiles/refine.py); their `in_bytes` are left for the caller, who knows what crosses."""
+    cuts = cuts or {}
+    start_set, candidates = set(log.starts), log.candidates
+    first_enter: dict[str, int] = {}
+    for i, event in enumerate(log.events):
+        if event[0] == "enter":
+            first_enter.setdefault(event[1], i)
+    begins = sorted([(first_enter[p], p) for p in log.starts] + [(i, p) for i, p in cuts.items()])
+    units = [Unit(path=p) for _, p in begins]
+    unit_of_start = {p: k for k, (_, p) in enumerate(begins) if p in start_set}
+    unit_of_cut = {i: k for k, (i, p) in enumerate(begins) if i in cuts}
     current = 0
     owner: dict[str, int] = {}
     param_unit: dict[int, int] = {}  # parameter storage -> unit that reads it first
     previous_inputs: dict[int, int] = {}  # storages entering the unit before, and their bytes
-    for event in events:
+    for index, event in enumerate(log.events):
+        if index in unit_of_cut:
+            current = unit_of_cut[index]
         if event[0] == "enter":
             path = event[1]
             if path in start_set:
@@ -237,25 +277,17 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
                 unit.max_op_bytes = max(unit.max_op_bytes, in_bytes + out_bytes)
             else:
                 unit.light_bytes += out_bytes
-        else:
+        elif event[0] == "saved":
             _, kind, nbytes = event
             if kind in ("conv", "matmul"):
                 units[current].saved_heavy_bytes += nbytes
             else:
                 units[current].saved_light_bytes += nbytes
 
-    _charge_parameters(model, units, owner, param_unit)
-    _place_heads_with_their_weights(units)
+    _charge_parameters(log.params, units, owner, param_unit)
     for unit in units:
         unit.flops = dict(unit.flops)
-
-    input_bytes = (sum(tensor_bytes(t) for t in inputs.values()) if inputs is not None
-                   else x.numel() * 4)
-    return ModelProfile(
-        model=name or type(model).__name__, batch_size=batch_size, input_shape=tuple(input_shape),
-        num_classes=num_classes, units=units, module_order=order,
-        input_bytes=input_bytes, trace_seconds=time.perf_counter() - start,
-    )
+    return units
 
 
 def _place_heads_with_their_weights(units: list[Unit]) -> None:
@@ -275,22 +307,29 @@ def _place_heads_with_their_weights(units: list[Unit]) -> None:
             j -= 1
 
 
-def _charge_parameters(model: nn.Module, units: list[Unit], owner: dict[str, int],
-                       param_unit: dict[int, int]) -> None:
-    """Each trainable parameter once (tied ones too), to the unit whose ops read it first;
-    a parameter the forward never reads goes with its module."""
+def _trainable_tensors(model: nn.Module) -> tuple[tuple[str, int, int], ...]:
+    """Each trainable tensor once (tied ones too), with the module that holds it."""
     counted: set[int] = set()
+    out = []
     for path, module in model.named_modules():
         for p in module.parameters(recurse=False):
             key = p.untyped_storage()._cdata
-            if not p.requires_grad or key in counted:
-                continue
-            counted.add(key)
-            unit = units[param_unit.get(key, owner.get(path, 0))]
-            unit.params += p.numel()
-            unit.largest_param = max(unit.largest_param, p.numel())
-            if p.numel() < MIN_ELEMENTS_FOR_SHARDING:
-                unit.unshardable_params += p.numel()
+            if p.requires_grad and key not in counted:
+                counted.add(key)
+                out.append((path, key, p.numel()))
+    return tuple(out)
+
+
+def _charge_parameters(params, units: list[Unit], owner: dict[str, int], param_unit: dict[int, int]) -> None:
+    """Each trainable parameter once, to the unit whose ops read it first; a parameter the
+    forward never reads goes with its module."""
+    for path, key, numel in params:
+        unit = units[param_unit.get(key, owner.get(path, 0))]
+        unit.params += numel
+        unit.param_tensors += 1
+        unit.largest_param = max(unit.largest_param, numel)
+        if numel < MIN_ELEMENTS_FOR_SHARDING:
+            unit.unshardable_params += numel
 
 
 @lru_cache(maxsize=8)

@@ -293,7 +293,7 @@ def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:
     def unknown(kind: str, path: str) -> str:
         close = difflib.get_close_matches(path, module_order, n=3)
         hint = f"; closest: {', '.join(close)}" if close else ""
-        return f"{kind} '{path}' is not a module of the model{hint}"
+        return f"{kind} '{path}' is not a module of the model that runs in the forward pass{hint}"
 
     previous = 0
     for path in c.splits:
@@ -310,39 +310,29 @@ def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:
     return found
 
 
-def _layer_hint(profile, path: str) -> tuple[str, str]:
-    """The layer (unit) holding `path`, and the layer boundary after it."""
-    units = profile.units
-    held = profile.unit_index(path)
-    if held is None:
-        held = next((i for i, u in enumerate(units) if path.startswith(u.path + ".")), 0)
-    after = units[held + 1].path if held + 1 < len(units) else units[held].path
-    return units[held].path, after
-
-
 def placement_violations(c: Config, profile) -> list[str]:
-    """The estimator's stages hold whole layers (units, models/placement.py): a split must
-    begin one and a checkpoint end one, or the estimate would be of another model."""
-    from ..profiles.placement import checkpoint_unit, stage_start
+    """PopTorch begins a stage at any module that runs (`BeginBlock`), in execution order, and
+    checkpoints any (`recomputationCheckpoint`); the estimator cuts a layer where one lands
+    inside it (profiles/refine.py). Left to refuse, as PopTorch would: a stage with nothing in
+    it (model_violations has the rest: a module that does not run, an order that goes back)."""
+    from ..profiles.placement import stage_start
+    from ..profiles.refine import refined
 
+    fine = refined(profile, c.splits, c.checkpoints)
+    starts = [stage_start(fine, path) for path in c.splits]
+    if not c.splits or None in starts:
+        return []  # a split that does not run is model_violations' to name
+    bounds = [0, *starts, len(fine.units)]
     found: list[str] = []
-    previous = 0
-    for path in c.splits:
-        start = stage_start(profile, path)
-        if start is None:
-            layer, after = _layer_hint(profile, path)
-            found.append(f"split '{path}' is inside layer '{layer}', where no pipeline stage can begin; "
-                         f"split where a layer begins, e.g. '{after}'")
-        elif start <= previous:
-            found.append(f"split '{path}' begins layer '{profile.units[start].path}', which starts the model "
-                         "or an earlier stage; give each stage at least one layer")
-        else:
-            previous = start
-    for path in c.checkpoints:
-        if checkpoint_unit(profile, path) is None:
-            layer, _ = _layer_hint(profile, path)
-            found.append(f"checkpoint '{path}' is inside layer '{layer}'; checkpoint a layer's output, "
-                         f"e.g. '{layer}'")
+    for k, path in enumerate(c.splits):
+        before = fine.units[bounds[k]:bounds[k + 1]]
+        after = fine.units[bounds[k + 1]:bounds[k + 2]]
+        if not sum(u.ops for u in before):
+            where = f"'{c.splits[k - 1]}'" if k else "the model's start"
+            found.append(f"split '{path}' leaves the stage from {where} with nothing to run; drop one of "
+                         "the two splits or move this one to a later module")
+        elif k == len(c.splits) - 1 and not sum(u.ops for u in after):
+            found.append(f"split '{path}' begins a last stage with nothing to run; split at an earlier module")
     return found
 
 

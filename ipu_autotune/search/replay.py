@@ -12,6 +12,7 @@ from ..errors import UsageError
 from ..models import partition
 from ..knob_spec import replay_params
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
+from ..profiles.refine import split_grid
 from ..profiles.trace import ModelProfile
 from ..problem import Config
 from .knobs import Choice, Knob, Range
@@ -44,7 +45,8 @@ def wanted_params(config: Config, profile: ModelProfile, candidates: list[int] |
     (--trainer optimum); a split elsewhere asks for the next candidate (nearest replay)."""
     c = config
     wanted: dict[str, Any] = replay_params(c)
-    index = {u.path: i for i, u in enumerate(profile.units)}
+    grid = profile if candidates is not None else split_grid(profile)  # as _sample_splits draws
+    index = {u.path: i for i, u in enumerate(grid.units)}
     if c.splits and all(p in index for p in c.splits):
         cuts = [index[p] for p in c.splits]
         if candidates is not None:

@@ -28,6 +28,7 @@ from ..rules.cross_field import min_pipeline_accumulation
 from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
                     builtin_space_path, family)
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
+from ..profiles.refine import split_grid
 from ..profiles.optimum_placement import stage_candidates
 from .replay import _Asker, _Replay, wanted_params
 
@@ -297,11 +298,12 @@ class SearchSpace:
             # positions 1..len(candidates) of len(candidates) + 1 slots, stars and bars as below
             raw = [s.integer(f"split{i}_of_{ipr}", 1, len(candidates) - ipr + 2) for i in range(ipr - 1)]
             return tuple(profile.units[candidates[b - 1]].path for b in partition.decode(raw))
-        units = len(profile.units)
+        grid = split_grid(profile)  # the units, large ones cut into their parts (inside a block)
+        units = len(grid.units)
         if head_stays:
-            units = next((i for i, u in enumerate(profile.units) if u.placed_with is not None), units)
+            units = next((i for i, u in enumerate(grid.units) if u.placed_with is not None), units)
         raw = [s.integer(f"split{i}_of_{ipr}", 1, units - ipr + 1) for i in range(ipr - 1)]
-        return tuple(profile.units[b].path for b in partition.decode(raw))
+        return tuple(grid.units[b].path for b in partition.decode(raw))
 
     def params_for(self, problem: Problem, profile: ModelProfile, config: Config) -> dict[str, Any]:
         """Optuna parameters that make `sample` reproduce `config` (as far as the space reaches)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...batch import micro_batch
 from ...host import pipeline as host
+from ...profiles.refine import refined
 from ...profiles.trace import ModelProfile, profile_for
 from ...problem import Config, Problem
 from ..base import Backend, Measurement
@@ -62,6 +63,8 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
     tile leaves that fraction of the tile free, a margin for the model's own error."""
     target = get_target(problem.target)
     k = constants
+    # Units cut where a split or checkpoint lands inside one (profiles/refine.py).
+    profile = refined(profile, config.splits, config.checkpoints)
     layout = serialize_projection(problem, config, profile, stages(profile, config))
     n = len(layout)
     pipeline_stages = forward_stages(layout, config)

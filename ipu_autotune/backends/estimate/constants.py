@@ -48,6 +48,11 @@ class EstimatorConstants:
     host_call_overhead_s: float = 3.0e-3
     #: pipeline sync and inter-IPU copy setup per pipeline cycle.
     pipeline_cycle_overhead_s: float = 30e-6
+    #: one op of the weight update on one parameter tensor (the optimizer's accumulate, updater,
+    #: var-update and accumulator-zero ops PopART decomposes each weight's update into, run
+    #: once per update in the accumulate outer fragment, not outlined). Fitted to the
+    #: workshop's two PopVision traces (seed-trace-ga3, -ga8): ~20 ms per ResNet-101 update.
+    update_op_s: float = 13e-6
     #: bandwidth multipliers for the link constants of the target (1.0 = datasheet value).
     link_bandwidth_scale: float = 1.0
     host_bandwidth_scale: float = 1.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...profiles.placement import checkpoint_unit, stage_bounds, unit_of_path
+from ...profiles.refine import refined
 from ...profiles.trace import ModelProfile
 from ...problem import Config
 
@@ -21,6 +22,7 @@ class Stage:
     params: int
     largest_param: int
     unshardable_params: int  # in tensors below PopART's sharding threshold
+    param_tensors: int  # trainable tensors: the weight update's ops run once per tensor
     in_bytes: int  # FP32 bytes that cross into the stage per micro-batch
     saved: int  # FP32 bytes saved for backward per micro-batch
     saved_heavy: int
@@ -66,7 +68,9 @@ def unit_produced_bytes(profile: ModelProfile, i: int) -> int:
 
 def stage_members(profile: ModelProfile, config: Config) -> list[list[int]]:
     """Unit indices per stage: the contiguous ranges the splits make, with tied heads moved
-    to the stage of the unit whose weights they read (`Unit.placed_with`)."""
+    to the stage of the unit whose weights they read (`Unit.placed_with`); units cut where a
+    split lands inside one (profiles/refine.py)."""
+    profile = refined(profile, config.splits, config.checkpoints)
     bounds = stage_bounds(profile, config)
     stage_of = {i: k for k, (lo, hi) in enumerate(bounds) for i in range(lo, hi)}
     members: list[list[int]] = [[] for _ in bounds]
@@ -78,6 +82,8 @@ def stage_members(profile: ModelProfile, config: Config) -> list[list[int]]:
 
 
 def stages(profile: ModelProfile, config: Config) -> list[Stage]:
+    """Per-stage sums over the units, cut first where a split or checkpoint lands inside one."""
+    profile = refined(profile, config.splits, config.checkpoints)
     units = profile.units
     ckpt_units = {_checkpointed(profile, p) for p in config.checkpoints}
     out: list[Stage] = []
@@ -102,6 +108,7 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
             params=sum(u.params for u in members),
             largest_param=max((u.largest_param for u in members), default=0),
             unshardable_params=sum(u.unshardable_params for u in members),
+            param_tensors=sum(u.param_tensors for u in members),
             in_bytes=(profile.input_bytes if lo == 0 else units[lo].in_bytes if lo < len(units) else 0)
             + sum(units[i].in_bytes for i in moved_in),
             saved=sum(u.saved_bytes for u in members),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...batch import samples_per_call
-from ...rules.optimum_target import outer_fragment_params
+from ...rules.optimum_target import is_optimum, outer_fragment_params
 from ...problem import Config, Problem
 from ..targets import Target
 from .constants import EstimatorConstants
@@ -87,6 +87,23 @@ class Timing:
     parts: dict[str, float]
 
 
+#: ops PopART runs per parameter tensor in a weight update, after the last micro-batch's
+#: backward (the accumulate outer fragment): one Accumulate per optimizer state tensor, the
+#: updater and var-update ops, and the gradient accumulator zeroed (popart willow/src/patterns/
+#: adamdecompose.cpp AdamDecompose::apply: accl1, accl2, AdamUpdaterOp, (LAMB: two LambSquareOps),
+#: AdamVarUpdateOp, AccumulatorUpdateOp; sgd1decompose.cpp / sgd2decompose.cpp for SGD).
+UPDATE_OPS_PER_TENSOR = {"sgd_combined": 2, "sgd": 3, "rmsprop": 4, "adam": 5, "adamw": 5, "lamb": 7}
+
+
+def update_ops_seconds(problem: Problem, stages: list[Stage], k: EstimatorConstants) -> float:
+    """The weight update's fixed cost: each IPU runs its tensors' update ops one after another.
+    PopART's default accumulateOuterFragmentSettings.schedule is Serial (popart
+    sessionoptions.hpp, AccumulateOuterFragmentSettings): the IPUs' updates do not overlap,
+    so they add up; under --trainer optimum, IPUTrainer's overlap (outer_fragment_params)."""
+    per_ipu = [s.param_tensors * UPDATE_OPS_PER_TENSOR[problem.optimizer] * k.update_op_s for s in stages]
+    return outer_fragment_params(problem, per_ipu) if is_optimum(problem) else sum(per_ipu)
+
+
 def timing(problem: Problem, config: Config, stages: list[Stage], target: Target,
            k: EstimatorConstants) -> Timing:
     n = forward_stages(stages, config)
@@ -108,12 +125,12 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
     # Weight update: streaming the optimizer state when it is offloaded. The IPUs' outer
     # fragments overlap (optimum_target.outer_fragment_params says which).
     outer_params = outer_fragment_params(problem, [s.params for s in stages])
-    update = 0.0
+    update = update_ops_seconds(problem, stages, k)
     if offloaded(problem, config):  # a state to stream, and Streaming Memory to stream it to
         # Each replica streams its own shard of each stage's state (memory.state_elements_per_replica).
         elements = outer_fragment_params(problem, [state_elements_per_replica(problem, config, s) for s in stages])
         state = elements * state_bytes_per_param(problem, config)
-        update = 2 * state / max(target.streaming_bytes_per_s, 1.0)
+        update += 2 * state / max(target.streaming_bytes_per_s, 1.0)
 
     allreduce = 0.0
     if config.replicas > 1:
