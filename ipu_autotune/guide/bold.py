@@ -18,6 +18,7 @@ from itertools import product
 from ..problem import Config
 from .warmstart import climb
 from .corrected import CorrectedModel, CorrectedScreen, Judgement, layout
+from .gain import expected_improvement
 from .pairs import best_pair
 
 #: the fastest and the leanest single changes a bet's climb pairs (each with each)
@@ -61,6 +62,24 @@ class BetModel(CorrectedModel):
             if key not in fastest or j.throughput > fastest[key][0]:
                 fastest[key] = (j.throughput, c)
         return [c for _, c in fastest.values()]
+
+
+class GainModel(BetModel):
+    """The corrected model judged by the guide's own rule: a candidate is worth its expected
+    improvement on `best` (guide/gain.py), in samples/s, so a climb on it from a layout's
+    fastest candidate walks to the compile that layout most likely pays with: often one at
+    the edge of memory, which a climb at the learnt margin never reaches."""
+
+    def __init__(self, screen, observations, best: float):
+        super().__init__(screen, observations)
+        self.best = best
+
+    def judge(self, config: Config) -> Judgement | None:
+        if config not in self.bets:
+            j = CorrectedModel.judge(self, config)
+            self.bets[config] = None if j is None else replace(
+                j, fits=j.chance >= LONG_SHOT, worth=expected_improvement(self, config, self.best) * (self.best or 1.0))
+        return self.bets[config]
 
 
 def bet_climb(screen: CorrectedScreen, model: BetModel, space, start: Config, rounds: int = 8) -> Config:

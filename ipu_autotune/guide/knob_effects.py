@@ -1,40 +1,42 @@
 """What the estimator gets wrong about each knob, learnt from the compiles: an additive
-Gaussian process over the knobs.
+Gaussian process over the knobs, with a spread of its own for every knob.
 
 A residual (log time measured over predicted, or a busiest tile's excess over the learnt
 memory parts) is modelled as a sum of one smooth term per knob (a slope and a Matérn 5/2
 over the knob's coordinates, guide/features.py; a level per word or switch), a constant, and
 one term over all knobs at once for the interactions the sum cannot express:
 
-    r(x) = c + sum_k f_k(x_k) + g(x),   f_k ~ GP(0, s^2 (m52(|x_k - x'_k| / l) + (x_k - 1/2)(x'_k - 1/2))),
-                                         g ~ GP(0, s_i^2 m52(|x - x'| / l)).
+    r(x) = c + sum_k f_k(x_k) + g(x),   f_k ~ GP(0, s_k^2 (m52(|x_k - x'_k| / l) + (x_k - 1/2)(x'_k - 1/2))),
+                                         g ~ GP(0, s_g^2 m52(|x - x'| / l)).
 
 The slope lets a trend the compiles show along a knob carry past the values they tried.
 
-With the estimator as the prior mean (r = 0), a knob no compile has moved keeps its prior
-spread s: a candidate one knob away from a compiled config is unsure by about s, one five
-knobs away by about s * sqrt(5). A knob the compiles moved is learnt as a function of its
-value: an effect that peaks mid-range is seen as such after a few compiles on either side,
-wherever the other knobs were. The spreads are chosen by the compiles' evidence (the
-marginal likelihood over a small grid), so a residual the compiles show to be small shrinks
-every knob's spread, and a large one widens it. Optuna's GPSampler (optuna/_gp) is the
-model's anchor (Matérn 5/2, evidence-fitted kernel); ours adds the estimator as the mean and
-an additive structure, which learns one knob's effect from compiles that moved others too.
+With the estimator as the prior mean (r = 0), every knob starts with the same prior spread,
+and each s_k is set by the compiles' evidence (the posterior mode of the marginal
+likelihood times a log-normal prior on each s_k, by gradient ascent): a knob whose moves
+changed the residual widens, one whose moves did not narrows, and a knob no compile has
+moved keeps its prior spread, however small the others turn out. So a candidate one
+unexplored knob (or IPU layout) away from the compiles stays unsure by that knob's prior,
+and is worth a compile when it could beat the best. Optuna's GPSampler (optuna/_gp) is the
+model's anchor (Matérn 5/2, a hyperparameter per dimension, MAP-fitted with a prior); ours
+adds the estimator as the mean and an additive structure, which learns one knob's effect
+from compiles that moved others too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import product
 
 import numpy as np
 
-#: the grid the kernel's spreads are chosen on, by evidence; `spreads` x unit of the residual
-SPREADS = (0.25, 0.5, 1.0, 2.0)
-INTERACTION = (0.0, 0.5, 1.0)  # the interaction term's spread, relative to a knob's
 #: a knob's length scale on its coordinates (about [0, 1] each): non-monotone effects allowed
 LENGTH = 0.3
+#: the log-normal prior on each spread: median `unit` (the interaction term's: half of it),
+#: and this standard deviation of its log (a knob may matter ten times more, or less)
+LOG_SPREAD_SD = 1.0
+#: the evidence's ascent: steps and their size in log spread
+STEPS, RATE = 80, 0.1
 _SQRT5 = math.sqrt(5.0)
 
 
@@ -46,9 +48,9 @@ def _m52(r: np.ndarray) -> np.ndarray:
 class KnobEffects:
     """A residual as a function of the knobs: posterior mean and spread at any configuration.
 
-    `groups`: per knob, the columns of its numeric coordinates; `levels`: the level columns;
-    `unit`: the residual's typical size (a knob's prior spread at SPREADS' 1.0); `noise`: a
-    compile's own scatter around the model (run-to-run jitter)."""
+    `groups`: per knob, the columns of its numeric coordinates; `levels`: the level columns
+    (one knob each); `unit`: a knob's prior spread (median); `noise`: a compile's own scatter
+    around the model (run-to-run jitter)."""
 
     def __init__(self, numeric: np.ndarray, levels: np.ndarray, y: Sequence[float],
                  groups: Sequence[Sequence[int]], unit: float, noise: float):
@@ -60,74 +62,77 @@ class KnobEffects:
         self.numeric, self.levels = numeric, levels
         self.y = np.asarray(y, dtype=float)
         self.unit, self.noise = unit, noise
-        self.n_terms = len(self.groups) + levels.shape[1]
-        self.knob, self.interaction = unit, 0.0
-        self._fit()
+        # terms: the constant, one per numeric knob, one per level, the interaction
+        self._prior_log = np.log(np.array([unit] * (1 + len(self.groups) + levels.shape[1]) + [unit / 2]))
+        self.log_spread = self._prior_log.copy()
+        self._chol = self._alpha = None
+        if len(self.y):
+            self._fit()
 
     # --- the kernel ------------------------------------------------------------------------
 
-    def _parts(self, num_a, lvl_a, num_b, lvl_b) -> tuple[np.ndarray, np.ndarray]:
-        """(sum over knobs of each knob's kernel at unit spread, the interaction kernel)."""
+    def _terms(self, num_a, lvl_a, num_b, lvl_b) -> np.ndarray:
+        """Every term's kernel at unit spread, stacked: (terms, rows of a, rows of b)."""
         d2 = ((num_a[:, None, :] - num_b[None, :, :]) ** 2) @ self._mean / LENGTH**2  # per knob
         slopes = ((num_a[:, None, :] - 0.5) * (num_b[None, :, :] - 0.5)) @ self._mean
-        total = (_m52(np.sqrt(d2)) + slopes).sum(-1)
         squared = d2.sum(-1)
+        parts = [np.ones((len(num_a), len(num_b)))[..., None], _m52(np.sqrt(d2)) + slopes]
         if lvl_a.shape[1]:
             same = lvl_a[:, None, :] == lvl_b[None, :, :]
-            total += same.sum(-1)
-            squared += (~same).sum(-1) / LENGTH**2
-        return total, _m52(np.sqrt(squared))
+            parts.append(same.astype(float))
+            squared = squared + (~same).sum(-1) / LENGTH**2
+        parts.append(_m52(np.sqrt(squared))[..., None])
+        return np.moveaxis(np.concatenate(parts, axis=-1), -1, 0)
 
-    def _kernel(self, parts, knob: float, interaction: float) -> np.ndarray:
-        main, inter = parts
-        return knob**2 * (1.0 + main) + interaction**2 * inter  # the 1: the constant term
-
-    def _prior_variance(self, numeric: np.ndarray, knob: float, interaction: float) -> np.ndarray:
-        """k(x, x) at each row: the slopes make it grow away from a knob's middle."""
-        slopes = (((numeric - 0.5) ** 2) @ self._mean).sum(-1)
-        return knob**2 * (1.0 + self.n_terms + slopes) + interaction**2 + np.zeros(len(numeric))
+    def _self_terms(self, numeric: np.ndarray) -> np.ndarray:
+        """k_t(x, x) of every term at each row: 1, but for the slopes' (x - 1/2)^2."""
+        slopes = ((numeric - 0.5) ** 2) @ self._mean
+        rows = len(numeric)
+        return np.concatenate([np.ones((rows, 1)), 1.0 + slopes, np.ones((rows, self.levels.shape[1] + 1))],
+                              axis=1).T
 
     # --- fit and predict -------------------------------------------------------------------
 
     def _fit(self) -> None:
+        """The spreads at the posterior mode: ascend log evidence + log prior in log spread
+        (Adam's normalised steps: a term whose gradient is nil, a knob no compile moved,
+        stays where its prior puts it)."""
+        terms = self._terms(self.numeric, self.levels, self.numeric, self.levels)
         n = len(self.y)
-        self._alpha = self._chol = None
-        if n == 0:
-            return
-        parts = self._parts(self.numeric, self.levels, self.numeric, self.levels)
-        best = None
-        for scale, rel in product(SPREADS, INTERACTION):
-            knob = scale * self.unit
-            k = self._kernel(parts, knob, rel * knob) + (self.noise**2 + 1e-10) * np.eye(n)
-            try:
-                chol = np.linalg.cholesky(k)
-            except np.linalg.LinAlgError:
-                continue
-            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, self.y))
-            evidence = -0.5 * self.y @ alpha - np.log(np.diag(chol)).sum()
-            if best is None or evidence > best[0]:
-                best = (evidence, knob, rel * knob, chol, alpha)
-        if best is not None:
-            _, self.knob, self.interaction, self._chol, self._alpha = best
+        theta, m, v = self.log_spread.copy(), np.zeros_like(self.log_spread), np.zeros_like(self.log_spread)
+        for step in range(1, STEPS + 1):
+            k = np.tensordot(np.exp(2 * theta), terms, axes=1) + (self.noise**2 + 1e-10) * np.eye(n)
+            inv = np.linalg.inv(k)
+            alpha = inv @ self.y
+            # d log evidence / d theta_t = s_t^2 (alpha' K_t alpha - tr(K^-1 K_t))
+            grad = np.exp(2 * theta) * (np.einsum("i,tij,j->t", alpha, terms, alpha) - np.einsum("ij,tji->t", inv, terms))
+            grad -= (theta - self._prior_log) / LOG_SPREAD_SD**2
+            m = 0.9 * m + 0.1 * grad
+            v = 0.999 * v + 0.001 * grad * grad
+            theta = theta + RATE * (m / (1 - 0.9**step)) / (np.sqrt(v / (1 - 0.999**step)) + 1e-8)
+        self.log_spread = theta
+        k = np.tensordot(np.exp(2 * theta), terms, axes=1) + (self.noise**2 + 1e-10) * np.eye(n)
+        self._chol = np.linalg.cholesky(k)
+        self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, self.y))
+
+    def _variance(self, numeric: np.ndarray) -> np.ndarray:
+        return np.exp(2 * self.log_spread) @ self._self_terms(numeric)
 
     def predict(self, numeric: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of the residual at each row."""
-        prior = self._prior_variance(numeric, self.knob, self.interaction)
+        prior = self._variance(numeric)
         if self._alpha is None:
             return np.zeros(len(numeric)), np.sqrt(prior)
-        k = self._kernel(self._parts(numeric, levels, self.numeric, self.levels), self.knob, self.interaction)
+        k = np.tensordot(np.exp(2 * self.log_spread), self._terms(numeric, levels, self.numeric, self.levels), axes=1)
         mean = k @ self._alpha
         v = np.linalg.solve(self._chol, k.T)
-        var = np.maximum(prior - (v * v).sum(0), 1e-12)
-        return mean, np.sqrt(var)
+        return mean, np.sqrt(np.maximum(prior - (v * v).sum(0), 1e-12))
 
     def correlation(self, num_a, lvl_a, num_b, lvl_b) -> np.ndarray:
         """Prior correlation of the residuals at each row of a with each row of b: how much of
         one's outcome is the other's."""
-        k = self._kernel(self._parts(num_a, lvl_a, num_b, lvl_b), self.knob, self.interaction)
-        va = self._prior_variance(num_a, self.knob, self.interaction)
-        vb = self._prior_variance(num_b, self.knob, self.interaction)
-        return k / np.sqrt(va[:, None] * vb[None, :])
+        k = np.tensordot(np.exp(2 * self.log_spread), self._terms(num_a, lvl_a, num_b, lvl_b), axes=1)
+        return k / np.sqrt(self._variance(num_a)[:, None] * self._variance(num_b)[None, :])
 
 
 class Residuals:

@@ -31,7 +31,7 @@ from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
 from .gain import expected_improvement
-from .bold import BetModel, bet_climb
+from .bold import BetModel, GainModel, bet_climb
 from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
 from .blind import BlindRound
 from .pairs import best_pair, merged
@@ -161,9 +161,9 @@ class Guide:
         if first_round:
             first = self._first_round(seen, measured, asked, tried)
             return None if first is None else Proposal.guided(first, Reason.FIRST_ROUND, None)
-        self._gather_edges(seen)
         best = max((m.throughput for _, m in measured if m.feasible and m.failure is None and m.throughput),
                    default=0.0)
+        self._gather_edges(seen, best)
         least = confidence if not seen else 0.0  # no compile yet: the prior alone must make it likely
         done = {c for c, _ in measured}
         pending = [c for c in asked if c not in done]  # compiling elsewhere, or enqueued
@@ -215,18 +215,19 @@ class Guide:
         tag = model.hedge if confidence == FIT_CONFIDENCE else (model.hedge, confidence)
         self._climb_layouts(model, corrected, tag)
 
-    def _gather_edges(self, seen: list) -> None:
+    def _gather_edges(self, seen: list, best: float) -> None:
         """Candidates a climb at the learnt margin never reaches: every layout climbed at the
-        edge of memory (EDGE_CONFIDENCE), and towards the best bets (guide/bold.py: climbs on
-        chance to fit x throughput from each layout's fastest candidate were it to fit)."""
+        edge of memory (EDGE_CONFIDENCE), and from each layout's fastest candidate were it to
+        fit (guide/bold.py) on expected throughput and on the rule itself, expected gain."""
         edge = CorrectedModel(self.screen, seen, 0.0, confidence=EDGE_CONFIDENCE)
         self._climb_layouts(edge, CorrectedScreen(edge, self.neighbours), "edge")
-        bets = BetModel(self.screen, seen)
-        tag = "bet"  # each start once: the climbs are the costly part of a proposal
-        for start in bets.starts(self.pool):
-            if (start, tag) not in self.climbed:
-                self.climbed.add((start, tag))
-                self.pool.add(bet_climb(CorrectedScreen(bets, self.neighbours), bets, self.space, start))
+        for model in (BetModel(self.screen, seen), GainModel(self.screen, seen, best)):
+            # again as compiles teach the model: a start's best bet moves
+            tag = (type(model).__name__, len(seen))
+            for start in model.starts(self.pool):
+                if (start, tag) not in self.climbed:
+                    self.climbed.add((start, tag))
+                    self.pool.add(bet_climb(CorrectedScreen(model, self.neighbours), model, self.space, start))
 
     def _first_round(self, seen: list, measured: Sequence, asked: set[Config], tried: Closed) -> Config | None:
         """Before any compile has returned: the candidate that adds most to the round's expected
