@@ -195,11 +195,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_not_a_misspelt_command(word: str) -> None:
+    """'ipu-autotune shwo' reads as tuning a model named shwo: when the word is close to a
+    subcommand and names no model (torchvision's, module:factory, hf:, a path), say which
+    command was meant instead of asking for the batch size."""
+    import difflib
+    import os
+
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.7)
+    if not close or ":" in word or os.sep in word or os.path.exists(word):
+        return
+    from .models.zoo import torchvision_models
+
+    if word not in torchvision_models():
+        raise UsageError(f"unknown command '{word}'; did you mean '{close[0]}'? "
+                         f"(commands: {', '.join(SUBCOMMANDS)}; a model name starts a tune)")
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+    implicit_tune = bool(argv) and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS
+    if implicit_tune:
         argv.insert(0, "tune")
     debug = "--debug" in argv
     err = Console(stderr=True, highlight=False)
@@ -208,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own output says what happens
     try:
+        if implicit_tune:
+            _check_not_a_misspelt_command(argv[1])
         parser = build_parser()
         args = parser.parse_args(argv)
         args.argv = argv  # --jobs starts workers with the same options

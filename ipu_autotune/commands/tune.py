@@ -28,7 +28,8 @@ from ..rules.cross_field import validate
 from ..search.space import SearchSpace
 from ..study.storage import check_url, mask_url, open_storage
 from ..present.tune_summary import print_header, print_summary, result_line
-from .common import console_for, make_backend, numerics_notes, print_unreadable, trace, with_host_data
+from .common import (console_for, make_backend, numerics_advice, numerics_notes, print_unreadable, trace,
+                     with_host_data)
 
 NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
 
@@ -52,6 +53,33 @@ def run(args) -> int:
 
 
 def tune_study(args) -> TuneOutcome:
+    """The run; a Ctrl-C at any point, even while the model is traced in the first seconds,
+    ends with the command that goes on (or starts again) from where it stopped."""
+    opened: dict = {}  # the study, once it is open: the interrupt line counts its trials
+    try:
+        return _tune_study(args, opened)
+    except KeyboardInterrupt:
+        if not args.worker:
+            _say_resume(args, opened.get("study"), opened.get("problem"))
+        raise
+
+
+def _say_resume(args, study, problem: Problem | None) -> None:
+    try:
+        problem = problem or problem_from_args(args)
+    except UsageError:  # interrupted before the command line was read whole: nothing to go on from
+        return
+    name = args.study or problem.slug
+    if study is None:
+        said = f"Interrupted before any trial ran (study {name} not started). Run again with:\n  "
+    else:
+        done = sum(1 for t in study.get_trials(deepcopy=False, states=(st.TrialState.COMPLETE,)))
+        said = f"Interrupted: {done} completed trial(s) in study {name}. Resume with:\n  "
+    Console(stderr=True, highlight=False).print(said + _resume(args, problem, args.storage, name),
+                                                soft_wrap=True, markup=False)
+
+
+def _tune_study(args, opened: dict) -> TuneOutcome:
     from ..guide.warmstart import naive_baseline, proposals
 
     console = console_for(args)
@@ -81,7 +109,7 @@ def tune_study(args) -> TuneOutcome:
         problem = _resumable(args, existing, problem, study_name)
     backend = make_backend(args, problem, console, out_dir / "trials")
     seed = 0 if args.seed is None else args.seed  # the same advice on every run of the same command
-    advice = None if args.no_numerics else _numerics_advice(problem, space, existing, console, seed)
+    advice = None if args.no_numerics else numerics_advice(problem, space, existing, console, seed)
     prepare = None
     if advice is not None:
         space = space.without(*NUMERIC_KNOBS)
@@ -114,6 +142,7 @@ def tune_study(args) -> TuneOutcome:
         st.enqueue(study, space, problem, profile, items)
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
+    opened.update(study=study, problem=problem)
     if advice is not None and st.ATTR_NUMERICS not in study.user_attrs:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
     # the runner: trials until the budget, a stop or a signal
@@ -208,13 +237,7 @@ def _run_trials(args, console, study, runner, view, backend, problem, storage_ur
         else:
             with runner.stop_on_signals(on_stop), view:
                 ran = runner.run(args.trials, args.timeout)
-    except KeyboardInterrupt:  # the second Ctrl-C: the storage is consistent, say how to go on
-        done = sum(1 for t in study.get_trials(deepcopy=False, states=(st.TrialState.COMPLETE,)))
-        Console(stderr=True, highlight=False).print(
-            f"Interrupted: {done} completed trial(s) in study {study_name}. Resume with:\n  "
-            + _resume(args, problem, storage_url, study_name), soft_wrap=True, markup=False)
-        raise
-    finally:
+    finally:  # a second Ctrl-C leaves the storage consistent; tune_study says how to go on
         backend.close()
     return ran
 
@@ -346,30 +369,6 @@ def _compile_counts(backend) -> dict | None:
     if not hasattr(backend, "compiles_saved"):
         return None
     return {"run": backend.compiles_run, "saved": backend.compiles_saved}
-
-
-def _numerics_advice(problem: Problem, space: SearchSpace, existing, console, seed: int = 0):
-    """The study's numerics advice: stored with it, or measured now (a few seconds on the CPU)."""
-    from .. import numerics
-    from ..study.records import ATTR_NUMERICS
-
-    stored = existing.user_attrs.get(ATTR_NUMERICS) if existing is not None else None
-    if stored:
-        return numerics.NumericsAdvice.from_dict(stored)
-    precision = space.knobs["precision"]
-    if all(v == "32.32" for v in getattr(precision, "values", ())):
-        return None  # nothing runs in FP16: nothing to advise
-    if problem.inputs or problem.token_inputs:
-        return None  # the CPU statistics run feeds one float batch: these knobs are searched instead
-    with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
-                        "and partials…"):
-        try:
-            return numerics.advise(problem, seed=seed)
-        except UsageError:
-            raise
-        except Exception as exc:  # advice is an aid: without it the study still searches these knobs
-            console.print(f"[yellow]numerics advice skipped: {type(exc).__name__}: {exc}[/]")
-            return None
 
 
 def _advised(advice, space: SearchSpace):

@@ -72,7 +72,9 @@ def print_summary(console, problem, base, best, closest, files, resume, estimate
         console.print(f"Compiles this run: {compiles['run']}; screened out by the estimator, not compiled: "
                       f"{compiles['saved']}", highlight=False)
     for label, path in files.items():
-        console.print(f"{label:>8}: {path}", highlight=False)
+        # soft_wrap: a long path is one line the terminal wraps, so it copies whole (rich would
+        # fold it at the console's width, mid-word)
+        console.print(f"{label:>8}: {path}", highlight=False, soft_wrap=True)
     console.print(f"  resume: {resume}", highlight=False, soft_wrap=True)
 
 
