@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from .version import __version__
-from .args import (DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE, DEFAULT_TRIALS, add_data_arg,
-                   add_problem_args, positive)
+from .args import (DEFAULT_FIT_CONFIDENCE, DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE,
+                   DEFAULT_TRIALS, add_data_arg, add_problem_args, positive)
 from .present.display import terminal_text
 from .errors import UsageError
 
@@ -37,6 +37,23 @@ def _fraction(text: str) -> float:
     if not 0 <= value <= 0.5:
         raise argparse.ArgumentTypeError(f"must be in [0, 0.5], got {value}")
     return value
+
+
+def _confidence(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a chance in [0, 1], e.g. 0.9, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a chance in [0, 1], e.g. 0.9, got {value}")
+    return value
+
+
+def add_fit_confidence(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fit-confidence", type=_confidence, default=DEFAULT_FIT_CONFIDENCE, metavar="P",
+                   help="estimate backend: a configuration counts as fitting only when its chance to fit, by "
+                        f"the estimate's calibrated error bar, is at least P (default {DEFAULT_FIT_CONFIDENCE}; "
+                        "docs/estimator.md)")
 
 
 def _micro_batch_knob(text: str):
@@ -111,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
                       help="estimates count as fitting only with this fraction of tile memory free "
                            f"(default {DEFAULT_HEADROOM}; compiles are exact and ignore it)")
+    add_fit_confidence(tune)
     tune.add_argument("--no-numerics", action="store_true",
                       help="search loss scaling, stochastic rounding and partials instead of setting them "
                            "from the model's gradient statistics")
@@ -138,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--backend", choices=("auto", "estimate", "poptorch"), default="estimate")
     est.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
                      help=f"tile memory to keep free for estimation error (default {DEFAULT_HEADROOM})")
+    add_fit_confidence(est)
     est.add_argument("--json", action="store_true", help="print exactly one Measurement as JSON")
     _add_common(est)
 

@@ -51,7 +51,7 @@ def make_backend(args, problem: Problem, console: Console, work_dir: Path | None
         if args.backend == "auto" and not getattr(args, "quiet", False) and not getattr(args, "worker", False):
             Console(stderr=True).print("[dim]PopTorch not found: using the estimate backend; "
                                        "every figure is estimated.[/]")
-        return EstimateBackend(headroom=args.headroom)
+        return EstimateBackend(headroom=args.headroom, fit_confidence=args.fit_confidence)
     from ..backends.poptorch import PopTorchBackend
     from ..backends.screen import ScreenedBackend
 

@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..study import parallel
-from ..present import ui
+from ..present import intervals, ui
 from ..study import records as st
 from ..args import DEFAULT_OUT, problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
+from ..backends.estimate.error_bars import kept_free
 from ..present.display import terminal_text
 from ..errors import UsageError
 from ..models.objects import is_object
@@ -123,16 +124,19 @@ def _tune_study(args, opened: dict) -> TuneOutcome:
     if calibrated is not None and hasattr(backend, "veto"):  # ScreenedBackend: the prior screens too
         backend.veto = calibration.prior_veto(guide, baseline)
 
+    # the warm starts climb to the most of a tile a trial may use and still count as fitting
+    headroom = kept_free(problem.model, args.headroom, args.fit_confidence) if backend.name == "estimate" \
+        else args.headroom
     warm = None
     if guide is not None:  # compiles: the guide ranks the later warm starts with what it learns,
         # in every process (a --jobs worker and a resumed study too, not only the one that creates it)
-        warm = proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
+        warm = proposals(problem, profile, space, baseline, headroom=headroom, prepare=prepare)
         guide.pool.update(p.config for p in warm)
 
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
         study.set_user_attr(calibration.ATTR_UID, calibration.new_uid())
-        items = warm or proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
+        items = warm or proposals(problem, profile, space, baseline, headroom=headroom, prepare=prepare)
         if guide is not None:
             from ..guide.proposals import COMPILED_WARM_STARTS
 
@@ -162,7 +166,7 @@ def _tune_study(args, opened: dict) -> TuneOutcome:
         return TuneOutcome(130 if runner.stop_requested and len(ran) < args.trials else 0)
     # the report
     return _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-                   study_name, out_dir, calibrated)
+                   study_name, out_dir, headroom, calibrated)
 
 
 def _warn(line: str) -> None:
@@ -243,7 +247,7 @@ def _run_trials(args, console, study, runner, view, backend, problem, storage_ur
 
 
 def _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-            study_name, out_dir, calibrated=None) -> TuneOutcome:
+            study_name, out_dir, headroom: float, calibrated=None) -> TuneOutcome:
     """The files, then the summary (or JSON, or one line), then the exit code."""
     from ..host import pipeline as host_pipeline
     from ..present import host_report as host_report
@@ -272,7 +276,11 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
-    helps = _nothing_fits_help(problem, profile, args.headroom, best, closest)
+    helps = _nothing_fits_help(problem, profile, headroom, best, closest)
+    alternative = st.uncertain_alternative(records, best) if estimated else None
+    alternative_line = "" if alternative is None else (
+        intervals.alternative_line(best.measurement, alternative.number, alternative.measurement)
+        + f"; its configuration: ipu-autotune show --study {study_name} --trial {alternative.number}")
     if args.json:
         print(json.dumps({
             "study": study_name, "storage": mask_url(storage_url), "backend": backend.name,
@@ -280,6 +288,7 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
             "interrupted": runner.stop_requested,
             "baseline": record_json(base), "best": record_json(best),
             "closest": record_json(closest),
+            "alternative": record_json(alternative),
             "closest_lacks": lacks(closest.measurement) if closest else None,
             "changes_that_help": [c.to_dict() for c in helps],
             "files": {k: str(v) for k, v in files.items()}, "resume": resume,
@@ -294,7 +303,8 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
         console.print(result_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         print_summary(console, problem, base, best, closest, files, resume, estimated,
-                      len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps)
+                      len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps,
+                      alternative_line)
         if guide is not None and guide.stop_note:
             console.print(f"Stopping rule: {guide.stop_note}.", highlight=False)
     interrupted = runner.stop_requested and len(ran) < args.trials
@@ -324,7 +334,7 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
     """The command that goes on with this study as this run did (the storage password masked)."""
     import shlex
 
-    from ..args import DEFAULT_HEADROOM
+    from ..args import DEFAULT_FIT_CONFIDENCE, DEFAULT_HEADROOM
 
     extra: list[str] = []
     if trials is not None:
@@ -338,6 +348,8 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
         extra += ["--backend", args.backend]
     if args.headroom != DEFAULT_HEADROOM:
         extra += ["--headroom", str(args.headroom)]
+    if args.fit_confidence != DEFAULT_FIT_CONFIDENCE:
+        extra += ["--fit-confidence", str(args.fit_confidence)]
     if args.no_numerics:
         extra.append("--no-numerics")
     if args.no_screen:

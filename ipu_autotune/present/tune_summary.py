@@ -53,12 +53,14 @@ def resume_point(study) -> str:
 
 
 def print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
-                  advice=None, compiles=None, reference=None, helps=()) -> None:
+                  advice=None, compiles=None, reference=None, helps=(), alternative: str = "") -> None:
     console.print()
     if best is None:
         _print_nothing_fits(console, base, closest, helps)
     else:
         _print_best(console, problem, base, best, estimated, reference)
+    if alternative:
+        console.print(ui.indented(alternative), highlight=False)
     if advice is not None:
         from ..numerics import summary_lines
 
