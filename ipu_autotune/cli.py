@@ -1,4 +1,4 @@
-"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies, calibration.
+"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, plan, export, show, studies, calibration.
 
 Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
 no trial fits (the closest one and what would help are printed), 4 `estimate` answered
@@ -21,7 +21,7 @@ from .args import (DEFAULT_FIT_CONFIDENCE, DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, 
 from .present.display import terminal_text
 from .errors import UsageError
 
-SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report", "calibration")
+SUBCOMMANDS = ("tune", "estimate", "plan", "export", "show", "studies", "numerics", "report", "calibration")
 
 
 # --- argument parsing ------------------------------------------------------------------------
@@ -160,6 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--json", action="store_true", help="print exactly one Measurement as JSON")
     _add_common(est)
 
+    pln = sub.add_parser("plan", help="how many IPUs the model needs, and how fast it is on each (estimated)",
+                         description="An estimate-only search at 1, 2, 4, 8, 16, 32 and 64 IPUs (the micro-batch "
+                                     "halved from --batch-size down to 1 until something fits), in seconds: the "
+                                     "smallest size that fits, the best configuration and throughput at each, and "
+                                     "where nothing fits, why. --ipus is not used.")
+    add_problem_args(pln)
+    add_fit_confidence(pln)
+    pln.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
+                     help=f"tile memory to keep free for estimation error (default {DEFAULT_HEADROOM})")
+    pln.add_argument("-o", "--output", metavar="FILE", help="also write the plan as HTML, with its plot")
+    pln.add_argument("--json", action="store_true")
+    _add_common(pln)
+
     exp = sub.add_parser("export", help="write a trial's configuration as code, TOML or JSON")
     exp.add_argument("--storage", default=DEFAULT_STORAGE)
     exp.add_argument("--study", required=True)
@@ -253,9 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        from .commands import calibration, estimate, export, numerics, report, show, studies, tune
+        from .commands import calibration, estimate, export, numerics, plan, report, show, studies, tune
 
-        run = {"tune": tune, "estimate": estimate, "export": export, "show": show, "studies": studies,
+        run = {"tune": tune, "estimate": estimate, "plan": plan, "export": export, "show": show, "studies": studies,
                "numerics": numerics, "report": report, "calibration": calibration}[args.command].run
         return run(args)
     except UsageError as exc:

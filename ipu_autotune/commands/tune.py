@@ -276,7 +276,7 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
-    helps = _nothing_fits_help(problem, profile, headroom, best, closest)
+    helps = _nothing_fits_help(problem, args, best, closest)
     alternative = st.uncertain_alternative(records, best) if estimated else None
     alternative_line = "" if alternative is None else (
         intervals.alternative_line(best.measurement, alternative.number, alternative.measurement)
@@ -312,13 +312,14 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
     return TuneOutcome(code, study, problem, study_name, backend.name, interrupted, files, resume)
 
 
-def _nothing_fits_help(problem: Problem, profile, headroom: float, best, closest) -> list:
-    """When nothing fits: the changes to the command line that would help the closest trial most."""
+def _nothing_fits_help(problem: Problem, args, best, closest) -> list:
+    """When nothing fits: the changes to the command line that would help the closest trial most
+    (estimated, under the same error bar as an estimated trial)."""
     if best is not None or closest is None:
         return []
     from ..guide.nofit import best_changes
 
-    return best_changes(problem, closest.config, profile, headroom)
+    return best_changes(problem, closest.config, args.headroom, closest.measurement, args.fit_confidence)
 
 
 def _stored_host_costs(study, problem: Problem) -> Problem:

@@ -89,8 +89,9 @@ def _print_nothing_fits(console, base, closest, helps) -> None:
         console.print(ui.measurement_table(closest.measurement, "where the memory goes"))
     if helps:
         console.print("[bold]What would help most[/] (run again with):")
-        for change in helps:
-            console.print(ui.indented(f"{change.flag}: {change.result}"), highlight=False)
+        for change in helps:  # a change without a flag is a statement ("no IPU count fits")
+            console.print(ui.indented(f"{change.flag}: {change.result}" if change.flag else change.result),
+                          highlight=False)
 
 
 def _print_best(console, problem, base, best, estimated, reference) -> None:
