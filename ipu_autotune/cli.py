@@ -29,24 +29,21 @@ SUBCOMMANDS = ("tune", "estimate", "plan", "export", "show", "studies", "numeric
 _positive_int = positive(int)
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 0.5], got {text!r}") from None
-    if not 0 <= value <= 0.5:
-        raise argparse.ArgumentTypeError(f"must be in [0, 0.5], got {value}")
-    return value
+def _number_in(low: float, high: float, what: str):
+    """An argparse type: a number in [low, high], refused in one line naming the range."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} in [{low:g}, {high:g}], got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {what} in [{low:g}, {high:g}], got {value}")
+        return value
+    return parse
 
 
-def _confidence(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a chance in [0, 1], e.g. 0.9, got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a chance in [0, 1], e.g. 0.9, got {value}")
-    return value
+_fraction = _number_in(0, 0.5, "a number")
+_confidence = _number_in(0, 1, "a chance")
 
 
 def add_fit_confidence(p: argparse.ArgumentParser) -> None:

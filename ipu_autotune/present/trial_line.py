@@ -92,6 +92,8 @@ def short_verdict(m: Measurement) -> str:
     if worst is None:
         return "OOM"
     ipu, over = worst
+    if over == 0 and m.fit_chance is not None and m.fit_confidence is not None and m.fit_chance < m.fit_confidence:
+        return f"fit chance {m.fit_chance:.0%}"  # inside a tile, under the error bar's confidence
     if over == 0:
         return "in headroom"
     return f"OOM +{format_bytes(over)} IPU{ipu}"
