@@ -113,7 +113,7 @@ def test_poptorch_not_found_is_said_by_the_command_not_its_workers(capsys, monke
     from ipu_autotune.commands import common
 
     monkeypatch.setattr(common, "resolve_backend_name", lambda name: "estimate")
-    args = dict(backend="auto", headroom=0.05, quiet=False)
+    args = dict(backend="auto", headroom=0.05, fit_confidence=0.9, quiet=False)
     common.make_backend(argparse.Namespace(**args, worker=False), None, None)
     assert "PopTorch not found" in capsys.readouterr().err
     common.make_backend(argparse.Namespace(**args, worker=True), None, None)

@@ -161,12 +161,12 @@ def _tune_study(args, opened: dict) -> TuneOutcome:
         if calibrated is not None and calibrated.note:
             console.print(f"[dim]{escape(terminal_text(calibrated.note))}[/]", highlight=False)
         print_unreadable(console, unreadable)
-    ran = _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs)
+    ran = _run_trials(args, console, study, runner, view, backend, jobs)
     if args.worker:  # the process that started it reports
         return TuneOutcome(130 if runner.stop_requested and len(ran) < args.trials else 0)
     # the report
-    return _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-                   study_name, out_dir, headroom, calibrated)
+    return _report(args, console, study, runner, ran, backend, problem, guide, advice, storage_url, study_name,
+                   out_dir, calibrated)
 
 
 def _warn(line: str) -> None:
@@ -220,7 +220,7 @@ def _resumable(args, existing, problem: Problem, study_name: str) -> Problem:
     return problem
 
 
-def _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs) -> list:
+def _run_trials(args, console, study, runner, view, backend, jobs) -> list:
     """The trials of this run: in this process, or in --jobs worker processes watched from here."""
     def on_stop(signum) -> None:
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
@@ -246,8 +246,8 @@ def _run_trials(args, console, study, runner, view, backend, problem, storage_ur
     return ran
 
 
-def _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-            study_name, out_dir, headroom: float, calibrated=None) -> TuneOutcome:
+def _report(args, console, study, runner, ran, backend, problem, guide, advice, storage_url, study_name,
+            out_dir, calibrated=None) -> TuneOutcome:
     """The files, then the summary (or JSON, or one line), then the exit code."""
     from ..host import pipeline as host_pipeline
     from ..present import host_report as host_report
