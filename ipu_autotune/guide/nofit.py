@@ -120,6 +120,9 @@ def best_changes(problem: Problem, config: Config, headroom: float, closest: Mea
 
 #: the IPU counts a plan tries: IPU-POD4 to IPU-POD64 and one or two IPUs of a machine
 SIZES = (1, 2, 4, 8, 16, 32, 64)
+#: the share of a tile one tensor's weights take, spread over the IPU's tiles, from which
+#: `why_nothing_fits` names that tensor as what no split can shrink
+TENSOR_SHARE = 0.25
 #: steps of each climb: a study's warm starts take up to 24; a plan's answer per size is the
 #: climb's first steps (precision, recompute, the batching knobs), which carry most of the gain
 CLIMB_ROUNDS = 8
@@ -210,6 +213,7 @@ def why_nothing_fits(problem: Problem, plans: list[SizePlan]) -> str:
     places whole units, so no split shrinks that tensor."""
     from ..backends.targets import get_target
     from ..profiles.trace import profile_for
+    from ..search.space import SearchSpace
 
     last = max(plans, key=lambda p: p.ipus)
     m = last.measurement
@@ -227,12 +231,20 @@ def why_nothing_fits(problem: Problem, plans: list[SizePlan]) -> str:
             f"largest part {top}, {format_bytes(m.breakdown[ipu][top])} on the IPU); IPU{ipu} holds {held}")
     heaviest = max(units, key=lambda u: u.largest_param)
     tiles = get_target(problem.target).tiles
-    weight = 2 if last.config.half_weights else 4
-    tensor = heaviest.largest_param * weight
+    tensor = heaviest.largest_param * (2 if last.config.half_weights else 4)
+    share = tensor / tiles / m.tile_capacity_bytes
+    if len(units) > 1 and share < TENSOR_SHARE:
+        # Several units, none large: a longer pipeline than the space's would split them.
+        longest = max(n for n, _ in SearchSpace.load(problem).ipu_layouts(
+            dataclasses.replace(problem, ipus=max(SIZES)), profile))
+        grows = ", which grow with the sequence and the micro-batch" if top in ("activations", "stash", "temporary") \
+            else ""
+        return (f"{said} ({len(units)} units): the space's longest pipeline is {longest} IPUs per replica, so "
+                f"they are not split further; most of the IPU's memory is {top}{grows}")
     return (f"{said}, whose largest tensor ({heaviest.path}, {heaviest.largest_param:,} elements, "
             f"{format_bytes(tensor)} of weights) is {_kb(tensor / tiles)} on each of the IPU's {tiles:,} "
-            f"tiles, {tensor / tiles / m.tile_capacity_bytes:.0%} of a tile before its optimizer state, "
-            "gradients and activations; a pipeline places whole tensors, so no split shrinks it")
+            f"tiles, {share:.0%} of a tile before its optimizer state, gradients and activations; a pipeline "
+            "places whole tensors, so no split shrinks it")
 
 
 def _kb(n: float) -> str:
