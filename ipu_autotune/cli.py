@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pln = sub.add_parser("plan", help="how many IPUs the model needs, and how fast it is on each (estimated)",
                          description="An estimate-only search at 1, 2, 4, 8, 16, 32 and 64 IPUs (the micro-batch "
-                                     "halved from --batch-size down to 1 until something fits), in seconds: the "
+                                     "halved from --batch-size down to 1 until something fits), no study and no compile: the "
                                      "smallest size that fits, the best configuration and throughput at each, and "
                                      "where nothing fits, why. --ipus is not used.")
     add_problem_args(pln)

@@ -1,7 +1,7 @@
 """`ipu-autotune plan MODEL`: how many IPUs the model needs, and how fast it is on each size.
 
 An estimate-only search at each IPU count (guide/nofit.plan: the warm starts' climbs, the
-micro-batch halved until something fits), in seconds, without a study. Where nothing fits at
+micro-batch halved until something fits), without a study or a compile. Where nothing fits at
 any size it says why and what outside the search space would.
 """
 
@@ -12,7 +12,7 @@ import json
 from rich.console import Console
 
 from ..args import problem_from_args
-from ..guide.nofit import SIZES, levers, plan, smallest_fit, why_nothing_fits
+from ..guide.nofit import SIZES, layout_text, levers, plan, smallest_fit, why_nothing_fits
 from ..present import plan_view, ui
 from ..present.display import terminal_text
 from .common import console_for, trace
@@ -43,7 +43,7 @@ def run(args) -> int:
     for line in plan_view.notes(plans, problem.batch_size):
         console.print(ui.indented(line, 0), highlight=False, style="dim")
     if fit is not None:
-        console.print(terminal_text(f"smallest size that fits: {fit.ipus} IPU(s), {plan_view.layout(fit.config)}, "
+        console.print(terminal_text(f"smallest size that fits: {fit.ipus} IPU(s), {layout_text(fit.config)}, "
                                     f"{fit.measurement.throughput:,.0f} samples/s (estimated)"), highlight=False)
         console.print(terminal_text(f"tune it: ipu-autotune {problem.model} --batch-size {fit.micro_batch} "
                                     f"--ipus {fit.ipus}"), highlight=False, soft_wrap=True)

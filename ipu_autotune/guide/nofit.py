@@ -4,7 +4,7 @@ problem changes that help.
 `plan` answers "how many IPUs does this model need, and how fast is it on each?": at each
 size (1 to 64 IPUs, the micro-batch halved down to 1 until something fits) the estimator's
 warm-start search (guide/warmstart.proposals: its climbs per IPU layout) finds the fastest
-configuration that fits under the error bar, in seconds, without a study. Where nothing fits
+configuration that fits under the error bar, without a study or a compile. Where nothing fits
 at any size, `why_nothing_fits` names the stage no split can shrink (one unit, on one IPU)
 and `levers` re-estimates it with what lies outside the space (a larger serialisation factor,
 a shorter sequence). The exit-3 advice of `tune` (`best_changes`) quotes the plan and keeps
@@ -90,15 +90,18 @@ def more_ipus(problem: Problem, headroom: float, fit_confidence: float | None) -
         m = fit.measurement
         batch = f", micro-batch {fit.micro_batch}" if fit.micro_batch != problem.batch_size else ""
         return [Change(f"--ipus {fit.ipus}" + (f" --batch-size {fit.micro_batch}" if batch else ""),
-                       f"the smallest size that fits: {_layout(fit.config)}{batch}, {m.throughput:,.0f} samples/s "
+                       f"the smallest size that fits: {layout_text(fit.config)}{batch}, {m.throughput:,.0f} samples/s "
                        f"(estimated; ipu-autotune plan shows every size)", True, _fraction(m))]
     closest = min(plans, key=lambda p: p.measurement.violation)
     said = "; ".join([why_nothing_fits(problem, plans), *levers(problem, closest, headroom, fit_confidence)])
     return [Change("", f"no IPU count up to {max(SIZES)} fits (estimated): {said}", False, _fraction(closest.measurement))]
 
 
-def _layout(config: Config) -> str:
-    return f"{config.ipus_per_replica} IPU(s) x {config.replicas} replica(s), {config.precision}"
+def layout_text(config: Config) -> str:
+    """'2x4 pipe 16.16': IPUs per replica x replicas, how a replica's IPUs run, the precision."""
+    how = "" if config.ipus_per_replica == 1 else {"pipelined": " pipe", "sharded": " shard"}.get(
+        config.execution, f" {config.execution}")
+    return f"{config.ipus_per_replica}x{config.replicas}{how} {config.precision}"
 
 
 def best_changes(problem: Problem, config: Config, headroom: float, closest: Measurement | None = None,
@@ -186,7 +189,7 @@ def plan_size(problem: Problem, ipus: int, headroom: float, fit_confidence: floa
 def _climbed(problem: Problem, profile, space, headroom: float) -> list[Config]:
     """The warm starts' climbs (guide/warmstart.climb) from the newcomer's baseline and from it
     moved to every other IPU layout, without the safer second climbs a study's warm starts
-    add: one climb per layout is what a plan needs, in a second or two."""
+    add: one climb per layout is what a plan needs."""
     from .warmstart import Screen, climb, naive_baseline
 
     screen = Screen(problem, profile, headroom=headroom, space=space)
@@ -240,7 +243,7 @@ def why_nothing_fits(problem: Problem, plans: list[SizePlan]) -> str:
         grows = ", which grow with the sequence and the micro-batch" if top in ("activations", "stash", "temporary") \
             else ""
         return (f"{said} ({len(units)} units): the space's longest pipeline is {longest} IPUs per replica, so "
-                f"they are not split further; most of the IPU's memory is {top}{grows}")
+                f"they are not split further; the largest part of the IPU's memory is {top}{grows}")
     return (f"{said}, whose largest tensor ({heaviest.path}, {heaviest.largest_param:,} elements, "
             f"{format_bytes(tensor)} of weights) is {_kb(tensor / tiles)} on each of the IPU's {tiles:,} "
             f"tiles, {share:.0%} of a tile before its optimizer state, gradients and activations; a pipeline "

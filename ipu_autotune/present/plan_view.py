@@ -5,15 +5,9 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
+from ..guide.nofit import layout_text
 from . import intervals
 from .display import terminal_cell
-
-
-def layout(config) -> str:
-    """'2x4 pipe 16.16': IPUs per replica x replicas, how a replica's IPUs run, the precision."""
-    how = "" if config.ipus_per_replica == 1 else {"pipelined": " pipe", "sharded": " shard"}.get(
-        config.execution, f" {config.execution}")
-    return f"{config.ipus_per_replica}x{config.replicas}{how} {config.precision}"
 
 
 def busiest_tile(m) -> str:
@@ -39,7 +33,7 @@ def plan_table(model: str, plans, asked_batch: int) -> Table:
         batch = str(p.micro_batch) + ("" if p.micro_batch == asked_batch else "*")
         speed = terminal_cell(f"{m.throughput:,.0f}", "green") if p.fits and m.throughput else \
             terminal_cell("no fit", "red")
-        table.add_row(str(p.ipus), batch, layout(p.config), speed,
+        table.add_row(str(p.ipus), batch, layout_text(p.config), speed,
                       terminal_cell(m.bottleneck or "-") if p.fits else "", busiest_tile(m),
                       f"{m.fit_chance:.0%}" if m.fit_chance is not None else "-")
     return table

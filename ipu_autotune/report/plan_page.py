@@ -9,7 +9,8 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from ..present.display import html_text
-from ..present.plan_view import busiest_tile, layout
+from ..guide.nofit import layout_text
+from ..present.plan_view import busiest_tile
 from ..problem import Problem
 from ..version import __version__
 from .page import _CSS
@@ -28,7 +29,7 @@ def throughput_figure(plans) -> go.Figure:
         fig.add_scatter(name="end to end (estimated)", x=[p.ipus for p in fits],
                         y=[p.measurement.throughput for p in fits], mode="lines+markers",
                         error_y=dict(type="data", array=hi, arrayminus=lo, visible=True),
-                        text=[html_text(layout(p.config)) for p in fits])
+                        text=[html_text(layout_text(p.config)) for p in fits])
         fig.add_scatter(name="IPUs alone (estimated)", x=[p.ipus for p in fits],
                         y=[p.measurement.device_throughput or 0 for p in fits], mode="lines+markers",
                         line=dict(dash="dot"))
@@ -45,7 +46,7 @@ def throughput_figure(plans) -> go.Figure:
 def render_plan(problem: Problem, plans, why: str, levers: list[str]) -> str:
     rows = "".join(
         f"<tr><td class='num'>{p.ipus}</td><td>{'yes' if p.fits else 'no'}</td><td class='num'>{p.micro_batch}</td>"
-        f"<td>{html_text(layout(p.config))}</td><td>{html_text(p.config.precision)}</td>"
+        f"<td>{html_text(layout_text(p.config))}</td>"
         f"<td class='num'>{f'{p.measurement.throughput:,.0f}' if p.fits and p.measurement.throughput else '-'}</td>"
         f"<td>{html_text(p.measurement.bottleneck or '-') if p.fits else '-'}</td>"
         f"<td class='num'>{html_text(busiest_tile(p.measurement))}</td></tr>" for p in plans)
@@ -54,7 +55,7 @@ def render_plan(problem: Problem, plans, why: str, levers: list[str]) -> str:
             f"{html_text(problem.target)} &middot; ipu-autotune {__version__}</p>",
             "<p class='estimated'>Every figure here is <b>estimated</b> by the analytical IPU model "
             "(no compile, no run).</p>",
-            "<table><tr><th>IPUs</th><th>fits</th><th>micro-batch</th><th>layout</th><th>precision</th>"
+            "<table><tr><th>IPUs</th><th>fits</th><th>micro-batch</th><th>layout</th>"
             f"<th>samples/s</th><th>bottleneck</th><th>busiest tile</th></tr>{rows}</table>",
             throughput_figure(plans).to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})]
     if why:
