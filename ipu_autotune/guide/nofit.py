@@ -87,14 +87,22 @@ def more_ipus(problem: Problem, headroom: float, fit_confidence: float | None) -
         return []
     fit = smallest_fit(plans)
     if fit is not None:
-        m = fit.measurement
-        batch = f", micro-batch {fit.micro_batch}" if fit.micro_batch != problem.batch_size else ""
-        return [Change(f"--ipus {fit.ipus}" + (f" --batch-size {fit.micro_batch}" if batch else ""),
-                       f"the smallest size that fits: {layout_text(fit.config)}{batch}, {m.throughput:,.0f} samples/s "
-                       f"(estimated; ipu-autotune plan shows every size)", True, _fraction(m))]
+        # the smallest size that fits at the asked micro-batch, and a smaller one at a smaller
+        # micro-batch where there is one
+        same = next((p for p in plans if p.fits and p.micro_batch == problem.batch_size), None)
+        picks = [fit] if same is None or same is fit else [fit, same]
+        return [_size_change(problem, p) for p in picks]
     closest = min(plans, key=lambda p: p.measurement.violation)
     said = "; ".join([why_nothing_fits(problem, plans), *levers(problem, closest, headroom, fit_confidence)])
     return [Change("", f"no IPU count up to {max(SIZES)} fits (estimated): {said}", False, _fraction(closest.measurement))]
+
+
+def _size_change(problem: Problem, fit: SizePlan) -> Change:
+    m, smaller = fit.measurement, fit.micro_batch != problem.batch_size
+    flag = f"--ipus {fit.ipus}" + (f" --batch-size {fit.micro_batch}" if smaller else "")
+    at = f"micro-batch {fit.micro_batch}" if smaller else "the same micro-batch"
+    return Change(flag, f"the smallest size that fits at {at}: {layout_text(fit.config)}, {m.throughput:,.0f} "
+                        "samples/s (estimated; ipu-autotune plan shows every size)", True, _fraction(m))
 
 
 def layout_text(config: Config) -> str:
