@@ -134,9 +134,6 @@ SIZES = (1, 2, 4, 8, 16, 32, 64)
 #: the share of a tile one tensor's weights take, spread over the IPU's tiles, from which
 #: `why_nothing_fits` names that tensor as what no split can shrink
 TENSOR_SHARE = 0.25
-#: steps of each climb: a study's warm starts take up to 24; a plan's answer per size is the
-#: climb's first steps (precision, recompute, the batching knobs), which carry most of the gain
-CLIMB_ROUNDS = 8
 
 
 @dataclass
@@ -204,7 +201,7 @@ def _climbed(problem: Problem, profile, space, headroom: float) -> list[Config]:
     baseline = naive_baseline(problem, profile)
     starts = [space.project(problem, profile, baseline)]
     starts += [moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"]
-    climbed = dict.fromkeys(climb(screen, space, start, rounds=CLIMB_ROUNDS) for start in starts)
+    climbed = dict.fromkeys(climb(screen, space, start) for start in starts)
     return [c for c in climbed if screen(c) is not None]  # a climb that found no valid step stays invalid
 
 
