@@ -52,7 +52,7 @@ def run(args) -> int:
         out["rules_broken"] = broken
         print(json.dumps(out, indent=2))
         return code
-    _print_measurement(console, problem, config, m, args.headroom)
+    _print_measurement(console, problem, config, m, args.headroom, args.fit_confidence)
     for rule in broken:
         console.print(Text.assemble(("breaks a recipe rule: ", "red"), rule))
     return code
@@ -85,7 +85,8 @@ def measured(args, overrides: dict | None = None,
     return problem, config, backend.measure(problem, config), broken
 
 
-def _print_measurement(console, problem: Problem, config: Config, m: Measurement, headroom: float) -> None:
+def _print_measurement(console, problem: Problem, config: Config, m: Measurement, headroom: float,
+                       fit_confidence: float) -> None:
     from ..guide.suggestions import suggestions
 
     label = "estimated" if m.source == "estimate" else m.source
@@ -111,9 +112,10 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
     if m.source == "estimate":
         from ..backends.estimate import EstimateBackend
 
-        # Always the estimator (never a compile per suggestion), with the verdict's headroom.
+        # Always the estimator (never a compile per suggestion), judged as the verdict is.
         numerics = _Numerics(problem, console)
-        tips = suggestions(problem, config, measure=EstimateBackend(headroom=headroom).measure, numerics=numerics)
+        judge = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence)
+        tips = suggestions(problem, config, measure=judge.measure, numerics=numerics)
         if tips:
             console.print("[bold]Suggestions[/] (estimated, each the whole configuration re-estimated):")
             for tip in tips[:5]:

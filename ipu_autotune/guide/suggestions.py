@@ -20,10 +20,6 @@ from ..search.replay import checkpoint_spacing
 from ..search.space import SearchSpace
 from .warmstart import _alternatives
 
-#: numerics partners that follow a precision change: `numerics` sets them, as tune's advice does
-_PARTNERS = ("loss_scaling", "stochastic_rounding", "partials")
-
-
 @dataclass(frozen=True)
 class Suggestion:
     knob: str
@@ -81,8 +77,8 @@ def suggestions(problem: Problem, config: Config, limit: int = 5,
     """Changes that most reduce the busiest IPU's need, best first, each re-estimated whole
     with `measure` (the estimate backend by default). Candidates must pass every rule the
     configuration itself passes: a recipe rule it already breaks does not hide the advice.
-    A change of precision takes its numerics partners (_PARTNERS) from `numerics`: the same
-    advice tune applies (numerics/advice.py), not the precision move's defaults."""
+    A change of precision takes its loss scaling, stochastic rounding and partials from
+    `numerics`: the advice tune applies (numerics/advice.py), not the precision move's defaults."""
     measure = measure or EstimateBackend().measure
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
