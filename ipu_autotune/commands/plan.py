@@ -12,7 +12,7 @@ import json
 from rich.console import Console
 
 from ..args import problem_from_args
-from ..guide.nofit import SIZES, layout_text, levers, plan, smallest_fit, why_nothing_fits
+from ..guide.nofit import SIZES, closest_plan, layout_text, levers, plan, smallest_fit, why_nothing_fits
 from ..present import plan_view, ui
 from ..present.display import terminal_text
 from .common import console_for, trace
@@ -26,7 +26,7 @@ def run(args) -> int:
         plans = plan(problem, args.headroom, args.fit_confidence)
         fit = smallest_fit(plans)
         why = "" if fit is not None or not plans else why_nothing_fits(problem, plans)
-        closest = None if fit is not None or not plans else min(plans, key=lambda p: p.measurement.violation)
+        closest = None if fit is not None or not plans else closest_plan(plans)
         could = levers(problem, closest, args.headroom, args.fit_confidence) if closest is not None else []
     if args.output:
         from ..report.plan_page import write_plan_report

@@ -92,7 +92,7 @@ def more_ipus(problem: Problem, headroom: float, fit_confidence: float | None) -
         same = next((p for p in plans if p.fits and p.micro_batch == problem.batch_size), None)
         picks = [fit] if same is None or same is fit else [fit, same]
         return [_size_change(problem, p) for p in picks]
-    closest = min(plans, key=lambda p: p.measurement.violation)
+    closest = closest_plan(plans)
     said = "; ".join([why_nothing_fits(problem, plans), *levers(problem, closest, headroom, fit_confidence)])
     return [Change("", f"no IPU count up to {max(SIZES)} fits (estimated): {said}", False, _fraction(closest.measurement))]
 
@@ -215,15 +215,20 @@ def smallest_fit(plans: list[SizePlan]) -> SizePlan | None:
     return next((p for p in plans if p.fits), None)
 
 
+def closest_plan(plans: list[SizePlan]) -> SizePlan:
+    """The size whose best configuration comes nearest to fitting (the levers start from it)."""
+    return min(plans, key=lambda p: p.measurement.violation)
+
+
 def why_nothing_fits(problem: Problem, plans: list[SizePlan]) -> str:
-    """At the largest size, the closest configuration's busiest tile against a tile's memory,
+    """At the size that came closest, its configuration's busiest tile against a tile's memory,
     the units its IPU holds, and their largest tensor spread over the IPU's tiles: a pipeline
     places whole units, so no split shrinks that tensor."""
     from ..backends.targets import get_target
     from ..profiles.trace import profile_for
     from ..search.space import SearchSpace
 
-    last = max(plans, key=lambda p: p.ipus)
+    last = closest_plan(plans)
     m = last.measurement
     ipu = m.worst_ipu()
     if ipu is None or not m.tile_capacity_bytes or "stage_units" not in m.details:
