@@ -170,6 +170,7 @@ def plan_size(problem: Problem, ipus: int, headroom: float, fit_confidence: floa
     from ..backends.estimate.error_bars import kept_free
     from ..profiles.trace import profile_for
     from ..search.space import SearchSpace
+
     backend = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence)
     closest = None
     for bs in _micro_batches(problem):
@@ -180,9 +181,9 @@ def plan_size(problem: Problem, ipus: int, headroom: float, fit_confidence: floa
             return None
         judged = [SizePlan(ipus, bs, c, backend.measure(sized, c))
                   for c in _climbed(sized, profile, space, kept_free(sized.model, headroom, fit_confidence))]
-        fits = [j for j in judged if j.fits and j.measurement.throughput]
         if not judged:
             continue
+        fits = [j for j in judged if j.fits and j.measurement.throughput]
         if fits:
             return max(fits, key=lambda j: j.measurement.throughput)
         nearest = min(judged, key=lambda j: j.measurement.violation)
