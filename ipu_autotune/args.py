@@ -22,6 +22,8 @@ DEFAULT_OUT = "ipu-autotune-out"
 DEFAULT_HEARTBEAT = 10
 #: the estimator's verdicts near capacity are not to be trusted with hardware time
 DEFAULT_HEADROOM = 0.05
+#: the chance to fit by the error bar an estimate needs to count as fitting (backends/estimate/error_bars.py)
+DEFAULT_FIT_CONFIDENCE = 0.9
 
 
 def positive(kind: type):

@@ -1,4 +1,4 @@
-"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, export, show, studies, calibration.
+"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, plan, export, show, studies, calibration.
 
 Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
 no trial fits (the closest one and what would help are printed), 4 `estimate` answered
@@ -17,12 +17,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from .version import __version__
-from .args import (DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE, DEFAULT_TRIALS, add_data_arg,
-                   add_problem_args, positive)
+from .args import (DEFAULT_FIT_CONFIDENCE, DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE,
+                   DEFAULT_TRIALS, add_data_arg, add_problem_args, positive)
 from .present.display import terminal_text
 from .errors import UsageError
 
-SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "report", "calibration", "verify")
+SUBCOMMANDS = ("tune", "estimate", "plan", "export", "show", "studies", "numerics", "report", "calibration",
+               "verify")
 
 
 # --- argument parsing ------------------------------------------------------------------------
@@ -30,14 +31,28 @@ SUBCOMMANDS = ("tune", "estimate", "export", "show", "studies", "numerics", "rep
 _positive_int = positive(int)
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 0.5], got {text!r}") from None
-    if not 0 <= value <= 0.5:
-        raise argparse.ArgumentTypeError(f"must be in [0, 0.5], got {value}")
-    return value
+def _number_in(low: float, high: float, what: str):
+    """An argparse type: a number in [low, high], refused in one line naming the range."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} in [{low:g}, {high:g}], got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {what} in [{low:g}, {high:g}], got {value}")
+        return value
+    return parse
+
+
+_fraction = _number_in(0, 0.5, "a number")
+_confidence = _number_in(0, 1, "a chance")
+
+
+def add_fit_confidence(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fit-confidence", type=_confidence, default=DEFAULT_FIT_CONFIDENCE, metavar="P",
+                   help="estimate backend: a configuration counts as fitting only when its chance to fit, by "
+                        f"the estimate's calibrated error bar, is at least P (default {DEFAULT_FIT_CONFIDENCE}; "
+                        "docs/estimator.md)")
 
 
 def _micro_batch_knob(text: str):
@@ -112,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
                       help="estimates count as fitting only with this fraction of tile memory free "
                            f"(default {DEFAULT_HEADROOM}; compiles are exact and ignore it)")
+    add_fit_confidence(tune)
     tune.add_argument("--no-numerics", action="store_true",
                       help="search loss scaling, stochastic rounding and partials instead of setting them "
                            "from the model's gradient statistics")
@@ -146,8 +162,22 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
                      help="the search's tile memory kept free for estimation error: the verdict is by the "
                           f"tile limit, a line says when this headroom would reject it (default {DEFAULT_HEADROOM})")
+    add_fit_confidence(est)
     est.add_argument("--json", action="store_true", help="print exactly one Measurement as JSON")
     _add_common(est)
+
+    pln = sub.add_parser("plan", help="how many IPUs the model needs, and how fast it is on each (estimated)",
+                         description="An estimate-only search at 1, 2, 4, 8, 16, 32 and 64 IPUs (the micro-batch "
+                                     "halved from --batch-size down to 1 until something fits), no study and no compile: the "
+                                     "smallest size that fits, the best configuration and throughput at each, and "
+                                     "where nothing fits, why. --ipus is not used.")
+    add_problem_args(pln)
+    add_fit_confidence(pln)
+    pln.add_argument("--headroom", type=_fraction, default=DEFAULT_HEADROOM,
+                     help=f"tile memory to keep free for estimation error (default {DEFAULT_HEADROOM})")
+    pln.add_argument("-o", "--output", metavar="FILE", help="also write the plan as HTML, with its plot")
+    pln.add_argument("--json", action="store_true")
+    _add_common(pln)
 
     exp = sub.add_parser("export", help="write a trial's configuration as code, TOML or JSON")
     exp.add_argument("--storage", default=DEFAULT_STORAGE)
@@ -212,11 +242,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_not_a_misspelt_command(word: str) -> None:
+    """'ipu-autotune shwo' reads as tuning a model named shwo: when the word is close to a
+    subcommand and names no model (torchvision's, module:factory, hf:, a path), say which
+    command was meant instead of asking for the batch size."""
+    import difflib
+    import os
+
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.7)
+    if not close or ":" in word or os.sep in word or os.path.exists(word):
+        return
+    from .models.zoo import torchvision_models
+
+    if word not in torchvision_models():
+        raise UsageError(f"unknown command '{word}'; did you mean '{close[0]}'? "
+                         f"(commands: {', '.join(SUBCOMMANDS)}; a model name starts a tune)")
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+    implicit_tune = bool(argv) and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS
+    if implicit_tune:
         argv.insert(0, "tune")
     debug = "--debug" in argv
     err = Console(stderr=True, highlight=False)
@@ -225,15 +273,17 @@ def main(argv: list[str] | None = None) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own output says what happens
     try:
+        if implicit_tune:
+            _check_not_a_misspelt_command(argv[1])
         parser = build_parser()
         args = parser.parse_args(argv)
         args.argv = argv  # --jobs starts workers with the same options
         if args.command is None:
             parser.print_help()
             return 2
-        from .commands import calibration, estimate, export, numerics, report, show, studies, tune, verify
+        from .commands import calibration, estimate, export, numerics, plan, report, show, studies, tune, verify
 
-        run = {"tune": tune, "estimate": estimate, "export": export, "show": show, "studies": studies,
+        run = {"tune": tune, "estimate": estimate, "plan": plan, "export": export, "show": show, "studies": studies,
                "numerics": numerics, "report": report, "calibration": calibration,
                "verify": verify}[args.command].run
         return run(args)

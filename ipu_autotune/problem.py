@@ -297,10 +297,15 @@ class Config:
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, every_field: bool = False) -> dict[str, Any]:
+        """The config as stored; `every_field`: with the fields a stored dict leaves out at
+        their defaults too, so two configs compare key by key (a change to a knob omitted at
+        its default is a change all the same)."""
         d = dataclasses.asdict(self)
         for key in ("splits", "checkpoints", "available_memory_proportion"):
             d[key] = list(d[key])
+        if every_field:
+            return d
         if d["micro_batch"] is None:
             del d["micro_batch"]
         for knob in SPEC:  # knobs newer than most records: configs that leave them off keep their dict

@@ -41,7 +41,7 @@ def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_pat
     assert "Nothing fits yet." in text
     assert re.search(r"Closest: trial \d+ \(", text) and "it lacks memory: the busiest tile of IPU0 needs" in text
     assert "What would help most" in text
-    assert "--ipus 2:" in text and "--batch-size " in text and "(estimated)" in text
+    assert "--ipus " in text and "--batch-size " in text and "(estimated)" in text
     # The JSON form says the same, for scripts.
     again = run_cli_process(*NO_FIT, "--json", "--study", "nofit-json", cwd=tmp_path)
     assert again.returncode == 3, again.stderr[-2000:]
@@ -49,9 +49,11 @@ def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_pat
     assert result["best"] is None and result["closest"]["measurement"]["feasible"] is False
     assert result["closest_lacks"].startswith("the busiest tile of IPU0 needs")
     flags = [c["flag"].split()[0] for c in result["changes_that_help"]]
-    assert sorted(flags) == ["--batch-size", "--ipus"]
-    for change in result["changes_that_help"]:
-        assert change["tile_fraction"] > 0
+    assert set(flags) == {"--batch-size", "--ipus"}  # more IPUs (from `plan`), a smaller micro-batch
+    closest = result["closest"]["measurement"]
+    floor = max(closest["max_tile_bytes"]) / closest["tile_capacity_bytes"]
+    for change in result["changes_that_help"]:  # each fits, or comes closer than the closest trial (issue 43)
+        assert change["tile_fraction"] > 0 and (change["fits"] or change["tile_fraction"] < floor)
     # Most helpful first: a change that fits, else the lower busiest tile.
     helps = result["changes_that_help"]
     assert [(not c["fits"], c["tile_fraction"]) for c in helps] == sorted((not c["fits"], c["tile_fraction"])

@@ -52,6 +52,10 @@ class Measurement:
     throughput_interval: list[float] | None = None
     device_throughput_interval: list[float] | None = None
     straddles_tile_limit: bool = False  # some IPU's busiest-tile interval holds the tile's capacity
+    #: the chance the busiest tile fits, by the error bar (error_bars.fit_chance), and the chance
+    #: an estimate needs to count as fitting (--fit-confidence); None where not asked
+    fit_chance: float | None = None
+    fit_confidence: float | None = None
 
     @property
     def tile_limit_bytes(self) -> float:
@@ -95,6 +99,10 @@ class Measurement:
         ipu, over = worst
         if over == 0:
             used = self.max_tile_bytes[ipu] / self.tile_capacity_bytes
+            if self.fit_confidence is not None and self.fit_chance is not None and \
+                    self.fit_chance < self.fit_confidence:
+                return (f"{used:.0%} of tile memory on IPU{ipu}: a {self.fit_chance:.0%} chance to fit by the "
+                        f"error bar, under the {self.fit_confidence:.0%} asked")
             return f"{used:.0%} of tile memory on IPU{ipu}, inside the {self.headroom:.0%} headroom"
         return f"OOM by {format_bytes(over)} on IPU{ipu}"
 
@@ -123,6 +131,8 @@ class Measurement:
             "throughput_interval": self.throughput_interval,
             "device_throughput_interval": self.device_throughput_interval,
             "straddles_tile_limit": self.straddles_tile_limit,
+            "fit_chance": self.fit_chance,
+            "fit_confidence": self.fit_confidence,
         }
 
     @classmethod

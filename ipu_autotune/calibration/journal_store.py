@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .record import FORMAT, check_record, matches
-from .refusal import EMPTY_FIX, refused
+from .refusal import no_store_yet, refused
 
 HEADER = "ipu_autotune_calibration"
 
@@ -29,7 +29,7 @@ class JournalStore:
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         if not self.path.exists() or self.path.stat().st_size == 0:
             if not create:
-                raise refused(url, "no calibration store there (no compile recorded yet)", EMPTY_FIX)
+                raise no_store_yet(url)
             with self._locked():
                 if not self.path.exists() or self.path.stat().st_size == 0:
                     # whole or not at all: a worker reading without the lock never sees half a header

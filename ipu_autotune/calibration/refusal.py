@@ -16,5 +16,15 @@ FIX = ("move it aside, or give --calibration-storage another file (or tune with 
 EMPTY_FIX = "run a study with a compiling backend first, or give --calibration-storage"
 
 
+class NoStoreYet(StoreRefused):
+    """Nothing there yet: refused where a store must be read into a study, but only empty to
+    `ipu-autotune calibration`, which says so and exits 0."""
+
+
+def no_store_yet(url: str) -> NoStoreYet:
+    return NoStoreYet(f"calibration store {mask_url(url)}: no calibration store there (no compile recorded yet); "
+                      f"{EMPTY_FIX}")
+
+
 def refused(url: str, why: str, fix: str = FIX) -> StoreRefused:
     return StoreRefused(f"calibration store {mask_url(url)}: {why}; {fix}")

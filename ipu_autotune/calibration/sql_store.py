@@ -14,9 +14,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..study.storage import SQLITE_LOCK_TIMEOUT_S, CONNECT_TIMEOUT_S
+from ..study.storage import SQLITE_LOCK_TIMEOUT_S, CONNECT_TIMEOUT_S, missing_driver
 from .record import FORMAT, check_record, matches
-from .refusal import EMPTY_FIX, FIX, refused
+from .refusal import FIX, no_store_yet, refused
 
 TABLE, META = "ipu_autotune_calibration", "ipu_autotune_calibration_meta"
 COLUMNS = {"key", "format", "target", "sdk", "model", "study", "trial", "written", "record"}
@@ -44,8 +44,7 @@ class SqlStore:
         self.sqlite = scheme == "sqlite"
         path = Path(normal[len("sqlite:///"):]) if self.sqlite else None
         if self.sqlite and not create and not (path.exists() and path.stat().st_size):
-            raise refused(url, "no calibration store there (no compile recorded yet)",
-                          EMPTY_FIX)
+            raise no_store_yet(url)
         kwargs: dict[str, Any] = ({"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}} if self.sqlite else
                                   {"pool_pre_ping": True, "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}})
         self.md, self.table, self.meta = _schema()
@@ -53,7 +52,8 @@ class SqlStore:
             self.engine = create_engine(normal, **kwargs)
             names = set(inspect(self.engine).get_table_names())
         except ImportError as exc:
-            raise refused(url, f"missing database driver ({exc.name})", "pip install 'ipu-autotune[postgres]'") from None
+            why, _, fix = missing_driver(url, exc).partition("; ")
+            raise refused(url, why, fix) from None
         except Exception as exc:  # "file is not a database", unreachable server...
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             why = "not an SQLite database (corrupted?)" if self.sqlite and path.exists() else f"cannot be read: {first}"
@@ -90,8 +90,7 @@ class SqlStore:
             raise refused(self.url, f"holds other tables ({', '.join(sorted(names)[:3])}...) and no calibration store "
                           "(a study database?)", FIX)
         if not create:
-            raise refused(self.url, "no calibration store there (no compile recorded yet)",
-                          EMPTY_FIX)
+            raise no_store_yet(self.url)
         from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
         try:  # workers starting together race to create the tables: the losers find them there

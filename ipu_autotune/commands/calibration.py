@@ -17,6 +17,7 @@ from rich.table import Table
 from ..backends.targets import TARGETS
 from ..calibration.compile_time import fit_compile_time
 from ..calibration.prior import fit_prior, loso
+from ..calibration.refusal import NoStoreYet
 from ..calibration.store import default_url, open_store, summary
 from ..errors import UsageError
 from ..present.display import terminal_cell, terminal_text
@@ -32,12 +33,14 @@ def run(args) -> int:
     if args.forget and args.target is None and args.sdk is None and args.study is None:
         raise UsageError("--forget removes what --target, --sdk and/or --study name: name at least one "
                          "(the whole store is a file or a table you can delete yourself)")
-    store = open_store(url, create=False)
+    try:
+        store = open_store(url, create=False)
+    except NoStoreYet:
+        return _empty(args, url)
     try:
         everything, unreadable = store.records()
         if not everything:
-            raise UsageError(f"calibration store {mask_url(url)} is empty: tune with a compiling backend "
-                             "(poptorch) to fill it")
+            return _empty(args, url)
         chosen = [r for r in everything if _named(r, args)]
         if not chosen:
             raise UsageError(f"no record in {mask_url(url)} has {_filters(args)}; it holds "
@@ -56,6 +59,16 @@ def run(args) -> int:
                           "groups": groups}, indent=2))
         return 0
     _show(Console(highlight=False), url, groups, unreadable)
+    return 0
+
+
+def _empty(args, url: str) -> int:
+    """Nothing recorded yet is an answer, not bad input: said, exit 0."""
+    if args.json:
+        print(json.dumps({"store": mask_url(url), "records": 0, "unreadable": 0, "groups": []}, indent=2))
+    else:
+        print(terminal_text(f"calibration store {mask_url(url)} is empty (no compile recorded yet): tune with a "
+                            "compiling backend (poptorch) to fill it"))
     return 0
 
 

@@ -50,10 +50,13 @@ def make_backend(args, problem: Problem, console: Console, work_dir: Path | None
 
     name = resolve_backend_name(args.backend)
     if name == "estimate":
-        if args.backend == "auto" and not getattr(args, "quiet", False):
+        # said once: by the command the user ran, not again by each --jobs worker it starts
+        if args.backend == "auto" and not getattr(args, "quiet", False) and not getattr(args, "worker", False):
             Console(stderr=True).print("[dim]PopTorch not found: using the estimate backend; "
                                        "every figure is estimated.[/]")
-        return EstimateBackend(headroom=args.headroom if estimate_headroom is None else estimate_headroom)
+        if estimate_headroom is not None:  # `estimate`: the estimate's own verdict, by the tile limit
+            return EstimateBackend(headroom=estimate_headroom)
+        return EstimateBackend(headroom=args.headroom, fit_confidence=args.fit_confidence)
     from ..backends.poptorch import PopTorchBackend
     from ..backends.screen import ScreenedBackend
 
@@ -113,6 +116,39 @@ def numerics_notes(advice, config: Config) -> list[str]:
     from ..export.notes import numerics_notes as notes
 
     return notes(advice, config)
+
+
+def numerics_advice(problem: Problem, space, existing, console, seed: int = 0):
+    """The numerics advice `tune` sets and `estimate` suggests with: stored with the study
+    (`existing`), or measured now (a few seconds on the CPU); None where it cannot be measured
+    (`numerics_unmeasured` says why)."""
+    from .. import numerics
+    from ..study.records import ATTR_NUMERICS
+
+    stored = existing.user_attrs.get(ATTR_NUMERICS) if existing is not None else None
+    if stored:
+        return numerics.NumericsAdvice.from_dict(stored)
+    if numerics_unmeasured(problem, space):
+        return None  # the knobs are searched instead
+    with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
+                        "and partials…"):
+        try:
+            return numerics.advise(problem, seed=seed)
+        except UsageError:
+            raise
+        except Exception as exc:  # advice is an aid: without it the study still searches these knobs
+            console.print(f"[yellow]numerics advice skipped: {type(exc).__name__}: {exc}[/]")
+            return None
+
+
+def numerics_unmeasured(problem: Problem, space) -> str | None:
+    """Why `numerics_advice` has nothing to measure for this problem, or None when it does."""
+    precision = space.knobs["precision"]
+    if all(v == "32.32" for v in getattr(precision, "values", ())):
+        return "nothing runs in FP16"
+    if problem.inputs or problem.token_inputs:
+        return "the gradient statistics run feeds one float image batch, and this model takes token ids or named inputs"
+    return None
 
 
 def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:

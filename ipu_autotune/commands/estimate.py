@@ -52,7 +52,7 @@ def run(args) -> int:
         out["rules_broken"] = broken
         print(json.dumps(out, indent=2))
         return code
-    _print_measurement(console, problem, config, m, args.headroom)
+    _print_measurement(console, problem, config, m, args.headroom, args.fit_confidence)
     for rule in broken:
         console.print(Text.assemble(("breaks a recipe rule: ", "red"), rule))
     return code
@@ -87,7 +87,8 @@ def measured(args, overrides: dict | None = None,
     return problem, config, backend.measure(problem, config), broken
 
 
-def _print_measurement(console, problem: Problem, config: Config, m: Measurement, headroom: float) -> None:
+def _print_measurement(console, problem: Problem, config: Config, m: Measurement, headroom: float,
+                       fit_confidence: float) -> None:
     from ..guide.suggestions import suggestions
 
     label = "estimated" if m.source == "estimate" else m.source
@@ -115,9 +116,42 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
     if m.source == "estimate":
         from ..backends.estimate import EstimateBackend
 
-        # Always the estimator (never a compile per suggestion), with the verdict's headroom.
-        tips = suggestions(problem, config, measure=EstimateBackend(headroom=headroom).measure)
+        # Always the estimator (never a compile per suggestion), judged as the verdict is.
+        numerics = _Numerics(problem, console)
+        judge = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence)
+        tips = suggestions(problem, config, measure=judge.measure, numerics=numerics)
         if tips:
             console.print("[bold]Suggestions[/] (estimated, each the whole configuration re-estimated):")
             for tip in tips[:5]:
                 console.print(ui.indented(tip.text), highlight=False)
+        if any(tip.config.precision != config.precision for tip in tips[:5]) and numerics.notes:
+            console.print("[bold]Numerics[/] of the FP16 suggestions (as tune sets them):")
+            for note in numerics.notes:
+                console.print(ui.indented(note), highlight=False)
+
+
+class _Numerics:
+    """A precision suggestion's loss scaling, stochastic rounding and partials: tune's advice
+    (commands/common.numerics_advice, seeded as tune seeds it), measured only when a
+    suggestion turns FP16 on; where it cannot be measured, `notes` says so."""
+
+    def __init__(self, problem: Problem, console):
+        self.problem, self.console = problem, console
+        self.advice, self.notes, self.asked = None, [], False
+
+    def __call__(self, config: Config) -> Config:
+        from ..numerics import summary_lines
+        from ..search.space import SearchSpace
+        from .common import numerics_advice, numerics_unmeasured
+
+        if not self.asked:
+            self.asked = True
+            space = SearchSpace.load(self.problem)
+            self.advice = numerics_advice(self.problem, space, None, self.console)
+            if self.advice is not None:
+                self.notes = summary_lines(self.advice)  # from the model's gradients, measured on the CPU
+            else:
+                why = numerics_unmeasured(self.problem, space) or "the gradient statistics run failed"
+                self.notes = [f"not measured: {why}; these keep loss scaling 1024 and partials float, "
+                              "and tune searches all three instead"]
+        return self.advice.apply(config) if self.advice is not None else config

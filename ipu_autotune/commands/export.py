@@ -32,7 +32,7 @@ def run(args) -> int:
         Console(stderr=True, highlight=False).print(f"[dim]ipu_config.json: {escape(line)}[/]", soft_wrap=True)
     if args.output:
         Path(args.output).write_text(text)
-        Console(stderr=True).print(f"wrote {args.output}")
+        Console(stderr=True, highlight=False).print(f"wrote {args.output}", soft_wrap=True)
     else:
         sys.stdout.write(text)
     return 0

@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..study import parallel
-from ..present import ui
+from ..present import intervals, ui
 from ..study import records as st
 from ..args import DEFAULT_OUT, problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
+from ..backends.estimate.error_bars import kept_free
 from ..present.display import terminal_text
 from ..errors import UsageError
 from ..models.objects import is_object
@@ -29,7 +30,8 @@ from ..rules.cross_field import validate
 from ..search.space import SearchSpace
 from ..study.storage import check_url, mask_url, open_storage
 from ..present.tune_summary import print_header, print_summary, result_line
-from .common import console_for, make_backend, numerics_notes, print_unreadable, trace, with_host_data
+from .common import (console_for, make_backend, numerics_advice, numerics_notes, print_unreadable, trace,
+                     with_host_data)
 
 NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
 
@@ -68,6 +70,33 @@ def verify_outcome(args, outcome: TuneOutcome):
 
 
 def tune_study(args) -> TuneOutcome:
+    """The run; a Ctrl-C at any point, even while the model is traced in the first seconds,
+    ends with the command that goes on (or starts again) from where it stopped."""
+    opened: dict = {}  # the study, once it is open: the interrupt line counts its trials
+    try:
+        return _tune_study(args, opened)
+    except KeyboardInterrupt:
+        if not args.worker:
+            _say_resume(args, opened.get("study"), opened.get("problem"))
+        raise
+
+
+def _say_resume(args, study, problem: Problem | None) -> None:
+    try:
+        problem = problem or problem_from_args(args)
+    except UsageError:  # interrupted before the command line was read whole: nothing to go on from
+        return
+    name = args.study or problem.slug
+    if study is None:
+        said = f"Interrupted before any trial ran (study {name} not started). Run again with:\n  "
+    else:
+        done = sum(1 for t in study.get_trials(deepcopy=False, states=(st.TrialState.COMPLETE,)))
+        said = f"Interrupted: {done} completed trial(s) in study {name}. Resume with:\n  "
+    Console(stderr=True, highlight=False).print(said + _resume(args, problem, args.storage, name),
+                                                soft_wrap=True, markup=False)
+
+
+def _tune_study(args, opened: dict) -> TuneOutcome:
     from ..guide.warmstart import naive_baseline, proposals
 
     console = console_for(args)
@@ -99,12 +128,15 @@ def tune_study(args) -> TuneOutcome:
         problem = _resumable(args, existing, problem, study_name)
     backend = make_backend(args, problem, console, out_dir / "trials")
     seed = 0 if args.seed is None else args.seed  # the same advice on every run of the same command
-    advice = None if args.no_numerics else _numerics_advice(problem, space, existing, console, seed)
+    advice = None if args.no_numerics else numerics_advice(problem, space, existing, console, seed)
     prepare = None
     if advice is not None:
         space = space.without(*NUMERIC_KNOBS)
         prepare = _advised(advice, space)
     calibrated = _calibration(calibration_url, existing, problem, backend)
+    # the warm starts climb to the most of a tile a trial may use and still count as fitting
+    headroom = kept_free(problem.model, args.headroom, args.fit_confidence) if backend.name == "estimate" \
+        else args.headroom
     guide = warm = None
     if backend.name != "estimate":
         from ..guide.proposals import Guide
@@ -120,7 +152,7 @@ def tune_study(args) -> TuneOutcome:
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
         study.set_user_attr(calibration.ATTR_UID, calibration.new_uid())
-        items = warm or proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
+        items = warm or proposals(problem, profile, space, baseline, headroom=headroom, prepare=prepare)
         if guide is not None:
             from ..guide.proposals import COMPILED_WARM_STARTS
 
@@ -129,6 +161,7 @@ def tune_study(args) -> TuneOutcome:
         st.enqueue(study, space, problem, profile, items)
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
+    opened.update(study=study, problem=problem)
     if advice is not None and st.ATTR_NUMERICS not in study.user_attrs:
         study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
     # the runner: trials until the budget, a stop or a signal
@@ -143,12 +176,12 @@ def tune_study(args) -> TuneOutcome:
         if calibrated is not None and calibrated.note:
             console.print(f"[dim]{escape(terminal_text(calibrated.note))}[/]", highlight=False)
         print_unreadable(console, unreadable)
-    ran = _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs)
+    ran = _run_trials(args, console, study, runner, view, backend, jobs)
     if args.worker:  # the process that started it reports
         return TuneOutcome(130 if runner.stop_requested and len(ran) < args.trials else 0)
     # the report
-    return _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-                   study_name, out_dir, calibrated)
+    return _report(args, console, study, runner, ran, backend, problem, guide, advice, storage_url, study_name,
+                   out_dir, calibrated)
 
 
 def _warn(line: str) -> None:
@@ -202,7 +235,7 @@ def _resumable(args, existing, problem: Problem, study_name: str) -> Problem:
     return problem
 
 
-def _run_trials(args, console, study, runner, view, backend, problem, storage_url, study_name, jobs) -> list:
+def _run_trials(args, console, study, runner, view, backend, jobs) -> list:
     """The trials of this run: in this process, or in --jobs worker processes watched from here."""
     def on_stop(signum) -> None:
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
@@ -223,19 +256,13 @@ def _run_trials(args, console, study, runner, view, backend, problem, storage_ur
         else:
             with runner.stop_on_signals(on_stop), view:
                 ran = runner.run(args.trials, args.timeout)
-    except KeyboardInterrupt:  # the second Ctrl-C: the storage is consistent, say how to go on
-        done = sum(1 for t in study.get_trials(deepcopy=False, states=(st.TrialState.COMPLETE,)))
-        Console(stderr=True, highlight=False).print(
-            f"Interrupted: {done} completed trial(s) in study {study_name}. Resume with:\n  "
-            + _resume(args, problem, storage_url, study_name), soft_wrap=True, markup=False)
-        raise
-    finally:
+    finally:  # a second Ctrl-C leaves the storage consistent; tune_study says how to go on
         backend.close()
     return ran
 
 
-def _report(args, console, study, runner, ran, backend, problem, profile, guide, advice, storage_url,
-            study_name, out_dir, calibrated=None) -> TuneOutcome:
+def _report(args, console, study, runner, ran, backend, problem, guide, advice, storage_url, study_name,
+            out_dir, calibrated=None) -> TuneOutcome:
     """The files, then the summary (or JSON, or one line), then the exit code."""
     from ..host import pipeline as host_pipeline
     from ..present import host_report as host_report
@@ -265,7 +292,11 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
     finished = sum(1 for r in ran if r.measurement.failure != "interrupted")
     remaining = args.trials - finished if runner.stop_requested and finished < args.trials else None
     resume = _resume(args, problem, storage_url, study_name, remaining)
-    helps = _nothing_fits_help(problem, profile, args.headroom, best, closest)
+    helps = _nothing_fits_help(problem, args, best, closest)
+    alternative = st.uncertain_alternative(records, best) if estimated else None
+    alternative_line = "" if alternative is None else (
+        intervals.alternative_line(best.measurement, alternative.number, alternative.measurement)
+        + f"; its configuration: ipu-autotune show --study {study_name} --trial {alternative.number}")
     if args.json:
         print(json.dumps({
             "study": study_name, "storage": mask_url(storage_url), "backend": backend.name,
@@ -273,6 +304,7 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
             "interrupted": runner.stop_requested,
             "baseline": record_json(base), "best": record_json(best),
             "closest": record_json(closest),
+            "alternative": record_json(alternative),
             "closest_lacks": lacks(closest.measurement) if closest else None,
             "changes_that_help": [c.to_dict() for c in helps],
             "files": {k: str(v) for k, v in files.items()}, "resume": resume,
@@ -287,7 +319,8 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
         console.print(result_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         print_summary(console, problem, base, best, closest, files, resume, estimated,
-                      len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps)
+                      len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps,
+                      alternative_line)
         if stop is not None:
             console.print(f"Stopping rule: {stop}.", highlight=False)
     interrupted = runner.stop_requested and len(ran) < args.trials
@@ -295,13 +328,14 @@ def _report(args, console, study, runner, ran, backend, problem, profile, guide,
     return TuneOutcome(code, study, problem, study_name, backend.name, interrupted, files, resume)
 
 
-def _nothing_fits_help(problem: Problem, profile, headroom: float, best, closest) -> list:
-    """When nothing fits: the changes to the command line that would help the closest trial most."""
+def _nothing_fits_help(problem: Problem, args, best, closest) -> list:
+    """When nothing fits: the changes to the command line that would help the closest trial most
+    (estimated, under the same error bar as an estimated trial)."""
     if best is not None or closest is None:
         return []
     from ..guide.nofit import best_changes
 
-    return best_changes(problem, closest.config, profile, headroom)
+    return best_changes(problem, closest.config, args.headroom, closest.measurement, args.fit_confidence)
 
 
 def _stored_host_costs(study, problem: Problem) -> Problem:
@@ -317,7 +351,7 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
     """The command that goes on with this study as this run did (the storage password masked)."""
     import shlex
 
-    from ..args import DEFAULT_HEADROOM
+    from ..args import DEFAULT_FIT_CONFIDENCE, DEFAULT_HEADROOM
 
     extra: list[str] = []
     if trials is not None:
@@ -331,6 +365,8 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
         extra += ["--backend", args.backend]
     if args.headroom != DEFAULT_HEADROOM:
         extra += ["--headroom", str(args.headroom)]
+    if args.fit_confidence != DEFAULT_FIT_CONFIDENCE:
+        extra += ["--fit-confidence", str(args.fit_confidence)]
     if args.no_numerics:
         extra.append("--no-numerics")
     if args.no_screen:
@@ -362,30 +398,6 @@ def _compile_counts(backend) -> dict | None:
     if not hasattr(backend, "compiles_saved"):
         return None
     return {"run": backend.compiles_run, "saved": backend.compiles_saved}
-
-
-def _numerics_advice(problem: Problem, space: SearchSpace, existing, console, seed: int = 0):
-    """The study's numerics advice: stored with it, or measured now (a few seconds on the CPU)."""
-    from .. import numerics
-    from ..study.records import ATTR_NUMERICS
-
-    stored = existing.user_attrs.get(ATTR_NUMERICS) if existing is not None else None
-    if stored:
-        return numerics.NumericsAdvice.from_dict(stored)
-    precision = space.knobs["precision"]
-    if all(v == "32.32" for v in getattr(precision, "values", ())):
-        return None  # nothing runs in FP16: nothing to advise
-    if problem.inputs or problem.token_inputs:
-        return None  # the CPU statistics run feeds one float batch: these knobs are searched instead
-    with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
-                        "and partials…"):
-        try:
-            return numerics.advise(problem, seed=seed)
-        except UsageError:
-            raise
-        except Exception as exc:  # advice is an aid: without it the study still searches these knobs
-            console.print(f"[yellow]numerics advice skipped: {type(exc).__name__}: {exc}[/]")
-            return None
 
 
 def _advised(advice, space: SearchSpace):

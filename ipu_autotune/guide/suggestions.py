@@ -20,10 +20,6 @@ from ..search.replay import checkpoint_spacing
 from ..search.space import SearchSpace
 from .warmstart import _alternatives
 
-#: numerics partners that follow a precision change; named only when nothing else changed
-_PARTNERS = ("loss_scaling", "stochastic_rounding", "partials")
-
-
 @dataclass(frozen=True)
 class Suggestion:
     knob: str
@@ -41,7 +37,7 @@ def busiest_need(m: Measurement) -> int:
 
 
 def _value(key: str, config: Config, profile: ModelProfile):
-    value = config.to_dict()[key]
+    value = config.to_dict(every_field=True)[key]
     if key == "checkpoints":
         every = checkpoint_spacing(profile, config)
         if not value:
@@ -59,7 +55,7 @@ def _value(key: str, config: Config, profile: ModelProfile):
 
 def describe(before: Config, after: Config, profile: ModelProfile) -> str:
     """Every field the suggested configuration changes: applying them gives exactly it."""
-    a, b = before.to_dict(), after.to_dict()
+    a, b = before.to_dict(every_field=True), after.to_dict(every_field=True)
     changed = [k for k in a if a[k] != b[k]]
     return ", ".join(f"{k} {_value(k, after, profile)}" for k in changed)
 
@@ -76,10 +72,13 @@ def _text(change: str, base: Measurement, m: Measurement, saving: int) -> str:
 
 
 def suggestions(problem: Problem, config: Config, limit: int = 5,
-                measure: Callable[[Problem, Config], Measurement] | None = None) -> list[Suggestion]:
+                measure: Callable[[Problem, Config], Measurement] | None = None,
+                numerics: Callable[[Config], Config] | None = None) -> list[Suggestion]:
     """Changes that most reduce the busiest IPU's need, best first, each re-estimated whole
     with `measure` (the estimate backend by default). Candidates must pass every rule the
-    configuration itself passes: a recipe rule it already breaks does not hide the advice."""
+    configuration itself passes: a recipe rule it already breaks does not hide the advice.
+    A change of precision takes its loss scaling, stochastic rounding and partials from
+    `numerics`: the advice tune applies (numerics/advice.py), not the precision move's defaults."""
     measure = measure or EstimateBackend().measure
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
@@ -88,6 +87,8 @@ def suggestions(problem: Problem, config: Config, limit: int = 5,
     already = set(recipe_violations(problem, config))
     found: dict[str, Suggestion] = {}
     for knob, candidate in _alternatives(space, problem, profile, config):
+        if numerics is not None and candidate.precision != config.precision:
+            candidate = numerics(candidate)
         if candidate == config:
             continue
         if violations(problem, candidate, profile.module_order, recipe=False) or \

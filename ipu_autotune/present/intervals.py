@@ -72,3 +72,12 @@ def summary_line(base: Measurement | None, best: Measurement) -> str:
     if base is not None and base.straddles_tile_limit:
         out += f"; baseline's busiest tile {tile_bars(base)}, {UNCERTAIN}"
     return out
+
+
+def alternative_line(best: Measurement, alternative_number: int, alternative: Measurement) -> str:
+    """'alternative: trial 41, 1.31x the best's throughput, a 81% chance to fit by the error bar
+    (under the 90% asked)': what a user gives up by asking for that confidence."""
+    ratio = alternative.throughput / best.throughput
+    return (f"alternative: trial {alternative_number}, {ratio:.2f}x the best's throughput (estimated), "
+            f"a {alternative.fit_chance:.0%} chance to fit by the error bar (busiest tile {tile_bars(alternative)}), "
+            f"under the {alternative.fit_confidence:.0%} asked (--fit-confidence)")

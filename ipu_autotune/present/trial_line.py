@@ -73,6 +73,15 @@ def baseline_knobs(config: Config) -> str:
     return " ".join(parts)
 
 
+def fit_words(line: str, width: int) -> str:
+    """`line` cut to `width` columns at a space, with '…' for what is left out: a knob such
+    as 'split@layer3.8' is shown whole or not at all, never cut mid-word."""
+    if len(line) <= width:
+        return line
+    cut = line.rfind(" ", 0, width - 1)
+    return (line[:cut] if cut > 0 else line[:width - 1]) + " …"[cut <= 0:]
+
+
 def short_verdict(m: Measurement) -> str:
     """'fits', 'OOM +312 MB IPU1', 'timeout': at most ~18 characters."""
     if m.failure and m.failure != "oom":
@@ -83,6 +92,8 @@ def short_verdict(m: Measurement) -> str:
     if worst is None:
         return "OOM"
     ipu, over = worst
+    if over == 0 and m.fit_chance is not None and m.fit_confidence is not None and m.fit_chance < m.fit_confidence:
+        return f"fit chance {m.fit_chance:.0%}"  # inside a tile, under the error bar's confidence
     if over == 0:
         return "in headroom"
     return f"OOM +{format_bytes(over)} IPU{ipu}"

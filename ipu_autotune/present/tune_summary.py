@@ -53,12 +53,14 @@ def resume_point(study) -> str:
 
 
 def print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
-                  advice=None, compiles=None, reference=None, helps=()) -> None:
+                  advice=None, compiles=None, reference=None, helps=(), alternative: str = "") -> None:
     console.print()
     if best is None:
         _print_nothing_fits(console, base, closest, helps)
     else:
         _print_best(console, problem, base, best, estimated, reference)
+    if alternative:
+        console.print(ui.indented(alternative), highlight=False)
     if advice is not None:
         from ..numerics import summary_lines
 
@@ -72,7 +74,9 @@ def print_summary(console, problem, base, best, closest, files, resume, estimate
         console.print(f"Compiles this run: {compiles['run']}; screened out by the estimator, not compiled: "
                       f"{compiles['saved']}", highlight=False)
     for label, path in files.items():
-        console.print(f"{label:>8}: {path}", highlight=False)
+        # soft_wrap: a long path is one line the terminal wraps, so it copies whole (rich would
+        # fold it at the console's width, mid-word)
+        console.print(f"{label:>8}: {path}", highlight=False, soft_wrap=True)
     console.print(f"  resume: {resume}", highlight=False, soft_wrap=True)
 
 
@@ -85,8 +89,9 @@ def _print_nothing_fits(console, base, closest, helps) -> None:
         console.print(ui.measurement_table(closest.measurement, "where the memory goes"))
     if helps:
         console.print("[bold]What would help most[/] (run again with):")
-        for change in helps:
-            console.print(ui.indented(f"{change.flag}: {change.result}"), highlight=False)
+        for change in helps:  # a change without a flag is a statement ("no IPU count fits")
+            console.print(ui.indented(f"{change.flag}: {change.result}" if change.flag else change.result),
+                          highlight=False)
 
 
 def _print_best(console, problem, base, best, estimated, reference) -> None:

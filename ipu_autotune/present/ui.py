@@ -170,8 +170,8 @@ class TuneView:
         self.table.add(r)
         self.progress.advance(self.task)
         if self.live is None and not self.quiet:
-            self.console.print(self.table.line(r), highlight=False, markup=False, no_wrap=True,
-                               overflow="ellipsis", crop=True)
+            self.console.print(tl.fit_words(self.table.line(r), self.console.width), highlight=False,
+                               markup=False, no_wrap=True, crop=True)
 
 
 _SHORT = {"weights": "weights", "optimizer": "optim", "gradients": "grads", "activations": "activ",
@@ -262,13 +262,15 @@ def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
 
 
 def _value_text(value) -> str:
-    """A config value as terminal text: a list comma-separated."""
+    """A config value as terminal text: a list comma-separated, None (not set) empty."""
+    if value is None:
+        return ""
     return terminal_text(", ".join(map(str, value)) if isinstance(value, list) else value)
 
 
 def changes(before: Config, after: Config) -> list[str]:
     out = []
-    a, b = before.to_dict(), after.to_dict()
+    a, b = before.to_dict(every_field=True), after.to_dict(every_field=True)
     for key in a:
         if key == "execution" and after.ipus_per_replica == 1:
             continue  # one IPU has no stages: pipelined or sharded is the same program

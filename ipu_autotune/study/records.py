@@ -268,3 +268,18 @@ def closest_record(recs: list[TrialRecord]) -> TrialRecord | None:
     """When nothing fits: the completed trial nearest to fitting."""
     done = [r for r in recs if r.state == "COMPLETE"]
     return min(done, key=lambda r: r.measurement.violation, default=None)
+
+
+def uncertain_alternative(recs: list[TrialRecord], best: TrialRecord | None) -> TrialRecord | None:
+    """A trial faster than the best that the estimate's error bar leaves uncertain: it may fit,
+    with less chance than the study asks (Measurement.fit_chance under its fit_confidence).
+    Of several, the likeliest to fit, then the fastest."""
+    if best is None or best.measurement.throughput is None:
+        return None
+
+    def uncertain(m) -> bool:
+        return (m.failure == "oom" and m.fit_chance is not None and m.fit_confidence is not None
+                and 0 < m.fit_chance < m.fit_confidence and (m.throughput or 0) > best.measurement.throughput)
+
+    faster = [r for r in recs if r.state == "COMPLETE" and uncertain(r.measurement)]
+    return max(faster, key=lambda r: (r.measurement.fit_chance, r.measurement.throughput), default=None)

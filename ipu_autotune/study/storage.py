@@ -127,6 +127,30 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
+#: the database a URL's scheme names -> (the module SQLAlchemy imports by default, how to install a driver)
+_DRIVERS = {
+    "postgresql": ("psycopg", "pip install 'ipu-autotune[postgres]'"),
+    "cockroachdb": ("psycopg", "pip install 'ipu-autotune[postgres]' sqlalchemy-cockroachdb"),
+    "mysql": ("MySQLdb", "pip install mysqlclient, or write mysql+pymysql://... and pip install pymysql"),
+    "mariadb": ("MySQLdb", "pip install mysqlclient, or write mariadb+pymysql://... and pip install pymysql"),
+    "oracle": ("oracledb", "pip install oracledb"),
+    "mssql": ("pyodbc", "pip install pyodbc"),
+}
+
+
+def missing_driver(url: str, exc: ImportError) -> str:
+    """'missing database driver for mysql (MySQLdb); pip install mysqlclient, ...': the
+    database named from the URL, since the ImportError Optuna passes on may not name the
+    module (its `name` is then None)."""
+    scheme = _normalise(url).split(":", 1)[0].lower()
+    database, _, dialect_driver = scheme.partition("+")
+    default_module, fix = _DRIVERS.get(database, (None, f"install the Python driver for {database}"))
+    module = exc.name or dialect_driver or default_module
+    if dialect_driver:  # the user chose a driver: install that one
+        fix = f"pip install {dialect_driver}"
+    return f"missing database driver for {database}" + (f" ({module})" if module else "") + f"; {fix}"
+
+
 def _engine_kwargs(scheme: str) -> dict[str, Any]:
     if scheme == "sqlite":
         return {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}}
@@ -178,8 +202,7 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
                     raise
                 time.sleep(0.2 * (attempt + 1))
     except ImportError as exc:
-        raise UsageError(f"storage {mask_url(url)}: missing database driver ({exc.name}); "
-                         "for PostgreSQL: pip install 'ipu-autotune[postgres]'") from None
+        raise UsageError(f"storage {mask_url(url)}: {missing_driver(url, exc)}") from None
     except Exception as exc:  # sqlalchemy raises many types; all mean "cannot use this URL"
         reason = mask_url(_first_line(exc))
         raise UsageError(f"storage {mask_url(url)} is unreachable: {reason}; check the host, port, "

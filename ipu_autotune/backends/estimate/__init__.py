@@ -10,7 +10,7 @@ from ...problem import Config, Problem
 from ..base import Backend, Measurement
 from ..targets import get_target
 from .constants import NOMINAL, EstimatorConstants
-from .error_bars import bars
+from .error_bars import bars, fit_chance, kept_free
 from .layout import forward_stages, stages
 from .memory import stage_memory
 from .serialization import serialize_projection
@@ -23,9 +23,13 @@ class EstimateBackend(Backend):
     name = "estimate"
     source = "estimate"
 
-    def __init__(self, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0):
+    def __init__(self, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
+                 fit_confidence: float | None = None):
         self.constants = constants
         self.headroom = headroom
+        #: an estimate fits only with at least this chance by its error bar (None: the headroom
+        #: alone, as when the estimator screens or guides compiles that settle the question)
+        self.fit_confidence = fit_confidence
 
     @property
     def sdk(self) -> str:
@@ -38,7 +42,8 @@ class EstimateBackend(Backend):
         return profile_for(problem)
 
     def measure(self, problem: Problem, config: Config) -> Measurement:
-        return estimate(problem, config, profile_at_micro_batch(problem, config), self.constants, self.headroom)
+        return estimate(problem, config, profile_at_micro_batch(problem, config), self.constants, self.headroom,
+                        self.fit_confidence)
 
 
 def profile_at_micro_batch(problem: Problem, config: Config, profile: ModelProfile | None = None) -> ModelProfile:
@@ -58,9 +63,13 @@ def device_parts(config: Config, time, k: EstimatorConstants) -> dict[str, float
 
 
 def estimate(problem: Problem, config: Config, profile: ModelProfile,
-             constants: EstimatorConstants = NOMINAL, headroom: float = 0.0) -> Measurement:
+             constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
+             fit_confidence: float | None = None) -> Measurement:
     """Memory and time of one config. With `headroom`, a config fits only if its busiest
-    tile leaves that fraction of the tile free, a margin for the model's own error."""
+    tile leaves that fraction of the tile free, a margin for the model's own error; with
+    `fit_confidence`, also only if its chance to fit by the calibrated error bar is at least
+    that (error_bars.fit_chance). This is the one place an estimate's verdict is decided:
+    the study ranks by it, the sampler learns from its violation, and the summary reads it."""
     target = get_target(problem.target)
     k = constants
     # Units cut where a split or checkpoint lands inside one (profiles/refine.py).
@@ -72,7 +81,9 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
     time = timing(problem, config, layout, target, k)
 
     capacity = target.bytes_per_ipu
-    feasible = all(m.max_tile <= target.bytes_per_tile * (1.0 - headroom) for m in memories)
+    free = kept_free(problem.model, headroom, fit_confidence)
+    feasible = all(m.max_tile <= target.bytes_per_tile * (1.0 - free) for m in memories)
+    chance = fit_chance(problem.model, max(m.max_tile for m in memories) / target.bytes_per_tile)
     compute_tiles = target.tiles - config.io_tiles
     overflow = sum(max(0, m.max_tile - target.bytes_per_tile) * compute_tiles for m in memories)
     e2e = host.end_to_end(problem, config, device_parts(config, time, k))
@@ -90,8 +101,8 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
         throughput=e2e.throughput,
         step_time_s=time.step_time_s,
         failure=None if feasible else "oom",
-        reason="" if feasible else "estimated over tile memory" + (f" less {headroom:.0%} headroom" if headroom else ""),
-        headroom=headroom,
+        reason="" if feasible else _over(headroom, free, chance, fit_confidence),
+        headroom=free,
         details={"stage_seconds": time.stage_seconds, "time_parts": time.parts,
                  "stage_units": [[s.first, s.last] for s in layout],
                  "call_shares": {name: round(v, 4) for name, v in e2e.shares.items()}},
@@ -105,5 +116,14 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
         throughput_interval=bar.throughput,
         device_throughput_interval=bar.device_throughput,
         straddles_tile_limit=bar.straddles_tile_limit,
+        fit_chance=round(chance, 4),
+        fit_confidence=fit_confidence,
     )
     return m
+
+
+def _over(headroom: float, free: float, chance: float, fit_confidence: float | None) -> str:
+    if free > headroom:  # the error bar asked for more than the headroom
+        return (f"estimated {chance:.0%} chance to fit by the error bar, under the {fit_confidence:.0%} asked "
+                "(--fit-confidence)")
+    return "estimated over tile memory" + (f" less {headroom:.0%} headroom" if headroom else "")

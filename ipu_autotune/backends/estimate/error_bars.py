@@ -70,6 +70,41 @@ def memory_scales(verdicts: dict[str, Sequence[tuple[float, bool]]]) -> dict[str
     return _per_category(verdicts, memory_scale, "the memory band needs a point that fits and one that does not")
 
 
+def _band(model: str) -> tuple[float, float]:
+    return MEMORY_SCALE.get(family(model), MEMORY_SCALE["all"])
+
+
+def fit_chance(model: str, tile_fraction: float) -> float:
+    """The chance that a busiest tile estimated at `tile_fraction` of a tile's memory fits.
+
+    The memory band says which common factors on the estimate the calibration verdicts
+    allow, not how likely each is; with nothing to prefer one over another, the factor is
+    taken as uniform in log over the band (a factor of 1.1 as likely as 1/1.1). The config
+    fits when factor x fraction <= 1."""
+    low, high = _band(model)
+    if tile_fraction <= 0:
+        return 1.0
+    if high <= low:
+        return float(tile_fraction * low <= 1.0)
+    share = (math.log(1.0 / tile_fraction) - math.log(low)) / (math.log(high) - math.log(low))
+    return min(1.0, max(0.0, share))
+
+
+def confident_fraction(model: str, confidence: float) -> float:
+    """The busiest-tile fraction whose `fit_chance` is exactly `confidence`: the most of a tile an
+    estimate may use and still count as fitting."""
+    low, high = _band(model)
+    return 1.0 / (low * (high / low) ** confidence)
+
+
+def kept_free(model: str, headroom: float, confidence: float | None) -> float:
+    """The fraction of a tile an estimate must leave free to count as fitting: `headroom`, or
+    more where the error bar asks for more to reach `confidence` (None: the headroom alone)."""
+    if confidence is None:
+        return headroom
+    return max(headroom, 1.0 - confident_fraction(model, confidence))
+
+
 @dataclass(frozen=True)
 class Bars:
     """A Measurement's error bars: busiest tile and required bytes per IPU, throughput."""
@@ -83,7 +118,7 @@ class Bars:
 
 def bars(model: str, max_tile: Sequence[int], required: Sequence[int], tile_capacity: int,
          throughput: float | None, device_throughput: float | None) -> Bars:
-    low, high = MEMORY_SCALE.get(family(model), MEMORY_SCALE["all"])
+    low, high = _band(model)
     w = THROUGHPUT_LOG_WIDTH.get("end_to_end", THROUGHPUT_LOG_WIDTH["all"])
     wd = THROUGHPUT_LOG_WIDTH.get("device", THROUGHPUT_LOG_WIDTH["all"])
 

@@ -1,0 +1,51 @@
+"""`ipu-autotune plan` as a person reads it: one row per IPU count, every figure estimated."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.table import Table
+
+from ..guide.nofit import layout_text
+from . import intervals
+from .display import terminal_cell
+
+
+def busiest_tile(m) -> str:
+    """'82% (72-103%)': the busiest tile's share of a tile, and its error bar."""
+    if not m.max_tile_bytes or not m.tile_capacity_bytes:
+        return "-"
+    worst = m.worst_ipu()
+    nominal = f"{m.max_tile_bytes[worst] / m.tile_capacity_bytes:.0%}"
+    if not m.max_tile_bytes_interval:
+        return nominal
+    lo, hi = m.max_tile_bytes_interval[worst]
+    return f"{nominal} ({lo / m.tile_capacity_bytes * 100:.0f}-{hi / m.tile_capacity_bytes:.0%})"
+
+
+def plan_table(model: str, plans, asked_batch: int) -> Table:
+    table = Table(title=f"{model}: the best configuration per IPU count (estimated)", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
+    for name, right in (("IPUs", True), ("mb", True), ("layout", False), ("samples/s", True),
+                        ("bottleneck", False), ("busiest tile", True), ("chance", True)):
+        table.add_column(name, justify="right" if right else "left", no_wrap=True)
+    for p in plans:
+        m = p.measurement
+        batch = str(p.micro_batch) + ("" if p.micro_batch == asked_batch else "*")
+        speed = terminal_cell(f"{m.throughput:,.0f}", "green") if p.fits and m.throughput else \
+            terminal_cell("no fit", "red")
+        table.add_row(str(p.ipus), batch, layout_text(p.config), speed,
+                      terminal_cell(m.bottleneck or "-") if p.fits else "", busiest_tile(m),
+                      f"{m.fit_chance:.0%}" if m.fit_chance is not None else "-")
+    return table
+
+
+def notes(plans, asked_batch: int) -> list[str]:
+    """The lines under the table: what the columns mean where it is not obvious."""
+    out = ["mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end to end (host input included); "
+           "busiest tile: its share of a tile's memory (and its error bar); chance: to fit, by that bar"]
+    if any(p.micro_batch != asked_batch for p in plans):
+        out.append(f"*: the micro-batch halved from {asked_batch} until a configuration fits")
+    uncertain = [p for p in plans if p.fits and p.measurement.straddles_tile_limit]
+    if uncertain:
+        out.append(f"at {', '.join(str(p.ipus) for p in uncertain)} IPUs the best is {intervals.UNCERTAIN}")
+    return out

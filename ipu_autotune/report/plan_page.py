@@ -1,0 +1,73 @@
+"""`ipu-autotune plan -o FILE`: the plan as one self-contained HTML page, its table and a plot
+of estimated throughput per IPU count (plotly inline, as the study report: no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from ..present.display import html_text
+from ..guide.nofit import layout_text
+from ..present.plan_view import busiest_tile
+from ..problem import Problem
+from ..version import __version__
+from .page import _CSS
+
+
+def throughput_figure(plans) -> go.Figure:
+    """Samples/s per IPU count where a configuration fits, end to end and the IPUs alone, with
+    the throughput error bar; sizes where nothing fits are marked on the axis."""
+    fits = [p for p in plans if p.fits and p.measurement.throughput]
+    fig = go.Figure()
+    if fits:
+        lo = [p.measurement.throughput - p.measurement.throughput_interval[0] if p.measurement.throughput_interval
+              else 0 for p in fits]
+        hi = [p.measurement.throughput_interval[1] - p.measurement.throughput if p.measurement.throughput_interval
+              else 0 for p in fits]
+        fig.add_scatter(name="end to end (estimated)", x=[p.ipus for p in fits],
+                        y=[p.measurement.throughput for p in fits], mode="lines+markers",
+                        error_y=dict(type="data", array=hi, arrayminus=lo, visible=True),
+                        text=[html_text(layout_text(p.config)) for p in fits])
+        fig.add_scatter(name="IPUs alone (estimated)", x=[p.ipus for p in fits],
+                        y=[p.measurement.device_throughput or 0 for p in fits], mode="lines+markers",
+                        line=dict(dash="dot"))
+    misses = [p.ipus for p in plans if not p.fits]
+    if misses:
+        fig.add_scatter(name="nothing fits", x=misses, y=[0] * len(misses), mode="markers",
+                        marker=dict(symbol="x", size=10, color="#E45756"))
+    fig.update_layout(template="plotly_white", height=380, title="Throughput per IPU count (estimated)",
+                      xaxis=dict(title="IPUs", type="log", tickvals=[p.ipus for p in plans]),
+                      yaxis=dict(title="samples/s"), margin=dict(l=60, r=20, t=50, b=40))
+    return fig
+
+
+def render_plan(problem: Problem, plans, why: str, levers: list[str]) -> str:
+    rows = "".join(
+        f"<tr><td class='num'>{p.ipus}</td><td>{'yes' if p.fits else 'no'}</td><td class='num'>{p.micro_batch}</td>"
+        f"<td>{html_text(layout_text(p.config))}</td>"
+        f"<td class='num'>{f'{p.measurement.throughput:,.0f}' if p.fits and p.measurement.throughput else '-'}</td>"
+        f"<td>{html_text(p.measurement.bottleneck or '-') if p.fits else '-'}</td>"
+        f"<td class='num'>{html_text(busiest_tile(p.measurement))}</td></tr>" for p in plans)
+    body = [f"<h1>Plan: {html_text(problem.model)}</h1>",
+            f"<p class='sub'>micro-batch up to {problem.batch_size}, {html_text(problem.optimizer)}, "
+            f"{html_text(problem.target)} &middot; ipu-autotune {__version__}</p>",
+            "<p class='estimated'>Every figure here is <b>estimated</b> by the analytical IPU model "
+            "(no compile, no run).</p>",
+            "<table><tr><th>IPUs</th><th>fits</th><th>micro-batch</th><th>layout</th>"
+            f"<th>samples/s</th><th>bottleneck</th><th>busiest tile</th></tr>{rows}</table>",
+            throughput_figure(plans).to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})]
+    if why:
+        body += ["<h2>Why nothing fits</h2>", f"<p>{html_text(why)}</p>"]
+        body += [f"<p>{html_text(line)}</p>" for line in levers]
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            f"<title>ipu-autotune plan: {html_text(problem.model)}</title><style>{_CSS}</style>"
+            f"<script>{get_plotlyjs()}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_plan_report(problem: Problem, plans, why: str, levers: list[str], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_plan(problem, plans, why, levers), encoding="utf-8")
+    return path
