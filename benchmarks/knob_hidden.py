@@ -220,9 +220,3 @@ class KnobResponseHiddenIPU(RandomHiddenIPU):
         return replace(costs, float_sample_s=costs.float_sample_s * slower,
                        uint8_sample_s=costs.uint8_sample_s * slower, call_s=costs.call_s * slower)
 
-
-def draw_ids(which: str, count: int, skip: int = 0) -> list[int]:
-    """`count` ids of this family's draw set `which`, after its first `skip`."""
-    if which not in DRAW_SETS:
-        raise ValueError(f"draw set {which!r}: one of {', '.join(DRAW_SETS)}")
-    return list(range(DRAW_SETS[which] + skip, DRAW_SETS[which] + skip + count))

@@ -196,12 +196,12 @@ class RandomHiddenIPU(HiddenIPU):
         return self._cache[key]
 
 
-def draw_ids(which: str, count: int, skip: int = 0) -> list[int]:
+def draw_ids(which: str, count: int, skip: int = 0, sets: dict[str, int] = DRAW_SETS) -> list[int]:
     """`count` ids of a draw set, after its first `skip` (a fresh set once those are seen, or
-    one part of a split run)."""
-    if which not in DRAW_SETS:
-        raise ValueError(f"draw set {which!r}: one of {', '.join(DRAW_SETS)}")
-    return list(range(DRAW_SETS[which] + skip, DRAW_SETS[which] + skip + count))
+    one part of a split run). `sets`: a family's sets (knob_hidden.DRAW_SETS; default this one's)."""
+    if which not in sets:
+        raise ValueError(f"draw set {which!r}: one of {', '.join(sets)}")
+    return list(range(sets[which] + skip, sets[which] + skip + count))
 
 
 def kind_of(draw_id: int) -> str:
