@@ -154,10 +154,11 @@ class KnobResponse:
     def effect(self, knob: str, values: list, *where) -> float:
         """`knob`'s effect named by `where` at its `values`, averaged over them (per IPU or
         per split); 0 for a value outside the domain or none at all."""
-        domain = self.domains[knob]
-        if isinstance(domain, Range):
-            return sum(self.term(*where)(_unit(v, domain)) for v in values) / len(values) if values else 0.0
-        return sum(self.term(*where).get(v, 0.0) for v in values) / len(values) if values else 0.0
+        if not values:
+            return 0.0
+        domain, term = self.domains[knob], self.term(*where)
+        each = [term(_unit(v, domain)) for v in values] if isinstance(domain, Range) else [term.get(v, 0.0) for v in values]
+        return sum(each) / len(each)
 
     def factor(self, target: str, config: Config, ipu: int | None = None) -> float:
         """What `target` is multiplied by for `config`: the product over knobs and
