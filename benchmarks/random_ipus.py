@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             results = [r for r in results if set(r["runs"]) == everyone]
         keys = list(dict.fromkeys(r["problem"] for r in results))
         for path, s in zip(args.report, saved):
-            print(f"tables of {path} (draw set {s['set']}; command: python benchmarks/random_ipus.py "
+            print(f"tables of {path} (family {s.get('family', 'structural')}, draw set {s['set']}; command: python benchmarks/random_ipus.py "
                   f"{' '.join(s['argv'])}; {len(s['results'])} runs)")
         print()
         print(report(results, saved[0].get("budget", 20), keys, families.pop()))
@@ -242,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(k, d, budget, trials, kicks, not args.no_reference_cache, strategies, args.family)
             for k in keys for d in ids]
     results = []
+
+    def saved() -> dict:  # what --json keeps and --report reads
+        return {"argv": argv, "family": args.family, "set": args.set, "budget": budget, "results": results}
+
     with contextlib.ExitStack() as stack:
         if args.processes > 1:
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(args.processes))
@@ -251,16 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         for result in done:
             results.append(result)
             if args.json:  # kept after each run: a long run stopped early still reports what it did
-                args.json.write_text(json.dumps({"argv": argv, "family": args.family, "set": args.set, "budget": budget,
-                                             "results": results}, default=str))
+                args.json.write_text(json.dumps(saved(), default=str))
             print(f"  {len(results)}/{len(jobs)} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr,
                   flush=True)
     results.sort(key=lambda r: (keys.index(r["problem"]), r["draw"]))
     print(report(results, budget, keys, args.family))
     print(f"\nwall time: {time.perf_counter() - start:.0f} s with {args.processes} process(es)")
     if args.json:
-        args.json.write_text(json.dumps({"argv": argv, "family": args.family, "set": args.set, "budget": budget,
-                                             "results": results}, indent=1, default=str))
+        args.json.write_text(json.dumps(saved(), indent=1, default=str))
         print(f"raw results: {args.json}")
     return 0
 
