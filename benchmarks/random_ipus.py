@@ -168,10 +168,11 @@ def _checks(t: dict, ms: list[dict]) -> list[str]:
         met.append(median([m["first"] for m in ms]) <= t["first fit"])
     if t["best@10"] is not None:
         met.append(median([m["at"][10] for m in ms]) >= t["best@10"])
+    cells = ["met" if ok else "not met" for ok in met]
     if t["stop"] is not None:
         fired, right = _stops(ms)
-        met.append(not fired or right / len(fired) >= t["stop"])
-    return ["met" if ok else "not met" for ok in met]
+        cells.append("- (never said stop)" if not fired else "met" if right / len(fired) >= t["stop"] else "not met")
+    return cells
 
 
 def main(argv: list[str] | None = None) -> int:
