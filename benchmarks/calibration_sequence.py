@@ -1,6 +1,7 @@
 """Studies in sequence on one random hidden IPU, with and without the calibration store (issue 25).
 
-Per draw (benchmarks/random_hidden.py, a hidden IPU with its own structural differences):
+Per draw (benchmarks/random_hidden.py, a hidden IPU with its own structural differences; with
+`--family knobs`, knob_hidden.py's draws, every knob's own response on top, issue 41):
 the problems in turn, each tuned as `ipu-autotune tune` runs with a compiling backend
 (serially: warm starts, then the guide, screening at 25 %), in two arms:
 
@@ -25,6 +26,7 @@ arm's records of each draw (calibration/prior.loso).
     python benchmarks/calibration_sequence.py --draws 3 --problems 3 --budget 12    # a few minutes
     python benchmarks/calibration_sequence.py --set report --draws 20 --problems 5 --budget 12 \
         --reference-trials 30 --kicks 20                                              # the report
+    python benchmarks/calibration_sequence.py --family knobs --draws 3 --problems 3   # issue 41's family
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 from common import DEFAULT_HEADROOM, DEFAULT_SCREEN_MARGIN
-from random_hidden import RandomHiddenIPU, draw_ids
+from random_hidden import draw_ids
+from random_ipus import FAMILIES
 import search_efficiency as se
 from search_efficiency import PROBLEMS
 
@@ -104,6 +107,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=3)
     parser.add_argument("--set", default="develop", choices=("develop", "report"))
+    parser.add_argument("--family", default="structural", choices=sorted(FAMILIES),
+                        help="hidden IPUs to draw (random_ipus.py --family): structural, or knobs (issue 41)")
     parser.add_argument("--problems", type=int, default=3, help="the first N of search_efficiency.PROBLEMS")
     parser.add_argument("--budget", type=int, default=12)
     parser.add_argument("--first-draw", type=int, default=0, help="skip this many draws of the set (to split a run)")
@@ -122,7 +127,8 @@ def main(argv=None) -> int:
     rows: dict = {arm: [] for arm in ARMS}
     errors, unfit = [], []
     start = time.perf_counter()
-    for draw_id in draw_ids(args.set, args.draws, args.first_draw):
+    hidden, sets = FAMILIES[args.family]
+    for draw_id in draw_ids(args.set, args.draws, args.first_draw, sets):
         with tempfile.TemporaryDirectory() as tmp:
             folder = args.keep or Path(tmp)
             folder.mkdir(parents=True, exist_ok=True)
@@ -131,13 +137,13 @@ def main(argv=None) -> int:
             stores = {"warm": open_store(f"journal:///{journal}")}
             for i, key in enumerate(keys):
                 problem = PROBLEMS[key]
-                runs = {arm: one_study(problem, RandomHiddenIPU(draw_id), args.budget, stores.get(arm), f"{key}-{arm}")
+                runs = {arm: one_study(problem, hidden(draw_id), args.budget, stores.get(arm), f"{key}-{arm}")
                         for arm in ARMS}
                 if i == 0:
                     continue  # an empty store: every arm runs the same study
                 seen = [t for compiles in runs.values() for t in compiles if t is not None]
                 if args.reference_trials:
-                    known = se.cached_best_known(problem, RandomHiddenIPU(draw_id), draw_id, args.reference_trials,
+                    known = se.cached_best_known(problem, hidden(draw_id), draw_id, args.reference_trials,
                                                  args.kicks)[0]
                     seen += [known] if known else []
                 reference = max(seen) if seen else math.nan

@@ -143,8 +143,8 @@ class RandomHiddenIPU(HiddenIPU):
             tiles[i] += FIXED_SHARE * fixed * cap
         return [int(t) for t in tiles]
 
-    def _call(self, problem: Problem, config: Config, m: Measurement) -> tuple[float, float]:
-        """(seconds per call, samples per call) on this IPU and its host."""
+    def _device_parts(self, problem: Problem, config: Config, m: Measurement) -> dict[str, float]:
+        """Seconds per call on the IPUs, by part (host.end_to_end's `device_parts`)."""
         s, di = self.draw.strengths, config.device_iterations
         parts = m.details["time_parts"]
         compute = parts["compute"]
@@ -152,18 +152,26 @@ class RandomHiddenIPU(HiddenIPU):
         if stages > 1:  # fill and flush: (accumulation + stages - 1) cycles modelled
             cycle = compute / (config.gradient_accumulation + stages - 1)
             compute += 4 * s.get("pipeline fill/flush", 0.0) * (stages - 1) * cycle
-        device = {"device compute": di * compute, "weight update": di * parts["weight_update"],
-                  "all-reduce": di * parts["all_reduce"] * self.draw.allreduce,
-                  "host call": self.constants.host_call_overhead_s}
+        return {"device compute": di * compute, "weight update": di * parts["weight_update"],
+                "all-reduce": di * parts["all_reduce"] * self.draw.allreduce,
+                "host call": self.constants.host_call_overhead_s}
+
+    def _host_costs(self, problem: Problem, config: Config) -> host.HostCosts:
+        """This IPU's host: the estimator's host costs, slower and scaling worse per the draw."""
+        s = self.draw.strengths
         costs = host.host_costs(problem)
         slow = 1 + 2 * s.get("slow host", 0.0)
-        costs = replace(costs, float_sample_s=costs.float_sample_s * slow, uint8_sample_s=costs.uint8_sample_s * slow,
-                        call_s=costs.call_s * slow,
-                        worker_efficiency=costs.worker_efficiency * (1 - 1.5 * s.get("worker scaling", 0.0)))
-        e2e = host.end_to_end(problem, config, device, costs)
+        return replace(costs, float_sample_s=costs.float_sample_s * slow, uint8_sample_s=costs.uint8_sample_s * slow,
+                       call_s=costs.call_s * slow,
+                       worker_efficiency=costs.worker_efficiency * (1 - 1.5 * s.get("worker scaling", 0.0)))
+
+    def _call(self, problem: Problem, config: Config, m: Measurement) -> tuple[float, float]:
+        """(seconds per call, samples per call) on this IPU and its host."""
+        device = self._device_parts(problem, config, m)
+        e2e = host.end_to_end(problem, config, device, self._host_costs(problem, config))
         call = e2e.call_time_s
         if host.overlapped(config):
-            call += 1.5 * s.get("overlap", 0.0) * min(e2e.host_input_s, e2e.device_call_s)
+            call += 1.5 * self.draw.strengths.get("overlap", 0.0) * min(e2e.host_input_s, e2e.device_call_s)
         return call, host.samples_per_call(problem, config)
 
     def evaluate(self, problem: Problem, config: Config) -> Measurement:
@@ -188,12 +196,12 @@ class RandomHiddenIPU(HiddenIPU):
         return self._cache[key]
 
 
-def draw_ids(which: str, count: int, skip: int = 0) -> list[int]:
+def draw_ids(which: str, count: int, skip: int = 0, sets: dict[str, int] = DRAW_SETS) -> list[int]:
     """`count` ids of a draw set, after its first `skip` (a fresh set once those are seen, or
-    one part of a split run)."""
-    if which not in DRAW_SETS:
-        raise ValueError(f"draw set {which!r}: one of {', '.join(DRAW_SETS)}")
-    return list(range(DRAW_SETS[which] + skip, DRAW_SETS[which] + skip + count))
+    one part of a split run). `sets`: a family's sets (knob_hidden.DRAW_SETS; default this one's)."""
+    if which not in sets:
+        raise ValueError(f"draw set {which!r}: one of {', '.join(sets)}")
+    return list(range(sets[which] + skip, sets[which] + skip + count))
 
 
 def kind_of(draw_id: int) -> str:

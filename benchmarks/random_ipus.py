@@ -6,7 +6,10 @@ tuner as `tune` runs it with a compiling backend (search_efficiency.run_strategy
 compiles. Best known per (problem, draw): search_efficiency.cached_best_known on the draw
 (climbs, a TPE run and kicks on the hidden IPU itself), raised by anything a run measured.
 
-Draws come from two disjoint sets (random_hidden.DRAW_SETS): `--set develop` (the default)
+`--family structural` (the default) draws random_hidden.RandomHiddenIPU; `--family knobs`
+draws knob_hidden.KnobResponseHiddenIPU (issue 41), each family with its own id sets, and
+runs Optuna's GPSampler too (`gp`). Draws come from two disjoint sets per family
+(random_hidden.DRAW_SETS, knob_hidden.DRAW_SETS): `--set develop` (the default)
 to develop on, `--set report` to report on, after development only. The two hand-made
 hidden IPUs stay in search_efficiency.py (`--hidden constants structural`) as named cases.
 
@@ -14,6 +17,7 @@ hidden IPUs stay in search_efficiency.py (`--hidden constants structural`) as na
     python benchmarks/random_ipus.py --set develop --draws 6 --problems bert-base-sl128-mb8-4ipu
     python benchmarks/random_ipus.py --set report --first-draw 20     # report draws 20020-20039
     python benchmarks/random_ipus.py --quick                          # CI smoke: 1 problem, 2 develop draws
+    python benchmarks/random_ipus.py --family knobs --set develop --draws 3   # issue 41, with gp
 """
 
 from __future__ import annotations
@@ -32,20 +36,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 import search_efficiency as se
 from common import fmt_count, markdown_table, median, quantile
-from random_hidden import DRAW_SETS, MECHANISMS, RandomHiddenIPU, draw_ids
+import knob_hidden
+import random_hidden
+from knob_hidden import KnobResponseHiddenIPU
+from random_hidden import MECHANISMS, RandomHiddenIPU
 
-STRATEGIES = ("ipu-autotune", "tpe")
+STRATEGIES = ("ipu-autotune", "tpe", "gp")
 NEAR_WITHIN = 10  # "within 5% of the best known in <= 10 compiles"
-#: the issue's must-show 1: per problem, on the report draws
-TARGETS = {"runs within 5% in <= 10": 0.9, "median to 5%": 4, "median first fit": 2, "median best@10": 0.95}
+#: hidden-IPU families: the draws' class and their develop and report id sets. structural:
+#: mechanisms drawn per IPU (issue 22); knobs: every knob's own response on top (issue 41)
+FAMILIES = {"structural": (RandomHiddenIPU, random_hidden.DRAW_SETS),
+            "knobs": (KnobResponseHiddenIPU, knob_hidden.DRAW_SETS)}
+#: per family, the issue's must-show 1 per problem on the report draws: the share within 5%
+#: in <= 10 compiles, the median compiles to 5%, the median first fit and best@10 (None: not
+#: a target) and the stopping rule's precision
+TARGETS = {"structural": {"issue": 22, "within": 0.9, "median": 4, "first fit": 2, "best@10": 0.95, "stop": None},
+           "knobs": {"issue": 41, "within": 0.9, "median": 3, "first fit": None, "best@10": None, "stop": 0.9}}
+DEFAULT_STRATEGIES = {"structural": ("ipu-autotune", "tpe"), "knobs": STRATEGIES}
 
 
 def run_draw(args: tuple) -> dict:
     """One (problem, draw): the best-known search, then each strategy. Picklable for a pool."""
-    key, draw_id, budget, reference_trials, kicks, use_cache, strategies = args
+    key, draw_id, budget, reference_trials, kicks, use_cache, strategies, family = args
     common.quiet_optuna()
     problem = se.PROBLEMS[key]
-    oracle = RandomHiddenIPU(draw_id)
+    oracle = FAMILIES[family][0](draw_id)
     t0 = time.perf_counter()
     reference, source, _ = se.cached_best_known(problem, oracle, draw_id, reference_trials, kicks, use_cache)
     ref_seconds = time.perf_counter() - t0
@@ -82,7 +97,7 @@ def _pct(n: int, d: int) -> str:
     return f"{n}/{d} ({n / d:.0%})" if d else "-"
 
 
-def report(results: list[dict], budget: int, keys: list[str]) -> str:
+def report(results: list[dict], budget: int, keys: list[str], family: str = "structural") -> str:
     out = ["## Problems and draws\n"]
     rows = []
     for key in keys:
@@ -108,25 +123,21 @@ def report(results: list[dict], budget: int, keys: list[str]) -> str:
                          fmt_count(quantile(near, 0.9), budget), fmt_count(first, budget), f"{at10:.2f}",
                          f"{median([m['at'][20] for m in ms]):.2f}" if budget >= 20 else "-"])
             if s == "ipu-autotune" and key != "all problems":
-                checks.append([key, "met" if within / len(ms) >= TARGETS["runs within 5% in <= 10"] else "not met",
-                               "met" if median(near) <= TARGETS["median to 5%"] else "not met",
-                               "met" if first <= TARGETS["median first fit"] else "not met",
-                               "met" if at10 >= TARGETS["median best@10"] else "not met"])
+                checks.append([key, *_checks(TARGETS[family], ms)])
     out.append(f"\n## Compiles (budget {budget}; runs on draws with a fit; >{budget}: not within the budget)\n")
     out.append(markdown_table(["problem", "strategy", f"within 5% in <= {NEAR_WITHIN}", "median to 5%",
                                "p90 to 5%", "median first fit", "best@10 (median)", "best@20 (median)"],
                               rows, "llrrrrrr"))
-    out.append("\n## Targets (issue 22, must show 1, on the report draws): >= 90% within 5% in <= 10, "
-               "median <= 4, first fit median <= 2, best@10 median >= 0.95\n")
-    out.append(markdown_table(["problem", ">= 90% in <= 10", "median <= 4", "first fit <= 2", "best@10 >= 0.95"],
-                              checks, "lllll"))
+    names = _target_names(TARGETS[family])
+    out.append(f"\n## Targets (issue {TARGETS[family]['issue']}, must show 1, on the report draws): "
+               f"{', '.join(names)}\n")
+    out.append(markdown_table(["problem", *names], checks, "l" * (len(names) + 1)))
     if not all("ipu-autotune" in r["runs"] for _, rs in groups for r in rs):
         return "\n".join(out)
     rows = []
     for key, rs in groups:
         ms = [se.metrics(r["runs"]["ipu-autotune"], r["reference"], budget) for r in rs]
-        fired = [m for m in ms if not math.isinf(m["stop_at"])]
-        right = sum(m["near"] <= m["stop_at"] for m in fired)
+        fired, right = _stops(ms)
         rows.append([key, f"{len(fired)}/{len(ms)}", fmt_count(median([m["stop_at"] for m in fired]), budget)
                      if fired else "-", _pct(right, len(fired)),
                      f"{median([m['stop_fraction'] for m in fired]):.2f}" if fired else "-"])
@@ -136,10 +147,41 @@ def report(results: list[dict], budget: int, keys: list[str]) -> str:
     return "\n".join(out)
 
 
+def _stops(ms: list[dict]) -> tuple[list[dict], int]:
+    """The runs where the stopping rule fired, and how many of them were within 5% then."""
+    fired = [m for m in ms if not math.isinf(m["stop_at"])]
+    return fired, sum(m["near"] <= m["stop_at"] for m in fired)
+
+
+def _target_names(t: dict) -> list[str]:
+    names = [f">= {t['within']:.0%} in <= {NEAR_WITHIN}", f"median <= {t['median']}"]
+    names += [f"first fit <= {t['first fit']}"] if t["first fit"] is not None else []
+    names += [f"best@10 >= {t['best@10']}"] if t["best@10"] is not None else []
+    return names + ([f"stop right >= {t['stop']:.0%}"] if t["stop"] is not None else [])
+
+
+def _checks(t: dict, ms: list[dict]) -> list[str]:
+    """'met' or 'not met' per target of `t` (_target_names' order) for one problem's runs."""
+    near = [m["near"] for m in ms]
+    met = [sum(v <= NEAR_WITHIN for v in near) / len(ms) >= t["within"], median(near) <= t["median"]]
+    if t["first fit"] is not None:
+        met.append(median([m["first"] for m in ms]) <= t["first fit"])
+    if t["best@10"] is not None:
+        met.append(median([m["at"][10] for m in ms]) >= t["best@10"])
+    cells = ["met" if ok else "not met" for ok in met]
+    if t["stop"] is not None:
+        fired, right = _stops(ms)
+        cells.append("- (never said stop)" if not fired else "met" if right / len(fired) >= t["stop"] else "not met")
+    return cells
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=sorted(DRAW_SETS), default="develop",
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="structural",
+                    help="hidden IPUs to draw: structural (issue 22's mechanisms) or knobs (every knob's own "
+                         "response on top, issue 41)")
+    ap.add_argument("--set", choices=("develop", "report"), default="develop",
                     help="draw ids to run: develop (develop the guide on these) or report (report only)")
     ap.add_argument("--draws", type=int, default=None, help="draws per problem (default 20; quick 2)")
     ap.add_argument("--first-draw", type=int, default=0,
@@ -150,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference-trials", type=int, default=None,
                     help="TPE trials on the hidden IPU behind 'best known' (default 60; quick 10)")
     ap.add_argument("--kicks", type=int, default=None, help="kicks of the best-known search (default 50; quick 5)")
-    ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES),
-                    help="strategies to run (default both; the tuner alone while developing)")
+    ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=None,
+                    help="strategies to run (default: ipu-autotune and tpe; with --family knobs gp too, Optuna's "
+                         "GPSampler with the out-of-memory constraint; the tuner alone while developing)")
     ap.add_argument("--processes", type=int, default=1, help="benchmark worker processes (default 1)")
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 draws, budget 10, short reference")
     ap.add_argument("--no-reference-cache", action="store_true", help="search the best known afresh")
@@ -162,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.report:
         saved = [json.loads(path.read_text()) for path in args.report]
+        families = {s.get("family", "structural") for s in saved}
+        if len(families) > 1:
+            print(f"error: the --report files hold different families ({', '.join(sorted(families))}); "
+                  "report each family apart", file=sys.stderr)
+            return 2
         results = joined([s["results"] for s in saved])
         everyone = set().union(*(r["runs"] for r in results))
         partial = [r for r in results if set(r["runs"]) != everyone]
@@ -171,10 +219,10 @@ def main(argv: list[str] | None = None) -> int:
             results = [r for r in results if set(r["runs"]) == everyone]
         keys = list(dict.fromkeys(r["problem"] for r in results))
         for path, s in zip(args.report, saved):
-            print(f"tables of {path} (draw set {s['set']}; command: python benchmarks/random_ipus.py "
+            print(f"tables of {path} (family {s.get('family', 'structural')}, draw set {s['set']}; command: python benchmarks/random_ipus.py "
                   f"{' '.join(s['argv'])}; {len(s['results'])} runs)")
         print()
-        print(report(results, saved[0].get("budget", 20), keys))
+        print(report(results, saved[0].get("budget", 20), keys, families.pop()))
         return 0
     draws = args.draws or (2 if args.quick else 20)
     budget = args.budget or (10 if args.quick else 20)
@@ -183,15 +231,22 @@ def main(argv: list[str] | None = None) -> int:
     kicks = args.kicks or (5 if args.quick else 50)
     common.quiet_optuna()
     common.header("Search efficiency on random hidden IPUs", "random_ipus.py", argv)
-    ids = draw_ids(args.set, draws, args.first_draw)
+    ids = random_hidden.draw_ids(args.set, draws, args.first_draw, FAMILIES[args.family][1])
+    strategies = tuple(args.strategies or DEFAULT_STRATEGIES[args.family])
+    layer = " and every knob's own response (knob_hidden.py)" if args.family == "knobs" else ""
     print(f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {'develop on these' if args.set == 'develop' else 'held out: report only, never tuned on'}); "
+          f"family: {args.family}; "
           f"{len(keys)} problem(s) x {draws} draw(s); budget {budget} compiles; best known from climbs, a "
-          f"{trials}-trial TPE run and {kicks} kicks on each hidden IPU; mechanisms: {', '.join(MECHANISMS)}\n",
+          f"{trials}-trial TPE run and {kicks} kicks on each hidden IPU; mechanisms: {', '.join(MECHANISMS)}{layer}\n",
           flush=True)
     start = time.perf_counter()
-    jobs = [(k, d, budget, trials, kicks, not args.no_reference_cache, tuple(args.strategies))
+    jobs = [(k, d, budget, trials, kicks, not args.no_reference_cache, strategies, args.family)
             for k in keys for d in ids]
     results = []
+
+    def saved() -> dict:  # what --json keeps and --report reads
+        return {"argv": argv, "family": args.family, "set": args.set, "budget": budget, "results": results}
+
     with contextlib.ExitStack() as stack:
         if args.processes > 1:
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(args.processes))
@@ -201,14 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         for result in done:
             results.append(result)
             if args.json:  # kept after each run: a long run stopped early still reports what it did
-                args.json.write_text(json.dumps({"argv": argv, "set": args.set, "budget": budget, "results": results}, default=str))
+                args.json.write_text(json.dumps(saved(), default=str))
             print(f"  {len(results)}/{len(jobs)} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr,
                   flush=True)
     results.sort(key=lambda r: (keys.index(r["problem"]), r["draw"]))
-    print(report(results, budget, keys))
+    print(report(results, budget, keys, args.family))
     print(f"\nwall time: {time.perf_counter() - start:.0f} s with {args.processes} process(es)")
     if args.json:
-        args.json.write_text(json.dumps({"argv": argv, "set": args.set, "budget": budget, "results": results}, indent=1, default=str))
+        args.json.write_text(json.dumps(saved(), indent=1, default=str))
         print(f"raw results: {args.json}")
     return 0
 

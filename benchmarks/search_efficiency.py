@@ -55,6 +55,7 @@ import multiprocessing
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -74,7 +75,7 @@ from common import (
 )
 
 from ipu_autotune.study import records as st
-from ipu_autotune.study.runner import Runner
+from ipu_autotune.study.runner import CONSTRAINTS_KEY, Runner
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
@@ -154,6 +155,23 @@ def _study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     return optuna.create_study(storage=open_storage("memory:"), sampler=sampler, direction="maximize")
 
 
+def _stored_constraint(trial: optuna.trial.FrozenTrial) -> list[float]:
+    """The memory constraint the Runner stored on the trial (runner.CONSTRAINTS_KEY): Optuna
+    calls this after each trial and stores what it returns under the same key."""
+    return list(trial.system_attrs.get(CONSTRAINTS_KEY, [0.0]))
+
+
+def gp_sampler(seed: int) -> optuna.samplers.BaseSampler:
+    """Optuna's GPSampler with the out-of-memory constraint (its `constraints_func`:
+    optuna/samplers/_gp/sampler.py, the log chance of feasibility added to log EI)."""
+    with warnings.catch_warnings():  # constraints_func is marked experimental / deprecated in 5.0
+        warnings.simplefilter("ignore")
+        # Knobs asked only where they apply are outside its intersection space: Optuna samples
+        # them at random, as intended here (GPSampler has no conditional space); no warning each.
+        return optuna.samplers.GPSampler(seed=seed, constraints_func=_stored_constraint,
+                                         warn_independent_sampling=False)
+
+
 def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, budget: int,
                  max_trials: int) -> Run:
     profile = profile_for(problem)
@@ -167,6 +185,9 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
         st.enqueue(study, space, problem, profile, [Proposal(baseline, "baseline")])
     elif strategy == "tpe":
         study = _study(st.create_sampler(seed))
+        st.enqueue(study, space, problem, profile, [Proposal(baseline, "baseline")])
+    elif strategy == "gp":
+        study = _study(gp_sampler(seed))
         st.enqueue(study, space, problem, profile, [Proposal(baseline, "baseline")])
     elif strategy.startswith("ipu-autotune"):
         # As `ipu-autotune tune` with a compiling backend (commands/tune.py): the first warm

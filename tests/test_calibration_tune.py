@@ -97,8 +97,10 @@ def test_the_estimate_backend_and_no_calibration_write_nothing(tmp_path):
     assert not (tmp_path / "ipu-autotune-calibration.db").exists()
 
 
-def test_the_sequence_benchmark_runs_and_reports_both_arms():
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibration_sequence.py"), "--quick"],
+@pytest.mark.parametrize("family", ["structural", "knobs"])
+def test_the_sequence_benchmark_runs_and_reports_both_arms(family):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibration_sequence.py"), "--quick",
+                           "--family", family],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| cold")
