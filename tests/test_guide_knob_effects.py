@@ -31,8 +31,11 @@ def test_a_knob_the_compiles_moved_is_learnt_and_one_they_did_not_keeps_its_spre
     mean, sd = model.predict(np.array([(0.4, 0.5), (0.6, 0.5), (0.4, 0.0)]), np.empty((3, 0), dtype=object))
     assert mean[0] == pytest.approx(peak(0.4), abs=0.03) and mean[1] == pytest.approx(peak(0.6), abs=0.03)
     assert sd[0] < 0.05 and sd[1] < 0.05
-    # knob 1 never moved: at another value of it the model is as unsure as a knob's prior allows
-    assert sd[2] > 3 * sd[0]
+    # knob 0's spread grew to its effect; knob 1 never moved and keeps its prior spread, so at
+    # another value of it the model is unsure again
+    constant, knob0, knob1, interaction = np.exp(model.log_spread)
+    assert knob0 > 2 * model.unit and knob1 == pytest.approx(model.unit, rel=0.25)
+    assert sd[2] > 2 * sd[0]
 
 
 def test_one_knobs_effect_is_learnt_from_compiles_that_moved_another_too():

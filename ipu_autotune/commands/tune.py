@@ -23,7 +23,7 @@ from ..models.objects import is_object
 from ..guide.nofit import EXIT_NOTHING_FITS, lacks
 from ..guide.proposal import History
 from ..guide.warmstart import is_baseline
-from ..present.outputs import record_json, write_outputs
+from ..present.outputs import compile_counts, lr_json, record_json, write_outputs
 from ..study.runner import Runner
 from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import validate
@@ -309,9 +309,9 @@ def _report(args, console, study, runner, ran, backend, problem, guide, advice, 
             "changes_that_help": [c.to_dict() for c in helps],
             "files": {k: str(v) for k, v in files.items()}, "resume": resume,
             "numerics": advice.to_dict() if advice is not None else None,
-            "compiles": _compile_counts(backend),
+            "compiles": compile_counts(backend),
             "workshop_reference": reference.to_dict() if reference is not None else None,
-            "learning_rate": _lr_json(problem, base, best),
+            "learning_rate": lr_json(problem, base, best),
             "stopping_rule": str(stop) if stop is not None else None,
             "calibration": calibrated.to_json(study) if calibrated is not None else None,
         }, indent=2))
@@ -319,7 +319,7 @@ def _report(args, console, study, runner, ran, backend, problem, guide, advice, 
         console.print(result_line(best, base, study_name), soft_wrap=True, markup=False)
     else:
         print_summary(console, problem, base, best, closest, files, resume, estimated,
-                      len(ran), runner.stop_requested, advice, _compile_counts(backend), reference, helps,
+                      len(ran), runner.stop_requested, advice, compile_counts(backend), reference, helps,
                       alternative_line)
         if stop is not None:
             console.print(f"Stopping rule: {stop}.", highlight=False)
@@ -379,25 +379,6 @@ def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: i
         extra += ["--out", args.out]
     command = resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
     return python_call(command) if is_object(problem.model) else command
-
-
-def _lr_json(problem: Problem, base, best) -> dict | None:
-    from ..present.host_report import learning_rate
-
-    if best is None:
-        return None
-    lr = learning_rate(problem, base.config if base is not None else None, best.config)
-    if lr is None:
-        return None
-    return {"optimizer": lr.optimizer, "rule": lr.rule, "base_lr": lr.base_lr,
-            "base_global_batch": lr.base_global_batch, "global_batch": lr.global_batch, "lr": lr.lr}
-
-
-def _compile_counts(backend) -> dict | None:
-    """How many candidates were compiled and how many the estimator screened out (this run)."""
-    if not hasattr(backend, "compiles_saved"):
-        return None
-    return {"run": backend.compiles_run, "saved": backend.compiles_saved}
 
 
 def _advised(advice, space: SearchSpace):

@@ -52,8 +52,10 @@ KNOWN_TILE_SD = 0.01
 #: of a config's throughput, and a compile's own scatter around the model (run-to-run jitter)
 SPEED_EFFECT, SPEED_NOISE = 0.05, 0.03
 #: the same on a busiest tile beyond the learnt memory parts (fraction of a tile, scaled by a
-#: store's prior as LOCAL_MEMORY_SD is); a compile's tiles are exact, so almost no scatter
-MEMORY_EFFECT, MEMORY_NOISE = 0.02, 0.002
+#: store's prior as LOCAL_MEMORY_SD is); a compile's tiles are exact, so almost no scatter. The
+#: learnt parts take up what is structural: a few compiles may move a knob's memory spread
+#: by a factor of about 1.35 (MEMORY_SPREAD_SD), not pin one compile's excess on one knob
+MEMORY_EFFECT, MEMORY_NOISE, MEMORY_SPREAD_SD = 0.02, 0.002, 0.3
 _FIELDS = [f.name for f in fields(Config)]
 _TILE_MEMORY = [i for i, name in enumerate(_FIELDS) if name not in {k.name for k in SPEC if not k.tile_memory}]
 
@@ -176,7 +178,8 @@ class CorrectedModel:
         features = featurizer_for(screen.profile)
         self.memory_effects = Residuals(features, [(c, i, r) for c, rs in self.memory_residuals
                                                    for i, r in enumerate(rs)],
-                                        MEMORY_EFFECT * self.local_sd / LOCAL_MEMORY_SD, MEMORY_NOISE, memory=True)
+                                        MEMORY_EFFECT * self.local_sd / LOCAL_MEMORY_SD, MEMORY_NOISE, memory=True,
+                                        log_spread_sd=MEMORY_SPREAD_SD)
         self.calls = CallModel([o.call for o in observations if o.call is not None],
                                prior.call if prior is not None else None)
         self.speed = [(o.config, self.calls.log_residual(o.call)) for o in observations

@@ -33,8 +33,11 @@ import numpy as np
 #: a knob's length scale on its coordinates (about [0, 1] each): non-monotone effects allowed
 LENGTH = 0.3
 #: the log-normal prior on each spread: median `unit` (the interaction term's: half of it),
-#: and this standard deviation of its log (a knob may matter ten times more, or less)
+#: and by default this standard deviation of its log (a knob may matter ten times more, or less)
 LOG_SPREAD_SD = 1.0
+#: with outputs (memory: one per IPU of a config), how much of one IPU's residual is another's
+#: of the same config: k((x, i), (x', j)) = k(x, x') (OUTPUT_CORRELATION + (1 - it) [i = j])
+OUTPUT_CORRELATION = 0.5
 #: the evidence's ascent: steps and their size in log spread
 STEPS, RATE = 80, 0.1
 _SQRT5 = math.sqrt(5.0)
@@ -50,20 +53,24 @@ class KnobEffects:
 
     `groups`: per knob, the columns of its numeric coordinates; `levels`: the level columns
     (one knob each); `unit`: a knob's prior spread (median); `noise`: a compile's own scatter
-    around the model (run-to-run jitter)."""
+    around the model (run-to-run jitter); `log_spread_sd`: how far the compiles may move a
+    knob's spread from `unit` (the spread of its log); `outputs`: the last level column is the
+    row's output (an IPU), correlated by OUTPUT_CORRELATION across outputs, not a knob."""
 
     def __init__(self, numeric: np.ndarray, levels: np.ndarray, y: Sequence[float],
-                 groups: Sequence[Sequence[int]], unit: float, noise: float):
+                 groups: Sequence[Sequence[int]], unit: float, noise: float, log_spread_sd: float = LOG_SPREAD_SD,
+                 outputs: bool = False):
         self.groups = [list(g) for g in groups]
         # each knob's coordinates averaged (a knob's distance is their RMS: guide/features.py)
         self._mean = np.zeros((numeric.shape[1], len(self.groups)))
         for j, g in enumerate(self.groups):
             self._mean[g, j] = 1.0 / len(g)
-        self.numeric, self.levels = numeric, levels
+        self.numeric, self.levels, self.outputs = numeric, levels, outputs
+        knob_levels = levels.shape[1] - (1 if outputs else 0)
         self.y = np.asarray(y, dtype=float)
-        self.unit, self.noise = unit, noise
+        self.unit, self.noise, self.log_spread_sd = unit, noise, log_spread_sd
         # terms: the constant, one per numeric knob, one per level, the interaction
-        self._prior_log = np.log(np.array([unit] * (1 + len(self.groups) + levels.shape[1]) + [unit / 2]))
+        self._prior_log = np.log(np.array([unit] * (1 + len(self.groups) + knob_levels) + [unit / 2]))
         self.log_spread = self._prior_log.copy()
         self._chol = self._alpha = None
         if len(self.y):
@@ -73,6 +80,11 @@ class KnobEffects:
 
     def _terms(self, num_a, lvl_a, num_b, lvl_b) -> np.ndarray:
         """Every term's kernel at unit spread, stacked: (terms, rows of a, rows of b)."""
+        scale = 1.0
+        if self.outputs:
+            same_output = lvl_a[:, None, -1] == lvl_b[None, :, -1]
+            scale = OUTPUT_CORRELATION + (1 - OUTPUT_CORRELATION) * same_output
+            lvl_a, lvl_b = lvl_a[:, :-1], lvl_b[:, :-1]
         d2 = ((num_a[:, None, :] - num_b[None, :, :]) ** 2) @ self._mean / LENGTH**2  # per knob
         slopes = ((num_a[:, None, :] - 0.5) * (num_b[None, :, :] - 0.5)) @ self._mean
         squared = d2.sum(-1)
@@ -82,14 +94,14 @@ class KnobEffects:
             parts.append(same.astype(float))
             squared = squared + (~same).sum(-1) / LENGTH**2
         parts.append(_m52(np.sqrt(squared))[..., None])
-        return np.moveaxis(np.concatenate(parts, axis=-1), -1, 0)
+        return np.moveaxis(np.concatenate(parts, axis=-1), -1, 0) * scale
 
     def _self_terms(self, numeric: np.ndarray) -> np.ndarray:
         """k_t(x, x) of every term at each row: 1, but for the slopes' (x - 1/2)^2."""
         slopes = ((numeric - 0.5) ** 2) @ self._mean
         rows = len(numeric)
-        return np.concatenate([np.ones((rows, 1)), 1.0 + slopes, np.ones((rows, self.levels.shape[1] + 1))],
-                              axis=1).T
+        knob_levels = self.levels.shape[1] - (1 if self.outputs else 0)
+        return np.concatenate([np.ones((rows, 1)), 1.0 + slopes, np.ones((rows, knob_levels + 1))], axis=1).T
 
     # --- fit and predict -------------------------------------------------------------------
 
@@ -106,7 +118,7 @@ class KnobEffects:
             alpha = inv @ self.y
             # d log evidence / d theta_t = s_t^2 (alpha' K_t alpha - tr(K^-1 K_t))
             grad = np.exp(2 * theta) * (np.einsum("i,tij,j->t", alpha, terms, alpha) - np.einsum("ij,tji->t", inv, terms))
-            grad -= (theta - self._prior_log) / LOG_SPREAD_SD**2
+            grad -= (theta - self._prior_log) / self.log_spread_sd**2
             m = 0.9 * m + 0.1 * grad
             v = 0.999 * v + 0.001 * grad * grad
             theta = theta + RATE * (m / (1 - 0.9**step)) / (np.sqrt(v / (1 - 0.999**step)) + 1e-8)
@@ -140,7 +152,8 @@ class Residuals:
     an extra level of the row (an IPU's place, for memory) or None; `memory` keeps only the
     knobs that change what the tiles hold (a host knob cannot change a tile)."""
 
-    def __init__(self, featurizer, rows: Sequence[tuple], unit: float, noise: float, memory: bool = False):
+    def __init__(self, featurizer, rows: Sequence[tuple], unit: float, noise: float, memory: bool = False,
+                 log_spread_sd: float = LOG_SPREAD_SD):
         self.featurizer = featurizer
         numeric_mask, level_mask = featurizer.coordinates.memory_mask() if memory else (None, None)
         names = featurizer.coordinates.numeric
@@ -152,7 +165,8 @@ class Residuals:
             by_knob.setdefault(names[i].split("[")[0], []).append(j)
         self._extra = any(level is not None for _, level, _ in rows)
         num, lvl = self._arrays([(c, level) for c, level, _ in rows])
-        self.effects = KnobEffects(num, lvl, [y for _, _, y in rows], list(by_knob.values()), unit, noise)
+        self.effects = KnobEffects(num, lvl, [y for _, _, y in rows], list(by_knob.values()), unit, noise,
+                                   log_spread_sd, outputs=self._extra)
         self._cache: dict[tuple, tuple[float, float]] = {}
 
     def _arrays(self, items: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:

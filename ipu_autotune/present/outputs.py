@@ -58,3 +58,23 @@ def _write_optimum(out_dir: Path, problem: Problem, config, notes: list[str], ba
     (out_dir / "ipu_config.json").write_text(text)
     (out_dir / "train_with_optimum.py").write_text(render_trainer(problem, config, notes, base_global_batch))
     return {"optimum": out_dir / "ipu_config.json", "trainer": out_dir / "train_with_optimum.py"}
+
+
+def lr_json(problem, base, best) -> dict | None:
+    """The learning rate the best's recipe scales to, for `tune --json` (None without a best)."""
+    from .host_report import learning_rate
+
+    if best is None:
+        return None
+    lr = learning_rate(problem, base.config if base is not None else None, best.config)
+    if lr is None:
+        return None
+    return {"optimizer": lr.optimizer, "rule": lr.rule, "base_lr": lr.base_lr,
+            "base_global_batch": lr.base_global_batch, "global_batch": lr.global_batch, "lr": lr.lr}
+
+
+def compile_counts(backend) -> dict | None:
+    """How many candidates were compiled and how many the estimator screened out (this run)."""
+    if not hasattr(backend, "compiles_saved"):
+        return None
+    return {"run": backend.compiles_run, "saved": backend.compiles_saved}
