@@ -118,6 +118,7 @@ def test_every_estimate_carries_error_bars_around_its_figures():
 
 
 def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit():
+    from ipu_autotune.args import DEFAULT_FIT_CONFIDENCE
     from ipu_autotune.commands.estimate import _print_measurement
 
     backend = EstimateBackend()
@@ -126,7 +127,7 @@ def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit():
     assert best.feasible and not best.straddles_tile_limit  # 74%, bar 65-93%
     for m, config, uncertain in ((baseline, _baseline(), True), (best, FITTING, False)):
         out = io.StringIO()
-        _print_measurement(Console(file=out, width=200), WORKSHOP, config, m, 0.05)
+        _print_measurement(Console(file=out, width=200), WORKSHOP, config, m, 0.05, DEFAULT_FIT_CONFIDENCE)
         verdict = next(line for line in out.getvalue().splitlines() if line.startswith("verdict:"))
         assert ("straddles the tile limit" in verdict) == uncertain
         assert "error bars (estimated): busiest tile IPU0 " in out.getvalue() and "(90%)" in out.getvalue()

@@ -61,8 +61,10 @@ def checkpoint_hook(problem: Problem) -> dict[str, str]:
     tuple): GPT-2's block checkpoints its hidden state, key and value
     (profiles/optimum_placement.CHECKPOINTED_OUTPUTS). Otherwise the hidden state only."""
     if is_optimum(problem):
+        # (a None where transformers' newer layers return one, e.g. DeBERTa's, passes through)
         return {"tuple_comment": "# every tensor, as optimum-graphcore's recomputation_checkpoint",
-                "tuple_checkpoint": "tuple(poptorch.recomputationCheckpoint(y) for y in output)"}
+                "tuple_checkpoint": "tuple(poptorch.recomputationCheckpoint(y) if isinstance(y, torch.Tensor) "
+                                    "else y for y in output)"}
     return {"tuple_comment": "# Hugging Face layers return (hidden_states, ...)",
             "tuple_checkpoint": "(poptorch.recomputationCheckpoint(output[0]), *output[1:])"}
 
