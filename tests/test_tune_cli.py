@@ -226,7 +226,8 @@ def test_estimate_reads_the_workshop_file(tmp_path):
     # the workshop's FP16 fix: model.half() with half optimizer state (calibration point seed-fp16)
     fp16 = json.loads(cli("estimate", "--config", "start.toml", "--set", "precision=16.16", "--set",
                           "optimizer_state=half", "--json", cwd=tmp_path).stdout)
-    assert not fp32["feasible"] and fp16["feasible"] and fp16["fit_chance"] >= fp16["fit_confidence"] == 0.9
+    # `estimate` gives the estimate's own verdict, by the tile limit, with the chance beside it
+    assert not fp32["feasible"] and fp16["feasible"] and fp16["fit_chance"] >= 0.9 and fp16["fit_confidence"] is None
     assert fp32["problem"]["input_shape"] == [3, 64, 64] and fp16["config"]["precision"] == "16.16"
 
 
