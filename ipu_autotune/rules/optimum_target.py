@@ -63,8 +63,7 @@ def checkpoint_hook(problem: Problem) -> dict[str, str]:
     if is_optimum(problem):
         # (a None where transformers' newer layers return one, e.g. DeBERTa's, passes through)
         return {"tuple_comment": "# every tensor, as optimum-graphcore's recomputation_checkpoint",
-                "tuple_checkpoint": "tuple(poptorch.recomputationCheckpoint(y) if isinstance(y, torch.Tensor) "
-                                    "else y for y in output)"}
+                "tuple_checkpoint": "tuple(y if y is None else poptorch.recomputationCheckpoint(y) for y in output)"}
     return {"tuple_comment": "# Hugging Face layers return (hidden_states, ...)",
             "tuple_checkpoint": "(poptorch.recomputationCheckpoint(output[0]), *output[1:])"}
 
