@@ -12,7 +12,7 @@ from optuna.distributions import FloatDistribution
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.guide.corrected import CorrectedModel, distance, observe
+from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.search.window import WindowedTPESampler, trial_window
 from ipu_autotune.study.records import create_sampler
 from ipu_autotune.guide.warmstart import Screen, naive_baseline
@@ -66,7 +66,7 @@ def test_the_correction_is_local_near_a_compile_and_the_mean_far_away():
 
     measured = [(a, Compiled(a, 1.3, 0.8).m), (b, Compiled(b, 1.0, 1.0).m)]
     model = CorrectedModel(screen, observe(screen, measured), headroom=0.05)
-    assert distance(a, b) == 4
+    assert sum(getattr(a, f) != getattr(b, f) for f in a.__dataclass_fields__) == 4  # knobs apart
     near_a = a.replace(device_iterations=2)
     for config, memory, speed in ((a, 1.3, 0.8), (b, 1.0, 1.0)):
         j = model.judge(config)

@@ -5,14 +5,13 @@ a fixed cost per tile, tile imbalance per kind of op, the host and per-step cost
 the error of a pipelined FP16 config is not that of a sharded FP32 one. Each compile tells us
 the error where it ran (even an out-of-memory compile reports its tiles). Memory: the learnt
 fixed and proportional parts (guide/memory_model.py) give each candidate's busiest tile per IPU
-as a mean and a spread; what they leave unexplained at a compiled config is blended into the
-configs near it, weighted by how many of the knobs that change the tiles they share (a config
-one such knob away holds mostly what it held; the host's knobs change nothing there), and the
-spread grows where nothing near was compiled. A candidate fits when its chance
-to fit is at least `confidence`; before any compile, when the estimate leaves `headroom` free.
-Time: the learnt device and host factors (guide/call_model.py), then the blended residual,
-shrunk towards its IPU layout's mean. While no compile has returned, the guide gathers
-candidates with a `hedge` added to the margin (guide.Guide.propose).
+as a mean and a spread; what they leave unexplained is learnt as a function of the knobs that
+change the tiles (guide/knob_effects.py, one output per IPU; the host's knobs change nothing
+there), unsure by each knob's spread where nothing near was compiled. A candidate fits when
+its chance to fit is at least `confidence`; before any compile, when the estimate leaves
+`headroom` free. Time: the learnt device and host factors (guide/call_model.py), then the
+residual as a function of every knob (guide/knob_effects.py). While no compile has returned,
+the guide gathers candidates with a `hedge` added to the margin (guide.Guide.propose).
 
 Only the estimator's outputs (busiest tile and breakdown per IPU, throughput, the call's
 shares) and Config's fields are used, so the correction survives changes to the estimator's
@@ -70,11 +69,6 @@ def _values(c: Config) -> tuple:
             _VALUES.clear()
         v = _VALUES[c] = tuple(getattr(c, f) for f in _FIELDS)
     return v
-
-
-def distance(a: Config, b: Config) -> int:
-    """How many knobs differ."""
-    return sum(x != y for x, y in zip(_values(a), _values(b)))
 
 
 def memory_distance(a: Config, b: Config) -> int:
@@ -152,8 +146,8 @@ class CorrectedModel:
     every compile, give each candidate's busiest tile per IPU as a mean and a spread; it
     fits when its chance to fit is at least `confidence`. Before any compile has reported
     its tiles there is nothing to learn: the estimate must leave `headroom` of the tile free.
-    Speed: guide/call_model.py's device and host factors, then per config the kernel-blended
-    residual of the compiles (per-layout costs the two factors do not express)."""
+    Speed: guide/call_model.py's device and host factors, then what they leave unexplained
+    as a function of every knob (guide/knob_effects.py)."""
 
     def __init__(self, screen: Screen, observations: list[Observation], headroom: float, hedge: float = 0.0,
                  confidence: float = FIT_CONFIDENCE):
@@ -190,7 +184,7 @@ class CorrectedModel:
 
     @property
     def memory_prior(self) -> float:
-        """The mean measured/estimated busiest-tile ratio (Guide.correction)."""
+        """The mean measured/estimated busiest-tile ratio."""
         return math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory)) if self.memory else 1.0
 
     def _tiles(self, config: Config, m: Measurement) -> tuple[list[tuple[float, float]], float]:

@@ -60,7 +60,7 @@ def describe(config: Config, unit_index: dict[str, int], units: int) -> tuple[di
                 numeric[f"{name}[{i}]"] = v
         elif kind == "paths":
             numeric[name] = math.log2(1 + len(value)) / LOG2_SPAN
-        elif kind == "int" or name in ("ipus_per_replica", "replicas"):
+        elif kind == "int":
             numeric[name] = math.log2(1 + (value or 0)) / LOG2_SPAN
         elif kind == "number":  # loss scaling: its log2, and "auto" a level of its own
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
