@@ -286,6 +286,12 @@ class Config:
         return self.ipus_per_replica * self.replicas
 
     @property
+    def reserved_ipus(self) -> int:
+        """What PopTorch acquires on hardware: a power of two, the total rounded up when the
+        options say autoRoundNumIPUs(True), which the export does for any other count."""
+        return 1 << (self.total_ipus - 1).bit_length()
+
+    @property
     def pipelined(self) -> bool:
         return self.execution == "pipelined" and self.ipus_per_replica > 1
 

@@ -119,9 +119,9 @@ RULES = {
     "auto loss scaling": ('precision = "16.32"\nloss_scaling = "auto"\n', [], ['"auto" needs fp16 weights']),
     # replicated tensor sharding only with replicas > 1
     "sharding": ("replicated_tensor_sharding = true\n", [], ["replicated_tensor_sharding needs replicas > 1"]),
-    # on hardware the IPU count is a power of two
-    "power of two": ('ipus_per_replica = 3\nsplits = ["layer2", "layer3"]\ngradient_accumulation = 5\n',
-                     ["--ipus", "4"], ["uses 3 IPUs", "power of two"]),
+    # on hardware PopTorch reserves a power of two of IPUs (autoRoundNumIPUs): they must exist
+    "power of two": ('ipus_per_replica = 2\nsplits = ["layer3"]\nreplicas = 3\n',
+                     ["--ipus", "6"], ["uses 6 IPUs", "power of two: 8", "the problem has 6"]),
     # a fixed global batch
     "global batch": ("gradient_accumulation = 3\n", ["--global-batch", "64"], ["global batch is fixed at 64", "= 24"]),
 }

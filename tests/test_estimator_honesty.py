@@ -192,7 +192,7 @@ def test_estimate_within_the_recipe_exits_0_and_a_broken_hardware_rule_still_exi
     base = ["estimate", "resnet18", "--batch-size", "16", "--set", "ipus_per_replica=1", "--set", "splits=[]"]
     assert main(base + ["--json"]) == 0
     assert json.loads(capsys.readouterr()[0])["rules_broken"] == []
-    code = main(base + ["--ipus", "4", "--set", "replicas=3"])
+    code = main(base + ["--ipus", "3", "--set", "replicas=3"])
     one_line_exit_2(code, capsys.readouterr()[1], "power of two")
 
 

@@ -7,6 +7,7 @@ by hand for an MBConv with its skip connection and for a GPT-2 layer split at it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from pathlib import Path
@@ -109,8 +110,10 @@ POINTS = {p["id"]: p for p in tomllib.loads(
     (Path(__file__).parent / "calibration" / "points.toml").read_text())["point"]}
 
 
-def test_the_published_efficientnet_b0_mk2_layout_estimates_with_exit_0_and_fits(capsys, in_tmp):
-    point = POINTS["M23"]
+@pytest.mark.parametrize("point_id", ["M23", "M24"], ids=["mk2", "mk1"])
+def test_the_published_efficientnet_b0_layouts_estimate_with_exit_0_and_fit(point_id, capsys, in_tmp):
+    """Mk2 splits at four IPUs; Mk1 at three, which PopTorch reserves as four (M24's note)."""
+    point = POINTS[point_id]
     problem = "\n".join(f"{k} = {json.dumps(v)}" for k, v in point["problem"].items())
     config = "\n".join(f"{k} = {json.dumps(v)}" for k, v in point["config"].items())
     (in_tmp / "c.toml").write_text(f"[problem]\n{problem}\n\n[config]\n{config}\n")
@@ -139,6 +142,39 @@ def test_the_fake_poptorch_places_begin_block_on_the_submodule_inside_the_block(
                splits=("features.2.0.block.3", "features.3.1", "features.5.0.block.3"))
     assert violations(p, c, profile_for(p).module_order) == []
     assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path), "efficientnet in-block splits")
+
+
+def test_the_mk1_layout_on_three_ipus_compiles_on_hardware_with_auto_round(poptorch, tmp_path, monkeypatch):
+    """Three IPUs: the snippet asks PopTorch to round up (autoRoundNumIPUs), without which it
+    refuses the count on hardware; its second BeginBlock goes on a batch norm inside features.3.1."""
+    import torch
+
+    from ipu_autotune.backends.poptorch import child
+    from ipu_autotune.export.python import render_snippet
+    from ipu_autotune.models.zoo import build_model
+
+    point = POINTS["M24"]
+    p = dataclasses.replace(Problem.from_dict(point["problem"]), input_shape=(3, 32, 32), num_classes=10)
+    c = Config.from_dict(point["config"])
+    assert violations(p, c, profile_for(p).module_order) == []
+    assert violations(dataclasses.replace(p, ipus=3), c, profile_for(p).module_order) != []  # 4 must exist
+    monkeypatch.setenv("FAKE_POPTORCH_IPUS", "4")
+    source = render_snippet(p, c)
+    assert "opts.autoRoundNumIPUs(True)" in source
+
+    def compile_on_hardware(snippet: str):
+        ns: dict = {}
+        exec(snippet, ns)
+        model = ns["TrainingModel"](build_model(p.model, p.num_classes, device="cpu"))
+        opts = child.add_tuner_options(ns["make_options"](), poptorch,
+                                       {"report_dir": str(tmp_path / "r")}, p, hardware=True)
+        training = poptorch.trainingModel(model, opts, ns["make_optimizer"](model))
+        training.compile(*child.host_batch(p, c, ns.get("INPUT_DTYPE", torch.float)))
+        return training.fake_record["config"]
+
+    assert compile_on_hardware(source).splits == c.splits
+    with pytest.raises(poptorch.Error, match="power of two"):
+        compile_on_hardware(source.replace("opts.autoRoundNumIPUs(True)", "pass"))
 
 
 # --- must show 2: the search proposes in-block splits where blocks are large -----------------------

@@ -26,7 +26,7 @@ for pt in points:
     m = backend.measure(problem, config)
     worst = max(range(len(m.max_tile_bytes)), key=m.max_tile_bytes.__getitem__)
     tile = f"{m.max_tile_bytes[worst] / m.tile_capacity_bytes:.0%}" + (f" (IPU{worst})" if hf_only else "")
-    miss = "; known miss" if "known_miss" in pt else ""
+    miss = "; known miss" if "known_miss" in pt else "; layout interpreted, not in the error bars" if "interpreted" in pt else ""
     if "expect" in pt:
         published, predicted = pt["expect"], "fits" if m.feasible else "oom"
         note = ("right" if published == predicted else "**wrong**") + miss

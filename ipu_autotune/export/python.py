@@ -48,6 +48,9 @@ def options_lines(config: Config) -> list[str]:
         lines.append(f"opts.deviceIterations({_int(c.device_iterations)})")
     if c.replicas != 1:
         lines.append(f"opts.replicationFactor({_int(c.replicas)})")
+    if c.reserved_ipus != c.total_ipus:
+        # Without it PopTorch refuses a count that is not a power of two on hardware.
+        lines.append(f"opts.autoRoundNumIPUs(True)  # reserves {c.reserved_ipus} IPUs for these {c.total_ipus}")
     if c.gradient_accumulation != 1:
         lines.append(f"opts.Training.gradientAccumulation({_int(c.gradient_accumulation)})")
     # One IPU has no stages: an execution strategy would say nothing (overlapped I/O, which

@@ -95,11 +95,9 @@ def trainer_notes(config: Config) -> list[str]:
         notes.append("Stochastic rounding: on. IPUTrainer always enables it for training (IPUConfig._to_options); "
                      "this trial was estimated, and its best_options.py compiles, with it off (the estimate's "
                      "memory and time do not depend on it; the arithmetic's rounding does).")
-    ipus = c.ipus_per_replica * c.replicas
-    if ipus & (ipus - 1):
-        notes.append(f"IPUs: IPUTrainer reserves {1 << ipus.bit_length()} for this trial's {ipus} "
-                     "(autoRoundNumIPUs, IPUConfig._to_options); best_options.py does not round, and PopTorch "
-                     "refuses a count that is not a power of two on hardware.")
+    if c.reserved_ipus != c.total_ipus:
+        notes.append(f"IPUs: IPUTrainer reserves {c.reserved_ipus} for this trial's {c.total_ipus} "
+                     "(autoRoundNumIPUs, IPUConfig._to_options), as best_options.py does.")
     return notes
 
 

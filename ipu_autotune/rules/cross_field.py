@@ -21,10 +21,6 @@ from ..problem import Config, Problem
 MODULE_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 
-def _is_power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
 def _ipus_available(p: Problem, c: Config) -> str | None:
     if c.total_ipus > p.ipus:
         return (f"the config needs {c.total_ipus} IPUs (ipus_per_replica {c.ipus_per_replica} x "
@@ -33,9 +29,12 @@ def _ipus_available(p: Problem, c: Config) -> str | None:
 
 
 def _power_of_two(p: Problem, c: Config) -> str | None:
-    if not _is_power_of_two(c.total_ipus):
-        return (f"the config uses {c.total_ipus} IPUs; on hardware PopTorch reserves a power of two, "
-                f"so use ipus_per_replica x replicas in 1, 2, 4, 8, ...")
+    # PopTorch refuses another count on hardware unless autoRoundNumIPUs(True), which the export
+    # sets; then it acquires the next power of two, and those IPUs must exist.
+    if c.reserved_ipus > p.ipus:
+        return (f"the config uses {c.total_ipus} IPUs, which PopTorch reserves as a power of two: "
+                f"{c.reserved_ipus}, but the problem has {p.ipus}; use ipus_per_replica x replicas "
+                f"in 1, 2, 4, 8, ... up to {p.ipus}")
     return None
 
 
