@@ -1,69 +1,19 @@
 """The Python API: `ipu_autotune.tune(model, batch_size=64)` and `ipu_autotune.estimate(...)`.
 
-A call is the command line run in this process: its keywords are the subcommand's flags
-(`batch_size` for `--batch-size`), read from the same argparse definition (`cli.build_parser`),
-turned into an argument list and parsed by it, so types, defaults, checks and messages are
-the CLI's; then `commands.tune` / `commands.estimate` run as for the command. Bad input
-raises the CLI's `UsageError` with the same one-line message. `model` may also be an
-`nn.Module` or a zero-argument callable (models/objects.py: how such a model is named).
+A call is the command run in this process: its keywords are the subcommand's flags (`batch_size`
+for `--batch-size`), the fields of the same options class the command line fills (options.py),
+each checked as its flag is (option_spec.from_keywords), so defaults, checks and messages are
+the CLI's; then `commands.tune` / `commands.estimate` run as for the command. Bad input raises
+the CLI's `UsageError` with the same one-line message. `model` may also be an `nn.Module` or a
+zero-argument callable (models/objects.py: how such a model is named).
 """
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from .errors import UsageError
-
-#: flags that make no sense in a Python call: the CLI's own plumbing
-_NOT_KEYWORDS = {"help", "debug", "model", "version", "command"}
-
-
-def _subparser(command: str) -> argparse.ArgumentParser:
-    from .cli import build_parser
-
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices[command]
-
-
-def keywords(command: str) -> dict[str, argparse.Action]:
-    """The keywords a call takes: the subcommand's documented flags, by their argparse dest."""
-    return {a.dest: a for a in _subparser(command)._actions
-            if a.option_strings and a.help != argparse.SUPPRESS and a.dest not in _NOT_KEYWORDS}
-
-
-def _text(value: Any) -> str:
-    """A Python value as the flag's text: (3, 32, 32) -> '3,32,32'; {'low': 8, 'high': 64} -> '8-64'."""
-    if isinstance(value, (tuple, list)):
-        return ",".join(map(str, value))
-    if isinstance(value, dict) and set(value) >= {"low", "high"}:
-        return f"{value['low']}-{value['high']}"
-    return str(value)
-
-
-def to_argv(command: str, model: str | None, options: dict[str, Any]) -> list[str]:
-    """The command line these keywords stand for, e.g. ['tune', 'resnet50', '--batch-size=64']."""
-    allowed = keywords(command)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise UsageError(f"ipu-autotune {command}: unknown keyword '{unknown[0]}'; the keywords are the "
-                         f"command's flags with '_' for '-': {', '.join(sorted(allowed))}")
-    argv = [command] + ([model] if model is not None else [])
-    for key, value in options.items():
-        action = allowed[key]
-        flag = next(s for s in action.option_strings if s.startswith("--"))
-        if value is None:
-            continue
-        if action.nargs == 0:  # a switch
-            if not isinstance(value, bool):
-                raise UsageError(f"ipu-autotune {command}: {key} takes True or False, got {value!r}")
-            argv += [flag] if value else []
-        elif isinstance(action, argparse._AppendAction):
-            argv += [f"{flag}={_text(v)}" for v in (value if isinstance(value, (list, tuple)) else [value])]
-        else:
-            argv.append(f"{flag}={_text(value)}")
-    return argv
+from .options import TuneOptions, keywords, to_argv
 
 
 def model_string(model: Any, name: str | None = None) -> str:
@@ -81,16 +31,14 @@ def model_string(model: Any, name: str | None = None) -> str:
     return string
 
 
-def _parse(command: str, model: str | None, options: dict[str, Any]) -> argparse.Namespace:
+def _options(command: str, model: str | None, keywords: dict[str, Any]):
     import optuna
 
-    from .cli import build_parser
+    from .options import from_keywords
 
-    argv = to_argv(command, model, options)
-    args = build_parser().parse_args(argv)
-    args.argv = argv
+    options = from_keywords(command, model, keywords)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # as the CLI: our own output says what happens
-    return args
+    return options
 
 
 def tune(model: Any, *, name: str | None = None, **options: Any):
@@ -109,26 +57,26 @@ def tune(model: Any, *, name: str | None = None, **options: Any):
     from .models import objects
 
     string = model_string(model, name)
-    args = _parse("tune", string, options)
+    run = _options("tune", string, options)
     if objects.is_object(string):
-        _check_object_run(args, string)
-    outcome = tune_study(args)
+        _check_object_run(run, string)
+    outcome = tune_study(run)
     if outcome.study is None:
         raise UsageError("the tune run ended before its study was opened")
     result = TuneResult.from_outcome(outcome)
-    result.verdict = verify_outcome(args, outcome)
+    result.verdict = verify_outcome(run, outcome)
     return result
 
 
-def _check_object_run(args: argparse.Namespace, model: str) -> None:
+def _check_object_run(options: TuneOptions, model: str) -> None:
     """What a model object cannot do: run in --jobs worker processes; pickle badly for PopTorch."""
     from .backends import resolve_backend_name
     from .models import objects
 
-    if args.jobs > 1:
-        raise UsageError(f"model '{model}': jobs={args.jobs} starts worker processes, which cannot rebuild a "
+    if options.jobs > 1:
+        raise UsageError(f"model '{model}': jobs={options.jobs} starts worker processes, which cannot rebuild a "
                          "model object; use jobs=1, or a model string (package.module:factory)")
-    if resolve_backend_name(args.backend) == "poptorch":
+    if resolve_backend_name(options.backend) == "poptorch":
         objects.pickled(model)  # its refusal before any study exists
 
 
@@ -154,8 +102,7 @@ def estimate(model: Any = None, config: Any = None, *, name: str | None = None, 
         overrides = dict(config)
     elif config is not None:
         raise UsageError(f"config: expected a Config, a dict or a TOML file path, got {type(config).__name__}")
-    args = _parse("estimate", string, options)
-    problem, cfg, m, broken = measured(args, overrides)
+    problem, cfg, m, broken = measured(_options("estimate", string, options), overrides)
     return EstimateResult(problem, cfg, m, broken)
 
 
@@ -176,13 +123,13 @@ def verify(model: Any = None, *, baseline: Any = None, tuned: Any = None, name: 
     objects_given = isinstance(tuned, Config) or isinstance(baseline, Config)
     if not objects_given:
         options.update({k: str(v) for k, v in (("tuned", tuned), ("baseline", baseline)) if v is not None})
-    args = _parse("verify", string, options)
-    console = console_for(args)
+    run = _options("verify", string, options)
+    console = console_for(run)
     if not objects_given:
-        return run_verify(args, console)
+        return run_verify(run, console)
     if tuned is None:
         raise UsageError("verify: baseline= was given as a Config; give tuned= too")
-    return verify_configs(args, console, problem_from_args(args), baseline or Config(), tuned)
+    return verify_configs(run, console, problem_from_args(run), baseline or Config(), tuned)
 
 
 __all__ = ["tune", "estimate", "verify", "keywords", "to_argv"]

@@ -1,4 +1,5 @@
-"""Argument definitions and defaults shared by the subcommands, and the problem they describe.
+"""The parser's flags generated from the options' fields (options.py), the options built from the
+parsed flags, and the problem they describe.
 
 The command layer (`cli`, the `commands` package) imports this; nothing below it does.
 """
@@ -7,145 +8,98 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import replace
+from dataclasses import fields, replace
+from typing import Any
 
 from .errors import UsageError
-from .models.hf import TASKS
-from .parsing import TRAINERS
-from .problem import (DEFAULT_SEQ_LEN, OPTIMIZERS, TARGETS, Problem, default_input_shape,
-                      default_max_global_batch)
-
-DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
-DEFAULT_TRIALS = 60
-DEFAULT_OUT = "ipu-autotune-out"
-#: seconds between a worker's heartbeats (storage.HEARTBEAT_INTERVAL_S)
-DEFAULT_HEARTBEAT = 10
-#: the estimator's verdicts near capacity are not to be trusted with hardware time
-DEFAULT_HEADROOM = 0.05
-#: the chance to fit by the error bar an estimate needs to count as fitting (backends/estimate/error_bars.py)
-DEFAULT_FIT_CONFIDENCE = 0.9
+from .option_spec import BadValue, Spec, specs
+from .options import (DEFAULT_FIT_CONFIDENCE, DEFAULT_HEADROOM, DEFAULT_OUT, DEFAULT_STORAGE,  # noqa: F401
+                      OPTIONS, ProblemOptions)
+from .problem import Problem, default_input_shape, default_max_global_batch
 
 
-def positive(kind: type):
-    """An argparse type: a positive int or float."""
+def _argparse_type(spec: Spec):
+    """The field's check as an argparse type: its refusal is argparse's one-line message."""
+    convert = spec.convert
+
     def parse(text: str):
         try:
-            value = kind(text)
-        except ValueError:
-            noun = "a whole number" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
+            return convert(text)
+        except BadValue as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in its messages
     return parse
 
 
-_positive_int = positive(int)
+def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
+    """The flags of an options class (options.py): each field's flag, its default the field's."""
+    default = {f.name: f.default for f in fields(cls)}
+    groups: dict[str, Any] = {}
+    for name, spec in specs(cls).items():
+        if spec.kind == "positional":
+            parser.add_argument(name, nargs=None if spec.required else "?", help=spec.help)
+            continue
+        if spec.exclusive:
+            if spec.exclusive not in groups:
+                groups[spec.exclusive] = parser.add_mutually_exclusive_group()
+            target = groups[spec.exclusive]
+        elif spec.group:
+            target = groups.get(spec.group) or groups.setdefault(spec.group, parser.add_argument_group(spec.group))
+        else:
+            target = parser
+        kwargs: dict[str, Any] = {"dest": name, "help": argparse.SUPPRESS if spec.hidden else spec.help}
+        if spec.kind == "switch":
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["default"] = None if spec.kind == "repeat" else default[name]
+            kwargs.update({k: v for k, v in (("metavar", spec.metavar), ("choices", spec.choices)) if v})
+            if spec.kind == "repeat":
+                kwargs["action"] = "append"
+            if spec.convert is not None:
+                kwargs["type"] = _argparse_type(spec)
+            if spec.required:
+                kwargs["required"] = True
+        target.add_argument(*spec.flags, **kwargs)
 
 
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(p) for p in text.replace("x", ",").split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected C,H,W such as 3,224,224, got {text!r}") from None
-    if not shape or any(s < 1 for s in shape):
-        raise argparse.ArgumentTypeError(f"dimensions must be positive, got {text!r}")
-    return shape
+def options_from(namespace: argparse.Namespace, argv: list[str]):
+    """The command's options from its parsed flags; `argv`: the command line (--jobs workers run it)."""
+    cls = OPTIONS[namespace.command]
+    names = {f.name for f in fields(cls)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(namespace).items()
+              if k in names and v is not None}
+    if "argv" in names:
+        values["argv"] = tuple(argv)
+    return cls(**values)
 
 
-def add_problem_args(p: argparse.ArgumentParser, model_required: bool = True, hardware: bool = True) -> None:
-    """The Problem's flags; `hardware=False` leaves out the IPUs, the training recipe and the
-    host (--ipus, --target, --global-batch, the data group), for commands that run on the CPU
-    only, so their --help lists only options they use."""
-    p.add_argument("model", nargs=None if model_required else "?",
-                   help="torchvision model name (resnet50, vit_b_16, ...), hf:NAME, or package.module:factory "
-                        "(the module must be importable: installed or on PYTHONPATH, e.g. PYTHONPATH=.)")
-    p.add_argument("--batch-size", "-b", type=_positive_int, required=model_required,
-                   help="micro-batch per replica")
-    if hardware:
-        p.add_argument("--ipus", type=_positive_int, default=None, help="IPUs available in total (default 2)")
-    shape = p.add_mutually_exclusive_group()
-    shape.add_argument("--input-shape", type=_shape, help="one sample's shape, e.g. 3,224,224")
-    shape.add_argument("--image-size", type=_positive_int,
-                       help="square RGB images of this size (default 64 for CNNs, the workshop's size; 224 for ViT/Swin)")
-    p.add_argument("--num-classes", type=_positive_int, default=None, help="classes (default 1000)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="optimizer (default adamw)")
-    if hardware:
-        p.add_argument("--target", choices=TARGETS, default=None, help="IPU generation (default mk2)")
-        p.add_argument("--global-batch", type=_positive_int, default=None,
-                       help="fix micro-batch x gradient accumulation x replicas to this")
-        p.add_argument("--trainer", choices=TRAINERS, default=None,
-                       help="hf: models: what trains the result: poptorch (the exported PopTorch snippet, the "
-                            "default) or optimum (optimum-graphcore's IPUTrainer with the exported "
-                            "ipu_config.json; the search keeps to what IPUConfig can express)")
-    p.add_argument("--task", choices=tuple(TASKS), default=None,
-                   help="hf: models: the head and loss trained (default: sequence-classification for "
-                        "encoders, causal-lm for decoders, seq2seq-lm for encoder-decoders, "
-                        "image-classification for ViT)")
-    p.add_argument("--seq-len", type=_positive_int, default=None,
-                   help=f"hf: models: tokens per sample (default {DEFAULT_SEQ_LEN})")
-    p.add_argument("--decoder-seq-len", type=_positive_int, default=None, metavar="N",
-                   help="hf: seq2seq-lm: decoder tokens per sample (default: --seq-len, at most 128)")
-    p.add_argument("--max-predictions", type=_positive_int, default=None, metavar="N",
-                   help="hf: masked-lm: gather N masked positions per sequence before the head, as "
-                        "Graphcore pretrains BERT (20 at --seq-len 128, 76 at 512; default: every position)")
-    p.add_argument("--attention-dropout", type=float, default=None, metavar="P",
-                   help="hf: models: dropout on the attention probabilities (default: the checkpoint's; "
-                        "Graphcore pretrains BERT with 0)")
-    p.add_argument("--input", action="append", default=None, metavar="NAME:SHAPE:DTYPE", dest="inputs",
-                   help="a forward input of a module:factory model, one per input, in order, passed by "
-                        "name; SHAPE is one sample's, e.g. --input input_ids:128:int64 "
-                        "--input attention_mask:128:int64 (dtypes: int64 int32 float32 float16 bool)")
-    if not hardware:
-        return
-    data = p.add_argument_group("data and host (end-to-end throughput)")
-    data.add_argument("--dataset-size", type=_positive_int, default=None,
-                      help="samples per epoch (default 50,000: the workshop's CIFAR-10); one call may not need more")
-    data.add_argument("--host-memory", type=positive(float), default=None, metavar="GB",
-                      help="host memory one call's samples may take, times the loader's buffers (default 32)")
-    data.add_argument("--max-global-batch", type=_positive_int, default=None,
-                      help="ceiling on micro-batch x accumulation x replicas (default 2048; 256 when "
-                           "fine-tuning an hf: model for sequence-classification or question-answering; "
-                           "README, 'Training recipe')")
-
-
-def add_data_arg(p: argparse.ArgumentParser) -> None:
-    """--data for tune and estimate (numerics has its own, for gradient statistics)."""
-    p.add_argument("--data", metavar="MODULE:FUNCTION",
-                   help="your Dataset or DataLoader: its host cost per sample is timed on this CPU "
-                        "(default: costs calibrated on the workshop's epoch times)")
-
-
-def problem_from_args(args, base: Problem | None = None) -> Problem:
+def problem_from_args(options: ProblemOptions, base: Problem | None = None) -> Problem:
     """Flags override the file's [problem]; unset flags keep it (or the defaults)."""
     values = base.to_dict() if base else {}
-    if args.model:
-        if base and args.model != base.model:
+    if options.model:
+        if base and options.model != base.model:
             for key in ("input_shape", "task", "seq_len", "inputs", "max_predictions", "attention_dropout",
                         "decoder_seq_len"):
                 values.pop(key, None)
-        values["model"] = args.model
-    for flag, key in (("batch_size", "batch_size"), ("ipus", "ipus"), ("num_classes", "num_classes"),
-                      ("optimizer", "optimizer"), ("target", "target"), ("global_batch", "global_batch"),
-                      ("dataset_size", "dataset_size"), ("host_memory", "host_memory_gb"),
-                      ("max_global_batch", "max_global_batch"),
-                      ("task", "task"), ("seq_len", "seq_len"), ("inputs", "inputs"),
-                      ("max_predictions", "max_predictions"), ("attention_dropout", "attention_dropout"),
-                      ("trainer", "trainer"), ("decoder_seq_len", "decoder_seq_len")):
-        if getattr(args, flag, None) is not None:
-            values[key] = getattr(args, flag)
-    if getattr(args, "input_shape", None):
-        values["input_shape"] = list(args.input_shape)
-        if getattr(args, "seq_len", None) is None:  # an hf: model's tokens: the new shape, not the file's
+        values["model"] = options.model
+    given = {"batch_size": options.batch_size, "ipus": options.ipus, "num_classes": options.num_classes,
+             "optimizer": options.optimizer, "target": options.target, "global_batch": options.global_batch,
+             "dataset_size": options.dataset_size, "host_memory_gb": options.host_memory,
+             "max_global_batch": options.max_global_batch, "task": options.task, "seq_len": options.seq_len,
+             "inputs": list(options.inputs) if options.inputs is not None else None,
+             "max_predictions": options.max_predictions, "attention_dropout": options.attention_dropout,
+             "trainer": options.trainer, "decoder_seq_len": options.decoder_seq_len}
+    values.update({key: value for key, value in given.items() if value is not None})
+    if options.input_shape:
+        values["input_shape"] = list(options.input_shape)
+        if options.seq_len is None:  # an hf: model's tokens: the new shape, not the file's
             values.pop("seq_len", None)
-    elif getattr(args, "image_size", None):
-        values["input_shape"] = [3, args.image_size, args.image_size]
-    elif getattr(args, "seq_len", None) is not None:
+    elif options.image_size:
+        values["input_shape"] = [3, options.image_size, options.image_size]
+    elif options.seq_len is not None:
         values.pop("input_shape", None)  # the file's shape was its sequence length
-    new_tokens = getattr(args, "seq_len", None) is not None or getattr(args, "task", None) or \
-        getattr(args, "input_shape", None)
-    if new_tokens and getattr(args, "decoder_seq_len", None) is None:
+    new_tokens = options.seq_len is not None or options.task or options.input_shape
+    if new_tokens and options.decoder_seq_len is None:
         values.pop("decoder_seq_len", None)  # the file's followed its own seq_len and task: the default again
     if "model" not in values:
         raise UsageError("name a model (e.g. resnet50) or give --config with a [problem] table")

@@ -136,7 +136,10 @@ def test_an_unknown_model_name_and_an_unknown_keyword_raise(capsys):
 
 
 def test_keywords_are_the_clis_flags():
-    parser_flags = {s for a in api._subparser("tune")._actions for s in a.option_strings if s.startswith("--")}
+    import argparse
+
+    subparsers = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser_flags = {s for a in subparsers.choices["tune"]._actions for s in a.option_strings if s.startswith("--")}
     for dest, action in api.keywords("tune").items():
         assert "--" + dest.replace("_", "-") in parser_flags or action.option_strings[0] in parser_flags
     assert {"batch_size", "trials", "storage", "study", "backend", "seed", "jobs"} <= set(api.keywords("tune"))

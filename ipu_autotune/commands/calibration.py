@@ -22,9 +22,10 @@ from ..calibration.store import default_url, open_store, summary
 from ..errors import UsageError
 from ..present.display import terminal_cell, terminal_text
 from ..study.storage import mask_url
+from ..options import CalibrationOptions
 
 
-def run(args) -> int:
+def run(args: CalibrationOptions) -> int:
     if args.target is not None and args.target not in TARGETS:
         raise UsageError(f"unknown target '{args.target}'; use one of {', '.join(TARGETS)}")
     url = args.calibration_storage or default_url(args.storage)

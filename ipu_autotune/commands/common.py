@@ -8,7 +8,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..args import DEFAULT_OUT
 from ..backends import resolve_backend_name
 from ..backends.base import Backend
 from ..present.display import terminal_text
@@ -18,11 +17,12 @@ from ..models.zoo import check_model_name
 from ..problem import Config, Problem
 from ..guide.warmstart import is_baseline
 from ..study.storage import mask_url, open_storage
+from ..options import DEFAULT_OUT, MeasureOptions
 
 
-def console_for(args) -> Console:
+def console_for(options) -> Console:
     # JSON goes to stdout alone; everything human goes to stderr then.
-    return Console(stderr=bool(getattr(args, "json", False)), highlight=False)
+    return Console(stderr=options.json, highlight=False)
 
 
 def trace(problem: Problem, console: Console):
@@ -42,34 +42,35 @@ def trace(problem: Problem, console: Console):
                                 "check --input-shape, or describe several or integer inputs with --input")) from None
 
 
-def make_backend(args, problem: Problem, console: Console, work_dir: Path | None = None,
+def make_backend(options: MeasureOptions, problem: Problem, console: Console, work_dir: Path | None = None,
                  estimate_headroom: float | None = None) -> Backend:
     """The backend --backend names. `estimate_headroom`: the estimate backend's headroom when
     it answers alone (estimate's own verdict is by the tile limit: 0); else --headroom."""
     from ..backends.estimate import EstimateBackend
 
-    name = resolve_backend_name(args.backend)
+    name = resolve_backend_name(options.backend)
     if name == "estimate":
         # said once: by the command the user ran, not again by each --jobs worker it starts
-        if args.backend == "auto" and not getattr(args, "quiet", False) and not getattr(args, "worker", False):
+        if options.backend == "auto" and not options.quiet and not options.worker:
             Console(stderr=True).print("[dim]PopTorch not found: using the estimate backend; "
                                        "every figure is estimated.[/]")
         if estimate_headroom is not None:  # `estimate`: the estimate's own verdict, by the tile limit
             return EstimateBackend(headroom=estimate_headroom)
-        return EstimateBackend(headroom=args.headroom, fit_confidence=args.fit_confidence)
+        return EstimateBackend(headroom=options.headroom, fit_confidence=options.fit_confidence)
     from ..backends.poptorch import PopTorchBackend
     from ..backends.screen import ScreenedBackend
 
-    backend = PopTorchBackend(work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=args.compile_timeout)
+    backend = PopTorchBackend(work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=options.compile_timeout)
     # Without screening the estimator still fills in throughput where an offline compile has none.
-    margin = float("inf") if getattr(args, "no_screen", False) else args.screen_margin
-    return ScreenedBackend(backend, EstimateBackend(headroom=args.headroom), margin=margin)
+    margin = float("inf") if options.no_screen else options.screen_margin
+    return ScreenedBackend(backend, EstimateBackend(headroom=options.headroom), margin=margin)
 
 
-def with_host_data(args, problem: Problem, console) -> Problem:
+def with_host_data(options: MeasureOptions, problem: Problem, console) -> Problem:
     """The problem with its host costs timed from --data (a few seconds on this CPU): per
     sample, and how the loader scales with worker processes."""
-    if not getattr(args, "data", None):
+    data = options.data
+    if not data:
         return problem
     from dataclasses import replace
 
@@ -77,16 +78,16 @@ def with_host_data(args, problem: Problem, console) -> Problem:
     from ..host.workers import NotMeasured, measure_scaling
 
     try:
-        with console.status(f"Timing --data {args.data} with loader workers…") as status:
-            scaling = measure_scaling(load(args.data), progress=lambda w: status.update(
-                f"Timing --data {args.data} with {w} loader worker(s)…"))
+        with console.status(f"Timing --data {data} with loader workers…") as status:
+            scaling = measure_scaling(load(data), progress=lambda w: status.update(
+                f"Timing --data {data} with {w} loader worker(s)…"))
         speedups, scaling_line = scaling.speedups, scaling.line()
     except NotMeasured as why:
         speedups, scaling_line = (), f"loader workers not measured: {why}; assumed 0.9 of a process per worker"
-    with console.status(f"Timing the host input pipeline of --data {args.data} for {DEFAULT_SECONDS:g} s…") as status:
-        measured = measure(args.data, worker_speedups=speedups, progress=lambda n, t: status.update(
-            f"Timing the host input pipeline of --data {args.data}: {n:,} samples in {t:.1f} s…"))
-    if not getattr(args, "quiet", False):
+    with console.status(f"Timing the host input pipeline of --data {data} for {DEFAULT_SECONDS:g} s…") as status:
+        measured = measure(data, worker_speedups=speedups, progress=lambda n, t: status.update(
+            f"Timing the host input pipeline of --data {data}: {n:,} samples in {t:.1f} s…"))
+    if not options.quiet:
         console.print(f"[dim]{measured.line()}[/]", highlight=False)
         console.print(f"[dim]{scaling_line}[/]", highlight=False)
     return replace(problem, host_float_sample_s=measured.float_sample_s, host_uint8_sample_s=measured.uint8_sample_s,

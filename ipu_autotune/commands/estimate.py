@@ -12,6 +12,7 @@ from ..backends.base import Measurement
 from ..errors import UsageError
 from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import EXIT_BREAKS_RECIPE, recipe_violations, validate
+from ..options import EstimateOptions
 from .common import console_for, make_backend, trace, with_host_data
 
 _WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recompute")
@@ -41,7 +42,7 @@ def _parse_set(items: list[str]) -> dict:
     return out
 
 
-def run(args) -> int:
+def run(args: EstimateOptions) -> int:
     console = console_for(args)
     problem, config, m, broken = measured(args, console=console)
     code = EXIT_BREAKS_RECIPE if broken else 0
@@ -58,7 +59,7 @@ def run(args) -> int:
     return code
 
 
-def measured(args, overrides: dict | None = None,
+def measured(args: EstimateOptions, overrides: dict | None = None,
              console=None) -> tuple[Problem, Config, Measurement, list[str]]:
     """The problem, the configuration (--config, then --set, then `overrides`: the Python API's
     config keys) checked by the rules, its measurement, and the recipe rules it breaks."""

@@ -10,10 +10,11 @@ from rich.markup import escape
 
 from .. import export
 from ..errors import UsageError
+from ..options import ExportOptions
 from .common import baseline_of, load_study, numerics_notes, trace
 
 
-def run(args) -> int:
+def run(args: ExportOptions) -> int:
     from ..study.records import TrialRecord, best_record
 
     study, problem = load_study(args.storage, args.study)

@@ -1,28 +1,17 @@
-"""`ipu-autotune numerics MODEL --batch-size N`: the arguments, and the command from them to
+"""`ipu-autotune numerics MODEL --batch-size N`: the command from its options (options.py) to
 `numerics.advise` and its view. The analysis itself knows nothing of the command line."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from ..args import add_problem_args, positive, problem_from_args
+from ..args import problem_from_args
 from ..numerics import advise
 from ..numerics.view import render
+from ..options import NumericsOptions
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_problem_args(parser, hardware=False)
-    parser.add_argument("--lr", type=positive(float), default=None,
-                        help="learning rate (default 0.1 x batch/256 for SGD, 1e-3 for the others)")
-    parser.add_argument("--steps", type=positive(int), default=3, help="training steps to measure (default 3)")
-    parser.add_argument("--data", metavar="MODULE:FUNCTION",
-                        help="function returning (inputs, labels) batches (default: random inputs and labels)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the initialisation and random data")
-    parser.add_argument("--json", action="store_true", help="print the advice as one JSON object")
-
-
-def run(args: argparse.Namespace) -> int:
+def run(args: NumericsOptions) -> int:
     from .common import console_for
 
     console = console_for(args)

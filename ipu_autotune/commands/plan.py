@@ -15,10 +15,11 @@ from ..args import problem_from_args
 from ..guide.nofit import SIZES, closest_plan, layout_text, levers, plan, smallest_fit, why_nothing_fits
 from ..present import plan_view, ui
 from ..present.display import terminal_text
+from ..options import PlanOptions
 from .common import console_for, trace
 
 
-def run(args) -> int:
+def run(args: PlanOptions) -> int:
     console = console_for(args)
     problem = problem_from_args(args)
     trace(problem, console)  # a model that cannot be traced fails here, in one line

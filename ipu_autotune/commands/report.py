@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from ..options import ReportOptions
 from .common import load_study
 
 
-def run(args) -> int:
+def run(args: ReportOptions) -> int:
     from ..report import write_report
 
     study, problem = load_study(args.storage, args.study)

@@ -9,10 +9,11 @@ from ..present.display import terminal_text
 from ..errors import UsageError
 from ..present.outputs import record_json
 from ..present.tune_summary import result_line
+from ..options import ShowOptions
 from .common import baseline_of, console_for, load_study, print_unreadable
 
 
-def run(args) -> int:
+def run(args: ShowOptions) -> int:
     from ..study.records import best_record, read_records
 
     console = console_for(args)

@@ -9,10 +9,11 @@ from rich.table import Table
 
 from ..present.display import terminal_cell
 from ..study.storage import mask_url, open_storage
+from ..options import StudiesOptions
 from .common import console_for
 
 
-def run(args) -> int:
+def run(args: StudiesOptions) -> int:
     import optuna
 
     console = console_for(args)

@@ -14,7 +14,7 @@ from rich.markup import escape
 from ..study import parallel
 from ..present import intervals, ui
 from ..study import records as st
-from ..args import DEFAULT_OUT, problem_from_args, python_call, resume_command
+from ..args import problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
 from ..backends.estimate.error_bars import kept_free
 from ..present.display import terminal_text
@@ -29,6 +29,8 @@ from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import validate
 from ..search.space import SearchSpace
 from ..study.storage import check_url, mask_url, open_storage
+from ..option_spec import flag_words
+from ..options import DEFAULT_OUT, TuneOptions
 from ..present.tune_summary import print_header, print_summary, result_line
 from .common import (console_for, make_backend, numerics_advice, numerics_notes, print_unreadable, trace,
                      with_host_data)
@@ -50,16 +52,16 @@ class TuneOutcome:
     resume: str = ""
 
 
-def run(args) -> int:
+def run(args: TuneOptions) -> int:
     outcome = tune_study(args)
     verdict = verify_outcome(args, outcome)
     return outcome.exit_code if verdict is None else verdict.exit_code
 
 
-def verify_outcome(args, outcome: TuneOutcome):
+def verify_outcome(args: TuneOptions, outcome: TuneOutcome):
     """`--verify`: the best config's recipe trained beside the baseline's (commands/verify.py), its
     verdict printed and returned; None when not asked for, or when the run found nothing to verify."""
-    if not getattr(args, "verify", False) or outcome.exit_code != 0 or outcome.study is None:
+    if not args.verify or outcome.exit_code != 0 or outcome.study is None:
         return None
     from .verify import verify_tuned
 
@@ -69,7 +71,7 @@ def verify_outcome(args, outcome: TuneOutcome):
     return verdict
 
 
-def tune_study(args) -> TuneOutcome:
+def tune_study(args: TuneOptions) -> TuneOutcome:
     """The run; a Ctrl-C at any point, even while the model is traced in the first seconds,
     ends with the command that goes on (or starts again) from where it stopped."""
     opened: dict = {}  # the study, once it is open: the interrupt line counts its trials
@@ -81,7 +83,7 @@ def tune_study(args) -> TuneOutcome:
         raise
 
 
-def _say_resume(args, study, problem: Problem | None) -> None:
+def _say_resume(args: TuneOptions, study, problem: Problem | None) -> None:
     try:
         problem = problem or problem_from_args(args)
     except UsageError:  # interrupted before the command line was read whole: nothing to go on from
@@ -96,19 +98,18 @@ def _say_resume(args, study, problem: Problem | None) -> None:
                                                 soft_wrap=True, markup=False)
 
 
-def _tune_study(args, opened: dict) -> TuneOutcome:
+def _tune_study(args: TuneOptions, opened: dict) -> TuneOutcome:
     from ..guide.warmstart import naive_baseline, proposals
 
     console = console_for(args)
-    if getattr(args, "verify", False) and not args.data:
+    if args.verify and not args.data:
         raise UsageError("tune --verify needs --data MODULE:FUNCTION: the data both recipes train on")
     # the problem, and the model's profile
     problem = with_host_data(args, problem_from_args(args), console)
     check_url(args.storage)  # a URL that cannot work fails before the model is traced
     from ..calibration import session as calibration
 
-    calibration_url = calibration.store_url(args.storage, getattr(args, "calibration_storage", None),
-                                            getattr(args, "no_calibration", False))
+    calibration_url = calibration.store_url(args.storage, args.calibration_storage, args.no_calibration)
     baseline_file = _baseline_file(args, problem)
     profile = trace(problem, console)
     # the space it is searched in
@@ -117,7 +118,7 @@ def _tune_study(args, opened: dict) -> TuneOutcome:
     validate(problem, baseline, profile.module_order, where=args.baseline or "the default baseline")
     # the study: created or resumed
     storage_url = args.storage
-    jobs = getattr(args, "jobs", 1)
+    jobs = args.jobs
     parallel.check_jobs(jobs, storage_url)
     study_name = args.study or problem.slug
     out_dir = Path(args.out or Path(DEFAULT_OUT) / study_name)
@@ -245,7 +246,7 @@ def _run_trials(args, console, study, runner, view, backend, jobs) -> list:
 
     try:
         if jobs > 1:
-            workers = parallel.Workers(args.argv, args.trials, jobs)
+            workers = parallel.Workers(list(args.argv), args.trials, jobs)
             try:
                 with workers.pass_signals(on_stop), view:
                     ran = parallel.watch(study, workers, view, view.show_running)
@@ -347,36 +348,16 @@ def _stored_host_costs(study, problem: Problem) -> Problem:
         return problem
     return replace(problem, host_float_sample_s=stored.host_float_sample_s,
                    host_uint8_sample_s=stored.host_uint8_sample_s, host_worker_speedups=stored.host_worker_speedups)
-def _resume(args, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
+def _resume(args: TuneOptions, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
     """The command that goes on with this study as this run did (the storage password masked)."""
     import shlex
 
-    from ..args import DEFAULT_FIT_CONFIDENCE, DEFAULT_HEADROOM
-
-    extra: list[str] = []
-    if trials is not None:
-        extra += ["--trials", str(trials)]
-    if args.space:
-        extra += ["--space", args.space]
-    if args.micro_batch is not None:
-        mb = args.micro_batch
-        extra += ["--micro-batch", mb if isinstance(mb, str) else f"{mb['low']}-{mb['high']}"]
-    if args.backend != "auto":
-        extra += ["--backend", args.backend]
-    if args.headroom != DEFAULT_HEADROOM:
-        extra += ["--headroom", str(args.headroom)]
-    if args.fit_confidence != DEFAULT_FIT_CONFIDENCE:
-        extra += ["--fit-confidence", str(args.fit_confidence)]
-    if args.no_numerics:
-        extra.append("--no-numerics")
-    if args.no_screen:
-        extra.append("--no-screen")
-    if getattr(args, "no_calibration", False):
-        extra.append("--no-calibration")
-    elif getattr(args, "calibration_storage", None):
+    extra = [] if trials is None else ["--trials", str(trials)]
+    extra += flag_words(args, ("space", "micro_batch", "backend", "headroom", "fit_confidence", "no_numerics",
+                               "no_screen", "no_calibration"))
+    if args.calibration_storage and not args.no_calibration:
         extra += ["--calibration-storage", mask_url(args.calibration_storage)]
-    if args.out:
-        extra += ["--out", args.out]
+    extra += flag_words(args, ("out",))
     command = resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
     return python_call(command) if is_object(problem.model) else command
 

@@ -5,39 +5,17 @@ diverged, stalled or lags; 2 on bad input, before anything is stored."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ..args import DEFAULT_STORAGE, add_problem_args, positive, problem_from_args
+from ..args import problem_from_args
 from ..errors import UsageError
+from ..options import TuneOptions, VerifyOptions
 from ..problem import Config, Problem, load_config_file
-from ..verification.check import DEFAULT_STEPS, estimate_seconds, plan, run_check
+from ..verification.check import estimate_seconds, plan, run_check
 from ..verification.samples import read_samples
 from ..verification.verdict import ATTR_VERIFY, Verdict
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_problem_args(p, model_required=False, hardware=False)
-    p.add_argument("--study", help="verify this study's best trial against its baseline trial")
-    p.add_argument("--storage", default=DEFAULT_STORAGE)
-    p.add_argument("--baseline", metavar="FILE", help="config TOML or JSON export of the starting point "
-                   "(default with --tuned: FP32, micro-batch x 1 x 1)")
-    p.add_argument("--tuned", metavar="FILE", help="config TOML or JSON export to verify (instead of --study)")
-    p.add_argument("--data", metavar="MODULE:FUNCTION",
-                   help="your Dataset, DataLoader or iterable of (inputs, labels): what both recipes train on")
-    p.add_argument("--steps", type=positive(int), default=DEFAULT_STEPS, metavar="K",
-                   help=f"optimizer steps of the recipe with the larger global batch (default {DEFAULT_STEPS}); "
-                        "the other sees as many samples")
-    p.add_argument("--samples", type=positive(int), default=None, metavar="N",
-                   help="at most this many samples per run (bounds the time)")
-    p.add_argument("--lr", type=positive(float), default=None,
-                   help="your learning rate at the baseline's global batch (default: the export's "
-                        "make_optimizer default); the tuned recipe's is scaled from it as the export does")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first runs (the second baseline: seed + 1)")
-    p.add_argument("--quiet", "-q", action="store_true", help="only the verdict line")
-    p.add_argument("--json", action="store_true", help="print the verdict, curves included, as JSON")
 
 
 def _config_file(path: str) -> tuple[Problem | None, Config]:
@@ -57,7 +35,7 @@ def _config_file(path: str) -> tuple[Problem | None, Config]:
     return loaded.problem, loaded.config
 
 
-def configs(args) -> tuple[Problem, Config, Config, object]:
+def configs(args: VerifyOptions) -> tuple[Problem, Config, Config, object]:
     """(problem, baseline, tuned, the study or None) from --study or --tuned/--baseline."""
     if bool(args.study) == bool(args.tuned):
         raise UsageError("verify: give one of --study NAME (its best against its baseline) and --tuned FILE")
@@ -79,13 +57,13 @@ def configs(args) -> tuple[Problem, Config, Config, object]:
     return problem, baseline, tuned, None
 
 
-def verify(args, console) -> Verdict:
+def verify(args: VerifyOptions, console) -> Verdict:
     """The check the command runs, for the command and the Python API."""
     problem, baseline, tuned, study = configs(args)
     return verify_configs(args, console, problem, baseline, tuned, study)
 
 
-def verify_tuned(args, console, study, problem: Problem) -> Verdict:
+def verify_tuned(args: TuneOptions, console, study, problem: Problem) -> Verdict:
     """`tune --verify`: the study just tuned, its best against its baseline, with verify's defaults."""
     from ..study.records import best_record, records
     from .common import baseline_of
@@ -93,13 +71,12 @@ def verify_tuned(args, console, study, problem: Problem) -> Verdict:
     best, base = best_record(study, skip_unreadable=True), baseline_of(records(study))
     if best is None or base is None:
         raise UsageError("tune --verify: the study has no fitting trial or no baseline trial to verify")
-    budget = argparse.Namespace(data=args.data, steps=DEFAULT_STEPS, samples=getattr(args, "verify_samples", None),
-                                lr=None,
-                                seed=args.seed or 0, quiet=args.quiet)
+    budget = VerifyOptions(data=args.data, samples=args.verify_samples, seed=args.seed or 0, quiet=args.quiet)
     return verify_configs(budget, console, problem, base.config, best.config, study)
 
 
-def verify_configs(args, console, problem: Problem, baseline: Config, tuned: Config, study=None) -> Verdict:
+def verify_configs(args: VerifyOptions, console, problem: Problem, baseline: Config, tuned: Config,
+                   study=None) -> Verdict:
     from ..models.zoo import build_model
 
     if not args.data:
@@ -114,7 +91,7 @@ def verify_configs(args, console, problem: Problem, baseline: Config, tuned: Con
     def build():
         return build_model(problem.model, problem.num_classes, device="cpu")
 
-    quiet = getattr(args, "quiet", False)
+    quiet = args.quiet
     if not quiet:
         with console.status("Timing one update of each recipe…"):
             seconds = estimate_seconds(build, the_plan, samples)
@@ -134,7 +111,7 @@ def verify_configs(args, console, problem: Problem, baseline: Config, tuned: Con
     return verdict
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: VerifyOptions) -> int:
     from .common import console_for
 
     console = console_for(args)
