@@ -146,6 +146,12 @@ def test_a_queued_trial_is_popped_by_one_worker_only(tmp_path):
     assert b.set_trial_state_values(waiting._trial_id, TrialState.RUNNING) is False
     started = open_storage(url).get_trial(waiting._trial_id)
     assert started.state == TrialState.RUNNING and started.datetime_start is not None
+    # as RDBStorage: a finished trial raises (Optuna's `_pop_waiting_trial_id` moves on), an unknown one too
+    a.set_trial_state_values(waiting._trial_id, TrialState.COMPLETE, [1.0])
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        b.set_trial_state_values(waiting._trial_id, TrialState.RUNNING)
+    with pytest.raises(KeyError):
+        b.set_trial_state_values(waiting._trial_id + 1, TrialState.RUNNING)
 
 
 @pytest.mark.slow
@@ -209,18 +215,29 @@ def test_the_incremental_grouped_space_equals_optunas():
     assert len(ours) >= 3
 
 
-def test_distributions_stay_checked_when_the_parameters_are_held(tmp_path):
-    url = _url("sqlite", tmp_path)
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_distributions_are_checked_at_the_suggest_when_the_parameters_are_held(tmp_path, kind):
+    """As Optuna's storages (its StorageTestCase, tests/test_optuna_conformance_storage.py): a
+    parameter of another kind than the study's raises at the suggest, against a finished trial's
+    or a running one's still held; the trial keeps its other writes and can be told."""
+    url = _url(kind, tmp_path)
     study = optuna.create_study(storage=open_storage(url), study_name="dists")
     first = study.ask()
     first.suggest_categorical("c", [1, 2])
     study.tell(first, 1.0)
+    running = study.ask()
+    running.suggest_categorical("r", ["a", "b"])  # held, not written yet
     second = study.ask()
-    second._suggest("c", FloatDistribution(0, 1))  # the same name, another kind of knob
-    with pytest.raises(ValueError):
-        study._storage.flush(second._trial_id)
-    assert CategoricalDistribution([1, 2]) == study.trials[0].distributions["c"]
-    assert collections.Counter(t.state for t in study.trials)[TrialState.COMPLETE] == 1
+    x = second.suggest_float("x", 0, 1)
+    for name in ("c", "r"):
+        with pytest.raises(ValueError):
+            second._suggest(name, FloatDistribution(0, 1))  # the same name, another kind of knob
+    study.tell(second, state=TrialState.FAIL)
+    study.tell(running, 2.0)
+    seen = {t.number: t for t in optuna.load_study(study_name="dists", storage=open_storage(url)).trials}
+    assert seen[2].state == TrialState.FAIL and seen[2].params == {"x": x}
+    assert CategoricalDistribution([1, 2]) == seen[0].distributions["c"]
+    assert [seen[n].state for n in (0, 1)] == [TrialState.COMPLETE] * 2
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])

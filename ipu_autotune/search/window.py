@@ -16,6 +16,8 @@ trial; and the grouped search space
 (`_GroupDecomposedSearchSpace.calculate`, which walks every finished trial at every ask) only
 adds the trials it has not seen. Its groups are kept between asks and adding a trial's
 distributions again changes nothing, so skipping seen trials gives the same groups.
+
+Optuna's own sampler suites run against it in tests/test_optuna_conformance_sampler.py.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ helpers RDBStorage itself uses to create a trial from a template,
 optuna/storages/_rdb/storage.py `_get_prepared_new_trial`) or one `append_logs` call of
 the journal backend (`DeferredJournalWrites`, the same log records `JournalStorage` writes
 one at a time, optuna/storages/journal/_storage.py).
+
+Both meet Optuna's storage contract: its own suite (StorageTestCase) runs against them in
+tests/test_optuna_conformance_storage.py.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ class _Held:
 
 class DeferredTrialWrites:
     """Mixin for a storage class: holds the writes of the trials this process runs (module
-    docstring). The storage implements `_write_batch(trial_id, held, state, values)`."""
+    docstring). The storage implements `_write_batch(trial_id, held, state, values)`, and
+    `_study_of(trial_id)` and `_known_distribution(study_id, name)` from what it has read."""
 
     def _held_init(self) -> None:
         self._held: dict[int, _Held] = {}
@@ -100,9 +104,26 @@ class DeferredTrialWrites:
                         distribution: BaseDistribution) -> None:
         with self._held_lock:
             if trial_id in self._held:
+                self._check_compatible(trial_id, param_name, distribution)
                 self._held[trial_id].params[param_name] = (param_value_internal, distribution)
                 return
         super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+
+    def _check_compatible(self, trial_id: int, name: str, distribution: BaseDistribution) -> None:
+        """ValueError now, as Optuna's storages raise it at `suggest`, for a distribution of a
+        kind (or categorical choices) other than the study's for the same name: held, it would
+        fail the whole batch at the flush or the tell, and leave the trial RUNNING. The study's
+        distribution is the one this process knows: a held trial's, or the storage's (what it
+        last read); one only another worker has written is still checked when the batch is."""
+        study_id = self._study_of(trial_id)
+        if study_id is None:  # not a trial of a study this process knows: the write says so
+            return
+        known = next((h.params[name][1] for tid, h in self._held.items()
+                      if name in h.params and self._study_of(tid) == study_id), None)
+        if known is None:
+            known = self._known_distribution(study_id, name)
+        if known is not None:
+            check_distribution_compatibility(known, distribution)
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         with self._held_lock:
@@ -149,6 +170,12 @@ class DeferredTrialWrites:
         return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
 
 
+def _first_distribution(trials, name: str) -> BaseDistribution | None:
+    """The distribution of `name` in the first of `trials` that has it (any will do: every
+    distribution a storage recorded for a name is compatible with every other)."""
+    return next((t.distributions[name] for t in trials if name in t.distributions), None)
+
+
 def flush(storage, trial_id: int) -> None:
     """Write a running trial's held writes now (a no-op on storages that hold none)."""
     if isinstance(storage, DeferredTrialWrites):
@@ -180,6 +207,21 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
                 self._own[trial_id] = self._studies[study_id].trials[number]
                 self._just_read.add(study_id)
         return trial_id
+
+    def _study_of(self, trial_id: int) -> int | None:
+        study_and_number = self._trial_id_to_study_id_and_number.get(trial_id)
+        return study_and_number[0] if study_and_number else None
+
+    def _known_distribution(self, study_id: int, name: str) -> BaseDistribution | None:
+        with self._lock:
+            study = self._studies.get(study_id)
+            if study is None:
+                return None
+            if name not in study.param_distribution:  # as read: it is in the database
+                found = _first_distribution(study.trials.values(), name)
+                if found is not None:
+                    study.param_distribution[name] = found
+            return study.param_distribution.get(name)
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         with self._held_lock:
@@ -221,9 +263,23 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
                            .update({models.TrialModel.state: TrialState.RUNNING}, synchronize_session=False))
                 if updated == 1:  # the start time as RDBStorage writes it (its model converts to UTC)
                     models.TrialModel.find_or_raise_by_id(trial_id, session).datetime_start = datetime.now()
+                else:  # as RDBStorage: KeyError for no such trial, UpdateFinishedTrialError for a
+                    # finished one (Optuna's `_pop_waiting_trial_id` moves on), False for a running one
+                    found = models.TrialModel.find_or_raise_by_id(trial_id, session)
+                    self._backend.check_trial_is_updatable(trial_id, found.state)
             if updated == 1:
                 self._hold(trial_id)
             return updated == 1
+
+    def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
+        """Written at once (not held); a running trial's own copy sees it too."""
+        super().set_trial_intermediate_value(trial_id, step, intermediate_value)
+        with self._held_lock:
+            own = self._own.get(trial_id)
+            if own is not None:
+                own = copy.copy(own)
+                own.intermediate_values = {**own.intermediate_values, step: intermediate_value}
+                self._own[trial_id] = own
 
     def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool:
         from optuna.storages._rdb import models
@@ -263,6 +319,14 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
 
 class DeferredJournalWrites(DeferredTrialWrites):
     """For a JournalStorage subclass: a held trial's writes in one `append_logs` call."""
+
+    def _study_of(self, trial_id: int) -> int | None:
+        with self._thread_lock:
+            return self._replay_result._trial_id_to_study_id.get(trial_id)
+
+    def _known_distribution(self, study_id: int, name: str) -> BaseDistribution | None:
+        with self._thread_lock:  # the log as this process last read it
+            return _first_distribution(self._replay_result.get_all_trials(study_id, states=None), name)
 
     def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool:
         from optuna.storages.journal._storage import JournalOperation as Op

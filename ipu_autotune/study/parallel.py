@@ -30,15 +30,16 @@ from optuna.trial import TrialState
 from . import stop_signals
 from ..errors import UsageError
 from .records import TrialRecord, UnreadableRecord
+from .storage import in_memory
 
 #: how often the watching process reads the storage (seconds)
 POLL_S = 0.5
 
 
 def check_jobs(jobs: int, storage_url: str) -> None:
-    if jobs > 1 and storage_url == "memory:":
+    if jobs > 1 and in_memory(storage_url):
         raise UsageError("--jobs needs a storage the worker processes share: use sqlite:///FILE (one host) "
-                         "or journal:///FILE, not memory:")
+                         f"or journal:///FILE, not {storage_url}")
 
 
 def shares(trials: int, jobs: int) -> list[int]:

@@ -1,10 +1,11 @@
 """Optuna storage from a URL: SQLite (one host), a journal file (shared file system) or
 PostgreSQL/MySQL (many hosts). Passwords never reach output: use `mask_url`.
 
-Crashed workers (docs/multi-host.md): every storage here has a heartbeat. A worker beats
-for the trial it runs every `interval` seconds; a trial whose worker has not beaten for
-`GRACE_FACTOR` intervals is failed by the next worker that checks, and re-enqueued once
-more (up to `MAX_RETRY` times) with the same parameters, so no configuration is lost.
+Crashed workers (docs/multi-host.md): every storage here but the in-memory ones (one process's
+own, `in_memory`) has a heartbeat. A worker beats for the trial it runs every `interval`
+seconds; a trial whose worker has not beaten for `GRACE_FACTOR` intervals is failed by the
+next worker that checks, and re-enqueued once more (up to `MAX_RETRY` times) with the same
+parameters, so no configuration is lost.
 The interval is a property of the study (set when it is created, `--heartbeat`), so every
 worker judges staleness the same way.
 """
@@ -178,6 +179,9 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
             raise UsageError(f"storage {mask_url(url)}: {exc.strerror or exc}") from None
     url = _normalise(url)
     scheme = url.split(":", 1)[0].lower().split("+")[0]
+    # sqlite:///:memory: is this process's alone, as memory: is: no other worker to beat for
+    # (nor could one: each thread's connection has a database of its own)
+    beats = not in_memory(url)
     try:
         for attempt in range(5):
             try:
@@ -185,12 +189,14 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     rdb = optuna.storages.RDBStorage(
                         url,
-                        heartbeat_interval=heartbeat_s,
-                        grace_period=heartbeat_s * GRACE_FACTOR,
-                        heartbeat_stale_trial_callback=retry,
+                        heartbeat_interval=heartbeat_s if beats else None,
+                        grace_period=heartbeat_s * GRACE_FACTOR if beats else None,
+                        heartbeat_stale_trial_callback=retry if beats else None,
                         engine_kwargs=_engine_kwargs(scheme),
                     )
-                if scheme == "sqlite":
+                # no log to write ahead in memory, and `_write_ahead_log` disposing of the
+                # engine's connection would drop the in-memory database with its tables
+                if scheme == "sqlite" and beats:
                     _write_ahead_log(rdb)
                 # a running trial's writes in one transaction (deferred_writes.py); Optuna
                 # would wrap it in its _CachedStorage, this is that with the writes held
@@ -207,6 +213,11 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
         reason = mask_url(_first_line(exc))
         raise UsageError(f"storage {mask_url(url)} is unreachable: {reason}; check the host, port, "
                          "user and that the database exists") from None
+
+
+def in_memory(url: str) -> bool:
+    """memory: or sqlite:///:memory:, a storage only this process sees and that goes with it."""
+    return url == "memory:" or url.split("?", 1)[0] == "sqlite:///:memory:"
 
 
 def _write_ahead_log(rdb) -> None:
@@ -254,9 +265,10 @@ def heartbeat_interval(storage) -> int | None:
 
 
 def set_heartbeat(storage, interval_s: int) -> None:
-    """Beat every `interval_s` seconds and presume a worker dead after GRACE_FACTOR of them."""
+    """Beat every `interval_s` seconds and presume a worker dead after GRACE_FACTOR of them
+    (a storage opened without a heartbeat, sqlite:///:memory:, keeps none)."""
     inner = _backend(storage)
-    if isinstance(inner, BaseHeartbeat) and hasattr(inner, "heartbeat_interval"):
+    if isinstance(inner, BaseHeartbeat) and getattr(inner, "heartbeat_interval", None) is not None:
         inner.heartbeat_interval = int(interval_s)
         inner.grace_period = int(interval_s) * GRACE_FACTOR
 
