@@ -27,8 +27,8 @@ import optuna
 from ipu_autotune.backends.base import Backend, Measurement
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL, EstimatorConstants
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 
 #: the CLI's defaults for `tune` (ipu_autotune/cli.py): estimates keep 5% of each tile free,
 #: and with the PopTorch backend candidates estimated over memory by more than 25% skip the compile

@@ -25,10 +25,10 @@ import math
 import common
 from common import compile_minutes
 
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config, Problem
-from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.guide.warmstart import _alternatives, _score, naive_baseline, proposals
+from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
 
 #: greedy ascents per class (from its best starts); random kicks from the class's best are a
 #: third of the best-known search's

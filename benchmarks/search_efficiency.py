@@ -73,21 +73,12 @@ from common import (
     median,
     quantile,
 )
+from simulated_workers import run_workers
 
-from ipu_autotune.study import records as st
-from ipu_autotune.study.runner import CONSTRAINTS_KEY, Runner
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide, memory_correction
-from ipu_autotune.models import partition
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules.cross_field import violations
-from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study.storage import open_storage
-from simulated_workers import run_workers
-
 from ipu_autotune.guide.warmstart import (
     Proposal,
     Screen,
@@ -96,6 +87,15 @@ from ipu_autotune.guide.warmstart import (
     naive_baseline,
     proposals,
 )
+from ipu_autotune.models import partition
+from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.rules.cross_field import violations
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study import records as st
+from ipu_autotune.study.runner import CONSTRAINTS_KEY, Runner
+from ipu_autotune.study.storage import open_storage
+
 
 def cli_problem(command: str) -> Problem:
     """The Problem `ipu-autotune COMMAND` tunes, built by the CLI's own parser."""

@@ -11,11 +11,11 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 
-from .present import ui
 from .backends.base import Measurement
 from .errors import UsageError
-from .problem import Config, Problem
 from .guide.warmstart import is_baseline
+from .present import ui
+from .problem import Config, Problem
 from .study.records import TrialRecord
 
 _PRE = '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;font-family:Menlo,Consolas,monospace">{code}</pre>'
@@ -50,7 +50,7 @@ class TuneResult:
     verdict: Any = field(default=None, repr=False)
 
     @classmethod
-    def from_outcome(cls, outcome) -> "TuneResult":
+    def from_outcome(cls, outcome) -> TuneResult:
         from .study.records import best_record, records
 
         recs = records(outcome.study)

@@ -11,9 +11,9 @@ from dataclasses import replace
 
 from .errors import UsageError
 from .models.hf import TASKS
-from .parsing import TRAINERS
-from .problem import (DEFAULT_SEQ_LEN, OPTIMIZERS, TARGETS, Problem, default_input_shape,
-                      default_max_global_batch)
+from .models.hf_config import DEFAULT_SEQ_LEN
+from .parsing import OPTIMIZERS, TARGETS, TRAINERS
+from .problem import Problem, default_input_shape, default_max_global_batch
 
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
 DEFAULT_TRIALS = 60

@@ -16,11 +16,20 @@ import warnings
 from rich.console import Console
 from rich.markup import escape
 
-from .version import __version__
-from .args import (DEFAULT_FIT_CONFIDENCE, DEFAULT_HEADROOM, DEFAULT_HEARTBEAT, DEFAULT_OUT, DEFAULT_STORAGE,
-                   DEFAULT_TRIALS, add_data_arg, add_problem_args, positive)
-from .present.display import terminal_text
+from .args import (
+    DEFAULT_FIT_CONFIDENCE,
+    DEFAULT_HEADROOM,
+    DEFAULT_HEARTBEAT,
+    DEFAULT_OUT,
+    DEFAULT_STORAGE,
+    DEFAULT_TRIALS,
+    add_data_arg,
+    add_problem_args,
+    positive,
+)
 from .errors import UsageError
+from .present.display import terminal_text
+from .version import __version__
 
 SUBCOMMANDS = ("tune", "estimate", "plan", "export", "show", "studies", "numerics", "report", "calibration",
                "verify")
@@ -281,7 +290,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        from .commands import calibration, estimate, export, numerics, plan, report, show, studies, tune, verify
+        from .commands import (
+            calibration,
+            estimate,
+            export,
+            numerics,
+            plan,
+            report,
+            show,
+            studies,
+            tune,
+            verify,
+        )
 
         run = {"tune": tune, "estimate": estimate, "plan": plan, "export": export, "show": show, "studies": studies,
                "numerics": numerics, "report": report, "calibration": calibration,

@@ -136,7 +136,7 @@ class Measurement:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Measurement":
+    def from_dict(cls, d: dict[str, Any]) -> Measurement:
         keys = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in keys})
 
@@ -189,5 +189,5 @@ class Backend(abc.ABC):
         its records (docs/calibration.md); None: unknown until a measurement says."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (not abstract: a backend that holds nothing keeps it)
         """Release subprocesses, devices, caches."""

@@ -66,7 +66,8 @@ def memory_points(records: Iterable[dict[str, Any]]) -> list[MemoryPoint]:
             continue
         c = _config(r)
         parts = n.get("breakdown") or [None] * len(m["max_tile_bytes"])
-        for got, want, breakdown in zip(m["max_tile_bytes"], n["max_tile_bytes"], parts):
+        # stored records: a breakdown of another length is read as far as it goes, as before
+        for got, want, breakdown in zip(m["max_tile_bytes"], n["max_tile_bytes"], parts, strict=False):
             out.append(MemoryPoint(layout(c), want / cap, ipu_shares(breakdown), got / cap, recompute_segments(c)))
     return out
 

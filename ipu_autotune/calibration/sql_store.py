@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..study.storage import SQLITE_LOCK_TIMEOUT_S, CONNECT_TIMEOUT_S, missing_driver
+from ..study.storage import CONNECT_TIMEOUT_S, SQLITE_LOCK_TIMEOUT_S, missing_driver
 from .record import FORMAT, check_record, matches
 from .refusal import FIX, no_store_yet, refused
 

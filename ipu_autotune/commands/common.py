@@ -11,12 +11,12 @@ from rich.console import Console
 from ..args import DEFAULT_OUT
 from ..backends import resolve_backend_name
 from ..backends.base import Backend
-from ..present.display import terminal_text
 from ..errors import UsageError
-from ..profiles.trace import profile_for
-from ..models.zoo import check_model_name
-from ..problem import Config, Problem
 from ..guide.warmstart import is_baseline
+from ..models.zoo import check_model_name
+from ..present.display import terminal_text
+from ..problem import Config, Problem
+from ..profiles.trace import profile_for
 from ..study.storage import mask_url, open_storage
 
 

@@ -6,10 +6,10 @@ import json
 
 from rich.text import Text
 
-from ..present import intervals, ui
 from ..args import problem_from_args
 from ..backends.base import Measurement
 from ..errors import UsageError
+from ..present import intervals, ui
 from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import EXIT_BREAKS_RECIPE, recipe_violations, validate
 from .common import console_for, make_backend, trace, with_host_data

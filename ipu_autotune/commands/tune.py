@@ -11,27 +11,33 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..study import parallel
-from ..present import intervals, ui
-from ..study import records as st
 from ..args import DEFAULT_OUT, problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
 from ..backends.estimate.error_bars import kept_free
-from ..present.display import terminal_text
 from ..errors import UsageError
-from ..models.objects import is_object
 from ..guide.nofit import EXIT_NOTHING_FITS, lacks
 from ..guide.proposal import History
 from ..guide.warmstart import is_baseline
+from ..models.objects import is_object
+from ..present import intervals, ui
+from ..present.display import terminal_text
 from ..present.outputs import compile_counts, lr_json, record_json, write_outputs
-from ..study.runner import Runner
+from ..present.tune_summary import print_header, print_summary, result_line
 from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import validate
 from ..search.space import SearchSpace
+from ..study import parallel, records as st
+from ..study.runner import Runner
 from ..study.storage import check_url, mask_url, open_storage
-from ..present.tune_summary import print_header, print_summary, result_line
-from .common import (console_for, make_backend, numerics_advice, numerics_notes, print_unreadable, trace,
-                     with_host_data)
+from .common import (
+    console_for,
+    make_backend,
+    numerics_advice,
+    numerics_notes,
+    print_unreadable,
+    trace,
+    with_host_data,
+)
 
 NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from . import tomlio
 from ..problem import Config, Problem
+from . import tomlio
 from .python import render_snippet
 
 if TYPE_CHECKING:  # a type only: the backends import export (the PopTorch backend compiles its code)

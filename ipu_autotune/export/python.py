@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-from ..version import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
-from ..rules.optimum_target import checkpoint_hook, trainer_option_lines
 from ..rules.cross_field import MODULE_PATH
+from ..rules.optimum_target import checkpoint_hook, trainer_option_lines
+from ..version import __version__
 from .serialization import serialization_code, serialization_lines
 
 # PopART RecomputationType (popart sessionoptions.hpp).

@@ -11,8 +11,8 @@ the IPUConfig's when given, so it is given the same value), `lamb`, `dataloader_
 
 from __future__ import annotations
 
-from ..version import __version__
 from ..problem import Config, Problem
+from ..version import __version__
 from .python import ALS_INITIAL_SCALE, _comment, _float, _int, learning_rate
 
 #: transformers' Auto class for each --task (optimum's to_pipelined maps it to its Pipelined* class)

@@ -28,8 +28,13 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-# The batch arithmetic is batch.py's; found here too, beside the host costs it feeds.
-from ..batch import global_batch, micro_batch, samples_per_call  # noqa: F401
+# The batch arithmetic is batch.py's; found here too, beside the host costs it feeds
+# (re-exported: `X as X`).
+from ..batch import (
+    global_batch as global_batch,
+    micro_batch as micro_batch,
+    samples_per_call as samples_per_call,
+)
 from ..problem import Config, Problem
 
 #: AsynchronousDataAccessor(buffer_size=3): batches the async loader keeps ready

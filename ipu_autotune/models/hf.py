@@ -12,8 +12,19 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..errors import UsageError
-from .hf_config import (ARCHITECTURES, DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN, PREFIX, TASKS,  # noqa: F401
-                        Architecture, derived, is_hf, model_config)
+
+# hf_config's tables and names, found here with the models they describe (re-exported: `X as X`)
+from .hf_config import (
+    ARCHITECTURES as ARCHITECTURES,
+    DEFAULT_DECODER_SEQ_LEN,
+    DEFAULT_SEQ_LEN,
+    PREFIX as PREFIX,
+    TASKS as TASKS,
+    Architecture,
+    derived,
+    is_hf as is_hf,
+    model_config as model_config,
+)
 
 
 def architecture(name: str) -> Architecture:

@@ -7,6 +7,7 @@ stage k holds units [b(k), b(k+1)).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 
 def by_count(units: int, parts: int) -> list[int]:
@@ -56,7 +57,7 @@ def moved_cuts(cuts: Sequence[int], units: int, steps: Sequence[int]) -> list[li
             moved = list(cuts)
             moved[k] += step
             bounds = [0, *moved, units]
-            if all(a < b for a, b in zip(bounds, bounds[1:])):
+            if all(a < b for a, b in pairwise(bounds)):
                 out.append(moved)
     return out
 
@@ -68,7 +69,7 @@ def shifted_cuts(cuts: Sequence[int], units: int, steps: Sequence[int]) -> list[
     for step in steps if len(cuts) > 1 else ():
         moved = [b + step for b in cuts]
         bounds = [0, *moved, units]
-        if all(a < b for a, b in zip(bounds, bounds[1:])):
+        if all(a < b for a, b in pairwise(bounds)):
             out.append(moved)
     return out
 

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .fp16 import EXPONENT_BINS, FP16_MAX, FP16_MIN_EXP, FP16_NORMAL_EXP, format_percent, format_scale
+from .fp16 import (
+    EXPONENT_BINS,
+    FP16_MAX,
+    FP16_MIN_EXP,
+    FP16_NORMAL_EXP,
+    format_percent,
+    format_scale,
+)
 from .statistics import GradientStats
 
 #: max|g| x scale x margin <= 65504. 16x = 4 binades: gradients grow during early training and

@@ -11,9 +11,9 @@ import dataclasses
 from typing import Any
 
 from ..backends.base import Measurement, format_bytes
-from .display import terminal_text
 from ..knob_spec import LINE_ORDER, SPEC
 from ..problem import Config
+from .display import terminal_text
 
 #: How each Config field is written in a trial line, and in which order: the knob spec's.
 #: What changes the program most comes first (layout, precision, batching), the memory levers

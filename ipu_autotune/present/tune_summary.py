@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from . import intervals, ui
-from .display import terminal_text
 from ..guide.nofit import lacks
 from ..problem import Problem
 from ..study.storage import mask_url
+from . import intervals, ui
+from .display import terminal_text
 
 
 def result_line(best, base, study_name: str) -> str:

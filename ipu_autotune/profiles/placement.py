@@ -14,9 +14,12 @@ where the module returns (profiles/refine.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 from ..problem import Config
-from .refine import checkpoint_unit, refined, stage_start  # noqa: F401 (placement's names)
+
+# checkpoint_unit and stage_start are placement's names too (re-exported: `X as X`)
+from .refine import checkpoint_unit as checkpoint_unit, refined, stage_start as stage_start
 from .trace import ModelProfile
 
 
@@ -61,7 +64,7 @@ def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int
     # A split that does not run (the rules refuse it) bounds no stage: checkpoint as if unsplit.
     bounds = [0, *(stage_starts(fine, splits) or ()), len(fine.units)]
     out = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in pairwise(bounds):
         for i in range(lo + every - 1, hi - 1, every):
             out.append(fine.units[i].path)
     return tuple(out)

@@ -97,12 +97,12 @@ def _cut(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str,
     base = {u.path: i for i, u in enumerate(profile.units)}
     begins = sorted([(first_enter[p], p) for p in profile.log.starts] + list(cuts.items()))
     home = []  # the base unit each new unit is (a piece of)
-    for k, (_, path) in enumerate(begins):
+    for _, path in begins:
         home.append(base[path] if path in base else home[-1])
     new_index = {}
     for k, b in enumerate(home):
         new_index.setdefault(b, k)
-    for k, (index, path) in enumerate(begins):
+    for k, (index, _) in enumerate(begins):
         parent = profile.units[home[k]]
         units[k].placed_with = None if parent.placed_with is None else new_index[parent.placed_with]
         if k + 1 == len(begins) or home[k + 1] != home[k]:  # the piece whose output is the unit's

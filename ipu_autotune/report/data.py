@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import optuna
 
 from ..problem import Problem
-from ..verification.verdict import ATTR_VERIFY
 from ..study.records import TrialRecord, best_record, closest_record, read_records
+from ..verification.verdict import ATTR_VERIFY
 
 
 @dataclass

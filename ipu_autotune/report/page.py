@@ -11,10 +11,10 @@ import json
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from ..version import __version__
 from ..present.display import html_text
 from ..problem import Config
 from ..study.records import TrialRecord
+from ..version import __version__
 from . import figures
 from .data import ReportData, bottleneck
 from .training_check import training_check

@@ -8,8 +8,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from ..present.display import html_text
 from ..guide.nofit import layout_text
+from ..present.display import html_text
 from ..present.plan_view import busiest_tile
 from ..problem import Problem
 from ..version import __version__

@@ -21,7 +21,7 @@ def curves(verify: dict) -> go.Figure | str:
     if len(runs) != 3:
         return "The stored check has no curves."
     fig = go.Figure()
-    for run, line in zip(runs, _STYLE):
+    for run, line in zip(runs, _STYLE, strict=True):
         name = html_text(f"{run.get('label')} (seed {run.get('seed')})")
         pts = run.get("points") or []
         x = [p.get("samples") for p in pts]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import UsageError
 from ..host import pipeline as host
-from ..knob_spec import SPEC, has_optimizer_state, takes_images  # noqa: F401 (takes_images: found here)
+from ..knob_spec import SPEC, has_optimizer_state, takes_images
 from ..problem import Config, Problem
 
 # A module path as `nn.Module.get_submodule` takes it: dotted names and list indices.

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..knob_spec import SPACE_KNOBS, WORDS, names, spec
-from ..problem import read_toml
+from ..parsing import read_toml
 
 KNOBS = SPACE_KNOBS  # the knob spec's (knob_spec.py)
 _ALLOWED_VALUES: dict[str, tuple] = WORDS

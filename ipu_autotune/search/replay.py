@@ -9,12 +9,12 @@ import bisect
 from typing import Any
 
 from ..errors import UsageError
-from ..models import partition
 from ..knob_spec import replay_params
+from ..models import partition
+from ..problem import Config
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
 from ..profiles.refine import split_grid
 from ..profiles.trace import ModelProfile
-from ..problem import Config
 from .knobs import Choice, Knob, Range
 from .names import readable
 

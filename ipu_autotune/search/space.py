@@ -17,19 +17,30 @@ from typing import Any
 
 from ..batch import accumulation_for_global_batch, micro_batch
 from ..errors import UsageError
-from ..models import partition
-from ..profiles.trace import ModelProfile
 from ..host import pipeline as host
-from ..problem import Config, Problem, effective_recompute
 from ..knob_spec import SPEC, applies, spec
-from ..rules.cross_field import min_pipeline_accumulation
-# Knob kinds and parsing, and the replay machinery, are their own modules; their names are
-# re-exported here for the modules that import them with SearchSpace.
-from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
-                    builtin_space_path, family)
+from ..models import partition
+from ..problem import Config, Problem, effective_recompute
+from ..profiles.optimum_placement import stage_candidates
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
 from ..profiles.refine import split_grid
-from ..profiles.optimum_placement import stage_candidates
+from ..profiles.trace import ModelProfile
+from ..rules.cross_field import min_pipeline_accumulation
+
+# Knob kinds and parsing, and the replay machinery, are their own modules; their names are
+# re-exported here for the modules that import them with SearchSpace.
+from .knobs import (
+    KNOBS,
+    MICRO_BATCH_SEARCH,
+    Choice,
+    Knob,
+    Range,
+    _parse_knob,
+    _read_toml,
+    builtin_space_dir,
+    builtin_space_path,
+    family,
+)
 from .replay import _Asker, _Replay, wanted_params
 
 __all__ = ["KNOBS", "MICRO_BATCH_SEARCH", "Choice", "Knob", "Range", "SearchSpace", "builtin_space_dir",
@@ -68,13 +79,13 @@ class SearchSpace:
         full = SearchSpace(self.domain, self.sources, self.user_knobs)
         return full.sample(_Replay(wanted_params(config, profile, stage_candidates(problem, profile)), nearest=nearest), problem, profile)
 
-    def with_knob(self, name: str, raw: Any, where: str) -> "SearchSpace":
+    def with_knob(self, name: str, raw: Any, where: str) -> SearchSpace:
         """A copy with one knob set from the command line (a user knob, like --space's)."""
         knobs = dict(self.knobs)
         knobs[name] = _parse_knob(name, raw, where)
         return SearchSpace(knobs, self.sources + [where], self.user_knobs | {name})
 
-    def without(self, *names: str) -> "SearchSpace":
+    def without(self, *names: str) -> SearchSpace:
         """A copy that no longer searches `names` (fixed at their first value), unless the
         user's space set them; the caller fills them in (e.g. from numerics advice)."""
         knobs = dict(self.knobs)
@@ -86,7 +97,7 @@ class SearchSpace:
         return SearchSpace(knobs, self.sources, self.user_knobs, self.domain, frozenset(advised))
 
     @classmethod
-    def load(cls, problem: Problem, path: str | Path | None = None) -> "SearchSpace":
+    def load(cls, problem: Problem, path: str | Path | None = None) -> SearchSpace:
         """default.toml, then the model family's file, then the user's file on top."""
         raw: dict[str, Any] = {}
         origin: dict[str, str] = {}
@@ -179,7 +190,7 @@ class SearchSpace:
         if not layouts:
             raise UsageError("the search space allows no IPU layout for this problem "
                              "(check ipus_per_replica, replicas, --ipus and --global-batch)")
-        ipr = s.choose("ipus_per_replica", sorted({l[0] for l in layouts}))
+        ipr = s.choose("ipus_per_replica", sorted({layout[0] for layout in layouts}))
         replicas = s.choose("replicas" if len({r for i, r in layouts if i == ipr}) > 1 else None,
                             sorted({r for i, r in layouts if i == ipr}))
         micro_batches = self.micro_batches(problem)
@@ -266,13 +277,13 @@ class SearchSpace:
         return config
 
     @staticmethod
-    def _ask_plain(s: "_Asker", knob, problem: Problem, layout: Config):
+    def _ask_plain(s: _Asker, knob, problem: Problem, layout: Config):
         if not knob.applies_to(problem, layout):
             return knob.space_default
         usable = knob.usable(problem)
         return s.choose(knob.name, [v for v in s.values(knob.name) if v in usable] or [knob.space_default])
 
-    def _ask_micro_batch(self, s: "_Asker", options: list[int]) -> int:
+    def _ask_micro_batch(self, s: _Asker, options: list[int]) -> int:
         knob = self.knobs["micro_batch"]
         if isinstance(knob, Range) and options:
             low, high = min(options), max(options)
@@ -280,7 +291,7 @@ class SearchSpace:
                 return s.integer("micro_batch", low, high, log=knob.log)
         return s.choose("micro_batch", options)
 
-    def _sample_splits(self, s: "_Asker", ipr: int, profile: ModelProfile,
+    def _sample_splits(self, s: _Asker, ipr: int, profile: ModelProfile,
                        head_stays: bool, candidates: list[int] | None = None) -> tuple[str, ...]:
         """`head_stays`: pipelined, a head tied to the embedding runs on its stage
         (rules._tied_head_split), so no split is drawn at or after the first tied unit.

@@ -31,10 +31,14 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from optuna.distributions import BaseDistribution, check_distribution_compatibility, distribution_to_json
+from optuna.distributions import (
+    BaseDistribution,
+    check_distribution_compatibility,
+    distribution_to_json,
+)
 from optuna.storages._cached_storage import _CachedStorage
 from optuna.trial import FrozenTrial, TrialState
 
@@ -279,7 +283,7 @@ class DeferredJournalWrites(DeferredTrialWrites):
         if state is not None:
             logs.append({"op_code": Op.SET_TRIAL_STATE_VALUES, "trial_id": trial_id, "state": state,
                          "values": None if values is None else list(values),
-                         "datetime_complete": datetime.now(tz=timezone.utc).isoformat(timespec="microseconds")})
+                         "datetime_complete": datetime.now(tz=UTC).isoformat(timespec="microseconds")})
         with self._thread_lock:
             worker = self._replay_result.worker_id
             self._backend.append_logs([{**log, "worker_id": worker} for log in logs])

@@ -21,16 +21,16 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..version import __version__
 from ..backends.base import Measurement
 from ..errors import UsageError
-from ..profiles.trace import ModelProfile
+from ..guide.warmstart import Proposal
 from ..problem import Config, Problem
-from .record_schema import UnreadableRecord, check_record
+from ..profiles.trace import ModelProfile
 from ..search.names import old_names
 from ..search.space import SearchSpace
 from ..search.window import DEFAULT_WINDOW, WindowedTPESampler
-from ..guide.warmstart import Proposal
+from ..version import __version__
+from .record_schema import UnreadableRecord, check_record
 
 ATTR_PROBLEM = "problem"
 ATTR_VERSION = "ipu_autotune_version"
@@ -70,7 +70,7 @@ class TrialRecord:
         return self.state == "COMPLETE" and self.measurement.feasible
 
     @classmethod
-    def from_trial(cls, t: FrozenTrial) -> "TrialRecord | None":
+    def from_trial(cls, t: FrozenTrial) -> TrialRecord | None:
         """None for a trial not yet measured; UnreadableRecord (one line naming the trial
         and the field) for a record that does not match the schema (record_schema.py)."""
         rec = trial_attrs(t)

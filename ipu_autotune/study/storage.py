@@ -24,8 +24,8 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
-from .deferred_writes import DeferredCachedStorage, DeferredJournalWrites
 from ..errors import UsageError
+from .deferred_writes import DeferredCachedStorage, DeferredJournalWrites
 
 #: a worker beats this often for the trial it runs (seconds)
 HEARTBEAT_INTERVAL_S = 10

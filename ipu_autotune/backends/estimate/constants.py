@@ -57,7 +57,7 @@ class EstimatorConstants:
     link_bandwidth_scale: float = 1.0
     host_bandwidth_scale: float = 1.0
 
-    def scaled(self, **factors: float) -> "EstimatorConstants":
+    def scaled(self, **factors: float) -> EstimatorConstants:
         """A copy with some constants multiplied (used to perturb the model)."""
         from dataclasses import replace
 
