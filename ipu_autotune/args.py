@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from dataclasses import replace
+from typing import Any
 
 from .errors import UsageError
 from .models.hf import TASKS
@@ -190,12 +191,12 @@ def python_call(command: str) -> str:
     name='Net', batch_size=8, no_numerics=True)"."""
     parts = shlex.split(command)[1:]
     name = parts.pop(0).partition(":")[2]
-    kwargs: dict[str, object] = {"name": name}
+    kwargs: dict[str, Any] = {"name": name}
     while parts:
         key = parts.pop(0)[2:].replace("-", "_")
         if parts and not parts[0].startswith("--"):
-            value = parts.pop(0)
-            value = int(value) if value.isdigit() else value
+            raw = parts.pop(0)
+            value: int | str = int(raw) if raw.isdigit() else raw
             if key == "input":  # --input repeats: the keyword takes a list
                 kwargs.setdefault("inputs", []).append(value)
                 continue

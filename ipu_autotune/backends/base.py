@@ -155,7 +155,7 @@ def failed(kind: str, reason: str, source: str = "compile", **details: Any) -> M
     return Measurement(feasible=False, source=source, failure=kind, reason=reason, details=details)
 
 
-def format_bytes(n: float) -> str:
+def format_bytes(n: float | None) -> str:
     if n is None or math.isnan(n):
         return "-"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -40,8 +40,9 @@ def run(args) -> int:
 
 def _study_row(storage, summary) -> dict:
     import optuna
+    from optuna.trial import TrialState
 
-    from ..study.records import TrialState, best_record
+    from ..study.records import best_record
 
     problem = summary.user_attrs.get("problem")
     problem = problem if isinstance(problem, dict) else None

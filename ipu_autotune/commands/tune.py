@@ -8,6 +8,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optuna.trial import TrialState
 from rich.console import Console
 from rich.markup import escape
 
@@ -65,7 +66,8 @@ def run(args) -> int:
 def verify_outcome(args, outcome: TuneOutcome):
     """`--verify`: the best config's recipe trained beside the baseline's (commands/verify.py), its
     verdict printed and returned; None when not asked for, or when the run found nothing to verify."""
-    if not getattr(args, "verify", False) or outcome.exit_code != 0 or outcome.study is None:
+    if not getattr(args, "verify", False) or outcome.exit_code != 0 or outcome.study is None \
+            or outcome.problem is None:
         return None
     from .verify import verify_tuned
 
@@ -96,7 +98,7 @@ def _say_resume(args, study, problem: Problem | None) -> None:
     if study is None:
         said = f"Interrupted before any trial ran (study {name} not started). Run again with:\n  "
     else:
-        done = sum(1 for t in study.get_trials(deepcopy=False, states=(st.TrialState.COMPLETE,)))
+        done = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         said = f"Interrupted: {done} completed trial(s) in study {name}. Resume with:\n  "
     Console(stderr=True, highlight=False).print(said + _resume(args, problem, args.storage, name),
                                                 soft_wrap=True, markup=False)
@@ -287,6 +289,7 @@ def _report(args, console, study, runner, ran, backend, problem, guide, advice, 
         files = write_outputs(out_dir, problem, study_name, records, best,
                               numerics_notes(advice, best.config) if best else [], base_gb)
     except ValueError as exc:  # the best's stored config would not be safe code (a crafted record)
+        assert best is not None  # only the best's config is written as code
         console.print(terminal_text(f"best trial {best.number} is not exported: {exc}"), style="yellow",
                       markup=False, highlight=False, soft_wrap=True)
         files = write_outputs(out_dir, problem, study_name, records, None, [], base_gb)
@@ -300,7 +303,7 @@ def _report(args, console, study, runner, ran, backend, problem, guide, advice, 
     resume = _resume(args, problem, storage_url, study_name, remaining)
     helps = _nothing_fits_help(problem, args, best, closest)
     alternative = st.uncertain_alternative(records, best) if estimated else None
-    alternative_line = "" if alternative is None else (
+    alternative_line = "" if alternative is None or best is None else (
         intervals.alternative_line(best.measurement, alternative.number, alternative.measurement)
         + f"; its configuration: ipu-autotune show --study {study_name} --trial {alternative.number}")
     if args.json:

@@ -11,6 +11,8 @@ the IPUConfig's when given, so it is given the same value), `lamb`, `dataloader_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..problem import Config, Problem
 from ..version import __version__
 from .python import ALS_INITIAL_SCALE, _comment, _float, _int, learning_rate
@@ -103,7 +105,7 @@ def trainer_notes(config: Config) -> list[str]:
     return notes
 
 
-def render_trainer(problem: Problem, config: Config, notes: list[str] = (),
+def render_trainer(problem: Problem, config: Config, notes: Sequence[str] = (),
                    base_global_batch: int | None = None) -> str:
     from ..models import hf, hf_config
 

@@ -195,7 +195,7 @@ def end_to_end(problem: Problem, config: Config, device_parts: dict[str, float],
     parts = dict(device_parts)
     parts["host input"] = host_input
     shares = {k: v / call for k, v in parts.items() if call > 0}
-    name = max(shares, key=shares.get)
+    name = max(shares, key=shares.__getitem__)
     return EndToEnd(throughput=n / call, call_time_s=call, device_call_s=device_call,
                     host_input_s=host_input, shares=shares, bottleneck=name,
                     bottleneck_share=shares[name])

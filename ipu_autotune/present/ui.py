@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -139,7 +140,7 @@ def _jupyter_widgets(console: Console) -> bool:
 class TuneView:
     """Live progress for the tune command; plain lines when not on a terminal."""
 
-    def __init__(self, console: Console, total: int, quiet: bool = False, earlier: list[TrialRecord] = ()):
+    def __init__(self, console: Console, total: int, quiet: bool = False, earlier: Sequence[TrialRecord] = ()):
         self.console = console
         self.quiet = quiet
         self.table = TrialTable()

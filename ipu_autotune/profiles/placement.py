@@ -25,8 +25,8 @@ from .trace import ModelProfile
 
 def stage_starts(profile: ModelProfile, splits: Sequence[str]) -> list[int] | None:
     """The units the splits start stages at, or None when one of them cannot be placed."""
-    found = [stage_start(profile, p) for p in splits]
-    return None if any(i is None for i in found) else found
+    found = [i for p in splits if (i := stage_start(profile, p)) is not None]
+    return found if len(found) == len(splits) else None
 
 
 def unit_of_path(profile: ModelProfile, path: str) -> int:
@@ -119,5 +119,6 @@ def head_blocks(p, config: Config) -> list[tuple[str, int]]:
         if after is not None and after not in config.splits:
             profile = profile_for(p)
             i = profile.unit_index(after)
+            assert i is not None  # head_runs names units of this profile
             out.append((after, next(k for k, (lo, hi) in enumerate(stage_bounds(profile, config)) if lo <= i < hi)))
     return out

@@ -210,7 +210,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
             order.append(event[1])
     position = {p: i for i, p in enumerate(order)}
 
-    candidates = sorted((c for c in _unit_candidates(model) if c in position), key=position.get)
+    candidates = sorted((c for c in _unit_candidates(model) if c in position), key=position.__getitem__)
     starts: list[str] = []
     for c in candidates:
         if not starts or not (_merges_into_previous(modules[c]) or _embedding_group(modules[starts[-1]], modules[c])):
@@ -219,8 +219,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
     units = attribute(log)
     _place_heads_with_their_weights(units)
 
-    input_bytes = (sum(tensor_bytes(t) for t in inputs.values()) if inputs is not None
-                   else x.numel() * 4)
+    input_bytes = x.numel() * 4 if isinstance(x, torch.Tensor) else sum(tensor_bytes(t) for t in x.values())
     return ModelProfile(
         model=name or type(model).__name__, batch_size=batch_size, input_shape=tuple(input_shape),
         num_classes=num_classes, units=units, module_order=order,

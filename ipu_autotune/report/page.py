@@ -103,8 +103,9 @@ def _summary(data: ReportData) -> list[str]:
     if data.best is not None:
         speed = ""
         base = data.baseline
-        if base is not None and base.feasible and base.measurement.throughput:
-            speed = f"{data.best.measurement.throughput / base.measurement.throughput:.2f}x the baseline"
+        best = data.best.measurement.throughput
+        if base is not None and base.feasible and base.measurement.throughput and best is not None:
+            speed = f"{best / base.measurement.throughput:.2f}x the baseline"
         cards.append((f"best (trial {data.best.number})", _throughput(data.best), speed or "fits"))
     out = ["<h2>Summary</h2>", "<div class='cards'>"]
     out += [f"<div class='card'>{_e(t)}<b>{_e(v)}</b>{_e(s)}</div>" for t, v, s in cards]

@@ -5,6 +5,7 @@ each run's FP16 counts. Stored values are input: each one goes through display.h
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -13,7 +14,7 @@ from ..present.display import html_text
 
 _LAYOUT = dict(template="plotly_white", height=360, margin=dict(l=60, r=60, t=50, b=40),
                legend=dict(orientation="h", y=-0.2))
-_STYLE = ({"color": "#4C78A8"}, {"color": "#4C78A8", "dash": "dot"}, {"color": "#E45756", "width": 3})
+_STYLE: tuple[dict[str, Any], ...] = ({"color": "#4C78A8"}, {"color": "#4C78A8", "dash": "dot"}, {"color": "#E45756", "width": 3})
 
 
 def curves(verify: dict) -> go.Figure | str:

@@ -91,8 +91,9 @@ class SearchSpace:
         knobs = dict(self.knobs)
         advised = set(self.advised)
         for name in names:
-            if name not in self.user_knobs and isinstance(knobs[name], Choice):
-                knobs[name] = Choice(knobs[name].values[:1])
+            knob = knobs[name]
+            if name not in self.user_knobs and isinstance(knob, Choice):
+                knobs[name] = Choice(knob.values[:1])
                 advised.add(name)
         return SearchSpace(knobs, self.sources, self.user_knobs, self.domain, frozenset(advised))
 
@@ -299,7 +300,9 @@ class SearchSpace:
         profiles/optimum_placement.stage_candidates), drawn by their position in that list."""
         if ipr == 1:
             return ()
-        fixed = self.knobs["splits"].values[0]
+        splits = self.knobs["splits"]
+        assert isinstance(splits, Choice)  # knobs.py reads splits as a list of choices
+        fixed = splits.values[0]
         if fixed != "search":
             if len(fixed) != ipr - 1:
                 raise UsageError(f"the search space fixes {len(fixed)} split(s) but samples "

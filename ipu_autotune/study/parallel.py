@@ -29,7 +29,8 @@ from optuna.trial import TrialState
 
 from ..errors import UsageError
 from . import stop_signals
-from .records import TrialRecord, UnreadableRecord
+from .record_schema import UnreadableRecord
+from .records import TrialRecord
 
 #: how often the watching process reads the storage (seconds)
 POLL_S = 0.5

@@ -283,7 +283,7 @@ class Runner:
         m = failed("interrupted", "stopped (Ctrl-C or SIGTERM) before its measurement finished",
                    source=self.backend.source)
         asked = trial.user_attrs  # before `record` overwrites the origin
-        again = {k: asked[k] for k in ("origin", "enqueued_config") if k in asked}
+        again: dict[str, Any] = {k: asked[k] for k in ("origin", "enqueued_config") if k in asked}
         rec = self.record(trial, config, f"{origin}, interrupted", m, seconds)
         with contextlib.suppress(Exception):
             retry_trial(self.study, self.study._storage.get_trial(trial._trial_id), again)

@@ -201,6 +201,7 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
                 if attempt == 4 or not _creation_race(exc):
                     raise
                 time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("not reached: the last attempt returns or raises")
     except ImportError as exc:
         raise UsageError(f"storage {mask_url(url)}: {missing_driver(url, exc)}") from None
     except Exception as exc:  # sqlalchemy raises many types; all mean "cannot use this URL"
@@ -257,8 +258,9 @@ def set_heartbeat(storage, interval_s: int) -> None:
     """Beat every `interval_s` seconds and presume a worker dead after GRACE_FACTOR of them."""
     inner = _backend(storage)
     if isinstance(inner, BaseHeartbeat) and hasattr(inner, "heartbeat_interval"):
-        inner.heartbeat_interval = int(interval_s)
-        inner.grace_period = int(interval_s) * GRACE_FACTOR
+        beating: Any = inner  # RDBStorage and HeartbeatJournalStorage keep both as attributes
+        beating.heartbeat_interval = int(interval_s)
+        beating.grace_period = int(interval_s) * GRACE_FACTOR
 
 
 class Heartbeat:

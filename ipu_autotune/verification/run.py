@@ -160,10 +160,11 @@ class Trainer:
                     rounded = to_fp16(g)
                     self.counts.add(g, rounded)
                     g = rounded
+                before = acc[j]
                 if r.half_state:  # PopTorch's Running mean: FP16 accumulators stay in range
-                    acc[j] = g.clone() if acc[j] is None else to_fp16(acc[j] + (g - acc[j]) / (i + 1))
+                    acc[j] = g.clone() if before is None else to_fp16(before + (g - before) / (i + 1))
                 else:
-                    acc[j] = g / count if acc[j] is None else acc[j] + g / count
+                    acc[j] = g / count if before is None else before + g / count
         return acc, sum(losses) / len(losses)
 
     def sync(self) -> None:

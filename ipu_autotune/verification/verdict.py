@@ -18,6 +18,7 @@ two seeds underestimate the spread of many.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 
@@ -101,7 +102,7 @@ def _band(a: float, b: float, floor: float) -> tuple[float, float]:
     return min(a, b) - width, max(a, b) + width
 
 
-def judge(base: RunResult, base_other: RunResult, tuned: RunResult, not_emulated: list[str] = ()) -> Verdict:
+def judge(base: RunResult, base_other: RunResult, tuned: RunResult, not_emulated: Sequence[str] = ()) -> Verdict:
     runs = [base, base_other, tuned]
     end = min(r.points[-1].samples for r in runs)
     grid = [p.samples for p in base.points if p.samples >= end * (1 - WINDOW) and p.samples <= end] or [end]
