@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
 no trial fits (the closest one and what would help are printed), 4 `estimate` answered
-for a config that breaks a recipe rule (each rule printed; rules.EXIT_BREAKS_RECIPE),
+for a config that breaks a recipe rule (each rule printed; rules/cross_field.EXIT_BREAKS_RECIPE),
 5 `verify` (or `tune --verify`) judged the tuned recipe diverged, stalled or lagging
 (verification.verdict.EXIT_FAILED_CHECK), 130 interrupted, 1 an unexpected error (traceback with --debug).
 """

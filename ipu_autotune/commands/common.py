@@ -152,7 +152,7 @@ def numerics_unmeasured(problem: Problem, space) -> str | None:
 
 
 def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:
-    """One line per trial whose stored record does not match the schema (study.read_records):
+    """One line per trial whose stored record does not match the schema (study/records.read_records):
     the trial is left out, the rest of the study shows."""
     for reason in unreadable.values():
         console.print(terminal_text(f"unreadable, left out: {reason}"), style="yellow", markup=False,

@@ -2,7 +2,7 @@
 
 The PopTorch backend compiles each trial by executing this very snippet in its child
 process, so the code a user pastes is the code that was compiled. Only validated values
-reach the generated source: module paths must match `rules.MODULE_PATH` and are emitted
+reach the generated source: module paths must match `rules/cross_field.MODULE_PATH` and are emitted
 with repr(); numbers are re-typed; choices come from fixed tables.
 """
 

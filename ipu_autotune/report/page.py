@@ -166,7 +166,7 @@ def _trials(data: ReportData) -> str:
         cls = " class='best'" if r.number == best else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
     table = f"<div style='max-height: 32em; overflow: auto'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
-    if data.unreadable:  # left out, each with its reason (study.read_records)
+    if data.unreadable:  # left out, each with its reason (study/records.read_records)
         table += (f"<p class='note'>{len(data.unreadable)} trial(s) left out, their stored records unreadable:</p>"
                   "<ul>" + "".join(f"<li>{_e(reason)}</li>" for reason in data.unreadable.values()) + "</ul>")
     return table

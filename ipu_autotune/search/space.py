@@ -239,7 +239,7 @@ class SearchSpace:
 
         if accumulation is None:
             accumulation = max(s.ask("gradient_accumulation"), self._min_accumulation(problem, ipr, execution))
-            # The recipe's ceiling on the global batch (rules._global_batch_ceiling).
+            # The recipe's ceiling on the global batch (rules/cross_field.py, _global_batch_ceiling).
             accumulation = max(1, min(accumulation, problem.max_global_batch // (mb * replicas)))
         device_iterations = s.ask("device_iterations")
         eight_bit_io = s.ask("eight_bit_io") if applies("eight_bit_io", problem, layout) else False
@@ -295,7 +295,7 @@ class SearchSpace:
     def _sample_splits(self, s: _Asker, ipr: int, profile: ModelProfile,
                        head_stays: bool, candidates: list[int] | None = None) -> tuple[str, ...]:
         """`head_stays`: pipelined, a head tied to the embedding runs on its stage
-        (rules._tied_head_split), so no split is drawn at or after the first tied unit.
+        (rules/cross_field.py, _tied_head_split), so no split is drawn at or after the first tied unit.
         `candidates`: the only units a stage may begin at (--trainer optimum: layers,
         profiles/optimum_placement.stage_candidates), drawn by their position in that list."""
         if ipr == 1:

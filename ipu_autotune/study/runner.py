@@ -2,7 +2,7 @@
 
 Each trial is asked from the study (a queued warm start or the sampler), checked against
 the rules (nothing they reject reaches a backend), measured, and told with its graded memory
-constraint (study.py's docstring: the scoring). A stop request (Ctrl-C, SIGTERM) lets the
+constraint (records.py's docstring: the scoring). A stop request (Ctrl-C, SIGTERM) lets the
 running measurement finish for a grace period, then records it as interrupted and enqueues
 it again, so a resumed study runs it once more.
 """

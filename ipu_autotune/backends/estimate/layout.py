@@ -134,7 +134,7 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
 
 def forward_stages(layout: list[Stage], config: Config) -> int:
     """Pipeline stages as PopTorch counts them: one per IPU, plus one per tied head that
-    returns to an earlier IPU and one per resumption of a stage after it (rules.pipeline_stages).
+    returns to an earlier IPU and one per resumption of a stage after it (rules/cross_field.pipeline_stages).
     Stash depths and the fill and flush follow this count, not the number of IPUs."""
     if not config.pipelined or len(layout) < 2:
         return len(layout)
