@@ -20,8 +20,6 @@ from ..version import __version__
 
 #: the record's format; a store written with another one is refused (store.py)
 FORMAT = 1
-#: the SDK label of the estimate backend: never the same as a hardware SDK's
-ESTIMATE_SDK = f"estimate-{__version__}"
 
 
 def key_of(study_uid: str, trial: int) -> str:

@@ -43,11 +43,6 @@ def balanced(costs: Sequence[float], parts: int) -> list[int]:
     return sorted(cuts)
 
 
-def stage_costs(costs: Sequence[float], cuts: Sequence[int]) -> list[float]:
-    bounds = [0, *cuts, len(costs)]
-    return [sum(costs[bounds[k]:bounds[k + 1]]) for k in range(len(bounds) - 1)]
-
-
 def moved_cuts(cuts: Sequence[int], units: int, steps: Sequence[int]) -> list[list[int]]:
     """Each boundary moved alone by each step (boundary by boundary, in `steps` order), where
     every stage keeps at least one unit."""

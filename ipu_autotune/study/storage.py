@@ -31,7 +31,6 @@ from .deferred_writes import DeferredCachedStorage, DeferredJournalWrites
 HEARTBEAT_INTERVAL_S = 10
 #: a trial whose worker missed this many beats is presumed dead: failed and retried
 GRACE_FACTOR = 3
-GRACE_PERIOD_S = HEARTBEAT_INTERVAL_S * GRACE_FACTOR
 #: how many times one configuration is retried after its worker died (or was interrupted)
 MAX_RETRY = 2
 #: seconds to wait for a database server before calling it unreachable
