@@ -19,7 +19,7 @@ from . import figures
 from .data import ReportData, bottleneck
 from .training_check import training_check
 
-_CSS = """
+CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 1200px; color: #222; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.6em; }
 .sub { color: #666; } .estimated { background: #fff4d6; padding: 0.4em 0.8em; border-radius: 4px; }
@@ -62,7 +62,7 @@ def render(data: ReportData) -> str:
         body += [f"<h2>Best configuration (trial {data.best.number})</h2>",
                  f"<pre>{_e(_toml(data.best.config))}</pre>"]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>ipu-autotune report: {_e(data.name)}</title><style>{_CSS}</style>"
+            f"<title>ipu-autotune report: {_e(data.name)}</title><style>{CSS}</style>"
             f"<script>{get_plotlyjs()}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 

@@ -231,6 +231,13 @@ RECIPE_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _host_memory,
 )
 
+#: The recipe rules on one call's host batch: the PopTorch backend checks them before it
+#: allocates that batch (backends/poptorch/child.py, refusal).
+HOST_BATCH_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
+    _samples_per_call,
+    _host_memory,
+)
+
 #: `estimate`'s exit code for a configuration estimated although it breaks a recipe rule
 #: (documented in the README and cli.py)
 EXIT_BREAKS_RECIPE = 4

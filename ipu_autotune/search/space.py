@@ -35,13 +35,13 @@ from .knobs import (
     Choice,
     Knob,
     Range,
-    _parse_knob,
-    _read_toml,
     builtin_space_dir,
     builtin_space_path,
     family,
+    parse_knob,
+    read_space_knobs,
 )
-from .replay import _Asker, _Replay, wanted_params
+from .replay import Asker, Replay, wanted_params
 
 __all__ = ["KNOBS", "MICRO_BATCH_SEARCH", "Choice", "Knob", "Range", "SearchSpace", "builtin_space_dir",
            "builtin_space_path", "checkpoints_every", "distinct_recompute", "family", "wanted_params"]
@@ -77,12 +77,12 @@ class SearchSpace:
 
     def _replayed(self, problem: Problem, profile: ModelProfile, config: Config, nearest: bool) -> Config:
         full = SearchSpace(self.domain, self.sources, self.user_knobs)
-        return full.sample(_Replay(wanted_params(config, profile, stage_candidates(problem, profile)), nearest=nearest), problem, profile)
+        return full.sample(Replay(wanted_params(config, profile, stage_candidates(problem, profile)), nearest=nearest), problem, profile)
 
     def with_knob(self, name: str, raw: Any, where: str) -> SearchSpace:
         """A copy with one knob set from the command line (a user knob, like --space's)."""
         knobs = dict(self.knobs)
-        knobs[name] = _parse_knob(name, raw, where)
+        knobs[name] = parse_knob(name, raw, where)
         return SearchSpace(knobs, self.sources + [where], self.user_knobs | {name})
 
     def without(self, *names: str) -> SearchSpace:
@@ -111,11 +111,11 @@ class SearchSpace:
         for file, label in files:
             if file is not files[-1][0] and not file.is_file():
                 continue
-            knobs = _read_toml(file, label)
+            knobs = read_space_knobs(file, label)
             raw.update(knobs)
             origin.update(dict.fromkeys(knobs, label))
             sources.append(label)
-        knobs = {name: _parse_knob(name, value, origin[name]) for name, value in raw.items()}
+        knobs = {name: parse_knob(name, value, origin[name]) for name, value in raw.items()}
         for name in KNOBS:  # a knob newer than the space files: its spec's value, not searched
             if name not in knobs and spec(name).space_default is not None:
                 knobs[name] = Choice((spec(name).space_default,))
@@ -185,8 +185,8 @@ class SearchSpace:
     # --- sampling ---------------------------------------------------------------------------
 
     def sample(self, trial, problem: Problem, profile: ModelProfile) -> Config:
-        """Ask `trial` (an Optuna trial, or a _Replay) for a valid Config."""
-        s = _Asker(trial, self.knobs)
+        """Ask `trial` (an Optuna trial, or a Replay) for a valid Config."""
+        s = Asker(trial, self.knobs)
         layouts = self.ipu_layouts(problem, profile)
         if not layouts:
             raise UsageError("the search space allows no IPU layout for this problem "
@@ -278,13 +278,13 @@ class SearchSpace:
         return config
 
     @staticmethod
-    def _ask_plain(s: _Asker, knob, problem: Problem, layout: Config):
+    def _ask_plain(s: Asker, knob, problem: Problem, layout: Config):
         if not knob.applies_to(problem, layout):
             return knob.space_default
         usable = knob.usable(problem)
         return s.choose(knob.name, [v for v in s.values(knob.name) if v in usable] or [knob.space_default])
 
-    def _ask_micro_batch(self, s: _Asker, options: list[int]) -> int:
+    def _ask_micro_batch(self, s: Asker, options: list[int]) -> int:
         knob = self.knobs["micro_batch"]
         if isinstance(knob, Range) and options:
             low, high = min(options), max(options)
@@ -292,7 +292,7 @@ class SearchSpace:
                 return s.integer("micro_batch", low, high, log=knob.log)
         return s.choose("micro_batch", options)
 
-    def _sample_splits(self, s: _Asker, ipr: int, profile: ModelProfile,
+    def _sample_splits(self, s: Asker, ipr: int, profile: ModelProfile,
                        head_stays: bool, candidates: list[int] | None = None) -> tuple[str, ...]:
         """`head_stays`: pipelined, a head tied to the embedding runs on its stage
         (rules/cross_field.py, _tied_head_split), so no split is drawn at or after the first tied unit.
@@ -323,7 +323,7 @@ class SearchSpace:
         """Optuna parameters that make `sample` reproduce `config` (as far as the space reaches)."""
         wanted = wanted_params(config, profile, stage_candidates(problem, profile))
         wanted["micro_batch"] = micro_batch(problem, config)
-        replay = _Replay(wanted)
+        replay = Replay(wanted)
         self.sample(replay, problem, profile)
         return replay.recorded
 
