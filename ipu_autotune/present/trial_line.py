@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..backends.base import Measurement, format_bytes
+from ..backends.base import Measurement
 from ..knob_spec import LINE_ORDER, SPEC
 from ..problem import Config
 from .display import terminal_text
@@ -83,20 +83,9 @@ def fit_words(line: str, width: int) -> str:
 
 
 def short_verdict(m: Measurement) -> str:
-    """'fits', 'OOM +312 MB IPU1', 'timeout': at most ~18 characters."""
-    if m.failure and m.failure != "oom":
-        return terminal_text(m.failure)
-    if m.feasible:
-        return "fits"
-    worst = m.worst_overflow()
-    if worst is None:
-        return "OOM"
-    ipu, over = worst
-    if over == 0 and m.fit_chance is not None and m.fit_confidence is not None and m.fit_chance < m.fit_confidence:
-        return f"fit chance {m.fit_chance:.0%}"  # inside a tile, under the error bar's confidence
-    if over == 0:
-        return "in headroom"
-    return f"OOM +{format_bytes(over)} IPU{ipu}"
+    """'fits', 'OOM +312 MB IPU1', 'timeout': at most ~18 characters (Measurement.verdict's
+    short form, as terminal text: a stored failure name may hold anything)."""
+    return terminal_text(m.verdict(short=True))
 
 
 def short_label(record) -> str:
