@@ -87,6 +87,13 @@ def header(title: str, script: str, argv: list[str]) -> None:
     print(flush=True)
 
 
+#: best-known searches kept between runs (they cost more than the strategies; see
+#: search_efficiency.cached_best_known; reachable_floor's class searches too), in the repository so a fresh clone has them: each is keyed by the hidden
+#: IPU's answers and the search's code, so a stale one is searched again.
+#: IPU_AUTOTUNE_BENCH_CACHE moves it (a scratch folder, say).
+REFERENCE_CACHE = Path(os.environ.get("IPU_AUTOTUNE_BENCH_CACHE", Path(__file__).resolve().parent / "reference"))
+
+
 # --- tables and statistics ---------------------------------------------------------------
 
 def markdown_table(headers: list[str], rows: list[list[str]], align: str | None = None) -> str:
