@@ -28,13 +28,13 @@ def _path(path: str) -> str:
     return repr(path)
 
 
-def int_literal(v) -> str:
+def int_literal(v: object) -> str:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"refusing to export {v!r}: not an integer")
     return str(int(v))
 
 
-def float_literal(v) -> str:
+def float_literal(v: object) -> str:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"refusing to export {v!r}: not a finite number")
     return repr(float(v))

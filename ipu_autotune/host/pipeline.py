@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 # The batch arithmetic is batch.py's; found here too, beside the host costs it feeds
 # (re-exported: `X as X`).
@@ -36,6 +37,9 @@ from ..batch import (
     samples_per_call as samples_per_call,
 )
 from ..problem import Config, Problem
+
+if TYPE_CHECKING:
+    from ..backends.base import Measurement
 
 #: AsynchronousDataAccessor(buffer_size=3): batches the async loader keeps ready
 ASYNC_BUFFERS = 3
@@ -201,7 +205,7 @@ def end_to_end(problem: Problem, config: Config, device_parts: dict[str, float],
                     bottleneck_share=shares[name])
 
 
-def bottleneck_line(m) -> str:
+def bottleneck_line(m: Measurement) -> str:
     """'device compute, 96% of a call' for a Measurement, or '' when it has none."""
     if not getattr(m, "bottleneck", None):
         return ""

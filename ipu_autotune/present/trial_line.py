@@ -8,12 +8,15 @@ values is terminal text (display.py): a crafted record's escape sequences are sh
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Measurement
 from ..knob_spec import LINE_ORDER, SPEC
 from ..problem import Config
 from .display import terminal_text
+
+if TYPE_CHECKING:
+    from ..study.records import TrialRecord
 
 #: How each Config field is written in a trial line, and in which order: the knob spec's.
 #: What changes the program most comes first (layout, precision, batching), the memory levers
@@ -88,7 +91,7 @@ def short_verdict(m: Measurement) -> str:
     return terminal_text(m.verdict(short=True))
 
 
-def short_label(record) -> str:
+def short_label(record: TrialRecord) -> str:
     """A finished trial's label: why the guide chose it (its Proposal's reason, as stored),
     else the first word of its origin."""
     if record.reason:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from ..problem import Config
+from ..problem import Config, Problem
 
 # checkpoint_unit and stage_start are placement's names too (re-exported: `X as X`)
 from .refine import checkpoint_unit as checkpoint_unit, refined, stage_start as stage_start
@@ -91,7 +91,7 @@ def optimum_checkpoints(profile: ModelProfile) -> tuple[str, ...]:
     return tuple(p for p in layers if p not in skip)
 
 
-def head_runs(p) -> list[tuple[str, str | None]]:
+def head_runs(p: Problem) -> list[tuple[str, str | None]]:
     """hf: models: each run of units placed back on IPU0 with the embedding (a tied head; under
     --trainer optimum whatever the pipelined class pins there, profiles/optimum_placement.ON_IPU0)
     as (its first unit, the unit after it or None at the end)."""
@@ -107,7 +107,7 @@ def head_runs(p) -> list[tuple[str, str | None]]:
     return out
 
 
-def head_blocks(p, config: Config) -> list[tuple[str, int]]:
+def head_blocks(p: Problem, config: Config) -> list[tuple[str, int]]:
     """(module, IPU) of each BeginBlock the pipelined snippet adds for head_runs: the run's first
     unit on IPU0 and, for a run between layers (BART's decoder position embedding under
     --trainer optimum), the unit after it back on its own stage's IPU unless a split begins it."""

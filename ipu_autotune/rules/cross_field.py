@@ -10,11 +10,15 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..host import pipeline as host
 from ..knob_spec import SPEC, has_optimizer_state, takes_images
 from ..problem import Config, Problem
+
+if TYPE_CHECKING:
+    from ..profiles.model_profile import ModelProfile
 
 # A module path as `nn.Module.get_submodule` takes it: dotted names and list indices.
 # "6" is an nn.Sequential child; RegNet names its blocks "block1-0". Exported with repr().
@@ -317,7 +321,7 @@ def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:
     return found
 
 
-def placement_violations(c: Config, profile) -> list[str]:
+def placement_violations(c: Config, profile: ModelProfile) -> list[str]:
     """PopTorch begins a stage at any module that runs (`BeginBlock`), in execution order, and
     checkpoints any (`recomputationCheckpoint`); the estimator cuts a layer where one lands
     inside it (profiles/refine.py). Left to refuse, as PopTorch would: a stage with nothing in

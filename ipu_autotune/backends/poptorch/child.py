@@ -148,7 +148,7 @@ def _time_runs(training: Any, batch: tuple, problem: Problem, config: Config,
             "step_time_s": per_call / config.device_iterations, "call_seconds": seconds}
 
 
-def sdk_label(poptorch) -> str:
+def sdk_label(poptorch: Any) -> str:
     """The SDK a compile ran on, as the calibration store keys it (docs/calibration.md)."""
     return f"poptorch-{getattr(poptorch, '__version__', 'unknown')}"
 
