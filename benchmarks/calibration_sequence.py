@@ -42,10 +42,10 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
+import search_efficiency as se
 from common import DEFAULT_HEADROOM, DEFAULT_SCREEN_MARGIN
 from random_hidden import draw_ids
 from random_ipus import FAMILIES
-import search_efficiency as se
 from search_efficiency import PROBLEMS
 
 from ipu_autotune.backends.estimate import EstimateBackend

@@ -27,8 +27,8 @@ import optuna
 from ipu_autotune.backends.base import Backend, Measurement
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL, EstimatorConstants
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 
 #: the CLI's defaults for `tune` (ipu_autotune/cli.py): estimates keep 5% of each tile free,
 #: and with the PopTorch backend candidates estimated over memory by more than 25% skip the compile
@@ -85,6 +85,13 @@ def header(title: str, script: str, argv: list[str]) -> None:
     print(f"code: commit {code_version()}")
     print(f"command: {command_line(script, argv)}")
     print(flush=True)
+
+
+#: best-known searches kept between runs (they cost more than the strategies; see
+#: search_efficiency.cached_best_known; reachable_floor's class searches too), in the repository so a fresh clone has them: each is keyed by the hidden
+#: IPU's answers and the search's code, so a stale one is searched again.
+#: IPU_AUTOTUNE_BENCH_CACHE moves it (a scratch folder, say).
+REFERENCE_CACHE = Path(os.environ.get("IPU_AUTOTUNE_BENCH_CACHE", Path(__file__).resolve().parent / "reference"))
 
 
 # --- tables and statistics ---------------------------------------------------------------

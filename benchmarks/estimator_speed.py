@@ -28,11 +28,11 @@ import optuna
 from common import DEFAULT_HEADROOM, markdown_table, median, quantile
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 MODELS = ("resnet18", "resnet50", "resnet101", "resnet152", "vit_b_16", "efficientnet_b0")
 QUICK_MODELS = ("resnet18", "resnet101")

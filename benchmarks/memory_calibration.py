@@ -29,10 +29,10 @@ import search_efficiency as se
 from common import markdown_table
 from random_hidden import DRAW_SETS, RandomHiddenIPU, draw_ids
 
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.guide.corrected import CorrectedModel, layout, observe
-from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
 
 #: compiles learnt from before the candidates are judged: the first three warm starts, as the
 #: tables in docs/performance.md were measured (the tuner enqueued two of them and the guide's

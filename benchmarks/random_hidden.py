@@ -23,8 +23,8 @@ from common import HiddenIPU, hidden_constants, seeded_random
 from ipu_autotune.backends.base import Measurement
 from ipu_autotune.backends.estimate import estimate, profile_at_micro_batch
 from ipu_autotune.host import pipeline as host
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 
 #: draw ids per set: develop on one, report on the other (disjoint ranges, never mixed)
 DRAW_SETS = {"develop": 10_000, "report": 20_000}

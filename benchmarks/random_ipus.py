@@ -34,10 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
-import search_efficiency as se
-from common import fmt_count, markdown_table, median, quantile
 import knob_hidden
 import random_hidden
+import search_efficiency as se
+from common import fmt_count, markdown_table, median, quantile
 from knob_hidden import KnobResponseHiddenIPU
 from random_hidden import MECHANISMS, RandomHiddenIPU
 

@@ -9,7 +9,7 @@ holds a config within 5 % of the best known. Over the time `--jobs 1` needed, th
 any tuner (the serial tuner was too quick for four workers to be 2.5 times quicker).
 
 Each class's best is searched on the hidden IPU itself, restricted to the class: greedy
-ascents (search_efficiency.polish) from every start the reference search uses and their
+ascents (ascent.polish) from every start the reference search uses and their
 single changes that land in the class, then random kicks from the class's best. A class
 search can miss its best, which only makes the floor higher than it is; configs that
 benchmarked runs compiled within 5 % count too. Cached beside the best-known searches.
@@ -23,12 +23,13 @@ import json
 import math
 
 import common
-from common import compile_minutes
+from ascent import _OracleScreen, kicked, polish
+from common import REFERENCE_CACHE, compile_minutes
 
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config, Problem
-from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.guide.warmstart import _alternatives, _score, naive_baseline, proposals
+from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
 
 #: greedy ascents per class (from its best starts); random kicks from the class's best are a
 #: third of the best-known search's
@@ -43,8 +44,6 @@ def compile_class(problem: Problem, config: Config) -> float:
 def class_bests(problem: Problem, oracle, seed: int, reference: Config | None,
                 kicks: int) -> dict[float, tuple[float, Config]]:
     """Per compile class: (best hidden-IPU throughput found in it, config)."""
-    from search_efficiency import _OracleScreen, kicked, polish
-
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
@@ -82,8 +81,6 @@ def cached_class_bests(problem: Problem, oracle, seed: int, reference: Config | 
                        reference_key: str, use_cache: bool = True) -> dict[float, float]:
     """class_bests' throughputs, kept on disk beside the best-known search (same key, and this code)."""
     import inspect
-
-    from search_efficiency import REFERENCE_CACHE, kicked
 
     code = inspect.getsource(class_bests) + inspect.getsource(kicked) + inspect.getsource(compile_minutes)
     key = hashlib.sha256(f"{reference_key}/{CLASS_STARTS}/{kicks}/{code}".encode()).hexdigest()[:24]

@@ -52,7 +52,6 @@ import contextlib
 import json
 import math
 import multiprocessing
-import os
 import sys
 import time
 import warnings
@@ -63,39 +62,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 import optuna
+from ascent import _OracleScreen, _singles, kicked, polish
 from common import (
     DEFAULT_HEADROOM,
     DEFAULT_SCREEN_MARGIN,
     HIDDEN_KINDS,
+    REFERENCE_CACHE,
     HiddenIPU,
     fmt_count,
     markdown_table,
     median,
     quantile,
 )
+from simulated_workers import run_workers
 
-from ipu_autotune.study import records as st
-from ipu_autotune.study.runner import CONSTRAINTS_KEY, Runner
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide, memory_correction
-from ipu_autotune.models import partition
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules.cross_field import violations
-from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study.storage import open_storage
-from simulated_workers import run_workers
-
 from ipu_autotune.guide.warmstart import (
     Proposal,
-    Screen,
     _alternatives,
-    _score,
     naive_baseline,
     proposals,
 )
+from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.rules.cross_field import violations
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study import records as st
+from ipu_autotune.study.runner import CONSTRAINTS_KEY, Runner
+from ipu_autotune.study.storage import open_storage
+
 
 def cli_problem(command: str) -> Problem:
     """The Problem `ipu-autotune COMMAND` tunes, built by the CLI's own parser."""
@@ -289,95 +287,6 @@ class _Calibrate:
         st.enqueue(self.study, self.space, self.problem, self.profile, [p for p in items if p.config != rec.config])
 
 
-class _OracleScreen(Screen):
-    """A warmstart.Screen whose every answer comes from the hidden IPU (for reference climbs).
-
-    Only configs inside the search space count: the tuner searches that space (Runner.config_for
-    projects every trial into it), so a best known outside it (hand-placed recomputation
-    checkpoints, say) would be a target no tuner run can reach."""
-
-    def __init__(self, problem: Problem, profile, oracle: HiddenIPU, space: SearchSpace):
-        super().__init__(problem, profile, oracle.constants, space=space)
-        self.oracle = oracle
-
-    def __call__(self, config):
-        if config not in self.cache:
-            ok = not violations(self.problem, config, self.profile.module_order)
-            ok = ok and not self.space.outside(self.problem, self.profile, config)
-            self.cache[config] = self.oracle.evaluate(self.problem, config) if ok else None
-        return self.cache[config]
-
-
-def _changes(a: Config, b: Config) -> dict:
-    return {f: getattr(b, f) for f in a.__dataclass_fields__ if getattr(a, f) != getattr(b, f)}
-
-
-def _singles(space: SearchSpace, screen: Screen, c: Config) -> list[Config]:
-    """warmstart's single-knob changes (same IPU layout), plus what it leaves out: I/O tiles,
-    every available-memory-proportion step, per-IPU proportions and one-block split moves."""
-    problem, profile = screen.problem, screen.profile
-    out = [cand for knob, cand in _alternatives(space, problem, profile, c) if knob != "ipus_per_replica"]
-    if not c.pipelined:
-        for tiles in space.knobs["io_tiles"].values:
-            if tiles != c.io_tiles:
-                out.append(c.replace(io_tiles=tiles, execution="sharded" if tiles else c.execution))
-    amp = space.knobs["available_memory_proportion"]
-    grid = [round(amp.low + i * amp.step, 4) for i in range(int((amp.high - amp.low) / amp.step + 1e-9) + 1)]
-    for a in grid:
-        out.append(c.replace(available_memory_proportion=(a,) * c.ipus_per_replica))
-    for i, a in enumerate(c.available_memory_proportion):
-        for step in (-amp.step, amp.step):
-            v = round(a + step, 4)
-            if amp.low - 1e-9 <= v <= amp.high + 1e-9:
-                amps = list(c.available_memory_proportion)
-                amps[i] = v
-                out.append(c.replace(available_memory_proportion=tuple(amps)))
-    index = {u.path: i for i, u in enumerate(profile.units)}
-    cuts = [index[p] for p in c.splits if p in index]
-    if len(cuts) == len(c.splits):
-        for moved in partition.moved_cuts(cuts, len(profile.units), (-2, -1, 1, 2)):
-            out.append(c.replace(splits=tuple(profile.units[x].path for x in moved), checkpoints=()))
-    return [x for x in dict.fromkeys(out) if x != c]
-
-
-def polish(screen: Screen, space: SearchSpace, start: Config, rounds: int = 40, pairs: bool = True) -> Config:
-    """Greedy ascent for the reference: single-knob moves, and when none improves, every
-    pair of them (recompute and offload, say, must often change together to stay fitting)."""
-    best, score = start, _score(screen(start))
-    for _ in range(rounds):
-        singles = _singles(space, screen, best)
-        moves = [(_score(screen(c)), c) for c in singles]
-        top = max(moves, key=lambda t: t[0], default=None)
-        if (top is None or top[0] <= score) and pairs:
-            diffs = [_changes(best, c) for c in singles]
-            moves = []
-            for i in range(len(diffs)):
-                for j in range(i + 1, len(diffs)):
-                    if diffs[i].keys() & diffs[j].keys():
-                        continue
-                    c = best.replace(**diffs[i], **diffs[j])
-                    moves.append((_score(screen(c)), c))
-            top = max(moves, key=lambda t: t[0], default=None)
-        if top is None or top[0] <= score:
-            break
-        score, best = top
-    return best
-
-
-def kicked(screen: Screen, space: SearchSpace, start: Config, rng, kicks: int, sizes: tuple[int, ...],
-           rounds: int = 40) -> Config:
-    """An iterated local search: `kicks` times, a random number (from `sizes`) of random
-    single-knob moves from the best so far, then a greedy single-knob ascent; kept when better."""
-    for _ in range(kicks):
-        c = start
-        for _ in range(rng.choice(sizes)):
-            c = rng.choice(_singles(space, screen, c) or [c])
-        c = polish(screen, space, c, rounds=rounds, pairs=False)
-        if _score(screen(c)) > _score(screen(start)):
-            start = c
-    return start
-
-
 def best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int,
                kicks: int = 300) -> tuple[float | None, str, Config | None]:
     """The best feasible hidden-IPU throughput a long search finds, which part found it, and
@@ -439,13 +348,6 @@ class _Uncounted:
 
     def measure(self, problem, config):
         return self.oracle.evaluate(problem, config)
-
-
-#: best-known searches kept between runs (they cost more than the strategies; see
-#: cached_best_known), in the repository so a fresh clone has them: each is keyed by the hidden
-#: IPU's answers and the search's code, so a stale one is searched again.
-#: IPU_AUTOTUNE_BENCH_CACHE moves it (a scratch folder, say).
-REFERENCE_CACHE = Path(os.environ.get("IPU_AUTOTUNE_BENCH_CACHE", Path(__file__).resolve().parent / "reference"))
 
 
 def _reference_key(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int) -> str:

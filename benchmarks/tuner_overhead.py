@@ -27,15 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from common import DEFAULT_HEADROOM, markdown_table
 
-from ipu_autotune.study import records as st
-from ipu_autotune.study.runner import Runner
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import EstimateBackend
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Problem
-from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study.storage import open_storage
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study import records as st
+from ipu_autotune.study.runner import Runner
+from ipu_autotune.study.storage import open_storage
 
 PROBLEM = Problem("resnet101", 64, (3, 64, 64), ipus=2)  # the default run
 STORAGES = ("sqlite", "journal", "memory")

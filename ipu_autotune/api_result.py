@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console, RenderableType
+from rich.text import Text
 
-from .present import ui
 from .backends.base import Measurement
 from .errors import UsageError
-from .problem import Config, Problem
 from .guide.warmstart import is_baseline
+from .present import ui
+from .problem import Config, Problem
 from .study.records import TrialRecord
 
 _PRE = '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;font-family:Menlo,Consolas,monospace">{code}</pre>'
@@ -50,7 +51,7 @@ class TuneResult:
     verdict: Any = field(default=None, repr=False)
 
     @classmethod
-    def from_outcome(cls, outcome) -> "TuneResult":
+    def from_outcome(cls, outcome) -> TuneResult:
         from .study.records import best_record, records
 
         recs = records(outcome.study)
@@ -122,7 +123,7 @@ class TuneResult:
 
         closest = self.best or closest_record(self.records)
         if closest is None:
-            return ui.Text("no trial measured yet")
+            return Text("no trial measured yet")
         return ui.measurement_table(closest.measurement, f"closest: trial {closest.number}, "
                                                          f"{closest.measurement.verdict()}")
 
@@ -133,7 +134,7 @@ class TuneResult:
         if self.interrupted:
             head += " (interrupted)"
         lines = ui.changes(self.baseline.config, self.best.config) if self.best and self.baseline else []
-        return html(ui.Text(head, style="bold"), self.summary(), *(ui.Text("  " + line) for line in lines))
+        return html(Text(head, style="bold"), self.summary(), *(Text("  " + line) for line in lines))
 
     def __repr__(self) -> str:
         from .present.tune_summary import result_line
@@ -178,4 +179,4 @@ class EstimateResult:
         label = "estimated" if self.measurement.source == "estimate" else self.measurement.source
         speed = f"; {self.throughput:,.0f} samples/s ({label})" if self.throughput else ""
         return html(ui.measurement_table(self.measurement, f"{self.problem.model}: memory per IPU ({label})"),
-                    ui.Text(f"verdict: {self.verdict}{speed}"))
+                    Text(f"verdict: {self.verdict}{speed}"))

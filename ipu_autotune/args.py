@@ -13,8 +13,14 @@ from typing import Any
 
 from .errors import UsageError
 from .option_spec import BadValue, Spec, specs
-from .options import (DEFAULT_FIT_CONFIDENCE, DEFAULT_HEADROOM, DEFAULT_OUT, DEFAULT_STORAGE,  # noqa: F401
-                      OPTIONS, ProblemOptions)
+from .options import (  # noqa: F401
+    DEFAULT_FIT_CONFIDENCE,
+    DEFAULT_HEADROOM,
+    DEFAULT_OUT,
+    DEFAULT_STORAGE,
+    OPTIONS,
+    ProblemOptions,
+)
 from .problem import Problem, default_input_shape, default_max_global_batch
 
 
@@ -144,12 +150,12 @@ def python_call(command: str) -> str:
     name='Net', batch_size=8, no_numerics=True)"."""
     parts = shlex.split(command)[1:]
     name = parts.pop(0).partition(":")[2]
-    kwargs: dict[str, object] = {"name": name}
+    kwargs: dict[str, Any] = {"name": name}
     while parts:
         key = parts.pop(0)[2:].replace("-", "_")
         if parts and not parts[0].startswith("--"):
-            value = parts.pop(0)
-            value = int(value) if value.isdigit() else value
+            raw = parts.pop(0)
+            value: int | str = int(raw) if raw.isdigit() else raw
             if key == "input":  # --input repeats: the keyword takes a list
                 kwargs.setdefault("inputs", []).append(value)
                 continue

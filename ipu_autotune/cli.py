@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
 no trial fits (the closest one and what would help are printed), 4 `estimate` answered
-for a config that breaks a recipe rule (each rule printed; rules.EXIT_BREAKS_RECIPE),
+for a config that breaks a recipe rule (each rule printed; rules/cross_field.EXIT_BREAKS_RECIPE),
 5 `verify` (or `tune --verify`) judged the tuned recipe diverged, stalled or lagging
 (verification.verdict.EXIT_FAILED_CHECK), 130 interrupted, 1 an unexpected error (traceback with --debug).
 """
@@ -16,11 +16,11 @@ import warnings
 from rich.console import Console
 from rich.markup import escape
 
-from .version import __version__
 from .args import add_options, options_from
+from .errors import UsageError
 from .options import OPTIONS
 from .present.display import terminal_text
-from .errors import UsageError
+from .version import __version__
 
 SUBCOMMANDS = ("tune", "estimate", "plan", "export", "show", "studies", "numerics", "report", "calibration",
                "verify")
@@ -118,7 +118,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         options = options_from(args, argv)  # --jobs starts workers with the same command line
-        from .commands import calibration, estimate, export, numerics, plan, report, show, studies, tune, verify
+        from .commands import (
+            calibration,
+            estimate,
+            export,
+            numerics,
+            plan,
+            report,
+            show,
+            studies,
+            tune,
+            verify,
+        )
 
         run = {"tune": tune, "estimate": estimate, "plan": plan, "export": export, "show": show, "studies": studies,
                "numerics": numerics, "report": report, "calibration": calibration,

@@ -78,7 +78,9 @@ def projection_factors(problem, optimum: bool | None = None) -> tuple[int, ...]:
     optimum = problem.trainer == "optimum" if optimum is None else optimum
     if not optimum or factors == (1,) or pads_vocabulary(problem.model):
         return factors
-    words = hf.vocabulary_projection(problem.model, problem.task)[1]
+    projection = hf.vocabulary_projection(problem.model, problem.task)
+    assert projection is not None  # factors other than (1,): there is a vocabulary projection
+    words = projection[1]
     return tuple(f for f in factors if words % f == 0)
 
 
@@ -139,12 +141,13 @@ def _input_embedding_refusal(problem, config) -> str | None:
     factor = config.input_embedding_serialization
     if factor == 1:
         return None
-    if input_embedding(problem) is None:
+    embedding = input_embedding(problem)
+    if embedding is None:
         return (f"input_embedding_serialization {factor} needs an hf: text model without a vocabulary head "
                 "(a vocabulary head is split by embedding_serialization); set input_embedding_serialization = 1")
     if factor not in input_embedding_factors(problem):
         usable = ", ".join(map(str, input_embedding_factors(problem)))
-        return (f"input_embedding_serialization {factor} does not divide the {input_embedding(problem)[1]:,} "
+        return (f"input_embedding_serialization {factor} does not divide the {embedding[1]:,} "
                 f"embedding rows (optimum-graphcore's SerializedEmbedding needs it to); use one of {usable}")
     return None
 

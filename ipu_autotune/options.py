@@ -14,8 +14,18 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .models.hf_config import DEFAULT_SEQ_LEN, TASKS
-from .option_spec import (from_keywords as _from_keywords, keywords as _keywords, micro_batch_knob, number_in,
-                          one_of, option, positive, shape, switch, to_argv as _to_argv)
+from .option_spec import (
+    from_keywords as _from_keywords,
+    keywords as _keywords,
+    micro_batch_knob,
+    number_in,
+    one_of,
+    option,
+    positive,
+    shape,
+    switch,
+    to_argv as _to_argv,
+)
 from .parsing import OPTIMIZERS, TARGETS, TRAINERS
 from .verification.check import DEFAULT_STEPS
 

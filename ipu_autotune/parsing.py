@@ -1,6 +1,6 @@
 """Reading the config files' values: TOML with one-line errors naming the file and line, the
 allowed values of each word-valued key, and each [problem]/[config] field checked and
-converted to its type (`_parse_fields`). `problem.py` builds Problem and Config from these.
+converted to its type (`parse_fields`). `problem.py` builds Problem and Config from these.
 """
 
 from __future__ import annotations
@@ -11,9 +11,20 @@ from dataclasses import fields
 from typing import Any
 
 from .errors import UsageError
+
 # The knobs' kinds and allowed values are the knob spec's; re-exported here.
-from .knob_spec import (EXECUTIONS, LOADER_MODES, PARTIALS, PRECISIONS, RECOMPUTE_MODES, SPEC,  # noqa: F401
-                        STATE_DTYPES, WORDS, names)
+# the values each key allows are the knob spec's, found here with the rest (re-exported: `X as X`)
+from .knob_spec import (
+    EXECUTIONS as EXECUTIONS,
+    LOADER_MODES as LOADER_MODES,
+    PARTIALS as PARTIALS,
+    PRECISIONS as PRECISIONS,
+    RECOMPUTE_MODES as RECOMPUTE_MODES,
+    SPEC,
+    STATE_DTYPES as STATE_DTYPES,
+    WORDS,
+    names,
+)
 
 OPTIMIZERS = ("sgd", "sgd_combined", "adam", "adamw", "lamb", "rmsprop")
 TARGETS = ("mk1", "mk2", "bow")
@@ -57,7 +68,7 @@ _LEAST = {**_PROBLEM_INTS, **{k.name: k.least for k in SPEC if k.kind == "int"}}
 _OPTIONAL = ("global_batch", *(k.name for k in SPEC if k.optional))
 
 
-def _parse_fields(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
+def parse_fields(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"{where}: expected a table")
     known = {f.name: f for f in fields(cls)}

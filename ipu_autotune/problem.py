@@ -14,11 +14,10 @@ from typing import Any
 
 from .errors import UsageError
 from .knob_spec import SPEC
-from .models.hf_config import DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN  # noqa: F401 (hf: defaults, found here)
-# The values each key allows, and the field parsing, are parsing.py's; re-exported here, where
-# the rest of the package has always found them.
-from .parsing import (EXECUTIONS, LOADER_MODES, OPTIMIZERS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES,
-                      TARGETS, _parse_fields, read_toml, toml_error)
+from .models.hf_config import DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN
+
+# The values each key allows and the field parsing are parsing.py's (import them from there).
+from .parsing import parse_fields, read_toml
 
 #: the workshop's data: the CIFAR-10 training set
 DEFAULT_DATASET_SIZE = 50_000
@@ -117,7 +116,7 @@ class Problem:
 
             object.__setattr__(self, "task", hf.resolve_task(self.model, self.task))
             for key, value in zip(("seq_len", "decoder_seq_len", "input_shape"), hf.problem_shape(
-                    self.model, self.task, self.seq_len, self.decoder_seq_len, self.input_shape)):
+                    self.model, self.task, self.seq_len, self.decoder_seq_len, self.input_shape), strict=True):
                 object.__setattr__(self, key, value)
             hf.check_max_predictions(self.model, self.task, self.seq_len, self.max_predictions)
             hf.check_attention_dropout(self.model, self.attention_dropout)
@@ -170,8 +169,8 @@ class Problem:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "[problem]") -> "Problem":
-        values = _parse_fields(cls, data, where)
+    def from_dict(cls, data: dict[str, Any], where: str = "[problem]") -> Problem:
+        values = parse_fields(cls, data, where)
         for key in ("model", "batch_size"):
             if key not in values:
                 raise UsageError(f"{where}: missing key '{key}'")
@@ -300,7 +299,7 @@ class Config:
         """What PopTorch will do: 'default' is Pipeline on a multi-IPU pipeline, else none."""
         return effective_recompute(self.recompute, self.pipelined)
 
-    def replace(self, **changes: Any) -> "Config":
+    def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self, every_field: bool = False) -> dict[str, Any]:
@@ -320,8 +319,8 @@ class Config:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "[config]") -> "Config":
-        return cls(**_parse_fields(cls, data, where))
+    def from_dict(cls, data: dict[str, Any], where: str = "[config]") -> Config:
+        return cls(**parse_fields(cls, data, where))
 
 
 @dataclass(frozen=True)

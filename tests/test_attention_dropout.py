@@ -4,7 +4,6 @@ model the estimate traces and checked by the exported code (Graphcore pretrains 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ipu_autotune.errors import UsageError
 from ipu_autotune.export.python import render_snippet

@@ -50,9 +50,9 @@ def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(
     widths, scales = tool.constants(calibration)
     assert widths.keys() == eb.THROUGHPUT_LOG_WIDTH.keys() and scales.keys() == eb.MEMORY_SCALE.keys()
     for key, w in widths.items():
-        assert eb.THROUGHPUT_LOG_WIDTH[key] == pytest.approx(w, abs=1e-4), f"run tools/error_bars.py --constants"
+        assert eb.THROUGHPUT_LOG_WIDTH[key] == pytest.approx(w, abs=1e-4), "run tools/error_bars.py --constants"
     for key, (lo, hi) in scales.items():
-        assert eb.MEMORY_SCALE[key] == pytest.approx((lo, hi), abs=1e-4), f"run tools/error_bars.py --constants"
+        assert eb.MEMORY_SCALE[key] == pytest.approx((lo, hi), abs=1e-4), "run tools/error_bars.py --constants"
 
 
 def test_the_docs_coverage_table_is_what_the_tool_prints(tool, calibration):

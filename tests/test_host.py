@@ -11,7 +11,6 @@ import torch
 from conftest_fake_sdk import SMALL_CNN, fake_env, fake_sdk
 
 from ipu_autotune.backends.estimate import EstimateBackend
-from ipu_autotune.errors import UsageError
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.host import measure as host_measure
 from ipu_autotune.host import pipeline as host

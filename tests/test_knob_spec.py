@@ -14,7 +14,7 @@ from ipu_autotune.knob_spec import BY_NAME, SPACE_KNOBS, SPEC, applies
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules.cross_field import violations
-from ipu_autotune.search.knobs import _read_toml, builtin_space_path
+from ipu_autotune.search.knobs import read_space_knobs, builtin_space_path
 from ipu_autotune.search.replay import wanted_params
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import _RandomAnswers
@@ -28,7 +28,7 @@ def test_every_config_field_has_one_entry_and_every_entry_is_a_knob():
     config_fields = {f.name for f in fields(Config)}
     assert config_fields == {k.name for k in SPEC if k.field}
     assert len(BY_NAME) == len(SPEC)  # no knob twice
-    default = _read_toml(builtin_space_path("default"), "default.toml")
+    default = read_space_knobs(builtin_space_path("default"), "default.toml")
     # a space knob the default space leaves out has the spec's value instead
     assert all(name in default or BY_NAME[name].space_default is not None for name in SPACE_KNOBS)
 

@@ -80,7 +80,7 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior():
     for _ in range(600):
         fixed, proportional, noise = rng.uniform(0.0, 0.2), rng.uniform(0.8, 1.3), 0.015
 
-        def truth(e):
+        def truth(e, fixed=fixed, proportional=proportional, noise=noise):  # this IPU's, bound now
             return fixed + proportional * e + rng.gauss(0.0, noise)
 
         points = [MemoryPoint(lay, e, shares, truth(e)) for e in (rng.uniform(0.3, 0.9) for _ in range(8))]

@@ -66,7 +66,10 @@ def test_tiny_gradients_get_a_large_scale_that_keeps_them():
 
 def test_large_gradients_get_a_small_scale_that_never_overflows():
     model = seeded(ScaledMLP)
-    big_loss = lambda out, y: F.cross_entropy(out, y) * 5000  # e.g. a sum over a big batch
+
+    def big_loss(out, y):
+        return F.cross_entropy(out, y) * 5000  # e.g. a sum over a big batch
+
     stats = nm.collect_gradient_stats(model, batches(3), loss_fn=big_loss, optimizer="sgd", lr=1e-6)
     advice = nm.recommend_loss_scale(stats)
     assert stats.max_abs_grad > 100

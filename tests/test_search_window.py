@@ -13,7 +13,7 @@ from optuna.distributions import FloatDistribution
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.guide.corrected import CorrectedModel, observe
-from ipu_autotune.search.window import WindowedTPESampler, trial_window
+from ipu_autotune.search.window import WindowedTPESampler, windowed
 from ipu_autotune.study.records import create_sampler
 from ipu_autotune.guide.warmstart import Screen, naive_baseline
 from testing import RESNET50_4IPU_SGD as PROBLEM
@@ -31,12 +31,12 @@ def _trial(number: int, value: float, feasible: bool = True):
 def test_the_window_keeps_the_recent_trials_and_the_best_feasible_ones():
     trials = [_trial(i, float(i if i != 3 else 999)) for i in range(500)]
     trials[7] = _trial(7, 5000.0, feasible=False)  # infeasible: never kept for its value
-    seen = trial_window(trials, window=100, keep_best=5)
+    seen = windowed(trials, window=100, keep_best=5)  # all finished (create_trial: COMPLETE)
     numbers = [t.number for t in seen]
     assert numbers[-100:] == list(range(400, 500))
     assert 3 in numbers and 7 not in numbers
     assert len(numbers) == 105 and numbers == sorted(numbers)
-    assert [t.number for t in trial_window(trials[:50], 100, 5)] == list(range(50))  # below the window: all
+    assert [t.number for t in windowed(trials[:50], 100, 5)] == list(range(50))  # below the window: all
 
 
 def test_the_shipped_sampler_is_windowed_and_still_optimises():

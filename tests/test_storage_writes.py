@@ -4,7 +4,6 @@ the trial record is read in both its layouts."""
 
 from __future__ import annotations
 
-import collections
 
 import optuna
 import pytest

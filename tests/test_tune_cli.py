@@ -188,7 +188,7 @@ def test_show_and_studies_read_the_storage(default_run):
 @pytest.mark.slow
 def test_quiet_prints_one_line(tmp_path):
     proc = cli("resnet18", "--batch-size", "8", "--trials", "12", "--quiet", cwd=tmp_path)
-    lines = [l for l in proc.stdout.splitlines() if l.strip()]
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(lines) == 1 and "best trial" in lines[0] and "samples/s" in lines[0]
 
 

@@ -21,7 +21,11 @@ sys.path.insert(0, str(ROOT / "tests"))  # calibration_models (M22's CNN)
 
 from ipu_autotune.backends.estimate import EstimateBackend  # noqa: E402
 from ipu_autotune.backends.estimate.error_bars import (  # noqa: E402
-    COVERAGE, family, memory_scales, throughput_widths)
+    COVERAGE,
+    family,
+    memory_scales,
+    throughput_widths,
+)
 from ipu_autotune.problem import Config, Problem  # noqa: E402
 
 POINTS_FILE = ROOT / "tests" / "calibration" / "points.toml"

@@ -1,4 +1,4 @@
-"""Backends measure configurations. `make_backend` picks one by name."""
+"""Backends measure configurations; `commands/common.make_backend` picks one by name."""
 
 from __future__ import annotations
 

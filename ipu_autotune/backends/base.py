@@ -87,24 +87,28 @@ class Measurement:
         ipu = self.worst_ipu()
         return None if ipu is None else (ipu, per_ipu_overflow(self)[ipu])
 
-    def verdict(self) -> str:
-        """One line for tables: 'fits', 'OOM by 312 MB on IPU1', 'timeout: ...'."""
+    def verdict(self, short: bool = False) -> str:
+        """One line for tables: 'fits', 'OOM by 312 MB on IPU1', 'timeout: ...'. `short`: at
+        most ~18 characters for the trial table: 'OOM +312 MB IPU1', 'timeout'."""
         if self.failure and self.failure != "oom":
-            return f"{self.failure}: {self.reason}" if self.reason else self.failure
+            return f"{self.failure}: {self.reason}" if self.reason and not short else self.failure
         if self.feasible:
             return "fits"
         worst = self.worst_overflow()
         if worst is None:
             return "OOM"
         ipu, over = worst
-        if over == 0:
+        if over == 0:  # inside a tile: within the headroom, or under the fit confidence asked
+            unsure = self.fit_confidence is not None and self.fit_chance is not None and \
+                self.fit_chance < self.fit_confidence
+            if short:
+                return f"fit chance {self.fit_chance:.0%}" if unsure else "in headroom"
             used = self.max_tile_bytes[ipu] / self.tile_capacity_bytes
-            if self.fit_confidence is not None and self.fit_chance is not None and \
-                    self.fit_chance < self.fit_confidence:
+            if unsure:
                 return (f"{used:.0%} of tile memory on IPU{ipu}: a {self.fit_chance:.0%} chance to fit by the "
                         f"error bar, under the {self.fit_confidence:.0%} asked")
             return f"{used:.0%} of tile memory on IPU{ipu}, inside the {self.headroom:.0%} headroom"
-        return f"OOM by {format_bytes(over)} on IPU{ipu}"
+        return f"OOM +{format_bytes(over)} IPU{ipu}" if short else f"OOM by {format_bytes(over)} on IPU{ipu}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,7 +140,7 @@ class Measurement:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Measurement":
+    def from_dict(cls, d: dict[str, Any]) -> Measurement:
         keys = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in keys})
 
@@ -155,7 +159,7 @@ def failed(kind: str, reason: str, source: str = "compile", **details: Any) -> M
     return Measurement(feasible=False, source=source, failure=kind, reason=reason, details=details)
 
 
-def format_bytes(n: float) -> str:
+def format_bytes(n: float | None) -> str:
     if n is None or math.isnan(n):
         return "-"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
@@ -189,5 +193,5 @@ class Backend(abc.ABC):
         its records (docs/calibration.md); None: unknown until a measurement says."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (not abstract: a backend that holds nothing keeps it)
         """Release subprocesses, devices, caches."""

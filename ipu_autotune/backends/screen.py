@@ -16,6 +16,7 @@ the memory verdict is compiled, the speed is estimated, and the record says whic
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeGuard
 
 from ..problem import Config, Problem
 from .base import Backend, Measurement
@@ -56,7 +57,7 @@ class ScreenedBackend(Backend):
             self.compiles_saved += 1
             return self._screened(predicted)
         vetoed = self._vetoed(config, predicted)
-        if vetoed:  # the estimate corrected by other studies' compiles (calibration store) rules it out
+        if vetoed and predicted is not None:  # the estimate corrected by other studies' compiles (calibration store) rules it out
             self.compiles_saved += 1
             return self._screened(predicted, vetoed)
         self.compiles_run += 1
@@ -76,7 +77,7 @@ class ScreenedBackend(Backend):
         predicted = self._predict(problem, config)
         return not self._over_margin(predicted) and not self._vetoed(config, predicted)
 
-    def _over_margin(self, predicted: Measurement | None) -> bool:
+    def _over_margin(self, predicted: Measurement | None) -> TypeGuard[Measurement]:
         return predicted is not None and predicted.failure in (None, "oom") and predicted.violation > self.margin
 
     def _vetoed(self, config: Config, predicted: Measurement | None) -> str | None:

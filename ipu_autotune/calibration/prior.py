@@ -66,7 +66,8 @@ def memory_points(records: Iterable[dict[str, Any]]) -> list[MemoryPoint]:
             continue
         c = _config(r)
         parts = n.get("breakdown") or [None] * len(m["max_tile_bytes"])
-        for got, want, breakdown in zip(m["max_tile_bytes"], n["max_tile_bytes"], parts):
+        # stored records: a breakdown of another length is read as far as it goes, as before
+        for got, want, breakdown in zip(m["max_tile_bytes"], n["max_tile_bytes"], parts, strict=False):
             out.append(MemoryPoint(layout(c), want / cap, ipu_shares(breakdown), got / cap, recompute_segments(c)))
     return out
 
@@ -165,10 +166,11 @@ def loso(records: list[dict[str, Any]]) -> dict[str, Any] | None:
         for p in memory_points(held):
             mem_nominal.append(abs(p.estimated - p.measured))
             mem_corrected.append(abs(model.tile(p.layout, p.estimated, p.shares, p.checkpoints)[0] - p.measured))
-        for p in call_points(held):
-            measured = p.samples / p.measured_s
-            tp_nominal.append(abs(math.log(p.samples / p.combined(1.0, 1.0) / measured)))
-            tp_corrected.append(abs(math.log(calls.predict(p) / measured)))
+        for call in call_points(held):
+            assert call.measured_s is not None  # call_points passes the measurement to each
+            measured = call.samples / call.measured_s
+            tp_nominal.append(abs(math.log(call.samples / call.combined(1.0, 1.0) / measured)))
+            tp_corrected.append(abs(math.log(calls.predict(call) / measured)))
 
     def med(xs: list[float]) -> float | None:
         return median(xs) if xs else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from itertools import pairwise
 from typing import Any
 
 from ..backends.base import Measurement
@@ -19,8 +20,6 @@ from ..version import __version__
 
 #: the record's format; a store written with another one is refused (store.py)
 FORMAT = 1
-#: the SDK label of the estimate backend: never the same as a hardware SDK's
-ESTIMATE_SDK = f"estimate-{__version__}"
 
 
 def key_of(study_uid: str, trial: int) -> str:
@@ -40,8 +39,8 @@ def profile_summary(profile: ModelProfile, config: Config) -> dict[str, Any]:
             flops[kind] += f
     starts = sorted({i for p in config.splits if (i := profile.unit_index(p)) is not None})
     bounds = [0, *starts, len(profile.units)]
-    stages = [sum(u.saved_bytes for u in profile.units[a:b]) for a, b in zip(bounds, bounds[1:])]
-    ops = [sum(u.ops for u in profile.units[a:b]) for a, b in zip(bounds, bounds[1:])]
+    stages = [sum(u.saved_bytes for u in profile.units[a:b]) for a, b in pairwise(bounds)]
+    ops = [sum(u.ops for u in profile.units[a:b]) for a, b in pairwise(bounds)]
     return {"params": int(profile.params), "ops": int(sum(u.ops for u in profile.units)),
             "flops_by_kind": {k: float(v) for k, v in sorted(flops.items())},
             "activations_by_stage": stages, "ops_by_stage": ops, "micro_batch": profile.batch_size}

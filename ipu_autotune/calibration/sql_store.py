@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..study.storage import SQLITE_LOCK_TIMEOUT_S, CONNECT_TIMEOUT_S, missing_driver
+from ..study.storage import CONNECT_TIMEOUT_S, SQLITE_LOCK_TIMEOUT_S, missing_driver
 from .record import FORMAT, check_record, matches
 from .refusal import FIX, no_store_yet, refused
 
@@ -43,7 +43,7 @@ class SqlStore:
         scheme = normal.split(":", 1)[0].split("+")[0].lower()
         self.sqlite = scheme == "sqlite"
         path = Path(normal[len("sqlite:///"):]) if self.sqlite else None
-        if self.sqlite and not create and not (path.exists() and path.stat().st_size):
+        if path is not None and not create and not (path.exists() and path.stat().st_size):
             raise no_store_yet(url)
         kwargs: dict[str, Any] = ({"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}} if self.sqlite else
                                   {"pool_pre_ping": True, "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}})
@@ -56,7 +56,7 @@ class SqlStore:
             raise refused(url, why, fix) from None
         except Exception as exc:  # "file is not a database", unreachable server...
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-            why = "not an SQLite database (corrupted?)" if self.sqlite and path.exists() else f"cannot be read: {first}"
+            why = "not an SQLite database (corrupted?)" if path is not None and path.exists() else f"cannot be read: {first}"
             raise refused(url, why, FIX) from None
         for _ in range(20):  # another worker creating the store right now: let it finish (<= 2 s)
             if (TABLE in names) == (META in names) and (TABLE not in names or self._format() is not None):

@@ -21,9 +21,6 @@ from typing import Any, Protocol
 from ..errors import UsageError
 from ..study.storage import check_url, is_journal, journal_path
 
-#: the calibration store of the default study storage (sqlite:///ipu-autotune.db)
-DEFAULT_CALIBRATION = "sqlite:///ipu-autotune-calibration.db"
-
 
 class Store(Protocol):
     url: str

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -20,9 +21,9 @@ from ..calibration.prior import fit_prior, loso
 from ..calibration.refusal import NoStoreYet
 from ..calibration.store import default_url, open_store, summary
 from ..errors import UsageError
+from ..options import CalibrationOptions
 from ..present.display import terminal_cell, terminal_text
 from ..study.storage import mask_url
-from ..options import CalibrationOptions
 
 
 def run(args: CalibrationOptions) -> int:
@@ -88,7 +89,7 @@ def _groups(records: list[dict]) -> list[dict]:
     for (target, sdk), s in sorted(summary(records).items()):
         mine = [r for r in records if r["target"] == target and r["sdk"] == sdk]
         prior = fit_prior(mine)
-        correction = None
+        correction: dict[str, Any] | None = None
         if prior is not None:
             correction = {name: {"mean": round(m, 4), "sd": round(sd, 4)} for name, (m, sd) in prior.memory.items()}
             if prior.memory:

@@ -10,14 +10,14 @@ from rich.console import Console
 
 from ..backends import resolve_backend_name
 from ..backends.base import Backend
-from ..present.display import terminal_text
 from ..errors import UsageError
-from ..profiles.trace import profile_for
-from ..models.zoo import check_model_name
-from ..problem import Config, Problem
 from ..guide.warmstart import is_baseline
-from ..study.storage import mask_url, open_storage
+from ..models.zoo import check_model_name
 from ..options import DEFAULT_OUT, MeasureOptions
+from ..present.display import terminal_text
+from ..problem import Config, Problem
+from ..profiles.trace import profile_for
+from ..study.storage import mask_url, open_storage
 
 
 def console_for(options) -> Console:
@@ -153,7 +153,7 @@ def numerics_unmeasured(problem: Problem, space) -> str | None:
 
 
 def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:
-    """One line per trial whose stored record does not match the schema (study.read_records):
+    """One line per trial whose stored record does not match the schema (study/records.read_records):
     the trial is left out, the rest of the study shows."""
     for reason in unreadable.values():
         console.print(terminal_text(f"unreadable, left out: {reason}"), style="yellow", markup=False,

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rich.text import Text
 
-from ..present import intervals, ui
 from ..args import problem_from_args
-from ..backends.base import Measurement
+from ..backends.base import Measurement, format_bytes
 from ..errors import UsageError
+from ..options import EstimateOptions
+from ..present import intervals, ui
 from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import EXIT_BREAKS_RECIPE, recipe_violations, validate
-from ..options import EstimateOptions
 from .common import console_for, make_backend, trace, with_host_data
 
 _WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recompute")
@@ -21,7 +22,7 @@ _WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recomput
 def _parse_set(items: list[str]) -> dict:
     import tomllib
 
-    out = {}
+    out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -101,6 +102,7 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
     if intervals.line(m):
         console.print(intervals.line(m).replace("error bars", f"error bars ({label})", 1), highlight=False)
     if m.throughput:
+        assert m.step_time_s is not None  # a backend that gives a throughput gives its step time
         console.print(f"throughput: {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})",
                       highlight=False)
     if m.bottleneck:
@@ -108,12 +110,12 @@ def _print_measurement(console, problem: Problem, config: Config, m: Measurement
 
         device = f"; the IPUs alone {m.device_throughput:,.0f}/s" if m.device_throughput else ""
         console.print(f"end to end: bottleneck {bottleneck_line(m)}{device}; {m.samples_per_call:,} samples "
-                      f"({ui.format_bytes(m.host_bytes_per_call)}) per call ({label})", highlight=False)
+                      f"({format_bytes(m.host_bytes_per_call)}) per call ({label})", highlight=False)
     worst = m.worst_ipu()
     if worst is not None and m.breakdown:
         bd = m.breakdown[worst]
-        top = max(bd, key=bd.get)
-        console.print(f"largest consumer: {top} on IPU{worst} ({ui.format_bytes(bd[top])})")
+        top = max(bd, key=bd.__getitem__)
+        console.print(f"largest consumer: {top} on IPU{worst} ({format_bytes(bd[top])})")
     if m.source == "estimate":
         from ..backends.estimate import EstimateBackend
 
@@ -138,7 +140,8 @@ class _Numerics:
 
     def __init__(self, problem: Problem, console):
         self.problem, self.console = problem, console
-        self.advice, self.notes, self.asked = None, [], False
+        self.notes: list[str] = []
+        self.advice, self.asked = None, False
 
     def __call__(self, config: Config) -> Config:
         from ..numerics import summary_lines

@@ -12,10 +12,18 @@ import json
 from rich.console import Console
 
 from ..args import problem_from_args
-from ..guide.nofit import SIZES, closest_plan, layout_text, levers, plan, smallest_fit, why_nothing_fits
+from ..guide.nofit import (
+    SIZES,
+    closest_plan,
+    layout_text,
+    levers,
+    plan,
+    smallest_fit,
+    why_nothing_fits,
+)
+from ..options import PlanOptions
 from ..present import plan_view, ui
 from ..present.display import terminal_text
-from ..options import PlanOptions
 from .common import console_for, trace
 
 

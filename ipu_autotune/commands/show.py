@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
+from ..errors import UsageError
+from ..options import ShowOptions
 from ..present import ui
 from ..present.display import terminal_text
-from ..errors import UsageError
 from ..present.outputs import record_json
 from ..present.tune_summary import result_line
-from ..options import ShowOptions
 from .common import baseline_of, console_for, load_study, print_unreadable
 
 

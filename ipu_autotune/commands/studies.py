@@ -7,9 +7,9 @@ import json
 from rich import box
 from rich.table import Table
 
+from ..options import StudiesOptions
 from ..present.display import terminal_cell
 from ..study.storage import mask_url, open_storage
-from ..options import StudiesOptions
 from .common import console_for
 
 
@@ -41,8 +41,9 @@ def run(args: StudiesOptions) -> int:
 
 def _study_row(storage, summary) -> dict:
     import optuna
+    from optuna.trial import TrialState
 
-    from ..study.records import TrialState, best_record
+    from ..study.records import best_record
 
     problem = summary.user_attrs.get("problem")
     problem = problem if isinstance(problem, dict) else None

@@ -8,32 +8,39 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optuna.trial import TrialState
 from rich.console import Console
 from rich.markup import escape
 
-from ..study import parallel
-from ..present import intervals, ui
-from ..study import records as st
 from ..args import problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
 from ..backends.estimate.error_bars import kept_free
-from ..present.display import terminal_text
 from ..errors import UsageError
-from ..models.objects import is_object
 from ..guide.nofit import EXIT_NOTHING_FITS, lacks
 from ..guide.proposal import History
 from ..guide.warmstart import is_baseline
+from ..models.objects import is_object
+from ..option_spec import flag_words
+from ..options import DEFAULT_OUT, TuneOptions
+from ..present import intervals, ui
+from ..present.display import terminal_text
 from ..present.outputs import compile_counts, lr_json, record_json, write_outputs
-from ..study.runner import Runner
+from ..present.tune_summary import print_header, print_summary, result_line
 from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import validate
 from ..search.space import SearchSpace
+from ..study import parallel, records as st
+from ..study.runner import Runner
 from ..study.storage import check_url, mask_url, open_storage
-from ..option_spec import flag_words
-from ..options import DEFAULT_OUT, TuneOptions
-from ..present.tune_summary import print_header, print_summary, result_line
-from .common import (console_for, make_backend, numerics_advice, numerics_notes, print_unreadable, trace,
-                     with_host_data)
+from .common import (
+    console_for,
+    make_backend,
+    numerics_advice,
+    numerics_notes,
+    print_unreadable,
+    trace,
+    with_host_data,
+)
 
 NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
 
@@ -61,7 +68,7 @@ def run(args: TuneOptions) -> int:
 def verify_outcome(args: TuneOptions, outcome: TuneOutcome):
     """`--verify`: the best config's recipe trained beside the baseline's (commands/verify.py), its
     verdict printed and returned; None when not asked for, or when the run found nothing to verify."""
-    if not args.verify or outcome.exit_code != 0 or outcome.study is None:
+    if not args.verify or outcome.exit_code != 0 or outcome.study is None or outcome.problem is None:
         return None
     from .verify import verify_tuned
 
@@ -92,7 +99,7 @@ def _say_resume(args: TuneOptions, study, problem: Problem | None) -> None:
     if study is None:
         said = f"Interrupted before any trial ran (study {name} not started). Run again with:\n  "
     else:
-        done = sum(1 for t in study.get_trials(deepcopy=False, states=(st.TrialState.COMPLETE,)))
+        done = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         said = f"Interrupted: {done} completed trial(s) in study {name}. Resume with:\n  "
     Console(stderr=True, highlight=False).print(said + _resume(args, problem, args.storage, name),
                                                 soft_wrap=True, markup=False)
@@ -282,6 +289,7 @@ def _report(args, console, study, runner, ran, backend, problem, guide, advice, 
         files = write_outputs(out_dir, problem, study_name, records, best,
                               numerics_notes(advice, best.config) if best else [], base_gb)
     except ValueError as exc:  # the best's stored config would not be safe code (a crafted record)
+        assert best is not None  # only the best's config is written as code
         console.print(terminal_text(f"best trial {best.number} is not exported: {exc}"), style="yellow",
                       markup=False, highlight=False, soft_wrap=True)
         files = write_outputs(out_dir, problem, study_name, records, None, [], base_gb)
@@ -295,7 +303,7 @@ def _report(args, console, study, runner, ran, backend, problem, guide, advice, 
     resume = _resume(args, problem, storage_url, study_name, remaining)
     helps = _nothing_fits_help(problem, args, best, closest)
     alternative = st.uncertain_alternative(records, best) if estimated else None
-    alternative_line = "" if alternative is None else (
+    alternative_line = "" if alternative is None or best is None else (
         intervals.alternative_line(best.measurement, alternative.number, alternative.measurement)
         + f"; its configuration: ipu-autotune show --study {study_name} --trial {alternative.number}")
     if args.json:

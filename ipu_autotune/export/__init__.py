@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from . import tomlio
 from ..problem import Config, Problem
+from . import tomlio
 from .python import render_snippet
 
 if TYPE_CHECKING:  # a type only: the backends import export (the PopTorch backend compiles its code)
@@ -21,7 +22,7 @@ def summary_line(problem: Problem, m: Measurement, trial: int | None, study: str
 
 
 def render(fmt: str, problem: Problem, config: Config, m: Measurement | None = None,
-           trial: int | None = None, study: str | None = None, notes: list[str] = (),
+           trial: int | None = None, study: str | None = None, notes: Sequence[str] = (),
            base_global_batch: int | None = None) -> str:
     summary = summary_line(problem, m, trial, study) if m is not None else ""
     if notes:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 
 from ..knob_spec import SPEC
-from ..profiles.trace import ModelProfile
-from ..profiles.optimum_placement import layer_units
-from ..rules.optimum_target import model_refusal, unexpressible
 from ..problem import Config, Problem
+from ..profiles.optimum_placement import layer_units
+from ..profiles.trace import ModelProfile
+from ..rules.optimum_target import model_refusal, unexpressible
 
 #: The keys IPUConfig accepts (its __init__ takes exactly these; anything else is rejected
 #: as an unknown argument: IncompatibleIPUConfigError).

@@ -7,10 +7,15 @@ the config follows it, so the snippet's comments never contradict its code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..problem import Config
 
+if TYPE_CHECKING:
+    from ..numerics.advice import NumericsAdvice
 
-def numerics_notes(advice, config: Config) -> list[str]:
+
+def numerics_notes(advice: NumericsAdvice | None, config: Config) -> list[str]:
     if advice is None:
         return []
     if not config.half_compute:

@@ -2,7 +2,7 @@
 
 The PopTorch backend compiles each trial by executing this very snippet in its child
 process, so the code a user pastes is the code that was compiled. Only validated values
-reach the generated source: module paths must match `rules.MODULE_PATH` and are emitted
+reach the generated source: module paths must match `rules/cross_field.MODULE_PATH` and are emitted
 with repr(); numbers are re-typed; choices come from fixed tables.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-from ..version import __version__
 from ..problem import DEFAULT_AMP, Config, Problem
-from ..rules.optimum_target import checkpoint_hook, trainer_option_lines
 from ..rules.cross_field import MODULE_PATH
+from ..rules.optimum_target import checkpoint_hook, trainer_option_lines
+from ..version import __version__
 from .serialization import serialization_code, serialization_lines
 
 # PopART RecomputationType (popart sessionoptions.hpp).
@@ -28,13 +28,13 @@ def _path(path: str) -> str:
     return repr(path)
 
 
-def _int(v) -> str:
+def int_literal(v: object) -> str:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"refusing to export {v!r}: not an integer")
     return str(int(v))
 
 
-def _float(v) -> str:
+def float_literal(v: object) -> str:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"refusing to export {v!r}: not a finite number")
     return repr(float(v))
@@ -45,14 +45,14 @@ def options_lines(config: Config) -> list[str]:
     c = config
     lines: list[str] = []
     if c.device_iterations != 1:
-        lines.append(f"opts.deviceIterations({_int(c.device_iterations)})")
+        lines.append(f"opts.deviceIterations({int_literal(c.device_iterations)})")
     if c.replicas != 1:
-        lines.append(f"opts.replicationFactor({_int(c.replicas)})")
+        lines.append(f"opts.replicationFactor({int_literal(c.replicas)})")
     if c.reserved_ipus != c.total_ipus:
         # Without it PopTorch refuses a count that is not a power of two on hardware.
         lines.append(f"opts.autoRoundNumIPUs(True)  # reserves {c.reserved_ipus} IPUs for these {c.total_ipus}")
     if c.gradient_accumulation != 1:
-        lines.append(f"opts.Training.gradientAccumulation({_int(c.gradient_accumulation)})")
+        lines.append(f"opts.Training.gradientAccumulation({int_literal(c.gradient_accumulation)})")
     # One IPU has no stages: an execution strategy would say nothing (overlapped I/O, which
     # PipelinedExecution refuses, is not set by this snippet).
     if c.ipus_per_replica > 1:
@@ -62,7 +62,7 @@ def options_lines(config: Config) -> list[str]:
             lines.append("opts.setExecutionStrategy(poptorch.ShardedExecution(poptorch.AutoStage.SameAsIpu))")
     amp = c.available_memory_proportion
     if any(a != DEFAULT_AMP for a in amp):
-        entries = ", ".join(f'"IPU{i}": {_float(a)}' for i, a in enumerate(amp))
+        entries = ", ".join(f'"IPU{i}": {float_literal(a)}' for i, a in enumerate(amp))
         lines.append(f"opts.setAvailableMemoryProportion({{{entries}}})")
     if c.half_compute and c.partials == "half":
         lines.append("opts.Precision.setPartialsType(torch.half)")
@@ -85,7 +85,7 @@ def options_lines(config: Config) -> list[str]:
             chain += ".useReplicatedTensorSharding(True)"
         lines.append(f"opts.TensorLocations.setOptimizerLocation({chain})")
     if c.io_tiles:
-        lines.append(f"opts.TensorLocations.numIOTiles({_int(c.io_tiles)})")
+        lines.append(f"opts.TensorLocations.numIOTiles({int_literal(c.io_tiles)})")
     return lines
 
 
@@ -117,7 +117,7 @@ def optimizer_call(problem: Problem, config: Config) -> str:
     scale = ALS_INITIAL_SCALE if c.loss_scaling == "auto" else c.loss_scaling
     args = ["model.parameters()", "lr=lr"]
     if scale != 1.0:
-        args.append(f"loss_scaling={_float(scale)}")
+        args.append(f"loss_scaling={float_literal(scale)}")
     opt = problem.optimizer
     if opt in ("sgd", "sgd_combined"):
         cls = "SGD"
@@ -225,7 +225,7 @@ def make_loader(opts, dataset):
 '''
 
 
-def _comment(text: str) -> str:
+def comment_lines(text: str) -> str:
     """Free text (possibly read back from a study database) as inert comment lines."""
     lines = []
     for line in text.strip().splitlines():
@@ -246,7 +246,7 @@ def learning_rate(problem: Problem, config: Config, base_global_batch: int | Non
     scaled = recipe.scaling(problem.optimizer, base, base_global_batch, pipeline.global_batch(problem, config))
     if scaled is None:
         return repr(base), ""
-    return (_float(scaled.lr),
+    return (float_literal(scaled.lr),
             f"\n    # Base rate {base:g} at global batch {scaled.base_global_batch}; this config trains at "
             f"{scaled.global_batch},\n    # {scaled.rule} rule for {problem.optimizer}: {scaled.formula()}.")
 
@@ -365,14 +365,14 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     lr, lr_comment = learning_rate(problem, config, base_global_batch)
     source = _HEADER.format(
         version=__version__,
-        summary=_comment("\n".join(filter(None, [summary, *config_notes(problem, config)]))),
-        micro_batch=_int(pipeline.micro_batch(problem, config)),
+        summary=comment_lines("\n".join(filter(None, [summary, *config_notes(problem, config)]))),
+        micro_batch=int_literal(pipeline.micro_batch(problem, config)),
         # Token ids stay integers: hf: models have no input dtype to cast to.
         input_dtype="" if problem.token_inputs else
         f"INPUT_DTYPE = {'torch.half' if config.half_compute else 'torch.float'}\n",
         eight_bit_usage="\n    # feed uint8 images: normalisation runs on the IPU" if config.eight_bit_io else "",
         samples_per_call=pipeline.samples_per_call(problem, config),
-        loader_workers=_int(config.loader_workers),
+        loader_workers=int_literal(config.loader_workers),
     )
     if config.eight_bit_io:
         source += _EIGHT_BIT

@@ -94,7 +94,9 @@ def serialization_lines(problem: Problem, config: Config) -> list[str]:
     """The annotate() line that serialises the projection or the token embedding, or none at factor 1."""
     if config.input_embedding_serialization != 1:
         factor = config.input_embedding_serialization
-        rows = input_embedding(problem)[1]
+        embedding = input_embedding(problem)
+        assert embedding is not None  # the rules allow the factor only where there is one
+        rows = embedding[1]
         return [f"model.set_input_embeddings(SerializedEmbedding(model.get_input_embeddings(), {factor}))"
                 f"  # {rows:,} rows in {factor} look-ups"]
     if config.embedding_serialization == 1:
@@ -102,7 +104,9 @@ def serialization_lines(problem: Problem, config: Config) -> list[str]:
     from ..models import hf
 
     factor = config.embedding_serialization
-    path, vocabulary = hf.vocabulary_projection(problem.model, problem.task)
+    projection = hf.vocabulary_projection(problem.model, problem.task)
+    assert projection is not None  # the rules allow the factor only where there is one
+    path, vocabulary = projection
     padded = hf.padded_vocabulary(vocabulary, factor)
     pieces = f"{vocabulary:,} words in {factor} pieces" if padded == vocabulary else \
         f"{vocabulary:,} words padded to {padded:,}, in {factor} pieces"

@@ -11,9 +11,11 @@ the IPUConfig's when given, so it is given the same value), `lamb`, `dataloader_
 
 from __future__ import annotations
 
-from ..version import __version__
+from collections.abc import Sequence
+
 from ..problem import Config, Problem
-from .python import ALS_INITIAL_SCALE, _comment, _float, _int, learning_rate
+from ..version import __version__
+from .python import ALS_INITIAL_SCALE, comment_lines, float_literal, int_literal, learning_rate
 
 #: transformers' Auto class for each --task (optimum's to_pipelined maps it to its Pipelined* class)
 _BLOCK = '''"""Train with optimum-graphcore: IPUTrainer and the ipu_config.json beside this file.
@@ -62,20 +64,20 @@ def training_arguments(problem: Problem, config: Config, base_global_batch: int 
 
     c = config
     fields = {
-        "per_device_train_batch_size": _int(pipeline.micro_batch(problem, c)),
-        "gradient_accumulation_steps": _int(c.gradient_accumulation),
+        "per_device_train_batch_size": int_literal(pipeline.micro_batch(problem, c)),
+        "gradient_accumulation_steps": int_literal(c.gradient_accumulation),
         "fp32": repr(not c.half_weights),
     }
     if c.loss_scaling == "auto":  # the snippet's starting scale too (export/python.ALS_INITIAL_SCALE)
         fields["auto_loss_scaling"] = "True"
-        fields["loss_scaling"] = _float(ALS_INITIAL_SCALE)
+        fields["loss_scaling"] = float_literal(ALS_INITIAL_SCALE)
     elif c.loss_scaling != 1.0:
-        fields["loss_scaling"] = _float(c.loss_scaling)
+        fields["loss_scaling"] = float_literal(c.loss_scaling)
     if problem.optimizer == "lamb":
         fields["lamb"] = "True"
     fields["learning_rate"] = learning_rate(problem, c, base_global_batch)[0]
     fields["dataloader_mode"] = repr(c.loader_mode)
-    fields["dataloader_num_workers"] = _int(c.loader_workers)
+    fields["dataloader_num_workers"] = int_literal(c.loader_workers)
     fields["dataloader_drop_last"] = "True"
     return fields
 
@@ -101,7 +103,7 @@ def trainer_notes(config: Config) -> list[str]:
     return notes
 
 
-def render_trainer(problem: Problem, config: Config, notes: list[str] = (),
+def render_trainer(problem: Problem, config: Config, notes: Sequence[str] = (),
                    base_global_batch: int | None = None) -> str:
     from ..models import hf, hf_config
 
@@ -116,7 +118,7 @@ def render_trainer(problem: Problem, config: Config, notes: list[str] = (),
         imports="\nimport torch" if images else "",
         helpers=_IMAGE_COLLATOR if images else "",
         collator="collate_images" if images else "None",
-        notes=_comment("\n".join([*trainer_notes(config), *notes])),
+        notes=comment_lines("\n".join([*trainer_notes(config), *notes])),
         auto=hf_config.TASKS[problem.task],
         checkpoint=problem.model.removeprefix(hf.PREFIX),
         model_kwargs=kwargs,

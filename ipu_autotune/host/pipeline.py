@@ -27,10 +27,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-# The batch arithmetic is batch.py's; found here too, beside the host costs it feeds.
-from ..batch import global_batch, micro_batch, samples_per_call  # noqa: F401
+# The batch arithmetic is batch.py's; found here too, beside the host costs it feeds
+# (re-exported: `X as X`).
+from ..batch import (
+    global_batch as global_batch,
+    micro_batch as micro_batch,
+    samples_per_call as samples_per_call,
+)
 from ..problem import Config, Problem
+
+if TYPE_CHECKING:
+    from ..backends.base import Measurement
 
 #: AsynchronousDataAccessor(buffer_size=3): batches the async loader keeps ready
 ASYNC_BUFFERS = 3
@@ -190,13 +199,13 @@ def end_to_end(problem: Problem, config: Config, device_parts: dict[str, float],
     parts = dict(device_parts)
     parts["host input"] = host_input
     shares = {k: v / call for k, v in parts.items() if call > 0}
-    name = max(shares, key=shares.get)
+    name = max(shares, key=shares.__getitem__)
     return EndToEnd(throughput=n / call, call_time_s=call, device_call_s=device_call,
                     host_input_s=host_input, shares=shares, bottleneck=name,
                     bottleneck_share=shares[name])
 
 
-def bottleneck_line(m) -> str:
+def bottleneck_line(m: Measurement) -> str:
     """'device compute, 96% of a call' for a Measurement, or '' when it has none."""
     if not getattr(m, "bottleneck", None):
         return ""

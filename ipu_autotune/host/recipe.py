@@ -10,6 +10,11 @@ rate moves with it: linearly for SGD (Goyal et al., 2017,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..problem import Problem
+
 import math
 from dataclasses import dataclass
 
@@ -22,7 +27,7 @@ IMAGE_LR = {"sgd": 0.01, "sgd_combined": 0.01, "adam": 1e-3, "adamw": 1e-3, "lam
 TRANSFORMER_LR = 5e-5
 
 
-def base_lr(problem) -> float:
+def base_lr(problem: Problem) -> float:
     return TRANSFORMER_LR if problem.token_inputs else IMAGE_LR[problem.optimizer]
 
 

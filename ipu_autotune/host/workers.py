@@ -41,7 +41,7 @@ class WorkerScaling:
     cores: int
 
     def line(self) -> str:
-        measured = ", ".join(f"{w} workers {s:.2f}x" for w, s in zip(self.counts[1:], self.speedups[1:]))
+        measured = ", ".join(f"{w} workers {s:.2f}x" for w, s in zip(self.counts[1:], self.speedups[1:], strict=True))
         last = self.counts[-1]
         return (f"loader speed-up over one worker, measured on this CPU ({self.cores} cores): "
                 f"{measured or 'one worker only'}; more than {last} worker(s) count as {last}")

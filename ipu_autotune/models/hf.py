@@ -10,10 +10,22 @@ the built model (`layer_stacks`).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from ..errors import UsageError
-from .hf_config import (ARCHITECTURES, DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN, PREFIX, TASKS,  # noqa: F401
-                        Architecture, derived, is_hf, model_config)
+
+# hf_config's tables and names, found here with the models they describe (re-exported: `X as X`)
+from .hf_config import (
+    ARCHITECTURES as ARCHITECTURES,
+    DEFAULT_DECODER_SEQ_LEN,
+    DEFAULT_SEQ_LEN,
+    PREFIX as PREFIX,
+    TASKS as TASKS,
+    Architecture,
+    derived,
+    is_hf as is_hf,
+    model_config as model_config,
+)
 
 
 def architecture(name: str) -> Architecture:
@@ -127,7 +139,10 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_pre
     if task == "sequence-classification":
         config.problem_type = SEQUENCE_CLASSIFICATION_LOSS
     if attention_dropout is not None:  # Graphcore pretrains BERT without it (configs_pretraining.yml)
-        setattr(config, attention_dropout_key(name), attention_dropout)
+        key = attention_dropout_key(name)
+        if key is None:  # Problem refuses it before (check_attention_dropout)
+            raise UsageError(f"{name}: {architecture(name).family} has no separate attention dropout")
+        setattr(config, key, attention_dropout)
     # Eager attention: the exact ops PopTorch traces, and no data-dependent mask shortcuts.
     config._attn_implementation = "eager"
     with torch.device(device):
@@ -228,8 +243,9 @@ class jit_like_tracing:
         except ImportError:
             self._module = None
             return self
-        self._module, self._saved = masking_utils, masking_utils.is_tracing
-        masking_utils.is_tracing = lambda tensor=None: True
+        module: Any = masking_utils  # is_tracing is imported into it, not its own: patched by name
+        self._module, self._saved = module, module.is_tracing
+        module.is_tracing = lambda tensor=None: True
         return self
 
     def __exit__(self, *exc):

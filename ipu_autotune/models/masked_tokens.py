@@ -43,7 +43,7 @@ def gather_before_head(model):
 
     base = type(model)
 
-    class GatheredMaskedLM(base):
+    class GatheredMaskedLM(base):  # type: ignore[misc, valid-type]  # the model's class, known at run time
         def forward(self, input_ids, attention_mask, masked_lm_positions, labels):
             loss, logits = masked_token_loss(self, input_ids, attention_mask, masked_lm_positions, labels)
             return MaskedLMOutput(loss=loss, logits=logits)

@@ -7,6 +7,7 @@ stage k holds units [b(k), b(k+1)).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 
 def by_count(units: int, parts: int) -> list[int]:
@@ -42,11 +43,6 @@ def balanced(costs: Sequence[float], parts: int) -> list[int]:
     return sorted(cuts)
 
 
-def stage_costs(costs: Sequence[float], cuts: Sequence[int]) -> list[float]:
-    bounds = [0, *cuts, len(costs)]
-    return [sum(costs[bounds[k]:bounds[k + 1]]) for k in range(len(bounds) - 1)]
-
-
 def moved_cuts(cuts: Sequence[int], units: int, steps: Sequence[int]) -> list[list[int]]:
     """Each boundary moved alone by each step (boundary by boundary, in `steps` order), where
     every stage keeps at least one unit."""
@@ -56,7 +52,7 @@ def moved_cuts(cuts: Sequence[int], units: int, steps: Sequence[int]) -> list[li
             moved = list(cuts)
             moved[k] += step
             bounds = [0, *moved, units]
-            if all(a < b for a, b in zip(bounds, bounds[1:])):
+            if all(a < b for a, b in pairwise(bounds)):
                 out.append(moved)
     return out
 
@@ -68,7 +64,7 @@ def shifted_cuts(cuts: Sequence[int], units: int, steps: Sequence[int]) -> list[
     for step in steps if len(cuts) > 1 else ():
         moved = [b + step for b in cuts]
         bounds = [0, *moved, units]
-        if all(a < b for a, b in zip(bounds, bounds[1:])):
+        if all(a < b for a, b in pairwise(bounds)):
             out.append(moved)
     return out
 

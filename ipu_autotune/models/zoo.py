@@ -10,7 +10,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,7 +50,7 @@ def check_model_name(name: str) -> None:
         raise UsageError(f"unknown model '{name}'{hint}")
 
 
-def _factory(name: str):
+def _factory(name: str) -> Callable[[int], nn.Module]:
     if ":" not in name:
         import torchvision.models as tvm
 
@@ -73,7 +75,7 @@ def _factory(name: str):
 
 
 def build_model(name: str, num_classes: int, device: str | torch.device = "meta",
-                task: str = "", **hf_options) -> nn.Module:
+                task: str = "", **hf_options: Any) -> nn.Module:
     """The user's model, with its own initialisation, in training mode, on `device`."""
     check_model_name(name)
     if name.startswith("hf:"):

@@ -17,7 +17,14 @@ command-line arguments (that is `commands/numerics.py`). Only torch is used (no 
 
 from .advice import PARTIALS_BATCH_CAP, NumericsAdvice, advise, summary_lines
 from .data import STATS_BATCH_CAP, load_data, synthetic_batches
-from .fp16 import FP16_MANTISSA_BITS, FP16_MAX, FP16_MIN_EXP, FP16_NORMAL_EXP, format_percent, format_scale
+from .fp16 import (
+    FP16_MANTISSA_BITS,
+    FP16_MAX,
+    FP16_MIN_EXP,
+    FP16_NORMAL_EXP,
+    format_percent,
+    format_scale,
+)
 from .loss_scale import (
     DRIFT_BINADES,
     LOSS_SCALE_MARGIN,
@@ -29,9 +36,20 @@ from .loss_scale import (
     recommend_loss_scale,
 )
 from .optimizers import default_lr
-from .partials import PARTIALS_RANGE_LIMIT, PARTIALS_SWAMP_TOLERANCE, LayerPartials, PartialsAdvice, partials_advice
+from .partials import (
+    PARTIALS_RANGE_LIMIT,
+    PARTIALS_SWAMP_TOLERANCE,
+    LayerPartials,
+    PartialsAdvice,
+    partials_advice,
+)
 from .statistics import GradientStats, collect_gradient_stats
-from .stochastic_rounding import SR_THRESHOLD, StochasticRoundingAdvice, lost_update_fraction, stochastic_rounding_advice
+from .stochastic_rounding import (
+    SR_THRESHOLD,
+    StochasticRoundingAdvice,
+    lost_update_fraction,
+    stochastic_rounding_advice,
+)
 
 __all__ = [
     "DRIFT_BINADES", "FP16_MANTISSA_BITS", "FP16_MAX", "FP16_MIN_EXP", "FP16_NORMAL_EXP", "LOSS_SCALE_MARGIN",

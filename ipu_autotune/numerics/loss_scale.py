@@ -9,7 +9,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .fp16 import EXPONENT_BINS, FP16_MAX, FP16_MIN_EXP, FP16_NORMAL_EXP, format_percent, format_scale
+from .fp16 import (
+    EXPONENT_BINS,
+    FP16_MAX,
+    FP16_MIN_EXP,
+    FP16_NORMAL_EXP,
+    format_percent,
+    format_scale,
+)
 from .statistics import GradientStats
 
 #: max|g| x scale x margin <= 65504. 16x = 4 binades: gradients grow during early training and
@@ -21,6 +28,7 @@ DRIFT_BINADES = 2
 #: a fixed scale that still flushes more than this share of gradients is not good enough.
 UNDERFLOW_TOLERANCE = 0.01
 SCALE_EXPONENTS = tuple(range(25))  # loss scales 2^0 .. 2^24
+LOSS_SCALES = tuple(2.0**k for k in SCALE_EXPONENTS)
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,7 @@ def _scale_exponent(scale: float) -> int:
     return exp - 1
 
 
-def loss_scale_table(stats: GradientStats, scales: Iterable[float] = tuple(2.0 ** k for k in SCALE_EXPONENTS)
+def loss_scale_table(stats: GradientStats, scales: Iterable[float] = LOSS_SCALES
                      ) -> list[LossScaleRow]:
     """What each power-of-two loss scale does to the observed gradients in FP16.
 

@@ -14,6 +14,9 @@ from ..errors import UsageError
 from .fp16 import FP16_MANTISSA_BITS, FP16_MAX, format_percent
 from .running import MATMUL_LAYERS, cpu_threads, first_line, preserved
 
+#: the layers MATMUL_LAYERS names, as a type
+MatmulLayer = nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d
+
 #: partial sums are bounded by sum|x*w|; flag a layer when the bound passes FP16_MAX / 16
 #: (same 16x growth margin as the loss scale).
 PARTIALS_RANGE_LIMIT = FP16_MAX / 16
@@ -38,20 +41,20 @@ class PartialsAdvice:
     layers: list[LayerPartials] = field(default_factory=list)  # the risky ones, and the longest
 
 
-def _accumulation_length(m: nn.Module) -> int:
+def _accumulation_length(m: MatmulLayer) -> int:
     if isinstance(m, nn.Linear):
         return m.in_features
     return (m.in_channels // m.groups) * math.prod(m.kernel_size)
 
 
-def _abs_sums(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _abs_sums(m: MatmulLayer, x: torch.Tensor) -> torch.Tensor:
     """sum_k |x_k w_k| per output: the same layer on |x| with |w| and no bias."""
     if isinstance(m, nn.Linear):
         return F.linear(x.abs(), m.weight.abs())
     return m._conv_forward(x.abs(), m.weight.abs(), None)
 
 
-def _without_bias(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
+def _without_bias(m: MatmulLayer, y: torch.Tensor) -> torch.Tensor:
     if m.bias is None:
         return y
     if isinstance(m, nn.Linear):
@@ -59,7 +62,7 @@ def _without_bias(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
     return y - m.bias.view(1, -1, *([1] * (y.dim() - 2)))
 
 
-def _layer_partials(name: str, m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> LayerPartials:
+def _layer_partials(name: str, m: MatmulLayer, x: torch.Tensor, y: torch.Tensor) -> LayerPartials:
     k = _accumulation_length(m)
     s = _abs_sums(m, x)
     y = _without_bias(m, y).abs()

@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..errors import UsageError
-from ..problem import OPTIMIZERS
+from ..parsing import OPTIMIZERS
 from .data import take
 from .fp16 import EXPONENT_BINS, FP16_MANTISSA_BITS, UPDATE_BINS_PER_BINADE, UPDATE_RANGE
 from .optimizers import default_lr, update

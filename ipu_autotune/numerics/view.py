@@ -26,7 +26,7 @@ def scale_table(advice: NumericsAdvice) -> Table:
             continue
         style = "bold green" if row.scale == chosen else None
         overflow = Text("yes", style="red") if row.overflow else Text("no")
-        lost = Text(format_percent(row.flushed), style="yellow" if row.flushed > 0.01 else None)
+        lost = Text(format_percent(row.flushed), style="yellow" if row.flushed > 0.01 else "")
         table.add_row(format_scale(row.scale) + (" ←" if row.scale == chosen else ""), lost,
                       format_percent(row.subnormal), overflow, style=style)
     return table

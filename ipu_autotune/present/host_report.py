@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..problem import Config, Problem
 from ..host import pipeline, recipe
+from ..problem import Config, Problem
 
 #: The hands-on workshop's final configuration, as it measured it (seed-epoch-ga8-di4-8bit-async).
 WORKSHOP_FINAL = Config(precision="16.16", partials="float", optimizer_state="half", loss_scaling=1000.0,

@@ -77,6 +77,7 @@ def summary_line(base: Measurement | None, best: Measurement) -> str:
 def alternative_line(best: Measurement, alternative_number: int, alternative: Measurement) -> str:
     """'alternative: trial 41, 1.31x the best's throughput, a 81% chance to fit by the error bar
     (under the 90% asked)': what a user gives up by asking for that confidence."""
+    assert alternative.throughput is not None and best.throughput is not None  # both trials fit
     ratio = alternative.throughput / best.throughput
     return (f"alternative: trial {alternative_number}, {ratio:.2f}x the best's throughput (estimated), "
             f"a {alternative.fit_chance:.0%} chance to fit by the error bar (busiest tile {tile_bars(alternative)}), "

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from .. import export
-from ..profiles.trace import profile_for
 from ..problem import Problem
+from ..profiles.trace import profile_for
 
 
 def record_json(r) -> dict | None:

@@ -8,12 +8,15 @@ values is terminal text (display.py): a crafted record's escape sequences are sh
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..backends.base import Measurement, format_bytes
-from .display import terminal_text
+from ..backends.base import Measurement
 from ..knob_spec import LINE_ORDER, SPEC
 from ..problem import Config
+from .display import terminal_text
+
+if TYPE_CHECKING:
+    from ..study.records import TrialRecord
 
 #: How each Config field is written in a trial line, and in which order: the knob spec's.
 #: What changes the program most comes first (layout, precision, batching), the memory levers
@@ -83,23 +86,12 @@ def fit_words(line: str, width: int) -> str:
 
 
 def short_verdict(m: Measurement) -> str:
-    """'fits', 'OOM +312 MB IPU1', 'timeout': at most ~18 characters."""
-    if m.failure and m.failure != "oom":
-        return terminal_text(m.failure)
-    if m.feasible:
-        return "fits"
-    worst = m.worst_overflow()
-    if worst is None:
-        return "OOM"
-    ipu, over = worst
-    if over == 0 and m.fit_chance is not None and m.fit_confidence is not None and m.fit_chance < m.fit_confidence:
-        return f"fit chance {m.fit_chance:.0%}"  # inside a tile, under the error bar's confidence
-    if over == 0:
-        return "in headroom"
-    return f"OOM +{format_bytes(over)} IPU{ipu}"
+    """'fits', 'OOM +312 MB IPU1', 'timeout': at most ~18 characters (Measurement.verdict's
+    short form, as terminal text: a stored failure name may hold anything)."""
+    return terminal_text(m.verdict(short=True))
 
 
-def short_label(record) -> str:
+def short_label(record: TrialRecord) -> str:
     """A finished trial's label: why the guide chose it (its Proposal's reason, as stored),
     else the first word of its origin."""
     if record.reason:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from . import intervals, ui
-from .display import terminal_text
 from ..guide.nofit import lacks
 from ..problem import Problem
 from ..study.storage import mask_url
+from . import intervals, trial_line as tl, ui
+from .display import terminal_text
 
 
 def result_line(best, base, study_name: str) -> str:
@@ -43,7 +43,7 @@ def print_header(console, problem: Problem, backend, study_name, storage_url, cr
 def resume_point(study) -> str:
     """'resuming: 12 trials done, next is trial 11': an interrupted trial waits to run again
     under a new number, and waiting trials run first, lowest number first."""
-    from ..study.records import TrialState
+    from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
     done = sum(1 for t in trials if t.state.is_finished())
@@ -83,7 +83,7 @@ def print_summary(console, problem, base, best, closest, files, resume, estimate
 def _print_nothing_fits(console, base, closest, helps) -> None:
     console.print("[bold red]Nothing fits yet.[/]")
     if closest is not None:
-        knobs = ui.tl.changed_knobs(base.config if base else None, closest.config)
+        knobs = tl.changed_knobs(base.config if base else None, closest.config)
         console.print(ui.indented(f"Closest: trial {closest.number} ({knobs})", 0), highlight=False)
         console.print(ui.indented(f"it lacks memory: {lacks(closest.measurement)}"), highlight=False)
         console.print(ui.measurement_table(closest.measurement, "where the memory goes"))

@@ -10,22 +10,30 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.padding import Padding
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
 from ..backends.base import CATEGORIES, Measurement, format_bytes
-from .display import terminal_cell, terminal_text
-from ..problem import Config, Problem
 from ..guide.warmstart import is_baseline
+from ..problem import Config, Problem
 from ..study.records import TrialRecord
 from . import trial_line as tl
+from .display import terminal_cell, terminal_text
 
 
 def throughput_text(m: Measurement) -> str:
@@ -132,7 +140,7 @@ def _jupyter_widgets(console: Console) -> bool:
 class TuneView:
     """Live progress for the tune command; plain lines when not on a terminal."""
 
-    def __init__(self, console: Console, total: int, quiet: bool = False, earlier: list[TrialRecord] = ()):
+    def __init__(self, console: Console, total: int, quiet: bool = False, earlier: Sequence[TrialRecord] = ()):
         self.console = console
         self.quiet = quiet
         self.table = TrialTable()
@@ -146,7 +154,7 @@ class TuneView:
         self.live: Live | None = None
         self.started = time.monotonic()
 
-    def __enter__(self) -> "TuneView":
+    def __enter__(self) -> TuneView:
         if not self.quiet and (self.console.is_terminal or _jupyter_widgets(self.console)):
             self.live = Live(Group(self.table, _BestLine(self.table), self.progress), console=self.console,
                              refresh_per_second=8, transient=False)

@@ -29,12 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from ..problem import Problem
-
-if TYPE_CHECKING:  # a type only: trace.profile_for places a profile with this module's optimum_placed
-    from .trace import ModelProfile
+from .model_profile import ModelProfile  # not trace.py: trace.profile_for applies optimum_placed
 
 #: the image classifiers optimum-graphcore pipelines (models/vit: ViTForImageClassification only)
 IMAGE_FAMILIES = ("vit",)

@@ -14,16 +14,19 @@ where the module returns (profiles/refine.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
-from ..problem import Config
-from .refine import checkpoint_unit, refined, stage_start  # noqa: F401 (placement's names)
+from ..problem import Config, Problem
+
+# checkpoint_unit and stage_start are placement's names too (re-exported: `X as X`)
+from .refine import checkpoint_unit as checkpoint_unit, refined, stage_start as stage_start
 from .trace import ModelProfile
 
 
 def stage_starts(profile: ModelProfile, splits: Sequence[str]) -> list[int] | None:
     """The units the splits start stages at, or None when one of them cannot be placed."""
-    found = [stage_start(profile, p) for p in splits]
-    return None if any(i is None for i in found) else found
+    found = [i for p in splits if (i := stage_start(profile, p)) is not None]
+    return found if len(found) == len(splits) else None
 
 
 def unit_of_path(profile: ModelProfile, path: str) -> int:
@@ -61,7 +64,7 @@ def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int
     # A split that does not run (the rules refuse it) bounds no stage: checkpoint as if unsplit.
     bounds = [0, *(stage_starts(fine, splits) or ()), len(fine.units)]
     out = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in pairwise(bounds):
         for i in range(lo + every - 1, hi - 1, every):
             out.append(fine.units[i].path)
     return tuple(out)
@@ -88,7 +91,7 @@ def optimum_checkpoints(profile: ModelProfile) -> tuple[str, ...]:
     return tuple(p for p in layers if p not in skip)
 
 
-def head_runs(p) -> list[tuple[str, str | None]]:
+def head_runs(p: Problem) -> list[tuple[str, str | None]]:
     """hf: models: each run of units placed back on IPU0 with the embedding (a tied head; under
     --trainer optimum whatever the pipelined class pins there, profiles/optimum_placement.ON_IPU0)
     as (its first unit, the unit after it or None at the end)."""
@@ -104,7 +107,7 @@ def head_runs(p) -> list[tuple[str, str | None]]:
     return out
 
 
-def head_blocks(p, config: Config) -> list[tuple[str, int]]:
+def head_blocks(p: Problem, config: Config) -> list[tuple[str, int]]:
     """(module, IPU) of each BeginBlock the pipelined snippet adds for head_runs: the run's first
     unit on IPU0 and, for a run between layers (BART's decoder position embedding under
     --trainer optimum), the unit after it back on its own stage's IPU unless a split begins it."""
@@ -116,5 +119,6 @@ def head_blocks(p, config: Config) -> list[tuple[str, int]]:
         if after is not None and after not in config.splits:
             profile = profile_for(p)
             i = profile.unit_index(after)
+            assert i is not None  # head_runs names units of this profile
             out.append((after, next(k for k, (lo, hi) in enumerate(stage_bounds(profile, config)) if lo <= i < hi)))
     return out

@@ -78,7 +78,9 @@ def refined(profile: ModelProfile, splits: Iterable[str] = (), checkpoints: Iter
 def _cut(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str, ...]) -> ModelProfile:
     import dataclasses
 
-    events = profile.log.events
+    log = profile.log
+    assert log is not None  # refined() cuts only a profile that keeps its trace
+    events = log.events
     first_enter: dict[str, int] = {}
     first_exit: dict[str, int] = {}
     for i, event in enumerate(events):
@@ -92,17 +94,17 @@ def _cut(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str,
         if p in first_exit and first_exit[p] + 1 not in cuts:
             cuts[first_exit[p] + 1] = _after(p)
             after_checkpoint[first_exit[p] + 1] = p
-    units = attribute(profile.log, cuts)
+    units = attribute(log, cuts)
     live = _live_at(events, sorted(cuts))
     base = {u.path: i for i, u in enumerate(profile.units)}
-    begins = sorted([(first_enter[p], p) for p in profile.log.starts] + list(cuts.items()))
-    home = []  # the base unit each new unit is (a piece of)
-    for k, (_, path) in enumerate(begins):
+    begins = sorted([(first_enter[p], p) for p in log.starts] + list(cuts.items()))
+    home: list[int] = []  # the base unit each new unit is (a piece of)
+    for _, path in begins:
         home.append(base[path] if path in base else home[-1])
-    new_index = {}
+    new_index: dict[int, int] = {}
     for k, b in enumerate(home):
         new_index.setdefault(b, k)
-    for k, (index, path) in enumerate(begins):
+    for k, (index, _) in enumerate(begins):
         parent = profile.units[home[k]]
         units[k].placed_with = None if parent.placed_with is None else new_index[parent.placed_with]
         if k + 1 == len(begins) or home[k + 1] != home[k]:  # the piece whose output is the unit's
@@ -168,8 +170,10 @@ def _parts(profile: ModelProfile, path: str) -> list[str]:
     """The modules one level inside `path` that begin with a convolution or matmul, in
     execution order (a norm or a squeeze-excitation would move no real work), looked for
     through a single child holding parameters (MBConv's `block`)."""
-    owners = {owner for owner, _, _ in profile.log.params}
-    heavy = _begins_heavy(profile.log.events)
+    log = profile.log
+    assert log is not None  # split_grid() splits only a profile that keeps its trace
+    owners = {owner for owner, _, _ in log.params}
+    heavy = _begins_heavy(log.events)
     while True:
         depth = path.count(".") + 1 if path else 0
         children = [m for m in profile.module_order

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import optuna
 
 from ..problem import Problem
-from ..verification.verdict import ATTR_VERIFY
 from ..study.records import TrialRecord, best_record, closest_record, read_records
+from ..verification.verdict import ATTR_VERIFY
 
 
 @dataclass
@@ -51,7 +51,7 @@ def gather(study: optuna.Study, problem: Problem) -> ReportData:
                       verify if isinstance(verify, dict) else None)
 
 
-#: the estimator's `time_parts` that add up to one weight update (estimate/timing.py);
+#: the estimator's `time_parts` that add up to one weight update (backends/estimate/timing.py);
 #: its `input_per_micro_batch` is already inside "compute", so it is not stacked again
 STEP_PARTS = {"compute": "compute (with input transfer)", "weight_update": "weight update (offloaded state)",
               "all_reduce": "gradient all-reduce", "host_per_step": "host call overhead"}

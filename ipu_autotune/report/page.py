@@ -11,15 +11,15 @@ import json
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from ..version import __version__
 from ..present.display import html_text
 from ..problem import Config
 from ..study.records import TrialRecord
+from ..version import __version__
 from . import figures
 from .data import ReportData, bottleneck
 from .training_check import training_check
 
-_CSS = """
+CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 1200px; color: #222; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.6em; }
 .sub { color: #666; } .estimated { background: #fff4d6; padding: 0.4em 0.8em; border-radius: 4px; }
@@ -62,7 +62,7 @@ def render(data: ReportData) -> str:
         body += [f"<h2>Best configuration (trial {data.best.number})</h2>",
                  f"<pre>{_e(_toml(data.best.config))}</pre>"]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>ipu-autotune report: {_e(data.name)}</title><style>{_CSS}</style>"
+            f"<title>ipu-autotune report: {_e(data.name)}</title><style>{CSS}</style>"
             f"<script>{get_plotlyjs()}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
@@ -103,8 +103,9 @@ def _summary(data: ReportData) -> list[str]:
     if data.best is not None:
         speed = ""
         base = data.baseline
-        if base is not None and base.feasible and base.measurement.throughput:
-            speed = f"{data.best.measurement.throughput / base.measurement.throughput:.2f}x the baseline"
+        best = data.best.measurement.throughput
+        if base is not None and base.feasible and base.measurement.throughput and best is not None:
+            speed = f"{best / base.measurement.throughput:.2f}x the baseline"
         cards.append((f"best (trial {data.best.number})", _throughput(data.best), speed or "fits"))
     out = ["<h2>Summary</h2>", "<div class='cards'>"]
     out += [f"<div class='card'>{_e(t)}<b>{_e(v)}</b>{_e(s)}</div>" for t, v, s in cards]
@@ -165,7 +166,7 @@ def _trials(data: ReportData) -> str:
         cls = " class='best'" if r.number == best else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
     table = f"<div style='max-height: 32em; overflow: auto'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
-    if data.unreadable:  # left out, each with its reason (study.read_records)
+    if data.unreadable:  # left out, each with its reason (study/records.read_records)
         table += (f"<p class='note'>{len(data.unreadable)} trial(s) left out, their stored records unreadable:</p>"
                   "<ul>" + "".join(f"<li>{_e(reason)}</li>" for reason in data.unreadable.values()) + "</ul>")
     return table

@@ -8,12 +8,12 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from ..present.display import html_text
 from ..guide.nofit import layout_text
+from ..present.display import html_text
 from ..present.plan_view import busiest_tile
 from ..problem import Problem
 from ..version import __version__
-from .page import _CSS
+from .page import CSS
 
 
 def throughput_figure(plans) -> go.Figure:
@@ -62,7 +62,7 @@ def render_plan(problem: Problem, plans, why: str, levers: list[str]) -> str:
         body += ["<h2>Why nothing fits</h2>", f"<p>{html_text(why)}</p>"]
         body += [f"<p>{html_text(line)}</p>" for line in levers]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>ipu-autotune plan: {html_text(problem.model)}</title><style>{_CSS}</style>"
+            f"<title>ipu-autotune plan: {html_text(problem.model)}</title><style>{CSS}</style>"
             f"<script>{get_plotlyjs()}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 

@@ -5,6 +5,7 @@ each run's FP16 counts. Stored values are input: each one goes through display.h
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -13,7 +14,7 @@ from ..present.display import html_text
 
 _LAYOUT = dict(template="plotly_white", height=360, margin=dict(l=60, r=60, t=50, b=40),
                legend=dict(orientation="h", y=-0.2))
-_STYLE = ({"color": "#4C78A8"}, {"color": "#4C78A8", "dash": "dot"}, {"color": "#E45756", "width": 3})
+_STYLE: tuple[dict[str, Any], ...] = ({"color": "#4C78A8"}, {"color": "#4C78A8", "dash": "dot"}, {"color": "#E45756", "width": 3})
 
 
 def curves(verify: dict) -> go.Figure | str:
@@ -21,7 +22,7 @@ def curves(verify: dict) -> go.Figure | str:
     if len(runs) != 3:
         return "The stored check has no curves."
     fig = go.Figure()
-    for run, line in zip(runs, _STYLE):
+    for run, line in zip(runs, _STYLE, strict=True):
         name = html_text(f"{run.get('label')} (seed {run.get('seed')})")
         pts = run.get("points") or []
         x = [p.get("samples") for p in pts]

@@ -10,11 +10,15 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..host import pipeline as host
-from ..knob_spec import SPEC, has_optimizer_state, takes_images  # noqa: F401 (takes_images: found here)
+from ..knob_spec import SPEC, has_optimizer_state, takes_images
 from ..problem import Config, Problem
+
+if TYPE_CHECKING:
+    from ..profiles.model_profile import ModelProfile
 
 # A module path as `nn.Module.get_submodule` takes it: dotted names and list indices.
 # "6" is an nn.Sequential child; RegNet names its blocks "block1-0". Exported with repr().
@@ -230,6 +234,13 @@ RECIPE_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
     _host_memory,
 )
 
+#: The recipe rules on one call's host batch: the PopTorch backend checks them before it
+#: allocates that batch (backends/poptorch/child.py, refusal).
+HOST_BATCH_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
+    _samples_per_call,
+    _host_memory,
+)
+
 #: `estimate`'s exit code for a configuration estimated although it breaks a recipe rule
 #: (documented in the README and cli.py)
 EXIT_BREAKS_RECIPE = 4
@@ -309,7 +320,7 @@ def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:
     return found
 
 
-def placement_violations(c: Config, profile) -> list[str]:
+def placement_violations(c: Config, profile: ModelProfile) -> list[str]:
     """PopTorch begins a stage at any module that runs (`BeginBlock`), in execution order, and
     checkpoints any (`recomputationCheckpoint`); the estimator cuts a layer where one lands
     inside it (profiles/refine.py). Left to refuse, as PopTorch would: a stage with nothing in

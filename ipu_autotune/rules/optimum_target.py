@@ -11,7 +11,7 @@ the models' `parallelize()`.
 from __future__ import annotations
 
 # What the target can serialise is a knob's domain: the knob spec's (the search space asks it too).
-from ..knob_spec import pads_vocabulary, projection_factors as serialization_factors  # noqa: F401
+from ..knob_spec import projection_factors as serialization_factors
 from ..problem import Config, Problem
 
 #: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW, or LAMB with `lamb=True`)
@@ -138,8 +138,8 @@ def trainer_precision(config: Config) -> bool:
 
 def unexpressible(problem: Problem, config: Config) -> list[str]:
     """Why IPUTrainer + IPUConfig would not train `config` as it was estimated (empty: it would)."""
-    from ..profiles.trace import profile_for
     from ..profiles.placement import is_layer, optimum_checkpoints
+    from ..profiles.trace import profile_for
 
     c = config
     out = []

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..knob_spec import SPACE_KNOBS, WORDS, names, spec
-from ..problem import read_toml
+from ..parsing import read_toml
 
 KNOBS = SPACE_KNOBS  # the knob spec's (knob_spec.py)
 _ALLOWED_VALUES: dict[str, tuple] = WORDS
@@ -57,7 +57,7 @@ def family(model: str) -> str:
     return "transformer" if model.startswith(("vit_", "swin_", "maxvit", "hf:")) else "cnn"
 
 
-def _parse_knob(name: str, raw: Any, where: str) -> Knob:
+def parse_knob(name: str, raw: Any, where: str) -> Knob:
     if name == "micro_batch" and raw in ("off", "search"):
         return Choice((raw,))
     if name == "splits":
@@ -111,7 +111,7 @@ def _check_value(name: str, v: Any, where: str) -> None:
             raise bad
 
 
-def _read_toml(path: Path | Any, where: str) -> dict[str, Any]:
+def read_space_knobs(path: Path | Any, where: str) -> dict[str, Any]:
     data = read_toml(path, where, "a search space")
     knobs = data.get("knobs", {})
     unknown_tables = set(data) - {"space", "knobs"}

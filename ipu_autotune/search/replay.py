@@ -1,6 +1,6 @@
 """Replay: the Optuna parameters that reproduce a given Config (`wanted_params`, answered
-by `_Replay` when a warm start is enqueued or a config is projected into a space), and the
-`_Asker` that turns a space's knobs into `trial.suggest_*` calls while sampling.
+by `Replay` when a warm start is enqueued or a config is projected into a space), and the
+`Asker` that turns a space's knobs into `trial.suggest_*` calls while sampling.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import bisect
 from typing import Any
 
 from ..errors import UsageError
-from ..models import partition
 from ..knob_spec import replay_params
+from ..models import partition
+from ..problem import Config
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
 from ..profiles.refine import split_grid
 from ..profiles.trace import ModelProfile
-from ..problem import Config
 from .knobs import Choice, Knob, Range
 from .names import readable
 
@@ -59,7 +59,7 @@ def wanted_params(config: Config, profile: ModelProfile, candidates: list[int] |
     return {readable(k): v for k, v in wanted.items()}
 
 
-class _Asker:
+class Asker:
     """Turns knobs into trial.suggest_* calls; fixed knobs are not asked."""
 
     def __init__(self, trial, knobs: dict[str, Knob]):
@@ -98,7 +98,7 @@ class _Asker:
         return round(value, 6)  # a stepped float lands on 0.9000000000000001
 
 
-class _Replay:
+class Replay:
     """A stand-in trial that answers with the wanted values, recording those in range."""
 
     def __init__(self, wanted: dict[str, Any], nearest: bool = False):

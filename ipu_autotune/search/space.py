@@ -17,20 +17,31 @@ from typing import Any
 
 from ..batch import accumulation_for_global_batch, micro_batch
 from ..errors import UsageError
-from ..models import partition
-from ..profiles.trace import ModelProfile
 from ..host import pipeline as host
-from ..problem import Config, Problem, effective_recompute
 from ..knob_spec import SPEC, applies, spec
-from ..rules.cross_field import min_pipeline_accumulation
-# Knob kinds and parsing, and the replay machinery, are their own modules; their names are
-# re-exported here for the modules that import them with SearchSpace.
-from .knobs import (KNOBS, MICRO_BATCH_SEARCH, Choice, Knob, Range, _parse_knob, _read_toml, builtin_space_dir,
-                    builtin_space_path, family)
+from ..models import partition
+from ..problem import Config, Problem, effective_recompute
+from ..profiles.optimum_placement import stage_candidates
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
 from ..profiles.refine import split_grid
-from ..profiles.optimum_placement import stage_candidates
-from .replay import _Asker, _Replay, wanted_params
+from ..profiles.trace import ModelProfile
+from ..rules.cross_field import min_pipeline_accumulation
+
+# Knob kinds and parsing, and the replay machinery, are their own modules; their names are
+# re-exported here for the modules that import them with SearchSpace.
+from .knobs import (
+    KNOBS,
+    MICRO_BATCH_SEARCH,
+    Choice,
+    Knob,
+    Range,
+    builtin_space_dir,
+    builtin_space_path,
+    family,
+    parse_knob,
+    read_space_knobs,
+)
+from .replay import Asker, Replay, wanted_params
 
 __all__ = ["KNOBS", "MICRO_BATCH_SEARCH", "Choice", "Knob", "Range", "SearchSpace", "builtin_space_dir",
            "builtin_space_path", "checkpoints_every", "distinct_recompute", "family", "wanted_params"]
@@ -66,27 +77,28 @@ class SearchSpace:
 
     def _replayed(self, problem: Problem, profile: ModelProfile, config: Config, nearest: bool) -> Config:
         full = SearchSpace(self.domain, self.sources, self.user_knobs)
-        return full.sample(_Replay(wanted_params(config, profile, stage_candidates(problem, profile)), nearest=nearest), problem, profile)
+        return full.sample(Replay(wanted_params(config, profile, stage_candidates(problem, profile)), nearest=nearest), problem, profile)
 
-    def with_knob(self, name: str, raw: Any, where: str) -> "SearchSpace":
+    def with_knob(self, name: str, raw: Any, where: str) -> SearchSpace:
         """A copy with one knob set from the command line (a user knob, like --space's)."""
         knobs = dict(self.knobs)
-        knobs[name] = _parse_knob(name, raw, where)
+        knobs[name] = parse_knob(name, raw, where)
         return SearchSpace(knobs, self.sources + [where], self.user_knobs | {name})
 
-    def without(self, *names: str) -> "SearchSpace":
+    def without(self, *names: str) -> SearchSpace:
         """A copy that no longer searches `names` (fixed at their first value), unless the
         user's space set them; the caller fills them in (e.g. from numerics advice)."""
         knobs = dict(self.knobs)
         advised = set(self.advised)
         for name in names:
-            if name not in self.user_knobs and isinstance(knobs[name], Choice):
-                knobs[name] = Choice(knobs[name].values[:1])
+            knob = knobs[name]
+            if name not in self.user_knobs and isinstance(knob, Choice):
+                knobs[name] = Choice(knob.values[:1])
                 advised.add(name)
         return SearchSpace(knobs, self.sources, self.user_knobs, self.domain, frozenset(advised))
 
     @classmethod
-    def load(cls, problem: Problem, path: str | Path | None = None) -> "SearchSpace":
+    def load(cls, problem: Problem, path: str | Path | None = None) -> SearchSpace:
         """default.toml, then the model family's file, then the user's file on top."""
         raw: dict[str, Any] = {}
         origin: dict[str, str] = {}
@@ -99,11 +111,11 @@ class SearchSpace:
         for file, label in files:
             if file is not files[-1][0] and not file.is_file():
                 continue
-            knobs = _read_toml(file, label)
+            knobs = read_space_knobs(file, label)
             raw.update(knobs)
             origin.update(dict.fromkeys(knobs, label))
             sources.append(label)
-        knobs = {name: _parse_knob(name, value, origin[name]) for name, value in raw.items()}
+        knobs = {name: parse_knob(name, value, origin[name]) for name, value in raw.items()}
         for name in KNOBS:  # a knob newer than the space files: its spec's value, not searched
             if name not in knobs and spec(name).space_default is not None:
                 knobs[name] = Choice((spec(name).space_default,))
@@ -173,13 +185,13 @@ class SearchSpace:
     # --- sampling ---------------------------------------------------------------------------
 
     def sample(self, trial, problem: Problem, profile: ModelProfile) -> Config:
-        """Ask `trial` (an Optuna trial, or a _Replay) for a valid Config."""
-        s = _Asker(trial, self.knobs)
+        """Ask `trial` (an Optuna trial, or a Replay) for a valid Config."""
+        s = Asker(trial, self.knobs)
         layouts = self.ipu_layouts(problem, profile)
         if not layouts:
             raise UsageError("the search space allows no IPU layout for this problem "
                              "(check ipus_per_replica, replicas, --ipus and --global-batch)")
-        ipr = s.choose("ipus_per_replica", sorted({l[0] for l in layouts}))
+        ipr = s.choose("ipus_per_replica", sorted({layout[0] for layout in layouts}))
         replicas = s.choose("replicas" if len({r for i, r in layouts if i == ipr}) > 1 else None,
                             sorted({r for i, r in layouts if i == ipr}))
         micro_batches = self.micro_batches(problem)
@@ -227,7 +239,7 @@ class SearchSpace:
 
         if accumulation is None:
             accumulation = max(s.ask("gradient_accumulation"), self._min_accumulation(problem, ipr, execution))
-            # The recipe's ceiling on the global batch (rules._global_batch_ceiling).
+            # The recipe's ceiling on the global batch (rules/cross_field.py, _global_batch_ceiling).
             accumulation = max(1, min(accumulation, problem.max_global_batch // (mb * replicas)))
         device_iterations = s.ask("device_iterations")
         eight_bit_io = s.ask("eight_bit_io") if applies("eight_bit_io", problem, layout) else False
@@ -266,13 +278,13 @@ class SearchSpace:
         return config
 
     @staticmethod
-    def _ask_plain(s: "_Asker", knob, problem: Problem, layout: Config):
+    def _ask_plain(s: Asker, knob, problem: Problem, layout: Config):
         if not knob.applies_to(problem, layout):
             return knob.space_default
         usable = knob.usable(problem)
         return s.choose(knob.name, [v for v in s.values(knob.name) if v in usable] or [knob.space_default])
 
-    def _ask_micro_batch(self, s: "_Asker", options: list[int]) -> int:
+    def _ask_micro_batch(self, s: Asker, options: list[int]) -> int:
         knob = self.knobs["micro_batch"]
         if isinstance(knob, Range) and options:
             low, high = min(options), max(options)
@@ -280,15 +292,17 @@ class SearchSpace:
                 return s.integer("micro_batch", low, high, log=knob.log)
         return s.choose("micro_batch", options)
 
-    def _sample_splits(self, s: "_Asker", ipr: int, profile: ModelProfile,
+    def _sample_splits(self, s: Asker, ipr: int, profile: ModelProfile,
                        head_stays: bool, candidates: list[int] | None = None) -> tuple[str, ...]:
         """`head_stays`: pipelined, a head tied to the embedding runs on its stage
-        (rules._tied_head_split), so no split is drawn at or after the first tied unit.
+        (rules/cross_field.py, _tied_head_split), so no split is drawn at or after the first tied unit.
         `candidates`: the only units a stage may begin at (--trainer optimum: layers,
         profiles/optimum_placement.stage_candidates), drawn by their position in that list."""
         if ipr == 1:
             return ()
-        fixed = self.knobs["splits"].values[0]
+        splits = self.knobs["splits"]
+        assert isinstance(splits, Choice)  # knobs.py reads splits as a list of choices
+        fixed = splits.values[0]
         if fixed != "search":
             if len(fixed) != ipr - 1:
                 raise UsageError(f"the search space fixes {len(fixed)} split(s) but samples "
@@ -309,7 +323,7 @@ class SearchSpace:
         """Optuna parameters that make `sample` reproduce `config` (as far as the space reaches)."""
         wanted = wanted_params(config, profile, stage_candidates(problem, profile))
         wanted["micro_batch"] = micro_batch(problem, config)
-        replay = _Replay(wanted)
+        replay = Replay(wanted)
         self.sample(replay, problem, profile)
         return replay.recorded
 

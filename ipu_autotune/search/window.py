@@ -23,7 +23,8 @@ Optuna's own sampler suites run against it in tests/test_optuna_conformance_samp
 from __future__ import annotations
 
 import copy
-from collections.abc import Container, Sequence
+from collections.abc import Container
+from typing import cast
 
 import optuna
 from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace, _SearchSpaceGroup
@@ -41,11 +42,14 @@ def _feasible(t: FrozenTrial) -> bool:
         constraints is None or all(c <= 0 for c in constraints))
 
 
-def _window(finished: list[FrozenTrial], window: int, keep_best: int) -> list[FrozenTrial]:
+def windowed(finished: list[FrozenTrial], window: int, keep_best: int) -> list[FrozenTrial]:
+    """What the sampler models of the `finished` trials: the most recent `window`, and the
+    `keep_best` best feasible ones before them, in trial order."""
     if len(finished) <= window:
         return finished
     recent = finished[-window:]
-    best = sorted((t for t in finished[:-window] if _feasible(t)), key=lambda t: t.value, reverse=True)[:keep_best]
+    best = sorted((t for t in finished[:-window] if _feasible(t)), key=lambda t: cast(float, t.value),
+                  reverse=True)[:keep_best]  # feasible: a value
     return sorted(best + recent, key=lambda t: t.number)
 
 
@@ -56,7 +60,7 @@ class _WindowedStudy:
     def __init__(self, study: optuna.Study, window: int, keep_best: int):
         self._study = study
         finished = study._get_trials(deepcopy=False, states=_FINISHED, use_cache=True)
-        self._finished = _window(finished, window, keep_best)
+        self._finished = windowed(finished, window, keep_best)
         self._running: list[FrozenTrial] | None = None
 
     def __getattr__(self, name):
@@ -64,7 +68,7 @@ class _WindowedStudy:
 
     def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
                     use_cache: bool = False) -> list[FrozenTrial]:
-        states = tuple(states) if states is not None else tuple(TrialState)
+        states = states if states is not None else tuple(TrialState)
         out = [t for t in self._finished if t.state in states]
         if TrialState.RUNNING in states:
             if self._running is None:  # this ask's read of the storage: as fresh as the ask
@@ -106,13 +110,10 @@ class WindowedTPESampler(optuna.samplers.TPESampler):
         return self._asked[1]
 
     def _sample(self, study, trial: FrozenTrial, search_space: dict) -> dict:
-        return super()._sample(self._windowed(study, trial), trial, search_space)
+        # the window stands in for the study: TPE reads only its trials (and passes the rest on)
+        return super()._sample(cast(optuna.Study, self._windowed(study, trial)), trial, search_space)
 
     def after_trial(self, study, trial: FrozenTrial, state: TrialState, values) -> None:
         self._asked = None  # the next ask sees this trial finished
         super().after_trial(study, trial, state, values)
 
-
-def trial_window(trials: Sequence[FrozenTrial], window: int, keep_best: int) -> list[FrozenTrial]:
-    """What the sampler models of `trials` (for tests and the docs)."""
-    return _window([t for t in trials if t.state in _FINISHED], window, keep_best)

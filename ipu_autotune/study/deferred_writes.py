@@ -34,12 +34,21 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
 
-from optuna.distributions import BaseDistribution, check_distribution_compatibility, distribution_to_json
+from optuna.distributions import (
+    BaseDistribution,
+    check_distribution_compatibility,
+    distribution_to_json,
+)
 from optuna.storages._cached_storage import _CachedStorage
 from optuna.trial import FrozenTrial, TrialState
+
+if TYPE_CHECKING:  # the mixins are type-checked as the storages they are mixed into
+    from optuna.storages import BaseStorage as _StorageBase, JournalStorage as _JournalBase
+else:
+    _StorageBase = _JournalBase = object
 
 
 @dataclass
@@ -63,10 +72,13 @@ class _Held:
         return t
 
 
-class DeferredTrialWrites:
+class DeferredTrialWrites(_StorageBase):
     """Mixin for a storage class: holds the writes of the trials this process runs (module
     docstring). The storage implements `_write_batch(trial_id, held, state, values)`, and
     `_study_of(trial_id)` and `_known_distribution(study_id, name)` from what it has read."""
+
+    if TYPE_CHECKING:
+        def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool: ...
 
     def _held_init(self) -> None:
         self._held: dict[int, _Held] = {}
@@ -75,13 +87,13 @@ class DeferredTrialWrites:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (as Optuna's storages are) without the lock, and without this process's
         held writes and running trials: a copy elsewhere does not run them."""
-        state = super().__getstate__()
+        state = cast(dict[str, Any], super().__getstate__())  # the storage's own (RDBStorage's...)
         state.pop("_held_lock", None)
         state.update({k: type(state[k])() for k in ("_held", "_own", "_just_read") if k in state})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
+        super().__setstate__(state)  # type: ignore[misc]  # the storage's own, as __getstate__
         self._held_lock = threading.RLock()
 
     def _hold(self, trial_id: int) -> None:
@@ -291,7 +303,7 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
             known = self._studies[study_id].param_distribution
             with _create_scoped_session(rdb.scoped_session) as session:
                 trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=state is not None)
-                rdb.check_trial_is_updatable(trial_id, trial.state)
+                rdb.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))  # the column's value
                 for name, (value, dist) in held.params.items():
                     if name not in known:  # the first time this process sees it: Optuna looks it up
                         rdb._set_trial_param_without_commit(session, trial_id, name, value, dist)
@@ -317,7 +329,7 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
         return True
 
 
-class DeferredJournalWrites(DeferredTrialWrites):
+class DeferredJournalWrites(DeferredTrialWrites, _JournalBase):
     """For a JournalStorage subclass: a held trial's writes in one `append_logs` call."""
 
     def _study_of(self, trial_id: int) -> int | None:
@@ -343,7 +355,7 @@ class DeferredJournalWrites(DeferredTrialWrites):
         if state is not None:
             logs.append({"op_code": Op.SET_TRIAL_STATE_VALUES, "trial_id": trial_id, "state": state,
                          "values": None if values is None else list(values),
-                         "datetime_complete": datetime.now(tz=timezone.utc).isoformat(timespec="microseconds")})
+                         "datetime_complete": datetime.now(tz=UTC).isoformat(timespec="microseconds")})
         with self._thread_lock:
             worker = self._replay_result.worker_id
             self._backend.append_logs([{**log, "worker_id": worker} for log in logs])

@@ -27,9 +27,10 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
-from . import stop_signals
 from ..errors import UsageError
-from .records import TrialRecord, UnreadableRecord
+from . import stop_signals
+from .record_schema import UnreadableRecord
+from .records import TrialRecord
 from .storage import in_memory
 
 #: how often the watching process reads the storage (seconds)
@@ -50,7 +51,7 @@ def shares(trials: int, jobs: int) -> list[int]:
 def worker_argv(argv: list[str], trials: int) -> list[str]:
     """The worker's command: this one's options with its share of the trials, as a worker."""
     out, skip = [], False
-    for i, a in enumerate(argv):
+    for a in argv:
         if skip:
             skip = False
             continue

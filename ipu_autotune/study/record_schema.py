@@ -106,7 +106,7 @@ def _fits(value: Any, hint: Any) -> bool:
         if not isinstance(value, list):  # JSON has lists only
             return False
         if origin is tuple and args and args[-1] is not Ellipsis:
-            return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args))
+            return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args, strict=True))
         return all(_fits(v, args[0]) for v in value) if args else True
     if origin is dict:
         return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())

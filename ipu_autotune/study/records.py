@@ -16,21 +16,21 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..version import __version__
 from ..backends.base import Measurement
 from ..errors import UsageError
-from ..profiles.trace import ModelProfile
+from ..guide.proposal import Proposal
 from ..problem import Config, Problem
-from .record_schema import UnreadableRecord, check_record
+from ..profiles.trace import ModelProfile
 from ..search.names import old_names
 from ..search.space import SearchSpace
 from ..search.window import DEFAULT_WINDOW, WindowedTPESampler
-from ..guide.warmstart import Proposal
+from ..version import __version__
+from .record_schema import UnreadableRecord, check_record
 
 ATTR_PROBLEM = "problem"
 ATTR_VERSION = "ipu_autotune_version"
@@ -70,7 +70,7 @@ class TrialRecord:
         return self.state == "COMPLETE" and self.measurement.feasible
 
     @classmethod
-    def from_trial(cls, t: FrozenTrial) -> "TrialRecord | None":
+    def from_trial(cls, t: FrozenTrial) -> TrialRecord | None:
         """None for a trial not yet measured; UnreadableRecord (one line naming the trial
         and the field) for a record that does not match the schema (record_schema.py)."""
         rec = trial_attrs(t)
@@ -107,7 +107,7 @@ def create_sampler(seed: int | None, window: int | None = DEFAULT_WINDOW) -> opt
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # Multivariate TPE models the knobs jointly (precision and memory levers interact);
         # group handles the conditional knobs; constant liar keeps parallel workers apart.
-        options = dict(seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10)
+        options: dict[str, Any] = dict(seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10)
         if window is None:
             return optuna.samplers.TPESampler(**options)
         return WindowedTPESampler(**options, window=window)
@@ -261,7 +261,7 @@ def best_record(study: optuna.Study, skip_unreadable: bool = False) -> TrialReco
         if not skip_unreadable:
             raise
     fits = [r for r in records(study) if r.feasible and r.measurement.throughput is not None]
-    return max(fits, key=lambda r: r.measurement.throughput, default=None)
+    return max(fits, key=lambda r: cast(float, r.measurement.throughput), default=None)
 
 
 def closest_record(recs: list[TrialRecord]) -> TrialRecord | None:
@@ -276,10 +276,11 @@ def uncertain_alternative(recs: list[TrialRecord], best: TrialRecord | None) -> 
     Of several, the likeliest to fit, then the fastest."""
     if best is None or best.measurement.throughput is None:
         return None
+    fastest = best.measurement.throughput
 
     def uncertain(m) -> bool:
         return (m.failure == "oom" and m.fit_chance is not None and m.fit_confidence is not None
-                and 0 < m.fit_chance < m.fit_confidence and (m.throughput or 0) > best.measurement.throughput)
+                and 0 < m.fit_chance < m.fit_confidence and (m.throughput or 0) > fastest)
 
     faster = [r for r in recs if r.state == "COMPLETE" and uncertain(r.measurement)]
     return max(faster, key=lambda r: (r.measurement.fit_chance, r.measurement.throughput), default=None)

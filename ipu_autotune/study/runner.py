@@ -2,7 +2,7 @@
 
 Each trial is asked from the study (a queued warm start or the sampler), checked against
 the rules (nothing they reject reaches a backend), measured, and told with its graded memory
-constraint (study.py's docstring: the scoring). A stop request (Ctrl-C, SIGTERM) lets the
+constraint (records.py's docstring: the scoring). A stop request (Ctrl-C, SIGTERM) lets the
 running measurement finish for a grace period, then records it as interrupted and enqueues
 it again, so a resumed study runs it once more.
 """
@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
-from . import stop_signals
 from ..backends.base import Backend, Measurement, failed
-from .deferred_writes import flush as flush_held
-from ..profiles.trace import ModelProfile
-from ..problem import Config, Problem
-from ..rules.cross_field import violations
-from ..search.space import SearchSpace
-from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
-from .records import ATTR_HEARTBEAT, ATTR_RECORD, TrialRecord, enqueue, records
 from ..guide.proposal import History, Proposal
 from ..guide.warmstart import is_baseline
+from ..problem import Config, Problem
+from ..profiles.trace import ModelProfile
+from ..rules.cross_field import violations
+from ..search.space import SearchSpace
+from . import stop_signals
+from .deferred_writes import flush as flush_held
+from .records import ATTR_HEARTBEAT, ATTR_RECORD, TrialRecord, enqueue, records
+from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
 
 if TYPE_CHECKING:
     from ..guide.proposals import Guide
@@ -63,7 +63,7 @@ class Runner:
     backend: Backend
     observers: list[Callable[[TrialRecord], None]] = field(default_factory=list)
     adjust: Callable[[Config], Config] | None = None  # e.g. numerics advice
-    guide: "Guide | None" = None  # estimator-guided proposals for compiling backends
+    guide: Guide | None = None  # estimator-guided proposals for compiling backends
     last_proposal: Proposal | None = None  # the guide's, before the last trial was asked
     guide_stop: Any = None  # the guide's stopping rule then (guide/proposals.Stop), None while compiles pay
     stop_requested: bool = False
@@ -283,7 +283,7 @@ class Runner:
         m = failed("interrupted", "stopped (Ctrl-C or SIGTERM) before its measurement finished",
                    source=self.backend.source)
         asked = trial.user_attrs  # before `record` overwrites the origin
-        again = {k: asked[k] for k in ("origin", "enqueued_config") if k in asked}
+        again: dict[str, Any] = {k: asked[k] for k in ("origin", "enqueued_config") if k in asked}
         rec = self.record(trial, config, f"{origin}, interrupted", m, seconds)
         with contextlib.suppress(Exception):
             retry_trial(self.study, self.study._storage.get_trial(trial._trial_id), again)

@@ -25,14 +25,13 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
-from .deferred_writes import DeferredCachedStorage, DeferredJournalWrites
 from ..errors import UsageError
+from .deferred_writes import DeferredCachedStorage, DeferredJournalWrites
 
 #: a worker beats this often for the trial it runs (seconds)
 HEARTBEAT_INTERVAL_S = 10
 #: a trial whose worker missed this many beats is presumed dead: failed and retried
 GRACE_FACTOR = 3
-GRACE_PERIOD_S = HEARTBEAT_INTERVAL_S * GRACE_FACTOR
 #: how many times one configuration is retried after its worker died (or was interrupted)
 MAX_RETRY = 2
 #: seconds to wait for a database server before calling it unreachable
@@ -207,6 +206,7 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
                 if attempt == 4 or not _creation_race(exc):
                     raise
                 time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("not reached: the last attempt returns or raises")
     except ImportError as exc:
         raise UsageError(f"storage {mask_url(url)}: {missing_driver(url, exc)}") from None
     except Exception as exc:  # sqlalchemy raises many types; all mean "cannot use this URL"
@@ -269,8 +269,9 @@ def set_heartbeat(storage, interval_s: int) -> None:
     (a storage opened without a heartbeat, sqlite:///:memory:, keeps none)."""
     inner = _backend(storage)
     if isinstance(inner, BaseHeartbeat) and getattr(inner, "heartbeat_interval", None) is not None:
-        inner.heartbeat_interval = int(interval_s)
-        inner.grace_period = int(interval_s) * GRACE_FACTOR
+        beating: Any = inner  # RDBStorage and HeartbeatJournalStorage keep both as attributes
+        beating.heartbeat_interval = int(interval_s)
+        beating.grace_period = int(interval_s) * GRACE_FACTOR
 
 
 class Heartbeat:

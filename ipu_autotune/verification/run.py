@@ -110,7 +110,7 @@ def evaluate(model: nn.Module, samples: Samples, half_compute: bool) -> tuple[fl
             out = logits(model(to_fp16(x) if half_compute else x)).float()
             loss += float(F.cross_entropy(out, y, reduction="sum"))
             correct += int((out.argmax(dim=1) == y).sum())
-    for m, buffers in zip(norms, kept):
+    for m, buffers in zip(norms, kept, strict=True):
         for k, b in buffers.items():
             getattr(m, k).copy_(b)
     model.train(was_training)
@@ -160,17 +160,18 @@ class Trainer:
                     rounded = to_fp16(g)
                     self.counts.add(g, rounded)
                     g = rounded
+                before = acc[j]
                 if r.half_state:  # PopTorch's Running mean: FP16 accumulators stay in range
-                    acc[j] = g.clone() if acc[j] is None else to_fp16(acc[j] + (g - acc[j]) / (i + 1))
+                    acc[j] = g.clone() if before is None else to_fp16(before + (g - before) / (i + 1))
                 else:
-                    acc[j] = g / count if acc[j] is None else acc[j] + g / count
+                    acc[j] = g / count if before is None else before + g / count
         return acc, sum(losses) / len(losses)
 
     def sync(self) -> None:
         """16.32: the FP16 copy the model computes with, from the FP32 master weights."""
         if self.recipe.half_compute and not self.recipe.half_weights:
             with torch.no_grad():
-                for p, m in zip(self.params, self.master):
+                for p, m in zip(self.params, self.master, strict=True):
                     p.copy_(to_fp16(m))
 
     def evaluate(self, samples: Samples) -> tuple[float, float]:
@@ -192,7 +193,7 @@ class Trainer:
                 self.result.skipped_updates += 1
                 return loss
             self.applied += 1
-            for j, (m, g) in enumerate(zip(self.master, unscaled)):
+            for j, (m, g) in enumerate(zip(self.master, unscaled, strict=True)):
                 if g is not None:
                     self.apply(j, m, g)
         self.clean_updates += 1

@@ -18,7 +18,9 @@ two seeds underestimate the spread of many.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 
 from ..numerics.fp16 import format_percent
 from .run import RunResult
@@ -38,7 +40,7 @@ STALL_SHARE = 0.25
 def _at(run: RunResult, samples: float, attr: str) -> float:
     """`attr` of `run`'s curve at `samples`, interpolated linearly between checkpoints."""
     pts = run.points
-    for left, right in zip(pts, pts[1:]):
+    for left, right in pairwise(pts):
         if left.samples <= samples <= right.samples:
             t = (samples - left.samples) / (right.samples - left.samples) if right.samples > left.samples else 1.0
             a, b = getattr(left, attr), getattr(right, attr)
@@ -100,7 +102,7 @@ def _band(a: float, b: float, floor: float) -> tuple[float, float]:
     return min(a, b) - width, max(a, b) + width
 
 
-def judge(base: RunResult, base_other: RunResult, tuned: RunResult, not_emulated: list[str] = ()) -> Verdict:
+def judge(base: RunResult, base_other: RunResult, tuned: RunResult, not_emulated: Sequence[str] = ()) -> Verdict:
     runs = [base, base_other, tuned]
     end = min(r.points[-1].samples for r in runs)
     grid = [p.samples for p in base.points if p.samples >= end * (1 - WINDOW) and p.samples <= end] or [end]
@@ -114,7 +116,7 @@ def judge(base: RunResult, base_other: RunResult, tuned: RunResult, not_emulated
     def verdict(kind: str, reason: str) -> Verdict:
         return Verdict(kind, reason, end, loss[2], acc[2], loss_band, acc_band, runs, list(not_emulated))
 
-    if any(r.nonfinite_at is not None or not math.isfinite(v) for r, v in zip(runs[:2], loss[:2])):
+    if any(r.nonfinite_at is not None or not math.isfinite(v) for r, v in zip(runs[:2], loss[:2], strict=True)):
         return verdict("baseline diverged", "the baseline itself did not train: lower --lr")
     if tuned.nonfinite_at is not None:
         return verdict("diverged", f"its loss or weights became inf/NaN after {tuned.nonfinite_at:,} samples")
@@ -123,7 +125,7 @@ def judge(base: RunResult, base_other: RunResult, tuned: RunResult, not_emulated
         return verdict("diverged", f"its loss rose from {tuned_start:.3g} to {loss[2]:.3g} "
                                    f"where the baseline's fell to {(loss[0] + loss[1]) / 2:.3g}")
     tuned_fall = tuned_start - loss[2]
-    base_falls = [r.points[0].eval_loss - v for r, v in zip(runs[:2], loss[:2])]
+    base_falls = [r.points[0].eval_loss - v for r, v in zip(runs[:2], loss[:2], strict=True)]
     if min(base_falls) > 0 and tuned_fall < STALL_SHARE * min(base_falls):
         return verdict("stalled", f"its loss fell {tuned_fall:.3g} where the baseline's fell "
                                   f"{min(base_falls):.3g}-{max(base_falls):.3g}")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ...batch import micro_batch
 from ...host import pipeline as host
+from ...problem import Config, Problem
 from ...profiles.refine import refined
 from ...profiles.trace import ModelProfile, profile_for
-from ...problem import Config, Problem
 from ..base import Backend, Measurement
 from ..targets import get_target
 from .constants import NOMINAL, EstimatorConstants

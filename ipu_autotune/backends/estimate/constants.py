@@ -8,6 +8,7 @@ benchmarks perturb them (dataclasses.replace) to play a "hidden IPU" the tuner c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,11 @@ class EstimatorConstants:
     link_bandwidth_scale: float = 1.0
     host_bandwidth_scale: float = 1.0
 
-    def scaled(self, **factors: float) -> "EstimatorConstants":
+    def scaled(self, **factors: float) -> EstimatorConstants:
         """A copy with some constants multiplied (used to perturb the model)."""
         from dataclasses import replace
 
-        changes = {}
+        changes: dict[str, Any] = {}
         for name, factor in factors.items():
             value = getattr(self, name)
             if isinstance(value, dict):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...problem import Config
 from ...profiles.placement import checkpoint_unit, stage_bounds, unit_of_path
 from ...profiles.refine import refined
 from ...profiles.trace import ModelProfile
-from ...problem import Config
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
     ckpt_units = {_checkpointed(profile, p) for p in config.checkpoints}
     out: list[Stage] = []
     bounds = stage_bounds(profile, config)
-    for k, ((lo, hi), indices) in enumerate(zip(bounds, stage_members(profile, config))):
+    for k, ((lo, hi), indices) in enumerate(zip(bounds, stage_members(profile, config), strict=True)):
         members = [units[i] for i in indices]
         segment = best_segment = 0
         checkpoint_bytes = 0
@@ -134,7 +134,7 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
 
 def forward_stages(layout: list[Stage], config: Config) -> int:
     """Pipeline stages as PopTorch counts them: one per IPU, plus one per tied head that
-    returns to an earlier IPU and one per resumption of a stage after it (rules.pipeline_stages).
+    returns to an earlier IPU and one per resumption of a stage after it (rules/cross_field.pipeline_stages).
     Stash depths and the fill and flush follow this count, not the number of IPUs."""
     if not config.pipelined or len(layout) < 2:
         return len(layout)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...knob_spec import applies, has_optimizer_state
-from ...profiles.trace import MIN_ELEMENTS_FOR_SHARDING
 from ...problem import Config, Problem
+from ...profiles.trace import MIN_ELEMENTS_FOR_SHARDING
 from ..targets import Target
 from .constants import EstimatorConstants
 from .layout import Stage

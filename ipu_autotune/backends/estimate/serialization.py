@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...knob_spec import input_embedding
-from ...profiles.trace import ModelProfile
 from ...problem import Config, Problem
 from ...profiles.placement import unit_of_path
+from ...profiles.trace import ModelProfile
 from .layout import Stage, stage_members
 
 
@@ -36,7 +36,7 @@ def serialize_projection(problem: Problem, config: Config, profile: ModelProfile
     # max_op_bytes is the largest matmul's inputs (activation and weight) plus its output.
     piece = unit.in_bytes + (unit.max_op_bytes - unit.in_bytes) / factor
     out = []
-    for stage, members in zip(layout, stage_members(profile, config)):
+    for stage, members in zip(layout, stage_members(profile, config), strict=True):
         if head in members:
             others = max((profile.units[i].max_op_bytes for i in members if i != head), default=0)
             stage = replace(stage, max_op_bytes=int(max(others, piece)), ops=stage.ops + factor - 1)
@@ -66,7 +66,7 @@ def serialize_input_embedding(problem: Problem, config: Config, profile: ModelPr
     tokens = profile.batch_size * max(1, problem.seq_len)
     masked = (factor - 1) * tokens * width * 4  # FP32 bytes, as the profile counts them
     out = []
-    for stage, members in zip(layout, stage_members(profile, config)):
+    for stage, members in zip(layout, stage_members(profile, config), strict=True):
         if head in members:
             stage = replace(stage, ops=stage.ops + OPS_PER_EXTRA_LOOKUP * (factor - 1),
                             light_bytes=stage.light_bytes + masked)

@@ -13,12 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...batch import samples_per_call
-from ...rules.optimum_target import is_optimum, outer_fragment_params
 from ...problem import Config, Problem
+from ...rules.optimum_target import is_optimum, outer_fragment_params
 from ..targets import Target
 from .constants import EstimatorConstants
 from .layout import Stage, forward_stages
-from .memory import activation_scale, input_scale, offloaded, state_bytes_per_param, state_elements_per_replica
+from .memory import (
+    activation_scale,
+    input_scale,
+    offloaded,
+    state_bytes_per_param,
+    state_elements_per_replica,
+)
 
 
 def compute_mode(config: Config) -> str:

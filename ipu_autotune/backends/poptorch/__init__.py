@@ -288,6 +288,7 @@ def _end_to_end(m: Measurement, problem: Problem, config: Config) -> None:
     (labelled in details: the host part is the model's, not measured)."""
     from ...host import pipeline as host
 
+    assert m.throughput is not None  # called on a timed run
     seconds_per_call = host.samples_per_call(problem, config) / m.throughput
     e2e = host.end_to_end(problem, config, {"device compute": seconds_per_call})
     m.details["host_part"] = f"estimated: {host.host_costs(problem).source}"

@@ -101,9 +101,9 @@ def refusal(problem: Problem, config: Config) -> str | None:
     the stride-0 batch of `host_batch` is allocated in full once compile() sees it: check
     what that costs against the problem's host memory and dataset before touching it.
     """
-    from ...rules.cross_field import _host_memory, _samples_per_call
+    from ...rules.cross_field import HOST_BATCH_RULES
 
-    for rule in (_samples_per_call, _host_memory):
+    for rule in HOST_BATCH_RULES:
         found = rule(problem, config)
         if found:
             return found
@@ -148,7 +148,7 @@ def _time_runs(training: Any, batch: tuple, problem: Problem, config: Config,
             "step_time_s": per_call / config.device_iterations, "call_seconds": seconds}
 
 
-def sdk_label(poptorch) -> str:
+def sdk_label(poptorch: Any) -> str:
     """The SDK a compile ran on, as the calibration store keys it (docs/calibration.md)."""
     return f"poptorch-{getattr(poptorch, '__version__', 'unknown')}"
 

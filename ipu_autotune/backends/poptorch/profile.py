@@ -28,7 +28,6 @@ PROFILE_NAME = "profile.pop"
 #: pva memory categories that are code or exchange code (reference §5.2).
 CODE_CATEGORIES = ("vertexCode", "controlCode", "internalExchangeCode", "globalExchangeCode",
                    "hostExchangeCode")
-BREAKDOWN_KEYS = ("code/exchange", "always-live", "not-always-live", "gaps")
 
 
 @dataclass
