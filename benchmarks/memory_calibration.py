@@ -12,6 +12,8 @@ margin) is scored on the same candidates. Nothing here counts compiles or change
     python benchmarks/memory_calibration.py                  # develop draws, 5 problems x 20
     python benchmarks/memory_calibration.py --set report     # held-out draws: report only
     python benchmarks/memory_calibration.py --quick          # CI smoke: 1 problem, 2 draws
+    python benchmarks/memory_calibration.py --family knobs --set report --first-draw 100 --draws 4
+                                                             # every knob's own response (issue 41)
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 import search_efficiency as se
 from common import markdown_table
-from random_hidden import DRAW_SETS, RandomHiddenIPU, draw_ids
+import knob_hidden
+import random_hidden
+from knob_hidden import KnobResponseHiddenIPU
+from random_hidden import RandomHiddenIPU, draw_ids
 
 from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
@@ -39,14 +44,17 @@ from ipu_autotune.search.space import SearchSpace
 #: first proposal was often the third; since issue 22's third round it enqueues the baseline
 #: alone, COMPILED_WARM_STARTS, and the guide chooses the rest)
 COMPILES = 3
+#: hidden-IPU families, as benchmarks/random_ipus.py names them: the draws' class and id sets
+FAMILIES = {"structural": (RandomHiddenIPU, random_hidden.DRAW_SETS),
+            "knobs": (KnobResponseHiddenIPU, knob_hidden.DRAW_SETS)}
 BINS = [(i / 10, (i + 1) / 10) for i in range(10)]
 
 
-def judge_draw(key: str, draw_id: int) -> list[tuple[float, bool, bool]]:
+def judge_draw(key: str, draw_id: int, family: str = "structural") -> list[tuple[float, bool, bool]]:
     """(the guide's chance to fit, the ratio it used before says it fits, it fits on the hidden IPU) per candidate."""
     problem = se.PROBLEMS[key]
     profile, space = profile_for(problem), SearchSpace.load(problem)
-    oracle = RandomHiddenIPU(draw_id)
+    oracle = FAMILIES[family][0](draw_id)
     items = [p.config for p in proposals(problem, profile, space, naive_baseline(problem, profile), headroom=0.05)]
     screen = Screen(problem, profile, space=space)
     measured = [(c, oracle.evaluate(problem, c)) for c in items[:COMPILES] if screen(c) is not None]
@@ -91,7 +99,9 @@ class _RatioModel:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=sorted(DRAW_SETS), default="develop",
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="structural",
+                    help="hidden IPUs: structural mechanisms (issue 22) or every knob's own response (issue 41)")
+    ap.add_argument("--set", choices=("develop", "report"), default="develop",
                     help="draw ids: develop (develop on these) or report (held out, report only)")
     ap.add_argument("--draws", type=int, default=None, help="draws per problem (default 20; quick 2)")
     ap.add_argument("--first-draw", type=int, default=0,
@@ -104,11 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     keys = args.problems or (se.QUICK_PROBLEMS if args.quick else list(se.PROBLEMS))
     common.quiet_optuna()
     common.header("Chance to fit: the learnt memory model against the hidden IPU", "memory_calibration.py", argv)
-    ids = draw_ids(args.set, draws, args.first_draw)
-    print(f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}); {len(keys)} problem(s) x {draws} draw(s); learnt from "
+    ids = draw_ids(args.set, draws, args.first_draw, FAMILIES[args.family][1])
+    print(f"family: {args.family}; draw set: {args.set} (ids {ids[0]}-{ids[-1]}); {len(keys)} problem(s) x {draws} draw(s); learnt from "
           f"the first {COMPILES} compiles of each run\n", flush=True)
     start = time.perf_counter()
-    per = {k: [x for d in ids for x in judge_draw(k, d)] for k in keys}
+    per = {k: [x for d in ids for x in judge_draw(k, d, args.family)] for k in keys}
     every = [x for k in keys for x in per[k]]
     rows = []
     for lo, hi in BINS:

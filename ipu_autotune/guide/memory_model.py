@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from ..backends.base import CATEGORIES, Measurement
 from ..problem import Config
@@ -83,7 +82,7 @@ def ipu_shares(breakdown: dict[str, int] | None) -> tuple[float, ...]:
 def memory_points(screen, measured: Sequence, layout: Callable[[Config], tuple]) -> list[MemoryPoint]:
     """One point per IPU of every compile that reports its tiles; `screen` gives the nominal
     estimate of a config (warmstart.Screen), `measured` is (config, Measurement) pairs,
-    `layout` the IPU layout a fixed cost may depend on (search/corrected.py's)."""
+    `layout` the IPU layout a fixed cost may depend on (guide/corrected.layout)."""
     out = []
     for config, m in measured:
         if m.source == "estimate" or m.failure not in (None, "oom") or not m.max_tile_bytes:
@@ -282,8 +281,3 @@ class MemoryModel:
         cap = estimate.tile_capacity_bytes
         parts = estimate.breakdown or [None] * len(estimate.max_tile_bytes)
         return [self.tile(lay, t / cap, ipu_shares(b), checkpoints) for t, b in zip(estimate.max_tile_bytes, parts)]
-
-    def chance_to_fit(self, lay: tuple, estimate: Measurement, limit: float = 1.0, checkpoints: float = 0.0) -> float:
-        """P(every IPU's busiest tile <= `limit` of a tile): the smallest per IPU."""
-        tiles = self.busiest(lay, estimate, checkpoints)
-        return min((NormalDist(mu, sd).cdf(limit) for mu, sd in tiles), default=0.0)

@@ -91,19 +91,13 @@ def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kin
 
         best = worst(cuts)
         improved = True
-        while improved:
+        while improved:  # first improvement: move one boundary a unit, keep it if the worst IPU is lighter
             improved = False
-            for k in range(len(cuts)):
-                for step in (-1, 1):
-                    moved = list(cuts)
-                    moved[k] += step
-                    lo = moved[k - 1] if k else 0
-                    hi = moved[k + 1] if k + 1 < len(moved) else len(profile.units)
-                    if not lo < moved[k] < hi:
-                        continue
-                    score = worst(moved)
-                    if score < best:
-                        best, cuts, improved = score, moved, True
+            for moved in partition.moved_cuts(cuts, len(profile.units), (-1, 1)):
+                score = worst(moved)
+                if score < best:
+                    best, cuts, improved = score, moved, True
+                    break
     return tuple(profile.units[c].path for c in cuts)
 
 
