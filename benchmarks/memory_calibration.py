@@ -39,10 +39,9 @@ from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 
-#: compiles learnt from before the candidates are judged: the first three warm starts, as the
-#: tables in docs/performance.md were measured (the tuner enqueued two of them and the guide's
-#: first proposal was often the third; since issue 22's third round it enqueues the baseline
-#: alone, COMPILED_WARM_STARTS, and the guide chooses the rest)
+#: compiles learnt from before the candidates are judged: the first three warm starts of
+#: `warmstart.proposals`, in order. `tune` compiles fewer of them (the baseline alone,
+#: COMPILED_WARM_STARTS, then the guide's choices); three fixed ones keep the draws comparable.
 COMPILES = 3
 #: hidden-IPU families, as benchmarks/random_ipus.py names them: the draws' class and id sets
 FAMILIES = {"structural": (RandomHiddenIPU, random_hidden.DRAW_SETS),
@@ -73,8 +72,9 @@ def judge_draw(key: str, draw_id: int, family: str = "structural") -> list[tuple
 
 
 class _RatioModel:
-    """What the guide shipped before the learnt memory model: the estimate times the learnt
-    measured/estimated busiest-tile ratio, kernel-blended per config (no margin)."""
+    """A ratio rule to score against the learnt model: the estimate times the measured/estimated
+    busiest-tile ratio of the compiles, kernel-blended per config (no margin). It was the
+    guide's rule before its learnt memory model."""
 
     def __init__(self, screen, measured):
         self.points = []
@@ -88,8 +88,8 @@ class _RatioModel:
         self.prior = math.exp(sum(math.log(r) for _, r in self.points) / len(self.points)) if self.points else 1.0
 
     def fits(self, config, estimate) -> bool:
-        # the guide before issue 41: compiled ratios blended by 0.3 ** (knobs apart), the
-        # mean ratio counting as a quarter of a compile
+        # the compiles' ratios blended by 0.3 ** (knobs apart), their mean ratio counting as a
+        # quarter of a compile
         weights = [(0.3 ** sum(getattr(config, f) != getattr(c, f) for f in config.__dataclass_fields__), r)
                    for c, r in self.points]
         ratio = (0.25 * self.prior + sum(w * r for w, r in weights)) / (0.25 + sum(w for w, _ in weights))

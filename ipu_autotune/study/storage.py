@@ -227,8 +227,8 @@ def _write_ahead_log(rdb) -> None:
     makes 4 writes). The database stays consistent; a power cut or OS crash (not a killed
     worker) may lose the last trials, which a resumed study runs again. WAL needs the workers
     on one host (shared memory), which is what SQLite is for here (docs/multi-host.md).
-    Two workers popping the same queued trial, which the first try of this change showed
-    (tests/test_workers.py), is closed by the conditional UPDATE in deferred_writes.py."""
+    Two workers cannot pop the same queued trial: popping is the conditional UPDATE in
+    deferred_writes.py (tests/test_workers.py)."""
     from sqlalchemy import event
 
     def on_connect(connection, _record) -> None:
