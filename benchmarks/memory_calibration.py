@@ -27,10 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
-import search_efficiency as se
-from common import markdown_table
 import knob_hidden
 import random_hidden
+import search_efficiency as se
+from common import markdown_table
 from knob_hidden import KnobResponseHiddenIPU
 from random_hidden import RandomHiddenIPU, draw_ids
 
