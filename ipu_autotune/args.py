@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
 
 from .errors import UsageError
-from .option_spec import BadValue, Spec, specs
+from .option_spec import BadValue, defaults, specs
 from .options import (  # noqa: F401
     DEFAULT_FIT_CONFIDENCE,
     DEFAULT_HEADROOM,
@@ -24,11 +25,11 @@ from .options import (  # noqa: F401
 from .problem import Problem, default_input_shape, default_max_global_batch
 
 
-def _argparse_type(spec: Spec):
-    """The field's check as an argparse type: its refusal is argparse's one-line message."""
-    convert = spec.convert
+def _argparse_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A field's check (Spec.convert) as an argparse type: its refusal is argparse's one-line
+    message."""
 
-    def parse(text: str):
+    def parse(text: str) -> Any:
         try:
             return convert(text)
         except BadValue as exc:
@@ -39,7 +40,7 @@ def _argparse_type(spec: Spec):
 
 def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
     """The flags of an options class (options.py): each field's flag, its default the field's."""
-    default = {f.name: f.default for f in fields(cls)}
+    default = defaults(cls)
     groups: dict[str, Any] = {}
     for name, spec in specs(cls).items():
         if spec.kind == "positional":
@@ -57,12 +58,12 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
         if spec.kind == "switch":
             kwargs["action"] = "store_true"
         else:
-            kwargs["default"] = None if spec.kind == "repeat" else default[name]
+            kwargs["default"] = None if spec.kind == "repeat" else default.get(name)
             kwargs.update({k: v for k, v in (("metavar", spec.metavar), ("choices", spec.choices)) if v})
             if spec.kind == "repeat":
                 kwargs["action"] = "append"
             if spec.convert is not None:
-                kwargs["type"] = _argparse_type(spec)
+                kwargs["type"] = _argparse_type(spec.convert)
             if spec.required:
                 kwargs["required"] = True
         target.add_argument(*spec.flags, **kwargs)

@@ -8,10 +8,12 @@ parser's, so the command and the call refuse bad input alike (exit code 2: `Usag
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any, TypeVar
 
 from .errors import UsageError
+
+_Options = TypeVar("_Options")
 
 
 class BadValue(ValueError):
@@ -70,6 +72,12 @@ def option(default: Any = None, help: str | None = None, **spec: Any) -> Any:
     return field(default=default, metadata={"option": Spec(help, **spec)})
 
 
+def required(help: str | None = None, **spec: Any) -> Any:
+    """A flag the command cannot run without (`--study` of export, say): a field without a
+    default, so its type need not admit None. Keyword-only: it may follow fields with defaults."""
+    return field(kw_only=True, metadata={"option": Spec(help, required=True, **spec)})
+
+
 def switch(help: str | None = None, **spec: Any) -> Any:
     """A bool field that is a flag without a value."""
     return option(False, help, kind="switch", **spec)
@@ -90,7 +98,8 @@ def specs(cls: type) -> dict[str, Spec]:
 
 
 def defaults(cls: type) -> dict[str, Any]:
-    return {f.name: f.default for f in fields(cls)}
+    """The fields' defaults, by name; a required field (`required`) has none."""
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
 def keywords(cls: type) -> dict[str, Spec]:
@@ -135,7 +144,7 @@ def to_argv(cls: type, command: str, model: str | None, given: dict[str, Any]) -
     return argv
 
 
-def from_keywords(cls: type, command: str, model: str | None, given: dict[str, Any]):
+def from_keywords(cls: type[_Options], command: str, model: str | None, given: dict[str, Any]) -> _Options:
     """The options of a Python call: each keyword checked as its flag is (the value as the
     flag's text, through the same check), missing and clashing ones refused as the parser
     refuses them; `argv` is the command line the call stands for (--jobs workers run it)."""
@@ -163,7 +172,7 @@ def from_keywords(cls: type, command: str, model: str | None, given: dict[str, A
     if missing:
         names = ", ".join("/".join(s.flags) or "model" for s in missing)
         raise UsageError(f"{prog}: the following arguments are required: {names} (see {prog} --help)")
-    own = defaults(cls)
+    own = defaults(cls)  # model and argv have defaults
     values.update({k: v for k, v in (("model", model), ("argv", tuple(argv))) if k in own})
     return cls(**values)
 
@@ -176,7 +185,7 @@ def flag_words(options: Any, names: Iterable[str]) -> list[str]:
     words: list[str] = []
     for name in names:
         value, spec = getattr(options, name), all_specs[name]
-        if value == default[name]:
+        if name in default and value == default[name]:
             continue
         words += [spec.long_flag] if spec.kind == "switch" else [spec.long_flag, text(value)]
     return words
@@ -186,7 +195,7 @@ def flag_words(options: Any, names: Iterable[str]) -> list[str]:
 
 def positive(kind: type) -> Callable[[str], Any]:
     """A positive int or float."""
-    def parse(text: str):
+    def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
@@ -233,7 +242,7 @@ def shape(text: str) -> tuple[int, ...]:
     return dims
 
 
-def micro_batch_knob(text: str):
+def micro_batch_knob(text: str) -> str | dict[str, Any]:
     """'search', or 'LOW-HIGH': the micro_batch knob of the search space."""
     if text == "search":
         return text

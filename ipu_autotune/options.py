@@ -10,6 +10,7 @@ compiles with tune's --compile-timeout default, say).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -22,6 +23,7 @@ from .option_spec import (
     one_of,
     option,
     positive,
+    required,
     shape,
     switch,
     to_argv as _to_argv,
@@ -47,17 +49,17 @@ fraction = number_in(0, 0.5, "a number")
 HOST = "data and host (end-to-end throughput)"
 
 
-def _choice(choices, default=None, help=None, **spec):
+def _choice(choices: Iterable[str], default: str | None = None, help: str | None = None, **spec: Any) -> Any:
     return option(default, help, convert=one_of(tuple(choices)), choices=tuple(choices), **spec)
 
 
-def _fit_confidence():
+def _fit_confidence() -> Any:
     return option(DEFAULT_FIT_CONFIDENCE, "estimate backend: a configuration counts as fitting only when its chance "
                   "to fit, by the estimate's calibrated error bar, is at least P (default "
                   f"{DEFAULT_FIT_CONFIDENCE}; docs/estimator.md)", convert=number_in(0, 1, "a chance"), metavar="P")
 
 
-def _storage(help=None):
+def _storage(help: str | None = None) -> Any:
     return option(DEFAULT_STORAGE, help)
 
 
@@ -207,7 +209,7 @@ class PlanOptions(ProblemOptions):
 @dataclass(frozen=True)
 class ExportOptions:
     storage: str = _storage()
-    study: str | None = option(None, required=True)
+    study: str = required()
     trial: int | None = option(None, "trial number (default: the best)", convert=int)
     format: str = _choice(("python", "toml", "json", "ipu-config", "ipu-trainer"), "python",
                           "ipu-config: an optimum-graphcore ipu_config.json (IPUConfig fields only); ipu-trainer: "
@@ -218,7 +220,7 @@ class ExportOptions:
 @dataclass(frozen=True)
 class ShowOptions:
     storage: str = _storage()
-    study: str | None = option(None, required=True)
+    study: str = required()
     trial: int | None = option(None, "one trial in full: its whole configuration and memory per IPU",
                                convert=int, metavar="N")
     json: bool = switch()
@@ -227,7 +229,7 @@ class ShowOptions:
 @dataclass(frozen=True)
 class ReportOptions:
     storage: str = _storage()
-    study: str | None = option(None, required=True)
+    study: str = required()
     output: str | None = option(None, "where to write it (default STUDY.html)", flags=("-o", "--output"),
                                 metavar="FILE")
 
@@ -305,6 +307,7 @@ def to_argv(command: str, model: str | None, keywords: dict[str, Any]) -> list[s
     return _to_argv(OPTIONS[command], command, model, keywords)
 
 
-def from_keywords(command: str, model: str | None, keywords: dict[str, Any]):
-    """`command`'s options from a Python call's keywords, checked as its flags are."""
+def from_keywords(command: str, model: str | None, keywords: dict[str, Any]) -> Any:
+    """`command`'s options (an `OPTIONS[command]`) from a Python call's keywords, checked as its
+    flags are."""
     return _from_keywords(OPTIONS[command], command, model, keywords)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from rich.text import Text
@@ -19,7 +20,7 @@ from .common import console_for, make_backend, trace, with_host_data
 _WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recompute")
 
 
-def _parse_set(items: list[str]) -> dict:
+def _parse_set(items: Iterable[str]) -> dict:
     import tomllib
 
     out: dict[str, Any] = {}

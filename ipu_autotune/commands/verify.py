@@ -37,9 +37,7 @@ def _config_file(path: str) -> tuple[Problem | None, Config]:
 
 def configs(args: VerifyOptions) -> tuple[Problem, Config, Config, object]:
     """(problem, baseline, tuned, the study or None) from --study or --tuned/--baseline."""
-    if bool(args.study) == bool(args.tuned):
-        raise UsageError("verify: give one of --study NAME (its best against its baseline) and --tuned FILE")
-    if args.study:
+    if args.study and not args.tuned:
         from ..study.records import best_record, records
         from .common import baseline_of, load_study
 
@@ -51,10 +49,12 @@ def configs(args: VerifyOptions) -> tuple[Problem, Config, Config, object]:
                              "to verify")
         problem = problem_from_args(args, stored)
         return problem, base.config, best.config, study
-    file_problem, tuned = _config_file(args.tuned)
-    base_problem, baseline = _config_file(args.baseline) if args.baseline else (None, Config())
-    problem = problem_from_args(args, file_problem or base_problem)
-    return problem, baseline, tuned, None
+    if args.tuned and not args.study:
+        file_problem, tuned = _config_file(args.tuned)
+        base_problem, baseline = _config_file(args.baseline) if args.baseline else (None, Config())
+        problem = problem_from_args(args, file_problem or base_problem)
+        return problem, baseline, tuned, None
+    raise UsageError("verify: give one of --study NAME (its best against its baseline) and --tuned FILE")
 
 
 def verify(args: VerifyOptions, console) -> Verdict:

@@ -16,8 +16,10 @@ from ..rules.optimum_target import checkpoint_hook, trainer_option_lines
 from ..version import __version__
 from .serialization import serialization_code, serialization_lines
 
-# PopART RecomputationType (popart sessionoptions.hpp).
+# PopART RecomputationType (popart sessionoptions.hpp): values and names.
 RECOMPUTATION_TYPE = {"none": 0, "standard": 1, "norm_only": 2, "pipeline": 3, "all": 4}
+_RECOMPUTE_NAME = {"none": "NoRecompute", "standard": "Standard", "norm_only": "NormOnly",
+                   "pipeline": "Pipeline", "all": "RecomputeAll"}
 #: the loss scale automatic loss scaling starts from
 ALS_INITIAL_SCALE = 128.0
 
@@ -48,8 +50,7 @@ def options_lines(config: Config) -> list[str]:
         lines.append(f"opts.deviceIterations({int_literal(c.device_iterations)})")
     if c.replicas != 1:
         lines.append(f"opts.replicationFactor({int_literal(c.replicas)})")
-    if c.reserved_ipus != c.total_ipus:
-        # Without it PopTorch refuses a count that is not a power of two on hardware.
+    if c.reserved_ipus != c.total_ipus:  # else PopTorch refuses a count not a power of two on hardware
         lines.append(f"opts.autoRoundNumIPUs(True)  # reserves {c.reserved_ipus} IPUs for these {c.total_ipus}")
     if c.gradient_accumulation != 1:
         lines.append(f"opts.Training.gradientAccumulation({int_literal(c.gradient_accumulation)})")
@@ -87,10 +88,6 @@ def options_lines(config: Config) -> list[str]:
     if c.io_tiles:
         lines.append(f"opts.TensorLocations.numIOTiles({int_literal(c.io_tiles)})")
     return lines
-
-
-_RECOMPUTE_NAME = {"none": "NoRecompute", "standard": "Standard", "norm_only": "NormOnly",
-                   "pipeline": "Pipeline", "all": "RecomputeAll"}
 
 
 def config_notes(problem: Problem, config: Config) -> list[str]:

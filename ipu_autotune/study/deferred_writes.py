@@ -77,8 +77,12 @@ class DeferredTrialWrites(_StorageBase):
     docstring). The storage implements `_write_batch(trial_id, held, state, values)`, and
     `_study_of(trial_id)` and `_known_distribution(study_id, name)` from what it has read."""
 
-    if TYPE_CHECKING:
+    if TYPE_CHECKING:  # what the storage class provides
         def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool: ...
+
+        def _study_of(self, trial_id: int) -> int | None: ...
+
+        def _known_distribution(self, study_id: int, name: str) -> BaseDistribution | None: ...
 
     def _held_init(self) -> None:
         self._held: dict[int, _Held] = {}
@@ -278,7 +282,7 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
                 else:  # as RDBStorage: KeyError for no such trial, UpdateFinishedTrialError for a
                     # finished one (Optuna's `_pop_waiting_trial_id` moves on), False for a running one
                     found = models.TrialModel.find_or_raise_by_id(trial_id, session)
-                    self._backend.check_trial_is_updatable(trial_id, found.state)
+                    self._backend.check_trial_is_updatable(trial_id, cast(TrialState, found.state))
             if updated == 1:
                 self._hold(trial_id)
             return updated == 1
