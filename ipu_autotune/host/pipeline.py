@@ -187,9 +187,11 @@ def end_to_end(problem: Problem, config: Config, device_parts: dict[str, float],
     """Combine the IPUs' time per call (split into named parts) with the host pipeline.
 
     `device_parts` are seconds per call: "device compute", "weight update", "all-reduce",
-    "host call" (the round trip of one call). The bottleneck is the part with the largest
-    share of the call; with an overlapped loader the host input's share is its own time
-    over the call, which is 100% when the IPUs wait for it.
+    "host call" (the round trip of one call). The bottleneck is the side that takes longer,
+    the host's input or the IPUs' parts together, and on the IPUs' side their largest part:
+    with an overlapped loader the call lasts as long as the slower side, so naming the largest
+    single share would call the host the limit while the IPUs' parts together outlast it.
+    Each share is that part's time over the call (host input: 100% when the IPUs wait for it).
     """
     costs = costs or host_costs(problem)
     n = samples_per_call(problem, config)
@@ -199,7 +201,8 @@ def end_to_end(problem: Problem, config: Config, device_parts: dict[str, float],
     parts = dict(device_parts)
     parts["host input"] = host_input
     shares = {k: v / call for k, v in parts.items() if call > 0}
-    name = max(shares, key=shares.__getitem__)
+    name = "host input" if host_input >= device_call or not device_parts \
+        else max(device_parts, key=device_parts.__getitem__)
     return EndToEnd(throughput=n / call, call_time_s=call, device_call_s=device_call,
                     host_input_s=host_input, shares=shares, bottleneck=name,
                     bottleneck_share=shares[name])
