@@ -37,12 +37,14 @@ class BlindRound:
 
     def outcomes(self, key, load: float, speed: float) -> list[float]:
         """Per draw, the bet's throughput if it fits, else 0 (`load`: estimated busiest tile / a tile)."""
-        return [speed * math.exp(s) if load * math.exp(g + l) <= 1.0 else 0.0
-                for g, (l, s) in zip(self.shared, self._layout(key))]
+        # _layout draws a (layout, speed) pair per shared draw: equal lengths
+        return [speed * math.exp(s) if load * math.exp(g + g_layout) <= 1.0 else 0.0
+                for g, (g_layout, s) in zip(self.shared, self._layout(key), strict=True)]
 
     @staticmethod
     def worth(outcomes: list[list[float]]) -> float:
         """The round's expected best: the mean over draws of its fastest bet that fits."""
         if not outcomes:
             return 0.0
-        return sum(max(column) for column in zip(*outcomes)) / len(outcomes[0])
+        # one round's outcomes (every caller's): a value per draw each
+        return sum(max(column) for column in zip(*outcomes, strict=True)) / len(outcomes[0])

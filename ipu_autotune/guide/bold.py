@@ -16,10 +16,10 @@ from dataclasses import replace
 from itertools import product
 
 from ..problem import Config
-from .warmstart import climb
 from .corrected import CorrectedModel, CorrectedScreen, Judgement, layout
 from .gain import expected_improvement
 from .pairs import best_pair
+from .warmstart import climb
 
 #: the fastest and the leanest single changes a bet's climb pairs (each with each)
 BET_PAIRS = 6

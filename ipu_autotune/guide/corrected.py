@@ -28,14 +28,14 @@ from statistics import NormalDist
 from ..backends.base import Measurement
 from ..host.pipeline import overlapped
 from ..knob_spec import SPEC
+from ..models import partition
 from ..problem import Config
+from ..search.replay import checkpoint_spacing, with_splits
 from .call_model import CallModel, CallTime, call_time
 from .features import featurizer_for
 from .knob_effects import Residuals
 from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
 from .warmstart import Screen
-from ..models import partition
-from ..search.replay import checkpoint_spacing, with_splits
 
 #: a candidate "fits" when its learnt chance to fit is at least this
 FIT_CONFIDENCE = 0.8
@@ -113,7 +113,9 @@ def observe(screen: Screen, measured: Sequence) -> list[Observation]:
         predicted = screen(config)
         if predicted is None:
             continue
-        ratios = [got / want for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes) if want > 0]
+        # a compile's IPUs may differ from the estimate's (an OOM without every IPU's tiles)
+        ratios = [got / want for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes, strict=False)
+                  if want > 0]
         tiles = tuple(memory_points(screen, [(config, m)], layout))
         call = call_time(predicted, overlapped(config), m)
         out.append(Observation(config, max(ratios) if ratios else None, tiles, call))
@@ -199,12 +201,14 @@ class CorrectedModel:
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
         apart = self._apart(config, m)
         if 0 in apart:  # tiles a compile held, to the byte as far as the estimate tells
-            held = [r for d, (_, r) in zip(apart, self.memory_residuals) if d == 0 and len(r) == len(tiles)]
+            # _apart: one entry per memory residual
+            held = [r for d, (_, r) in zip(apart, self.memory_residuals, strict=True)
+                    if d == 0 and len(r) == len(tiles)]
             return [(mu + sum(r[i] for r in held) / len(held) if held else mu, KNOWN_TILE_SD)
                     for i, (mu, _) in enumerate(tiles)], 1.0 - self.hedge
-        effects = self.memory_effects.at_levels(config, range(len(tiles)))
+        effects = self.memory_effects.at_levels(config, range(len(tiles)))  # one per tile
         return [(mu + residual, math.sqrt(sd * sd + spread * spread))
-                for (mu, sd), (residual, spread) in zip(tiles, effects)], 1.0 - self.hedge
+                for (mu, sd), (residual, spread) in zip(tiles, effects, strict=True)], 1.0 - self.hedge
 
     def tiles_known(self, config: Config) -> bool:
         """Whether a compile held this config's very tiles (_tiles): compiling it cannot

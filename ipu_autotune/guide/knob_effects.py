@@ -199,5 +199,6 @@ class Residuals:
             if len(self._cache) > 100_000:  # bounded, as the Featurizer's
                 self._cache.clear()
             mean, sd = self.effects.predict(*self._arrays([(config, level) for level in levels]))
-            got = self._cache[key] = [(float(m), float(s)) for m, s in zip(mean, sd)]
+            # predict: a mean and a spread per row
+            got = self._cache[key] = [(float(m), float(s)) for m, s in zip(mean, sd, strict=True)]
         return got

@@ -92,7 +92,8 @@ def memory_points(screen, measured: Sequence, layout: Callable[[Config], tuple])
             continue
         cap = predicted.tile_capacity_bytes or m.tile_capacity_bytes
         parts = predicted.breakdown or [None] * len(m.max_tile_bytes)
-        for got, want, breakdown in zip(m.max_tile_bytes, predicted.max_tile_bytes, parts):
+        # a breakdown of another length is read as far as it goes (calibration/prior.memory_points)
+        for got, want, breakdown in zip(m.max_tile_bytes, predicted.max_tile_bytes, parts, strict=False):
             out.append(MemoryPoint(layout(config), want / cap, ipu_shares(breakdown), got / cap,
                                    recompute_segments(config)))
     return out
@@ -172,7 +173,7 @@ class MemoryModel:
         self.layout_sd = PRIORS["layout"][1] * (1.0 if prior is None else prior.memory_scale)
         if prior is not None:
             priors = [prior.memory.get(name, (p[0], self.layout_sd) if name.startswith("layout ") else p)
-                      for name, p in zip(names, priors)]
+                      for name, p in zip(names, priors, strict=True)]  # built part for part
         self.prior_mean = [m for m, _ in priors]
         self._prior_cov = _prior_covariance(names, priors, prior)
         self._diagonal = prior is None or not prior.memory_cov
@@ -228,7 +229,7 @@ class MemoryModel:
                                / (NOISE_PRIOR_POINTS + len(self.points)))
         self.mean = self._fit()
         m, w = self.mean, 1.0 / self.noise**2
-        apart = [mi - m0 for mi, m0 in zip(m, self.prior_mean)]
+        apart = [mi - m0 for mi, m0 in zip(m, self.prior_mean, strict=True)]  # one per part, both
         return -0.5 * (len(self.points) * math.log(2 * math.pi * self.noise**2) + _log_det(cov_low)
                        + _log_det(self._low) + w * self._rss(m)
                        + self._dot(apart, [self._dot(row, apart) for row in self._prior_precision]))
@@ -244,12 +245,16 @@ class MemoryModel:
 
     @staticmethod
     def _dot(a: list[float], b: list[float]) -> float:
-        return sum(x * y for x, y in zip(a, b))
+        # the vectors are the parts' length, but `tile` takes its caller's shares: not strict,
+        # so a shares tuple of another length reads as it always did
+        return sum(x * y for x, y in zip(a, b, strict=False))
 
     def _fit(self) -> list[float]:
         w = 1.0 / self.noise**2
-        precision = [[p + w * g for p, g in zip(prow, grow)] for prow, grow in zip(self._prior_precision, self._gram)]
-        b = [self._dot(row, self.prior_mean) + w * xy for row, xy in zip(self._prior_precision, self._xy)]
+        # n x n and n (n: the parts), all built from self.names
+        precision = [[p + w * g for p, g in zip(prow, grow, strict=True)]
+                     for prow, grow in zip(self._prior_precision, self._gram, strict=True)]
+        b = [self._dot(row, self.prior_mean) + w * xy for row, xy in zip(self._prior_precision, self._xy, strict=True)]
         self._low = _cholesky(precision)  # the posterior precision's factor: the mean, its inverse, its determinant
         return _solve(self._low, b)
 
@@ -280,4 +285,6 @@ class MemoryModel:
         the predicted busiest tile."""
         cap = estimate.tile_capacity_bytes
         parts = estimate.breakdown or [None] * len(estimate.max_tile_bytes)
-        return [self.tile(lay, t / cap, ipu_shares(b), checkpoints) for t, b in zip(estimate.max_tile_bytes, parts)]
+        # as memory_points: a breakdown of another length is read as far as it goes
+        return [self.tile(lay, t / cap, ipu_shares(b), checkpoints)
+                for t, b in zip(estimate.max_tile_bytes, parts, strict=False)]

@@ -28,16 +28,23 @@ from itertools import combinations
 
 from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
-from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
-from .gain import expected_improvement
-from .bold import BetModel, GainModel, bet_climb
-from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
-from .blind import BlindRound
-from .pairs import best_pair, merged
-from .untried import Closed
+from ..profiles.trace import ModelProfile
 from ..search.space import SearchSpace
+from .blind import BlindRound
+from .bold import BetModel, GainModel, bet_climb
+from .corrected import (
+    FIT_CONFIDENCE,
+    CandidatePool,
+    CorrectedModel,
+    CorrectedScreen,
+    layout,
+    observe,
+)
+from .gain import expected_improvement
+from .pairs import best_pair, merged
 from .proposal import History, Proposal, Reason
+from .untried import Closed
 from .warmstart import Screen, climb
 
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline,
@@ -68,7 +75,8 @@ def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequenc
         if m.source == "estimate" or not m.max_tile_bytes:
             continue
         predicted = estimate(problem, config, profile, constants)
-        for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes):
+        # a compile's IPUs may differ from the estimate's (an OOM without every IPU's tiles)
+        for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes, strict=False):
             if want > 0:
                 ratios.append(got / want)
     return max([floor, *ratios]) if ratios else floor
@@ -114,7 +122,7 @@ class Guide:
     def has_prior(self) -> bool:
         return self.screen.prior is not None
 
-    def stopping(self, history: History) -> "Stop | None":
+    def stopping(self, history: History) -> Stop | None:
         """The stopping rule on `history` (None while further compiles are expected to pay),
         as the last proposal judged it when that was on the same history."""
         if self._stopped is None or self._stopped[0] != _key(history):

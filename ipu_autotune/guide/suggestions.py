@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from ..backends.base import Measurement, format_bytes
 from ..backends.estimate import EstimateBackend
-from ..profiles.trace import ModelProfile, profile_for
 from ..problem import Config, Problem
+from ..profiles.trace import ModelProfile, profile_for
 from ..rules.cross_field import recipe_violations, violations
 from ..search.replay import checkpoint_spacing
 from ..search.space import SearchSpace
 from .warmstart import _alternatives
+
 
 @dataclass(frozen=True)
 class Suggestion:

@@ -16,16 +16,15 @@ from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..batch import micro_batch
 from ..knob_spec import SPEC
 from ..models import partition
+from ..problem import Config, Problem
+from ..profiles.optimum_placement import layer_units, wildcard_cuts
 from ..profiles.placement import stage_starts
 from ..profiles.refine import split_grid
 from ..profiles.trace import ModelProfile
-from ..problem import Config, Problem
 from ..rules.cross_field import min_pipeline_accumulation, violations
-from ..profiles.optimum_placement import layer_units, wildcard_cuts
 from ..search.replay import checkpoint_spacing, with_splits
 from ..search.space import Choice, Range, SearchSpace, checkpoints_every
 from .proposal import Proposal
-
 
 #: a study's baseline trial; the runner may add a note to it ("baseline (outside your space: ...)"),
 #: so the stored origin is tested by its start
