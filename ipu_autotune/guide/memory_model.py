@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from ..backends.base import CATEGORIES, Measurement
 from ..problem import Config
+from .prior import GuidePrior
 
 #: prior (mean, standard deviation) of each part, in fractions of a tile
 PRIORS = {"fixed": (0.0, 0.10), "proportional": (1.0, 0.30), "category": (0.0, 0.15), "layout": (0.0, 0.05),
@@ -79,7 +80,8 @@ def ipu_shares(breakdown: dict[str, int] | None) -> tuple[float, ...]:
     return tuple((breakdown or {}).get(c, 0) / total if total else 0.0 for c in CATEGORIES)
 
 
-def memory_points(screen, measured: Sequence, layout: Callable[[Config], tuple]) -> list[MemoryPoint]:
+def memory_points(screen: Callable[[Config], Measurement | None], measured: Sequence,
+                  layout: Callable[[Config], tuple]) -> list[MemoryPoint]:
     """One point per IPU of every compile that reports its tiles; `screen` gives the nominal
     estimate of a config (warmstart.Screen), `measured` is (config, Measurement) pairs,
     `layout` the IPU layout a fixed cost may depend on (guide/corrected.layout)."""
@@ -91,7 +93,7 @@ def memory_points(screen, measured: Sequence, layout: Callable[[Config], tuple])
         if predicted is None or len(predicted.max_tile_bytes) != len(m.max_tile_bytes):
             continue
         cap = predicted.tile_capacity_bytes or m.tile_capacity_bytes
-        parts = predicted.breakdown or [None] * len(m.max_tile_bytes)
+        parts: Sequence[dict[str, int] | None] = predicted.breakdown or [None] * len(m.max_tile_bytes)
         # a breakdown of another length is read as far as it goes (calibration/prior.memory_points)
         for got, want, breakdown in zip(m.max_tile_bytes, predicted.max_tile_bytes, parts, strict=False):
             out.append(MemoryPoint(layout(config), want / cap, ipu_shares(breakdown), got / cap,
@@ -133,7 +135,8 @@ def _log_det(low: list[list[float]]) -> float:
     return 2.0 * sum(math.log(low[i][i]) for i in range(len(low)))
 
 
-def _prior_covariance(names: list[str], priors: list[tuple[float, float]], prior) -> list[list[float]]:
+def _prior_covariance(names: list[str], priors: list[tuple[float, float]],
+                      prior: GuidePrior | None) -> list[list[float]]:
     """The parts' prior covariance: diagonal from the spreads, except where a store's prior
     gives the covariance of its parts (their fit on other studies' compiles moves the
     proportional part and the per-category deviations together: their spreads alone would
@@ -159,7 +162,13 @@ def _widened(cov: list[list[float]], widths: dict[int, float]) -> list[list[floa
 class MemoryModel:
     """The learnt fixed and proportional parts (see the module's docstring)."""
 
-    def __init__(self, points: list[MemoryPoint], prior=None):
+    # set by _settle and _fit (annotations only, for the type checker: no class attributes)
+    mean: list[float]
+    noise: float
+    _low: list[list[float]]
+    _prior_precision: list[list[float]]
+
+    def __init__(self, points: list[MemoryPoint], prior: GuidePrior | None = None):
         """`prior`: a guide.prior.GuidePrior whose parts replace PRIORS (other studies' compiles)."""
         self.points = points
         self.layouts = sorted({p.layout for p in points}, key=repr)
@@ -284,7 +293,7 @@ class MemoryModel:
         """Per IPU of a candidate in layout `lay` (its nominal estimate, its recompute_segments),
         the predicted busiest tile."""
         cap = estimate.tile_capacity_bytes
-        parts = estimate.breakdown or [None] * len(estimate.max_tile_bytes)
+        parts: Sequence[dict[str, int] | None] = estimate.breakdown or [None] * len(estimate.max_tile_bytes)
         # as memory_points: a breakdown of another length is read as far as it goes
         return [self.tile(lay, t / cap, ipu_shares(b), checkpoints)
                 for t, b in zip(estimate.max_tile_bytes, parts, strict=False)]

@@ -3,7 +3,7 @@ and the stored record read of a guide's decision (no side attributes, no text pa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -61,7 +61,7 @@ class History:
     would_compile: Callable[[Config], bool] | None = None
 
     @classmethod
-    def of(cls, measured: Sequence, asked=None, running: int = 0,
+    def of(cls, measured: Sequence, asked: Iterable[Config] | None = None, running: int = 0,
            would_compile: Callable[[Config], bool] | None = None) -> History:
         """`asked` defaults to the measured configs."""
         return cls(list(measured), set(asked) if asked is not None else {c for c, _ in measured}, running,

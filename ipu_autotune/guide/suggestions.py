@@ -37,7 +37,7 @@ def busiest_need(m: Measurement) -> int:
     return max(m.max_tile_bytes) * (m.capacity_bytes[0] // m.tile_capacity_bytes)
 
 
-def _value(key: str, config: Config, profile: ModelProfile):
+def _value(key: str, config: Config, profile: ModelProfile) -> object:
     value = config.to_dict(every_field=True)[key]
     if key == "checkpoints":
         every = checkpoint_spacing(profile, config)
