@@ -16,10 +16,11 @@ from dataclasses import replace
 from itertools import product
 
 from ..problem import Config
-from .warmstart import climb
-from .corrected import CorrectedModel, CorrectedScreen, Judgement, layout
+from ..search.space import SearchSpace
+from .corrected import CorrectedModel, CorrectedScreen, Judgement, Observation, layout
 from .gain import expected_improvement
 from .pairs import best_pair
+from .warmstart import Screen, climb
 
 #: the fastest and the leanest single changes a bet's climb pairs (each with each)
 BET_PAIRS = 6
@@ -34,7 +35,7 @@ class BetModel(CorrectedModel):
     fast candidate over memory walks to the best bet near it, trading a little speed for
     memory where the model is unsure."""
 
-    def __init__(self, screen, observations):
+    def __init__(self, screen: Screen, observations: list[Observation]):
         super().__init__(screen, observations, 0.0)
         self.bets: dict[Config, Judgement | None] = {}
 
@@ -53,7 +54,7 @@ class BetModel(CorrectedModel):
 
     def starts(self, pool: Iterable[Config]) -> list[Config]:
         """Per IPU layout, the candidate fastest if it fit, among those with a LONG_SHOT or more."""
-        fastest: dict = {}
+        fastest: dict[tuple, tuple[float, Config]] = {}
         for c in pool:
             j = CorrectedModel.judge(self, c)
             if j is None or j.chance < LONG_SHOT:
@@ -70,7 +71,7 @@ class GainModel(BetModel):
     fastest candidate walks to the compile that layout most likely pays with: often one at
     the edge of memory, which a climb at the learnt margin never reaches."""
 
-    def __init__(self, screen, observations, best: float):
+    def __init__(self, screen: Screen, observations: list[Observation], best: float):
         super().__init__(screen, observations)
         self.best = best
 
@@ -82,17 +83,20 @@ class GainModel(BetModel):
         return self.bets[config]
 
 
-def bet_climb(screen: CorrectedScreen, model: BetModel, space, start: Config, rounds: int = 8) -> Config:
+def bet_climb(screen: CorrectedScreen, model: BetModel, space: SearchSpace, start: Config,
+              rounds: int = 8) -> Config:
     """warmstart.climb on expected throughput, then, when no single change helps, pairs of
     one of the fastest single changes (were they to fit) with one of those that free the
     most memory: more accumulation with the optimizer state offloaded, say, where either
     alone is slower or over memory."""
     best = climb(screen, space, start)
     for _ in range(rounds):
-        singles = [c for knob, c in screen.candidates(space, best)
-                   if knob != "ipus_per_replica" and model.judge(c) is not None]
+        # each with its judgement (judge caches it): the leanest are sorted by its busiest tile
+        judged = [(c, j) for knob, c in screen.candidates(space, best)
+                  if knob != "ipus_per_replica" and (j := model.judge(c)) is not None]
+        singles = [c for c, _ in judged]
         fast = sorted(singles, key=model.throughput, reverse=True)[:BET_PAIRS]
-        lean = sorted(singles, key=lambda c: model.judge(c).busiest)[:BET_PAIRS]
+        lean = [c for c, _ in sorted(judged, key=lambda t: t[1].busiest)][:BET_PAIRS]
         top = best_pair(model, best, product(fast, lean))
         if top is None:
             break

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from ..backends.base import Measurement
 
@@ -98,7 +99,9 @@ class CallModel:
 
     def _loss(self, u: float, v: float, leak: float) -> float:
         du, hv = math.exp(u), math.exp(v)
-        fit = sum((math.log(p.measured_s / p.combined(du, hv, leak))) ** 2 for p in self.points) / NOISE_SD**2
+        # self.points are the measured calls (__init__): no measured_s is None
+        fit = sum((math.log(cast(float, p.measured_s) / p.combined(du, hv, leak))) ** 2
+                  for p in self.points) / NOISE_SD**2
         mu, mv, sd = self.prior
         return fit + ((u - mu) ** 2 + (v - mv) ** 2) / sd**2 + (leak / LEAK_SD) ** 2
 
@@ -131,6 +134,7 @@ class CallModel:
 
     def log_residual(self, p: CallTime) -> float:
         """log(measured / learnt) throughput of a compiled config."""
+        assert p.measured_s is not None  # a compiled config's: its callers pass measured calls
         return math.log(p.combined(self.device, self.host, self.leak) / p.measured_s)
 
 

@@ -21,21 +21,24 @@ constants and structure.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from statistics import NormalDist
 
 from ..backends.base import Measurement
 from ..host.pipeline import overlapped
 from ..knob_spec import SPEC
+from ..models import partition
 from ..problem import Config
+from ..profiles.trace import ModelProfile
+from ..search.replay import checkpoint_spacing, with_splits
+from ..search.space import Range, SearchSpace
 from .call_model import CallModel, CallTime, call_time
 from .features import featurizer_for
 from .knob_effects import Residuals
 from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
+from .prior import GuidePrior
 from .warmstart import Screen
-from ..models import partition
-from ..search.replay import checkpoint_spacing, with_splits
 
 #: a candidate "fits" when its learnt chance to fit is at least this
 FIT_CONFIDENCE = 0.8
@@ -113,14 +116,16 @@ def observe(screen: Screen, measured: Sequence) -> list[Observation]:
         predicted = screen(config)
         if predicted is None:
             continue
-        ratios = [got / want for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes) if want > 0]
+        # a compile's IPUs may differ from the estimate's (an OOM without every IPU's tiles)
+        ratios = [got / want for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes, strict=False)
+                  if want > 0]
         tiles = tuple(memory_points(screen, [(config, m)], layout))
         call = call_time(predicted, overlapped(config), m)
         out.append(Observation(config, max(ratios) if ratios else None, tiles, call))
     return out
 
 
-class CandidatePool(dict):
+class CandidatePool(dict[Config, None]):
     """An insertion-ordered set of candidates (add, update, in, iteration): ties in the
     guide's ranking then fall the same way in every process, where a set's order follows
     string hashing (PYTHONHASHSEED) and so did the guide's proposals."""
@@ -128,12 +133,12 @@ class CandidatePool(dict):
     def add(self, config: Config) -> None:
         self[config] = None
 
-    def update(self, configs=()) -> None:  # type: ignore[override]
+    def update(self, configs: Iterable[Config] = ()) -> None:  # type: ignore[override]  # a set's update, not dict's
         for c in configs:
             self[c] = None
 
 
-def local_memory_sd(prior) -> float:
+def local_memory_sd(prior: GuidePrior | None) -> float:
     """How far a config's busiest tile may depart from the learnt parts where no compile near
     it is known: LOCAL_MEMORY_SD, scaled by what a store's prior showed (guide/prior.py)."""
     return LOCAL_MEMORY_SD * (1.0 if prior is None else prior.memory_scale)
@@ -180,7 +185,7 @@ class CorrectedModel:
                       if o.call is not None and o.call.measured_s]
         self.speed_effects = Residuals(features, [(c, None, r) for c, r in self.speed], SPEED_EFFECT, SPEED_NOISE)
         self._z = NormalDist().inv_cdf(confidence)
-        self.cache: dict[Config, tuple | None] = {}
+        self.cache: dict[Config, Judgement | None] = {}
 
     @property
     def memory_prior(self) -> float:
@@ -199,12 +204,14 @@ class CorrectedModel:
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
         apart = self._apart(config, m)
         if 0 in apart:  # tiles a compile held, to the byte as far as the estimate tells
-            held = [r for d, (_, r) in zip(apart, self.memory_residuals) if d == 0 and len(r) == len(tiles)]
+            # _apart: one entry per memory residual
+            held = [r for d, (_, r) in zip(apart, self.memory_residuals, strict=True)
+                    if d == 0 and len(r) == len(tiles)]
             return [(mu + sum(r[i] for r in held) / len(held) if held else mu, KNOWN_TILE_SD)
                     for i, (mu, _) in enumerate(tiles)], 1.0 - self.hedge
-        effects = self.memory_effects.at_levels(config, range(len(tiles)))
+        effects = self.memory_effects.at_levels(config, range(len(tiles)))  # one per tile
         return [(mu + residual, math.sqrt(sd * sd + spread * spread))
-                for (mu, sd), (residual, spread) in zip(tiles, effects)], 1.0 - self.hedge
+                for (mu, sd), (residual, spread) in zip(tiles, effects, strict=True)], 1.0 - self.hedge
 
     def tiles_known(self, config: Config) -> bool:
         """Whether a compile held this config's very tiles (_tiles): compiling it cannot
@@ -282,7 +289,7 @@ class CorrectedModel:
 class CorrectedScreen(Screen):
     """A warmstart.Screen whose answers are corrected (so warmstart.climb climbs the corrected model)."""
 
-    def __init__(self, model: CorrectedModel, neighbours: dict | None = None):
+    def __init__(self, model: CorrectedModel, neighbours: dict[Config, list[tuple[str, Config]]] | None = None):
         """`neighbours`: a cache of each config's single-knob changes, kept across proposals
         (generating them balances splits on the estimator: the costly part of a climb)."""
         s = model.screen
@@ -290,7 +297,7 @@ class CorrectedScreen(Screen):
         self.model = model
         self.neighbours = {} if neighbours is None else neighbours
 
-    def candidates(self, space, config: Config):
+    def candidates(self, space: SearchSpace, config: Config) -> list[tuple[str, Config]]:
         if config not in self.neighbours:
             found = list(super().candidates(space, config))
             found += [("fine", self.prepare(c)) for c in finer_changes(space, config)]
@@ -302,13 +309,14 @@ class CorrectedScreen(Screen):
     def __call__(self, config: Config) -> Measurement | None:
         if config not in self.cache:
             j, m = self.model.judge(config), self.model.screen(config)
-            self.cache[config] = None if j is None else replace(
+            # m is None only where j is (judge rejects what the cached screen rejects)
+            self.cache[config] = None if j is None or m is None else replace(
                 m, feasible=j.fits, throughput=j.worth, headroom=0.0, failure=None if j.fits else "oom",
                 max_tile_bytes=[int(j.load * m.tile_capacity_bytes)] if m.tile_capacity_bytes else m.max_tile_bytes)
         return self.cache[config]
 
 
-def finer_changes(space, c: Config) -> list[Config]:
+def finer_changes(space: SearchSpace, c: Config) -> list[Config]:
     """Single changes warmstart's climb leaves out, worth a compile once the model is
     corrected: I/O tiles (not pipelined, as the space samples them), every available
     memory proportion step, and one IPU's proportion a step up or down."""
@@ -319,7 +327,7 @@ def finer_changes(space, c: Config) -> list[Config]:
                 for t in getattr(tiles, "values", ()) if t != c.io_tiles]
     amp = space.knobs.get("available_memory_proportion")
     step = getattr(amp, "step", None)
-    if amp is not None and step:
+    if isinstance(amp, Range) and step:  # a Choice has no step
         n = int((amp.high - amp.low) / step + 1e-9)
         out += [c.replace(available_memory_proportion=(round(amp.low + i * step, 4),) * c.ipus_per_replica)
                 for i in range(n + 1)]
@@ -332,7 +340,7 @@ def finer_changes(space, c: Config) -> list[Config]:
     return [x for x in out if x != c]
 
 
-def split_moves(profile, c: Config) -> list[Config]:
+def split_moves(profile: ModelProfile, c: Config) -> list[Config]:
     """Stage boundaries moved by one or two units, each alone and all together, with the
     checkpoints re-derived for the new stages (search.replay.with_splits, as warmstart's
     moves do). All together: a pipeline whose first stage holds more than the estimate

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 
 from ..knob_spec import SPEC
 from ..problem import Config
+from ..profiles.trace import ModelProfile
 
 _KIND = {k.name: k.kind for k in SPEC}
 _TILE_MEMORY = {k.name for k in SPEC if k.tile_memory}
@@ -95,7 +96,7 @@ class Featurizer:
 _FEATURIZERS: dict[tuple[str, ...], Featurizer] = {}
 
 
-def featurizer_for(profile) -> Featurizer:
+def featurizer_for(profile: ModelProfile) -> Featurizer:
     """The Featurizer of a model profile's execution order (one per model, cached)."""
     paths = tuple(u.path for u in profile.units)
     if paths not in _FEATURIZERS:

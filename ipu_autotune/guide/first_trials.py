@@ -3,8 +3,15 @@ store's prior (docs/calibration.md), then the baseline."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..problem import Config
 from .corrected import CorrectedModel, CorrectedScreen
 from .proposal import History, Proposal, Reason
+
+if TYPE_CHECKING:  # a type only: proposals imports this module (Guide.first_trials)
+    from .proposals import Guide
 
 #: the chance to fit the guide's first choice under a store's prior needs (the guide's safe
 #: choices need corrected.FIT_CONFIDENCE): an out-of-memory first compile spends the head start
@@ -12,7 +19,8 @@ from .proposal import History, Proposal, Reason
 FIRST_CONFIDENCE = 0.95
 
 
-def first_trials(guide, warm: list[Proposal], would_compile=None) -> list[Proposal]:
+def first_trials(guide: Guide, warm: list[Proposal],
+                 would_compile: Callable[[Config], bool] | None = None) -> list[Proposal]:
     """The trials a new study enqueues when the guide has a prior: the guide's own first
     choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit; when none
     is that sure, the likeliest to fit), then the baseline (the summary compares the best

@@ -30,6 +30,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..problem import Config
+from .features import Featurizer
+
 #: a knob's length scale on its coordinates (about [0, 1] each): non-monotone effects allowed
 LENGTH = 0.3
 #: the log-normal prior on each spread: median `unit` (the interaction term's: half of it),
@@ -72,13 +75,14 @@ class KnobEffects:
         # terms: the constant, one per numeric knob, one per level, the interaction
         self._prior_log = np.log(np.array([unit] * (1 + len(self.groups) + knob_levels) + [unit / 2]))
         self.log_spread = self._prior_log.copy()
-        self._chol = self._alpha = None
+        self._chol: np.ndarray | None = None
+        self._alpha: np.ndarray | None = None
         if len(self.y):
             self._fit()
 
     # --- the kernel ------------------------------------------------------------------------
 
-    def _terms(self, num_a, lvl_a, num_b, lvl_b) -> np.ndarray:
+    def _terms(self, num_a: np.ndarray, lvl_a: np.ndarray, num_b: np.ndarray, lvl_b: np.ndarray) -> np.ndarray:
         """Every term's kernel at unit spread, stacked: (terms, rows of a, rows of b)."""
         scale = 1.0
         if self.outputs:
@@ -124,8 +128,8 @@ class KnobEffects:
             theta = theta + RATE * (m / (1 - 0.9**step)) / (np.sqrt(v / (1 - 0.999**step)) + 1e-8)
         self.log_spread = theta
         k = np.tensordot(np.exp(2 * theta), terms, axes=1) + (self.noise**2 + 1e-10) * np.eye(n)
-        self._chol = np.linalg.cholesky(k)
-        self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, self.y))
+        self._chol = chol = np.linalg.cholesky(k)
+        self._alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, self.y))
 
     def _variance(self, numeric: np.ndarray) -> np.ndarray:
         return np.exp(2 * self.log_spread) @ self._self_terms(numeric)
@@ -133,14 +137,15 @@ class KnobEffects:
     def predict(self, numeric: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of the residual at each row."""
         prior = self._variance(numeric)
-        if self._alpha is None:
+        if self._alpha is None or self._chol is None:  # set together (_fit)
             return np.zeros(len(numeric)), np.sqrt(prior)
         k = np.tensordot(np.exp(2 * self.log_spread), self._terms(numeric, levels, self.numeric, self.levels), axes=1)
         mean = k @ self._alpha
         v = np.linalg.solve(self._chol, k.T)
         return mean, np.sqrt(np.maximum(prior - (v * v).sum(0), 1e-12))
 
-    def correlation(self, num_a, lvl_a, num_b, lvl_b) -> np.ndarray:
+    def correlation(self, num_a: np.ndarray, lvl_a: np.ndarray, num_b: np.ndarray, lvl_b: np.ndarray
+                    ) -> np.ndarray:
         """Prior correlation of the residuals at each row of a with each row of b: how much of
         one's outcome is the other's."""
         k = np.tensordot(np.exp(2 * self.log_spread), self._terms(num_a, lvl_a, num_b, lvl_b), axes=1)
@@ -152,7 +157,7 @@ class Residuals:
     an extra level of the row (an IPU's place, for memory) or None; `memory` keeps only the
     knobs that change what the tiles hold (a host knob cannot change a tile)."""
 
-    def __init__(self, featurizer, rows: Sequence[tuple], unit: float, noise: float, memory: bool = False,
+    def __init__(self, featurizer: Featurizer, rows: Sequence[tuple], unit: float, noise: float, memory: bool = False,
                  log_spread_sd: float = LOG_SPREAD_SD):
         self.featurizer = featurizer
         numeric_mask, level_mask = featurizer.coordinates.memory_mask() if memory else (None, None)
@@ -167,7 +172,7 @@ class Residuals:
         num, lvl = self._arrays([(c, level) for c, level, _ in rows])
         self.effects = KnobEffects(num, lvl, [y for _, _, y in rows], list(by_knob.values()), unit, noise,
                                    log_spread_sd, outputs=self._extra)
-        self._cache: dict[tuple, tuple[float, float]] = {}
+        self._cache: dict[tuple, list[tuple[float, float]]] = {}
 
     def _arrays(self, items: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
         nums, lvls = [], []
@@ -179,7 +184,7 @@ class Residuals:
         return (np.asarray(nums, dtype=float).reshape(len(items), len(self._num_cols)),
                 np.asarray(lvls, dtype=object).reshape(len(items), width))
 
-    def correlation(self, config, others: Sequence) -> list[float]:
+    def correlation(self, config: Config, others: Sequence[Config]) -> list[float]:
         """Prior correlation of the residual at `config` with that at each of `others`."""
         if not others:
             return []
@@ -187,11 +192,11 @@ class Residuals:
         b = self._arrays([(c, None) for c in others])
         return [float(x) for x in self.effects.correlation(*a, *b)[0]]
 
-    def __call__(self, config, level=None) -> tuple[float, float]:
+    def __call__(self, config: Config, level: object = None) -> tuple[float, float]:
         """(mean, spread) of the residual at `config` (and `level`)."""
         return self.at_levels(config, (level,))[0]
 
-    def at_levels(self, config, levels: Sequence) -> list[tuple[float, float]]:
+    def at_levels(self, config: Config, levels: Sequence[object]) -> list[tuple[float, float]]:
         """(mean, spread) of the residual at `config` with each of `levels` (one prediction)."""
         key = (config, tuple(levels))
         got = self._cache.get(key)
@@ -199,5 +204,6 @@ class Residuals:
             if len(self._cache) > 100_000:  # bounded, as the Featurizer's
                 self._cache.clear()
             mean, sd = self.effects.predict(*self._arrays([(config, level) for level in levels]))
-            got = self._cache[key] = [(float(m), float(s)) for m, s in zip(mean, sd)]
+            # predict: a mean and a spread per row
+            got = self._cache[key] = [(float(m), float(s)) for m, s in zip(mean, sd, strict=True)]
         return got

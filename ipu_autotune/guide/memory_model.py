@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from ..backends.base import CATEGORIES, Measurement
 from ..problem import Config
+from .prior import GuidePrior
 
 #: prior (mean, standard deviation) of each part, in fractions of a tile
 PRIORS = {"fixed": (0.0, 0.10), "proportional": (1.0, 0.30), "category": (0.0, 0.15), "layout": (0.0, 0.05),
@@ -79,7 +80,8 @@ def ipu_shares(breakdown: dict[str, int] | None) -> tuple[float, ...]:
     return tuple((breakdown or {}).get(c, 0) / total if total else 0.0 for c in CATEGORIES)
 
 
-def memory_points(screen, measured: Sequence, layout: Callable[[Config], tuple]) -> list[MemoryPoint]:
+def memory_points(screen: Callable[[Config], Measurement | None], measured: Sequence,
+                  layout: Callable[[Config], tuple]) -> list[MemoryPoint]:
     """One point per IPU of every compile that reports its tiles; `screen` gives the nominal
     estimate of a config (warmstart.Screen), `measured` is (config, Measurement) pairs,
     `layout` the IPU layout a fixed cost may depend on (guide/corrected.layout)."""
@@ -91,8 +93,9 @@ def memory_points(screen, measured: Sequence, layout: Callable[[Config], tuple])
         if predicted is None or len(predicted.max_tile_bytes) != len(m.max_tile_bytes):
             continue
         cap = predicted.tile_capacity_bytes or m.tile_capacity_bytes
-        parts = predicted.breakdown or [None] * len(m.max_tile_bytes)
-        for got, want, breakdown in zip(m.max_tile_bytes, predicted.max_tile_bytes, parts):
+        parts: Sequence[dict[str, int] | None] = predicted.breakdown or [None] * len(m.max_tile_bytes)
+        # a breakdown of another length is read as far as it goes (calibration/prior.memory_points)
+        for got, want, breakdown in zip(m.max_tile_bytes, predicted.max_tile_bytes, parts, strict=False):
             out.append(MemoryPoint(layout(config), want / cap, ipu_shares(breakdown), got / cap,
                                    recompute_segments(config)))
     return out
@@ -132,7 +135,8 @@ def _log_det(low: list[list[float]]) -> float:
     return 2.0 * sum(math.log(low[i][i]) for i in range(len(low)))
 
 
-def _prior_covariance(names: list[str], priors: list[tuple[float, float]], prior) -> list[list[float]]:
+def _prior_covariance(names: list[str], priors: list[tuple[float, float]],
+                      prior: GuidePrior | None) -> list[list[float]]:
     """The parts' prior covariance: diagonal from the spreads, except where a store's prior
     gives the covariance of its parts (their fit on other studies' compiles moves the
     proportional part and the per-category deviations together: their spreads alone would
@@ -158,7 +162,13 @@ def _widened(cov: list[list[float]], widths: dict[int, float]) -> list[list[floa
 class MemoryModel:
     """The learnt fixed and proportional parts (see the module's docstring)."""
 
-    def __init__(self, points: list[MemoryPoint], prior=None):
+    # set by _settle and _fit (annotations only, for the type checker: no class attributes)
+    mean: list[float]
+    noise: float
+    _low: list[list[float]]
+    _prior_precision: list[list[float]]
+
+    def __init__(self, points: list[MemoryPoint], prior: GuidePrior | None = None):
         """`prior`: a guide.prior.GuidePrior whose parts replace PRIORS (other studies' compiles)."""
         self.points = points
         self.layouts = sorted({p.layout for p in points}, key=repr)
@@ -172,7 +182,7 @@ class MemoryModel:
         self.layout_sd = PRIORS["layout"][1] * (1.0 if prior is None else prior.memory_scale)
         if prior is not None:
             priors = [prior.memory.get(name, (p[0], self.layout_sd) if name.startswith("layout ") else p)
-                      for name, p in zip(names, priors)]
+                      for name, p in zip(names, priors, strict=True)]  # built part for part
         self.prior_mean = [m for m, _ in priors]
         self._prior_cov = _prior_covariance(names, priors, prior)
         self._diagonal = prior is None or not prior.memory_cov
@@ -228,7 +238,7 @@ class MemoryModel:
                                / (NOISE_PRIOR_POINTS + len(self.points)))
         self.mean = self._fit()
         m, w = self.mean, 1.0 / self.noise**2
-        apart = [mi - m0 for mi, m0 in zip(m, self.prior_mean)]
+        apart = [mi - m0 for mi, m0 in zip(m, self.prior_mean, strict=True)]  # one per part, both
         return -0.5 * (len(self.points) * math.log(2 * math.pi * self.noise**2) + _log_det(cov_low)
                        + _log_det(self._low) + w * self._rss(m)
                        + self._dot(apart, [self._dot(row, apart) for row in self._prior_precision]))
@@ -244,12 +254,16 @@ class MemoryModel:
 
     @staticmethod
     def _dot(a: list[float], b: list[float]) -> float:
-        return sum(x * y for x, y in zip(a, b))
+        # the vectors are the parts' length, but `tile` takes its caller's shares: not strict,
+        # so a shares tuple of another length reads as it always did
+        return sum(x * y for x, y in zip(a, b, strict=False))
 
     def _fit(self) -> list[float]:
         w = 1.0 / self.noise**2
-        precision = [[p + w * g for p, g in zip(prow, grow)] for prow, grow in zip(self._prior_precision, self._gram)]
-        b = [self._dot(row, self.prior_mean) + w * xy for row, xy in zip(self._prior_precision, self._xy)]
+        # n x n and n (n: the parts), all built from self.names
+        precision = [[p + w * g for p, g in zip(prow, grow, strict=True)]
+                     for prow, grow in zip(self._prior_precision, self._gram, strict=True)]
+        b = [self._dot(row, self.prior_mean) + w * xy for row, xy in zip(self._prior_precision, self._xy, strict=True)]
         self._low = _cholesky(precision)  # the posterior precision's factor: the mean, its inverse, its determinant
         return _solve(self._low, b)
 
@@ -279,5 +293,7 @@ class MemoryModel:
         """Per IPU of a candidate in layout `lay` (its nominal estimate, its recompute_segments),
         the predicted busiest tile."""
         cap = estimate.tile_capacity_bytes
-        parts = estimate.breakdown or [None] * len(estimate.max_tile_bytes)
-        return [self.tile(lay, t / cap, ipu_shares(b), checkpoints) for t, b in zip(estimate.max_tile_bytes, parts)]
+        parts: Sequence[dict[str, int] | None] = estimate.breakdown or [None] * len(estimate.max_tile_bytes)
+        # as memory_points: a breakdown of another length is read as far as it goes
+        return [self.tile(lay, t / cap, ipu_shares(b), checkpoints)
+                for t, b in zip(estimate.max_tile_bytes, parts, strict=False)]

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..backends.base import Measurement, format_bytes
+from ..backends.base import Backend, Measurement, format_bytes
 from ..problem import Config, Problem
 from ..rules.cross_field import violations
+
+if TYPE_CHECKING:  # types only: imported where used, as plan_size does
+    from ..profiles.trace import ModelProfile
+    from ..search.space import SearchSpace
 
 #: the exit code of a study in which no trial fits (documented in the README and cli.py)
 EXIT_NOTHING_FITS = 3
@@ -55,7 +60,7 @@ def _fraction(m: Measurement) -> float:
     return max(m.max_tile_bytes) / m.tile_capacity_bytes
 
 
-def smaller_batch(problem: Problem, config: Config, backend) -> Change | None:
+def smaller_batch(problem: Problem, config: Config, backend: Backend) -> Change | None:
     """Halve the micro-batch until the closest configuration fits (or micro-batch 1)."""
     if problem.batch_size == 1:
         return None
@@ -185,14 +190,14 @@ def plan_size(problem: Problem, ipus: int, headroom: float, fit_confidence: floa
             continue
         fits = [j for j in judged if j.fits and j.measurement.throughput]
         if fits:
-            return max(fits, key=lambda j: j.measurement.throughput)
+            return max(fits, key=lambda j: j.measurement.throughput or 0.0)  # each has one (above)
         nearest = min(judged, key=lambda j: j.measurement.violation)
         closest = nearest if closest is None or nearest.measurement.violation < closest.measurement.violation \
             else closest
     return closest
 
 
-def _climbed(problem: Problem, profile, space, headroom: float) -> list[Config]:
+def _climbed(problem: Problem, profile: ModelProfile, space: SearchSpace, headroom: float) -> list[Config]:
     """The warm starts' climbs (guide/warmstart.climb) from the newcomer's baseline and from it
     moved to every other IPU layout, without the safer second climbs a study's warm starts
     add: one climb per layout is what a plan needs."""
@@ -237,7 +242,7 @@ def why_nothing_fits(problem: Problem, plans: list[SizePlan]) -> str:
     profile = profile_for(dataclasses.replace(problem, ipus=last.ipus, batch_size=last.micro_batch))
     first, end = m.details["stage_units"][ipu]
     units = profile.units[first:end + 1]
-    top = max(m.breakdown[ipu], key=m.breakdown[ipu].get)
+    top = max(m.breakdown[ipu], key=m.breakdown[ipu].__getitem__)
     held = units[0].path if len(units) == 1 else f"{units[0].path} to {units[-1].path}"
     said = (f"at {last.ipus} IPUs (micro-batch {last.micro_batch}) the closest configuration's busiest tile, on "
             f"IPU{ipu}, needs {_kb(m.max_tile_bytes[ipu])} against a tile's "
@@ -283,10 +288,12 @@ def levers(problem: Problem, closest: SizePlan, headroom: float, fit_confidence:
         out.append(f"embedding_serialization {f} (outside the space, which stops at 8): "
                    + (f"fits {where} (estimated)" if m.feasible else f"busiest tile still {_fraction(m):.0%} {where}"))
     if problem.seq_len > 64:
-        seq, m = problem.seq_len, None
-        while seq > 64 and not (m is not None and m.feasible):
+        seq, shorter = problem.seq_len, None
+        while seq > 64 and not (shorter is not None and shorter.feasible):
             seq //= 2
-            m = backend.measure(dataclasses.replace(sized, seq_len=seq, input_shape=(), decoder_seq_len=0), closest.config)
-        out.append(f"--seq-len {seq}: " + (f"fits {where} (estimated)" if m.feasible
-                                           else f"busiest tile still {_fraction(m):.0%} {where}"))
+            shorter = backend.measure(dataclasses.replace(sized, seq_len=seq, input_shape=(), decoder_seq_len=0),
+                                      closest.config)
+        assert shorter is not None  # the loop ran: seq_len > 64
+        out.append(f"--seq-len {seq}: " + (f"fits {where} (estimated)" if shorter.feasible
+                                           else f"busiest tile still {_fraction(shorter):.0%} {where}"))
     return out

@@ -8,8 +8,15 @@ other, or the fastest with the leanest), the merge and the choice do not.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 from ..problem import Config
+
+
+class Scored(Protocol):
+    """What best_pair reads of a model: guide/corrected.CorrectedModel.score."""
+
+    def score(self, config: Config) -> tuple: ...
 
 
 def changes(base: Config, c: Config) -> dict:
@@ -25,7 +32,7 @@ def merged(base: Config, a: Config, b: Config) -> Config | None:
     return base.replace(**da, **db)
 
 
-def best_pair(model, base: Config, pairs: Iterable[tuple[Config, Config]]) -> Config | None:
+def best_pair(model: Scored, base: Config, pairs: Iterable[tuple[Config, Config]]) -> Config | None:
     """The merged pair scoring highest under `model.score`, if any scores above `base`
     (the first of equal scores)."""
     top, top_score = None, model.score(base)

@@ -3,7 +3,7 @@ and the stored record read of a guide's decision (no side attributes, no text pa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -33,7 +33,7 @@ class Proposal:
 
     @classmethod
     def guided(cls, config: Config, reason: Reason, chance: float | None, gain: float | None = None,
-               why: str = "") -> "Proposal":
+               why: str = "") -> Proposal:
         words = [f"{chance:.0%} chance to fit"] if chance is not None else []
         words += [f"expected gain {gain:.1%}"] if gain is not None else []
         words += [why] if why else []
@@ -61,8 +61,8 @@ class History:
     would_compile: Callable[[Config], bool] | None = None
 
     @classmethod
-    def of(cls, measured: Sequence, asked=None, running: int = 0,
-           would_compile: Callable[[Config], bool] | None = None) -> "History":
+    def of(cls, measured: Sequence, asked: Iterable[Config] | None = None, running: int = 0,
+           would_compile: Callable[[Config], bool] | None = None) -> History:
         """`asked` defaults to the measured configs."""
         return cls(list(measured), set(asked) if asked is not None else {c for c, _ in measured}, running,
                    would_compile)

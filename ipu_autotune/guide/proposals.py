@@ -22,22 +22,32 @@ the study does not use a guide there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence, Set
 from dataclasses import dataclass
 from itertools import combinations
 
 from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
-from ..profiles.trace import ModelProfile
 from ..problem import Config, Problem
-from .gain import expected_improvement
-from .bold import BetModel, GainModel, bet_climb
-from .corrected import FIT_CONFIDENCE, CandidatePool, CorrectedModel, CorrectedScreen, layout, observe
-from .blind import BlindRound
-from .pairs import best_pair, merged
-from .untried import Closed
+from ..profiles.trace import ModelProfile
 from ..search.space import SearchSpace
+from .blind import BlindRound
+from .bold import BetModel, GainModel, bet_climb
+from .corrected import (
+    FIT_CONFIDENCE,
+    CandidatePool,
+    CorrectedModel,
+    CorrectedScreen,
+    Judgement,
+    Observation,
+    layout,
+    observe,
+)
+from .gain import expected_improvement
+from .pairs import best_pair, merged
+from .prior import GuidePrior
 from .proposal import History, Proposal, Reason
+from .untried import Closed
 from .warmstart import Screen, climb
 
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline,
@@ -68,7 +78,8 @@ def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequenc
         if m.source == "estimate" or not m.max_tile_bytes:
             continue
         predicted = estimate(problem, config, profile, constants)
-        for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes):
+        # a compile's IPUs may differ from the estimate's (an OOM without every IPU's tiles)
+        for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes, strict=False):
             if want > 0:
                 ratios.append(got / want)
     return max([floor, *ratios]) if ratios else floor
@@ -96,12 +107,13 @@ class Guide:
 
     def __init__(self, problem: Problem, profile: ModelProfile, space: SearchSpace, headroom: float = 0.05,
                  prepare: Callable[[Config], Config] | None = None, constants: EstimatorConstants = NOMINAL,
-                 starts: int = 3, *, candidates: Sequence[Config] = (), prior=None):
+                 starts: int = 3, *, candidates: Sequence[Config] = (), prior: GuidePrior | None = None):
         self.problem, self.profile, self.space = problem, profile, space
         self.headroom, self.prepare, self.constants, self.starts = headroom, prepare, constants, starts
         self.screen = Screen(problem, profile, constants, 0.0, prepare, space)  # nominal, in the space, cached
         self.screen.prior = prior
-        self.neighbours: dict = {}  # config -> its single-knob changes (CorrectedScreen's cache)
+        # config -> its single-knob changes (CorrectedScreen's cache)
+        self.neighbours: dict[Config, list[tuple[str, Config]]] = {}
         self.pool = CandidatePool()  # every candidate gathered so far, re-ranked at each proposal
         self.pool.update(candidates)
         self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
@@ -114,7 +126,7 @@ class Guide:
     def has_prior(self) -> bool:
         return self.screen.prior is not None
 
-    def stopping(self, history: History) -> "Stop | None":
+    def stopping(self, history: History) -> Stop | None:
         """The stopping rule on `history` (None while further compiles are expected to pay),
         as the last proposal judged it when that was on the same history."""
         if self._stopped is None or self._stopped[0] != _key(history):
@@ -129,11 +141,11 @@ class Guide:
 
         return first_trials(self, warm, would_compile)
 
-    def prior_judgement(self, config: Config):
+    def prior_judgement(self, config: Config) -> Judgement | None:
         """The corrected model's judgement of `config` before any compile (the prior alone)."""
         return CorrectedModel(self.screen, [], 0.0).judge(config)
 
-    def closed(self, tried: set[Config]) -> Closed:
+    def closed(self, tried: Set[Config]) -> Closed:
         """What not to propose: `tried`, and what the backend would not compile, as the last
         `propose` was told (guide/untried.py; its answers are kept across proposals)."""
         return Closed(set(tried), self._would_compile, self._verdicts)
@@ -171,7 +183,7 @@ class Guide:
         for c in self.pool:
             if c not in tried and model.chance(c) >= least:
                 worth[c] = expected_improvement(model, c, best) * model.apart(c, pending)
-        pick = max(worth, key=worth.get, default=None)
+        pick = max(worth, key=worth.__getitem__, default=None)
         if best and measured:
             since, gain = compiles_since_best(measured), max(worth.values(), default=0.0)
             if gain < STOP_GAIN and since >= STOP_PATIENCE:
@@ -215,7 +227,7 @@ class Guide:
         tag = model.hedge if confidence == FIT_CONFIDENCE else (model.hedge, confidence)
         self._climb_layouts(model, corrected, tag)
 
-    def _gather_edges(self, seen: list, best: float) -> None:
+    def _gather_edges(self, seen: list[Observation], best: float) -> None:
         """Candidates a climb at the learnt margin never reaches: every layout climbed at the
         edge of memory (EDGE_CONFIDENCE), and from each layout's fastest candidate were it to
         fit (guide/bold.py) on expected throughput and on the rule itself, expected gain."""
@@ -229,7 +241,8 @@ class Guide:
                     self.climbed.add((start, tag))
                     self.pool.add(bet_climb(CorrectedScreen(model, self.neighbours), model, self.space, start))
 
-    def _first_round(self, seen: list, measured: Sequence, asked: set[Config], tried: Closed) -> Config | None:
+    def _first_round(self, seen: list[Observation], measured: Sequence, asked: Set[Config], tried: Closed
+                     ) -> Config | None:
         """Before any compile has returned: the candidate that adds most to the round's expected
         best throughput (guide/blind.py), given the trials running, among each layout's
         speed-memory frontier (its climbs at the FRONTIER margins). The estimator's errors
@@ -260,9 +273,9 @@ class Guide:
             if first is not None and safe.score(first)[0] == 1:
                 return first
         worth = {c: round_.worth([*running, o]) for c in self.pool if c not in tried and (o := outcomes(c)) is not None}
-        return max(worth, key=worth.get, default=None)
+        return max(worth, key=worth.__getitem__, default=None)
 
-    def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag) -> None:
+    def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag: Hashable) -> None:
         """Every IPU layout gets its own climb from its best candidate: a layout no compile has
         reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
         Per `tag` too (the hedge, or no margin): with compiles running elsewhere the first

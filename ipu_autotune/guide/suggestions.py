@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from ..backends.base import Measurement, format_bytes
 from ..backends.estimate import EstimateBackend
-from ..profiles.trace import ModelProfile, profile_for
 from ..problem import Config, Problem
+from ..profiles.trace import ModelProfile, profile_for
 from ..rules.cross_field import recipe_violations, violations
 from ..search.replay import checkpoint_spacing
 from ..search.space import SearchSpace
 from .warmstart import _alternatives
+
 
 @dataclass(frozen=True)
 class Suggestion:
@@ -36,7 +37,7 @@ def busiest_need(m: Measurement) -> int:
     return max(m.max_tile_bytes) * (m.capacity_bytes[0] // m.tile_capacity_bytes)
 
 
-def _value(key: str, config: Config, profile: ModelProfile):
+def _value(key: str, config: Config, profile: ModelProfile) -> object:
     value = config.to_dict(every_field=True)[key]
     if key == "checkpoints":
         every = checkpoint_spacing(profile, config)

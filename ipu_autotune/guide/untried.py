@@ -23,7 +23,7 @@ class Closed:
                  verdicts: dict[Config, bool]):
         self.tried, self.would_compile, self.verdicts = tried, would_compile, verdicts
 
-    def __contains__(self, config: object) -> bool:
+    def __contains__(self, config: Config) -> bool:
         if config in self.tried:
             return True
         if self.would_compile is None:

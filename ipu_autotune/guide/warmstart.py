@@ -8,7 +8,8 @@ result of a greedy climb on estimated throughput from the best of those.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..backends.base import Measurement
 from ..backends.estimate import estimate, profile_at_micro_batch
@@ -16,16 +17,16 @@ from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..batch import micro_batch
 from ..knob_spec import SPEC
 from ..models import partition
+from ..problem import Config, Problem
+from ..profiles.optimum_placement import layer_units, wildcard_cuts
 from ..profiles.placement import stage_starts
 from ..profiles.refine import split_grid
 from ..profiles.trace import ModelProfile
-from ..problem import Config, Problem
 from ..rules.cross_field import min_pipeline_accumulation, violations
-from ..profiles.optimum_placement import layer_units, wildcard_cuts
 from ..search.replay import checkpoint_spacing, with_splits
 from ..search.space import Choice, Range, SearchSpace, checkpoints_every
+from .prior import GuidePrior
 from .proposal import Proposal
-
 
 #: a study's baseline trial; the runner may add a note to it ("baseline (outside your space: ...)"),
 #: so the stored origin is tested by its start
@@ -101,9 +102,10 @@ def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kin
     return tuple(profile.units[c].path for c in cuts)
 
 
-def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, config: Config):
+def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, config: Config
+                  ) -> Iterator[tuple[str, Config]]:
     """Single-knob changes of `config` within the space (and a few that need a partner)."""
-    def values(name: str) -> list:
+    def values(name: str) -> list[Any]:
         knob = space.knobs.get(name)
         if isinstance(knob, Choice):
             return list(knob.values)
@@ -132,7 +134,8 @@ def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, c
 
 # The layout knobs' moves need the profile and the space: the guide's own.
 
-def _execution_moves(space, problem, profile, c, values):
+def _execution_moves(space: SearchSpace, problem: Problem, profile: ModelProfile, c: Config,
+                     values: Callable[[str], list[Any]]) -> Iterator[Config]:
     if c.ipus_per_replica > 1:
         least = min_pipeline_accumulation(problem, c.ipus_per_replica)
         for execution in values("execution"):
@@ -144,7 +147,8 @@ def _execution_moves(space, problem, profile, c, values):
                                 io_tiles=0, gradient_accumulation=accumulation)
 
 
-def _recompute_moves(space, problem, profile, c, values):
+def _recompute_moves(space: SearchSpace, problem: Problem, profile: ModelProfile, c: Config,
+                     values: Callable[[str], list[Any]]) -> Iterator[Config]:
     # Recomputation and its checkpoints move together: one without the other rarely helps.
     for r in values("recompute"):
         if r == "pipeline" and not c.pipelined:
@@ -159,7 +163,8 @@ def _recompute_moves(space, problem, profile, c, values):
             yield moved
 
 
-def _split_moves(space, problem, profile, c, values):
+def _split_moves(space: SearchSpace, problem: Problem, profile: ModelProfile, c: Config,
+                 values: Callable[[str], list[Any]]) -> Iterator[Config]:
     if c.ipus_per_replica > 1:
         every = checkpoint_spacing(profile, c) if c.checkpoints else None
         for kind in ("memory", "compute"):
@@ -172,7 +177,8 @@ def _split_moves(space, problem, profile, c, values):
                 yield with_splits(profile, c, tuple(grid.units[i].path for i in moved), every)
 
 
-def _layout_moves(space, problem, profile, c, values):
+def _layout_moves(space: SearchSpace, problem: Problem, profile: ModelProfile, c: Config,
+                  values: Callable[[str], list[Any]]) -> Iterator[Config]:
     for ipr, replicas in space.ipu_layouts(problem, profile):
         if (ipr, replicas) == (c.ipus_per_replica, c.replicas):
             continue
@@ -200,7 +206,7 @@ class Screen:
 
     #: other studies' compiles as a guide.prior.GuidePrior (the calibration store), read by
     #: every CorrectedModel built on this screen; None: the estimate as it is
-    prior = None
+    prior: GuidePrior | None = None
 
     def __init__(self, problem: Problem, profile: ModelProfile, constants: EstimatorConstants = NOMINAL,
                  headroom: float = 0.0, prepare: Callable[[Config], Config] | None = None,
@@ -211,7 +217,7 @@ class Screen:
         self.space = space  # when given, configs outside it are rejected like invalid ones
         self.cache: dict[Config, Measurement | None] = {}
 
-    def candidates(self, space: SearchSpace, config: Config):
+    def candidates(self, space: SearchSpace, config: Config) -> Iterable[tuple[str, Config]]:
         """Single-knob moves, each projected into the space: a climb only walks in-space
         configs (a fixed knob stays fixed), so no warm start is dropped by the run loop."""
         for knob, candidate in _alternatives(space, self.problem, self.profile, config):
@@ -275,17 +281,19 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
             seen.add(config)
             out.append(Proposal(config, origin))
 
-    fixes = sorted(((_score(screen(c)), knob, c) for knob, c in screen.candidates(space, baseline)
-                    if screen(c) is not None and screen(c).feasible),
+    # (score, knob, config, its estimate) of each single change that fits
+    fixes = sorted(((_score(m), knob, c, m) for knob, c in screen.candidates(space, baseline)
+                    if (m := screen(c)) is not None and m.feasible),
                    key=lambda t: t[0], reverse=True)
 
     # Climb from the best fix and from the baseline moved to every other IPU layout: going
     # from a pipeline to replicas needs several knobs at once, which one climb won't do.
-    starts = [config for _, _, config in fixes[:3]] or [
+    starts = [config for _, _, config, _ in fixes[:3]] or [
         screen.prepare(space.project(problem, profile, baseline))]
     starts += [moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"]
     safe_best = max(dict.fromkeys(climb(safe, space, s) for s in starts), key=lambda c: _score(safe(c)))
-    if safe(safe_best) is not None and safe(safe_best).feasible:
+    safe_end = safe(safe_best)
+    if safe_end is not None and safe_end.feasible:
         add(safe_best, f"climb, {safe.headroom:.0%} free")
     climbed = sorted(dict.fromkeys(climb(screen, space, s) for s in starts), key=lambda c: _score(screen(c)), reverse=True)
     for config in climbed[:2]:
@@ -293,7 +301,7 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
     base = screen(baseline)
     if fixes and not (base is not None and base.feasible):  # a baseline that fits needs no fix
         # The fix that keeps most of the baseline: the smallest change that fits.
-        _, knob, config = min(fixes, key=lambda t: screen(t[2]).throughput or 0.0)
+        _, knob, config, _ = min(fixes, key=lambda t: t[3].throughput or 0.0)
         add(config, f"fix: {knob.replace('_', ' ')}")
     if baseline.ipus_per_replica > 1:
         balanced = baseline.replace(splits=balanced_splits(problem, profile, baseline, "memory"))
