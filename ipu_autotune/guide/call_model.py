@@ -17,10 +17,9 @@ with the driver, a queue that drains at each call):
 factor (PRIOR_SD) and a half-normal one on the leak (LEAK_SD): a grid, refined twice (`max`
 has no gradient where the bottleneck moves). Compiles with different bottlenecks pin both
 factors; where every compile is device-bound the host factor stays near its prior. With a
-leak, a config the estimate puts at its host cap is still faster for a faster device: on
-random hidden IPUs whose loader overlaps imperfectly (draws 20020, 20027, 20030 and 20038 of
-ResNet-101) the best known dropped optimizer offload, which the model without a leak saw as
-free. What the factors leave unexplained (per-layout costs such as pipeline fill or the
+leak, a config the estimate puts at its host cap is still faster for a faster device: where
+the loader overlaps imperfectly, optimizer offload (free to a model without a leak) costs
+speed, and the model sees it. What the factors leave unexplained (per-layout costs such as pipeline fill or the
 all-reduce) is the residual, which guide/corrected.py blends per config.
 
 Only the estimator's outputs (throughput, samples per call, the call's shares) are used.

@@ -344,8 +344,8 @@ def split_moves(profile: ModelProfile, c: Config) -> list[Config]:
     """Stage boundaries moved by one or two units, each alone and all together, with the
     checkpoints re-derived for the new stages (search.replay.with_splits, as warmstart's
     moves do). All together: a pipeline whose first stage holds more than the estimate
-    says (BERT's embeddings on random hidden IPU draw 20031) fits when every boundary moves a
-    layer earlier, and each single move overloads a middle stage, so no climb of them got there."""
+    says (a transformer's embeddings, say) fits when every boundary moves a layer earlier,
+    while each single move overloads a middle stage, so no climb of single moves gets there."""
     index = {u.path: i for i, u in enumerate(profile.units)}
     if not c.splits or not all(p in index for p in c.splits):
         return []

@@ -4,8 +4,7 @@ uncertainty, and a chance to fit.
 A single multiplier (measured / estimated busiest tile) reads a fixed cost per tile that the
 estimator lacks (code, exchange buffers, sync state) as a ratio: the lightly loaded IPU of a
 pipeline shows the largest ratio, and the multiplier then puts a heavily loaded candidate far
-over memory (issue 22: BERT's first compile measured x1.18 on its busiest IPU; the multiplier
-applied x1.31 and ruled out the best config, 0.906 of a tile in truth). Here each IPU of each
+over memory, ruling out configs that fit. Here each IPU of each
 compile (fitting or not: an out-of-memory compile reports its tiles too) is a point
 
     measured = fixed + per_stage x (stages - 1) + per_replica x (replicas - 1)

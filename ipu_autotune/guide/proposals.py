@@ -247,9 +247,8 @@ class Guide:
         best throughput (guide/blind.py), given the trials running, among each layout's
         speed-memory frontier (its climbs at the FRONTIER margins). The estimator's errors
         differ most between layouts, and what the IPU holds beyond the estimate is unknown
-        but shared: four bets at 0.83-0.94 of a tile in the layout the estimator rates fastest
-        all ran out together on ResNet-152 (structural hand-made IPU), where a sharded model at
-        0.74, rated half as fast, was within 5 % of the best known. The round's first bet
+        but shared: bets near the edge of memory in the one layout the estimator rates
+        fastest run out together, where a leaner layout rated slower may be near the best. The round's first bet
         (serially the only one) is the fastest candidate at the safest margin; with compiles
         running, a further bet is worth what it adds where the running ones run out."""
         done = {c for c, _ in measured}

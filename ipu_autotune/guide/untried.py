@@ -2,10 +2,9 @@
 
 A screening backend (backends/screen.py) answers a config the estimate puts far over
 memory with the estimator's OOM, without compiling it. Such an answer teaches the guide
-nothing, and the next candidate like it is screened in turn: on ResNet-152 develop draw
-10010 of the random hidden IPUs, where no compile had fitted, the guide proposed one
-screened candidate after another and the study never compiled again after its second
-compile. So a config the backend would not compile counts as tried.
+nothing, and the next candidate like it would be screened in turn: where no compile has
+fitted, a guide that proposed screened candidates could go on without ever compiling again.
+So a config the backend would not compile counts as tried.
 """
 
 from __future__ import annotations
