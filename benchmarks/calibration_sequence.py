@@ -116,10 +116,10 @@ def main(argv=None) -> int:
                         help="the best known from search_efficiency's best-known search of this length (cached)")
     parser.add_argument("--kicks", type=int, default=20, help="the best-known search's kicks (with --reference-trials)")
     parser.add_argument("--keep", type=Path, default=None, help="keep each draw's warm store here (DRAW.journal)")
-    parser.add_argument("--quick", action="store_true", help="CI smoke: 1 draw, 2 problems, budget 5")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 1 draw, 2 problems, budget 3")
     args = parser.parse_args(argv)
     if args.quick:
-        args.draws, args.problems, args.budget = 1, 2, 5
+        args.draws, args.problems, args.budget = 1, 2, 3
     common.quiet_optuna()
     common.header("Studies in sequence with the calibration store", "calibration_sequence.py",
                   list(sys.argv[1:] if argv is None else argv))

@@ -52,7 +52,8 @@ def number(cell: str) -> float:
 @pytest.mark.slow
 def test_search_efficiency_quick(tmp_path):
     saved = tmp_path / "runs.json"
-    text = run("search_efficiency.py", "--quick", "--json", str(saved))
+    # one seed, budget 10: the tables' shape and sanity, at a fifth of --quick's guided compiles
+    text = run("search_efficiency.py", "--quick", "--seeds", "1", "--budget", "10", "--json", str(saved))
     # --report prints the same tables from the saved results, running nothing
     again = subprocess.run([sys.executable, str(BENCHMARKS / "search_efficiency.py"), "--report", str(saved)],
                            capture_output=True, text=True, check=False, timeout=120)
@@ -63,7 +64,7 @@ def test_search_efficiency_quick(tmp_path):
     labels = ["resnet101-mb64-64px-2ipu [constants]", "resnet101-mb64-64px-2ipu [structural]"]
     assert [p["problem"] for p in problems] == labels  # both kinds of hidden IPU
     for p in problems:
-        assert p["seeds with a fit"] == "2/2"
+        assert p["seeds with a fit"] == "1/1"
         assert number(p["best known (median samples/s)"]) > 0
 
     rows = table(text, "Compiles")
@@ -71,12 +72,11 @@ def test_search_efficiency_quick(tmp_path):
     for r in rows:
         for key in ("to first fit", "to within 5%"):
             v = r[key]
-            assert v == ">20" or 1 <= number(v) <= 20, (key, v)
-        for k in (10, 20):
-            assert 0.0 <= number(r[f"best@{k}"]) <= 1.0
-        assert r["best@50"] == "-"  # past the budget of 20
-        assert re.fullmatch(r"\d+/2", r["reached 5%"])
-        assert number(r["trials/run"]) >= 20
+            assert v == ">10" or 1 <= number(v) <= 10, (key, v)
+        assert 0.0 <= number(r["best@10"]) <= 1.0
+        assert r["best@20"] == r["best@50"] == "-"  # past the budget of 10
+        assert re.fullmatch(r"\d+/1", r["reached 5%"])
+        assert number(r["trials/run"]) >= 10
     assert number(rows[0]["screened/run"]) == 0  # only the tuner screens
 
     ratios = table(text, "Ratios")
@@ -93,8 +93,9 @@ def test_search_efficiency_quick(tmp_path):
             assert r["reachable floor"] != "-" and 0 < number(r["reachable floor"]) <= number(r["floor"]), r
     whole = re.search(r"--jobs 4 took ([\d.]+) simulated hours to within 5% where --jobs 1 took ([\d.]+): "
                       r"\*\*([\d.]+)x\*\*", text)
-    if whole:  # both got within 5% on some seed
-        assert number(whole.group(3)) == pytest.approx(float(whole.group(1)) / float(whole.group(2)), abs=0.06)
+    if whole:  # both got within 5% on some seed; the hours are printed to 0.1, the ratio to 0.01
+        four, one, ratio = (float(g) for g in whole.groups())
+        assert (four - 0.05) / (one + 0.05) - 0.005 <= ratio <= (four + 0.05) / max(one - 0.05, 1e-9) + 0.005
     stops = table(text, "Stopping rule")
     assert [r["problem"] for r in stops] == labels
 
@@ -141,11 +142,11 @@ def test_storage_writes_counts_both_storages():
 
 @pytest.mark.slow
 def test_random_ipus_quick():
-    text = run("random_ipus.py", "--quick")
-    assert re.search(r"^draw set: develop \(ids 10000-10001; develop on these\)", text, re.MULTILINE)
+    text = run("random_ipus.py", "--quick", "--draws", "1")
+    assert re.search(r"^draw set: develop \(ids 10000-10000; develop on these\)", text, re.MULTILINE)
     problems = table(text, "Problems and draws")
     assert [p["problem"] for p in problems] == ["resnet101-mb64-64px-2ipu"]
-    assert problems[0]["draws"] == "2"
+    assert problems[0]["draws"] == "1"
     fits = int(problems[0]["draws with a fit (runs counted)"].split("/")[0])
     rows = table(text, "Compiles")
     assert [(r["problem"], r["strategy"]) for r in rows] == [
@@ -180,8 +181,8 @@ def test_random_hidden_draws_are_fixed_and_the_sets_disjoint():
 
 @pytest.mark.slow
 def test_random_ipus_knobs_quick():
-    text = run("random_ipus.py", "--quick", "--family", "knobs")
-    assert re.search(r"^draw set: develop \(ids 30000-30001; develop on these\); family: knobs;", text, re.MULTILINE)
+    text = run("random_ipus.py", "--quick", "--draws", "1", "--family", "knobs")
+    assert re.search(r"^draw set: develop \(ids 30000-30000; develop on these\); family: knobs;", text, re.MULTILINE)
     fits = int(table(text, "Problems and draws")[0]["draws with a fit (runs counted)"].split("/")[0])
     rows = table(text, "Compiles")
     assert [(r["problem"], r["strategy"]) for r in rows] == [

@@ -43,7 +43,7 @@ def compiled_trials(cwd, study: str, storage: str | None = None) -> list:
 
 def test_two_workers_on_a_journal_record_every_compile_once(tmp_path):
     storage = f"journal:///{tmp_path}/s.journal"
-    tune(tmp_path, "--jobs", "2", "--trials", "6", "--study", "one", "--storage", storage, "--quiet", exit_code=None)
+    tune(tmp_path, "--jobs", "2", "--trials", "4", "--study", "one", "--storage", storage, "--quiet", exit_code=None)
     stored, unreadable = open_store(f"journal:///{tmp_path}/s-calibration.journal", create=False).records()
     compiled = compiled_trials(tmp_path, "one", storage)
     assert compiled and unreadable == 0
@@ -51,7 +51,7 @@ def test_two_workers_on_a_journal_record_every_compile_once(tmp_path):
 
 
 def test_two_workers_record_every_compile_once_and_the_next_study_starts_from_them(tmp_path):
-    first = json.loads(tune(tmp_path, "--jobs", "2", "--trials", "6", "--study", "one", "--json").stdout)
+    first = json.loads(tune(tmp_path, "--jobs", "2", "--trials", "4", "--study", "one", "--json").stdout)
     stored, unreadable = open_store(f"sqlite:///{tmp_path}/ipu-autotune-calibration.db", create=False).records()
     compiled = compiled_trials(tmp_path, "one")
     assert first["compiles"] is not None and compiled and unreadable == 0

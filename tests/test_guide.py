@@ -113,10 +113,12 @@ def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain():
 
 
 @pytest.mark.slow
-def test_the_stopping_rule_waits_for_compiles_that_confirm_it():
+def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain():
     """The model alone said "stop" at compile 3-5, often before the tuner was within 5 %:
-    the rule now also needs STOP_PATIENCE compiles in a row that did not beat the best."""
-    from ipu_autotune.guide.proposals import STOP_PATIENCE, compiles_since_best
+    the rule now also needs STOP_PATIENCE compiles in a row that did not beat the best. Once
+    it applies, its note names the largest expected gain of an untried candidate on the
+    best, and that gain is under STOP_GAIN. (One guided study for both: 14 compiles.)"""
+    from ipu_autotune.guide.proposals import STOP_GAIN, STOP_PATIENCE, compiles_since_best
 
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
@@ -134,6 +136,8 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it():
             applied += 1
             assert compiles_since_best(history) >= STOP_PATIENCE
             assert f"the last {compiles_since_best(history)} compiles" in str(stop)
+            assert stop.expected_gain < STOP_GAIN
+            assert f"is {stop.expected_gain:.2%} of the best" in str(stop)
     assert applied, "the rule never applied in 14 compiles on a hidden IPU the model corrects exactly"
 
 
@@ -227,6 +231,6 @@ def test_warm_starts_do_not_depend_on_string_hashing():
             "for w in proposals(p, f, SearchSpace.load(p), naive_baseline(p, f), headroom=0.05):\n"
             "    print(w.origin, repr(w.config))\n")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, PYTHONHASHSEED=seed)) for seed in "12345"]
+                           env=dict(os.environ, PYTHONHASHSEED=seed)) for seed in "15"]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-500:]
-    assert runs[0].stdout and all(r.stdout == runs[0].stdout for r in runs)  # seed 5 differed before
+    assert runs[0].stdout and runs[1].stdout == runs[0].stdout  # seeds 1 and 5 differed before

@@ -145,6 +145,6 @@ def test_the_guides_proposals_do_not_depend_on_string_hashing():
             "    measured.append((c, t._compiled(c, profile)))\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root,
-                           env=dict(os.environ, PYTHONHASHSEED=seed)) for seed in ("1", "2", "3")]
+                           env=dict(os.environ, PYTHONHASHSEED=seed)) for seed in ("1", "2")]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-500:]
     assert runs[0].stdout and all(r.stdout == runs[0].stdout for r in runs)

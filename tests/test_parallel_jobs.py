@@ -62,7 +62,7 @@ def test_ctrl_c_with_jobs_2_leaves_no_trial_running_and_no_worker_behind(tmp_pat
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             states = wh.sqlite_states(db, NAME)
-            if states.get("COMPLETE", 0) >= 20:
+            if states.get("COMPLETE", 0) >= 6:  # both workers well into the study
                 break
             time.sleep(0.25)
         proc.send_signal(signal.SIGINT)
@@ -79,4 +79,4 @@ def test_ctrl_c_with_jobs_2_leaves_no_trial_running_and_no_worker_behind(tmp_pat
     study = optuna.load_study(study_name=NAME, storage=f"sqlite:///{db}")
     numbers = [t.number for t in study.trials]
     assert sorted(numbers) == list(range(len(numbers)))
-    assert after.get("COMPLETE", 0) >= 20
+    assert after.get("COMPLETE", 0) >= 6

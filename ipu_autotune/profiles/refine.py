@@ -154,16 +154,22 @@ def _live_at(events: list, cuts: list[int]) -> dict[int, tuple[dict[int, int], d
 LARGE_UNIT_SHARE = 1 / 8
 
 
+#: split_grid's answer, kept with the profile's other refinements
+GRID = "split_grid"
+
+
 def split_grid(profile: ModelProfile) -> ModelProfile:
     """The profile the search draws splits over: every unit, with each large one cut before
     each of its parts but the first (MBConv's `block.1`..`block.3`, a transformer layer's
     attention and MLP), where a stage boundary balances IPUs a whole block cannot."""
     if profile.log is None:
         return profile
-    total = sum(u.saved_bytes for u in profile.units) or 1
-    parts = [p for u in profile.units if u.saved_bytes > LARGE_UNIT_SHARE * total and u.placed_with is None
-             for p in _parts(profile, u.path)[1:]]
-    return refined(profile, parts)
+    if GRID not in profile.refinements:  # asked for each config the search samples or projects
+        total = sum(u.saved_bytes for u in profile.units) or 1
+        parts = [p for u in profile.units if u.saved_bytes > LARGE_UNIT_SHARE * total and u.placed_with is None
+                 for p in _parts(profile, u.path)[1:]]
+        profile.refinements[GRID] = refined(profile, parts)
+    return profile.refinements[GRID]
 
 
 def _parts(profile: ModelProfile, path: str) -> list[str]:
