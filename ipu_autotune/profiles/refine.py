@@ -66,6 +66,17 @@ def inner_checkpoints(profile: ModelProfile, checkpoints: Iterable[str]) -> list
 def refined(profile: ModelProfile, splits: Iterable[str] = (), checkpoints: Iterable[str] = ()) -> ModelProfile:
     """`profile` with a unit beginning at each split inside a unit and ending at each checkpoint
     inside one; `profile` itself when there is none (or no log to cut: a profile made by hand)."""
+    asked = (ASKED, tuple(splits), tuple(checkpoints))
+    if asked not in profile.refinements:  # the search asks for the same few cuts over and over
+        profile.refinements[asked] = _refined(profile, asked[1], asked[2])
+    return profile.refinements[asked]
+
+
+#: refined's answers by the paths asked for (beside _cut's, by the paths inside units)
+ASKED = "asked"
+
+
+def _refined(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str, ...]) -> ModelProfile:
     key = (tuple(sorted(set(inner_splits(profile, splits)))),
            tuple(sorted(set(inner_checkpoints(profile, checkpoints)))))
     if key == ((), ()) or profile.log is None:
