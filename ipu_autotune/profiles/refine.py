@@ -15,7 +15,7 @@ output (`checkpointed_outputs`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .trace import ModelProfile, attribute
 
@@ -66,10 +66,9 @@ def inner_checkpoints(profile: ModelProfile, checkpoints: Iterable[str]) -> list
 def refined(profile: ModelProfile, splits: Iterable[str] = (), checkpoints: Iterable[str] = ()) -> ModelProfile:
     """`profile` with a unit beginning at each split inside a unit and ending at each checkpoint
     inside one; `profile` itself when there is none (or no log to cut: a profile made by hand)."""
-    asked = (ASKED, tuple(splits), tuple(checkpoints))
-    if asked not in profile.refinements:  # the search asks for the same few cuts over and over
-        profile.refinements[asked] = _refined(profile, asked[1], asked[2])
-    return profile.refinements[asked]
+    splits, checkpoints = tuple(splits), tuple(checkpoints)
+    # by the paths asked for: the search asks for the same few cuts over and over
+    return _kept(profile, (ASKED, splits, checkpoints), lambda: _refined(profile, splits, checkpoints))
 
 
 #: refined's answers by the paths asked for (beside _cut's, by the paths inside units)
@@ -81,8 +80,13 @@ def _refined(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[
            tuple(sorted(set(inner_checkpoints(profile, checkpoints)))))
     if key == ((), ()) or profile.log is None:
         return profile
+    return _kept(profile, key, lambda: _cut(profile, *key))
+
+
+def _kept(profile: ModelProfile, key: object, make: Callable[[], ModelProfile]) -> ModelProfile:
+    """`make()`, computed once per profile and kept in its refinements under `key`."""
     if key not in profile.refinements:
-        profile.refinements[key] = _cut(profile, *key)
+        profile.refinements[key] = make()
     return profile.refinements[key]
 
 
@@ -175,12 +179,14 @@ def split_grid(profile: ModelProfile) -> ModelProfile:
     attention and MLP), where a stage boundary balances IPUs a whole block cannot."""
     if profile.log is None:
         return profile
-    if GRID not in profile.refinements:  # asked for each config the search samples or projects
-        total = sum(u.saved_bytes for u in profile.units) or 1
-        parts = [p for u in profile.units if u.saved_bytes > LARGE_UNIT_SHARE * total and u.placed_with is None
-                 for p in _parts(profile, u.path)[1:]]
-        profile.refinements[GRID] = refined(profile, parts)
-    return profile.refinements[GRID]
+    return _kept(profile, GRID, lambda: refined(profile, _large_units_parts(profile)))  # asked per config
+
+
+def _large_units_parts(profile: ModelProfile) -> list[str]:
+    """Where split_grid cuts: each large unit before each of its parts but the first."""
+    total = sum(u.saved_bytes for u in profile.units) or 1
+    return [p for u in profile.units if u.saved_bytes > LARGE_UNIT_SHARE * total and u.placed_with is None
+            for p in _parts(profile, u.path)[1:]]
 
 
 def _parts(profile: ModelProfile, path: str) -> list[str]:
