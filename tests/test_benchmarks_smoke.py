@@ -257,3 +257,32 @@ def test_verify_speed_quick():
     measured, extrapolated = table(text, "Total")
     assert number(measured["real (s)"]) > 0 and number(measured["estimate / real"]) > 0
     assert extrapolated["K"] == "200" and number(extrapolated["real (s)"]) > number(measured["real (s)"])
+
+
+@pytest.mark.slow
+def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again(tmp_path, monkeypatch):
+    # The cache's key probes the baseline and its single changes; where all of them are out of
+    # memory (BERT, ResNet-152) a change to the estimator's speed alone kept the same key.
+    sys.path.insert(0, str(BENCHMARKS))
+    import json
+
+    import search_efficiency as se
+    from common import HiddenIPU
+
+    from ipu_autotune.guide.warmstart import naive_baseline
+    from ipu_autotune.problem import Problem
+    from ipu_autotune.profiles.trace import profile_for
+
+    problem, oracle = Problem("resnet18", 8, (3, 32, 32), ipus=2), HiddenIPU(0)
+    config = naive_baseline(problem, profile_for(problem))
+    measured = oracle.evaluate(problem, config).throughput
+    assert measured  # fits: a best the cache can hold
+    monkeypatch.setattr(se, "REFERENCE_CACHE", tmp_path)
+    searches = []
+    monkeypatch.setattr(se, "best_known", lambda *a: searches.append(a) or (measured, "search", config))
+    assert se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 1
+    assert se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 1  # a hit
+    (path,) = tmp_path.glob("*.json")
+    stale = json.loads(path.read_text())
+    path.write_text(json.dumps({**stale, "reference": measured * 1.2}))  # same key, a best it no longer measures
+    assert se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 2
