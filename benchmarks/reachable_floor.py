@@ -83,7 +83,10 @@ def cached_class_bests(problem: Problem, oracle, seed: int, reference: Config | 
     import inspect
 
     code = inspect.getsource(class_bests) + inspect.getsource(kicked) + inspect.getsource(compile_minutes)
-    key = hashlib.sha256(f"{reference_key}/{CLASS_STARTS}/{kicks}/{code}".encode()).hexdigest()[:24]
+    # what the reference measures now: reference_key alone can miss a change to speed
+    # (search_efficiency.cached_best_known), and the bests here were measured with it
+    measured = oracle.evaluate(problem, reference).throughput if reference is not None else None
+    key = hashlib.sha256(f"{reference_key}/{measured!r}/{CLASS_STARTS}/{kicks}/{code}".encode()).hexdigest()[:24]
     path = REFERENCE_CACHE / f"classes-{problem.slug}-{type(oracle).__name__}-{seed}-{kicks}.json"
     if use_cache and path.exists():
         with contextlib.suppress(ValueError, KeyError, TypeError):

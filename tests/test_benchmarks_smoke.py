@@ -286,3 +286,27 @@ def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again
     stale = json.loads(path.read_text())
     path.write_text(json.dumps({**stale, "reference": measured * 1.2}))  # same key, a best it no longer measures
     assert se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 2
+
+
+@pytest.mark.slow
+def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_otherwise(tmp_path, monkeypatch):
+    sys.path.insert(0, str(BENCHMARKS))
+    import reachable_floor as rf
+    from common import HiddenIPU
+
+    from ipu_autotune.guide.warmstart import naive_baseline
+    from ipu_autotune.problem import Problem
+    from ipu_autotune.profiles.trace import profile_for
+
+    problem = Problem("resnet18", 8, (3, 32, 32), ipus=2)
+    config = naive_baseline(problem, profile_for(problem))
+    searches = []
+    monkeypatch.setattr(rf, "REFERENCE_CACHE", tmp_path)
+    monkeypatch.setattr(rf, "class_bests", lambda *a: searches.append(a) or {30.0: (1.0, config)})
+    rf.cached_class_bests(problem, HiddenIPU(0), 0, config, 1, "same key")
+    rf.cached_class_bests(problem, HiddenIPU(0), 0, config, 1, "same key")
+    assert len(searches) == 1  # a hit
+    faster = HiddenIPU(0)
+    faster.evaluate = lambda p, c: type("M", (), {"throughput": 2.0})()  # the same key, a reference that measures otherwise
+    rf.cached_class_bests(problem, faster, 0, config, 1, "same key")
+    assert len(searches) == 2
