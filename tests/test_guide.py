@@ -127,18 +127,28 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain
                                                        headroom=0.05)[:2])
     guide = Guide(PROBLEM, profile, space, 0.05)
     runner = Runner(study, PROBLEM, profile, space, HiddenIPU(), guide=guide)
+
+    def check(stop, history):
+        assert compiles_since_best(history) >= STOP_PATIENCE
+        assert f"the last {compiles_since_best(history)} compiles" in str(stop)
+        assert stop.expected_gain < STOP_GAIN
+        assert f"is {stop.expected_gain:.2%} of the best" in str(stop)
+
     applied = 0
     for _ in range(14):
+        # the rule as the runner read it from the proposal before this trial (one proposal a
+        # trial: asking `guide.stopping` on the history after it would propose again)
+        judged_on = [(r.config, r.measurement) for r in records(runner.study)]
+        runner.guide_stop = None
         runner.run_one()
-        history = [(r.config, r.measurement) for r in records(runner.study)]
-        stop = guide.stopping(History.of(history))
-        if stop is not None:
+        if runner.guide_stop is not None:
             applied += 1
-            assert compiles_since_best(history) >= STOP_PATIENCE
-            assert f"the last {compiles_since_best(history)} compiles" in str(stop)
-            assert stop.expected_gain < STOP_GAIN
-            assert f"is {stop.expected_gain:.2%} of the best" in str(stop)
+            check(runner.guide_stop, judged_on)
     assert applied, "the rule never applied in 14 compiles on a hidden IPU the model corrects exactly"
+    history = [(r.config, r.measurement) for r in records(runner.study)]
+    final = guide.stopping(History.of(history))  # as `tune`'s summary asks it, on every compile
+    if final is not None:
+        check(final, history)
 
 
 @pytest.mark.slow

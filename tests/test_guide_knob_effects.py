@@ -110,3 +110,24 @@ def test_the_next_proposal_moves_toward_the_peak(peaked):
         min(picked.config.available_memory_proportion) < 0.6
     best = max(m.throughput for _, m in measured)
     assert PeakIPU().measure(PROBLEM, picked.config).throughput > best
+
+
+@pytest.mark.slow
+def test_judgements_predicted_together_are_those_predicted_one_by_one(peaked):
+    """CorrectedModel.prefetch predicts a climb's candidates in one call (the cost of a
+    proposal is mostly these predictions): each judgement is the one judge gives alone, to
+    rounding (one matrix product of many rows sums in another order than one of one row)."""
+    profile, space, base, at, measured = peaked
+    guide = Guide(PROBLEM, profile, space, 0.05)
+    seen = observe(guide.screen, measured)
+    candidates = [c for _, c in guide.screen.candidates(space, base)] + [at(a) for a in (0.3, 0.45, 0.7)]
+    together, alone = CorrectedModel(guide.screen, seen, 0.05), CorrectedModel(guide.screen, seen, 0.05)
+    together.prefetch(candidates)
+    assert len(together.speed_effects._cache) >= len(set(candidates)) - 1  # predicted before any judge
+    for c in candidates:
+        a, b = together.judge(c), alone.judge(c)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.fits == b.fits
+            for field in ("throughput", "load", "busiest", "chance", "worth"):
+                assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12, abs=1e-15), field

@@ -74,3 +74,21 @@ def test_bad_space_files_are_one_line_errors(tmp_path, text, message):
 def test_families():
     assert family("vit_b_16") == "transformer" and family("resnet50") == "cnn"
     assert "search_spaces/transformer.toml" in SearchSpace.load(Problem("vit_b_16", 8)).sources
+
+
+def test_a_projected_config_is_inside_without_a_second_replay(monkeypatch):
+    """`project` remembers what it returned: `outside` of it is empty (a replay of domain
+    values gives them back) and answered without replaying it again."""
+    from ipu_autotune.guide.warmstart import naive_baseline
+
+    problem = Problem("resnet18", 8, (3, 32, 32), ipus=2)
+    profile, space = profile_for(problem), SearchSpace.load(problem)
+    far = naive_baseline(problem, profile).replace(available_memory_proportion=(0.123, 0.123), loader_workers=13)
+    moved = space.project(problem, profile, far)
+    assert moved != far and space.outside(problem, profile, far)
+    replays = []
+    real = SearchSpace._replayed
+    monkeypatch.setattr(SearchSpace, "_replayed", lambda self, *a, **k: replays.append(a) or real(self, *a, **k))
+    assert space.outside(problem, profile, moved) == [] and not replays
+    fresh = SearchSpace.load(problem)  # and a space that never projected it replays it to the same answer
+    assert fresh.outside(problem, profile, moved) == [] and replays

@@ -55,6 +55,8 @@ class BetModel(CorrectedModel):
     def starts(self, pool: Iterable[Config]) -> list[Config]:
         """Per IPU layout, the candidate fastest if it fit, among those with a LONG_SHOT or more."""
         fastest: dict[tuple, tuple[float, Config]] = {}
+        pool = list(pool)
+        self.prefetch(pool)
         for c in pool:
             j = CorrectedModel.judge(self, c)
             if j is None or j.chance < LONG_SHOT:

@@ -235,6 +235,22 @@ class CorrectedModel:
             out.append(apart)
         return out
 
+    def prefetch(self, configs: Iterable[Config]) -> None:
+        """The knob effects of many candidates predicted at once (`judge` then reads them): the
+        numbers one by one would give (to rounding: a product of many rows sums in another
+        order), at a fraction of the cost."""
+        memory, speed = [], []
+        for c in configs:
+            if c in self.cache or (m := self.screen(c)) is None or not m.max_tile_bytes:
+                continue
+            # as _tiles reads them: one per IPU the estimate gives tiles and (if any) a breakdown for
+            ipus = min(len(m.max_tile_bytes), len(m.breakdown)) if m.breakdown else len(m.max_tile_bytes)
+            if self.learnt_memory:
+                memory.append((c, range(ipus)))
+            speed.append((c, (None,)))
+        self.memory_effects.prefetch(memory)
+        self.speed_effects.prefetch(speed)
+
     def judge(self, config: Config) -> Judgement | None:
         """The corrected model's judgement, or None when the rules reject the config. Its
         worth is its corrected throughput: the fastest that fits ranks first."""
@@ -304,6 +320,7 @@ class CorrectedScreen(Screen):
             found += [("splits", self.prepare(space.project(self.problem, self.profile, c)))
                       for c in split_moves(self.profile, config)]
             self.neighbours[config] = list(dict.fromkeys(found))
+        self.model.prefetch(c for _, c in self.neighbours[config])  # each is judged next
         return self.neighbours[config]
 
     def __call__(self, config: Config) -> Measurement | None:

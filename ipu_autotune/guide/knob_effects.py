@@ -26,7 +26,7 @@ from compiles that moved others too.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -195,6 +195,23 @@ class Residuals:
     def __call__(self, config: Config, level: object = None) -> tuple[float, float]:
         """(mean, spread) of the residual at `config` (and `level`)."""
         return self.at_levels(config, (level,))[0]
+
+    def prefetch(self, items: Iterable[tuple[Config, Sequence[object]]]) -> None:
+        """Predict many (config, levels) in one call, into the cache `at_levels` reads: a climb
+        judges a round's candidates one by one, and one prediction of them all costs about
+        what one of them does (numpy's overhead per call is most of a row's cost)."""
+        todo = list(dict.fromkeys((c, tuple(levels)) for c, levels in items))
+        todo = [key for key in todo if key not in self._cache]
+        if len(todo) < 2:
+            return
+        if len(self._cache) + len(todo) > 100_000:  # bounded, as at_levels
+            self._cache.clear()
+        mean, sd = self.effects.predict(*self._arrays([(c, level) for c, levels in todo for level in levels]))
+        row = 0
+        for key in todo:
+            n = len(key[1])
+            self._cache[key] = [(float(m), float(s)) for m, s in zip(mean[row:row + n], sd[row:row + n], strict=True)]
+            row += n
 
     def at_levels(self, config: Config, levels: Sequence[object]) -> list[tuple[float, float]]:
         """(mean, spread) of the residual at `config` with each of `levels` (one prediction)."""

@@ -180,6 +180,7 @@ class Guide:
         done = {c for c, _ in measured}
         pending = [c for c in asked if c not in done]  # compiling elsewhere, or enqueued
         worth = {}
+        model.prefetch(c for c in self.pool if c not in tried)
         for c in self.pool:
             if c not in tried and model.chance(c) >= least:
                 worth[c] = expected_improvement(model, c, best) * model.apart(c, pending)
@@ -280,6 +281,7 @@ class Guide:
         Per `tag` too (the hedge, or no margin): with compiles running elsewhere the first
         round judges each layout at its own margin (_first_round), climbed at each."""
         layouts: dict = {}
+        model.prefetch(self.pool)
         for c in self.pool:
             key = layout(c)  # a pipeline and a sharded model on the same IPUs are different layouts
             if key not in layouts or model.score(c) > model.score(layouts[key]):

@@ -57,6 +57,9 @@ class SearchSpace:
         self.user_knobs = user_knobs  # set by the user's --space file: advice never overrides them
         self.domain = domain if domain is not None else knobs  # what a config may hold (see `outside`)
         self.advised = advised  # not sampled: set by advice (numerics), so any value is in the space
+        # what `project` returned, with its profile: inside by construction (a replay of
+        # domain values gives them back), so `outside` need not replay it again
+        self._projected: dict[tuple[Problem, Config], ModelProfile] = {}
 
     def outside(self, problem: Problem, profile: ModelProfile, config: Config) -> list[str]:
         """The knobs of `config` that this space could not have produced (empty: inside).
@@ -65,6 +68,8 @@ class SearchSpace:
         own values through `sample` over the full domain (before advice narrowed it) and
         compare. Knobs set by advice (`advised`) take any value: the user left them free.
         """
+        if self._projected.get((problem, config)) is profile:
+            return []
         replayed = self._replayed(problem, profile, config, nearest=False)
         return [f.name for f in fields(Config)
                 if f.name not in self.advised and getattr(config, f.name) != getattr(replayed, f.name)]
@@ -73,7 +78,11 @@ class SearchSpace:
         """`config` moved into the space: each knob outside takes the nearest allowed value."""
         replayed = self._replayed(problem, profile, config, nearest=True)
         kept = {name: getattr(config, name) for name in self.advised}
-        return replayed.replace(**kept) if kept else replayed
+        out = replayed.replace(**kept) if kept else replayed
+        if len(self._projected) > 200_000:  # bounded: a long study must not grow it forever
+            self._projected.clear()
+        self._projected[problem, out] = profile
+        return out
 
     def _replayed(self, problem: Problem, profile: ModelProfile, config: Config, nearest: bool) -> Config:
         full = SearchSpace(self.domain, self.sources, self.user_knobs)
