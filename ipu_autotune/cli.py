@@ -10,6 +10,7 @@ for a config that breaks a recipe rule (each rule printed; rules/cross_field.EXI
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import warnings
 
@@ -100,6 +101,10 @@ def _check_not_a_misspelt_command(word: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--worker" in argv:  # a --jobs worker: a Ctrl-C passed on while it starts must not be lost
+        from .study import stop_signals
+
+        stop_signals.catch_early()
     implicit_tune = bool(argv) and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS
     if implicit_tune:
         argv.insert(0, "tune")
@@ -118,22 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         options = options_from(args, argv)  # --jobs starts workers with the same command line
-        from .commands import (
-            calibration,
-            estimate,
-            export,
-            numerics,
-            plan,
-            report,
-            show,
-            studies,
-            tune,
-            verify,
-        )
-
-        run = {"tune": tune, "estimate": estimate, "plan": plan, "export": export, "show": show, "studies": studies,
-               "numerics": numerics, "report": report, "calibration": calibration,
-               "verify": verify}[args.command].run
+        # only the command asked for: `show` or `studies` never import torch (2 s of CPU)
+        run = importlib.import_module(f".commands.{args.command}", __package__).run
         return run(options)
     except UsageError as exc:
         # One line: control characters from a file name, a study name or a stored value are

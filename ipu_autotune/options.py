@@ -29,7 +29,7 @@ from .option_spec import (
     to_argv as _to_argv,
 )
 from .parsing import OPTIMIZERS, TARGETS, TRAINERS
-from .verification.check import DEFAULT_STEPS
+from .verification.defaults import DEFAULT_STEPS
 
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
 DEFAULT_TRIALS = 60

@@ -9,6 +9,7 @@ the built model (`layer_stacks`).
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from typing import Any
 
@@ -238,10 +239,12 @@ class jit_like_tracing:
     cannot answer)."""
 
     def __enter__(self):
+        self._module = None
+        if "transformers" not in sys.modules:  # no model of it can be traced: no import (0.7 s)
+            return self
         try:
             from transformers import masking_utils
         except ImportError:
-            self._module = None
             return self
         module: Any = masking_utils  # is_tracing is imported into it, not its own: patched by name
         self._module, self._saved = module, module.is_tracing

@@ -3,15 +3,8 @@ recipes (as the export writes them) trained side by side on the CPU on the user'
 IPU's FP16 numerics emulated, and a verdict against the baseline's seed-to-seed band.
 
 One module per idea: `emulation` (FP16 rounding and its counts), `recipe`, `samples`, `run`,
-`verdict`, `check` (the three runs from two configs). Nothing here reads command-line arguments
-(that is `commands/verify.py`). docs/verify.md.
+`verdict`, `check` (the three runs from two configs), `defaults` (what the CLI's options need
+without torch). Nothing here reads command-line arguments (that is `commands/verify.py`), and
+nothing is imported here: the package is imported by every command's options, most of which
+never train anything (torch alone is 2 s of CPU). docs/verify.md.
 """
-
-from .check import DEFAULT_STEPS, Plan, estimate_seconds, plan, run_check
-from .recipe import Recipe, recipe_for
-from .run import RunResult
-from .samples import read_samples
-from .verdict import ATTR_VERIFY, EXIT_FAILED_CHECK, Verdict, judge
-
-__all__ = ["ATTR_VERIFY", "DEFAULT_STEPS", "EXIT_FAILED_CHECK", "Plan", "Recipe", "RunResult", "Verdict",
-           "estimate_seconds", "judge", "plan", "read_samples", "recipe_for", "run_check"]

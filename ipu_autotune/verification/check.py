@@ -13,13 +13,11 @@ from torch import nn
 from ..errors import UsageError
 from ..numerics.running import cpu_threads
 from ..problem import Config, Problem
+from .defaults import DEFAULT_STEPS
 from .recipe import Recipe, recipe_for
 from .run import RunResult, Trainer, checkpoint_steps, train
 from .samples import Samples
 from .verdict import Verdict, judge
-
-#: default optimizer steps of the recipe with the larger global batch
-DEFAULT_STEPS = 200
 
 
 @dataclass(frozen=True)

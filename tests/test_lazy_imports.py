@@ -1,0 +1,27 @@
+"""What a command imports: every `ipu-autotune` is a fresh interpreter, and torch alone is
+about 2 s of CPU, torchvision 1.5 s more, transformers 0.7 s. The parser and `--help` need
+none of them; tracing a torchvision model needs no transformers."""
+
+import subprocess
+import sys
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
+                         capture_output=True, text=True, check=True, timeout=300)
+    return set(out.stdout.split())
+
+
+def test_the_cli_and_its_help_import_no_torch():
+    loaded = _modules_after("import contextlib, io\nfrom ipu_autotune.cli import main\n"
+                            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+                            "    main(['tune', '--help'])")
+    assert "ipu_autotune.options" in loaded  # the help was built from the options
+    assert not {"torch", "torchvision", "transformers"} & loaded
+
+
+def test_tracing_a_torchvision_model_imports_no_transformers():
+    loaded = _modules_after("from ipu_autotune.problem import Problem\n"
+                            "from ipu_autotune.profiles.trace import profile_for\n"
+                            "assert profile_for(Problem('resnet18', 2, (3, 32, 32))).units")
+    assert "torchvision" in loaded and "transformers" not in loaded
