@@ -291,3 +291,26 @@ def test_cli_bad_input_is_a_one_line_usage_error(capsys, args, message):
                      *(["--input-shape", "3,16,16"] if "--input-shape" not in args else []), *args])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_a_torchvision_models_advice_is_measured_once_a_process_and_a_users_each_time(monkeypatch):
+    """Each `estimate` and new study asks for the advice; a torchvision model's on synthetic
+    batches depends only on the problem and the arguments, so a process measures it once. A
+    user's module:factory may have changed since, and is measured again."""
+    from ipu_autotune.numerics import advice as advice_module
+
+    runs = []
+    real = advice_module.collect_gradient_stats
+    monkeypatch.setattr(advice_module, "collect_gradient_stats", lambda *a, **k: runs.append(1) or real(*a, **k))
+    problem = Problem("resnet18", 4, input_shape=(3, 16, 16), num_classes=7)
+    first = nm.advise(problem, steps=2, seed=5)
+    first.table.clear()  # the caller's copy: the next answer is not changed by it
+    again = nm.advise(problem, steps=2, seed=5)
+    assert len(runs) == 1 and again.table
+    assert again == nm.advise(problem, steps=2, seed=5) and len(runs) == 1
+    nm.advise(problem, steps=2, seed=6)  # another seed is another measurement
+    assert len(runs) == 2
+    user = Problem("numerics_models:small_cnn", 4, input_shape=(3, 16, 16), num_classes=10)
+    nm.advise(user, steps=1)
+    nm.advise(user, steps=1)
+    assert len(runs) == 4

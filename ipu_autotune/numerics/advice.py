@@ -3,6 +3,7 @@ and how it changes a config (`NumericsAdvice.apply`)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,13 @@ def summary_lines(advice: NumericsAdvice) -> list[str]:
     ]
 
 
+#: advice measured in this process, by what it depends on: a torchvision model's (its name has
+#: no ':') on synthetic batches is a pure function of them. Each `estimate` and new study asks
+#: again (the notebook API, a test's commands): seconds of CPU each. A user's own model
+#: (module:factory, an object) may change between calls, and is measured each time.
+_MEASURED: dict[tuple, NumericsAdvice] = {}
+
+
 def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str | None = None,
            seed: int = 0) -> NumericsAdvice:
     """Loss scale, stochastic rounding and partials for `problem`, from a short CPU run.
@@ -92,8 +100,6 @@ def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str 
     as it was). Batches come from `data` ("module:function") or `synthetic_batches`, at most
     16 samples each; the learning rate defaults to `default_lr`.
     """
-    from ..models.zoo import build_model
-
     if problem.token_inputs or problem.inputs:
         raise UsageError(f"numerics: {problem.model} takes token ids or named inputs, and the statistics run "
                          "feeds one float image batch so far; tuning searches loss scaling, stochastic rounding "
@@ -102,6 +108,20 @@ def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str 
         raise UsageError(f"--lr must be positive, got {lr}")
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
+    key = (problem, lr, steps, seed) if data is None and ":" not in problem.model else None
+    if key is not None and key in _MEASURED:
+        return copy.deepcopy(_MEASURED[key])  # the caller's to change
+    advice = _measure(problem, lr, steps, data, seed)
+    if key is not None:
+        if len(_MEASURED) >= 64:  # a few models a process: bounded all the same
+            _MEASURED.clear()
+        _MEASURED[key] = copy.deepcopy(advice)
+    return advice
+
+
+def _measure(problem: Problem, lr: float | None, steps: int, data: str | None, seed: int) -> NumericsAdvice:
+    from ..models.zoo import build_model
+
     batches = load_data(data) if data else synthetic_batches(problem, steps, seed)
     try:
         batch_list = take(capped(batches, STATS_BATCH_CAP), steps)
