@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 
 import optuna
@@ -80,3 +81,23 @@ def test_ctrl_c_with_jobs_2_leaves_no_trial_running_and_no_worker_behind(tmp_pat
     numbers = [t.number for t in study.trials]
     assert sorted(numbers) == list(range(len(numbers)))
     assert after.get("COMPLETE", 0) >= 6
+
+
+def test_a_worker_told_to_stop_while_it_starts_stops_at_its_first_trial():
+    """The parent passes a Ctrl-C on as soon as it comes, and a worker may still be importing
+    (a library's bare `except` can lose a KeyboardInterrupt there): the signal is kept until
+    the run loop's handler is in place, which acts on it before any trial; and after that
+    block the handlers are the interpreter's own again."""
+    code = """
+import os, signal
+from ipu_autotune.study import stop_signals
+stop_signals.catch_early()
+os.kill(os.getpid(), signal.SIGINT)  # while 'starting': kept, not raised
+got = []
+with stop_signals.handled(lambda signum, frame: got.append(signum)):
+    assert got == [signal.SIGINT], got
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
