@@ -310,3 +310,13 @@ def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_
     faster.evaluate = lambda p, c: type("M", (), {"throughput": 2.0})()  # the same key, a reference that measures otherwise
     rf.cached_class_bests(problem, faster, 0, config, 1, "same key")
     assert len(searches) == 2
+
+
+@pytest.mark.slow
+def test_guide_speed_compares_a_commit_with_itself():
+    """Against the same code in a worktree: the same compiles, and a CPU figure for each."""
+    text = run("guide_speed.py", "--cases", "1", "--budget", "3", "--against", "HEAD")
+    (row,) = table(text, "CPU per guided compile")
+    assert row["same compiles"] == "yes"
+    assert number(row["CPU s"]) > 0 and number(row["CPU s at HEAD"]) > 0
+    assert "same compiles in 1 of 1" in text

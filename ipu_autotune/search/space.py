@@ -57,8 +57,9 @@ class SearchSpace:
         self.user_knobs = user_knobs  # set by the user's --space file: advice never overrides them
         self.domain = domain if domain is not None else knobs  # what a config may hold (see `outside`)
         self.advised = advised  # not sampled: set by advice (numerics), so any value is in the space
-        # what `project` returned, with its profile: inside by construction (a replay of
-        # domain values gives them back), so `outside` need not replay it again
+        # what `project` returned as the sampler produced it, with its profile: a replay of
+        # the sampler's own output gives it back, so `outside` need not replay it again (not
+        # so where advised values were put back: they may change what the sampler asks)
         self._projected: dict[tuple[Problem, Config], ModelProfile] = {}
 
     def outside(self, problem: Problem, profile: ModelProfile, config: Config) -> list[str]:
@@ -79,9 +80,10 @@ class SearchSpace:
         replayed = self._replayed(problem, profile, config, nearest=True)
         kept = {name: getattr(config, name) for name in self.advised}
         out = replayed.replace(**kept) if kept else replayed
-        if len(self._projected) > 200_000:  # bounded: a long study must not grow it forever
-            self._projected.clear()
-        self._projected[problem, out] = profile
+        if out == replayed:
+            if len(self._projected) > 200_000:  # bounded: a long study must not grow it forever
+                self._projected.clear()
+            self._projected[problem, out] = profile
         return out
 
     def _replayed(self, problem: Problem, profile: ModelProfile, config: Config, nearest: bool) -> Config:
