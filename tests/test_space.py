@@ -77,8 +77,8 @@ def test_families():
 
 
 def test_a_projected_config_is_inside_without_a_second_replay(monkeypatch):
-    """`project` remembers what it returned: `outside` of it is empty (a replay of domain
-    values gives them back) and answered without replaying it again."""
+    """`project` remembers what it returned as the sampler produced it: `outside` of it is
+    empty (a replay of the sampler's own output gives it back), answered without a replay."""
     from ipu_autotune.guide.warmstart import naive_baseline
 
     problem = Problem("resnet18", 8, (3, 32, 32), ipus=2)
