@@ -200,27 +200,27 @@ class Residuals:
         """Predict many (config, levels) in one call, into the cache `at_levels` reads: a climb
         judges a round's candidates one by one, and one prediction of them all costs about
         what one of them does (numpy's overhead per call is most of a row's cost)."""
-        todo = list(dict.fromkeys((c, tuple(levels)) for c, levels in items))
-        todo = [key for key in todo if key not in self._cache]
-        if len(todo) < 2:
-            return
-        if len(self._cache) + len(todo) > 100_000:  # bounded, as at_levels
-            self._cache.clear()
-        mean, sd = self.effects.predict(*self._arrays([(c, level) for c, levels in todo for level in levels]))
-        row = 0
-        for key in todo:
-            n = len(key[1])
-            self._cache[key] = [(float(m), float(s)) for m, s in zip(mean[row:row + n], sd[row:row + n], strict=True)]
-            row += n
+        todo = [key for key in dict.fromkeys((c, tuple(levels)) for c, levels in items) if key not in self._cache]
+        if len(todo) > 1:
+            self._predict(todo)
 
     def at_levels(self, config: Config, levels: Sequence[object]) -> list[tuple[float, float]]:
         """(mean, spread) of the residual at `config` with each of `levels` (one prediction)."""
         key = (config, tuple(levels))
         got = self._cache.get(key)
         if got is None:
-            if len(self._cache) > 100_000:  # bounded, as the Featurizer's
-                self._cache.clear()
-            mean, sd = self.effects.predict(*self._arrays([(config, level) for level in levels]))
-            # predict: a mean and a spread per row
-            got = self._cache[key] = [(float(m), float(s)) for m, s in zip(mean, sd, strict=True)]
+            self._predict([key])
+            got = self._cache[key]
         return got
+
+    def _predict(self, keys: list[tuple[Config, tuple]]) -> None:
+        """One prediction of every (config, levels) in `keys`, a row per level, into the cache."""
+        if len(self._cache) + len(keys) > 100_000:  # bounded, as the Featurizer's
+            self._cache.clear()
+        # predict: a mean and a spread per row
+        mean, sd = self.effects.predict(*self._arrays([(c, level) for c, levels in keys for level in levels]))
+        row = 0
+        for key in keys:
+            n = len(key[1])
+            self._cache[key] = [(float(m), float(s)) for m, s in zip(mean[row:row + n], sd[row:row + n], strict=True)]
+            row += n
