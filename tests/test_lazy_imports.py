@@ -25,3 +25,23 @@ def test_tracing_a_torchvision_model_imports_no_transformers():
                             "from ipu_autotune.profiles.trace import profile_for\n"
                             "assert profile_for(Problem('resnet18', 2, (3, 32, 32))).units")
     assert "torchvision" in loaded and "transformers" not in loaded
+
+
+def test_reading_a_study_imports_no_torch(tmp_path):
+    """`show`, `studies`, `report` and `export` read what `tune` stored: a CNN's study needs no
+    model built or traced, so none of them imports torch (2-3 s of CPU each, before)."""
+    from ipu_autotune.cli import main
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = ["--storage", url, "--study", "cnn"]
+    assert main(["resnet18", "--batch-size", "8", "--trials", "3", "--seed", "0", "--quiet", *study]) == 0
+    commands = [["show", *study], ["show", *study, "--trial", "1", "--json"], ["studies", "--storage", url],
+                ["report", *study, "--out", str(tmp_path / "report.html")], ["export", *study, "--format", "toml"],
+                ["export", *study, "--out", str(tmp_path / "snippet.py")]]
+    loaded = _modules_after("import contextlib, io\nfrom ipu_autotune.cli import main\n"
+                            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+                            f"    codes = [main(argv) for argv in {commands!r}]\n"
+                            "assert codes == [0] * len(codes), codes")
+    assert (tmp_path / "report.html").exists() and "poptorch.Options()" in (tmp_path / "snippet.py").read_text()
+    assert "ipu_autotune.commands.export" in loaded  # every command ran in that interpreter
+    assert not {"torch", "torchvision", "transformers"} & loaded

@@ -17,7 +17,19 @@ from torch import nn
 from torch.nn import functional as F
 
 from ipu_autotune import cli
-from ipu_autotune import numerics as nm
+from ipu_autotune.numerics.advice import advise
+from ipu_autotune.numerics.answer import (
+    LossScaleAdvice,
+    NumericsAdvice,
+    PartialsAdvice,
+    StochasticRoundingAdvice,
+    summary_lines,
+)
+from ipu_autotune.numerics.data import synthetic_batches
+from ipu_autotune.numerics.loss_scale import DRIFT_BINADES, loss_scale_table, recommend_loss_scale
+from ipu_autotune.numerics.partials import PARTIALS_RANGE_LIMIT, partials_advice
+from ipu_autotune.numerics.statistics import collect_gradient_stats
+from ipu_autotune.numerics.stochastic_rounding import SR_THRESHOLD, stochastic_rounding_advice
 from ipu_autotune.numerics.view import render
 from ipu_autotune.problem import Config, Problem
 from testing import NUMERICS_CNN_SGD as PROBLEM
@@ -49,8 +61,8 @@ def seeded(cls, *args, **kwargs):
 
 def test_tiny_gradients_get_a_large_scale_that_keeps_them():
     model = seeded(ScaledMLP, scale=1e-5)
-    stats = nm.collect_gradient_stats(model, batches(3), optimizer="sgd", lr=0.01)
-    advice = nm.recommend_loss_scale(stats)
+    stats = collect_gradient_stats(model, batches(3), optimizer="sgd", lr=0.01)
+    advice = recommend_loss_scale(stats)
     assert advice.underflow_at_1 > 0.5 and advice.underflow_at_scale < 0.01
     assert advice.overflow_free and not advice.auto
 
@@ -70,8 +82,8 @@ def test_large_gradients_get_a_small_scale_that_never_overflows():
     def big_loss(out, y):
         return F.cross_entropy(out, y) * 5000  # e.g. a sum over a big batch
 
-    stats = nm.collect_gradient_stats(model, batches(3), loss_fn=big_loss, optimizer="sgd", lr=1e-6)
-    advice = nm.recommend_loss_scale(stats)
+    stats = collect_gradient_stats(model, batches(3), loss_fn=big_loss, optimizer="sgd", lr=1e-6)
+    advice = recommend_loss_scale(stats)
     assert stats.max_abs_grad > 100
     assert 1 <= advice.scale <= 4 and advice.overflow_free
     for seed in range(1, 6):
@@ -84,11 +96,11 @@ def test_table_is_exact_against_fp16_thresholds():
     model = seeded(BareMatmul)  # no Linear/Conv: the statistics hold exactly the weight gradient
     x, y = batches(1, shape=(64,))[0]
     data = [(x * torch.logspace(-14, 0, 64), y)]  # spread the gradients over ~47 binades
-    stats = nm.collect_gradient_stats(model, data, steps=1, optimizer="sgd", lr=0.01)
+    stats = collect_gradient_stats(model, data, steps=1, optimizer="sgd", lr=0.01)
     g = fresh_param_grads(model, data[0])
     g = g[g != 0]
     n = g.numel()
-    rows = nm.loss_scale_table(stats)
+    rows = loss_scale_table(stats)
     assert 0.2 < rows[0].flushed < 0.8  # the check below covers both sides of each threshold
     for row in rows:
         scaled = (g * row.scale).abs()
@@ -99,12 +111,12 @@ def test_table_is_exact_against_fp16_thresholds():
 
 def test_drifting_gradients_ask_for_automatic_loss_scaling():
     model = seeded(ScaledMLP)
-    steady = nm.collect_gradient_stats(model, batches(3), optimizer="sgd", lr=1e-4)
-    assert steady.drift_binades() <= nm.DRIFT_BINADES and not nm.recommend_loss_scale(steady).auto
+    steady = collect_gradient_stats(model, batches(3), optimizer="sgd", lr=1e-4)
+    assert steady.drift_binades() <= DRIFT_BINADES and not recommend_loss_scale(steady).auto
     growing = [(x * 10.0 ** i, y) for i, (x, y) in enumerate(batches(3))]  # inputs 1x, 10x, 100x
-    stats = nm.collect_gradient_stats(model, growing, optimizer="sgd", lr=1e-6)
-    advice = nm.recommend_loss_scale(stats)
-    assert stats.drift_binades() > nm.DRIFT_BINADES
+    stats = collect_gradient_stats(model, growing, optimizer="sgd", lr=1e-6)
+    advice = recommend_loss_scale(stats)
+    assert stats.drift_binades() > DRIFT_BINADES
     assert advice.auto and "binades" in advice.reason
 
 
@@ -136,33 +148,33 @@ def simulated_lost_fraction(model: nn.Module, data, optimizer: str, lr: float) -
 def test_stochastic_rounding_estimate_matches_a_direct_simulation(optimizer, lr):
     model = seeded(ScaledMLP)
     data = batches(1)
-    stats = nm.collect_gradient_stats(model, data, steps=1, optimizer=optimizer, lr=lr)
-    advice = nm.stochastic_rounding_advice(stats)
+    stats = collect_gradient_stats(model, data, steps=1, optimizer=optimizer, lr=lr)
+    advice = stochastic_rounding_advice(stats)
     simulated = simulated_lost_fraction(model, data[0], optimizer, lr)
     assert 0.05 < simulated < 0.95  # an informative case, not all or nothing
     assert advice.fraction_lost == pytest.approx(simulated, abs=0.03)
-    assert advice.recommend == (simulated > nm.SR_THRESHOLD)
+    assert advice.recommend == (simulated > SR_THRESHOLD)
     # Another learning rate from the same statistics (updates are proportional to lr).
     other = lr * 3.7
-    assert nm.stochastic_rounding_advice(stats, lr=other).fraction_lost == pytest.approx(
+    assert stochastic_rounding_advice(stats, lr=other).fraction_lost == pytest.approx(
         simulated_lost_fraction(model, data[0], optimizer, other), abs=0.03)
 
 
 def test_stochastic_rounding_off_when_updates_are_large():
     model = seeded(ScaledMLP)
-    stats = nm.collect_gradient_stats(model, batches(2), optimizer="adam", lr=1e-2)
-    advice = nm.stochastic_rounding_advice(stats)
-    assert advice.fraction_lost < nm.SR_THRESHOLD and not advice.recommend
+    stats = collect_gradient_stats(model, batches(2), optimizer="adam", lr=1e-2)
+    advice = stochastic_rounding_advice(stats)
+    assert advice.fraction_lost < SR_THRESHOLD and not advice.recommend
     with pytest.raises(ValueError):
-        nm.stochastic_rounding_advice(stats, optimizer="adamw")
+        stochastic_rounding_advice(stats, optimizer="adamw")
 
 
 def test_collection_leaves_the_model_as_it_was():
     model = seeded(SmallCNN)
     state = copy.deepcopy(model.state_dict())
     model.eval()
-    nm.collect_gradient_stats(model, batches(2, shape=(3, 8, 8)), optimizer="adamw", lr=0.1)
-    nm.partials_advice(model, torch.randn(4, 3, 8, 8))
+    collect_gradient_stats(model, batches(2, shape=(3, 8, 8)), optimizer="adamw", lr=0.1)
+    partials_advice(model, torch.randn(4, 3, 8, 8))
     assert not model.training
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
@@ -189,16 +201,16 @@ class Branches(nn.Module):
 def test_partials_flag_long_accumulations_with_large_or_coherent_sums_only():
     model = seeded(Branches)
     x = torch.rand(4, 32768, generator=torch.Generator().manual_seed(0))  # positive, like post-ReLU
-    advice = nm.partials_advice(model, x)
+    advice = partials_advice(model, x)
     assert advice.recommend == "float"
     assert advice.risky_layers == ["long_large", "coherent"]
     assert "long_large" in advice.reason
     # The largest partial sum is checked against the layer itself, not the module's own sums.
     bound = (x[:, :32768] * 300).abs() @ model.long_large.weight.abs().T
-    assert bound.max() > nm.PARTIALS_RANGE_LIMIT
-    small = nm.partials_advice(seeded(nn.Sequential, nn.Linear(64, 10)), torch.randn(8, 64))
+    assert bound.max() > PARTIALS_RANGE_LIMIT
+    small = partials_advice(seeded(nn.Sequential, nn.Linear(64, 10)), torch.randn(8, 64))
     assert small.recommend == "half" and small.risky_layers == []
-    cnn = nm.partials_advice(seeded(SmallCNN), torch.randn(4, 3, 16, 16))
+    cnn = partials_advice(seeded(SmallCNN), torch.randn(4, 3, 16, 16))
     assert cnn.recommend == "half"
 
 
@@ -207,21 +219,21 @@ def test_partials_flag_long_accumulations_with_large_or_coherent_sums_only():
 
 @pytest.fixture(scope="module")
 def advice():
-    return nm.advise(PROBLEM, steps=2)
+    return advise(PROBLEM, steps=2)
 
 
 def test_advice_round_trips_through_json(advice):
     data = json.loads(json.dumps(advice.to_dict()))
-    assert nm.NumericsAdvice.from_dict(data) == advice
+    assert NumericsAdvice.from_dict(data) == advice
     assert [row.scale for row in advice.table] == [2.0 ** k for k in range(25)]
     assert advice.lr == pytest.approx(0.1 * 8 / 256)
 
 
 def test_apply_sets_fields_only_on_fp16_configs(advice):
-    chosen = nm.NumericsAdvice(
-        loss_scale=nm.LossScaleAdvice(256.0, True, 0.4, 0.001, True, "drift"),
-        stochastic_rounding=nm.StochasticRoundingAdvice(0.2, True, "lost"),
-        partials=nm.PartialsAdvice("half", [], "fine"),
+    chosen = NumericsAdvice(
+        loss_scale=LossScaleAdvice(256.0, True, 0.4, 0.001, True, "drift"),
+        stochastic_rounding=StochasticRoundingAdvice(0.2, True, "lost"),
+        partials=PartialsAdvice("half", [], "fine"),
         table=advice.table)
     fp32 = Config(precision="32.32", loss_scaling=128.0, partials="float")
     assert chosen.apply(fp32) == fp32.replace(loss_scaling=1.0)
@@ -230,13 +242,13 @@ def test_apply_sets_fields_only_on_fp16_configs(advice):
     assert (mixed.loss_scaling, mixed.partials, mixed.stochastic_rounding) == (256.0, "half", False)
     half = chosen.apply(Config(precision="16.16"))
     assert (half.loss_scaling, half.partials, half.stochastic_rounding) == ("auto", "half", True)
-    fixed = nm.NumericsAdvice.from_dict({**chosen.to_dict(), "loss_scale": {
+    fixed = NumericsAdvice.from_dict({**chosen.to_dict(), "loss_scale": {
         **chosen.to_dict()["loss_scale"], "auto": False}})
     assert fixed.apply(Config(precision="16.16")).loss_scaling == 256.0
 
 
 def test_summary_and_view_state_the_reasons(advice):
-    lines = nm.summary_lines(advice)
+    lines = summary_lines(advice)
     assert len(lines) == 3
     assert lines[0].startswith(("loss scale ", "loss scaling auto"))
     assert "of non-zero gradients representable in FP16" in lines[0]
@@ -251,7 +263,7 @@ def test_summary_and_view_state_the_reasons(advice):
 @pytest.mark.slow
 def test_advise_resnet18_leaves_global_state_alone():
     threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
-    advice = nm.advise(Problem("resnet18", 4, input_shape=(3, 32, 32), num_classes=10), steps=2)
+    advice = advise(Problem("resnet18", 4, input_shape=(3, 32, 32), num_classes=10), steps=2)
     assert torch.get_num_threads() == threads and torch.equal(torch.random.get_rng_state(), rng)
     assert advice.loss_scale.scale in [2.0 ** k for k in range(25)]
     assert 0 <= advice.stochastic_rounding.fraction_lost <= 1
@@ -259,10 +271,10 @@ def test_advise_resnet18_leaves_global_state_alone():
 
 
 def test_synthetic_batches_cap_the_batch():
-    got = nm.synthetic_batches(Problem("resnet18", 64, input_shape=(3, 8, 8), num_classes=5), 2, seed=3)
+    got = synthetic_batches(Problem("resnet18", 64, input_shape=(3, 8, 8), num_classes=5), 2, seed=3)
     assert len(got) == 2 and got[0][0].shape == (16, 3, 8, 8)
     assert int(got[0][1].min()) >= 0 and int(got[0][1].max()) < 5
-    again = nm.synthetic_batches(Problem("resnet18", 64, input_shape=(3, 8, 8), num_classes=5), 2, seed=3)
+    again = synthetic_batches(Problem("resnet18", 64, input_shape=(3, 8, 8), num_classes=5), 2, seed=3)
     assert torch.equal(got[1][0], again[1][0])
 
 
@@ -303,14 +315,14 @@ def test_a_torchvision_models_advice_is_measured_once_a_process_and_a_users_each
     real = advice_module.collect_gradient_stats
     monkeypatch.setattr(advice_module, "collect_gradient_stats", lambda *a, **k: runs.append(1) or real(*a, **k))
     problem = Problem("resnet18", 4, input_shape=(3, 16, 16), num_classes=7)
-    first = nm.advise(problem, steps=2, seed=5)
+    first = advise(problem, steps=2, seed=5)
     first.table.clear()  # the caller's copy: the next answer is not changed by it
-    again = nm.advise(problem, steps=2, seed=5)
+    again = advise(problem, steps=2, seed=5)
     assert len(runs) == 1 and again.table
-    assert again == nm.advise(problem, steps=2, seed=5) and len(runs) == 1
-    nm.advise(problem, steps=2, seed=6)  # another seed is another measurement
+    assert again == advise(problem, steps=2, seed=5) and len(runs) == 1
+    advise(problem, steps=2, seed=6)  # another seed is another measurement
     assert len(runs) == 2
     user = Problem("numerics_models:small_cnn", 4, input_shape=(3, 16, 16), num_classes=10)
-    nm.advise(user, steps=1)
-    nm.advise(user, steps=1)
+    advise(user, steps=1)
+    advise(user, steps=1)
     assert len(runs) == 4

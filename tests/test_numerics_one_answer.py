@@ -11,7 +11,7 @@ import pytest
 
 from testing import run_cli, sqlite_url
 
-from ipu_autotune.numerics import NumericsAdvice
+from ipu_autotune.numerics.answer import NumericsAdvice
 from ipu_autotune.problem import Config
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,7 @@ def test_estimate_and_tune_give_the_same_numerics_on_the_main_runs_baseline(caps
             assert knob not in suggested, (knob, suggested)
     assert "1024" not in suggested
     # and the reasons are printed, the same lines as tune's summary
-    from ipu_autotune.numerics import summary_lines
+    from ipu_autotune.numerics.answer import summary_lines
 
     for line in summary_lines(advice):
         assert " ".join(line.split()) in text

@@ -85,3 +85,29 @@ def test_the_exit_3_advice_never_suggests_a_size_no_better_than_the_closest_tria
                                  max_tile_bytes=[int(closest.measurement.tile_capacity_bytes * 1.01)])
     kept = nofit.best_changes(problem, closest.config, 0.05, better, 0.9)
     assert not any(c.flag.startswith("--ipus") and not c.fits for c in kept)
+
+
+def test_the_exit_3_advice_plans_no_size_beyond_the_first_that_fits_at_the_asked_micro_batch(monkeypatch):
+    """A larger size cannot change the advice once one fits at the problem's micro-batch (the
+    smallest fit and the first at that micro-batch are found): it is not planned, and the
+    advice is what the plan of every size gives."""
+    problem = Problem("resnet18", 1024, ipus=1)
+    planned: list[int] = []
+    real = nofit.plan_size
+    monkeypatch.setattr(nofit, "plan_size", lambda p, n, *a: planned.append(n) or real(p, n, *a))
+    advice = nofit.more_ipus(problem, 0.05, 0.9)
+    asked = list(planned)
+    every_size = nofit.plan(problem, 0.05, 0.9, (2, 4, 8, 16, 32, 64))
+    first_full = next(p for p in every_size if p.fits and p.micro_batch == problem.batch_size)
+    assert asked == [n for n in nofit.SIZES if 1 < n <= first_full.ipus] and first_full.ipus < 64
+    fit = nofit.smallest_fit(every_size)
+    assert fit is not None and advice[0].flag.startswith(f"--ipus {fit.ipus}")
+    assert [c.to_dict() for c in advice] == [c.to_dict() for c in _more_ipus_over(problem, every_size)]
+
+
+def _more_ipus_over(problem: Problem, plans: list[nofit.SizePlan]) -> list[nofit.Change]:
+    """more_ipus's answer from a plan of every size (the picks it documents)."""
+    fit = nofit.smallest_fit(plans)
+    assert fit is not None
+    same = next((p for p in plans if p.fits and p.micro_batch == problem.batch_size), None)
+    return [nofit._size_change(problem, p) for p in ([fit] if same is None or same is fit else [fit, same])]

@@ -122,7 +122,7 @@ def test_a_crafted_measurement_is_refused_not_crashed_on(capsys, in_tmp):
 
 def test_free_text_stays_in_comments(capsys, in_tmp):
     """A study name and stored notes with newlines and code: exported, but only as comments."""
-    from ipu_autotune.numerics import advise
+    from ipu_autotune.numerics.advice import advise
 
     name = "evil\nimport os; os.system('touch PWNED')\n"
     notes = advise(wh.problem(), steps=2).to_dict()

@@ -129,7 +129,7 @@ def test_global_batch_32x_with_the_linear_rule_diverges():
 
 @pytest.mark.slow
 def test_the_advised_loss_scale_keeps_the_runs_gradients():
-    from ipu_autotune.numerics import advise
+    from ipu_autotune.numerics.advice import advise
 
     problem = Problem("verify_models:shallow_vanishing_net", 16, input_shape=[1, 8, 8], num_classes=10,
                       optimizer="adam")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..backends.base import Measurement
 from ..problem import Config, Problem
-from ..profiles.trace import ModelProfile
+from ..profiles.model_profile import ModelProfile
 from ..version import __version__
 
 #: the record's format; a store written with another one is refused (store.py)

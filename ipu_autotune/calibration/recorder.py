@@ -18,7 +18,7 @@ from typing import Any
 from ..backends.base import Measurement
 from ..backends.estimate import estimate, profile_at_micro_batch
 from ..problem import Problem
-from ..profiles.trace import ModelProfile
+from ..profiles.model_profile import ModelProfile
 from ..study.storage import mask_url
 from .record import make_record
 

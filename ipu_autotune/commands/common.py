@@ -12,11 +12,9 @@ from ..backends import resolve_backend_name
 from ..backends.base import Backend
 from ..errors import UsageError
 from ..guide.warmstart import is_baseline
-from ..models.zoo import check_model_name
 from ..options import DEFAULT_OUT, MeasureOptions
 from ..present.display import terminal_text
 from ..problem import Config, Problem
-from ..profiles.trace import profile_for
 from ..study.storage import mask_url, open_storage
 
 
@@ -26,6 +24,11 @@ def console_for(options) -> Console:
 
 
 def trace(problem: Problem, console: Console):
+    # Imported here: building and tracing a model needs torch, which `show`, `studies` and
+    # `report` never import (2-3 s of CPU per command).
+    from ..models.zoo import check_model_name
+    from ..profiles.trace import profile_for
+
     check_model_name(problem.model)
     with console.status(f"Tracing {problem.model} on the meta device (no weights, no memory)…"):
         try:
@@ -123,18 +126,19 @@ def numerics_advice(problem: Problem, space, existing, console, seed: int = 0):
     """The numerics advice `tune` sets and `estimate` suggests with: stored with the study
     (`existing`), or measured now (a few seconds on the CPU); None where it cannot be measured
     (`numerics_unmeasured` says why)."""
-    from .. import numerics
+    from ..numerics.advice import advise
+    from ..numerics.answer import NumericsAdvice
     from ..study.records import ATTR_NUMERICS
 
     stored = existing.user_attrs.get(ATTR_NUMERICS) if existing is not None else None
     if stored:
-        return numerics.NumericsAdvice.from_dict(stored)
+        return NumericsAdvice.from_dict(stored)
     if numerics_unmeasured(problem, space):
         return None  # the knobs are searched instead
     with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
                         "and partials…"):
         try:
-            return numerics.advise(problem, seed=seed)
+            return advise(problem, seed=seed)
         except UsageError:
             raise
         except Exception as exc:  # advice is an aid: without it the study still searches these knobs

@@ -145,7 +145,7 @@ class _Numerics:
         self.advice, self.asked = None, False
 
     def __call__(self, config: Config) -> Config:
-        from ..numerics import summary_lines
+        from ..numerics.answer import summary_lines
         from ..search.space import SearchSpace
         from .common import numerics_advice, numerics_unmeasured
 

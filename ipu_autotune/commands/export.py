@@ -42,7 +42,7 @@ def run(args: ExportOptions) -> int:
 def render_record(study, problem, record, fmt: str, study_name: str) -> tuple[str, list[str]]:
     """A stored trial in `fmt` (python, toml, json, ipu-config, ipu-trainer) with the study's
     numerics notes and the baseline's global batch; and for ipu-config the notes on training it."""
-    from ..numerics import NumericsAdvice
+    from ..numerics.answer import NumericsAdvice
     from ..study.records import ATTR_NUMERICS
 
     stored = study.user_attrs.get(ATTR_NUMERICS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ..args import problem_from_args
-from ..numerics import advise
+from ..numerics.advice import advise
 from ..numerics.view import render
 from ..options import NumericsOptions
 

@@ -20,8 +20,8 @@ import json
 
 from ..knob_spec import SPEC
 from ..problem import Config, Problem
+from ..profiles.model_profile import ModelProfile
 from ..profiles.optimum_placement import layer_units
-from ..profiles.trace import ModelProfile
 from ..rules.optimum_target import model_refusal, unexpressible
 
 #: The keys IPUConfig accepts (its __init__ takes exactly these; anything else is rejected

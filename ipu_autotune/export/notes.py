@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..problem import Config
 
 if TYPE_CHECKING:
-    from ..numerics.advice import NumericsAdvice
+    from ..numerics.answer import NumericsAdvice
 
 
 def numerics_notes(advice: NumericsAdvice | None, config: Config) -> list[str]:

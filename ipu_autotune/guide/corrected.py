@@ -30,7 +30,7 @@ from ..host.pipeline import overlapped
 from ..knob_spec import SPEC
 from ..models import partition
 from ..problem import Config
-from ..profiles.trace import ModelProfile
+from ..profiles.model_profile import ModelProfile
 from ..search.replay import checkpoint_spacing, with_splits
 from ..search.space import Range, SearchSpace
 from .call_model import CallModel, CallTime, call_time

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 from ..knob_spec import SPEC
 from ..problem import Config
-from ..profiles.trace import ModelProfile
+from ..profiles.model_profile import ModelProfile
 
 _KIND = {k.name: k.kind for k in SPEC}
 _TILE_MEMORY = {k.name for k in SPEC if k.tile_memory}

@@ -22,7 +22,7 @@ from ..problem import Config, Problem
 from ..rules.cross_field import violations
 
 if TYPE_CHECKING:  # types only: imported where used, as plan_size does
-    from ..profiles.trace import ModelProfile
+    from ..profiles.model_profile import ModelProfile
     from ..search.space import SearchSpace
 
 #: the exit code of a study in which no trial fits (documented in the README and cli.py)
@@ -86,8 +86,13 @@ def smaller_batch(problem: Problem, config: Config, backend: Backend) -> Change 
 def more_ipus(problem: Problem, headroom: float, fit_confidence: float | None) -> list[Change]:
     """The plan at the sizes above the problem's: the smallest that fits, with its best
     configuration; when none does, one statement that no size fits, why, and what would."""
-    larger = [n for n in SIZES if n > problem.ipus]
-    plans = plan(problem, headroom, fit_confidence, tuple(larger)) if larger else []
+    plans: list[SizePlan] = []
+    for n in (n for n in SIZES if n > problem.ipus):
+        sized = plan_size(problem, n, headroom, fit_confidence)
+        if sized is not None:
+            plans.append(sized)
+            if sized.fits and sized.micro_batch == problem.batch_size:
+                break  # no larger size changes the answer below (the `plan` command shows them all)
     if not plans:
         return []
     fit = smallest_fit(plans)

@@ -29,7 +29,7 @@ from itertools import combinations
 from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..problem import Config, Problem
-from ..profiles.trace import ModelProfile
+from ..profiles.model_profile import ModelProfile
 from ..search.space import SearchSpace
 from .blind import BlindRound
 from .bold import BetModel, GainModel, bet_climb

@@ -18,10 +18,10 @@ from ..batch import micro_batch
 from ..knob_spec import SPEC
 from ..models import partition
 from ..problem import Config, Problem
+from ..profiles.model_profile import ModelProfile
 from ..profiles.optimum_placement import layer_units, wildcard_cuts
 from ..profiles.placement import stage_starts
 from ..profiles.refine import split_grid
-from ..profiles.trace import ModelProfile
 from ..rules.cross_field import min_pipeline_accumulation, violations
 from ..search.replay import checkpoint_spacing, with_splits
 from ..search.space import Choice, Range, SearchSpace, checkpoints_every

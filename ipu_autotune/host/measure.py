@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UsageError
-from ..numerics import load_data
+from ..numerics.data import load_data
 
 #: seconds spent reading the user's data
 DEFAULT_SECONDS = 3.0

@@ -4,85 +4,22 @@ and how it changes a config (`NumericsAdvice.apply`)."""
 from __future__ import annotations
 
 import copy
-import dataclasses
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ..errors import UsageError
-from ..problem import Config, Problem
+from ..problem import Problem
+from .answer import NumericsAdvice
 from .data import STATS_BATCH_CAP, capped, load_data, synthetic_batches, take
-from .fp16 import format_scale
-from .loss_scale import LossScaleAdvice, LossScaleRow, loss_scale_table, recommend_loss_scale
+from .loss_scale import loss_scale_table, recommend_loss_scale
 from .optimizers import default_lr
-from .partials import LayerPartials, PartialsAdvice, partials_advice
+from .partials import partials_advice
 from .running import first_line
 from .statistics import collect_gradient_stats
-from .stochastic_rounding import StochasticRoundingAdvice, stochastic_rounding_advice
+from .stochastic_rounding import stochastic_rounding_advice
 
 #: samples for the partials forward pass
 PARTIALS_BATCH_CAP = 8
-
-
-@dataclass
-class NumericsAdvice:
-    loss_scale: LossScaleAdvice
-    stochastic_rounding: StochasticRoundingAdvice
-    partials: PartialsAdvice
-    table: list[LossScaleRow]
-    model: str = ""
-    optimizer: str = ""
-    lr: float = 0.0
-    steps: int = 0
-    batch_used: int = 0
-    drift_binades: int = 0
-    max_abs_grad: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types only (fits an Optuna user attribute)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NumericsAdvice:
-        d = dict(data)
-        p = dict(d.pop("partials"))
-        p["layers"] = [LayerPartials(**lp) for lp in p.get("layers", [])]
-        p["risky_layers"] = list(p["risky_layers"])
-        return cls(
-            loss_scale=LossScaleAdvice(**d.pop("loss_scale")),
-            stochastic_rounding=StochasticRoundingAdvice(**d.pop("stochastic_rounding")),
-            partials=PartialsAdvice(**p),
-            table=[LossScaleRow(**row) for row in d.pop("table")],
-            **d,
-        )
-
-    def apply(self, config: Config) -> Config:
-        """`config` with the advice applied where FP16 is used.
-
-        32.32: loss_scaling 1.0, nothing else. FP16 compute: partials and loss scale ("auto"
-        only with FP16 weights, as PopTorch requires). FP16 weights: also stochastic rounding.
-        """
-        if not config.half_compute:
-            return config if config.loss_scaling == 1.0 else config.replace(loss_scaling=1.0)
-        auto = self.loss_scale.auto and config.half_weights
-        changes: dict[str, Any] = {"partials": self.partials.recommend,
-                                   "loss_scaling": "auto" if auto else self.loss_scale.scale}
-        if config.half_weights:
-            changes["stochastic_rounding"] = self.stochastic_rounding.recommend
-        return config.replace(**changes)
-
-
-def summary_lines(advice: NumericsAdvice) -> list[str]:
-    """One line per decision, with its reason."""
-    ls, sr, pa = advice.loss_scale, advice.stochastic_rounding, advice.partials
-    scale = format_scale(ls.scale)
-    head = f"loss scaling auto (start {scale})" if ls.auto else f"loss scale {scale}"
-    return [
-        f"{head}: {ls.reason}",
-        f"stochastic rounding {'on' if sr.recommend else 'off'}: {sr.reason}",
-        f"partials {pa.recommend}: {pa.reason}",
-    ]
 
 
 #: advice measured in this process, by what it depends on: a torchvision model's (its name has

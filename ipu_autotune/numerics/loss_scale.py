@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 
+from .answer import LOSS_SCALE_MARGIN, LossScaleAdvice, LossScaleRow
 from .fp16 import (
     EXPONENT_BINS,
     FP16_MAX,
@@ -19,9 +19,6 @@ from .fp16 import (
 )
 from .statistics import GradientStats
 
-#: max|g| x scale x margin <= 65504. 16x = 4 binades: gradients grow during early training and
-#: 3 steps at batch <= 16 see fewer samples (so a smaller max) than a real run.
-LOSS_SCALE_MARGIN = 16.0
 #: "auto" when max|g| (or the median |g|) moves more than this many binades across the steps:
 #: half of the margin would be gone within 3 steps.
 DRIFT_BINADES = 2
@@ -29,25 +26,6 @@ DRIFT_BINADES = 2
 UNDERFLOW_TOLERANCE = 0.01
 SCALE_EXPONENTS = tuple(range(25))  # loss scales 2^0 .. 2^24
 LOSS_SCALES = tuple(2.0**k for k in SCALE_EXPONENTS)
-
-
-@dataclass(frozen=True)
-class LossScaleRow:
-    scale: float
-    flushed: float  # share of non-zero gradients below 2^-24 after scaling (lost)
-    subnormal: float  # share in [2^-24, 2^-14): kept with fewer significant bits
-    overflow: bool  # max|g| x scale > 65504
-
-
-@dataclass(frozen=True)
-class LossScaleAdvice:
-    scale: float
-    auto: bool
-    underflow_at_1: float
-    underflow_at_scale: float
-    overflow_free: bool
-    reason: str
-    margin: float = LOSS_SCALE_MARGIN
 
 
 def _bin_exponents() -> torch.Tensor:

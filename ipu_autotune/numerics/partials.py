@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ..errors import UsageError
+from .answer import LayerPartials, PartialsAdvice
 from .fp16 import FP16_MANTISSA_BITS, FP16_MAX, format_percent
 from .running import MATMUL_LAYERS, cpu_threads, first_line, preserved
 
@@ -22,23 +22,6 @@ MatmulLayer = nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d
 PARTIALS_RANGE_LIMIT = FP16_MAX / 16
 #: flag a layer when more than this share of its outputs would swamp (see partials_advice).
 PARTIALS_SWAMP_TOLERANCE = 0.01
-
-
-@dataclass(frozen=True)
-class LayerPartials:
-    name: str
-    accumulation: int  # terms summed per output: in_features, or in_channels/groups x kernel
-    max_partial_sum: float  # max over outputs of sum|x*w|: bounds every partial sum, any order
-    max_output: float
-    swamped: float  # share of outputs whose mean term is below half an FP16 ulp of the output
-
-
-@dataclass(frozen=True)
-class PartialsAdvice:
-    recommend: str  # "half" | "float"
-    risky_layers: list[str]
-    reason: str
-    layers: list[LayerPartials] = field(default_factory=list)  # the risky ones, and the longest
 
 
 def _accumulation_length(m: MatmulLayer) -> int:

@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
+from .answer import StochasticRoundingAdvice
 from .fp16 import UPDATE_BINS_PER_BINADE, UPDATE_RANGE, format_percent
 from .statistics import GradientStats
 
 #: recommend SR when more than this share of updates is dropped: those weights stop learning
 #: (the loss is systematic, not noise), and SR is done in IPU hardware at almost no cost.
 SR_THRESHOLD = 0.01
-
-
-@dataclass(frozen=True)
-class StochasticRoundingAdvice:
-    fraction_lost: float
-    recommend: bool
-    reason: str
-    lr: float = 0.0
 
 
 def lost_update_fraction(stats: GradientStats, lr: float | None = None) -> float:

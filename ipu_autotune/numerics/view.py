@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .advice import NumericsAdvice
+from .answer import NumericsAdvice
 from .fp16 import format_percent, format_scale
 
 #: scales shown besides the recommended one: every 4 binades from 1 to 2^24

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from .. import export
 from ..problem import Problem
-from ..profiles.trace import profile_for
 
 
 def record_json(r) -> dict | None:
@@ -44,6 +43,9 @@ def _write_optimum(out_dir: Path, problem: Problem, config, notes: list[str], ba
     reads the folder), or, when IPUTrainer would train something else, why not."""
     from ..export.ipu_config import NotAnIPUConfig, render_ipu_config
     from ..export.trainer import render_trainer
+
+    # tracing imports torch: `show` without --out never does
+    from ..profiles.trace import profile_for
 
     for stale in ("ipu_config.json", "train_with_optimum.py", "ipu_config_refused.txt"):
         (out_dir / stale).unlink(missing_ok=True)

@@ -62,7 +62,7 @@ def print_summary(console, problem, base, best, closest, files, resume, estimate
     if alternative:
         console.print(ui.indented(alternative), highlight=False)
     if advice is not None:
-        from ..numerics import summary_lines
+        from ..numerics.answer import summary_lines
 
         console.print("[bold]Numerics[/] (from the model's own gradients, measured on the CPU):")
         for line in summary_lines(advice):

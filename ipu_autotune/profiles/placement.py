@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from ..problem import Config, Problem
+from .model_profile import ModelProfile
 
 # checkpoint_unit and stage_start are placement's names too (re-exported: `X as X`)
 from .refine import checkpoint_unit as checkpoint_unit, refined, stage_start as stage_start
-from .trace import ModelProfile
 
 
 def stage_starts(profile: ModelProfile, splits: Sequence[str]) -> list[int] | None:
@@ -111,12 +111,12 @@ def head_blocks(p: Problem, config: Config) -> list[tuple[str, int]]:
     """(module, IPU) of each BeginBlock the pipelined snippet adds for head_runs: the run's first
     unit on IPU0 and, for a run between layers (BART's decoder position embedding under
     --trainer optimum), the unit after it back on its own stage's IPU unless a split begins it."""
-    from .trace import profile_for
-
     out: list[tuple[str, int]] = []
     for first, after in head_runs(p):
         out.append((first, 0))
         if after is not None and after not in config.splits:
+            from .trace import profile_for  # torch, only for the models that have such runs
+
             profile = profile_for(p)
             i = profile.unit_index(after)
             assert i is not None  # head_runs names units of this profile

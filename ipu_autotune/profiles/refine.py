@@ -4,7 +4,7 @@
 execution order (Graphcore's EfficientNet-B0 configurations split at an MBConv's
 `_project_conv`). The estimator's stages are runs of units, so such a unit is cut in two at
 the event where the split's module is first entered (a checkpoint: where its module first
-returns), and the forward log is attributed again (trace.attribute). What crosses the cut is
+returns), and the forward log is attributed again (attribution.attribute). What crosses the cut is
 what is live there: every tensor touched before it and read after it, so an MBConv's or a
 transformer layer's input, carried by the skip connection to the residual add, crosses with
 the partial output. The estimator counts it as the inter-IPU copy and the next stage's
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .trace import ModelProfile, attribute
+from .attribution import attribute
+from .model_profile import ModelProfile
 
 
 def stage_start(profile: ModelProfile, path: str) -> int | None:

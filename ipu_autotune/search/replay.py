@@ -12,9 +12,9 @@ from ..errors import UsageError
 from ..knob_spec import replay_params
 from ..models import partition
 from ..problem import Config
+from ..profiles.model_profile import ModelProfile
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
 from ..profiles.refine import split_grid
-from ..profiles.trace import ModelProfile
 from .knobs import Choice, Knob, Range
 from .names import readable
 

@@ -21,10 +21,10 @@ from ..host import pipeline as host
 from ..knob_spec import SPEC, applies, spec
 from ..models import partition
 from ..problem import Config, Problem, effective_recompute
+from ..profiles.model_profile import ModelProfile
 from ..profiles.optimum_placement import stage_candidates
 from ..profiles.placement import checkpoints_every, optimum_checkpoints
 from ..profiles.refine import split_grid
-from ..profiles.trace import ModelProfile
 from ..rules.cross_field import min_pipeline_accumulation
 
 # Knob kinds and parsing, and the replay machinery, are their own modules; their names are
@@ -61,6 +61,9 @@ class SearchSpace:
         # the sampler's own output gives it back, so `outside` need not replay it again (not
         # so where advised values were put back: they may change what the sampler asks)
         self._projected: dict[tuple[Problem, Config], ModelProfile] = {}
+        # what `project` returned for a config, with the profile it was given: climbs project
+        # the same single-knob moves again (the warm starts' two climbs from the same starts)
+        self._projections: dict[tuple[Problem, Config], tuple[ModelProfile, Config]] = {}
 
     def outside(self, problem: Problem, profile: ModelProfile, config: Config) -> list[str]:
         """The knobs of `config` that this space could not have produced (empty: inside).
@@ -77,12 +80,17 @@ class SearchSpace:
 
     def project(self, problem: Problem, profile: ModelProfile, config: Config) -> Config:
         """`config` moved into the space: each knob outside takes the nearest allowed value."""
+        known = self._projections.get((problem, config))
+        if known is not None and known[0] is profile:
+            return known[1]
         replayed = self._replayed(problem, profile, config, nearest=True)
         kept = {name: getattr(config, name) for name in self.advised}
         out = replayed.replace(**kept) if kept else replayed
+        if len(self._projections) > 200_000:  # bounded: a long study must not grow them forever
+            self._projections.clear()
+            self._projected.clear()
+        self._projections[problem, config] = (profile, out)
         if out == replayed:
-            if len(self._projected) > 200_000:  # bounded: a long study must not grow it forever
-                self._projected.clear()
             self._projected[problem, out] = profile
         return out
 

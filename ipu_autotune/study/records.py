@@ -25,7 +25,7 @@ from ..backends.base import Measurement
 from ..errors import UsageError
 from ..guide.proposal import Proposal
 from ..problem import Config, Problem
-from ..profiles.trace import ModelProfile
+from ..profiles.model_profile import ModelProfile
 from ..search.names import old_names
 from ..search.space import SearchSpace
 from ..search.window import DEFAULT_WINDOW, WindowedTPESampler

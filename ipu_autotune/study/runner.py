@@ -27,7 +27,7 @@ from ..backends.base import Backend, Measurement, failed
 from ..guide.proposal import History, Proposal
 from ..guide.warmstart import is_baseline
 from ..problem import Config, Problem
-from ..profiles.trace import ModelProfile
+from ..profiles.model_profile import ModelProfile
 from ..rules.cross_field import violations
 from ..search.space import SearchSpace
 from . import stop_signals

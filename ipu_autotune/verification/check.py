@@ -13,9 +13,10 @@ from torch import nn
 from ..errors import UsageError
 from ..numerics.running import cpu_threads
 from ..problem import Config, Problem
+from .curve import RunResult
 from .defaults import DEFAULT_STEPS
 from .recipe import Recipe, recipe_for
-from .run import RunResult, Trainer, checkpoint_steps, train
+from .run import Trainer, checkpoint_steps, train
 from .samples import Samples
 from .verdict import Verdict, judge
 

@@ -19,7 +19,6 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
@@ -27,6 +26,7 @@ from torch.nn import functional as F
 
 from ..numerics.optimizers import update
 from ..numerics.running import cpu_threads, logits
+from .curve import CurvePoint, RunResult
 from .emulation import RoundingCounts, fp16_activations, stochastic_fp16, to_fp16
 from .recipe import ALS_GROWTH_INTERVAL, Recipe
 from .samples import Samples
@@ -35,58 +35,6 @@ from .samples import Samples
 CHECKPOINTS = 20
 #: the optimizer state PopTorch keeps in accum_type (FP16 when optimizer_state is half)
 FIRST_ORDER_STATE = {"sgd": "v", "sgd_combined": "v", "adam": "m", "adamw": "m", "lamb": "m"}
-
-
-@dataclass
-class CurvePoint:
-    samples: int
-    train_loss: float | None  # mean over the updates since the previous point (None before the first)
-    eval_loss: float
-    eval_accuracy: float
-
-
-@dataclass
-class RunResult:
-    label: str
-    seed: int
-    recipe: str
-    steps: int
-    samples: int
-    points: list[CurvePoint] = field(default_factory=list)
-    gradient_values: int = 0
-    underflow: int = 0
-    overflow: int = 0
-    updates: int = 0
-    lost_updates: int = 0
-    skipped_updates: int = 0  # automatic loss scaling's overflow steps
-    nonfinite_at: int | None = None  # samples seen when the loss or a weight became inf/NaN
-    seconds: float = 0.0
-    eval_seconds: float = 0.0  # of `seconds`, the held-out evaluations
-
-    @property
-    def underflow_fraction(self) -> float:
-        return self.underflow / self.gradient_values if self.gradient_values else 0.0
-
-    @property
-    def overflow_fraction(self) -> float:
-        return self.overflow / self.gradient_values if self.gradient_values else 0.0
-
-    @property
-    def lost_update_fraction(self) -> float:
-        return self.lost_updates / self.updates if self.updates else 0.0
-
-    def to_dict(self) -> dict:
-        """Plain JSON: inf/NaN (a diverged run's losses) as None."""
-        d = asdict(self)
-        d["points"] = [{k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in p.items()}
-                       for p in d["points"]]
-        return d
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RunResult:
-        d = dict(data)
-        d["points"] = [CurvePoint(**p) for p in d.get("points", [])]
-        return cls(**d)
 
 
 def evaluate(model: nn.Module, samples: Samples, half_compute: bool) -> tuple[float, float]:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 
 from ..numerics.fp16 import format_percent
-from .run import RunResult
+from .curve import RunResult
 
 #: the study user attribute `verify` stores its verdict under (the report draws the curves)
 ATTR_VERIFY = "verify"

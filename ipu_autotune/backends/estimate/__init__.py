@@ -5,8 +5,8 @@ from __future__ import annotations
 from ...batch import micro_batch
 from ...host import pipeline as host
 from ...problem import Config, Problem
+from ...profiles.model_profile import ModelProfile
 from ...profiles.refine import refined
-from ...profiles.trace import ModelProfile, profile_for
 from ..base import Backend, Measurement
 from ..targets import get_target
 from .constants import NOMINAL, EstimatorConstants
@@ -39,6 +39,9 @@ class EstimateBackend(Backend):
         return f"estimate-{__version__}"
 
     def profile(self, problem: Problem) -> ModelProfile:
+        # tracing imports torch: reading a study never traces
+        from ...profiles.trace import profile_for
+
         return profile_for(problem)
 
     def measure(self, problem: Problem, config: Config) -> Measurement:
@@ -52,6 +55,9 @@ def profile_at_micro_batch(problem: Problem, config: Config, profile: ModelProfi
     batch = micro_batch(problem, config)
     if profile is not None and profile.batch_size == batch:
         return profile
+    # tracing imports torch: reading a study never traces
+    from ...profiles.trace import profile_for
+
     return profile_for(problem, batch)
 
 

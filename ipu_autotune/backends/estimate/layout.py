@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...problem import Config
+from ...profiles.model_profile import ModelProfile
 from ...profiles.placement import checkpoint_unit, stage_bounds, unit_of_path
 from ...profiles.refine import refined
-from ...profiles.trace import ModelProfile
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ...knob_spec import applies, has_optimizer_state
 from ...problem import Config, Problem
-from ...profiles.trace import MIN_ELEMENTS_FOR_SHARDING
+from ...profiles.attribution import MIN_ELEMENTS_FOR_SHARDING
 from ..targets import Target
 from .constants import EstimatorConstants
 from .layout import Stage

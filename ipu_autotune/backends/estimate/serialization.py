@@ -15,8 +15,8 @@ from dataclasses import replace
 
 from ...knob_spec import input_embedding
 from ...problem import Config, Problem
+from ...profiles.model_profile import ModelProfile
 from ...profiles.placement import unit_of_path
-from ...profiles.trace import ModelProfile
 from .layout import Stage, stage_members
 
 
