@@ -14,6 +14,7 @@ from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 
 from test_transformers import cli
+from testing import run_cli
 
 
 def _head(profile):
@@ -97,17 +98,24 @@ def test_traced_model_and_exported_training_model_compute_transformers_masked_lm
 
 
 @pytest.mark.slow
-def test_estimate_takes_the_flag_and_the_config_key(tmp_path):
+def test_estimate_takes_the_flag_and_the_config_key(capsys, in_tmp):
+    """In one process, as the notebook API runs it: the three estimates share one trace of BERT
+    (the subprocess tests of `estimate` are test_transformers.py's)."""
     import json
+
+    def estimate(*argv: str) -> dict:
+        code, out, err = run_cli(capsys, "estimate", *argv)
+        assert code == 0, err
+        return json.loads(out)
 
     config = ("--set", "ipus_per_replica=4", "--set",
               "splits=bert.encoder.layer.0,bert.encoder.layer.4,bert.encoder.layer.8", "--json")
     problem = ("hf:bert-base-uncased", "-b", "8", "--task", "masked-lm", "--ipus", "4")
-    flag = json.loads(cli("estimate", *problem, "--max-predictions", "20", *config, cwd=tmp_path).stdout)
-    (tmp_path / "p.toml").write_text('[problem]\nmodel = "hf:bert-base-uncased"\nbatch_size = 8\n'
-                                     'task = "masked-lm"\nmax_predictions = 20\nipus = 4\n')
-    key = json.loads(cli("estimate", "--config", "p.toml", *config, cwd=tmp_path).stdout)
-    every = json.loads(cli("estimate", *problem, *config, cwd=tmp_path).stdout)
+    flag = estimate(*problem, "--max-predictions", "20", *config)
+    (in_tmp / "p.toml").write_text('[problem]\nmodel = "hf:bert-base-uncased"\nbatch_size = 8\n'
+                                   'task = "masked-lm"\nmax_predictions = 20\nipus = 4\n')
+    key = estimate("--config", "p.toml", *config)
+    every = estimate(*problem, *config)
     assert flag["max_tile_bytes"] == key["max_tile_bytes"]
     assert flag["max_tile_bytes"][0] < every["max_tile_bytes"][0]  # the head is on IPU0
 

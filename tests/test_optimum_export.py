@@ -15,6 +15,7 @@ import pytest
 from conftest_fake_sdk import fake_sdk
 from optimum_reading import read_ipu_config, read_snippet, token_batch
 from test_transformers import cli
+from testing import run_cli
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.errors import UsageError
@@ -114,14 +115,16 @@ def test_sharded_config_is_refused_as_an_ipu_config():
 
 
 @pytest.mark.slow
-def test_export_of_a_sharded_trial_is_one_line_and_exit_2(tmp_path):
-    config = tmp_path / "sharded.toml"
+def test_export_of_a_sharded_trial_is_one_line_and_exit_2(capsys, in_tmp):
+    config = in_tmp / "sharded.toml"
     config.write_text('[config]\nprecision = "16.16"\noptimizer_state = "half"\nstochastic_rounding = true\n'
                       'ipus_per_replica = 4\nexecution = "sharded"\n'
                       'splits = ["bert.encoder.layer.3", "bert.encoder.layer.6", "bert.encoder.layer.9"]\n')
-    cli("hf:bert-base-uncased", "--task", "masked-lm", "--seq-len", "32", "--batch-size", "4", "--ipus", "4",
-        "--trials", "1", "--study", "sharded", "--baseline", str(config), cwd=tmp_path)
-    proc = cli("export", "--study", "sharded", "--trial", "0", "--format", "ipu-config", cwd=tmp_path, check=False)
+    # the study in this process (its trace is shared); the export as a user runs it: one line on stderr
+    code, _, err = run_cli(capsys, "hf:bert-base-uncased", "--task", "masked-lm", "--seq-len", "32", "--batch-size",
+                           "4", "--ipus", "4", "--trials", "1", "--study", "sharded", "--baseline", str(config))
+    assert code == 0, err
+    proc = cli("export", "--study", "sharded", "--trial", "0", "--format", "ipu-config", cwd=in_tmp, check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "sharded execution" in proc.stderr and "--trainer optimum" in proc.stderr
 
@@ -226,11 +229,14 @@ STUDIES = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, task, prefix, head, tied", STUDIES)
-def test_ipu_config_and_snippet_of_a_study_place_the_same_things(tmp_path, model, task, prefix, head, tied):
-    out = json.loads(cli(model, "--task", task, "--seq-len", "32", "--batch-size", "2", "--ipus", "4",
-                         "--trainer", "optimum", "--trials", "12", "--seed", "3", "--no-numerics", "--json",
-                         cwd=tmp_path).stdout)
-    folder = tmp_path / "ipu-autotune-out" / out["study"]
+def test_ipu_config_and_snippet_of_a_study_place_the_same_things(capsys, in_tmp, model, task, prefix, head, tied):
+    # the study in this process: the reading below traces the model once more, from its cache
+    code, stdout, err = run_cli(capsys, model, "--task", task, "--seq-len", "32", "--batch-size", "2", "--ipus",
+                                "4", "--trainer", "optimum", "--trials", "12", "--seed", "3", "--no-numerics",
+                                "--json")
+    assert code == 0, err
+    out = json.loads(stdout)
+    folder = in_tmp / "ipu-autotune-out" / out["study"]
     problem = Problem(model, 2, task=task, seq_len=32, ipus=4, trainer="optimum")
     profile = profile_for(problem)
     records = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]

@@ -241,25 +241,31 @@ def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(tmp_path, 
 # --- must show 4: the optimum-graphcore IPUConfig export ----------------------------------------
 
 @pytest.mark.slow
-def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sdk(tmp_path):
+def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sdk(capsys, in_tmp):
     from conftest_fake_sdk import fake_sdk
+    from testing import run_cli
 
     from ipu_autotune.export.ipu_config import IPU_CONFIG_FIELDS
 
-    result = json.loads(cli("hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4",
-                            "--trainer", "optimum", "--trials", "12", "--seed", "1", "--json", cwd=tmp_path).stdout)
+    def stdout(*argv: str) -> str:  # in this process: the study and its exports share one trace
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 0, err
+        return out
+
+    result = json.loads(stdout("hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4",
+                               "--trainer", "optimum", "--trials", "12", "--seed", "1", "--json"))
     study = result["study"]
-    exported = cli("export", "--study", study, "--format", "ipu-config", cwd=tmp_path).stdout
+    exported = stdout("export", "--study", study, "--format", "ipu-config")
     ipu_config = json.loads(exported)
     assert set(ipu_config) <= IPU_CONFIG_FIELDS
     assert sum(ipu_config["layers_per_ipu"]) == 12
     assert len(ipu_config["matmul_proportion"]) == ipu_config["ipus_per_replica"] == \
         result["best"]["config"]["ipus_per_replica"]
     assert ipu_config["gradient_accumulation_steps"] == result["best"]["config"]["gradient_accumulation"]
-    written = tmp_path / "ipu-autotune-out" / study / "ipu_config.json"
+    written = in_tmp / "ipu-autotune-out" / study / "ipu_config.json"
     assert json.loads(written.read_text()) == ipu_config
 
-    snippet = cli("export", "--study", study, cwd=tmp_path).stdout
+    snippet = stdout("export", "--study", study)
     with fake_sdk() as poptorch:
         ns: dict = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)

@@ -10,10 +10,11 @@ gradient and weight magnitudes over powers of two. From them:
 * partials: matmuls/convolutions whose partial sums could leave FP16's range or swamp.
 
 One module per concern: `statistics` (the histograms; `optimizers`, `running` and `data`
-serve it), `loss_scale`, `stochastic_rounding`, `partials`, and `advice` (the three together,
-`advise` and `NumericsAdvice.apply`). They decide; `view` formats. Nothing here reads
-command-line arguments (that is `commands/numerics.py`). Only torch is used (no numpy).
+serve it), `loss_scale`, `stochastic_rounding`, `partials`, and `advice` (the three together:
+`advise`). They decide; `answer` holds what they decide as plain data (`NumericsAdvice` and
+its `apply`, as a study stores it); `view` formats. Nothing here reads command-line arguments
+(that is `commands/numerics.py`). Only torch is used (no numpy).
 
 Nothing is imported here: callers import the module they need, so that reading a stored
-answer (`fp16`, formatting a verdict) does not import torch.
+answer (`answer`, `fp16`) does not import torch.
 """

@@ -72,6 +72,9 @@ class ModelProfile:
     log: TraceLog | None = field(default=None, repr=False, compare=False)
     # profiles/refine.py's profiles cut inside units, by the paths cut at (not copied by replace)
     refinements: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # profiles/refine.py's unit for a split or checkpoint path, by (which, path): every estimate
+    # of a climb asks them again for the same few paths
+    placements: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def params(self) -> int:

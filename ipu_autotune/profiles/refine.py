@@ -23,6 +23,13 @@ from .model_profile import ModelProfile
 
 def stage_start(profile: ModelProfile, path: str) -> int | None:
     """The unit a stage beginning at `path` starts with, or None inside a unit (where `refined` cuts it)."""
+    key = ("stage_start", path)
+    if key not in profile.placements:
+        profile.placements[key] = _stage_start(profile, path)
+    return profile.placements[key]
+
+
+def _stage_start(profile: ModelProfile, path: str) -> int | None:
     units = profile.units
     for i, unit in enumerate(units):
         if unit.path == path:
@@ -43,6 +50,13 @@ def stage_start(profile: ModelProfile, path: str) -> int | None:
 
 def checkpoint_unit(profile: ModelProfile, path: str) -> int | None:
     """The unit whose output a checkpoint at `path` keeps, or None inside a unit."""
+    key = ("checkpoint_unit", path)
+    if key not in profile.placements:
+        profile.placements[key] = _checkpoint_unit(profile, path)
+    return profile.placements[key]
+
+
+def _checkpoint_unit(profile: ModelProfile, path: str) -> int | None:
     last_inside = None
     for i, unit in enumerate(profile.units):
         if unit.path == path or (unit.members and unit.members[-1] == path):
