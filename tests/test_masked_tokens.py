@@ -14,7 +14,7 @@ from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
 
 from test_transformers import cli
-from testing import run_cli
+from testing import run_cli_stdout
 
 
 def _head(profile):
@@ -104,9 +104,7 @@ def test_estimate_takes_the_flag_and_the_config_key(capsys, in_tmp):
     import json
 
     def estimate(*argv: str) -> dict:
-        code, out, err = run_cli(capsys, "estimate", *argv)
-        assert code == 0, err
-        return json.loads(out)
+        return json.loads(run_cli_stdout(capsys, "estimate", *argv))
 
     config = ("--set", "ipus_per_replica=4", "--set",
               "splits=bert.encoder.layer.0,bert.encoder.layer.4,bert.encoder.layer.8", "--json")

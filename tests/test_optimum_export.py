@@ -15,7 +15,7 @@ import pytest
 from conftest_fake_sdk import fake_sdk
 from optimum_reading import read_ipu_config, read_snippet, token_batch
 from test_transformers import cli
-from testing import run_cli
+from testing import run_cli_stdout
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.errors import UsageError
@@ -121,9 +121,8 @@ def test_export_of_a_sharded_trial_is_one_line_and_exit_2(capsys, in_tmp):
                       'ipus_per_replica = 4\nexecution = "sharded"\n'
                       'splits = ["bert.encoder.layer.3", "bert.encoder.layer.6", "bert.encoder.layer.9"]\n')
     # the study in this process (its trace is shared); the export as a user runs it: one line on stderr
-    code, _, err = run_cli(capsys, "hf:bert-base-uncased", "--task", "masked-lm", "--seq-len", "32", "--batch-size",
-                           "4", "--ipus", "4", "--trials", "1", "--study", "sharded", "--baseline", str(config))
-    assert code == 0, err
+    run_cli_stdout(capsys, "hf:bert-base-uncased", "--task", "masked-lm", "--seq-len", "32", "--batch-size", "4",
+                   "--ipus", "4", "--trials", "1", "--study", "sharded", "--baseline", str(config))
     proc = cli("export", "--study", "sharded", "--trial", "0", "--format", "ipu-config", cwd=in_tmp, check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "sharded execution" in proc.stderr and "--trainer optimum" in proc.stderr
@@ -171,13 +170,13 @@ def test_the_estimate_assumes_ipu0_outside_the_overlapped_weight_update():
 # --- failure 7: tune writes how to train it; snippets compile clean -----------------------------
 
 @pytest.mark.slow
-def test_tune_writes_the_trainer_block_beside_ipu_config_json(tmp_path):
-    out = json.loads(cli("hf:bert-base-uncased", "--task", "masked-lm", "--seq-len", "32", "--batch-size", "4",
-                         "--ipus", "4", "--trainer", "optimum", "--trials", "4", "--seed", "2", "--json",
-                         cwd=tmp_path).stdout)
-    folder = tmp_path / "ipu-autotune-out" / out["study"]
+def test_tune_writes_the_trainer_block_beside_ipu_config_json(capsys, in_tmp):
+    out = json.loads(run_cli_stdout(capsys, "hf:bert-base-uncased", "--task", "masked-lm", "--seq-len", "32",
+                                    "--batch-size", "4", "--ipus", "4", "--trainer", "optimum", "--trials", "4",
+                                    "--seed", "2", "--json"))
+    folder = in_tmp / "ipu-autotune-out" / out["study"]
     block = (folder / "train_with_optimum.py").read_text()
-    assert (tmp_path / out["files"]["trainer"]) == folder / "train_with_optimum.py"
+    assert (in_tmp / out["files"]["trainer"]) == folder / "train_with_optimum.py"
     best = Config.from_dict(out["best"]["config"])
     args = trainer_call(block)
     assert ast.literal_eval(args["fp32"]) is (not best.half_weights)
@@ -231,11 +230,9 @@ STUDIES = [
 @pytest.mark.parametrize("model, task, prefix, head, tied", STUDIES)
 def test_ipu_config_and_snippet_of_a_study_place_the_same_things(capsys, in_tmp, model, task, prefix, head, tied):
     # the study in this process: the reading below traces the model once more, from its cache
-    code, stdout, err = run_cli(capsys, model, "--task", task, "--seq-len", "32", "--batch-size", "2", "--ipus",
-                                "4", "--trainer", "optimum", "--trials", "12", "--seed", "3", "--no-numerics",
-                                "--json")
-    assert code == 0, err
-    out = json.loads(stdout)
+    out = json.loads(run_cli_stdout(capsys, model, "--task", task, "--seq-len", "32", "--batch-size", "2", "--ipus",
+                                    "4", "--trainer", "optimum", "--trials", "12", "--seed", "3", "--no-numerics",
+                                    "--json"))
     folder = in_tmp / "ipu-autotune-out" / out["study"]
     problem = Problem(model, 2, task=task, seq_len=32, ipus=4, trainer="optimum")
     profile = profile_for(problem)

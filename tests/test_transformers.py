@@ -17,7 +17,7 @@ from ipu_autotune.models.hf import ARCHITECTURES, build_hf_model, layer_count, l
 from ipu_autotune.models.inputs import parse_input, parse_inputs
 from ipu_autotune.profiles.trace import profile_for, trace_model
 from ipu_autotune.problem import Problem, load_config_file
-from testing import run_cli_process
+from testing import run_cli_process, run_cli_stdout
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
@@ -179,23 +179,22 @@ def two_inputs(num_classes: int = 5):
 
 
 @pytest.mark.slow
-def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(tmp_path):
+def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(capsys, in_tmp):
     model = f"{__name__}:two_inputs"
-    env_cwd = tmp_path
     args = ("estimate", model, "--batch-size", "4", "--input", "input_ids:32:int64",
             "--input", "attention_mask:32:float32", "--json")
-    out = json.loads(cli(*args, cwd=env_cwd).stdout)
+    out = json.loads(run_cli_stdout(capsys, *args))
     assert out["problem"]["inputs"] == ["input_ids:32:int64", "attention_mask:32:float32"]
     profile = profile_for(Problem.from_dict(out["problem"]))
     assert [u.path for u in profile.units][1:5] == [f"layers.{i}" for i in range(4)]
     assert profile.params == unique_params(TwoInputs(1000))  # --num-classes default
 
-    config = tmp_path / "two.toml"
+    config = in_tmp / "two.toml"
     config.write_text(f'[problem]\nmodel = "{model}"\nbatch_size = 4\n'
                       'inputs = [{name = "input_ids", shape = [32], dtype = "int64"}, '
                       '"attention_mask:32:float32"]\n[config]\n')
     assert load_config_file(config).problem.inputs == tuple(out["problem"]["inputs"])
-    from_file = json.loads(cli("estimate", "--config", str(config), "--json", cwd=env_cwd).stdout)
+    from_file = json.loads(run_cli_stdout(capsys, "estimate", "--config", str(config), "--json"))
     assert from_file["problem"] == out["problem"] and from_file["required_bytes"][0] > 0
 
 
@@ -228,8 +227,8 @@ def test_numerics_says_plainly_it_takes_image_models_only(tmp_path):
     (("hf:gpt2", "--task", "causal-lm", "--seq-len", "1024", "--batch-size", "1", "--ipus", "4"),
      "transformer.h."),
 ])
-def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(tmp_path, args, layer_prefix):
-    result = json.loads(cli(*args, "--trials", "20", "--seed", "0", "--json", cwd=tmp_path).stdout)
+def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(capsys, in_tmp, args, layer_prefix):
+    result = json.loads(run_cli_stdout(capsys, *args, "--trials", "20", "--seed", "0", "--json"))
     base, best = result["baseline"], result["best"]
     assert not base["measurement"]["feasible"] and base["measurement"]["failure"] == "oom"
     assert best["measurement"]["feasible"]
@@ -243,14 +242,11 @@ def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(tmp_path, 
 @pytest.mark.slow
 def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sdk(capsys, in_tmp):
     from conftest_fake_sdk import fake_sdk
-    from testing import run_cli
 
     from ipu_autotune.export.ipu_config import IPU_CONFIG_FIELDS
 
     def stdout(*argv: str) -> str:  # in this process: the study and its exports share one trace
-        code, out, err = run_cli(capsys, *argv)
-        assert code == 0, err
-        return out
+        return run_cli_stdout(capsys, *argv)
 
     result = json.loads(stdout("hf:bert-base-uncased", "--seq-len", "128", "--batch-size", "8", "--ipus", "4",
                                "--trainer", "optimum", "--trials", "12", "--seed", "1", "--json"))

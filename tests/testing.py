@@ -50,6 +50,14 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def run_cli_stdout(capsys, *argv: str) -> str:
+    """stdout of `ipu-autotune ARGV` run in this process, which must exit 0: tests that read what a
+    command computes, not what a process prints, share this process's imports and traces."""
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err[-2000:]
+    return out
+
+
 def run_cli_process(*argv: str, cwd: Path, columns: int = 80, check: bool = False) -> subprocess.CompletedProcess:
     """`ipu-autotune ARGV` as a user runs it: the installed command, piped, `columns` wide, with
     tests/ importable (for test models such as `numerics_models:small_cnn`); `check`: exit 0."""
