@@ -22,7 +22,7 @@ from ipu_autotune.export.python import render_snippet
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.study.records import TrialRecord
 from ipu_autotune.present.ui import TrialTable, TuneView
-from testing import run_cli_process
+from testing import run_cli, run_cli_process
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ NO_FIT = ("resnet50", "--batch-size", "128", "--target", "mk1", "--ipus", "1", "
 
 
 @pytest.mark.slow
-def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_path):
+def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_path, capsys, monkeypatch):
     out = run_cli_process(*NO_FIT, cwd=tmp_path)
     assert out.returncode == 3, out.stderr[-2000:]
     text = " ".join(out.stdout.split())  # words, whatever the wrapping
@@ -42,10 +42,11 @@ def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_pat
     assert re.search(r"Closest: trial \d+ \(", text) and "it lacks memory: the busiest tile of IPU0 needs" in text
     assert "What would help most" in text
     assert "--ipus " in text and "--batch-size " in text and "(estimated)" in text
-    # The JSON form says the same, for scripts.
-    again = run_cli_process(*NO_FIT, "--json", "--study", "nofit-json", cwd=tmp_path)
-    assert again.returncode == 3, again.stderr[-2000:]
-    result = json.loads(again.stdout)
+    # The JSON form says the same, for scripts (in this process: the exit code is main's).
+    monkeypatch.chdir(tmp_path)
+    code, stdout, err = run_cli(capsys, *NO_FIT, "--json", "--study", "nofit-json")
+    assert code == 3, err[-2000:]
+    result = json.loads(stdout)
     assert result["best"] is None and result["closest"]["measurement"]["feasible"] is False
     assert result["closest_lacks"].startswith("the busiest tile of IPU0 needs")
     flags = [c["flag"].split()[0] for c in result["changes_that_help"]]
