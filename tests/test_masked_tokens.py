@@ -99,8 +99,8 @@ def test_traced_model_and_exported_training_model_compute_transformers_masked_lm
 
 @pytest.mark.slow
 def test_estimate_takes_the_flag_and_the_config_key(capsys, in_tmp):
-    """In one process, as the notebook API runs it: the three estimates share one trace of BERT
-    (the subprocess tests of `estimate` are test_transformers.py's)."""
+    """In this process: the three estimates share one trace of BERT (`estimate` as the console
+    script runs it is test_transformers.py's)."""
     import json
 
     def estimate(*argv: str) -> dict:
