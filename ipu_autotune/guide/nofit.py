@@ -14,6 +14,7 @@ only changes the estimate puts closer to fitting than the closest trial.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -87,12 +88,10 @@ def more_ipus(problem: Problem, headroom: float, fit_confidence: float | None) -
     """The plan at the sizes above the problem's: the smallest that fits, with its best
     configuration; when none does, one statement that no size fits, why, and what would."""
     plans: list[SizePlan] = []
-    for n in (n for n in SIZES if n > problem.ipus):
-        sized = plan_size(problem, n, headroom, fit_confidence)
-        if sized is not None:
-            plans.append(sized)
-            if sized.fits and sized.micro_batch == problem.batch_size:
-                break  # no larger size changes the answer below (the `plan` command shows them all)
+    for sized in planned(problem, headroom, fit_confidence, tuple(n for n in SIZES if n > problem.ipus)):
+        plans.append(sized)
+        if sized.fits and sized.micro_batch == problem.batch_size:
+            break  # no larger size changes the answer below (the `plan` command shows them all)
     if not plans:
         return []
     fit = smallest_fit(plans)
@@ -219,7 +218,16 @@ def _climbed(problem: Problem, profile: ModelProfile, space: SearchSpace, headro
 def plan(problem: Problem, headroom: float, fit_confidence: float | None,
          sizes: tuple[int, ...] = SIZES) -> list[SizePlan]:
     """`plan_size` at every size with a layout, smallest first."""
-    return [p for p in (plan_size(problem, n, headroom, fit_confidence) for n in sizes) if p is not None]
+    return list(planned(problem, headroom, fit_confidence, sizes))
+
+
+def planned(problem: Problem, headroom: float, fit_confidence: float | None,
+            sizes: tuple[int, ...]) -> Iterator[SizePlan]:
+    """`plan`, one size at a time: a caller that has its answer stops planning."""
+    for n in sizes:
+        sized = plan_size(problem, n, headroom, fit_confidence)
+        if sized is not None:
+            yield sized
 
 
 def smallest_fit(plans: list[SizePlan]) -> SizePlan | None:

@@ -23,10 +23,7 @@ from .model_profile import ModelProfile
 
 def stage_start(profile: ModelProfile, path: str) -> int | None:
     """The unit a stage beginning at `path` starts with, or None inside a unit (where `refined` cuts it)."""
-    key = ("stage_start", path)
-    if key not in profile.placements:
-        profile.placements[key] = _stage_start(profile, path)
-    return profile.placements[key]
+    return _placed(profile, _stage_start, path)
 
 
 def _stage_start(profile: ModelProfile, path: str) -> int | None:
@@ -50,9 +47,14 @@ def _stage_start(profile: ModelProfile, path: str) -> int | None:
 
 def checkpoint_unit(profile: ModelProfile, path: str) -> int | None:
     """The unit whose output a checkpoint at `path` keeps, or None inside a unit."""
-    key = ("checkpoint_unit", path)
+    return _placed(profile, _checkpoint_unit, path)
+
+
+def _placed(profile: ModelProfile, find: Callable[[ModelProfile, str], int | None], path: str) -> int | None:
+    """`find(profile, path)`, computed once per profile and kept in its placements."""
+    key = (find.__name__, path)
     if key not in profile.placements:
-        profile.placements[key] = _checkpoint_unit(profile, path)
+        profile.placements[key] = find(profile, path)
     return profile.placements[key]
 
 
