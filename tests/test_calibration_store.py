@@ -406,3 +406,49 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
     chosen = guide_with(prior).first_trials(warm[:2])[0].config
     instead = guide_with(prior).first_trials(warm[:2], lambda c: c != chosen)
     assert instead[0].config != chosen and "calibration store prior" in instead[0].origin
+
+
+class HighProportionHeavy(HiddenFactor):
+    """A test IPU on which an available memory proportion of 0.5 or more holds 8 % of a tile
+    more than the estimate on every IPU, which the estimator does not see."""
+
+    def measure(self, problem, config):
+        m = super().measure(problem, config)
+        if min(config.available_memory_proportion) < 0.5:
+            return m
+        tiles = [t + int(0.08 * m.tile_capacity_bytes) for t in m.max_tile_bytes]
+        return dataclasses.replace(m, max_tile_bytes=tiles, feasible=max(tiles) <= m.tile_capacity_bytes)
+
+
+def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement():
+    """Stored studies held 8 % of a tile more at a high available memory proportion: a new
+    study's guide expects that difference before its own first compile, also between two
+    configs no study compiled as such (FP16 with offload, at a low proportion and a high
+    one), and without the knob rows it does not (the memory parts alone are one fit for all)."""
+    problem, profile, space, configs = _setup()
+    backend = HighProportionHeavy(1.0)
+    records = []
+    for study in "abc":
+        rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
+        records += [rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)]
+    prior = fit_prior(records)
+    assert prior is not None and len(prior.memory_rows) == 3 * len(configs) * problem.ipus
+    base = configs[0]
+    low = base.replace(available_memory_proportion=(0.3,) * base.ipus_per_replica)
+    offload = base.replace(precision="16.16", optimizer_offload=True, gradient_accumulation=6)
+    offload_low = offload.replace(available_memory_proportion=low.available_memory_proportion)
+    assert offload not in configs and offload_low not in configs
+
+    def heavier(prior, config, reference) -> float:
+        """How much more of a tile `reference`'s busiest tile holds than `config`'s, judged
+        before any compile, beyond the nominal estimate's difference."""
+        screen = Screen(problem, profile, prepare=None, space=space)
+        screen.prior = prior
+        model = CorrectedModel(screen, [], 0.05)
+        nominal = (screen(reference).max_tile_bytes[0] - screen(config).max_tile_bytes[0]) \
+            / screen(config).tile_capacity_bytes
+        return model.judge(reference).busiest - model.judge(config).busiest - nominal
+
+    for config, reference in ((low, base), (offload_low, offload)):
+        assert heavier(prior, config, reference) == pytest.approx(0.08, abs=0.025)
+        assert abs(heavier(dataclasses.replace(prior, memory_rows=()), config, reference)) < 0.02

@@ -131,3 +131,39 @@ def test_judgements_predicted_together_are_those_predicted_one_by_one(peaked):
             assert a.fits == b.fits
             for field in ("throughput", "load", "busiest", "chance", "worth"):
                 assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12, abs=1e-15), field
+
+
+def studies_effects(rows: list[tuple[float, str, float]]) -> KnobEffects:
+    """One numeric knob; each row (value, study, residual), '' being this study's."""
+    numeric = np.array([(x,) for x, _, _ in rows], dtype=float).reshape(len(rows), 1)
+    levels = np.array([(s,) for _, s, _ in rows], dtype=object).reshape(len(rows), 1)
+    return KnobEffects(numeric, levels, [y for _, _, y in rows], [[0]], unit=0.05, noise=0.01, studies=True)
+
+
+def test_a_knobs_effect_other_studies_agree_on_carries_to_a_new_study_before_its_first_compile():
+    """Three stored studies saw speed fall along the knob alike: their correlation with a new
+    study is learnt high, and the new study expects the fall, sure of it, with no compile."""
+    truth = lambda x: -0.4 * x  # noqa: E731
+    rows = [(x, s, truth(x) + offset) for s, offset in (("a", 0.02), ("b", -0.03), ("c", 0.0))
+            for x in (0.1, 0.4, 0.7, 0.9)]
+    model = studies_effects(rows)
+    assert model.study_correlation > 0.8
+    mean, sd = model.predict(np.array([(0.1,), (0.9,)]), np.array([("",), ("",)], dtype=object))
+    assert mean[0] - mean[1] == pytest.approx(truth(0.1) - truth(0.9), abs=0.08)
+    alone = studies_effects([])  # no store: the prior alone
+    _, prior_sd = alone.predict(np.array([(0.1,), (0.9,)]), np.array([("",), ("",)], dtype=object))
+    assert sd[1] < 0.7 * prior_sd[1]
+
+
+def test_studies_that_disagree_on_a_knob_leave_a_new_study_unsure_of_it():
+    """Stored studies whose knob effects differ in sign: rho is learnt low, and the new study
+    neither expects one of their effects nor is sure of the knob."""
+    rows = [(x, s, sign * 0.4 * x) for s, sign in (("a", 1.0), ("b", -1.0), ("c", 1.0), ("d", -1.0))
+            for x in (0.1, 0.4, 0.7, 0.9)]
+    model = studies_effects(rows)
+    agreeing = studies_effects([(x, s, 0.4 * x) for s in "abcd" for x in (0.1, 0.4, 0.7, 0.9)])
+    assert model.study_correlation < 0.5 < agreeing.study_correlation
+    mean, sd = model.predict(np.array([(0.1,), (0.9,)]), np.array([("",), ("",)], dtype=object))
+    assert abs(mean[0] - mean[1]) < 0.1
+    _, sure = agreeing.predict(np.array([(0.1,), (0.9,)]), np.array([("",), ("",)], dtype=object))
+    assert sd[1] > 1.5 * sure[1]

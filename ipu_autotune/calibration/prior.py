@@ -8,6 +8,9 @@ category); every compile timed on the hardware a point of guide/call_model.py's 
 host factors. The fitted parts become the guide's prior (guide/prior.py): their posterior
 mean, and a spread that is the posterior's widened by a fraction of the default prior's, since
 a new model may differ from the ones recorded more than the records differ among themselves.
+What each study's own memory parts left unexplained at its compiles is carried too
+(`knob_rows`): rows of the guide's memory knob-effect model (guide/knob_effects.py), whose
+correlation across studies is learnt there.
 
 How much is read from the records themselves (`memory_scale`): with two or more studies,
 each study's busiest tiles are predicted by a prior fitted on the others, as the guide
@@ -30,8 +33,9 @@ from typing import Any
 from ..backends.base import Measurement
 from ..guide.call_model import PRIOR_SD, CallModel, CallTime, call_time
 from ..guide.corrected import layout, local_memory_sd
+from ..guide.features import split_fractions
 from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
-from ..guide.prior import GuidePrior
+from ..guide.prior import GuidePrior, KnobRow
 from ..host.pipeline import overlapped
 from ..problem import Config
 from .record import study_of
@@ -47,6 +51,9 @@ SCALES = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 SCALE_FOLDS = 8
 #: the memory parts a store prior sets (the per-layout parts stay the default's: layouts differ per model)
 SHARED = ("fixed", "proportional", "per stage", "per replica", "per checkpoint")
+#: the knob-effect rows a prior carries at most, the newest studies' first (a fit of the
+#: knob-effect model grows with the cube of its rows)
+KNOB_ROWS = 48
 
 
 def _config(r: dict[str, Any]) -> Config:
@@ -88,6 +95,34 @@ def call_points(records: Iterable[dict[str, Any]]) -> list[CallTime]:
     return out
 
 
+def _split_at(r: dict[str, Any]) -> tuple[float, ...]:
+    return split_fractions((r.get("profile") or {}).get("ops_by_stage") or [])
+
+
+def knob_rows(records: list[dict[str, Any]]) -> tuple[KnobRow, ...]:
+    """Each study's compiles, an IPU each, with what that study's own learnt memory parts
+    (guide/memory_model.py) leave unexplained there, as its guide saw it, for the memory
+    knob-effect model of a new study (guide/knob_effects.py). At most KNOB_ROWS, the newest
+    studies' first.
+
+    Speed is not carried this way: on the knob-response family's develop draws, other
+    models' speed residuals made a new study's proposals worse (docs/calibration.md)."""
+    by_study: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(records, key=lambda r: -(r.get("written") or 0.0)):
+        by_study.setdefault(study_of(r), []).append(r)
+    rows: list[KnobRow] = []
+    for study, rs in by_study.items():
+        if len(rows) >= KNOB_ROWS:
+            break
+        tiles = [(r, i, p) for r in rs for i, p in enumerate(memory_points([r]))]
+        if tiles:
+            parts = MemoryModel([p for _, _, p in tiles])
+            rows += [KnobRow(_config(r), _split_at(r), study, i,
+                             p.measured - parts.tile(p.layout, p.estimated, p.shares, p.checkpoints)[0])
+                     for r, i, p in tiles]
+    return tuple(rows[:KNOB_ROWS])
+
+
 def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | None:
     """The guide's prior from `records` (of one target and SDK; the caller filters), or None
     when they hold nothing to learn from."""
@@ -107,7 +142,7 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
         call = (cm.log_device, cm.log_host, math.hypot(BETWEEN * PRIOR_SD, 0.05 / math.sqrt(len(calls))))
     studies = len({study_of(r) for r in records})
     return GuidePrior(memory, noise, call, len(records), studies, label, memory_scale=scale,
-                      memory_cov=memory_cov)
+                      memory_cov=memory_cov, memory_rows=knob_rows(records))
 
 
 def _widened(model: MemoryModel, widening: float) -> tuple[dict[str, tuple[float, float]], tuple]:

@@ -178,7 +178,8 @@ class CorrectedModel:
         self.memory_effects = Residuals(features, [(c, i, r) for c, rs in self.memory_residuals
                                                    for i, r in enumerate(rs)],
                                         MEMORY_EFFECT * self.local_sd / LOCAL_MEMORY_SD, MEMORY_NOISE, memory=True,
-                                        log_spread_sd=MEMORY_SPREAD_SD)
+                                        log_spread_sd=MEMORY_SPREAD_SD,
+                                        foreign=prior.memory_rows if prior is not None else ())
         self.calls = CallModel([o.call for o in observations if o.call is not None],
                                prior.call if prior is not None else None)
         self.speed = [(o.config, self.calls.log_residual(o.call)) for o in observations

@@ -45,9 +45,11 @@ def _positions(values: tuple, default: float) -> list[float]:
     return [out[i * len(out) // POSITIONS] for i in range(POSITIONS)]
 
 
-def describe(config: Config, unit_index: dict[str, int], units: int) -> tuple[dict[str, float], dict[str, object]]:
+def describe(config: Config, unit_index: dict[str, int], units: int, split_at: tuple[float, ...] | None = None
+             ) -> tuple[dict[str, float], dict[str, object]]:
     """(numeric coordinates, levels) of one configuration. `unit_index`: a module path's
-    place in execution order, of `units`."""
+    place in execution order, of `units`; `split_at`: the splits' places as fractions of the
+    model instead (another model's config, whose paths this one has not: a stored record)."""
     numeric: dict[str, float] = {}
     levels: dict[str, object] = {}
     for f in fields(Config):
@@ -56,7 +58,7 @@ def describe(config: Config, unit_index: dict[str, int], units: int) -> tuple[di
             for i, v in enumerate(_positions(value, 0.6)):
                 numeric[f"{name}[{i}]"] = v
         elif kind == "paths" and name == "splits":
-            where = [unit_index.get(p, 0) / max(units, 1) for p in value]
+            where = list(split_at) if split_at is not None else [unit_index.get(p, 0) / max(units, 1) for p in value]
             for i, v in enumerate(_positions(tuple(where), 1.0)):
                 numeric[f"{name}[{i}]"] = v
         elif kind == "paths":
@@ -91,6 +93,23 @@ class Featurizer:
             got = self._cache[config] = ([numeric[n] for n in self.coordinates.numeric],
                                          [levels[n] for n in self.coordinates.levels])
         return got
+
+    def foreign(self, config: Config, split_at: tuple[float, ...]) -> tuple[list[float], list[object]]:
+        """Another model's configuration (a stored record's), its splits at `split_at`
+        (fractions of that model, as split_fractions gives them): not cached."""
+        numeric, levels = describe(config, {}, 0, split_at)
+        return [numeric[n] for n in self.coordinates.numeric], [levels[n] for n in self.coordinates.levels]
+
+
+def split_fractions(ops_by_stage: list[int] | tuple[int, ...]) -> tuple[float, ...]:
+    """Where each stage after the first starts, as a fraction of the model's ops: a stored
+    record's splits without the model's execution order (calibration/record.profile_summary)."""
+    total = sum(ops_by_stage) or 1
+    out, before = [], 0
+    for ops in ops_by_stage[:-1]:
+        before += ops
+        out.append(before / total)
+    return tuple(out)
 
 
 _FEATURIZERS: dict[tuple[str, ...], Featurizer] = {}

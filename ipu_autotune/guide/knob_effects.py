@@ -21,6 +21,13 @@ and is worth a compile when it could beat the best. Optuna's GPSampler (optuna/_
 model's anchor (Matérn 5/2, a hyperparameter per dimension, MAP-fitted with a prior); ours
 adds the estimator as the mean and an additive structure, which learns one knob's effect
 from compiles that moved others too.
+
+Other studies' compiles (the calibration store's, guide/prior.py) are rows of their own
+study: a residual of study s and one of study s' share the knobs' effects by a correlation
+rho (k((x, s), (x', s')) = k(x, x') (rho + (1 - rho) [s = s'])), itself set by the evidence
+with the spreads. Studies whose compiles agree on a knob's effect raise rho, and a new study
+starts from that effect; studies that disagree lower it, and the new study's own compiles
+decide.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import numpy as np
 
 from ..problem import Config
 from .features import Featurizer
+from .prior import KnobRow
 
 #: a knob's length scale on its coordinates (about [0, 1] each): non-monotone effects allowed
 LENGTH = 0.3
@@ -41,9 +49,16 @@ LOG_SPREAD_SD = 1.0
 #: with outputs (memory: one per IPU of a config), how much of one IPU's residual is another's
 #: of the same config: k((x, i), (x', j)) = k(x, x') (OUTPUT_CORRELATION + (1 - it) [i = j])
 OUTPUT_CORRELATION = 0.5
+#: other studies' rows (guide/prior.py): the prior of the logit of their correlation with this
+#: study's, centred at an even share (rho 1/2) and wide (a store's studies may share nearly
+#: every effect or almost none)
+STUDY_LOGIT_SD = 1.5
+#: this study's own rows and candidates, in the study column
+OWN = ""
 #: the evidence's ascent: steps and their size in log spread
 STEPS, RATE = 80, 0.1
 _SQRT5 = math.sqrt(5.0)
+_FITTED: dict[tuple, KnobEffects] = {}  # Residuals: one fit per set of rows
 
 
 def _m52(r: np.ndarray) -> np.ndarray:
@@ -57,28 +72,46 @@ class KnobEffects:
     `groups`: per knob, the columns of its numeric coordinates; `levels`: the level columns
     (one knob each); `unit`: a knob's prior spread (median); `noise`: a compile's own scatter
     around the model (run-to-run jitter); `log_spread_sd`: how far the compiles may move a
-    knob's spread from `unit` (the spread of its log); `outputs`: the last level column is the
-    row's output (an IPU), correlated by OUTPUT_CORRELATION across outputs, not a knob."""
+    knob's spread from `unit` (the spread of its log); `outputs`: a level column after the
+    knobs' is the row's output (an IPU), correlated by OUTPUT_CORRELATION across outputs, not
+    a knob; `studies`: the last level column is the row's study (OWN: this one's), correlated
+    by the fitted `study_correlation` across studies."""
 
     def __init__(self, numeric: np.ndarray, levels: np.ndarray, y: Sequence[float],
                  groups: Sequence[Sequence[int]], unit: float, noise: float, log_spread_sd: float = LOG_SPREAD_SD,
-                 outputs: bool = False):
+                 outputs: bool = False, studies: bool = False):
         self.groups = [list(g) for g in groups]
         # each knob's coordinates averaged (a knob's distance is their RMS: guide/features.py)
         self._mean = np.zeros((numeric.shape[1], len(self.groups)))
         for j, g in enumerate(self.groups):
             self._mean[g, j] = 1.0 / len(g)
-        self.numeric, self.levels, self.outputs = numeric, levels, outputs
-        knob_levels = levels.shape[1] - (1 if outputs else 0)
+        self.outputs, self.studies = outputs, studies
+        self.numeric, self.levels, self.study = numeric, *self._study_column(levels)
+        knob_levels = self.levels.shape[1] - (1 if outputs else 0)
         self.y = np.asarray(y, dtype=float)
         self.unit, self.noise, self.log_spread_sd = unit, noise, log_spread_sd
         # terms: the constant, one per numeric knob, one per level, the interaction
         self._prior_log = np.log(np.array([unit] * (1 + len(self.groups) + knob_levels) + [unit / 2]))
         self.log_spread = self._prior_log.copy()
+        self.study_logit = 0.0  # rho = 1/2 until fitted
         self._chol: np.ndarray | None = None
         self._alpha: np.ndarray | None = None
         if len(self.y):
             self._fit()
+
+    @property
+    def study_correlation(self) -> float:
+        """rho: how much of another study's residual at a config is this study's."""
+        return 1.0 / (1.0 + math.exp(-self.study_logit)) if self.studies else 1.0
+
+    def _study_column(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        return (levels[:, :-1], levels[:, -1]) if self.studies else (levels, None)
+
+    def _across(self, study_a: np.ndarray | None, study_b: np.ndarray | None) -> np.ndarray | None:
+        """Which pairs of rows are of different studies (None without studies)."""
+        if study_a is None or study_b is None:
+            return None
+        return (study_a[:, None] != study_b[None, :]).astype(float)
 
     # --- the kernel ------------------------------------------------------------------------
 
@@ -100,6 +133,11 @@ class KnobEffects:
         parts.append(_m52(np.sqrt(squared))[..., None])
         return np.moveaxis(np.concatenate(parts, axis=-1), -1, 0) * scale
 
+    def _kernel(self, terms: np.ndarray, across: np.ndarray | None) -> np.ndarray:
+        """The terms at the fitted spreads, summed, shared across studies by rho."""
+        k = np.tensordot(np.exp(2 * self.log_spread), terms, axes=1)
+        return k if across is None else k * (1.0 - (1.0 - self.study_correlation) * across)
+
     def _self_terms(self, numeric: np.ndarray) -> np.ndarray:
         """k_t(x, x) of every term at each row: 1, but for the slopes' (x - 1/2)^2."""
         slopes = ((numeric - 0.5) ** 2) @ self._mean
@@ -110,24 +148,42 @@ class KnobEffects:
     # --- fit and predict -------------------------------------------------------------------
 
     def _fit(self) -> None:
-        """The spreads at the posterior mode: ascend log evidence + log prior in log spread
-        (Adam's normalised steps: a term whose gradient is nil, a knob no compile moved,
-        stays where its prior puts it)."""
+        """The spreads (and rho) at the posterior mode: ascend log evidence + log prior in log
+        spread (Adam's normalised steps: a term whose gradient is nil, a knob no compile
+        moved, stays where its prior puts it)."""
         terms = self._terms(self.numeric, self.levels, self.numeric, self.levels)
+        across = self._across(self.study, self.study)
         n = len(self.y)
-        theta, m, v = self.log_spread.copy(), np.zeros_like(self.log_spread), np.zeros_like(self.log_spread)
+        theta = np.append(self.log_spread, self.study_logit) if across is not None else self.log_spread.copy()
+        prior = np.append(self._prior_log, 0.0) if across is not None else self._prior_log
+        sd = np.full(len(theta), self.log_spread_sd)
+        if across is not None:
+            sd[-1] = STUDY_LOGIT_SD
+        m, v = np.zeros_like(theta), np.zeros_like(theta)
         for step in range(1, STEPS + 1):
-            k = np.tensordot(np.exp(2 * theta), terms, axes=1) + (self.noise**2 + 1e-10) * np.eye(n)
+            spreads = np.exp(2 * theta[:len(self._prior_log)])
+            if across is None:
+                shared = terms
+            else:
+                rho = 1.0 / (1.0 + math.exp(-theta[-1]))
+                shared = terms * (1.0 - (1.0 - rho) * across)
+            k = np.tensordot(spreads, shared, axes=1) + (self.noise**2 + 1e-10) * np.eye(n)
             inv = np.linalg.inv(k)
             alpha = inv @ self.y
             # d log evidence / d theta_t = s_t^2 (alpha' K_t alpha - tr(K^-1 K_t))
-            grad = np.exp(2 * theta) * (np.einsum("i,tij,j->t", alpha, terms, alpha) - np.einsum("ij,tji->t", inv, terms))
-            grad -= (theta - self._prior_log) / self.log_spread_sd**2
+            grad = spreads * (np.einsum("i,tij,j->t", alpha, shared, alpha) - np.einsum("ij,tji->t", inv, shared))
+            if across is not None:
+                # d K / d logit(rho) = rho (1 - rho) (the terms across studies)
+                parts = rho * (1.0 - rho) * np.tensordot(spreads, terms, axes=1) * across
+                grad = np.append(grad, 0.5 * (alpha @ parts @ alpha - np.einsum("ij,ji->", inv, parts)))
+            grad -= (theta - prior) / sd**2
             m = 0.9 * m + 0.1 * grad
             v = 0.999 * v + 0.001 * grad * grad
             theta = theta + RATE * (m / (1 - 0.9**step)) / (np.sqrt(v / (1 - 0.999**step)) + 1e-8)
-        self.log_spread = theta
-        k = np.tensordot(np.exp(2 * theta), terms, axes=1) + (self.noise**2 + 1e-10) * np.eye(n)
+        self.log_spread = theta[:len(self._prior_log)]
+        if across is not None:
+            self.study_logit = float(theta[-1])
+        k = self._kernel(terms, across) + (self.noise**2 + 1e-10) * np.eye(n)
         self._chol = chol = np.linalg.cholesky(k)
         self._alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, self.y))
 
@@ -139,7 +195,8 @@ class KnobEffects:
         prior = self._variance(numeric)
         if self._alpha is None or self._chol is None:  # set together (_fit)
             return np.zeros(len(numeric)), np.sqrt(prior)
-        k = np.tensordot(np.exp(2 * self.log_spread), self._terms(numeric, levels, self.numeric, self.levels), axes=1)
+        levels, study = self._study_column(levels)
+        k = self._kernel(self._terms(numeric, levels, self.numeric, self.levels), self._across(study, self.study))
         mean = k @ self._alpha
         v = np.linalg.solve(self._chol, k.T)
         return mean, np.sqrt(np.maximum(prior - (v * v).sum(0), 1e-12))
@@ -148,17 +205,19 @@ class KnobEffects:
                     ) -> np.ndarray:
         """Prior correlation of the residuals at each row of a with each row of b: how much of
         one's outcome is the other's."""
-        k = np.tensordot(np.exp(2 * self.log_spread), self._terms(num_a, lvl_a, num_b, lvl_b), axes=1)
+        (lvl_a, study_a), (lvl_b, study_b) = self._study_column(lvl_a), self._study_column(lvl_b)
+        k = self._kernel(self._terms(num_a, lvl_a, num_b, lvl_b), self._across(study_a, study_b))
         return k / np.sqrt(self._variance(num_a)[:, None] * self._variance(num_b)[None, :])
 
 
 class Residuals:
     """KnobEffects over configurations: rows of (config, level, residual), where `level` is
     an extra level of the row (an IPU's place, for memory) or None; `memory` keeps only the
-    knobs that change what the tiles hold (a host knob cannot change a tile)."""
+    knobs that change what the tiles hold (a host knob cannot change a tile). `foreign`:
+    other studies' rows (guide/prior.KnobRow), each of its own study."""
 
     def __init__(self, featurizer: Featurizer, rows: Sequence[tuple], unit: float, noise: float, memory: bool = False,
-                 log_spread_sd: float = LOG_SPREAD_SD):
+                 log_spread_sd: float = LOG_SPREAD_SD, foreign: Sequence[KnobRow] = ()):
         self.featurizer = featurizer
         numeric_mask, level_mask = featurizer.coordinates.memory_mask() if memory else (None, None)
         names = featurizer.coordinates.numeric
@@ -168,19 +227,32 @@ class Residuals:
         by_knob: dict[str, list[int]] = {}
         for j, i in enumerate(keep):
             by_knob.setdefault(names[i].split("[")[0], []).append(j)
-        self._extra = any(level is not None for _, level, _ in rows)
-        num, lvl = self._arrays([(c, level) for c, level, _ in rows])
-        self.effects = KnobEffects(num, lvl, [y for _, _, y in rows], list(by_knob.values()), unit, noise,
-                                   log_spread_sd, outputs=self._extra)
+        self._extra = any(level is not None for _, level, _ in rows) or any(r.level is not None for r in foreign)
+        self._studies = bool(foreign)
+        # a proposal builds several models on the same compiles: each fit is made once
+        key = (id(featurizer), memory, unit, noise, log_spread_sd, tuple(rows), tuple(foreign))
+        effects = _FITTED.get(key)
+        if effects is None:
+            num, lvl = self._arrays([(c, level) for c, level, _ in rows]
+                                    + [(r.config, r.level, r.split_at, r.study) for r in foreign])
+            effects = KnobEffects(num, lvl, [y for _, _, y in rows] + [r.residual for r in foreign],
+                                  list(by_knob.values()), unit, noise, log_spread_sd, outputs=self._extra,
+                                  studies=self._studies)
+            if len(_FITTED) > 256:  # bounded: a long study must not grow it forever
+                _FITTED.clear()
+            _FITTED[key] = effects
+        self.effects = effects
         self._cache: dict[tuple, list[tuple[float, float]]] = {}
 
     def _arrays(self, items: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of (config, level), this study's, or (config, level, split_at, study), another's."""
         nums, lvls = [], []
-        for config, level in items:
-            num, lvl = self.featurizer(config)
+        for config, level, *elsewhere in items:
+            num, lvl = self.featurizer.foreign(config, elsewhere[0]) if elsewhere else self.featurizer(config)
             nums.append([num[i] for i in self._num_cols])
-            lvls.append([lvl[i] for i in self._lvl_cols] + ([level] if self._extra else []))
-        width = len(self._lvl_cols) + (1 if self._extra else 0)
+            lvls.append([lvl[i] for i in self._lvl_cols] + ([level] if self._extra else [])
+                        + ([elsewhere[1] if elsewhere else OWN] if self._studies else []))
+        width = len(self._lvl_cols) + (1 if self._extra else 0) + (1 if self._studies else 0)
         return (np.asarray(nums, dtype=float).reshape(len(items), len(self._num_cols)),
                 np.asarray(lvls, dtype=object).reshape(len(items), width))
 

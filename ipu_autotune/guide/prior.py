@@ -5,13 +5,31 @@ of other studies on the same target and SDK: calibration/prior.py).
 Without one the guide starts from guide/memory_model.PRIORS (the estimate as it is) and
 call_model's factors of 1. With one, those priors are replaced by what the other studies'
 compiles say, with a spread wide enough for a new model to differ; the study's own
-compiles then move the parts as before. A Screen carries it (`Screen.prior`), so every
+compiles then move the parts as before. The other studies' compiles are also rows of the
+memory knob-effect model (`memory_rows`), so what a knob did to the tiles of this IPU
+elsewhere carries to this study as far as the studies agree. A Screen carries it (`Screen.prior`), so every
 CorrectedModel the guide builds on that screen starts from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ..problem import Config
+
+
+@dataclass(frozen=True)
+class KnobRow:
+    """One IPU of another study's compile as the memory knob-effect model reads it
+    (guide/knob_effects.py): its config, where its splits sit in its own model (fractions of
+    its ops: features.split_fractions), its study, the IPU's place, and how much of a tile
+    that study's own learnt memory parts left unexplained there."""
+
+    config: Config
+    split_at: tuple[float, ...]
+    study: str
+    level: int
+    residual: float
 
 
 @dataclass(frozen=True)
@@ -34,3 +52,6 @@ class GuidePrior:
     #: the covariance of the `memory` parts (in that order; its diagonal the squared spreads),
     #: or None: independent parts
     memory_cov: tuple[tuple[float, ...], ...] | None = None
+    #: other studies' compiles, each IPU's busiest tile, as rows of the memory knob-effect
+    #: model (their correlation with this study's is learnt there: guide/knob_effects.py)
+    memory_rows: tuple[KnobRow, ...] = ()
