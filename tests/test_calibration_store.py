@@ -339,6 +339,40 @@ def test_the_priors_spread_is_what_studies_held_out_show():
     assert sharp < 0.5 * wide
 
 
+class SpeedFactor(HiddenFactor):
+    """A test IPU that runs every config `speed` times as fast as the estimate says."""
+
+    def __init__(self, speed: float):
+        super().__init__(1.0)
+        self.speed = speed
+
+    def measure(self, problem, config):
+        m = super().measure(problem, config)
+        return dataclasses.replace(m, throughput=m.throughput * self.speed)
+
+
+def test_the_call_factors_spread_is_what_studies_held_out_show():
+    """Studies whose models ran at the same speed against the estimate give the call factors
+    a sharp prior; studies whose models differ by 3x a wide one (prior.call_scale); one study
+    has nothing to hold out."""
+    from ipu_autotune.calibration.prior import BETWEEN, SCALES, call_scale
+
+    problem, profile, _, configs = _setup()
+
+    def timed(speeds) -> list[dict]:
+        out = []
+        for study, speed in zip("abc", speeds):
+            backend = SpeedFactor(speed)
+            rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
+            out += [rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)]
+        return out
+
+    assert call_scale(timed([0.8])) == BETWEEN
+    agree, differ = call_scale(timed([0.8, 0.8, 0.8])), call_scale(timed([0.5, 1.0, 1.6]))
+    assert agree == min(SCALES) and differ >= 0.7
+    assert fit_prior(timed([0.5, 1.0, 1.6])).call[2] > 2 * fit_prior(timed([0.8, 0.8, 0.8])).call[2]
+
+
 def test_the_prior_keeps_how_its_parts_move_together():
     """The store's fit moves the proportional part and the per-category deviations together:
     carried as a covariance, a recorded model's tiles are as certain as its records say;

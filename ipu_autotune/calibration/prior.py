@@ -28,10 +28,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from statistics import median
-from typing import Any
+from typing import Any, cast
 
 from ..backends.base import Measurement
-from ..guide.call_model import PRIOR_SD, CallModel, CallTime, call_time
+from ..guide.call_model import NOISE_SD, PRIOR_SD, CallModel, CallTime, call_time
 from ..guide.corrected import layout, local_memory_sd
 from ..guide.features import split_fractions
 from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
@@ -41,7 +41,7 @@ from ..problem import Config
 from .record import study_of
 
 #: a fitted part's prior spread: sqrt(posterior sd^2 + (w x the default prior's sd)^2), with w
-#: fitted by `memory_scale` from two studies on, BETWEEN before (and for the call factors)
+#: fitted by `memory_scale` (the call factors': `call_scale`) from two studies on, BETWEEN before
 BETWEEN = 0.35
 #: the scales `memory_scale` chooses among; the smallest keeps a few studies that happen to
 #: agree from claiming a new model will match them to within a percent of a tile
@@ -139,7 +139,7 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
     call = None
     if calls:
         cm = CallModel(calls)
-        call = (cm.log_device, cm.log_host, math.hypot(BETWEEN * PRIOR_SD, 0.05 / math.sqrt(len(calls))))
+        call = (cm.log_device, cm.log_host, math.hypot(call_scale(records) * PRIOR_SD, 0.05 / math.sqrt(len(calls))))
     studies = len({study_of(r) for r in records})
     return GuidePrior(memory, noise, call, len(records), studies, label, memory_scale=scale,
                       memory_cov=memory_cov, memory_rows=knob_rows(records))
@@ -182,6 +182,32 @@ def memory_scale(records: list[dict[str, Any]]) -> tuple[float, float]:
                 score[scale] += -math.log(sd) - 0.5 * ((p.measured - mean) / sd) ** 2
     best = max(SCALES, key=lambda s: (score[s], -s))
     return best, best
+
+
+def call_scale(records: list[dict[str, Any]]) -> float:
+    """The call factors' widening, as `memory_scale` reads the memory parts': the scale of
+    SCALES (a fraction of call_model.PRIOR_SD) under which each study's call times, predicted
+    from the factors the other studies' compiles give, are likeliest; BETWEEN with fewer than
+    two studies timed. Models whose factors differ (one twice as fast on the device as the
+    estimate says, another as fast as it says) get a wide prior, which a study's own first
+    compiles move; models that agree, a sharp one."""
+    by_study: dict[str, list[CallTime]] = {}
+    for r in records:
+        by_study.setdefault(study_of(r), []).extend(call_points([r]))
+    by_study = {s: ps for s, ps in by_study.items() if ps}
+    if len(by_study) < 2:
+        return BETWEEN
+    score = dict.fromkeys(SCALES, 0.0)
+    for held in sorted(by_study)[:SCALE_FOLDS]:
+        others = [p for s, ps in by_study.items() if s != held for p in ps]
+        fitted = CallModel(others)
+        for scale in SCALES:
+            # a call's log time moves one for one with the factor of the side that bounds it
+            sd = math.sqrt((scale * PRIOR_SD) ** 2 + 0.05**2 / len(others) + NOISE_SD**2)
+            for p in by_study[held]:
+                error = math.log(p.combined(fitted.device, fitted.host) / cast(float, p.measured_s))
+                score[scale] += -math.log(sd) - 0.5 * (error / sd) ** 2
+    return max(SCALES, key=lambda s: (score[s], -s))
 
 
 def loso(records: list[dict[str, Any]]) -> dict[str, Any] | None:
