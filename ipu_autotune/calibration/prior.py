@@ -19,8 +19,9 @@ spreads (of SCALES) under which those held-out tiles are likeliest is the one us
 shared parts' widening and for the per-model parts a store cannot carry (each layout's fixed
 cost, the local departure corrected.local_memory_sd) alike. A store whose models agree gets
 a sharp prior (the next study's first compile can go near the edge of memory), one whose
-models differ a wide one. With a single study there is nothing to hold out: the shared parts
-are widened by BETWEEN (a choice, not derived) and the per-model ones keep their defaults.
+models differ a wide one. The call factors' widening is read the same way (`call_scale`).
+With a single study there is nothing to hold out: the shared parts and the call factors are
+widened by BETWEEN (a choice, not derived) and the per-model ones keep their defaults.
 """
 
 from __future__ import annotations
