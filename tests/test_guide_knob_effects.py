@@ -10,10 +10,12 @@ import pytest
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.guide.corrected import CorrectedModel, observe
+from ipu_autotune.guide.features import Featurizer, split_fractions
 from ipu_autotune.guide.knob_effects import KnobEffects
 from ipu_autotune.guide.proposal import History, Reason
 from ipu_autotune.guide.proposals import Guide
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from ipu_autotune.problem import Config
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 from testing import RESNET50_4IPU_SGD as PROBLEM
@@ -167,3 +169,19 @@ def test_studies_that_disagree_on_a_knob_leave_a_new_study_unsure_of_it():
     assert abs(mean[0] - mean[1]) < 0.1
     _, sure = agreeing.predict(np.array([(0.1,), (0.9,)]), np.array([("",), ("",)], dtype=object))
     assert sd[1] > 1.5 * sure[1]
+
+
+def test_another_models_splits_are_placed_by_where_they_fall_in_its_ops():
+    """A stored record carries its stages' ops, not the model's execution order: its splits'
+    coordinates are the stages' starts as fractions of the ops, where the model's own config
+    would have them by its units' places."""
+    assert split_fractions([10, 30, 60]) == pytest.approx((0.1, 0.4))
+    assert split_fractions([42]) == ()
+    units = [f"u{i}" for i in range(10)]
+    featurizer = Featurizer(units)
+    config = Config(ipus_per_replica=2, splits=("u4",), execution="pipelined")
+    own_numeric, own_levels = featurizer(config)
+    foreign_numeric, foreign_levels = featurizer.foreign(config, (0.4,))
+    assert foreign_numeric == pytest.approx(own_numeric) and foreign_levels == own_levels
+    elsewhere, _ = featurizer.foreign(config, (0.7,))
+    assert elsewhere != pytest.approx(own_numeric)
