@@ -27,9 +27,9 @@ widened by BETWEEN (a choice, not derived) and the per-model ones keep their def
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from statistics import median
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from ..backends.base import Measurement
 from ..guide.call_model import NOISE_SD, PRIOR_SD, CallModel, CallTime, call_time
@@ -55,6 +55,7 @@ SHARED = ("fixed", "proportional", "per stage", "per replica", "per checkpoint")
 #: the knob-effect rows a prior carries at most, the newest studies' first (a fit of the
 #: knob-effect model grows with the cube of its rows)
 KNOB_ROWS = 48
+T = TypeVar("T")
 
 
 def _config(r: dict[str, Any]) -> Config:
@@ -159,15 +160,22 @@ def _widened(model: MemoryModel, widening: float) -> tuple[dict[str, tuple[float
     return memory, tuple(tuple(row) for row in cov)
 
 
+def points_by_study(records: list[dict[str, Any]], points: Callable[[list[dict[str, Any]]], list[T]]
+                    ) -> dict[str, list[T]]:
+    """`points` of each study's records, for the studies that have any (memory_scale and
+    call_scale hold one study out at a time)."""
+    by_study: dict[str, list[T]] = {}
+    for r in records:
+        by_study.setdefault(study_of(r), []).extend(points([r]))
+    return {s: ps for s, ps in by_study.items() if ps}
+
+
 def memory_scale(records: list[dict[str, Any]]) -> tuple[float, float]:
     """(the shared parts' widening, the per-model parts' scale): the scale of SCALES under
     which each study's busiest tiles, predicted from the other studies' records alone as the
     guide predicts a config before its study's first compile, are likeliest (the sum of their
     normal log densities), for both; (BETWEEN, 1) with fewer than two studies holding tiles."""
-    by_study: dict[str, list[MemoryPoint]] = {}
-    for r in records:
-        by_study.setdefault(study_of(r), []).extend(memory_points([r]))
-    by_study = {s: ps for s, ps in by_study.items() if ps}
+    by_study = points_by_study(records, memory_points)
     if len(by_study) < 2:
         return BETWEEN, 1.0
     score = dict.fromkeys(SCALES, 0.0)
@@ -192,10 +200,7 @@ def call_scale(records: list[dict[str, Any]]) -> float:
     two studies timed. Models whose factors differ (one twice as fast on the device as the
     estimate says, another as fast as it says) get a wide prior, which a study's own first
     compiles move; models that agree, a sharp one."""
-    by_study: dict[str, list[CallTime]] = {}
-    for r in records:
-        by_study.setdefault(study_of(r), []).extend(call_points([r]))
-    by_study = {s: ps for s, ps in by_study.items() if ps}
+    by_study = points_by_study(records, call_points)
     if len(by_study) < 2:
         return BETWEEN
     score = dict.fromkeys(SCALES, 0.0)

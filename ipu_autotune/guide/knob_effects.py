@@ -61,6 +61,16 @@ _SQRT5 = math.sqrt(5.0)
 _FITTED: dict[tuple, KnobEffects] = {}  # Residuals: one fit per set of rows
 
 
+def _rho(logit: float) -> float:
+    return 1.0 / (1.0 + math.exp(-logit))
+
+
+def _shared(rho: float, across: np.ndarray) -> np.ndarray:
+    """Per pair of rows, the share of the kernel their studies have in common: 1 within a
+    study, rho across studies."""
+    return 1.0 - (1.0 - rho) * across
+
+
 def _m52(r: np.ndarray) -> np.ndarray:
     s = _SQRT5 * r
     return (1.0 + s + s * s / 3.0) * np.exp(-s)
@@ -102,7 +112,7 @@ class KnobEffects:
     @property
     def study_correlation(self) -> float:
         """rho: how much of another study's residual at a config is this study's."""
-        return 1.0 / (1.0 + math.exp(-self.study_logit)) if self.studies else 1.0
+        return _rho(self.study_logit) if self.studies else 1.0
 
     def _study_column(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         return (levels[:, :-1], levels[:, -1]) if self.studies else (levels, None)
@@ -136,7 +146,7 @@ class KnobEffects:
     def _kernel(self, terms: np.ndarray, across: np.ndarray | None) -> np.ndarray:
         """The terms at the fitted spreads, summed, shared across studies by rho."""
         k = np.tensordot(np.exp(2 * self.log_spread), terms, axes=1)
-        return k if across is None else k * (1.0 - (1.0 - self.study_correlation) * across)
+        return k if across is None else k * _shared(self.study_correlation, across)
 
     def _self_terms(self, numeric: np.ndarray) -> np.ndarray:
         """k_t(x, x) of every term at each row: 1, but for the slopes' (x - 1/2)^2."""
@@ -165,8 +175,8 @@ class KnobEffects:
             if across is None:
                 shared = terms
             else:
-                rho = 1.0 / (1.0 + math.exp(-theta[-1]))
-                shared = terms * (1.0 - (1.0 - rho) * across)
+                rho = _rho(theta[-1])
+                shared = terms * _shared(rho, across)
             k = np.tensordot(spreads, shared, axes=1) + (self.noise**2 + 1e-10) * np.eye(n)
             inv = np.linalg.inv(k)
             alpha = inv @ self.y
