@@ -18,6 +18,7 @@ hidden IPUs stay in search_efficiency.py (`--hidden constants structural`) as na
     python benchmarks/random_ipus.py --set report --first-draw 20     # report draws 20020-20039
     python benchmarks/random_ipus.py --quick                          # CI smoke: 1 problem, 2 develop draws
     python benchmarks/random_ipus.py --family knobs --set develop --draws 3   # issue 41, with gp
+    python benchmarks/random_ipus.py --compare before.json after.json  # two --json runs, paired
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import knob_hidden
 import random_hidden
 import search_efficiency as se
 from common import fmt_count, markdown_table, median, quantile
+from guide_outcomes import chance_table, paired
 from knob_hidden import KnobResponseHiddenIPU
 from random_hidden import MECHANISMS, RandomHiddenIPU
 
@@ -144,6 +146,10 @@ def report(results: list[dict], budget: int, keys: list[str], family: str = "str
     out.append("\n## Stopping rule (ipu-autotune): of the runs where it said stop, how many were within 5% then\n")
     out.append(markdown_table(["problem", "runs where it said stop", "median compile when it did",
                                "within 5% then (stop precision)", "best then / best known (median)"], rows, "lrrrr"))
+    chances = chance_table(results)
+    if chances is not None:
+        out.append("\n## The chance to fit of what the guide compiled (ipu-autotune, every problem)\n")
+        out.append(chances)
     return "\n".join(out)
 
 
@@ -202,7 +208,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, nargs="+", default=None, metavar="JSON",
                     help="print the tables of earlier runs' --json files (runs done so far), running nothing; "
                          "several files (the strategies run apart) are joined per (problem, draw)")
+    ap.add_argument("--compare", type=Path, nargs=2, default=None, metavar=("A", "B"),
+                    help="the tuner in two earlier runs' --json files (two versions of the guide, say) on the "
+                         "(problem, draw) pairs both ran: best@10, B's wins and losses, a sign test; running nothing")
     args = ap.parse_args(argv)
+    if args.compare:
+        a, b = (json.loads(path.read_text()) for path in args.compare)
+        try:
+            table = paired(a["results"], b["results"])
+        except ValueError as e:
+            print(f"error: {e}; run both with --json on the same --family, --set and draws", file=sys.stderr)
+            return 2
+        print(f"A: {args.compare[0]} ({' '.join(a['argv'])})\nB: {args.compare[1]} ({' '.join(b['argv'])})\n")
+        print("## The tuner in A against B (wins: B's best@10 higher by more than 0.01)\n")
+        print(table)
+        return 0
     if args.report:
         saved = [json.loads(path.read_text()) for path in args.report]
         families = {s.get("family", "structural") for s in saved}

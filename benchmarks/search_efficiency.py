@@ -147,6 +147,8 @@ class Run:
     stop_at: int | None = None  # compiles when the guide's stopping rule first applied
     #: per compile, its simulated minutes (the floor for any number of workers: one compile)
     durations: list[float] = field(default_factory=list)
+    #: per compile, the guide's chance to fit when it proposed it (None: not the guide's)
+    chances: list[float | None] = field(default_factory=list)
 
 
 def _study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -200,7 +202,7 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
         out = run_workers(runner, oracle, budget, max_trials, workers)
         run = Run(strategy, compiles=[t for _, t in out["compiles"]], minutes=[m for m, _ in out["compiles"]],
                   trials=out["trials"], guided=out["guided"], stop_at=out["stop_at"],
-                  durations=out["durations"])
+                  durations=out["durations"], chances=out["chances"])
         run.screened = screen.compiles_saved
         run.seconds = time.perf_counter() - start
         run.best_config = max(((r.measurement.throughput, r.config) for r in st.records(study) if r.feasible),

@@ -18,12 +18,14 @@ from ipu_autotune.rules.cross_field import violations
 
 def run_workers(runner, oracle, budget: int, max_trials: int, workers: int) -> dict:
     """Run until `budget` compiles finished; returns each compile (finish minute, throughput
-    or None when it did not fit), in finishing order, and the trial counts."""
+    or None when it did not fit), in finishing order, the guide's chance to fit for each (None
+    where the guide did not propose it), and the trial counts."""
     problem, study = runner.problem, runner.study
     clock, seq, launched, trials, guided = 0.0, 0, 0, 0, 0
     running: list = []
     compiles: list[tuple[float, float | None]] = []
     durations: list[float] = []  # per compile, in finishing order: its simulated minutes
+    chances: list[float | None] = []  # per compile, in finishing order: the guide's chance to fit
     stop_at = None  # compile count at which the guide's stopping rule first applied
     while True:
         while len(running) < workers and launched < budget and trials < max_trials:
@@ -32,6 +34,8 @@ def run_workers(runner, oracle, budget: int, max_trials: int, workers: int) -> d
                 stop_at = len(compiles)  # the rule, as the guide saw it with these compiles finished
             trial = study.ask()
             config, origin = runner.config_for(trial)
+            proposed = runner.last_proposal
+            chance = proposed.chance if proposed is not None and proposed.config == config else None
             trials += 1
             guided += origin.startswith("guided")
             if violations(problem, config, runner.profile.module_order):
@@ -44,11 +48,13 @@ def run_workers(runner, oracle, budget: int, max_trials: int, workers: int) -> d
             launched += 1
             seq += 1
             heapq.heappush(running, (clock + compile_minutes(problem, config), seq, trial, config, origin, m,
-                                     compile_minutes(problem, config)))
+                                     compile_minutes(problem, config), chance))
         if not running:
             break
-        clock, _, trial, config, origin, m, minutes = heapq.heappop(running)
+        clock, _, trial, config, origin, m, minutes, chance = heapq.heappop(running)
         durations.append(minutes)
+        chances.append(chance)
         rec = runner.record(trial, config, origin, m, 0.0)
         compiles.append((clock, m.throughput if rec.feasible else None))
-    return {"compiles": compiles, "durations": durations, "trials": trials, "guided": guided, "stop_at": stop_at}
+    return {"compiles": compiles, "durations": durations, "chances": chances, "trials": trials, "guided": guided,
+            "stop_at": stop_at}

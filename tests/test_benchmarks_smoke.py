@@ -6,6 +6,7 @@ its numbers are sane (positive times, fractions in [0, 1], counts within the bud
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import subprocess
@@ -198,6 +199,11 @@ def test_random_ipus_knobs_quick():
     said, runs = map(int, table(text, "Stopping rule")[0]["runs where it said stop"].split("/"))
     assert runs == fits and said <= runs
     assert targets[0]["stop right >= 90%"] in (("met", "not met") if said else ("- (never said stop)",))
+    picks = table(text, "The chance to fit of what the guide compiled")
+    assert [p["chance to fit"] for p in picks] == ["0.0-0.5", "0.5-0.8", "0.8-0.9", "0.9-1.0"]
+    # the baseline is enqueued, not the guide's pick: at most 9 of the budget of 10
+    assert 1 <= sum(int(p["compiles"]) for p in picks) <= 9
+    assert all(p["fit"] == "-" or 0.0 <= number(p["fit"]) <= 1.0 for p in picks)
 
 
 def test_knob_response_draws_are_fixed_every_knob_acts_within_30_percent():
@@ -320,3 +326,50 @@ def test_guide_speed_compares_a_commit_with_itself():
     assert row["same compiles"] == "yes"
     assert number(row["CPU s"]) > 0 and number(row["CPU s at HEAD"]) > 0
     assert "same compiles in 1 of 1" in text
+
+
+def _saved_run(problem: str, draw: int, reference: float, compiles: list, chances: list | None = None) -> dict:
+    run = {"compiles": compiles, **({"chances": chances} if chances is not None else {})}
+    return {"problem": problem, "draw": draw, "reference": reference, "runs": {"ipu-autotune": run}}
+
+
+def test_two_versions_of_the_guide_are_compared_on_the_draws_both_ran():
+    sys.path.insert(0, str(BENCHMARKS))
+    from guide_outcomes import paired, sign_test
+
+    assert sign_test(0, 0) == 1.0
+    assert sign_test(10, 0) == pytest.approx(2 / 2**10)  # ten wins in ten: p 0.002
+    assert sign_test(7, 4) == sign_test(4, 7) > 0.5  # as often as chance gives it
+    a = [_saved_run("p", d, 100.0, [None, 50.0, 80.0]) for d in range(4)] + [_saved_run("q", 0, 100.0, [90.0])]
+    b = [_saved_run("p", 0, 100.0, [None, 95.0]), _saved_run("p", 1, 100.0, [79.5]),
+         _saved_run("p", 2, 120.0, [None, None, 60.0]), _saved_run("p", 9, 100.0, [100.0])]
+    rows = [line.split("|")[1:-1] for line in paired(a, b).splitlines()[2:]]
+    p_row, everything = ([c.strip() for c in r] for r in rows)
+    # draw 9 is B's alone and problem q A's alone: three pairs. Draw 2's best known is B's
+    # larger one (120) for both: A 80/120, B 60/120, a loss; draw 1 a tie (within 0.01)
+    assert p_row[:5] == ["p", "3", f"{(0.8 + 0.8 + 80 / 120) / 3:.3f}", f"{(0.95 + 0.795 + 0.5) / 3:.3f}", "1 / 1 / 1"]
+    assert p_row[6:] == ["33%", "50%"]  # of the pairs' compiles, A: 3 of 9 did not fit; B: 3 of 6
+    assert everything[1] == "3"
+    with pytest.raises(ValueError, match="share no"):
+        paired(a, [_saved_run("p", 7, 100.0, [1.0])])
+
+
+def test_the_guides_picks_are_binned_by_the_chance_it_gave_them():
+    sys.path.insert(0, str(BENCHMARKS))
+    from guide_outcomes import chance_table
+
+    assert chance_table([_saved_run("p", 0, 100.0, [None, 50.0])]) is None  # saved before chances were kept
+    text = chance_table([_saved_run("p", 0, 100.0, [None, 50.0, None, 70.0, 60.0], [None, 0.95, 0.92, 1.0, 0.3])])
+    assert text.startswith("2 of 5 compiles did not fit (40%).")
+    bins = {r[0].strip(): [c.strip() for c in r[1:]] for r in (line.split("|")[1:-1] for line in text.splitlines()[4:])}
+    assert bins["0.9-1.0"] == ["3", f"{(0.95 + 0.92 + 1.0) / 3:.2f}", "0.67"]  # the baseline (None) is not the guide's
+    assert bins["0.0-0.5"] == ["1", "0.30", "1.00"] and bins["0.8-0.9"] == ["0", "-", "-"]
+
+
+def test_compare_refuses_files_without_common_draws(tmp_path):
+    for name, draw in (("a.json", 0), ("b.json", 1)):
+        (tmp_path / name).write_text(json.dumps({"argv": [], "results": [_saved_run("p", draw, 1.0, [1.0])]}))
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "random_ipus.py"), "--compare", str(tmp_path / "a.json"),
+                          str(tmp_path / "b.json")], capture_output=True, text=True, check=False, timeout=300)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("error: the two files share no (problem, draw) pair") and out.stderr.count("\n") == 1
