@@ -213,13 +213,17 @@ def main(argv: list[str] | None = None) -> int:
                          "(problem, draw) pairs both ran: best@10, B's wins and losses, a sign test; running nothing")
     args = ap.parse_args(argv)
     if args.compare:
-        a, b = (json.loads(path.read_text()) for path in args.compare)
         try:
+            a, b = (json.loads(path.read_text()) for path in args.compare)
             table = paired(a["results"], b["results"])
+        except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
+            print(f"error: --compare reads two files written by random_ipus.py --json ({type(e).__name__}: {e})",
+                  file=sys.stderr)
+            return 2
         except ValueError as e:
             print(f"error: {e}; run both with --json on the same --family, --set and draws", file=sys.stderr)
             return 2
-        print(f"A: {args.compare[0]} ({' '.join(a['argv'])})\nB: {args.compare[1]} ({' '.join(b['argv'])})\n")
+        print(f"A: {args.compare[0]} ({' '.join(a.get('argv', []))})\nB: {args.compare[1]} ({' '.join(b.get('argv', []))})\n")
         print("## The tuner in A against B (wins: B's best@10 higher by more than 0.01)\n")
         print(table)
         return 0

@@ -373,3 +373,8 @@ def test_compare_refuses_files_without_common_draws(tmp_path):
                           str(tmp_path / "b.json")], capture_output=True, text=True, check=False, timeout=300)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.startswith("error: the two files share no (problem, draw) pair") and out.stderr.count("\n") == 1
+    (tmp_path / "c.json").write_text(json.dumps({"argv": []}))  # not a random_ipus.py --json file
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "random_ipus.py"), "--compare", str(tmp_path / "a.json"),
+                          str(tmp_path / "c.json")], capture_output=True, text=True, check=False, timeout=300)
+    assert out.returncode == 2 and out.stderr.startswith("error: --compare reads two files written by random_ipus.py")
+    assert out.stderr.count("\n") == 1
