@@ -244,3 +244,19 @@ def test_warm_starts_do_not_depend_on_string_hashing():
                            env=dict(os.environ, PYTHONHASHSEED=seed)) for seed in "15"]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-500:]
     assert runs[0].stdout and runs[1].stdout == runs[0].stdout  # seeds 1 and 5 differed before
+
+
+def test_the_log_chance_to_fit_is_exact_where_the_chance_is_and_finite_where_it_under_flows():
+    """The chance to fit (statistics.NormalDist) under-flows to 0 past 8.3 spreads over the edge;
+    where nothing fits, every candidate's does, and the guide ranks by the log of it."""
+    from statistics import NormalDist
+
+    from ipu_autotune.guide.corrected import _log_normal_cdf
+
+    for z in (2.0, 0.0, -1.0, -5.0):
+        assert _log_normal_cdf(z) == pytest.approx(math.log(NormalDist().cdf(z)), rel=1e-9)
+    assert NormalDist().cdf(-8.5) == 0.0
+    # past erfc's range, the asymptotic series: continuous where the two meet
+    assert _log_normal_cdf(-30.0 - 1e-9) == pytest.approx(math.log(0.5 * math.erfc(30.0 / math.sqrt(2.0))), rel=1e-4)
+    beyond = [_log_normal_cdf(z) for z in (-20.0, -40.0, -100.0, -1000.0)]
+    assert all(math.isfinite(x) for x in beyond) and beyond == sorted(beyond, reverse=True)

@@ -295,12 +295,32 @@ class CorrectedModel:
         j = self.judge(config)
         return 0.0 if j is None else j.chance
 
+    def log_chance(self, config: Config) -> float:
+        """log of the chance to fit, where the chance itself under-flows to 0 (past 8.3 spreads
+        over the edge: NormalDist.cdf is 1 + erf). Among configs all but certain to run out,
+        the one a compile is likeliest to show fitting: a near-twin of a compile that ran out,
+        predicted with a small spread, is far less likely than a config further off whose
+        tiles are unsure, though it is judged less far over."""
+        m = self.screen(config)
+        if m is None or not m.max_tile_bytes:
+            return float("-inf")
+        tiles, _ = self._tiles(config, m)  # with no margin, as `chance`
+        return min(_log_normal_cdf((1.0 - mu) / sd) if sd > 0 else (0.0 if mu <= 1.0 else float("-inf"))
+                   for mu, sd in tiles)
+
     def score(self, config: Config) -> tuple:
         """Fits first, then corrected throughput; what does not fit, by how far over."""
         j = self.judge(config)
         if j is None:
             return (0, float("-inf"))
         return (1, j.worth) if j.fits else (0, -j.load)
+
+
+def _log_normal_cdf(z: float) -> float:
+    """log Phi(z), exact where erfc does not under-flow, else its asymptotic series."""
+    if z > -30.0:
+        return math.log(0.5 * math.erfc(-z / math.sqrt(2.0)))
+    return -0.5 * z * z - math.log(-z) - 0.5 * math.log(2.0 * math.pi) + math.log1p(-1.0 / (z * z))
 
 
 class CorrectedScreen(Screen):

@@ -191,11 +191,12 @@ class Guide:
                 self._stop = Stop(since, gain, len(model.speed))
         if pick is not None and worth[pick] <= 0.0 and not best and seen:
             # Everything is judged all but certain to run out (its chance under-flows): the rule's
-            # limit, the candidate likeliest to fit among those whose tiles no compile has held
-            # (a compile of known tiles teaches nothing). Left to the sampler, such a study had
-            # every trial screened by the estimate and ended without a fit.
+            # limit, the candidate likeliest to fit (by the log of its chance, which does not
+            # under-flow) among those whose tiles no compile has held (a compile of known tiles
+            # teaches nothing). Left to the sampler, such a study had every trial screened by the
+            # estimate and ended without a fit.
             pick = max((c for c in worth if not model.tiles_known(c)),
-                       key=lambda c: (model.chance(c), model.score(c)), default=None)
+                       key=lambda c: (model.log_chance(c), model.score(c)), default=None)
             return None if pick is None else Proposal.guided(pick, Reason.FIRST_FIT, model.chance(pick))
         if pick is None or worth[pick] <= 0.0:
             return None
