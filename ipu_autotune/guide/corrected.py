@@ -296,11 +296,8 @@ class CorrectedModel:
         return 0.0 if j is None else j.chance
 
     def log_chance(self, config: Config) -> float:
-        """log of the chance to fit, where the chance itself under-flows to 0 (past 8.3 spreads
-        over the edge: NormalDist.cdf is 1 + erf). Among configs all but certain to run out,
-        the one a compile is likeliest to show fitting: a near-twin of a compile that ran out,
-        predicted with a small spread, is far less likely than a config further off whose
-        tiles are unsure, though it is judged less far over."""
+        """log of the chance to fit, which does not under-flow where the chance does (past 8.3
+        spreads over the edge: NormalDist.cdf is 1 + erf): where all run out, the likeliest."""
         m = self.screen(config)
         if m is None or not m.max_tile_bytes:
             return float("-inf")

@@ -42,12 +42,13 @@ def first_trials(guide: Guide, warm: list[Proposal],
     if first is not None:
         first = Proposal.guided(first.config, Reason.PRIOR, first.chance, why="calibration store prior")
     else:
-        # Nothing is that sure: the candidate likeliest to fit (the faster on a tie), not the
-        # warm starts, which the nominal estimate chose and the prior may well rule out.
+        # Nothing is that sure: the candidate likeliest to fit (by the log of its chance, as
+        # Guide.propose's), not the warm starts, which the nominal estimate chose and the
+        # prior may well rule out.
         model = CorrectedModel(guide.screen, [], guide.headroom)
         closed = guide.closed(set())  # propose above was told would_compile
         pick = max((c for c in guide.pool if c not in closed),
-                   key=lambda c: (model.chance(c), model.score(c)), default=None)
+                   key=lambda c: (model.log_chance(c), model.score(c)), default=None)
         if pick is not None:
             first = Proposal.guided(pick, Reason.PRIOR, model.chance(pick),
                                     why="the likeliest to fit under the calibration store prior")
