@@ -146,10 +146,10 @@ def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles():
     """On an IPU whose tiles hold 6x the estimate nothing fits: the guide (which returned
     None here, leaving trials to the sampler and the estimate's screen) proposes the
     likeliest candidate whose tiles no compile has held, so no compile repeats another's
-    tiles (it varied device iterations, which leave the tiles as they are, 7 times). Every
-    chance here under-flows to 0, so "likeliest" is by the log of the chance: ranked by how far
-    over they were judged instead, five of the eight compiles moved splits and checkpoints
-    away from the busiest IPU and measured one of two busiest tiles again."""
+    tiles (it varied device iterations, which leave the tiles as they are, 7 times). Where
+    every chance under-flows to 0, "likeliest" is by the log of the chance: ranked by how far
+    over they were judged instead, the last five compiles moved splits and checkpoints away
+    from the busiest IPU and measured one of two busiest tiles, three of them again."""
     from ipu_autotune.guide.corrected import CorrectedModel, observe
 
     guide, done = _guided_run(6.0, 8)
