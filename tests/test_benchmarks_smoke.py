@@ -235,6 +235,56 @@ def test_knob_response_draws_are_fixed_every_knob_acts_within_30_percent():
     assert set(pairs) <= {1, 2, 3} and len(set(pairs)) > 1
 
 
+def test_oracle_walk_quick():
+    text = run("oracle_walk.py", "--quick")
+    rows = table(text, "Within 5 % of the best known")
+    assert [(r["problem"], r["oracle"]) for r in rows] == [
+        ("resnet101-mb64-64px-2ipu", o)
+        for o in ("greedy oracle", "pair oracle", "main-effects oracle", "guide or pair oracle")]
+    for r in rows:
+        within, runs = map(int, r["within 5% in <= 10"].split("/"))
+        assert runs == 1 and within <= 1
+        assert 0.0 < number(r["mean best@budget"]) <= 1.0
+        assert (r["median to 5%"] == "11") == (within == 0)
+    lies = table(text, "Where the best known lies")[0]
+    assert number(lies["median knobs from the nearest warm start"]) >= 0
+    assert lies["estimator says it fits"] in ("0/1", "1/1")
+
+
+def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_change():
+    """The yardstick is only as good as its walk: with the true answers in hand, each compile
+    after the first fit is strictly faster than the best before it, one change or a pair away."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import knob_hidden
+    import oracle_walk
+    import search_efficiency as se
+    from ascent import _OracleScreen, _singles
+
+    from ipu_autotune.guide.warmstart import _score
+    from ipu_autotune.profiles.trace import profile_for
+    from ipu_autotune.search.space import SearchSpace
+
+    problem = se.PROBLEMS["resnet101-mb64-64px-2ipu"]
+    profile, space = profile_for(problem), SearchSpace.load(problem)
+    screen = _OracleScreen(problem, profile, knob_hidden.KnobResponseHiddenIPU(30_000), space)
+    baseline = se.naive_baseline(problem, profile)
+    assert not screen(baseline).feasible  # the OOM config: its main effects say nothing, it stays
+    assert oracle_walk._main_effects_top(screen, space, baseline) == baseline
+    configs = oracle_walk._walk_configs(screen, space, [baseline], 8, "greedy oracle")
+    walked = oracle_walk._walk(screen, space, [baseline], 8, "greedy oracle")
+    fits = [t for t in walked if t is not None]
+    assert len(walked) >= 4 and fits, walked
+    first_fit = walked.index(fits[0])
+    assert all(b > a for a, b in zip(walked[first_fit:], walked[first_fit + 1:])), walked
+    best = baseline
+    for c in configs[1:]:
+        steps = [oracle_walk.ascent_changes(best, s) for s in _singles(space, screen, best)]
+        pairs = [{**a, **b} for i, a in enumerate(steps) for b in steps[i + 1:] if not a.keys() & b.keys()]
+        assert oracle_walk.ascent_changes(best, c) in steps + pairs
+        assert _score(screen(c)) > _score(screen(best))
+        best = c
+
+
 @pytest.mark.slow
 def test_memory_calibration_quick():
     text = run("memory_calibration.py", "--quick")
