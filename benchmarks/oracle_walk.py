@@ -41,8 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 import random_ipus as ri
 import search_efficiency as se
-from ascent import _OracleScreen, _singles
+from ascent import _changes, _OracleScreen, _singles
 from common import DEFAULT_HEADROOM, markdown_table, median
+from guide_outcomes import best_at
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.guide.proposal import History
@@ -63,7 +64,7 @@ def _step(screen: _OracleScreen, space: SearchSpace, best: Config, pairs_always:
     if top is not None and top[0] > here and not pairs_always:
         return top[1]
     single = top
-    diffs = [ascent_changes(best, c) for c in singles]
+    diffs = [_changes(best, c) for c in singles]
     pairs = []
     for i in range(len(diffs)):
         for j in range(i + 1, len(diffs)):
@@ -72,10 +73,6 @@ def _step(screen: _OracleScreen, space: SearchSpace, best: Config, pairs_always:
                 pairs.append((_score(screen(c)), c))
     top = max(pairs + ([single] if single else []), key=lambda t: t[0], default=None)
     return top[1] if top is not None and top[0] > here else None
-
-
-def ascent_changes(a: Config, b: Config) -> dict:
-    return {f: getattr(b, f) for f in a.__dataclass_fields__ if getattr(a, f) != getattr(b, f)}
 
 
 #: the oracles: how each picks its next compile from the best so far
@@ -136,7 +133,7 @@ def _main_effects_top(screen: _OracleScreen, space: SearchSpace, start: Config, 
         m = screen(c)
         if m is not None and m.feasible and len(m.required_bytes) == len(base.required_bytes):
             moved = [b - a for a, b in zip(base.required_bytes, m.required_bytes)]
-            singles.append((ascent_changes(start, c), m.throughput / base.throughput, moved))
+            singles.append((_changes(start, c), m.throughput / base.throughput, moved))
 
     def fits(applied: list) -> bool:
         return all(base.required_bytes[i] + sum(x[2][i] for x in applied) <= base.capacity_bytes[i]
@@ -207,7 +204,7 @@ def run_draw(args: tuple) -> dict:
         judged = [estimate(problem, w, profile, headroom=DEFAULT_HEADROOM) for w in warm]
         top = max((m.throughput for m in judged if m.feasible and m.throughput), default=None)
         seen_by_estimator = estimate(problem, best_config, profile, headroom=DEFAULT_HEADROOM)
-        lies = {"knobs from the nearest warm start": min(len(ascent_changes(w, best_config)) for w in warm),
+        lies = {"knobs from the nearest warm start": min(len(_changes(w, best_config)) for w in warm),
                 "estimator says it fits": bool(seen_by_estimator.feasible),
                 "estimator's speed vs its own top": (seen_by_estimator.throughput or 0.0) / top if top else None}
     return {"problem": key, "draw": draw_id, "reference": reference, "best known": lies,
@@ -233,7 +230,7 @@ def report(results: list[dict], budget: int) -> str:
         for name in (*ORACLES, HYBRID):
             near = [_to_near(r["runs"][name], r["reference"]) for r in rs]
             within = [n for n in near if n is not None and n <= budget]
-            at = [max((t or 0.0) for t in r["runs"][name][:budget]) / r["reference"] for r in rs]
+            at = [best_at({"compiles": r["runs"][name]}, r["reference"], budget) for r in rs]
             rows.append([key, name, f"{len(within)}/{len(rs)}",
                          f"{median([n if n is not None else budget + 1 for n in near]):g}" if rs else "-",
                          f"{sum(at) / len(at):.3f}" if at else "-"])

@@ -258,7 +258,7 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     import knob_hidden
     import oracle_walk
     import search_efficiency as se
-    from ascent import _OracleScreen, _singles
+    from ascent import _changes, _OracleScreen, _singles
 
     from ipu_autotune.guide.warmstart import _score
     from ipu_autotune.profiles.trace import profile_for
@@ -278,9 +278,9 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     assert all(b > a for a, b in zip(walked[first_fit:], walked[first_fit + 1:])), walked
     best = baseline
     for c in configs[1:]:
-        steps = [oracle_walk.ascent_changes(best, s) for s in _singles(space, screen, best)]
+        steps = [_changes(best, s) for s in _singles(space, screen, best)]
         pairs = [{**a, **b} for i, a in enumerate(steps) for b in steps[i + 1:] if not a.keys() & b.keys()]
-        assert oracle_walk.ascent_changes(best, c) in steps + pairs
+        assert _changes(best, c) in steps + pairs
         assert _score(screen(c)) > _score(screen(best))
         best = c
 
