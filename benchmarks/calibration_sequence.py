@@ -53,6 +53,7 @@ from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.calibration import session
 from ipu_autotune.calibration.prior import loso
 from ipu_autotune.calibration.store import open_store
+from ipu_autotune.guide.first_trials import first_trials
 from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
@@ -80,7 +81,7 @@ def one_study(problem, oracle, budget: int, store, name: str) -> list:
 
     def on_create(s) -> None:
         s.set_user_attr(session.ATTR_UID, name)
-        first = guide.first_trials(items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c))  # as tune
+        first = first_trials(guide, items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c))  # as tune
         st.enqueue(s, space, problem, profile, first)
 
     study, _ = st.open_study(open_storage("memory:"), name, problem, 0, on_create)

@@ -25,6 +25,7 @@ from ipu_autotune.calibration.refusal import StoreRefused
 from ipu_autotune.calibration.store import default_url, open_store
 from ipu_autotune.cli import main
 from ipu_autotune.guide.corrected import CorrectedModel
+from ipu_autotune.guide.first_trials import first_trials
 from ipu_autotune.guide.warmstart import Screen, naive_baseline
 from ipu_autotune.problem import Problem
 from ipu_autotune.profiles.trace import profile_for
@@ -415,7 +416,7 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
             store.add(r)
     prior = session.prepare(store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), lambda s: None).prior
     guide = guide_with(prior)
-    first = guide.first_trials(warm[:2])
+    first = first_trials(guide, warm[:2])
     assert "calibration store prior" in first[0].origin and first[1] is warm[0]
     assert first[0].reason is not None and first[0].chance >= FIRST_CONFIDENCE
     assert CorrectedModel(guide.screen, [], 0.05).chance(first[0].config) >= FIRST_CONFIDENCE
@@ -427,18 +428,18 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
     model = CorrectedModel(guide_with(unsure).screen, [], 0.05)
     assert later is not None and FIT_CONFIDENCE <= model.chance(later) < FIRST_CONFIDENCE
     guide = guide_with(unsure)
-    first = guide.first_trials(warm[:2])
+    first = first_trials(guide, warm[:2])
     assert "likeliest to fit" in first[0].origin and first[1] is warm[0]
     assert model.chance(first[0].config) == max(model.chance(c) for c in guide.pool)
     assert model.chance(first[0].config) > max(model.chance(later), model.chance(warm[1].config))
     # a first trial the backend would not compile (the estimator's screen) is never chosen:
     # the next likeliest is, and so for the confident choice above
     refused = first[0].config
-    again = guide_with(unsure).first_trials(warm[:2], lambda c: c != refused)
+    again = first_trials(guide_with(unsure), warm[:2], lambda c: c != refused)
     assert again[0].config != refused and "likeliest to fit" in again[0].origin
     assert model.chance(again[0].config) == max(model.chance(c) for c in guide.pool if c != refused)
-    chosen = guide_with(prior).first_trials(warm[:2])[0].config
-    instead = guide_with(prior).first_trials(warm[:2], lambda c: c != chosen)
+    chosen = first_trials(guide_with(prior), warm[:2])[0].config
+    instead = first_trials(guide_with(prior), warm[:2], lambda c: c != chosen)
     assert instead[0].config != chosen and "calibration store prior" in instead[0].origin
 
 

@@ -96,7 +96,8 @@ def test_a_knob_whose_speed_peaks_mid_range_is_learnt_from_three_compiles(peaked
 @pytest.mark.slow
 def test_the_next_proposal_moves_toward_the_peak(peaked):
     """With the other knobs fixed (a user's space), the proposal after compiles at 0.6, 0.8
-    and 0.95 lowers the proportion, towards the peak, and is faster there than any compile."""
+    and 0.95 lowers the proportion (this IPU's speed follows the IPUs' mean proportion),
+    towards the peak, and is faster there than any compile."""
     profile, space, base, at, measured = peaked
     fixed = {k: [getattr(base, k)] for k in ("precision", "partials", "stochastic_rounding", "loss_scaling",
                                               "optimizer_state", "ipus_per_replica", "execution", "recompute",
@@ -108,8 +109,8 @@ def test_the_next_proposal_moves_toward_the_peak(peaked):
         space = space.with_knob(knob, values, "test")
     picked = Guide(PROBLEM, profile, space, 0.05).propose(History.of(measured))
     assert picked is not None and picked.reason is Reason.GAIN and picked.gain > 0
-    assert max(picked.config.available_memory_proportion) <= 0.6 and \
-        min(picked.config.available_memory_proportion) < 0.6
+    amps = picked.config.available_memory_proportion
+    assert sum(amps) / len(amps) < 0.6 and min(amps) < 0.6
     best = max(m.throughput for _, m in measured)
     assert PeakIPU().measure(PROBLEM, picked.config).throughput > best
 

@@ -162,10 +162,11 @@ def _tune_study(args: TuneOptions, opened: dict) -> TuneOutcome:
         study.set_user_attr(calibration.ATTR_UID, calibration.new_uid())
         items = warm or proposals(problem, profile, space, baseline, headroom=headroom, prepare=prepare)
         if guide is not None:
+            from ..guide.first_trials import first_trials
             from ..guide.proposals import COMPILED_WARM_STARTS
 
             # with other studies' compiles (a calibration store's prior), the guide's choice first
-            items = guide.first_trials(items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c))
+            items = first_trials(guide, items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c))
         st.enqueue(study, space, problem, profile, items)
 
     study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)

@@ -28,16 +28,15 @@ from statistics import NormalDist
 from ..backends.base import Measurement
 from ..host.pipeline import overlapped
 from ..knob_spec import SPEC
-from ..models import partition
 from ..problem import Config
-from ..profiles.model_profile import ModelProfile
-from ..search.replay import checkpoint_spacing, with_splits
-from ..search.space import Range, SearchSpace
+from ..search.space import SearchSpace
 from .call_model import CallModel, CallTime, call_time
 from .features import featurizer_for
 from .knob_effects import Residuals
 from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
+from .moves import finer_changes, split_moves
 from .prior import GuidePrior
+from .trust import CALIBRATED_SD, misfit
 from .warmstart import Screen
 
 #: a candidate "fits" when its learnt chance to fit is at least this
@@ -53,6 +52,12 @@ KNOWN_TILE_SD = 0.01
 #: the knob-effect models (guide/knob_effects.py): a knob's prior spread of effect on the log
 #: of a config's throughput, and a compile's own scatter around the model (run-to-run jitter)
 SPEED_EFFECT, SPEED_NOISE = 0.05, 0.03
+#: the prior spread of a group of structural choices' effect on log throughput (a layout; it
+#: with its precision, optimizer and recomputation: features.GROUPS): the estimator's error
+#: between published configurations (guide/trust.py). The regions' spreads (these, and the
+#: interaction's over combinations of knob values) are widened by the study's misfit: an
+#: IPU the estimator is far off is as far off in the regions nothing was compiled in
+SPEED_GROUP_EFFECT = CALIBRATED_SD
 #: the same on a busiest tile beyond the learnt memory parts (fraction of a tile, scaled by a
 #: store's prior as LOCAL_MEMORY_SD is); a compile's tiles are exact, so almost no scatter. The
 #: learnt parts take up what is structural: a few compiles may move a knob's memory spread
@@ -184,7 +189,10 @@ class CorrectedModel:
                                prior.call if prior is not None else None)
         self.speed = [(o.config, self.calls.log_residual(o.call)) for o in observations
                       if o.call is not None and o.call.measured_s]
-        self.speed_effects = Residuals(features, [(c, None, r) for c, r in self.speed], SPEED_EFFECT, SPEED_NOISE)
+        # what no compile measured is as unsure as the compiles show the estimator to be here
+        self.misfit = misfit(self.calls.points)
+        self.speed_effects = Residuals(features, [(c, None, r) for c, r in self.speed], SPEED_EFFECT, SPEED_NOISE,
+                                       learn_noise=True, group_unit=SPEED_GROUP_EFFECT, widen=self.misfit)
         self._z = NormalDist().inv_cdf(confidence)
         self.cache: dict[Config, Judgement | None] = {}
 
@@ -208,7 +216,10 @@ class CorrectedModel:
             # _apart: one entry per memory residual
             held = [r for d, (_, r) in zip(apart, self.memory_residuals, strict=True)
                     if d == 0 and len(r) == len(tiles)]
-            return [(mu + sum(r[i] for r in held) / len(held) if held else mu, KNOWN_TILE_SD)
+            # each compile that held them is a draw of how far the knobs the estimator sees no
+            # memory in move them: their mean is known the better the more compiles held them
+            sd = KNOWN_TILE_SD / math.sqrt(max(1, len(held)))
+            return [(mu + sum(r[i] for r in held) / len(held) if held else mu, sd)
                     for i, (mu, _) in enumerate(tiles)], 1.0 - self.hedge
         effects = self.memory_effects.at_levels(config, range(len(tiles)))  # one per tile
         return [(mu + residual, math.sqrt(sd * sd + spread * spread))
@@ -281,6 +292,11 @@ class CorrectedModel:
         whose compiles all ran out of memory has taught nothing about its speed."""
         return self.speed_effects(config)[1]
 
+    @property
+    def speed_noise(self) -> float:
+        """The learnt scatter of log(throughput) from one compile of a config to the next."""
+        return self.speed_effects.effects.noise
+
     def apart(self, config: Config, pending: Sequence[Config]) -> float:
         """How much of a compile of `config` is its own, with `pending` compiles (running
         elsewhere, not yet measured) still to report: the product over them of one less the
@@ -349,50 +365,3 @@ class CorrectedScreen(Screen):
                 m, feasible=j.fits, throughput=j.worth, headroom=0.0, failure=None if j.fits else "oom",
                 max_tile_bytes=[int(j.load * m.tile_capacity_bytes)] if m.tile_capacity_bytes else m.max_tile_bytes)
         return self.cache[config]
-
-
-def finer_changes(space: SearchSpace, c: Config) -> list[Config]:
-    """Single changes warmstart's climb leaves out, worth a compile once the model is
-    corrected: I/O tiles (not pipelined, as the space samples them), every available
-    memory proportion step, and one IPU's proportion a step up or down."""
-    out = []
-    tiles = space.knobs.get("io_tiles")
-    if tiles is not None and not c.pipelined:
-        out += [c.replace(io_tiles=t, execution="sharded" if t else c.execution)
-                for t in getattr(tiles, "values", ()) if t != c.io_tiles]
-    amp = space.knobs.get("available_memory_proportion")
-    step = getattr(amp, "step", None)
-    if isinstance(amp, Range) and step:  # a Choice has no step
-        n = int((amp.high - amp.low) / step + 1e-9)
-        out += [c.replace(available_memory_proportion=(round(amp.low + i * step, 4),) * c.ipus_per_replica)
-                for i in range(n + 1)]
-        for i, a in enumerate(c.available_memory_proportion):
-            for v in (round(a - step, 4), round(a + step, 4)):
-                if amp.low - 1e-9 <= v <= amp.high + 1e-9:
-                    amps = list(c.available_memory_proportion)
-                    amps[i] = v
-                    out.append(c.replace(available_memory_proportion=tuple(amps)))
-    return [x for x in out if x != c]
-
-
-def split_moves(profile: ModelProfile, c: Config) -> list[Config]:
-    """Stage boundaries moved by one or two units, each alone and all together, with the
-    checkpoints re-derived for the new stages (search.replay.with_splits, as warmstart's
-    moves do). All together: a pipeline whose first stage holds more than the estimate
-    says (a transformer's embeddings, say) fits when every boundary moves a layer earlier,
-    while each single move overloads a middle stage, so no climb of single moves gets there."""
-    index = {u.path: i for i, u in enumerate(profile.units)}
-    if not c.splits or not all(p in index for p in c.splits):
-        return []
-    cuts, steps, units = [index[p] for p in c.splits], (-2, -1, 1, 2), len(profile.units)
-    if not c.checkpoints:  # warmstart's moves have each boundary alone
-        return [c.replace(splits=tuple(profile.units[x].path for x in moved))
-                for moved in partition.shifted_cuts(cuts, units, steps)]
-    every = checkpoint_spacing(profile, c)
-    if every is None:
-        return []
-    out = []
-    for moved in partition.moved_cuts(cuts, units, steps) + partition.shifted_cuts(cuts, units, steps):
-        splits = tuple(profile.units[x].path for x in moved)
-        out.append(with_splits(profile, c, splits, every))
-    return out

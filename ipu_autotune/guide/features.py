@@ -5,7 +5,8 @@ word or a switch is a level (two configs share it or not); a whole number is its
 that accumulation 4 -> 8 is the same step as 16 -> 32; a number is itself (loss scaling: its
 log2, "auto" a level); a per-IPU proportion is one coordinate per IPU position; split points
 are their positions in the model's execution order; checkpoints, their count. No coordinate
-is tuned to a knob: a knob added to the spec is learnt as its kind is.
+is tuned to a knob: a knob added to the spec is learnt as its kind is. Beside the knobs, each
+group of structural choices (GROUPS) is a level: the values of its knobs together.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from ..problem import Config
 from ..profiles.model_profile import ModelProfile
 
 _KIND = {k.name: k.kind for k in SPEC}
-_TILE_MEMORY = {k.name for k in SPEC if k.tile_memory}
+#: levels for groups of configurations that share structural choices: the estimator's error
+#: differs most between them (how the model is laid out; that with its numerics, optimizer
+#: and recomputation), so each is a term of the knob-effect model of its own, with its spread
+GROUPS = {"layout": ("ipus_per_replica", "replicas", "execution"),
+          "structure": ("ipus_per_replica", "replicas", "execution", "precision", "partials", "optimizer_state",
+                        "optimizer_offload", "replicated_tensor_sharding", "recompute")}
+_TILE_MEMORY = {k.name for k in SPEC if k.tile_memory} | set(GROUPS)
 #: per-IPU and per-split coordinates: each IPU (split) of a layout holds an equal share of them,
 #: so one IPU's change moves the knob as far on 2 IPUs as on 8 (a knob's distance is their RMS)
 POSITIONS = 8
@@ -71,6 +78,8 @@ def describe(config: Config, unit_index: dict[str, int], units: int, split_at: t
             levels[name] = "number" if number else value
         else:  # words, switches, and a number's word ("auto")
             levels[name] = value
+    for group, names in GROUPS.items():
+        levels[group] = tuple(getattr(config, n) for n in names)
     return numeric, levels
 
 

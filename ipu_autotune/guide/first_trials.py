@@ -4,14 +4,11 @@ store's prior (docs/calibration.md), then the baseline."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ..problem import Config
 from .corrected import CorrectedModel, CorrectedScreen
 from .proposal import History, Proposal, Reason
-
-if TYPE_CHECKING:  # a type only: proposals imports this module (Guide.first_trials)
-    from .proposals import Guide
+from .proposals import Guide
 
 #: the chance to fit the guide's first choice under a store's prior needs (the guide's safe
 #: choices need corrected.FIT_CONFIDENCE): an out-of-memory first compile spends the head start

@@ -5,15 +5,31 @@ corrected figure with the model's speed spread (`CorrectedModel.speed_sd`).
 Its expected improvement on the best is the guide's one rule for the next compile
 (guide/proposals.py), and, over the untried candidates, its stopping rule. While nothing has
 fit, it is the expected throughput. An OOM gains nothing; it costs a compile.
+
+The best is itself uncertain: a compile measures a config's speed with some scatter, which
+the speed model learns (knob_effects: its noise). So the bar a candidate must clear is the
+model's own figure for the best measured config (its posterior mean, not the lucky draw
+that made it the best) raised by one learnt scatter (`bar`): a gain within the noise is
+worth nothing, and two candidates whose figures differ by less than it are ranked by how
+much of their spread lies beyond it (noisy expected improvement, in the manner of BoTorch's
+qNoisyExpectedImprovement, with the incumbent plugged in).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from statistics import NormalDist
 
 from ..problem import Config
 from .corrected import CorrectedModel
+
+
+def bar(model: CorrectedModel, fitting: Iterable[Config]) -> float:
+    """The throughput a compile must beat to gain: the model's best figure for the configs
+    that were measured to fit, raised by the learnt scatter of a compile. 0 with none."""
+    best = max((j.throughput for c in fitting if (j := model.judge(c)) is not None), default=0.0)
+    return best * math.exp(model.speed_noise)
 
 
 def belief(model: CorrectedModel, config: Config) -> tuple[float, float, float] | None:

@@ -10,6 +10,13 @@ one term over all knobs at once for the interactions the sum cannot express:
                                          g ~ GP(0, s_g^2 m52(|x - x'| / l)).
 
 The slope lets a trend the compiles show along a knob carry past the values they tried.
+Groups of structural choices (a layout; it with its precision, optimizer and recomputation:
+features.GROUPS) are levels of their own, each a term with a spread of its own: the
+estimator's errors differ most between such regions, so a region no compile reached is as
+unsure as the estimator's error between configurations (guide/trust.py), and one compile in a
+region teaches all of it. The terms of regions (the groups' and the interaction's) start wider
+on an IPU the compiles show far off the estimator (`widen`: the study's misfit). With
+`learn_noise`, a compile's own scatter is fitted too, as a spread with its own prior.
 
 With the estimator as the prior mean (r = 0), every knob starts with the same prior spread,
 and each s_k is set by the compiles' evidence (the posterior mode of the marginal
@@ -38,7 +45,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..problem import Config
-from .features import Featurizer
+from .features import GROUPS as GROUP_NAMES, Featurizer
 from .prior import KnobRow
 
 #: a knob's length scale on its coordinates (about [0, 1] each): non-monotone effects allowed
@@ -46,6 +53,8 @@ LENGTH = 0.3
 #: the log-normal prior on each spread: median `unit` (the interaction term's: half of it),
 #: and by default this standard deviation of its log (a knob may matter ten times more, or less)
 LOG_SPREAD_SD = 1.0
+#: with learnt noise, the standard deviation of its log around the given noise
+NOISE_SD = 0.5
 #: with outputs (memory: one per IPU of a config), how much of one IPU's residual is another's
 #: of the same config: k((x, i), (x', j)) = k(x, x') (OUTPUT_CORRELATION + (1 - it) [i = j])
 OUTPUT_CORRELATION = 0.5
@@ -89,19 +98,26 @@ class KnobEffects:
 
     def __init__(self, numeric: np.ndarray, levels: np.ndarray, y: Sequence[float],
                  groups: Sequence[Sequence[int]], unit: float, noise: float, log_spread_sd: float = LOG_SPREAD_SD,
-                 outputs: bool = False, studies: bool = False):
+                 outputs: bool = False, studies: bool = False, learn_noise: bool = False,
+                 group_levels: Sequence[int] = (), group_unit: float | None = None, widen: float = 1.0):
         self.groups = [list(g) for g in groups]
         # each knob's coordinates averaged (a knob's distance is their RMS: guide/features.py)
         self._mean = np.zeros((numeric.shape[1], len(self.groups)))
         for j, g in enumerate(self.groups):
             self._mean[g, j] = 1.0 / len(g)
-        self.outputs, self.studies = outputs, studies
+        self.outputs, self.studies, self.learn_noise = outputs, studies, learn_noise
         self.numeric, self.levels, self.study = numeric, *self._study_column(levels)
         knob_levels = self.levels.shape[1] - (1 if outputs else 0)
         self.y = np.asarray(y, dtype=float)
         self.unit, self.noise, self.log_spread_sd = unit, noise, log_spread_sd
-        # terms: the constant, one per numeric knob, one per level, the interaction
-        self._prior_log = np.log(np.array([unit] * (1 + len(self.groups) + knob_levels) + [unit / 2]))
+        # terms: the constant, one per numeric knob, one per level (a level of a group of
+        # structural choices at `group_unit`), the interaction (at half the unit). The terms of
+        # regions, the groups' and the interaction's (any combination of knob values), are
+        # `widen`ed: guide/trust.py
+        spreads = np.array([unit] * (1 + len(self.groups) + knob_levels) + [unit / 2 * widen])
+        for column in group_levels:
+            spreads[1 + len(self.groups) + column] = (unit if group_unit is None else group_unit) * widen
+        self._prior_log = np.log(spreads)
         self.log_spread = self._prior_log.copy()
         self.study_logit = 0.0  # rho = 1/2 until fitted
         self._chol: np.ndarray | None = None
@@ -158,42 +174,52 @@ class KnobEffects:
     # --- fit and predict -------------------------------------------------------------------
 
     def _fit(self) -> None:
-        """The spreads (and rho) at the posterior mode: ascend log evidence + log prior in log
-        spread (Adam's normalised steps: a term whose gradient is nil, a knob no compile
-        moved, stays where its prior puts it)."""
+        """The spreads (rho, and with `learn_noise` the noise) at the posterior mode: ascend
+        log evidence + log prior in log spread (Adam's normalised steps: a term whose gradient
+        is nil, a knob no compile moved, stays where its prior puts it). The noise's prior is
+        log-normal around the one given, NOISE_SD wide."""
         terms = self._terms(self.numeric, self.levels, self.numeric, self.levels)
         across = self._across(self.study, self.study)
-        n = len(self.y)
-        theta = np.append(self.log_spread, self.study_logit) if across is not None else self.log_spread.copy()
-        prior = np.append(self._prior_log, 0.0) if across is not None else self._prior_log
+        n, count = len(self.y), len(self._prior_log)
+        # theta: the terms' log spreads, log noise, (logit rho); and the prior's centres
+        theta = np.concatenate([self.log_spread, [math.log(self.noise)], [self.study_logit] if across is not None else []])
+        prior = np.concatenate([self._prior_log, [math.log(self.noise)], [0.0] if across is not None else []])
         sd = np.full(len(theta), self.log_spread_sd)
+        sd[count] = NOISE_SD
         if across is not None:
             sd[-1] = STUDY_LOGIT_SD
         m, v = np.zeros_like(theta), np.zeros_like(theta)
+        eye = np.eye(n)
         for step in range(1, STEPS + 1):
-            spreads = np.exp(2 * theta[:len(self._prior_log)])
+            spreads = np.exp(2 * theta[:count])
+            noise2 = math.exp(2 * theta[count])
             if across is None:
                 shared = terms
             else:
                 rho = _rho(theta[-1])
                 shared = terms * _shared(rho, across)
-            k = np.tensordot(spreads, shared, axes=1) + (self.noise**2 + 1e-10) * np.eye(n)
+            k = np.tensordot(spreads, shared, axes=1) + (noise2 + 1e-10) * eye
             inv = np.linalg.inv(k)
             alpha = inv @ self.y
-            # d log evidence / d theta_t = s_t^2 (alpha' K_t alpha - tr(K^-1 K_t))
-            grad = spreads * (np.einsum("i,tij,j->t", alpha, shared, alpha) - np.einsum("ij,tji->t", inv, shared))
+            grad = np.zeros_like(theta)
+            # d log evidence / d theta_t = s_t^2 (alpha' K_t alpha - tr(K^-1 K_t)), the noise's alike
+            grad[:count] = spreads * (np.einsum("i,tij,j->t", alpha, shared, alpha)
+                                      - np.einsum("ij,tji->t", inv, shared))
+            if self.learn_noise:
+                grad[count] = noise2 * (alpha @ alpha - np.trace(inv))
             if across is not None:
                 # d K / d logit(rho) = rho (1 - rho) (the terms across studies)
                 parts = rho * (1.0 - rho) * np.tensordot(spreads, terms, axes=1) * across
-                grad = np.append(grad, 0.5 * (alpha @ parts @ alpha - np.einsum("ij,ji->", inv, parts)))
+                grad[-1] = 0.5 * (alpha @ parts @ alpha - np.einsum("ij,ji->", inv, parts))
             grad -= (theta - prior) / sd**2
             m = 0.9 * m + 0.1 * grad
             v = 0.999 * v + 0.001 * grad * grad
             theta = theta + RATE * (m / (1 - 0.9**step)) / (np.sqrt(v / (1 - 0.999**step)) + 1e-8)
-        self.log_spread = theta[:len(self._prior_log)]
+        self.log_spread = theta[:count]
+        self.noise = math.exp(float(theta[count]))
         if across is not None:
             self.study_logit = float(theta[-1])
-        k = self._kernel(terms, across) + (self.noise**2 + 1e-10) * np.eye(n)
+        k = self._kernel(terms, across) + (self.noise**2 + 1e-10) * eye
         self._chol = chol = np.linalg.cholesky(k)
         self._alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, self.y))
 
@@ -227,7 +253,8 @@ class Residuals:
     other studies' rows (guide/prior.KnobRow), each of its own study."""
 
     def __init__(self, featurizer: Featurizer, rows: Sequence[tuple], unit: float, noise: float, memory: bool = False,
-                 log_spread_sd: float = LOG_SPREAD_SD, foreign: Sequence[KnobRow] = ()):
+                 log_spread_sd: float = LOG_SPREAD_SD, foreign: Sequence[KnobRow] = (), learn_noise: bool = False,
+                 group_unit: float | None = None, widen: float = 1.0):
         self.featurizer = featurizer
         numeric_mask, level_mask = featurizer.coordinates.memory_mask() if memory else (None, None)
         names = featurizer.coordinates.numeric
@@ -240,14 +267,18 @@ class Residuals:
         self._extra = any(level is not None for _, level, _ in rows) or any(r.level is not None for r in foreign)
         self._studies = bool(foreign)
         # a proposal builds several models on the same compiles: each fit is made once
-        key = (id(featurizer), memory, unit, noise, log_spread_sd, tuple(rows), tuple(foreign))
+        key = (id(featurizer), memory, unit, noise, log_spread_sd, learn_noise, group_unit, widen, tuple(rows),
+               tuple(foreign))
         effects = _FITTED.get(key)
         if effects is None:
             num, lvl = self._arrays([(c, level) for c, level, _ in rows]
                                     + [(r.config, r.level, r.split_at, r.study) for r in foreign])
             effects = KnobEffects(num, lvl, [y for _, _, y in rows] + [r.residual for r in foreign],
                                   list(by_knob.values()), unit, noise, log_spread_sd, outputs=self._extra,
-                                  studies=self._studies)
+                                  studies=self._studies, learn_noise=learn_noise,
+                                  group_levels=[j for j, i in enumerate(self._lvl_cols)
+                                                if featurizer.coordinates.levels[i] in GROUP_NAMES],
+                                  group_unit=group_unit, widen=widen)
             if len(_FITTED) > 256:  # bounded: a long study must not grow it forever
                 _FITTED.clear()
             _FITTED[key] = effects

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from ..problem import Config
 
@@ -66,3 +67,17 @@ class History:
         """`asked` defaults to the measured configs."""
         return cls(list(measured), set(asked) if asked is not None else {c for c, _ in measured}, running,
                    would_compile)
+
+
+class Proposer(Protocol):
+    """What a study's runner needs of a guide (guide/proposals.Guide is one): the next
+    configuration to compile and why, and whether more compiles are likely to pay. The
+    runner depends on this, not on how a guide models the IPU."""
+
+    def propose(self, history: History) -> Proposal | None:
+        """The next configuration to compile and why, or None to let the sampler choose."""
+        ...
+
+    def stopping(self, history: History) -> object | None:
+        """The stopping rule's finding (printable) once more compiles are unlikely to pay, else None."""
+        ...

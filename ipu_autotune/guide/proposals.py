@@ -8,8 +8,9 @@ function of every knob, what those leave unexplained (guide/knob_effects.py), ea
 spread. The guide gathers candidates (single-knob changes and pairs around the best
 configurations measured, a climb per IPU layout, at the learnt margin, at the edge of memory
 and on expected throughput) and proposes the one with the largest expected gain on the best
-measured: its chance to fit times the part of its speed's spread above the best
-(guide/gain.py). While nothing fits, that is its expected throughput. A candidate near a
+measured: its chance to fit times the part of its speed's spread above the model's figure for
+the best raised by the learnt compile noise (guide/gain.py: a gain within the noise is worth
+nothing). While nothing fits, that is its expected throughput. A candidate near a
 compile still running is worth less by how much its outcome is that compile's (the two
 share the learnt effects: local penalisation). Before any compile has returned, the first
 round weighs each candidate by what it adds to the round's expected best (guide/blind.py).
@@ -43,7 +44,7 @@ from .corrected import (
     layout,
     observe,
 )
-from .gain import expected_improvement
+from .gain import bar, expected_improvement
 from .pairs import best_pair, merged
 from .prior import GuidePrior
 from .proposal import History, Proposal, Reason
@@ -133,14 +134,6 @@ class Guide:
             self.propose(history)
         return self._stopped[1] if self._stopped is not None else None
 
-    def first_trials(self, warm: list[Proposal], would_compile: Callable[[Config], bool] | None = None
-                     ) -> list[Proposal]:
-        """What a new study enqueues first: with a calibration store's prior, the guide's own
-        first choice, then the baseline (guide/first_trials.py); else `warm` as it is."""
-        from .first_trials import first_trials
-
-        return first_trials(self, warm, would_compile)
-
     def prior_judgement(self, config: Config) -> Judgement | None:
         """The corrected model's judgement of `config` before any compile (the prior alone)."""
         return CorrectedModel(self.screen, [], 0.0).judge(config)
@@ -173,8 +166,8 @@ class Guide:
         if first_round:
             first = self._first_round(seen, measured, asked, tried)
             return None if first is None else Proposal.guided(first, Reason.FIRST_ROUND, None)
-        best = max((m.throughput for _, m in measured if m.feasible and m.failure is None and m.throughput),
-                   default=0.0)
+        fitting = [c for c, m in measured if m.feasible and m.failure is None and m.throughput]
+        best = bar(model, fitting)  # the measured best as the model sees it, and the noise (guide/gain.py)
         self._gather_edges(seen, best)
         least = confidence if not seen else 0.0  # no compile yet: the prior alone must make it likely
         done = {c for c, _ in measured}

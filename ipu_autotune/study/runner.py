@@ -18,13 +18,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from ..backends.base import Backend, Measurement, failed
-from ..guide.proposal import History, Proposal
+from ..guide.proposal import History, Proposal, Proposer
 from ..guide.warmstart import is_baseline
 from ..problem import Config, Problem
 from ..profiles.model_profile import ModelProfile
@@ -34,9 +34,6 @@ from . import stop_signals
 from .deferred_writes import flush as flush_held
 from .records import ATTR_HEARTBEAT, ATTR_RECORD, TrialRecord, enqueue, records
 from .storage import Heartbeat, heartbeat_interval, retry_trial, set_heartbeat
-
-if TYPE_CHECKING:
-    from ..guide.proposals import Guide
 
 #: Optuna's constraint as a list under one system attribute: what `study.best_trial`
 #: (optuna/study/_constrained_optimization.py, `_get_constraints_from_system_attrs`, the "old
@@ -63,7 +60,7 @@ class Runner:
     backend: Backend
     observers: list[Callable[[TrialRecord], None]] = field(default_factory=list)
     adjust: Callable[[Config], Config] | None = None  # e.g. numerics advice
-    guide: Guide | None = None  # estimator-guided proposals for compiling backends
+    guide: Proposer | None = None  # estimator-guided proposals for compiling backends
     last_proposal: Proposal | None = None  # the guide's, before the last trial was asked
     guide_stop: Any = None  # the guide's stopping rule then (guide/proposals.Stop), None while compiles pay
     stop_requested: bool = False

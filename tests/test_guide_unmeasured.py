@@ -1,0 +1,119 @@
+"""The guide knows what it has not measured (issue 58): compiles far off the estimator in the
+regions they reached widen its uncertainty where nothing was compiled, and a gain within the
+learnt compile-to-compile noise is worth nothing."""
+
+import math
+import random
+from dataclasses import replace
+
+import pytest
+
+from ipu_autotune.backends.estimate import estimate
+from ipu_autotune.backends.estimate.constants import NOMINAL
+from ipu_autotune.guide.corrected import CorrectedModel, layout, observe
+from ipu_autotune.guide.features import GROUPS
+from ipu_autotune.guide.gain import bar, expected_improvement
+from ipu_autotune.guide.proposal import History
+from ipu_autotune.guide.proposals import Guide
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
+from test_guide_learns import Judged
+from testing import RESNET50_4IPU_SGD as PROBLEM
+
+
+def structure(config):
+    return tuple(getattr(config, knob) for knob in GROUPS["structure"])
+
+
+def compiled(config, profile, factor):
+    """A compile of `config` on an IPU whose speed there is `factor` x the estimate's."""
+    m = estimate(PROBLEM, config, profile, NOMINAL)
+    return config, replace(m, source="compile", throughput=m.throughput * factor)
+
+
+@pytest.fixture(scope="module")
+def regions():
+    """Fitting warm starts in three layouts: the baseline's region (the estimator right
+    there), the region the study settles in (several compiles), and one nothing reaches."""
+    profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
+    warm = [p.config for p in proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)]
+
+    def fits(c):
+        m = estimate(PROBLEM, c, profile, NOMINAL)
+        return m.feasible and bool(m.throughput)
+
+    starts = list({layout(c): c for c in reversed(warm) if fits(c)}.values())
+    assert len(starts) >= 3, "the warm starts should fit in three layouts"
+    first, home, *others = starts
+    # the settled region: the home start and single changes of it in its layout
+    screen = Guide(PROBLEM, profile, space, 0.05).screen
+    settled = [home] + [c for _, c in screen.candidates(space, home) if layout(c) == layout(home) and fits(c)][:3]
+    assert len(settled) == 4
+    untouched = [c for c in others if layout(c) not in {layout(first), layout(home)}]
+    assert untouched
+    return profile, space, first, settled, untouched
+
+
+def study(profile, first, settled, factor):
+    """The first region's compile as estimated, the settled region's at `factor` x, with a
+    compile's scatter of 1 %."""
+    rng = random.Random(7)
+    return [compiled(first, profile, 1.0)] + [compiled(c, profile, factor * math.exp(rng.gauss(0, 0.01)))
+                                              for c in settled]
+
+
+@pytest.mark.slow
+def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was_compiled(regions):
+    profile, space, first, settled, untouched = regions
+    guide = Guide(PROBLEM, profile, space, 0.05)
+
+    def model(factor):
+        measured = study(profile, first, settled, factor)
+        return measured, CorrectedModel(guide.screen, observe(guide.screen, measured), 0.05)
+
+    _, near = model(1.0)  # the estimator right in both regions compiled
+    measured, far = model(1.8)  # the settled region 1.8x what the estimator says
+    for c in untouched:
+        assert far.speed_sd(c) > 1.5 * near.speed_sd(c)
+    # the settled region itself is known: its compiles' twins are surer than what nothing reached
+    twin = settled[0].replace(device_iterations=settled[0].device_iterations + 1)
+    assert far.speed_sd(twin) < 0.5 * min(far.speed_sd(c) for c in untouched)
+    # so the next compile leaves the region the study settled in: its structural choices
+    pick = guide.propose(History.of(measured))
+    assert pick is not None and structure(pick.config) not in {structure(c) for c in settled}
+
+
+def test_a_gain_within_the_learnt_noise_is_worth_nothing():
+    """The bar is the model's figure for the best measured config raised by one learnt
+    scatter; a candidate sure to land within it gains nothing, one unsure by more than the
+    noise gains by its spread, though its figure is lower."""
+
+    class Noisy(Judged):
+        speed_noise = 0.03
+
+    model = Noisy({"best": (100.0, 1.0), "twin": (101.5, 1.0), "far": (99.0, 1.0)}, sd=0.01)
+    line = bar(model, ["best"])
+    assert line == pytest.approx(100.0 * math.exp(0.03))
+    sure_twin = expected_improvement(model, "twin", line)
+    model.sd = 0.15  # "far": a region nothing was compiled in
+    unsure_far = expected_improvement(model, "far", line)
+    assert sure_twin < 1e-3 < unsure_far
+
+
+def test_two_candidates_within_the_noise_are_ranked_by_their_spread_beyond_it():
+    """Predicted 1 % apart (under the 3 % noise): the one whose spread reaches past the bar
+    ranks first, though its figure is the lower; with equal spreads the figure decides."""
+
+    class Noisy(Judged):
+        speed_noise = 0.03
+
+        def speed_sd(self, config):
+            return {"a": 0.02, "b": 0.06}.get(config, 0.02)
+
+    model = Noisy({"best": (100.0, 1.0), "a": (101.0, 1.0), "b": (100.0, 1.0)}, sd=0.02)
+    line = bar(model, ["best"])
+    assert expected_improvement(model, "b", line) > 2 * expected_improvement(model, "a", line)
+    # the rule at the measured best (no noise) would have ranked "a" by its 1 % alone
+    plain = bar(model, ["best"]) / math.exp(0.03)
+    assert expected_improvement(model, "a", plain) > 0.003
