@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     parser.add_argument("--draws", type=int, default=3)
     parser.add_argument("--set", default="develop", choices=("develop", "report"))
     parser.add_argument("--family", default="structural", choices=sorted(FAMILIES),
-                        help="hidden IPUs to draw (random_ipus.py --family): structural, or knobs (issue 41)")
+                        help="hidden IPUs to draw (random_ipus.py --family): structural, knobs (issue 41) or regions (issue 58)")
     parser.add_argument("--problems", type=int, default=3, help="the first N of search_efficiency.PROBLEMS")
     parser.add_argument("--budget", type=int, default=12)
     parser.add_argument("--first-draw", type=int, default=0, help="skip this many draws of the set (to split a run)")

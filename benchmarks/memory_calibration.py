@@ -14,6 +14,7 @@ margin) is scored on the same candidates. Nothing here counts compiles or change
     python benchmarks/memory_calibration.py --quick          # CI smoke: 1 problem, 2 draws
     python benchmarks/memory_calibration.py --family knobs --set report --first-draw 100 --draws 4
                                                              # every knob's own response (issue 41)
+    python benchmarks/memory_calibration.py --family regions --draws 4   # random regions off (issue 58)
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 import knob_hidden
 import random_hidden
+import region_hidden
 import search_efficiency as se
 from common import markdown_table
 from knob_hidden import KnobResponseHiddenIPU
 from random_hidden import RandomHiddenIPU, draw_ids
+from region_hidden import RegionHiddenIPU
 
 from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
@@ -45,7 +48,8 @@ from ipu_autotune.search.space import SearchSpace
 COMPILES = 3
 #: hidden-IPU families, as benchmarks/random_ipus.py names them: the draws' class and id sets
 FAMILIES = {"structural": (RandomHiddenIPU, random_hidden.DRAW_SETS),
-            "knobs": (KnobResponseHiddenIPU, knob_hidden.DRAW_SETS)}
+            "knobs": (KnobResponseHiddenIPU, knob_hidden.DRAW_SETS),
+            "regions": (RegionHiddenIPU, region_hidden.DRAW_SETS)}
 BINS = [(i / 10, (i + 1) / 10) for i in range(10)]
 
 
@@ -100,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", choices=sorted(FAMILIES), default="structural",
-                    help="hidden IPUs: structural mechanisms (issue 22) or every knob's own response (issue 41)")
+                    help="hidden IPUs: structural mechanisms (issue 22), every knob's own response (issue 41) or "
+                         "random regions of the space off (issue 58)")
     ap.add_argument("--set", choices=("develop", "report"), default="develop",
                     help="draw ids: develop (develop on these) or report (held out, report only)")
     ap.add_argument("--draws", type=int, default=None, help="draws per problem (default 20; quick 2)")

@@ -7,9 +7,10 @@ compiles. Best known per (problem, draw): search_efficiency.cached_best_known on
 (climbs, a TPE run and kicks on the hidden IPU itself), raised by anything a run measured.
 
 `--family structural` (the default) draws random_hidden.RandomHiddenIPU; `--family knobs`
-draws knob_hidden.KnobResponseHiddenIPU (issue 41), each family with its own id sets, and
-runs Optuna's GPSampler too (`gp`). Draws come from two disjoint sets per family
-(random_hidden.DRAW_SETS, knob_hidden.DRAW_SETS): `--set develop` (the default)
+draws knob_hidden.KnobResponseHiddenIPU (issue 41) and `--family regions`
+region_hidden.RegionHiddenIPU (issue 58), each family with its own id sets; those two run
+Optuna's GPSampler too (`gp`). Draws come from two disjoint sets per family
+(random_hidden.DRAW_SETS, knob_hidden.DRAW_SETS, region_hidden.DRAW_SETS): `--set develop` (the default)
 to develop on, `--set report` to report on, after development only. The two hand-made
 hidden IPUs stay in search_efficiency.py (`--hidden constants structural`) as named cases.
 
@@ -18,6 +19,7 @@ hidden IPUs stay in search_efficiency.py (`--hidden constants structural`) as na
     python benchmarks/random_ipus.py --set report --first-draw 20     # report draws 20020-20039
     python benchmarks/random_ipus.py --quick                          # CI smoke: 1 problem, 2 develop draws
     python benchmarks/random_ipus.py --family knobs --set develop --draws 3   # issue 41, with gp
+    python benchmarks/random_ipus.py --family regions --set develop --draws 3 # issue 58, with gp
     python benchmarks/random_ipus.py --compare before.json after.json  # two --json runs, paired
 """
 
@@ -37,24 +39,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 import knob_hidden
 import random_hidden
+import region_hidden
 import search_efficiency as se
 from common import fmt_count, markdown_table, median, quantile
 from guide_outcomes import chance_table, paired
 from knob_hidden import KnobResponseHiddenIPU
 from random_hidden import MECHANISMS, RandomHiddenIPU
+from region_hidden import RegionHiddenIPU
 
 STRATEGIES = ("ipu-autotune", "tpe", "gp")
 NEAR_WITHIN = 10  # "within 5% of the best known in <= 10 compiles"
 #: hidden-IPU families: the draws' class and their develop and report id sets. structural:
-#: mechanisms drawn per IPU (issue 22); knobs: every knob's own response on top (issue 41)
+#: mechanisms drawn per IPU (issue 22); knobs: every knob's own response on top (issue 41);
+#: regions: random regions of the space off in speed and memory on top (issue 58)
 FAMILIES = {"structural": (RandomHiddenIPU, random_hidden.DRAW_SETS),
-            "knobs": (KnobResponseHiddenIPU, knob_hidden.DRAW_SETS)}
+            "knobs": (KnobResponseHiddenIPU, knob_hidden.DRAW_SETS),
+            "regions": (RegionHiddenIPU, region_hidden.DRAW_SETS)}
 #: per family, the issue's must-show 1 per problem on the report draws: the share within 5%
 #: in <= 10 compiles, the median compiles to 5%, the median first fit and best@10 (None: not
 #: a target) and the stopping rule's precision
 TARGETS = {"structural": {"issue": 22, "within": 0.9, "median": 4, "first fit": 2, "best@10": 0.95, "stop": None},
-           "knobs": {"issue": 41, "within": 0.9, "median": 3, "first fit": None, "best@10": None, "stop": 0.9}}
-DEFAULT_STRATEGIES = {"structural": ("ipu-autotune", "tpe"), "knobs": STRATEGIES}
+           "knobs": {"issue": 41, "within": 0.9, "median": 3, "first fit": None, "best@10": None, "stop": 0.9},
+           "regions": {"issue": 58, "within": 0.9, "median": 3, "first fit": None, "best@10": None, "stop": 0.9}}
+DEFAULT_STRATEGIES = {"structural": ("ipu-autotune", "tpe"), "knobs": STRATEGIES, "regions": STRATEGIES}
 
 
 def run_draw(args: tuple) -> dict:
@@ -185,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", choices=sorted(FAMILIES), default="structural",
-                    help="hidden IPUs to draw: structural (issue 22's mechanisms) or knobs (every knob's own "
-                         "response on top, issue 41)")
+                    help="hidden IPUs to draw: structural (issue 22's mechanisms), knobs (every knob's own "
+                         "response on top, issue 41) or regions (random regions of the space off on top, issue 58)")
     ap.add_argument("--set", choices=("develop", "report"), default="develop",
                     help="draw ids to run: develop (develop the guide on these) or report (report only)")
     ap.add_argument("--draws", type=int, default=None, help="draws per problem (default 20; quick 2)")
@@ -199,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="TPE trials on the hidden IPU behind 'best known' (default 60; quick 10)")
     ap.add_argument("--kicks", type=int, default=None, help="kicks of the best-known search (default 50; quick 5)")
     ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=None,
-                    help="strategies to run (default: ipu-autotune and tpe; with --family knobs gp too, Optuna's "
+                    help="strategies to run (default: ipu-autotune and tpe; with --family knobs or regions gp too, Optuna's "
                          "GPSampler with the out-of-memory constraint; the tuner alone while developing)")
     ap.add_argument("--processes", type=int, default=1, help="benchmark worker processes (default 1)")
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 draws, budget 10, short reference")
@@ -257,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     common.header("Search efficiency on random hidden IPUs", "random_ipus.py", argv)
     ids = random_hidden.draw_ids(args.set, draws, args.first_draw, FAMILIES[args.family][1])
     strategies = tuple(args.strategies or DEFAULT_STRATEGIES[args.family])
-    layer = " and every knob's own response (knob_hidden.py)" if args.family == "knobs" else ""
+    layer = {"knobs": " and every knob's own response (knob_hidden.py)",
+             "regions": " and random regions of the space off in speed and memory (region_hidden.py)"}.get(args.family, "")
     print(f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {'develop on these' if args.set == 'develop' else 'held out: report only, never tuned on'}); "
           f"family: {args.family}; "
           f"{len(keys)} problem(s) x {draws} draw(s); budget {budget} compiles; best known from climbs, a "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -233,6 +234,94 @@ def test_knob_response_draws_are_fixed_every_knob_acts_within_30_percent():
             assert effects == [b.effect(knob, [v], target, knob, *ipu) for v in values]  # fixed by the id
     pairs = [len(knob_hidden.KnobResponse(d, problem).pairs) for d in range(30_000, 30_030)]
     assert set(pairs) <= {1, 2, 3} and len(set(pairs)) > 1
+
+
+@pytest.mark.slow
+def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart():
+    """Issue 58's family: a draw id fixes every answer, whatever order the questions come
+    in and in fresh instances; its develop and report ids are apart from each other and from
+    the structural and knob-response families'."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import knob_hidden
+    import random_hidden
+    import region_hidden
+    import search_efficiency as se
+
+    from ipu_autotune.guide.warmstart import _alternatives, naive_baseline, proposals
+    from ipu_autotune.profiles.trace import profile_for
+    from ipu_autotune.search.space import SearchSpace
+
+    sets = (random_hidden.DRAW_SETS, knob_hidden.DRAW_SETS, region_hidden.DRAW_SETS)
+    ids = [[set(random_hidden.draw_ids(s, 500, sets=family)) for s in ("develop", "report")] for family in sets]
+    develop, report = ids[-1]
+    assert not develop & report
+    assert not (develop | report) & set().union(*ids[0], *ids[1])
+    questions = []
+    for key in ("resnet101-mb64-64px-2ipu", "bert-base-sl128-mb8-4ipu"):
+        problem = se.PROBLEMS[key]
+        profile, space = profile_for(problem), SearchSpace.load(problem)
+        baseline = naive_baseline(problem, profile)
+        # ResNet-101's warm starts fit; BERT's baseline and its single changes are out of memory
+        warm = [p.config for p in proposals(problem, profile, space, baseline)] if key.startswith("resnet") else []
+        questions += [(problem, c) for c in dict.fromkeys(
+            [baseline, *warm, *(c for _, c in _alternatives(space, problem, profile, baseline))])]
+
+    def answers(ipu, order):
+        got = {}
+        for i in order:
+            m = ipu.evaluate(*questions[i])
+            got[i] = (m.feasible, m.throughput, list(m.max_tile_bytes), m.breakdown)
+        return got
+
+    forward = answers(region_hidden.RegionHiddenIPU(50_005), range(len(questions)))
+    assert any(feasible for feasible, *_ in forward.values())
+    assert forward == answers(region_hidden.RegionHiddenIPU(50_005), reversed(range(len(questions))))
+    assert forward != answers(region_hidden.RegionHiddenIPU(50_006), range(len(questions)))
+    # and in another process, whatever its hash seed
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import region_hidden, search_efficiency as se; "
+            "print(region_hidden.described(region_hidden.draw_regions(50_005, se.PROBLEMS['bert-base-sl128-mb8-4ipu'])))")
+    out = subprocess.run([sys.executable, "-c", code, str(BENCHMARKS)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONHASHSEED": "12345"}, check=True).stdout.strip()
+    assert out == str(region_hidden.described(region_hidden.draw_regions(50_005, questions[-1][0])))
+
+
+def test_regions_move_speed_and_memory_beyond_the_noise():
+    """Each region is a conjunction of two or three knob conditions with a speed factor in
+    0.5-2x and memory factors within +-40 %; on some configs the region layer moves the
+    structural draw of the same id by more than the +-3 % noise, in speed and in memory."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import random_hidden
+    import region_hidden
+    import search_efficiency as se
+    from ascent import _OracleScreen, _singles
+
+    from ipu_autotune.guide.warmstart import naive_baseline, proposals
+    from ipu_autotune.profiles.trace import profile_for
+    from ipu_autotune.search.space import SearchSpace
+
+    problem = se.PROBLEMS["resnet101-mb64-64px-2ipu"]
+    profile, space = profile_for(problem), SearchSpace.load(problem)
+    baseline = naive_baseline(problem, profile)
+    moved = {"speed": 0, "memory": 0}
+    for draw_id in range(50_000, 50_005):
+        ipu, structural = region_hidden.RegionHiddenIPU(draw_id), random_hidden.RandomHiddenIPU(draw_id)
+        for r in ipu.regions(problem).regions:
+            assert len(r.conditions) in (2, 3) and len({c.knob for c in r.conditions}) == len(r.conditions)
+            assert 0.5 <= r.speed <= 2.0 and r.memory
+            assert all(0.6 <= f <= 1.4 for f in r.memory.values())
+        screen = _OracleScreen(problem, profile, ipu, space)
+        starts = [baseline, *(p.config for p in proposals(problem, profile, space, baseline))]
+        configs = dict.fromkeys(starts + [c for s in starts for c in _singles(space, screen, s)])
+        speed = memory = False
+        for c in configs:
+            a, b = ipu.evaluate(problem, c), structural.evaluate(problem, c)
+            if a.feasible and b.feasible and abs(math.log(a.throughput / b.throughput)) > math.log(1.1):
+                speed = True
+            if any(abs(x / y - 1) > 0.05 for x, y in zip(a.max_tile_bytes, b.max_tile_bytes)):
+                memory = True
+        moved["speed"] += speed
+        moved["memory"] += memory
+    assert moved["speed"] >= 3 and moved["memory"] >= 3, moved
 
 
 def test_oracle_walk_quick():
