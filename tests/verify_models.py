@@ -83,3 +83,29 @@ def large_weight_classifier(num_classes: int = 10) -> nn.Module:
 def shallow_vanishing_net(num_classes: int = 10) -> nn.Module:
     """Five such layers: small gradients over a narrower range, which one loss scale can hold."""
     return VanishingNet(num_classes, depth=5)
+
+
+class AttentionBlock(nn.Module):
+    """A pre-norm transformer block whose attention is written in `forward`, unscaled (no 1/sqrt(d)):
+    `q @ k.T`, softmax, `@ v`, residual additions. With `qk_std` large the scores pass FP16's 65504:
+    an inf score makes its softmax row NaN in FP16. The last scores and probabilities are kept
+    (`scores`, `probs`) for the tests to read."""
+
+    def __init__(self, dim: int = 32, qk_std: float = 1.0):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        with torch.no_grad():
+            for lin in (self.q, self.k):
+                lin.weight.normal_(0.0, qk_std)
+        self.scores = self.probs = torch.empty(0)
+
+    def forward(self, x):
+        h = self.norm1(x)
+        q, k, v = self.q(h), self.k(h), self.v(h)
+        scores = q @ k.transpose(-2, -1)
+        probs = scores.softmax(dim=-1)
+        self.scores, self.probs = scores.detach(), probs.detach()
+        x = x + self.o(probs @ v)
+        return x + self.mlp(self.norm2(x))
