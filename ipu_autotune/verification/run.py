@@ -179,7 +179,8 @@ def train(build: Callable[[], nn.Module], recipe: Recipe, samples: Samples, tota
     """`recipe` trained on `total_samples` samples (whole updates, at least one) from `samples` in the
     order `seed` draws; the model built after seeding with `seed`. The caller's RNG is left as it was."""
     steps = max(1, total_samples // recipe.global_batch)
-    result = RunResult(recipe.label, seed, recipe.describe(), steps, steps * recipe.global_batch)
+    result = RunResult(recipe.label, seed, recipe.describe(), steps, steps * recipe.global_batch,
+                       eval_samples=int(samples.eval_inputs.shape[0]))
     marks = checkpoint_steps(steps, checkpoints)
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]), cpu_threads():
