@@ -206,9 +206,9 @@ def judge(base: RunResult, base_other: RunResult, tuned: RunResult, not_emulated
     starts = [r.points[0].eval_loss for r in runs]
     base_falls = [starts[i] - loss[i] for i in (0, 1)]
     finite = all(math.isfinite(v) for v in [*loss[:2], *plateau[:2], *base_falls])
-    # the seeds' noise: their distance at the end and at the start, and each curve's own jitter
     jitter = [max(_jitter(r, end * (1 - WINDOW), attr) for r in runs[:2]) for attr in ("eval_loss", "eval_accuracy")]
-    noise = max(abs(loss[0] - loss[1]), abs(starts[0] - starts[1]), jitter[0]) if finite else math.inf
+    # the seeds' noise on a fall: the two falls' difference, and each curve's checkpoint jitter
+    noise = max(abs(base_falls[0] - base_falls[1]), jitter[0]) if finite else math.inf
     fall = max(min(base_falls), 0.0) if finite else 0.0
 
     def floor(points: int, share: float, least: float) -> tuple[float, float]:
