@@ -173,10 +173,11 @@ class Verdict:
         return cls(**d)
 
 
-def _band(a: float, b: float, floor: float) -> tuple[float, float]:
-    """The two baselines' values widened on each side by their distance, and by at least `floor`."""
+def _band(a: float, b: float, floor: float, top: float = math.inf) -> tuple[float, float]:
+    """The two baselines' values widened on each side by their distance, and by at least `floor`;
+    within [0, top] (a loss and an accuracy are not negative, an accuracy not above 1)."""
     width = max(abs(a - b), floor)
-    return min(a, b) - width, max(a, b) + width
+    return max(min(a, b) - width, 0.0), min(max(a, b) + width, top)
 
 
 def _accuracy_floor(acc: float, runs: Sequence[RunResult]) -> float:
@@ -218,10 +219,10 @@ def judge(base: RunResult, base_other: RunResult, tuned: RunResult, not_emulated
         return max(share * fall, spread * jitter[0]) if finite else 0.0, max(least, spread * jitter[1])
 
     loss_floor, acc_floor = floor(len(grid), LOSS_FLOOR, _accuracy_floor(min(acc[:2]), runs))
-    loss_band, acc_band = _band(loss[0], loss[1], loss_floor), _band(acc[0], acc[1], acc_floor)
+    loss_band, acc_band = _band(loss[0], loss[1], loss_floor), _band(acc[0], acc[1], acc_floor, 1.0)
     p_loss_floor, p_acc_floor = floor(PLATEAU_POINTS, LOSS_FLOOR, _accuracy_floor(min(plateau_acc[:2]), runs))
     p_loss_band = _band(plateau[0], plateau[1], p_loss_floor)
-    p_acc_band = _band(plateau_acc[0], plateau_acc[1], p_acc_floor)
+    p_acc_band = _band(plateau_acc[0], plateau_acc[1], p_acc_floor, 1.0)
 
     def verdict(kind: str, reason: str) -> Verdict:
         return Verdict(kind, reason, end, loss[2], acc[2], loss_band, acc_band, runs, list(not_emulated),
