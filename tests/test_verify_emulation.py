@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from ipu_autotune.problem import Config
 from ipu_autotune.verification import emulation
 from verify_models import AttentionBlock
 
@@ -83,3 +84,17 @@ def test_fp16_rounding_overflows_to_inf_and_underflows_to_zero_and_counts_them()
     counts = emulation.RoundingCounts()
     counts.add(before, after)
     assert (counts.nonzero, counts.overflow, counts.underflow) == (5, 2, 1)
+
+
+def test_verify_judges_such_a_model_diverged_in_fp16():
+    """End to end: the same block on the digits (AttentionDigits), its FP32 recipe against 16.16.
+    The leaf-module emulation this replaced trained it to "at parity" (0 % overflow)."""
+    pytest.importorskip("sklearn")
+    import ipu_autotune
+
+    verdict = ipu_autotune.verify("verify_models:attention_digits", batch_size=16, input_shape=(1, 8, 8),
+                                  num_classes=10, optimizer="adamw", data="verify_models:digits", steps=60,
+                                  tuned=Config(precision="16.16", loss_scaling=128.0, stochastic_rounding=True),
+                                  quiet=True)
+    assert verdict.kind == "diverged", verdict.line()
+    assert verdict.tuned.nonfinite_at is not None and verdict.runs[0].nonfinite_at is None

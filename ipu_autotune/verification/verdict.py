@@ -198,7 +198,9 @@ def judge(base: RunResult, base_other: RunResult, tuned: RunResult, not_emulated
     """The verdict on `tuned` against the baselines `base` and `base_other` (two seeds); `lr`, the
     baseline's learning rate, for the advice when it did not learn."""
     runs = [base, base_other, tuned]
-    end = min(r.points[-1].samples for r in runs)
+    # the baselines' samples (every run trains on as many); a tuned run stopped early by inf/NaN
+    # must not shorten the window in which the baselines are judged to learn
+    end = min(r.points[-1].samples for r in runs[:2])
     grid = [p.samples for p in base.points if p.samples >= end * (1 - WINDOW) and p.samples <= end] or [end]
     loss = [_window_mean(r, grid, "eval_loss") for r in runs]
     acc = [_window_mean(r, grid, "eval_accuracy") for r in runs]
