@@ -61,6 +61,8 @@ class Recipe:
                        "FP32 and rounds the result to FP16 once; an IPU kernel may also round intermediates")
             out.append("the optimizer's arithmetic: computed in FP32 from the FP16 gradients, rounded once where "
                        "it is stored (FP16 weights, FP16 first-order state)")
+            out.append("the tensors' dtype is FP32: model code that reads it (torch.finfo, dtype checks) sees "
+                       "FP32's limits, e.g. an attention mask at finfo(float32).min rounds to -inf, not -65504")
         if self.half_partials:
             out.append("half partials: the CPU accumulates matmuls, convolutions and reductions in FP32 (float "
                        "partials); see `numerics` for the partials check")
