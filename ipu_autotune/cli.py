@@ -4,7 +4,8 @@ Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study
 no trial fits (the closest one and what would help are printed), 4 `estimate` answered
 for a config that breaks a recipe rule (each rule printed; rules/cross_field.EXIT_BREAKS_RECIPE),
 5 `verify` (or `tune --verify`) judged the tuned recipe diverged, stalled or lagging
-(verification.verdict.EXIT_FAILED_CHECK), 130 interrupted, 1 an unexpected error (traceback with --debug).
+(verification.verdict.EXIT_FAILED_CHECK), 6 `verify` could not judge: the baseline did not learn
+(verification.verdict.EXIT_INCONCLUSIVE), 130 interrupted, 1 an unexpected error (traceback with --debug).
 """
 
 from __future__ import annotations

@@ -399,6 +399,7 @@ def test_verify_speed_quick():
     assert [r["run"] for r in runs] == ["baseline (seed 0)", "baseline (seed 1)", "tuned (seed 0)"]
     assert all(number(r["training (s)"]) >= 0 and int(r["samples"]) > 0 for r in runs)
     assert runs[2]["recipe"].startswith("16.16") and number(runs[0]["vs FP32 baseline"]) == 1.0
+    assert "FP16 emulation:" in text and "the FP32 baseline's time per training sample" in text
     measured, extrapolated = table(text, "Total")
     assert number(measured["real (s)"]) > 0 and number(measured["estimate / real"]) > 0
     assert extrapolated["K"] == "200" and number(extrapolated["real (s)"]) > number(measured["real (s)"])

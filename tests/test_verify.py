@@ -33,15 +33,6 @@ def check(model: str, optimizer: str, baseline: Config, tuned: Config, steps: in
 
 # --- the emulation ---------------------------------------------------------------------------
 
-def test_fp16_rounding_overflows_to_inf_and_underflows_to_zero_and_counts_them():
-    before = torch.tensor([1e5, -7e4, 2.0 ** -26, 1e-3, 0.0, 65504.0])
-    after = emulation.to_fp16(before)
-    assert torch.isinf(after[:2]).all() and after[2] == 0 and after[3] != 0 and after[5] == 65504.0
-    counts = emulation.RoundingCounts()
-    counts.add(before, after)
-    assert (counts.nonzero, counts.overflow, counts.underflow) == (5, 2, 1)
-
-
 def test_stochastic_rounding_lands_on_the_two_neighbours_and_is_unbiased():
     ulp = 2.0 ** -10  # FP16's step in [1, 2)
     x = torch.full((200_000,), 1.0 + 0.25 * ulp)

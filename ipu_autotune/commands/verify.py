@@ -1,11 +1,13 @@
 """`ipu-autotune verify`: the baseline's recipe and the tuned one trained side by side on the CPU
 for a few hundred steps of the user's data, with the IPU's FP16 numerics emulated, and a verdict
 (verification/verdict.py). Exit 0 at parity, 5 (verdict.EXIT_FAILED_CHECK) when the tuned recipe
-diverged, stalled or lags; 2 on bad input, before anything is stored."""
+diverged, stalled or lags, 6 (verdict.EXIT_INCONCLUSIVE) when the baseline did not learn within the
+budget; 2 on bad input (bad data included), before anything is stored."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -14,7 +16,7 @@ from ..errors import UsageError
 from ..options import TuneOptions, VerifyOptions
 from ..problem import Config, Problem, load_config_file
 from ..verification.check import estimate_seconds, plan, run_check
-from ..verification.samples import read_samples
+from ..verification.samples import check_samples, read_samples
 from ..verification.verdict import ATTR_VERIFY, Verdict
 
 
@@ -91,6 +93,9 @@ def verify_configs(args: VerifyOptions, console, problem: Problem, baseline: Con
     def build():
         return build_model(problem.model, problem.num_classes, device="cpu")
 
+    warnings = check_samples(samples, args.data, problem.num_classes, build)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     quiet = args.quiet
     if not quiet:
         with console.status("Timing one update of each recipe…"):
@@ -99,6 +104,8 @@ def verify_configs(args: VerifyOptions, console, problem: Problem, baseline: Con
             console.print(f"[dim]{r.label}: {r.describe()}; {the_plan.steps(r)} steps ({r.lr_line})[/]", highlight=False)
         for note in the_plan.tuned.not_emulated():
             console.print(f"[dim]not emulated: {note}[/]", highlight=False)
+        for note in the_plan.tuned.fp32_kept():
+            console.print(f"[dim]FP32, as on the IPU: {note}[/]", highlight=False)
         console.print(f"verify: {the_plan.samples:,} samples per run ({samples.size:,} to train on, "
                       f"{samples.eval_inputs.shape[0]} held out), 3 runs, about {seconds:,.0f} s on this CPU",
                       highlight=False)
@@ -106,6 +113,7 @@ def verify_configs(args: VerifyOptions, console, problem: Problem, baseline: Con
                   console=console, disable=quiet, transient=True) as bar:
         task = bar.add_task("training samples", total=the_plan.total_samples)
         verdict = run_check(build, the_plan, samples, seed=args.seed, progress=lambda n: bar.advance(task, n))
+    verdict.warnings = warnings
     if study is not None:
         study.set_user_attr(ATTR_VERIFY, verdict.to_dict())
     return verdict

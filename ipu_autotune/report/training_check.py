@@ -58,7 +58,9 @@ def training_check(verify: dict, fig_html: Callable) -> list[str]:
            "<table><tr><th>run</th><th>seed</th><th>recipe</th><th>samples</th><th>gradients underflowed</th>"
            "<th>overflowed</th><th>updates lost</th><th>skipped updates</th><th>time</th></tr>",
            *(_row(r) for r in verify.get("runs") or [] if isinstance(r, dict)), "</table>"]
-    notes = verify.get("not_emulated") or []
-    if notes:
-        out.append("<p class='note'>Not emulated: " + "; ".join(html_text(n) for n in notes) + ".</p>")
+    for title, key in (("Not emulated", "not_emulated"), ("FP32, as on the IPU", "fp32_kept"),
+                       ("Warning about the data", "warnings")):
+        notes = verify.get(key) or []
+        if notes:
+            out.append(f"<p class='note'>{title}: " + "; ".join(html_text(n) for n in notes) + ".</p>")
     return out

@@ -87,4 +87,4 @@ def run_check(build: Callable[[], nn.Module], the_plan: Plan, samples: Samples, 
     base = train(build, p.baseline, samples, p.samples, seed=seed, progress=progress)
     other = train(build, p.baseline, samples, p.samples, seed=seed + 1, progress=progress)
     tuned = train(build, p.tuned, samples, p.samples, seed=seed, progress=progress)
-    return judge(base, other, tuned, p.tuned.not_emulated())
+    return judge(base, other, tuned, p.tuned.not_emulated(), p.tuned.fp32_kept(), lr=p.baseline.lr)

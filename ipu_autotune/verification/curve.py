@@ -33,6 +33,7 @@ class RunResult:
     nonfinite_at: int | None = None  # samples seen when the loss or a weight became inf/NaN
     seconds: float = 0.0
     eval_seconds: float = 0.0  # of `seconds`, the held-out evaluations
+    eval_samples: int = 0  # the held-out samples each point's loss and accuracy are measured on
 
     @property
     def underflow_fraction(self) -> float:

@@ -3,9 +3,9 @@ configuration sets them, and what it records: loss and accuracy on held-out samp
 checkpoints, and the share of gradient values and weight updates FP16 lost.
 
 Per optimizer step: the recipe's accumulation x replicas micro-batches, each forward and
-backward with the loss multiplied by the loss scale; under FP16 compute the weights, inputs,
-every layer's output and the gradient flowing back into it, and the weight gradients are
-rounded to FP16 (emulation.py). Gradients are averaged over the micro-batches (FP16 optimizer
+backward with the loss scale as the backward pass's seed; under FP16 compute every operation's
+result, forward (the loss included) and backward (the weight gradients included), is rounded
+to FP16 (emulation.py). Gradients are averaged over the micro-batches (FP16 optimizer
 state: a running mean in FP16, as PopTorch's Running reduction), divided by the loss scale, and
 the optimizer's update (numerics/optimizers.py, PopTorch's defaults) is added to the weights:
 FP32 master weights (32.32, 16.32) or FP16 weights (16.16) rounded to nearest or
@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from ..numerics.optimizers import update
 from ..numerics.running import cpu_threads, logits
 from .curve import CurvePoint, RunResult
-from .emulation import RoundingCounts, fp16_activations, stochastic_fp16, to_fp16
+from .emulation import RoundingCounts, fp16_emulation, stochastic_fp16, to_fp16
 from .recipe import ALS_GROWTH_INTERVAL, Recipe
 from .samples import Samples
 
@@ -51,11 +51,12 @@ def evaluate(model: nn.Module, samples: Samples, half_compute: bool) -> tuple[fl
     for m in norms:
         m.train()
     loss, correct, n = 0.0, 0, int(samples.eval_inputs.shape[0])
-    scratch = RoundingCounts()
-    with torch.no_grad(), (fp16_activations(model, scratch) if half_compute else contextlib.nullcontext()):
+    with torch.no_grad():
         for start in range(0, n, 256):
             x, y = samples.eval_inputs[start:start + 256], samples.eval_labels[start:start + 256]
-            out = logits(model(to_fp16(x) if half_compute else x)).float()
+            with fp16_emulation() if half_compute else contextlib.nullcontext():
+                out = logits(model(to_fp16(x) if half_compute else x)).float()
+            # the held-out loss in FP32: a summed FP16 loss would measure the sum's rounding
             loss += float(F.cross_entropy(out, y, reduction="sum"))
             correct += int((out.argmax(dim=1) == y).sum())
     for m, buffers in zip(norms, kept, strict=True):
@@ -86,10 +87,15 @@ class Trainer:
         self.applied = 0
 
     def micro_batch(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        r = self.recipe
-        with fp16_activations(self.model, self.counts) if r.half_compute else contextlib.nullcontext():
-            loss = F.cross_entropy(logits(self.model(to_fp16(x) if r.half_compute else x)).float(), y)
-            (loss * self.scale).backward()
+        if not self.recipe.half_compute:
+            loss = F.cross_entropy(logits(self.model(x)).float(), y)
+            loss.backward(torch.full_like(loss, self.scale))
+            return float(loss.detach())
+        with fp16_emulation(self.counts) as mode:  # the loss too: in FP16, as the model's last ops
+            loss = F.cross_entropy(logits(self.model(to_fp16(x))), y)
+            mode.counting = True  # the gradients: what the loss scale must keep in range
+            loss.backward(torch.full_like(loss, self.scale))  # PopART seeds the backward with the scale
+            mode.counting = False
         return float(loss.detach())
 
     def gradients(self, batches) -> tuple[list[torch.Tensor | None], float]:
@@ -104,10 +110,8 @@ class Trainer:
                 g, p.grad = p.grad, None
                 if g is None:
                     continue
-                if r.half_compute:
-                    rounded = to_fp16(g)
-                    self.counts.add(g, rounded)
-                    g = rounded
+                if r.half_compute:  # FP16 already (the emulation counted its rounding); kept so
+                    g = to_fp16(g)
                 before = acc[j]
                 if r.half_state:  # PopTorch's Running mean: FP16 accumulators stay in range
                     acc[j] = g.clone() if before is None else to_fp16(before + (g - before) / (i + 1))
@@ -158,9 +162,10 @@ class Trainer:
         new = weight + u
         if r.half_weights:
             new = stochastic_fp16(new, self.rounding) if r.stochastic_rounding else to_fp16(new)
-        moved = u != 0
-        self.result.updates += int(moved.sum())
-        self.result.lost_updates += int((moved & (new == weight)).sum())
+        if r.half_weights:  # FP16 weights: an update below half an ulp is lost (FP32's loss is not counted)
+            moved = u != 0
+            self.result.updates += int(moved.sum())
+            self.result.lost_updates += int((moved & (new == weight)).sum())
         weight.copy_(new)
 
 
@@ -174,7 +179,8 @@ def train(build: Callable[[], nn.Module], recipe: Recipe, samples: Samples, tota
     """`recipe` trained on `total_samples` samples (whole updates, at least one) from `samples` in the
     order `seed` draws; the model built after seeding with `seed`. The caller's RNG is left as it was."""
     steps = max(1, total_samples // recipe.global_batch)
-    result = RunResult(recipe.label, seed, recipe.describe(), steps, steps * recipe.global_batch)
+    result = RunResult(recipe.label, seed, recipe.describe(), steps, steps * recipe.global_batch,
+                       eval_samples=int(samples.eval_inputs.shape[0]))
     marks = checkpoint_steps(steps, checkpoints)
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]), cpu_threads():
@@ -198,6 +204,6 @@ def train(build: Callable[[], nn.Module], recipe: Recipe, samples: Samples, tota
                 result.nonfinite_at = seen
                 break
     c = trainer.counts
-    result.gradient_values, result.underflow, result.overflow = c.nonzero, c.underflow, c.overflow
+    result.gradient_values, result.underflow, result.overflow = (round(v) for v in (c.nonzero, c.underflow, c.overflow))
     result.seconds = time.perf_counter() - start
     return result
