@@ -22,12 +22,21 @@ def busiest_tile(m) -> str:
     return f"{nominal} ({lo / m.tile_capacity_bytes * 100:.0f}-{hi / m.tile_capacity_bytes:.0%})"
 
 
-def plan_table(model: str, plans, asked_batch: int) -> Table:
+def chance(p, certain=frozenset()) -> str:
+    """The chance to fit by the error bar; "0% (certain)" where the exact weights alone exceed
+    the size's largest replica (guide/nofit.certainly_over)."""
+    if p.ipus in certain:
+        return "0% (certain)"
+    m = p.measurement
+    return f"{m.fit_chance:.0%}" if m.fit_chance is not None else "-"
+
+
+def plan_table(model: str, plans, asked_batch: int, certain=frozenset()) -> Table:
     table = Table(title=f"{model}: the best configuration per IPU count (estimated)", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
     for name, right in (("IPUs", True), ("mb", True), ("layout", False), ("samples/s", True),
-                        ("bottleneck", False), ("busiest tile", True), ("chance", True)):
-        table.add_column(name, justify="right" if right else "left", no_wrap=True)
+                        ("bottleneck", False), ("busiest tile", True), ("chance", True), ("why", False)):
+        table.add_column(name, justify="right" if right else "left", no_wrap=name != "why")
     for p in plans:
         m = p.measurement
         batch = str(p.micro_batch) + ("" if p.micro_batch == asked_batch else "*")
@@ -35,14 +44,19 @@ def plan_table(model: str, plans, asked_batch: int) -> Table:
             terminal_cell("no fit", "red")
         table.add_row(str(p.ipus), batch, layout_text(p.config), speed,
                       terminal_cell(m.bottleneck or "-") if p.fits else "", busiest_tile(m),
-                      f"{m.fit_chance:.0%}" if m.fit_chance is not None else "-")
+                      chance(p, certain), terminal_cell(p.why or ""))
     return table
 
 
-def notes(plans, asked_batch: int) -> list[str]:
+def notes(plans, asked_batch: int, certain=frozenset()) -> list[str]:
     """The lines under the table: what the columns mean where it is not obvious."""
-    out = ["mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end to end (host input included); "
-           "busiest tile: its share of a tile's memory (and its error bar); chance: to fit, by that bar"]
+    out = ["each row: tune --ipus N's own search on the estimate backend (default trials, its numerics answer); "
+           "mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end to end (host input included); "
+           "busiest tile: its share of a tile's memory (and its error bar); chance: to fit, by that bar; "
+           "why: what changes from the size before"]
+    if certain:
+        out.append(f"certain: at {', '.join(str(n) for n in sorted(certain))} IPUs the exact weights alone exceed "
+                   "the SRAM of the largest replica there, or one weight tensor an IPU's")
     if any(p.micro_batch != asked_batch for p in plans):
         out.append(f"*: the micro-batch halved from {asked_batch} until a configuration fits")
     uncertain = [p for p in plans if p.fits and p.measurement.straddles_tile_limit]
