@@ -68,14 +68,14 @@ def test_the_exit_3_advice_never_suggests_a_size_no_better_than_the_closest_tria
     problem = Problem("hf:bloom-560m", 1, seq_len=512, ipus=4)
     closest = planning.plan_size(problem, 4, 0.05, 0.9)
     assert not closest.fits
-    floor = nofit._fraction(closest.measurement)
+    floor = nofit.tile_fraction(closest.measurement)
     changes = plan_advice.best_changes(problem, closest.config, 0.05, closest.measurement, 0.9)
     for change in changes:
         if change.flag:
             assert change.fits or change.tile_fraction < floor, change
     # what the plan says of 8 IPUs, where the old advice sent the user
     at_8 = planning.plan_size(problem, 8, 0.05, 0.9)
-    if not at_8.fits and nofit._fraction(at_8.measurement) >= floor:
+    if not at_8.fits and nofit.tile_fraction(at_8.measurement) >= floor:
         assert not any(c.flag.startswith("--ipus 8") for c in changes)
     # and when no size fits, the advice says so rather than suggesting one
     statement = [c for c in changes if not c.flag]

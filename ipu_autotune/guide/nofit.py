@@ -49,7 +49,7 @@ def lacks(m: Measurement) -> str:
     return f"the busiest tile of IPU{ipu} needs {used:.0%} of a tile's memory{more}{keep}"
 
 
-def _fraction(m: Measurement) -> float:
+def tile_fraction(m: Measurement) -> float:
     if not m.max_tile_bytes or not m.tile_capacity_bytes:
         return float("inf")
     return max(m.max_tile_bytes) / m.tile_capacity_bytes
@@ -74,8 +74,8 @@ def smaller_batch(problem: Problem, config: Config, backend: Backend) -> Change 
     if m is None:
         return None
     verdict = "the closest configuration fits" if m.feasible else \
-        f"busiest tile still at {_fraction(m):.0%}"
-    return Change(f"--batch-size {bs}", f"{verdict} (estimated)", m.feasible, _fraction(m))
+        f"busiest tile still at {tile_fraction(m):.0%}"
+    return Change(f"--batch-size {bs}", f"{verdict} (estimated)", m.feasible, tile_fraction(m))
 
 
 def layout_text(config: Config) -> str:
@@ -176,15 +176,29 @@ def certainly_over(problem: Problem, ipus: int) -> bool:
     """True when the exact weights alone exceed the SRAM of the largest replica `ipus` IPUs
     allow, or one weight tensor alone an IPU's: no configuration fits there, whatever the
     compiler decides."""
+    return bool(certain_reason(problem, ipus))
+
+
+def certain_reason(problem: Problem, ipus: int) -> str:
+    """Why no configuration fits on `ipus` IPUs whatever the compiler decides, or "": the exact
+    weights (narrowest precision) against the largest replica's SRAM, or the largest weight
+    tensor against one IPU's (a pipeline places whole tensors)."""
     from ..backends.targets import get_target
     from ..profiles.trace import profile_for
 
     profile = profile_for(problem)
     ipu = get_target(problem.target).bytes_per_ipu
     narrowest = least_on_chip(problem, 1)  # bytes per parameter
-    largest = max((u.largest_param for u in profile.units), default=0)
-    # a pipeline places whole tensors: one larger than an IPU fits at no size
-    return narrowest * largest > ipu or least_on_chip(problem, profile.params) > min(ipus, longest_replica(problem)) * ipu
+    heaviest = max(profile.units, key=lambda u: u.largest_param, default=None)
+    if heaviest is not None and narrowest * heaviest.largest_param > ipu:
+        return (f"certain: one weight tensor ({heaviest.path}, {format_bytes(narrowest * heaviest.largest_param)}) "
+                f"exceeds an IPU's {format_bytes(ipu)}")
+    replica = min(ipus, longest_replica(problem))
+    weights = least_on_chip(problem, profile.params)
+    if weights > replica * ipu:
+        return (f"certain: the weights alone ({format_bytes(weights)}) exceed the {format_bytes(replica * ipu)} "
+                f"of SRAM of the largest replica here ({replica} IPU{'s' if replica > 1 else ''})")
+    return ""
 
 
 def state_line(problem: Problem, config: Config) -> str:
@@ -211,11 +225,15 @@ def state_line(problem: Problem, config: Config) -> str:
             f"precision, are {format_bytes(least)}, {least / sram:.0%} of it")
 
 
-def row_reason(before: SizePlan, row: SizePlan) -> str:
-    """Why a row is slower per IPU than the size before, or its busiest tile higher beyond the
-    error bar of the size before, or its speed-up more than the IPUs added; "" when none holds."""
-    a, b = before.measurement, row.measurement
-    out = []
+def row_reason(before: SizePlan | None, row: SizePlan) -> str:
+    """Why a row does not fit (the verdict's reason: over the tile, or a chance to fit under the
+    one asked), is slower per IPU than the size before, has its busiest tile higher beyond the
+    error bar of the size before, or speeds up more than the IPUs added; "" when none holds."""
+    b = row.measurement
+    out = [] if b.feasible or not b.reason else [b.reason]
+    if before is None:
+        return "; ".join(out)
+    a = before.measurement
     if a.feasible and b.feasible and a.throughput and b.throughput:
         gain, more = b.throughput / a.throughput, row.ipus / before.ipus
         if gain < 0.99 * more:
@@ -235,7 +253,7 @@ def row_reason(before: SizePlan, row: SizePlan) -> str:
     if a.max_tile_bytes and b.max_tile_bytes and a.max_tile_bytes_interval:
         hi = a.max_tile_bytes_interval[a.worst_ipu() or 0][1]
         if max(b.max_tile_bytes) > hi:
-            out.append(f"busiest tile {_fraction(b):.0%}, above the {hi / a.tile_capacity_bytes:.0%} top of "
+            out.append(f"busiest tile {tile_fraction(b):.0%}, above the {hi / a.tile_capacity_bytes:.0%} top of "
                        f"{before.ipus} IPUs' error bar: "
                        + ("the faster configuration uses more of a tile, within its own bar" if b.feasible else
                           f"the closest configuration is {layout_text(row.config)} at micro-batch {row.micro_batch}"))

@@ -10,10 +10,10 @@ from ..backends.base import Measurement
 from ..guide.nofit import (
     SIZES,
     Change,
-    _fraction,
     layout_text,
     smaller_batch,
     state_line,
+    tile_fraction,
     why_nothing_fits,
 )
 from ..problem import Config, Problem
@@ -39,7 +39,7 @@ def more_ipus(problem: Problem, headroom: float, fit_confidence: float | None) -
         return [size_change(problem, p) for p in picks]
     closest = closest_plan(plans)
     said = "; ".join(nothing_fits_lines(problem, plans, headroom, fit_confidence, plan_shorter=False))
-    return [Change("", f"no IPU count up to {max(SIZES)} fits (estimated): {said}", False, _fraction(closest.measurement))]
+    return [Change("", f"no IPU count up to {max(SIZES)} fits (estimated): {said}", False, tile_fraction(closest.measurement))]
 
 
 def size_change(problem: Problem, fit: SizePlan) -> Change:
@@ -47,7 +47,7 @@ def size_change(problem: Problem, fit: SizePlan) -> Change:
     flag = f"--ipus {fit.ipus}" + (f" --batch-size {fit.micro_batch}" if smaller else "")
     at = f"micro-batch {fit.micro_batch}" if smaller else "the same micro-batch"
     return Change(flag, f"the smallest size that fits at {at}: {layout_text(fit.config)}, {m.throughput:,.0f} "
-                        "samples/s (estimated; ipu-autotune plan shows every size)", True, _fraction(m))
+                        "samples/s (estimated; ipu-autotune plan shows every size)", True, tile_fraction(m))
 
 
 def best_changes(problem: Problem, config: Config, headroom: float, closest: Measurement | None = None,
@@ -60,7 +60,7 @@ def best_changes(problem: Problem, config: Config, headroom: float, closest: Mea
 
     backend = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence)
     found = [*more_ipus(problem, headroom, fit_confidence), smaller_batch(problem, config, backend)]
-    floor = _fraction(closest) if closest is not None else float("inf")
+    floor = tile_fraction(closest) if closest is not None else float("inf")
     kept = [c for c in found if c is not None and (c.fits or c.tile_fraction < floor or not c.flag)]
     return sorted(kept, key=lambda c: (not c.fits, bool(c.flag), c.tile_fraction))
 
@@ -86,25 +86,25 @@ def levers(problem: Problem, closest: SizePlan, headroom: float, fit_confidence:
 
     backend = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence)
     sized = dataclasses.replace(problem, ipus=closest.ipus, batch_size=closest.micro_batch)
-    floor = _fraction(closest.measurement)
+    floor = tile_fraction(closest.measurement)
     where = f"at {closest.ipus} IPUs, micro-batch {closest.micro_batch}"
     out = []
     if applies("embedding_serialization", sized, closest.config):
         tried = [(f, backend.measure(sized, closest.config.replace(embedding_serialization=f))) for f in (16, 32, 64)]
-        f, m = next(((f, m) for f, m in tried if m.feasible), min(tried, key=lambda t: _fraction(t[1])))
-        if m.feasible or _fraction(m) < 0.99 * floor:
+        f, m = next(((f, m) for f, m in tried if m.feasible), min(tried, key=lambda t: tile_fraction(t[1])))
+        if m.feasible or tile_fraction(m) < 0.99 * floor:
             out.append(f"embedding_serialization {f} (outside the space, which stops at 8): "
                        + (f"fits {where} (estimated)" if m.feasible else
-                          f"busiest tile {floor:.0%} -> {_fraction(m):.0%} {where} (estimated)"))
+                          f"busiest tile {floor:.0%} -> {tile_fraction(m):.0%} {where} (estimated)"))
     if problem.seq_len > 64:
         seq, shorter = problem.seq_len, None
         while seq > 64 and not (shorter is not None and shorter.feasible):
             seq //= 2
             shorter = backend.measure(_at_seq(sized, seq), closest.config)
         assert shorter is not None  # the loop ran: seq_len > 64
-        if shorter.feasible or _fraction(shorter) < 0.99 * floor:
+        if shorter.feasible or tile_fraction(shorter) < 0.99 * floor:
             said = (f"fits {where} (estimated)" if shorter.feasible
-                    else f"busiest tile {floor:.0%} -> {_fraction(shorter):.0%} {where} (estimated)")
+                    else f"busiest tile {floor:.0%} -> {tile_fraction(shorter):.0%} {where} (estimated)")
             if plan_shorter:
                 said += "; " + _plan_at(problem, seq, headroom, fit_confidence)
             out.append(f"--seq-len {seq}: the closest configuration {said}")

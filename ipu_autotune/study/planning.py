@@ -179,8 +179,12 @@ def plan_size(problem: Problem, ipus: int, headroom: float, fit_confidence: floa
     """The search's best on `ipus` IPUs, halving the micro-batch until one fits (a smaller size
     that fitted at a micro-batch starts this one there, with its best enqueued); None when the
     model has no layout on that many (more stages than units)."""
+    from ..guide.nofit import certainly_over
+
     closest: SizePlan | None = None
     start = carried.micro_batch if carried is not None and carried.fits else None
+    if certainly_over(dataclasses.replace(problem, ipus=ipus), ipus):
+        return _certain_row(dataclasses.replace(problem, ipus=ipus, batch_size=1), headroom, fit_confidence)
     for bs in micro_batches(problem, start):
         sized = dataclasses.replace(problem, ipus=ipus, batch_size=bs)
         if not has_layout(sized):
@@ -232,11 +236,25 @@ def _host_bound(problem: Problem, before: SizePlan | None, n: int) -> SizePlan |
                     f"the same configuration (more IPUs cannot be faster)")
 
 
+def _certain_row(problem: Problem, headroom: float, fit_confidence: float | None) -> SizePlan | None:
+    """Where the exact weights alone exceed the SRAM (guide/nofit.certainly_over), no search can
+    find a fit: the row is tune's own baseline at micro-batch 1, estimated, to show how far."""
+    from ..backends.estimate import EstimateBackend
+    from ..guide.warmstart import naive_baseline
+    from ..profiles.trace import profile_for
+
+    if not has_layout(problem):
+        return None
+    baseline = naive_baseline(problem, profile_for(problem))
+    m = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence).measure(problem, baseline)
+    return SizePlan(problem.ipus, 1, baseline, m)
+
+
 def planned(problem: Problem, headroom: float, fit_confidence: float | None,
             sizes: Iterable[int], trials: int = DEFAULT_TRIALS) -> Iterable[SizePlan]:
     """One size at a time, smallest first, each starting from the one before (a caller that
     has its answer stops planning)."""
-    from ..guide.nofit import row_reason
+    from ..guide.nofit import certain_reason, row_reason
 
     before: SizePlan | None = None
     for n in sizes:
@@ -247,7 +265,7 @@ def planned(problem: Problem, headroom: float, fit_confidence: float | None,
         sized = plan_size(problem, n, headroom, fit_confidence, before, trials)
         if sized is None:
             continue
-        sized.why = row_reason(before, sized) if before is not None else ""
+        sized.why = certain_reason(dataclasses.replace(problem, ipus=n), n) or row_reason(before, sized)
         before = sized
         yield sized
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 from ...batch import micro_batch
 from ...host import pipeline as host
@@ -154,6 +155,7 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
 
 def _over(headroom: float, free: float, chance: float, fit_confidence: float | None) -> str:
     if free > headroom:  # the error bar asked for more than the headroom
-        return (f"estimated {chance:.0%} chance to fit by the error bar, under the {fit_confidence:.0%} asked "
+        return (f"estimated {math.floor(chance * 100):.0f}% chance to fit by the error bar, under the "
+                f"{fit_confidence:.0%} asked "
                 "(--fit-confidence)")
     return "estimated over tile memory" + (f" less {headroom:.0%} headroom" if headroom else "")
