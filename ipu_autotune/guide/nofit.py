@@ -248,7 +248,7 @@ def row_reason(before: SizePlan | None, row: SizePlan) -> str:
         elif gain > 1.01 * more:
             why = f"micro-batch {row.micro_batch} fits here ({before.micro_batch} at {before.ipus})" \
                 if row.micro_batch > before.micro_batch else f"a layout of {layout_text(row.config)} " \
-                f"(at {before.ipus}: {layout_text(before.config)})"
+                f"(at {before.ipus}: {layout_text(before.config)}, bound by {a.bottleneck or 'the step'})"
             out.append(f"{gain:.2f}x the samples/s of {before.ipus} IPUs for {more:g}x the IPUs: {why}")
     if a.max_tile_bytes and b.max_tile_bytes and a.max_tile_bytes_interval:
         hi = a.max_tile_bytes_interval[a.worst_ipu() or 0][1]
