@@ -49,11 +49,10 @@ def test_each_row_is_at_least_what_tune_finds_at_that_size_with_the_same_numeric
                                                       and row.config.half_weights)
 
 
-@pytest.mark.parametrize("argv", [
-    ["resnet18", "-b", "8", "--input-shape", "3,64,64", "--optimizer", "sgd", "--num-classes", "10"],
-    ["hf:tiny-gpt", "-b", "4", "--seq-len", "64", "--task", "causal-lm"],
-])
-def test_the_printed_tune_command_opens_a_study_of_the_planned_problem(capsys, in_tmp, argv):
+def test_the_printed_tune_command_opens_a_study_of_the_planned_problem(capsys, in_tmp):
+    # flags off their defaults: the sequence length (issue 59: bart-large's --seq-len 512 was
+    # dropped), the task, the optimizer; each is part of the problem's key
+    argv = ["hf:tiny-gpt", "-b", "4", "--seq-len", "64", "--task", "causal-lm", "--optimizer", "sgd"]
     (in_tmp / "tiny-gpt").mkdir()
     (in_tmp / "tiny-gpt" / "config.json").write_text(json.dumps(
         {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64, "n_head": 2, "n_layer": 2,
