@@ -158,9 +158,9 @@ class SizePlan:
                 "config": self.config.to_dict(), "measurement": self.measurement.to_dict(), "why": self.why}
 
 
-def micro_batches(problem: Problem, largest: int | None = None) -> list[int]:
-    """The problem's micro-batch, halved down to 1 (from `largest` when it is smaller)."""
-    out, bs = [], min(problem.batch_size, largest or problem.batch_size)
+def micro_batches(problem: Problem) -> list[int]:
+    """The problem's micro-batch, halved down to 1."""
+    out, bs = [], problem.batch_size
     while bs >= 1:
         out.append(bs)
         bs //= 2
@@ -176,16 +176,15 @@ def has_layout(problem: Problem) -> bool:
 
 def plan_size(problem: Problem, ipus: int, headroom: float, fit_confidence: float | None,
               carried: SizePlan | None = None, trials: int = DEFAULT_TRIALS) -> SizePlan | None:
-    """The search's best on `ipus` IPUs, halving the micro-batch until one fits (a smaller size
-    that fitted at a micro-batch starts this one there, with its best enqueued); None when the
-    model has no layout on that many (more stages than units)."""
+    """The search's best on `ipus` IPUs, halving the micro-batch until one fits (at the
+    micro-batch a smaller size fitted at, that size's best is enqueued: it fits here too); None
+    when the model has no layout on that many (more stages than units)."""
     from ..guide.nofit import certainly_over
 
     closest: SizePlan | None = None
-    start = carried.micro_batch if carried is not None and carried.fits else None
     if certainly_over(dataclasses.replace(problem, ipus=ipus), ipus):
         return _certain_row(dataclasses.replace(problem, ipus=ipus, batch_size=1), headroom, fit_confidence)
-    for bs in micro_batches(problem, start):
+    for bs in micro_batches(problem):
         sized = dataclasses.replace(problem, ipus=ipus, batch_size=bs)
         if not has_layout(sized):
             return None
