@@ -236,7 +236,11 @@ def row_reason(before: SizePlan | None, row: SizePlan) -> str:
     a = before.measurement
     if a.feasible and b.feasible and a.throughput and b.throughput:
         gain, more = b.throughput / a.throughput, row.ipus / before.ipus
-        if gain < 0.99 * more:
+        if gain < 0.99 * more and row.micro_batch != before.micro_batch:
+            out.append(f"{gain:.2f}x the samples/s of {before.ipus} IPUs: micro-batch {row.micro_batch} fits here "
+                       f"(the largest up to the one asked), {before.micro_batch} at {before.ipus} IPUs; "
+                       f"{b.bottleneck or 'the step'} bounds it")
+        elif gain < 0.99 * more:
             if row.config == before.config or (row.config.replicas * row.config.ipus_per_replica
                                                < row.ipus):
                 used = row.config.replicas * row.config.ipus_per_replica
