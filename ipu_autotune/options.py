@@ -32,7 +32,7 @@ from .parsing import OPTIMIZERS, TARGETS, TRAINERS
 from .verification.defaults import DEFAULT_STEPS
 
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
-DEFAULT_TRIALS = 60
+DEFAULT_TRIALS = 60  # study/planning.DEFAULT_TRIALS: plan searches as tune does
 DEFAULT_OUT = "ipu-autotune-out"
 #: seconds between a worker's heartbeats (storage.HEARTBEAT_INTERVAL_S)
 DEFAULT_HEARTBEAT = 10

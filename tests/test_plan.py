@@ -15,6 +15,7 @@ from testing import run_cli
 
 from ipu_autotune.guide import nofit
 from ipu_autotune.problem import Problem
+from ipu_autotune.study import plan_advice, planning
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "hf_configs"
@@ -65,16 +66,16 @@ def test_the_exit_3_advice_never_suggests_a_size_no_better_than_the_closest_tria
     at 268%). Every IPU count the advice names must fit or come closer to fitting."""
     shutil.copytree(EXAMPLES / "bloom-560m", in_tmp / "bloom-560m")
     problem = Problem("hf:bloom-560m", 1, seq_len=512, ipus=4)
-    closest = nofit.plan_size(problem, 4, 0.05, 0.9)
+    closest = planning.plan_size(problem, 4, 0.05, 0.9)
     assert not closest.fits
-    floor = nofit._fraction(closest.measurement)
-    changes = nofit.best_changes(problem, closest.config, 0.05, closest.measurement, 0.9)
+    floor = nofit.tile_fraction(closest.measurement)
+    changes = plan_advice.best_changes(problem, closest.config, 0.05, closest.measurement, 0.9)
     for change in changes:
         if change.flag:
             assert change.fits or change.tile_fraction < floor, change
     # what the plan says of 8 IPUs, where the old advice sent the user
-    at_8 = nofit.plan_size(problem, 8, 0.05, 0.9)
-    if not at_8.fits and nofit._fraction(at_8.measurement) >= floor:
+    at_8 = planning.plan_size(problem, 8, 0.05, 0.9)
+    if not at_8.fits and nofit.tile_fraction(at_8.measurement) >= floor:
         assert not any(c.flag.startswith("--ipus 8") for c in changes)
     # and when no size fits, the advice says so rather than suggesting one
     statement = [c for c in changes if not c.flag]
@@ -83,7 +84,7 @@ def test_the_exit_3_advice_never_suggests_a_size_no_better_than_the_closest_tria
     # a closest trial better than every size: no --ipus suggestion survives
     better = dataclasses.replace(closest.measurement,
                                  max_tile_bytes=[int(closest.measurement.tile_capacity_bytes * 1.01)])
-    kept = nofit.best_changes(problem, closest.config, 0.05, better, 0.9)
+    kept = plan_advice.best_changes(problem, closest.config, 0.05, better, 0.9)
     assert not any(c.flag.startswith("--ipus") and not c.fits for c in kept)
 
 
@@ -93,21 +94,21 @@ def test_the_exit_3_advice_plans_no_size_beyond_the_first_that_fits_at_the_asked
     advice is what the plan of every size gives."""
     problem = Problem("resnet18", 1024, ipus=1)
     planned: list[int] = []
-    real = nofit.plan_size
-    monkeypatch.setattr(nofit, "plan_size", lambda p, n, *a: planned.append(n) or real(p, n, *a))
-    advice = nofit.more_ipus(problem, 0.05, 0.9)
+    real = planning.plan_size
+    monkeypatch.setattr(planning, "plan_size", lambda p, n, *a: planned.append(n) or real(p, n, *a))
+    advice = plan_advice.more_ipus(problem, 0.05, 0.9)
     asked = list(planned)
-    every_size = nofit.plan(problem, 0.05, 0.9, (2, 4, 8, 16, 32, 64))
+    every_size = planning.plan(problem, 0.05, 0.9, (2, 4, 8, 16, 32, 64))
     first_full = next(p for p in every_size if p.fits and p.micro_batch == problem.batch_size)
     assert asked == [n for n in nofit.SIZES if 1 < n <= first_full.ipus] and first_full.ipus < 64
-    fit = nofit.smallest_fit(every_size)
+    fit = planning.smallest_fit(every_size)
     assert fit is not None and advice[0].flag.startswith(f"--ipus {fit.ipus}")
     assert [c.to_dict() for c in advice] == [c.to_dict() for c in _more_ipus_over(problem, every_size)]
 
 
-def _more_ipus_over(problem: Problem, plans: list[nofit.SizePlan]) -> list[nofit.Change]:
+def _more_ipus_over(problem: Problem, plans: list[planning.SizePlan]) -> list[nofit.Change]:
     """more_ipus's answer from a plan of every size (the picks it documents)."""
-    fit = nofit.smallest_fit(plans)
+    fit = planning.smallest_fit(plans)
     assert fit is not None
     same = next((p for p in plans if p.fits and p.micro_batch == problem.batch_size), None)
-    return [nofit._size_change(problem, p) for p in ([fit] if same is None or same is fit else [fit, same])]
+    return [plan_advice.size_change(problem, p) for p in ([fit] if same is None or same is fit else [fit, same])]

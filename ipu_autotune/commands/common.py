@@ -148,12 +148,9 @@ def numerics_advice(problem: Problem, space, existing, console, seed: int = 0):
 
 def numerics_unmeasured(problem: Problem, space) -> str | None:
     """Why `numerics_advice` has nothing to measure for this problem, or None when it does."""
-    precision = space.knobs["precision"]
-    if all(v == "32.32" for v in getattr(precision, "values", ())):
-        return "nothing runs in FP16"
-    if problem.inputs or problem.token_inputs:
-        return "the gradient statistics run feeds one float image batch, and this model takes token ids or named inputs"
-    return None
+    from ..study.planning import numerics_unmeasured as unmeasured
+
+    return unmeasured(problem, space)
 
 
 def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:

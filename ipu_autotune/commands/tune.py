@@ -26,10 +26,11 @@ from ..present import intervals, ui
 from ..present.display import terminal_text
 from ..present.outputs import compile_counts, lr_json, record_json, write_outputs
 from ..present.tune_summary import print_header, print_summary, result_line
-from ..problem import Config, Problem, load_config_file
+from ..problem import Problem, load_config_file
 from ..rules.cross_field import validate
 from ..search.space import SearchSpace
 from ..study import parallel, records as st
+from ..study.planning import NUMERIC_KNOBS, advised, warm_starts
 from ..study.runner import Runner
 from ..study.storage import check_url, mask_url, open_storage
 from .common import (
@@ -41,8 +42,6 @@ from .common import (
     trace,
     with_host_data,
 )
-
-NUMERIC_KNOBS = ("loss_scaling", "stochastic_rounding", "partials")
 
 
 @dataclass
@@ -140,7 +139,7 @@ def _tune_study(args: TuneOptions, opened: dict) -> TuneOutcome:
     prepare = None
     if advice is not None:
         space = space.without(*NUMERIC_KNOBS)
-        prepare = _advised(advice, space)
+        prepare = advised(advice, space)
     calibrated = _calibration(calibration_url, existing, problem, backend)
     # the warm starts climb to the most of a tile a trial may use and still count as fitting
     headroom = kept_free(problem.model, args.headroom, args.fit_confidence) if backend.name == "estimate" \
@@ -160,7 +159,8 @@ def _tune_study(args: TuneOptions, opened: dict) -> TuneOutcome:
     def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
         study.set_user_attr(calibration.ATTR_UID, calibration.new_uid())
-        items = warm or proposals(problem, profile, space, baseline, headroom=headroom, prepare=prepare)
+        # the estimate backend's warm starts are plan's (study/planning.search): one search
+        items = warm or warm_starts(problem, profile, space, baseline, headroom, prepare)
         if guide is not None:
             from ..guide.first_trials import first_trials
             from ..guide.proposals import COMPILED_WARM_STARTS
@@ -343,7 +343,7 @@ def _nothing_fits_help(problem: Problem, args, best, closest) -> list:
     (estimated, under the same error bar as an estimated trial)."""
     if best is not None or closest is None:
         return []
-    from ..guide.nofit import best_changes
+    from ..study.plan_advice import best_changes
 
     return best_changes(problem, closest.config, args.headroom, closest.measurement, args.fit_confidence)
 
@@ -369,12 +369,3 @@ def _resume(args: TuneOptions, problem: Problem, storage_url: str, study_name: s
     extra += flag_words(args, ("out",))
     command = resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
     return python_call(command) if is_object(problem.model) else command
-
-
-def _advised(advice, space: SearchSpace):
-    """Apply the advice to a config, except where the user's space fixed a knob."""
-    def prepare(config: Config) -> Config:
-        advised = advice.apply(config)
-        kept = {k: getattr(config, k) for k in NUMERIC_KNOBS if k in space.user_knobs}
-        return advised.replace(**kept) if kept else advised
-    return prepare

@@ -1,20 +1,15 @@
-"""When nothing fits: what the closest trial lacks, the hardware the model needs, and the
-problem changes that help.
+"""When nothing fits: what the closest trial lacks, and the texts of `plan`.
 
-`plan` answers "how many IPUs does this model need, and how fast is it on each?": at each
-size (1 to 64 IPUs, the micro-batch halved down to 1 until something fits) the estimator's
-warm-start search (guide/warmstart.proposals: its climbs per IPU layout) finds the fastest
-configuration that fits under the error bar, without a study or a compile. Where nothing fits
-at any size, `why_nothing_fits` names the stage no split can shrink (one unit, on one IPU)
-and `levers` re-estimates it with what lies outside the space (a larger serialisation factor,
-a shorter sequence). The exit-3 advice of `tune` (`best_changes`) quotes the plan and keeps
-only changes the estimate puts closer to fitting than the closest trial.
+`plan` (study/planning.py: `tune`'s own search at each IPU count) and the exit-3 advice
+(study/plan_advice.py) say things in the words below: the exact model state against the
+SRAM it must fit in (`model_state`, `state_line`: parameters times bytes, no error bar), the
+stage no split can shrink (`why_nothing_fits`), and why a row is slower per IPU or busier
+than the size before (`row_reason`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,9 +17,8 @@ from ..backends.base import Backend, Measurement, format_bytes
 from ..problem import Config, Problem
 from ..rules.cross_field import violations
 
-if TYPE_CHECKING:  # types only: imported where used, as plan_size does
-    from ..profiles.model_profile import ModelProfile
-    from ..search.space import SearchSpace
+if TYPE_CHECKING:  # types only
+    from ..study.planning import SizePlan
 
 #: the exit code of a study in which no trial fits (documented in the README and cli.py)
 EXIT_NOTHING_FITS = 3
@@ -55,7 +49,7 @@ def lacks(m: Measurement) -> str:
     return f"the busiest tile of IPU{ipu} needs {used:.0%} of a tile's memory{more}{keep}"
 
 
-def _fraction(m: Measurement) -> float:
+def tile_fraction(m: Measurement) -> float:
     if not m.max_tile_bytes or not m.tile_capacity_bytes:
         return float("inf")
     return max(m.max_tile_bytes) / m.tile_capacity_bytes
@@ -80,38 +74,8 @@ def smaller_batch(problem: Problem, config: Config, backend: Backend) -> Change 
     if m is None:
         return None
     verdict = "the closest configuration fits" if m.feasible else \
-        f"busiest tile still at {_fraction(m):.0%}"
-    return Change(f"--batch-size {bs}", f"{verdict} (estimated)", m.feasible, _fraction(m))
-
-
-def more_ipus(problem: Problem, headroom: float, fit_confidence: float | None) -> list[Change]:
-    """The plan at the sizes above the problem's: the smallest that fits, with its best
-    configuration; when none does, one statement that no size fits, why, and what would."""
-    plans: list[SizePlan] = []
-    for sized in planned(problem, headroom, fit_confidence, tuple(n for n in SIZES if n > problem.ipus)):
-        plans.append(sized)
-        if sized.fits and sized.micro_batch == problem.batch_size:
-            break  # no larger size changes the answer below (the `plan` command shows them all)
-    if not plans:
-        return []
-    fit = smallest_fit(plans)
-    if fit is not None:
-        # the smallest size that fits at the asked micro-batch, and a smaller one at a smaller
-        # micro-batch where there is one
-        same = next((p for p in plans if p.fits and p.micro_batch == problem.batch_size), None)
-        picks = [fit] if same is None or same is fit else [fit, same]
-        return [_size_change(problem, p) for p in picks]
-    closest = closest_plan(plans)
-    said = "; ".join([why_nothing_fits(problem, plans), *levers(problem, closest, headroom, fit_confidence)])
-    return [Change("", f"no IPU count up to {max(SIZES)} fits (estimated): {said}", False, _fraction(closest.measurement))]
-
-
-def _size_change(problem: Problem, fit: SizePlan) -> Change:
-    m, smaller = fit.measurement, fit.micro_batch != problem.batch_size
-    flag = f"--ipus {fit.ipus}" + (f" --batch-size {fit.micro_batch}" if smaller else "")
-    at = f"micro-batch {fit.micro_batch}" if smaller else "the same micro-batch"
-    return Change(flag, f"the smallest size that fits at {at}: {layout_text(fit.config)}, {m.throughput:,.0f} "
-                        "samples/s (estimated; ipu-autotune plan shows every size)", True, _fraction(m))
+        f"busiest tile still at {tile_fraction(m):.0%}"
+    return Change(f"--batch-size {bs}", f"{verdict} (estimated)", m.feasible, tile_fraction(m))
 
 
 def layout_text(config: Config) -> str:
@@ -119,21 +83,6 @@ def layout_text(config: Config) -> str:
     how = "" if config.ipus_per_replica == 1 else {"pipelined": " pipe", "sharded": " shard"}.get(
         config.execution, f" {config.execution}")
     return f"{config.ipus_per_replica}x{config.replicas}{how} {config.precision}"
-
-
-def best_changes(problem: Problem, config: Config, headroom: float, closest: Measurement | None = None,
-                 fit_confidence: float | None = None) -> list[Change]:
-    """The changes that help, the one that helps most first (fits, then the lower busiest
-    tile). A change the estimate puts no closer to fitting than the `closest` trial is left
-    out: the advice never sends a user to hardware that is no better. A statement that no
-    size fits (its flag empty) is kept: it is the answer."""
-    from ..backends.estimate import EstimateBackend
-
-    backend = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence)
-    found = [*more_ipus(problem, headroom, fit_confidence), smaller_batch(problem, config, backend)]
-    floor = _fraction(closest) if closest is not None else float("inf")
-    kept = [c for c in found if c is not None and (c.fits or c.tile_fraction < floor or not c.flag)]
-    return sorted(kept, key=lambda c: (not c.fits, bool(c.flag), c.tile_fraction))
 
 
 # --- the plan: the hardware the model needs ------------------------------------------------------
@@ -145,109 +94,14 @@ SIZES = (1, 2, 4, 8, 16, 32, 64)
 TENSOR_SHARE = 0.25
 
 
-@dataclass
-class SizePlan:
-    """One hardware size: the fastest configuration the estimate puts under the error bar at
-    the largest micro-batch (at most the problem's) where one fits, else the closest one."""
-
-    ipus: int
-    micro_batch: int
-    config: Config
-    measurement: Measurement
-
-    @property
-    def fits(self) -> bool:
-        return self.measurement.feasible
-
-    def to_dict(self) -> dict:
-        return {"ipus": self.ipus, "micro_batch": self.micro_batch, "fits": self.fits,
-                "config": self.config.to_dict(), "measurement": self.measurement.to_dict()}
-
-
-def _micro_batches(problem: Problem) -> list[int]:
-    out, bs = [], problem.batch_size
-    while bs >= 1:
-        out.append(bs)
-        bs //= 2
-    return out
-
-
-def plan_size(problem: Problem, ipus: int, headroom: float, fit_confidence: float | None) -> SizePlan | None:
-    """The fastest fitting configuration on `ipus` IPUs, halving the micro-batch until one
-    fits; None when the model has no layout on that many (more stages than units)."""
-    from ..backends.estimate import EstimateBackend
-    from ..backends.estimate.error_bars import kept_free
-    from ..profiles.trace import profile_for
-    from ..search.space import SearchSpace
-
-    backend = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence)
-    closest = None
-    for bs in _micro_batches(problem):
-        sized = dataclasses.replace(problem, ipus=ipus, batch_size=bs)
-        profile = profile_for(sized)
-        space = SearchSpace.load(sized)
-        if not space.ipu_layouts(sized, profile):
-            return None
-        judged = [SizePlan(ipus, bs, c, backend.measure(sized, c))
-                  for c in _climbed(sized, profile, space, kept_free(sized.model, headroom, fit_confidence))]
-        if not judged:
-            continue
-        fits = [j for j in judged if j.fits and j.measurement.throughput]
-        if fits:
-            return max(fits, key=lambda j: j.measurement.throughput or 0.0)  # each has one (above)
-        nearest = min(judged, key=lambda j: j.measurement.violation)
-        closest = nearest if closest is None or nearest.measurement.violation < closest.measurement.violation \
-            else closest
-    return closest
-
-
-def _climbed(problem: Problem, profile: ModelProfile, space: SearchSpace, headroom: float) -> list[Config]:
-    """The warm starts' climbs (guide/warmstart.climb) from the newcomer's baseline and from it
-    moved to every other IPU layout, without the safer second climbs a study's warm starts
-    add: one climb per layout is what a plan needs."""
-    from .warmstart import Screen, climb, naive_baseline
-
-    screen = Screen(problem, profile, headroom=headroom, space=space)
-    baseline = naive_baseline(problem, profile)
-    starts = [space.project(problem, profile, baseline)]
-    starts += [moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"]
-    climbed = dict.fromkeys(climb(screen, space, start) for start in starts)
-    return [c for c in climbed if screen(c) is not None]  # a climb that found no valid step stays invalid
-
-
-def plan(problem: Problem, headroom: float, fit_confidence: float | None,
-         sizes: tuple[int, ...] = SIZES) -> list[SizePlan]:
-    """`plan_size` at every size with a layout, smallest first."""
-    return list(planned(problem, headroom, fit_confidence, sizes))
-
-
-def planned(problem: Problem, headroom: float, fit_confidence: float | None,
-            sizes: tuple[int, ...]) -> Iterator[SizePlan]:
-    """`plan`, one size at a time: a caller that has its answer stops planning."""
-    for n in sizes:
-        sized = plan_size(problem, n, headroom, fit_confidence)
-        if sized is not None:
-            yield sized
-
-
-def smallest_fit(plans: list[SizePlan]) -> SizePlan | None:
-    return next((p for p in plans if p.fits), None)
-
-
-def closest_plan(plans: list[SizePlan]) -> SizePlan:
-    """The size whose best configuration comes nearest to fitting (the levers start from it)."""
-    return min(plans, key=lambda p: p.measurement.violation)
-
-
 def why_nothing_fits(problem: Problem, plans: list[SizePlan]) -> str:
     """At the size that came closest, its configuration's busiest tile against a tile's memory,
     the units its IPU holds, and their largest tensor spread over the IPU's tiles: a pipeline
     places whole units, so no split shrinks that tensor."""
     from ..backends.targets import get_target
     from ..profiles.trace import profile_for
-    from ..search.space import SearchSpace
 
-    last = closest_plan(plans)
+    last = min(plans, key=lambda p: p.measurement.violation)  # the closest size
     m = last.measurement
     ipu = m.worst_ipu()
     if ipu is None or not m.tile_capacity_bytes or "stage_units" not in m.details:
@@ -267,8 +121,7 @@ def why_nothing_fits(problem: Problem, plans: list[SizePlan]) -> str:
     share = tensor / tiles / m.tile_capacity_bytes
     if len(units) > 1 and share < TENSOR_SHARE:
         # Several units, none large: a longer pipeline than the space's would split them.
-        longest = max(n for n, _ in SearchSpace.load(problem).ipu_layouts(
-            dataclasses.replace(problem, ipus=max(SIZES)), profile))
+        longest = longest_replica(problem)
         grows = ", which grow with the sequence and the micro-batch" if top in ("activations", "stash", "temporary") \
             else ""
         return (f"{said} ({len(units)} units): the space's longest pipeline is {longest} IPUs per replica, so "
@@ -284,29 +137,128 @@ def _kb(n: float) -> str:
     return f"{n / 1e3:,.0f} kB"
 
 
-def levers(problem: Problem, closest: SizePlan, headroom: float, fit_confidence: float | None) -> list[str]:
-    """What outside the search space would make the closest configuration of a plan fit, each
-    re-estimated: a serialisation factor past the space's (PopART's serializedMatMul takes any
-    that divides the padded vocabulary), a shorter sequence."""
-    from ..backends.estimate import EstimateBackend
-    from ..knob_spec import applies
 
-    backend = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence)
-    sized = dataclasses.replace(problem, ipus=closest.ipus, batch_size=closest.micro_batch)
-    where = f"at {closest.ipus} IPUs, micro-batch {closest.micro_batch}"
-    out = []
-    if applies("embedding_serialization", sized, closest.config):
-        tried = [(f, backend.measure(sized, closest.config.replace(embedding_serialization=f))) for f in (16, 32, 64)]
-        f, m = next(((f, m) for f, m in tried if m.feasible), tried[-1])
-        out.append(f"embedding_serialization {f} (outside the space, which stops at 8): "
-                   + (f"fits {where} (estimated)" if m.feasible else f"busiest tile still {_fraction(m):.0%} {where}"))
-    if problem.seq_len > 64:
-        seq, shorter = problem.seq_len, None
-        while seq > 64 and not (shorter is not None and shorter.feasible):
-            seq //= 2
-            shorter = backend.measure(dataclasses.replace(sized, seq_len=seq, input_shape=(), decoder_seq_len=0),
-                                      closest.config)
-        assert shorter is not None  # the loop ran: seq_len > 64
-        out.append(f"--seq-len {seq}: " + (f"fits {where} (estimated)" if shorter.feasible
-                                           else f"busiest tile still {_fraction(shorter):.0%} {where}"))
-    return out
+
+# --- exact model state: parameters times bytes, no error bar ---------------------------------
+
+def model_state(problem: Problem, config: Config, params: int) -> dict[str, float]:
+    """Weights, gradient accumulators and optimizer state of the whole model in `config`'s
+    types (backends/estimate/memory: the bytes per parameter the estimate itself uses)."""
+    from ..backends.estimate.memory import accumulator_bytes_per_param, state_bytes_per_param
+
+    return {"weights": params * (2.0 if config.half_weights else 4.0),
+            "gradients": params * accumulator_bytes_per_param(problem, config),
+            "optimizer": params * state_bytes_per_param(problem, config)}
+
+
+def least_on_chip(problem: Problem, params: int) -> float:
+    """A lower bound on the model state any configuration of the space keeps on one replica's
+    IPUs: the weights in the narrowest precision the space allows. Gradients can be transient
+    (sharded execution without accumulation) and optimizer state off chip or sharded, so
+    neither is counted."""
+    from ..search.space import SearchSpace
+
+    precisions = getattr(SearchSpace.load(problem).knobs["precision"], "values", ("16.16",))
+    narrowest = 2.0 if any(str(v).endswith(".16") for v in precisions) else 4.0
+    return params * narrowest
+
+
+def longest_replica(problem: Problem) -> int:
+    """The most IPUs one replica spans in the space (a pipeline or sharded model)."""
+    from ..profiles.trace import profile_for
+    from ..search.space import SearchSpace
+
+    sized = dataclasses.replace(problem, ipus=max(SIZES))
+    return max(n for n, _ in SearchSpace.load(sized).ipu_layouts(sized, profile_for(sized)))
+
+
+def certainly_over(problem: Problem, ipus: int) -> bool:
+    """True when the exact weights alone exceed the SRAM of the largest replica `ipus` IPUs
+    allow, or one weight tensor alone an IPU's: no configuration fits there, whatever the
+    compiler decides."""
+    return bool(certain_reason(problem, ipus))
+
+
+def certain_reason(problem: Problem, ipus: int) -> str:
+    """Why no configuration fits on `ipus` IPUs whatever the compiler decides, or "": the exact
+    weights (narrowest precision) against the largest replica's SRAM, or the largest weight
+    tensor against one IPU's (a pipeline places whole tensors)."""
+    from ..backends.targets import get_target
+    from ..profiles.trace import profile_for
+
+    profile = profile_for(problem)
+    ipu = get_target(problem.target).bytes_per_ipu
+    narrowest = least_on_chip(problem, 1)  # bytes per parameter
+    heaviest = max(profile.units, key=lambda u: u.largest_param, default=None)
+    if heaviest is not None and narrowest * heaviest.largest_param > ipu:
+        return (f"certain: one weight tensor ({heaviest.path}, {format_bytes(narrowest * heaviest.largest_param)}) "
+                f"exceeds an IPU's {format_bytes(ipu)}")
+    replica = min(ipus, longest_replica(problem))
+    weights = least_on_chip(problem, profile.params)
+    if weights > replica * ipu:
+        return (f"certain: the weights alone ({format_bytes(weights)}) exceed the {format_bytes(replica * ipu)} "
+                f"of SRAM of the largest replica here ({replica} IPU{'s' if replica > 1 else ''})")
+    return ""
+
+
+def state_line(problem: Problem, config: Config) -> str:
+    """The first line when nothing fits: the exact model state against the largest replica's
+    SRAM, and the least of it any configuration keeps on chip."""
+    from ..backends.estimate.memory import offloaded, sharded
+    from ..backends.targets import get_target
+    from ..profiles.trace import profile_for
+
+    params = profile_for(problem).params
+    state = model_state(problem, config, params)
+    longest = longest_replica(problem)
+    sram = longest * get_target(problem.target).bytes_per_ipu
+    weights = "FP16" if config.half_weights else "FP32"
+    where = " (off chip in the closest configuration)" if offloaded(problem, config) else \
+        f" (sharded over {config.replicas} replicas in the closest configuration)" if sharded(problem, config) else ""
+    total = sum(state.values())
+    least = least_on_chip(problem, params)
+    return (f"model state (exact, parameters x bytes): {params:,} parameters, weights {format_bytes(state['weights'])} "
+            f"({weights}), gradients {format_bytes(state['gradients'])}, {problem.optimizer} state "
+            f"{format_bytes(state['optimizer'])}{where}: {format_bytes(total)} in all, against "
+            f"{format_bytes(sram)} of SRAM on the space's largest replica ({longest} IPUs x "
+            f"{format_bytes(get_target(problem.target).bytes_per_ipu)}); the weights alone, in the narrowest "
+            f"precision, are {format_bytes(least)}, {least / sram:.0%} of it")
+
+
+def row_reason(before: SizePlan | None, row: SizePlan) -> str:
+    """Why a row does not fit (the verdict's reason: over the tile, or a chance to fit under the
+    one asked), is slower per IPU than the size before, has its busiest tile higher beyond the
+    error bar of the size before, or speeds up more than the IPUs added; "" when none holds."""
+    b = row.measurement
+    out = [] if b.feasible or not b.reason else [b.reason]
+    if before is None:
+        return "; ".join(out)
+    a = before.measurement
+    if a.feasible and b.feasible and a.throughput and b.throughput:
+        gain, more = b.throughput / a.throughput, row.ipus / before.ipus
+        if gain < 0.99 * more and row.micro_batch != before.micro_batch:
+            out.append(f"{gain:.2f}x the samples/s of {before.ipus} IPUs: micro-batch {row.micro_batch} fits here "
+                       f"(the largest up to the one asked), {before.micro_batch} at {before.ipus} IPUs; "
+                       f"{b.bottleneck or 'the step'} bounds it")
+        elif gain < 0.99 * more:
+            if row.config == before.config or (row.config.replicas * row.config.ipus_per_replica
+                                               < row.ipus):
+                used = row.config.replicas * row.config.ipus_per_replica
+                out.append(f"uses {used} of the {row.ipus} IPUs: {b.bottleneck or 'the step'} bounds it"
+                           + (" (more replicas would not be faster)" if b.bottleneck == "host input" else ""))
+            else:
+                out.append(f"{gain:.2f}x the samples/s of {before.ipus} IPUs for {more:g}x the IPUs: "
+                           f"{b.bottleneck or 'the step'} bounds it")
+        elif gain > 1.01 * more:
+            why = f"micro-batch {row.micro_batch} fits here ({before.micro_batch} at {before.ipus})" \
+                if row.micro_batch > before.micro_batch else f"a layout of {layout_text(row.config)} " \
+                f"(at {before.ipus}: {layout_text(before.config)}, bound by {a.bottleneck or 'the step'})"
+            out.append(f"{gain:.2f}x the samples/s of {before.ipus} IPUs for {more:g}x the IPUs: {why}")
+    if a.max_tile_bytes and b.max_tile_bytes and a.max_tile_bytes_interval:
+        hi = a.max_tile_bytes_interval[a.worst_ipu() or 0][1]
+        if max(b.max_tile_bytes) > hi:
+            out.append(f"busiest tile {tile_fraction(b):.0%}, above the {hi / a.tile_capacity_bytes:.0%} top of "
+                       f"{before.ipus} IPUs' error bar: "
+                       + ("the faster configuration uses more of a tile, within its own bar" if b.feasible else
+                          f"the closest configuration is {layout_text(row.config)} at micro-batch {row.micro_batch}"))
+    return "; ".join(out)

@@ -8,6 +8,7 @@ result of a greedy climb on estimated throughput from the best of those.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -75,8 +76,26 @@ def _split_grid(problem: Problem, profile: ModelProfile) -> ModelProfile:
     return profile if problem.trainer == "optimum" else split_grid(profile)
 
 
+#: balanced splits already found in this process (a pure function of its arguments; the problem's
+#: IPU count is not one of them), with the profile and constants kept alive so their ids stay theirs
+_BALANCED: dict[tuple, tuple[ModelProfile, EstimatorConstants, tuple[str, ...]]] = {}
+
+
 def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kind: str,
                     constants: EstimatorConstants = NOMINAL) -> tuple[str, ...]:
+    """`_balanced_splits`, remembered: each climb of a study's warm starts, and `plan`'s every
+    size, asks for the same ones again."""
+    key = (dataclasses.replace(problem, ipus=1), id(profile), config, kind, id(constants))
+    found = _BALANCED.get(key)
+    if found is None:
+        if len(_BALANCED) >= 20_000:
+            _BALANCED.clear()
+        found = _BALANCED[key] = (profile, constants, _balanced_splits(problem, profile, config, kind, constants))
+    return found[2]
+
+
+def _balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kind: str,
+                     constants: EstimatorConstants = NOMINAL) -> tuple[str, ...]:
     """Splits balancing compute (FLOPs), or memory (the busiest IPU's busiest tile).
 
     Memory is balanced on the estimator itself, not on a per-unit cost: recomputation and

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rich import box
 from rich.table import Table
 
@@ -22,7 +24,18 @@ def busiest_tile(m) -> str:
     return f"{nominal} ({lo / m.tile_capacity_bytes * 100:.0f}-{hi / m.tile_capacity_bytes:.0%})"
 
 
-def plan_table(model: str, plans, asked_batch: int) -> Table:
+def chance(p, certain=frozenset()) -> str:
+    """The chance to fit by the error bar; "0%!" where the exact weights alone exceed
+    the size's largest replica (guide/nofit.certainly_over)."""
+    if p.ipus in certain:
+        return "0%!"
+    m = p.measurement
+    if m.fit_chance is None:
+        return "-"
+    return f"{math.floor(m.fit_chance * 100):.0f}%"  # rounded down: 89.95% is not shown as the 90% asked
+
+
+def plan_table(model: str, plans, asked_batch: int, certain=frozenset()) -> Table:
     table = Table(title=f"{model}: the best configuration per IPU count (estimated)", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
     for name, right in (("IPUs", True), ("mb", True), ("layout", False), ("samples/s", True),
@@ -35,17 +48,33 @@ def plan_table(model: str, plans, asked_batch: int) -> Table:
             terminal_cell("no fit", "red")
         table.add_row(str(p.ipus), batch, layout_text(p.config), speed,
                       terminal_cell(m.bottleneck or "-") if p.fits else "", busiest_tile(m),
-                      f"{m.fit_chance:.0%}" if m.fit_chance is not None else "-")
+                      chance(p, certain))
     return table
 
 
-def notes(plans, asked_batch: int) -> list[str]:
+def notes(plans, asked_batch: int, certain=frozenset()) -> list[str]:
     """The lines under the table: what the columns mean where it is not obvious."""
-    out = ["mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end to end (host input included); "
-           "busiest tile: its share of a tile's memory (and its error bar); chance: to fit, by that bar"]
+    out = ["each row: tune --ipus N's own search on the estimate backend (default trials, its numerics answer); "
+           "mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end to end (host input included); "
+           "busiest tile: its share of a tile's memory (and its error bar); chance: to fit, by that bar "
+           "(!: none, whatever the compiler decides)"]
+    out += why_lines(plans)
     if any(p.micro_batch != asked_batch for p in plans):
         out.append(f"*: the micro-batch halved from {asked_batch} until a configuration fits")
     uncertain = [p for p in plans if p.fits and p.measurement.straddles_tile_limit]
     if uncertain:
         out.append(f"at {', '.join(str(p.ipus) for p in uncertain)} IPUs the best is {intervals.UNCERTAIN}")
     return out
+
+
+def why_lines(plans) -> list[str]:
+    """'4, 8 IPUs: ...': each row's reason, sizes with the same reason on one line."""
+    grouped: list[tuple[list[int], str]] = []
+    for p in plans:
+        if not p.why:
+            continue
+        if grouped and grouped[-1][1] == p.why:
+            grouped[-1][0].append(p.ipus)
+        else:
+            grouped.append(([p.ipus], p.why))
+    return [f"{', '.join(map(str, sizes))} IPU{'s' if sizes != [1] else ''}: {why}" for sizes, why in grouped]

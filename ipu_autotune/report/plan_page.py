@@ -10,7 +10,7 @@ from plotly.offline import get_plotlyjs
 
 from ..guide.nofit import layout_text
 from ..present.display import html_text
-from ..present.plan_view import busiest_tile
+from ..present.plan_view import busiest_tile, chance, notes
 from ..problem import Problem
 from ..version import __version__
 from .page import CSS
@@ -43,31 +43,36 @@ def throughput_figure(plans) -> go.Figure:
     return fig
 
 
-def render_plan(problem: Problem, plans, why: str, levers: list[str]) -> str:
+def render_plan(problem: Problem, plans, closing: list[str], why: list[str], certain=frozenset()) -> str:
     rows = "".join(
         f"<tr><td class='num'>{p.ipus}</td><td>{'yes' if p.fits else 'no'}</td><td class='num'>{p.micro_batch}</td>"
         f"<td>{html_text(layout_text(p.config))}</td>"
         f"<td class='num'>{f'{p.measurement.throughput:,.0f}' if p.fits and p.measurement.throughput else '-'}</td>"
         f"<td>{html_text(p.measurement.bottleneck or '-') if p.fits else '-'}</td>"
-        f"<td class='num'>{html_text(busiest_tile(p.measurement))}</td></tr>" for p in plans)
+        f"<td class='num'>{html_text(busiest_tile(p.measurement))}</td>"
+        f"<td class='num'>{html_text(chance(p, certain))}</td><td>{html_text(p.why)}</td></tr>" for p in plans)
     body = [f"<h1>Plan: {html_text(problem.model)}</h1>",
             f"<p class='sub'>micro-batch up to {problem.batch_size}, {html_text(problem.optimizer)}, "
             f"{html_text(problem.target)} &middot; ipu-autotune {__version__}</p>",
             "<p class='estimated'>Every figure here is <b>estimated</b> by the analytical IPU model "
             "(no compile, no run).</p>",
             "<table><tr><th>IPUs</th><th>fits</th><th>micro-batch</th><th>layout</th>"
-            f"<th>samples/s</th><th>bottleneck</th><th>busiest tile</th></tr>{rows}</table>",
+            f"<th>samples/s</th><th>bottleneck</th><th>busiest tile</th><th>chance</th><th>why</th></tr>{rows}</table>",
+            *[f"<p class='sub'>{html_text(line)}</p>" for line in notes(plans, problem.batch_size, certain)],
             throughput_figure(plans).to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})]
+    body += [f"<p><b>{html_text(line)}</b></p>" for line in closing]
     if why:
-        body += ["<h2>Why nothing fits</h2>", f"<p>{html_text(why)}</p>"]
-        body += [f"<p>{html_text(line)}</p>" for line in levers]
+        body += ["<h2>Why nothing fits</h2>", *[f"<p>{html_text(line)}</p>" for line in why]]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<title>ipu-autotune plan: {html_text(problem.model)}</title><style>{CSS}</style>"
             f"<script>{get_plotlyjs()}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def write_plan_report(problem: Problem, plans, why: str, levers: list[str], path: str | Path) -> Path:
+def write_plan_report(problem: Problem, plans, closing: list[str], why: list[str], path: str | Path,
+                      certain=frozenset()) -> Path:
+    """The page shows what the terminal shows: the table with its chance and why columns, the
+    notes under it, the closing lines (smallest fit and its tune command, or why nothing fits)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_plan(problem, plans, why, levers), encoding="utf-8")
+    path.write_text(render_plan(problem, plans, closing, why, certain), encoding="utf-8")
     return path

@@ -223,6 +223,9 @@ class SearchSpace:
             executions = s.values("execution")
             if accumulation is not None and accumulation < min_pipeline_accumulation(problem, ipr):
                 executions = [e for e in executions if e != "pipelined"]  # too few micro-batches
+            if problem.token_inputs and stage_candidates(problem, profile) is None and len(executions) > 1 \
+                    and _head_stay_units(profile) < ipr:  # the head stays with the embedding: fewer stages
+                executions = [e for e in executions if e != "pipelined"]
             execution = s.choose("execution", executions)
         splits = self._sample_splits(s, ipr, profile, execution == "pipelined" and problem.token_inputs,
                                      stage_candidates(problem, profile))
@@ -357,3 +360,9 @@ def distinct_recompute(modes: list[str], pipelined: bool) -> list[str]:
             seen.add(effective_recompute(m, pipelined))
             out.append(m)
     return out
+
+
+def _head_stay_units(profile: ModelProfile) -> int:
+    """The units a pipeline whose head stays with the token embedding can split between."""
+    grid = split_grid(profile)
+    return next((i for i, u in enumerate(grid.units) if u.placed_with is not None), len(grid.units))

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import math
+
 from ...batch import micro_batch
 from ...host import pipeline as host
 from ...problem import Config, Problem
@@ -68,9 +72,30 @@ def device_parts(config: Config, time, k: EstimatorConstants) -> dict[str, float
             "all-reduce": di * time.parts["all_reduce"], "host call": k.host_call_overhead_s}
 
 
+#: estimates already made in this process, by what they depend on (the IPU count of the problem
+#: is not one of them: a config uses the IPUs it names), with the profile and constants kept alive so their ids
+#: stay their own (constants hold a dict: not hashable). A study's warm starts, its trials and `plan`'s sizes ask for many twice.
+_MADE: dict[tuple, tuple[ModelProfile, EstimatorConstants, Measurement]] = {}
+_MADE_LIMIT = 20_000
+
+
 def estimate(problem: Problem, config: Config, profile: ModelProfile,
              constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
              fit_confidence: float | None = None) -> Measurement:
+    """`_estimate`, remembered: a pure function of its arguments (a shallow copy is returned,
+    so a caller that sets a field changes only its own)."""
+    key = (dataclasses.replace(problem, ipus=1), config, id(profile), id(constants), headroom, fit_confidence)
+    made = _MADE.get(key)
+    if made is None:
+        if len(_MADE) >= _MADE_LIMIT:
+            _MADE.clear()
+        made = _MADE[key] = (profile, constants, _estimate(problem, config, profile, constants, headroom, fit_confidence))
+    return copy.copy(made[2])
+
+
+def _estimate(problem: Problem, config: Config, profile: ModelProfile,
+              constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
+              fit_confidence: float | None = None) -> Measurement:
     """Memory and time of one config. With `headroom`, a config fits only if its busiest
     tile leaves that fraction of the tile free, a margin for the model's own error; with
     `fit_confidence`, also only if its chance to fit by the calibrated error bar is at least
@@ -130,6 +155,7 @@ def estimate(problem: Problem, config: Config, profile: ModelProfile,
 
 def _over(headroom: float, free: float, chance: float, fit_confidence: float | None) -> str:
     if free > headroom:  # the error bar asked for more than the headroom
-        return (f"estimated {chance:.0%} chance to fit by the error bar, under the {fit_confidence:.0%} asked "
+        return (f"estimated {math.floor(chance * 100):.0f}% chance to fit by the error bar, under the "
+                f"{fit_confidence:.0%} asked "
                 "(--fit-confidence)")
     return "estimated over tile memory" + (f" less {headroom:.0%} headroom" if headroom else "")
