@@ -324,6 +324,20 @@ def test_regions_move_speed_and_memory_beyond_the_noise():
     assert moved["speed"] >= 3 and moved["memory"] >= 3, moved
 
 
+def test_speed_coverage_quick():
+    """The guide's speed intervals after a few compiles (issue 58, must show 4): one row per
+    kind of target, coverage a share of what was counted."""
+    text = run("speed_coverage.py", "--quick")
+    rows = table(text, "regions: the guide's 80% speed interval")
+    assert [r["targets"] for r in rows] in (["best known", "random"], ["random"])
+    for r in rows:
+        inside, counted = map(int, r["inside"].split("/"))
+        assert 0 <= inside <= counted and counted >= 1
+        assert number(r["median sd (log)"]) > 0
+    assert re.search(r"^the guide's misfit after the compiles \(guide/trust.py\), median \d+\.\d\d", text,
+                     re.MULTILINE)
+
+
 def test_oracle_walk_quick():
     text = run("oracle_walk.py", "--quick")
     rows = table(text, "Within 5 % of the best known")

@@ -114,7 +114,8 @@ class KnobEffects:
         # structural choices at `group_unit`), the interaction (at half the unit). The terms of
         # regions, the groups' and the interaction's (any combination of knob values), are
         # `widen`ed: guide/trust.py
-        spreads = np.array([unit] * (1 + len(self.groups) + knob_levels) + [unit / 2 * widen])
+        spreads = np.array([unit] * (1 + len(self.groups) + knob_levels)
+                           + [(unit if group_unit is None else group_unit) / 2 * widen])
         for column in group_levels:
             spreads[1 + len(self.groups) + column] = (unit if group_unit is None else group_unit) * widen
         self._prior_log = np.log(spreads)
