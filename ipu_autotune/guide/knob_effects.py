@@ -94,7 +94,10 @@ class KnobEffects:
     knob's spread from `unit` (the spread of its log); `outputs`: a level column after the
     knobs' is the row's output (an IPU), correlated by OUTPUT_CORRELATION across outputs, not
     a knob; `studies`: the last level column is the row's study (OWN: this one's), correlated
-    by the fitted `study_correlation` across studies."""
+    by the fitted `study_correlation` across studies; `learn_noise`: fit the noise too (its
+    prior median `noise`); `group_levels`: the level columns that are groups of structural
+    choices, their prior spread `group_unit` (the interaction's half of it; default `unit`);
+    `widen`: a factor on the groups' and the interaction's prior spreads (guide/trust.py)."""
 
     def __init__(self, numeric: np.ndarray, levels: np.ndarray, y: Sequence[float],
                  groups: Sequence[Sequence[int]], unit: float, noise: float, log_spread_sd: float = LOG_SPREAD_SD,
