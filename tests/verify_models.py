@@ -72,14 +72,7 @@ class VanishingNet(nn.Module):
 
     def __init__(self, num_classes: int = 10, depth: int = 8, width: int = 64, gain: float = 0.1):
         super().__init__()
-        layers: list[nn.Module] = [nn.Flatten()]
-        for i in range(depth):
-            linear = nn.Linear(64 if i == 0 else width, width)
-            nn.init.normal_(linear.weight, std=gain / width ** 0.5)
-            nn.init.zeros_(linear.bias)
-            layers += [linear, nn.Tanh()]
-        layers.append(nn.Linear(width, num_classes))
-        self.layers = nn.Sequential(*layers)
+        self.layers = tanh_mlp(num_classes, depth, width, gain)
 
     def forward(self, x):
         return self.layers(x)
