@@ -93,7 +93,7 @@ def test_a_gain_within_the_learnt_noise_is_worth_nothing():
         speed_noise = 0.03
 
     model = Noisy({"best": (100.0, 1.0), "twin": (101.5, 1.0), "far": (99.0, 1.0)}, sd=0.01)
-    line = bar(model, ["best"])
+    line = bar(model, [("best", 100.0)])
     assert line == pytest.approx(100.0 * math.exp(0.03))
     sure_twin = expected_improvement(model, "twin", line)
     model.sd = 0.15  # "far": a region nothing was compiled in
@@ -112,8 +112,8 @@ def test_two_candidates_within_the_noise_are_ranked_by_their_spread_beyond_it():
             return {"a": 0.02, "b": 0.06}.get(config, 0.02)
 
     model = Noisy({"best": (100.0, 1.0), "a": (101.0, 1.0), "b": (100.0, 1.0)}, sd=0.02)
-    line = bar(model, ["best"])
+    line = bar(model, [("best", 100.0)])
     assert expected_improvement(model, "b", line) > 2 * expected_improvement(model, "a", line)
     # the rule at the measured best (no noise) would have ranked "a" by its 1 % alone
-    plain = bar(model, ["best"]) / math.exp(0.03)
+    plain = bar(model, [("best", 100.0)]) / math.exp(0.03)
     assert expected_improvement(model, "a", plain) > 0.003

@@ -166,7 +166,7 @@ class Guide:
         if first_round:
             first = self._first_round(seen, measured, asked, tried)
             return None if first is None else Proposal.guided(first, Reason.FIRST_ROUND, None)
-        fitting = [c for c, m in measured if m.feasible and m.failure is None and m.throughput]
+        fitting = [(c, m.throughput) for c, m in measured if m.feasible and m.failure is None and m.throughput]
         best = bar(model, fitting)  # the measured best as the model sees it, and the noise (guide/gain.py)
         self._gather_edges(seen, best)
         least = confidence if not seen else 0.0  # no compile yet: the prior alone must make it likely
