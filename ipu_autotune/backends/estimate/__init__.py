@@ -82,15 +82,17 @@ _MADE_LIMIT = 20_000
 def estimate(problem: Problem, config: Config, profile: ModelProfile,
              constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
              fit_confidence: float | None = None) -> Measurement:
-    """`_estimate`, remembered: a pure function of its arguments (a shallow copy is returned,
-    so a caller that sets a field changes only its own)."""
+    """`_estimate`, remembered: a pure function of its arguments. Each caller gets a deep copy:
+    callers add to a measurement's details and lists (backends/screen.py sets
+    `details["screen_violation"]` on a compile built from an estimate), and a shallow copy
+    shared those with the remembered one."""
     key = (dataclasses.replace(problem, ipus=1), config, id(profile), id(constants), headroom, fit_confidence)
     made = _MADE.get(key)
     if made is None:
         if len(_MADE) >= _MADE_LIMIT:
             _MADE.clear()
         made = _MADE[key] = (profile, constants, _estimate(problem, config, profile, constants, headroom, fit_confidence))
-    return copy.copy(made[2])
+    return copy.deepcopy(made[2])
 
 
 def _estimate(problem: Problem, config: Config, profile: ModelProfile,
