@@ -15,6 +15,7 @@ from ..guide.warmstart import is_baseline
 from ..options import DEFAULT_OUT, MeasureOptions
 from ..present.display import terminal_text
 from ..problem import Config, Problem
+from ..study.planning import numerics_unmeasured
 from ..study.storage import mask_url, open_storage
 
 
@@ -125,7 +126,7 @@ def numerics_notes(advice, config: Config) -> list[str]:
 def numerics_advice(problem: Problem, space, existing, console, seed: int = 0):
     """The numerics advice `tune` sets and `estimate` suggests with: stored with the study
     (`existing`), or measured now (a few seconds on the CPU); None where it cannot be measured
-    (`numerics_unmeasured` says why)."""
+    (study/planning.numerics_unmeasured says why)."""
     from ..numerics.advice import advise
     from ..numerics.answer import NumericsAdvice
     from ..study.records import ATTR_NUMERICS
@@ -144,13 +145,6 @@ def numerics_advice(problem: Problem, space, existing, console, seed: int = 0):
         except Exception as exc:  # advice is an aid: without it the study still searches these knobs
             console.print(f"[yellow]numerics advice skipped: {type(exc).__name__}: {exc}[/]")
             return None
-
-
-def numerics_unmeasured(problem: Problem, space) -> str | None:
-    """Why `numerics_advice` has nothing to measure for this problem, or None when it does."""
-    from ..study.planning import numerics_unmeasured as unmeasured
-
-    return unmeasured(problem, space)
 
 
 def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:

@@ -147,7 +147,8 @@ class _Numerics:
     def __call__(self, config: Config) -> Config:
         from ..numerics.answer import summary_lines
         from ..search.space import SearchSpace
-        from .common import numerics_advice, numerics_unmeasured
+        from ..study.planning import numerics_unmeasured
+        from .common import numerics_advice
 
         if not self.asked:
             self.asked = True
