@@ -97,8 +97,8 @@ from ipu_autotune.study.storage import open_storage
 
 def cli_problem(command: str) -> Problem:
     """The Problem `ipu-autotune COMMAND` tunes, built by the CLI's own parser."""
-    from ipu_autotune.args import problem_from_args
     from ipu_autotune.cli import build_parser
+    from ipu_autotune.options.problem_flags import problem_from_args
 
     return problem_from_args(build_parser().parse_args(["tune", *command.split()]))
 

@@ -114,9 +114,9 @@ def verify(model: Any = None, *, baseline: Any = None, tuned: Any = None, name: 
     `tuned`/`baseline`: a Config or a config file path (as --tuned/--baseline); or study="NAME" for
     a study's best against its baseline. Other keywords: the CLI's flags (`ipu-autotune verify
     --help`), e.g. data="mymodule:loader", steps=100."""
-    from .args import problem_from_args
     from .commands.common import console_for
     from .commands.verify import verify as run_verify, verify_configs
+    from .options.problem_flags import problem_from_args
     from .problem import Config
 
     string = model_string(model, name) if model is not None else None

@@ -18,9 +18,9 @@ import warnings
 from rich.console import Console
 from rich.markup import escape
 
-from .args import add_options, options_from
 from .errors import UsageError
 from .options import OPTIONS
+from .options.parser import add_options, options_from
 from .present.display import terminal_text
 from .version import __version__
 

@@ -118,7 +118,7 @@ def test_every_estimate_carries_error_bars_around_its_figures():
 
 
 def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit():
-    from ipu_autotune.args import DEFAULT_FIT_CONFIDENCE
+    from ipu_autotune.options import DEFAULT_FIT_CONFIDENCE
     from ipu_autotune.commands.estimate import _print_measurement
 
     backend = EstimateBackend()

@@ -99,7 +99,8 @@ def test_rules_bound_one_call_and_the_global_batch():
 def test_fine_tuning_a_transformer_has_a_lower_global_batch_ceiling():
     """A task head on a pretrained body trains at a few hundred samples per update; 2,048
     would leave a 50,000-example task set 24 updates an epoch. Pretraining keeps 2,048."""
-    from ipu_autotune.args import DEFAULT_STORAGE, resume_command
+    from ipu_autotune.options import DEFAULT_STORAGE
+    from ipu_autotune.options.problem_flags import resume_command
 
     bert = Problem("hf:bert-base-uncased", 8)  # sequence-classification by default
     assert bert.max_global_batch == 256

@@ -8,10 +8,10 @@ from typing import Any
 
 from rich.text import Text
 
-from ..args import problem_from_args
 from ..backends.base import Measurement, format_bytes
 from ..errors import UsageError
 from ..options import EstimateOptions
+from ..options.problem_flags import problem_from_args
 from ..present import intervals, ui
 from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import EXIT_BREAKS_RECIPE, recipe_violations, validate

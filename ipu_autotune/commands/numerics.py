@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from ..args import problem_from_args
 from ..numerics.advice import advise
 from ..numerics.view import render
 from ..options import NumericsOptions
+from ..options.problem_flags import problem_from_args
 
 
 def run(args: NumericsOptions) -> int:

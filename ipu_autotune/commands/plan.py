@@ -13,9 +13,9 @@ import json
 
 from rich.console import Console
 
-from ..args import problem_from_args, resume_command
 from ..guide.nofit import SIZES, certainly_over, layout_text
 from ..options import DEFAULT_STORAGE, PlanOptions
+from ..options.problem_flags import problem_from_args, resume_command
 from ..present import plan_view, ui
 from ..present.display import terminal_text
 from ..problem import Problem

@@ -12,7 +12,6 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.markup import escape
 
-from ..args import problem_from_args, python_call, resume_command
 from ..backends import resolve_backend_name
 from ..backends.estimate.error_bars import kept_free
 from ..errors import UsageError
@@ -20,8 +19,9 @@ from ..guide.nofit import EXIT_NOTHING_FITS, lacks
 from ..guide.proposal import History
 from ..guide.warmstart import is_baseline
 from ..models.objects import is_object
-from ..option_spec import flag_words
 from ..options import DEFAULT_OUT, TuneOptions
+from ..options.problem_flags import problem_from_args, python_call, resume_command
+from ..options.spec import flag_words
 from ..present import intervals, ui
 from ..present.display import terminal_text
 from ..present.outputs import compile_counts, lr_json, record_json, write_outputs

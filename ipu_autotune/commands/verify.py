@@ -11,9 +11,9 @@ import sys
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ..args import problem_from_args
 from ..errors import UsageError
 from ..options import TuneOptions, VerifyOptions
+from ..options.problem_flags import problem_from_args
 from ..problem import Config, Problem, load_config_file
 from ..verification.check import estimate_seconds, plan, run_check
 from ..verification.samples import check_samples, read_samples

@@ -14,22 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .models.hf_config import DEFAULT_SEQ_LEN, TASKS
-from .option_spec import (
-    from_keywords as _from_keywords,
-    keywords as _keywords,
-    micro_batch_knob,
-    number_in,
-    one_of,
-    option,
-    positive,
-    required,
-    shape,
-    switch,
-    to_argv as _to_argv,
-)
-from .parsing import OPTIMIZERS, TARGETS, TRAINERS
-from .verification.defaults import DEFAULT_STEPS
+from ..models.hf_config import DEFAULT_SEQ_LEN, TASKS
+from ..parsing import OPTIMIZERS, TARGETS, TRAINERS
+from ..verification.defaults import DEFAULT_STEPS
+from .keywords import from_keywords as _from_keywords, to_argv as _to_argv
+from .spec import keywords as _keywords, option, required, switch
+from .values import micro_batch_knob, number_in, one_of, positive, shape
 
 DEFAULT_STORAGE = "sqlite:///ipu-autotune.db"
 DEFAULT_TRIALS = 60  # study/planning.DEFAULT_TRIALS: plan searches as tune does

@@ -1,83 +1,15 @@
-"""The parser's flags generated from the options' fields (options.py), the options built from the
-parsed flags, and the problem they describe.
-
-The command layer (`cli`, the `commands` package) imports this; nothing below it does.
-"""
+"""The Problem the options describe (over a config file's [problem]), and the command line
+that describes a Problem again: the resume command and its Python call."""
 
 from __future__ import annotations
 
-import argparse
 import shlex
-from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
-from .errors import UsageError
-from .option_spec import BadValue, defaults, specs
-from .options import (  # noqa: F401
-    DEFAULT_FIT_CONFIDENCE,
-    DEFAULT_HEADROOM,
-    DEFAULT_OUT,
-    DEFAULT_STORAGE,
-    OPTIONS,
-    ProblemOptions,
-)
-from .problem import Problem, default_input_shape, default_max_global_batch
-
-
-def _argparse_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A field's check (Spec.convert) as an argparse type: its refusal is argparse's one-line
-    message."""
-
-    def parse(text: str) -> Any:
-        try:
-            return convert(text)
-        except BadValue as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in its messages
-    return parse
-
-
-def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """The flags of an options class (options.py): each field's flag, its default the field's."""
-    default = defaults(cls)
-    groups: dict[str, Any] = {}
-    for name, spec in specs(cls).items():
-        if spec.kind == "positional":
-            parser.add_argument(name, nargs=None if spec.required else "?", help=spec.help)
-            continue
-        if spec.exclusive:
-            if spec.exclusive not in groups:
-                groups[spec.exclusive] = parser.add_mutually_exclusive_group()
-            target = groups[spec.exclusive]
-        elif spec.group:
-            target = groups.get(spec.group) or groups.setdefault(spec.group, parser.add_argument_group(spec.group))
-        else:
-            target = parser
-        kwargs: dict[str, Any] = {"dest": name, "help": argparse.SUPPRESS if spec.hidden else spec.help}
-        if spec.kind == "switch":
-            kwargs["action"] = "store_true"
-        else:
-            kwargs["default"] = None if spec.kind == "repeat" else default.get(name)
-            kwargs.update({k: v for k, v in (("metavar", spec.metavar), ("choices", spec.choices)) if v})
-            if spec.kind == "repeat":
-                kwargs["action"] = "append"
-            if spec.convert is not None:
-                kwargs["type"] = _argparse_type(spec.convert)
-            if spec.required:
-                kwargs["required"] = True
-        target.add_argument(*spec.flags, **kwargs)
-
-
-def options_from(namespace: argparse.Namespace, argv: list[str]):
-    """The command's options from its parsed flags; `argv`: the command line (--jobs workers run it)."""
-    cls = OPTIONS[namespace.command]
-    names = {f.name for f in fields(cls)}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(namespace).items()
-              if k in names and v is not None}
-    if "argv" in names:
-        values["argv"] = tuple(argv)
-    return cls(**values)
+from ..errors import UsageError
+from ..problem import Problem, default_input_shape, default_max_global_batch
+from .table import DEFAULT_STORAGE, ProblemOptions
 
 
 def problem_from_args(options: ProblemOptions, base: Problem | None = None) -> Problem:
@@ -112,7 +44,7 @@ def problem_from_args(options: ProblemOptions, base: Problem | None = None) -> P
         raise UsageError("name a model (e.g. resnet50) or give --config with a [problem] table")
     if "batch_size" not in values:
         raise UsageError("give --batch-size (the micro-batch per replica)")
-    from .rules.cross_field import check_problem
+    from ..rules.cross_field import check_problem
 
     problem = Problem.from_dict(values, "problem")
     check_problem(problem)
@@ -120,7 +52,7 @@ def problem_from_args(options: ProblemOptions, base: Problem | None = None) -> P
 
 
 def resume_command(problem: Problem, storage: str, study: str) -> str:
-    from .study.storage import mask_url
+    from ..study.storage import mask_url
 
     parts = ["ipu-autotune", problem.model, "--batch-size", str(problem.batch_size)]
     defaults = Problem(problem.model, problem.batch_size)
