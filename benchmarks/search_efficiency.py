@@ -98,9 +98,13 @@ from ipu_autotune.study.storage import open_storage
 def cli_problem(command: str) -> Problem:
     """The Problem `ipu-autotune COMMAND` tunes, built by the CLI's own parser."""
     from ipu_autotune.cli import build_parser
-    from ipu_autotune.options.problem_flags import problem_from_args
+    from ipu_autotune.options import ProblemOptions
+    from ipu_autotune.options.parser import options_from
+    from ipu_autotune.options.problem_flags import problem_from_options
 
-    return problem_from_args(build_parser().parse_args(["tune", *command.split()]))
+    options = options_from(build_parser().parse_args(["tune", *command.split()]))
+    assert isinstance(options, ProblemOptions)
+    return problem_from_options(options)
 
 
 PROBLEMS: dict[str, Problem] = {

@@ -102,10 +102,6 @@ def _check_not_a_misspelt_command(word: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--worker" in argv:  # a --jobs worker: a Ctrl-C passed on while it starts must not be lost
-        from .study import stop_signals
-
-        stop_signals.catch_early()
     implicit_tune = bool(argv) and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS
     if implicit_tune:
         argv.insert(0, "tune")
@@ -123,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        options = options_from(args, argv)  # --jobs starts workers with the same command line
+        options = options_from(args)
         # only the command asked for: `show` or `studies` never import torch (2 s of CPU)
         run = importlib.import_module(f".commands.{args.command}", __package__).run
         return run(options)

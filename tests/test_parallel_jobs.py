@@ -3,7 +3,9 @@ leaves no trial running and no worker behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
 import signal
 import subprocess
 import sys
@@ -14,7 +16,9 @@ import pytest
 from optuna.trial import TrialState
 
 import workers_helpers as wh
-from ipu_autotune.study.parallel import shares, worker_argv
+from ipu_autotune.commands.tune_worker import command, worker_input
+from ipu_autotune.options import TuneOptions
+from ipu_autotune.study.parallel import shares
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 NAME = "tiny"
@@ -25,13 +29,15 @@ def tune(tmp_path, *extra: str) -> list[str]:
             "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", NAME, *extra]
 
 
-def test_worker_command_keeps_the_options_and_takes_its_share():
+def test_a_worker_is_given_the_runs_options_with_its_share():
     assert shares(7, 3) == [3, 2, 2]
     assert shares(1, 4) == [1]
-    argv = ["tune", "resnet18", "--jobs", "4", "--trials=40", "--quiet", "--storage", "sqlite:///s.db"]
-    cmd = worker_argv(argv, 10)
-    assert cmd[3:] == ["tune", "resnet18", "--storage", "sqlite:///s.db", "--jobs", "1", "--trials", "10",
-                       "--worker"]
+    run = TuneOptions(model="resnet18", batch_size=8, jobs=4, trials=40, quiet=False, json=True,
+                      storage="sqlite:///s.db", micro_batch="8-64")
+    given = pickle.loads(worker_input(run, 10))
+    assert given == dataclasses.replace(run, jobs=1, trials=10, worker=True, quiet=True, json=False)
+    assert given.micro_batch == {"low": 8, "high": 64, "log": True}  # the checked value, not its text
+    assert command()[1:] == ["-m", "ipu_autotune.commands.tune_worker"]
 
 
 def test_jobs_2_records_every_trial_once(tmp_path):

@@ -11,7 +11,7 @@ from rich.text import Text
 from ..backends.base import Measurement, format_bytes
 from ..errors import UsageError
 from ..options import EstimateOptions
-from ..options.problem_flags import problem_from_args
+from ..options.problem_flags import problem_from_options
 from ..present import intervals, ui
 from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import EXIT_BREAKS_RECIPE, recipe_violations, validate
@@ -69,7 +69,7 @@ def measured(args: EstimateOptions, overrides: dict | None = None,
 
     console = console or console_for(args)
     file = load_config_file(args.config) if args.config else None
-    problem = with_host_data(args, problem_from_args(args, file.problem if file else None), console)
+    problem = with_host_data(args, problem_from_options(args, file.problem if file else None), console)
     profile = trace(problem, console)
     values = file.config.to_dict() if file and file.config else naive_baseline(problem, profile).to_dict()
     flag = "--set" if overrides is None else "config"

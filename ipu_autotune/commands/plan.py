@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ..guide.nofit import SIZES, certainly_over, layout_text
 from ..options import DEFAULT_STORAGE, PlanOptions
-from ..options.problem_flags import problem_from_args, resume_command
+from ..options.problem_flags import problem_from_options, resume_command
 from ..present import plan_view, ui
 from ..present.display import terminal_text
 from ..problem import Problem
@@ -47,7 +47,7 @@ def closing_lines(problem: Problem, plans: list[SizePlan], headroom: float,
 
 def run(args: PlanOptions) -> int:
     console = console_for(args)
-    problem = problem_from_args(args)
+    problem = problem_from_options(args)
     trace(problem, console)  # a model that cannot be traced fails here, in one line
     with console.status(f"Planning {problem.model} on {', '.join(map(str, SIZES))} IPUs (estimated)…"):
         plans = plan(problem, args.headroom, args.fit_confidence)

@@ -20,8 +20,13 @@ from ..guide.proposal import History
 from ..guide.warmstart import is_baseline
 from ..models.objects import is_object
 from ..options import DEFAULT_OUT, TuneOptions
-from ..options.problem_flags import problem_from_args, python_call, resume_command
-from ..options.spec import flag_words
+from ..options.problem_flags import (
+    changed_options,
+    command_line,
+    problem_from_options,
+    python_call,
+    resume_keywords,
+)
 from ..present import intervals, ui
 from ..present.display import terminal_text
 from ..present.outputs import compile_counts, lr_json, record_json, write_outputs
@@ -91,7 +96,7 @@ def tune_study(args: TuneOptions) -> TuneOutcome:
 
 def _say_resume(args: TuneOptions, study, problem: Problem | None) -> None:
     try:
-        problem = problem or problem_from_args(args)
+        problem = problem or problem_from_options(args)
     except UsageError:  # interrupted before the command line was read whole: nothing to go on from
         return
     name = args.study or problem.slug
@@ -111,7 +116,7 @@ def _tune_study(args: TuneOptions, opened: dict) -> TuneOutcome:
     if args.verify and not args.data:
         raise UsageError("tune --verify needs --data MODULE:FUNCTION: the data both recipes train on")
     # the problem, and the model's profile
-    problem = with_host_data(args, problem_from_args(args), console)
+    problem = with_host_data(args, problem_from_options(args), console)
     check_url(args.storage)  # a URL that cannot work fails before the model is traced
     from ..calibration import session as calibration
 
@@ -254,7 +259,10 @@ def _run_trials(args, console, study, runner, view, backend, jobs) -> list:
 
     try:
         if jobs > 1:
-            workers = parallel.Workers(list(args.argv), args.trials, jobs)
+            from . import tune_worker
+
+            workers = parallel.Workers(tune_worker.command(), [tune_worker.worker_input(args, n)
+                                                                for n in parallel.shares(args.trials, jobs)])
             try:
                 with workers.pass_signals(on_stop), view:
                     ran = parallel.watch(study, workers, view, view.show_running)
@@ -358,14 +366,16 @@ def _stored_host_costs(study, problem: Problem) -> Problem:
     return replace(problem, host_float_sample_s=stored.host_float_sample_s,
                    host_uint8_sample_s=stored.host_uint8_sample_s, host_worker_speedups=stored.host_worker_speedups)
 def _resume(args: TuneOptions, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
-    """The command that goes on with this study as this run did (the storage password masked)."""
-    import shlex
-
-    extra = [] if trials is None else ["--trials", str(trials)]
-    extra += flag_words(args, ("space", "micro_batch", "backend", "headroom", "fit_confidence", "no_numerics",
-                               "no_screen", "no_calibration"))
+    """The command that goes on with this study as this run did (the storage password masked);
+    for a model object, the Python call."""
+    keywords = resume_keywords(problem, storage_url, study_name)
+    if trials is not None:
+        keywords["trials"] = trials
+    keywords.update(changed_options(args, ("space", "micro_batch", "backend", "headroom", "fit_confidence",
+                                           "no_numerics", "no_screen", "no_calibration")))
     if args.calibration_storage and not args.no_calibration:
-        extra += ["--calibration-storage", mask_url(args.calibration_storage)]
-    extra += flag_words(args, ("out",))
-    command = resume_command(problem, storage_url, study_name) + ("" if not extra else " " + shlex.join(extra))
-    return python_call(command) if is_object(problem.model) else command
+        keywords["calibration_storage"] = mask_url(args.calibration_storage)
+    keywords.update(changed_options(args, ("out",)))
+    if is_object(problem.model):
+        return python_call(problem.model, keywords)
+    return command_line(problem.model, keywords)

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import UsageError
 from ..options import TuneOptions, VerifyOptions
-from ..options.problem_flags import problem_from_args
+from ..options.problem_flags import problem_from_options
 from ..problem import Config, Problem, load_config_file
 from ..verification.check import estimate_seconds, plan, run_check
 from ..verification.samples import check_samples, read_samples
@@ -49,12 +49,12 @@ def configs(args: VerifyOptions) -> tuple[Problem, Config, Config, object]:
         if best is None or base is None:
             raise UsageError(f"study '{args.study}' has no {'fitting trial' if best is None else 'baseline trial'} "
                              "to verify")
-        problem = problem_from_args(args, stored)
+        problem = problem_from_options(args, stored)
         return problem, base.config, best.config, study
     if args.tuned and not args.study:
         file_problem, tuned = _config_file(args.tuned)
         base_problem, baseline = _config_file(args.baseline) if args.baseline else (None, Config())
-        problem = problem_from_args(args, file_problem or base_problem)
+        problem = problem_from_options(args, file_problem or base_problem)
         return problem, baseline, tuned, None
     raise UsageError("verify: give one of --study NAME (its best against its baseline) and --tuned FILE")
 

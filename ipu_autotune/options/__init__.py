@@ -22,6 +22,7 @@ from .table import (
     DEFAULT_TRIALS as DEFAULT_TRIALS,
     OPTIONS as OPTIONS,
     CalibrationOptions as CalibrationOptions,
+    CommandOptions as CommandOptions,
     EstimateOptions as EstimateOptions,
     ExportOptions as ExportOptions,
     MeasureOptions as MeasureOptions,
@@ -33,7 +34,4 @@ from .table import (
     StudiesOptions as StudiesOptions,
     TuneOptions as TuneOptions,
     VerifyOptions as VerifyOptions,
-    from_keywords as from_keywords,
-    keywords as keywords,
-    to_argv as to_argv,
 )

@@ -10,20 +10,20 @@ from dataclasses import fields
 from typing import Any
 
 from .spec import defaults, specs
-from .table import OPTIONS
-from .values import BadValue
+from .table import OPTIONS, CommandOptions
+from .values import BadValue, Check
 
 
-def _argparse_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A field's check (Spec.convert) as an argparse type: its refusal is argparse's one-line
+def _argparse_type(check: Check) -> Callable[[str], Any]:
+    """A field's check (Spec.check) as an argparse type: its refusal is argparse's one-line
     message."""
 
     def parse(text: str) -> Any:
         try:
-            return convert(text)
+            return check(text)
         except BadValue as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in its messages
+    parse.__name__ = getattr(check, "__name__", "value")  # argparse names the type in its messages
     return parse
 
 
@@ -51,19 +51,17 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
             kwargs.update({k: v for k, v in (("metavar", spec.metavar), ("choices", spec.choices)) if v})
             if spec.kind == "repeat":
                 kwargs["action"] = "append"
-            if spec.convert is not None:
-                kwargs["type"] = _argparse_type(spec.convert)
+            if spec.check is not None:
+                kwargs["type"] = _argparse_type(spec.check)
             if spec.required:
                 kwargs["required"] = True
         target.add_argument(*spec.flags, **kwargs)
 
 
-def options_from(namespace: argparse.Namespace, argv: list[str]):
-    """The command's options from its parsed flags; `argv`: the command line (--jobs workers run it)."""
+def options_from(namespace: argparse.Namespace) -> CommandOptions:
+    """The command's options from its parsed flags."""
     cls = OPTIONS[namespace.command]
     names = {f.name for f in fields(cls)}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(namespace).items()
               if k in names and v is not None}
-    if "argv" in names:
-        values["argv"] = tuple(argv)
     return cls(**values)

@@ -1,5 +1,5 @@
-"""The Problem the options describe (over a config file's [problem]), and the command line
-that describes a Problem again: the resume command and its Python call."""
+"""The Problem the options describe (over a config file's [problem]), and the options that
+describe a Problem again: the resume command a person copies, or its Python call."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 
 from ..errors import UsageError
 from ..problem import Problem, default_input_shape, default_max_global_batch
-from .table import DEFAULT_STORAGE, ProblemOptions
+from .spec import defaults
+from .table import DEFAULT_STORAGE, CommandOptions, ProblemOptions
 
 
-def problem_from_args(options: ProblemOptions, base: Problem | None = None) -> Problem:
+def problem_from_options(options: ProblemOptions, base: Problem | None = None) -> Problem:
     """Flags override the file's [problem]; unset flags keep it (or the defaults)."""
     values = base.to_dict() if base else {}
     if options.model:
@@ -51,48 +52,74 @@ def problem_from_args(options: ProblemOptions, base: Problem | None = None) -> P
     return problem
 
 
-def resume_command(problem: Problem, storage: str, study: str) -> str:
+def resume_keywords(problem: Problem, storage: str, study: str) -> dict[str, Any]:
+    """The options, by field name, that define `problem` and its study where they differ from
+    the defaults: what a resume command or call gives (the storage's password masked)."""
     from ..study.storage import mask_url
 
-    parts = ["ipu-autotune", problem.model, "--batch-size", str(problem.batch_size)]
+    out: dict[str, Any] = {"batch_size": problem.batch_size}
     defaults = Problem(problem.model, problem.batch_size)
     if problem.ipus != defaults.ipus:
-        parts += ["--ipus", str(problem.ipus)]
+        out["ipus"] = problem.ipus
     if problem.inputs:
-        for spec in problem.inputs:
-            parts += ["--input", spec]
+        out["inputs"] = list(problem.inputs)
     elif problem.input_shape != default_input_shape(problem.model, problem.seq_len):
-        parts += ["--input-shape", ",".join(map(str, problem.input_shape))]
+        out["input_shape"] = problem.input_shape
     defaults = replace(defaults, max_global_batch=default_max_global_batch(problem.model, problem.task))
     for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch",
                 "task", "seq_len", "decoder_seq_len", "max_predictions", "attention_dropout", "trainer"):
         if getattr(problem, key) != getattr(defaults, key):
-            parts += [f"--{key.replace('_', '-')}", str(getattr(problem, key))]
+            out[key] = getattr(problem, key)
     if problem.host_memory_gb != defaults.host_memory_gb:
-        parts += ["--host-memory", f"{problem.host_memory_gb:g}"]
+        out["host_memory"] = problem.host_memory_gb
     if storage != DEFAULT_STORAGE:
-        parts += ["--storage", mask_url(storage)]
+        out["storage"] = mask_url(storage)
     if study != problem.slug:
-        parts += ["--study", study]
+        out["study"] = study
+    return out
+
+
+def changed_options(options: CommandOptions, names: tuple[str, ...]) -> dict[str, Any]:
+    """These options, by field name, where they differ from their defaults."""
+    default = defaults(type(options))
+    return {name: getattr(options, name) for name in names
+            if name not in default or getattr(options, name) != default[name]}
+
+
+def _flag_text(key: str, value: object) -> str:
+    """A value as a resume command writes it: (3, 32, 32) -> '3,32,32'; {'low': 8, 'high': 64}
+    -> '8-64'; the host memory without a needless '.0'."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    if isinstance(value, dict) and {"low", "high"} <= set(value):
+        return f"{value['low']}-{value['high']}"
+    if key == "host_memory" and isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def command_line(model: str, keywords: dict[str, Any]) -> str:
+    """`ipu-autotune MODEL --flag value ...`: the command these options are, for a person to
+    copy (never parsed back by the tool)."""
+    parts = ["ipu-autotune", model]
+    for key, value in keywords.items():
+        flag = "--input" if key == "inputs" else "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif key == "inputs":
+            parts += [w for spec in value for w in (flag, spec)]
+        else:
+            parts += [flag, _flag_text(key, value)]
     return shlex.join(parts)
 
 
-def python_call(command: str) -> str:
-    """A resume command as the Python API's call, for a model only Python can give (object:NAME):
-    'ipu-autotune object:Net --batch-size 8 --no-numerics' -> "ipu_autotune.tune(model,
-    name='Net', batch_size=8, no_numerics=True)"."""
-    parts = shlex.split(command)[1:]
-    name = parts.pop(0).partition(":")[2]
-    kwargs: dict[str, Any] = {"name": name}
-    while parts:
-        key = parts.pop(0)[2:].replace("-", "_")
-        if parts and not parts[0].startswith("--"):
-            raw = parts.pop(0)
-            value: int | str = int(raw) if raw.isdigit() else raw
-            if key == "input":  # --input repeats: the keyword takes a list
-                kwargs.setdefault("inputs", []).append(value)
-                continue
-            kwargs[key] = value
-        else:
-            kwargs[key] = True
-    return "ipu_autotune.tune(model, " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
+def python_call(model: str, keywords: dict[str, Any]) -> str:
+    """The same as the Python API's call, for a model only Python can give (object:NAME):
+    "ipu_autotune.tune(model, name='Net', batch_size=8, no_numerics=True)"."""
+    given = {"name": model.partition(":")[2], **keywords}
+    return "ipu_autotune.tune(model, " + ", ".join(f"{k}={v!r}" for k, v in given.items()) + ")"
+
+
+def resume_command(problem: Problem, storage: str, study: str) -> str:
+    """The command that opens this problem's study again."""
+    return command_line(problem.model, resume_keywords(problem, storage, study))

@@ -1,18 +1,17 @@
-"""A field of a run's options (options.py) is also a command-line flag and a keyword of the
-Python API: `Spec` is what the field says about it (its flags, the check that turns text into
-the value, its help). `args.add_options` builds the parser from it; `from_keywords` builds the
-options from a call's keywords with the same checks and the same one-line messages as the
-parser's, so the command and the call refuse bad input alike (exit code 2: `UsageError`).
+"""A field of a run's options (table.py) is also a command-line flag and a keyword of the
+Python API: `Spec` is what the field says about it (its flags, the check its value goes
+through, its help). parser.add_options builds the parser from it; the options check their
+values with it (table.CommandOptions), with the parser's one-line messages, so the command and
+the call refuse bad input alike (exit code 2: `UsageError`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import UsageError
-from .values import BadValue
+from .values import BadValue, Check, text
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class Spec:
 
     help: str | None = None
     flags: tuple[str, ...] = ()
-    convert: Callable[[str], Any] | None = None
+    check: Check | None = None  # None: text (values.text)
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     kind: str = "value"
@@ -48,17 +47,23 @@ class Spec:
     def refusal(self, prog: str, why: str) -> UsageError:
         return UsageError(f"{prog}: argument {'/'.join(self.flags)}: {why} (see {prog} --help)")
 
-    def parse(self, text: str, prog: str) -> Any:
-        """The value of this flag's text, or the parser's one-line refusal."""
-        if self.convert is None:
-            return text
+    def parse(self, value: object, prog: str) -> Any:
+        """The option's value from the flag's text or a Python value (a repeated flag's: each
+        item), or the parser's one-line refusal."""
+        if self.kind == "switch":
+            if not isinstance(value, bool):
+                raise self.refusal(prog, f"takes True or False, got {value!r}")
+            return value
+        if self.kind == "repeat":
+            items = value if isinstance(value, (list, tuple)) else [value]
+            return tuple(self._checked(item, prog) for item in items)
+        return self._checked(value, prog)
+
+    def _checked(self, value: object, prog: str) -> Any:
         try:
-            return self.convert(text)
+            return (self.check or text)(value)
         except BadValue as exc:
-            why = str(exc)
-        except (TypeError, ValueError):  # as argparse words a plain type's refusal
-            why = f"invalid {getattr(self.convert, '__name__', repr(self.convert))} value: {text!r}"
-        raise self.refusal(prog, why)
+            raise self.refusal(prog, str(exc)) from None
 
 
 def option(default: Any = None, help: str | None = None, **spec: Any) -> Any:
@@ -80,7 +85,7 @@ def switch(help: str | None = None, **spec: Any) -> Any:
 def specs(cls: type) -> dict[str, Spec]:
     """The options of a command's options class, by field name, in field order; a field
     without a flag (a default the command takes as it is) is not among them."""
-    out = {}
+    out: dict[str, Spec] = {}
     for f in fields(cls):
         spec = f.metadata.get("option")
         if spec is None or (spec.hardware and not getattr(cls, "hardware", True)):
@@ -99,26 +104,3 @@ def defaults(cls: type) -> dict[str, Any]:
 def keywords(cls: type) -> dict[str, Spec]:
     """The keywords a Python call takes: the command's documented flags, by field name."""
     return {name: s for name, s in specs(cls).items() if s.kind != "positional" and not s.hidden}
-
-
-def text(value: Any) -> str:
-    """A Python value as the flag's text: (3, 32, 32) -> '3,32,32'; {'low': 8, 'high': 64} -> '8-64'."""
-    if isinstance(value, (tuple, list)):
-        return ",".join(map(str, value))
-    if isinstance(value, dict) and set(value) >= {"low", "high"}:
-        return f"{value['low']}-{value['high']}"
-    return str(value)
-
-
-def flag_words(options: Any, names: Iterable[str]) -> list[str]:
-    """The flags that give these options their values where they differ from the defaults,
-    e.g. ['--headroom', '0.1', '--no-numerics']: a resume command's tail."""
-    cls, all_specs = type(options), specs(type(options))
-    default = defaults(cls)
-    words: list[str] = []
-    for name in names:
-        value, spec = getattr(options, name), all_specs[name]
-        if name in default and value == default[name]:
-            continue
-        words += [spec.long_flag] if spec.kind == "switch" else [spec.long_flag, text(value)]
-    return words

@@ -1,8 +1,8 @@
 """`tune --jobs N`: N trials at once on one host, one compile per worker process.
 
 The process the user started creates the study (warm starts, numerics advice) as usual,
-then starts N workers: `ipu-autotune tune` itself with the same options, `--jobs 1`, its
-share of the trials and `--worker` (no header, summary or files). They share the study's
+then starts N workers: `tune` itself, each given its options on stdin (the same options, one
+job, its share of the trials, as a worker: no header, summary or files). They share the study's
 storage like workers started by hand; constant-liar TPE and the guide (which skips the
 configurations other workers are compiling) keep them apart. This process only watches
 the storage and feeds finished trials, and the running ones, to the live view.
@@ -20,7 +20,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -48,28 +47,19 @@ def shares(trials: int, jobs: int) -> list[int]:
     return [n for n in (trials // jobs + (i < trials % jobs) for i in range(jobs)) if n > 0]
 
 
-def worker_argv(argv: list[str], trials: int) -> list[str]:
-    """The worker's command: this one's options with its share of the trials, as a worker."""
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in ("--jobs", "--trials"):
-            skip = True
-            continue
-        if a.startswith(("--jobs=", "--trials=")) or a in ("--quiet", "--json"):
-            continue
-        out.append(a)
-    return [sys.executable, "-m", "ipu_autotune", *out, "--jobs", "1", "--trials", str(trials), "--worker"]
-
-
 class Workers:
-    """Started worker processes and the signals passed on to them."""
+    """Started worker processes and the signals passed on to them: one per input, each running
+    `command` with its input on stdin."""
 
-    def __init__(self, argv: list[str], trials: int, jobs: int):
-        self.procs = [subprocess.Popen(worker_argv(argv, n), stdout=subprocess.DEVNULL, start_new_session=True)
-                      for n in shares(trials, jobs)]
+    def __init__(self, command: list[str], inputs: list[bytes]):
+        self.procs = []
+        for given in inputs:
+            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    start_new_session=True)
+            assert proc.stdin is not None  # stdin=PIPE
+            with proc.stdin:
+                proc.stdin.write(given)
+            self.procs.append(proc)
         self.stops = 0
 
     def signal_all(self, signum: int) -> None:
