@@ -74,10 +74,11 @@ def one_study(problem, oracle, budget: int, store, name: str) -> list:
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
     items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
-    backend = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
-    calibrated = session.give_prior(store, name, problem, backend, print) if store is not None else None
+    calibrated = session.give_prior(store, name, problem, oracle, print) if store is not None else None
     guide = Guide(problem, profile, space, DEFAULT_HEADROOM, candidates=[p.config for p in items],
                   prior=calibrated.prior if calibrated is not None else None)
+    backend = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN,
+                              veto=session.prior_veto(guide, baseline))  # as tune makes it
 
     def on_create(s) -> None:
         s.set_user_attr(session.ATTR_UID, name)
@@ -85,7 +86,6 @@ def one_study(problem, oracle, budget: int, store, name: str) -> list:
         st.enqueue(s, space, problem, profile, first)
 
     study, _ = st.open_study(open_storage("memory:"), name, problem, 0, on_create)
-    backend.veto = session.prior_veto(guide, baseline)  # as tune sets it
     runner = Runner(study, problem, profile, space, backend, guide=guide)
     if session.attach(calibrated, study, problem, profile, backend, print) is not None:
         runner.observers.append(calibrated.recorder)

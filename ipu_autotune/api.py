@@ -73,8 +73,6 @@ def tune(model: object, options: TuneOptions | None = None, *, name: str | None 
     if objects.is_object(string):
         _check_object_run(run, string)
     outcome = tune_study(run)
-    if outcome.study is None:
-        raise UsageError("the tune run ended before its study was opened")
     result = TuneResult.from_outcome(outcome)
     result.verdict = verify_outcome(run, outcome)
     return result

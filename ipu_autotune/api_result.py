@@ -7,7 +7,7 @@ import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
 from rich.text import Text
@@ -18,6 +18,12 @@ from .guide.warmstart import is_baseline
 from .present import ui
 from .problem import Config, Problem
 from .study.records import TrialRecord
+
+if TYPE_CHECKING:
+    import optuna
+
+    from .commands.tune import TuneOutcome
+    from .verification.verdict import Verdict
 
 _PRE = '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;font-family:Menlo,Consolas,monospace">{code}</pre>'
 
@@ -41,23 +47,26 @@ class TuneResult:
     records: list[TrialRecord]
     best: TrialRecord | None
     baseline: TrialRecord | None
+    study: optuna.Study = field(repr=False)  # for reading it further
     interrupted: bool = False
     files: dict[str, Path] = field(default_factory=dict)
     resume: str = ""
-    study: Any = field(default=None, repr=False)  # the optuna.Study, for reading it further
     #: what the last ipu_config() could not say as IPUConfig fields (FP16 weights, a fixed loss scale...)
     ipu_config_notes: list[str] = field(default_factory=list, repr=False)
     #: with verify=True: the Verdict of training the best recipe beside the baseline's (docs/verify.md)
-    verdict: Any = field(default=None, repr=False)
+    verdict: Verdict | None = field(default=None, repr=False)
 
     @classmethod
-    def from_outcome(cls, outcome) -> TuneResult:
+    def from_outcome(cls, outcome: TuneOutcome) -> TuneResult:
         from .study.records import best_record, records
 
-        recs = records(outcome.study)
+        study, problem = outcome.study, outcome.problem
+        if study is None or problem is None:
+            raise UsageError("the tune run ended before its study was opened")
+        recs = records(study)
         base = next((r for r in recs if is_baseline(r.origin)), None)
-        return cls(outcome.study_name, outcome.problem, outcome.backend, recs, best_record(outcome.study), base,
-                   outcome.interrupted, dict(outcome.files), outcome.resume, outcome.study)
+        return cls(outcome.study_name, problem, outcome.backend, recs, best_record(study), base, study,
+                   outcome.interrupted, dict(outcome.files), outcome.resume)
 
     @property
     def best_config(self) -> Config | None:
@@ -91,7 +100,7 @@ class TuneResult:
         """The best trial (or trial N) as the PopTorch code `ipu-autotune export` writes."""
         return self._export("python", trial)[0]
 
-    def options(self, trial: int | None = None):
+    def options(self, trial: int | None = None) -> Any:
         """A real `poptorch.Options` built by the snippet's make_options(); needs PopTorch."""
         from .backends import sdk_available
         from .backends.poptorch.child import run_snippet

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 import warnings
+from typing import NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -33,7 +34,7 @@ SUBCOMMANDS = ("tune", "estimate", "plan", "export", "show", "studies", "numeric
 class _Parser(argparse.ArgumentParser):
     """argparse, but errors are our one-line UsageError (exit 2, no usage dump)."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 

@@ -310,12 +310,16 @@ def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path):
     for r in records_of("old", factor=factor):
         store.add(r)
     guide, _ = _guided(store)
-    backend = ScreenedBackend(HiddenFactor(factor), EstimateBackend(headroom=0.05), margin=float("inf"))
-    backend.veto = session.prior_veto(guide, configs[0])  # configs[0] is the baseline here
+    def screened(baseline):
+        return ScreenedBackend(HiddenFactor(factor), EstimateBackend(headroom=0.05), margin=float("inf"),
+                               veto=session.prior_veto(guide, baseline))
+
+    backend = screened(configs[0])  # configs[0] is the baseline here
     m = backend.measure(problem, configs[0])
     assert m.source == "estimate" and "calibration store" in m.reason and backend.compiles_run == 0
     assert m.max_tile_bytes == nominal.max_tile_bytes  # the record holds the nominal estimate, labelled as such
-    backend.veto = session.prior_veto(guide, configs[1])  # another baseline: configs[0] is compiled
+    assert not backend.would_compile(problem, configs[0])
+    backend = screened(configs[1])  # another baseline: configs[0] is compiled
     assert backend.measure(problem, configs[0]).source == "compile" and backend.compiles_run == 1
     other, _ = _guided(store, sdk="sdk-b")
     assert session.prior_veto(other, configs[0]) is None  # no prior, no veto

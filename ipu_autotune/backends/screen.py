@@ -16,17 +16,23 @@ the memory verdict is compiled, the speed is estimated, and the record says whic
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TypeGuard
 
 from ..problem import Config, Problem
 from .base import Backend, Measurement
 
+#: config -> a reason not to compile it, or None (calibration/session.prior_veto)
+Veto = Callable[[Config], str | None]
+
 
 class ScreenedBackend(Backend):
-    """`inner` measures; `screen` (an EstimateBackend, or None for no screening) vetoes."""
+    """`inner` measures; `screen` (an EstimateBackend, or None for no screening) vetoes what it
+    puts more than `margin` over memory, and `veto` what it names a reason for; the nominal
+    estimate is still what a screened record holds."""
 
     def __init__(self, inner: Backend, screen: Backend | None, margin: float = 0.25,
-                 estimate_missing_throughput: bool = True):
+                 estimate_missing_throughput: bool = True, veto: Veto | None = None):
         if margin < 0:
             raise ValueError(f"screening margin must be >= 0, got {margin}")
         self.inner = inner
@@ -37,9 +43,7 @@ class ScreenedBackend(Backend):
         self.source = inner.source
         self.compiles_saved = 0
         self.compiles_run = 0
-        #: config -> a reason not to compile it, or None (calibration/session.prior_veto); the
-        #: nominal estimate is still what the screened record holds
-        self.veto = None
+        self.veto = veto
         self.screen_errors = 0
 
     @property

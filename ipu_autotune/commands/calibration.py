@@ -64,7 +64,7 @@ def run(args: CalibrationOptions) -> int:
     return 0
 
 
-def _empty(args, url: str) -> int:
+def _empty(args: CalibrationOptions, url: str) -> int:
     """Nothing recorded yet is an answer, not bad input: said, exit 0."""
     if args.json:
         print(json.dumps({"store": mask_url(url), "records": 0, "unreadable": 0, "groups": []}, indent=2))
@@ -74,12 +74,12 @@ def _empty(args, url: str) -> int:
     return 0
 
 
-def _named(r: dict, args) -> bool:
+def _named(r: dict[str, Any], args: CalibrationOptions) -> bool:
     return ((args.target is None or r["target"] == args.target) and (args.sdk is None or r["sdk"] == args.sdk)
             and (args.study is None or r["study"] == args.study))
 
 
-def _filters(args) -> str:
+def _filters(args: CalibrationOptions) -> str:
     named = [f"{k} {v}" for k, v in (("target", args.target), ("sdk", args.sdk), ("study", args.study)) if v]
     return ", ".join(named)
 

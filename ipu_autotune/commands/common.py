@@ -5,6 +5,7 @@ unreadable, the numerics notes of an export."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 
@@ -18,13 +19,31 @@ from ..problem import Config, Problem
 from ..study.planning import numerics_unmeasured
 from ..study.storage import mask_url, open_storage
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def console_for(options) -> Console:
+    import optuna
+
+    from ..backends.screen import Veto
+    from ..numerics.answer import NumericsAdvice
+    from ..profiles.model_profile import ModelProfile
+    from ..search.space import SearchSpace
+    from ..study.records import TrialRecord
+
+
+class PrintsJson(Protocol):
+    """Options with --json."""
+
+    @property
+    def json(self) -> bool: ...
+
+
+def console_for(options: PrintsJson) -> Console:
     # JSON goes to stdout alone; everything human goes to stderr then.
     return Console(stderr=options.json, highlight=False)
 
 
-def trace(problem: Problem, console: Console):
+def trace(problem: Problem, console: Console) -> ModelProfile:
     # Imported here: building and tracing a model needs torch, which `show`, `studies` and
     # `report` never import (2-3 s of CPU per command).
     from ..models.zoo import check_model_name
@@ -46,10 +65,11 @@ def trace(problem: Problem, console: Console):
                                 "check --input-shape, or describe several or integer inputs with --input")) from None
 
 
-def make_backend(options: MeasureOptions, problem: Problem, console: Console, work_dir: Path | None = None,
-                 estimate_headroom: float | None = None) -> Backend:
-    """The backend --backend names. `estimate_headroom`: the estimate backend's headroom when
-    it answers alone (estimate's own verdict is by the tile limit: 0); else --headroom."""
+def measuring_backend(options: MeasureOptions, console: Console, work_dir: Path | None = None,
+                      estimate_headroom: float | None = None) -> Backend:
+    """The backend --backend names, unscreened. `estimate_headroom`: the estimate backend's
+    headroom when it answers alone (estimate's own verdict is by the tile limit: 0); else
+    --headroom."""
     from ..backends.estimate import EstimateBackend
 
     name = resolve_backend_name(options.backend)
@@ -62,15 +82,35 @@ def make_backend(options: MeasureOptions, problem: Problem, console: Console, wo
             return EstimateBackend(headroom=estimate_headroom)
         return EstimateBackend(headroom=options.headroom, fit_confidence=options.fit_confidence)
     from ..backends.poptorch import PopTorchBackend
+
+    return PopTorchBackend(work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=options.compile_timeout)
+
+
+def screened(options: MeasureOptions, backend: Backend, veto: Veto | None = None) -> Backend:
+    """A compiling backend screened by the estimator (--screen-margin; `veto`: a reason not to
+    compile a config, ScreenedBackend's); the estimate backend as it is."""
+    if backend.name == "estimate":
+        return backend
+    from ..backends.estimate import EstimateBackend
     from ..backends.screen import ScreenedBackend
 
-    backend = PopTorchBackend(work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=options.compile_timeout)
     # Without screening the estimator still fills in throughput where an offline compile has none.
     margin = float("inf") if options.no_screen else options.screen_margin
-    return ScreenedBackend(backend, EstimateBackend(headroom=options.headroom), margin=margin)
+    return ScreenedBackend(backend, EstimateBackend(headroom=options.headroom), margin=margin, veto=veto)
 
 
-def with_host_data(options: MeasureOptions, problem: Problem, console) -> Problem:
+def make_backend(options: MeasureOptions, problem: Problem | None, console: Console, work_dir: Path | None = None,
+                 estimate_headroom: float | None = None) -> Backend:
+    """The backend --backend names, screened as --screen-margin says (measuring_backend, screened)."""
+    return screened(options, measuring_backend(options, console, work_dir, estimate_headroom))
+
+
+def warn(line: str) -> None:
+    """One yellow line on stderr (a stored or user-given text shown escaped)."""
+    Console(stderr=True, highlight=False).print(terminal_text(line), style="yellow", markup=False, soft_wrap=True)
+
+
+def with_host_data(options: MeasureOptions, problem: Problem, console: Console) -> Problem:
     """The problem with its host costs timed from --data (a few seconds on this CPU): per
     sample, and how the loader scales with worker processes."""
     data = options.data
@@ -98,7 +138,7 @@ def with_host_data(options: MeasureOptions, problem: Problem, console) -> Proble
                    host_worker_speedups=speedups)
 
 
-def load_study(storage_url: str, name: str):
+def load_study(storage_url: str, name: str) -> tuple[optuna.Study, Problem]:
     import optuna
 
     from ..study.records import stored_problem
@@ -116,14 +156,15 @@ def load_study(storage_url: str, name: str):
     return study, problem
 
 
-def numerics_notes(advice, config: Config) -> list[str]:
+def numerics_notes(advice: NumericsAdvice | None, config: Config) -> list[str]:
     """The advice as it applies to the exported config (export/notes.py)."""
     from ..export.notes import numerics_notes as notes
 
     return notes(advice, config)
 
 
-def numerics_advice(problem: Problem, space, existing, console, seed: int = 0):
+def numerics_advice(problem: Problem, space: SearchSpace, existing: optuna.Study | None, console: Console,
+                    seed: int = 0) -> NumericsAdvice | None:
     """The numerics advice `tune` sets and `estimate` suggests with: stored with the study
     (`existing`), or measured now (a few seconds on the CPU); None where it cannot be measured
     (study/planning.numerics_unmeasured says why)."""
@@ -155,6 +196,6 @@ def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:
                       highlight=False, soft_wrap=True)
 
 
-def baseline_of(records):
+def baseline_of(records: Iterable[TrialRecord]) -> TrialRecord | None:
     """The study's baseline trial, if it has one."""
     return next((r for r in records if is_baseline(r.origin)), None)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.text import Text
 
 from ..backends.base import Measurement, format_bytes
@@ -16,6 +17,9 @@ from ..present import intervals, ui
 from ..problem import Config, Problem, load_config_file
 from ..rules.cross_field import EXIT_BREAKS_RECIPE, recipe_violations, validate
 from .common import console_for, make_backend, trace, with_host_data
+
+if TYPE_CHECKING:
+    from ..numerics.answer import NumericsAdvice
 
 _WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recompute")
 
@@ -61,8 +65,8 @@ def run(args: EstimateOptions) -> int:
     return code
 
 
-def measured(args: EstimateOptions, overrides: dict | None = None,
-             console=None) -> tuple[Problem, Config, Measurement, list[str]]:
+def measured(args: EstimateOptions, overrides: dict[str, Any] | None = None,
+             console: Console | None = None) -> tuple[Problem, Config, Measurement, list[str]]:
     """The problem, the configuration (--config, then --set, then `overrides`: the Python API's
     config keys) checked by the rules, its measurement, and the recipe rules it breaks."""
     from ..guide.warmstart import naive_baseline
@@ -90,7 +94,7 @@ def measured(args: EstimateOptions, overrides: dict | None = None,
     return problem, config, backend.measure(problem, config), broken
 
 
-def _print_measurement(console, problem: Problem, config: Config, m: Measurement, headroom: float,
+def _print_measurement(console: Console, problem: Problem, config: Config, m: Measurement, headroom: float,
                        fit_confidence: float) -> None:
     from ..guide.suggestions import suggestions
 
@@ -139,10 +143,11 @@ class _Numerics:
     (commands/common.numerics_advice, seeded as tune seeds it), measured only when a
     suggestion turns FP16 on; where it cannot be measured, `notes` says so."""
 
-    def __init__(self, problem: Problem, console):
+    def __init__(self, problem: Problem, console: Console):
         self.problem, self.console = problem, console
         self.notes: list[str] = []
-        self.advice, self.asked = None, False
+        self.advice: NumericsAdvice | None = None
+        self.asked = False
 
     def __call__(self, config: Config) -> Config:
         from ..numerics.answer import summary_lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,6 +13,12 @@ from .. import export
 from ..errors import UsageError
 from ..options import ExportOptions
 from .common import baseline_of, load_study, numerics_notes, trace
+
+if TYPE_CHECKING:
+    import optuna
+
+    from ..problem import Problem
+    from ..study.records import TrialRecord
 
 
 def run(args: ExportOptions) -> int:
@@ -39,7 +46,8 @@ def run(args: ExportOptions) -> int:
     return 0
 
 
-def render_record(study, problem, record, fmt: str, study_name: str) -> tuple[str, list[str]]:
+def render_record(study: optuna.Study, problem: Problem, record: TrialRecord, fmt: str,
+                  study_name: str) -> tuple[str, list[str]]:
     """A stored trial in `fmt` (python, toml, json, ipu-config, ipu-trainer) with the study's
     numerics notes and the baseline's global batch; and for ipu-config the notes on training it."""
     from ..numerics.answer import NumericsAdvice

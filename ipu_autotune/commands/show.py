@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
+
+from rich.console import Console
 
 from ..errors import UsageError
 from ..options import ShowOptions
@@ -11,6 +14,9 @@ from ..present.display import terminal_text
 from ..present.outputs import record_json
 from ..present.tune_summary import result_line
 from .common import baseline_of, console_for, load_study, print_unreadable
+
+if TYPE_CHECKING:
+    from ..study.records import TrialRecord
 
 
 def run(args: ShowOptions) -> int:
@@ -41,7 +47,8 @@ def run(args: ShowOptions) -> int:
     return 0
 
 
-def _show_trial(console, args, recs, unreadable, base) -> int:
+def _show_trial(console: Console, args: ShowOptions, recs: list[TrialRecord], unreadable: dict[int, str],
+                base: TrialRecord | None) -> int:
     match = [r for r in recs if r.number == args.trial]
     if not match:
         if args.trial in unreadable:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import optuna
 from rich import box
 from rich.table import Table
 
@@ -39,19 +41,18 @@ def run(args: StudiesOptions) -> int:
     return 0
 
 
-def _study_row(storage, summary) -> dict:
-    import optuna
+def _study_row(storage: optuna.storages.BaseStorage, summary: optuna.study.StudySummary) -> dict[str, Any]:
     from optuna.trial import TrialState
 
     from ..study.records import best_record
 
     problem = summary.user_attrs.get("problem")
     problem = problem if isinstance(problem, dict) else None
-    row = {"study": summary.study_name, "trials": summary.n_trials,
-           "model": problem.get("model") if problem else None,
-           "micro_batch": problem.get("batch_size") if problem else None,
-           "created": summary.datetime_start.isoformat(timespec="seconds") if summary.datetime_start else None,
-           "best_trial": None, "best_throughput": None, "state": "not ipu-autotune"}
+    row: dict[str, Any] = {"study": summary.study_name, "trials": summary.n_trials,
+                           "model": problem.get("model") if problem else None,
+                           "micro_batch": problem.get("batch_size") if problem else None,
+                           "created": summary.datetime_start.isoformat(timespec="seconds") if summary.datetime_start else None,
+                           "best_trial": None, "best_throughput": None, "state": "not ipu-autotune"}
     if not problem:
         return row
     study = optuna.load_study(study_name=summary.study_name, storage=storage)

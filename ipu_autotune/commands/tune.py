@@ -7,19 +7,21 @@ import json
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 from rich.markup import escape
 
-from ..backends import resolve_backend_name
-from ..backends.estimate.error_bars import kept_free
+from ..backends.base import Backend
+from ..calibration import session as calibration
 from ..errors import UsageError
 from ..guide.nofit import EXIT_NOTHING_FITS, lacks
 from ..guide.proposal import History
 from ..guide.warmstart import is_baseline
 from ..models.objects import is_object
-from ..options import DEFAULT_OUT, TuneOptions
+from ..options import TuneOptions
 from ..options.problem_flags import (
     changed_options,
     command_line,
@@ -31,22 +33,24 @@ from ..present import intervals, ui
 from ..present.display import terminal_text
 from ..present.outputs import compile_counts, lr_json, record_json, write_outputs
 from ..present.tune_summary import print_header, print_summary, result_line
-from ..problem import Problem, load_config_file
-from ..rules.cross_field import validate
-from ..search.space import SearchSpace
+from ..problem import Problem
 from ..study import parallel, records as st
-from ..study.planning import NUMERIC_KNOBS, advised, warm_starts
+from ..study.records import TrialRecord
 from ..study.runner import Runner
-from ..study.storage import check_url, mask_url, open_storage
+from ..study.storage import mask_url
+from . import tune_steps as steps
 from .common import (
     console_for,
-    make_backend,
-    numerics_advice,
+    measuring_backend,
     numerics_notes,
     print_unreadable,
-    trace,
-    with_host_data,
+    screened,
+    warn,
 )
+
+if TYPE_CHECKING:
+    from ..guide.nofit import Change
+    from ..verification.verdict import Verdict
 
 
 @dataclass
@@ -54,12 +58,12 @@ class TuneOutcome:
     """What a tune run leaves for its caller: the exit code, and for the Python API the study."""
 
     exit_code: int
-    study: object = None
+    study: optuna.Study | None = None
     problem: Problem | None = None
     study_name: str = ""
     backend: str = ""
     interrupted: bool = False
-    files: dict = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
     resume: str = ""
 
 
@@ -69,7 +73,7 @@ def run(args: TuneOptions) -> int:
     return outcome.exit_code if verdict is None else verdict.exit_code
 
 
-def verify_outcome(args: TuneOptions, outcome: TuneOutcome):
+def verify_outcome(args: TuneOptions, outcome: TuneOutcome) -> Verdict | None:
     """`--verify`: the best config's recipe trained beside the baseline's (commands/verify.py), its
     verdict printed and returned; None when not asked for, or when the run found nothing to verify."""
     if not args.verify or outcome.exit_code != 0 or outcome.study is None or outcome.problem is None:
@@ -85,7 +89,7 @@ def verify_outcome(args: TuneOptions, outcome: TuneOutcome):
 def tune_study(args: TuneOptions) -> TuneOutcome:
     """The run; a Ctrl-C at any point, even while the model is traced in the first seconds,
     ends with the command that goes on (or starts again) from where it stopped."""
-    opened: dict = {}  # the study, once it is open: the interrupt line counts its trials
+    opened: dict[str, Any] = {}  # the study, once it is open: the interrupt line counts its trials
     try:
         return _tune_study(args, opened)
     except KeyboardInterrupt:
@@ -94,7 +98,7 @@ def tune_study(args: TuneOptions) -> TuneOutcome:
         raise
 
 
-def _say_resume(args: TuneOptions, study, problem: Problem | None) -> None:
+def _say_resume(args: TuneOptions, study: optuna.Study | None, problem: Problem | None) -> None:
     try:
         problem = problem or problem_from_options(args)
     except UsageError:  # interrupted before the command line was read whole: nothing to go on from
@@ -109,149 +113,53 @@ def _say_resume(args: TuneOptions, study, problem: Problem | None) -> None:
                                                 soft_wrap=True, markup=False)
 
 
-def _tune_study(args: TuneOptions, opened: dict) -> TuneOutcome:
-    from ..guide.warmstart import naive_baseline, proposals
-
+def _tune_study(args: TuneOptions, opened: dict[str, Any]) -> TuneOutcome:
     console = console_for(args)
-    if args.verify and not args.data:
-        raise UsageError("tune --verify needs --data MODULE:FUNCTION: the data both recipes train on")
-    # the problem, and the model's profile
-    problem = with_host_data(args, problem_from_options(args), console)
-    check_url(args.storage)  # a URL that cannot work fails before the model is traced
-    from ..calibration import session as calibration
-
-    calibration_url = calibration.store_url(args.storage, args.calibration_storage, args.no_calibration)
-    baseline_file = _baseline_file(args, problem)
-    profile = trace(problem, console)
-    # the space it is searched in
-    space = _space(args, problem, profile)
-    baseline = baseline_file.config if baseline_file else naive_baseline(problem, profile)
-    validate(problem, baseline, profile.module_order, where=args.baseline or "the default baseline")
-    # the study: created or resumed
-    storage_url = args.storage
-    jobs = args.jobs
-    parallel.check_jobs(jobs, storage_url)
-    study_name = args.study or problem.slug
-    out_dir = Path(args.out or Path(DEFAULT_OUT) / study_name)
-    resolve_backend_name(args.backend)  # its error before the storage is touched
-    storage = open_storage(storage_url, args.heartbeat)  # unreachable: one line, before any note
-    existing = st.load_existing(storage, study_name)
-    if existing is not None:
-        problem = _resumable(args, existing, problem, study_name)
-    backend = make_backend(args, problem, console, out_dir / "trials")
-    seed = 0 if args.seed is None else args.seed  # the same advice on every run of the same command
-    advice = None if args.no_numerics else numerics_advice(problem, space, existing, console, seed)
-    prepare = None
-    if advice is not None:
-        space = space.without(*NUMERIC_KNOBS)
-        prepare = advised(advice, space)
-    calibrated = _calibration(calibration_url, existing, problem, backend)
-    # the warm starts climb to the most of a tile a trial may use and still count as fitting
-    headroom = kept_free(problem.model, args.headroom, args.fit_confidence) if backend.name == "estimate" \
-        else args.headroom
-    guide = warm = None
-    if backend.name != "estimate":
-        from ..guide.proposals import Guide
-
-        # compiles: the guide ranks the later warm starts with what it learns, in every process
-        # (a --jobs worker and a resumed study too, not only the one that creates it)
-        warm = proposals(problem, profile, space, baseline, headroom=args.headroom, prepare=prepare)
-        guide = Guide(problem, profile, space, args.headroom, prepare, candidates=[p.config for p in warm],
-                      prior=calibrated.prior if calibrated is not None else None)
-    if calibrated is not None and hasattr(backend, "veto"):  # ScreenedBackend: the prior screens too
-        backend.veto = calibration.prior_veto(guide, baseline)
-
-    def on_create(study) -> None:
-        study.set_user_attr(st.ATTR_SPACE, space.to_dict())
-        study.set_user_attr(calibration.ATTR_UID, calibration.new_uid())
-        # the estimate backend's warm starts are plan's (study/planning.search): one search
-        items = warm or warm_starts(problem, profile, space, baseline, headroom, prepare)
-        if guide is not None:
-            from ..guide.first_trials import first_trials
-            from ..guide.proposals import COMPILED_WARM_STARTS
-
-            # with other studies' compiles (a calibration store's prior), the guide's choice first
-            items = first_trials(guide, items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c))
-        st.enqueue(study, space, problem, profile, items)
-
-    study, created = st.open_study(storage, study_name, problem, args.seed, on_create, args.heartbeat)
+    search = steps.what_to_search(args, console)
+    stored, search = steps.open_stored(args, search)
+    measuring = measuring_backend(args, console, stored.out_dir / "trials")
+    search = steps.with_numerics(args, search, stored, console)
+    calibrated = steps.calibrated(stored, search.problem, measuring)
+    guided = steps.guidance(args, search, measuring, calibrated)
+    # with a calibration store's prior, a baseline it rules out is not compiled
+    veto = calibration.prior_veto(guided.guide, search.baseline) if calibrated is not None else None
+    backend = screened(args, measuring, veto)
+    study, created = steps.open_study(args, search, stored, guided, backend)
+    problem = search.problem
     opened.update(study=study, problem=problem)
-    if advice is not None and st.ATTR_NUMERICS not in study.user_attrs:
-        study.set_user_attr(st.ATTR_NUMERICS, advice.to_dict())
-    # the runner: trials until the budget, a stop or a signal
-    runner = Runner(study, problem, profile, space, backend, adjust=prepare, guide=guide)
-    if calibration.attach(calibrated, study, problem, profile, backend, _warn) is not None:
-        runner.observers.append(calibrated.recorder)
-    earlier, unreadable = ([], {}) if created else st.read_records(study)
-    view = ui.TuneView(console, args.trials, quiet=args.quiet or args.json or args.worker, earlier=earlier)
+    runner = Runner(study, problem, search.profile, search.space, backend, adjust=search.prepare,
+                    guide=guided.guide)
+    recorder = calibration.attach(calibrated, study, problem, search.profile, backend, warn)
+    if recorder is not None:  # this study's compiles go to the calibration store
+        runner.observers.append(recorder)
+    view = _view(args, console, study, created, problem, backend, stored, calibrated)
     runner.observers.append(view)
-    if not args.quiet and not args.json and not args.worker:
-        print_header(console, problem, backend, study_name, storage_url, created, study)
+    ran = _run_trials(args, console, study, runner, view, backend, args.jobs)
+    if args.worker:  # the process that started it reports
+        return TuneOutcome(130 if runner.stop_requested and len(ran) < args.trials else 0)
+    return _report(args, console, study, runner, ran, backend, problem, guided.guide, search.advice, stored.url,
+                   stored.name, stored.out_dir, calibrated)
+
+
+def _view(args: TuneOptions, console: Console, study: optuna.Study, created: bool, problem: Problem,
+          backend: Backend, stored: steps.Stored, calibrated: calibration.Calibration | None) -> ui.TuneView:
+    """The live view of the trials, after the header (a resumed study's earlier trials and
+    unreadable records first)."""
+    earlier, unreadable = ([], {}) if created else st.read_records(study)
+    quiet = args.quiet or args.json or args.worker
+    view = ui.TuneView(console, args.trials, quiet=quiet, earlier=earlier)
+    if not quiet:
+        print_header(console, problem, backend, stored.name, stored.url, created, study)
         if calibrated is not None and calibrated.note:
             console.print(f"[dim]{escape(terminal_text(calibrated.note))}[/]", highlight=False)
         print_unreadable(console, unreadable)
-    ran = _run_trials(args, console, study, runner, view, backend, jobs)
-    if args.worker:  # the process that started it reports
-        return TuneOutcome(130 if runner.stop_requested and len(ran) < args.trials else 0)
-    # the report
-    return _report(args, console, study, runner, ran, backend, problem, guide, advice, storage_url, study_name,
-                   out_dir, calibrated)
+    return view
 
 
-def _warn(line: str) -> None:
-    Console(stderr=True, highlight=False).print(terminal_text(line), style="yellow", markup=False, soft_wrap=True)
-
-
-def _calibration(url, existing, problem, backend):
-    """The calibration store (docs/calibration.md), compiling backends only, with the guide's
-    prior from other studies' records; a refused store is one warning line and the study
-    runs uncorrected."""
-    from ..calibration import session as calibration
-
-    if url is None or backend.name == "estimate":
-        return None
-    store = calibration.open_for_tune(url, _warn)
-    uid = calibration.study_uid(existing) if existing is not None else None
-    return calibration.give_prior(store, uid, problem, backend, _warn)
-
-
-def _baseline_file(args, problem: Problem):
-    """--baseline FILE, read and checked against the command line's problem."""
-    baseline_file = load_config_file(args.baseline) if args.baseline else None
-    if baseline_file and baseline_file.problem and baseline_file.problem != problem:
-        raise UsageError(f"{args.baseline}: its [problem] differs from the command line; "
-                         "remove the [problem] table or match the flags")
-    if baseline_file and baseline_file.config is None:
-        raise UsageError(f"{args.baseline}: no [config] table")
-    return baseline_file
-
-
-def _space(args, problem: Problem, profile) -> SearchSpace:
-    """The search space: --space (or the built-in one), narrowed by --micro-batch, checked."""
-    space = SearchSpace.load(problem, args.space)
-    if args.micro_batch is not None:
-        space = space.with_knob("micro_batch", args.micro_batch, "--micro-batch")
-    if not space.ipu_layouts(problem, profile):
-        raise UsageError("no IPU layout fits the problem and the search space "
-                         "(check --ipus, --global-batch and the space's ipus_per_replica/replicas)")
-    st.check_space(space, problem, profile)  # a knob left without a valid value: before any storage
-    return space
-
-
-def _resumable(args, existing, problem: Problem, study_name: str) -> Problem:
-    """The problem as the existing study has it, after checking this run may resume it."""
-    problem = _stored_host_costs(existing, problem)
-    st.check_same_problem(existing, problem)
-    if args.baseline:  # warm starts are enqueued once, when a study is created
-        raise UsageError(f"study '{study_name}' exists, so --baseline {args.baseline} would be ignored; "
-                         "drop --baseline to resume it, or give --study NEW_NAME to start a new study "
-                         "from this baseline")
-    return problem
-
-
-def _run_trials(args, console, study, runner, view, backend, jobs) -> list:
+def _run_trials(args: TuneOptions, console: Console, study: optuna.Study, runner: Runner, view: ui.TuneView,
+                backend: Backend, jobs: int) -> list[TrialRecord]:
     """The trials of this run: in this process, or in --jobs worker processes watched from here."""
-    def on_stop(signum) -> None:
+    def on_stop(signum: int) -> None:
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         console.print(f"[yellow]{name}: stopping after the current trial (it gets {runner.interrupt_grace_s:g} s "
                       "to finish, else it is recorded as interrupted and run again on resume); "
@@ -346,7 +254,8 @@ def _report(args, console, study, runner, ran, backend, problem, guide, advice, 
     return TuneOutcome(code, study, problem, study_name, backend.name, interrupted, files, resume)
 
 
-def _nothing_fits_help(problem: Problem, args, best, closest) -> list:
+def _nothing_fits_help(problem: Problem, args: TuneOptions, best: TrialRecord | None,
+                       closest: TrialRecord | None) -> list[Change]:
     """When nothing fits: the changes to the command line that would help the closest trial most
     (estimated, under the same error bar as an estimated trial)."""
     if best is not None or closest is None:
@@ -356,15 +265,6 @@ def _nothing_fits_help(problem: Problem, args, best, closest) -> list:
     return best_changes(problem, closest.config, args.headroom, closest.measurement, args.fit_confidence)
 
 
-def _stored_host_costs(study, problem: Problem) -> Problem:
-    """A resumed study keeps the host costs it was created with (a new timing differs a little)."""
-    from dataclasses import replace
-
-    stored = st.stored_problem(study)
-    if stored is None:
-        return problem
-    return replace(problem, host_float_sample_s=stored.host_float_sample_s,
-                   host_uint8_sample_s=stored.host_uint8_sample_s, host_worker_speedups=stored.host_worker_speedups)
 def _resume(args: TuneOptions, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:
     """The command that goes on with this study as this run did (the storage password masked);
     for a model object, the Python call."""

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ..errors import UsageError
@@ -18,6 +20,10 @@ from ..problem import Config, Problem, load_config_file
 from ..verification.check import estimate_seconds, plan, run_check
 from ..verification.samples import check_samples, read_samples
 from ..verification.verdict import ATTR_VERIFY, Verdict
+
+if TYPE_CHECKING:
+    import optuna
+    from torch import nn
 
 
 def _config_file(path: str) -> tuple[Problem | None, Config]:
@@ -37,7 +43,7 @@ def _config_file(path: str) -> tuple[Problem | None, Config]:
     return loaded.problem, loaded.config
 
 
-def configs(args: VerifyOptions) -> tuple[Problem, Config, Config, object]:
+def configs(args: VerifyOptions) -> tuple[Problem, Config, Config, optuna.Study | None]:
     """(problem, baseline, tuned, the study or None) from --study or --tuned/--baseline."""
     if args.study and not args.tuned:
         from ..study.records import best_record, records
@@ -59,13 +65,13 @@ def configs(args: VerifyOptions) -> tuple[Problem, Config, Config, object]:
     raise UsageError("verify: give one of --study NAME (its best against its baseline) and --tuned FILE")
 
 
-def verify(args: VerifyOptions, console) -> Verdict:
+def verify(args: VerifyOptions, console: Console) -> Verdict:
     """The check the command runs, for the command and the Python API."""
     problem, baseline, tuned, study = configs(args)
     return verify_configs(args, console, problem, baseline, tuned, study)
 
 
-def verify_tuned(args: TuneOptions, console, study, problem: Problem) -> Verdict:
+def verify_tuned(args: TuneOptions, console: Console, study: optuna.Study, problem: Problem) -> Verdict:
     """`tune --verify`: the study just tuned, its best against its baseline, with verify's defaults."""
     from ..study.records import best_record, records
     from .common import baseline_of
@@ -77,8 +83,8 @@ def verify_tuned(args: TuneOptions, console, study, problem: Problem) -> Verdict
     return verify_configs(budget, console, problem, base.config, best.config, study)
 
 
-def verify_configs(args: VerifyOptions, console, problem: Problem, baseline: Config, tuned: Config,
-                   study=None) -> Verdict:
+def verify_configs(args: VerifyOptions, console: Console, problem: Problem, baseline: Config, tuned: Config,
+                   study: optuna.Study | None = None) -> Verdict:
     from ..models.zoo import build_model
 
     if not args.data:
@@ -90,7 +96,7 @@ def verify_configs(args: VerifyOptions, console, problem: Problem, baseline: Con
     the_plan = plan(problem, baseline, tuned, args.steps, args.samples, args.lr)
     samples = read_samples(args.data, the_plan.samples)
 
-    def build():
+    def build() -> nn.Module:
         return build_model(problem.model, problem.num_classes, device="cpu")
 
     warnings = check_samples(samples, args.data, problem.num_classes, build)
