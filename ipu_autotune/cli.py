@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-#: each subcommand's one-line help and its description; its flags are its options' fields (options.py)
+#: each subcommand's one-line help and its description; its flags are its options' fields (options/table.py)
 _COMMANDS = {
     "tune": ("run (or resume) a tuning study",
              "Tune a model: an Optuna study from the baseline to a fast configuration that fits. Resumes when the "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-# The allowed values of the word-valued knobs (parsing.py and problem.py re-export them).
+# The allowed values of the word-valued knobs.
 PRECISIONS = ("32.32", "16.32", "16.16")
 PARTIALS = ("float", "half")
 EXECUTIONS = ("pipelined", "sharded")

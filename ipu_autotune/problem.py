@@ -15,8 +15,7 @@ from typing import Any
 from .errors import UsageError
 from .knob_spec import SPEC
 from .models.hf_config import DEFAULT_DECODER_SEQ_LEN, DEFAULT_SEQ_LEN
-
-# The values each key allows and the field parsing are parsing.py's (import them from there).
+from .models.shapes import parse_shape
 from .parsing import parse_fields, read_toml
 
 #: the workshop's data: the CIFAR-10 training set
@@ -128,8 +127,7 @@ class Problem:
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "host_worker_speedups", tuple(self.host_worker_speedups))
         if not self.input_shape and self.inputs:  # named inputs: the first one's sample shape
-            shape = self.inputs[0].split(":")[1]
-            object.__setattr__(self, "input_shape", tuple(int(d) for d in shape.split("x")))
+            object.__setattr__(self, "input_shape", parse_shape(self.inputs[0].split(":")[1]))
         if not self.input_shape:
             object.__setattr__(self, "input_shape", default_input_shape(self.model))
         object.__setattr__(self, "input_shape", tuple(self.input_shape))

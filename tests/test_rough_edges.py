@@ -74,12 +74,12 @@ def test_output_paths_are_never_folded_mid_word_at_80_columns(capsys, in_tmp):
 
 
 def test_ctrl_c_while_tracing_prints_the_line_that_starts_again(capsys, in_tmp, monkeypatch):
-    from ipu_autotune.commands import tune
+    from ipu_autotune.commands import tune_steps
 
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tune, "trace", interrupted)
+    monkeypatch.setattr(tune_steps, "trace", interrupted)
     code, _, err = run_cli(capsys, "resnet18", "-b", "8", "--ipus", "4", "--storage", sqlite_url(in_tmp / "s.db"))
     assert code == 130
     assert "Interrupted before any trial ran" in err

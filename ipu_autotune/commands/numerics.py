@@ -1,4 +1,4 @@
-"""`ipu-autotune numerics MODEL --batch-size N`: the command from its options (options.py) to
+"""`ipu-autotune numerics MODEL --batch-size N`: the command from its options (options/table.py) to
 `numerics.advise` and its view. The analysis itself knows nothing of the command line."""
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UsageError
+from .shapes import parse_shape
 
 DTYPES = {"int64": torch.int64, "int32": torch.int32, "float32": torch.float32,
           "float16": torch.float16, "bool": torch.bool}
@@ -59,11 +60,9 @@ def parse_input(text) -> InputSpec:
         raise UsageError(f"input '{text}': {_FORMAT}")
     name, shape_text, dtype = parts
     try:
-        shape = tuple(int(s) for s in shape_text.replace(",", "x").split("x"))
-    except ValueError:
-        raise UsageError(f"input '{text}': shape '{shape_text}' is not numbers joined by x; {_FORMAT}") from None
-    if not shape or any(s < 1 for s in shape):
-        raise UsageError(f"input '{text}': dimensions must be positive")
+        shape = parse_shape(shape_text)
+    except ValueError as exc:
+        raise UsageError(f"input '{text}': {exc}; {_FORMAT}") from None
     if dtype not in DTYPES:
         raise UsageError(f"input '{text}': dtype '{dtype}' is not one of {', '.join(DTYPES)}")
     return InputSpec(name, shape, dtype)

@@ -28,7 +28,7 @@ def _argparse_type(check: Check) -> Callable[[str], Any]:
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """The flags of an options class (options.py): each field's flag, its default the field's."""
+    """The flags of an options class (table.py): each field's flag, its default the field's."""
     default = defaults(cls)
     groups: dict[str, Any] = {}
     for name, spec in specs(cls).items():

@@ -11,6 +11,8 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..models.shapes import parse_shape
+
 _T = TypeVar("_T")
 
 #: a check: the given text or value -> the option's value (raises BadValue)
@@ -98,18 +100,6 @@ def text(value: object) -> str:
     return value
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
-    """Dimensions written `3,224,224` or `3x224x224`; ValueError naming what is wrong. The one
-    reading of a shape: `--input-shape` here, an input's `NAME:SHAPE:DTYPE` (models/inputs.py)."""
-    try:
-        dims = tuple(int(d) for d in text.replace("x", ",").split(","))
-    except ValueError:
-        raise ValueError(f"'{text}' is not whole numbers joined by ',' or 'x'") from None
-    if any(d < 1 for d in dims):
-        raise ValueError(f"dimensions must be positive, got '{text}'")
-    return dims
-
-
 @named("shape")
 def shape(value: object) -> tuple[int, ...]:
     """One sample's shape: 'C,H,W' (or 'CxHxW'), or a sequence of positive whole numbers."""
@@ -117,13 +107,11 @@ def shape(value: object) -> tuple[int, ...]:
         try:
             return parse_shape(value)
         except ValueError as exc:
-            if "positive" in str(exc):
-                raise BadValue(f"dimensions must be positive, got {value!r}") from None
-            raise BadValue(f"expected C,H,W such as 3,224,224, got {value!r}") from None
+            raise BadValue(f"expected C,H,W such as 3,224,224: {exc}") from None
     if isinstance(value, (tuple, list)) and value and all(
             isinstance(d, int) and not isinstance(d, bool) for d in value):
         if any(d < 1 for d in value):
-            raise BadValue(f"dimensions must be positive, got {value!r}")
+            raise BadValue(f"expected C,H,W such as 3,224,224: dimensions must be positive, got {value!r}")
         return tuple(value)
     raise BadValue(f"expected C,H,W such as 3,224,224, got {value!r}")
 
