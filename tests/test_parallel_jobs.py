@@ -16,7 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 import workers_helpers as wh
-from ipu_autotune.commands.tune_worker import command, worker_input
+from ipu_autotune.commands.tune import WORKER_COMMAND, worker_inputs
 from ipu_autotune.options import TuneOptions
 from ipu_autotune.study.parallel import shares
 
@@ -34,10 +34,11 @@ def test_a_worker_is_given_the_runs_options_with_its_share():
     assert shares(1, 4) == [1]
     run = TuneOptions(model="resnet18", batch_size=8, jobs=4, trials=40, quiet=False, json=True,
                       storage="sqlite:///s.db", micro_batch="8-64")
-    given = pickle.loads(worker_input(run, 10))
-    assert given == dataclasses.replace(run, jobs=1, trials=10, worker=True, quiet=True, json=False)
-    assert given.micro_batch == {"low": 8, "high": 64, "log": True}  # the checked value, not its text
-    assert command()[1:] == ["-m", "ipu_autotune.commands.tune_worker"]
+    given = [pickle.loads(b) for b in worker_inputs(run, 4)]
+    assert [g.trials for g in given] == [10, 10, 10, 10]
+    assert given[0] == dataclasses.replace(run, jobs=1, trials=10, worker=True, quiet=True, json=False)
+    assert given[0].micro_batch == {"low": 8, "high": 64, "log": True}  # the checked value, not its text
+    assert WORKER_COMMAND[1:] == ["-m", "ipu_autotune.commands.tune_worker"]
 
 
 def test_jobs_2_records_every_trial_once(tmp_path):

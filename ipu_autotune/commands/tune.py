@@ -4,8 +4,10 @@ each step a call into the library. The steps' details live in the functions belo
 from __future__ import annotations
 
 import json
+import pickle
 import signal
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -167,10 +169,7 @@ def _run_trials(args: TuneOptions, console: Console, study: optuna.Study, runner
 
     try:
         if jobs > 1:
-            from . import tune_worker
-
-            workers = parallel.Workers(tune_worker.command(), [tune_worker.worker_input(args, n)
-                                                                for n in parallel.shares(args.trials, jobs)])
+            workers = parallel.Workers(WORKER_COMMAND, worker_inputs(args, jobs))
             try:
                 with workers.pass_signals(on_stop), view:
                     ran = parallel.watch(study, workers, view, view.show_running)
@@ -263,6 +262,17 @@ def _nothing_fits_help(problem: Problem, args: TuneOptions, best: TrialRecord | 
     from ..study.plan_advice import best_changes
 
     return best_changes(problem, closest.config, args.headroom, closest.measurement, args.fit_confidence)
+
+
+#: how a --jobs worker is started (commands/tune_worker.py)
+WORKER_COMMAND = [sys.executable, "-m", "ipu_autotune.commands.tune_worker"]
+
+
+def worker_inputs(args: TuneOptions, jobs: int) -> list[bytes]:
+    """What each --jobs worker reads on stdin: this run's options with its share of the
+    trials, as a worker (no header, summary or files)."""
+    return [pickle.dumps(replace(args, jobs=1, trials=n, worker=True, quiet=True, json=False))
+            for n in parallel.shares(args.trials, jobs)]
 
 
 def _resume(args: TuneOptions, problem: Problem, storage_url: str, study_name: str, trials: int | None = None) -> str:

@@ -1,30 +1,14 @@
 """A `tune --jobs N` worker process (study/parallel.py): `python -m ipu_autotune.commands.tune_worker`
-with its `TuneOptions` pickled on stdin by the tune run that started it: the run's own options,
-one job, its share of the trials, as a worker. Its options are the object itself, never a
-command line written out and parsed again.
+with its `TuneOptions` pickled on stdin by the tune run that started it (tune.worker_inputs):
+the run's own options, one job, its share of the trials, as a worker. Its options are the
+object itself, never a command line written out and parsed again.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 import sys
 import warnings
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..options import TuneOptions
-
-
-def command() -> list[str]:
-    """How a worker is started."""
-    return [sys.executable, "-m", __name__]
-
-
-def worker_input(options: TuneOptions, trials: int) -> bytes:
-    """What one worker reads on stdin: the run's options with its share of the trials."""
-    share = dataclasses.replace(options, jobs=1, trials=trials, worker=True, quiet=True, json=False)
-    return pickle.dumps(share)
 
 
 def main() -> int:
