@@ -146,6 +146,7 @@ class MeasureOptions(ProblemOptions):
 @dataclass(frozen=True)
 class TuneOptions(MeasureOptions):
     command: ClassVar[str] = "tune"
+
     headroom: float = option(DEFAULT_HEADROOM, "estimates count as fitting only with this fraction of tile memory "
                              f"free (default {DEFAULT_HEADROOM}; compiles are exact and ignore it)", check=fraction)
     screen_margin: float = option(DEFAULT_SCREEN_MARGIN, "poptorch backend: skip compiles the estimator puts this "
@@ -205,6 +206,7 @@ class EstimateOptions(MeasureOptions):
 @dataclass(frozen=True)
 class PlanOptions(ProblemOptions):
     command: ClassVar[str] = "plan"
+
     fit_confidence: float = _fit_confidence()
     headroom: float = option(DEFAULT_HEADROOM, "tile memory to keep free for estimation error (default "
                              f"{DEFAULT_HEADROOM})", check=fraction)
@@ -216,6 +218,7 @@ class PlanOptions(ProblemOptions):
 @dataclass(frozen=True)
 class ExportOptions(CommandOptions):
     command: ClassVar[str] = "export"
+
     storage: str = _storage()
     study: str = required()
     trial: int | None = option(None, "trial number (default: the best)", check=whole_number)
@@ -228,6 +231,7 @@ class ExportOptions(CommandOptions):
 @dataclass(frozen=True)
 class ShowOptions(CommandOptions):
     command: ClassVar[str] = "show"
+
     storage: str = _storage()
     study: str = required()
     trial: int | None = option(None, "one trial in full: its whole configuration and memory per IPU",
@@ -238,6 +242,7 @@ class ShowOptions(CommandOptions):
 @dataclass(frozen=True)
 class ReportOptions(CommandOptions):
     command: ClassVar[str] = "report"
+
     storage: str = _storage()
     study: str = required()
     output: str | None = option(None, "where to write it (default STUDY.html)", flags=("-o", "--output"),
@@ -247,6 +252,7 @@ class ReportOptions(CommandOptions):
 @dataclass(frozen=True)
 class CalibrationOptions(CommandOptions):
     command: ClassVar[str] = "calibration"
+
     storage: str = _storage("the study storage the store sits beside")
     calibration_storage: str | None = option(None, "the store itself (default: beside --storage)", metavar="URL")
     target: str | None = option(None, "only this IPU generation (mk1, mk2, bow)")
@@ -259,6 +265,7 @@ class CalibrationOptions(CommandOptions):
 @dataclass(frozen=True)
 class StudiesOptions(CommandOptions):
     command: ClassVar[str] = "studies"
+
     storage: str = _storage()
     json: bool = switch()
 
