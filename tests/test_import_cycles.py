@@ -10,6 +10,7 @@ is a module, else `pkg`.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import ipu_autotune
@@ -33,7 +34,7 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST):
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
     """Import nodes anywhere in the tree, except under `if TYPE_CHECKING:`."""
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.If) and _is_type_checking(node.test):
@@ -42,20 +43,26 @@ def _imports(tree: ast.AST):
         yield from _imports_of(node)
 
 
-def _imports_of(node: ast.AST):
+def _imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         yield node
     else:
         yield from _imports(node)
 
 
-def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """module -> the package's modules it imports."""
+def _all_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import nodes anywhere in the tree, `if TYPE_CHECKING:` included."""
+    return (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+def import_graph(modules: dict[str, Path], typing_too: bool = False) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (`typing_too`: also under TYPE_CHECKING)."""
     graph: dict[str, set[str]] = {}
+    walk = _all_imports if typing_too else _imports
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
         targets = set()
-        for node in _imports(ast.parse(path.read_text(), str(path))):
+        for node in walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
                 continue
@@ -203,3 +210,30 @@ def test_a_cycle_between_packages_is_found_though_no_file_cycle_is(tmp_path):
     graph = package_graph(files, "pkg")
     assert graph["pkg.top"] == {"pkg.a"}
     assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def mutual_pairs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The pairs of nodes each of which imports the other."""
+    return sorted((a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, set()))
+
+
+def test_no_two_packages_import_each_other_typing_imports_included():
+    """A layer below never names one above, not even for a type: the vocabulary (Config,
+    Problem, Measurement) sits under every package, so a type is no reason to reach up."""
+    graph = package_graph(import_graph(module_files(PACKAGE_DIR, "ipu_autotune"), typing_too=True),
+                          "ipu_autotune")
+    assert {"ipu_autotune.backends", "ipu_autotune.host", "ipu_autotune.measurement"} <= set(graph)
+    assert mutual_pairs(graph) == []
+
+
+def test_a_type_only_import_makes_a_pair(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    for sub in ("a", "b"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "x.py").write_text("from ..b import y\n")
+    (pkg / "b" / "y.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import x\n")
+    modules = module_files(pkg, "pkg")
+    assert mutual_pairs(package_graph(import_graph(modules), "pkg")) == []
+    assert mutual_pairs(package_graph(import_graph(modules, typing_too=True), "pkg")) == [("pkg.a", "pkg.b")]

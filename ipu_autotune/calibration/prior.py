@@ -31,13 +31,13 @@ from collections.abc import Callable, Iterable
 from statistics import median
 from typing import Any, TypeVar, cast
 
-from ..backends.base import Measurement
 from ..guide.call_model import NOISE_SD, PRIOR_SD, CallModel, CallTime, call_time
 from ..guide.corrected import layout, local_memory_sd
 from ..guide.features import split_fractions
 from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
 from ..guide.prior import GuidePrior, KnobRow
 from ..host.pipeline import overlapped
+from ..measurement import Measurement
 from ..problem import Config
 from .record import study_of
 

@@ -13,7 +13,7 @@ from collections import defaultdict
 from itertools import pairwise
 from typing import Any
 
-from ..backends.base import Measurement
+from ..measurement import Measurement
 from ..problem import Config, Problem
 from ..profiles.model_profile import ModelProfile
 from ..version import __version__

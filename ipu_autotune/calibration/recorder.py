@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..backends.base import Measurement
 from ..backends.estimate import estimate, profile_at_micro_batch
+from ..measurement import Measurement
 from ..problem import Problem
 from ..profiles.model_profile import ModelProfile
 from ..study.storage import mask_url

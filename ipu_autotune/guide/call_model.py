@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import cast
 
-from ..backends.base import Measurement
+from ..measurement import Measurement
 
 #: prior spread of log(device factor) and log(host factor): a real IPU or host within ~x1.35
 PRIOR_SD = 0.3

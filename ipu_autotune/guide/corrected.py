@@ -25,9 +25,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from statistics import NormalDist
 
-from ..backends.base import Measurement
 from ..host.pipeline import overlapped
 from ..knob_spec import SPEC
+from ..measurement import Measurement
 from ..problem import Config
 from ..search.space import SearchSpace
 from .call_model import CallModel, CallTime, call_time

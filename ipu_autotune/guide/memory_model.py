@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..backends.base import CATEGORIES, Measurement
+from ..measurement import CATEGORIES, Measurement
 from ..problem import Config
 from .prior import GuidePrior
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..backends.base import Measurement, format_bytes
 from ..backends.estimate import EstimateBackend
+from ..measurement import Measurement, format_bytes
 from ..problem import Config, Problem
 from ..profiles.trace import ModelProfile, profile_for
 from ..rules.cross_field import recipe_violations, violations

@@ -12,11 +12,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..backends.base import Measurement
 from ..backends.estimate import estimate, profile_at_micro_batch
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..batch import micro_batch
 from ..knob_spec import SPEC
+from ..measurement import Measurement
 from ..models import partition
 from ..problem import Config, Problem
 from ..profiles.model_profile import ModelProfile

@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 # The batch arithmetic is batch.py's; found here too, beside the host costs it feeds
 # (re-exported: `X as X`).
@@ -36,10 +35,8 @@ from ..batch import (
     micro_batch as micro_batch,
     samples_per_call as samples_per_call,
 )
+from ..measurement import Measurement
 from ..problem import Config, Problem
-
-if TYPE_CHECKING:
-    from ..backends.base import Measurement
 
 #: AsynchronousDataAccessor(buffer_size=3): batches the async loader keeps ready
 ASYNC_BUFFERS = 3
