@@ -5,30 +5,41 @@ nn.Module, a function that builds one, or any model string the command line take
 keywords are the command's flags (docs/python-api.md).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .version import __version__
 
+if TYPE_CHECKING:
+    from .api_result import EstimateResult, TuneResult
+    from .verification.verdict import Verdict
 
-def tune(model, **options):
+
+def tune(model: Any, **options: Any) -> TuneResult:
     """Run or resume a tuning study; returns a TuneResult (see ipu_autotune.api.tune)."""
     from .api import tune as run
 
-    return run(model, **options)
+    result: TuneResult = run(model, **options)
+    return result
 
 
-def estimate(model=None, config=None, **options):
+def estimate(model: Any = None, config: Any = None, **options: Any) -> EstimateResult:
     """One configuration's memory per IPU and throughput; returns an EstimateResult
     (see ipu_autotune.api.estimate)."""
     from .api import estimate as run
 
-    return run(model, config, **options)
+    result: EstimateResult = run(model, config, **options)
+    return result
 
 
-def verify(model=None, **options):
+def verify(model: Any = None, **options: Any) -> Verdict:
     """The tuned recipe trained beside the baseline's on the CPU, FP16 emulated; returns a Verdict
     (see ipu_autotune.api.verify)."""
     from .api import verify as run
 
-    return run(model, **options)
+    verdict: Verdict = run(model, **options)
+    return verdict
 
 
 __all__ = ["__version__", "estimate", "tune", "verify"]

@@ -147,7 +147,7 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
                       memory_cov=memory_cov, memory_rows=knob_rows(records))
 
 
-def _widened(model: MemoryModel, widening: float) -> tuple[dict[str, tuple[float, float]], tuple]:
+def _widened(model: MemoryModel, widening: float) -> tuple[dict[str, tuple[float, float]], tuple[Any, ...]]:
     """The shared and per-category parts of a fitted model, as a prior: their means, and their
     posterior covariance with `widening` of the default prior's spread added to each part (as
     independent: a new model departs from the recorded ones part by part). Returns

@@ -28,7 +28,7 @@ def key_of(study_uid: str, trial: int) -> str:
 
 def study_of(record: dict[str, Any]) -> str:
     """The study a record came from: its uid, or its name for a record written without one."""
-    return record.get("study_uid", record["study"])
+    return str(record.get("study_uid", record["study"]))
 
 
 def profile_summary(profile: ModelProfile, config: Config) -> dict[str, Any]:

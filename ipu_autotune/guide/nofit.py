@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..backends.base import Backend, Measurement, format_bytes
 from ..problem import Config, Problem
@@ -44,7 +44,7 @@ class Change:
     fits: bool
     tile_fraction: float  # the busiest tile against tile memory, with the change
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 

@@ -78,7 +78,7 @@ def _split_grid(problem: Problem, profile: ModelProfile) -> ModelProfile:
 
 #: balanced splits already found in this process (a pure function of its arguments; the problem's
 #: IPU count is not one of them), with the profile and constants kept alive so their ids stay theirs
-_BALANCED: dict[tuple, tuple[ModelProfile, EstimatorConstants, tuple[str, ...]]] = {}
+_BALANCED: dict[tuple[Any, ...], tuple[ModelProfile, EstimatorConstants, tuple[str, ...]]] = {}
 
 
 def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kind: str,
@@ -253,7 +253,7 @@ class Screen:
         return self.cache[config]
 
 
-def _score(m: Measurement | None) -> tuple:
+def _score(m: Measurement | None) -> tuple[Any, ...]:
     """Feasible first, then throughput; infeasible ranked by how far over they are."""
     if m is None:
         return (0, float("-inf"))
