@@ -80,7 +80,7 @@ class _RatioModel:
     busiest-tile ratio of the compiles, kernel-blended per config (no margin). It was the
     guide's rule before its learnt memory model."""
 
-    def __init__(self, screen, measured):
+    def __init__(self, screen, measured) -> None:
         self.points = []
         for config, m in measured:
             if m.source == "estimate" or m.failure not in (None, "oom"):

@@ -107,7 +107,7 @@ class RandomHiddenIPU(HiddenIPU):
 
     name = "hidden-ipu-random"
 
-    def __init__(self, seed: int, noise: float = 0.03, spread: float = 0.3):
+    def __init__(self, seed: int, noise: float = 0.03, spread: float = 0.3) -> None:
         super().__init__(seed, noise, spread)
         # its own constants: "hidden-ipu/<id>" would share them with a named case's seed
         self.constants, self.factors = hidden_constants(seed + 1_000_000, spread)

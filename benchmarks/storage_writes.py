@@ -29,7 +29,7 @@ _WRITE_SQL = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 class Counter:
     """Write transactions on every SQLAlchemy engine; append calls (and records) on journals."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.counts: collections.Counter[str] = collections.Counter()
         self._dirty: set[int] = set()
         sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", self._execute)
@@ -44,16 +44,16 @@ class Counter:
 
         JournalFileBackend.append_logs = append_logs
 
-    def _execute(self, conn, cursor, statement, parameters, context, executemany):
+    def _execute(self, conn, cursor, statement, parameters, context, executemany) -> None:
         if statement.lstrip().upper().startswith(_WRITE_SQL):
             self._dirty.add(id(conn))
 
-    def _commit(self, conn):
+    def _commit(self, conn) -> None:
         if id(conn) in self._dirty:
             self._dirty.discard(id(conn))
             self.counts["sqlite write transactions"] += 1
 
-    def _rollback(self, conn):
+    def _rollback(self, conn) -> None:
         self._dirty.discard(id(conn))
 
 

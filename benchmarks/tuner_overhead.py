@@ -48,7 +48,7 @@ class _Timed(Backend):
 
     name = "estimate"
 
-    def __init__(self, inner: Backend):
+    def __init__(self, inner: Backend) -> None:
         self.inner = inner
         self.seconds: list[float] = []
 

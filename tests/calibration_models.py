@@ -7,7 +7,7 @@ from torch import nn
 class MixedPrecisionTutorialCNN(nn.Module):
     """The CNN of Graphcore's PopTorch mixed-precision tutorial (128x128 single-channel input)."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(1, 5, 3)
         self.pool = nn.MaxPool2d(2)

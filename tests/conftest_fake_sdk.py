@@ -26,7 +26,7 @@ SMALL_CNN = "conftest_fake_sdk:small_cnn"
 class Block(nn.Module):
     """conv-bn-relu twice: one pipeline unit, like a ResNet block without the shortcut."""
 
-    def __init__(self, cin: int, cout: int, stride: int = 1):
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(cout)
@@ -42,7 +42,7 @@ class Block(nn.Module):
 class SmallCNN(nn.Module):
     """Units: stem, block1, block2, block3, head. About 3.6 MB of activations per 32x32 sample."""
 
-    def __init__(self, num_classes: int = 10, width: int = 64):
+    def __init__(self, num_classes: int = 10, width: int = 64) -> None:
         super().__init__()
         self.stem = Block(3, width)
         self.block1 = Block(width, width)

@@ -7,7 +7,7 @@ from torch import nn
 class ScaledMLP(nn.Module):
     """An MLP whose logits are multiplied by `scale`: tiny (1e-4) or huge (1e4) gradients on purpose."""
 
-    def __init__(self, in_features: int = 48, hidden: int = 64, num_classes: int = 10, scale: float = 1.0):
+    def __init__(self, in_features: int = 48, hidden: int = 64, num_classes: int = 10, scale: float = 1.0) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(),
                                  nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
@@ -20,7 +20,7 @@ class ScaledMLP(nn.Module):
 class BareMatmul(nn.Module):
     """Logits = x @ W with a bare parameter: no Linear/Conv, so only weight gradients are recorded."""
 
-    def __init__(self, in_features: int = 64, num_classes: int = 10):
+    def __init__(self, in_features: int = 64, num_classes: int = 10) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.randn(in_features, num_classes) * 0.05)
 
@@ -29,7 +29,7 @@ class BareMatmul(nn.Module):
 
 
 class SmallCNN(nn.Module):
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),

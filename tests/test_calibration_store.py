@@ -51,7 +51,7 @@ class HiddenFactor(Backend):
 
     name, source = "hidden", "compile"
 
-    def __init__(self, factor: float, sdk: str = "sdk-a"):
+    def __init__(self, factor: float, sdk: str = "sdk-a") -> None:
         self.factor, self._sdk = factor, sdk
 
     @property
@@ -89,7 +89,7 @@ print(added)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path, kind):
+def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path: Path, kind) -> None:
     url = _url(tmp_path, kind)
     # both workers write every compile of two studies (as a resumed or racing worker would)
     records = records_of("s1") + records_of("s2")
@@ -109,7 +109,7 @@ def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path, kind):
     assert sorted(r["key"] for r in stored) == sorted(r["key"] for r in records)
 
 
-def test_a_recorder_writes_compiles_and_never_estimates(tmp_path):
+def test_a_recorder_writes_compiles_and_never_estimates(tmp_path: Path) -> None:
     problem, profile, _, configs = _setup()
     store = open_store(_url(tmp_path, "sqlite"))
 
@@ -140,7 +140,7 @@ def test_a_recorder_writes_compiles_and_never_estimates(tmp_path):
 
 
 class _Study:
-    def __init__(self, name, uid):
+    def __init__(self, name, uid) -> None:
         self.study_name, self.user_attrs = name, {session.ATTR_UID: uid}
 
 
@@ -152,7 +152,7 @@ def _guided(store, target="mk2", sdk="sdk-a", uid="uid-new"):
     return Guide(problem, profile, space, 0.05, prior=cal.prior), cal
 
 
-def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path):
+def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path: Path) -> None:
     store = open_store(_url(tmp_path, "sqlite"))
     for r in records_of("old", factor=1.3):
         store.add(r)
@@ -171,7 +171,7 @@ def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path):
         assert untouched == pytest.approx(max(nominal) / cap)
 
 
-def test_the_corrected_estimate_beats_the_nominal_one_left_one_study_out():
+def test_the_corrected_estimate_beats_the_nominal_one_left_one_study_out() -> None:
     records = records_of("a", factor=1.25) + records_of("b", factor=1.3) + records_of("c", factor=1.28)
     e = loso(records)
     assert e["studies"] == 3 and e["memory_points"] == 2 * len(records)
@@ -185,7 +185,7 @@ def _cli(*args) -> int:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_forget_removes_only_what_it_names(tmp_path, kind, capsys):
+def test_forget_removes_only_what_it_names(tmp_path: Path, kind, capsys: pytest.CaptureFixture[str]) -> None:
     url = _url(tmp_path, kind)
     store = open_store(url)
     groups = {("mk2", "sdk-a", "s1"): records_of("s1"), ("mk2", "sdk-b", "s2"): records_of("s2", sdk="sdk-b"),
@@ -217,7 +217,7 @@ def _one_line_naming(exc: BaseException, name: str) -> None:
     assert "\n" not in text and name in text and ("move it aside" in text or "use the ipu-autotune" in text)
 
 
-def test_corrupted_or_foreign_stores_are_refused_in_one_line(tmp_path, capsys):
+def test_corrupted_or_foreign_stores_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"\x00not a database at all\xff" * 100)
     foreign = tmp_path / "foreign.db"
@@ -242,7 +242,7 @@ def test_corrupted_or_foreign_stores_are_refused_in_one_line(tmp_path, capsys):
         assert err.count("\n") == 0 and path.name in err
 
 
-def test_the_default_store_sits_beside_the_study_storage():
+def test_the_default_store_sits_beside_the_study_storage() -> None:
     assert default_url("sqlite:///ipu-autotune.db") == "sqlite:///ipu-autotune-calibration.db"
     assert default_url("sqlite:////data/runs/x.db") == "sqlite:////data/runs/x-calibration.db"
     assert default_url("journal:///shared/s.journal") == "journal:///shared/s-calibration.journal"
@@ -250,7 +250,7 @@ def test_the_default_store_sits_beside_the_study_storage():
     assert default_url("memory:") is None
 
 
-def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles():
+def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles() -> None:
     import math
 
     from ipu_autotune.guide.call_model import CallModel, CallTime
@@ -269,7 +269,7 @@ def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles
     assert 1.0 <= CallModel(calls, prior.call).device < 1.1
 
 
-def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(tmp_path, capsys):
+def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = _url(tmp_path, "journal")
     store = open_store(url)
     for study, factor in (("a", 1.25), ("b", 1.3)):
@@ -288,7 +288,7 @@ def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(
     assert "mk2 sdk-a" in capsys.readouterr().err
 
 
-def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage():
+def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage() -> None:
     from ipu_autotune.calibration.compile_time import fit_compile_time
 
     # seconds = 2 x ops^0.8 exactly: the fit finds it; without ops per stage nothing is fitted
@@ -300,7 +300,7 @@ def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage():
     assert records_of("s")[0]["profile"]["ops_by_stage"]  # a real record has them
 
 
-def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path):
+def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path: Path) -> None:
     from ipu_autotune.backends.screen import ScreenedBackend
 
     problem, profile, space, configs = _setup()
@@ -321,7 +321,7 @@ def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path):
     assert session.prior_veto(other, configs[0]) is None  # no prior, no veto
 
 
-def test_the_priors_spread_is_what_studies_held_out_show():
+def test_the_priors_spread_is_what_studies_held_out_show() -> None:
     """Studies that agree give a sharp prior, studies that differ a wide one: the spread is
     fitted leaving one study out (prior.memory_scale); one study has nothing to hold out."""
     from ipu_autotune.calibration.prior import BETWEEN, SCALES, memory_scale
@@ -343,7 +343,7 @@ def test_the_priors_spread_is_what_studies_held_out_show():
 class SpeedFactor(HiddenFactor):
     """A test IPU that runs every config `speed` times as fast as the estimate says."""
 
-    def __init__(self, speed: float):
+    def __init__(self, speed: float) -> None:
         super().__init__(1.0)
         self.speed = speed
 
@@ -352,7 +352,7 @@ class SpeedFactor(HiddenFactor):
         return dataclasses.replace(m, throughput=m.throughput * self.speed)
 
 
-def test_the_call_factors_spread_is_what_studies_held_out_show():
+def test_the_call_factors_spread_is_what_studies_held_out_show() -> None:
     """Studies whose models ran at the same speed against the estimate give the call factors
     a sharp prior; studies whose models differ by 3x a wide one (prior.call_scale); one study
     has nothing to hold out."""
@@ -374,7 +374,7 @@ def test_the_call_factors_spread_is_what_studies_held_out_show():
     assert fit_prior(timed([0.5, 1.0, 1.6])).call[2] > 2 * fit_prior(timed([0.8, 0.8, 0.8])).call[2]
 
 
-def test_the_prior_keeps_how_its_parts_move_together():
+def test_the_prior_keeps_how_its_parts_move_together() -> None:
     """The store's fit moves the proportional part and the per-category deviations together:
     carried as a covariance, a recorded model's tiles are as certain as its records say;
     their spreads alone would make them several times less so."""
@@ -395,7 +395,7 @@ def test_the_prior_keeps_how_its_parts_move_together():
         assert abs(mu - t / m.tile_capacity_bytes) < 2 * sd + 0.01  # and the truth within them
 
 
-def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
+def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> None:
     from ipu_autotune.guide.corrected import FIT_CONFIDENCE
     from ipu_autotune.guide.first_trials import FIRST_CONFIDENCE
     from ipu_autotune.guide.proposal import History
@@ -455,7 +455,7 @@ class HighProportionHeavy(HiddenFactor):
         return dataclasses.replace(m, max_tile_bytes=tiles, feasible=max(tiles) <= m.tile_capacity_bytes)
 
 
-def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement():
+def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement() -> None:
     """Stored studies held 8 % of a tile more at a high available memory proportion: a new
     study's guide expects that difference before its own first compile, also between two
     configs no study compiled as such (FP16 with offload, at a low proportion and a high

@@ -96,7 +96,7 @@ def string_fields() -> dict[str, typing.Callable[[dict, str], None]]:
             if setter is not None:
                 fields[f"{section}.{name}"] = _field_edit(section, name, setter)
 
-    def details_value(rec, p):  # the keys displays read from details (bottleneck: the pre-issue-11 form)
+    def details_value(rec, p) -> None:  # the keys displays read from details (bottleneck: the pre-issue-11 form)
         rec["measurement"]["bottleneck"] = None
         rec["measurement"]["details"] = {**rec["measurement"]["details"], "bottleneck": p,
                                          "throughput_source": p, "note": p}
@@ -134,7 +134,7 @@ def counts(html: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
+def pristine(tmp_path_factory: pytest.TempPathFactory):
     """One study made by tune (shared by every example) with a timed-out trial added (its
     reason is shown), its best trial, and its clean report's counts."""
     folder = tmp_path_factory.mktemp("display")
@@ -150,7 +150,7 @@ def pristine(tmp_path_factory):
     return db, study.best_trial.number, counts(page.read_text())
 
 
-def run(capsys, argv) -> tuple[int, str]:
+def run(capsys: pytest.CaptureFixture[str], argv) -> tuple[int, str]:
     """Exit code and all the command printed; never an internal error, whatever the record held."""
     code, out, err = run_cli(capsys, *argv)
     assert "internal error" not in err, err
@@ -169,7 +169,7 @@ def live_table(url: str) -> str:
     return console.file.getvalue()
 
 
-def attacked(tmp_path_factory, pristine, field: str, payload: str) -> tuple[str, int]:
+def attacked(tmp_path_factory: pytest.TempPathFactory, pristine, field: str, payload: str) -> tuple[str, int]:
     db, best, _ = pristine
     folder = tmp_path_factory.mktemp("attacked")
     attack(db, folder / "study.db", {0, best, FAILED}, lambda rec: FIELDS[field](rec, payload))
@@ -185,7 +185,7 @@ SETTINGS = settings(max_examples=2, deadline=None, database=None, phases=[Phase.
 @pytest.mark.parametrize("field", FIELDS)
 @SETTINGS
 @given(payload=payloads())
-def test_no_stored_payload_runs_in_the_report_or_the_terminal(tmp_path_factory, capsys, pristine, field, payload):
+def test_no_stored_payload_runs_in_the_report_or_the_terminal(tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], pristine, field, payload) -> None:
     url, best = attacked(tmp_path_factory, pristine, field, payload)
     storage = ["--storage", url]
     page = Path(url.removeprefix("sqlite:///")).with_name("report.html")
@@ -208,7 +208,7 @@ def test_no_stored_payload_runs_in_the_report_or_the_terminal(tmp_path_factory, 
     assert any(MARK in s for s in shown + [text]) or field in NEVER_SHOWN, field
 
 
-def test_the_checks_catch_a_payload_left_raw(pristine):
+def test_the_checks_catch_a_payload_left_raw(pristine) -> None:
     """What the property checks is not vacuous: a page or output holding a payload raw fails it."""
     _, _, clean = pristine
     assert all(counts(f"<td>{p}</td>") != {k: 0 for k in DANGEROUS} for p in HTML[:5])
@@ -217,7 +217,7 @@ def test_the_checks_catch_a_payload_left_raw(pristine):
 
 # --- must show 3: a wrong type is one line naming the trial and the field; the rest shows ---------------
 
-def test_a_wrong_type_is_one_line_naming_trial_and_field_and_show_lists_the_rest(tmp_path, capsys, pristine):
+def test_a_wrong_type_is_one_line_naming_trial_and_field_and_show_lists_the_rest(tmp_path: Path, capsys: pytest.CaptureFixture[str], pristine) -> None:
     db, best, _ = pristine
     dst = tmp_path / "study.db"
     attack(db, dst, {best}, lambda rec: rec["config"].__setitem__("gradient_accumulation", "8"))
@@ -236,7 +236,7 @@ def test_a_wrong_type_is_one_line_naming_trial_and_field_and_show_lists_the_rest
     assert f"trial {best} config: 'gradient_accumulation'" in text
 
 
-def test_an_unknown_enum_in_the_measurement_names_trial_and_field(tmp_path, capsys, pristine):
+def test_an_unknown_enum_in_the_measurement_names_trial_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], pristine) -> None:
     db, best, _ = pristine
     dst = tmp_path / "study.db"
     attack(db, dst, {0}, lambda rec: rec["measurement"].__setitem__("failure", "meltdown"))
@@ -249,7 +249,7 @@ def test_an_unknown_enum_in_the_measurement_names_trial_and_field(tmp_path, caps
 
 # --- must show 2: the report in headless Chromium runs no script from a record -------------------------
 
-def test_the_report_of_an_attacked_study_runs_no_stored_script_in_chromium(tmp_path, capsys, pristine):
+def test_the_report_of_an_attacked_study_runs_no_stored_script_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str], pristine) -> None:
     browser = _chromium()
     if browser is None:
         pytest.skip("no chromium on PATH (apt-get install chromium); CI runs this test")
@@ -257,7 +257,7 @@ def test_the_report_of_an_attacked_study_runs_no_stored_script_in_chromium(tmp_p
     readable = ("measurement.reason", "measurement.bottleneck", "config.splits", "config.checkpoints", "origin",
                 "measurement.details (key)", "measurement.breakdown")
 
-    def every_text_field(rec):  # each readable text field gets one of the HTML payloads
+    def every_text_field(rec) -> None:  # each readable text field gets one of the HTML payloads
         for i, field in enumerate(readable):
             FIELDS[field](rec, HTML[i % len(HTML)])
     attack(db, tmp_path / "edited.db", {0, best, FAILED}, every_text_field)

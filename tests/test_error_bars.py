@@ -46,7 +46,7 @@ def calibration(tool):
 
 
 @pytest.mark.slow
-def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(tool, calibration):
+def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(tool, calibration) -> None:
     widths, scales = tool.constants(calibration)
     assert widths.keys() == eb.THROUGHPUT_LOG_WIDTH.keys() and scales.keys() == eb.MEMORY_SCALE.keys()
     for key, w in widths.items():
@@ -55,12 +55,12 @@ def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(
         assert eb.MEMORY_SCALE[key] == pytest.approx((lo, hi), abs=1e-4), "run tools/error_bars.py --constants"
 
 
-def test_the_docs_coverage_table_is_what_the_tool_prints(tool, calibration):
+def test_the_docs_coverage_table_is_what_the_tool_prints(tool, calibration) -> None:
     docs = (ROOT / "docs" / "estimator.md").read_text()
     assert tool.table(calibration) in docs, "paste `python tools/error_bars.py` into docs/estimator.md"
 
 
-def test_every_throughput_point_and_memory_verdict_is_checked_and_tuned_points_are_named(tool, calibration):
+def test_every_throughput_point_and_memory_verdict_is_checked_and_tuned_points_are_named(tool, calibration) -> None:
     ids = {p.id for p in calibration}
     assert set(tool.TUNED_ON) - {"M22"} <= ids  # M22 is a ratio: no common factor to check
     assert sum(p.kind == "throughput" for p in calibration) == 12  # the two PopVision traces (seed-trace-ga3, -ga8) joined in issue 42
@@ -70,18 +70,18 @@ def test_every_throughput_point_and_memory_verdict_is_checked_and_tuned_points_a
     assert all(0 < total for *_, total in held_out)
 
 
-def test_conformal_width_needs_enough_points_for_its_coverage():
+def test_conformal_width_needs_enough_points_for_its_coverage() -> None:
     assert eb.conformal_width([0.1] * 8) is None  # ceil(0.9 * 9) = 9 > 8
     assert eb.conformal_width([0.3, -0.1, 0.2, 0.05, -0.4, 0.0, 0.1, 0.15, -0.2]) == pytest.approx(0.4)
     assert eb.conformal_width([0.01 * i for i in range(19)]) == pytest.approx(0.17)  # the 18th of 19
 
 
-def test_memory_band_is_what_the_verdicts_allow():
+def test_memory_band_is_what_the_verdicts_allow() -> None:
     assert eb.memory_scale([(0.8, True), (1.25, False), (0.5, True), (3.0, False)]) == pytest.approx((0.8, 1.25))
     assert eb.memory_scale([(0.8, True)]) is None
 
 
-def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool):
+def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool) -> None:
     P = tool.Point
     pts = [P(f"t{i}", "cnn", "throughput", "device", 0.05 * (-1) ** i) for i in range(9)]
     pts.append(P("outlier", "cnn", "throughput", "device", 0.9))
@@ -101,7 +101,7 @@ def _baseline() -> Config:
     return naive_baseline(WORKSHOP, profile_for(WORKSHOP))
 
 
-def test_every_estimate_carries_error_bars_around_its_figures():
+def test_every_estimate_carries_error_bars_around_its_figures() -> None:
     backend = EstimateBackend()
     for config in (_baseline(), FITTING):
         m = backend.measure(WORKSHOP, config)
@@ -117,7 +117,7 @@ def test_every_estimate_carries_error_bars_around_its_figures():
         assert again.max_tile_bytes_interval == m.max_tile_bytes_interval and again.throughput_interval == m.throughput_interval
 
 
-def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit():
+def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit() -> None:
     from ipu_autotune.args import DEFAULT_FIT_CONFIDENCE
     from ipu_autotune.commands.estimate import _print_measurement
 
@@ -133,7 +133,7 @@ def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit():
         assert "error bars (estimated): busiest tile IPU0 " in out.getvalue() and "(90%)" in out.getvalue()
 
 
-def test_families_take_their_own_memory_band():
+def test_families_take_their_own_memory_band() -> None:
     cnn = EstimateBackend().measure(WORKSHOP, _baseline())
     lo, hi = cnn.max_tile_bytes_interval[0]
     assert lo / cnn.max_tile_bytes[0] == pytest.approx(eb.MEMORY_SCALE["cnn"][0], rel=1e-4)
@@ -141,7 +141,7 @@ def test_families_take_their_own_memory_band():
     assert eb.family("hf:bert-base-uncased") == "transformer" and eb.family("resnet50") == "cnn"
 
 
-def test_a_compiled_verdict_has_no_memory_bar_but_its_estimated_throughput_keeps_its_interval():
+def test_a_compiled_verdict_has_no_memory_bar_but_its_estimated_throughput_keeps_its_interval() -> None:
     from ipu_autotune.backends.base import Backend
     from ipu_autotune.backends.screen import ScreenedBackend
 

@@ -59,7 +59,7 @@ def _stalled(profile):
 
 
 @pytest.mark.slow
-def test_split_moves_carry_their_checkpoints(setup):
+def test_split_moves_carry_their_checkpoints(setup) -> None:
     """warmstart's split moves keep the old checkpoints, which the space then drops (all
     recomputed with none kept: twice the memory). The guide's own moves re-derive them."""
     profile, space = setup
@@ -78,7 +78,7 @@ def test_split_moves_carry_their_checkpoints(setup):
 
 
 @pytest.mark.slow
-def test_split_moves_shift_a_pipelines_boundaries_together():
+def test_split_moves_shift_a_pipelines_boundaries_together() -> None:
     """A pipeline whose first stage holds more than the estimate says (BERT's embeddings on a
     random hidden IPU, draw 20031) fits when every boundary moves one layer earlier: each
     single move overloads a middle stage, so no climb of single moves reached it."""
@@ -96,7 +96,7 @@ def test_split_moves_shift_a_pipelines_boundaries_together():
 
 
 @pytest.mark.slow
-def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candidate_over_memory(setup):
+def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candidate_over_memory(setup) -> None:
     """The case the ResNet-152 benchmark missed: every compile so far without accumulation;
     any accumulation adds gradient accumulators the corrected model puts over memory at this
     split, so the guide kept compiling variations of the same speed. A climb on expected
@@ -121,7 +121,7 @@ def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candid
 
 
 @pytest.mark.slow
-def test_the_guides_proposals_do_not_depend_on_string_hashing():
+def test_the_guides_proposals_do_not_depend_on_string_hashing() -> None:
     """The candidate pool was a set: equally ranked candidates came out in string-hash order,
     so a run's proposals changed with PYTHONHASHSEED (one benchmark seed reached the best at
     compile 4 or never, by the hash)."""

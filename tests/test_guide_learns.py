@@ -19,7 +19,7 @@ from ipu_autotune.study.runner import Runner
 from test_guide import PROBLEM, HiddenIPU
 
 
-def test_device_and_host_time_are_learnt_apart():
+def test_device_and_host_time_are_learnt_apart() -> None:
     """An IPU 30 % slower than modelled with a host 20 % faster: one ratio per config would
     read both as "x1.1 or so"; the two factors recover each, so a config the model puts at
     its host cap but the hardware makes device-bound is ranked as the hardware ranks it."""
@@ -42,7 +42,7 @@ def test_device_and_host_time_are_learnt_apart():
 
 
 @pytest.mark.parametrize("leak", [0.0, 0.45])
-def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak):
+def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak) -> None:
     """Four configs the estimate puts at their host cap (device 0.3-0.9 of the host's time),
     on a host whose loader leaves `leak` of the shorter side unhidden (random hidden IPUs'
     "overlap"). Without the leak the model sees the device as free there, and optimizer
@@ -63,7 +63,7 @@ def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak):
     assert 0.7 * true_gain - 0.005 <= gain <= 1.1 * true_gain + 0.005
 
 
-def test_no_compile_leaves_both_factors_at_one():
+def test_no_compile_leaves_both_factors_at_one() -> None:
     assert (CallModel([]).device, CallModel([]).host) == (1.0, 1.0)
     assert CallModel([CallTime(1.0, 0.5, True, 10.0)]).device == 1.0  # an estimate, not a compile
 
@@ -82,7 +82,7 @@ def two_compiles():
 
 
 @pytest.mark.slow
-def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles):
+def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles) -> None:
     """The guide shipped before issue 22 kept to the layouts its warm starts compiled: the
     best (here 1 IPU x 4 replicas) was never generated. Now a layout nothing was compiled in
     is unsure in every knob that sets it apart, so its expected gain is compiled next, and on
@@ -99,7 +99,7 @@ def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles):
 
 
 @pytest.mark.slow
-def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles):
+def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles) -> None:
     """With a compile of a new layout still running, a free worker's proposal goes elsewhere:
     its outcome is mostly the running one's (local penalisation). Each free worker probed the
     same new layout once (four 2 x 2 sharded probes at once on ResNet-50, draw 20088)."""
@@ -115,7 +115,7 @@ def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles):
 class HungryIPU(HiddenIPU):
     """An IPU whose tiles hold `factor` times what the estimator says (tile imbalance)."""
 
-    def __init__(self, factor: float):
+    def __init__(self, factor: float) -> None:
         from dataclasses import replace
 
         from ipu_autotune.backends.estimate.constants import NOMINAL
@@ -142,7 +142,7 @@ def _guided_run(factor: float, compiles: int):
 
 
 @pytest.mark.slow
-def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles():
+def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles() -> None:
     """On an IPU whose tiles hold 6x the estimate nothing fits: the guide (which returned
     None here, leaving trials to the sampler and the estimate's screen) proposes the
     likeliest candidate whose tiles no compile has held, so no compile repeats another's
@@ -164,7 +164,7 @@ def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles():
 
 
 @pytest.mark.slow
-def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles):
+def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles) -> None:
     """A screening backend answers a config the estimate puts far over memory without a
     compile (backends/screen.py), which teaches the guide nothing: on ResNet-152 develop draw
     10010 of the random hidden IPUs the guide proposed one screened candidate after another
@@ -192,7 +192,7 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("factor", [1.4, 2.0])
-def test_the_second_compile_learns_from_the_baselines(factor):
+def test_the_second_compile_learns_from_the_baselines(factor) -> None:
     """tune enqueues the baseline alone (COMPILED_WARM_STARTS); the guide chooses the second
     compile knowing the baseline's tiles. On an IPU whose tiles hold `factor` x the
     estimate's imbalance, the safest warm start (chosen at 15 % free before any compile, and
@@ -214,7 +214,7 @@ def test_the_second_compile_learns_from_the_baselines(factor):
 
 
 @pytest.mark.slow
-def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them():
+def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them() -> None:
     """A config that differs from a compiled one only in knobs that leave its tiles as they
     are (device iterations, the loader; or any knob the estimator gives the same tiles to the
     byte) has that compile's tiles: its chance to fit is the compile's (the guide compiled
@@ -242,7 +242,7 @@ def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them():
 
 
 @pytest.mark.slow
-def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory():
+def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory() -> None:
     """A config whose tile-memory knobs a fitting compile shared runs the same program on the
     tiles: it fits, however near the edge that compile was. With a spread on those tiles the
     guide gave a variant of a compile that fitted at 0.999 of a tile a 50 % chance, and went
@@ -268,7 +268,7 @@ def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory():
 
 
 @pytest.mark.slow
-def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours():
+def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
     """What a compile's tiles held beyond the learnt parts carries mostly to a config one
     tile-memory knob away, whatever its host knobs: those change nothing on the tiles. When
     they counted as knobs apart, three near-copies of one out-of-memory ResNet-152 config
@@ -307,7 +307,7 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours():
 
 
 @pytest.mark.slow
-def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles):
+def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles) -> None:
     """The baseline's layout (4 IPUs pipelined) ran out of memory: nothing was learnt of its
     speed, so its candidates keep the layout's whole prior spread, however sure the model is
     of the 2 x 2 compile that ran; a twin of that compile is surer."""
@@ -326,7 +326,7 @@ def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles):
 class Judged:
     """A CorrectedModel's judgements, fixed: config -> (corrected throughput, chance to fit)."""
 
-    def __init__(self, beliefs: dict, sd: float):
+    def __init__(self, beliefs: dict, sd: float) -> None:
         self.cache = {c: Judgement(True, speed, 0.9, 0.9, chance, speed) for c, (speed, chance) in beliefs.items()}
         self.sd = sd
 
@@ -340,7 +340,7 @@ class Judged:
         return self.cache.get(config)
 
 
-def test_expected_improvement_is_the_chance_times_the_speed_above_the_best():
+def test_expected_improvement_is_the_chance_times_the_speed_above_the_best() -> None:
     """guide/gain.expected_improvement against sampling its log-normal speed: E[max(0, T - best)]
     x chance to fit, as a fraction of the best; with nothing to beat, the expected throughput."""
     from ipu_autotune.guide.gain import expected_improvement

@@ -64,7 +64,7 @@ def study(profile, first, settled, factor):
 
 
 @pytest.mark.slow
-def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was_compiled(regions):
+def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was_compiled(regions) -> None:
     profile, space, first, settled, untouched = regions
     guide = Guide(PROBLEM, profile, space, 0.05)
 
@@ -84,7 +84,7 @@ def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was
     assert pick is not None and structure(pick.config) not in {structure(c) for c in settled}
 
 
-def test_a_gain_within_the_learnt_noise_is_worth_nothing():
+def test_a_gain_within_the_learnt_noise_is_worth_nothing() -> None:
     """The bar is the model's figure for the best measured config raised by one learnt
     scatter; a candidate sure to land within it gains nothing, one unsure by more than the
     noise gains by its spread, though its figure is lower."""
@@ -101,7 +101,7 @@ def test_a_gain_within_the_learnt_noise_is_worth_nothing():
     assert sure_twin < 1e-3 < unsure_far
 
 
-def test_two_candidates_within_the_noise_are_ranked_by_their_spread_beyond_it():
+def test_two_candidates_within_the_noise_are_ranked_by_their_spread_beyond_it() -> None:
     """Predicted 1 % apart (under the 3 % noise): the one whose spread reaches past the bar
     ranks first, though its figure is the lower; with equal spreads the figure decides."""
 

@@ -133,7 +133,7 @@ def _cycle_in(group: list[str], graph: dict[str, set[str]]) -> list[str]:
     raise AssertionError(f"{group} is not strongly connected")
 
 
-def test_the_package_has_no_import_cycle():
+def test_the_package_has_no_import_cycle() -> None:
     modules = module_files(PACKAGE_DIR, "ipu_autotune")
     assert "ipu_autotune.cli" in modules and "ipu_autotune.numerics.advice" in modules
     cycles = find_cycles(import_graph(modules))
@@ -149,7 +149,7 @@ COMMAND_LAYER = {"ipu_autotune.cli", "ipu_autotune.args", "ipu_autotune.__main__
                    if p.stem != "__init__")}
 
 
-def test_only_the_command_layer_imports_the_argument_definitions():
+def test_only_the_command_layer_imports_the_argument_definitions() -> None:
     graph = import_graph(module_files(PACKAGE_DIR, "ipu_autotune"))
     below = {m: sorted(targets & COMMAND_LAYER) for m, targets in graph.items() if m not in COMMAND_LAYER}
     assert {m: t for m, t in below.items() if t} == {}
@@ -157,7 +157,7 @@ def test_only_the_command_layer_imports_the_argument_definitions():
     assert numerics == []
 
 
-def test_the_walk_finds_cycles_through_lazy_and_relative_imports(tmp_path):
+def test_the_walk_finds_cycles_through_lazy_and_relative_imports(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -186,7 +186,7 @@ def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str
     return {u: targets - {u} for u, targets in units.items()}
 
 
-def test_no_import_cycle_between_packages():
+def test_no_import_cycle_between_packages() -> None:
     """A file-level walk misses `a/x.py -> b/y.py -> a/z.py`: the folders would no longer be
     layers, though no file imports itself back."""
     graph = package_graph(import_graph(module_files(PACKAGE_DIR, "ipu_autotune")), "ipu_autotune")
@@ -195,7 +195,7 @@ def test_no_import_cycle_between_packages():
     assert not cycles, "cycles between packages: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-def test_a_cycle_between_packages_is_found_though_no_file_cycle_is(tmp_path):
+def test_a_cycle_between_packages_is_found_though_no_file_cycle_is(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     for sub in ("a", "b"):
         (pkg / sub).mkdir(parents=True)
@@ -217,7 +217,7 @@ def mutual_pairs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     return sorted((a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, set()))
 
 
-def test_no_two_packages_import_each_other_typing_imports_included():
+def test_no_two_packages_import_each_other_typing_imports_included() -> None:
     """A layer below never names one above, not even for a type: the vocabulary (Config,
     Problem, Measurement) sits under every package, so a type is no reason to reach up."""
     graph = package_graph(import_graph(module_files(PACKAGE_DIR, "ipu_autotune"), typing_too=True),

@@ -4,6 +4,8 @@ TrainingModel, and a masked-LM loss equal to transformers' own over those positi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -22,7 +24,7 @@ def _head(profile):
 
 
 @pytest.mark.slow
-def test_the_head_sees_only_the_gathered_positions():
+def test_the_head_sees_only_the_gathered_positions() -> None:
     full = profile_for(Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=128))
     gathered = profile_for(Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=128, max_predictions=20))
     assert gathered.params == full.params  # the same weights; only what the head computes changes
@@ -34,7 +36,7 @@ def test_the_head_sees_only_the_gathered_positions():
     assert _head(gathered).placed_with == 0  # the tied decoder still runs with the embedding
 
 
-def test_inputs_and_labels_follow_graphcore_pretraining():
+def test_inputs_and_labels_follow_graphcore_pretraining() -> None:
     problem = Problem("hf:bert-base-uncased", 3, task="masked-lm", seq_len=128, max_predictions=20)
     batch = sample_batch(problem, 3)
     assert list(batch) == ["input_ids", "attention_mask", "masked_lm_positions", "labels"]
@@ -47,12 +49,12 @@ def test_inputs_and_labels_follow_graphcore_pretraining():
     (dict(model="hf:bert-base-uncased", task="masked-lm", seq_len=16, max_predictions=20), "exceeds --seq-len 16"),
     (dict(model="resnet18", max_predictions=20), "for hf: models"),
 ])
-def test_max_predictions_where_it_cannot_apply_is_refused(kwargs, message):
+def test_max_predictions_where_it_cannot_apply_is_refused(kwargs, message) -> None:
     with pytest.raises(UsageError, match=message):
         Problem(batch_size=1, **kwargs)
 
 
-def test_the_key_round_trips_and_old_problems_keep_their_dict():
+def test_the_key_round_trips_and_old_problems_keep_their_dict() -> None:
     problem = Problem("hf:roberta-base", 2, task="masked-lm", seq_len=128, max_predictions=20)
     assert Problem.from_dict(problem.to_dict()) == problem
     assert "max_predictions" not in Problem("hf:roberta-base", 2, task="masked-lm").to_dict()
@@ -67,7 +69,7 @@ def _reference_loss(plain, ids, mask, positions, tokens):
 
 
 @pytest.mark.slow
-def test_traced_model_and_exported_training_model_compute_transformers_masked_lm_loss():
+def test_traced_model_and_exported_training_model_compute_transformers_masked_lm_loss() -> None:
     from conftest_fake_sdk import fake_sdk
 
     from ipu_autotune.export.python import render_snippet
@@ -98,7 +100,7 @@ def test_traced_model_and_exported_training_model_compute_transformers_masked_lm
 
 
 @pytest.mark.slow
-def test_estimate_takes_the_flag_and_the_config_key(capsys, in_tmp):
+def test_estimate_takes_the_flag_and_the_config_key(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
     """In this process: the three estimates share one trace of BERT (`estimate` as the console
     script runs it is test_transformers.py's)."""
     import json
@@ -119,7 +121,7 @@ def test_estimate_takes_the_flag_and_the_config_key(capsys, in_tmp):
 
 
 @pytest.mark.slow
-def test_a_bad_count_is_one_line_exit_2(tmp_path):
+def test_a_bad_count_is_one_line_exit_2(tmp_path: Path) -> None:
     proc = cli("estimate", "hf:gpt2", "-b", "1", "--max-predictions", "20", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "--task masked-lm" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -37,7 +37,7 @@ STACKS = {("distilbert", "masked-lm"): ("distilbert.transformer.layer",),
           ("bart", "seq2seq-lm"): ("model.encoder.layers", "model.decoder.layers")}
 
 
-def problem_for(tmp_path, family: str, task: str, ipus: int = 1, **config) -> Problem:
+def problem_for(tmp_path: Path, family: str, task: str, ipus: int = 1, **config) -> Problem:
     # a folder per config: a model's config is read once per process (hf_config._loaded)
     folder = tmp_path / (family + "".join(f"-{k}{v}" for k, v in config.items()))
     folder.mkdir(exist_ok=True)
@@ -69,13 +69,13 @@ def stage_ends(profile, splits: tuple[str, ...]) -> set[str]:
     return {profile.units[profile.unit_index(s) - 1].path for s in splits}
 
 
-def test_each_pipelined_class_has_its_checkpoint_rule():
+def test_each_pipelined_class_has_its_checkpoint_rule() -> None:
     assert set(SKIPPED_INDEX) == set(PIPELINED)
 
 
 @pytest.mark.parametrize("layers", [3, 4])
 @pytest.mark.parametrize("family, key", [("distilbert", "n_layers"), ("deberta", "num_hidden_layers")])
-def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(tmp_path, family, key, layers):
+def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(tmp_path: Path, family, key, layers) -> None:
     """DistilBERT and DeBERTa MLM: their tied head does not make optimum checkpoint every layer;
     the mixin's `index != num_hidden_layers - 1` leaves the last layer out."""
     problem = problem_for(tmp_path, family, "masked-lm", **{key: layers})
@@ -93,7 +93,7 @@ def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(tmp_path, f
 
 
 @pytest.mark.parametrize("encoder, decoder", [(4, 2), (2, 4), (3, 3)])
-def test_bart_checkpoints_skip_index_encoder_layers_minus_1_in_both_stacks(tmp_path, encoder, decoder):
+def test_bart_checkpoints_skip_index_encoder_layers_minus_1_in_both_stacks(tmp_path: Path, encoder, decoder) -> None:
     """BART compares both loops' index with num_hidden_layers (= encoder_layers): with 4 + 2
     layers only the encoder's last goes unchecked; with 2 + 4 encoder.layers.1 and
     decoder.layers.1 (decoder.layers.3 keeps its checkpoint); with 3 + 3 both stacks' last."""

@@ -33,7 +33,7 @@ def parsed(command: str, model: str | None, keywords: dict):
     ("verify", None, dict(tuned="t.toml", steps=10, lr=0.1, quiet=True)),
     ("plan", "resnet18", dict(batch_size=4, fit_confidence=0.5)),
 ])
-def test_the_call_and_the_command_line_build_the_same_options(command, model, keywords):
+def test_the_call_and_the_command_line_build_the_same_options(command, model, keywords) -> None:
     assert from_keywords(command, model, keywords) == parsed(command, model, keywords)
 
 
@@ -42,7 +42,7 @@ def test_the_call_and_the_command_line_build_the_same_options(command, model, ke
     dict(batch_size=8, input_shape=(3, 8, 8), image_size=8), dict(image_size=8, input_shape=(3, 8, 8), batch_size=8),
     dict(trials=3), dict(batch_size=8, headroom=0.9), dict(batch_size=8, micro_batch="9-3"),
 ])
-def test_bad_keywords_are_refused_with_the_parsers_message(keywords):
+def test_bad_keywords_are_refused_with_the_parsers_message(keywords) -> None:
     with pytest.raises(UsageError) as by_parser:
         parsed("tune", "m", keywords)
     with pytest.raises(UsageError) as by_call:
@@ -52,7 +52,7 @@ def test_bad_keywords_are_refused_with_the_parsers_message(keywords):
 
 
 @pytest.mark.parametrize("command", sorted(OPTIONS))
-def test_the_parsers_defaults_are_the_fields(command):
+def test_the_parsers_defaults_are_the_fields(command) -> None:
     cls = OPTIONS[command]
     required = {"tune": ["m", "-b", "8"], "plan": ["m", "-b", "8"], "numerics": ["m", "-b", "8"],
                 "export": ["--study", "s"], "show": ["--study", "s"], "report": ["--study", "s"]}.get(command, [])
@@ -63,7 +63,7 @@ def test_the_parsers_defaults_are_the_fields(command):
             assert getattr(given, f.name) == f.default, (command, f.name)
 
 
-def test_argparse_internals_and_getattr_on_args_stay_in_cli_and_args():
+def test_argparse_internals_and_getattr_on_args_stay_in_cli_and_args() -> None:
     pattern = re.compile(r"_actions|_SubParsersAction|getattr\(args")
     found = [f"{p.relative_to(PACKAGE_DIR)}:{n}" for p in sorted(PACKAGE_DIR.rglob("*.py"))
              if p.name not in ("cli.py", "args.py") or p.parent != PACKAGE_DIR

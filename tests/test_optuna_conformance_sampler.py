@@ -59,7 +59,7 @@ PARAMS = [pytest.param("project", marks=pytest.mark.slow), "grouped",
 
 class TestWindowedSampler(BasicSamplerTestCase, RelativeSamplerTestCase, MultiObjectiveSamplerTestCase):
     @pytest.fixture(params=PARAMS)
-    def sampler(self, request):
+    def sampler(self, request: pytest.FixtureRequest):
         reason = SKIPS.get((request.function.__name__, request.param))
         if reason:
             pytest.skip(reason)
@@ -107,21 +107,21 @@ def _study(sampler, finished: int) -> optuna.Study:
     return study
 
 
-def test_grouped_sampling_draws_every_parameter_in_range_when_called_as_a_study_calls_it():
+def test_grouped_sampling_draws_every_parameter_in_range_when_called_as_a_study_calls_it() -> None:
     for make, finished in ((SAMPLERS["grouped"], 5), (SAMPLERS["project"], 12)):  # past the window, the startup
         study = _study(make(), finished)
         for _ in range(5):
             _check_draw(_relative_draw(study))
 
 
-def test_the_project_sampler_samples_jointly_after_its_startup_trials():
+def test_the_project_sampler_samples_jointly_after_its_startup_trials() -> None:
     study = _study(SAMPLERS["project"](), 9)
     assert _relative_draw(study) == {}  # the tenth trial: each parameter on its own, as TPE's startup
     study = _study(SAMPLERS["project"](), 10)
     _check_draw(_relative_draw(study))
 
 
-def test_below_its_window_the_project_sampler_draws_what_optunas_tpe_draws():
+def test_below_its_window_the_project_sampler_draws_what_optunas_tpe_draws() -> None:
     """Grouped, constant liar and all: the same seed gives the same trials as TPESampler while
     the study is smaller than the window (search/window.py)."""
     def run(sampler) -> list[dict]:

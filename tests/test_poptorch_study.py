@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import os
 import subprocess
@@ -32,7 +34,7 @@ def trials(cwd, result):
     return study.trials
 
 
-def test_a_study_survives_crashes_and_hangs_and_records_ooms_from_profiles(tmp_path):
+def test_a_study_survives_crashes_and_hangs_and_records_ooms_from_profiles(tmp_path: Path) -> None:
     # Run 1: screening on, IPUs attached, the third compile crashes.
     first = tune(tmp_path, "--trials", "5", FAKE_POPTORCH_IPUS="2", FAKE_POPTORCH_FAULT="crash",
                  FAKE_POPTORCH_FAULT_MATCH="trial-0003")

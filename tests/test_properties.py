@@ -11,6 +11,8 @@ Models are traced once (profile_for caches); example counts stay modest (< 60 s 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import math
 
@@ -39,7 +41,7 @@ TARGET_NAMES = TARGETS
 class HypothesisTrial:
     """An Optuna-trial stand-in whose every suggest_* answer is drawn by hypothesis."""
 
-    def __init__(self, data):
+    def __init__(self, data) -> None:
         self.data = data
         self.params: dict = {}
 
@@ -78,7 +80,7 @@ def finite_non_negative(x) -> bool:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def traced():
+def traced() -> None:
     for model, batch, shape in MODELS:  # trace outside hypothesis' deadline, once
         profile_for(Problem(model, batch, input_shape=shape, num_classes=10))
 
@@ -86,7 +88,7 @@ def traced():
 @pytest.mark.slow
 @given(problems(), st.booleans(), st.data())
 @SETTINGS
-def test_every_config_a_shipped_space_produces_passes_the_rules_and_estimates_sanely(problem, fixed_numerics, data):
+def test_every_config_a_shipped_space_produces_passes_the_rules_and_estimates_sanely(problem, fixed_numerics, data) -> None:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     if fixed_numerics:  # what `tune` searches when the numerics advice sets these knobs
@@ -151,7 +153,7 @@ def any_config(draw, paths=PATHS):
     )
 
 
-def toml_round_trip(tmp_path, problem: Problem, config: Config) -> tuple[Problem, Config]:
+def toml_round_trip(tmp_path: Path, problem: Problem, config: Config) -> tuple[Problem, Config]:
     path = tmp_path / "round.toml"
     path.write_text(tomlio.dumps({"problem": problem.to_dict(), "config": config.to_dict()},
                                  header="round trip\nsecond line"))
@@ -162,14 +164,14 @@ def toml_round_trip(tmp_path, problem: Problem, config: Config) -> tuple[Problem
 @pytest.mark.slow
 @given(any_problem(), any_config())
 @SETTINGS
-def test_toml_round_trip_is_the_identity(tmp_path, problem, config):
+def test_toml_round_trip_is_the_identity(tmp_path: Path, problem, config) -> None:
     assert toml_round_trip(tmp_path, problem, config) == (problem, config)
 
 
 @pytest.mark.slow
 @given(any_problem(), any_config())
 @SETTINGS
-def test_json_round_trip_is_the_identity(problem, config):
+def test_json_round_trip_is_the_identity(problem, config) -> None:
     assert Problem.from_dict(json.loads(json.dumps(problem.to_dict()))) == problem
     assert Config.from_dict(json.loads(json.dumps(config.to_dict()))) == config
 
@@ -177,7 +179,7 @@ def test_json_round_trip_is_the_identity(problem, config):
 @pytest.mark.slow
 @given(st.data())
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_sampled_configs_round_trip_through_toml(tmp_path_factory, data):
+def test_sampled_configs_round_trip_through_toml(tmp_path_factory: pytest.TempPathFactory, data) -> None:
     problem = data.draw(problems())
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
@@ -186,6 +188,6 @@ def test_sampled_configs_round_trip_through_toml(tmp_path_factory, data):
     assert toml_round_trip(tmp_path_factory.mktemp("rt"), problem, config) == (problem, config)
 
 
-def test_toml_round_trip_of_any_text(tmp_path):
+def test_toml_round_trip_of_any_text(tmp_path: Path) -> None:
     config = Config(ipus_per_replica=2, splits=("layer\U0001d4cd",))
     assert toml_round_trip(tmp_path, Problem("pkg.mod:f\U0001f600ctory", 8), config)[1] == config

@@ -12,7 +12,7 @@ BATCH, WIDTH = 4, 64
 
 
 class DropoutNet(nn.Module):
-    def __init__(self, p: float):
+    def __init__(self, p: float) -> None:
         super().__init__()
         self.first, self.drop, self.second = nn.Linear(WIDTH, WIDTH), nn.Dropout(p), nn.Linear(WIDTH, 10)
 
@@ -25,7 +25,7 @@ def _saved(model: nn.Module) -> int:
     return sum(u.saved_bytes for u in trace_module(model, BATCH, (WIDTH,), 10).units)
 
 
-def test_dropout_keeps_no_mask_for_backward():
+def test_dropout_keeps_no_mask_for_backward() -> None:
     """PopART's DropoutGradOp redraws the mask from the seed; PyTorch's CPU dropout saves its
     noise tensor. With dropout on, the saved bytes are those of dropout off: the second
     linear keeps its input either way, nothing else."""
@@ -35,7 +35,7 @@ def test_dropout_keeps_no_mask_for_backward():
 
 
 class Layer(nn.Module):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.proj = nn.Linear(WIDTH, WIDTH)
 
@@ -46,7 +46,7 @@ class Layer(nn.Module):
 class MaskedStack(nn.Module):
     """Like BERT: a mask made once, before the layers, passed to every layer unchanged."""
 
-    def __init__(self, n: int = 4):
+    def __init__(self, n: int = 4) -> None:
         super().__init__()
         self.embed = nn.Linear(WIDTH, WIDTH)
         self.layers = nn.ModuleList(Layer() for _ in range(n))
@@ -60,7 +60,7 @@ class MaskedStack(nn.Module):
         return self.head(hidden)
 
 
-def test_a_mask_passed_along_is_carried_not_checkpointed():
+def test_a_mask_passed_along_is_carried_not_checkpointed() -> None:
     with torch.device("meta"):
         model = MaskedStack()
     profile = trace_module(model, BATCH, (WIDTH,), 10)
@@ -81,7 +81,7 @@ def test_a_mask_passed_along_is_carried_not_checkpointed():
     assert second.in_bytes == layers[2].in_bytes > hidden
 
 
-def test_identical_layers_keep_identical_bytes():
+def test_identical_layers_keep_identical_bytes() -> None:
     """A storage key freed and reused by a later tensor gave it the old tensor's producer:
     some BERT-Large layers counted 31.5 MB of matmul outputs, others 25.2 MB."""
     from ipu_autotune.profiles.trace import profile_for

@@ -38,7 +38,7 @@ def retried(t) -> int | None:
 
 
 @pytest.mark.parametrize("kind", STORAGE_KINDS)
-def test_a_killed_worker_trial_is_failed_and_retried_by_the_next_worker(tmp_path, kind):
+def test_a_killed_worker_trial_is_failed_and_retried_by_the_next_worker(tmp_path: Path, kind) -> None:
     url = storage_url(kind, tmp_path)
     name = f"crash-{uuid.uuid4().hex[:8]}"
     # A worker with a 1 s heartbeat (so a 3 s grace), killed while its trial is measuring.
@@ -77,7 +77,7 @@ def test_a_killed_worker_trial_is_failed_and_retried_by_the_next_worker(tmp_path
 
 
 @pytest.mark.parametrize("kind", STORAGE_KINDS)
-def test_three_workers_share_one_study(tmp_path, kind):
+def test_three_workers_share_one_study(tmp_path: Path, kind) -> None:
     url = storage_url(kind, tmp_path)
     name = f"shared-{uuid.uuid4().hex[:8]}"
     per_worker = [8, 6, 7]
@@ -120,7 +120,7 @@ def test_three_workers_share_one_study(tmp_path, kind):
         optuna.delete_study(study_name=name, storage=open_storage(url))
 
 
-def test_postgres_url_with_a_password_never_reaches_output_or_files(tmp_path):
+def test_postgres_url_with_a_password_never_reaches_output_or_files(tmp_path: Path) -> None:
     if not POSTGRES:
         pytest.skip(NO_POSTGRES)
     from sqlalchemy.engine import make_url

@@ -8,6 +8,8 @@ normalisation, output objects with `.logits`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 
 import pytest
@@ -43,7 +45,7 @@ def poptorch():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,shape,ipus,classes", ZOO, ids=[z[0].split(":")[-1] for z in ZOO])
-def test_tunes_exports_and_the_export_runs(poptorch, tmp_path, capsys, model, shape, ipus, classes):
+def test_tunes_exports_and_the_export_runs(poptorch, tmp_path: Path, capsys: pytest.CaptureFixture[str], model, shape, ipus, classes) -> None:
     out = tmp_path / "out"
     code = main([model, "--batch-size", "4", "--input-shape", ",".join(map(str, shape)), "--num-classes", str(classes),
                  "--ipus", str(ipus), "--trials", "20", "--seed", "0", "--no-numerics", "--json", "--backend", "estimate",

@@ -52,7 +52,7 @@ def digits_wrong_shape():
 class DigitsNet(nn.Module):
     """Conv, pool, two linear layers: about 10k weights."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(16 * 4 * 4, 32), nn.ReLU(), nn.Linear(32, num_classes))
@@ -70,7 +70,7 @@ class VanishingNet(nn.Module):
     layer, so most weight gradients of a mean loss fall below FP16's 2^-24 at loss scale 1.
     Adam normalises its updates, so in FP32 it trains regardless."""
 
-    def __init__(self, num_classes: int = 10, depth: int = 8, width: int = 64, gain: float = 0.1):
+    def __init__(self, num_classes: int = 10, depth: int = 8, width: int = 64, gain: float = 0.1) -> None:
         super().__init__()
         self.layers = tanh_mlp(num_classes, depth, width, gain)
 
@@ -86,7 +86,7 @@ class LargeWeightClassifier(nn.Module):
     """A linear classifier whose weights start at magnitudes 0.25-0.5 (random signs), where an FP16
     ulp is 2^-12: an update below 2^-13 rounds away under round-to-nearest."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.linear = nn.Linear(64, num_classes)
         with torch.no_grad():
@@ -112,7 +112,7 @@ class AttentionBlock(nn.Module):
     an inf score makes its softmax row NaN in FP16. The last scores and probabilities are kept
     (`scores`, `probs`) for the tests to read."""
 
-    def __init__(self, dim: int = 32, qk_std: float = 1.0):
+    def __init__(self, dim: int = 32, qk_std: float = 1.0) -> None:
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
@@ -163,7 +163,7 @@ class BertDigits(nn.Module):
     8x8 image is 8 tokens of 8 pixels, embedded by a linear layer and fed as `inputs_embeds`; the
     mean of the last hidden states is classified."""
 
-    def __init__(self, num_classes: int = 10, hidden: int = 32):
+    def __init__(self, num_classes: int = 10, hidden: int = 32) -> None:
         super().__init__()
         from transformers import BertConfig, BertModel
 
@@ -210,7 +210,7 @@ class AttentionDigits(nn.Module):
     """AttentionBlock on the digits: each 8x8 image is 8 tokens of 8 pixels; the block's mean output
     classified. At qk_std 12 about 1 % of its unscaled attention scores pass FP16's 65504."""
 
-    def __init__(self, num_classes: int = 10, qk_std: float = 12.0):
+    def __init__(self, num_classes: int = 10, qk_std: float = 12.0) -> None:
         super().__init__()
         self.embed = nn.Linear(8, 32)
         self.block = AttentionBlock(32, qk_std)

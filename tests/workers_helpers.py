@@ -32,7 +32,7 @@ PROBLEM_ARGS = ["--batch-size", "4", "--input-shape", "3,16,16", "--num-classes"
 class TinyCNN(nn.Module):
     """Four conv blocks and a head: enough units for two- and four-IPU pipelines."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.block1 = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
         self.block2 = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
@@ -130,7 +130,7 @@ def _sleepy_backend(seconds: float):
         name = "sleepy"
         source = "estimate"
 
-        def __init__(self):
+        def __init__(self) -> None:
             self.inner = EstimateBackend()
             self.current: int | None = None
 
@@ -170,7 +170,7 @@ def worker(argv: list[str] | None = None) -> int:
     base = naive_baseline(p, profile)
     starts = [Proposal(base, "baseline"), Proposal(base.replace(precision="16.16"), "fp16")][:args.warm_starts]
 
-    def on_create(study):
+    def on_create(study) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
         st.enqueue(study, space, p, profile, starts)
 

@@ -32,7 +32,7 @@ class ClassifierOutput:
 
 
 class LogitsNet(nn.Module):
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.features = sequential_cnn(64)
         self.classifier = nn.Linear(64, num_classes)
