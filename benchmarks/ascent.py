@@ -9,6 +9,8 @@ these climbs find bumps it (and the references are searched again); a renaming d
 
 from __future__ import annotations
 
+from typing import Any
+
 from common import HiddenIPU
 
 from ipu_autotune.guide.warmstart import Screen, screen_rank, single_changes
@@ -25,11 +27,11 @@ class OracleScreen(Screen):
     projects every trial into it), so a best known outside it (hand-placed recomputation
     checkpoints, say) would be a target no tuner run can reach."""
 
-    def __init__(self, problem: Problem, profile, oracle: HiddenIPU, space: SearchSpace) -> None:
+    def __init__(self, problem: Problem, profile: Any, oracle: HiddenIPU, space: SearchSpace) -> None:
         super().__init__(problem, profile, oracle.constants, space=space)
         self.oracle = oracle
 
-    def __call__(self, config):
+    def __call__(self, config: Any) -> Any:
         if config not in self.cache:
             ok = not violations(self.problem, config, self.profile.module_order)
             ok = ok and not self.space.outside(self.problem, self.profile, config)
@@ -37,7 +39,7 @@ class OracleScreen(Screen):
         return self.cache[config]
 
 
-def knob_changes(a: Config, b: Config) -> dict:
+def knob_changes(a: Config, b: Config) -> dict[str, Any]:
     return {f: getattr(b, f) for f in a.__dataclass_fields__ if getattr(a, f) != getattr(b, f)}
 
 
@@ -93,7 +95,7 @@ def polish(screen: Screen, space: SearchSpace, start: Config, rounds: int = 40, 
     return best
 
 
-def kicked(screen: Screen, space: SearchSpace, start: Config, rng, kicks: int, sizes: tuple[int, ...],
+def kicked(screen: Screen, space: SearchSpace, start: Config, rng: Any, kicks: int, sizes: tuple[int, ...],
            rounds: int = 40) -> Config:
     """An iterated local search: `kicks` times, a random number (from `sizes`) of random
     single-knob moves from the best so far, then a greedy single-knob ascent; kept when better."""

@@ -17,6 +17,7 @@ import sys
 import warnings
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run from anywhere without installing
@@ -169,7 +170,7 @@ def hidden_constants(seed: int, spread: float = 0.3) -> tuple[EstimatorConstants
     return k, factors
 
 
-def seeded_random(key: str):
+def seeded_random(key: str) -> Any:
     """A random.Random seeded by a string, the same in every process (unlike hash())."""
     import random
 

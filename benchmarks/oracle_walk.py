@@ -35,6 +35,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -135,11 +136,11 @@ def _main_effects_top(screen: OracleScreen, space: SearchSpace, start: Config, r
             moved = [b - a for a, b in zip(base.required_bytes, m.required_bytes)]
             singles.append((knob_changes(start, c), m.throughput / base.throughput, moved))
 
-    def fits(applied: list) -> bool:
+    def fits(applied: list[Any]) -> bool:
         return all(base.required_bytes[i] + sum(x[2][i] for x in applied) <= base.capacity_bytes[i]
                    for i in range(len(base.required_bytes)))
 
-    applied: list[tuple[dict, float, list[int]]] = []
+    applied: list[tuple[dict[str, Any], float, list[int]]] = []
     score = 1.0
     for _ in range(rounds):
         moves = []
@@ -151,7 +152,7 @@ def _main_effects_top(screen: OracleScreen, space: SearchSpace, start: Config, r
         if top is None or top[0] <= score * (1 + 1e-9):
             break
         score, applied = top
-    merged: dict = {}
+    merged: dict[str, Any] = {}
     for d, _, _ in applied:
         merged.update(d)
     return start.replace(**merged)
@@ -179,7 +180,7 @@ def _guide_and_oracle(problem: Problem, profile: ModelProfile, space: SearchSpac
     return [m.throughput if m.feasible else None for _, m in measured]
 
 
-def run_draw(args: tuple) -> dict:
+def run_draw(args: tuple[Any, ...]) -> dict[str, Any]:
     key, draw_id, budget, trials, kicks, family = args
     common.quiet_optuna()
     problem = se.PROBLEMS[key]
@@ -222,7 +223,7 @@ def _to_near(compiles: list[float | None], reference: float | None) -> int | Non
     return None
 
 
-def report(results: list[dict], budget: int) -> str:
+def report(results: list[dict[str, Any]], budget: int) -> str:
     out = ["## Within 5 % of the best known, with perfect local knowledge", ""]
     rows = []
     for key in dict.fromkeys(r["problem"] for r in results):

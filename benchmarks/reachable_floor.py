@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import math
+from typing import Any
 
 import common
 from ascent import OracleScreen, kicked, polish
@@ -41,7 +42,7 @@ def compile_class(problem: Problem, config: Config) -> float:
     return round(compile_minutes(problem, config), 4)
 
 
-def class_bests(problem: Problem, oracle, seed: int, reference: Config | None,
+def class_bests(problem: Problem, oracle: Any, seed: int, reference: Config | None,
                 kicks: int) -> dict[float, tuple[float, Config]]:
     """Per compile class: (best hidden-IPU throughput found in it, config)."""
     profile = profile_for(problem)
@@ -60,7 +61,7 @@ def class_bests(problem: Problem, oracle, seed: int, reference: Config | None,
             super().__init__(problem, profile, oracle, space)
             self.cache, self.want = full.cache, want  # answers shared; the class filters
 
-        def __call__(self, config):
+        def __call__(self, config: Any) -> Any:
             return super().__call__(config) if compile_class(problem, config) == self.want else None
 
     out: dict[float, tuple[float, Config]] = {}
@@ -77,7 +78,7 @@ def class_bests(problem: Problem, oracle, seed: int, reference: Config | None,
     return out
 
 
-def cached_class_bests(problem: Problem, oracle, seed: int, reference: Config | None, kicks: int,
+def cached_class_bests(problem: Problem, oracle: Any, seed: int, reference: Config | None, kicks: int,
                        reference_key: str, use_cache: bool = True) -> dict[float, float]:
     """class_bests' throughputs, kept on disk beside the best-known search (its key, which holds
     the searches' version: common.REFERENCE_SEARCH_VERSION covers class_bests too)."""
@@ -98,7 +99,7 @@ def cached_class_bests(problem: Problem, oracle, seed: int, reference: Config | 
     return bests
 
 
-def reachable_minutes(bests: dict[float, float], runs: dict, reference: float, near: float) -> float:
+def reachable_minutes(bests: dict[float, float], runs: dict[str, Any], reference: float, near: float) -> float:
     """The fewest minutes one compile within `near` of `reference` takes: the fastest class
     whose best is that good, or a config a benchmarked run compiled that good."""
     found = [minutes for minutes, t in bests.items() if t >= near * reference]

@@ -56,6 +56,7 @@ import multiprocessing
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -248,7 +249,7 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
 
 
 @contextlib.contextmanager
-def _pair_climb(on: bool):
+def _pair_climb(on: bool) -> Iterator[Any]:
     """What-if: `proposals` climbs with `polish` instead of warmstart.climb (the guide keeps its own)."""
     import ipu_autotune.guide.warmstart as ws
 
@@ -273,13 +274,13 @@ class _Calibrate:
     steps) instead of warmstart.climb.
     """
 
-    def __init__(self, study, problem, space, baseline, screen: ScreenedBackend, better_climb: bool) -> None:
+    def __init__(self, study: Any, problem: Any, space: Any, baseline: Any, screen: ScreenedBackend, better_climb: bool) -> None:
         self.study, self.problem, self.space, self.baseline = study, problem, space, baseline
         self.screen, self.better_climb = screen, better_climb
         self.profile = profile_for(problem)
-        self.measured: list = []
+        self.measured: list[Any] = []
 
-    def __call__(self, rec) -> None:
+    def __call__(self, rec: Any) -> None:
         self.measured.append((rec.config, rec.measurement))
         correction = memory_correction(self.problem, self.profile, self.measured, NOMINAL)
         corrected = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * correction)
@@ -309,7 +310,7 @@ def best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int,
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
     screen = OracleScreen(problem, profile, oracle, space)
-    best: list = [None, "none", None]
+    best: list[Any] = [None, "none", None]
 
     def consider(config: Config, source: str) -> None:
         m = screen(config)
@@ -348,10 +349,10 @@ class _Uncounted:
     def __init__(self, oracle: HiddenIPU) -> None:
         self.oracle = oracle
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: Any) -> Any:
         return getattr(self.oracle, name)
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         return self.oracle.evaluate(problem, config)
 
 
@@ -418,7 +419,7 @@ def _still_measures(problem: Problem, oracle: HiddenIPU, config: Config | None, 
     return throughput is not None and math.isclose(throughput, reference, rel_tol=1e-9)
 
 
-def run_job(args: tuple) -> dict:
+def run_job(args: tuple[Any, ...]) -> dict[str, Any]:
     """One (problem, seed): the reference search, then every strategy. Picklable for a pool."""
     key, kind, seed, budget, reference_trials, kicks, max_trials, strategies, use_cache = args
     common.quiet_optuna()
@@ -454,7 +455,7 @@ def run_job(args: tuple) -> dict:
 
 # --- metrics ------------------------------------------------------------------------------
 
-def metrics(run: dict, reference: float | None, budget: int) -> dict:
+def metrics(run: dict[str, Any], reference: float | None, budget: int) -> dict[str, Any]:
     """Compiles to the first fit, compiles to within 5% of best known, best fraction at k."""
     first = near = near_minutes = floor_minutes = math.inf
     best = 0.0
@@ -503,9 +504,9 @@ def _ratio(a: float, b: float, budget: int) -> str:
     return f"{a / b:.1f}x"
 
 
-def report(results: list[dict], budget: int, keys: list[str]) -> tuple[str, dict]:
+def report(results: list[dict[str, Any]], budget: int, keys: list[str]) -> tuple[str, dict[str, Any]]:
     out = []
-    summary: dict = {}
+    summary: dict[str, Any] = {}
 
     rows = []
     for key in keys:
@@ -592,7 +593,7 @@ def report(results: list[dict], budget: int, keys: list[str]) -> tuple[str, dict
     return "\n".join(out), summary
 
 
-def _reachable(result: dict, budget: int) -> float:
+def _reachable(result: dict[str, Any], budget: int) -> float:
     """The reachable floor of one (problem, seed): reachable_floor.reachable_minutes over the
     time --jobs 1 took to within 5% (inf when it never got there)."""
     from reachable_floor import reachable_minutes
@@ -604,7 +605,7 @@ def _reachable(result: dict, budget: int) -> float:
     return reachable_minutes(bests, result["runs"], result["reference"], NEAR) / one
 
 
-def _parallel_and_stop(results: list[dict], budget: int, keys: list[str]) -> str:
+def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[str]) -> str:
     """Simulated hours to within 5% with 1, 2, 4 compile workers; when the stopping rule applied."""
     names = [n for n in dict.fromkeys(s for r in results for s in r["runs"]) if n.startswith("ipu-autotune")]
     rows, stop_rows, reach = [], [], []

@@ -1,5 +1,7 @@
 """Small models for the numerics tests: importable as `numerics_models:...` (tests/ is on sys.path)."""
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -13,7 +15,7 @@ class ScaledMLP(nn.Module):
                                  nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
         self.scale = scale
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.net(x) * self.scale
 
 
@@ -24,7 +26,7 @@ class BareMatmul(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.randn(in_features, num_classes) * 0.05)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return x.flatten(1) @ self.weight
 
 
@@ -37,7 +39,7 @@ class SmallCNN(nn.Module):
             nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.fc = nn.Linear(16, num_classes)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.fc(self.features(x))
 
 
@@ -45,12 +47,12 @@ def small_cnn(num_classes: int = 10) -> nn.Module:
     return SmallCNN(num_classes)
 
 
-def fixed_batches():
+def fixed_batches() -> Any:
     """--data target: two batches of 8 RGB 16x16 images, labels in [0, 10)."""
     gen = torch.Generator().manual_seed(1)
     return [(torch.randn(8, 3, 16, 16, generator=gen), torch.randint(0, 10, (8,), generator=gen))
             for _ in range(2)]
 
 
-def not_batches():
+def not_batches() -> Any:
     return [42]

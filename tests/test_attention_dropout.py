@@ -3,6 +3,8 @@ model the estimate traces and checked by the exported code (Graphcore pretrains 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ def test_no_attention_dropout_saves_no_dropout_masks() -> None:
     (dict(model="hf:t5-small", attention_dropout=0.0), "no separate attention dropout"),
     (dict(model="resnet18", attention_dropout=0.0), "are for hf: models"),
 ])
-def test_where_it_cannot_apply_it_is_refused(kwargs, message) -> None:
+def test_where_it_cannot_apply_it_is_refused(kwargs: Any, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         Problem(batch_size=1, **kwargs)
 
@@ -58,7 +60,7 @@ def test_the_exported_code_checks_the_model_it_is_given() -> None:
     problem = Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=16, attention_dropout=0.0)
     snippet = render_snippet(problem, Config())
     with fake_sdk():
-        ns: dict = {}
+        ns: dict[str, Any] = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)
         ns["TrainingModel"](build_hf_model(problem.model, "masked-lm", 2, device="cpu", attention_dropout=0.0))
         with pytest.raises(AssertionError, match="attention dropout 0"):

@@ -6,6 +6,8 @@ its numbers are sane (positive times, fractions in [0, 1], counts within the bud
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import math
 import os
@@ -266,7 +268,7 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart() -> None
         questions += [(problem, c) for c in dict.fromkeys(
             [baseline, *warm, *(c for _, c in single_changes(space, problem, profile, baseline))])]
 
-    def answers(ipu, order):
+    def answers(ipu: Any, order: Any) -> Any:
         got = {}
         for i in order:
             m = ipu.evaluate(*questions[i])
@@ -293,7 +295,7 @@ def test_regions_move_speed_and_memory_beyond_the_noise() -> None:
     import random_hidden
     import region_hidden
     import search_efficiency as se
-    from ascent import _OracleScreen, _singles
+    from ascent import OracleScreen, single_moves
 
     from ipu_autotune.guide.warmstart import naive_baseline, proposals
     from ipu_autotune.profiles.trace import profile_for
@@ -309,9 +311,9 @@ def test_regions_move_speed_and_memory_beyond_the_noise() -> None:
             assert len(r.conditions) in (2, 3) and len({c.knob for c in r.conditions}) == len(r.conditions)
             assert 0.5 <= r.speed <= 2.0 and r.memory
             assert all(0.6 <= f <= 1.4 for f in r.memory.values())
-        screen = _OracleScreen(problem, profile, ipu, space)
+        screen = OracleScreen(problem, profile, ipu, space)
         starts = [baseline, *(p.config for p in proposals(problem, profile, space, baseline))]
-        configs = dict.fromkeys(starts + [c for s in starts for c in _singles(space, screen, s)])
+        configs = dict.fromkeys(starts + [c for s in starts for c in single_moves(space, screen, s)])
         speed = memory = False
         for c in configs:
             a, b = ipu.evaluate(problem, c), structural.evaluate(problem, c)
@@ -361,7 +363,7 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     import knob_hidden
     import oracle_walk
     import search_efficiency as se
-    from ascent import _changes, _OracleScreen, _singles
+    from ascent import knob_changes, OracleScreen, single_moves
 
     from ipu_autotune.guide.warmstart import screen_rank
     from ipu_autotune.profiles.trace import profile_for
@@ -369,7 +371,7 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
 
     problem = se.PROBLEMS["resnet101-mb64-64px-2ipu"]
     profile, space = profile_for(problem), SearchSpace.load(problem)
-    screen = _OracleScreen(problem, profile, knob_hidden.KnobResponseHiddenIPU(30_000), space)
+    screen = OracleScreen(problem, profile, knob_hidden.KnobResponseHiddenIPU(30_000), space)
     baseline = se.naive_baseline(problem, profile)
     assert not screen(baseline).feasible  # the OOM config: its main effects say nothing, it stays
     assert oracle_walk._main_effects_top(screen, space, baseline) == baseline
@@ -381,9 +383,9 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     assert all(b > a for a, b in zip(walked[first_fit:], walked[first_fit + 1:])), walked
     best = baseline
     for c in configs[1:]:
-        steps = [_changes(best, s) for s in _singles(space, screen, best)]
+        steps = [knob_changes(best, s) for s in single_moves(space, screen, best)]
         pairs = [{**a, **b} for i, a in enumerate(steps) for b in steps[i + 1:] if not a.keys() & b.keys()]
-        assert _changes(best, c) in steps + pairs
+        assert knob_changes(best, c) in steps + pairs
         assert screen_rank(screen(c)) > screen_rank(screen(best))
         best = c
 
@@ -449,6 +451,36 @@ def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again
 
 
 @pytest.mark.slow
+def test_a_cached_best_known_is_searched_again_when_a_version_is_bumped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key holds the searches' version and the hidden IPU's (not the code's text): a bump
+    of either misses."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import search_efficiency as se
+    from common import HiddenIPU
+
+    from ipu_autotune.guide.warmstart import naive_baseline
+    from ipu_autotune.problem import Problem
+    from ipu_autotune.profiles.trace import profile_for
+
+    problem, oracle = Problem("resnet18", 8, (3, 32, 32), ipus=2), HiddenIPU(0)
+    config = naive_baseline(problem, profile_for(problem))
+    measured = oracle.evaluate(problem, config).throughput
+    monkeypatch.setattr(se, "REFERENCE_CACHE", tmp_path)
+    searches: list[object] = []
+    monkeypatch.setattr(se, "best_known", lambda *a: searches.append(a) or (measured, "search", config))
+    se.cached_best_known(problem, oracle, 0, 5, 1)
+    se.cached_best_known(problem, oracle, 0, 5, 1)
+    assert len(searches) == 1  # a hit
+    monkeypatch.setattr(se, "REFERENCE_SEARCH_VERSION", se.REFERENCE_SEARCH_VERSION + 1)
+    se.cached_best_known(problem, oracle, 0, 5, 1)
+    assert len(searches) == 2
+    monkeypatch.setattr(HiddenIPU, "answers_version", HiddenIPU.answers_version + 1)
+    se.cached_best_known(problem, oracle, 0, 5, 1)
+    assert len(searches) == 3
+
+
+@pytest.mark.slow
 def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sys.path.insert(0, str(BENCHMARKS))
     import reachable_floor as rf
@@ -482,7 +514,7 @@ def test_guide_speed_compares_a_commit_with_itself() -> None:
     assert "same compiles in 1 of 1" in text
 
 
-def _saved_run(problem: str, draw: int, reference: float, compiles: list, chances: list | None = None) -> dict:
+def _saved_run(problem: str, draw: int, reference: float, compiles: list[Any], chances: list[Any] | None = None) -> dict[str, Any]:
     run = {"compiles": compiles, **({"chances": chances} if chances is not None else {})}
     return {"problem": problem, "draw": draw, "reference": reference, "runs": {"ipu-autotune": run}}
 

@@ -22,7 +22,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @pytest.mark.parametrize("model", ["resnet101", "hf:gpt2"])
-def test_the_chance_to_fit_falls_across_the_band_and_meets_the_confidence_at_its_limit(model) -> None:
+def test_the_chance_to_fit_falls_across_the_band_and_meets_the_confidence_at_its_limit(model: str) -> None:
     low, high = MEMORY_SCALE["cnn" if model.startswith("resnet") else "transformer"]
     assert fit_chance(model, 1 / high) == pytest.approx(1.0)  # fits at the band's worst factor
     assert fit_chance(model, 1 / low) == pytest.approx(0.0)  # over even at its best

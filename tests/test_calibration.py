@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import tomllib
 from pathlib import Path
 
@@ -16,26 +18,26 @@ POINTS = tomllib.loads((Path(__file__).parent / "calibration" / "points.toml").r
 backend = EstimateBackend()
 
 
-def _cases(key):
+def _cases(key: Any) -> Any:
     """Points with `key`; a point with `known_miss` is expected to fail, for that reason."""
     return [pytest.param(p, id=p["id"], marks=pytest.mark.xfail(strict=True, reason=p["known_miss"]))
             if "known_miss" in p else pytest.param(p, id=p["id"]) for p in POINTS if key in p]
 
 
-def load(point):
+def load(point: Any) -> Any:
     return Problem.from_dict(point["problem"]), Config.from_dict(point["config"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", POINTS, ids=[p["id"] for p in POINTS])
-def test_point_is_a_valid_config(point) -> None:
+def test_point_is_a_valid_config(point: Any) -> None:
     problem, config = load(point)
     assert violations(problem, config, profile_for(problem).module_order) == []
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", _cases("expect"))
-def test_memory_verdict(point) -> None:
+def test_memory_verdict(point: Any) -> None:
     problem, config = load(point)
     m = backend.measure(problem, config)
     assert m.feasible == (point["expect"] == "fits"), m.verdict()
@@ -43,7 +45,7 @@ def test_memory_verdict(point) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", _cases("throughput"))
-def test_throughput_within_published_band(point) -> None:
+def test_throughput_within_published_band(point: Any) -> None:
     """End-to-end points against `throughput`; device-side ones against `device_throughput`."""
     problem, config = load(point)
     m = backend.measure(problem, config)
@@ -60,7 +62,7 @@ STEPS = [p for p in POINTS if "step_of" in p]
 
 
 @pytest.mark.parametrize("point", STEPS, ids=lambda p: p["id"])
-def test_each_workshop_step_moves_like_the_measurement(point) -> None:
+def test_each_workshop_step_moves_like_the_measurement(point: Any) -> None:
     """DI 4, then 8-bit I/O, then the async loader: each step's end-to-end speed-up in the
     measured direction and within 0.6-1.6x of the measured ratio."""
     by_id = {p["id"]: p for p in POINTS}
@@ -87,7 +89,7 @@ def test_workshop_runs_are_host_bound_and_the_async_loader_moves_the_bottleneck_
 
 
 @pytest.mark.parametrize("point", [p for p in POINTS if "relative" in p], ids=lambda p: p["id"])
-def test_fp16_over_fp32_memory_ratio(point) -> None:
+def test_fp16_over_fp32_memory_ratio(point: Any) -> None:
     problem, config = load(point)
     rel = point["relative"]
     assert rel["metric"] == "required_bytes(16.16) / required_bytes(32.32)"

@@ -3,6 +3,8 @@ target and SDK, forgotten only as named, a foreign store refused while the study
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import json
 import os
@@ -36,7 +38,7 @@ PROBLEM = Problem(model=SMALL_CNN, batch_size=64, input_shape=(3, 32, 32), num_c
 
 
 @lru_cache(maxsize=None)
-def _setup(target: str = "mk2"):
+def _setup(target: str = "mk2") -> Any:
     problem = dataclasses.replace(PROBLEM, target=target)
     profile = profile_for(problem)
     space = SearchSpace.load(problem, None)
@@ -55,17 +57,17 @@ class HiddenFactor(Backend):
         self.factor, self._sdk = factor, sdk
 
     @property
-    def sdk(self):
+    def sdk(self) -> Any:
         return self._sdk
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = EstimateBackend().measure(problem, config)
         tiles = [int(t * self.factor) for t in m.max_tile_bytes]
         return dataclasses.replace(m, source="compile", max_tile_bytes=tiles, details={"compile_seconds": 12.0},
                                    feasible=max(tiles) <= m.tile_capacity_bytes, failure=None)
 
 
-def records_of(study: str, target: str = "mk2", sdk: str = "sdk-a", factor: float = 1.3) -> list[dict]:
+def records_of(study: str, target: str = "mk2", sdk: str = "sdk-a", factor: float = 1.3) -> list[dict[str, Any]]:
     problem, profile, _, configs = _setup(target)
     backend = HiddenFactor(factor, sdk)
     rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
@@ -89,7 +91,7 @@ print(added)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path: Path, kind) -> None:
+def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path: Path, kind: Any) -> None:
     url = _url(tmp_path, kind)
     # both workers write every compile of two studies (as a resumed or racing worker would)
     records = records_of("s1") + records_of("s2")
@@ -140,11 +142,11 @@ def test_a_recorder_writes_compiles_and_never_estimates(tmp_path: Path) -> None:
 
 
 class _Study:
-    def __init__(self, name, uid) -> None:
+    def __init__(self, name: Any, uid: Any) -> None:
         self.study_name, self.user_attrs = name, {session.ATTR_UID: uid}
 
 
-def _guided(store, target="mk2", sdk="sdk-a", uid="uid-new"):
+def _guided(store: Any, target: Any="mk2", sdk: Any="sdk-a", uid: Any="uid-new") -> Any:
     from ipu_autotune.guide.proposals import Guide
 
     problem, profile, space, _ = _setup(target)
@@ -180,12 +182,12 @@ def test_the_corrected_estimate_beats_the_nominal_one_left_one_study_out() -> No
     assert prior.memory["proportional"][0] == pytest.approx(1.28, abs=0.05)
 
 
-def _cli(*args) -> int:
+def _cli(*args: Any) -> int:
     return main(["calibration", *args])
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_forget_removes_only_what_it_names(tmp_path: Path, kind, capsys: pytest.CaptureFixture[str]) -> None:
+def test_forget_removes_only_what_it_names(tmp_path: Path, kind: Any, capsys: pytest.CaptureFixture[str]) -> None:
     url = _url(tmp_path, kind)
     store = open_store(url)
     groups = {("mk2", "sdk-a", "s1"): records_of("s1"), ("mk2", "sdk-b", "s2"): records_of("s2", sdk="sdk-b"),
@@ -196,7 +198,7 @@ def test_forget_removes_only_what_it_names(tmp_path: Path, kind, capsys: pytest.
     keys = {g: {r["key"] for r in rs} for g, rs in groups.items()}
     everything = set().union(*keys.values())
 
-    def stored():
+    def stored() -> Any:
         return {r["key"] for r in open_store(url).records()[0]}
 
     assert _cli("--calibration-storage", url, "--forget") == 2  # names nothing: removes nothing
@@ -347,7 +349,7 @@ class SpeedFactor(HiddenFactor):
         super().__init__(1.0)
         self.speed = speed
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = super().measure(problem, config)
         return dataclasses.replace(m, throughput=m.throughput * self.speed)
 
@@ -360,7 +362,7 @@ def test_the_call_factors_spread_is_what_studies_held_out_show() -> None:
 
     problem, profile, _, configs = _setup()
 
-    def timed(speeds) -> list[dict]:
+    def timed(speeds: Any) -> list[dict[str, Any]]:
         out = []
         for study, speed in zip("abc", speeds):
             backend = SpeedFactor(speed)
@@ -406,7 +408,7 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> 
     problem, profile, space, configs = _setup()
     warm = proposals(problem, profile, space, configs[0], headroom=0.05)
 
-    def guide_with(prior):
+    def guide_with(prior: Any) -> Any:
         return Guide(problem, profile, space, 0.05, candidates=[p.config for p in warm], prior=prior)
 
     # a store that agrees: the guide's choice, then the baseline
@@ -447,7 +449,7 @@ class HighProportionHeavy(HiddenFactor):
     """A test IPU on which an available memory proportion of 0.5 or more holds 8 % of a tile
     more than the estimate on every IPU, which the estimator does not see."""
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = super().measure(problem, config)
         if min(config.available_memory_proportion) < 0.5:
             return m
@@ -474,7 +476,7 @@ def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement() 
     offload_low = offload.replace(available_memory_proportion=low.available_memory_proportion)
     assert offload not in configs and offload_low not in configs
 
-    def heavier(prior, config, reference) -> float:
+    def heavier(prior: Any, config: Any, reference: Any) -> float:
         """How much more of a tile `reference`'s busiest tile holds than `config`'s, judged
         before any compile, beyond the nominal estimate's difference."""
         screen = Screen(problem, profile, prepare=None, space=space)

@@ -4,6 +4,8 @@ running uncorrected, and the estimate backend writes nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import subprocess
@@ -23,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = [SMALL_CNN, "--batch-size", "512", "--input-shape", "3,32,32", "--num-classes", "10"]
 
 
-def tune(cwd, *args: str, backend: str = "poptorch", exit_code: int | None = 0):
+def tune(cwd: Any, *args: str, backend: str = "poptorch", exit_code: int | None = 0) -> Any:
     cmd = [sys.executable, "-m", "ipu_autotune", "tune", *PROBLEM, "--backend", backend, "--no-numerics",
            "--seed", "0", *args]
     env = {**os.environ, **fake_env(FAKE_POPTORCH_IPUS="2")}
@@ -33,7 +35,7 @@ def tune(cwd, *args: str, backend: str = "poptorch", exit_code: int | None = 0):
     return done
 
 
-def compiled_trials(cwd, study: str, storage: str | None = None) -> list:
+def compiled_trials(cwd: Any, study: str, storage: str | None = None) -> list[Any]:
     from ipu_autotune.study.storage import open_storage
 
     s = optuna.load_study(study_name=study, storage=open_storage(storage or f"sqlite:///{cwd}/ipu-autotune.db"))
@@ -98,7 +100,7 @@ def test_the_estimate_backend_and_no_calibration_write_nothing(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("family", ["structural", "knobs"])
-def test_the_sequence_benchmark_runs_and_reports_both_arms(family) -> None:
+def test_the_sequence_benchmark_runs_and_reports_both_arms(family: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibration_sequence.py"), "--quick",
                            "--family", family],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})

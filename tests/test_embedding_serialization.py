@@ -3,6 +3,8 @@ the transformer space through the estimate to the PopTorch code and the IPUConfi
 
 from __future__ import annotations
 
+from typing import Any
+
 import random
 
 import pytest
@@ -31,7 +33,7 @@ GPT2 = Problem("hf:gpt2", 1, task="causal-lm", seq_len=16, ipus=4)
     (Problem("hf:bert-base-uncased", 4, task="question-answering"), 2, "projects onto the vocabulary"),
     (Problem("resnet18", 4), 2, "needs an hf: model"),
 ])
-def test_rules_refuse_a_factor_without_a_vocabulary_head(problem, factor, message) -> None:
+def test_rules_refuse_a_factor_without_a_vocabulary_head(problem: Any, factor: int, message: str) -> None:
     found = violations(problem, Config(embedding_serialization=factor))
     assert found and message in found[0]
 
@@ -48,7 +50,7 @@ def test_rules_accept_every_factor_on_a_vocabulary_head_the_export_pads_what_it_
     (Problem("hf:bert-base-uncased", 4, task="question-answering"), {1}),
     (Problem("vit_b_16", 2), {1}),
 ])
-def test_the_transformer_space_searches_only_factors_that_apply(problem, expected) -> None:
+def test_the_transformer_space_searches_only_factors_that_apply(problem: Any, expected: Any) -> None:
     space = SearchSpace.load(problem)
     profile = profile_for(problem)
     rng = random.Random(3)
@@ -100,7 +102,7 @@ def test_ipu_config_export_carries_the_factor() -> None:
     assert exported["embedding_serialization_factor"] == 2
 
 
-def _through_fake_poptorch(snippet: str, model, *batch):
+def _through_fake_poptorch(snippet: str, model: Any, *batch: Any) -> Any:
     """The snippet's TrainingModel run on the fake SDK: its loss, the (mode, factor) of each
     serialised matmul PopTorch received, and the OutputChannels mode to compare them with."""
     from conftest_fake_sdk import fake_sdk
@@ -108,7 +110,7 @@ def _through_fake_poptorch(snippet: str, model, *batch):
     with fake_sdk() as poptorch:
         from poptorch import ops
 
-        ns: dict = {}
+        ns: dict[str, Any] = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)
         training = ns["TrainingModel"](model)
         ops.serialized_matmuls.clear()

@@ -3,6 +3,8 @@ set, docs/estimator.md's coverage table is what it prints, and every estimate ca
 
 from __future__ import annotations
 
+from typing import Any
+
 import importlib.util
 import io
 import json
@@ -27,7 +29,7 @@ FITTING = Config(precision="16.16", partials="half", optimizer_state="half", los
                  device_iterations=24, eight_bit_io=True, loader_workers=4)
 
 
-def _tool():
+def _tool() -> Any:
     spec = importlib.util.spec_from_file_location("error_bars_tool", ROOT / "tools" / "error_bars.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
@@ -36,17 +38,17 @@ def _tool():
 
 
 @pytest.fixture(scope="module")
-def tool():
+def tool() -> Any:
     return _tool()
 
 
 @pytest.fixture(scope="module")
-def calibration(tool):
+def calibration(tool: Any) -> Any:
     return tool.points()
 
 
 @pytest.mark.slow
-def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(tool, calibration) -> None:
+def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(tool: Any, calibration: Any) -> None:
     widths, scales = tool.constants(calibration)
     assert widths.keys() == eb.THROUGHPUT_LOG_WIDTH.keys() and scales.keys() == eb.MEMORY_SCALE.keys()
     for key, w in widths.items():
@@ -55,12 +57,12 @@ def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(
         assert eb.MEMORY_SCALE[key] == pytest.approx((lo, hi), abs=1e-4), "run tools/error_bars.py --constants"
 
 
-def test_the_docs_coverage_table_is_what_the_tool_prints(tool, calibration) -> None:
+def test_the_docs_coverage_table_is_what_the_tool_prints(tool: Any, calibration: Any) -> None:
     docs = (ROOT / "docs" / "estimator.md").read_text()
     assert tool.table(calibration) in docs, "paste `python tools/error_bars.py` into docs/estimator.md"
 
 
-def test_every_throughput_point_and_memory_verdict_is_checked_and_tuned_points_are_named(tool, calibration) -> None:
+def test_every_throughput_point_and_memory_verdict_is_checked_and_tuned_points_are_named(tool: Any, calibration: Any) -> None:
     ids = {p.id for p in calibration}
     assert set(tool.TUNED_ON) - {"M22"} <= ids  # M22 is a ratio: no common factor to check
     assert sum(p.kind == "throughput" for p in calibration) == 12  # the two PopVision traces (seed-trace-ga3, -ga8) joined in issue 42
@@ -81,7 +83,7 @@ def test_memory_band_is_what_the_verdicts_allow() -> None:
     assert eb.memory_scale([(0.8, True)]) is None
 
 
-def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool) -> None:
+def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool: Any) -> None:
     P = tool.Point
     pts = [P(f"t{i}", "cnn", "throughput", "device", 0.05 * (-1) ** i) for i in range(9)]
     pts.append(P("outlier", "cnn", "throughput", "device", 0.9))
@@ -146,7 +148,7 @@ def test_a_compiled_verdict_has_no_memory_bar_but_its_estimated_throughput_keeps
     from ipu_autotune.backends.screen import ScreenedBackend
 
     class Compiled(Backend):
-        def measure(self, problem, config):
+        def measure(self, problem: Any, config: Any) -> Any:
             return Measurement(feasible=True, source="compile", max_tile_bytes=[400_000], tile_capacity_bytes=638_976)
 
     m = ScreenedBackend(Compiled(), EstimateBackend()).measure(WORKSHOP, FITTING)

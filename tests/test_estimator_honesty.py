@@ -4,6 +4,8 @@ configuration that breaks a recipe rule."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
 
@@ -98,7 +100,7 @@ def _draw(seed: int, p: Problem) -> Config:
 @pytest.mark.slow
 @given(st.integers(0, 10**6))
 @SETTINGS
-def test_turning_offload_off_never_lowers_on_chip_memory(seed) -> None:
+def test_turning_offload_off_never_lowers_on_chip_memory(seed: Any) -> None:
     p = _problem()
     c = _draw(seed, p).replace(optimizer_offload=True)
     for sharding in ((False, True) if c.replicas > 1 else (False,)):
@@ -133,7 +135,7 @@ def test_a_container_split_begins_its_first_layer() -> None:
     assert suggestions(p, c)  # the advice places the same stages (was: KeyError 'layer2')
 
 
-def _tiles(m) -> int:
+def _tiles(m: Any) -> int:
     return m.capacity_bytes[0] // m.tile_capacity_bytes
 
 
@@ -144,7 +146,7 @@ PROBLEMS = (_problem(), Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=
 
 @given(st.integers(0, 10**6), st.sampled_from(PROBLEMS), st.sampled_from([0.0, 0.05]))
 @SETTINGS
-def test_every_suggestion_claims_what_its_whole_configuration_re_estimates_to(seed, p, headroom) -> None:
+def test_every_suggestion_claims_what_its_whole_configuration_re_estimates_to(seed: Any, p: Any, headroom: Any) -> None:
     config = _draw(seed, p)
     backend = EstimateBackend(headroom=headroom)
     base = backend.measure(p, config)
@@ -169,7 +171,7 @@ def test_every_suggestion_claims_what_its_whole_configuration_re_estimates_to(se
 
 # --- must show 4: estimate answers for a configuration that breaks a recipe rule ------------------
 
-def test_estimate_above_the_global_batch_ceiling_prints_the_verdict_and_the_rule(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
+def test_estimate_above_the_global_batch_ceiling_prints_the_verdict_and_the_rule(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     args = ["estimate", "resnet18", "--batch-size", "16", "--set", "ipus_per_replica=1", "--set", "splits=[]",
             "--set", "replicas=2", "--set", "gradient_accumulation=128"]
     code = main(args)
@@ -188,7 +190,7 @@ def test_estimate_above_the_global_batch_ceiling_prints_the_verdict_and_the_rule
     assert len(result["rules_broken"]) == 1 and "above the ceiling 2048" in result["rules_broken"][0]
 
 
-def test_estimate_within_the_recipe_exits_0_and_a_broken_hardware_rule_still_exits_2(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
+def test_estimate_within_the_recipe_exits_0_and_a_broken_hardware_rule_still_exits_2(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     base = ["estimate", "resnet18", "--batch-size", "16", "--set", "ipus_per_replica=1", "--set", "splits=[]"]
     assert main(base + ["--json"]) == 0
     assert json.loads(capsys.readouterr()[0])["rules_broken"] == []
@@ -196,7 +198,7 @@ def test_estimate_within_the_recipe_exits_0_and_a_broken_hardware_rule_still_exi
     one_line_exit_2(code, capsys.readouterr()[1], "power of two")
 
 
-def test_the_search_keeps_the_recipe_rules_hard(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
+def test_the_search_keeps_the_recipe_rules_hard(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     (in_tmp / "base.toml").write_text("[config]\nipus_per_replica = 1\nsplits = []\nreplicas = 2\n"
                                       "gradient_accumulation = 128\n")
     code = main(["resnet18", "--batch-size", "16", "--baseline", "base.toml", "--storage",

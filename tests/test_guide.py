@@ -1,5 +1,7 @@
 """The guide learns how far compiles differ from the estimator and proposes configs that fit."""
 
+from typing import Any
+
 import math
 from dataclasses import replace
 
@@ -28,7 +30,7 @@ class HiddenIPU(Backend):
 
     name, source = "hidden", "compile"
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = estimate(problem, config, profile_for(problem), HIDDEN)
         m.source = "compile"
         return m
@@ -93,7 +95,7 @@ def test_the_guides_climb_sees_the_corrected_model() -> None:
     assert mean < max(CorrectedScreen(model)(other).max_tile_bytes) <= mean * 1.1
 
 
-def _compiled(throughput, oom=False):
+def _compiled(throughput: Any, oom: Any=False) -> Any:
     from ipu_autotune.backends.base import Measurement
 
     return Measurement(feasible=not oom, source="compile", throughput=None if oom else throughput,
@@ -128,7 +130,7 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain
     guide = Guide(PROBLEM, profile, space, 0.05)
     runner = Runner(study, PROBLEM, profile, space, HiddenIPU(), guide=guide)
 
-    def check(stop, history) -> None:
+    def check(stop: Any, history: Any) -> None:
         assert compiles_since_best(history) >= STOP_PATIENCE
         assert f"the last {compiles_since_best(history)} compiles" in str(stop)
         assert stop.expected_gain < STOP_GAIN
@@ -162,7 +164,7 @@ def test_a_layouts_compiles_set_its_prior() -> None:
     space = SearchSpace.load(PROBLEM)
     screen = Screen(PROBLEM, profile, NOMINAL, 0.0, None, space)
     items = [p.config for p in proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)]
-    by_layout: dict = {}
+    by_layout: dict[str, Any] = {}
     for c in items:
         if screen(c) is not None and screen(c).feasible:  # a compile that ran: it has a speed
             by_layout.setdefault(layout(c), c)
@@ -170,7 +172,7 @@ def test_a_layouts_compiles_set_its_prior() -> None:
     (a, ca), (b, cb) = list(by_layout.items())[:2]
     slow, fast = -0.7, 0.0  # layout a measured at half the estimate; layout b as estimated
 
-    def measured(c, log_ratio):
+    def measured(c: Any, log_ratio: Any) -> Any:
         m = replace(screen(c), source="compile")
         return c, replace(m, throughput=m.throughput * math.exp(log_ratio))
 

@@ -5,6 +5,8 @@ sets the guide's state."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import ast
 from pathlib import Path
 
@@ -60,7 +62,7 @@ class OneProposal:
         self.histories.append(history)
         return self.proposal if not self.histories[:-1] else None
 
-    def stopping(self, history: History):
+    def stopping(self, history: History) -> Any:
         return None
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import replace
 
@@ -57,11 +59,11 @@ class PeakIPU(EstimateBackend):
     name, source = "peak", "compile"
 
     @staticmethod
-    def factor(config) -> float:
+    def factor(config: Any) -> float:
         a = sum(config.available_memory_proportion) / len(config.available_memory_proportion)
         return math.exp(-3.0 * (a - 0.4) ** 2)
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = super().measure(problem, config)
         g = self.factor(config)
         return replace(m, source="compile", headroom=0.0, throughput=m.throughput and m.throughput * g,
@@ -69,7 +71,7 @@ class PeakIPU(EstimateBackend):
 
 
 @pytest.fixture(scope="module")
-def peaked():
+def peaked() -> Any:
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     warm = proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)
     base = next(p.config for p in warm[1:] if EstimateBackend().measure(PROBLEM, p.config).feasible)
@@ -83,7 +85,7 @@ def peaked():
 
 
 @pytest.mark.slow
-def test_a_knob_whose_speed_peaks_mid_range_is_learnt_from_three_compiles(peaked) -> None:
+def test_a_knob_whose_speed_peaks_mid_range_is_learnt_from_three_compiles(peaked: Any) -> None:
     profile, space, base, at, measured = peaked
     guide = Guide(PROBLEM, profile, space, 0.05)
     model = CorrectedModel(guide.screen, observe(guide.screen, measured), 0.05)
@@ -94,7 +96,7 @@ def test_a_knob_whose_speed_peaks_mid_range_is_learnt_from_three_compiles(peaked
 
 
 @pytest.mark.slow
-def test_the_next_proposal_moves_toward_the_peak(peaked) -> None:
+def test_the_next_proposal_moves_toward_the_peak(peaked: Any) -> None:
     """With the other knobs fixed (a user's space), the proposal after compiles at 0.6, 0.8
     and 0.95 lowers the proportion (this IPU's speed follows the IPUs' mean proportion),
     towards the peak, and is faster there than any compile."""
@@ -116,7 +118,7 @@ def test_the_next_proposal_moves_toward_the_peak(peaked) -> None:
 
 
 @pytest.mark.slow
-def test_judgements_predicted_together_are_those_predicted_one_by_one(peaked) -> None:
+def test_judgements_predicted_together_are_those_predicted_one_by_one(peaked: Any) -> None:
     """CorrectedModel.prefetch predicts a climb's candidates in one call (the cost of a
     proposal is mostly these predictions): each judgement is the one judge gives alone, to
     rounding (one matrix product of many rows sums in another order than one of one row)."""

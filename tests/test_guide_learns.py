@@ -1,6 +1,8 @@
 """The guide learns the IPU's structure from compiles (issue 22): device and host time apart,
 every IPU layout gets its chance, and the stopping rule says how likely more compiles pay."""
 
+from typing import Any
+
 import math
 import random
 
@@ -26,7 +28,7 @@ def test_device_and_host_time_are_learnt_apart() -> None:
     rng = random.Random(3)
     device, host = 1.3, 0.8
 
-    def call(d, h, overlapped=True):
+    def call(d: Any, h: Any, overlapped: Any=True) -> Any:
         p = CallTime(d, h, overlapped, samples=100.0)
         return CallTime(d, h, overlapped, 100.0, p.combined(device, host) * math.exp(rng.gauss(0, 0.01)))
 
@@ -42,7 +44,7 @@ def test_device_and_host_time_are_learnt_apart() -> None:
 
 
 @pytest.mark.parametrize("leak", [0.0, 0.45])
-def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak) -> None:
+def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak: float) -> None:
     """Four configs the estimate puts at their host cap (device 0.3-0.9 of the host's time),
     on a host whose loader leaves `leak` of the shorter side unhidden (random hidden IPUs'
     "overlap"). Without the leak the model sees the device as free there, and optimizer
@@ -51,7 +53,7 @@ def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak) -> None:
     overlaps fully is not read as leaking."""
     rng = random.Random(5)
 
-    def call(d, h=1.0):
+    def call(d: Any, h: Any=1.0) -> Any:
         p = CallTime(d, h, True, samples=100.0)
         return CallTime(d, h, True, 100.0, p.combined(1.0, 1.0, leak) * math.exp(rng.gauss(0, 0.01)))
 
@@ -69,7 +71,7 @@ def test_no_compile_leaves_both_factors_at_one() -> None:
 
 
 @pytest.fixture(scope="module")
-def two_compiles():
+def two_compiles() -> Any:
     """The baseline (4 IPUs pipelined, out of memory) and the safest warm start (2 x 2) on an
     IPU that needs 25 % more tile memory than the estimator says."""
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
@@ -82,7 +84,7 @@ def two_compiles():
 
 
 @pytest.mark.slow
-def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles) -> None:
+def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles: Any) -> None:
     """The guide shipped before issue 22 kept to the layouts its warm starts compiled: the
     best (here 1 IPU x 4 replicas) was never generated. Now a layout nothing was compiled in
     is unsure in every knob that sets it apart, so its expected gain is compiled next, and on
@@ -99,7 +101,7 @@ def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles) -> None:
 
 
 @pytest.mark.slow
-def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles) -> None:
+def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles: Any) -> None:
     """With a compile of a new layout still running, a free worker's proposal goes elsewhere:
     its outcome is mostly the running one's (local penalisation). Each free worker probed the
     same new layout once (four 2 x 2 sharded probes at once on ResNet-50, draw 20088)."""
@@ -122,7 +124,7 @@ class HungryIPU(HiddenIPU):
 
         self.constants = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * factor)
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         from ipu_autotune.backends.estimate import estimate
 
         m = estimate(problem, config, profile_for(problem), self.constants)
@@ -130,7 +132,7 @@ class HungryIPU(HiddenIPU):
         return m
 
 
-def _guided_run(factor: float, compiles: int):
+def _guided_run(factor: float, compiles: int) -> Any:
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile,
@@ -164,7 +166,7 @@ def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles() -> None:
 
 
 @pytest.mark.slow
-def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles) -> None:
+def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles: Any) -> None:
     """A screening backend answers a config the estimate puts far over memory without a
     compile (backends/screen.py), which teaches the guide nothing: on ResNet-152 develop draw
     10010 of the random hidden IPUs the guide proposed one screened candidate after another
@@ -172,7 +174,7 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles) ->
     `would_compile` to the guide, which treats what it rejects as tried (guide/untried.py)."""
     profile, space, measured = two_compiles
 
-    def guided_layouts(backend) -> list:
+    def guided_layouts(backend: Any) -> list[Any]:
         study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
         runner = Runner(study, PROBLEM, profile, space, backend, guide=Guide(PROBLEM, profile, space, 0.05))
         enqueue(study, space, PROBLEM, profile, [Proposal(c, "the same two compiles") for c, _ in measured])
@@ -183,7 +185,7 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles) ->
     assert free and free[0] == (1, 4, "pipelined")  # the layout probe of the test above
 
     class NoSingleIPUReplicas(HiddenIPU):
-        def would_compile(self, problem, config):
+        def would_compile(self, problem: Any, config: Any) -> Any:
             return config.ipus_per_replica > 1
 
     picky = guided_layouts(NoSingleIPUReplicas())
@@ -192,7 +194,7 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles) ->
 
 @pytest.mark.slow
 @pytest.mark.parametrize("factor", [1.4, 2.0])
-def test_the_second_compile_learns_from_the_baselines(factor) -> None:
+def test_the_second_compile_learns_from_the_baselines(factor: float) -> None:
     """tune enqueues the baseline alone (COMPILED_WARM_STARTS); the guide chooses the second
     compile knowing the baseline's tiles. On an IPU whose tiles hold `factor` x the
     estimate's imbalance, the safest warm start (chosen at 15 % free before any compile, and
@@ -287,7 +289,7 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
     model = CorrectedModel(guide.screen, observe(guide.screen, others + [(config, over)]), 0.05)
     residual = model.memory_residuals[-1][1]
 
-    def excess(c):  # the candidate's predicted busiest tiles over the learnt parts alone
+    def excess(c: Any) -> Any:  # the candidate's predicted busiest tiles over the learnt parts alone
         parts = model.memory_model.busiest(layout(c), guide.screen(c), recompute_segments(c))
         tiles, _ = model._tiles(c, guide.screen(c))
         return [mu - p for (mu, _), (p, _) in zip(tiles, parts)]
@@ -307,7 +309,7 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
 
 
 @pytest.mark.slow
-def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles) -> None:
+def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles: Any) -> None:
     """The baseline's layout (4 IPUs pipelined) ran out of memory: nothing was learnt of its
     speed, so its candidates keep the layout's whole prior spread, however sure the model is
     of the 2 x 2 compile that ran; a twin of that compile is surer."""
@@ -326,17 +328,17 @@ def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles) -> None:
 class Judged:
     """A CorrectedModel's judgements, fixed: config -> (corrected throughput, chance to fit)."""
 
-    def __init__(self, beliefs: dict, sd: float) -> None:
+    def __init__(self, beliefs: dict[str, Any], sd: float) -> None:
         self.cache = {c: Judgement(True, speed, 0.9, 0.9, chance, speed) for c, (speed, chance) in beliefs.items()}
         self.sd = sd
 
-    def speed_sd(self, config):
+    def speed_sd(self, config: Any) -> Any:
         return self.sd
 
-    def chance(self, config):
+    def chance(self, config: Any) -> Any:
         return self.cache[config].chance
 
-    def judge(self, config):
+    def judge(self, config: Any) -> Any:
         return self.cache.get(config)
 
 

@@ -7,6 +7,9 @@ config's snippet runs on the fake SDK, next to an optimum-graphcore IPUConfig.
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
 from pathlib import Path
 
 import json
@@ -62,7 +65,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """No network: the Hub is off for transformers, and any connection attempt fails the test."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
-    def refuse(*args, **kwargs) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a network connection was attempted")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
@@ -76,7 +79,7 @@ def write_config(tmp_path: Path, family: str) -> str:
 
 
 @pytest.mark.parametrize("family", list(CONFIGS))
-def test_each_family_builds_from_its_config_with_its_layers_found(tmp_path: Path, family) -> None:
+def test_each_family_builds_from_its_config_with_its_layers_found(tmp_path: Path, family: Any) -> None:
     model = write_config(tmp_path, family)
     task, blocks = EXPECTED[family]
     problem = Problem(model, 2, seq_len=0 if family == "vit" else 64)
@@ -154,7 +157,7 @@ def test_flags_over_a_config_file_change_the_sequence_without_a_conflict(tmp_pat
     (("hf:FOLDER/broken", "-b", "1"), "is not readable JSON"),
     (("hf:FOLDER/t5", "-b", "1", "--task", "causal-lm"), "has no causal-lm head; use --task seq2seq-lm"),
 ])
-def test_bad_hf_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args, message) -> None:
+def test_bad_hf_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: tuple[Any, ...], message: str) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))  # not the machine's own cache
     write_config(tmp_path, "vit")
     write_config(tmp_path, "t5")
@@ -169,7 +172,7 @@ def test_bad_hf_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
-def fake_hub_cache(root, repo_id: str, config: dict, revision: str = "0123456789abcdef0123456789abcdef01234567") -> None:
+def fake_hub_cache(root: Any, repo_id: str, config: dict[str, Any], revision: str = "0123456789abcdef0123456789abcdef01234567") -> None:
     """The layout `huggingface-cli download` leaves: models--ORG--NAME/refs/main naming a
     snapshot whose config.json links to a blob."""
     repo = root / f"models--{repo_id.replace('/', '--')}"
@@ -209,7 +212,7 @@ TUNED["vit"] = ("--batch-size", "64")
 
 
 @pytest.fixture(scope="module")
-def poptorch():
+def poptorch() -> Iterator[Any]:
     with fake_sdk() as module:
         yield module
 
@@ -221,7 +224,7 @@ POPTORCH_ONLY = {"deberta_v2": "deberta-v2", "llama": "llama", "gpt_neox": "gpt_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(CONFIGS))
-def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch, tmp_path: Path, capsys: pytest.CaptureFixture[str], family) -> None:
+def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], family: Any) -> None:
     model = write_config(tmp_path, family)
     storage, out = f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path / "out"
     optimum = family not in POPTORCH_ONLY
@@ -283,7 +286,7 @@ def refuse_optimum(tmp_path: Path, capsys: pytest.CaptureFixture[str], model: st
     assert not storage.exists() and not out.exists()
 
 
-def check_ipu_config(tmp_path: Path, out, family: str, best: dict) -> None:
+def check_ipu_config(tmp_path: Path, out: Any, family: str, best: dict[str, Any]) -> None:
     ipu_config = json.loads((tmp_path / "ipu_config.json").read_text())
     assert json.loads((out / "ipu_config.json").read_text()) == ipu_config
     assert set(ipu_config) <= IPU_CONFIG_FIELDS
@@ -293,10 +296,10 @@ def check_ipu_config(tmp_path: Path, out, family: str, best: dict) -> None:
     assert ipu_config["gradient_accumulation_steps"] == best["config"]["gradient_accumulation"]
 
 
-def run_snippet(poptorch, source: str, model: str, problem: Problem, config: dict) -> None:
+def run_snippet(poptorch: Any, source: str, model: str, problem: Problem, config: dict[str, Any]) -> None:
     """The exported annotate/TrainingModel/options on the fake PopTorch, then one training
     forward on the CPU (FP32: the CPU runs the annotated model, not the IPU's FP16)."""
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(compile(source, "best_options.py", "exec"), ns)
     ns["INPUT_DTYPE"] = torch.float
     task = problem.task

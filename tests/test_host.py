@@ -3,6 +3,8 @@ snippet's DataLoader and learning rate, --data timing, and the PopTorch child's 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import math
@@ -124,19 +126,19 @@ def test_fine_tuning_a_transformer_has_a_lower_global_batch_ceiling() -> None:
 class _Max:
     """A trial that always answers the largest value: the worst case for the bounds."""
 
-    def suggest_categorical(self, name, choices):
+    def suggest_categorical(self, name: Any, choices: Any) -> Any:
         return choices[-1]
 
-    def suggest_int(self, name, low, high, log=False, step=1):
+    def suggest_int(self, name: Any, low: Any, high: Any, log: Any=False, step: Any=1) -> Any:
         return high
 
-    def suggest_float(self, name, low, high, log=False, step=None):
+    def suggest_float(self, name: Any, low: Any, high: Any, log: Any=False, step: Any=None) -> Any:
         return high
 
 
 @pytest.mark.parametrize("problem", [WORKSHOP, Problem("resnet101", 64, dataset_size=5000, host_memory_gb=0.5),
                                      Problem("resnet101", 64, ipus=16)], ids=["default", "small", "16ipu"])
-def test_sampled_configs_stay_within_one_epoch_host_memory_and_the_ceiling(problem) -> None:
+def test_sampled_configs_stay_within_one_epoch_host_memory_and_the_ceiling(problem: Any) -> None:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     config = space.sample(_Max(), problem, profile)
@@ -208,11 +210,11 @@ def test_transformers_start_from_their_own_learning_rate() -> None:
 @pytest.mark.parametrize("config", [WORKSHOP_FINAL, WORKSHOP_FINAL.replace(loader_mode="sync", loader_workers=2,
                                                                            micro_batch=16, device_iterations=2)],
                          ids=["async", "sync-workers-mb16"])
-def test_fake_sdk_sees_the_loader_the_config_names(config) -> None:
+def test_fake_sdk_sees_the_loader_the_config_names(config: Any) -> None:
     """What PopTorch is given recovers loader_mode, loader_workers and the micro-batch."""
     source = render_snippet(WORKSHOP, config)
     with fake_sdk() as poptorch:
-        ns: dict = {"__name__": "snippet"}
+        ns: dict[str, Any] = {"__name__": "snippet"}
         exec(compile(source, "best_options.py", "exec"), ns)
         opts = ns["make_options"]()
         data = torch.utils.data.TensorDataset(torch.zeros(8, 3, 4, 4, dtype=torch.uint8), torch.zeros(8).long())
@@ -248,13 +250,13 @@ def test_summary_names_both_bottlenecks_and_the_rate() -> None:
 # --- --data ------------------------------------------------------------------------------------------
 
 class _Images(torch.utils.data.Dataset):
-    def __init__(self, dtype) -> None:
+    def __init__(self, dtype: Any) -> None:
         self.dtype = dtype
 
-    def __len__(self):
+    def __len__(self) -> Any:
         return 100
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Any) -> Any:
         return torch.zeros(3, 16, 16, dtype=self.dtype), 0
 
 

@@ -4,6 +4,9 @@ names the assumption a host-input bottleneck rests on."""
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
 from pathlib import Path
 
 import json
@@ -47,7 +50,7 @@ def stream():
 
 
 @pytest.fixture
-def slow_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def slow_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     (tmp_path / "slow_loader_data.py").write_text(SLOW_DATA)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
@@ -69,7 +72,7 @@ def test_speedup_interpolates_the_measured_counts_and_never_extrapolates() -> No
 
 
 @pytest.mark.slow
-def test_waiting_loaders_speed_up_with_workers(slow_data) -> None:
+def test_waiting_loaders_speed_up_with_workers(slow_data: Any) -> None:
     import slow_loader_data
 
     scaling = workers.measure_scaling(slow_loader_data.make(), seconds=0.6, counts=(1, 2))
@@ -78,7 +81,7 @@ def test_waiting_loaders_speed_up_with_workers(slow_data) -> None:
     assert "2 workers 1." in scaling.line() or "2 workers 2." in scaling.line()
 
 
-def test_a_plain_iterable_is_not_split_and_keeps_the_assumption(slow_data) -> None:
+def test_a_plain_iterable_is_not_split_and_keeps_the_assumption(slow_data: Any) -> None:
     import slow_loader_data
 
     with pytest.raises(workers.NotMeasured, match="plain iterable"):
@@ -87,10 +90,10 @@ def test_a_plain_iterable_is_not_split_and_keeps_the_assumption(slow_data) -> No
 
 def test_a_dataset_that_fails_in_workers_keeps_the_assumption() -> None:
     class Broken(torch.utils.data.Dataset):
-        def __len__(self):
+        def __len__(self) -> Any:
             return 4
 
-        def __getitem__(self, i) -> None:
+        def __getitem__(self, i: Any) -> None:
             raise RuntimeError("no such file\nsecond line")
 
     with pytest.raises(workers.NotMeasured, match=r"^reading with 1 worker\(s\) failed: RuntimeError: [^\n]*$"):
@@ -149,7 +152,7 @@ def test_without_data_the_summary_names_what_a_host_bottleneck_rests_on() -> Non
 
 
 @pytest.mark.slow
-def test_estimate_with_data_measures_and_uses_the_worker_scaling(slow_data) -> None:
+def test_estimate_with_data_measures_and_uses_the_worker_scaling(slow_data: Any) -> None:
     config = slow_data / "c.toml"
     config.write_text('[config]\nprecision = "16.16"\noptimizer_state = "half"\nipus_per_replica = 2\n'
                       'splits = ["layer3.8"]\ngradient_accumulation = 8\ndevice_iterations = 4\n'

@@ -4,6 +4,8 @@ SerializedEmbedding), added through the knob spec, the estimator and the export.
 
 from __future__ import annotations
 
+from typing import Any
+
 import random
 
 import pytest
@@ -32,7 +34,7 @@ PIPELINED = Config(precision="16.16", ipus_per_replica=4, gradient_accumulation=
     (Problem("resnet18", 4), 2, "hf: text model"),
     (QA, 4, "does not divide the 30,522 embedding rows"),
 ])
-def test_rules_refuse_it_where_it_cannot_run(problem, factor, message) -> None:
+def test_rules_refuse_it_where_it_cannot_run(problem: Any, factor: int, message: str) -> None:
     found = violations(problem, Config(input_embedding_serialization=factor))
     assert found and message in found[0]
 
@@ -65,7 +67,7 @@ def test_the_estimate_charges_its_look_ups_and_credits_no_memory() -> None:
 
 def test_the_snippet_looks_up_the_same_vectors() -> None:
     """SerializedEmbedding as the snippet defines it gives the embedding's own output."""
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     with fake_sdk():
         exec(render_snippet(QA, Config(input_embedding_serialization=2)), ns)
     table = torch.nn.Embedding(10, 3, padding_idx=0)

@@ -3,6 +3,8 @@ arithmetic in one place."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 from dataclasses import fields
 
@@ -34,7 +36,7 @@ def test_every_config_field_has_one_entry_and_every_entry_is_a_knob() -> None:
 
 
 @pytest.mark.parametrize("name", [f.name for f in fields(Config)])
-def test_the_trial_line_abbreviates_every_knob(name) -> None:
+def test_the_trial_line_abbreviates_every_knob(name: Any) -> None:
     """No knob falls back to `name=value` (embedding_serialization did before the spec)."""
     changed = {"precision": "16.16", "partials": "half", "stochastic_rounding": True, "loss_scaling": 128.0,
                "optimizer_state": "half", "ipus_per_replica": 4, "replicas": 2, "splits": ("layer3",),
@@ -69,7 +71,7 @@ COMBINED = dataclasses.replace(CNN, optimizer="sgd_combined")
 
 
 @pytest.mark.parametrize("problem", [MK1, COMBINED])
-def test_offload_where_it_does_not_apply(problem) -> None:
+def test_offload_where_it_does_not_apply(problem: Any) -> None:
     assert not applies("optimizer_offload", problem)
     profile = profile_for(problem)
     space = SearchSpace.load(problem)

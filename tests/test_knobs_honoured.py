@@ -8,6 +8,9 @@ export, or that the fake cannot see, fails here.
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
 from pathlib import Path
 
 import dataclasses
@@ -32,7 +35,7 @@ OPTIMIZERS = ("adamw", "sgd", "sgd_combined", "lamb")
 
 
 @pytest.fixture(scope="module")
-def poptorch(tmp_path_factory: pytest.TempPathFactory):
+def poptorch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with fake_sdk() as module:
         yield module
 
@@ -42,8 +45,8 @@ def problem(optimizer: str = "adamw", ipus: int = 4) -> Problem:
                    optimizer=optimizer, ipus=ipus)
 
 
-def seen_by_poptorch(poptorch, p: Problem, c: Config, tmp) -> Config:
-    ns: dict = {}
+def seen_by_poptorch(poptorch: Any, p: Problem, c: Config, tmp: Any) -> Config:
+    ns: dict[str, Any] = {}
     exec(render_snippet(p, c), ns)
     model = ns["TrainingModel"](build_model(p.model, p.num_classes, device="cpu", task=p.task))
     opts = ns["make_options"]()
@@ -58,7 +61,7 @@ def seen_by_poptorch(poptorch, p: Problem, c: Config, tmp) -> Config:
     return training.fake_record["config"].replace(**loader_seen(poptorch, ns))
 
 
-def loader_seen(poptorch, ns: dict) -> dict:
+def loader_seen(poptorch: Any, ns: dict[str, Any]) -> dict[str, Any]:
     """The host knobs, as the snippet's poptorch.DataLoader received them."""
     dataset = torch.utils.data.TensorDataset(torch.zeros(1, 1))
     loader = ns["make_loader"](ns["make_options"](), dataset)
@@ -73,7 +76,7 @@ def assert_same_knobs(original: Config, seen: Config, where: str) -> None:
     assert not differ, f"{where}: " + "; ".join(differ)
 
 
-def drawn_configs():
+def drawn_configs() -> Any:
     """Configs from every shipped space (random answers) and from the warm starts."""
     rng = random.Random(10)
     out = []
@@ -94,7 +97,7 @@ def drawn_configs():
 
 
 @pytest.mark.slow
-def test_every_drawn_config_is_what_poptorch_sees(poptorch, tmp_path: Path) -> None:
+def test_every_drawn_config_is_what_poptorch_sees(poptorch: Any, tmp_path: Path) -> None:
     cases = drawn_configs()
     assert len(cases) > 70
     # splits inside a large block (profiles/refine.split_grid) go through BeginBlock too (issue 42)
@@ -103,7 +106,7 @@ def test_every_drawn_config_is_what_poptorch_sees(poptorch, tmp_path: Path) -> N
         assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), where)
 
 
-def test_a_knob_poptorch_does_not_see_fails_the_comparison(poptorch, tmp_path: Path) -> None:
+def test_a_knob_poptorch_does_not_see_fails_the_comparison(poptorch: Any, tmp_path: Path) -> None:
     """The check has teeth: partials with FP32 compute are not exported, so they are not seen."""
     p = problem()
     c = Config(partials="half")
@@ -113,7 +116,7 @@ def test_a_knob_poptorch_does_not_see_fails_the_comparison(poptorch, tmp_path: P
 
 # --- must-show 3: no estimator credit for what the exported code does not change -------------
 
-def _profiled(p: Problem):
+def _profiled(p: Problem) -> Any:
     return p, profile_for(p)
 
 
@@ -176,7 +179,7 @@ def test_sgd_combined_never_samples_offload_or_rts() -> None:
 
 @pytest.mark.parametrize("name", ["efficientnet_b0", "mobilenet_v3_small", "convnext_tiny", "regnet_y_400mf",
                                   "resnet18"])
-def test_no_split_candidate_lies_inside_a_residual_block(name) -> None:
+def test_no_split_candidate_lies_inside_a_residual_block(name: str) -> None:
     from ipu_autotune.profiles.trace import _has_skip, trace_model
 
     model = build_model(name, 10)
@@ -191,7 +194,7 @@ def test_no_split_candidate_lies_inside_a_residual_block(name) -> None:
 
 # --- snippet comments come from the exported config ---------------------------------------------
 
-def _advice(auto: bool, scale: float, partials: str, rounding: bool):
+def _advice(auto: bool, scale: float, partials: str, rounding: bool) -> Any:
     from types import SimpleNamespace as NS
 
     return NS(loss_scale=NS(auto=auto, scale=scale, reason="gradients underflow below 2^-24"),
@@ -218,7 +221,7 @@ def test_snippet_comments_cannot_contradict_its_code() -> None:
 
 
 @pytest.mark.slow
-def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch, tmp_path: Path) -> None:
+def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch: Any, tmp_path: Path) -> None:
     """hf: masked LM drawn from transformer.toml, whose knobs include embedding_serialization,
     plus the first with every factor (4 and 8 pad BERT's 30,522 words): what the fake PopTorch
     rebuilds from the snippet's serializedMatMul calls equals the config, factor included."""
@@ -233,7 +236,7 @@ def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch, tmp
         assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"bert masked-lm {i}")
 
 
-def test_question_answering_round_trips_with_input_embedding_serialization(poptorch, tmp_path: Path) -> None:
+def test_question_answering_round_trips_with_input_embedding_serialization(poptorch: Any, tmp_path: Path) -> None:
     """hf: question answering (no vocabulary head) with its token embedding in look-ups, drawn
     from a space that lists the factors and set by hand: the fake PopTorch rebuilds the factor
     from the SerializedEmbedding the snippet put in the model, every other knob as before."""

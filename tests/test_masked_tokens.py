@@ -4,6 +4,8 @@ TrainingModel, and a masked-LM loss equal to transformers' own over those positi
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from test_transformers import cli
 from testing import run_cli_stdout
 
 
-def _head(profile):
+def _head(profile: Any) -> Any:
     return next(u for u in profile.units if u.path.startswith("cls"))
 
 
@@ -49,7 +51,7 @@ def test_inputs_and_labels_follow_graphcore_pretraining() -> None:
     (dict(model="hf:bert-base-uncased", task="masked-lm", seq_len=16, max_predictions=20), "exceeds --seq-len 16"),
     (dict(model="resnet18", max_predictions=20), "for hf: models"),
 ])
-def test_max_predictions_where_it_cannot_apply_is_refused(kwargs, message) -> None:
+def test_max_predictions_where_it_cannot_apply_is_refused(kwargs: Any, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         Problem(batch_size=1, **kwargs)
 
@@ -61,7 +63,7 @@ def test_the_key_round_trips_and_old_problems_keep_their_dict() -> None:
     assert problem.slug != Problem("hf:roberta-base", 2, task="masked-lm", seq_len=128).slug
 
 
-def _reference_loss(plain, ids, mask, positions, tokens):
+def _reference_loss(plain: Any, ids: Any, mask: Any, positions: Any, tokens: Any) -> Any:
     """transformers' BertForMaskedLM loss: every position projected, labels only where masked."""
     labels = torch.full_like(ids, -100)
     labels.scatter_(1, positions, tokens)
@@ -93,19 +95,19 @@ def test_traced_model_and_exported_training_model_compute_transformers_masked_lm
     snippet = render_snippet(problem, config)
     assert "masked_lm_positions" in snippet
     with fake_sdk():
-        ns: dict = {}
+        ns: dict[str, Any] = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)
         exported = ns["TrainingModel"](plain)
         assert exported(ids, mask, positions, tokens).item() == pytest.approx(ours.item(), rel=1e-5)
 
 
 @pytest.mark.slow
-def test_estimate_takes_the_flag_and_the_config_key(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
+def test_estimate_takes_the_flag_and_the_config_key(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     """In this process: the three estimates share one trace of BERT (`estimate` as the console
     script runs it is test_transformers.py's)."""
     import json
 
-    def estimate(*argv: str) -> dict:
+    def estimate(*argv: str) -> dict[str, Any]:
         return json.loads(run_cli_stdout(capsys, "estimate", *argv))
 
     config = ("--set", "ipus_per_replica=4", "--set",

@@ -1,5 +1,7 @@
 """The learnt memory model: a fixed and a proportional part per tile, and a chance to fit."""
 
+from typing import Any
+
 import random
 from statistics import NormalDist
 
@@ -19,7 +21,7 @@ PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="
 FIXED = 0.12  # of a tile: a per-tile cost the estimator lacks (code, exchange buffers)
 
 
-def compiled_on_fixed_cost_ipu(problem, configs):
+def compiled_on_fixed_cost_ipu(problem: Any, configs: Any) -> Any:
     """(config, Measurement) as an IPU that adds FIXED of a tile to every tile would report."""
     profile = profile_for(problem)
     out = []
@@ -80,7 +82,7 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior() -> None:
     for _ in range(600):
         fixed, proportional, noise = rng.uniform(0.0, 0.2), rng.uniform(0.8, 1.3), 0.015
 
-        def truth(e, fixed=fixed, proportional=proportional, noise=noise):  # this IPU's, bound now
+        def truth(e: Any, fixed: Any=fixed, proportional: Any=proportional, noise: Any=noise) -> Any:  # this IPU's, bound now
             return fixed + proportional * e + rng.gauss(0.0, noise)
 
         points = [MemoryPoint(lay, e, shares, truth(e)) for e in (rng.uniform(0.3, 0.9) for _ in range(8))]
@@ -97,12 +99,12 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior() -> None:
         assert abs(sum(got) / len(got) - predicted) < 0.08, (lo, hi, predicted, sum(got) / len(got))
 
 
-def widened(model, slope):
+def widened(model: Any, slope: Any) -> Any:
     """The weight of the hypotheses with `slope`'s prior wider than PRIORS'."""
     return sum(w for w, widths in model.weights if slope in widths)
 
 
-def _checkpoint_cost_points(per_segment, rng):
+def _checkpoint_cost_points(per_segment: Any, rng: Any) -> Any:
     """Eight compiles of a four-stage pipeline with 0-7 recomputation checkpoints, on an IPU
     that adds `per_segment` of a tile per recomputation segment on each IPU."""
     shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)

@@ -4,6 +4,8 @@ a widget, the summary's HTML with memory bars, a best configuration that fits, t
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import re
@@ -44,23 +46,23 @@ def _run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbforma
     return nb
 
 
-def _outputs(nb, needle: str) -> list:
+def _outputs(nb: Any, needle: str) -> list[Any]:
     """The outputs of the code cell whose source contains `needle`."""
     cells = [c for c in nb.cells if c.cell_type == "code" and needle in c.source]
     assert len(cells) == 1, needle
     return cells[0].outputs
 
 
-def _html(outputs) -> str:
+def _html(outputs: Any) -> str:
     return "".join(o.get("data", {}).get("text/html", "") for o in outputs)
 
 
-def _text(outputs) -> str:
+def _text(outputs: Any) -> str:
     return "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_the_example_notebook_runs_and_shows_a_fitting_best(path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_example_notebook_runs_and_shows_a_fitting_best(path: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert path.name == "tune_in_a_notebook.ipynb"  # the checks below are this notebook's
     nb = _run(path, tmp_path, monkeypatch)
     work = tmp_path / "work"

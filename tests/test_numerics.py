@@ -6,6 +6,8 @@ real torch.optim steps applied to FP16 weights, never the module's own histogram
 
 from __future__ import annotations
 
+from typing import Any
+
 import copy
 import json
 
@@ -38,13 +40,13 @@ FP16_MAX = 65504.0
 TINY = 2.0 ** -24  # smallest FP16 subnormal
 
 
-def batches(n: int, shape=(48,), batch: int = 16, classes: int = 10, seed: int = 0):
+def batches(n: int, shape: Any=(48,), batch: int = 16, classes: int = 10, seed: int = 0) -> Any:
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(batch, *shape, generator=gen), torch.randint(0, classes, (batch,), generator=gen))
             for _ in range(n)]
 
 
-def fresh_param_grads(model: nn.Module, data, loss_fn=F.cross_entropy) -> torch.Tensor:
+def fresh_param_grads(model: nn.Module, data: Any, loss_fn: Any=F.cross_entropy) -> torch.Tensor:
     """All parameter gradients of one batch, flattened, on a copy of the model."""
     model = copy.deepcopy(model).train()
     x, y = data
@@ -52,7 +54,7 @@ def fresh_param_grads(model: nn.Module, data, loss_fn=F.cross_entropy) -> torch.
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
-def seeded(cls, *args, **kwargs):
+def seeded(cls, *args: Any, **kwargs: Any) -> Any:
     torch.manual_seed(0)
     return cls(*args, **kwargs)
 
@@ -79,7 +81,7 @@ def test_tiny_gradients_get_a_large_scale_that_keeps_them() -> None:
 def test_large_gradients_get_a_small_scale_that_never_overflows() -> None:
     model = seeded(ScaledMLP)
 
-    def big_loss(out, y):
+    def big_loss(out: Any, y: Any) -> Any:
         return F.cross_entropy(out, y) * 5000  # e.g. a sum over a big batch
 
     stats = collect_gradient_stats(model, batches(3), loss_fn=big_loss, optimizer="sgd", lr=1e-6)
@@ -122,7 +124,7 @@ def test_drifting_gradients_ask_for_automatic_loss_scaling() -> None:
 
 # --- stochastic rounding ---------------------------------------------------------------------------
 
-def simulated_lost_fraction(model: nn.Module, data, optimizer: str, lr: float) -> float:
+def simulated_lost_fraction(model: nn.Module, data: Any, optimizer: str, lr: float) -> float:
     """One real torch.optim step in float64 (the exact intended update), applied to the FP16
     weights with round-to-nearest: the share of non-zero updates that leave the weight unchanged."""
     ref = copy.deepcopy(model).double().train()
@@ -145,7 +147,7 @@ def simulated_lost_fraction(model: nn.Module, data, optimizer: str, lr: float) -
 
 
 @pytest.mark.parametrize("optimizer, lr", [("sgd", 0.01), ("adamw", 3e-5), ("adam", 2e-5)])
-def test_stochastic_rounding_estimate_matches_a_direct_simulation(optimizer, lr) -> None:
+def test_stochastic_rounding_estimate_matches_a_direct_simulation(optimizer: str, lr: float) -> None:
     model = seeded(ScaledMLP)
     data = batches(1)
     stats = collect_gradient_stats(model, data, steps=1, optimizer=optimizer, lr=lr)
@@ -193,7 +195,7 @@ class Branches(nn.Module):
         nn.init.constant_(self.coherent.weight, 1 / 16384)
         self.small = nn.Linear(64, 10)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return (self.long_large(x[:, :32768] * 300).sum(1) + self.coherent(x[:, :16384]).sum(1)
                 + self.small(x[:, :64] - 0.5).sum(1))
 
@@ -218,18 +220,18 @@ def test_partials_flag_long_accumulations_with_large_or_coherent_sums_only() -> 
 
 
 @pytest.fixture(scope="module")
-def advice():
+def advice() -> Any:
     return advise(PROBLEM, steps=2)
 
 
-def test_advice_round_trips_through_json(advice) -> None:
+def test_advice_round_trips_through_json(advice: Any) -> None:
     data = json.loads(json.dumps(advice.to_dict()))
     assert NumericsAdvice.from_dict(data) == advice
     assert [row.scale for row in advice.table] == [2.0 ** k for k in range(25)]
     assert advice.lr == pytest.approx(0.1 * 8 / 256)
 
 
-def test_apply_sets_fields_only_on_fp16_configs(advice) -> None:
+def test_apply_sets_fields_only_on_fp16_configs(advice: Any) -> None:
     chosen = NumericsAdvice(
         loss_scale=LossScaleAdvice(256.0, True, 0.4, 0.001, True, "drift"),
         stochastic_rounding=StochasticRoundingAdvice(0.2, True, "lost"),
@@ -247,7 +249,7 @@ def test_apply_sets_fields_only_on_fp16_configs(advice) -> None:
     assert fixed.apply(Config(precision="16.16")).loss_scaling == 256.0
 
 
-def test_summary_and_view_state_the_reasons(advice) -> None:
+def test_summary_and_view_state_the_reasons(advice: Any) -> None:
     lines = summary_lines(advice)
     assert len(lines) == 3
     assert lines[0].startswith(("loss scale ", "loss scaling auto"))
@@ -298,7 +300,7 @@ def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
     (["--lr", "-1"], "must be positive"),
     (["--input-shape", "3,16"], "check --input-shape"),
 ])
-def test_cli_bad_input_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str], args, message) -> None:
+def test_cli_bad_input_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str], args: list[Any], message: str) -> None:
     code = cli.main(["numerics", "numerics_models:small_cnn", "-b", "8", "--num-classes", "10",
                      *(["--input-shape", "3,16,16"] if "--input-shape" not in args else []), *args])
     err = capsys.readouterr().err

@@ -8,6 +8,8 @@ back (tests/optimum_reading.py), field by field.
 
 from __future__ import annotations
 
+from typing import Any
+
 import ast
 import json
 
@@ -115,7 +117,7 @@ def test_sharded_config_is_refused_as_an_ipu_config() -> None:
 
 
 @pytest.mark.slow
-def test_export_of_a_sharded_trial_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
+def test_export_of_a_sharded_trial_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     config = in_tmp / "sharded.toml"
     config.write_text('[config]\nprecision = "16.16"\noptimizer_state = "half"\nstochastic_rounding = true\n'
                       'ipus_per_replica = 4\nexecution = "sharded"\n'
@@ -131,7 +133,7 @@ def test_export_of_a_sharded_trial_is_one_line_and_exit_2(capsys: pytest.Capture
 # --- failure 5: a tied head on another stage than its weight -------------------------------------
 
 @pytest.mark.parametrize("split", ["cls.predictions.decoder", "cls.predictions.transform"])
-def test_a_split_that_takes_the_tied_head_off_the_embedding_ipu_breaks_a_rule(split) -> None:
+def test_a_split_that_takes_the_tied_head_off_the_embedding_ipu_breaks_a_rule(split: str) -> None:
     config = PIPELINED.replace(splits=("bert.encoder.layer.4", "bert.encoder.layer.8", split))
     found = violations(BERT_MLM, config, profile_for(BERT_MLM).module_order)
     assert any("tied to the embedding's weight" in m for m in found)
@@ -146,7 +148,7 @@ def test_the_optimum_snippet_sets_iputrainers_popart_options_and_poptorch_sees_t
     snippet = render_snippet(problem, PIPELINED)
     assert "_Popart" not in render_snippet(BERT_MLM, PIPELINED)  # the PopTorch target is unchanged
     with fake_sdk() as poptorch:
-        ns: dict = {}
+        ns: dict[str, Any] = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)
         opts = ns["make_options"]()
         seen = opts._Popart.options
@@ -170,7 +172,7 @@ def test_the_estimate_assumes_ipu0_outside_the_overlapped_weight_update() -> Non
 # --- failure 7: tune writes how to train it; snippets compile clean -----------------------------
 
 @pytest.mark.slow
-def test_tune_writes_the_trainer_block_beside_ipu_config_json(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
+def test_tune_writes_the_trainer_block_beside_ipu_config_json(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     out = json.loads(run_cli_stdout(capsys, "hf:bert-base-uncased", "--task", "masked-lm", "--seq-len", "32",
                                     "--batch-size", "4", "--ipus", "4", "--trainer", "optimum", "--trials", "4",
                                     "--seed", "2", "--json"))
@@ -228,7 +230,7 @@ STUDIES = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, task, prefix, head, tied", STUDIES)
-def test_ipu_config_and_snippet_of_a_study_place_the_same_things(capsys: pytest.CaptureFixture[str], in_tmp, model, task, prefix, head, tied) -> None:
+def test_ipu_config_and_snippet_of_a_study_place_the_same_things(capsys: pytest.CaptureFixture[str], in_tmp: Any, model: Any, task: Any, prefix: Any, head: Any, tied: Any) -> None:
     # the study in this process: the reading below traces the model once more, from its cache
     out = json.loads(run_cli_stdout(capsys, model, "--task", task, "--seq-len", "32", "--batch-size", "2", "--ipus",
                                     "4", "--trainer", "optimum", "--trials", "12", "--seed", "3", "--no-numerics",

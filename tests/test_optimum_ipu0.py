@@ -15,6 +15,8 @@ as tests/optimum_reading.read_module_ipus reads it back; the PopTorch target kee
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import pytest
@@ -46,7 +48,7 @@ def runs(ipus: list[int]) -> int:
 
 @pytest.mark.parametrize("ipus", [2, 3])
 @pytest.mark.parametrize("family, task", list(CASES))
-def test_optimum_modules_land_on_the_ipu_parallelize_puts_them(tmp_path: Path, family, task, ipus) -> None:
+def test_optimum_modules_land_on_the_ipu_parallelize_puts_them(tmp_path: Path, family: Any, task: Any, ipus: int) -> None:
     pinned, stays = CASES[family, task]
     problem = problem_for(tmp_path, family, task, ipus=ipus)
     profile = profile_for(problem)
@@ -98,7 +100,7 @@ def test_poptorch_target_placement_is_unchanged(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("family, task", [("distilbert", "masked-lm"), ("deberta", "masked-lm")])
-def test_read_ipu_config_checkpoints_follow_the_class_table(tmp_path: Path, family, task) -> None:
+def test_read_ipu_config_checkpoints_follow_the_class_table(tmp_path: Path, family: str, task: str) -> None:
     """recompute_checkpoint_every_layer read back per class (SKIPPED_INDEX): DistilBERT and
     DeBERTa MLM leave the last layer unchecked though their head is on IPU0."""
     problem = problem_for(tmp_path, family, task, ipus=1)

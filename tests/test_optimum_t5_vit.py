@@ -9,6 +9,8 @@ PipelinedViTForImageClassification.parallelize.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import ast
@@ -33,7 +35,7 @@ from ipu_autotune.search.space import SearchSpace
 FP16 = dict(precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half")
 
 
-def t5(tmp_path: Path, ipus: int, **changes) -> Problem:
+def t5(tmp_path: Path, ipus: int, **changes: Any) -> Problem:
     # a folder per config: a model's config is read once per process (hf_config._loaded)
     folder = tmp_path / ("t5" + "".join(f"-{k}{v}" for k, v in changes.items()))
     folder.mkdir(exist_ok=True)
@@ -42,7 +44,7 @@ def t5(tmp_path: Path, ipus: int, **changes) -> Problem:
 
 
 @pytest.mark.parametrize("ipus, layers_per_ipu", [(2, [3, 3]), (4, [1, 1, 1, 3])])
-def test_t5_baseline_under_optimum_splits_at_blocks_as_layers_per_ipu_wildcard(tmp_path: Path, ipus, layers_per_ipu) -> None:
+def test_t5_baseline_under_optimum_splits_at_blocks_as_layers_per_ipu_wildcard(tmp_path: Path, ipus: int, layers_per_ipu: list[Any]) -> None:
     """4 encoder + 2 decoder blocks are one list of 6 layers (get_layer_ipu(ipu_config,
     num_encoder_layers + num_decoder_layers)); the newcomer's [-1] gives each IPU 6 // n and
     the remainder to the last."""
@@ -119,7 +121,7 @@ def test_vit_trainer_block_is_an_image_classifier_with_pixel_values_and_labels(t
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert "AutoModelForImageClassification" in imported and "AutoModelForSequenceClassification" not in imported
     # the collator's batch, run: IPUTrainer takes float pixel_values and integer labels
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(compile("import torch\n" + ast.get_source_segment(block, next(
         n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "collate_images")), "b", "exec"), ns)
     batch = ns["collate_images"]([{"pixel_values": [[[0.5] * 2] * 2] * 3, "labels": 7}] * 2)

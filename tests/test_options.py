@@ -4,6 +4,8 @@ cli.py and args.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -19,7 +21,7 @@ from ipu_autotune.options import OPTIONS, from_keywords, to_argv
 PACKAGE_DIR = Path(ipu_autotune.__file__).parent
 
 
-def parsed(command: str, model: str | None, keywords: dict):
+def parsed(command: str, model: str | None, keywords: dict[str, Any]) -> Any:
     argv = to_argv(command, model, keywords)
     return options_from(cli.build_parser().parse_args(argv), argv)
 
@@ -33,7 +35,7 @@ def parsed(command: str, model: str | None, keywords: dict):
     ("verify", None, dict(tuned="t.toml", steps=10, lr=0.1, quiet=True)),
     ("plan", "resnet18", dict(batch_size=4, fit_confidence=0.5)),
 ])
-def test_the_call_and_the_command_line_build_the_same_options(command, model, keywords) -> None:
+def test_the_call_and_the_command_line_build_the_same_options(command: str, model: str | None, keywords: Any) -> None:
     assert from_keywords(command, model, keywords) == parsed(command, model, keywords)
 
 
@@ -42,7 +44,7 @@ def test_the_call_and_the_command_line_build_the_same_options(command, model, ke
     dict(batch_size=8, input_shape=(3, 8, 8), image_size=8), dict(image_size=8, input_shape=(3, 8, 8), batch_size=8),
     dict(trials=3), dict(batch_size=8, headroom=0.9), dict(batch_size=8, micro_batch="9-3"),
 ])
-def test_bad_keywords_are_refused_with_the_parsers_message(keywords) -> None:
+def test_bad_keywords_are_refused_with_the_parsers_message(keywords: Any) -> None:
     with pytest.raises(UsageError) as by_parser:
         parsed("tune", "m", keywords)
     with pytest.raises(UsageError) as by_call:
@@ -52,7 +54,7 @@ def test_bad_keywords_are_refused_with_the_parsers_message(keywords) -> None:
 
 
 @pytest.mark.parametrize("command", sorted(OPTIONS))
-def test_the_parsers_defaults_are_the_fields(command) -> None:
+def test_the_parsers_defaults_are_the_fields(command: Any) -> None:
     cls = OPTIONS[command]
     required = {"tune": ["m", "-b", "8"], "plan": ["m", "-b", "8"], "numerics": ["m", "-b", "8"],
                 "export": ["--study", "s"], "show": ["--study", "s"], "report": ["--study", "s"]}.get(command, [])

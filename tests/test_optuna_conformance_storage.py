@@ -16,6 +16,9 @@ in a schema of its own in that database (the suite needs an empty storage; the U
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
 from pathlib import Path
 
 import pickle
@@ -71,7 +74,7 @@ def _postgres(sql: str) -> None:
 
 class TestStorage(StorageTestCase):
     @pytest.fixture(params=KINDS)
-    def storage(self, request: pytest.FixtureRequest, tmp_path: Path):
+    def storage(self, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         kind = request.param
         reason = SKIPS.get((request.function.__name__, kind))
         if reason:

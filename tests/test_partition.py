@@ -1,5 +1,7 @@
 """Pipeline partitions over per-unit costs."""
 
+from typing import Any
+
 import itertools
 
 from hypothesis import given, settings, strategies as st
@@ -7,19 +9,19 @@ from hypothesis import given, settings, strategies as st
 from ipu_autotune.models import partition
 
 
-def stage_costs(costs, cuts):
+def stage_costs(costs: Any, cuts: Any) -> Any:
     bounds = [0, *cuts, len(costs)]
     return [sum(costs[a:b]) for a, b in itertools.pairwise(bounds)]
 
 
-def brute_force(costs, parts):
+def brute_force(costs: Any, parts: Any) -> Any:
     n = len(costs)
     return min(max(stage_costs(costs, cuts)) for cuts in itertools.combinations(range(1, n), parts - 1))
 
 
 @given(st.lists(st.integers(1, 50), min_size=2, max_size=9), st.integers(2, 4))
 @settings(max_examples=150, deadline=None)
-def test_balanced_is_optimal(costs, parts) -> None:
+def test_balanced_is_optimal(costs: Any, parts: Any) -> None:
     parts = min(parts, len(costs))
     cuts = partition.balanced(costs, parts)
     assert len(cuts) == parts - 1 and cuts == sorted(set(cuts)) and 0 < cuts[0] and cuts[-1] < len(costs)

@@ -6,6 +6,8 @@ at a time, in a module-scoped fixture; each test then checks one of them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import subprocess
@@ -56,10 +58,10 @@ SCENARIOS = {
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory):
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("poptorch-backend")
 
-    def run(name):
+    def run(name: Any) -> Any:
         options, problem, configs = SCENARIOS[name]
         backend = PopTorchBackend(root / name, **{"timeout_s": 120.0, **options})
         if name == "closed":
@@ -76,7 +78,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.slow
-def test_an_oom_compile_is_infeasible_with_per_ipu_overflow_from_the_profile(outcomes) -> None:
+def test_an_oom_compile_is_infeasible_with_per_ipu_overflow_from_the_profile(outcomes: Any) -> None:
     [m] = outcomes["oom"]
     assert (m.feasible, m.failure, m.source) == (False, "oom", "compile")
     assert m.overflow_bytes > 0
@@ -89,7 +91,7 @@ def test_an_oom_compile_is_infeasible_with_per_ipu_overflow_from_the_profile(out
 
 
 @pytest.mark.slow
-def test_a_fitting_config_on_attached_ipus_is_timed(outcomes) -> None:
+def test_a_fitting_config_on_attached_ipus_is_timed(outcomes: Any) -> None:
     [m] = outcomes["fits_run"]
     assert (m.feasible, m.failure, m.source) == (True, None, "run")
     assert m.throughput > 0 and m.step_time_s > 0
@@ -104,7 +106,7 @@ def test_a_fitting_config_on_attached_ipus_is_timed(outcomes) -> None:
 
 
 @pytest.mark.slow
-def test_without_ipus_a_fitting_config_gets_memory_only_and_leaves_its_artifacts(outcomes) -> None:
+def test_without_ipus_a_fitting_config_gets_memory_only_and_leaves_its_artifacts(outcomes: Any) -> None:
     [m] = outcomes["fits_offline"]
     assert (m.feasible, m.source, m.throughput) == (True, "compile", None)
     assert [set(b) for b in m.breakdown] == [{"code/exchange", "always-live", "not-always-live", "gaps"}] * 2
@@ -122,7 +124,7 @@ def test_without_ipus_a_fitting_config_gets_memory_only_and_leaves_its_artifacts
 
 
 @pytest.mark.slow
-def test_a_crash_is_a_crash_failure_with_the_log(outcomes) -> None:
+def test_a_crash_is_a_crash_failure_with_the_log(outcomes: Any) -> None:
     [m] = outcomes["crash"]
     assert (m.feasible, m.failure) == (False, "crash")
     assert "SIGSEGV" in m.reason and m.details["returncode"] < 0
@@ -130,7 +132,7 @@ def test_a_crash_is_a_crash_failure_with_the_log(outcomes) -> None:
 
 
 @pytest.mark.slow
-def test_a_hang_is_killed_at_the_timeout(outcomes) -> None:
+def test_a_hang_is_killed_at_the_timeout(outcomes: Any) -> None:
     [m] = outcomes["hang"]
     assert (m.feasible, m.failure) == (False, "timeout")
     assert Path(m.details["log"]).is_file()
@@ -140,7 +142,7 @@ def test_a_hang_is_killed_at_the_timeout(outcomes) -> None:
 
 
 @pytest.mark.slow
-def test_closing_the_backend_kills_a_running_trial(outcomes) -> None:
+def test_closing_the_backend_kills_a_running_trial(outcomes: Any) -> None:
     [m] = outcomes["closed"]
     assert (m.feasible, m.failure) == (False, "interrupted")
     assert outcomes["closed:seconds"] < HANG_TIMEOUT_S + 10
@@ -149,7 +151,7 @@ def test_closing_the_backend_kills_a_running_trial(outcomes) -> None:
 
 
 @pytest.mark.slow
-def test_compile_errors_are_not_ooms(outcomes) -> None:
+def test_compile_errors_are_not_ooms(outcomes: Any) -> None:
     [injected] = outcomes["compile_error"]
     assert (injected.failure, injected.source) == ("compile_error", "compile")
     assert injected.reason.startswith("popart_exception: fake injected failure")
@@ -158,7 +160,7 @@ def test_compile_errors_are_not_ooms(outcomes) -> None:
 
 
 @pytest.mark.slow
-def test_an_oom_redirected_to_poptorch_error_log_is_still_an_oom(outcomes) -> None:
+def test_an_oom_redirected_to_poptorch_error_log_is_still_an_oom(outcomes: Any) -> None:
     [m] = outcomes["long_errors"]
     assert (m.failure, m.details["oom_evidence"]) == ("oom", "poptorch_error.log")
     assert m.overflow_bytes > 0
@@ -166,20 +168,20 @@ def test_an_oom_redirected_to_poptorch_error_log_is_still_an_oom(outcomes) -> No
 
 
 @pytest.mark.slow
-def test_a_model_the_child_cannot_build_is_a_setup_crash(outcomes) -> None:
+def test_a_model_the_child_cannot_build_is_a_setup_crash(outcomes: Any) -> None:
     [m] = outcomes["missing_model"]
     assert m.failure == "crash" and m.reason.startswith("trial setup failed: UsageError")
 
 
 @pytest.mark.slow
-def test_faults_can_be_scoped_to_one_trial(outcomes) -> None:
+def test_faults_can_be_scoped_to_one_trial(outcomes: Any) -> None:
     first, second = outcomes["scoped_fault"]
     assert first.feasible and first.details["artifact_dir"].endswith("trial-0001")
     assert second.failure == "crash" and "exited with code 1" in second.reason
 
 
 @pytest.mark.slow
-def test_the_backend_never_raised(outcomes) -> None:
+def test_the_backend_never_raised(outcomes: Any) -> None:
     for name in SCENARIOS:
         assert all(isinstance(m, Measurement) for m in outcomes[name]), name
 
@@ -223,7 +225,7 @@ def test_child_env_puts_the_fake_first_and_drops_poplar_engine_options(tmp_path:
 
 
 def test_oom_evidence_follows_the_reference_heuristics() -> None:
-    def err(type_, message, cls="poptorch.Error"):
+    def err(type_: Any, message: Any, cls: Any="poptorch.Error") -> Any:
         return CaughtError(cls, type_, message, message)
 
     oom = "Out of memory: Cannot fit all variable data onto one or more tiles"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import json
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.slow
 PROBLEM = [SMALL_CNN, "--batch-size", "512", "--input-shape", "3,32,32", "--num-classes", "10"]
 
 
-def tune(cwd, *args: str, exit_code: int = 0, **env: str) -> dict:
+def tune(cwd: Any, *args: str, exit_code: int = 0, **env: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "ipu_autotune", "tune", *PROBLEM, "--backend", "poptorch", "--no-numerics",
            "--seed", "0", "--json", *args]
     done = subprocess.run(cmd, cwd=cwd, env={**os.environ, **fake_env(**env)}, capture_output=True, text=True,
@@ -29,7 +31,7 @@ def tune(cwd, *args: str, exit_code: int = 0, **env: str) -> dict:
     return json.loads(done.stdout)
 
 
-def trials(cwd, result):
+def trials(cwd: Any, result: Any) -> Any:
     study = optuna.load_study(study_name=result["study"], storage=f"sqlite:///{cwd}/ipu-autotune.db")
     return study.trials
 

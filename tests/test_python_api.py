@@ -4,6 +4,8 @@ the result's exports; a model object through the PopTorch backend's compile proc
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import signal
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalW
 
 
 @pytest.fixture(autouse=True)
-def _in_tmp(in_tmp):
+def _in_tmp(in_tmp: Any) -> Any:
     """Runs write their output folder and default storage in the working folder: a fresh one."""
     return in_tmp
 
@@ -42,7 +44,7 @@ class TinyNet(nn.Module):
                                   nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU())
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, 10))
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.head(self.body(x))
 
 
@@ -116,7 +118,7 @@ def test_a_model_string_resumes_a_study_the_cli_started_under_the_same_name(tmp_
     (dict(batch_size=8, storage="mysql://nowhere/x"), ["--batch-size", "8", "--storage", "mysql://nowhere/x"]),
     (dict(batch_size=8, input_shape="3,a,4"), ["--batch-size", "8", "--input-shape", "3,a,4"]),
 ])
-def test_bad_input_raises_the_clis_one_line_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], keywords, argv) -> None:
+def test_bad_input_raises_the_clis_one_line_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], keywords: Any, argv: list[Any]) -> None:
     code, _, err = _cli(capsys, SMALL_CNN, *argv)
     assert code == 2 and err.startswith("error: ")
     with pytest.raises(UsageError) as caught:

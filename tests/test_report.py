@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import os
@@ -28,19 +30,19 @@ ACTIVATIONS = (0x72, 0xB7, 0xB2)  # the memory chart's colour for activations (r
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory: pytest.TempPathFactory):
+def study(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return finished_study(tmp_path_factory.mktemp("report"))
 
 
 @pytest.fixture(scope="module")
-def report(study, tmp_path_factory: pytest.TempPathFactory):
+def report(study: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     url, _ = study
     path = tmp_path_factory.mktemp("page") / "report.html"
     assert main(["report", "--study", STUDY, "--storage", url, "-o", str(path)]) == 0
     return path
 
 
-def test_report_is_one_self_contained_page_with_every_section(study, report) -> None:
+def test_report_is_one_self_contained_page_with_every_section(study: Any, report: Any) -> None:
     url, _ = study
     html = report.read_text()
     assert not FETCH.search(html), FETCH.search(html)
@@ -56,7 +58,7 @@ def test_report_is_one_self_contained_page_with_every_section(study, report) -> 
     assert "estimated" in html
 
 
-def test_tune_with_out_writes_the_same_report(study) -> None:
+def test_tune_with_out_writes_the_same_report(study: Any) -> None:
     _, out = study
     html = (out / "report.html").read_text()
     assert all(f"<h2>{t}</h2>" in html for t in SECTIONS) and not FETCH.search(html)
@@ -93,7 +95,7 @@ def _chromium() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
-def test_the_report_renders_in_headless_chromium(report, tmp_path: Path) -> None:
+def test_the_report_renders_in_headless_chromium(report: Any, tmp_path: Path) -> None:
     browser = _chromium()
     if browser is None:
         if os.environ.get("CI"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import io
 import re
@@ -19,7 +21,7 @@ from ipu_autotune.study.records import TrialRecord
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_a_misspelt_subcommand_is_named_not_tuned(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
+def test_a_misspelt_subcommand_is_named_not_tuned(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     code, _, err = run_cli(capsys, "shwo")
     assert code == 2
     assert "unknown command 'shwo'; did you mean 'show'?" in err
@@ -61,7 +63,7 @@ def test_trial_lines_are_cut_between_knobs_never_inside_one() -> None:
     assert tl.fit_words("a " + "x" * 100, 20) == "a …"
 
 
-def test_output_paths_are_never_folded_mid_word_at_80_columns(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
+def test_output_paths_are_never_folded_mid_word_at_80_columns(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     out = in_tmp / "a-rather-long-output-folder-name-for-hf-studies" / "bert-base-uncased-bs8-4ipu-mk2-run"
     code, stdout, _ = run_cli(capsys, "resnet18", "-b", "8", "--trials", "2", "--seed", "0",
                               "--storage", sqlite_url(in_tmp / "s.db"), "--out", str(out))
@@ -73,10 +75,10 @@ def test_output_paths_are_never_folded_mid_word_at_80_columns(capsys: pytest.Cap
         assert any(str(path) in line for line in stdout.splitlines()), f"{path} is not whole on one line"
 
 
-def test_ctrl_c_while_tracing_prints_the_line_that_starts_again(capsys: pytest.CaptureFixture[str], in_tmp, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_while_tracing_prints_the_line_that_starts_again(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from ipu_autotune.commands import tune
 
-    def interrupted(*_a, **_k) -> None:
+    def interrupted(*_a: Any, **_k: Any) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tune, "trace", interrupted)
@@ -88,7 +90,7 @@ def test_ctrl_c_while_tracing_prints_the_line_that_starts_again(capsys: pytest.C
     assert "--storage" in again.group(1)
 
 
-def test_calibration_without_a_store_says_it_is_empty(capsys: pytest.CaptureFixture[str], in_tmp) -> None:
+def test_calibration_without_a_store_says_it_is_empty(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     code, out, err = run_cli(capsys, "calibration")
     assert code == 0, err
     assert "is empty (no compile recorded yet)" in out
@@ -101,7 +103,7 @@ def test_calibration_without_a_store_says_it_is_empty(capsys: pytest.CaptureFixt
     ("mysql://x", ("missing database driver for mysql (MySQLdb)", "pip install mysqlclient")),
     ("mysql+pymysql://x", ("missing database driver for mysql (pymysql)", "pip install pymysql")),
 ])
-def test_a_missing_database_driver_is_named_with_its_install(capsys: pytest.CaptureFixture[str], in_tmp, url, needles) -> None:
+def test_a_missing_database_driver_is_named_with_its_install(capsys: pytest.CaptureFixture[str], in_tmp: Any, url: str, needles: tuple[Any, ...]) -> None:
     code, _, err = run_cli(capsys, "resnet18", "-b", "8", "--storage", url)
     assert code == 2
     assert "(None)" not in err and "PostgreSQL" not in err

@@ -1,6 +1,8 @@
 """The trace keeps for backward what a PopART pipeline keeps, not what PyTorch's autograd keeps:
 no dropout masks, and an input passed along unchanged is not a checkpoint's output."""
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -16,7 +18,7 @@ class DropoutNet(nn.Module):
         super().__init__()
         self.first, self.drop, self.second = nn.Linear(WIDTH, WIDTH), nn.Dropout(p), nn.Linear(WIDTH, 10)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.second(self.drop(self.first(x)))
 
 
@@ -39,7 +41,7 @@ class Layer(nn.Module):
         super().__init__()
         self.proj = nn.Linear(WIDTH, WIDTH)
 
-    def forward(self, hidden, mask):
+    def forward(self, hidden: Any, mask: Any) -> Any:
         return torch.relu(self.proj(hidden)) * mask
 
 
@@ -52,7 +54,7 @@ class MaskedStack(nn.Module):
         self.layers = nn.ModuleList(Layer() for _ in range(n))
         self.head = nn.Linear(WIDTH, 10)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         mask = (x > 0).to(x.dtype)
         hidden = self.embed(x)
         for layer in self.layers:

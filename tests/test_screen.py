@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ class Fixed(Backend):
     def __init__(self, m: Measurement | None = None, error: Exception | None = None) -> None:
         self.m, self.error, self.calls = m, error, 0
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         self.calls += 1
         if self.error:
             raise self.error
@@ -53,7 +55,7 @@ def test_far_over_capacity_is_not_compiled() -> None:
 
 
 @pytest.mark.parametrize("fraction", [0.5, 1.0, 1.2])
-def test_within_the_margin_is_compiled(fraction) -> None:
+def test_within_the_margin_is_compiled(fraction: float) -> None:
     result = compiled()
     inner = Fixed(result)
     screened = ScreenedBackend(inner, Fixed(predicted(fraction)), margin=0.25)
@@ -63,7 +65,7 @@ def test_within_the_margin_is_compiled(fraction) -> None:
 
 
 @pytest.mark.parametrize("fraction, veto", [(1.6, None), (1.2, None), (1.2, "the store says 40% over"), (0.5, None)])
-def test_would_compile_answers_as_measure_does_without_compiling(fraction, veto) -> None:
+def test_would_compile_answers_as_measure_does_without_compiling(fraction: float, veto: str | None) -> None:
     """The guide asks first (guide/untried.py): the answer must be measure's, and asking
     must neither compile nor count a compile saved."""
     inner = Fixed(compiled())
@@ -110,7 +112,7 @@ def test_a_screen_that_cannot_judge_lets_the_compile_decide() -> None:
 
 
 def largest_estimated_fit() -> Problem:
-    def at(batch):
+    def at(batch: Any) -> Any:
         return Problem(model=SMALL_CNN, batch_size=batch, input_shape=(3, 32, 32), num_classes=10)
 
     lo, hi = 8, 4096

@@ -3,6 +3,8 @@ the estimator's error config by config."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 
 import optuna
@@ -21,7 +23,7 @@ from testing import RESNET50_4IPU_SGD as PROBLEM
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 
-def _trial(number: int, value: float, feasible: bool = True):
+def _trial(number: int, value: float, feasible: bool = True) -> Any:
     t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=value,
                      system_attrs={"constraints": [-1.0 if feasible else 1.0]})
     t.number = number
@@ -57,7 +59,7 @@ def test_the_correction_is_local_near_a_compile_and_the_mean_far_away() -> None:
     b = base.replace(device_iterations=16)
 
     class Compiled:  # what compiles said: a needs 30% more tile memory and runs 20% slower; b is exact
-        def __init__(self, config, memory, speed) -> None:
+        def __init__(self, config: Any, memory: Any, speed: Any) -> None:
             m = estimate(PROBLEM, config, profile)
             m.source, m.feasible, m.failure = "compile", True, None
             m.max_tile_bytes = [int(x * memory) for x in m.max_tile_bytes]

@@ -1,5 +1,7 @@
 """Search spaces: every sampled config is valid; enqueued configs replay exactly."""
 
+from typing import Any
+
 from pathlib import Path
 
 import optuna
@@ -23,7 +25,7 @@ PROBLEMS = [
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.slug)
-def test_random_samples_all_pass_the_rules(problem) -> None:
+def test_random_samples_all_pass_the_rules(problem: Any) -> None:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
@@ -66,7 +68,7 @@ def test_user_space_fixes_knobs(tmp_path: Path) -> None:
     ("[knobs]\nprecision = [\n", "malformed TOML"),
     ("[knobs]\nrecompute = []\n", "no values"),
 ])
-def test_bad_space_files_are_one_line_errors(tmp_path: Path, text, message) -> None:
+def test_bad_space_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(text)
     with pytest.raises(UsageError, match=message):

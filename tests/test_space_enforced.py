@@ -6,6 +6,8 @@ The issue's own space files, on a full study in-process: every trial of every or
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import json
@@ -22,7 +24,7 @@ from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from testing import RESNET18_CIFAR_4IPU as PROBLEM
 
 
-def tune(tmp_path: Path, space_text: str, *extra: str) -> list[dict]:
+def tune(tmp_path: Path, space_text: str, *extra: str) -> list[dict[str, Any]]:
     space = tmp_path / "s.toml"
     space.write_text(space_text)
     out = tmp_path / "out"
@@ -35,7 +37,7 @@ def tune(tmp_path: Path, space_text: str, *extra: str) -> list[dict]:
     return trials
 
 
-def origins(trials: list[dict]) -> set[str]:
+def origins(trials: list[dict[str, Any]]) -> set[str]:
     return {t["origin"].split(" ")[0] for t in trials}
 
 
@@ -104,7 +106,7 @@ def test_warm_starts_climb_only_through_the_space(tmp_path: Path) -> None:
 class _Trial:
     """An Optuna trial stand-in for `Runner.config_for`: enqueued attributes, random answers."""
 
-    def __init__(self, user_attrs) -> None:
+    def __init__(self, user_attrs: Any) -> None:
         import random
 
         self.user_attrs = user_attrs

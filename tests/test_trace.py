@@ -1,5 +1,7 @@
 """The meta-device tracer: units where BeginBlock can go, parameters, FLOPs, activations."""
 
+from typing import Any
+
 import pytest
 import torchvision
 
@@ -62,15 +64,15 @@ def test_a_wrapped_plain_model_is_opened_up() -> None:
             super().__init__()
             self.conv1, self.conv2, self.fc = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3), nn.Linear(8 * 28 * 28, 10)
 
-        def forward(self, x):
+        def forward(self, x: Any) -> Any:
             return self.fc(self.conv2(self.conv1(x)).flatten(1))
 
     class WithLoss(nn.Module):
-        def __init__(self, model) -> None:
+        def __init__(self, model: Any) -> None:
             super().__init__()
             self.model, self.loss = model, nn.CrossEntropyLoss()
 
-        def forward(self, x):
+        def forward(self, x: Any) -> Any:
             return self.model(x)
 
     with torch.device("meta"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import subprocess
 import tomllib
@@ -21,23 +23,23 @@ HAND_TUNED = Config(precision="16.16", optimizer_state="half", loss_scaling=1000
 WORKSHOP = Problem("resnet101", 64, input_shape=(3, 64, 64), optimizer="adamw", ipus=2)
 
 
-def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     return run_cli_process(*args, cwd=cwd, columns=120, check=check)
 
 
-def tune_json(cwd: Path, *extra: str) -> dict:
+def tune_json(cwd: Path, *extra: str) -> dict[str, Any]:
     return json.loads(cli("resnet101", "--batch-size", "64", "--json", "--seed", "0", *extra, cwd=cwd).stdout)
 
 
 @pytest.fixture(scope="module")
-def default_run(tmp_path_factory: pytest.TempPathFactory):
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """`ipu-autotune resnet101 --batch-size 64` in an empty folder (with --json to read it)."""
     cwd = tmp_path_factory.mktemp("default")
     return cwd, tune_json(cwd)
 
 
 @pytest.mark.slow
-def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run) -> None:
+def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run: Any) -> None:
     cwd, result = default_run
     assert result["backend"] == "estimate" and result["estimated"]
     assert result["trials_run"] == 60
@@ -74,7 +76,7 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run) ->
 
 
 @pytest.mark.slow
-def test_default_run_json_carries_the_error_bars(default_run) -> None:
+def test_default_run_json_carries_the_error_bars(default_run: Any) -> None:
     _, result = default_run
     base, best = result["baseline"]["measurement"], result["best"]["measurement"]
     low, high = best["throughput_interval"]
@@ -86,7 +88,7 @@ def test_default_run_json_carries_the_error_bars(default_run) -> None:
 
 
 @pytest.mark.slow
-def test_default_summary_names_both_bottlenecks_and_the_rate(default_run, tmp_path: Path) -> None:
+def test_default_summary_names_both_bottlenecks_and_the_rate(default_run: Any, tmp_path: Path) -> None:
     """The human summary (on a copy of the study, so the other tests' trial counts hold)."""
     import shutil
 
@@ -100,7 +102,7 @@ def test_default_summary_names_both_bottlenecks_and_the_rate(default_run, tmp_pa
 
 
 @pytest.mark.slow
-def test_same_command_resumes_the_study(default_run) -> None:
+def test_same_command_resumes_the_study(default_run: Any) -> None:
     cwd, first = default_run
     again = tune_json(cwd, "--trials", "5")
     assert again["trials_run"] == 5 and again["trials_total"] == 65
@@ -120,7 +122,7 @@ def test_fixed_global_batch_still_fits_and_beats_hand_tuned(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_toml_export_round_trips_through_estimate(default_run) -> None:
+def test_toml_export_round_trips_through_estimate(default_run: Any) -> None:
     cwd, result = default_run
     out = cwd / "best.toml"
     cli("export", "--study", "resnet101-bs64-2ipu-mk2", "--trial", str(result["best"]["trial"]),
@@ -135,7 +137,7 @@ def test_toml_export_round_trips_through_estimate(default_run) -> None:
 
 
 @pytest.mark.slow
-def test_python_export_byte_compiles(default_run) -> None:
+def test_python_export_byte_compiles(default_run: Any) -> None:
     cwd, result = default_run
     snippet = cli("export", "--study", "resnet101-bs64-2ipu-mk2", cwd=cwd).stdout
     compile(snippet, "best_options.py", "exec")
@@ -172,7 +174,7 @@ def test_help_lists_the_commands(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_show_and_studies_read_the_storage(default_run) -> None:
+def test_show_and_studies_read_the_storage(default_run: Any) -> None:
     cwd, result = default_run
     shown = json.loads(cli("show", "--study", "resnet101-bs64-2ipu-mk2", "--json", cwd=cwd).stdout)
     assert shown["problem"]["model"] == "resnet101"

@@ -3,6 +3,8 @@ the verdict on scikit-learn's bundled digits, for the tuner's recipe and three b
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import json
@@ -26,7 +28,7 @@ DIGITS = "verify_models:digits"
 SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]
 
 
-def check(model: str, optimizer: str, baseline: Config, tuned: Config, steps: int, lr: float | None = None):
+def check(model: str, optimizer: str, baseline: Config, tuned: Config, steps: int, lr: float | None = None) -> Any:
     problem = Problem(model, 16, input_shape=[1, 8, 8], num_classes=10, optimizer=optimizer)
     the_plan = plan(problem, baseline, tuned, steps=steps, lr=lr)
     samples = read_samples(DIGITS, the_plan.samples)

@@ -6,6 +6,8 @@ caught; bad data is bad input (exit 2, one line, nothing stored)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import math
@@ -26,7 +28,7 @@ DIGITS = "verify_models:digits"
 SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]
 
 
-def check(model: str, optimizer: str, tuned: Config, steps: int, lr: float):
+def check(model: str, optimizer: str, tuned: Config, steps: int, lr: float) -> Any:
     problem = Problem(model, 16, input_shape=[1, 8, 8], num_classes=10, optimizer=optimizer)
     the_plan = plan(problem, Config(), tuned, steps=steps, lr=lr)
     samples = read_samples(DIGITS, the_plan.samples)
@@ -39,7 +41,7 @@ def check(model: str, optimizer: str, tuned: Config, steps: int, lr: float):
 @pytest.mark.parametrize("model, accumulation, steps", [
     ("verify_models:mlp", 8, 200), ("verify_models:plain_cnn", 4, 150), ("verify_models:bert_digits", 2, 100),
 ], ids=["mlp-x8", "cnn-x4", "bert-x2"])
-def test_accumulation_with_the_square_root_rule_is_at_parity(model, accumulation, steps) -> None:
+def test_accumulation_with_the_square_root_rule_is_at_parity(model: str, accumulation: int, steps: int) -> None:
     verdict = check(model, "adamw", Config(gradient_accumulation=accumulation), steps, lr=2e-3)
     assert f"adamw lr {2e-3 * math.sqrt(accumulation):.3g}" in verdict.tuned.recipe  # the square-root rule
     assert verdict.kind == "at parity", verdict.line()
@@ -54,7 +56,7 @@ def test_accumulation_with_the_square_root_rule_is_at_parity(model, accumulation
     pytest.param("verify_models:bert_digits", "adamw", 3e-2, marks=pytest.mark.slow),  # 30x AdamW's default 1e-3
     ("verify_models:plain_cnn", "adamw", 3e-2),
 ], ids=["mlp-sgd", "bert-adamw", "cnn-adamw"])
-def test_a_baseline_at_30x_its_learning_rate_is_inconclusive(model, optimizer, lr) -> None:
+def test_a_baseline_at_30x_its_learning_rate_is_inconclusive(model: str, optimizer: str, lr: float) -> None:
     verdict = check(model, optimizer, Config(gradient_accumulation=2), 30, lr=lr)
     assert verdict.kind == "inconclusive", verdict.line()
     assert verdict.exit_code == EXIT_INCONCLUSIVE
@@ -95,7 +97,7 @@ def test_a_64x_global_batch_with_the_linear_rule_is_caught() -> None:
 # --- bad data is bad input -----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory: pytest.TempPathFactory):
+def study(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A small study (estimate backend) whose best and baseline verify can read."""
     folder = tmp_path_factory.mktemp("verify-bad-data")
     storage = f"sqlite:///{folder / 's.db'}"
@@ -110,7 +112,7 @@ def study(tmp_path_factory: pytest.TempPathFactory):
     ("verify_models:digits_one_class", ["one class only"]),
     ("verify_models:digits_wrong_shape", ["the model cannot take its batches", "[1, 6, 6]"]),
 ], ids=["labels beyond classes", "one class", "wrong shape"])
-def test_bad_data_is_one_line_exit_2_and_nothing_stored(capsys: pytest.CaptureFixture[str], study, data, needles) -> None:
+def test_bad_data_is_one_line_exit_2_and_nothing_stored(capsys: pytest.CaptureFixture[str], study: Any, data: str, needles: list[Any]) -> None:
     import optuna
 
     code, out, err = run_cli(capsys, "verify", "--study", "digits", "--storage", study, "--data", data,

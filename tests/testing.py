@@ -4,6 +4,7 @@ workshop study, and storage URLs. Importable as `testing` (conftest.py puts test
 
 from __future__ import annotations
 
+
 import os
 import subprocess
 import sys
@@ -58,7 +59,7 @@ def run_cli_stdout(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return out
 
 
-def run_cli_process(*argv: str, cwd: Path, columns: int = 80, check: bool = False) -> subprocess.CompletedProcess:
+def run_cli_process(*argv: str, cwd: Path, columns: int = 80, check: bool = False) -> subprocess.CompletedProcess[str]:
     """`ipu-autotune ARGV` as a user runs it: the installed command, piped, `columns` wide, with
     tests/ importable (for test models such as `numerics_models:small_cnn`); `check`: exit 0."""
     exe = Path(sys.executable).with_name("ipu-autotune")

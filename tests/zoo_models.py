@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +39,7 @@ class LogitsNet(nn.Module):
         self.features = sequential_cnn(64)
         self.classifier = nn.Linear(64, num_classes)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return ClassifierOutput(logits=self.classifier(self.features(x)))
 
 
