@@ -83,13 +83,9 @@ from simulated_workers import run_workers
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
+from ipu_autotune.guide.proposal import Proposal
 from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide, memory_correction
-from ipu_autotune.guide.warmstart import (
-    Proposal,
-    naive_baseline,
-    proposals,
-    single_changes,
-)
+from ipu_autotune.guide.warmstart import naive_baseline, proposals, single_changes
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations

@@ -11,7 +11,8 @@ from testing import RESNET50_4IPU_SGD
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.backends.estimate.error_bars import MEMORY_SCALE, confident_fraction, fit_chance, kept_free
-from ipu_autotune.guide.warmstart import Proposal, naive_baseline, proposals
+from ipu_autotune.guide.proposal import Proposal
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.present import intervals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace

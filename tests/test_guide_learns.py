@@ -13,7 +13,8 @@ from ipu_autotune.guide.call_model import CallModel, CallTime
 from ipu_autotune.guide.corrected import Judgement, layout
 from ipu_autotune.guide.proposal import History, Reason
 from ipu_autotune.guide.proposals import Guide
-from ipu_autotune.guide.warmstart import Proposal, naive_baseline, proposals
+from ipu_autotune.guide.proposal import Proposal
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import create_sampler, enqueue, records

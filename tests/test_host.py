@@ -249,7 +249,7 @@ def test_summary_names_both_bottlenecks_and_the_rate() -> None:
 
 # --- --data ------------------------------------------------------------------------------------------
 
-class _Images(torch.utils.data.Dataset):
+class _Images(torch.utils.data.Dataset[Any]):
     def __init__(self, dtype: Any) -> None:
         self.dtype = dtype
 

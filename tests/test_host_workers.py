@@ -89,7 +89,7 @@ def test_a_plain_iterable_is_not_split_and_keeps_the_assumption(slow_data: Any) 
 
 
 def test_a_dataset_that_fails_in_workers_keeps_the_assumption() -> None:
-    class Broken(torch.utils.data.Dataset):
+    class Broken(torch.utils.data.Dataset[Any]):
         def __len__(self) -> Any:
             return 4
 

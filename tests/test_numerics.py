@@ -54,7 +54,7 @@ def fresh_param_grads(model: nn.Module, data: Any, loss_fn: Any=F.cross_entropy)
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
-def seeded(cls, *args: Any, **kwargs: Any) -> Any:
+def seeded(cls: Any, *args: Any, **kwargs: Any) -> Any:
     torch.manual_seed(0)
     return cls(*args, **kwargs)
 

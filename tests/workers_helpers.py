@@ -162,7 +162,8 @@ def worker(argv: list[str] | None = None) -> int:
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
     from ipu_autotune.study.storage import HEARTBEAT_INTERVAL_S, open_storage
-    from ipu_autotune.guide.warmstart import Proposal, naive_baseline
+    from ipu_autotune.guide.proposal import Proposal
+    from ipu_autotune.guide.warmstart import naive_baseline
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     p = problem()

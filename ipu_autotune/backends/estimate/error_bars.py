@@ -22,7 +22,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...search.knobs import family  # the calibration family a problem's error bars come from
+from ...search.knobs import (
+    family as family,  # the calibration family a problem's error bars come from
+)
 
 #: the throughput interval's nominal coverage
 COVERAGE = 0.9
