@@ -3,8 +3,9 @@
 A leading underscore says "only this module uses it"; a name another module needs is public
 (no underscore). Checked on the source with `ast`, so it holds for code no test imports:
 `from x import _y`, and `x._y` where `x` is a project module bound by an import.
-(Optuna's private API, which study/ and search/ use on purpose, is not a project module and
-is held by its own conformance tests instead.)
+(Optuna's private API, which the storages and the sampler use on purpose through
+ipu_autotune/optuna_private.py, is not a project module and is held by its own conformance
+tests instead.) benchmarks/ and tools/ use the package through its public names only.
 """
 
 from __future__ import annotations
@@ -117,3 +118,27 @@ def test_allow_list_is_still_needed() -> None:
     """An entry whose import is gone is dropped, so the list only shrinks."""
     stale = [(m, use) for m, use in ALLOWED if use not in private_uses(m, MODULES[m])]
     assert not stale, f"remove from ALLOWED: {stale}"
+
+
+def optuna_private_imports(path: Path) -> list[str]:
+    """Imports of Optuna's private modules or names (a `_` part) in one file's source."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "optuna":
+            parts = (node.module or "").split(".")
+            names = [a.name for a in node.names]
+            if any(_is_private(p) for p in parts) or any(_is_private(n) for n in names):
+                found.append(f"{node.module}:{','.join(names)}")
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names
+                      if a.name.split(".")[0] == "optuna" and any(_is_private(p) for p in a.name.split("."))]
+    return found
+
+
+def test_only_the_adapter_imports_optunas_private_api() -> None:
+    """Every private Optuna name is reached through ipu_autotune/optuna_private.py, which lists
+    each with its reason (issue 61)."""
+    adapter = "ipu_autotune.optuna_private"
+    assert optuna_private_imports(MODULES[adapter])  # the check reads what it should
+    others = {m: found for m, p in MODULES.items() if m != adapter and (found := optuna_private_imports(p))}
+    assert others == {}
