@@ -3,33 +3,35 @@
 `polish` climbs from a config by single-knob moves (pairs of them when no single one helps);
 `kicked` is an iterated local search over it. search_efficiency.best_known and
 reachable_floor.class_bests both use them. The reference caches (benchmarks/reference) key
-on this code's text (inspect.getsource), so the names and bodies here are as they were in
-search_efficiency.py, where they were written: editing them means searching again.
+on common.REFERENCE_SEARCH_VERSION, not on this code's text: a change that could change what
+these climbs find bumps it (and the references are searched again); a renaming does not.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from common import HiddenIPU
 
-from ipu_autotune.guide.warmstart import Screen, _alternatives, _score
+from ipu_autotune.guide.warmstart import Screen, screen_rank, single_changes
 from ipu_autotune.models import partition
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 
 
-class _OracleScreen(Screen):
+class OracleScreen(Screen):
     """A warmstart.Screen whose every answer comes from the hidden IPU (for reference climbs).
 
     Only configs inside the search space count: the tuner searches that space (Runner.config_for
     projects every trial into it), so a best known outside it (hand-placed recomputation
     checkpoints, say) would be a target no tuner run can reach."""
 
-    def __init__(self, problem: Problem, profile, oracle: HiddenIPU, space: SearchSpace):
+    def __init__(self, problem: Problem, profile: Any, oracle: HiddenIPU, space: SearchSpace) -> None:
         super().__init__(problem, profile, oracle.constants, space=space)
         self.oracle = oracle
 
-    def __call__(self, config):
+    def __call__(self, config: Any) -> Any:
         if config not in self.cache:
             ok = not violations(self.problem, config, self.profile.module_order)
             ok = ok and not self.space.outside(self.problem, self.profile, config)
@@ -37,15 +39,15 @@ class _OracleScreen(Screen):
         return self.cache[config]
 
 
-def _changes(a: Config, b: Config) -> dict:
+def knob_changes(a: Config, b: Config) -> dict[str, Any]:
     return {f: getattr(b, f) for f in a.__dataclass_fields__ if getattr(a, f) != getattr(b, f)}
 
 
-def _singles(space: SearchSpace, screen: Screen, c: Config) -> list[Config]:
+def single_moves(space: SearchSpace, screen: Screen, c: Config) -> list[Config]:
     """warmstart's single-knob changes (same IPU layout), plus what it leaves out: I/O tiles,
     every available-memory-proportion step, per-IPU proportions and one-block split moves."""
     problem, profile = screen.problem, screen.profile
-    out = [cand for knob, cand in _alternatives(space, problem, profile, c) if knob != "ipus_per_replica"]
+    out = [cand for knob, cand in single_changes(space, problem, profile, c) if knob != "ipus_per_replica"]
     if not c.pipelined:
         for tiles in space.knobs["io_tiles"].values:
             if tiles != c.io_tiles:
@@ -72,20 +74,20 @@ def _singles(space: SearchSpace, screen: Screen, c: Config) -> list[Config]:
 def polish(screen: Screen, space: SearchSpace, start: Config, rounds: int = 40, pairs: bool = True) -> Config:
     """Greedy ascent for the reference: single-knob moves, and when none improves, every
     pair of them (recompute and offload, say, must often change together to stay fitting)."""
-    best, score = start, _score(screen(start))
+    best, score = start, screen_rank(screen(start))
     for _ in range(rounds):
-        singles = _singles(space, screen, best)
-        moves = [(_score(screen(c)), c) for c in singles]
+        singles = single_moves(space, screen, best)
+        moves = [(screen_rank(screen(c)), c) for c in singles]
         top = max(moves, key=lambda t: t[0], default=None)
         if (top is None or top[0] <= score) and pairs:
-            diffs = [_changes(best, c) for c in singles]
+            diffs = [knob_changes(best, c) for c in singles]
             moves = []
             for i in range(len(diffs)):
                 for j in range(i + 1, len(diffs)):
                     if diffs[i].keys() & diffs[j].keys():
                         continue
                     c = best.replace(**diffs[i], **diffs[j])
-                    moves.append((_score(screen(c)), c))
+                    moves.append((screen_rank(screen(c)), c))
             top = max(moves, key=lambda t: t[0], default=None)
         if top is None or top[0] <= score:
             break
@@ -93,15 +95,15 @@ def polish(screen: Screen, space: SearchSpace, start: Config, rounds: int = 40, 
     return best
 
 
-def kicked(screen: Screen, space: SearchSpace, start: Config, rng, kicks: int, sizes: tuple[int, ...],
+def kicked(screen: Screen, space: SearchSpace, start: Config, rng: Any, kicks: int, sizes: tuple[int, ...],
            rounds: int = 40) -> Config:
     """An iterated local search: `kicks` times, a random number (from `sizes`) of random
     single-knob moves from the best so far, then a greedy single-knob ascent; kept when better."""
     for _ in range(kicks):
         c = start
         for _ in range(rng.choice(sizes)):
-            c = rng.choice(_singles(space, screen, c) or [c])
+            c = rng.choice(single_moves(space, screen, c) or [c])
         c = polish(screen, space, c, rounds=rounds, pairs=False)
-        if _score(screen(c)) > _score(screen(start)):
+        if screen_rank(screen(c)) > screen_rank(screen(start)):
             start = c
     return start

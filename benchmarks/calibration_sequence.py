@@ -38,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -67,7 +68,7 @@ NEAR = 0.95
 ARMS = ("cold", "warm")
 
 
-def one_study(problem, oracle, budget: int, store, name: str) -> list:
+def one_study(problem: Any, oracle: Any, budget: int, store: Any, name: str) -> list[Any]:
     """One study as tune runs it (commands/tune.py); returns each compile's throughput (None:
     did not fit)."""
     profile = profile_for(problem)
@@ -80,7 +81,7 @@ def one_study(problem, oracle, budget: int, store, name: str) -> list:
     backend = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN,
                               veto=session.prior_veto(guide, baseline))  # as tune makes it
 
-    def on_create(s) -> None:
+    def on_create(s: Any) -> None:
         s.set_user_attr(session.ATTR_UID, name)
         first = first_trials(guide, items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c))  # as tune
         st.enqueue(s, space, problem, profile, first)
@@ -100,11 +101,11 @@ def one_study(problem, oracle, budget: int, store, name: str) -> list:
     return compiles
 
 
-def near_at(compiles: list, reference: float, budget: int) -> int:
+def near_at(compiles: list[Any], reference: float, budget: int) -> int:
     return next((i for i, t in enumerate(compiles, 1) if t is not None and t >= NEAR * reference), budget + 1)
 
 
-def main(argv=None) -> int:
+def main(argv: Any=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=3)
     parser.add_argument("--set", default="develop", choices=("develop", "report"))
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
     common.header("Studies in sequence with the calibration store", "calibration_sequence.py",
                   list(sys.argv[1:] if argv is None else argv))
     keys = list(PROBLEMS)[:args.problems]
-    rows: dict = {arm: [] for arm in ARMS}
+    rows: dict[str, Any] = {arm: [] for arm in ARMS}
     errors, unfit = [], []
     start = time.perf_counter()
     hidden, sets = FAMILIES[args.family]
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
         print(f"left out, as no config of the space is known to fit there: {', '.join(unfit)}")
     print(f"wall time: {time.perf_counter() - start:.0f} s")
     if errors:
-        def med(k):
+        def med(k: Any) -> Any:
             xs = [e[k] for e in errors if e[k] is not None]
             return f"{median(xs):.1%}" if xs else "-"
         print("\nleave-one-study-out, median over draws of each draw's median absolute error:")

@@ -17,6 +17,7 @@ import sys
 import warnings
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run from anywhere without installing
@@ -88,10 +89,16 @@ def header(title: str, script: str, argv: list[str]) -> None:
 
 
 #: best-known searches kept between runs (they cost more than the strategies; see
-#: search_efficiency.cached_best_known; reachable_floor's class searches too), in the repository so a fresh clone has them: each is keyed by the hidden
-#: IPU's answers and the search's code, so a stale one is searched again.
-#: IPU_AUTOTUNE_BENCH_CACHE moves it (a scratch folder, say).
+#: search_efficiency.cached_best_known; reachable_floor's class searches too), in the repository
+#: so a fresh clone has them: each is keyed by the hidden IPU's answers on a few probes and by
+#: REFERENCE_SEARCH_VERSION (and its hidden IPU's `answers_version`), so a stale one is
+#: searched again. IPU_AUTOTUNE_BENCH_CACHE moves it (a scratch folder, say).
 REFERENCE_CACHE = Path(os.environ.get("IPU_AUTOTUNE_BENCH_CACHE", Path(__file__).resolve().parent / "reference"))
+#: The version of the searches whose results REFERENCE_CACHE keeps (search_efficiency's
+#: best_known and its screens, ascent.py's climbs, reachable_floor's class searches,
+#: compile_minutes): bump it with any change that could change what they find, and every
+#: cached reference is searched again. A renaming or a move changes nothing: no bump.
+REFERENCE_SEARCH_VERSION = 1
 
 
 # --- tables and statistics ---------------------------------------------------------------
@@ -163,7 +170,7 @@ def hidden_constants(seed: int, spread: float = 0.3) -> tuple[EstimatorConstants
     return k, factors
 
 
-def seeded_random(key: str):
+def seeded_random(key: str) -> Any:
     """A random.Random seeded by a string, the same in every process (unlike hash())."""
     import random
 
@@ -179,8 +186,11 @@ class HiddenIPU(Backend):
 
     name = "hidden-ipu"
     source = "compile"
+    #: bump (in the subclass whose answers change) when a change to `evaluate` could change
+    #: what the hidden IPU answers: its cached references (REFERENCE_CACHE) are searched again
+    answers_version = 1
 
-    def __init__(self, seed: int, noise: float = 0.03, spread: float = 0.3):
+    def __init__(self, seed: int, noise: float = 0.03, spread: float = 0.3) -> None:
         self.seed, self.noise = seed, noise
         self.constants, self.factors = hidden_constants(seed, spread)
         self.compiles = 0
@@ -258,7 +268,7 @@ class StructuralHiddenIPU(HiddenIPU):
 
     name = "hidden-ipu-structural"
 
-    def __init__(self, seed: int, noise: float = 0.03, spread: float = 0.3):
+    def __init__(self, seed: int, noise: float = 0.03, spread: float = 0.3) -> None:
         super().__init__(seed, noise, spread)
         rng = seeded_random(f"hidden-ipu-structure/{seed}")
         self.category = {k: rng.uniform(*v) for k, v in CATEGORY_IMBALANCE.items()}

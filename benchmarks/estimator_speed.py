@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -57,13 +58,13 @@ print(json.dumps({{"import": t1 - t0 - tv, "torchvision": tv, "first": t2 - t1, 
 """
 
 
-def trace_cold(model: str) -> dict:
+def trace_cold(model: str) -> dict[str, Any]:
     code = _CHILD.format(repo=str(common.REPO), model=model, batch=BATCH, shape=SHAPE)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def sample_configs(problem: Problem, n: int, seed: int = 0) -> list:
+def sample_configs(problem: Problem, n: int, seed: int = 0) -> list[Any]:
     """n valid configs drawn at random from the model's search space, warm starts first."""
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
@@ -79,7 +80,7 @@ def sample_configs(problem: Problem, n: int, seed: int = 0) -> list:
     return configs[:n]
 
 
-def time_estimates(problem: Problem, configs: list) -> list[float]:
+def time_estimates(problem: Problem, configs: list[Any]) -> list[float]:
     profile = profile_for(problem)
     for c in configs[:20]:  # warm the code paths
         estimate(problem, c, profile, headroom=DEFAULT_HEADROOM)

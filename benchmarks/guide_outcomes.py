@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from statistics import fmean
+from typing import Any
 
 from common import markdown_table
 
@@ -27,7 +28,7 @@ def _bin(chance: float) -> tuple[float, float]:
     return next(b for b in CHANCE_BINS if b[0] <= chance < b[1] or (b[1] == 1.0 and chance == 1.0))
 
 
-def chance_table(results: list[dict]) -> str | None:
+def chance_table(results: list[dict[str, Any]]) -> str | None:
     """The guide's compiles binned by the chance to fit it gave each, against how many fit;
     None when the runs carry no chances (saved before they were kept)."""
     picks: dict[tuple[float, float], list[tuple[float, bool]]] = {b: [] for b in CHANCE_BINS}
@@ -50,7 +51,7 @@ def chance_table(results: list[dict]) -> str | None:
             + markdown_table(["chance to fit", "compiles", "mean chance", "fit"], rows, "lrrr"))
 
 
-def best_at(run: dict, reference: float, k: int) -> float:
+def best_at(run: dict[str, Any], reference: float, k: int) -> float:
     """The best of the first k compiles as a fraction of the reference."""
     return max((t for t in run["compiles"][:k] if t is not None), default=0.0) / reference
 
@@ -64,7 +65,7 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def paired(a: list[dict], b: list[dict], k: int = 10) -> str:
+def paired(a: list[dict[str, Any]], b: list[dict[str, Any]], k: int = 10) -> str:
     """The guide in `a` and in `b` on the (problem, draw) pairs both ran: best@k of each against
     the same best known (the larger of the two files'), wins, losses and ties of `b`, the
     sign test, and the share of compiles that did not fit."""
@@ -89,6 +90,6 @@ def paired(a: list[dict], b: list[dict], k: int = 10) -> str:
                            "sign test p", "A did not fit", "B did not fit"], rows, "lrrrrrrr")
 
 
-def _no_fit(results) -> float:
+def _no_fit(results: Any) -> float:
     compiles = [t for r in results for t in r["runs"][GUIDE]["compiles"]]
     return sum(t is None for t in compiles) / len(compiles) if compiles else math.nan

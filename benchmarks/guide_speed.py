@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -40,7 +41,7 @@ CASES = [("resnet101-mb64-64px-2ipu", "structural", 0), ("resnet50-mb16-224-4ipu
          ("resnet152-mb16-224-2ipu", "structural", 2)]
 
 
-def oracle(kind: str, seed: int):
+def oracle(kind: str, seed: int) -> Any:
     if kind == "knobs":
         return FAMILIES["knobs"][0](seed)
     if kind == "random":
@@ -48,7 +49,7 @@ def oracle(kind: str, seed: int):
     return common.HIDDEN_KINDS[kind](seed)
 
 
-def run_cases(budget: int, cases: int) -> dict[str, dict]:
+def run_cases(budget: int, cases: int) -> dict[str, dict[str, Any]]:
     common.quiet_optuna()
     out = {}
     for key, kind, seed in CASES[:cases]:
@@ -60,7 +61,7 @@ def run_cases(budget: int, cases: int) -> dict[str, dict]:
     return out
 
 
-def run_at(rev: str, budget: int, cases: int) -> dict[str, dict]:
+def run_at(rev: str, budget: int, cases: int) -> dict[str, dict[str, Any]]:
     """The same cases on commit `rev`, in a worktree of this repository, in a child process."""
     repo = HERE.parent
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,6 +24,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -80,7 +81,7 @@ class _RatioModel:
     busiest-tile ratio of the compiles, kernel-blended per config (no margin). It was the
     guide's rule before its learnt memory model."""
 
-    def __init__(self, screen, measured):
+    def __init__(self, screen: Any, measured: Any) -> None:
         self.points = []
         for config, m in measured:
             if m.source == "estimate" or m.failure not in (None, "oom"):
@@ -91,7 +92,7 @@ class _RatioModel:
                 self.points.append((config, max(ratios)))
         self.prior = math.exp(sum(math.log(r) for _, r in self.points) / len(self.points)) if self.points else 1.0
 
-    def fits(self, config, estimate) -> bool:
+    def fits(self, config: Any, estimate: Any) -> bool:
         # the compiles' ratios blended by 0.3 ** (knobs apart), their mean ratio counting as a
         # quarter of a compile
         weights = [(0.3 ** sum(getattr(config, f) != getattr(c, f) for f in config.__dataclass_fields__), r)
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         fits = sum(f for _, _, f in xs)
         brier = sum((p - f) ** 2 for p, _, f in xs) / len(xs)
 
-        def rates(says) -> str:
+        def rates(says: Any) -> str:
             yes = [f for s, f in says if s]
             no = [f for s, f in says if not s]
             return (f"{sum(yes) / len(yes):.2f} of {len(yes)}" if yes else "-") + " / " + \

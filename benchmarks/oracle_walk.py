@@ -35,42 +35,43 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 import random_ipus as ri
 import search_efficiency as se
-from ascent import _changes, _OracleScreen, _singles
+from ascent import OracleScreen, knob_changes, single_moves
 from common import DEFAULT_HEADROOM, markdown_table, median
 from guide_outcomes import best_at
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.proposals import Guide
-from ipu_autotune.guide.warmstart import _score, naive_baseline, proposals
+from ipu_autotune.guide.warmstart import naive_baseline, proposals, screen_rank
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.model_profile import ModelProfile
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 
 
-def _step(screen: _OracleScreen, space: SearchSpace, best: Config, pairs_always: bool = False) -> Config | None:
+def _step(screen: OracleScreen, space: SearchSpace, best: Config, pairs_always: bool = False) -> Config | None:
     """The best true single-knob change of `best`, or pair of changes when no single one
     improves (or always, with `pairs_always`); None when nothing improves."""
-    singles = _singles(space, screen, best)
-    here = _score(screen(best))
-    top = max(((_score(screen(c)), c) for c in singles), key=lambda t: t[0], default=None)
+    singles = single_moves(space, screen, best)
+    here = screen_rank(screen(best))
+    top = max(((screen_rank(screen(c)), c) for c in singles), key=lambda t: t[0], default=None)
     if top is not None and top[0] > here and not pairs_always:
         return top[1]
     single = top
-    diffs = [_changes(best, c) for c in singles]
+    diffs = [knob_changes(best, c) for c in singles]
     pairs = []
     for i in range(len(diffs)):
         for j in range(i + 1, len(diffs)):
             if not diffs[i].keys() & diffs[j].keys():
                 c = best.replace(**diffs[i], **diffs[j])
-                pairs.append((_score(screen(c)), c))
+                pairs.append((screen_rank(screen(c)), c))
     top = max(pairs + ([single] if single else []), key=lambda t: t[0], default=None)
     return top[1] if top is not None and top[0] > here else None
 
@@ -81,7 +82,7 @@ ORACLES = ("greedy oracle", "pair oracle", "main-effects oracle")
 HYBRID = "guide or pair oracle"
 
 
-def _walk_configs(screen: _OracleScreen, space: SearchSpace, starts: list[Config], budget: int,
+def _walk_configs(screen: OracleScreen, space: SearchSpace, starts: list[Config], budget: int,
                   oracle: str) -> list[Config]:
     """Compile the first start, then from the best so far: the greedy oracle's best true single
     change (a pair when none improves); the pair oracle's best true single or pair change; the
@@ -99,7 +100,7 @@ def _walk_configs(screen: _OracleScreen, space: SearchSpace, starts: list[Config
             branch = [left.pop(0)]
             compiled.append(branch[0])
             continue
-        best = max(branch, key=lambda c: _score(screen(c)))
+        best = max(branch, key=lambda c: screen_rank(screen(c)))
         nxt = _main_effects_top(screen, space, best) if oracle == "main-effects oracle" else best
         if nxt in compiled:
             nxt = _step(screen, space, best, pairs_always=oracle == "pair oracle")
@@ -111,7 +112,7 @@ def _walk_configs(screen: _OracleScreen, space: SearchSpace, starts: list[Config
     return compiled
 
 
-def _walk(screen: _OracleScreen, space: SearchSpace, starts: list[Config], budget: int,
+def _walk(screen: OracleScreen, space: SearchSpace, starts: list[Config], budget: int,
           oracle: str) -> list[float | None]:
     """Each compile's true throughput along the walk (None: out of memory)."""
     out = []
@@ -121,7 +122,7 @@ def _walk(screen: _OracleScreen, space: SearchSpace, starts: list[Config], budge
     return out
 
 
-def _main_effects_top(screen: _OracleScreen, space: SearchSpace, start: Config, rounds: int = 40) -> Config:
+def _main_effects_top(screen: OracleScreen, space: SearchSpace, start: Config, rounds: int = 40) -> Config:
     """Climb, for free, the start's true single changes combined without interactions: speed
     as the product of their ratios, each IPU's busiest tile as the sum of their moves, kept
     within its capacity. Each single change is a move; one on a knob already moved replaces it."""
@@ -129,17 +130,17 @@ def _main_effects_top(screen: _OracleScreen, space: SearchSpace, start: Config, 
     if base is None or not base.feasible:
         return start
     singles = []
-    for c in _singles(space, screen, start):
+    for c in single_moves(space, screen, start):
         m = screen(c)
         if m is not None and m.feasible and len(m.required_bytes) == len(base.required_bytes):
             moved = [b - a for a, b in zip(base.required_bytes, m.required_bytes)]
-            singles.append((_changes(start, c), m.throughput / base.throughput, moved))
+            singles.append((knob_changes(start, c), m.throughput / base.throughput, moved))
 
-    def fits(applied: list) -> bool:
+    def fits(applied: list[Any]) -> bool:
         return all(base.required_bytes[i] + sum(x[2][i] for x in applied) <= base.capacity_bytes[i]
                    for i in range(len(base.required_bytes)))
 
-    applied: list[tuple[dict, float, list[int]]] = []
+    applied: list[tuple[dict[str, Any], float, list[int]]] = []
     score = 1.0
     for _ in range(rounds):
         moves = []
@@ -151,35 +152,35 @@ def _main_effects_top(screen: _OracleScreen, space: SearchSpace, start: Config, 
         if top is None or top[0] <= score * (1 + 1e-9):
             break
         score, applied = top
-    merged: dict = {}
+    merged: dict[str, Any] = {}
     for d, _, _ in applied:
         merged.update(d)
     return start.replace(**merged)
 
 
-def _guide_and_oracle(problem: Problem, profile: ModelProfile, space: SearchSpace, screen: _OracleScreen,
+def _guide_and_oracle(problem: Problem, profile: ModelProfile, space: SearchSpace, screen: OracleScreen,
                       baseline: Config, warm: list[Config], budget: int) -> list[float | None]:
     """The guide's run, told at each compile which is truly better: its own proposal, the pair
     oracle's step from the best measured, or the truly best warm start not compiled yet. The
     guide learns from every compile, whoever chose it. Compile 1 is the baseline, as in `tune`."""
     guide = Guide(problem, profile, space, DEFAULT_HEADROOM, candidates=warm)  # as search_efficiency.run_strategy
     measured = [(baseline, screen.oracle.evaluate(problem, baseline))]
-    best_warm = max(warm, key=lambda c: _score(screen(c)))
+    best_warm = max(warm, key=lambda c: screen_rank(screen(c)))
     while len(measured) < budget:
         done = {c for c, _ in measured}
-        best = max(done, key=lambda c: _score(screen(c)))
+        best = max(done, key=lambda c: screen_rank(screen(c)))
         proposal = guide.propose(History.of(measured))
         options = [proposal.config if proposal is not None else None, _step(screen, space, best, pairs_always=True),
                    best_warm]
         options = [c for c in options if c is not None and c not in done and screen(c) is not None]
         if not options:
             break
-        pick = max(options, key=lambda c: _score(screen(c)))
+        pick = max(options, key=lambda c: screen_rank(screen(c)))
         measured.append((pick, screen(pick)))
     return [m.throughput if m.feasible else None for _, m in measured]
 
 
-def run_draw(args: tuple) -> dict:
+def run_draw(args: tuple[Any, ...]) -> dict[str, Any]:
     key, draw_id, budget, trials, kicks, family = args
     common.quiet_optuna()
     problem = se.PROBLEMS[key]
@@ -188,11 +189,11 @@ def run_draw(args: tuple) -> dict:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
-    screen = _OracleScreen(problem, profile, oracle, space)
+    screen = OracleScreen(problem, profile, oracle, space)
     # The estimator's warm starts (every layout's): the oracles start from the one truly best,
     # and from the next when a walk is stuck.
     warm = [p.config for p in proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)]
-    starts = sorted(warm, key=lambda c: _score(screen(c)), reverse=True)
+    starts = sorted(warm, key=lambda c: screen_rank(screen(c)), reverse=True)
     runs = {name: _walk(screen, space, starts, budget, name) for name in ORACLES}
     runs[HYBRID] = _guide_and_oracle(problem, profile, space, screen, baseline, warm, budget)
     seen = [t for run in runs.values() for t in run if t is not None]
@@ -204,7 +205,7 @@ def run_draw(args: tuple) -> dict:
         judged = [estimate(problem, w, profile, headroom=DEFAULT_HEADROOM) for w in warm]
         top = max((m.throughput for m in judged if m.feasible and m.throughput), default=None)
         seen_by_estimator = estimate(problem, best_config, profile, headroom=DEFAULT_HEADROOM)
-        lies = {"knobs from the nearest warm start": min(len(_changes(w, best_config)) for w in warm),
+        lies = {"knobs from the nearest warm start": min(len(knob_changes(w, best_config)) for w in warm),
                 "estimator says it fits": bool(seen_by_estimator.feasible),
                 "estimator's speed vs its own top": (seen_by_estimator.throughput or 0.0) / top if top else None}
     return {"problem": key, "draw": draw_id, "reference": reference, "best known": lies,
@@ -222,7 +223,7 @@ def _to_near(compiles: list[float | None], reference: float | None) -> int | Non
     return None
 
 
-def report(results: list[dict], budget: int) -> str:
+def report(results: list[dict[str, Any]], budget: int) -> str:
     out = ["## Within 5 % of the best known, with perfect local knowledge", ""]
     rows = []
     for key in dict.fromkeys(r["problem"] for r in results):

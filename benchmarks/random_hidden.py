@@ -17,6 +17,7 @@ breakdown, time parts) and the config's fields, so it follows changes to the est
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from common import HiddenIPU, hidden_constants, seeded_random
 
@@ -72,9 +73,9 @@ class Draw:
     """One hidden IPU's mechanisms: name -> strength; per-kind and per-category factors."""
 
     draw_id: int
-    strengths: dict
-    knob_factors: dict  # (mechanism, layer kind) -> what the knob's saving is multiplied by
-    category: dict  # memory category -> busiest-tile factor ("op-kind imbalance")
+    strengths: dict[str, Any]
+    knob_factors: dict[str, Any]  # (mechanism, layer kind) -> what the knob's saving is multiplied by
+    category: dict[str, Any]  # memory category -> busiest-tile factor ("op-kind imbalance")
     allreduce: float
 
     def describe(self) -> str:
@@ -107,7 +108,7 @@ class RandomHiddenIPU(HiddenIPU):
 
     name = "hidden-ipu-random"
 
-    def __init__(self, seed: int, noise: float = 0.03, spread: float = 0.3):
+    def __init__(self, seed: int, noise: float = 0.03, spread: float = 0.3) -> None:
         super().__init__(seed, noise, spread)
         # its own constants: "hidden-ipu/<id>" would share them with a named case's seed
         self.constants, self.factors = hidden_constants(seed + 1_000_000, spread)

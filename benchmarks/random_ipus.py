@@ -33,6 +33,7 @@ import multiprocessing
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -64,7 +65,7 @@ TARGETS = {"structural": {"issue": 22, "within": 0.9, "median": 4, "first fit": 
 DEFAULT_STRATEGIES = {"structural": ("ipu-autotune", "tpe"), "knobs": STRATEGIES, "regions": STRATEGIES}
 
 
-def run_draw(args: tuple) -> dict:
+def run_draw(args: tuple[Any, ...]) -> dict[str, Any]:
     """One (problem, draw): the best-known search, then each strategy. Picklable for a pool."""
     key, draw_id, budget, reference_trials, kicks, use_cache, strategies, family = args
     common.quiet_optuna()
@@ -82,10 +83,10 @@ def run_draw(args: tuple) -> dict:
             "runs": {s: {k: v for k, v in r.__dict__.items() if k != "best_config"} for s, r in runs.items()}}
 
 
-def joined(runs: list[list[dict]]) -> list[dict]:
+def joined(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Results of several runs (strategies run apart) as one per (problem, draw): the union
     of their strategies, the best known raised by anything any of them measured."""
-    out: dict[tuple, dict] = {}
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for results in runs:
         for r in results:
             key = (r["problem"], r["draw"])
@@ -106,7 +107,7 @@ def _pct(n: int, d: int) -> str:
     return f"{n}/{d} ({n / d:.0%})" if d else "-"
 
 
-def report(results: list[dict], budget: int, keys: list[str], family: str = "structural") -> str:
+def report(results: list[dict[str, Any]], budget: int, keys: list[str], family: str = "structural") -> str:
     out = ["## Problems and draws\n"]
     rows = []
     for key in keys:
@@ -160,20 +161,20 @@ def report(results: list[dict], budget: int, keys: list[str], family: str = "str
     return "\n".join(out)
 
 
-def _stops(ms: list[dict]) -> tuple[list[dict], int]:
+def _stops(ms: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """The runs where the stopping rule fired, and how many of them were within 5% then."""
     fired = [m for m in ms if not math.isinf(m["stop_at"])]
     return fired, sum(m["near"] <= m["stop_at"] for m in fired)
 
 
-def _target_names(t: dict) -> list[str]:
+def _target_names(t: dict[str, Any]) -> list[str]:
     names = [f">= {t['within']:.0%} in <= {NEAR_WITHIN}", f"median <= {t['median']}"]
     names += [f"first fit <= {t['first fit']}"] if t["first fit"] is not None else []
     names += [f"best@10 >= {t['best@10']}"] if t["best@10"] is not None else []
     return names + ([f"stop right >= {t['stop']:.0%}"] if t["stop"] is not None else [])
 
 
-def _checks(t: dict, ms: list[dict]) -> list[str]:
+def _checks(t: dict[str, Any], ms: list[dict[str, Any]]) -> list[str]:
     """'met' or 'not met' per target of `t` (_target_names' order) for one problem's runs."""
     near = [m["near"] for m in ms]
     met = [sum(v <= NEAR_WITHIN for v in near) / len(ms) >= t["within"], median(near) <= t["median"]]
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             for k in keys for d in ids]
     results = []
 
-    def saved() -> dict:  # what --json keeps and --report reads
+    def saved() -> dict[str, Any]:  # what --json keeps and --report reads
         return {"argv": argv, "family": args.family, "set": args.set, "budget": budget, "results": results}
 
     with contextlib.ExitStack() as stack:

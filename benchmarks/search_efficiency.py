@@ -37,7 +37,8 @@ pairs of knobs, a TPE run of --reference-trials seeded with them, ascents from i
 then random kicks each followed by an ascent), inside the search space the tuner searches,
 or measured by any benchmarked run. It is kept in benchmarks/reference (REFERENCE_CACHE,
 committed) per problem, hidden IPU and seed, keyed by the hidden IPU's answers on a few
-probes and the search's code, so a change to either searches afresh.
+probes and by the search's version (common.REFERENCE_SEARCH_VERSION), so a change to either
+searches afresh.
 
     python benchmarks/search_efficiency.py            # full: 5 problems x 2 hidden kinds x 6 seeds, budget 50
     python benchmarks/search_efficiency.py --first-seed 100   # on seeds not developed on
@@ -55,19 +56,22 @@ import multiprocessing
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 import optuna
-from ascent import _OracleScreen, _singles, kicked, polish
+from ascent import OracleScreen, kicked, polish
 from common import (
     DEFAULT_HEADROOM,
     DEFAULT_SCREEN_MARGIN,
     HIDDEN_KINDS,
     REFERENCE_CACHE,
+    REFERENCE_SEARCH_VERSION,
     HiddenIPU,
     fmt_count,
     markdown_table,
@@ -79,13 +83,9 @@ from simulated_workers import run_workers
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
+from ipu_autotune.guide.proposal import Proposal
 from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide, memory_correction
-from ipu_autotune.guide.warmstart import (
-    Proposal,
-    _alternatives,
-    naive_baseline,
-    proposals,
-)
+from ipu_autotune.guide.warmstart import naive_baseline, proposals, single_changes
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
@@ -249,7 +249,7 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
 
 
 @contextlib.contextmanager
-def _pair_climb(on: bool):
+def _pair_climb(on: bool) -> Iterator[Any]:
     """What-if: `proposals` climbs with `polish` instead of warmstart.climb (the guide keeps its own)."""
     import ipu_autotune.guide.warmstart as ws
 
@@ -274,13 +274,13 @@ class _Calibrate:
     steps) instead of warmstart.climb.
     """
 
-    def __init__(self, study, problem, space, baseline, screen: ScreenedBackend, better_climb: bool):
+    def __init__(self, study: Any, problem: Any, space: Any, baseline: Any, screen: ScreenedBackend, better_climb: bool) -> None:
         self.study, self.problem, self.space, self.baseline = study, problem, space, baseline
         self.screen, self.better_climb = screen, better_climb
         self.profile = profile_for(problem)
-        self.measured: list = []
+        self.measured: list[Any] = []
 
-    def __call__(self, rec) -> None:
+    def __call__(self, rec: Any) -> None:
         self.measured.append((rec.config, rec.measurement))
         correction = memory_correction(self.problem, self.profile, self.measured, NOMINAL)
         corrected = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * correction)
@@ -309,15 +309,15 @@ def best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int,
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
-    screen = _OracleScreen(problem, profile, oracle, space)
-    best: list = [None, "none", None]
+    screen = OracleScreen(problem, profile, oracle, space)
+    best: list[Any] = [None, "none", None]
 
     def consider(config: Config, source: str) -> None:
         m = screen(config)
         if m is not None and m.feasible and (best[0] is None or m.throughput > best[0]):
             best[:] = [m.throughput, source, config]
 
-    starts = [baseline] + [moved for knob, moved in _alternatives(space, problem, profile, baseline)
+    starts = [baseline] + [moved for knob, moved in single_changes(space, problem, profile, baseline)
                            if knob == "ipus_per_replica"]
     starts += [p.config for p in proposals(problem, profile, space, baseline, constants=oracle.constants)]
     climbed = [polish(screen, space, s) for s in dict.fromkeys(starts)]
@@ -346,37 +346,45 @@ class _Uncounted:
     plain HiddenIPU, so the reference's TPE run on the structural kind measured the
     constants-only IPU and left those answers in the shared cache."""
 
-    def __init__(self, oracle: HiddenIPU):
+    def __init__(self, oracle: HiddenIPU) -> None:
         self.oracle = oracle
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: Any) -> Any:
         return getattr(self.oracle, name)
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         return self.oracle.evaluate(problem, config)
 
 
-def _reference_key(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int) -> str:
-    """What a best-known search depends on: the problem, the hidden IPU's kind and seed, the
-    search's length and code, and a fingerprint of the hidden IPU's answers (the baseline and
-    its single changes), so a change to the hidden IPU, the estimator or the space misses."""
-    import hashlib
-    import inspect
-
+def reference_inputs(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int) -> list[Any]:
+    """What a best-known search depends on but its code: the problem, the hidden IPU's kind and
+    seed, the search's length, the space, and a fingerprint of the hidden IPU's answers (the
+    baseline and its single changes), so a change to the hidden IPU, the estimator or the
+    space misses."""
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
-    probes = [baseline] + [c for _, c in _alternatives(space, problem, profile, baseline)]
+    probes = [baseline] + [c for _, c in single_changes(space, problem, profile, baseline)]
     answers = []
     for c in probes:
         if violations(problem, c, profile.module_order):
             continue
         m = oracle.evaluate(problem, c)
         answers.append((m.feasible, m.throughput and round(m.throughput, 3), list(m.max_tile_bytes)))
-    code = "".join(inspect.getsource(f) for f in (best_known, kicked, polish, _singles, _OracleScreen, _Uncounted,
-                                                   type(oracle).evaluate,
-                                                   HiddenIPU.evaluate))
-    text = json.dumps([problem.slug, type(oracle).__name__, seed, trials, kicks, space.to_dict(), answers, code],
+    return [problem.slug, type(oracle).__name__, seed, trials, kicks, space.to_dict(), answers]
+
+
+def reference_versions(oracle: HiddenIPU) -> str:
+    """The versions of the code a best-known search ran: the search's and the hidden IPU's."""
+    return f"search v{REFERENCE_SEARCH_VERSION}, answers v{type(oracle).answers_version}"
+
+
+def reference_key(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int) -> str:
+    """The key of a cached best-known search: what it depends on (reference_inputs) and the
+    versions of its code (reference_versions), never the code's text."""
+    import hashlib
+
+    text = json.dumps([*reference_inputs(problem, oracle, seed, trials, kicks), reference_versions(oracle)],
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -384,9 +392,9 @@ def _reference_key(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, 
 def cached_best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int,
                       use_cache: bool = True) -> tuple[float | None, str, Config | None]:
     """best_known, kept on disk per (problem, hidden kind and seed, trials, kicks) under
-    REFERENCE_CACHE, keyed by _reference_key."""
+    REFERENCE_CACHE, keyed by reference_key."""
     path = REFERENCE_CACHE / f"{problem.slug}-{type(oracle).__name__}-{seed}-{trials}-{kicks}.json"
-    key = _reference_key(problem, oracle, seed, trials, kicks) if use_cache else ""
+    key = reference_key(problem, oracle, seed, trials, kicks) if use_cache else ""
     if use_cache and path.exists():
         with contextlib.suppress(ValueError, KeyError, TypeError):
             data = json.loads(path.read_text())
@@ -411,7 +419,7 @@ def _still_measures(problem: Problem, oracle: HiddenIPU, config: Config | None, 
     return throughput is not None and math.isclose(throughput, reference, rel_tol=1e-9)
 
 
-def run_job(args: tuple) -> dict:
+def run_job(args: tuple[Any, ...]) -> dict[str, Any]:
     """One (problem, seed): the reference search, then every strategy. Picklable for a pool."""
     key, kind, seed, budget, reference_trials, kicks, max_trials, strategies, use_cache = args
     common.quiet_optuna()
@@ -430,7 +438,7 @@ def run_job(args: tuple) -> dict:
         from reachable_floor import cached_class_bests
 
         classes = cached_class_bests(problem, oracle, seed, config, kicks // 3,
-                                     _reference_key(problem, oracle, seed, reference_trials, kicks), use_cache)
+                                     reference_key(problem, oracle, seed, reference_trials, kicks), use_cache)
         if classes and (reference is None or max(classes.values()) > reference):
             reference, source = max(classes.values()), "a class search"  # reachable_floor.py
     baseline = naive_baseline(problem, profile)
@@ -447,7 +455,7 @@ def run_job(args: tuple) -> dict:
 
 # --- metrics ------------------------------------------------------------------------------
 
-def metrics(run: dict, reference: float | None, budget: int) -> dict:
+def metrics(run: dict[str, Any], reference: float | None, budget: int) -> dict[str, Any]:
     """Compiles to the first fit, compiles to within 5% of best known, best fraction at k."""
     first = near = near_minutes = floor_minutes = math.inf
     best = 0.0
@@ -496,9 +504,9 @@ def _ratio(a: float, b: float, budget: int) -> str:
     return f"{a / b:.1f}x"
 
 
-def report(results: list[dict], budget: int, keys: list[str]) -> tuple[str, dict]:
+def report(results: list[dict[str, Any]], budget: int, keys: list[str]) -> tuple[str, dict[str, Any]]:
     out = []
-    summary: dict = {}
+    summary: dict[str, Any] = {}
 
     rows = []
     for key in keys:
@@ -585,7 +593,7 @@ def report(results: list[dict], budget: int, keys: list[str]) -> tuple[str, dict
     return "\n".join(out), summary
 
 
-def _reachable(result: dict, budget: int) -> float:
+def _reachable(result: dict[str, Any], budget: int) -> float:
     """The reachable floor of one (problem, seed): reachable_floor.reachable_minutes over the
     time --jobs 1 took to within 5% (inf when it never got there)."""
     from reachable_floor import reachable_minutes
@@ -597,7 +605,7 @@ def _reachable(result: dict, budget: int) -> float:
     return reachable_minutes(bests, result["runs"], result["reference"], NEAR) / one
 
 
-def _parallel_and_stop(results: list[dict], budget: int, keys: list[str]) -> str:
+def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[str]) -> str:
     """Simulated hours to within 5% with 1, 2, 4 compile workers; when the stopping rule applied."""
     names = [n for n in dict.fromkeys(s for r in results for s in r["runs"]) if n.startswith("ipu-autotune")]
     rows, stop_rows, reach = [], [], []

@@ -10,19 +10,20 @@ candidate screened out by the estimator costs none.
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 from common import compile_minutes
 
 from ipu_autotune.rules.cross_field import violations
 
 
-def run_workers(runner, oracle, budget: int, max_trials: int, workers: int) -> dict:
+def run_workers(runner: Any, oracle: Any, budget: int, max_trials: int, workers: int) -> dict[str, Any]:
     """Run until `budget` compiles finished; returns each compile (finish minute, throughput
     or None when it did not fit), in finishing order, the guide's chance to fit for each (None
     where the guide did not propose it), and the trial counts."""
     problem, study = runner.problem, runner.study
     clock, seq, launched, trials, guided = 0.0, 0, 0, 0, 0
-    running: list = []
+    running: list[Any] = []
     compiles: list[tuple[float, float | None]] = []
     durations: list[float] = []  # per compile, in finishing order: its simulated minutes
     chances: list[float | None] = []  # per compile, in finishing order: the guide's chance to fit

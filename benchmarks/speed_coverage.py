@@ -23,6 +23,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -67,7 +68,7 @@ def _fitting_random(problem: Problem, oracle: se.HiddenIPU, space: SearchSpace, 
     return out
 
 
-def run_draw(key: str, family: str, draw_id: int, compiles: int, randoms: int, trials: int, kicks: int) -> dict:
+def run_draw(key: str, family: str, draw_id: int, compiles: int, randoms: int, trials: int, kicks: int) -> dict[str, Any]:
     """The tuner for `compiles` compiles, then the guide's intervals at the targets."""
     common.quiet_optuna()
     problem = se.PROBLEMS[key]
@@ -96,7 +97,7 @@ def run_draw(key: str, family: str, draw_id: int, compiles: int, randoms: int, t
     return {"problem": key, "draw": draw_id, "rows": rows, "misfit": getattr(model, "misfit", 1.0)}
 
 
-def report(results: list[dict], family: str) -> str:
+def report(results: list[dict[str, Any]], family: str) -> str:
     out = [f"\n## {family}: the guide's {COVERAGE:.0%} speed interval covers the truth (calibrated: 70-90 %)\n"]
     table = []
     for kind in ("best known", "random"):

@@ -17,6 +17,7 @@ import collections
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import optuna
 import sqlalchemy
@@ -29,7 +30,7 @@ _WRITE_SQL = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 class Counter:
     """Write transactions on every SQLAlchemy engine; append calls (and records) on journals."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.counts: collections.Counter[str] = collections.Counter()
         self._dirty: set[int] = set()
         sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", self._execute)
@@ -37,23 +38,23 @@ class Counter:
         sqlalchemy.event.listen(sqlalchemy.engine.Engine, "rollback", self._rollback)
         original = JournalFileBackend.append_logs
 
-        def append_logs(backend, logs, _original=original):
+        def append_logs(backend: Any, logs: Any, _original: Any=original) -> Any:
             self.counts["journal appends"] += 1
             self.counts["journal records"] += len(logs)
             return _original(backend, logs)
 
         JournalFileBackend.append_logs = append_logs
 
-    def _execute(self, conn, cursor, statement, parameters, context, executemany):
+    def _execute(self, conn: Any, cursor: Any, statement: Any, parameters: Any, context: Any, executemany: Any) -> None:
         if statement.lstrip().upper().startswith(_WRITE_SQL):
             self._dirty.add(id(conn))
 
-    def _commit(self, conn):
+    def _commit(self, conn: Any) -> None:
         if id(conn) in self._dirty:
             self._dirty.discard(id(conn))
             self.counts["sqlite write transactions"] += 1
 
-    def _rollback(self, conn):
+    def _rollback(self, conn: Any) -> None:
         self._dirty.discard(id(conn))
 
 

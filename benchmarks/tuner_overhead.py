@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -48,11 +49,11 @@ class _Timed(Backend):
 
     name = "estimate"
 
-    def __init__(self, inner: Backend):
+    def __init__(self, inner: Backend) -> None:
         self.inner = inner
         self.seconds: list[float] = []
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         t = time.perf_counter()
         m = self.inner.measure(problem, config)
         self.seconds.append(time.perf_counter() - t)
@@ -70,7 +71,7 @@ def windows(n: int) -> list[tuple[int, int]]:
     return out
 
 
-def run_storage(kind: str, trials: int, folder: Path, sampler: str = "windowed") -> dict:
+def run_storage(kind: str, trials: int, folder: Path, sampler: str = "windowed") -> dict[str, Any]:
     url = {"sqlite": f"sqlite:///{folder / f'overhead-{sampler}.db'}",
            "journal": f"journal:///{folder / f'overhead-{sampler}.journal'}", "memory": "memory:"}[kind]
     shipped = st.create_sampler
@@ -82,7 +83,7 @@ def run_storage(kind: str, trials: int, folder: Path, sampler: str = "windowed")
         st.create_sampler = shipped
 
 
-def _run(kind: str, url: str, trials: int, sampler: str) -> dict:
+def _run(kind: str, url: str, trials: int, sampler: str) -> dict[str, Any]:
     problem = PROBLEM
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
@@ -90,7 +91,7 @@ def _run(kind: str, url: str, trials: int, sampler: str) -> dict:
     storage = open_storage(url)
     t = time.perf_counter()
 
-    def on_create(study) -> None:
+    def on_create(study: Any) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
         st.enqueue(study, space, problem, profile,
                    proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM))

@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -44,7 +46,7 @@ IMAGE_SIZE = [64]
 MAX_EMULATION_COST = 3.0
 
 
-def random_images():
+def random_images() -> Iterator[Any]:
     """--data for this benchmark: batches of random images and labels, endlessly."""
     gen = torch.Generator().manual_seed(0)
     while True:
@@ -66,7 +68,7 @@ def main(argv: list[str]) -> None:
     the_plan = plan(problem, BASELINE, TUNED, steps=steps)
     samples = read_samples("verify_speed:random_images", the_plan.samples)
 
-    def build():
+    def build() -> Any:
         return build_model(MODEL, CLASSES, device="cpu")
 
     estimated = estimate_seconds(build, the_plan, samples)

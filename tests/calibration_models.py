@@ -1,5 +1,7 @@
 """Models the calibration points need that torchvision does not ship."""
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -7,7 +9,7 @@ from torch import nn
 class MixedPrecisionTutorialCNN(nn.Module):
     """The CNN of Graphcore's PopTorch mixed-precision tutorial (128x128 single-channel input)."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(1, 5, 3)
         self.pool = nn.MaxPool2d(2)
@@ -18,7 +20,7 @@ class MixedPrecisionTutorialCNN(nn.Module):
         self.fc2 = nn.Linear(100, num_classes)
         self.log_softmax = nn.LogSoftmax(dim=1)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         x = self.pool(self.relu(self.conv1(x)))
         x = self.norm(self.relu(self.conv2(x)))
         x = torch.flatten(x, start_dim=1)

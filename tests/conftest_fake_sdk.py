@@ -10,6 +10,9 @@ whose PYTHONPATH `fake_env()` sets to tests/fake_sdk and tests/.
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
 import contextlib
 import importlib
 import os
@@ -26,7 +29,7 @@ SMALL_CNN = "conftest_fake_sdk:small_cnn"
 class Block(nn.Module):
     """conv-bn-relu twice: one pipeline unit, like a ResNet block without the shortcut."""
 
-    def __init__(self, cin: int, cout: int, stride: int = 1):
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(cout)
@@ -34,7 +37,7 @@ class Block(nn.Module):
         self.bn2 = nn.BatchNorm2d(cout)
         self.relu = nn.ReLU()
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         x = self.relu(self.bn1(self.conv1(x)))
         return self.relu(self.bn2(self.conv2(x)))
 
@@ -42,7 +45,7 @@ class Block(nn.Module):
 class SmallCNN(nn.Module):
     """Units: stem, block1, block2, block3, head. About 3.6 MB of activations per 32x32 sample."""
 
-    def __init__(self, num_classes: int = 10, width: int = 64):
+    def __init__(self, num_classes: int = 10, width: int = 64) -> None:
         super().__init__()
         self.stem = Block(3, width)
         self.block1 = Block(width, width)
@@ -51,7 +54,7 @@ class SmallCNN(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.head = nn.Linear(4 * width, num_classes)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         x = self.block3(self.block2(self.block1(self.stem(x))))
         return self.head(self.pool(x).flatten(1))
 
@@ -67,14 +70,14 @@ def fake_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _take_sdk_modules() -> dict:
+def _take_sdk_modules() -> dict[str, Any]:
     """Remove (and return) every imported poptorch/pva module."""
     return {name: sys.modules.pop(name) for name in list(sys.modules)
             if name.split(".")[0] in ("poptorch", "pva")}
 
 
 @contextlib.contextmanager
-def fake_sdk():
+def fake_sdk() -> Iterator[Any]:
     """A fresh `import poptorch` (the fake) inside the block only; yields the module.
 
     Nested blocks get their own fresh import and give the outer one its modules back.

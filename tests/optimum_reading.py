@@ -21,6 +21,8 @@ changes nothing (the stage's output is stashed for its copy anyway), so it is dr
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 import torch
@@ -36,12 +38,12 @@ class Placement:
     other_checkpoints: frozenset[str] = frozenset()  # checkpoints on modules that are not layers
 
 
-def _normalised(layer_ipu, head_ipu, checkpointed) -> frozenset[int]:
+def _normalised(layer_ipu: Any, head_ipu: Any, checkpointed: Any) -> frozenset[int]:
     nxt = list(layer_ipu[1:]) + [head_ipu]
     return frozenset(i for i in checkpointed if layer_ipu[i] == nxt[i])
 
 
-def skipped_layers(problem, layers: list[str]) -> set[int]:
+def skipped_layers(problem: Any, layers: list[str]) -> set[int]:
     """Indices (in `layers`) of the layers recompute_checkpoint_every_layer leaves unchecked: the
     class's loops test `index != self.config.<count> - 1` per stack, with the count of the
     per-class table (profiles/optimum_placement.py, SKIPPED_INDEX; None: every layer checked)."""
@@ -58,7 +60,7 @@ def skipped_layers(problem, layers: list[str]) -> set[int]:
     return {members[last] for members in stacks.values() if last < len(members)}
 
 
-def read_ipu_config(data: dict, problem, layers: list[str], tied_head: bool) -> Placement:
+def read_ipu_config(data: dict[str, Any], problem: Any, layers: list[str], tied_head: bool) -> Placement:
     """`layers`: the model's layer paths in order; `tied_head`: the head optimum pins to IPU0."""
     n_layers = len(layers)
     per_ipu = data["layers_per_ipu"]
@@ -88,7 +90,7 @@ PINNED_TO_IPU0 = {
 }
 
 
-def read_module_ipus(data: dict, problem, modules: list[str], layers: list[str]) -> dict[str, int]:
+def read_module_ipus(data: dict[str, Any], problem: Any, modules: list[str], layers: list[str]) -> dict[str, int]:
     """The IPU of each module (paths in the order they run) as parallelize() places them from
     this IPUConfig: layers by layers_per_ipu (get_layer_ipu), the first module (the embeddings)
     and PINNED_TO_IPU0 on IPU 0, and anything else where the last BeginBlock left it (the
@@ -107,11 +109,11 @@ def read_module_ipus(data: dict, problem, modules: list[str], layers: list[str])
     return out
 
 
-def read_snippet(poptorch, snippet: str, model, layers: list[str], head: str, batch) -> tuple[Placement, object]:
+def read_snippet(poptorch: Any, snippet: str, model: Any, layers: list[str], head: str, batch: Any) -> tuple[Placement, object]:
     """(placement, options) of the snippet's TrainingModel as the fake PopTorch compiles it."""
     from poptorch import ops
 
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(compile(snippet, "best_options.py", "exec"), ns)
     training_model = ns["TrainingModel"](model)
     opts = ns["make_options"]().useOfflineIpuTarget()  # compile only, as the PopTorch backend does
@@ -137,7 +139,7 @@ def read_snippet(poptorch, snippet: str, model, layers: list[str], head: str, ba
                      record.embedding_serialization, others), opts
 
 
-def token_batch(problem, config):
+def token_batch(problem: Any, config: Any) -> Any:
     from ipu_autotune.backends.poptorch import child
 
     return child.host_batch(problem, config, torch.float)

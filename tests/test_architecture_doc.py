@@ -1,5 +1,7 @@
 """docs/architecture.md matches the tree: every module path it names exists (issue 15)."""
 
+from typing import Any
+
 import re
 from pathlib import Path
 
@@ -18,13 +20,13 @@ def exists(path: str) -> bool:
     return target.is_file() if path.endswith(".py") else (target / "__init__.py").is_file()
 
 
-def test_every_module_the_architecture_page_names_exists():
+def test_every_module_the_architecture_page_names_exists() -> None:
     paths = named_paths(DOC.read_text())
     assert len(paths) > 30  # the page names the modules, so this test checks something
     assert sorted(p for p in paths if not exists(p)) == []
 
 
-def test_the_check_catches_a_path_that_is_not_there():
+def test_the_check_catches_a_path_that_is_not_there() -> None:
     paths = named_paths("see `ipu_autotune/study/runner.py`, `ipu_autotune/commands/` and `ipu_autotune/nowhere.py`")
     assert paths == {"ipu_autotune/study/runner.py", "ipu_autotune/commands", "ipu_autotune/nowhere.py"}
     assert [p for p in sorted(paths) if not exists(p)] == ["ipu_autotune/nowhere.py"]
@@ -60,12 +62,12 @@ def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[s
                   if layer_of(t, layers) < layer_of(m, layers))
 
 
-def _package_graph():
+def _package_graph() -> Any:
     from test_import_cycles import PACKAGE_DIR, import_graph, module_files
     return import_graph(module_files(PACKAGE_DIR, "ipu_autotune"))
 
 
-def test_every_module_has_a_layer_and_no_layer_imports_a_higher_one():
+def test_every_module_has_a_layer_and_no_layer_imports_a_higher_one() -> None:
     layers = doc_layers(DOC.read_text())
     assert len(set(layers.values())) >= 10  # the page's numbered layers were read
     graph = _package_graph()
@@ -73,7 +75,7 @@ def test_every_module_has_a_layer_and_no_layer_imports_a_higher_one():
     assert upward_imports(graph, layers) == []
 
 
-def test_the_layer_check_catches_an_upward_import():
+def test_the_layer_check_catches_an_upward_import() -> None:
     text = ("## The layers, top down\n\n1. **Top**: `ipu_autotune/cli.py`, `ipu_autotune/report/`\n"
             "2. **Low**: `ipu_autotune/models/`, `ipu_autotune/report/data.py`\n\n## Next\n"
             "`ipu_autotune/nowhere.py`")

@@ -8,6 +8,8 @@ created, or, for the resume case, holds exactly the studies and trials it held b
 
 from __future__ import annotations
 
+from typing import Any
+
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ MODEL = ["resnet18", "--batch-size", "8"]
 
 
 @pytest.fixture
-def db(in_tmp) -> Path:
+def db(in_tmp: Any) -> Path:
     return in_tmp / "study.db"
 
 
@@ -36,7 +38,7 @@ def one_line_error(code: int, err: str, *needles: str) -> str:
     return line
 
 
-def tune(capsys, db: Path, *args: str) -> tuple[int, str, str]:
+def tune(capsys: pytest.CaptureFixture[str], db: Path, *args: str) -> tuple[int, str, str]:
     return run_cli(capsys, *args, "--storage", sqlite_url(db))
 
 
@@ -51,7 +53,7 @@ def write(path: Path, text: str) -> str:
     ("resnet51", ["unknown model 'resnet51'", "did you mean", "resnet50"]),
     ("zzzzqqq", ["unknown model 'zzzzqqq'", "package.module:factory"]),  # no close name: say what works
 ], ids=["close names suggested", "no close name"])
-def test_unknown_model(capsys, db, model, needles):
+def test_unknown_model(capsys: pytest.CaptureFixture[str], db: Path, model: str, needles: list[Any]) -> None:
     code, _, err = tune(capsys, db, model, "--batch-size", "8")
     one_line_error(code, err, *needles)
     assert not db.exists()
@@ -59,7 +61,7 @@ def test_unknown_model(capsys, db, model, needles):
 
 @pytest.mark.parametrize("value, needle", [("0", "must be positive, got 0"), ("-1", "must be positive, got -1"),
                                            ("abc", "expected a whole number, got 'abc'")])
-def test_bad_micro_batch(capsys, db, value, needle):
+def test_bad_micro_batch(capsys: pytest.CaptureFixture[str], db: Path, value: str, needle: str) -> None:
     code, _, err = tune(capsys, db, "resnet18", "--batch-size", value)
     one_line_error(code, err, "--batch-size", needle)
     assert not db.exists()
@@ -81,7 +83,7 @@ FILES = {
 
 
 @pytest.mark.parametrize("case", FILES, ids=list(FILES))
-def test_a_bad_file_is_named_with_what_is_wrong(capsys, db, in_tmp, case):
+def test_a_bad_file_is_named_with_what_is_wrong(capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, case: Any) -> None:
     flag, name, text, needles = FILES[case]
     path = write(in_tmp / name, text) if text is not None else str(in_tmp / name)
     code, _, err = tune(capsys, db, *MODEL, flag, path)
@@ -128,7 +130,7 @@ RULES = {
 
 
 @pytest.mark.parametrize("rule", RULES, ids=list(RULES))
-def test_a_baseline_breaking_a_rule_names_the_rule(capsys, db, in_tmp, rule):
+def test_a_baseline_breaking_a_rule_names_the_rule(capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, rule: Any) -> None:
     text, flags, needles = RULES[rule]
     path = write(in_tmp / "base.toml", "[config]\n" + text)
     code, _, err = tune(capsys, db, *MODEL, *flags, "--baseline", path)
@@ -147,7 +149,7 @@ REJECTED = {
 
 
 @pytest.mark.parametrize("case", REJECTED, ids=list(REJECTED))
-def test_a_baseline_the_problem_or_model_rejects(capsys, db, in_tmp, case):
+def test_a_baseline_the_problem_or_model_rejects(capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, case: Any) -> None:
     text, flags, needles = REJECTED[case]
     path = write(in_tmp / "base.toml", "[config]\n" + text)
     code, _, err = tune(capsys, db, *MODEL, *flags, "--baseline", path)
@@ -163,7 +165,7 @@ def test_a_baseline_the_problem_or_model_rejects(capsys, db, in_tmp, case):
     ("[knobs]\nipus_per_replica = [1]\nrecompute = \"pipeline\"\n", ["no valid value for recompute"]),
     ('[knobs]\nprecision = "16.32"\nloss_scaling = "auto"\n', ["no valid value for loss_scaling"]),
 ], ids=["empty list", "no layout", "no recompute mode", "no loss scale"])
-def test_empty_search_space(capsys, db, in_tmp, text, needles):
+def test_empty_search_space(capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, text: str, needles: list[Any]) -> None:
     path = write(in_tmp / "space.toml", text)
     code, _, err = tune(capsys, db, *MODEL, "--space", path)
     one_line_error(code, err, *needles)
@@ -174,7 +176,7 @@ def test_empty_search_space(capsys, db, in_tmp, text, needles):
 
 @pytest.mark.parametrize("url", ["foo", "http://x", "sqlite:", "journal:///no/such/folder/s.journal",
                                  "sqlite:///no/such/folder/s.db"])
-def test_storage_url_that_cannot_work(capsys, in_tmp, url):
+def test_storage_url_that_cannot_work(capsys: pytest.CaptureFixture[str], in_tmp: Any, url: str) -> None:
     start = time.monotonic()
     code, _, err = run_cli(capsys, *MODEL, "--storage", url)
     one_line_error(code, err, "storage")
@@ -183,7 +185,7 @@ def test_storage_url_that_cannot_work(capsys, in_tmp, url):
 
 
 @pytest.mark.slow
-def test_unreachable_postgres_fails_fast_without_the_password(capsys, in_tmp):
+def test_unreachable_postgres_fails_fast_without_the_password(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     start = time.monotonic()
     code, out, err = run_cli(capsys, *MODEL, "--storage", "postgresql://u:secret@127.0.0.1:1/db")
     line = one_line_error(code, err, "unreachable", "postgresql://u:***@127.0.0.1:1/db")
@@ -191,14 +193,14 @@ def test_unreachable_postgres_fails_fast_without_the_password(capsys, in_tmp):
     assert time.monotonic() - start < 60
 
 
-def test_unparsable_postgres_url_without_the_password(capsys, in_tmp):
+def test_unparsable_postgres_url_without_the_password(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     code, out, err = run_cli(capsys, *MODEL, "--storage", "postgresql://u:secret@host:port/db")
     one_line_error(code, err, "cannot be parsed")
     assert "secret" not in out + err
 
 
 @pytest.mark.parametrize("command", [["show", "--study", "x"], ["studies"], ["export", "--study", "x"]])
-def test_read_commands_on_an_unreachable_postgres_hide_the_password(capsys, in_tmp, command):
+def test_read_commands_on_an_unreachable_postgres_hide_the_password(capsys: pytest.CaptureFixture[str], in_tmp: Any, command: list[Any]) -> None:
     code, out, err = run_cli(capsys, *command, "--storage", "postgresql://u:secret@127.0.0.1:1/db")
     one_line_error(code, err, "unreachable")
     assert "secret" not in out + err
@@ -207,7 +209,7 @@ def test_read_commands_on_an_unreachable_postgres_hide_the_password(capsys, in_t
 # --- resuming ----------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_resuming_with_a_different_problem(capsys, db):
+def test_resuming_with_a_different_problem(capsys: pytest.CaptureFixture[str], db: Path) -> None:
     from ipu_autotune.study import records as st
     from ipu_autotune.study.storage import open_storage
 
@@ -221,7 +223,7 @@ def test_resuming_with_a_different_problem(capsys, db):
     assert storage_snapshot(db) == before
 
 
-def test_a_study_name_used_by_another_tool(capsys, db):
+def test_a_study_name_used_by_another_tool(capsys: pytest.CaptureFixture[str], db: Path) -> None:
     import optuna
 
     theirs = optuna.create_study(study_name="theirs", storage=sqlite_url(db))
@@ -232,7 +234,7 @@ def test_a_study_name_used_by_another_tool(capsys, db):
     assert storage_snapshot(db) == before
 
 
-def test_export_of_a_missing_study_lists_the_ones_there(capsys, db):
+def test_export_of_a_missing_study_lists_the_ones_there(capsys: pytest.CaptureFixture[str], db: Path) -> None:
     from ipu_autotune.study import records as st
     from ipu_autotune.study.storage import open_storage
 

@@ -6,6 +6,8 @@ its numbers are sane (positive times, fractions in [0, 1], counts within the bud
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import math
 import os
@@ -52,7 +54,7 @@ def number(cell: str) -> float:
 
 
 @pytest.mark.slow
-def test_search_efficiency_quick(tmp_path):
+def test_search_efficiency_quick(tmp_path: Path) -> None:
     saved = tmp_path / "runs.json"
     # one seed, budget 10: the tables' shape and sanity, at a fifth of --quick's guided compiles
     text = run("search_efficiency.py", "--quick", "--seeds", "1", "--budget", "10", "--json", str(saved))
@@ -103,7 +105,7 @@ def test_search_efficiency_quick(tmp_path):
 
 
 @pytest.mark.slow
-def test_tuner_overhead_quick():
+def test_tuner_overhead_quick() -> None:
     text = run("tuner_overhead.py", "--quick", "--trials", "20")
     rows = table(text, "Mean wall time per trial")
     assert [r["storage, sampler"] for r in rows] == [f"{s}, {k}" for k in ("windowed", "full")
@@ -119,7 +121,7 @@ def test_tuner_overhead_quick():
 
 
 @pytest.mark.slow
-def test_estimator_speed_quick():
+def test_estimator_speed_quick() -> None:
     text = run("estimator_speed.py", "--quick", "--estimates", "100")
     rows = table(text, "Trace")
     assert [r["model"] for r in rows] == ["resnet18", "resnet101"]
@@ -132,7 +134,7 @@ def test_estimator_speed_quick():
 
 
 @pytest.mark.slow
-def test_storage_writes_counts_both_storages():
+def test_storage_writes_counts_both_storages() -> None:
     out = subprocess.run([sys.executable, str(BENCHMARKS / "storage_writes.py"), "--trials", "3"],
                          capture_output=True, text=True, check=False, timeout=900)  # a loaded machine: minutes
     assert out.returncode == 0, out.stderr[-3000:]
@@ -143,7 +145,7 @@ def test_storage_writes_counts_both_storages():
 
 
 @pytest.mark.slow
-def test_random_ipus_quick():
+def test_random_ipus_quick() -> None:
     text = run("random_ipus.py", "--quick", "--draws", "1")
     assert re.search(r"^draw set: develop \(ids 10000-10000; develop on these\)", text, re.MULTILINE)
     problems = table(text, "Problems and draws")
@@ -167,7 +169,7 @@ def test_random_ipus_quick():
     assert runs == fits and said <= runs
 
 
-def test_random_hidden_draws_are_fixed_and_the_sets_disjoint():
+def test_random_hidden_draws_are_fixed_and_the_sets_disjoint() -> None:
     sys.path.insert(0, str(BENCHMARKS))
     from random_hidden import MIN_MECHANISMS, STRENGTH, draw, draw_ids
 
@@ -182,7 +184,7 @@ def test_random_hidden_draws_are_fixed_and_the_sets_disjoint():
 
 
 @pytest.mark.slow
-def test_random_ipus_knobs_quick():
+def test_random_ipus_knobs_quick() -> None:
     text = run("random_ipus.py", "--quick", "--draws", "1", "--family", "knobs")
     assert re.search(r"^draw set: develop \(ids 30000-30000; develop on these\); family: knobs;", text, re.MULTILINE)
     fits = int(table(text, "Problems and draws")[0]["draws with a fit (runs counted)"].split("/")[0])
@@ -207,7 +209,7 @@ def test_random_ipus_knobs_quick():
     assert all(p["fit"] == "-" or 0.0 <= number(p["fit"]) <= 1.0 for p in picks)
 
 
-def test_knob_response_draws_are_fixed_every_knob_acts_within_30_percent():
+def test_knob_response_draws_are_fixed_every_knob_acts_within_30_percent() -> None:
     """Issue 41's family: every knob of the default space acts on device time, host time and
     memory, at most 30 % either way, with one to three interactions; a draw id fixes it."""
     sys.path.insert(0, str(BENCHMARKS))
@@ -237,7 +239,7 @@ def test_knob_response_draws_are_fixed_every_knob_acts_within_30_percent():
 
 
 @pytest.mark.slow
-def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart():
+def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart() -> None:
     """Issue 58's family: a draw id fixes every answer, whatever order the questions come
     in and in fresh instances; its develop and report ids are apart from each other and from
     the structural and knob-response families'."""
@@ -247,7 +249,7 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart():
     import region_hidden
     import search_efficiency as se
 
-    from ipu_autotune.guide.warmstart import _alternatives, naive_baseline, proposals
+    from ipu_autotune.guide.warmstart import single_changes, naive_baseline, proposals
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
 
@@ -264,9 +266,9 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart():
         # ResNet-101's warm starts fit; BERT's baseline and its single changes are out of memory
         warm = [p.config for p in proposals(problem, profile, space, baseline)] if key.startswith("resnet") else []
         questions += [(problem, c) for c in dict.fromkeys(
-            [baseline, *warm, *(c for _, c in _alternatives(space, problem, profile, baseline))])]
+            [baseline, *warm, *(c for _, c in single_changes(space, problem, profile, baseline))])]
 
-    def answers(ipu, order):
+    def answers(ipu: Any, order: Any) -> Any:
         got = {}
         for i in order:
             m = ipu.evaluate(*questions[i])
@@ -285,7 +287,7 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart():
     assert out == str(region_hidden.described(region_hidden.draw_regions(50_005, questions[-1][0])))
 
 
-def test_regions_move_speed_and_memory_beyond_the_noise():
+def test_regions_move_speed_and_memory_beyond_the_noise() -> None:
     """Each region is a conjunction of two or three knob conditions with a speed factor in
     0.5-2x and memory factors within +-40 %; on some configs the region layer moves the
     structural draw of the same id by more than the +-3 % noise, in speed and in memory."""
@@ -293,7 +295,7 @@ def test_regions_move_speed_and_memory_beyond_the_noise():
     import random_hidden
     import region_hidden
     import search_efficiency as se
-    from ascent import _OracleScreen, _singles
+    from ascent import OracleScreen, single_moves
 
     from ipu_autotune.guide.warmstart import naive_baseline, proposals
     from ipu_autotune.profiles.trace import profile_for
@@ -309,9 +311,9 @@ def test_regions_move_speed_and_memory_beyond_the_noise():
             assert len(r.conditions) in (2, 3) and len({c.knob for c in r.conditions}) == len(r.conditions)
             assert 0.5 <= r.speed <= 2.0 and r.memory
             assert all(0.6 <= f <= 1.4 for f in r.memory.values())
-        screen = _OracleScreen(problem, profile, ipu, space)
+        screen = OracleScreen(problem, profile, ipu, space)
         starts = [baseline, *(p.config for p in proposals(problem, profile, space, baseline))]
-        configs = dict.fromkeys(starts + [c for s in starts for c in _singles(space, screen, s)])
+        configs = dict.fromkeys(starts + [c for s in starts for c in single_moves(space, screen, s)])
         speed = memory = False
         for c in configs:
             a, b = ipu.evaluate(problem, c), structural.evaluate(problem, c)
@@ -324,7 +326,7 @@ def test_regions_move_speed_and_memory_beyond_the_noise():
     assert moved["speed"] >= 3 and moved["memory"] >= 3, moved
 
 
-def test_speed_coverage_quick():
+def test_speed_coverage_quick() -> None:
     """The guide's speed intervals after a few compiles (issue 58, must show 4): one row per
     kind of target, coverage a share of what was counted."""
     text = run("speed_coverage.py", "--quick")
@@ -338,7 +340,7 @@ def test_speed_coverage_quick():
                      re.MULTILINE)
 
 
-def test_oracle_walk_quick():
+def test_oracle_walk_quick() -> None:
     text = run("oracle_walk.py", "--quick")
     rows = table(text, "Within 5 % of the best known")
     assert [(r["problem"], r["oracle"]) for r in rows] == [
@@ -354,22 +356,22 @@ def test_oracle_walk_quick():
     assert lies["estimator says it fits"] in ("0/1", "1/1")
 
 
-def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_change():
+def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_change() -> None:
     """The yardstick is only as good as its walk: with the true answers in hand, each compile
     after the first fit is strictly faster than the best before it, one change or a pair away."""
     sys.path.insert(0, str(BENCHMARKS))
     import knob_hidden
     import oracle_walk
     import search_efficiency as se
-    from ascent import _changes, _OracleScreen, _singles
+    from ascent import knob_changes, OracleScreen, single_moves
 
-    from ipu_autotune.guide.warmstart import _score
+    from ipu_autotune.guide.warmstart import screen_rank
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
 
     problem = se.PROBLEMS["resnet101-mb64-64px-2ipu"]
     profile, space = profile_for(problem), SearchSpace.load(problem)
-    screen = _OracleScreen(problem, profile, knob_hidden.KnobResponseHiddenIPU(30_000), space)
+    screen = OracleScreen(problem, profile, knob_hidden.KnobResponseHiddenIPU(30_000), space)
     baseline = se.naive_baseline(problem, profile)
     assert not screen(baseline).feasible  # the OOM config: its main effects say nothing, it stays
     assert oracle_walk._main_effects_top(screen, space, baseline) == baseline
@@ -381,15 +383,15 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     assert all(b > a for a, b in zip(walked[first_fit:], walked[first_fit + 1:])), walked
     best = baseline
     for c in configs[1:]:
-        steps = [_changes(best, s) for s in _singles(space, screen, best)]
+        steps = [knob_changes(best, s) for s in single_moves(space, screen, best)]
         pairs = [{**a, **b} for i, a in enumerate(steps) for b in steps[i + 1:] if not a.keys() & b.keys()]
-        assert _changes(best, c) in steps + pairs
-        assert _score(screen(c)) > _score(screen(best))
+        assert knob_changes(best, c) in steps + pairs
+        assert screen_rank(screen(c)) > screen_rank(screen(best))
         best = c
 
 
 @pytest.mark.slow
-def test_memory_calibration_quick():
+def test_memory_calibration_quick() -> None:
     text = run("memory_calibration.py", "--quick")
     bins = table(text, "Calibration")
     total = 0
@@ -407,7 +409,7 @@ def test_memory_calibration_quick():
 
 
 @pytest.mark.slow
-def test_verify_speed_quick():
+def test_verify_speed_quick() -> None:
     text = run("verify_speed.py", "--quick")
     runs = table(text, "Runs")
     assert [r["run"] for r in runs] == ["baseline (seed 0)", "baseline (seed 1)", "tuned (seed 0)"]
@@ -420,7 +422,7 @@ def test_verify_speed_quick():
 
 
 @pytest.mark.slow
-def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again(tmp_path, monkeypatch):
+def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The cache's key probes the baseline and its single changes; where all of them are out of
     # memory (BERT, ResNet-152) a change to the estimator's speed alone kept the same key.
     sys.path.insert(0, str(BENCHMARKS))
@@ -449,7 +451,37 @@ def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again
 
 
 @pytest.mark.slow
-def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_otherwise(tmp_path, monkeypatch):
+def test_a_cached_best_known_is_searched_again_when_a_version_is_bumped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key holds the searches' version and the hidden IPU's (not the code's text): a bump
+    of either misses."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import search_efficiency as se
+    from common import HiddenIPU
+
+    from ipu_autotune.guide.warmstart import naive_baseline
+    from ipu_autotune.problem import Problem
+    from ipu_autotune.profiles.trace import profile_for
+
+    problem, oracle = Problem("resnet18", 8, (3, 32, 32), ipus=2), HiddenIPU(0)
+    config = naive_baseline(problem, profile_for(problem))
+    measured = oracle.evaluate(problem, config).throughput
+    monkeypatch.setattr(se, "REFERENCE_CACHE", tmp_path)
+    searches: list[object] = []
+    monkeypatch.setattr(se, "best_known", lambda *a: searches.append(a) or (measured, "search", config))
+    se.cached_best_known(problem, oracle, 0, 5, 1)
+    se.cached_best_known(problem, oracle, 0, 5, 1)
+    assert len(searches) == 1  # a hit
+    monkeypatch.setattr(se, "REFERENCE_SEARCH_VERSION", se.REFERENCE_SEARCH_VERSION + 1)
+    se.cached_best_known(problem, oracle, 0, 5, 1)
+    assert len(searches) == 2
+    monkeypatch.setattr(HiddenIPU, "answers_version", HiddenIPU.answers_version + 1)
+    se.cached_best_known(problem, oracle, 0, 5, 1)
+    assert len(searches) == 3
+
+
+@pytest.mark.slow
+def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sys.path.insert(0, str(BENCHMARKS))
     import reachable_floor as rf
     from common import HiddenIPU
@@ -473,7 +505,7 @@ def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_
 
 
 @pytest.mark.slow
-def test_guide_speed_compares_a_commit_with_itself():
+def test_guide_speed_compares_a_commit_with_itself() -> None:
     """Against the same code in a worktree: the same compiles, and a CPU figure for each."""
     text = run("guide_speed.py", "--cases", "1", "--budget", "3", "--against", "HEAD")
     (row,) = table(text, "CPU per guided compile")
@@ -482,12 +514,12 @@ def test_guide_speed_compares_a_commit_with_itself():
     assert "same compiles in 1 of 1" in text
 
 
-def _saved_run(problem: str, draw: int, reference: float, compiles: list, chances: list | None = None) -> dict:
+def _saved_run(problem: str, draw: int, reference: float, compiles: list[Any], chances: list[Any] | None = None) -> dict[str, Any]:
     run = {"compiles": compiles, **({"chances": chances} if chances is not None else {})}
     return {"problem": problem, "draw": draw, "reference": reference, "runs": {"ipu-autotune": run}}
 
 
-def test_two_versions_of_the_guide_are_compared_on_the_draws_both_ran():
+def test_two_versions_of_the_guide_are_compared_on_the_draws_both_ran() -> None:
     sys.path.insert(0, str(BENCHMARKS))
     from guide_outcomes import paired, sign_test
 
@@ -508,7 +540,7 @@ def test_two_versions_of_the_guide_are_compared_on_the_draws_both_ran():
         paired(a, [_saved_run("p", 7, 100.0, [1.0])])
 
 
-def test_the_guides_picks_are_binned_by_the_chance_it_gave_them():
+def test_the_guides_picks_are_binned_by_the_chance_it_gave_them() -> None:
     sys.path.insert(0, str(BENCHMARKS))
     from guide_outcomes import chance_table
 
@@ -520,7 +552,7 @@ def test_the_guides_picks_are_binned_by_the_chance_it_gave_them():
     assert bins["0.0-0.5"] == ["1", "0.30", "1.00"] and bins["0.8-0.9"] == ["0", "-", "-"]
 
 
-def test_compare_refuses_files_without_common_draws(tmp_path):
+def test_compare_refuses_files_without_common_draws(tmp_path: Path) -> None:
     for name, draw in (("a.json", 0), ("b.json", 1)):
         (tmp_path / name).write_text(json.dumps({"argv": [], "results": [_saved_run("p", draw, 1.0, [1.0])]}))
     out = subprocess.run([sys.executable, str(BENCHMARKS / "random_ipus.py"), "--compare", str(tmp_path / "a.json"),

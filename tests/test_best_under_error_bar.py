@@ -11,7 +11,8 @@ from testing import RESNET50_4IPU_SGD
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.backends.estimate.error_bars import MEMORY_SCALE, confident_fraction, fit_chance, kept_free
-from ipu_autotune.guide.warmstart import Proposal, naive_baseline, proposals
+from ipu_autotune.guide.proposal import Proposal
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.present import intervals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
@@ -22,7 +23,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @pytest.mark.parametrize("model", ["resnet101", "hf:gpt2"])
-def test_the_chance_to_fit_falls_across_the_band_and_meets_the_confidence_at_its_limit(model):
+def test_the_chance_to_fit_falls_across_the_band_and_meets_the_confidence_at_its_limit(model: str) -> None:
     low, high = MEMORY_SCALE["cnn" if model.startswith("resnet") else "transformer"]
     assert fit_chance(model, 1 / high) == pytest.approx(1.0)  # fits at the band's worst factor
     assert fit_chance(model, 1 / low) == pytest.approx(0.0)  # over even at its best
@@ -36,7 +37,7 @@ def test_the_chance_to_fit_falls_across_the_band_and_meets_the_confidence_at_its
 
 
 @pytest.mark.slow
-def test_a_straddling_candidate_is_not_the_best_when_one_fits_and_is_named_the_alternative():
+def test_a_straddling_candidate_is_not_the_best_when_one_fits_and_is_named_the_alternative() -> None:
     problem = RESNET50_4IPU_SGD
     profile, space = profile_for(problem), SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)

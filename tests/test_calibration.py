@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import tomllib
 from pathlib import Path
 
@@ -16,26 +18,26 @@ POINTS = tomllib.loads((Path(__file__).parent / "calibration" / "points.toml").r
 backend = EstimateBackend()
 
 
-def _cases(key):
+def _cases(key: Any) -> Any:
     """Points with `key`; a point with `known_miss` is expected to fail, for that reason."""
     return [pytest.param(p, id=p["id"], marks=pytest.mark.xfail(strict=True, reason=p["known_miss"]))
             if "known_miss" in p else pytest.param(p, id=p["id"]) for p in POINTS if key in p]
 
 
-def load(point):
+def load(point: Any) -> Any:
     return Problem.from_dict(point["problem"]), Config.from_dict(point["config"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", POINTS, ids=[p["id"] for p in POINTS])
-def test_point_is_a_valid_config(point):
+def test_point_is_a_valid_config(point: Any) -> None:
     problem, config = load(point)
     assert violations(problem, config, profile_for(problem).module_order) == []
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", _cases("expect"))
-def test_memory_verdict(point):
+def test_memory_verdict(point: Any) -> None:
     problem, config = load(point)
     m = backend.measure(problem, config)
     assert m.feasible == (point["expect"] == "fits"), m.verdict()
@@ -43,7 +45,7 @@ def test_memory_verdict(point):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", _cases("throughput"))
-def test_throughput_within_published_band(point):
+def test_throughput_within_published_band(point: Any) -> None:
     """End-to-end points against `throughput`; device-side ones against `device_throughput`."""
     problem, config = load(point)
     m = backend.measure(problem, config)
@@ -60,7 +62,7 @@ STEPS = [p for p in POINTS if "step_of" in p]
 
 
 @pytest.mark.parametrize("point", STEPS, ids=lambda p: p["id"])
-def test_each_workshop_step_moves_like_the_measurement(point):
+def test_each_workshop_step_moves_like_the_measurement(point: Any) -> None:
     """DI 4, then 8-bit I/O, then the async loader: each step's end-to-end speed-up in the
     measured direction and within 0.6-1.6x of the measured ratio."""
     by_id = {p["id"]: p for p in POINTS}
@@ -71,13 +73,13 @@ def test_each_workshop_step_moves_like_the_measurement(point):
     assert 0.6 <= estimated / measured <= 1.6, f"estimated {estimated:.2f}x, measured {measured:.2f}x"
 
 
-def test_the_workshop_steps_are_all_checked():
+def test_the_workshop_steps_are_all_checked() -> None:
     assert [p["id"] for p in POINTS if p.get("scope") == "end_to_end"] == [
         "seed-epoch-ga8", "seed-epoch-ga8-di4", "seed-epoch-ga8-di4-8bit", "seed-epoch-ga8-di4-8bit-async"]
     assert len(STEPS) == 3
 
 
-def test_workshop_runs_are_host_bound_and_the_async_loader_moves_the_bottleneck_share():
+def test_workshop_runs_are_host_bound_and_the_async_loader_moves_the_bottleneck_share() -> None:
     """The measured story: without 8-bit I/O the host's cast and normalisation dominate."""
     by_id = {p["id"]: backend.measure(*load(p)) for p in POINTS if p.get("scope") == "end_to_end"}
     assert by_id["seed-epoch-ga8-di4"].bottleneck == "host input"
@@ -87,7 +89,7 @@ def test_workshop_runs_are_host_bound_and_the_async_loader_moves_the_bottleneck_
 
 
 @pytest.mark.parametrize("point", [p for p in POINTS if "relative" in p], ids=lambda p: p["id"])
-def test_fp16_over_fp32_memory_ratio(point):
+def test_fp16_over_fp32_memory_ratio(point: Any) -> None:
     problem, config = load(point)
     rel = point["relative"]
     assert rel["metric"] == "required_bytes(16.16) / required_bytes(32.32)"
@@ -97,7 +99,7 @@ def test_fp16_over_fp32_memory_ratio(point):
     assert abs(half / full - rel["value"]) <= rel["tolerance"], f"ratio {half / full:.3f}"
 
 
-def test_hand_tuned_workshop_config_is_faster_than_its_start():
+def test_hand_tuned_workshop_config_is_faster_than_its_start() -> None:
     """The workshop's own story: GA 8, DI 4 and 8-bit I/O speed up the FP16 config."""
     by_id = {p["id"]: load(p) for p in POINTS}
     start = backend.measure(*by_id["seed-fp16"])
@@ -105,7 +107,7 @@ def test_hand_tuned_workshop_config_is_faster_than_its_start():
     assert tuned.throughput > 1.1 * start.throughput
 
 
-def test_mt5_runs_out_of_memory_on_the_embedding_and_head_ipus():
+def test_mt5_runs_out_of_memory_on_the_embedding_and_head_ipus() -> None:
     """M21: optimum's mT5 notebook layout [0, 8, 8, 0] overflows IPU0 and IPU3 only, where the
     untied 250112x512 embedding and LM head keep 8 B of AdamW state per parameter each."""
     problem, config = load(next(p for p in POINTS if p["id"] == "M21"))
@@ -114,7 +116,7 @@ def test_mt5_runs_out_of_memory_on_the_embedding_and_head_ipus():
     assert over == [0, 3]
 
 
-def test_the_workshop_traces_pay_for_each_weight_update():
+def test_the_workshop_traces_pay_for_each_weight_update() -> None:
     """seed-trace-ga3 and -ga8 (PopVision): 8 micro-batches per update run 1.68x the img/s of 3,
     because each update costs about four micro-batches' time (UPDATE_OPS_PER_TENSOR, update_op_s).
     Without that per-update cost the estimate's ratio was 1.27."""

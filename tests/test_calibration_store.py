@@ -3,6 +3,8 @@ target and SDK, forgotten only as named, a foreign store refused while the study
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import json
 import os
@@ -36,7 +38,7 @@ PROBLEM = Problem(model=SMALL_CNN, batch_size=64, input_shape=(3, 32, 32), num_c
 
 
 @lru_cache(maxsize=None)
-def _setup(target: str = "mk2"):
+def _setup(target: str = "mk2") -> Any:
     problem = dataclasses.replace(PROBLEM, target=target)
     profile = profile_for(problem)
     space = SearchSpace.load(problem, None)
@@ -51,21 +53,21 @@ class HiddenFactor(Backend):
 
     name, source = "hidden", "compile"
 
-    def __init__(self, factor: float, sdk: str = "sdk-a"):
+    def __init__(self, factor: float, sdk: str = "sdk-a") -> None:
         self.factor, self._sdk = factor, sdk
 
     @property
-    def sdk(self):
+    def sdk(self) -> Any:
         return self._sdk
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = EstimateBackend().measure(problem, config)
         tiles = [int(t * self.factor) for t in m.max_tile_bytes]
         return dataclasses.replace(m, source="compile", max_tile_bytes=tiles, details={"compile_seconds": 12.0},
                                    feasible=max(tiles) <= m.tile_capacity_bytes, failure=None)
 
 
-def records_of(study: str, target: str = "mk2", sdk: str = "sdk-a", factor: float = 1.3) -> list[dict]:
+def records_of(study: str, target: str = "mk2", sdk: str = "sdk-a", factor: float = 1.3) -> list[dict[str, Any]]:
     problem, profile, _, configs = _setup(target)
     backend = HiddenFactor(factor, sdk)
     rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
@@ -89,7 +91,7 @@ print(added)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path, kind):
+def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path: Path, kind: Any) -> None:
     url = _url(tmp_path, kind)
     # both workers write every compile of two studies (as a resumed or racing worker would)
     records = records_of("s1") + records_of("s2")
@@ -109,7 +111,7 @@ def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path, kind):
     assert sorted(r["key"] for r in stored) == sorted(r["key"] for r in records)
 
 
-def test_a_recorder_writes_compiles_and_never_estimates(tmp_path):
+def test_a_recorder_writes_compiles_and_never_estimates(tmp_path: Path) -> None:
     problem, profile, _, configs = _setup()
     store = open_store(_url(tmp_path, "sqlite"))
 
@@ -140,11 +142,11 @@ def test_a_recorder_writes_compiles_and_never_estimates(tmp_path):
 
 
 class _Study:
-    def __init__(self, name, uid):
+    def __init__(self, name: Any, uid: Any) -> None:
         self.study_name, self.user_attrs = name, {session.ATTR_UID: uid}
 
 
-def _guided(store, target="mk2", sdk="sdk-a", uid="uid-new"):
+def _guided(store: Any, target: Any="mk2", sdk: Any="sdk-a", uid: Any="uid-new") -> Any:
     from ipu_autotune.guide.proposals import Guide
 
     problem, profile, space, _ = _setup(target)
@@ -152,7 +154,7 @@ def _guided(store, target="mk2", sdk="sdk-a", uid="uid-new"):
     return Guide(problem, profile, space, 0.05, prior=cal.prior), cal
 
 
-def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path):
+def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path: Path) -> None:
     store = open_store(_url(tmp_path, "sqlite"))
     for r in records_of("old", factor=1.3):
         store.add(r)
@@ -171,7 +173,7 @@ def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path):
         assert untouched == pytest.approx(max(nominal) / cap)
 
 
-def test_the_corrected_estimate_beats_the_nominal_one_left_one_study_out():
+def test_the_corrected_estimate_beats_the_nominal_one_left_one_study_out() -> None:
     records = records_of("a", factor=1.25) + records_of("b", factor=1.3) + records_of("c", factor=1.28)
     e = loso(records)
     assert e["studies"] == 3 and e["memory_points"] == 2 * len(records)
@@ -180,12 +182,12 @@ def test_the_corrected_estimate_beats_the_nominal_one_left_one_study_out():
     assert prior.memory["proportional"][0] == pytest.approx(1.28, abs=0.05)
 
 
-def _cli(*args) -> int:
+def _cli(*args: Any) -> int:
     return main(["calibration", *args])
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_forget_removes_only_what_it_names(tmp_path, kind, capsys):
+def test_forget_removes_only_what_it_names(tmp_path: Path, kind: Any, capsys: pytest.CaptureFixture[str]) -> None:
     url = _url(tmp_path, kind)
     store = open_store(url)
     groups = {("mk2", "sdk-a", "s1"): records_of("s1"), ("mk2", "sdk-b", "s2"): records_of("s2", sdk="sdk-b"),
@@ -196,7 +198,7 @@ def test_forget_removes_only_what_it_names(tmp_path, kind, capsys):
     keys = {g: {r["key"] for r in rs} for g, rs in groups.items()}
     everything = set().union(*keys.values())
 
-    def stored():
+    def stored() -> Any:
         return {r["key"] for r in open_store(url).records()[0]}
 
     assert _cli("--calibration-storage", url, "--forget") == 2  # names nothing: removes nothing
@@ -217,7 +219,7 @@ def _one_line_naming(exc: BaseException, name: str) -> None:
     assert "\n" not in text and name in text and ("move it aside" in text or "use the ipu-autotune" in text)
 
 
-def test_corrupted_or_foreign_stores_are_refused_in_one_line(tmp_path, capsys):
+def test_corrupted_or_foreign_stores_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"\x00not a database at all\xff" * 100)
     foreign = tmp_path / "foreign.db"
@@ -242,7 +244,7 @@ def test_corrupted_or_foreign_stores_are_refused_in_one_line(tmp_path, capsys):
         assert err.count("\n") == 0 and path.name in err
 
 
-def test_the_default_store_sits_beside_the_study_storage():
+def test_the_default_store_sits_beside_the_study_storage() -> None:
     assert default_url("sqlite:///ipu-autotune.db") == "sqlite:///ipu-autotune-calibration.db"
     assert default_url("sqlite:////data/runs/x.db") == "sqlite:////data/runs/x-calibration.db"
     assert default_url("journal:///shared/s.journal") == "journal:///shared/s-calibration.journal"
@@ -250,7 +252,7 @@ def test_the_default_store_sits_beside_the_study_storage():
     assert default_url("memory:") is None
 
 
-def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles():
+def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles() -> None:
     import math
 
     from ipu_autotune.guide.call_model import CallModel, CallTime
@@ -269,7 +271,7 @@ def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles
     assert 1.0 <= CallModel(calls, prior.call).device < 1.1
 
 
-def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(tmp_path, capsys):
+def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = _url(tmp_path, "journal")
     store = open_store(url)
     for study, factor in (("a", 1.25), ("b", 1.3)):
@@ -288,7 +290,7 @@ def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(
     assert "mk2 sdk-a" in capsys.readouterr().err
 
 
-def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage():
+def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage() -> None:
     from ipu_autotune.calibration.compile_time import fit_compile_time
 
     # seconds = 2 x ops^0.8 exactly: the fit finds it; without ops per stage nothing is fitted
@@ -300,7 +302,7 @@ def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage():
     assert records_of("s")[0]["profile"]["ops_by_stage"]  # a real record has them
 
 
-def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path):
+def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path: Path) -> None:
     from ipu_autotune.backends.screen import ScreenedBackend
 
     problem, profile, space, configs = _setup()
@@ -325,7 +327,7 @@ def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path):
     assert session.prior_veto(other, configs[0]) is None  # no prior, no veto
 
 
-def test_the_priors_spread_is_what_studies_held_out_show():
+def test_the_priors_spread_is_what_studies_held_out_show() -> None:
     """Studies that agree give a sharp prior, studies that differ a wide one: the spread is
     fitted leaving one study out (prior.memory_scale); one study has nothing to hold out."""
     from ipu_autotune.calibration.prior import BETWEEN, SCALES, memory_scale
@@ -347,16 +349,16 @@ def test_the_priors_spread_is_what_studies_held_out_show():
 class SpeedFactor(HiddenFactor):
     """A test IPU that runs every config `speed` times as fast as the estimate says."""
 
-    def __init__(self, speed: float):
+    def __init__(self, speed: float) -> None:
         super().__init__(1.0)
         self.speed = speed
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = super().measure(problem, config)
         return dataclasses.replace(m, throughput=m.throughput * self.speed)
 
 
-def test_the_call_factors_spread_is_what_studies_held_out_show():
+def test_the_call_factors_spread_is_what_studies_held_out_show() -> None:
     """Studies whose models ran at the same speed against the estimate give the call factors
     a sharp prior; studies whose models differ by 3x a wide one (prior.call_scale); one study
     has nothing to hold out."""
@@ -364,7 +366,7 @@ def test_the_call_factors_spread_is_what_studies_held_out_show():
 
     problem, profile, _, configs = _setup()
 
-    def timed(speeds) -> list[dict]:
+    def timed(speeds: Any) -> list[dict[str, Any]]:
         out = []
         for study, speed in zip("abc", speeds):
             backend = SpeedFactor(speed)
@@ -378,7 +380,7 @@ def test_the_call_factors_spread_is_what_studies_held_out_show():
     assert fit_prior(timed([0.5, 1.0, 1.6])).call[2] > 2 * fit_prior(timed([0.8, 0.8, 0.8])).call[2]
 
 
-def test_the_prior_keeps_how_its_parts_move_together():
+def test_the_prior_keeps_how_its_parts_move_together() -> None:
     """The store's fit moves the proportional part and the per-category deviations together:
     carried as a covariance, a recorded model's tiles are as certain as its records say;
     their spreads alone would make them several times less so."""
@@ -399,7 +401,7 @@ def test_the_prior_keeps_how_its_parts_move_together():
         assert abs(mu - t / m.tile_capacity_bytes) < 2 * sd + 0.01  # and the truth within them
 
 
-def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
+def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> None:
     from ipu_autotune.guide.corrected import FIT_CONFIDENCE
     from ipu_autotune.guide.first_trials import FIRST_CONFIDENCE
     from ipu_autotune.guide.proposal import History
@@ -410,7 +412,7 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path):
     problem, profile, space, configs = _setup()
     warm = proposals(problem, profile, space, configs[0], headroom=0.05)
 
-    def guide_with(prior):
+    def guide_with(prior: Any) -> Any:
         return Guide(problem, profile, space, 0.05, candidates=[p.config for p in warm], prior=prior)
 
     # a store that agrees: the guide's choice, then the baseline
@@ -451,7 +453,7 @@ class HighProportionHeavy(HiddenFactor):
     """A test IPU on which an available memory proportion of 0.5 or more holds 8 % of a tile
     more than the estimate on every IPU, which the estimator does not see."""
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = super().measure(problem, config)
         if min(config.available_memory_proportion) < 0.5:
             return m
@@ -459,7 +461,7 @@ class HighProportionHeavy(HiddenFactor):
         return dataclasses.replace(m, max_tile_bytes=tiles, feasible=max(tiles) <= m.tile_capacity_bytes)
 
 
-def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement():
+def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement() -> None:
     """Stored studies held 8 % of a tile more at a high available memory proportion: a new
     study's guide expects that difference before its own first compile, also between two
     configs no study compiled as such (FP16 with offload, at a low proportion and a high
@@ -478,7 +480,7 @@ def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement():
     offload_low = offload.replace(available_memory_proportion=low.available_memory_proportion)
     assert offload not in configs and offload_low not in configs
 
-    def heavier(prior, config, reference) -> float:
+    def heavier(prior: Any, config: Any, reference: Any) -> float:
         """How much more of a tile `reference`'s busiest tile holds than `config`'s, judged
         before any compile, beyond the nominal estimate's difference."""
         screen = Screen(problem, profile, prepare=None, space=space)

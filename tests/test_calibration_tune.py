@@ -4,6 +4,8 @@ running uncorrected, and the estimate backend writes nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import subprocess
@@ -23,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = [SMALL_CNN, "--batch-size", "512", "--input-shape", "3,32,32", "--num-classes", "10"]
 
 
-def tune(cwd, *args: str, backend: str = "poptorch", exit_code: int | None = 0):
+def tune(cwd: Any, *args: str, backend: str = "poptorch", exit_code: int | None = 0) -> Any:
     cmd = [sys.executable, "-m", "ipu_autotune", "tune", *PROBLEM, "--backend", backend, "--no-numerics",
            "--seed", "0", *args]
     env = {**os.environ, **fake_env(FAKE_POPTORCH_IPUS="2")}
@@ -33,7 +35,7 @@ def tune(cwd, *args: str, backend: str = "poptorch", exit_code: int | None = 0):
     return done
 
 
-def compiled_trials(cwd, study: str, storage: str | None = None) -> list:
+def compiled_trials(cwd: Any, study: str, storage: str | None = None) -> list[Any]:
     from ipu_autotune.study.storage import open_storage
 
     s = optuna.load_study(study_name=study, storage=open_storage(storage or f"sqlite:///{cwd}/ipu-autotune.db"))
@@ -41,7 +43,7 @@ def compiled_trials(cwd, study: str, storage: str | None = None) -> list:
             and trial_attrs(t)["measurement"]["source"] in ("compile", "run")]
 
 
-def test_two_workers_on_a_journal_record_every_compile_once(tmp_path):
+def test_two_workers_on_a_journal_record_every_compile_once(tmp_path: Path) -> None:
     storage = f"journal:///{tmp_path}/s.journal"
     tune(tmp_path, "--jobs", "2", "--trials", "4", "--study", "one", "--storage", storage, "--quiet", exit_code=None)
     stored, unreadable = open_store(f"journal:///{tmp_path}/s-calibration.journal", create=False).records()
@@ -50,7 +52,7 @@ def test_two_workers_on_a_journal_record_every_compile_once(tmp_path):
     assert sorted(r["trial"] for r in stored) == sorted(t.number for t in compiled)
 
 
-def test_two_workers_record_every_compile_once_and_the_next_study_starts_from_them(tmp_path):
+def test_two_workers_record_every_compile_once_and_the_next_study_starts_from_them(tmp_path: Path) -> None:
     first = json.loads(tune(tmp_path, "--jobs", "2", "--trials", "4", "--study", "one", "--json").stdout)
     stored, unreadable = open_store(f"sqlite:///{tmp_path}/ipu-autotune-calibration.db", create=False).records()
     compiled = compiled_trials(tmp_path, "one")
@@ -75,7 +77,7 @@ def test_two_workers_record_every_compile_once_and_the_next_study_starts_from_th
     assert len(stored_two) == len(compiled_trials(tmp_path, "two"))  # the second study recorded too
 
 
-def test_a_refused_store_is_one_warning_and_the_study_runs_uncorrected(tmp_path):
+def test_a_refused_store_is_one_warning_and_the_study_runs_uncorrected(tmp_path: Path) -> None:
     garbage = tmp_path / "cal.db"
     garbage.write_bytes(b"\x00\x01 not sqlite " * 64)
     done = tune(tmp_path, "--trials", "2", "--calibration-storage", f"sqlite:///{garbage}", "--json")
@@ -85,20 +87,20 @@ def test_a_refused_store_is_one_warning_and_the_study_runs_uncorrected(tmp_path)
     assert garbage.read_bytes() == b"\x00\x01 not sqlite " * 64
 
 
-def test_bad_calibration_url_is_one_line_and_exit_2_before_anything_is_written(tmp_path):
+def test_bad_calibration_url_is_one_line_and_exit_2_before_anything_is_written(tmp_path: Path) -> None:
     done = tune(tmp_path, "--calibration-storage", "http://example.com/cal", exit_code=2)
     assert done.stderr.strip().count("\n") == 0 and "http://example.com/cal" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_estimate_backend_and_no_calibration_write_nothing(tmp_path):
+def test_the_estimate_backend_and_no_calibration_write_nothing(tmp_path: Path) -> None:
     tune(tmp_path, "--trials", "3", "--quiet", backend="estimate")
     tune(tmp_path, "--trials", "1", "--quiet", "--study", "off", "--no-calibration", exit_code=None)
     assert not (tmp_path / "ipu-autotune-calibration.db").exists()
 
 
 @pytest.mark.parametrize("family", ["structural", "knobs"])
-def test_the_sequence_benchmark_runs_and_reports_both_arms(family):
+def test_the_sequence_benchmark_runs_and_reports_both_arms(family: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibration_sequence.py"), "--quick",
                            "--family", family],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})

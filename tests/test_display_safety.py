@@ -15,6 +15,8 @@ details, the origin), set to HTML and to terminal control sequences:
 
 from __future__ import annotations
 
+from typing import Any
+
 import io
 import json
 import re
@@ -57,7 +59,7 @@ TERMINAL = [f"{MARK}\x1b[31mred\x1b[0m", f"{MARK}\x1b]0;{MARK} title\x07", f"{MA
 CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
-def payloads():
+def payloads() -> Any:
     """An HTML payload and a terminal one (in either order), then up to 6 characters
     hypothesis picks among controls, markup and text: each example tries both kinds."""
     tail = st.text(st.sampled_from("\x1b\x07\x00\r\t\n\x9b<>\"'&=:[]/ ;aZ"), max_size=6)
@@ -68,7 +70,7 @@ def payloads():
 
 # --- every string-valued field of a record, from the schema (a field added later is covered) ----------
 
-def _text_setter(hint):
+def _text_setter(hint: Any) -> Any:
     """How a payload is stored in a field of this type, or None for a field holding no text."""
     args = typing.get_args(hint)
     if typing.get_origin(hint) is dict:  # the details: their keys and values, below
@@ -82,13 +84,13 @@ def _text_setter(hint):
     return None
 
 
-def _field_edit(section: str, name: str, setter):
-    def edit(rec: dict, payload: str) -> None:
+def _field_edit(section: str, name: str, setter: Any) -> Any:
+    def edit(rec: dict[str, Any], payload: str) -> None:
         rec[section][name] = setter(rec[section].get(name), payload)
     return edit
 
 
-def string_fields() -> dict[str, typing.Callable[[dict, str], None]]:
+def string_fields() -> dict[str, typing.Callable[[dict[str, Any], str], None]]:
     fields = {}
     for section, cls in (("config", Config), ("measurement", Measurement)):
         for name, hint in typing.get_type_hints(cls).items():
@@ -96,7 +98,7 @@ def string_fields() -> dict[str, typing.Callable[[dict, str], None]]:
             if setter is not None:
                 fields[f"{section}.{name}"] = _field_edit(section, name, setter)
 
-    def details_value(rec, p):  # the keys displays read from details (bottleneck: the pre-issue-11 form)
+    def details_value(rec: Any, p: Any) -> None:  # the keys displays read from details (bottleneck: the pre-issue-11 form)
         rec["measurement"]["bottleneck"] = None
         rec["measurement"]["details"] = {**rec["measurement"]["details"], "bottleneck": p,
                                          "throughput_source": p, "note": p}
@@ -113,7 +115,7 @@ FIELDS = string_fields()
 NEVER_SHOWN = {"measurement.details (key)"}
 
 
-def attack(src: Path, dst: Path, numbers, edit) -> None:
+def attack(src: Path, dst: Path, numbers: Any, edit: Any) -> None:
     """Copy the study and edit the records of trials `numbers` in the storage's table, as
     someone with write access to a shared study would (Optuna refuses to change a finished trial)."""
     with closing(sqlite3.connect(src)) as source, closing(sqlite3.connect(dst)) as copy:
@@ -134,7 +136,7 @@ def counts(html: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One study made by tune (shared by every example) with a timed-out trial added (its
     reason is shown), its best trial, and its clean report's counts."""
     folder = tmp_path_factory.mktemp("display")
@@ -150,7 +152,7 @@ def pristine(tmp_path_factory):
     return db, study.best_trial.number, counts(page.read_text())
 
 
-def run(capsys, argv) -> tuple[int, str]:
+def run(capsys: pytest.CaptureFixture[str], argv: Any) -> tuple[int, str]:
     """Exit code and all the command printed; never an internal error, whatever the record held."""
     code, out, err = run_cli(capsys, *argv)
     assert "internal error" not in err, err
@@ -169,7 +171,7 @@ def live_table(url: str) -> str:
     return console.file.getvalue()
 
 
-def attacked(tmp_path_factory, pristine, field: str, payload: str) -> tuple[str, int]:
+def attacked(tmp_path_factory: pytest.TempPathFactory, pristine: Any, field: str, payload: str) -> tuple[str, int]:
     db, best, _ = pristine
     folder = tmp_path_factory.mktemp("attacked")
     attack(db, folder / "study.db", {0, best, FAILED}, lambda rec: FIELDS[field](rec, payload))
@@ -185,7 +187,7 @@ SETTINGS = settings(max_examples=2, deadline=None, database=None, phases=[Phase.
 @pytest.mark.parametrize("field", FIELDS)
 @SETTINGS
 @given(payload=payloads())
-def test_no_stored_payload_runs_in_the_report_or_the_terminal(tmp_path_factory, capsys, pristine, field, payload):
+def test_no_stored_payload_runs_in_the_report_or_the_terminal(tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], pristine: Any, field: Any, payload: Any) -> None:
     url, best = attacked(tmp_path_factory, pristine, field, payload)
     storage = ["--storage", url]
     page = Path(url.removeprefix("sqlite:///")).with_name("report.html")
@@ -208,7 +210,7 @@ def test_no_stored_payload_runs_in_the_report_or_the_terminal(tmp_path_factory, 
     assert any(MARK in s for s in shown + [text]) or field in NEVER_SHOWN, field
 
 
-def test_the_checks_catch_a_payload_left_raw(pristine):
+def test_the_checks_catch_a_payload_left_raw(pristine: Any) -> None:
     """What the property checks is not vacuous: a page or output holding a payload raw fails it."""
     _, _, clean = pristine
     assert all(counts(f"<td>{p}</td>") != {k: 0 for k in DANGEROUS} for p in HTML[:5])
@@ -217,7 +219,7 @@ def test_the_checks_catch_a_payload_left_raw(pristine):
 
 # --- must show 3: a wrong type is one line naming the trial and the field; the rest shows ---------------
 
-def test_a_wrong_type_is_one_line_naming_trial_and_field_and_show_lists_the_rest(tmp_path, capsys, pristine):
+def test_a_wrong_type_is_one_line_naming_trial_and_field_and_show_lists_the_rest(tmp_path: Path, capsys: pytest.CaptureFixture[str], pristine: Any) -> None:
     db, best, _ = pristine
     dst = tmp_path / "study.db"
     attack(db, dst, {best}, lambda rec: rec["config"].__setitem__("gradient_accumulation", "8"))
@@ -236,7 +238,7 @@ def test_a_wrong_type_is_one_line_naming_trial_and_field_and_show_lists_the_rest
     assert f"trial {best} config: 'gradient_accumulation'" in text
 
 
-def test_an_unknown_enum_in_the_measurement_names_trial_and_field(tmp_path, capsys, pristine):
+def test_an_unknown_enum_in_the_measurement_names_trial_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], pristine: Any) -> None:
     db, best, _ = pristine
     dst = tmp_path / "study.db"
     attack(db, dst, {0}, lambda rec: rec["measurement"].__setitem__("failure", "meltdown"))
@@ -249,7 +251,7 @@ def test_an_unknown_enum_in_the_measurement_names_trial_and_field(tmp_path, caps
 
 # --- must show 2: the report in headless Chromium runs no script from a record -------------------------
 
-def test_the_report_of_an_attacked_study_runs_no_stored_script_in_chromium(tmp_path, capsys, pristine):
+def test_the_report_of_an_attacked_study_runs_no_stored_script_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str], pristine: Any) -> None:
     browser = _chromium()
     if browser is None:
         pytest.skip("no chromium on PATH (apt-get install chromium); CI runs this test")
@@ -257,7 +259,7 @@ def test_the_report_of_an_attacked_study_runs_no_stored_script_in_chromium(tmp_p
     readable = ("measurement.reason", "measurement.bottleneck", "config.splits", "config.checkpoints", "origin",
                 "measurement.details (key)", "measurement.breakdown")
 
-    def every_text_field(rec):  # each readable text field gets one of the HTML payloads
+    def every_text_field(rec: Any) -> None:  # each readable text field gets one of the HTML payloads
         for i, field in enumerate(readable):
             FIELDS[field](rec, HTML[i % len(HTML)])
     attack(db, tmp_path / "edited.db", {0, best, FAILED}, every_text_field)

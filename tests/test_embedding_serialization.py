@@ -3,6 +3,8 @@ the transformer space through the estimate to the PopTorch code and the IPUConfi
 
 from __future__ import annotations
 
+from typing import Any
+
 import random
 
 import pytest
@@ -31,12 +33,12 @@ GPT2 = Problem("hf:gpt2", 1, task="causal-lm", seq_len=16, ipus=4)
     (Problem("hf:bert-base-uncased", 4, task="question-answering"), 2, "projects onto the vocabulary"),
     (Problem("resnet18", 4), 2, "needs an hf: model"),
 ])
-def test_rules_refuse_a_factor_without_a_vocabulary_head(problem, factor, message):
+def test_rules_refuse_a_factor_without_a_vocabulary_head(problem: Any, factor: int, message: str) -> None:
     found = violations(problem, Config(embedding_serialization=factor))
     assert found and message in found[0]
 
 
-def test_rules_accept_every_factor_on_a_vocabulary_head_the_export_pads_what_it_must():
+def test_rules_accept_every_factor_on_a_vocabulary_head_the_export_pads_what_it_must() -> None:
     assert violations(BERT_MLM, Config(embedding_serialization=2)) == []
     assert violations(BERT_MLM, Config(embedding_serialization=4)) == []  # 30,522 padded to 30,524
     assert violations(T5, Config(embedding_serialization=8)) == []
@@ -48,7 +50,7 @@ def test_rules_accept_every_factor_on_a_vocabulary_head_the_export_pads_what_it_
     (Problem("hf:bert-base-uncased", 4, task="question-answering"), {1}),
     (Problem("vit_b_16", 2), {1}),
 ])
-def test_the_transformer_space_searches_only_factors_that_apply(problem, expected):
+def test_the_transformer_space_searches_only_factors_that_apply(problem: Any, expected: Any) -> None:
     space = SearchSpace.load(problem)
     profile = profile_for(problem)
     rng = random.Random(3)
@@ -56,7 +58,7 @@ def test_the_transformer_space_searches_only_factors_that_apply(problem, expecte
     assert seen == expected
 
 
-def test_cnn_space_never_serialises():
+def test_cnn_space_never_serialises() -> None:
     problem = Problem("resnet18", 4)
     space = SearchSpace.load(problem)
     rng = random.Random(0)
@@ -64,7 +66,7 @@ def test_cnn_space_never_serialises():
             for _ in range(20)} == {1}
 
 
-def test_the_estimate_splits_the_projection_temporaries_not_its_weights():
+def test_the_estimate_splits_the_projection_temporaries_not_its_weights() -> None:
     backend = EstimateBackend()
     plain = backend.measure(BERT_MLM, PIPELINE)
     two = backend.measure(BERT_MLM, PIPELINE.replace(embedding_serialization=2))
@@ -75,7 +77,7 @@ def test_the_estimate_splits_the_projection_temporaries_not_its_weights():
     assert two.breakdown[1:] == plain.breakdown[1:]  # the encoder IPUs are untouched
 
 
-def test_m21_head_ipu_shrinks_with_each_factor_but_stays_out_of_memory():
+def test_m21_head_ipu_shrinks_with_each_factor_but_stays_out_of_memory() -> None:
     """mT5's untied 250112-word head alone on IPU3: serialising shrinks its temporaries only;
     its on-chip AdamW state still overflows (optimum's notebook also moved state off chip)."""
     problem = Problem("hf:mt5-small", 1, task="seq2seq-lm", seq_len=128, optimizer="adamw", ipus=4)
@@ -87,20 +89,20 @@ def test_m21_head_ipu_shrinks_with_each_factor_but_stays_out_of_memory():
     assert not EstimateBackend().measure(problem, config.replace(embedding_serialization=8)).feasible
 
 
-def test_config_key_round_trips_and_old_configs_keep_their_dict():
+def test_config_key_round_trips_and_old_configs_keep_their_dict() -> None:
     assert "embedding_serialization" not in Config().to_dict()
     c = Config(embedding_serialization=2)
     assert Config.from_dict(c.to_dict()) == c
 
 
-def test_ipu_config_export_carries_the_factor():
+def test_ipu_config_export_carries_the_factor() -> None:
     # FP16 weights with FP16 optimizer state and stochastic rounding: what IPUTrainer trains
     config = PIPELINE.replace(embedding_serialization=2, optimizer_state="half", stochastic_rounding=True)
     exported = ipu_config(BERT_MLM, config, profile_for(BERT_MLM))
     assert exported["embedding_serialization_factor"] == 2
 
 
-def _through_fake_poptorch(snippet: str, model, *batch):
+def _through_fake_poptorch(snippet: str, model: Any, *batch: Any) -> Any:
     """The snippet's TrainingModel run on the fake SDK: its loss, the (mode, factor) of each
     serialised matmul PopTorch received, and the OutputChannels mode to compare them with."""
     from conftest_fake_sdk import fake_sdk
@@ -108,7 +110,7 @@ def _through_fake_poptorch(snippet: str, model, *batch):
     with fake_sdk() as poptorch:
         from poptorch import ops
 
-        ns: dict = {}
+        ns: dict[str, Any] = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)
         training = ns["TrainingModel"](model)
         ops.serialized_matmuls.clear()
@@ -118,7 +120,7 @@ def _through_fake_poptorch(snippet: str, model, *batch):
 
 
 @pytest.mark.slow
-def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_the_same_loss():
+def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_the_same_loss() -> None:
     """Config -> snippet -> fake PopTorch: the factor PopTorch receives is the config's, in
     OutputChannels mode, and the serialised projection gives the plain model's loss."""
     torch.manual_seed(0)
@@ -138,7 +140,7 @@ def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_
 
 
 @pytest.mark.slow
-def test_a_vocabulary_the_factor_does_not_divide_is_padded_and_the_loss_is_unchanged():
+def test_a_vocabulary_the_factor_does_not_divide_is_padded_and_the_loss_is_unchanged() -> None:
     """GPT-2's 50,257 words at factor 4: the snippet pads the tied embedding to 50,260 (as
     optimum-graphcore does), PopTorch gets a factor that divides, and the padding words'
     logits are masked so the loss is the unpadded model's."""
@@ -159,7 +161,7 @@ def test_a_vocabulary_the_factor_does_not_divide_is_padded_and_the_loss_is_uncha
     assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
 
 
-def test_the_fake_refuses_a_factor_that_does_not_divide_like_popart():
+def test_the_fake_refuses_a_factor_that_does_not_divide_like_popart() -> None:
     from conftest_fake_sdk import fake_sdk
 
     with fake_sdk() as poptorch:

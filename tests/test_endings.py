@@ -34,7 +34,7 @@ NO_FIT = ("resnet50", "--batch-size", "128", "--target", "mk1", "--ipus", "1", "
 
 
 @pytest.mark.slow
-def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_path, capsys, monkeypatch):
+def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     out = run_cli_process(*NO_FIT, cwd=tmp_path)
     assert out.returncode == 3, out.stderr[-2000:]
     text = " ".join(out.stdout.split())  # words, whatever the wrapping
@@ -61,7 +61,7 @@ def test_nothing_fits_exits_3_with_the_closest_trial_and_what_would_help(tmp_pat
                                                                           for c in helps)
 
 
-def test_exit_codes_are_documented():
+def test_exit_codes_are_documented() -> None:
     import ipu_autotune.cli as cli
 
     assert "3 the study ran but\nno trial fits" in cli.__doc__
@@ -85,7 +85,7 @@ def _study_with(states: list[str]) -> optuna.Study:
     return study
 
 
-def test_resume_point_names_the_next_trial_after_an_interrupt():
+def test_resume_point_names_the_next_trial_after_an_interrupt() -> None:
     # Trials 0-2 done, 3 interrupted (failed) and its retry queued as trial 4: the next trial is 4.
     study = _study_with(["complete", "complete", "complete", "fail", "waiting"])
     assert _resume_point(study) == "resuming: 4 trial(s) done, next is trial 4"
@@ -98,7 +98,7 @@ def _record(number: int, throughput: float, feasible: bool = True, origin: str =
     return TrialRecord(number, config or Config(), m, origin, "COMPLETE")
 
 
-def test_stars_count_the_whole_study_after_a_resume():
+def test_stars_count_the_whole_study_after_a_resume() -> None:
     earlier = [_record(0, 100.0, origin="baseline"), _record(1, 500.0)]
     console = Console(file=open(os.devnull, "w"), width=80, force_terminal=False)
     view = TuneView(console, total=2, earlier=earlier)
@@ -111,7 +111,7 @@ def test_stars_count_the_whole_study_after_a_resume():
     assert view.table.is_best(faster) and "★" in view.table.line(faster)
 
 
-def test_running_trials_have_a_row_after_the_finished_ones():
+def test_running_trials_have_a_row_after_the_finished_ones() -> None:
     table = TrialTable()
     table.add(_record(0, 100.0, origin="baseline"))
     table.running[1] = (Config(precision="16.16"), "sampled")
@@ -123,7 +123,7 @@ def test_running_trials_have_a_row_after_the_finished_ones():
 
 # --- study names ----------------------------------------------------------------------------------
 
-def test_study_name_names_every_problem_field_that_differs_from_its_default():
+def test_study_name_names_every_problem_field_that_differs_from_its_default() -> None:
     base = Problem("resnet101", 64)
     assert base.slug == "resnet101-bs64-2ipu-mk2"  # unchanged for existing studies
     assert Problem("resnet101", 64, optimizer="lamb").slug == "resnet101-bs64-2ipu-mk2-lamb"
@@ -149,7 +149,7 @@ def test_study_name_names_every_problem_field_that_differs_from_its_default():
     assert Problem("resnet101", 64, host_float_sample_s=8e-4).slug == base.slug
 
 
-def test_hf_study_names_carry_task_and_sequence_length_once():
+def test_hf_study_names_carry_task_and_sequence_length_once() -> None:
     bert = Problem("hf:bert-base-uncased", 8, task="masked-lm", seq_len=128)
     # a study of the optimum-graphcore target is another study (issue 24)
     assert Problem("hf:bert-base-uncased", 8, task="masked-lm", seq_len=128, trainer="optimum").slug == \
@@ -162,7 +162,7 @@ def test_hf_study_names_carry_task_and_sequence_length_once():
 
 # --- the trial line -------------------------------------------------------------------------------
 
-def test_trial_line_names_only_what_differs_from_the_baseline():
+def test_trial_line_names_only_what_differs_from_the_baseline() -> None:
     baseline = Config(ipus_per_replica=2, splits=("layer3.8",), gradient_accumulation=3,
                       available_memory_proportion=(0.6, 0.6))
     best = Config(precision="16.16", partials="half", ipus_per_replica=1, replicas=2, gradient_accumulation=8,
@@ -177,7 +177,7 @@ def test_trial_line_names_only_what_differs_from_the_baseline():
     assert tl.knob_text("dataloader_workers", 8) == "dataloader_workers=8"
 
 
-def test_short_verdicts_fit_their_column():
+def test_short_verdicts_fit_their_column() -> None:
     over = Measurement(feasible=False, source="estimate", failure="oom", max_tile_bytes=[700_000, 400_000],
                        capacity_bytes=[900_000_000] * 2, tile_capacity_bytes=638_976, required_bytes=[1, 1])
     assert tl.short_verdict(over).startswith("OOM +") and tl.short_verdict(over).endswith("IPU0")
@@ -188,7 +188,7 @@ def test_short_verdicts_fit_their_column():
 
 # --- one IPU, warm starts, search spaces ----------------------------------------------------------
 
-def test_one_ipu_export_sets_no_execution_strategy():
+def test_one_ipu_export_sets_no_execution_strategy() -> None:
     problem = Problem("resnet18", 16, ipus=1)
     code = render_snippet(problem, Config(execution="sharded", io_tiles=64))
     assert "ShardedExecution" not in code and "PipelinedExecution" not in code
@@ -197,7 +197,7 @@ def test_one_ipu_export_sets_no_execution_strategy():
     assert "ShardedExecution" in two
 
 
-def test_one_ipu_summary_does_not_report_an_execution_change():
+def test_one_ipu_summary_does_not_report_an_execution_change() -> None:
     from ipu_autotune.present.ui import changes
 
     lines = changes(Config(), Config(execution="sharded", io_tiles=64))
@@ -206,7 +206,7 @@ def test_one_ipu_summary_does_not_report_an_execution_change():
 
 
 @pytest.mark.slow
-def test_no_fix_warm_start_when_the_baseline_already_fits():
+def test_no_fix_warm_start_when_the_baseline_already_fits() -> None:
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
     from ipu_autotune.guide.warmstart import naive_baseline, proposals
@@ -218,7 +218,7 @@ def test_no_fix_warm_start_when_the_baseline_already_fits():
     assert origins[0] == "baseline" and not any(o.startswith("fix:") for o in origins)
 
 
-def test_search_spaces_live_at_the_top_level_and_are_found():
+def test_search_spaces_live_at_the_top_level_and_are_found() -> None:
     from ipu_autotune.search.space import builtin_space_dir, builtin_space_path
 
     assert (REPO / "search_spaces" / "default.toml").is_file()
@@ -227,7 +227,7 @@ def test_search_spaces_live_at_the_top_level_and_are_found():
     assert builtin_space_path("default").is_file()
 
 
-def test_the_wheel_build_copies_the_search_spaces_into_the_package(tmp_path):
+def test_the_wheel_build_copies_the_search_spaces_into_the_package(tmp_path: Path) -> None:
     """setup.py's build_py: what a non-editable install gets (the lookup's first place)."""
     out = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -236,7 +236,7 @@ def test_the_wheel_build_copies_the_search_spaces_into_the_package(tmp_path):
     assert copied == sorted(p.name for p in (REPO / "search_spaces").glob("*.toml"))
 
 
-def test_summary_memory_figures_agree_with_estimate():
+def test_summary_memory_figures_agree_with_estimate() -> None:
     """The summary's per-IPU cell and `estimate`'s row give the same total and busiest-tile use."""
     import re as _re
 

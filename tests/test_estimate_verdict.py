@@ -3,6 +3,10 @@ error bar straddles it, and the search's headroom on a line of its own (issue 42
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 import json
 
 from ipu_autotune.cli import main
@@ -27,7 +31,7 @@ gradient_accumulation = 4
 
 
 def test_a_config_at_97_percent_of_a_tile_fits_uncertain_and_the_headroom_is_a_line_of_its_own(
-        capsys, in_tmp, monkeypatch):
+        capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
     (in_tmp / "c.toml").write_text(NEAR_THE_LIMIT)
     assert main(["estimate", "--config", "c.toml", "--json"]) == 0
@@ -48,7 +52,7 @@ def test_a_config_at_97_percent_of_a_tile_fits_uncertain_and_the_headroom_is_a_l
     assert json.loads(capsys.readouterr()[0])["feasible"]
 
 
-def test_over_the_tile_limit_is_still_oom(capsys, in_tmp, monkeypatch):
+def test_over_the_tile_limit_is_still_oom(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
     (in_tmp / "c.toml").write_text(NEAR_THE_LIMIT.replace("batch_size = 41", "batch_size = 48"))
     assert main(["estimate", "--config", "c.toml"]) == 0

@@ -4,6 +4,8 @@ configuration that breaks a recipe rule."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
 
@@ -46,7 +48,7 @@ def optimizer_bytes(replicas: int, offload: bool, sharding: bool) -> list[int]:
 
 # --- must show 2: offload with replicated tensor sharding ---------------------------------------
 
-def test_sharding_divides_the_offloaded_state_on_chip_by_the_replicas():
+def test_sharding_divides_the_offloaded_state_on_chip_by_the_replicas() -> None:
     """PopART wires the optimizer op to the loaded, sharded tensor (popart
     willow/src/transforms/streamingmemoryopinserter.cpp, StreamingMemoryOpInserter::applyTensor),
     each replica loading (n - 1) / R + 1 elements of it (insertRemoteLoadOp): with the state
@@ -58,7 +60,7 @@ def test_sharding_divides_the_offloaded_state_on_chip_by_the_replicas():
         assert optimizer_bytes(replicas, offload=True, sharding=True)[0] == shard * ADAMW_FLOAT_STATE
 
 
-def test_sharding_on_chip_divides_each_tensor_but_those_under_8192_elements():
+def test_sharding_on_chip_divides_each_tensor_but_those_under_8192_elements() -> None:
     """On chip, each replica keeps its shard of every tensor of at least
     minElementsForReplicatedTensorSharding (8192) elements; biases and norms stay whole
     (StreamingMemoryOpInserter::determineTensorLocation, tooSmallForReplicatedTensorSharding)."""
@@ -71,14 +73,14 @@ def test_sharding_on_chip_divides_each_tensor_but_those_under_8192_elements():
     assert abs(sharded - (big / 2 + small) * ADAMW_FLOAT_STATE) <= 1
 
 
-def test_switching_sharding_changes_the_offload_streaming_time():
+def test_switching_sharding_changes_the_offload_streaming_time() -> None:
     p = gpt2(2)
     on = EstimateBackend().measure(p, gpt2_config(2, offload=True, sharding=True))
     off = EstimateBackend().measure(p, gpt2_config(2, offload=True, sharding=False))
     assert on.details["time_parts"]["weight_update"] < 0.6 * off.details["time_parts"]["weight_update"]
 
 
-def test_the_advice_never_says_turning_offload_off_saves_memory_on_gpt2():
+def test_the_advice_never_says_turning_offload_off_saves_memory_on_gpt2() -> None:
     p = gpt2(2)
     config = gpt2_config(2, offload=True, sharding=True)
     tips = suggestions(p, config, limit=50)
@@ -98,7 +100,7 @@ def _draw(seed: int, p: Problem) -> Config:
 @pytest.mark.slow
 @given(st.integers(0, 10**6))
 @SETTINGS
-def test_turning_offload_off_never_lowers_on_chip_memory(seed):
+def test_turning_offload_off_never_lowers_on_chip_memory(seed: Any) -> None:
     p = _problem()
     c = _draw(seed, p).replace(optimizer_offload=True)
     for sharding in ((False, True) if c.replicas > 1 else (False,)):
@@ -120,7 +122,7 @@ def one_line_exit_2(code: int, err: str, *needles: str) -> None:
         assert needle in lines[0], lines[0]
 
 
-def test_a_container_split_begins_its_first_layer():
+def test_a_container_split_begins_its_first_layer() -> None:
     """Graphcore's pipelined ResNet-50 splits at `layer2`, `layer3`, `layer4` (calibration M5):
     each stage begins at the container's first block, not at the block before it."""
     p = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, max_global_batch=4096)
@@ -133,7 +135,7 @@ def test_a_container_split_begins_its_first_layer():
     assert suggestions(p, c)  # the advice places the same stages (was: KeyError 'layer2')
 
 
-def _tiles(m) -> int:
+def _tiles(m: Any) -> int:
     return m.capacity_bytes[0] // m.tile_capacity_bytes
 
 
@@ -144,7 +146,7 @@ PROBLEMS = (_problem(), Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=
 
 @given(st.integers(0, 10**6), st.sampled_from(PROBLEMS), st.sampled_from([0.0, 0.05]))
 @SETTINGS
-def test_every_suggestion_claims_what_its_whole_configuration_re_estimates_to(seed, p, headroom):
+def test_every_suggestion_claims_what_its_whole_configuration_re_estimates_to(seed: Any, p: Any, headroom: Any) -> None:
     config = _draw(seed, p)
     backend = EstimateBackend(headroom=headroom)
     base = backend.measure(p, config)
@@ -169,7 +171,7 @@ def test_every_suggestion_claims_what_its_whole_configuration_re_estimates_to(se
 
 # --- must show 4: estimate answers for a configuration that breaks a recipe rule ------------------
 
-def test_estimate_above_the_global_batch_ceiling_prints_the_verdict_and_the_rule(capsys, in_tmp):
+def test_estimate_above_the_global_batch_ceiling_prints_the_verdict_and_the_rule(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     args = ["estimate", "resnet18", "--batch-size", "16", "--set", "ipus_per_replica=1", "--set", "splits=[]",
             "--set", "replicas=2", "--set", "gradient_accumulation=128"]
     code = main(args)
@@ -188,7 +190,7 @@ def test_estimate_above_the_global_batch_ceiling_prints_the_verdict_and_the_rule
     assert len(result["rules_broken"]) == 1 and "above the ceiling 2048" in result["rules_broken"][0]
 
 
-def test_estimate_within_the_recipe_exits_0_and_a_broken_hardware_rule_still_exits_2(capsys, in_tmp):
+def test_estimate_within_the_recipe_exits_0_and_a_broken_hardware_rule_still_exits_2(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     base = ["estimate", "resnet18", "--batch-size", "16", "--set", "ipus_per_replica=1", "--set", "splits=[]"]
     assert main(base + ["--json"]) == 0
     assert json.loads(capsys.readouterr()[0])["rules_broken"] == []
@@ -196,7 +198,7 @@ def test_estimate_within_the_recipe_exits_0_and_a_broken_hardware_rule_still_exi
     one_line_exit_2(code, capsys.readouterr()[1], "power of two")
 
 
-def test_the_search_keeps_the_recipe_rules_hard(capsys, in_tmp):
+def test_the_search_keeps_the_recipe_rules_hard(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     (in_tmp / "base.toml").write_text("[config]\nipus_per_replica = 1\nsplits = []\nreplicas = 2\n"
                                       "gradient_accumulation = 128\n")
     code = main(["resnet18", "--batch-size", "16", "--baseline", "base.toml", "--storage",
@@ -205,7 +207,7 @@ def test_the_search_keeps_the_recipe_rules_hard(capsys, in_tmp):
     assert not (in_tmp / "study.db").exists()
 
 
-def test_exit_code_4_is_documented():
+def test_exit_code_4_is_documented() -> None:
     import ipu_autotune.cli as cli
     from pathlib import Path
 

@@ -1,5 +1,7 @@
 """Monotonicity the estimator must keep, over configs drawn from the default search space."""
 
+from typing import Any
+
 import math
 
 import optuna
@@ -17,23 +19,23 @@ BATCHES = (2, 4, 8, 16)  # batch-norm cannot train on one value per channel
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def problem(batch=4):
+def problem(batch: Any=4) -> Any:
     return Problem("resnet18", batch, input_shape=(3, 32, 32), num_classes=10, ipus=4)
 
 
-def draw_config(seed, p=None):
+def draw_config(seed: Any, p: Any=None) -> Any:
     p = p or problem()
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     return SearchSpace.load(p).sample(study.ask(), p, profile_for(p))
 
 
-def measure(p, c):
+def measure(p: Any, c: Any) -> Any:
     return estimate(p, c, profile_for(p))
 
 
 @given(st.integers(0, 10**6), st.sampled_from(BATCHES), st.sampled_from(BATCHES))
 @SETTINGS
-def test_more_micro_batch_never_needs_less_memory(seed, a, b):
+def test_more_micro_batch_never_needs_less_memory(seed: Any, a: Any, b: Any) -> None:
     small, large = problem(min(a, b)), problem(max(a, b))
     c = draw_config(seed, small)
     for x, y in zip(measure(small, c).required_bytes, measure(large, c).required_bytes):
@@ -42,7 +44,7 @@ def test_more_micro_batch_never_needs_less_memory(seed, a, b):
 
 @given(st.integers(0, 10**6))
 @SETTINGS
-def test_fp16_never_needs_more_than_fp32(seed):
+def test_fp16_never_needs_more_than_fp32(seed: Any) -> None:
     p = problem()
     c = draw_config(seed)
     fp32 = c.replace(precision="32.32", partials="float", loss_scaling=1.0, stochastic_rounding=False)
@@ -53,7 +55,7 @@ def test_fp16_never_needs_more_than_fp32(seed):
 
 @given(st.integers(0, 10**6))
 @SETTINGS
-def test_offload_and_sharding_never_add_on_chip_memory(seed):
+def test_offload_and_sharding_never_add_on_chip_memory(seed: Any) -> None:
     p = problem()
     c = draw_config(seed).replace(optimizer_offload=False, replicated_tensor_sharding=False)
     base = measure(p, c).required_bytes
@@ -65,7 +67,7 @@ def test_offload_and_sharding_never_add_on_chip_memory(seed):
 
 @given(st.integers(0, 10**6), st.floats(0.05, 1.0), st.floats(0.05, 1.0))
 @SETTINGS
-def test_lower_amp_never_makes_a_step_faster(seed, a, b):
+def test_lower_amp_never_makes_a_step_faster(seed: Any, a: Any, b: Any) -> None:
     p = problem()
     c = draw_config(seed)
     lo, hi = min(a, b), max(a, b)
@@ -76,7 +78,7 @@ def test_lower_amp_never_makes_a_step_faster(seed, a, b):
 
 @given(st.integers(0, 10**6))
 @SETTINGS
-def test_estimates_are_finite_and_non_negative(seed):
+def test_estimates_are_finite_and_non_negative(seed: Any) -> None:
     p = problem()
     c = draw_config(seed)
     assert violations(p, c, profile_for(p).module_order) == []
@@ -86,7 +88,7 @@ def test_estimates_are_finite_and_non_negative(seed):
     assert m.overflow_bytes >= 0 and (m.overflow_bytes == 0) == m.feasible
 
 
-def test_overflow_is_reported_per_busiest_tile():
+def test_overflow_is_reported_per_busiest_tile() -> None:
     p = Problem("resnet50", 64, input_shape=(3, 224, 224), ipus=1)
     m = measure(p, draw_config(0, p).replace(precision="32.32", ipus_per_replica=1, replicas=1, splits=(),
                                              recompute="none", checkpoints=(), available_memory_proportion=(0.6,),

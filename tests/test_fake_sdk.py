@@ -5,6 +5,9 @@ In-process (no subprocess): the fake is importable only inside the `poptorch` fi
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
 import itertools
 import json
 
@@ -24,7 +27,7 @@ from ipu_autotune.problem import Config, Problem
 
 
 @pytest.fixture(scope="module")
-def poptorch(tmp_path_factory):
+def poptorch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     global _REPORTS
     _REPORTS = tmp_path_factory.mktemp("fake-reports")
     with fake_sdk() as module:
@@ -45,12 +48,12 @@ def problem(batch: int = 8, optimizer: str = "adamw") -> Problem:
                    optimizer=optimizer, ipus=8)
 
 
-def compile_snippet(poptorch, p: Problem, c: Config, snippet: str | None = None):
+def compile_snippet(poptorch: Any, p: Problem, c: Config, snippet: str | None = None) -> Any:
     """What the trial child does, in-process: exec the snippet, add tuner options, compile.
 
     Returns (executor, error or None, report dir).
     """
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(snippet or render_snippet(p, c), ns)
     model = ns["TrainingModel"](build_model(p.model, p.num_classes, device="cpu"))
     opts = ns["make_options"]()
@@ -98,7 +101,7 @@ def expected(c: Config) -> Config:
 
 
 @pytest.mark.parametrize("name", list(SPREAD))
-def test_snippet_and_tuner_options_compile_against_the_fake(poptorch, name):
+def test_snippet_and_tuner_options_compile_against_the_fake(poptorch: Any, name: Any) -> None:
     p, c = SPREAD[name]
     training, error, report = compile_snippet(poptorch, p, c)
     assert error is None, f"{name}: {error}"
@@ -111,7 +114,7 @@ def test_snippet_and_tuner_options_compile_against_the_fake(poptorch, name):
     assert training.isCompiled() and not training.isAttachedToDevice()  # offline target
 
 
-def test_fp16_input_with_fp32_weights_is_upcast_by_poptorch(poptorch):
+def test_fp16_input_with_fp32_weights_is_upcast_by_poptorch(poptorch: Any) -> None:
     """16.32 exports half inputs and float weights; PopTorch 3.x upcasts mixed ops to fp32
     (supported_ops.rst), so the fake computes (and counts memory) in fp32. See the report."""
     p, c = problem(), Config(precision="16.32")
@@ -121,7 +124,7 @@ def test_fp16_input_with_fp32_weights_is_upcast_by_poptorch(poptorch):
     assert training.fake_record["config"].precision == "32.32"
 
 
-def test_a_typo_or_a_float_in_the_snippet_is_rejected(poptorch):
+def test_a_typo_or_a_float_in_the_snippet_is_rejected(poptorch: Any) -> None:
     p, c = problem(), Config(gradient_accumulation=8)
     good = render_snippet(p, c)
     assert "opts.Training.gradientAccumulation(8)" in good
@@ -133,7 +136,7 @@ def test_a_typo_or_a_float_in_the_snippet_is_rejected(poptorch):
 
 # --- Options: types, keys, freezing ------------------------------------------------------------
 
-def test_option_values_are_type_checked_like_optionsdict_set(poptorch):
+def test_option_values_are_type_checked_like_optionsdict_set(poptorch: Any) -> None:
     opts = poptorch.Options()
     with pytest.raises(AssertionError, match="Unexpected type"):
         opts.Training.gradientAccumulation(8.0)
@@ -161,7 +164,7 @@ def test_option_values_are_type_checked_like_optionsdict_set(poptorch):
     assert opts._Popart.options["automaticLossScalingSettings.enabled"] is True
 
 
-def test_options_freeze_on_training_model_and_clone_unfreezes(poptorch):
+def test_options_freeze_on_training_model_and_clone_unfreezes(poptorch: Any) -> None:
     opts = poptorch.Options()
     model = build_model(SMALL_CNN, 10, device="cpu")
     poptorch.trainingModel(_with_loss(model), opts)
@@ -177,7 +180,7 @@ def test_options_freeze_on_training_model_and_clone_unfreezes(poptorch):
         poptorch.Options().toDict()  # why the tuner logs repr(opts) (pitfall 13)
 
 
-def test_popart_keys_and_engine_options_are_checked_at_compile(poptorch):
+def test_popart_keys_and_engine_options_are_checked_at_compile(poptorch: Any) -> None:
     cases = [
         (lambda o: o._Popart.set("autoRecomputation", True), "Unknown bool option autoRecomputation"),
         (lambda o: o._Popart.set("autoRecompute", 3), "Unknown uint64 option autoRecompute"),
@@ -192,7 +195,7 @@ def test_popart_keys_and_engine_options_are_checked_at_compile(poptorch):
             training.compile(torch.zeros(4, 3, 32, 32), torch.zeros(4, dtype=torch.long))
 
 
-def test_compile_needs_the_full_host_batch_and_pipelining_needs_accumulation(poptorch):
+def test_compile_needs_the_full_host_batch_and_pipelining_needs_accumulation(poptorch: Any) -> None:
     opts = poptorch.Options().deviceIterations(2)
     opts.Training.gradientAccumulation(4)
     training = poptorch.trainingModel(_with_loss(build_model(SMALL_CNN, 10, "cpu")), opts)
@@ -206,7 +209,7 @@ def test_compile_needs_the_full_host_batch_and_pipelining_needs_accumulation(pop
         in error.message
 
 
-def test_optimizers_take_poptorch_kwargs_and_assert_like_poptorch(poptorch):
+def test_optimizers_take_poptorch_kwargs_and_assert_like_poptorch(poptorch: Any) -> None:
     params = list(torch.nn.Linear(2, 2).parameters())
     optim = poptorch.optim
     half = torch.float16
@@ -228,7 +231,7 @@ def test_optimizers_take_poptorch_kwargs_and_assert_like_poptorch(poptorch):
         optim.Adam(params, amsgrad=True)
 
 
-def test_blocks_and_wrapping_follow_poptorch_rules(poptorch):
+def test_blocks_and_wrapping_follow_poptorch_rules(poptorch: Any) -> None:
     model = build_model(SMALL_CNN, 10, "cpu")
     poptorch.BeginBlock(model.block2, ipu_id=1)
     with pytest.raises(poptorch.Error, match="already been assigned to a block"):
@@ -250,7 +253,7 @@ def test_blocks_and_wrapping_follow_poptorch_rules(poptorch):
         training(torch.zeros(2, 3, 32, 32), torch.zeros(2, dtype=torch.long))
 
 
-def test_error_fields_live_on_the_class_and_oom_writes_a_profile(poptorch):
+def test_error_fields_live_on_the_class_and_oom_writes_a_profile(poptorch: Any) -> None:
     with fake_sdk() as fresh:  # a fresh import: nothing raised yet
         assert not hasattr(fresh.Error, "type")
         p, c = problem(batch=2048), Config()
@@ -266,9 +269,9 @@ def test_error_fields_live_on_the_class_and_oom_writes_a_profile(poptorch):
     assert sum(memory.breakdown[0].values()) == memory.required_bytes[0]
 
 
-def test_without_allow_out_of_memory_an_oom_leaves_no_profile(poptorch):
+def test_without_allow_out_of_memory_an_oom_leaves_no_profile(poptorch: Any) -> None:
     p = problem(batch=2048)
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(render_snippet(p, Config()), ns)
     model = ns["TrainingModel"](build_model(p.model, 10, "cpu"))
     opts = ns["make_options"]().useOfflineIpuTarget(2)
@@ -281,7 +284,7 @@ def test_without_allow_out_of_memory_an_oom_leaves_no_profile(poptorch):
 
 
 @pytest.mark.slow
-def test_the_fake_compile_disagrees_with_the_nominal_estimator_near_the_boundary(poptorch):
+def test_the_fake_compile_disagrees_with_the_nominal_estimator_near_the_boundary(poptorch: Any) -> None:
     """The fake's hardware is not the estimator's model: near capacity their verdicts differ."""
 
     def nominal_fits(batch: int) -> bool:
@@ -293,7 +296,7 @@ def test_the_fake_compile_disagrees_with_the_nominal_estimator_near_the_boundary
         assert error is None or "Out of memory" in error.message
         return error is None
 
-    def largest_fitting(fits) -> int:
+    def largest_fitting(fits: Any) -> int:
         lo, hi = 8, 4096  # fits(lo), not fits(hi)
         assert fits(lo) and not fits(hi)
         while hi - lo > 1:
@@ -307,7 +310,7 @@ def test_the_fake_compile_disagrees_with_the_nominal_estimator_near_the_boundary
     assert nominal_fits(nominal) and not fake_fits(nominal)  # screening says fits, compile says OOM
 
 
-def test_fake_profile_has_the_pva_paths_the_reference_lists(poptorch):
+def test_fake_profile_has_the_pva_paths_the_reference_lists(poptorch: Any) -> None:
     p, c = problem(batch=64), Config(ipus_per_replica=2, replicas=2, splits=("block2",), gradient_accumulation=3)
     _, error, report = compile_snippet(poptorch, p, c)
     assert error is None
@@ -328,14 +331,14 @@ def test_fake_profile_has_the_pva_paths_the_reference_lists(poptorch):
     assert json.loads(find_profile(report).read_text())["fake"]["config"]["splits"] == ["block2"]
 
 
-def _with_loss(model):
+def _with_loss(model: Any) -> Any:
     class WithLoss(torch.nn.Module):
-        def __init__(self, net):
+        def __init__(self, net: Any) -> None:
             super().__init__()
             self.net = net
             self.loss = torch.nn.CrossEntropyLoss()
 
-        def forward(self, x, labels):
+        def forward(self, x: Any, labels: Any) -> Any:
             out = self.net(x)
             return out, self.loss(out, labels)
 

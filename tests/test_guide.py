@@ -1,5 +1,7 @@
 """The guide learns how far compiles differ from the estimator and proposes configs that fit."""
 
+from typing import Any
+
 import math
 from dataclasses import replace
 
@@ -28,13 +30,13 @@ class HiddenIPU(Backend):
 
     name, source = "hidden", "compile"
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = estimate(problem, config, profile_for(problem), HIDDEN)
         m.source = "compile"
         return m
 
 
-def test_correction_is_the_measured_over_estimated_tile_ratio():
+def test_correction_is_the_measured_over_estimated_tile_ratio() -> None:
     profile = profile_for(PROBLEM)
     config = naive_baseline(PROBLEM, profile)
     measured = [(config, HiddenIPU().measure(PROBLEM, config))]
@@ -44,7 +46,7 @@ def test_correction_is_the_measured_over_estimated_tile_ratio():
 
 
 @pytest.mark.slow
-def test_guided_trials_fit_on_the_hidden_ipu():
+def test_guided_trials_fit_on_the_hidden_ipu() -> None:
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
@@ -66,7 +68,7 @@ def test_guided_trials_fit_on_the_hidden_ipu():
     assert len({r.config for r in done}) == len(done)
 
 
-def test_the_guides_climb_sees_the_corrected_model():
+def test_the_guides_climb_sees_the_corrected_model() -> None:
     """The climb walks CorrectedScreen: its answers must be the corrected ones, not the nominal
     estimate (a misplaced method once left the climb on the uncorrected model)."""
     from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, memory_distance, observe
@@ -93,14 +95,14 @@ def test_the_guides_climb_sees_the_corrected_model():
     assert mean < max(CorrectedScreen(model)(other).max_tile_bytes) <= mean * 1.1
 
 
-def _compiled(throughput, oom=False):
+def _compiled(throughput: Any, oom: Any=False) -> Any:
     from ipu_autotune.backends.base import Measurement
 
     return Measurement(feasible=not oom, source="compile", throughput=None if oom else throughput,
                        failure="oom" if oom else None)
 
 
-def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain():
+def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain() -> None:
     from ipu_autotune.guide.proposals import compiles_since_best
 
     config = naive_baseline(PROBLEM, profile_for(PROBLEM))
@@ -113,7 +115,7 @@ def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain():
 
 
 @pytest.mark.slow
-def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain():
+def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain() -> None:
     """The model alone said "stop" at compile 3-5, often before the tuner was within 5 %:
     the rule now also needs STOP_PATIENCE compiles in a row that did not beat the best. Once
     it applies, its note names the largest expected gain of an untried candidate on the
@@ -128,7 +130,7 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain
     guide = Guide(PROBLEM, profile, space, 0.05)
     runner = Runner(study, PROBLEM, profile, space, HiddenIPU(), guide=guide)
 
-    def check(stop, history):
+    def check(stop: Any, history: Any) -> None:
         assert compiles_since_best(history) >= STOP_PATIENCE
         assert f"the last {compiles_since_best(history)} compiles" in str(stop)
         assert stop.expected_gain < STOP_GAIN
@@ -152,7 +154,7 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain
 
 
 @pytest.mark.slow
-def test_a_layouts_compiles_set_its_prior():
+def test_a_layouts_compiles_set_its_prior() -> None:
     """The estimator's errors differ most between IPU layouts: a candidate far (in other knobs)
     from every compile still takes its own layout's error, not the mean over all layouts."""
     from ipu_autotune.guide.corrected import CorrectedModel, layout, observe
@@ -162,7 +164,7 @@ def test_a_layouts_compiles_set_its_prior():
     space = SearchSpace.load(PROBLEM)
     screen = Screen(PROBLEM, profile, NOMINAL, 0.0, None, space)
     items = [p.config for p in proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)]
-    by_layout: dict = {}
+    by_layout: dict[str, Any] = {}
     for c in items:
         if screen(c) is not None and screen(c).feasible:  # a compile that ran: it has a speed
             by_layout.setdefault(layout(c), c)
@@ -170,7 +172,7 @@ def test_a_layouts_compiles_set_its_prior():
     (a, ca), (b, cb) = list(by_layout.items())[:2]
     slow, fast = -0.7, 0.0  # layout a measured at half the estimate; layout b as estimated
 
-    def measured(c, log_ratio):
+    def measured(c: Any, log_ratio: Any) -> Any:
         m = replace(screen(c), source="compile")
         return c, replace(m, throughput=m.throughput * math.exp(log_ratio))
 
@@ -190,7 +192,7 @@ def test_a_layouts_compiles_set_its_prior():
 
 
 @pytest.mark.slow
-def test_the_first_round_of_parallel_workers_does_not_bet_everything_on_one_edge():
+def test_the_first_round_of_parallel_workers_does_not_bet_everything_on_one_edge() -> None:
     """With --jobs N, workers ask before any compile returns, and what the IPU holds beyond
     the estimate is unknown but shared. ResNet-152 on 2 IPUs (the baseline is over memory on
     the estimate, so every bet is the guide's): the estimator rates the 2-IPU pipeline about
@@ -225,7 +227,7 @@ def test_the_first_round_of_parallel_workers_does_not_bet_everything_on_one_edge
 
 
 @pytest.mark.slow
-def test_warm_starts_do_not_depend_on_string_hashing():
+def test_warm_starts_do_not_depend_on_string_hashing() -> None:
     """Equal-scoring climbs (host-bound ties) keep their order whatever PYTHONHASHSEED is: the
     first trials of a study are the same on every run."""
     import os
@@ -246,7 +248,7 @@ def test_warm_starts_do_not_depend_on_string_hashing():
     assert runs[0].stdout and runs[1].stdout == runs[0].stdout  # seeds 1 and 5 differed before
 
 
-def test_the_log_chance_to_fit_is_exact_where_the_chance_is_and_finite_where_it_under_flows():
+def test_the_log_chance_to_fit_is_exact_where_the_chance_is_and_finite_where_it_under_flows() -> None:
     """The chance to fit (statistics.NormalDist) under-flows to 0 past 8.3 spreads over the edge;
     where nothing fits, every candidate's does, and the guide ranks by the log of it."""
     from statistics import NormalDist

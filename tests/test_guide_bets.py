@@ -2,6 +2,8 @@
 climbs on expected throughput) and its expected-gain rule compiles what pays; its split moves
 carry their checkpoints (guide/corrected.py)."""
 
+from typing import Any
+
 import pytest
 
 from ipu_autotune.backends.estimate import estimate
@@ -20,12 +22,12 @@ RATIO = 1.357
 
 
 @pytest.fixture(scope="module")
-def setup():
+def setup() -> Any:
     profile = profile_for(PROBLEM)
     return profile, SearchSpace.load(PROBLEM)
 
 
-def _fast_without_accumulation(profile) -> Config:
+def _fast_without_accumulation(profile: Any) -> Config:
     """What the guide reached on a hidden IPU before it could bet: FP16, sharded over 2 IPUs,
     all recomputed, the optimizer state offloaded, no gradient accumulation. Each weight
     update streams the offloaded state, so accumulation (which adds gradient accumulators,
@@ -39,7 +41,7 @@ def _fast_without_accumulation(profile) -> Config:
         eight_bit_io=True, io_tiles=0, loader_mode="async", loader_workers=0), "test")
 
 
-def _compiled(config: Config, profile, ratio: float = RATIO):
+def _compiled(config: Config, profile: Any, ratio: float = RATIO) -> Any:
     """A compile on an IPU whose busiest tile is `ratio` x the estimate: totals only, no breakdown."""
     m = estimate(PROBLEM, config, profile)
     m.source, m.breakdown = "compile", []
@@ -51,7 +53,7 @@ def _compiled(config: Config, profile, ratio: float = RATIO):
     return m
 
 
-def _stalled(profile):
+def _stalled(profile: Any) -> Any:
     """Four compiles of one config and its loader variants: none beat the first."""
     anchor = _fast_without_accumulation(profile)
     configs = [anchor] + [anchor.replace(loader_workers=w) for w in (1, 2, 4)]
@@ -59,7 +61,7 @@ def _stalled(profile):
 
 
 @pytest.mark.slow
-def test_split_moves_carry_their_checkpoints(setup):
+def test_split_moves_carry_their_checkpoints(setup: Any) -> None:
     """warmstart's split moves keep the old checkpoints, which the space then drops (all
     recomputed with none kept: twice the memory). The guide's own moves re-derive them."""
     profile, space = setup
@@ -78,7 +80,7 @@ def test_split_moves_carry_their_checkpoints(setup):
 
 
 @pytest.mark.slow
-def test_split_moves_shift_a_pipelines_boundaries_together():
+def test_split_moves_shift_a_pipelines_boundaries_together() -> None:
     """A pipeline whose first stage holds more than the estimate says (BERT's embeddings on a
     random hidden IPU, draw 20031) fits when every boundary moves one layer earlier: each
     single move overloads a middle stage, so no climb of single moves reached it."""
@@ -96,7 +98,7 @@ def test_split_moves_shift_a_pipelines_boundaries_together():
 
 
 @pytest.mark.slow
-def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candidate_over_memory(setup):
+def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candidate_over_memory(setup: Any) -> None:
     """The case the ResNet-152 benchmark missed: every compile so far without accumulation;
     any accumulation adds gradient accumulators the corrected model puts over memory at this
     split, so the guide kept compiling variations of the same speed. A climb on expected
@@ -121,7 +123,7 @@ def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candid
 
 
 @pytest.mark.slow
-def test_the_guides_proposals_do_not_depend_on_string_hashing():
+def test_the_guides_proposals_do_not_depend_on_string_hashing() -> None:
     """The candidate pool was a set: equally ranked candidates came out in string-hash order,
     so a run's proposals changed with PYTHONHASHSEED (one benchmark seed reached the best at
     compile 4 or never, by the hash)."""

@@ -16,7 +16,7 @@ from ipu_autotune.search.space import SearchSpace
 PIPELINE, SHARDED = (2, 1, "pipelined"), (2, 1, "sharded")
 
 
-def test_a_lean_bet_in_another_layout_adds_more_than_a_second_bet_at_the_same_edge():
+def test_a_lean_bet_in_another_layout_adds_more_than_a_second_bet_at_the_same_edge() -> None:
     """A running bet at 0.90 of a tile runs out wherever the IPU holds more than the estimate
     by about 11 %; a second bet at 0.85 in its layout runs out in most of those draws too, a
     bet at 0.75 in another layout, though 40 % slower, fits in most of them (ResNet-152,
@@ -31,7 +31,7 @@ def test_a_lean_bet_in_another_layout_adds_more_than_a_second_bet_at_the_same_ed
     assert rnd.worth([running, rnd.outcomes(PIPELINE, 0.90, 1000.0)]) == pytest.approx(alone)
 
 
-def test_alone_a_bet_is_worth_its_chance_to_fit_times_its_speed():
+def test_alone_a_bet_is_worth_its_chance_to_fit_times_its_speed() -> None:
     rnd = BlindRound(draws=4000)
     fits = sum(1 for v in rnd.outcomes(SHARDED, 0.8, 500.0) if v > 0) / 4000
     assert 0.7 < fits < 0.9  # log(1 / 0.8) = 0.22 against a spread of about 0.28
@@ -40,7 +40,7 @@ def test_alone_a_bet_is_worth_its_chance_to_fit_times_its_speed():
     assert BlindRound().outcomes(SHARDED, 0.8, 500.0) == BlindRound().outcomes(SHARDED, 0.8, 500.0)
 
 
-def test_a_split_move_of_a_recomputing_config_carries_its_checkpoints():
+def test_a_split_move_of_a_recomputing_config_carries_its_checkpoints() -> None:
     """Moving a stage boundary moves the stages' recomputation checkpoints with it; kept
     where they were, the space rejects the move, and a recomputing config's memory could
     not be balanced between its IPUs (ResNet-152's sharded model within 5 % of the best known

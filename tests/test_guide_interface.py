@@ -5,6 +5,8 @@ sets the guide's state."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import ast
 from pathlib import Path
 
@@ -37,7 +39,7 @@ def guide_uses(tree: ast.AST) -> list[tuple[int, str]]:
     return out
 
 
-def test_nothing_outside_the_guide_touches_its_state():
+def test_nothing_outside_the_guide_touches_its_state() -> None:
     outside = [p for p in PACKAGE.rglob("*.py") if "guide" not in p.relative_to(PACKAGE).parts[:1]]
     assert len(outside) > 50  # the scan reads the package
     found = [f"{p.relative_to(PACKAGE)}:{line} .{attr}" for p in outside
@@ -45,7 +47,7 @@ def test_nothing_outside_the_guide_touches_its_state():
     assert found == []
 
 
-def test_the_scan_sees_a_side_attribute():
+def test_the_scan_sees_a_side_attribute() -> None:
     uses = guide_uses(ast.parse("self.guide.chance\nguide.pool.update(x)\nrunner.guide.propose(h)\n"))
     assert sorted(attr for _, attr in uses) == ["chance", "pool", "propose"]
 
@@ -53,18 +55,18 @@ def test_the_scan_sees_a_side_attribute():
 class OneProposal:
     """A guide that proposes one configuration, for what the runner does with a Proposal."""
 
-    def __init__(self, proposal: Proposal):
+    def __init__(self, proposal: Proposal) -> None:
         self.proposal, self.histories = proposal, []
 
     def propose(self, history: History) -> Proposal | None:
         self.histories.append(history)
         return self.proposal if not self.histories[:-1] else None
 
-    def stopping(self, history: History):
+    def stopping(self, history: History) -> Any:
         return None
 
 
-def test_the_runner_enqueues_the_proposal_and_the_trial_line_shows_its_reason():
+def test_the_runner_enqueues_the_proposal_and_the_trial_line_shows_its_reason() -> None:
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
     baseline = naive_baseline(PROBLEM, profile)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import replace
 
@@ -26,7 +28,7 @@ def effects(xs: list[tuple[float, float]], ys: list[float]) -> KnobEffects:
     return KnobEffects(np.array(xs), np.empty((len(xs), 0), dtype=object), ys, [[0], [1]], unit=0.05, noise=0.01)
 
 
-def test_a_knob_the_compiles_moved_is_learnt_and_one_they_did_not_keeps_its_spread():
+def test_a_knob_the_compiles_moved_is_learnt_and_one_they_did_not_keeps_its_spread() -> None:
     peak = lambda x: -3.0 * (x - 0.4) ** 2  # noqa: E731 - the true effect of knob 0
     xs = [(x, 0.5) for x in (0.1, 0.3, 0.5, 0.7, 0.9)]
     model = effects(xs, [peak(x) for x, _ in xs])
@@ -40,7 +42,7 @@ def test_a_knob_the_compiles_moved_is_learnt_and_one_they_did_not_keeps_its_spre
     assert sd[2] > 2 * sd[0]
 
 
-def test_one_knobs_effect_is_learnt_from_compiles_that_moved_another_too():
+def test_one_knobs_effect_is_learnt_from_compiles_that_moved_another_too() -> None:
     """Additive: compiles that moved both knobs at once still tell knob 0's effect apart."""
     truth = lambda a, b: -0.3 * a + 0.2 * math.sin(3 * b)  # noqa: E731
     xs = [(0.2, 0.1), (0.8, 0.3), (0.5, 0.9), (0.9, 0.6), (0.1, 0.7), (0.6, 0.2), (0.3, 0.5)]
@@ -57,11 +59,11 @@ class PeakIPU(EstimateBackend):
     name, source = "peak", "compile"
 
     @staticmethod
-    def factor(config) -> float:
+    def factor(config: Any) -> float:
         a = sum(config.available_memory_proportion) / len(config.available_memory_proportion)
         return math.exp(-3.0 * (a - 0.4) ** 2)
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         m = super().measure(problem, config)
         g = self.factor(config)
         return replace(m, source="compile", headroom=0.0, throughput=m.throughput and m.throughput * g,
@@ -69,7 +71,7 @@ class PeakIPU(EstimateBackend):
 
 
 @pytest.fixture(scope="module")
-def peaked():
+def peaked() -> Any:
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     warm = proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)
     base = next(p.config for p in warm[1:] if EstimateBackend().measure(PROBLEM, p.config).feasible)
@@ -83,7 +85,7 @@ def peaked():
 
 
 @pytest.mark.slow
-def test_a_knob_whose_speed_peaks_mid_range_is_learnt_from_three_compiles(peaked):
+def test_a_knob_whose_speed_peaks_mid_range_is_learnt_from_three_compiles(peaked: Any) -> None:
     profile, space, base, at, measured = peaked
     guide = Guide(PROBLEM, profile, space, 0.05)
     model = CorrectedModel(guide.screen, observe(guide.screen, measured), 0.05)
@@ -94,7 +96,7 @@ def test_a_knob_whose_speed_peaks_mid_range_is_learnt_from_three_compiles(peaked
 
 
 @pytest.mark.slow
-def test_the_next_proposal_moves_toward_the_peak(peaked):
+def test_the_next_proposal_moves_toward_the_peak(peaked: Any) -> None:
     """With the other knobs fixed (a user's space), the proposal after compiles at 0.6, 0.8
     and 0.95 lowers the proportion (this IPU's speed follows the IPUs' mean proportion),
     towards the peak, and is faster there than any compile."""
@@ -116,7 +118,7 @@ def test_the_next_proposal_moves_toward_the_peak(peaked):
 
 
 @pytest.mark.slow
-def test_judgements_predicted_together_are_those_predicted_one_by_one(peaked):
+def test_judgements_predicted_together_are_those_predicted_one_by_one(peaked: Any) -> None:
     """CorrectedModel.prefetch predicts a climb's candidates in one call (the cost of a
     proposal is mostly these predictions): each judgement is the one judge gives alone, to
     rounding (one matrix product of many rows sums in another order than one of one row)."""
@@ -143,7 +145,7 @@ def studies_effects(rows: list[tuple[float, str, float]]) -> KnobEffects:
     return KnobEffects(numeric, levels, [y for _, _, y in rows], [[0]], unit=0.05, noise=0.01, studies=True)
 
 
-def test_a_knobs_effect_other_studies_agree_on_carries_to_a_new_study_before_its_first_compile():
+def test_a_knobs_effect_other_studies_agree_on_carries_to_a_new_study_before_its_first_compile() -> None:
     """Three stored studies saw speed fall along the knob alike: their correlation with a new
     study is learnt high, and the new study expects the fall, sure of it, with no compile."""
     truth = lambda x: -0.4 * x  # noqa: E731
@@ -158,7 +160,7 @@ def test_a_knobs_effect_other_studies_agree_on_carries_to_a_new_study_before_its
     assert sd[1] < 0.7 * prior_sd[1]
 
 
-def test_studies_that_disagree_on_a_knob_leave_a_new_study_unsure_of_it():
+def test_studies_that_disagree_on_a_knob_leave_a_new_study_unsure_of_it() -> None:
     """Stored studies whose knob effects differ in sign: rho is learnt low, and the new study
     neither expects one of their effects nor is sure of the knob."""
     rows = [(x, s, sign * 0.4 * x) for s, sign in (("a", 1.0), ("b", -1.0), ("c", 1.0), ("d", -1.0))
@@ -172,7 +174,7 @@ def test_studies_that_disagree_on_a_knob_leave_a_new_study_unsure_of_it():
     assert sd[1] > 1.5 * sure[1]
 
 
-def test_another_models_splits_are_placed_by_where_they_fall_in_its_ops():
+def test_another_models_splits_are_placed_by_where_they_fall_in_its_ops() -> None:
     """A stored record carries its stages' ops, not the model's execution order: its splits'
     coordinates are the stages' starts as fractions of the ops, where the model's own config
     would have them by its units' places."""

@@ -1,6 +1,8 @@
 """The guide learns the IPU's structure from compiles (issue 22): device and host time apart,
 every IPU layout gets its chance, and the stopping rule says how likely more compiles pay."""
 
+from typing import Any
+
 import math
 import random
 
@@ -11,7 +13,8 @@ from ipu_autotune.guide.call_model import CallModel, CallTime
 from ipu_autotune.guide.corrected import Judgement, layout
 from ipu_autotune.guide.proposal import History, Reason
 from ipu_autotune.guide.proposals import Guide
-from ipu_autotune.guide.warmstart import Proposal, naive_baseline, proposals
+from ipu_autotune.guide.proposal import Proposal
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import create_sampler, enqueue, records
@@ -19,14 +22,14 @@ from ipu_autotune.study.runner import Runner
 from test_guide import PROBLEM, HiddenIPU
 
 
-def test_device_and_host_time_are_learnt_apart():
+def test_device_and_host_time_are_learnt_apart() -> None:
     """An IPU 30 % slower than modelled with a host 20 % faster: one ratio per config would
     read both as "x1.1 or so"; the two factors recover each, so a config the model puts at
     its host cap but the hardware makes device-bound is ranked as the hardware ranks it."""
     rng = random.Random(3)
     device, host = 1.3, 0.8
 
-    def call(d, h, overlapped=True):
+    def call(d: Any, h: Any, overlapped: Any=True) -> Any:
         p = CallTime(d, h, overlapped, samples=100.0)
         return CallTime(d, h, overlapped, 100.0, p.combined(device, host) * math.exp(rng.gauss(0, 0.01)))
 
@@ -42,7 +45,7 @@ def test_device_and_host_time_are_learnt_apart():
 
 
 @pytest.mark.parametrize("leak", [0.0, 0.45])
-def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak):
+def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak: float) -> None:
     """Four configs the estimate puts at their host cap (device 0.3-0.9 of the host's time),
     on a host whose loader leaves `leak` of the shorter side unhidden (random hidden IPUs'
     "overlap"). Without the leak the model sees the device as free there, and optimizer
@@ -51,7 +54,7 @@ def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak):
     overlaps fully is not read as leaking."""
     rng = random.Random(5)
 
-    def call(d, h=1.0):
+    def call(d: Any, h: Any=1.0) -> Any:
         p = CallTime(d, h, True, samples=100.0)
         return CallTime(d, h, True, 100.0, p.combined(1.0, 1.0, leak) * math.exp(rng.gauss(0, 0.01)))
 
@@ -63,13 +66,13 @@ def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak):
     assert 0.7 * true_gain - 0.005 <= gain <= 1.1 * true_gain + 0.005
 
 
-def test_no_compile_leaves_both_factors_at_one():
+def test_no_compile_leaves_both_factors_at_one() -> None:
     assert (CallModel([]).device, CallModel([]).host) == (1.0, 1.0)
     assert CallModel([CallTime(1.0, 0.5, True, 10.0)]).device == 1.0  # an estimate, not a compile
 
 
 @pytest.fixture(scope="module")
-def two_compiles():
+def two_compiles() -> Any:
     """The baseline (4 IPUs pipelined, out of memory) and the safest warm start (2 x 2) on an
     IPU that needs 25 % more tile memory than the estimator says."""
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
@@ -82,7 +85,7 @@ def two_compiles():
 
 
 @pytest.mark.slow
-def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles):
+def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles: Any) -> None:
     """The guide shipped before issue 22 kept to the layouts its warm starts compiled: the
     best (here 1 IPU x 4 replicas) was never generated. Now a layout nothing was compiled in
     is unsure in every knob that sets it apart, so its expected gain is compiled next, and on
@@ -99,7 +102,7 @@ def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles):
 
 
 @pytest.mark.slow
-def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles):
+def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles: Any) -> None:
     """With a compile of a new layout still running, a free worker's proposal goes elsewhere:
     its outcome is mostly the running one's (local penalisation). Each free worker probed the
     same new layout once (four 2 x 2 sharded probes at once on ResNet-50, draw 20088)."""
@@ -115,14 +118,14 @@ def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles):
 class HungryIPU(HiddenIPU):
     """An IPU whose tiles hold `factor` times what the estimator says (tile imbalance)."""
 
-    def __init__(self, factor: float):
+    def __init__(self, factor: float) -> None:
         from dataclasses import replace
 
         from ipu_autotune.backends.estimate.constants import NOMINAL
 
         self.constants = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * factor)
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         from ipu_autotune.backends.estimate import estimate
 
         m = estimate(problem, config, profile_for(problem), self.constants)
@@ -130,7 +133,7 @@ class HungryIPU(HiddenIPU):
         return m
 
 
-def _guided_run(factor: float, compiles: int):
+def _guided_run(factor: float, compiles: int) -> Any:
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile,
@@ -142,7 +145,7 @@ def _guided_run(factor: float, compiles: int):
 
 
 @pytest.mark.slow
-def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles():
+def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles() -> None:
     """On an IPU whose tiles hold 6x the estimate nothing fits: the guide (which returned
     None here, leaving trials to the sampler and the estimate's screen) proposes the
     likeliest candidate whose tiles no compile has held, so no compile repeats another's
@@ -164,7 +167,7 @@ def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles():
 
 
 @pytest.mark.slow
-def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles):
+def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles: Any) -> None:
     """A screening backend answers a config the estimate puts far over memory without a
     compile (backends/screen.py), which teaches the guide nothing: on ResNet-152 develop draw
     10010 of the random hidden IPUs the guide proposed one screened candidate after another
@@ -172,7 +175,7 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles):
     `would_compile` to the guide, which treats what it rejects as tried (guide/untried.py)."""
     profile, space, measured = two_compiles
 
-    def guided_layouts(backend) -> list:
+    def guided_layouts(backend: Any) -> list[Any]:
         study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
         runner = Runner(study, PROBLEM, profile, space, backend, guide=Guide(PROBLEM, profile, space, 0.05))
         enqueue(study, space, PROBLEM, profile, [Proposal(c, "the same two compiles") for c, _ in measured])
@@ -183,7 +186,7 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles):
     assert free and free[0] == (1, 4, "pipelined")  # the layout probe of the test above
 
     class NoSingleIPUReplicas(HiddenIPU):
-        def would_compile(self, problem, config):
+        def would_compile(self, problem: Any, config: Any) -> Any:
             return config.ipus_per_replica > 1
 
     picky = guided_layouts(NoSingleIPUReplicas())
@@ -192,7 +195,7 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("factor", [1.4, 2.0])
-def test_the_second_compile_learns_from_the_baselines(factor):
+def test_the_second_compile_learns_from_the_baselines(factor: float) -> None:
     """tune enqueues the baseline alone (COMPILED_WARM_STARTS); the guide chooses the second
     compile knowing the baseline's tiles. On an IPU whose tiles hold `factor` x the
     estimate's imbalance, the safest warm start (chosen at 15 % free before any compile, and
@@ -214,7 +217,7 @@ def test_the_second_compile_learns_from_the_baselines(factor):
 
 
 @pytest.mark.slow
-def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them():
+def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them() -> None:
     """A config that differs from a compiled one only in knobs that leave its tiles as they
     are (device iterations, the loader; or any knob the estimator gives the same tiles to the
     byte) has that compile's tiles: its chance to fit is the compile's (the guide compiled
@@ -242,7 +245,7 @@ def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them():
 
 
 @pytest.mark.slow
-def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory():
+def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory() -> None:
     """A config whose tile-memory knobs a fitting compile shared runs the same program on the
     tiles: it fits, however near the edge that compile was. With a spread on those tiles the
     guide gave a variant of a compile that fitted at 0.999 of a tile a 50 % chance, and went
@@ -268,7 +271,7 @@ def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory():
 
 
 @pytest.mark.slow
-def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours():
+def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
     """What a compile's tiles held beyond the learnt parts carries mostly to a config one
     tile-memory knob away, whatever its host knobs: those change nothing on the tiles. When
     they counted as knobs apart, three near-copies of one out-of-memory ResNet-152 config
@@ -287,7 +290,7 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours():
     model = CorrectedModel(guide.screen, observe(guide.screen, others + [(config, over)]), 0.05)
     residual = model.memory_residuals[-1][1]
 
-    def excess(c):  # the candidate's predicted busiest tiles over the learnt parts alone
+    def excess(c: Any) -> Any:  # the candidate's predicted busiest tiles over the learnt parts alone
         parts = model.memory_model.busiest(layout(c), guide.screen(c), recompute_segments(c))
         tiles, _ = model._tiles(c, guide.screen(c))
         return [mu - p for (mu, _), (p, _) in zip(tiles, parts)]
@@ -307,7 +310,7 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours():
 
 
 @pytest.mark.slow
-def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles):
+def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles: Any) -> None:
     """The baseline's layout (4 IPUs pipelined) ran out of memory: nothing was learnt of its
     speed, so its candidates keep the layout's whole prior spread, however sure the model is
     of the 2 x 2 compile that ran; a twin of that compile is surer."""
@@ -326,21 +329,21 @@ def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles):
 class Judged:
     """A CorrectedModel's judgements, fixed: config -> (corrected throughput, chance to fit)."""
 
-    def __init__(self, beliefs: dict, sd: float):
+    def __init__(self, beliefs: dict[str, Any], sd: float) -> None:
         self.cache = {c: Judgement(True, speed, 0.9, 0.9, chance, speed) for c, (speed, chance) in beliefs.items()}
         self.sd = sd
 
-    def speed_sd(self, config):
+    def speed_sd(self, config: Any) -> Any:
         return self.sd
 
-    def chance(self, config):
+    def chance(self, config: Any) -> Any:
         return self.cache[config].chance
 
-    def judge(self, config):
+    def judge(self, config: Any) -> Any:
         return self.cache.get(config)
 
 
-def test_expected_improvement_is_the_chance_times_the_speed_above_the_best():
+def test_expected_improvement_is_the_chance_times_the_speed_above_the_best() -> None:
     """guide/gain.expected_improvement against sampling its log-normal speed: E[max(0, T - best)]
     x chance to fit, as a fraction of the best; with nothing to beat, the expected throughput."""
     from ipu_autotune.guide.gain import expected_improvement

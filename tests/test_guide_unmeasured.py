@@ -2,6 +2,8 @@
 regions they reached widen its uncertainty where nothing was compiled, and a gain within the
 learnt compile-to-compile noise is worth nothing."""
 
+from typing import Any
+
 import math
 import random
 from dataclasses import replace
@@ -22,24 +24,24 @@ from test_guide_learns import Judged
 from testing import RESNET50_4IPU_SGD as PROBLEM
 
 
-def structure(config):
+def structure(config: Any) -> Any:
     return tuple(getattr(config, knob) for knob in GROUPS["structure"])
 
 
-def compiled(config, profile, factor):
+def compiled(config: Any, profile: Any, factor: Any) -> Any:
     """A compile of `config` on an IPU whose speed there is `factor` x the estimate's."""
     m = estimate(PROBLEM, config, profile, NOMINAL)
     return config, replace(m, source="compile", throughput=m.throughput * factor)
 
 
 @pytest.fixture(scope="module")
-def regions():
+def regions() -> Any:
     """Fitting warm starts in three layouts: the baseline's region (the estimator right
     there), the region the study settles in (several compiles), and one nothing reaches."""
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     warm = [p.config for p in proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)]
 
-    def fits(c):
+    def fits(c: Any) -> Any:
         m = estimate(PROBLEM, c, profile, NOMINAL)
         return m.feasible and bool(m.throughput)
 
@@ -55,7 +57,7 @@ def regions():
     return profile, space, first, settled, untouched
 
 
-def study(profile, first, settled, factor):
+def study(profile: Any, first: Any, settled: Any, factor: Any) -> Any:
     """The first region's compile as estimated, the settled region's at `factor` x, with a
     compile's scatter of 1 %."""
     rng = random.Random(7)
@@ -64,11 +66,11 @@ def study(profile, first, settled, factor):
 
 
 @pytest.mark.slow
-def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was_compiled(regions):
+def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was_compiled(regions: Any) -> None:
     profile, space, first, settled, untouched = regions
     guide = Guide(PROBLEM, profile, space, 0.05)
 
-    def model(factor):
+    def model(factor: Any) -> Any:
         measured = study(profile, first, settled, factor)
         return measured, CorrectedModel(guide.screen, observe(guide.screen, measured), 0.05)
 
@@ -84,7 +86,7 @@ def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was
     assert pick is not None and structure(pick.config) not in {structure(c) for c in settled}
 
 
-def test_a_gain_within_the_learnt_noise_is_worth_nothing():
+def test_a_gain_within_the_learnt_noise_is_worth_nothing() -> None:
     """The bar is the model's figure for the best measured config raised by one learnt
     scatter; a candidate sure to land within it gains nothing, one unsure by more than the
     noise gains by its spread, though its figure is lower."""
@@ -101,14 +103,14 @@ def test_a_gain_within_the_learnt_noise_is_worth_nothing():
     assert sure_twin < 1e-3 < unsure_far
 
 
-def test_two_candidates_within_the_noise_are_ranked_by_their_spread_beyond_it():
+def test_two_candidates_within_the_noise_are_ranked_by_their_spread_beyond_it() -> None:
     """Predicted 1 % apart (under the 3 % noise): the one whose spread reaches past the bar
     ranks first, though its figure is the lower; with equal spreads the figure decides."""
 
     class Noisy(Judged):
         speed_noise = 0.03
 
-        def speed_sd(self, config):
+        def speed_sd(self, config: Any) -> Any:
             return {"a": 0.02, "b": 0.06}.get(config, 0.02)
 
     model = Noisy({"best": (100.0, 1.0), "a": (101.0, 1.0), "b": (100.0, 1.0)}, sd=0.02)

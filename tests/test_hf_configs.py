@@ -7,6 +7,11 @@ config's snippet runs on the fake SDK, next to an optimum-graphcore IPUConfig.
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
+from pathlib import Path
+
 import json
 import socket
 
@@ -56,17 +61,17 @@ EXPECTED = {"bert": ("sequence-classification", 4), "roberta": ("sequence-classi
 
 
 @pytest.fixture(autouse=True)
-def offline(monkeypatch):
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """No network: the Hub is off for transformers, and any connection attempt fails the test."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
-    def refuse(*args, **kwargs):
+    def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a network connection was attempted")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
 
 
-def write_config(tmp_path, family: str) -> str:
+def write_config(tmp_path: Path, family: str) -> str:
     folder = tmp_path / family
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps(CONFIGS[family]))
@@ -74,7 +79,7 @@ def write_config(tmp_path, family: str) -> str:
 
 
 @pytest.mark.parametrize("family", list(CONFIGS))
-def test_each_family_builds_from_its_config_with_its_layers_found(tmp_path, family):
+def test_each_family_builds_from_its_config_with_its_layers_found(tmp_path: Path, family: Any) -> None:
     model = write_config(tmp_path, family)
     task, blocks = EXPECTED[family]
     problem = Problem(model, 2, seq_len=0 if family == "vit" else 64)
@@ -93,7 +98,7 @@ def test_each_family_builds_from_its_config_with_its_layers_found(tmp_path, fami
     assert profile.params == sum(p.numel() for p in built.parameters())
 
 
-def test_a_tied_lm_head_is_found_from_the_model_not_the_name(tmp_path):
+def test_a_tied_lm_head_is_found_from_the_model_not_the_name(tmp_path: Path) -> None:
     """GPT-2 ties its head to the token embedding (it runs on IPU0); LLaMA's config unties it."""
     for family, tied in (("gpt2", True), ("llama", False)):
         profile = profile_for(Problem(write_config(tmp_path, family), 2, seq_len=64))
@@ -102,7 +107,7 @@ def test_a_tied_lm_head_is_found_from_the_model_not_the_name(tmp_path):
 
 
 @pytest.mark.slow
-def test_seq2seq_decoder_runs_at_its_own_length(tmp_path):
+def test_seq2seq_decoder_runs_at_its_own_length(tmp_path: Path) -> None:
     """T5 and BART: the decoder's activations follow --decoder-seq-len (default min(seq_len, 128)),
     the encoder's follow --seq-len."""
     for family in ("t5", "bart"):
@@ -117,7 +122,7 @@ def test_seq2seq_decoder_runs_at_its_own_length(tmp_path):
         assert "dsl512" in long_decoder.slug and "dsl" not in default.slug
 
 
-def test_input_shape_on_a_token_model_is_its_sequence_length(tmp_path):
+def test_input_shape_on_a_token_model_is_its_sequence_length(tmp_path: Path) -> None:
     model = write_config(tmp_path, "gpt2")
     assert Problem(model, 1, input_shape=(1024,)).seq_len == 1024
     assert Problem("hf:gpt2", 1, input_shape=(1024,)).seq_len == 1024  # tabulated names too
@@ -126,7 +131,7 @@ def test_input_shape_on_a_token_model_is_its_sequence_length(tmp_path):
 
 
 @pytest.mark.slow
-def test_flags_over_a_config_file_change_the_sequence_without_a_conflict(tmp_path, capsys):
+def test_flags_over_a_config_file_change_the_sequence_without_a_conflict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A stored hf: problem keeps its shape as [seq_len]: --seq-len, --input-shape and --task
     on top of it replace the file's tokens (and the decoder's default follows), never clash."""
     model = write_config(tmp_path, "t5")
@@ -152,7 +157,7 @@ def test_flags_over_a_config_file_change_the_sequence_without_a_conflict(tmp_pat
     (("hf:FOLDER/broken", "-b", "1"), "is not readable JSON"),
     (("hf:FOLDER/t5", "-b", "1", "--task", "causal-lm"), "has no causal-lm head; use --task seq2seq-lm"),
 ])
-def test_bad_hf_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
+def test_bad_hf_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: tuple[Any, ...], message: str) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))  # not the machine's own cache
     write_config(tmp_path, "vit")
     write_config(tmp_path, "t5")
@@ -167,7 +172,7 @@ def test_bad_hf_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
-def fake_hub_cache(root, repo_id: str, config: dict, revision: str = "0123456789abcdef0123456789abcdef01234567"):
+def fake_hub_cache(root: Any, repo_id: str, config: dict[str, Any], revision: str = "0123456789abcdef0123456789abcdef01234567") -> None:
     """The layout `huggingface-cli download` leaves: models--ORG--NAME/refs/main naming a
     snapshot whose config.json links to a blob."""
     repo = root / f"models--{repo_id.replace('/', '--')}"
@@ -181,7 +186,7 @@ def fake_hub_cache(root, repo_id: str, config: dict, revision: str = "0123456789
     (snapshot / "config.json").symlink_to(blob)
 
 
-def test_an_untabulated_name_is_read_from_the_local_hub_cache(tmp_path, monkeypatch, capsys):
+def test_an_untabulated_name_is_read_from_the_local_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """hf:ORG/NAME already downloaded: its config.json comes from HF_HUB_CACHE, no network (any
     connect fails the test); a name not in the cache is the one-line error, naming the cache."""
     cache = tmp_path / "hub"
@@ -207,7 +212,7 @@ TUNED["vit"] = ("--batch-size", "64")
 
 
 @pytest.fixture(scope="module")
-def poptorch():
+def poptorch() -> Iterator[Any]:
     with fake_sdk() as module:
         yield module
 
@@ -219,7 +224,7 @@ POPTORCH_ONLY = {"deberta_v2": "deberta-v2", "llama": "llama", "gpt_neox": "gpt_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(CONFIGS))
-def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch, tmp_path, capsys, family):
+def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], family: Any) -> None:
     model = write_config(tmp_path, family)
     storage, out = f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path / "out"
     optimum = family not in POPTORCH_ONLY
@@ -266,7 +271,7 @@ def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch,
         run_snippet(poptorch, snippet.read_text(), model, problem, config)
 
 
-def refuse_optimum(tmp_path, capsys, model: str, family: str) -> None:
+def refuse_optimum(tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, family: str) -> None:
     """--trainer optimum on a model optimum-graphcore does not pipeline: one line, exit 2, before
     anything is traced or stored (no study, no output folder)."""
     storage, out = tmp_path / "refused.sqlite", tmp_path / "refused"
@@ -281,7 +286,7 @@ def refuse_optimum(tmp_path, capsys, model: str, family: str) -> None:
     assert not storage.exists() and not out.exists()
 
 
-def check_ipu_config(tmp_path, out, family: str, best: dict) -> None:
+def check_ipu_config(tmp_path: Path, out: Any, family: str, best: dict[str, Any]) -> None:
     ipu_config = json.loads((tmp_path / "ipu_config.json").read_text())
     assert json.loads((out / "ipu_config.json").read_text()) == ipu_config
     assert set(ipu_config) <= IPU_CONFIG_FIELDS
@@ -291,10 +296,10 @@ def check_ipu_config(tmp_path, out, family: str, best: dict) -> None:
     assert ipu_config["gradient_accumulation_steps"] == best["config"]["gradient_accumulation"]
 
 
-def run_snippet(poptorch, source: str, model: str, problem: Problem, config: dict) -> None:
+def run_snippet(poptorch: Any, source: str, model: str, problem: Problem, config: dict[str, Any]) -> None:
     """The exported annotate/TrainingModel/options on the fake PopTorch, then one training
     forward on the CPU (FP32: the CPU runs the annotated model, not the IPU's FP16)."""
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(compile(source, "best_options.py", "exec"), ns)
     ns["INPUT_DTYPE"] = torch.float
     task = problem.task

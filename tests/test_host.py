@@ -3,6 +3,10 @@ snippet's DataLoader and learning rate, --data timing, and the PopTorch child's 
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import math
 import sys
 
@@ -26,7 +30,7 @@ WORKSHOP = Problem("resnet101", 64)
 
 # --- the pipeline model ----------------------------------------------------------------------
 
-def test_sync_adds_host_and_device_and_async_overlaps_them():
+def test_sync_adds_host_and_device_and_async_overlaps_them() -> None:
     parts = {"device compute": 0.2, "host call": 0.003}
     sync = host.end_to_end(WORKSHOP, WORKSHOP_FINAL.replace(loader_mode="sync"), parts)
     overlapped = host.end_to_end(WORKSHOP, WORKSHOP_FINAL, parts)
@@ -35,7 +39,7 @@ def test_sync_adds_host_and_device_and_async_overlaps_them():
     assert overlapped.throughput > sync.throughput
 
 
-def test_the_bottleneck_is_the_largest_share_of_a_call():
+def test_the_bottleneck_is_the_largest_share_of_a_call() -> None:
     slow_device = host.end_to_end(WORKSHOP, WORKSHOP_FINAL, {"device compute": 5.0, "host call": 0.003})
     assert slow_device.bottleneck == "device compute" and slow_device.bottleneck_share == pytest.approx(
         5.0 / slow_device.call_time_s)
@@ -46,7 +50,7 @@ def test_the_bottleneck_is_the_largest_share_of_a_call():
     assert reduce.bottleneck == "all-reduce"
 
 
-def test_eight_bit_io_removes_the_host_cast_not_just_bytes():
+def test_eight_bit_io_removes_the_host_cast_not_just_bytes() -> None:
     parts = {"device compute": 0.2}
     float_path = host.end_to_end(WORKSHOP, WORKSHOP_FINAL.replace(eight_bit_io=False), parts)
     uint8_path = host.end_to_end(WORKSHOP, WORKSHOP_FINAL, parts)
@@ -55,7 +59,7 @@ def test_eight_bit_io_removes_the_host_cast_not_just_bytes():
     assert host.sample_bytes(WORKSHOP, WORKSHOP_FINAL.replace(eight_bit_io=False)) == 2 * 3 * 64 * 64 + 8
 
 
-def test_workers_speed_up_the_host_and_cost_buffers():
+def test_workers_speed_up_the_host_and_cost_buffers() -> None:
     parts = {"device compute": 0.01}
     one = host.end_to_end(WORKSHOP, WORKSHOP_FINAL, parts)
     four = host.end_to_end(WORKSHOP, WORKSHOP_FINAL.replace(loader_workers=4), parts)
@@ -64,7 +68,7 @@ def test_workers_speed_up_the_host_and_cost_buffers():
     assert host.loader_buffers(Config()) == 1
 
 
-def test_every_estimate_carries_end_to_end_fields():
+def test_every_estimate_carries_end_to_end_fields() -> None:
     m = EstimateBackend().measure(WORKSHOP, WORKSHOP_FINAL)
     assert m.throughput < m.device_throughput
     assert m.samples_per_call == 64 * 8 * 4 and m.host_bytes_per_call == 2048 * (3 * 64 * 64 + 8)
@@ -75,7 +79,7 @@ def test_every_estimate_carries_end_to_end_fields():
         assert key in d
 
 
-def test_measured_host_costs_replace_the_workshop_defaults():
+def test_measured_host_costs_replace_the_workshop_defaults() -> None:
     slow = Problem("resnet101", 64, host_float_sample_s=1e-2, host_uint8_sample_s=5e-3)
     assert host.host_costs(WORKSHOP) is host.WORKSHOP
     assert host.host_costs(slow).uint8_sample_s == 5e-3
@@ -85,7 +89,7 @@ def test_measured_host_costs_replace_the_workshop_defaults():
 
 # --- rules ------------------------------------------------------------------------------------
 
-def test_rules_bound_one_call_and_the_global_batch():
+def test_rules_bound_one_call_and_the_global_batch() -> None:
     assert violations(WORKSHOP, WORKSHOP_FINAL) == []
     too_many = WORKSHOP_FINAL.replace(device_iterations=128)  # 65,536 samples > 50,000
     assert any("one call needs 65,536 samples" in v for v in violations(WORKSHOP, too_many))
@@ -96,7 +100,7 @@ def test_rules_bound_one_call_and_the_global_batch():
     assert violations(Problem("resnet101", 64, max_global_batch=4096), big) == []
 
 
-def test_fine_tuning_a_transformer_has_a_lower_global_batch_ceiling():
+def test_fine_tuning_a_transformer_has_a_lower_global_batch_ceiling() -> None:
     """A task head on a pretrained body trains at a few hundred samples per update; 2,048
     would leave a 50,000-example task set 24 updates an epoch. Pretraining keeps 2,048."""
     from ipu_autotune.options import DEFAULT_STORAGE
@@ -123,19 +127,19 @@ def test_fine_tuning_a_transformer_has_a_lower_global_batch_ceiling():
 class _Max:
     """A trial that always answers the largest value: the worst case for the bounds."""
 
-    def suggest_categorical(self, name, choices):
+    def suggest_categorical(self, name: Any, choices: Any) -> Any:
         return choices[-1]
 
-    def suggest_int(self, name, low, high, log=False, step=1):
+    def suggest_int(self, name: Any, low: Any, high: Any, log: Any=False, step: Any=1) -> Any:
         return high
 
-    def suggest_float(self, name, low, high, log=False, step=None):
+    def suggest_float(self, name: Any, low: Any, high: Any, log: Any=False, step: Any=None) -> Any:
         return high
 
 
 @pytest.mark.parametrize("problem", [WORKSHOP, Problem("resnet101", 64, dataset_size=5000, host_memory_gb=0.5),
                                      Problem("resnet101", 64, ipus=16)], ids=["default", "small", "16ipu"])
-def test_sampled_configs_stay_within_one_epoch_host_memory_and_the_ceiling(problem):
+def test_sampled_configs_stay_within_one_epoch_host_memory_and_the_ceiling(problem: Any) -> None:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     config = space.sample(_Max(), problem, profile)
@@ -147,7 +151,7 @@ def test_sampled_configs_stay_within_one_epoch_host_memory_and_the_ceiling(probl
 
 
 @pytest.mark.slow
-def test_micro_batch_is_off_by_default_and_a_knob_on_request():
+def test_micro_batch_is_off_by_default_and_a_knob_on_request() -> None:
     profile = profile_for(WORKSHOP)
     assert SearchSpace.load(WORKSHOP).micro_batches(WORKSHOP) == [64]
     space = SearchSpace.load(WORKSHOP).with_knob("micro_batch", "search", "--micro-batch")
@@ -162,7 +166,7 @@ def test_micro_batch_is_off_by_default_and_a_knob_on_request():
 
 
 @pytest.mark.slow
-def test_micro_batch_knob_solves_a_fixed_global_batch_that_does_not_fit():
+def test_micro_batch_knob_solves_a_fixed_global_batch_that_does_not_fit() -> None:
     """Global batch fixed at 512 on 2 IPUs: with the micro-batch free, some config fits."""
     problem = Problem("resnet101", 256, global_batch=512)
     profile = profile_for(problem)
@@ -175,7 +179,7 @@ def test_micro_batch_knob_solves_a_fixed_global_batch_that_does_not_fit():
 
 # --- the recipe ----------------------------------------------------------------------------------
 
-def test_learning_rate_rules():
+def test_learning_rate_rules() -> None:
     adam = recipe.scaling("adamw", 1e-3, 192, 2048)
     assert adam.rule == "square root" and adam.lr == pytest.approx(1e-3 * math.sqrt(2048 / 192), rel=1e-2)
     sgd = recipe.scaling("sgd", 0.1, 256, 1024)
@@ -183,7 +187,7 @@ def test_learning_rate_rules():
     assert recipe.scaling("adamw", 1e-3, 512, 512) is None
 
 
-def test_snippet_scales_the_rate_and_builds_the_data_loader_the_config_names():
+def test_snippet_scales_the_rate_and_builds_the_data_loader_the_config_names() -> None:
     config = WORKSHOP_FINAL.replace(gradient_accumulation=32, loader_workers=2)
     source = render_snippet(WORKSHOP, config, base_global_batch=192)
     assert "def make_optimizer(model, lr=0.00327):" in source
@@ -194,7 +198,7 @@ def test_snippet_scales_the_rate_and_builds_the_data_loader_the_config_names():
     assert "def make_optimizer(model, lr=0.001):" in unchanged and "Base rate" not in unchanged
 
 
-def test_transformers_start_from_their_own_learning_rate():
+def test_transformers_start_from_their_own_learning_rate() -> None:
     """Adam's 1e-3 is an image-model default; BERT fine-tuning starts from transformers' 5e-5."""
     bert = Problem("hf:bert-base-uncased", 8, seq_len=128, ipus=4, optimizer="adamw")
     config = Config(gradient_accumulation=32, replicas=2, ipus_per_replica=2, splits=("bert.encoder.layer.6",))
@@ -207,11 +211,11 @@ def test_transformers_start_from_their_own_learning_rate():
 @pytest.mark.parametrize("config", [WORKSHOP_FINAL, WORKSHOP_FINAL.replace(loader_mode="sync", loader_workers=2,
                                                                            micro_batch=16, device_iterations=2)],
                          ids=["async", "sync-workers-mb16"])
-def test_fake_sdk_sees_the_loader_the_config_names(config):
+def test_fake_sdk_sees_the_loader_the_config_names(config: Any) -> None:
     """What PopTorch is given recovers loader_mode, loader_workers and the micro-batch."""
     source = render_snippet(WORKSHOP, config)
     with fake_sdk() as poptorch:
-        ns: dict = {"__name__": "snippet"}
+        ns: dict[str, Any] = {"__name__": "snippet"}
         exec(compile(source, "best_options.py", "exec"), ns)
         opts = ns["make_options"]()
         data = torch.utils.data.TensorDataset(torch.zeros(8, 3, 4, 4, dtype=torch.uint8), torch.zeros(8).long())
@@ -228,7 +232,7 @@ def test_fake_sdk_sees_the_loader_the_config_names(config):
 
 # --- the summary -----------------------------------------------------------------------------------
 
-def test_summary_names_both_bottlenecks_and_the_rate():
+def test_summary_names_both_bottlenecks_and_the_rate() -> None:
     from ipu_autotune.study.records import TrialRecord
 
     reference = workshop_reference(WORKSHOP)
@@ -246,18 +250,18 @@ def test_summary_names_both_bottlenecks_and_the_rate():
 
 # --- --data ------------------------------------------------------------------------------------------
 
-class _Images(torch.utils.data.Dataset):
-    def __init__(self, dtype):
+class _Images(torch.utils.data.Dataset[Any]):
+    def __init__(self, dtype: Any) -> None:
         self.dtype = dtype
 
-    def __len__(self):
+    def __len__(self) -> Any:
         return 100
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Any) -> Any:
         return torch.zeros(3, 16, 16, dtype=self.dtype), 0
 
 
-def test_data_is_timed_per_sample_for_both_paths(monkeypatch):
+def test_data_is_timed_per_sample_for_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
     monkeypatch.setattr(host_measure, "load_data", lambda spec: torch.utils.data.DataLoader(
         _Images(torch.uint8), batch_size=10))
@@ -266,7 +270,7 @@ def test_data_is_timed_per_sample_for_both_paths(monkeypatch):
     assert m.float_sample_s > m.uint8_sample_s > 0
 
 
-def test_a_map_style_dataset_is_accepted(monkeypatch, tmp_path):
+def test_a_map_style_dataset_is_accepted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "host_data_mod.py").write_text(
         "import torch\n"
         "class D(torch.utils.data.Dataset):\n"
@@ -282,7 +286,7 @@ def test_a_map_style_dataset_is_accepted(monkeypatch, tmp_path):
 # --- the PopTorch child ---------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_poptorch_child_refuses_a_call_too_large_for_host_memory_before_allocating(tmp_path):
+def test_poptorch_child_refuses_a_call_too_large_for_host_memory_before_allocating(tmp_path: Path) -> None:
     """Against the fake SDK, in a real trial subprocess: the reason comes back as an invalid
     Measurement, and the child never built the host batch (no 'compiling: host batch' line)."""
     from ipu_autotune.backends.poptorch import PopTorchBackend
@@ -302,7 +306,7 @@ def test_poptorch_child_refuses_a_call_too_large_for_host_memory_before_allocati
     assert child.refusal(problem, config.replace(device_iterations=1)) is None
 
 
-def test_text_problems_load_ready_token_rows_not_images():
+def test_text_problems_load_ready_token_rows_not_images() -> None:
     """Token ids are collated from a pre-tokenised dataset: no image decode or augmentation on
     the host, int64 ids and masks on the wire, and the task's labels (one per token for MLM)."""
     from ipu_autotune.host import pipeline

@@ -4,6 +4,11 @@ names the assumption a host-input bottleneck rests on."""
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
+from pathlib import Path
+
 import json
 import os
 import subprocess
@@ -45,20 +50,20 @@ def stream():
 
 
 @pytest.fixture
-def slow_data(tmp_path, monkeypatch):
+def slow_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     (tmp_path / "slow_loader_data.py").write_text(SLOW_DATA)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
     sys.modules.pop("slow_loader_data", None)
 
 
-def test_worker_counts_stop_at_the_cores():
+def test_worker_counts_stop_at_the_cores() -> None:
     assert workers.worker_counts(cores=1) == [1]
     assert workers.worker_counts(cores=3) == [1, 2]
     assert workers.worker_counts(cores=64) == [1, 2, 4, 8]
 
 
-def test_speedup_interpolates_the_measured_counts_and_never_extrapolates():
+def test_speedup_interpolates_the_measured_counts_and_never_extrapolates() -> None:
     measured = (1.0, 1.8, 2.6)  # 1, 2, 4 workers
     assert workers.speedup(0, measured) == workers.speedup(1, measured) == 1.0
     assert workers.speedup(2, measured) == pytest.approx(1.8)
@@ -67,7 +72,7 @@ def test_speedup_interpolates_the_measured_counts_and_never_extrapolates():
 
 
 @pytest.mark.slow
-def test_waiting_loaders_speed_up_with_workers(slow_data):
+def test_waiting_loaders_speed_up_with_workers(slow_data: Any) -> None:
     import slow_loader_data
 
     scaling = workers.measure_scaling(slow_loader_data.make(), seconds=0.6, counts=(1, 2))
@@ -76,19 +81,19 @@ def test_waiting_loaders_speed_up_with_workers(slow_data):
     assert "2 workers 1." in scaling.line() or "2 workers 2." in scaling.line()
 
 
-def test_a_plain_iterable_is_not_split_and_keeps_the_assumption(slow_data):
+def test_a_plain_iterable_is_not_split_and_keeps_the_assumption(slow_data: Any) -> None:
     import slow_loader_data
 
     with pytest.raises(workers.NotMeasured, match="plain iterable"):
         workers.measure_scaling(slow_loader_data.stream())
 
 
-def test_a_dataset_that_fails_in_workers_keeps_the_assumption():
-    class Broken(torch.utils.data.Dataset):
-        def __len__(self):
+def test_a_dataset_that_fails_in_workers_keeps_the_assumption() -> None:
+    class Broken(torch.utils.data.Dataset[Any]):
+        def __len__(self) -> Any:
             return 4
 
-        def __getitem__(self, i):
+        def __getitem__(self, i: Any) -> None:
             raise RuntimeError("no such file\nsecond line")
 
     with pytest.raises(workers.NotMeasured, match=r"^reading with 1 worker\(s\) failed: RuntimeError: [^\n]*$"):
@@ -96,7 +101,7 @@ def test_a_dataset_that_fails_in_workers_keeps_the_assumption():
 
 
 @pytest.mark.slow
-def test_the_host_model_uses_the_measured_speedups_instead_of_the_assumption():
+def test_the_host_model_uses_the_measured_speedups_instead_of_the_assumption() -> None:
     config = WORKSHOP_FINAL.replace(loader_workers=4, gradient_accumulation=32, device_iterations=24)
     parts = {"device compute": 0.01, "weight update": 0.0, "all-reduce": 0.0, "host call": 0.003}
     assumed = host.end_to_end(WORKSHOP, config, parts)
@@ -109,7 +114,7 @@ def test_the_host_model_uses_the_measured_speedups_instead_of_the_assumption():
     assert measured.throughput < assumed.throughput
 
 
-def test_the_measured_speedups_round_trip_and_bad_ones_are_refused():
+def test_the_measured_speedups_round_trip_and_bad_ones_are_refused() -> None:
     p = Problem(**{**WORKSHOP.to_dict(), "host_worker_speedups": [1.0, 1.9]})
     assert Problem.from_dict(p.to_dict()) == p and p.to_dict()["host_worker_speedups"] == [1.0, 1.9]
     assert "host_worker_speedups" not in WORKSHOP.to_dict()
@@ -124,7 +129,7 @@ def _summary(problem: Problem, config: Config) -> str:
     return "\n".join(lines(problem, None, best))
 
 
-def test_without_data_the_summary_names_what_a_host_bottleneck_rests_on():
+def test_without_data_the_summary_names_what_a_host_bottleneck_rests_on() -> None:
     # the default run's best (README): its host input takes 90% of a call, but the IPUs' parts
     # together (compute 65%, the weight update 33%, ...) take all of it: the device limits it
     best = Config(precision="16.16", partials="half", optimizer_state="half", loss_scaling=16.0, ipus_per_replica=1,
@@ -147,7 +152,7 @@ def test_without_data_the_summary_names_what_a_host_bottleneck_rests_on():
 
 
 @pytest.mark.slow
-def test_estimate_with_data_measures_and_uses_the_worker_scaling(slow_data):
+def test_estimate_with_data_measures_and_uses_the_worker_scaling(slow_data: Any) -> None:
     config = slow_data / "c.toml"
     config.write_text('[config]\nprecision = "16.16"\noptimizer_state = "half"\nipus_per_replica = 2\n'
                       'splits = ["layer3.8"]\ngradient_accumulation = 8\ndevice_iterations = 4\n'

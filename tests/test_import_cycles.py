@@ -10,6 +10,7 @@ is a module, else `pkg`.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import ipu_autotune
@@ -33,7 +34,7 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST):
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
     """Import nodes anywhere in the tree, except under `if TYPE_CHECKING:`."""
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.If) and _is_type_checking(node.test):
@@ -42,20 +43,26 @@ def _imports(tree: ast.AST):
         yield from _imports_of(node)
 
 
-def _imports_of(node: ast.AST):
+def _imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         yield node
     else:
         yield from _imports(node)
 
 
-def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """module -> the package's modules it imports."""
+def _all_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import nodes anywhere in the tree, `if TYPE_CHECKING:` included."""
+    return (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+def import_graph(modules: dict[str, Path], typing_too: bool = False) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (`typing_too`: also under TYPE_CHECKING)."""
     graph: dict[str, set[str]] = {}
+    walk = _all_imports if typing_too else _imports
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
         targets = set()
-        for node in _imports(ast.parse(path.read_text(), str(path))):
+        for node in walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
                 continue
@@ -126,7 +133,7 @@ def _cycle_in(group: list[str], graph: dict[str, set[str]]) -> list[str]:
     raise AssertionError(f"{group} is not strongly connected")
 
 
-def test_the_package_has_no_import_cycle():
+def test_the_package_has_no_import_cycle() -> None:
     modules = module_files(PACKAGE_DIR, "ipu_autotune")
     assert "ipu_autotune.cli" in modules and "ipu_autotune.numerics.advice" in modules
     cycles = find_cycles(import_graph(modules))
@@ -142,7 +149,7 @@ COMMAND_LAYER = {"ipu_autotune.cli", "ipu_autotune.__main__", "ipu_autotune",
                    for package in ("commands", "options") for p in (PACKAGE_DIR / package).glob("*.py"))}
 
 
-def test_only_the_command_layer_imports_the_argument_definitions():
+def test_only_the_command_layer_imports_the_argument_definitions() -> None:
     graph = import_graph(module_files(PACKAGE_DIR, "ipu_autotune"))
     below = {m: sorted(targets & COMMAND_LAYER) for m, targets in graph.items() if m not in COMMAND_LAYER}
     assert {m: t for m, t in below.items() if t} == {}
@@ -150,7 +157,7 @@ def test_only_the_command_layer_imports_the_argument_definitions():
     assert numerics == []
 
 
-def test_the_walk_finds_cycles_through_lazy_and_relative_imports(tmp_path):
+def test_the_walk_finds_cycles_through_lazy_and_relative_imports(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -179,7 +186,7 @@ def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str
     return {u: targets - {u} for u, targets in units.items()}
 
 
-def test_no_import_cycle_between_packages():
+def test_no_import_cycle_between_packages() -> None:
     """A file-level walk misses `a/x.py -> b/y.py -> a/z.py`: the folders would no longer be
     layers, though no file imports itself back."""
     graph = package_graph(import_graph(module_files(PACKAGE_DIR, "ipu_autotune")), "ipu_autotune")
@@ -188,7 +195,7 @@ def test_no_import_cycle_between_packages():
     assert not cycles, "cycles between packages: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-def test_a_cycle_between_packages_is_found_though_no_file_cycle_is(tmp_path):
+def test_a_cycle_between_packages_is_found_though_no_file_cycle_is(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     for sub in ("a", "b"):
         (pkg / sub).mkdir(parents=True)
@@ -203,3 +210,30 @@ def test_a_cycle_between_packages_is_found_though_no_file_cycle_is(tmp_path):
     graph = package_graph(files, "pkg")
     assert graph["pkg.top"] == {"pkg.a"}
     assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def mutual_pairs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The pairs of nodes each of which imports the other."""
+    return sorted((a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, set()))
+
+
+def test_no_two_packages_import_each_other_typing_imports_included() -> None:
+    """A layer below never names one above, not even for a type: the vocabulary (Config,
+    Problem, Measurement) sits under every package, so a type is no reason to reach up."""
+    graph = package_graph(import_graph(module_files(PACKAGE_DIR, "ipu_autotune"), typing_too=True),
+                          "ipu_autotune")
+    assert {"ipu_autotune.backends", "ipu_autotune.host", "ipu_autotune.measurement"} <= set(graph)
+    assert mutual_pairs(graph) == []
+
+
+def test_a_type_only_import_makes_a_pair(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    for sub in ("a", "b"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "x.py").write_text("from ..b import y\n")
+    (pkg / "b" / "y.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import x\n")
+    modules = module_files(pkg, "pkg")
+    assert mutual_pairs(package_graph(import_graph(modules), "pkg")) == []
+    assert mutual_pairs(package_graph(import_graph(modules, typing_too=True), "pkg")) == [("pkg.a", "pkg.b")]

@@ -7,6 +7,9 @@ by hand for an MBConv with its skip connection and for a GPT-2 layer split at it
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
 import dataclasses
 import json
 import tomllib
@@ -26,11 +29,11 @@ from ipu_autotune.rules.cross_field import violations
 FP32 = 4
 
 
-def _unit(profile, path):
+def _unit(profile: Any, path: Any) -> Any:
     return next(u for u in profile.units if u.path == path)
 
 
-def test_an_mbconv_split_carries_the_block_input_and_the_partial_output_across():
+def test_an_mbconv_split_carries_the_block_input_and_the_partial_output_across() -> None:
     """features.2.1 (24 -> 144 -> 24 channels at 56x56, stride 1: a skip connection) split at
     its projection `block.3`: the block's input, kept for the residual add, and the
     squeeze-excitation's 144-channel output cross to IPU1; both are IPU1's stage input."""
@@ -50,7 +53,7 @@ def test_an_mbconv_split_carries_the_block_input_and_the_partial_output_across()
     assert violations(p, c, profile_for(p).module_order) == []
 
 
-def test_a_split_at_a_gpt2_mlp_carries_the_residual_the_mlp_input_and_the_mask():
+def test_a_split_at_a_gpt2_mlp_carries_the_residual_the_mlp_input_and_the_mask() -> None:
     """GPT-2's layer 3 split at `mlp`: the residual stream after attention and ln_2's output
     (each batch x seq x 768) cross, and the causal mask (batch x 1 x seq x seq, FP32) every later
     layer reads; the mask is carried (an input passed along), the two others are produced."""
@@ -71,7 +74,7 @@ def test_a_split_at_a_gpt2_mlp_carries_the_residual_the_mlp_input_and_the_mask()
     assert stages(profile, c)[1].in_bytes == 2 * b * s * 768 * FP32 + mask
 
 
-def test_a_checkpoint_inside_a_block_ends_a_recomputation_segment(capsys, in_tmp):
+def test_a_checkpoint_inside_a_block_ends_a_recomputation_segment(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     """ResNet-18's layer2.0 checkpointed at conv2: its output is kept (the block input it adds
     to is not its own), and estimate answers with exit 0 where it used to refuse."""
     b = 8
@@ -98,7 +101,7 @@ EFFNET = Problem("efficientnet_b0", 16, input_shape=(3, 224, 224), num_classes=1
     (("features.3.1", "features.2.0.block.3", "features.5.0"), "out of execution order"),
     (("features.2.0.block.9", "features.3.1", "features.5.0"), "not a module of the model that runs"),
 ])
-def test_an_empty_stage_a_backward_order_and_a_module_that_does_not_run_are_refused(splits, needle):
+def test_an_empty_stage_a_backward_order_and_a_module_that_does_not_run_are_refused(splits: tuple[Any, ...], needle: str) -> None:
     c = Config(precision="16.16", ipus_per_replica=4, gradient_accumulation=16, splits=splits)
     found = violations(EFFNET, c, profile_for(EFFNET).module_order)
     assert len(found) == 1 and needle in found[0], found
@@ -111,7 +114,7 @@ POINTS = {p["id"]: p for p in tomllib.loads(
 
 
 @pytest.mark.parametrize("point_id", ["M23", "M24"], ids=["mk2", "mk1"])
-def test_the_published_efficientnet_b0_layouts_estimate_with_exit_0_and_fit(point_id, capsys, in_tmp):
+def test_the_published_efficientnet_b0_layouts_estimate_with_exit_0_and_fit(point_id: str, capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     """Mk2 splits at four IPUs; Mk1 at three, which PopTorch reserves as four (M24's note)."""
     point = POINTS[point_id]
     problem = "\n".join(f"{k} = {json.dumps(v)}" for k, v in point["problem"].items())
@@ -127,12 +130,12 @@ def test_the_published_efficientnet_b0_layouts_estimate_with_exit_0_and_fit(poin
 
 
 @pytest.fixture(scope="module")
-def poptorch():
+def poptorch() -> Iterator[Any]:
     with fake_sdk() as module:
         yield module
 
 
-def test_the_fake_poptorch_places_begin_block_on_the_submodule_inside_the_block(poptorch, tmp_path):
+def test_the_fake_poptorch_places_begin_block_on_the_submodule_inside_the_block(poptorch: Any, tmp_path: Path) -> None:
     """The exported snippet's BeginBlock goes on `features.2.0.block.3`, as PopTorch's stage
     manager meets it, and the config the fake rebuilds from the blocks is the one exported."""
     from test_knobs_honoured import assert_same_knobs, seen_by_poptorch
@@ -144,7 +147,7 @@ def test_the_fake_poptorch_places_begin_block_on_the_submodule_inside_the_block(
     assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path), "efficientnet in-block splits")
 
 
-def test_the_mk1_layout_on_three_ipus_compiles_on_hardware_with_auto_round(poptorch, tmp_path, monkeypatch):
+def test_the_mk1_layout_on_three_ipus_compiles_on_hardware_with_auto_round(poptorch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three IPUs: the snippet asks PopTorch to round up (autoRoundNumIPUs), without which it
     refuses the count on hardware; its second BeginBlock goes on a batch norm inside features.3.1."""
     import torch
@@ -162,8 +165,8 @@ def test_the_mk1_layout_on_three_ipus_compiles_on_hardware_with_auto_round(popto
     source = render_snippet(p, c)
     assert "opts.autoRoundNumIPUs(True)" in source
 
-    def compile_on_hardware(snippet: str):
-        ns: dict = {}
+    def compile_on_hardware(snippet: str) -> Any:
+        ns: dict[str, Any] = {}
         exec(snippet, ns)
         model = ns["TrainingModel"](build_model(p.model, p.num_classes, device="cpu"))
         opts = child.add_tuner_options(ns["make_options"](), poptorch,
@@ -181,7 +184,7 @@ def test_the_mk1_layout_on_three_ipus_compiles_on_hardware_with_auto_round(popto
 
 @pytest.mark.slow
 def test_a_60_trial_efficientnet_study_that_needs_4_ipus_proposes_in_block_splits_and_one_compiles(
-        poptorch, tmp_path, capsys):
+        poptorch: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """EfficientNet-B0 at micro-batch 60, 224x224, on 4 Mk2 IPUs: no 1- or 2-IPU layout fits.
     The space draws splits inside the large MBConv blocks (features.2.x: 38% of the saved
     activations); the best's snippet, as tune exported it, compiles on the fake PopTorch with
@@ -202,7 +205,7 @@ def test_a_60_trial_efficientnet_study_that_needs_4_ipus_proposes_in_block_split
     assert all(t["config"]["ipus_per_replica"] == 4 for t in trials if t["measurement"]["feasible"])
     assert any(".block." in s for s in best.splits), best.splits
 
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec((out / "best_options.py").read_text(), ns)
     p = Problem("efficientnet_b0", 60, input_shape=(3, 224, 224), num_classes=1000, ipus=4)
     model = ns["TrainingModel"](build_model("efficientnet_b0", 1000, device="cpu"))

@@ -40,7 +40,7 @@ def poll(db: Path, done: int, timeout: float = 180.0, study: str | None = None) 
     raise AssertionError(f"fewer than {done} trials finished in {timeout} s: {wh.sqlite_states(db, study)}")
 
 
-def test_ctrl_c_stops_cleanly_and_the_printed_command_completes_the_study(tmp_path):
+def test_ctrl_c_stops_cleanly_and_the_printed_command_completes_the_study(tmp_path: Path) -> None:
     requested = 200
     db = tmp_path / "study.db"
     url = f"sqlite:///{db}"
@@ -83,7 +83,7 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_completes_the_study(tmp_pa
     assert len(study.trials) == requested
 
 
-def test_sigterm_interrupts_a_long_trial_after_the_grace_and_resume_retries_it(tmp_path):
+def test_sigterm_interrupts_a_long_trial_after_the_grace_and_resume_retries_it(tmp_path: Path) -> None:
     """A measurement that cannot finish in the grace period is failed as interrupted and
     enqueued again; the next worker measures exactly that configuration."""
     url = f"sqlite:///{tmp_path / 'study.db'}"
@@ -121,7 +121,7 @@ def test_sigterm_interrupts_a_long_trial_after_the_grace_and_resume_retries_it(t
     assert TrialState.RUNNING not in [t.state for t in study.trials]
 
 
-def test_second_ctrl_c_quits_at_once_and_records_the_trial(tmp_path):
+def test_second_ctrl_c_quits_at_once_and_records_the_trial(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     # No grace: the first Ctrl-C alone would wait for the 60 s measurement.
     proc = wh.start_worker(url, "quit", "--trials", "5", "--sleep", "60", cwd=tmp_path)
@@ -146,7 +146,7 @@ def test_second_ctrl_c_quits_at_once_and_records_the_trial(tmp_path):
 
 
 @pytest.mark.skipif(not (wh.TESTS / "fake_sdk" / "poptorch").is_dir(), reason="needs the fake PopTorch SDK")
-def test_cli_double_ctrl_c_during_a_compile_kills_it_and_says_how_to_resume(tmp_path):
+def test_cli_double_ctrl_c_during_a_compile_kills_it_and_says_how_to_resume(tmp_path: Path) -> None:
     """The product path with a long backend: a PopTorch compile (the fake SDK, hanging)."""
     db = tmp_path / "study.db"
     env = wh.env()

@@ -8,6 +8,11 @@ export, or that the fake cannot see, fails here.
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
+from pathlib import Path
+
 import dataclasses
 import random
 
@@ -30,7 +35,7 @@ OPTIMIZERS = ("adamw", "sgd", "sgd_combined", "lamb")
 
 
 @pytest.fixture(scope="module")
-def poptorch(tmp_path_factory):
+def poptorch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with fake_sdk() as module:
         yield module
 
@@ -40,8 +45,8 @@ def problem(optimizer: str = "adamw", ipus: int = 4) -> Problem:
                    optimizer=optimizer, ipus=ipus)
 
 
-def seen_by_poptorch(poptorch, p: Problem, c: Config, tmp) -> Config:
-    ns: dict = {}
+def seen_by_poptorch(poptorch: Any, p: Problem, c: Config, tmp: Any) -> Config:
+    ns: dict[str, Any] = {}
     exec(render_snippet(p, c), ns)
     model = ns["TrainingModel"](build_model(p.model, p.num_classes, device="cpu", task=p.task))
     opts = ns["make_options"]()
@@ -56,7 +61,7 @@ def seen_by_poptorch(poptorch, p: Problem, c: Config, tmp) -> Config:
     return training.fake_record["config"].replace(**loader_seen(poptorch, ns))
 
 
-def loader_seen(poptorch, ns: dict) -> dict:
+def loader_seen(poptorch: Any, ns: dict[str, Any]) -> dict[str, Any]:
     """The host knobs, as the snippet's poptorch.DataLoader received them."""
     dataset = torch.utils.data.TensorDataset(torch.zeros(1, 1))
     loader = ns["make_loader"](ns["make_options"](), dataset)
@@ -71,7 +76,7 @@ def assert_same_knobs(original: Config, seen: Config, where: str) -> None:
     assert not differ, f"{where}: " + "; ".join(differ)
 
 
-def drawn_configs():
+def drawn_configs() -> Any:
     """Configs from every shipped space (random answers) and from the warm starts."""
     rng = random.Random(10)
     out = []
@@ -92,7 +97,7 @@ def drawn_configs():
 
 
 @pytest.mark.slow
-def test_every_drawn_config_is_what_poptorch_sees(poptorch, tmp_path):
+def test_every_drawn_config_is_what_poptorch_sees(poptorch: Any, tmp_path: Path) -> None:
     cases = drawn_configs()
     assert len(cases) > 70
     # splits inside a large block (profiles/refine.split_grid) go through BeginBlock too (issue 42)
@@ -101,7 +106,7 @@ def test_every_drawn_config_is_what_poptorch_sees(poptorch, tmp_path):
         assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), where)
 
 
-def test_a_knob_poptorch_does_not_see_fails_the_comparison(poptorch, tmp_path):
+def test_a_knob_poptorch_does_not_see_fails_the_comparison(poptorch: Any, tmp_path: Path) -> None:
     """The check has teeth: partials with FP32 compute are not exported, so they are not seen."""
     p = problem()
     c = Config(partials="half")
@@ -111,11 +116,11 @@ def test_a_knob_poptorch_does_not_see_fails_the_comparison(poptorch, tmp_path):
 
 # --- must-show 3: no estimator credit for what the exported code does not change -------------
 
-def _profiled(p: Problem):
+def _profiled(p: Problem) -> Any:
     return p, profile_for(p)
 
 
-def test_pipelined_standard_norm_only_and_all_are_one_estimate():
+def test_pipelined_standard_norm_only_and_all_are_one_estimate() -> None:
     p, profile = _profiled(problem(ipus=2))
     base = Config(ipus_per_replica=2, splits=("block2",), gradient_accumulation=4)
     results = {mode: estimate(p, base.replace(recompute=mode), profile) for mode in ("standard", "norm_only", "all")}
@@ -124,7 +129,7 @@ def test_pipelined_standard_norm_only_and_all_are_one_estimate():
     assert len({(tuple(m.required_bytes), m.throughput) for m in unpipelined.values()}) == 3  # they differ there
 
 
-def test_the_sampler_does_not_spend_trials_on_modes_that_compile_alike():
+def test_the_sampler_does_not_spend_trials_on_modes_that_compile_alike() -> None:
     p, profile = _profiled(problem(ipus=2))
     space = SearchSpace.load(p)
     rng = random.Random(0)
@@ -137,7 +142,7 @@ def test_the_sampler_does_not_spend_trials_on_modes_that_compile_alike():
     assert pipelined == {"pipeline", "none", "all"}
 
 
-def test_io_tiles_earn_no_overlap_credit():
+def test_io_tiles_earn_no_overlap_credit() -> None:
     """The snippet reserves I/O tiles but does not overlap I/O: fewer compute tiles, never faster."""
     p, profile = _profiled(problem(ipus=1))
     for c in (Config(execution="sharded"), Config(execution="sharded", device_iterations=8)):
@@ -147,7 +152,7 @@ def test_io_tiles_earn_no_overlap_credit():
         assert with_tiles.max_tile_bytes[0] >= without.max_tile_bytes[0]
 
 
-def test_offload_and_rts_change_nothing_with_sgd_combined():
+def test_offload_and_rts_change_nothing_with_sgd_combined() -> None:
     p, profile = _profiled(problem("sgd_combined", ipus=4))
     base = Config(replicas=4)
     plain = estimate(p, base, profile)
@@ -161,7 +166,7 @@ def test_offload_and_rts_change_nothing_with_sgd_combined():
         estimate(q, base, profile).required_bytes
 
 
-def test_sgd_combined_never_samples_offload_or_rts():
+def test_sgd_combined_never_samples_offload_or_rts() -> None:
     p, profile = _profiled(problem("sgd_combined", ipus=4))
     space = SearchSpace.load(p)
     rng = random.Random(1)
@@ -174,7 +179,7 @@ def test_sgd_combined_never_samples_offload_or_rts():
 
 @pytest.mark.parametrize("name", ["efficientnet_b0", "mobilenet_v3_small", "convnext_tiny", "regnet_y_400mf",
                                   "resnet18"])
-def test_no_split_candidate_lies_inside_a_residual_block(name):
+def test_no_split_candidate_lies_inside_a_residual_block(name: str) -> None:
     from ipu_autotune.profiles.trace import _has_skip, trace_model
 
     model = build_model(name, 10)
@@ -189,7 +194,7 @@ def test_no_split_candidate_lies_inside_a_residual_block(name):
 
 # --- snippet comments come from the exported config ---------------------------------------------
 
-def _advice(auto: bool, scale: float, partials: str, rounding: bool):
+def _advice(auto: bool, scale: float, partials: str, rounding: bool) -> Any:
     from types import SimpleNamespace as NS
 
     return NS(loss_scale=NS(auto=auto, scale=scale, reason="gradients underflow below 2^-24"),
@@ -197,7 +202,7 @@ def _advice(auto: bool, scale: float, partials: str, rounding: bool):
               stochastic_rounding=NS(recommend=rounding, reason="small updates"))
 
 
-def test_snippet_comments_cannot_contradict_its_code():
+def test_snippet_comments_cannot_contradict_its_code() -> None:
     from ipu_autotune import export
     from ipu_autotune.export.notes import numerics_notes
 
@@ -216,7 +221,7 @@ def test_snippet_comments_cannot_contradict_its_code():
 
 
 @pytest.mark.slow
-def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch, tmp_path):
+def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch: Any, tmp_path: Path) -> None:
     """hf: masked LM drawn from transformer.toml, whose knobs include embedding_serialization,
     plus the first with every factor (4 and 8 pad BERT's 30,522 words): what the fake PopTorch
     rebuilds from the snippet's serializedMatMul calls equals the config, factor included."""
@@ -231,7 +236,7 @@ def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch, tmp
         assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"bert masked-lm {i}")
 
 
-def test_question_answering_round_trips_with_input_embedding_serialization(poptorch, tmp_path):
+def test_question_answering_round_trips_with_input_embedding_serialization(poptorch: Any, tmp_path: Path) -> None:
     """hf: question answering (no vocabulary head) with its token embedding in look-ups, drawn
     from a space that lists the factors and set by hand: the fake PopTorch rebuilds the factor
     from the SerializedEmbedding the snippet put in the model, every other knob as before."""

@@ -2,6 +2,8 @@
 about 2 s of CPU, torchvision 1.5 s more, transformers 0.7 s. The parser and `--help` need
 none of them; tracing a torchvision model needs no transformers."""
 
+from pathlib import Path
+
 import subprocess
 import sys
 
@@ -12,7 +14,7 @@ def _modules_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
-def test_the_cli_and_its_help_import_no_torch():
+def test_the_cli_and_its_help_import_no_torch() -> None:
     loaded = _modules_after("import contextlib, io\nfrom ipu_autotune.cli import main\n"
                             "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
                             "    main(['tune', '--help'])")
@@ -20,14 +22,14 @@ def test_the_cli_and_its_help_import_no_torch():
     assert not {"torch", "torchvision", "transformers"} & loaded
 
 
-def test_tracing_a_torchvision_model_imports_no_transformers():
+def test_tracing_a_torchvision_model_imports_no_transformers() -> None:
     loaded = _modules_after("from ipu_autotune.problem import Problem\n"
                             "from ipu_autotune.profiles.trace import profile_for\n"
                             "assert profile_for(Problem('resnet18', 2, (3, 32, 32))).units")
     assert "torchvision" in loaded and "transformers" not in loaded
 
 
-def test_reading_a_study_imports_no_torch(tmp_path):
+def test_reading_a_study_imports_no_torch(tmp_path: Path) -> None:
     """`show`, `studies`, `report` and `export` read what `tune` stored: a CNN's study needs no
     model built or traced, so none of them imports torch (2-3 s of CPU each, before)."""
     from ipu_autotune.cli import main

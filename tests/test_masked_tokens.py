@@ -4,6 +4,10 @@ TrainingModel, and a masked-LM loss equal to transformers' own over those positi
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -17,12 +21,12 @@ from test_transformers import cli
 from testing import run_cli_stdout
 
 
-def _head(profile):
+def _head(profile: Any) -> Any:
     return next(u for u in profile.units if u.path.startswith("cls"))
 
 
 @pytest.mark.slow
-def test_the_head_sees_only_the_gathered_positions():
+def test_the_head_sees_only_the_gathered_positions() -> None:
     full = profile_for(Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=128))
     gathered = profile_for(Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=128, max_predictions=20))
     assert gathered.params == full.params  # the same weights; only what the head computes changes
@@ -34,7 +38,7 @@ def test_the_head_sees_only_the_gathered_positions():
     assert _head(gathered).placed_with == 0  # the tied decoder still runs with the embedding
 
 
-def test_inputs_and_labels_follow_graphcore_pretraining():
+def test_inputs_and_labels_follow_graphcore_pretraining() -> None:
     problem = Problem("hf:bert-base-uncased", 3, task="masked-lm", seq_len=128, max_predictions=20)
     batch = sample_batch(problem, 3)
     assert list(batch) == ["input_ids", "attention_mask", "masked_lm_positions", "labels"]
@@ -47,19 +51,19 @@ def test_inputs_and_labels_follow_graphcore_pretraining():
     (dict(model="hf:bert-base-uncased", task="masked-lm", seq_len=16, max_predictions=20), "exceeds --seq-len 16"),
     (dict(model="resnet18", max_predictions=20), "for hf: models"),
 ])
-def test_max_predictions_where_it_cannot_apply_is_refused(kwargs, message):
+def test_max_predictions_where_it_cannot_apply_is_refused(kwargs: Any, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         Problem(batch_size=1, **kwargs)
 
 
-def test_the_key_round_trips_and_old_problems_keep_their_dict():
+def test_the_key_round_trips_and_old_problems_keep_their_dict() -> None:
     problem = Problem("hf:roberta-base", 2, task="masked-lm", seq_len=128, max_predictions=20)
     assert Problem.from_dict(problem.to_dict()) == problem
     assert "max_predictions" not in Problem("hf:roberta-base", 2, task="masked-lm").to_dict()
     assert problem.slug != Problem("hf:roberta-base", 2, task="masked-lm", seq_len=128).slug
 
 
-def _reference_loss(plain, ids, mask, positions, tokens):
+def _reference_loss(plain: Any, ids: Any, mask: Any, positions: Any, tokens: Any) -> Any:
     """transformers' BertForMaskedLM loss: every position projected, labels only where masked."""
     labels = torch.full_like(ids, -100)
     labels.scatter_(1, positions, tokens)
@@ -67,7 +71,7 @@ def _reference_loss(plain, ids, mask, positions, tokens):
 
 
 @pytest.mark.slow
-def test_traced_model_and_exported_training_model_compute_transformers_masked_lm_loss():
+def test_traced_model_and_exported_training_model_compute_transformers_masked_lm_loss() -> None:
     from conftest_fake_sdk import fake_sdk
 
     from ipu_autotune.export.python import render_snippet
@@ -91,19 +95,19 @@ def test_traced_model_and_exported_training_model_compute_transformers_masked_lm
     snippet = render_snippet(problem, config)
     assert "masked_lm_positions" in snippet
     with fake_sdk():
-        ns: dict = {}
+        ns: dict[str, Any] = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)
         exported = ns["TrainingModel"](plain)
         assert exported(ids, mask, positions, tokens).item() == pytest.approx(ours.item(), rel=1e-5)
 
 
 @pytest.mark.slow
-def test_estimate_takes_the_flag_and_the_config_key(capsys, in_tmp):
+def test_estimate_takes_the_flag_and_the_config_key(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     """In this process: the three estimates share one trace of BERT (`estimate` as the console
     script runs it is test_transformers.py's)."""
     import json
 
-    def estimate(*argv: str) -> dict:
+    def estimate(*argv: str) -> dict[str, Any]:
         return json.loads(run_cli_stdout(capsys, "estimate", *argv))
 
     config = ("--set", "ipus_per_replica=4", "--set",
@@ -119,7 +123,7 @@ def test_estimate_takes_the_flag_and_the_config_key(capsys, in_tmp):
 
 
 @pytest.mark.slow
-def test_a_bad_count_is_one_line_exit_2(tmp_path):
+def test_a_bad_count_is_one_line_exit_2(tmp_path: Path) -> None:
     proc = cli("estimate", "hf:gpt2", "-b", "1", "--max-predictions", "20", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "--task masked-lm" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

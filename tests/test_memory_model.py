@@ -1,5 +1,7 @@
 """The learnt memory model: a fixed and a proportional part per tile, and a chance to fit."""
 
+from typing import Any
+
 import random
 from statistics import NormalDist
 
@@ -19,7 +21,7 @@ PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="
 FIXED = 0.12  # of a tile: a per-tile cost the estimator lacks (code, exchange buffers)
 
 
-def compiled_on_fixed_cost_ipu(problem, configs):
+def compiled_on_fixed_cost_ipu(problem: Any, configs: Any) -> Any:
     """(config, Measurement) as an IPU that adds FIXED of a tile to every tile would report."""
     profile = profile_for(problem)
     out = []
@@ -33,7 +35,7 @@ def compiled_on_fixed_cost_ipu(problem, configs):
     return out
 
 
-def test_a_fixed_per_tile_cost_is_learnt_as_fixed_not_as_a_ratio():
+def test_a_fixed_per_tile_cost_is_learnt_as_fixed_not_as_a_ratio() -> None:
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
     baseline = naive_baseline(PROBLEM, profile)
@@ -64,13 +66,13 @@ def test_a_fixed_per_tile_cost_is_learnt_as_fixed_not_as_a_ratio():
     assert 0.85 * ratio > 0.85 + FIXED + 0.05
 
 
-def test_no_compile_keeps_the_prior():
+def test_no_compile_keeps_the_prior() -> None:
     model = MemoryModel([])
     assert model.part("fixed") == pytest.approx((0.0, 0.10))
     assert model.part("proportional") == pytest.approx((1.0, 0.30))
 
 
-def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior():
+def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior() -> None:
     """Of candidates given a chance p to fit, about p fit: IPUs whose fixed and proportional
     parts are drawn at random, four compiles of a two-IPU layout each, candidates anywhere."""
     rng = random.Random(7)
@@ -80,7 +82,7 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior():
     for _ in range(600):
         fixed, proportional, noise = rng.uniform(0.0, 0.2), rng.uniform(0.8, 1.3), 0.015
 
-        def truth(e, fixed=fixed, proportional=proportional, noise=noise):  # this IPU's, bound now
+        def truth(e: Any, fixed: Any=fixed, proportional: Any=proportional, noise: Any=noise) -> Any:  # this IPU's, bound now
             return fixed + proportional * e + rng.gauss(0.0, noise)
 
         points = [MemoryPoint(lay, e, shares, truth(e)) for e in (rng.uniform(0.3, 0.9) for _ in range(8))]
@@ -97,12 +99,12 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior():
         assert abs(sum(got) / len(got) - predicted) < 0.08, (lo, hi, predicted, sum(got) / len(got))
 
 
-def widened(model, slope):
+def widened(model: Any, slope: Any) -> Any:
     """The weight of the hypotheses with `slope`'s prior wider than PRIORS'."""
     return sum(w for w, widths in model.weights if slope in widths)
 
 
-def _checkpoint_cost_points(per_segment, rng):
+def _checkpoint_cost_points(per_segment: Any, rng: Any) -> Any:
     """Eight compiles of a four-stage pipeline with 0-7 recomputation checkpoints, on an IPU
     that adds `per_segment` of a tile per recomputation segment on each IPU."""
     shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
@@ -117,7 +119,7 @@ def _checkpoint_cost_points(per_segment, rng):
     return lay, shares, points
 
 
-def test_a_fixed_cost_per_checkpoint_far_over_the_prior_is_learnt_from_the_evidence():
+def test_a_fixed_cost_per_checkpoint_far_over_the_prior_is_learnt_from_the_evidence() -> None:
     """PRIORS holds a recomputation segment's fixed cost at 0.01 of a tile; an IPU where it is
     0.15 (fifteen spreads out) is still learnt, because the compiles' evidence widens that
     slope's prior, and a config with more checkpoints than any compiled is predicted."""
@@ -130,14 +132,14 @@ def test_a_fixed_cost_per_checkpoint_far_over_the_prior_is_learnt_from_the_evide
     assert sd < 0.05
 
 
-def test_the_slopes_keep_their_priors_when_the_compiles_do_not_ask_for_more():
+def test_the_slopes_keep_their_priors_when_the_compiles_do_not_ask_for_more() -> None:
     lay, shares, points = _checkpoint_cost_points(0.0, random.Random(3))
     model = MemoryModel(points)
     assert widened(model, "per checkpoint") < 0.2
     assert abs(model.part("per checkpoint")[0]) < 0.01
 
 
-def test_one_compile_in_a_new_layout_leaves_its_excess_in_doubt():
+def test_one_compile_in_a_new_layout_leaves_its_excess_in_doubt() -> None:
     """A new layout's one compile that holds 0.15 of a tile more than the estimate, where its
     stages, replicas and segments per IPU all differ from the compiled layout's, cannot say
     which slope the excess belongs to. Read as a checkpoint cost alone (ResNet-101 develop

@@ -8,7 +8,7 @@ PACKAGE_DIR = Path(ipu_autotune.__file__).parent
 MAX_LINES = 400
 
 
-def test_no_module_is_over_400_lines():
+def test_no_module_is_over_400_lines() -> None:
     sizes = {str(p.relative_to(PACKAGE_DIR.parent)): len(p.read_text().splitlines())
              for p in PACKAGE_DIR.rglob("*.py")}
     assert len(sizes) > 50  # the walk found the package, subpackages included

@@ -8,6 +8,11 @@ rebuilt from what PopTorch saw equals the one exported, knob for knob.
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
+from pathlib import Path
+
 import json
 import os
 import subprocess
@@ -26,7 +31,7 @@ from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 
 @pytest.fixture(scope="module")
-def poptorch():
+def poptorch() -> Iterator[Any]:
     with fake_sdk() as module:
         yield module
 
@@ -46,13 +51,13 @@ def warm_starts(p: Problem, n: int = 3) -> list[Config]:
     ("hf:bert-base-uncased", "question-answering", 0),
     ("hf:gpt2", "causal-lm", 0),
 ])
-def test_transformer_configs_are_what_poptorch_sees(poptorch, tmp_path, model, task, max_predictions):
+def test_transformer_configs_are_what_poptorch_sees(poptorch: Any, tmp_path: Path, model: str, task: str, max_predictions: int) -> None:
     p = Problem(model, 2, seq_len=32, task=task, ipus=4, max_predictions=max_predictions)
     for i, c in enumerate(warm_starts(p)):
         assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"{model} {task} #{i}")
 
 
-def test_the_host_batch_keeps_token_ids_integer_and_labels_last():
+def test_the_host_batch_keeps_token_ids_integer_and_labels_last() -> None:
     p = Problem("hf:bert-base-uncased", 2, seq_len=16, task="question-answering", ipus=2)
     c = Config(precision="16.16", gradient_accumulation=4, device_iterations=3)
     ids, mask, start, end = child.host_batch(p, c, torch.half)
@@ -62,7 +67,7 @@ def test_the_host_batch_keeps_token_ids_integer_and_labels_last():
 
 
 @pytest.mark.slow
-def test_a_factory_with_named_inputs_is_what_poptorch_sees(poptorch, tmp_path):
+def test_a_factory_with_named_inputs_is_what_poptorch_sees(poptorch: Any, tmp_path: Path) -> None:
     p = Problem("test_transformers:two_inputs", 4, inputs=("input_ids:32:int64", "attention_mask:32:float32"),
                 num_classes=5, ipus=2)
     ids, mask, labels = child.host_batch(p, Config(precision="16.16"), torch.half)
@@ -72,7 +77,7 @@ def test_a_factory_with_named_inputs_is_what_poptorch_sees(poptorch, tmp_path):
 
 
 @pytest.mark.slow
-def test_tune_compiles_a_transformer_through_the_poptorch_backend(tmp_path):
+def test_tune_compiles_a_transformer_through_the_poptorch_backend(tmp_path: Path) -> None:
     """`tune hf:... --backend poptorch`: every compile ends in a verdict on the configuration
     (fits or out of memory), none in an error about the inputs."""
     env = dict(os.environ, **fake_env())
@@ -87,7 +92,7 @@ def test_tune_compiles_a_transformer_through_the_poptorch_backend(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_tied_head_back_on_ipu0_is_a_pipeline_stage_of_its_own(poptorch, tmp_path):
+def test_a_tied_head_back_on_ipu0_is_a_pipeline_stage_of_its_own(poptorch: Any, tmp_path: Path) -> None:
     """GPT-2's LM head shares the embedding's weights and runs on IPU0 after IPU3: PopTorch
     counts 5 forward stages, so accumulation must be >= 9, not the 7 of 4 IPUs. The fake counts
     stages from the blocks it sees; the rules and the baseline must agree with it."""
@@ -100,7 +105,7 @@ def test_a_tied_head_back_on_ipu0_is_a_pipeline_stage_of_its_own(poptorch, tmp_p
     assert min_pipeline_accumulation(p, 4) == 9 == baseline.gradient_accumulation
     short = baseline.replace(gradient_accumulation=8)
     assert any("tied head" in v for v in violations(p, short, profile.module_order))
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     from ipu_autotune.export.python import render_snippet
     from ipu_autotune.models.zoo import build_model
 

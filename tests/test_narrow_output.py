@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import json
 import re
 
@@ -18,7 +22,7 @@ def too_long(text: str, width: int = 80) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def two_studies(tmp_path_factory):
+def two_studies(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Two studies of the same model in one folder, differing only in the optimizer."""
     cwd = tmp_path_factory.mktemp("narrow")
     first = run_cli_process("resnet18", "--batch-size", "16", "--trials", str(TRIALS), "--seed", "0", "--no-numerics",
@@ -43,7 +47,7 @@ def table_rows(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_tune_piped_at_80_columns_prints_one_line_per_trial(two_studies):
+def test_tune_piped_at_80_columns_prints_one_line_per_trial(two_studies: Any) -> None:
     _, first, _ = two_studies
     trial_lines = [line for line in first.stdout.splitlines() if line.startswith("trial ")]
     assert [int(line.split()[1]) for line in trial_lines] == list(range(TRIALS))
@@ -52,7 +56,7 @@ def test_tune_piped_at_80_columns_prints_one_line_per_trial(two_studies):
 
 
 @pytest.mark.slow
-def test_show_at_80_columns_one_line_per_trial(two_studies):
+def test_show_at_80_columns_one_line_per_trial(two_studies: Any) -> None:
     cwd, _, _ = two_studies
     out = run_cli_process("show", "--study", "resnet18-bs16-2ipu-mk2", cwd=cwd)
     assert out.returncode == 0, out.stderr
@@ -66,7 +70,7 @@ def test_show_at_80_columns_one_line_per_trial(two_studies):
 
 
 @pytest.mark.slow
-def test_show_trial_prints_the_whole_configuration(two_studies):
+def test_show_trial_prints_the_whole_configuration(two_studies: Any) -> None:
     cwd, _, _ = two_studies
     out = run_cli_process("show", "--study", "resnet18-bs16-2ipu-mk2", "--trial", "1", cwd=cwd)
     assert out.returncode == 0, out.stderr
@@ -78,7 +82,7 @@ def test_show_trial_prints_the_whole_configuration(two_studies):
 
 
 @pytest.mark.slow
-def test_studies_shows_full_names_counts_best_and_state(two_studies):
+def test_studies_shows_full_names_counts_best_and_state(two_studies: Any) -> None:
     cwd, _, _ = two_studies
     out = run_cli_process("studies", cwd=cwd)
     assert out.returncode == 0, out.stderr
@@ -95,7 +99,7 @@ def test_studies_shows_full_names_counts_best_and_state(two_studies):
 
 
 @pytest.mark.slow
-def test_baseline_on_an_existing_study_is_refused_with_the_fix(two_studies, tmp_path):
+def test_baseline_on_an_existing_study_is_refused_with_the_fix(two_studies: Any, tmp_path: Path) -> None:
     cwd, _, _ = two_studies
     baseline = tmp_path / "base.toml"
     baseline.write_text('[config]\nprecision = "16.16"\nipus_per_replica = 2\nsplits = ["layer3.0"]\n'
@@ -109,7 +113,7 @@ def test_baseline_on_an_existing_study_is_refused_with_the_fix(two_studies, tmp_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("columns", [80, 120])
-def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path, columns):
+def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path: Path, columns: int) -> None:
     out = run_cli_process("estimate", "resnet101", "--batch-size", "64", cwd=tmp_path, columns=columns)
     assert out.returncode == 0, out.stderr
     assert too_long(out.stdout, columns) == []
@@ -125,7 +129,7 @@ def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path, columns):
 
 
 @pytest.mark.slow
-def test_numerics_help_lists_only_options_it_uses(tmp_path):
+def test_numerics_help_lists_only_options_it_uses(tmp_path: Path) -> None:
     out = run_cli_process("numerics", "--help", cwd=tmp_path)
     assert out.returncode == 0
     assert "--ipus" not in out.stdout and "--target" not in out.stdout
@@ -133,7 +137,7 @@ def test_numerics_help_lists_only_options_it_uses(tmp_path):
 
 
 @pytest.mark.slow
-def test_set_errors_name_set_not_the_config_file(tmp_path):
+def test_set_errors_name_set_not_the_config_file(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text('[problem]\nmodel = "resnet18"\nbatch_size = 8\n[config]\nprecision = "16.16"\n')
     bad_value = run_cli_process("estimate", "--config", str(cfg), "--set", "precision=17.17", cwd=tmp_path)

@@ -4,6 +4,8 @@ a widget, the summary's HTML with memory bars, a best configuration that fits, t
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import re
@@ -21,7 +23,7 @@ pytestmark = pytest.mark.slow
 KERNEL = "ipu-autotune-test"
 
 
-def _kernel_spec(tmp_path: Path, monkeypatch) -> str:
+def _kernel_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A kernel spec for this very interpreter, so the kernel imports the ipu_autotune under test."""
     prefix = tmp_path / "jupyter"
     kernelspec.install(kernel_name=KERNEL, prefix=str(prefix))
@@ -31,7 +33,7 @@ def _kernel_spec(tmp_path: Path, monkeypatch) -> str:
     return KERNEL
 
 
-def _run(path: Path, tmp_path: Path, monkeypatch) -> nbformat.NotebookNode:
+def _run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
     _kernel_spec(tmp_path, monkeypatch)
     nb = nbformat.read(path, as_version=4)
     # appended in memory only: which interpreter the kernel is
@@ -44,23 +46,23 @@ def _run(path: Path, tmp_path: Path, monkeypatch) -> nbformat.NotebookNode:
     return nb
 
 
-def _outputs(nb, needle: str) -> list:
+def _outputs(nb: Any, needle: str) -> list[Any]:
     """The outputs of the code cell whose source contains `needle`."""
     cells = [c for c in nb.cells if c.cell_type == "code" and needle in c.source]
     assert len(cells) == 1, needle
     return cells[0].outputs
 
 
-def _html(outputs) -> str:
+def _html(outputs: Any) -> str:
     return "".join(o.get("data", {}).get("text/html", "") for o in outputs)
 
 
-def _text(outputs) -> str:
+def _text(outputs: Any) -> str:
     return "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_the_example_notebook_runs_and_shows_a_fitting_best(path, tmp_path, monkeypatch):
+def test_the_example_notebook_runs_and_shows_a_fitting_best(path: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert path.name == "tune_in_a_notebook.ipynb"  # the checks below are this notebook's
     nb = _run(path, tmp_path, monkeypatch)
     work = tmp_path / "work"
@@ -100,7 +102,7 @@ print("RESULT", result.interrupted, len(result.records), result.best is not None
 """
 
 
-def test_a_kernel_interrupt_stops_after_the_current_trial_and_returns_the_result(tmp_path, monkeypatch):
+def test_a_kernel_interrupt_stops_after_the_current_trial_and_returns_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Interrupt the kernel (Jupyter's stop button: SIGINT to the kernel) while tune runs in a cell."""
     import time
 

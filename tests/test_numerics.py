@@ -6,6 +6,8 @@ real torch.optim steps applied to FP16 weights, never the module's own histogram
 
 from __future__ import annotations
 
+from typing import Any
+
 import copy
 import json
 
@@ -38,13 +40,13 @@ FP16_MAX = 65504.0
 TINY = 2.0 ** -24  # smallest FP16 subnormal
 
 
-def batches(n: int, shape=(48,), batch: int = 16, classes: int = 10, seed: int = 0):
+def batches(n: int, shape: Any=(48,), batch: int = 16, classes: int = 10, seed: int = 0) -> Any:
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(batch, *shape, generator=gen), torch.randint(0, classes, (batch,), generator=gen))
             for _ in range(n)]
 
 
-def fresh_param_grads(model: nn.Module, data, loss_fn=F.cross_entropy) -> torch.Tensor:
+def fresh_param_grads(model: nn.Module, data: Any, loss_fn: Any=F.cross_entropy) -> torch.Tensor:
     """All parameter gradients of one batch, flattened, on a copy of the model."""
     model = copy.deepcopy(model).train()
     x, y = data
@@ -52,14 +54,14 @@ def fresh_param_grads(model: nn.Module, data, loss_fn=F.cross_entropy) -> torch.
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
-def seeded(cls, *args, **kwargs):
+def seeded(cls: Any, *args: Any, **kwargs: Any) -> Any:
     torch.manual_seed(0)
     return cls(*args, **kwargs)
 
 
 # --- loss scaling --------------------------------------------------------------------------------
 
-def test_tiny_gradients_get_a_large_scale_that_keeps_them():
+def test_tiny_gradients_get_a_large_scale_that_keeps_them() -> None:
     model = seeded(ScaledMLP, scale=1e-5)
     stats = collect_gradient_stats(model, batches(3), optimizer="sgd", lr=0.01)
     advice = recommend_loss_scale(stats)
@@ -76,10 +78,10 @@ def test_tiny_gradients_get_a_large_scale_that_keeps_them():
     assert scaled.half().isfinite().all()
 
 
-def test_large_gradients_get_a_small_scale_that_never_overflows():
+def test_large_gradients_get_a_small_scale_that_never_overflows() -> None:
     model = seeded(ScaledMLP)
 
-    def big_loss(out, y):
+    def big_loss(out: Any, y: Any) -> Any:
         return F.cross_entropy(out, y) * 5000  # e.g. a sum over a big batch
 
     stats = collect_gradient_stats(model, batches(3), loss_fn=big_loss, optimizer="sgd", lr=1e-6)
@@ -92,7 +94,7 @@ def test_large_gradients_get_a_small_scale_that_never_overflows():
         assert (g * advice.scale).half().isfinite().all()
 
 
-def test_table_is_exact_against_fp16_thresholds():
+def test_table_is_exact_against_fp16_thresholds() -> None:
     model = seeded(BareMatmul)  # no Linear/Conv: the statistics hold exactly the weight gradient
     x, y = batches(1, shape=(64,))[0]
     data = [(x * torch.logspace(-14, 0, 64), y)]  # spread the gradients over ~47 binades
@@ -109,7 +111,7 @@ def test_table_is_exact_against_fp16_thresholds():
         assert row.overflow == bool(scaled.max() > FP16_MAX)
 
 
-def test_drifting_gradients_ask_for_automatic_loss_scaling():
+def test_drifting_gradients_ask_for_automatic_loss_scaling() -> None:
     model = seeded(ScaledMLP)
     steady = collect_gradient_stats(model, batches(3), optimizer="sgd", lr=1e-4)
     assert steady.drift_binades() <= DRIFT_BINADES and not recommend_loss_scale(steady).auto
@@ -122,7 +124,7 @@ def test_drifting_gradients_ask_for_automatic_loss_scaling():
 
 # --- stochastic rounding ---------------------------------------------------------------------------
 
-def simulated_lost_fraction(model: nn.Module, data, optimizer: str, lr: float) -> float:
+def simulated_lost_fraction(model: nn.Module, data: Any, optimizer: str, lr: float) -> float:
     """One real torch.optim step in float64 (the exact intended update), applied to the FP16
     weights with round-to-nearest: the share of non-zero updates that leave the weight unchanged."""
     ref = copy.deepcopy(model).double().train()
@@ -145,7 +147,7 @@ def simulated_lost_fraction(model: nn.Module, data, optimizer: str, lr: float) -
 
 
 @pytest.mark.parametrize("optimizer, lr", [("sgd", 0.01), ("adamw", 3e-5), ("adam", 2e-5)])
-def test_stochastic_rounding_estimate_matches_a_direct_simulation(optimizer, lr):
+def test_stochastic_rounding_estimate_matches_a_direct_simulation(optimizer: str, lr: float) -> None:
     model = seeded(ScaledMLP)
     data = batches(1)
     stats = collect_gradient_stats(model, data, steps=1, optimizer=optimizer, lr=lr)
@@ -160,7 +162,7 @@ def test_stochastic_rounding_estimate_matches_a_direct_simulation(optimizer, lr)
         simulated_lost_fraction(model, data[0], optimizer, other), abs=0.03)
 
 
-def test_stochastic_rounding_off_when_updates_are_large():
+def test_stochastic_rounding_off_when_updates_are_large() -> None:
     model = seeded(ScaledMLP)
     stats = collect_gradient_stats(model, batches(2), optimizer="adam", lr=1e-2)
     advice = stochastic_rounding_advice(stats)
@@ -169,7 +171,7 @@ def test_stochastic_rounding_off_when_updates_are_large():
         stochastic_rounding_advice(stats, optimizer="adamw")
 
 
-def test_collection_leaves_the_model_as_it_was():
+def test_collection_leaves_the_model_as_it_was() -> None:
     model = seeded(SmallCNN)
     state = copy.deepcopy(model.state_dict())
     model.eval()
@@ -186,19 +188,19 @@ class Branches(nn.Module):
     """Three Linear layers on slices of one input: long with large activations, long and coherent
     (an average of positive inputs), and small."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.long_large = nn.Linear(32768, 4)
         self.coherent = nn.Linear(16384, 1, bias=False)
         nn.init.constant_(self.coherent.weight, 1 / 16384)
         self.small = nn.Linear(64, 10)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return (self.long_large(x[:, :32768] * 300).sum(1) + self.coherent(x[:, :16384]).sum(1)
                 + self.small(x[:, :64] - 0.5).sum(1))
 
 
-def test_partials_flag_long_accumulations_with_large_or_coherent_sums_only():
+def test_partials_flag_long_accumulations_with_large_or_coherent_sums_only() -> None:
     model = seeded(Branches)
     x = torch.rand(4, 32768, generator=torch.Generator().manual_seed(0))  # positive, like post-ReLU
     advice = partials_advice(model, x)
@@ -218,18 +220,18 @@ def test_partials_flag_long_accumulations_with_large_or_coherent_sums_only():
 
 
 @pytest.fixture(scope="module")
-def advice():
+def advice() -> Any:
     return advise(PROBLEM, steps=2)
 
 
-def test_advice_round_trips_through_json(advice):
+def test_advice_round_trips_through_json(advice: Any) -> None:
     data = json.loads(json.dumps(advice.to_dict()))
     assert NumericsAdvice.from_dict(data) == advice
     assert [row.scale for row in advice.table] == [2.0 ** k for k in range(25)]
     assert advice.lr == pytest.approx(0.1 * 8 / 256)
 
 
-def test_apply_sets_fields_only_on_fp16_configs(advice):
+def test_apply_sets_fields_only_on_fp16_configs(advice: Any) -> None:
     chosen = NumericsAdvice(
         loss_scale=LossScaleAdvice(256.0, True, 0.4, 0.001, True, "drift"),
         stochastic_rounding=StochasticRoundingAdvice(0.2, True, "lost"),
@@ -247,7 +249,7 @@ def test_apply_sets_fields_only_on_fp16_configs(advice):
     assert fixed.apply(Config(precision="16.16")).loss_scaling == 256.0
 
 
-def test_summary_and_view_state_the_reasons(advice):
+def test_summary_and_view_state_the_reasons(advice: Any) -> None:
     lines = summary_lines(advice)
     assert len(lines) == 3
     assert lines[0].startswith(("loss scale ", "loss scaling auto"))
@@ -261,7 +263,7 @@ def test_summary_and_view_state_the_reasons(advice):
 
 
 @pytest.mark.slow
-def test_advise_resnet18_leaves_global_state_alone():
+def test_advise_resnet18_leaves_global_state_alone() -> None:
     threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
     advice = advise(Problem("resnet18", 4, input_shape=(3, 32, 32), num_classes=10), steps=2)
     assert torch.get_num_threads() == threads and torch.equal(torch.random.get_rng_state(), rng)
@@ -270,7 +272,7 @@ def test_advise_resnet18_leaves_global_state_alone():
     assert advice.batch_used == 4 and advice.optimizer == "adamw" and advice.lr == 1e-3
 
 
-def test_synthetic_batches_cap_the_batch():
+def test_synthetic_batches_cap_the_batch() -> None:
     got = synthetic_batches(Problem("resnet18", 64, input_shape=(3, 8, 8), num_classes=5), 2, seed=3)
     assert len(got) == 2 and got[0][0].shape == (16, 3, 8, 8)
     assert int(got[0][1].min()) >= 0 and int(got[0][1].max()) < 5
@@ -280,7 +282,7 @@ def test_synthetic_batches_cap_the_batch():
 
 # --- command line ----------------------------------------------------------------------------------
 
-def test_cli_prints_one_json_object(capsys):
+def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["numerics", "numerics_models:small_cnn", "-b", "8", "--input-shape", "3,16,16",
                      "--num-classes", "10", "--optimizer", "adam", "--steps", "2",
                      "--data", "numerics_models:fixed_batches", "--json"])
@@ -298,14 +300,14 @@ def test_cli_prints_one_json_object(capsys):
     (["--lr", "-1"], "must be positive"),
     (["--input-shape", "3,16"], "check --input-shape"),
 ])
-def test_cli_bad_input_is_a_one_line_usage_error(capsys, args, message):
+def test_cli_bad_input_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str], args: list[Any], message: str) -> None:
     code = cli.main(["numerics", "numerics_models:small_cnn", "-b", "8", "--num-classes", "10",
                      *(["--input-shape", "3,16,16"] if "--input-shape" not in args else []), *args])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
 
 
-def test_a_torchvision_models_advice_is_measured_once_a_process_and_a_users_each_time(monkeypatch):
+def test_a_torchvision_models_advice_is_measured_once_a_process_and_a_users_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each `estimate` and new study asks for the advice; a torchvision model's on synthetic
     batches depends only on the problem and the arguments, so a process measures it once. A
     user's module:factory may have changed since, and is measured again."""

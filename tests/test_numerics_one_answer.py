@@ -4,6 +4,8 @@ baseline (`resnet101 --batch-size 64`), not the precision move's defaults (1024,
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
 
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.slow
 MAIN_RUN = ("resnet101", "--batch-size", "64")
 
 
-def test_estimate_and_tune_give_the_same_numerics_on_the_main_runs_baseline(capsys, in_tmp):
+def test_estimate_and_tune_give_the_same_numerics_on_the_main_runs_baseline(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     code, out, err = run_cli(capsys, "tune", *MAIN_RUN, "--trials", "1", "--json",
                              "--storage", sqlite_url(in_tmp / "s.db"))
     assert code in (0, 3), err

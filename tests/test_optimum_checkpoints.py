@@ -15,6 +15,8 @@ Both MLM heads are tied to the word embedding, which is not what decides it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 from pathlib import Path
 
@@ -37,7 +39,7 @@ STACKS = {("distilbert", "masked-lm"): ("distilbert.transformer.layer",),
           ("bart", "seq2seq-lm"): ("model.encoder.layers", "model.decoder.layers")}
 
 
-def problem_for(tmp_path, family: str, task: str, ipus: int = 1, **config) -> Problem:
+def problem_for(tmp_path: Path, family: str, task: str, ipus: int = 1, **config: Any) -> Problem:
     # a folder per config: a model's config is read once per process (hf_config._loaded)
     folder = tmp_path / (family + "".join(f"-{k}{v}" for k, v in config.items()))
     folder.mkdir(exist_ok=True)
@@ -46,7 +48,7 @@ def problem_for(tmp_path, family: str, task: str, ipus: int = 1, **config) -> Pr
     return Problem(f"hf:{folder}", 2, seq_len=64, ipus=ipus, task=task, trainer="optimum")
 
 
-def optimum_loop(problem: Problem, profile) -> set[str]:
+def optimum_loop(problem: Problem, profile: Any) -> set[str]:
     """The layers optimum's parallelize() checkpoints: each stack's loop `for index, layer in
     enumerate(...)` with `if recompute_checkpoint_every_layer and index != self.config.num_hidden_layers - 1`."""
     data = json.loads((tmp_folder(problem) / "config.json").read_text())
@@ -64,18 +66,18 @@ def tmp_folder(problem: Problem) -> Path:
     return Path(problem.model.removeprefix("hf:"))
 
 
-def stage_ends(profile, splits: tuple[str, ...]) -> set[str]:
+def stage_ends(profile: Any, splits: tuple[str, ...]) -> set[str]:
     """The unit before each split: its output leaves the IPU and is stashed anyway."""
     return {profile.units[profile.unit_index(s) - 1].path for s in splits}
 
 
-def test_each_pipelined_class_has_its_checkpoint_rule():
+def test_each_pipelined_class_has_its_checkpoint_rule() -> None:
     assert set(SKIPPED_INDEX) == set(PIPELINED)
 
 
 @pytest.mark.parametrize("layers", [3, 4])
 @pytest.mark.parametrize("family, key", [("distilbert", "n_layers"), ("deberta", "num_hidden_layers")])
-def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(tmp_path, family, key, layers):
+def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(tmp_path: Path, family: str, key: str, layers: int) -> None:
     """DistilBERT and DeBERTa MLM: their tied head does not make optimum checkpoint every layer;
     the mixin's `index != num_hidden_layers - 1` leaves the last layer out."""
     problem = problem_for(tmp_path, family, "masked-lm", **{key: layers})
@@ -93,7 +95,7 @@ def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(tmp_path, f
 
 
 @pytest.mark.parametrize("encoder, decoder", [(4, 2), (2, 4), (3, 3)])
-def test_bart_checkpoints_skip_index_encoder_layers_minus_1_in_both_stacks(tmp_path, encoder, decoder):
+def test_bart_checkpoints_skip_index_encoder_layers_minus_1_in_both_stacks(tmp_path: Path, encoder: int, decoder: int) -> None:
     """BART compares both loops' index with num_hidden_layers (= encoder_layers): with 4 + 2
     layers only the encoder's last goes unchecked; with 2 + 4 encoder.layers.1 and
     decoder.layers.1 (decoder.layers.3 keeps its checkpoint); with 3 + 3 both stacks' last."""

@@ -8,6 +8,8 @@ back (tests/optimum_reading.py), field by field.
 
 from __future__ import annotations
 
+from typing import Any
+
 import ast
 import json
 
@@ -52,7 +54,7 @@ def trainer_call(block: str) -> dict[str, ast.expr]:
 
 # --- failure 1: precision and loss scale said with fields IPUTrainingArguments has -------------
 
-def test_the_trainer_block_uses_real_fields_fp32_and_loss_scaling():
+def test_the_trainer_block_uses_real_fields_fp32_and_loss_scaling() -> None:
     fp16 = trainer_call(render_trainer(BERT_MLM, PIPELINED.replace(loss_scaling=1024.0)))
     assert set(fp16) <= TRAINING_ARGUMENT_FIELDS and "fp16" not in fp16
     assert ast.literal_eval(fp16["fp32"]) is False and ast.literal_eval(fp16["loss_scaling"]) == 1024.0
@@ -66,7 +68,7 @@ def test_the_trainer_block_uses_real_fields_fp32_and_loss_scaling():
 
 # --- failure 2: recomputation survives the export, or the export refuses -----------------------
 
-def test_checkpoints_on_every_layer_export_as_every_layer_and_without_the_stage_ends_are_refused():
+def test_checkpoints_on_every_layer_export_as_every_layer_and_without_the_stage_ends_are_refused() -> None:
     """parallelize() checkpoints a stage's last layer too (issue 46): a trial without those three
     checkpoints is not what IPUTrainer trains."""
     profile = profile_for(BERT_MLM)
@@ -80,7 +82,7 @@ def test_checkpoints_on_every_layer_export_as_every_layer_and_without_the_stage_
         ipu_config(BERT_MLM, fewer, profile)
 
 
-def test_recomputation_ipu_config_cannot_say_is_refused_with_the_reason():
+def test_recomputation_ipu_config_cannot_say_is_refused_with_the_reason() -> None:
     profile = profile_for(BERT_MLM)
     single = Config(**FP16, recompute="standard")
     with pytest.raises(NotAnIPUConfig, match="recompute standard"):
@@ -95,7 +97,7 @@ def test_recomputation_ipu_config_cannot_say_is_refused_with_the_reason():
 
 # --- failure 3: serialisation factors optimum can run ------------------------------------------
 
-def test_optimum_target_runs_only_factors_its_serialized_linear_can():
+def test_optimum_target_runs_only_factors_its_serialized_linear_can() -> None:
     optimum = lambda p: Problem(**{**p.to_dict(), "trainer": "optimum"})  # noqa: E731
     assert serialization_factors(optimum(BERT_MLM)) == (1, 2)  # 30,522 words, not padded
     assert serialization_factors(optimum(Problem("hf:roberta-base", 4, task="masked-lm", seq_len=32))) == (1,)
@@ -108,14 +110,14 @@ def test_optimum_target_runs_only_factors_its_serialized_linear_can():
 
 # --- failure 4: a sharded trial is not an IPUConfig ----------------------------------------------
 
-def test_sharded_config_is_refused_as_an_ipu_config():
+def test_sharded_config_is_refused_as_an_ipu_config() -> None:
     sharded = PIPELINED.replace(execution="sharded", gradient_accumulation=3)
     with pytest.raises(NotAnIPUConfig, match="sharded execution"):
         ipu_config(BERT_MLM, sharded, profile_for(BERT_MLM))
 
 
 @pytest.mark.slow
-def test_export_of_a_sharded_trial_is_one_line_and_exit_2(capsys, in_tmp):
+def test_export_of_a_sharded_trial_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     config = in_tmp / "sharded.toml"
     config.write_text('[config]\nprecision = "16.16"\noptimizer_state = "half"\nstochastic_rounding = true\n'
                       'ipus_per_replica = 4\nexecution = "sharded"\n'
@@ -131,7 +133,7 @@ def test_export_of_a_sharded_trial_is_one_line_and_exit_2(capsys, in_tmp):
 # --- failure 5: a tied head on another stage than its weight -------------------------------------
 
 @pytest.mark.parametrize("split", ["cls.predictions.decoder", "cls.predictions.transform"])
-def test_a_split_that_takes_the_tied_head_off_the_embedding_ipu_breaks_a_rule(split):
+def test_a_split_that_takes_the_tied_head_off_the_embedding_ipu_breaks_a_rule(split: str) -> None:
     config = PIPELINED.replace(splits=("bert.encoder.layer.4", "bert.encoder.layer.8", split))
     found = violations(BERT_MLM, config, profile_for(BERT_MLM).module_order)
     assert any("tied to the embedding's weight" in m for m in found)
@@ -141,12 +143,12 @@ def test_a_split_that_takes_the_tied_head_off_the_embedding_ipu_breaks_a_rule(sp
 # --- failure 6: IPUTrainer's PopART options are compiled and estimated --------------------------
 
 @pytest.mark.slow
-def test_the_optimum_snippet_sets_iputrainers_popart_options_and_poptorch_sees_them():
+def test_the_optimum_snippet_sets_iputrainers_popart_options_and_poptorch_sees_them() -> None:
     problem = Problem(**{**BERT_MLM.to_dict(), "trainer": "optimum"})
     snippet = render_snippet(problem, PIPELINED)
     assert "_Popart" not in render_snippet(BERT_MLM, PIPELINED)  # the PopTorch target is unchanged
     with fake_sdk() as poptorch:
-        ns: dict = {}
+        ns: dict[str, Any] = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)
         opts = ns["make_options"]()
         seen = opts._Popart.options
@@ -156,7 +158,7 @@ def test_the_optimum_snippet_sets_iputrainers_popart_options_and_poptorch_sees_t
     assert seen["patterns"] == PATTERNS and seen["engineOptions"] == ENGINE_OPTIONS
 
 
-def test_the_estimate_assumes_ipu0_outside_the_overlapped_weight_update():
+def test_the_estimate_assumes_ipu0_outside_the_overlapped_weight_update() -> None:
     problem = Problem(**{**BERT_MLM.to_dict(), "trainer": "optimum"})
     config = PIPELINED.replace(optimizer_offload=True)
     profile = profile_for(BERT_MLM)
@@ -170,7 +172,7 @@ def test_the_estimate_assumes_ipu0_outside_the_overlapped_weight_update():
 # --- failure 7: tune writes how to train it; snippets compile clean -----------------------------
 
 @pytest.mark.slow
-def test_tune_writes_the_trainer_block_beside_ipu_config_json(capsys, in_tmp):
+def test_tune_writes_the_trainer_block_beside_ipu_config_json(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     out = json.loads(run_cli_stdout(capsys, "hf:bert-base-uncased", "--task", "masked-lm", "--seq-len", "32",
                                     "--batch-size", "4", "--ipus", "4", "--trainer", "optimum", "--trials", "4",
                                     "--seed", "2", "--json"))
@@ -185,7 +187,7 @@ def test_tune_writes_the_trainer_block_beside_ipu_config_json(capsys, in_tmp):
     assert ("FP16 weights" if best.half_weights else "FP32 weights") in block
 
 
-def test_snippets_make_tensors_on_the_models_device_and_token_models_have_no_input_dtype():
+def test_snippets_make_tensors_on_the_models_device_and_token_models_have_no_input_dtype() -> None:
     snippet = render_snippet(BERT_MLM, PIPELINED.replace(embedding_serialization=4))
     tree = ast.parse(snippet)
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
@@ -195,14 +197,14 @@ def test_snippets_make_tensors_on_the_models_device_and_token_models_have_no_inp
     assert "INPUT_DTYPE = torch.half" in render_snippet(Problem("resnet18", 4), Config(precision="16.16"))
 
 
-def test_optimum_trainer_is_for_hf_models_with_its_optimizers():
+def test_optimum_trainer_is_for_hf_models_with_its_optimizers() -> None:
     with pytest.raises(UsageError, match="hf: models"):
         check_problem(Problem("resnet18", 4, trainer="optimum"))
     with pytest.raises(UsageError, match="AdamW or LAMB"):
         check_problem(Problem("hf:gpt2", 1, optimizer="sgd", trainer="optimum"))
 
 
-def test_optimum_takes_only_the_family_and_task_pairs_it_registers_a_pipelined_class_for():
+def test_optimum_takes_only_the_family_and_task_pairs_it_registers_a_pipelined_class_for() -> None:
     """A family optimum pipelines for other heads is refused for one it does not (BertLMHeadModel
     is not registered); each table entry names the class transformers builds for that pair."""
     from ipu_autotune.models.hf_config import task_class
@@ -228,7 +230,7 @@ STUDIES = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, task, prefix, head, tied", STUDIES)
-def test_ipu_config_and_snippet_of_a_study_place_the_same_things(capsys, in_tmp, model, task, prefix, head, tied):
+def test_ipu_config_and_snippet_of_a_study_place_the_same_things(capsys: pytest.CaptureFixture[str], in_tmp: Any, model: Any, task: Any, prefix: Any, head: Any, tied: Any) -> None:
     # the study in this process: the reading below traces the model once more, from its cache
     out = json.loads(run_cli_stdout(capsys, model, "--task", task, "--seq-len", "32", "--batch-size", "2", "--ipus",
                                     "4", "--trainer", "optimum", "--trials", "12", "--seed", "3", "--no-numerics",

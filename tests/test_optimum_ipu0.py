@@ -15,6 +15,10 @@ as tests/optimum_reading.read_module_ipus reads it back; the PopTorch target kee
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import pytest
 from optimum_reading import read_ipu_config, read_module_ipus
 from test_hf_configs import offline  # noqa: F401 (offline: autouse fixture)
@@ -44,7 +48,7 @@ def runs(ipus: list[int]) -> int:
 
 @pytest.mark.parametrize("ipus", [2, 3])
 @pytest.mark.parametrize("family, task", list(CASES))
-def test_optimum_modules_land_on_the_ipu_parallelize_puts_them(tmp_path, family, task, ipus):
+def test_optimum_modules_land_on_the_ipu_parallelize_puts_them(tmp_path: Path, family: Any, task: Any, ipus: int) -> None:
     pinned, stays = CASES[family, task]
     problem = problem_for(tmp_path, family, task, ipus=ipus)
     profile = profile_for(problem)
@@ -79,7 +83,7 @@ def test_optimum_modules_land_on_the_ipu_parallelize_puts_them(tmp_path, family,
     assert any(f"'{pinned[0]}'), ipu_id=0)" in line for line in lines)
 
 
-def test_poptorch_target_placement_is_unchanged(tmp_path):
+def test_poptorch_target_placement_is_unchanged(tmp_path: Path) -> None:
     """Without --trainer optimum: BART's decoder position embedding rides with the layer before
     it, DistilBERT's tied vocab_projector alone goes to IPU0, DeBERTa's whole MLM head does."""
     expected = {("bart", "seq2seq-lm"): {"model.decoder.embed_positions": 1, "lm_head": 0},
@@ -96,7 +100,7 @@ def test_poptorch_target_placement_is_unchanged(tmp_path):
 
 
 @pytest.mark.parametrize("family, task", [("distilbert", "masked-lm"), ("deberta", "masked-lm")])
-def test_read_ipu_config_checkpoints_follow_the_class_table(tmp_path, family, task):
+def test_read_ipu_config_checkpoints_follow_the_class_table(tmp_path: Path, family: str, task: str) -> None:
     """recompute_checkpoint_every_layer read back per class (SKIPPED_INDEX): DistilBERT and
     DeBERTa MLM leave the last layer unchecked though their head is on IPU0."""
     problem = problem_for(tmp_path, family, task, ipus=1)

@@ -20,6 +20,8 @@ Must show 3: the note IPUTrainer's always-on stochastic rounding gets for an FP3
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from conftest_fake_sdk import fake_sdk
@@ -48,7 +50,7 @@ PROBLEMS = {
 }
 
 
-def layer_returns(model: str, hidden: torch.Tensor, heads: int):
+def layer_returns(model: str, hidden: torch.Tensor, heads: int) -> Any:
     """What one layer returns under IPUTrainer in transformers 4.29.2 (see the module's docstring)."""
     if model == "hf:gpt2":
         b, s, d = hidden.shape
@@ -58,7 +60,7 @@ def layer_returns(model: str, hidden: torch.Tensor, heads: int):
 
 
 @pytest.fixture(scope="module", params=list(PROBLEMS), ids=lambda p: f"{p[0][3:]}-{p[1]}")
-def study(request, tmp_path_factory):
+def study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     model, task, seq_len, batch = request.param
     folder = tmp_path_factory.mktemp("study")
     result = ipu_autotune.tune(model, task=task, seq_len=seq_len, batch_size=batch, ipus=4, trainer="optimum",
@@ -67,19 +69,19 @@ def study(request, tmp_path_factory):
     return request.param, Problem(model, batch, task=task, seq_len=seq_len, ipus=4, trainer="optimum"), result
 
 
-def cases(result) -> list[Config]:
+def cases(result: Any) -> list[Config]:
     """The best trial and two others, those that checkpoint first."""
     best = result.best.config
     others = sorted({r.config for r in result.records if r.config != best}, key=lambda c: (not c.checkpoints, str(c)))
     return [best, *others[:2]]
 
 
-def snippet_checkpoints(poptorch, problem: Problem, config: Config, returns) -> dict[str, list[torch.Tensor]]:
+def snippet_checkpoints(poptorch: Any, problem: Problem, config: Config, returns: Any) -> dict[str, list[torch.Tensor]]:
     """Module path -> the tensors PopTorch's recomputationCheckpoint takes when the snippet's hook
     sees what that layer returns: the snippet's annotate() run on the model under the fake SDK, its hooks found as the fake tracer finds them."""
     from poptorch import ops
 
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(compile(render_snippet(problem, config), "best_options.py", "exec"), ns)
     # padding a vocabulary for serialisation initialises the new rows from the others' statistics
     device = "cpu" if config.embedding_serialization > 1 else "meta"
@@ -87,7 +89,7 @@ def snippet_checkpoints(poptorch, problem: Problem, config: Config, returns) -> 
     taken: list[torch.Tensor] = []
     checkpoint = poptorch.recomputationCheckpoint
 
-    def counting(*tensors):
+    def counting(*tensors: Any) -> Any:
         flat = [t for x in tensors for t in (x if isinstance(x, (tuple, list)) else (x,))]
         taken.extend(flat)
         return checkpoint(*tensors)
@@ -107,7 +109,7 @@ def snippet_checkpoints(poptorch, problem: Problem, config: Config, returns) -> 
 
 
 @pytest.mark.slow
-def test_snippet_and_estimate_checkpoint_what_parallelize_registers(study):
+def test_snippet_and_estimate_checkpoint_what_parallelize_registers(study: Any) -> None:
     (model, task, seq_len, batch), problem, result = study
     profile = profile_for(problem)
     layers = [u.path for u in profile.units if is_layer(u.path)]
@@ -141,7 +143,7 @@ def test_snippet_and_estimate_checkpoint_what_parallelize_registers(study):
     assert checked  # at least one trial checkpoints: the comparison has teeth
 
 
-def test_gpt2_under_optimum_keeps_each_blocks_key_and_value_too():
+def test_gpt2_under_optimum_keeps_each_blocks_key_and_value_too() -> None:
     """The estimate of the same checkpointed config keeps 3 tensors per block under --trainer optimum
     and 1 (the snippet's hook on the PopTorch target checkpoints the hidden state only)."""
     poptorch_target = Problem("hf:gpt2", 1, task="causal-lm", seq_len=128, ipus=4)
@@ -166,11 +168,11 @@ BERT = Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=32, ipus=4, 
 SPLITS = ("bert.encoder.layer.3", "bert.encoder.layer.6", "bert.encoder.layer.9")
 
 
-def test_an_fp32_trial_notes_that_iputrainer_turns_stochastic_rounding_on():
+def test_an_fp32_trial_notes_that_iputrainer_turns_stochastic_rounding_on() -> None:
     fp32 = Config(ipus_per_replica=4, gradient_accumulation=16, splits=SPLITS)
     assert not fp32.stochastic_rounding and not unexpressible(BERT, fp32)
     with fake_sdk():  # the snippet's options leave it off
-        ns: dict = {}
+        ns: dict[str, Any] = {}
         exec(compile(render_snippet(BERT, fp32), "best_options.py", "exec"), ns)
         assert not ns["make_options"]()._Popart.options.get("enableStochasticRounding", False)
     note = next(n for n in trainer_notes(fp32) if n.startswith("Stochastic rounding"))
@@ -181,7 +183,7 @@ def test_an_fp32_trial_notes_that_iputrainer_turns_stochastic_rounding_on():
     assert not any(n.startswith("Stochastic rounding") for n in trainer_notes(fp16))  # the snippet has it on
 
 
-def test_a_replica_on_a_count_of_ipus_not_a_power_of_two_notes_autoroundnumipus():
+def test_a_replica_on_a_count_of_ipus_not_a_power_of_two_notes_autoroundnumipus() -> None:
     three = Config(ipus_per_replica=3, gradient_accumulation=16, splits=SPLITS[:2])
     assert any(n.startswith("IPUs: IPUTrainer reserves 4 for this trial's 3") for n in trainer_notes(three))
     assert not any(n.startswith("IPUs:") for n in trainer_notes(three.replace(replicas=2, ipus_per_replica=2,

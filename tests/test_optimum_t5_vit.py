@@ -9,6 +9,10 @@ PipelinedViTForImageClassification.parallelize.
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import ast
 import dataclasses
 import json
@@ -31,7 +35,7 @@ from ipu_autotune.search.space import SearchSpace
 FP16 = dict(precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half")
 
 
-def t5(tmp_path, ipus: int, **changes) -> Problem:
+def t5(tmp_path: Path, ipus: int, **changes: Any) -> Problem:
     # a folder per config: a model's config is read once per process (hf_config._loaded)
     folder = tmp_path / ("t5" + "".join(f"-{k}{v}" for k, v in changes.items()))
     folder.mkdir(exist_ok=True)
@@ -40,7 +44,7 @@ def t5(tmp_path, ipus: int, **changes) -> Problem:
 
 
 @pytest.mark.parametrize("ipus, layers_per_ipu", [(2, [3, 3]), (4, [1, 1, 1, 3])])
-def test_t5_baseline_under_optimum_splits_at_blocks_as_layers_per_ipu_wildcard(tmp_path, ipus, layers_per_ipu):
+def test_t5_baseline_under_optimum_splits_at_blocks_as_layers_per_ipu_wildcard(tmp_path: Path, ipus: int, layers_per_ipu: list[Any]) -> None:
     """4 encoder + 2 decoder blocks are one list of 6 layers (get_layer_ipu(ipu_config,
     num_encoder_layers + num_decoder_layers)); the newcomer's [-1] gives each IPU 6 // n and
     the remainder to the last."""
@@ -60,7 +64,7 @@ def test_t5_baseline_under_optimum_splits_at_blocks_as_layers_per_ipu_wildcard(t
             unexpressible(problem, naive_baseline(poptorch, profile)))
 
 
-def test_t5_checkpoints_skip_the_block_at_num_layers_minus_1_in_both_stacks(tmp_path):
+def test_t5_checkpoints_skip_the_block_at_num_layers_minus_1_in_both_stacks(tmp_path: Path) -> None:
     """`index != self.config.num_layers - 1` in both loops: with 4 encoder and 4 decoder
     blocks, encoder.block.3 and decoder.block.3 keep no checkpoint; with 2 decoder blocks every
     decoder block keeps one."""
@@ -71,7 +75,7 @@ def test_t5_checkpoints_skip_the_block_at_num_layers_minus_1_in_both_stacks(tmp_
         assert set(optimum_checkpoints(profile)) == blocks - skipped
 
 
-def test_an_untied_t5_head_is_estimated_on_ipu0_under_optimum(tmp_path):
+def test_an_untied_t5_head_is_estimated_on_ipu0_under_optimum(tmp_path: Path) -> None:
     """optimum puts T5's lm_head on IPU 0 tied or not (PipelinedT5ForConditionalGeneration.
     parallelize: BeginBlock(self.lm_head, "LM Head Output", ipu_id=0)); under --trainer optimum
     the estimate does too (optimum_placement.ON_IPU0). transformers 5 always ties T5's head
@@ -83,7 +87,7 @@ def test_an_untied_t5_head_is_estimated_on_ipu0_under_optimum(tmp_path):
     assert [u.path for u in placed.units if u.placed_with == 0] == ["lm_head"]
 
 
-def test_the_optimum_space_draws_t5_splits_at_blocks_and_replays_them(tmp_path):
+def test_the_optimum_space_draws_t5_splits_at_blocks_and_replays_them(tmp_path: Path) -> None:
     problem = t5(tmp_path, 4)
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
@@ -102,11 +106,11 @@ def test_the_optimum_space_draws_t5_splits_at_blocks_and_replays_them(tmp_path):
 
 # --- ViT: PipelinedViTForImageClassification ---------------------------------------------------
 
-def vit(tmp_path) -> Problem:
+def vit(tmp_path: Path) -> Problem:
     return Problem(write_config(tmp_path, "vit"), 4, ipus=2, trainer="optimum")
 
 
-def test_vit_trainer_block_is_an_image_classifier_with_pixel_values_and_labels(tmp_path):
+def test_vit_trainer_block_is_an_image_classifier_with_pixel_values_and_labels(tmp_path: Path) -> None:
     problem = vit(tmp_path)
     profile = profile_for(problem)
     config = naive_baseline(problem, profile).replace(**FP16)
@@ -117,7 +121,7 @@ def test_vit_trainer_block_is_an_image_classifier_with_pixel_values_and_labels(t
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert "AutoModelForImageClassification" in imported and "AutoModelForSequenceClassification" not in imported
     # the collator's batch, run: IPUTrainer takes float pixel_values and integer labels
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(compile("import torch\n" + ast.get_source_segment(block, next(
         n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "collate_images")), "b", "exec"), ns)
     batch = ns["collate_images"]([{"pixel_values": [[[0.5] * 2] * 2] * 3, "labels": 7}] * 2)
@@ -128,7 +132,7 @@ def test_vit_trainer_block_is_an_image_classifier_with_pixel_values_and_labels(t
     assert ast.unparse(train.args.defaults[-1]) == "collate_images"
 
 
-def test_vit_eight_bit_io_is_refused_in_one_line_and_not_searched(tmp_path, capsys):
+def test_vit_eight_bit_io_is_refused_in_one_line_and_not_searched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     problem = vit(tmp_path)
     assert SearchSpace.load(problem).knobs["eight_bit_io"].values == (False,)
     config_file = tmp_path / "vit.toml"
@@ -140,7 +144,7 @@ def test_vit_eight_bit_io_is_refused_in_one_line_and_not_searched(tmp_path, caps
     assert "8-bit image I/O" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_an_image_classifier_optimum_does_not_pipeline_is_one_line(tmp_path, capsys):
+def test_an_image_classifier_optimum_does_not_pipeline_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "deit"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(dict(

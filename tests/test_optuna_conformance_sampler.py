@@ -16,6 +16,8 @@ below says which, and a test of ours pins the behaviour instead (issue 45).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import optuna
 import pytest
@@ -59,7 +61,7 @@ PARAMS = [pytest.param("project", marks=pytest.mark.slow), "grouped",
 
 class TestWindowedSampler(BasicSamplerTestCase, RelativeSamplerTestCase, MultiObjectiveSamplerTestCase):
     @pytest.fixture(params=PARAMS)
-    def sampler(self, request):
+    def sampler(self, request: pytest.FixtureRequest) -> Any:
         reason = SKIPS.get((request.function.__name__, request.param))
         if reason:
             pytest.skip(reason)
@@ -75,7 +77,7 @@ SPACE = {"float": FloatDistribution(-1.0, 1.0), "log": FloatDistribution(1e-7, 1
          "cat": CategoricalDistribution([1, 10, 100])}
 
 
-def _relative_draw(study: optuna.Study) -> dict:
+def _relative_draw(study: optuna.Study) -> dict[str, Any]:
     """One relative draw as `Study.ask` makes it: infer the space, then sample it."""
     trial_id = study._storage.create_new_trial(study._study_id)
     trial = study._storage.get_trial(trial_id)
@@ -83,7 +85,7 @@ def _relative_draw(study: optuna.Study) -> dict:
     return study.sampler.sample_relative(study, trial, space)
 
 
-def _check_draw(params: dict) -> None:
+def _check_draw(params: dict[str, Any]) -> None:
     """The relative suite's checks on one draw: in range, Python int or float, a listed choice."""
     assert set(params) == set(SPACE)
     for name, value in params.items():
@@ -99,7 +101,7 @@ def _check_draw(params: dict) -> None:
             assert steps == pytest.approx(round(steps))
 
 
-def _study(sampler, finished: int) -> optuna.Study:
+def _study(sampler: Any, finished: int) -> optuna.Study:
     study = optuna.create_study(sampler=sampler)
     for _ in range(finished):
         trial = study.ask(SPACE)
@@ -107,24 +109,24 @@ def _study(sampler, finished: int) -> optuna.Study:
     return study
 
 
-def test_grouped_sampling_draws_every_parameter_in_range_when_called_as_a_study_calls_it():
+def test_grouped_sampling_draws_every_parameter_in_range_when_called_as_a_study_calls_it() -> None:
     for make, finished in ((SAMPLERS["grouped"], 5), (SAMPLERS["project"], 12)):  # past the window, the startup
         study = _study(make(), finished)
         for _ in range(5):
             _check_draw(_relative_draw(study))
 
 
-def test_the_project_sampler_samples_jointly_after_its_startup_trials():
+def test_the_project_sampler_samples_jointly_after_its_startup_trials() -> None:
     study = _study(SAMPLERS["project"](), 9)
     assert _relative_draw(study) == {}  # the tenth trial: each parameter on its own, as TPE's startup
     study = _study(SAMPLERS["project"](), 10)
     _check_draw(_relative_draw(study))
 
 
-def test_below_its_window_the_project_sampler_draws_what_optunas_tpe_draws():
+def test_below_its_window_the_project_sampler_draws_what_optunas_tpe_draws() -> None:
     """Grouped, constant liar and all: the same seed gives the same trials as TPESampler while
     the study is smaller than the window (search/window.py)."""
-    def run(sampler) -> list[dict]:
+    def run(sampler: Any) -> list[dict[str, Any]]:
         study = optuna.create_study(sampler=sampler)
         for i in range(16):
             trial = study.ask(SPACE)

@@ -16,6 +16,11 @@ in a schema of its own in that database (the suite needs an empty storage; the U
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
+from pathlib import Path
+
 import pickle
 import uuid
 
@@ -69,7 +74,7 @@ def _postgres(sql: str) -> None:
 
 class TestStorage(StorageTestCase):
     @pytest.fixture(params=KINDS)
-    def storage(self, request, tmp_path):
+    def storage(self, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         kind = request.param
         reason = SKIPS.get((request.function.__name__, kind))
         if reason:
@@ -97,7 +102,7 @@ class TestStorage(StorageTestCase):
 # --- what the skips above stand for ------------------------------------------------------------
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
-def test_an_in_memory_sqlite_storage_is_this_process_own():
+def test_an_in_memory_sqlite_storage_is_this_process_own() -> None:
     """sqlite:///:memory: works as a study storage for one process (it used to fail at the first
     write: switching to write-ahead logging disposed of the connection holding the database),
     without a heartbeat (as memory:; a heartbeat thread's connection would see another, empty

@@ -4,6 +4,10 @@ that fits, readable parameter names, the complete Config in one user attribute."
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import io
 import json
 import re
@@ -25,12 +29,12 @@ INTERNAL = re.compile(r"^split\d+_of_\d+$|_pipelined$|_fp32_weights$|_ipu\d+$")
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory: pytest.TempPathFactory) -> Any:
     url, _ = finished_study(tmp_path_factory.mktemp("conventions"))
     return url, optuna.load_study(study_name=STUDY, storage=url)
 
 
-def test_plain_optuna_sees_one_constraint_per_trial_and_a_best_that_fits(study):
+def test_plain_optuna_sees_one_constraint_per_trial_and_a_best_that_fits(study: Any) -> None:
     _, s = study
     done = s.get_trials(states=(TrialState.COMPLETE,))
     assert all(len(t.constraints) == 1 for t in done)
@@ -46,7 +50,7 @@ def test_plain_optuna_sees_one_constraint_per_trial_and_a_best_that_fits(study):
     assert max(done, key=lambda t: t.value).value == best.value
 
 
-def test_best_params_are_readable_and_the_config_is_complete(study):
+def test_best_params_are_readable_and_the_config_is_complete(study: Any) -> None:
     _, s = study
     assert s.best_params and not [p for p in s.best_params if INTERNAL.search(p)], s.best_params
     assert all(not INTERNAL.search(p) for t in s.trials for p in t.params)
@@ -57,15 +61,15 @@ def test_best_params_are_readable_and_the_config_is_complete(study):
         assert s.best_params.get(knob, rec["config"][knob]) == rec["config"][knob]
 
 
-def test_trials_dataframe_has_readable_columns(study):
+def test_trials_dataframe_has_readable_columns(study: Any) -> None:
     _, s = study
     df = s.trials_dataframe()
     assert {"value", "params_precision", "user_attrs_record", "state"} <= set(df.columns)
     assert not [c for c in df.columns if c.startswith("params_") and INTERNAL.search(c[len("params_"):])]
 
 
-def _dashboard_get(app, path: str) -> dict:
-    environ: dict = {}
+def _dashboard_get(app: Any, path: str) -> dict[str, Any]:
+    environ: dict[str, Any] = {}
     setup_testing_defaults(environ)
     environ.update(PATH_INFO=path, REQUEST_METHOD="GET", QUERY_STRING="")
     status: list[str] = []
@@ -74,7 +78,7 @@ def _dashboard_get(app, path: str) -> dict:
     return json.loads(body)
 
 
-def test_optuna_dashboard_shows_each_constraint_and_a_best_that_fits(study):
+def test_optuna_dashboard_shows_each_constraint_and_a_best_that_fits(study: Any) -> None:
     """optuna-dashboard's own WSGI app and serializer, asked what its web page asks."""
     url, s = study
     app = optuna_dashboard.wsgi(optuna.storages.RDBStorage(url))
@@ -94,7 +98,7 @@ def test_optuna_dashboard_shows_each_constraint_and_a_best_that_fits(study):
     assert ATTR_RECORD in attrs
 
 
-def test_an_old_study_with_internal_names_is_refused_on_resume_and_still_read(tmp_path, capsys):
+def test_an_old_study_with_internal_names_is_refused_on_resume_and_still_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     main([*TUNE, "--trials", "2", "--storage", url, "--out", str(tmp_path / "o")])
     s = optuna.load_study(study_name=STUDY, storage=url)

@@ -4,6 +4,8 @@ fit, against a tile's memory; advice that never sends a user to hardware that is
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import json
 import shutil
@@ -26,7 +28,7 @@ HUGE_VOCABULARY = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "
                    "n_layer": 2, "n_positions": 128, "vocab_size": 2_000_000}
 
 
-def test_no_size_fits_names_the_embedding_larger_than_any_ipu_count_can_hold(capsys, in_tmp):
+def test_no_size_fits_names_the_embedding_larger_than_any_ipu_count_can_hold(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     folder = in_tmp / "huge-vocabulary"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(HUGE_VOCABULARY))
@@ -48,7 +50,7 @@ def test_no_size_fits_names_the_embedding_larger_than_any_ipu_count_can_hold(cap
     assert "Throughput per IPU count (estimated)" in (in_tmp / "plan.html").read_text()
 
 
-def test_the_plan_finds_the_smallest_size_that_fits_and_says_how_to_tune_it(capsys, in_tmp):
+def test_the_plan_finds_the_smallest_size_that_fits_and_says_how_to_tune_it(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     code, out, err = run_cli(capsys, "plan", "resnet18", "-b", "8", "--json")
     assert code == 0, err
     planned = json.loads(out)
@@ -61,7 +63,7 @@ def test_the_plan_finds_the_smallest_size_that_fits_and_says_how_to_tune_it(caps
         assert s["measurement"]["throughput"] > 0 and s["micro_batch"] <= 8
 
 
-def test_the_exit_3_advice_never_suggests_a_size_no_better_than_the_closest_trial(in_tmp):
+def test_the_exit_3_advice_never_suggests_a_size_no_better_than_the_closest_trial(in_tmp: Any) -> None:
     """BLOOM-560m on 4 IPUs (issue 43: the advice was '--ipus 8: 369%' with the closest trial
     at 268%). Every IPU count the advice names must fit or come closer to fitting."""
     shutil.copytree(EXAMPLES / "bloom-560m", in_tmp / "bloom-560m")
@@ -88,7 +90,7 @@ def test_the_exit_3_advice_never_suggests_a_size_no_better_than_the_closest_tria
     assert not any(c.flag.startswith("--ipus") and not c.fits for c in kept)
 
 
-def test_the_exit_3_advice_plans_no_size_beyond_the_first_that_fits_at_the_asked_micro_batch(monkeypatch):
+def test_the_exit_3_advice_plans_no_size_beyond_the_first_that_fits_at_the_asked_micro_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     """A larger size cannot change the advice once one fits at the problem's micro-batch (the
     smallest fit and the first at that micro-batch are found): it is not planned, and the
     advice is what the plan of every size gives."""

@@ -4,6 +4,8 @@ command it prints opens a study of the very problem it planned."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import html
 import json
 import shlex
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("model,batch", [("resnet50", 16), ("resnet101", 64), ("vit_b_16", 4),
                                          ("hf:bert-base-uncased", 8), ("hf:gpt2", 4)])
-def test_each_row_is_at_least_what_tune_finds_at_that_size_with_the_same_numerics(capsys, in_tmp, model, batch):
+def test_each_row_is_at_least_what_tune_finds_at_that_size_with_the_same_numerics(capsys: pytest.CaptureFixture[str], in_tmp: Any, model: str, batch: int) -> None:
     rows = planning.plan(Problem(model, batch), 0.05, 0.9, (1, 2, 4, 8))
     assert [r.ipus for r in rows] == [1, 2, 4, 8]
     for row in rows:  # tune of the row's problem: its size, at the micro-batch the row fits at
@@ -48,7 +50,7 @@ def test_each_row_is_at_least_what_tune_finds_at_that_size_with_the_same_numeric
                                                       and row.config.half_weights)
 
 
-def test_the_printed_tune_command_opens_a_study_of_the_planned_problem(capsys, in_tmp):
+def test_the_printed_tune_command_opens_a_study_of_the_planned_problem(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     # flags off their defaults: the sequence length (issue 59: bart-large's --seq-len 512 was
     # dropped), the task, the optimizer; each is part of the problem's key
     argv = ["hf:tiny-gpt", "-b", "4", "--seq-len", "64", "--task", "causal-lm", "--optimizer", "sgd"]
@@ -94,7 +96,7 @@ SEVEN = [("tinyllama-1.1b", 1, 2048), ("phi-2", 1, 2048), ("mistral-7b", 1, 2048
 FEW_TRIALS = 8
 
 
-def write_configs(folder) -> None:
+def write_configs(folder: Any) -> None:
     import shutil
     from pathlib import Path
 
@@ -107,7 +109,7 @@ def write_configs(folder) -> None:
 
 
 @pytest.mark.parametrize("name,batch,seq", SEVEN)
-def test_no_size_fits_where_a_larger_one_does_not_and_a_rising_tile_says_why(in_tmp, name, batch, seq):
+def test_no_size_fits_where_a_larger_one_does_not_and_a_rising_tile_says_why(in_tmp: Any, name: Any, batch: Any, seq: Any) -> None:
     write_configs(in_tmp)
     rows = planning.plan(Problem(f"hf:{name}", batch, seq_len=seq), 0.05, 0.9, trials=FEW_TRIALS)
     assert rows

@@ -6,6 +6,8 @@ at a time, in a module-scoped fixture; each test then checks one of them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import subprocess
@@ -56,10 +58,10 @@ SCENARIOS = {
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("poptorch-backend")
 
-    def run(name):
+    def run(name: Any) -> Any:
         options, problem, configs = SCENARIOS[name]
         backend = PopTorchBackend(root / name, **{"timeout_s": 120.0, **options})
         if name == "closed":
@@ -76,7 +78,7 @@ def outcomes(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_an_oom_compile_is_infeasible_with_per_ipu_overflow_from_the_profile(outcomes):
+def test_an_oom_compile_is_infeasible_with_per_ipu_overflow_from_the_profile(outcomes: Any) -> None:
     [m] = outcomes["oom"]
     assert (m.feasible, m.failure, m.source) == (False, "oom", "compile")
     assert m.overflow_bytes > 0
@@ -89,7 +91,7 @@ def test_an_oom_compile_is_infeasible_with_per_ipu_overflow_from_the_profile(out
 
 
 @pytest.mark.slow
-def test_a_fitting_config_on_attached_ipus_is_timed(outcomes):
+def test_a_fitting_config_on_attached_ipus_is_timed(outcomes: Any) -> None:
     [m] = outcomes["fits_run"]
     assert (m.feasible, m.failure, m.source) == (True, None, "run")
     assert m.throughput > 0 and m.step_time_s > 0
@@ -104,7 +106,7 @@ def test_a_fitting_config_on_attached_ipus_is_timed(outcomes):
 
 
 @pytest.mark.slow
-def test_without_ipus_a_fitting_config_gets_memory_only_and_leaves_its_artifacts(outcomes):
+def test_without_ipus_a_fitting_config_gets_memory_only_and_leaves_its_artifacts(outcomes: Any) -> None:
     [m] = outcomes["fits_offline"]
     assert (m.feasible, m.source, m.throughput) == (True, "compile", None)
     assert [set(b) for b in m.breakdown] == [{"code/exchange", "always-live", "not-always-live", "gaps"}] * 2
@@ -122,7 +124,7 @@ def test_without_ipus_a_fitting_config_gets_memory_only_and_leaves_its_artifacts
 
 
 @pytest.mark.slow
-def test_a_crash_is_a_crash_failure_with_the_log(outcomes):
+def test_a_crash_is_a_crash_failure_with_the_log(outcomes: Any) -> None:
     [m] = outcomes["crash"]
     assert (m.feasible, m.failure) == (False, "crash")
     assert "SIGSEGV" in m.reason and m.details["returncode"] < 0
@@ -130,7 +132,7 @@ def test_a_crash_is_a_crash_failure_with_the_log(outcomes):
 
 
 @pytest.mark.slow
-def test_a_hang_is_killed_at_the_timeout(outcomes):
+def test_a_hang_is_killed_at_the_timeout(outcomes: Any) -> None:
     [m] = outcomes["hang"]
     assert (m.feasible, m.failure) == (False, "timeout")
     assert Path(m.details["log"]).is_file()
@@ -140,7 +142,7 @@ def test_a_hang_is_killed_at_the_timeout(outcomes):
 
 
 @pytest.mark.slow
-def test_closing_the_backend_kills_a_running_trial(outcomes):
+def test_closing_the_backend_kills_a_running_trial(outcomes: Any) -> None:
     [m] = outcomes["closed"]
     assert (m.feasible, m.failure) == (False, "interrupted")
     assert outcomes["closed:seconds"] < HANG_TIMEOUT_S + 10
@@ -149,7 +151,7 @@ def test_closing_the_backend_kills_a_running_trial(outcomes):
 
 
 @pytest.mark.slow
-def test_compile_errors_are_not_ooms(outcomes):
+def test_compile_errors_are_not_ooms(outcomes: Any) -> None:
     [injected] = outcomes["compile_error"]
     assert (injected.failure, injected.source) == ("compile_error", "compile")
     assert injected.reason.startswith("popart_exception: fake injected failure")
@@ -158,7 +160,7 @@ def test_compile_errors_are_not_ooms(outcomes):
 
 
 @pytest.mark.slow
-def test_an_oom_redirected_to_poptorch_error_log_is_still_an_oom(outcomes):
+def test_an_oom_redirected_to_poptorch_error_log_is_still_an_oom(outcomes: Any) -> None:
     [m] = outcomes["long_errors"]
     assert (m.failure, m.details["oom_evidence"]) == ("oom", "poptorch_error.log")
     assert m.overflow_bytes > 0
@@ -166,26 +168,26 @@ def test_an_oom_redirected_to_poptorch_error_log_is_still_an_oom(outcomes):
 
 
 @pytest.mark.slow
-def test_a_model_the_child_cannot_build_is_a_setup_crash(outcomes):
+def test_a_model_the_child_cannot_build_is_a_setup_crash(outcomes: Any) -> None:
     [m] = outcomes["missing_model"]
     assert m.failure == "crash" and m.reason.startswith("trial setup failed: UsageError")
 
 
 @pytest.mark.slow
-def test_faults_can_be_scoped_to_one_trial(outcomes):
+def test_faults_can_be_scoped_to_one_trial(outcomes: Any) -> None:
     first, second = outcomes["scoped_fault"]
     assert first.feasible and first.details["artifact_dir"].endswith("trial-0001")
     assert second.failure == "crash" and "exited with code 1" in second.reason
 
 
 @pytest.mark.slow
-def test_the_backend_never_raised(outcomes):
+def test_the_backend_never_raised(outcomes: Any) -> None:
     for name in SCENARIOS:
         assert all(isinstance(m, Measurement) for m in outcomes[name]), name
 
 
 @pytest.mark.slow
-def test_the_tuner_drives_the_backend_end_to_end(tmp_path):
+def test_the_tuner_drives_the_backend_end_to_end(tmp_path: Path) -> None:
     """`ipu-autotune tune --backend poptorch` with the fake SDK importable: a relative --out,
     screening and the study loop around real trial subprocesses."""
     env = dict(os.environ, **fake_env())
@@ -201,13 +203,13 @@ def test_the_tuner_drives_the_backend_end_to_end(tmp_path):
 
 # --- no subprocess ----------------------------------------------------------------------------
 
-def test_an_interpreter_that_cannot_start_is_a_crash(tmp_path):
+def test_an_interpreter_that_cannot_start_is_a_crash(tmp_path: Path) -> None:
     backend = PopTorchBackend(tmp_path, python=str(tmp_path / "no-python"))
     m = backend.measure(FIT_PROBLEM, Config())
     assert m.failure == "crash" and "cannot start" in m.reason
 
 
-def test_trial_dirs_are_numbered_and_never_shared(tmp_path):
+def test_trial_dirs_are_numbered_and_never_shared(tmp_path: Path) -> None:
     (tmp_path / "trial-0001").mkdir()  # left by an earlier run
     backend = PopTorchBackend(tmp_path)
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -215,15 +217,15 @@ def test_trial_dirs_are_numbered_and_never_shared(tmp_path):
     assert sorted(dirs) == [f"trial-{n:04d}" for n in range(2, 10)]
 
 
-def test_child_env_puts_the_fake_first_and_drops_poplar_engine_options(tmp_path, monkeypatch):
+def test_child_env_puts_the_fake_first_and_drops_poplar_engine_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POPLAR_ENGINE_OPTIONS", '{"autoReport.all": "true"}')
     env = PopTorchBackend(tmp_path, env=fake_env(FAKE_POPTORCH_IPUS=4)).child_env()
     assert "POPLAR_ENGINE_OPTIONS" not in env and env["FAKE_POPTORCH_IPUS"] == "4"
     assert env["PYTHONPATH"].split(os.pathsep)[0].endswith("fake_sdk")
 
 
-def test_oom_evidence_follows_the_reference_heuristics():
-    def err(type_, message, cls="poptorch.Error"):
+def test_oom_evidence_follows_the_reference_heuristics() -> None:
+    def err(type_: Any, message: Any, cls: Any="poptorch.Error") -> Any:
         return CaughtError(cls, type_, message, message)
 
     oom = "Out of memory: Cannot fit all variable data onto one or more tiles"
@@ -239,7 +241,7 @@ def test_oom_evidence_follows_the_reference_heuristics():
     assert describe_exit(-11) == "died from SIGSEGV" and describe_exit(3) == "exited with code 3"
 
 
-def test_result_to_measurement_upgrades_a_compile_error_when_the_log_says_oom():
+def test_result_to_measurement_upgrades_a_compile_error_when_the_log_says_oom() -> None:
     error = CaughtError("poptorch.Error", "popart_exception", "Memory allocation error", "")
     result = {"status": "compile_error", "phase": "compile", "error": error.to_dict(), "memory": None}
     m = measurement_from_result(result, {"log": "x.log"},

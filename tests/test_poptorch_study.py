@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import json
 import os
 import subprocess
@@ -18,7 +22,7 @@ pytestmark = pytest.mark.slow
 PROBLEM = [SMALL_CNN, "--batch-size", "512", "--input-shape", "3,32,32", "--num-classes", "10"]
 
 
-def tune(cwd, *args: str, exit_code: int = 0, **env: str) -> dict:
+def tune(cwd: Any, *args: str, exit_code: int = 0, **env: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "ipu_autotune", "tune", *PROBLEM, "--backend", "poptorch", "--no-numerics",
            "--seed", "0", "--json", *args]
     done = subprocess.run(cmd, cwd=cwd, env={**os.environ, **fake_env(**env)}, capture_output=True, text=True,
@@ -27,12 +31,12 @@ def tune(cwd, *args: str, exit_code: int = 0, **env: str) -> dict:
     return json.loads(done.stdout)
 
 
-def trials(cwd, result):
+def trials(cwd: Any, result: Any) -> Any:
     study = optuna.load_study(study_name=result["study"], storage=f"sqlite:///{cwd}/ipu-autotune.db")
     return study.trials
 
 
-def test_a_study_survives_crashes_and_hangs_and_records_ooms_from_profiles(tmp_path):
+def test_a_study_survives_crashes_and_hangs_and_records_ooms_from_profiles(tmp_path: Path) -> None:
     # Run 1: screening on, IPUs attached, the third compile crashes.
     first = tune(tmp_path, "--trials", "5", FAKE_POPTORCH_IPUS="2", FAKE_POPTORCH_FAULT="crash",
                  FAKE_POPTORCH_FAULT_MATCH="trial-0003")

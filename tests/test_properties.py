@@ -11,6 +11,10 @@ Models are traced once (profile_for caches); example counts stay modest (< 60 s 
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import json
 import math
 
@@ -39,22 +43,22 @@ TARGET_NAMES = TARGETS
 class HypothesisTrial:
     """An Optuna-trial stand-in whose every suggest_* answer is drawn by hypothesis."""
 
-    def __init__(self, data):
+    def __init__(self, data: Any) -> None:
         self.data = data
-        self.params: dict = {}
+        self.params: dict[str, Any] = {}
 
-    def suggest_categorical(self, name, choices):
+    def suggest_categorical(self, name: Any, choices: Any) -> Any:
         value = self.data.draw(st.sampled_from(list(choices)), label=name)
         self.params[name] = value
         return value
 
-    def suggest_int(self, name, low, high, log=False, step=1):
+    def suggest_int(self, name: Any, low: Any, high: Any, log: Any=False, step: Any=1) -> Any:
         step = step or 1
         value = low + step * self.data.draw(st.integers(0, (high - low) // step), label=name)
         self.params[name] = value
         return value
 
-    def suggest_float(self, name, low, high, log=False, step=None):
+    def suggest_float(self, name: Any, low: Any, high: Any, log: Any=False, step: Any=None) -> Any:
         if step:
             value = low + step * self.data.draw(st.integers(0, int(round((high - low) / step))), label=name)
             value = min(value, high)
@@ -65,7 +69,7 @@ class HypothesisTrial:
 
 
 @st.composite
-def problems(draw):
+def problems(draw: Any) -> Any:
     model, batch, shape = draw(st.sampled_from(MODELS))
     ipus = draw(st.sampled_from(IPUS))
     global_batch = draw(st.one_of(st.none(), st.sampled_from([batch * k for k in (1, 3, 8, 16, 64, 96)])))
@@ -73,12 +77,12 @@ def problems(draw):
                    optimizer=draw(st.sampled_from(OPTIMIZERS)), global_batch=global_batch, num_classes=10)
 
 
-def finite_non_negative(x) -> bool:
+def finite_non_negative(x: Any) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
 
 
 @pytest.fixture(scope="module", autouse=True)
-def traced():
+def traced() -> None:
     for model, batch, shape in MODELS:  # trace outside hypothesis' deadline, once
         profile_for(Problem(model, batch, input_shape=shape, num_classes=10))
 
@@ -86,7 +90,7 @@ def traced():
 @pytest.mark.slow
 @given(problems(), st.booleans(), st.data())
 @SETTINGS
-def test_every_config_a_shipped_space_produces_passes_the_rules_and_estimates_sanely(problem, fixed_numerics, data):
+def test_every_config_a_shipped_space_produces_passes_the_rules_and_estimates_sanely(problem: Any, fixed_numerics: Any, data: Any) -> None:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     if fixed_numerics:  # what `tune` searches when the numerics advice sets these knobs
@@ -125,7 +129,7 @@ SCALES = st.one_of(st.just("auto"), st.floats(1e-6, 1e12, allow_nan=False, allow
 
 
 @st.composite
-def any_problem(draw):
+def any_problem(draw: Any) -> Any:
     return Problem(
         model=draw(MODEL_NAMES), batch_size=draw(POSITIVE),
         input_shape=tuple(draw(st.lists(st.integers(1, 4096), min_size=1, max_size=4))),
@@ -135,7 +139,7 @@ def any_problem(draw):
 
 
 @st.composite
-def any_config(draw, paths=PATHS):
+def any_config(draw: Any, paths: Any=PATHS) -> Any:
     ipr = draw(st.integers(1, 16))
     return Config(
         precision=draw(st.sampled_from(PRECISIONS)), partials=draw(st.sampled_from(PARTIALS)),
@@ -151,7 +155,7 @@ def any_config(draw, paths=PATHS):
     )
 
 
-def toml_round_trip(tmp_path, problem: Problem, config: Config) -> tuple[Problem, Config]:
+def toml_round_trip(tmp_path: Path, problem: Problem, config: Config) -> tuple[Problem, Config]:
     path = tmp_path / "round.toml"
     path.write_text(tomlio.dumps({"problem": problem.to_dict(), "config": config.to_dict()},
                                  header="round trip\nsecond line"))
@@ -162,14 +166,14 @@ def toml_round_trip(tmp_path, problem: Problem, config: Config) -> tuple[Problem
 @pytest.mark.slow
 @given(any_problem(), any_config())
 @SETTINGS
-def test_toml_round_trip_is_the_identity(tmp_path, problem, config):
+def test_toml_round_trip_is_the_identity(tmp_path: Path, problem: Any, config: Any) -> None:
     assert toml_round_trip(tmp_path, problem, config) == (problem, config)
 
 
 @pytest.mark.slow
 @given(any_problem(), any_config())
 @SETTINGS
-def test_json_round_trip_is_the_identity(problem, config):
+def test_json_round_trip_is_the_identity(problem: Any, config: Any) -> None:
     assert Problem.from_dict(json.loads(json.dumps(problem.to_dict()))) == problem
     assert Config.from_dict(json.loads(json.dumps(config.to_dict()))) == config
 
@@ -177,7 +181,7 @@ def test_json_round_trip_is_the_identity(problem, config):
 @pytest.mark.slow
 @given(st.data())
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_sampled_configs_round_trip_through_toml(tmp_path_factory, data):
+def test_sampled_configs_round_trip_through_toml(tmp_path_factory: pytest.TempPathFactory, data: Any) -> None:
     problem = data.draw(problems())
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
@@ -186,6 +190,6 @@ def test_sampled_configs_round_trip_through_toml(tmp_path_factory, data):
     assert toml_round_trip(tmp_path_factory.mktemp("rt"), problem, config) == (problem, config)
 
 
-def test_toml_round_trip_of_any_text(tmp_path):
+def test_toml_round_trip_of_any_text(tmp_path: Path) -> None:
     config = Config(ipus_per_replica=2, splits=("layer\U0001d4cd",))
     assert toml_round_trip(tmp_path, Problem("pkg.mod:f\U0001f600ctory", 8), config)[1] == config

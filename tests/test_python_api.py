@@ -4,6 +4,8 @@ the result's exports; a model object through the PopTorch backend's compile proc
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import signal
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalW
 
 
 @pytest.fixture(autouse=True)
-def _in_tmp(in_tmp):
+def _in_tmp(in_tmp: Any) -> Any:
     """Runs write their output folder and default storage in the working folder: a fresh one."""
     return in_tmp
 
@@ -36,24 +38,24 @@ FAST = dict(batch_size=8, input_shape=(3, 32, 32), num_classes=10, seed=3, quiet
 
 
 class TinyNet(nn.Module):
-    def __init__(self, width: int = 16):
+    def __init__(self, width: int = 16) -> None:
         super().__init__()
         self.body = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(),
                                   nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU())
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, 10))
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.head(self.body(x))
 
 
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """The command's exit code, stdout, and stderr with its line breaks and runs of spaces as one space."""
     code, out, err = run_cli(capsys, *argv)
     return code, out, " ".join(err.split())
 
 
 @pytest.mark.slow
-def test_an_nn_module_instance_is_tuned_and_left_as_it_was(tmp_path):
+def test_an_nn_module_instance_is_tuned_and_left_as_it_was(tmp_path: Path) -> None:
     model = TinyNet()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     result = ipu_autotune.tune(model, trials=5, storage=f"sqlite:///{tmp_path}/s.db", out=str(tmp_path / "out"),
@@ -76,7 +78,7 @@ def test_an_nn_module_instance_is_tuned_and_left_as_it_was(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_lambda_is_named_by_the_class_it_builds_and_resumes_the_instances_study(tmp_path):
+def test_a_lambda_is_named_by_the_class_it_builds_and_resumes_the_instances_study(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/s.db"
     first = ipu_autotune.tune(TinyNet(), trials=3, storage=url, **FAST)
     again = ipu_autotune.tune(lambda: TinyNet(), trials=2, storage=url, **FAST)
@@ -94,7 +96,7 @@ def test_a_lambda_is_named_by_the_class_it_builds_and_resumes_the_instances_stud
 
 
 @pytest.mark.slow
-def test_a_model_string_resumes_a_study_the_cli_started_under_the_same_name(tmp_path, capsys):
+def test_a_model_string_resumes_a_study_the_cli_started_under_the_same_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path}/s.db"
     flags = ["--batch-size", "8", "--input-shape", "3,32,32", "--num-classes", "10", "--storage", url]
     code, out, err = _cli(capsys, SMALL_CNN, *flags, "--trials", "3", "--json", "--seed", "3")
@@ -116,7 +118,7 @@ def test_a_model_string_resumes_a_study_the_cli_started_under_the_same_name(tmp_
     (dict(batch_size=8, storage="mysql://nowhere/x"), ["--batch-size", "8", "--storage", "mysql://nowhere/x"]),
     (dict(batch_size=8, input_shape="3,a,4"), ["--batch-size", "8", "--input-shape", "3,a,4"]),
 ])
-def test_bad_input_raises_the_clis_one_line_message(tmp_path, capsys, keywords, argv):
+def test_bad_input_raises_the_clis_one_line_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], keywords: Any, argv: list[Any]) -> None:
     code, _, err = _cli(capsys, SMALL_CNN, *argv)
     assert code == 2 and err.startswith("error: ")
     with pytest.raises(UsageError) as caught:
@@ -124,7 +126,7 @@ def test_bad_input_raises_the_clis_one_line_message(tmp_path, capsys, keywords, 
     assert str(caught.value) == err.removeprefix("error: ")
 
 
-def test_an_unknown_model_name_and_an_unknown_keyword_raise(capsys):
+def test_an_unknown_model_name_and_an_unknown_keyword_raise(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _cli(capsys, "resnet5", "--batch-size", "8")
     with pytest.raises(UsageError) as caught:
         ipu_autotune.tune("resnet5", batch_size=8)
@@ -135,7 +137,7 @@ def test_an_unknown_model_name_and_an_unknown_keyword_raise(capsys):
         ipu_autotune.tune(42, batch_size=8)
 
 
-def test_keywords_are_the_clis_flags():
+def test_keywords_are_the_clis_flags() -> None:
     import argparse
 
     subparsers = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
@@ -146,7 +148,7 @@ def test_keywords_are_the_clis_flags():
     assert "worker" not in api.keywords("tune")  # the plumbing of --jobs is not a keyword
 
 
-def test_estimate_returns_the_clis_measurement_as_data(capsys):
+def test_estimate_returns_the_clis_measurement_as_data(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _cli(capsys, "estimate", SMALL_CNN, "--batch-size", "8", "--input-shape", "3,32,32",
                         "--num-classes", "10", "--set", "precision=16.16", "--set", "gradient_accumulation=8",
                         "--json")
@@ -163,7 +165,7 @@ def test_estimate_returns_the_clis_measurement_as_data(capsys):
 
 
 @pytest.mark.slow
-def test_options_is_a_real_poptorch_options_where_poptorch_imports(tmp_path):
+def test_options_is_a_real_poptorch_options_where_poptorch_imports(tmp_path: Path) -> None:
     result = ipu_autotune.tune(TinyNet(), trials=3, storage=f"sqlite:///{tmp_path}/s.db", **FAST)
     with pytest.raises(UsageError, match="PopTorch is not importable"):
         result.options()
@@ -178,7 +180,7 @@ def test_options_is_a_real_poptorch_options_where_poptorch_imports(tmp_path):
 
 
 @pytest.mark.slow
-def test_ipu_config_of_an_hf_model_is_the_export_commands(tmp_path, capsys):
+def test_ipu_config_of_an_hf_model_is_the_export_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path}/s.db"
     result = ipu_autotune.tune("hf:bert-base-uncased", batch_size=2, seq_len=32, trials=2, quiet=True,
                                storage=url, seed=1)
@@ -191,7 +193,7 @@ def test_ipu_config_of_an_hf_model_is_the_export_commands(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_model_object_is_pickled_for_the_poptorch_compile_process(tmp_path, monkeypatch):
+def test_a_model_object_is_pickled_for_the_poptorch_compile_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ipu_autotune.backends.poptorch import PopTorchBackend
     from ipu_autotune.models import objects
     from ipu_autotune.problem import Config, Problem
@@ -203,7 +205,7 @@ def test_a_model_object_is_pickled_for_the_poptorch_compile_process(tmp_path, mo
     assert (tmp_path / "object-small.pkl").exists()
 
 
-def test_a_notebook_class_is_refused_for_poptorch_before_any_study(tmp_path, monkeypatch):
+def test_a_notebook_class_is_refused_for_poptorch_before_any_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     notebook_class = type("NotebookNet", (TinyNet,), {"__module__": "__main__"})
     url = f"sqlite:///{tmp_path}/s.db"
     with fake_sdk(), pytest.raises(UsageError, match="cannot import NotebookNet .*move the class into a .py file"):
@@ -214,7 +216,7 @@ def test_a_notebook_class_is_refused_for_poptorch_before_any_study(tmp_path, mon
 
 
 @pytest.mark.slow
-def test_the_command_line_says_an_object_models_study_resumes_from_python(tmp_path, capsys):
+def test_the_command_line_says_an_object_models_study_resumes_from_python(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path}/s.db"
     result = ipu_autotune.tune(TinyNet(), name="Elsewhere", trials=2, storage=url, **FAST)
     from ipu_autotune.models import objects
@@ -239,7 +241,7 @@ print("RESULT", r.interrupted, len(r.records), r.best is not None, flush=True)
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_a_python_run_after_the_current_trial_and_returns_the_result(tmp_path):
+def test_ctrl_c_stops_a_python_run_after_the_current_trial_and_returns_the_result(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/s.db"
     script = SCRIPT.format(tests=str(Path(__file__).parent), url=url)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
@@ -261,7 +263,7 @@ def test_ctrl_c_stops_a_python_run_after_the_current_trial_and_returns_the_resul
     assert "Traceback" not in err
 
 
-def test_the_readme_quick_start_shows_the_command_and_the_same_call_in_three_lines():
+def test_the_readme_quick_start_shows_the_command_and_the_same_call_in_three_lines() -> None:
     import re
 
     from ipu_autotune.api_result import TuneResult
@@ -280,7 +282,7 @@ def test_the_readme_quick_start_shows_the_command_and_the_same_call_in_three_lin
     assert re.match(r"result\.(\w+)\(\)", lines[2]).group(1) in dir(TuneResult)
 
 
-def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(monkeypatch):
+def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
     import io
 

@@ -7,6 +7,8 @@ and no markup. (The commands end to end, with crafted studies: test_display_safe
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 
 import pytest
@@ -23,21 +25,21 @@ CONFIGS = [Config(), Config(precision="16.16", ipus_per_replica=2, splits=("laye
                   device_iterations=8, loader_workers=4)]
 
 
-def stored(m: Measurement, config: Config = Config(), origin: str = "sampled") -> dict:
+def stored(m: Measurement, config: Config = Config(), origin: str = "sampled") -> dict[str, Any]:
     """A record as the runner writes it, through JSON as the storage keeps it."""
     return json.loads(json.dumps({"config": config.to_dict(), "measurement": {**m.to_dict(), "details": m.details},
                                   "origin": origin, "seconds": 0.25}))
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["fp32", "pipelined", "replicated"])
-def test_what_the_estimator_writes_reads_back_unchanged(config):
+def test_what_the_estimator_writes_reads_back_unchanged(config: Any) -> None:
     m = EstimateBackend().measure(PROBLEM, config)
     got_config, got, origin, seconds = check_record(stored(m, config), 3)
     assert got_config == config and got == m and (origin, seconds) == ("sampled", 0.25)
 
 
 @pytest.mark.parametrize("kind", FAILURE_KINDS)
-def test_failures_read_back_unchanged(kind):
+def test_failures_read_back_unchanged(kind: Any) -> None:
     m = failed(kind, "why it failed", source="compile", log="x.log")
     assert check_record(stored(m), 0)[1] == m
 
@@ -62,7 +64,7 @@ GOOD = stored(EstimateBackend().measure(PROBLEM, CONFIGS[1]), CONFIGS[1])
     ("config", "splits", "layer3", "trial 7 config: 'splits' must be a list of module paths"),
     ("config", "__class__", "os.system", "trial 7 config: unknown key '__class__'"),
 ])
-def test_a_wrong_type_or_unknown_value_names_the_trial_and_the_field(section, key, value, message):
+def test_a_wrong_type_or_unknown_value_names_the_trial_and_the_field(section: str, key: str, value: float | int | list[Any] | str, message: str) -> None:
     rec = json.loads(json.dumps(GOOD))
     rec[section][key] = value
     with pytest.raises(UnreadableRecord) as err:
@@ -76,12 +78,12 @@ def test_a_wrong_type_or_unknown_value_names_the_trial_and_the_field(section, ke
     ({**GOOD, "measurement": "fits"}, "trial 7 measurement: expected a table"),
     ({**GOOD, "measurement": {"feasible": True}}, "trial 7 measurement: missing key 'source'"),
 ])
-def test_the_rest_of_a_record_is_checked_too(rec, message):
+def test_the_rest_of_a_record_is_checked_too(rec: dict[str, Any], message: str) -> None:
     with pytest.raises(UnreadableRecord, match=message):
         check_record(rec, 7)
 
 
-def test_a_long_stored_value_is_quoted_short():
+def test_a_long_stored_value_is_quoted_short() -> None:
     rec = json.loads(json.dumps(GOOD))
     rec["measurement"]["source"] = "x" * 10_000
     with pytest.raises(UnreadableRecord) as err:
@@ -89,7 +91,7 @@ def test_a_long_stored_value_is_quoted_short():
     assert len(str(err.value)) < 200
 
 
-def test_terminal_text_shows_every_control_character_escaped():
+def test_terminal_text_shows_every_control_character_escaped() -> None:
     text = "a\x1b[31mb\x1b]0;title\x07c\nd\te\x9bf\x7fg\u202eh\u2028i\x00"
     out = terminal_text(text)
     assert out == "a\\x1b[31mb\\x1b]0;title\\x07c\\nd\\te\\x9bf\\x7fg\\u202eh\\u2028i\\x00"
@@ -98,7 +100,7 @@ def test_terminal_text_shows_every_control_character_escaped():
     assert terminal_cell("[link=https://e.example]x[/link]").plain == "[link=https://e.example]x[/link]"
 
 
-def test_html_text_leaves_no_markup_and_no_handler_or_script_url():
+def test_html_text_leaves_no_markup_and_no_handler_or_script_url() -> None:
     out = html_text("<img src=x onerror=\"alert(1)\">javascript:alert('x')&\x1b")
     assert out == ("&lt;img src&#61;x onerror&#61;&#34;alert(1)&#34;&gt;javascript&#58;alert(&#39;x&#39;)"
                    "&amp;\\x1b")

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import os
 import re
 import shutil
@@ -26,19 +30,19 @@ ACTIVATIONS = (0x72, 0xB7, 0xB2)  # the memory chart's colour for activations (r
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return finished_study(tmp_path_factory.mktemp("report"))
 
 
 @pytest.fixture(scope="module")
-def report(study, tmp_path_factory):
+def report(study: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     url, _ = study
     path = tmp_path_factory.mktemp("page") / "report.html"
     assert main(["report", "--study", STUDY, "--storage", url, "-o", str(path)]) == 0
     return path
 
 
-def test_report_is_one_self_contained_page_with_every_section(study, report):
+def test_report_is_one_self_contained_page_with_every_section(study: Any, report: Any) -> None:
     url, _ = study
     html = report.read_text()
     assert not FETCH.search(html), FETCH.search(html)
@@ -54,13 +58,13 @@ def test_report_is_one_self_contained_page_with_every_section(study, report):
     assert "estimated" in html
 
 
-def test_tune_with_out_writes_the_same_report(study):
+def test_tune_with_out_writes_the_same_report(study: Any) -> None:
     _, out = study
     html = (out / "report.html").read_text()
     assert all(f"<h2>{t}</h2>" in html for t in SECTIONS) and not FETCH.search(html)
 
 
-def test_a_tiny_study_gets_a_report_that_says_why_importances_are_missing(tmp_path):
+def test_a_tiny_study_gets_a_report_that_says_why_importances_are_missing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'tiny.db'}"
     assert main([*TUNE, "--trials", "1", "--storage", url]) == 3  # only the baseline: nothing fits
     path = tmp_path / "tiny.html"
@@ -70,7 +74,7 @@ def test_a_tiny_study_gets_a_report_that_says_why_importances_are_missing(tmp_pa
     assert "No configuration fits yet" in html and "Closest: trial 0" in html
 
 
-def test_the_bottleneck_a_measurement_names_is_shown(tmp_path):
+def test_the_bottleneck_a_measurement_names_is_shown(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'b.db'}"
     assert main([*TUNE, "--trials", "1", "--storage", url]) == 3  # only the baseline: nothing fits
     s = optuna.load_study(study_name=STUDY, storage=url)
@@ -91,7 +95,7 @@ def _chromium() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
-def test_the_report_renders_in_headless_chromium(report, tmp_path):
+def test_the_report_renders_in_headless_chromium(report: Any, tmp_path: Path) -> None:
     browser = _chromium()
     if browser is None:
         if os.environ.get("CI"):

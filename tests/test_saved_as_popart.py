@@ -1,6 +1,8 @@
 """The trace keeps for backward what a PopART pipeline keeps, not what PyTorch's autograd keeps:
 no dropout masks, and an input passed along unchanged is not a checkpoint's output."""
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -12,11 +14,11 @@ BATCH, WIDTH = 4, 64
 
 
 class DropoutNet(nn.Module):
-    def __init__(self, p: float):
+    def __init__(self, p: float) -> None:
         super().__init__()
         self.first, self.drop, self.second = nn.Linear(WIDTH, WIDTH), nn.Dropout(p), nn.Linear(WIDTH, 10)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.second(self.drop(self.first(x)))
 
 
@@ -25,7 +27,7 @@ def _saved(model: nn.Module) -> int:
     return sum(u.saved_bytes for u in trace_module(model, BATCH, (WIDTH,), 10).units)
 
 
-def test_dropout_keeps_no_mask_for_backward():
+def test_dropout_keeps_no_mask_for_backward() -> None:
     """PopART's DropoutGradOp redraws the mask from the seed; PyTorch's CPU dropout saves its
     noise tensor. With dropout on, the saved bytes are those of dropout off: the second
     linear keeps its input either way, nothing else."""
@@ -35,24 +37,24 @@ def test_dropout_keeps_no_mask_for_backward():
 
 
 class Layer(nn.Module):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.proj = nn.Linear(WIDTH, WIDTH)
 
-    def forward(self, hidden, mask):
+    def forward(self, hidden: Any, mask: Any) -> Any:
         return torch.relu(self.proj(hidden)) * mask
 
 
 class MaskedStack(nn.Module):
     """Like BERT: a mask made once, before the layers, passed to every layer unchanged."""
 
-    def __init__(self, n: int = 4):
+    def __init__(self, n: int = 4) -> None:
         super().__init__()
         self.embed = nn.Linear(WIDTH, WIDTH)
         self.layers = nn.ModuleList(Layer() for _ in range(n))
         self.head = nn.Linear(WIDTH, 10)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         mask = (x > 0).to(x.dtype)
         hidden = self.embed(x)
         for layer in self.layers:
@@ -60,7 +62,7 @@ class MaskedStack(nn.Module):
         return self.head(hidden)
 
 
-def test_a_mask_passed_along_is_carried_not_checkpointed():
+def test_a_mask_passed_along_is_carried_not_checkpointed() -> None:
     with torch.device("meta"):
         model = MaskedStack()
     profile = trace_module(model, BATCH, (WIDTH,), 10)
@@ -81,7 +83,7 @@ def test_a_mask_passed_along_is_carried_not_checkpointed():
     assert second.in_bytes == layers[2].in_bytes > hidden
 
 
-def test_identical_layers_keep_identical_bytes():
+def test_identical_layers_keep_identical_bytes() -> None:
     """A storage key freed and reused by a later tensor gave it the old tensor's producer:
     some BERT-Large layers counted 31.5 MB of matmul outputs, others 25.2 MB."""
     from ipu_autotune.profiles.trace import profile_for

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import pytest
 from conftest_fake_sdk import SMALL_CNN, fake_env
 
@@ -18,10 +22,10 @@ TILE = 638_976
 class Fixed(Backend):
     """Returns a prepared Measurement and counts calls."""
 
-    def __init__(self, m: Measurement | None = None, error: Exception | None = None):
+    def __init__(self, m: Measurement | None = None, error: Exception | None = None) -> None:
         self.m, self.error, self.calls = m, error, 0
 
-    def measure(self, problem, config):
+    def measure(self, problem: Any, config: Any) -> Any:
         self.calls += 1
         if self.error:
             raise self.error
@@ -40,7 +44,7 @@ def compiled() -> Measurement:
     return Measurement(feasible=True, source="compile")
 
 
-def test_far_over_capacity_is_not_compiled():
+def test_far_over_capacity_is_not_compiled() -> None:
     inner = Fixed(compiled())
     screened = ScreenedBackend(inner, Fixed(predicted(1.6)), margin=0.25)
     m = screened.measure(PROBLEM, Config())
@@ -51,7 +55,7 @@ def test_far_over_capacity_is_not_compiled():
 
 
 @pytest.mark.parametrize("fraction", [0.5, 1.0, 1.2])
-def test_within_the_margin_is_compiled(fraction):
+def test_within_the_margin_is_compiled(fraction: float) -> None:
     result = compiled()
     inner = Fixed(result)
     screened = ScreenedBackend(inner, Fixed(predicted(fraction)), margin=0.25)
@@ -61,7 +65,7 @@ def test_within_the_margin_is_compiled(fraction):
 
 
 @pytest.mark.parametrize("fraction, veto", [(1.6, None), (1.2, None), (1.2, "the store says 40% over"), (0.5, None)])
-def test_would_compile_answers_as_measure_does_without_compiling(fraction, veto):
+def test_would_compile_answers_as_measure_does_without_compiling(fraction: float, veto: str | None) -> None:
     """The guide asks first (guide/untried.py): the answer must be measure's, and asking
     must neither compile nor count a compile saved."""
     inner = Fixed(compiled())
@@ -74,7 +78,7 @@ def test_would_compile_answers_as_measure_does_without_compiling(fraction, veto)
     assert Fixed().would_compile(PROBLEM, Config())  # a backend without a screen compiles everything
 
 
-def test_a_compile_without_timing_gets_the_estimated_throughput():
+def test_a_compile_without_timing_gets_the_estimated_throughput() -> None:
     estimate = predicted(0.8)
     estimate.throughput, estimate.step_time_s = 1234.0, 0.05
     result = compiled()
@@ -87,7 +91,7 @@ def test_a_compile_without_timing_gets_the_estimated_throughput():
     assert off.measure(PROBLEM, Config()).throughput is None
 
 
-def test_margin_zero_screens_every_predicted_oom_and_none_screens_nothing():
+def test_margin_zero_screens_every_predicted_oom_and_none_screens_nothing() -> None:
     strict = ScreenedBackend(Fixed(compiled()), Fixed(predicted(1.01)), margin=0.0)
     assert strict.measure(PROBLEM, Config()).source == "estimate"
     result = compiled()
@@ -98,7 +102,7 @@ def test_margin_zero_screens_every_predicted_oom_and_none_screens_nothing():
         ScreenedBackend(Fixed(result), None, margin=-0.1)
 
 
-def test_a_screen_that_cannot_judge_lets_the_compile_decide():
+def test_a_screen_that_cannot_judge_lets_the_compile_decide() -> None:
     result = compiled()
     broken = ScreenedBackend(Fixed(result), Fixed(error=RuntimeError("trace failed")))
     assert broken.measure(PROBLEM, Config()) is result and broken.screen_errors == 1
@@ -108,7 +112,7 @@ def test_a_screen_that_cannot_judge_lets_the_compile_decide():
 
 
 def largest_estimated_fit() -> Problem:
-    def at(batch):
+    def at(batch: Any) -> Any:
         return Problem(model=SMALL_CNN, batch_size=batch, input_shape=(3, 32, 32), num_classes=10)
 
     lo, hi = 8, 4096
@@ -119,7 +123,7 @@ def largest_estimated_fit() -> Problem:
 
 
 @pytest.mark.slow
-def test_screening_in_front_of_the_poptorch_backend(tmp_path):
+def test_screening_in_front_of_the_poptorch_backend(tmp_path: Path) -> None:
     """Far over: no trial directory at all. Near the line: compiled, and the compile decides."""
     backend = ScreenedBackend(PopTorchBackend(tmp_path, env=fake_env(), timeout_s=120),
                               EstimateBackend(), margin=0.25)

@@ -3,6 +3,8 @@ the estimator's error config by config."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 
 import optuna
@@ -21,14 +23,14 @@ from testing import RESNET50_4IPU_SGD as PROBLEM
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 
-def _trial(number: int, value: float, feasible: bool = True):
+def _trial(number: int, value: float, feasible: bool = True) -> Any:
     t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=value,
                      system_attrs={"constraints": [-1.0 if feasible else 1.0]})
     t.number = number
     return t
 
 
-def test_the_window_keeps_the_recent_trials_and_the_best_feasible_ones():
+def test_the_window_keeps_the_recent_trials_and_the_best_feasible_ones() -> None:
     trials = [_trial(i, float(i if i != 3 else 999)) for i in range(500)]
     trials[7] = _trial(7, 5000.0, feasible=False)  # infeasible: never kept for its value
     seen = windowed(trials, window=100, keep_best=5)  # all finished (create_trial: COMPLETE)
@@ -39,7 +41,7 @@ def test_the_window_keeps_the_recent_trials_and_the_best_feasible_ones():
     assert [t.number for t in windowed(trials[:50], 100, 5)] == list(range(50))  # below the window: all
 
 
-def test_the_shipped_sampler_is_windowed_and_still_optimises():
+def test_the_shipped_sampler_is_windowed_and_still_optimises() -> None:
     assert isinstance(create_sampler(0), WindowedTPESampler)
     assert type(create_sampler(0, window=None)) is optuna.samplers.TPESampler
     study = optuna.create_study(direction="maximize", sampler=WindowedTPESampler(seed=0, window=30, keep_best=5,
@@ -49,7 +51,7 @@ def test_the_shipped_sampler_is_windowed_and_still_optimises():
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
 
 
-def test_the_correction_is_local_near_a_compile_and_the_mean_far_away():
+def test_the_correction_is_local_near_a_compile_and_the_mean_far_away() -> None:
     profile = profile_for(PROBLEM)
     screen = Screen(PROBLEM, profile)
     base = naive_baseline(PROBLEM, profile)
@@ -57,7 +59,7 @@ def test_the_correction_is_local_near_a_compile_and_the_mean_far_away():
     b = base.replace(device_iterations=16)
 
     class Compiled:  # what compiles said: a needs 30% more tile memory and runs 20% slower; b is exact
-        def __init__(self, config, memory, speed):
+        def __init__(self, config: Any, memory: Any, speed: Any) -> None:
             m = estimate(PROBLEM, config, profile)
             m.source, m.feasible, m.failure = "compile", True, None
             m.max_tile_bytes = [int(x * memory) for x in m.max_tile_bytes]

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import ast
 import math
 import subprocess
@@ -31,8 +33,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 GOOD = Config(precision="16.16", ipus_per_replica=2, splits=("layer3",), gradient_accumulation=3)
 
 
-def make_study(db: Path, name: str, config: dict, problem: dict | None = None, measurement: dict | None = None,
-               study_attrs: dict | None = None) -> str:
+def make_study(db: Path, name: str, config: dict[str, Any], problem: dict[str, Any] | None = None, measurement: dict[str, Any] | None = None,
+               study_attrs: dict[str, Any] | None = None) -> str:
     """An ipu-autotune-looking study with one completed, feasible trial holding `config`."""
     url = f"sqlite:///{db}"
     study = optuna.create_study(study_name=name, storage=url, direction="maximize")
@@ -49,7 +51,7 @@ def make_study(db: Path, name: str, config: dict, problem: dict | None = None, m
     return url
 
 
-def export(capsys, url: str, name: str, out: Path, *extra: str) -> tuple[int, str, str]:
+def export(capsys: pytest.CaptureFixture[str], url: str, name: str, out: Path, *extra: str) -> tuple[int, str, str]:
     code = main(["export", "--storage", url, "--study", name, "-o", str(out), *extra])
     o, e = capsys.readouterr()
     return code, o, e
@@ -83,7 +85,7 @@ CRAFTED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CRAFTED, ids=list(CRAFTED))
 @pytest.mark.parametrize("pick", [["--trial", "0"], []], ids=["trial 0", "best"])
-def test_export_refuses_a_crafted_config(capsys, in_tmp, case, pick):
+def test_export_refuses_a_crafted_config(capsys: pytest.CaptureFixture[str], in_tmp: Any, case: Any, pick: list[Any]) -> None:
     url = make_study(in_tmp / "evil.db", "evil", CRAFTED[case])
     out = in_tmp / "best_options.py"
     code, stdout, err = export(capsys, url, "evil", out, *pick)
@@ -101,7 +103,7 @@ def test_export_refuses_a_crafted_config(capsys, in_tmp, case, pick):
     ("optimizer", "adamw\nimport os"),
     ("input_shape", [3, "64); import os; (", 64]),
 ])
-def test_export_refuses_a_crafted_problem(capsys, in_tmp, field, value):
+def test_export_refuses_a_crafted_problem(capsys: pytest.CaptureFixture[str], in_tmp: Any, field: str, value: list[Any] | str) -> None:
     url = make_study(in_tmp / "evil.db", "evil", GOOD_DICT, problem={**PROBLEM.to_dict(), field: value})
     out = in_tmp / "best_options.py"
     code, _, err = export(capsys, url, "evil", out, "--trial", "0")
@@ -109,7 +111,7 @@ def test_export_refuses_a_crafted_problem(capsys, in_tmp, field, value):
     assert not out.exists()
 
 
-def test_a_crafted_measurement_is_refused_not_crashed_on(capsys, in_tmp):
+def test_a_crafted_measurement_is_refused_not_crashed_on(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     m = {**EstimateBackend().measure(PROBLEM, GOOD).to_dict(), "throughput": "1e9); import os; ("}
     url = make_study(in_tmp / "evil.db", "evil", GOOD_DICT, measurement=m)
     out = in_tmp / "best_options.py"
@@ -120,7 +122,7 @@ def test_a_crafted_measurement_is_refused_not_crashed_on(capsys, in_tmp):
     assert not out.exists()
 
 
-def test_free_text_stays_in_comments(capsys, in_tmp):
+def test_free_text_stays_in_comments(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     """A study name and stored notes with newlines and code: exported, but only as comments."""
     from ipu_autotune.numerics.advice import advise
 
@@ -140,7 +142,7 @@ def test_free_text_stays_in_comments(capsys, in_tmp):
     assert not (in_tmp / "PWNED").exists()
 
 
-def test_unreadable_stored_notes_are_refused_in_one_line(capsys, in_tmp):
+def test_unreadable_stored_notes_are_refused_in_one_line(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     name = "evil\nname"
     notes = {"loss_scale": {"scale": 128.0, "reason": "partial"}}
     url = make_study(in_tmp / "evil.db", name, GOOD_DICT, study_attrs={st.ATTR_NUMERICS: notes})
@@ -151,7 +153,7 @@ def test_unreadable_stored_notes_are_refused_in_one_line(capsys, in_tmp):
     assert not out.exists()
 
 
-def test_a_good_trial_exports_safe_code(capsys, in_tmp):
+def test_a_good_trial_exports_safe_code(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     url = make_study(in_tmp / "good.db", "good", GOOD_DICT)
     out = in_tmp / "best_options.py"
     code, _, err = export(capsys, url, "good", out)
@@ -174,12 +176,12 @@ def test_a_good_trial_exports_safe_code(capsys, in_tmp):
     ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db"),
     ("postgresql://u@host/db", "postgresql://u@host/db"),
 ])
-def test_mask_url(url, masked):
+def test_mask_url(url: str, masked: str) -> None:
     assert mask_url(url) == masked
     assert "secret" not in mask_url(url)
 
 
-def test_tune_output_masks_the_password_in_every_line(capsys, in_tmp):
+def test_tune_output_masks_the_password_in_every_line(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     code = main(["resnet18", "--batch-size", "8", "--storage", "postgresql://me:hunter2@127.0.0.1:1/studies",
                  "--debug"])
     out, err = capsys.readouterr()
@@ -199,7 +201,7 @@ def factory(num_classes=10):
 
 
 @pytest.mark.slow
-def test_a_stored_factory_is_never_imported_by_reading_commands(tmp_path):
+def test_a_stored_factory_is_never_imported_by_reading_commands(tmp_path: Path) -> None:
     (tmp_path / "evil_module_x.py").write_text(EVIL)
     marker = tmp_path / "IMPORTED"
     env = wh.env()

@@ -1,5 +1,9 @@
 """Search spaces: every sampled config is valid; enqueued configs replay exactly."""
 
+from typing import Any
+
+from pathlib import Path
+
 import optuna
 import pytest
 
@@ -21,7 +25,7 @@ PROBLEMS = [
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.slug)
-def test_random_samples_all_pass_the_rules(problem):
+def test_random_samples_all_pass_the_rules(problem: Any) -> None:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
@@ -35,7 +39,7 @@ def test_random_samples_all_pass_the_rules(problem):
     assert len(seen_layouts) > 1  # the layout itself is searched
 
 
-def test_params_for_replays_the_workshop_config():
+def test_params_for_replays_the_workshop_config() -> None:
     problem = PROBLEMS[0]
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
@@ -46,7 +50,7 @@ def test_params_for_replays_the_workshop_config():
     assert space.sample(study.ask(), problem, profile) == config
 
 
-def test_user_space_fixes_knobs(tmp_path):
+def test_user_space_fixes_knobs(tmp_path: Path) -> None:
     path = tmp_path / "mine.toml"
     path.write_text('[knobs]\nprecision = "16.16"\nipus_per_replica = 1\ndevice_iterations = 8\n')
     problem = PROBLEMS[0]
@@ -64,19 +68,19 @@ def test_user_space_fixes_knobs(tmp_path):
     ("[knobs]\nprecision = [\n", "malformed TOML"),
     ("[knobs]\nrecompute = []\n", "no values"),
 ])
-def test_bad_space_files_are_one_line_errors(tmp_path, text, message):
+def test_bad_space_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(text)
     with pytest.raises(UsageError, match=message):
         SearchSpace.load(PROBLEMS[0], path)
 
 
-def test_families():
+def test_families() -> None:
     assert family("vit_b_16") == "transformer" and family("resnet50") == "cnn"
     assert "search_spaces/transformer.toml" in SearchSpace.load(Problem("vit_b_16", 8)).sources
 
 
-def test_a_projected_config_is_inside_without_a_second_replay(monkeypatch):
+def test_a_projected_config_is_inside_without_a_second_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     """`project` remembers what it returned as the sampler produced it: `outside` of it is
     empty (a replay of the sampler's own output gives it back), answered without a replay."""
     from ipu_autotune.guide.warmstart import naive_baseline

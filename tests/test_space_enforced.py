@@ -6,6 +6,10 @@ The issue's own space files, on a full study in-process: every trial of every or
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import json
 
 import pytest
@@ -20,7 +24,7 @@ from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from testing import RESNET18_CIFAR_4IPU as PROBLEM
 
 
-def tune(tmp_path, space_text: str, *extra: str) -> list[dict]:
+def tune(tmp_path: Path, space_text: str, *extra: str) -> list[dict[str, Any]]:
     space = tmp_path / "s.toml"
     space.write_text(space_text)
     out = tmp_path / "out"
@@ -33,12 +37,12 @@ def tune(tmp_path, space_text: str, *extra: str) -> list[dict]:
     return trials
 
 
-def origins(trials: list[dict]) -> set[str]:
+def origins(trials: list[dict[str, Any]]) -> set[str]:
     return {t["origin"].split(" ")[0] for t in trials}
 
 
 @pytest.mark.slow
-def test_fixed_offload_rts_and_eight_bit_io_stay_off_in_every_trial(tmp_path):
+def test_fixed_offload_rts_and_eight_bit_io_stay_off_in_every_trial(tmp_path: Path) -> None:
     trials = tune(tmp_path, "[knobs]\noptimizer_offload=false\nreplicated_tensor_sharding=false\n"
                             "eight_bit_io=false\n", "--no-numerics")
     assert {"baseline", "climb", "sampled"} <= origins(trials)
@@ -48,7 +52,7 @@ def test_fixed_offload_rts_and_eight_bit_io_stay_off_in_every_trial(tmp_path):
 
 
 @pytest.mark.slow
-def test_fixed_partials_and_loss_scale_survive_the_numerics_advice(tmp_path):
+def test_fixed_partials_and_loss_scale_survive_the_numerics_advice(tmp_path: Path) -> None:
     trials = tune(tmp_path, '[knobs]\npartials = "float"\nloss_scaling = 128.0\n')
     assert any(t["config"]["precision"] != "32.32" for t in trials)  # the knobs were in play
     for t in trials:
@@ -60,13 +64,13 @@ def test_fixed_partials_and_loss_scale_survive_the_numerics_advice(tmp_path):
 # --- the one enforcement point, unit by unit ----------------------------------------------------
 
 
-def fixed_space(tmp_path, text: str) -> SearchSpace:
+def fixed_space(tmp_path: Path, text: str) -> SearchSpace:
     path = tmp_path / "s.toml"
     path.write_text(text)
     return SearchSpace.load(PROBLEM, path)
 
 
-def test_outside_names_the_knobs_the_space_cannot_produce(tmp_path):
+def test_outside_names_the_knobs_the_space_cannot_produce(tmp_path: Path) -> None:
     profile = profile_for(PROBLEM)
     space = fixed_space(tmp_path, "[knobs]\neight_bit_io=false\noptimizer_offload=false\n")
     inside = space.sample(_RandomAnswers(__import__("random").Random(3)), PROBLEM, profile)
@@ -77,7 +81,7 @@ def test_outside_names_the_knobs_the_space_cannot_produce(tmp_path):
     assert moved == inside and space.outside(PROBLEM, profile, moved) == []
 
 
-def test_every_sampled_config_is_inside_its_space():
+def test_every_sampled_config_is_inside_its_space() -> None:
     """`outside` is decided by the sampler itself: whatever it draws, it contains."""
     import random
 
@@ -89,7 +93,7 @@ def test_every_sampled_config_is_inside_its_space():
         assert space.outside(PROBLEM, profile, c) == [], c
 
 
-def test_warm_starts_climb_only_through_the_space(tmp_path):
+def test_warm_starts_climb_only_through_the_space(tmp_path: Path) -> None:
     profile = profile_for(PROBLEM)
     space = fixed_space(tmp_path, '[knobs]\nprecision = ["32.32", "16.16"]\nloss_scaling = 128.0\n'
                                   'partials = "float"\neight_bit_io = false\n')
@@ -102,7 +106,7 @@ def test_warm_starts_climb_only_through_the_space(tmp_path):
 class _Trial:
     """An Optuna trial stand-in for `Runner.config_for`: enqueued attributes, random answers."""
 
-    def __init__(self, user_attrs):
+    def __init__(self, user_attrs: Any) -> None:
         import random
 
         self.user_attrs = user_attrs
@@ -111,7 +115,7 @@ class _Trial:
             rng.suggest_categorical, rng.suggest_int, rng.suggest_float)
 
 
-def test_the_run_loop_moves_enqueued_and_adjusted_configs_into_the_space(tmp_path):
+def test_the_run_loop_moves_enqueued_and_adjusted_configs_into_the_space(tmp_path: Path) -> None:
     profile = profile_for(PROBLEM)
     space = fixed_space(tmp_path, "[knobs]\neight_bit_io=false\n")
     import optuna

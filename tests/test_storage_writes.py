@@ -4,6 +4,10 @@ the trial record is read in both its layouts."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 
 import optuna
 import pytest
@@ -29,24 +33,24 @@ pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.Experimental
 MAX_WRITES_PER_TRIAL = 4
 
 
-def _url(kind: str, tmp_path) -> str:
+def _url(kind: str, tmp_path: Path) -> str:
     return {"sqlite": f"sqlite:///{tmp_path / 's.db'}", "journal": f"journal:///{tmp_path / 's.journal'}"}[kind]
 
 
 class _Writes:
     """Write transactions of one SQLAlchemy engine, or append calls of the journal backend."""
 
-    def __init__(self, storage, monkeypatch):
+    def __init__(self, storage: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
         engine = getattr(getattr(storage, "_backend", None), "engine", None)
         if engine is not None:
             dirty: set[int] = set()
 
-            def execute(conn, cursor, statement, *_):
+            def execute(conn: Any, cursor: Any, statement: Any, *_: Any) -> None:
                 if statement.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
                     dirty.add(id(conn))
 
-            def commit(conn):
+            def commit(conn: Any) -> None:
                 if id(conn) in dirty:
                     dirty.discard(id(conn))
                     self.count += 1
@@ -57,7 +61,7 @@ class _Writes:
         else:
             original = JournalFileBackend.append_logs
 
-            def append_logs(backend, logs):
+            def append_logs(backend: Any, logs: Any) -> Any:
                 self.count += 1
                 return original(backend, logs)
 
@@ -68,7 +72,7 @@ def _runner(url: str) -> Runner:
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
 
-    def on_create(study):
+    def on_create(study: Any) -> None:
         enqueue(study, space, PROBLEM, profile,
                 proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[:3])
 
@@ -78,7 +82,7 @@ def _runner(url: str) -> Runner:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_a_trial_costs_at_most_four_storage_writes(tmp_path, monkeypatch, kind):
+def test_a_trial_costs_at_most_four_storage_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     runner = _runner(_url(kind, tmp_path))
     writes = _Writes(runner.study._storage, monkeypatch)
     trials = 16  # the queued warm starts, the random start-up trials and TPE's own (relative params)
@@ -100,7 +104,7 @@ def test_a_trial_costs_at_most_four_storage_writes(tmp_path, monkeypatch, kind):
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_held_writes_are_read_back_at_once_and_reach_other_workers_at_flush_and_tell(tmp_path, kind):
+def test_held_writes_are_read_back_at_once_and_reach_other_workers_at_flush_and_tell(tmp_path: Path, kind: str) -> None:
     url = _url(kind, tmp_path)
     study = optuna.create_study(storage=open_storage(url), study_name="held", direction="maximize")
     other = open_storage(url)
@@ -123,7 +127,7 @@ def test_held_writes_are_read_back_at_once_and_reach_other_workers_at_flush_and_
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_a_read_of_the_whole_study_writes_what_is_held_first(tmp_path, kind):
+def test_a_read_of_the_whole_study_writes_what_is_held_first(tmp_path: Path, kind: str) -> None:
     url = _url(kind, tmp_path)
     study = optuna.create_study(storage=open_storage(url), study_name="reads", direction="maximize")
     trial = study.ask()
@@ -133,7 +137,7 @@ def test_a_read_of_the_whole_study_writes_what_is_held_first(tmp_path, kind):
     assert open_storage(url).get_trial(trial._trial_id).params == trial.params
 
 
-def test_a_queued_trial_is_popped_by_one_worker_only(tmp_path):
+def test_a_queued_trial_is_popped_by_one_worker_only(tmp_path: Path) -> None:
     url = _url("sqlite", tmp_path)
     study = optuna.create_study(storage=open_storage(url), study_name="queue")
     study.enqueue_trial({"x": 0.5})
@@ -154,13 +158,13 @@ def test_a_queued_trial_is_popped_by_one_worker_only(tmp_path):
 
 
 @pytest.mark.slow
-def test_sqlite_runs_in_write_ahead_log_mode(tmp_path):
+def test_sqlite_runs_in_write_ahead_log_mode(tmp_path: Path) -> None:
     storage = open_storage(_url("sqlite", tmp_path))
     with storage._backend.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar().lower() == "wal"
 
 
-def test_the_journal_heartbeat_is_written_at_once_while_the_trial_writes_wait(tmp_path):
+def test_the_journal_heartbeat_is_written_at_once_while_the_trial_writes_wait(tmp_path: Path) -> None:
     url = _url("journal", tmp_path)
     storage = open_storage(url)
     study = optuna.create_study(storage=storage, study_name="beat")
@@ -171,7 +175,7 @@ def test_the_journal_heartbeat_is_written_at_once_while_the_trial_writes_wait(tm
     assert "ipu_autotune:heartbeat" in seen.system_attrs and seen.params == {}
 
 
-def test_the_record_reads_the_same_from_the_old_per_key_layout_and_the_one_attribute(tmp_path):
+def test_the_record_reads_the_same_from_the_old_per_key_layout_and_the_one_attribute(tmp_path: Path) -> None:
     runner = _runner(_url("sqlite", tmp_path))
     rec = runner.run_one()
     t = runner.study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))[-1]
@@ -189,10 +193,10 @@ def test_the_record_reads_the_same_from_the_old_per_key_layout_and_the_one_attri
         assert read.measurement.details == rec.measurement.details
 
 
-def test_the_incremental_grouped_space_equals_optunas():
+def test_the_incremental_grouped_space_equals_optunas() -> None:
     """The windowed sampler adds each finished trial to its knob groups once; Optuna re-adds
     all at every ask. Same groups on a conditional space."""
-    def objective(trial):
+    def objective(trial: Any) -> Any:
         kind = trial.suggest_categorical("kind", ["a", "b", "c"])
         trial.suggest_float("shared", 0, 1)
         if kind == "a":
@@ -202,7 +206,7 @@ def test_the_incremental_grouped_space_equals_optunas():
             trial.suggest_float("b1", 0, 1)
         return 0.0
 
-    def groups(sampler):
+    def groups(sampler: Any) -> Any:
         study = optuna.create_study(sampler=sampler)
         study.optimize(objective, n_trials=25)
         space = sampler._group_decomposed_search_space.calculate(study, True)
@@ -215,7 +219,7 @@ def test_the_incremental_grouped_space_equals_optunas():
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_distributions_are_checked_at_the_suggest_when_the_parameters_are_held(tmp_path, kind):
+def test_distributions_are_checked_at_the_suggest_when_the_parameters_are_held(tmp_path: Path, kind: str) -> None:
     """As Optuna's storages (its StorageTestCase, tests/test_optuna_conformance_storage.py): a
     parameter of another kind than the study's raises at the suggest, against a finished trial's
     or a running one's still held; the trial keeps its other writes and can be told."""
@@ -240,7 +244,7 @@ def test_distributions_are_checked_at_the_suggest_when_the_parameters_are_held(t
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_a_pickled_storage_carries_no_held_writes(tmp_path, kind):
+def test_a_pickled_storage_carries_no_held_writes(tmp_path: Path, kind: str) -> None:
     import pickle
 
     url = _url(kind, tmp_path)

@@ -3,6 +3,8 @@ parameters charged where they are read (tied ones once), and the must-show tunin
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import subprocess
 from pathlib import Path
@@ -20,7 +22,7 @@ from ipu_autotune.problem import Problem, load_config_file
 from testing import run_cli_process, run_cli_stdout
 
 
-def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     return run_cli_process(*args, cwd=cwd, columns=120, check=check)
 
 
@@ -34,7 +36,7 @@ def unique_params(model: nn.Module) -> int:
     ("bert-base-uncased", ("bert.encoder.layer",)), ("gpt2", ("transformer.h",)),
     ("t5-small", ("encoder.block", "decoder.block")), ("distilbert-base-uncased", ("distilbert.transformer.layer",)),
     ("roberta-base", ("roberta.encoder.layer",))])
-def test_hf_models_trace_at_layer_units_with_every_parameter_once(name, stacks):
+def test_hf_models_trace_at_layer_units_with_every_parameter_once(name: str, stacks: tuple[Any, ...]) -> None:
     problem = Problem(f"hf:{name}", 2, seq_len=64)
     profile = profile_for(problem)
     model = build_hf_model(problem.model, problem.task, problem.num_classes)
@@ -48,7 +50,7 @@ def test_hf_models_trace_at_layer_units_with_every_parameter_once(name, stacks):
         {"distilbert-base-uncased": 6, "t5-small": 12, "gpt2": 12}.get(name, 12)
 
 
-def test_published_sizes():
+def test_published_sizes() -> None:
     """The tabulated architectures build the published parameter counts."""
     counts = {"bert-base-uncased": 110e6, "bert-large-uncased": 336e6, "gpt2": 124.4e6,
               "gpt2-medium": 355e6, "roberta-base": 125e6, "t5-small": 60.5e6,
@@ -61,7 +63,7 @@ def test_published_sizes():
         assert unique_params(model) == pytest.approx(expected, rel=0.03), name
 
 
-def test_gpt2_tied_head_is_counted_once_with_the_embedding():
+def test_gpt2_tied_head_is_counted_once_with_the_embedding() -> None:
     profile = profile_for(Problem("hf:gpt2", 1, task="causal-lm", seq_len=128))
     assert profile.params == 124_439_808  # not 163M: lm_head.weight is transformer.wte.weight
     by_path = {u.path: u for u in profile.units}
@@ -73,7 +75,7 @@ def test_gpt2_tied_head_is_counted_once_with_the_embedding():
     assert by_path["lm_head"].flops["matmul"] > 0  # but the vocabulary projection runs there
 
 
-def test_a_tied_head_is_a_pipeline_stage_in_the_estimate_too():
+def test_a_tied_head_is_a_pipeline_stage_in_the_estimate_too() -> None:
     """GPT-2's head runs on IPU0 after IPU3: 5 forward stages on 4 IPUs. Every stash is as deep
     as 5 stages make it, IPU3 is no longer the last stage (it keeps a stash, its output goes
     back to IPU0), and the head itself (forward and backward in one cycle) is not stashed."""
@@ -82,7 +84,7 @@ def test_a_tied_head_is_a_pipeline_stage_in_the_estimate_too():
     from ipu_autotune.problem import Config
     from ipu_autotune.rules.cross_field import min_pipeline_accumulation, pipeline_stages
 
-    def stashes(p, layers):
+    def stashes(p: Any, layers: Any) -> Any:
         c = Config(precision="16.16", ipus_per_replica=4, recompute="none",
                    splits=tuple(f"{layers}.{i}" for i in (3, 6, 9)),
                    gradient_accumulation=min_pipeline_accumulation(p, 4))
@@ -102,13 +104,13 @@ def test_a_tied_head_is_a_pipeline_stage_in_the_estimate_too():
     assert layout[0].returning_heads == 0 and stash[3] == 0
 
 
-def test_bert_through_a_wrapper_opens_to_layers():
+def test_bert_through_a_wrapper_opens_to_layers() -> None:
     class Wrapped(nn.Module):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.bert = build_hf_model("hf:bert-base-uncased", "sequence-classification", 2)
 
-        def forward(self, input_ids, attention_mask):
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
             return self.bert(input_ids=input_ids, attention_mask=attention_mask).logits
 
     from ipu_autotune.profiles.trace import trace_module
@@ -130,7 +132,7 @@ def test_bert_through_a_wrapper_opens_to_layers():
     ("swin_b", [f"features.{s}.{b}" for s, n in ((1, 2), (3, 2), (5, 18), (7, 2)) for b in range(n)]),
     ("vit_b_16", [f"encoder.layers.encoder_layer_{i}" for i in range(12)]),
 ])
-def test_attention_parameters_sit_in_their_own_block(name, blocks):
+def test_attention_parameters_sit_in_their_own_block(name: str, blocks: Any) -> None:
     profile = trace_model(name, 1, (3, 224, 224), 1000)
     model = torchvision.models.get_model(name)
     assert profile.params == unique_params(model)
@@ -147,7 +149,7 @@ def test_attention_parameters_sit_in_their_own_block(name, blocks):
 
 # --- inputs ------------------------------------------------------------------------------------
 
-def test_input_specs_parse_from_strings_and_tables():
+def test_input_specs_parse_from_strings_and_tables() -> None:
     assert str(parse_input("input_ids:128:int64")) == "input_ids:128:int64"
     assert parse_input("pixels:3x32x32").dtype == "float32"
     assert str(parse_input({"name": "mask", "shape": [4, 8], "dtype": "bool"})) == "mask:4x8:bool"
@@ -161,25 +163,25 @@ def test_input_specs_parse_from_strings_and_tables():
 class TwoInputs(nn.Module):
     """A token classifier whose forward takes integer ids and a float mask."""
 
-    def __init__(self, num_classes: int = 5):
+    def __init__(self, num_classes: int = 5) -> None:
         super().__init__()
         self.embed = nn.Embedding(1000, 64)
         self.layers = nn.ModuleList(nn.TransformerEncoderLayer(64, 4, 128, batch_first=True) for _ in range(4))
         self.head = nn.Linear(64, num_classes)
 
-    def forward(self, input_ids, attention_mask):
+    def forward(self, input_ids: Any, attention_mask: Any) -> Any:
         x = self.embed(input_ids) * attention_mask.unsqueeze(-1)
         for layer in self.layers:
             x = layer(x)
         return self.head(x.mean(1))
 
 
-def two_inputs(num_classes: int = 5):
+def two_inputs(num_classes: int = 5) -> Any:
     return TwoInputs(num_classes)
 
 
 @pytest.mark.slow
-def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(capsys, in_tmp):
+def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     model = f"{__name__}:two_inputs"
     args = ("estimate", model, "--batch-size", "4", "--input", "input_ids:32:int64",
             "--input", "attention_mask:32:float32", "--json")
@@ -206,14 +208,14 @@ def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(capsy
     (("resnet18", "-b", "1", "--seq-len", "128"), "are for hf: models"),
     (("resnet18", "-b", "1", "--input", "ids:12:int8"), "dtype 'int8'"),
 ])
-def test_bad_transformer_input_is_one_line_exit_2(tmp_path, args, message):
+def test_bad_transformer_input_is_one_line_exit_2(tmp_path: Path, args: tuple[Any, ...], message: str) -> None:
     proc = cli("estimate", *args, cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
-def test_numerics_says_plainly_it_takes_image_models_only(tmp_path):
+def test_numerics_says_plainly_it_takes_image_models_only(tmp_path: Path) -> None:
     proc = cli("numerics", "hf:gpt2", "-b", "1", cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert "token ids or named inputs" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -227,7 +229,7 @@ def test_numerics_says_plainly_it_takes_image_models_only(tmp_path):
     (("hf:gpt2", "--task", "causal-lm", "--seq-len", "1024", "--batch-size", "1", "--ipus", "4"),
      "transformer.h."),
 ])
-def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(capsys, in_tmp, args, layer_prefix):
+def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(capsys: pytest.CaptureFixture[str], in_tmp: Any, args: tuple[Any, ...], layer_prefix: str) -> None:
     result = json.loads(run_cli_stdout(capsys, *args, "--trials", "20", "--seed", "0", "--json"))
     base, best = result["baseline"], result["best"]
     assert not base["measurement"]["feasible"] and base["measurement"]["failure"] == "oom"
@@ -240,7 +242,7 @@ def test_must_show_runs_start_oom_and_end_fitting_at_layer_boundaries(capsys, in
 # --- must show 4: the optimum-graphcore IPUConfig export ----------------------------------------
 
 @pytest.mark.slow
-def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sdk(capsys, in_tmp):
+def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sdk(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     from conftest_fake_sdk import fake_sdk
 
     from ipu_autotune.export.ipu_config import IPU_CONFIG_FIELDS
@@ -263,7 +265,7 @@ def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sd
 
     snippet = stdout("export", "--study", study)
     with fake_sdk() as poptorch:
-        ns: dict = {}
+        ns: dict[str, Any] = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)
         model = build_hf_model("hf:bert-base-uncased", "sequence-classification", 1000, device="cpu").float()
         training = ns["TrainingModel"](model)
@@ -278,7 +280,7 @@ def test_bert_study_exports_an_ipu_config_and_a_snippet_that_runs_on_the_fake_sd
         assert loss.dim() == 0 and torch.isfinite(loss)
 
 
-def test_tied_head_runs_on_the_embedding_ipu_and_the_snippet_places_it_there():
+def test_tied_head_runs_on_the_embedding_ipu_and_the_snippet_places_it_there() -> None:
     from ipu_autotune.backends.estimate.layout import stages
     from ipu_autotune.export.python import render_snippet
     from ipu_autotune.problem import Config
@@ -296,7 +298,7 @@ def test_tied_head_runs_on_the_embedding_ipu_and_the_snippet_places_it_there():
     assert "AutoStage.AutoIncrement" in snippet
 
 
-def test_ipu_config_says_checkpoint_every_layer_only_when_optimum_would_place_the_same():
+def test_ipu_config_says_checkpoint_every_layer_only_when_optimum_would_place_the_same() -> None:
     from ipu_autotune.export.ipu_config import NotAnIPUConfig, ipu_config
     from ipu_autotune.problem import Config
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import subprocess
 import tomllib
@@ -21,23 +23,23 @@ HAND_TUNED = Config(precision="16.16", optimizer_state="half", loss_scaling=1000
 WORKSHOP = Problem("resnet101", 64, input_shape=(3, 64, 64), optimizer="adamw", ipus=2)
 
 
-def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     return run_cli_process(*args, cwd=cwd, columns=120, check=check)
 
 
-def tune_json(cwd: Path, *extra: str) -> dict:
+def tune_json(cwd: Path, *extra: str) -> dict[str, Any]:
     return json.loads(cli("resnet101", "--batch-size", "64", "--json", "--seed", "0", *extra, cwd=cwd).stdout)
 
 
 @pytest.fixture(scope="module")
-def default_run(tmp_path_factory):
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """`ipu-autotune resnet101 --batch-size 64` in an empty folder (with --json to read it)."""
     cwd = tmp_path_factory.mktemp("default")
     return cwd, tune_json(cwd)
 
 
 @pytest.mark.slow
-def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run):
+def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run: Any) -> None:
     cwd, result = default_run
     assert result["backend"] == "estimate" and result["estimated"]
     assert result["trials_run"] == 60
@@ -74,7 +76,7 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run):
 
 
 @pytest.mark.slow
-def test_default_run_json_carries_the_error_bars(default_run):
+def test_default_run_json_carries_the_error_bars(default_run: Any) -> None:
     _, result = default_run
     base, best = result["baseline"]["measurement"], result["best"]["measurement"]
     low, high = best["throughput_interval"]
@@ -86,7 +88,7 @@ def test_default_run_json_carries_the_error_bars(default_run):
 
 
 @pytest.mark.slow
-def test_default_summary_names_both_bottlenecks_and_the_rate(default_run, tmp_path):
+def test_default_summary_names_both_bottlenecks_and_the_rate(default_run: Any, tmp_path: Path) -> None:
     """The human summary (on a copy of the study, so the other tests' trial counts hold)."""
     import shutil
 
@@ -100,7 +102,7 @@ def test_default_summary_names_both_bottlenecks_and_the_rate(default_run, tmp_pa
 
 
 @pytest.mark.slow
-def test_same_command_resumes_the_study(default_run):
+def test_same_command_resumes_the_study(default_run: Any) -> None:
     cwd, first = default_run
     again = tune_json(cwd, "--trials", "5")
     assert again["trials_run"] == 5 and again["trials_total"] == 65
@@ -110,7 +112,7 @@ def test_same_command_resumes_the_study(default_run):
 
 
 @pytest.mark.slow
-def test_fixed_global_batch_still_fits_and_beats_hand_tuned(tmp_path):
+def test_fixed_global_batch_still_fits_and_beats_hand_tuned(tmp_path: Path) -> None:
     result = tune_json(tmp_path, "--global-batch", "512", "--trials", "40")
     best = result["best"]
     c = best["config"]
@@ -120,7 +122,7 @@ def test_fixed_global_batch_still_fits_and_beats_hand_tuned(tmp_path):
 
 
 @pytest.mark.slow
-def test_toml_export_round_trips_through_estimate(default_run):
+def test_toml_export_round_trips_through_estimate(default_run: Any) -> None:
     cwd, result = default_run
     out = cwd / "best.toml"
     cli("export", "--study", "resnet101-bs64-2ipu-mk2", "--trial", str(result["best"]["trial"]),
@@ -135,7 +137,7 @@ def test_toml_export_round_trips_through_estimate(default_run):
 
 
 @pytest.mark.slow
-def test_python_export_byte_compiles(default_run):
+def test_python_export_byte_compiles(default_run: Any) -> None:
     cwd, result = default_run
     snippet = cli("export", "--study", "resnet101-bs64-2ipu-mk2", cwd=cwd).stdout
     compile(snippet, "best_options.py", "exec")
@@ -143,7 +145,7 @@ def test_python_export_byte_compiles(default_run):
 
 
 @pytest.mark.slow
-def test_estimate_json_is_exactly_one_measurement(tmp_path):
+def test_estimate_json_is_exactly_one_measurement(tmp_path: Path) -> None:
     proc = cli("estimate", "resnet101", "--batch-size", "64", "--set", "precision=16.16",
                "--set", "splits=layer3.8", "--set", "ipus_per_replica=2", "--set", "gradient_accumulation=3",
                "--json", cwd=tmp_path)
@@ -157,7 +159,7 @@ def test_estimate_json_is_exactly_one_measurement(tmp_path):
 
 
 @pytest.mark.slow
-def test_estimate_table_names_consumer_and_suggestions(tmp_path):
+def test_estimate_table_names_consumer_and_suggestions(tmp_path: Path) -> None:
     proc = cli("estimate", "resnet101", "--batch-size", "64", cwd=tmp_path)
     assert "largest consumer:" in proc.stdout
     assert "saves" in proc.stdout and "on IPU" in proc.stdout
@@ -165,14 +167,14 @@ def test_estimate_table_names_consumer_and_suggestions(tmp_path):
 
 
 @pytest.mark.slow
-def test_help_lists_the_commands(tmp_path):
+def test_help_lists_the_commands(tmp_path: Path) -> None:
     out = cli("--help", cwd=tmp_path).stdout
     for word in ("tune", "estimate", "export", "show", "studies"):
         assert word in out
 
 
 @pytest.mark.slow
-def test_show_and_studies_read_the_storage(default_run):
+def test_show_and_studies_read_the_storage(default_run: Any) -> None:
     cwd, result = default_run
     shown = json.loads(cli("show", "--study", "resnet101-bs64-2ipu-mk2", "--json", cwd=cwd).stdout)
     assert shown["problem"]["model"] == "resnet101"
@@ -186,7 +188,7 @@ def test_show_and_studies_read_the_storage(default_run):
 
 
 @pytest.mark.slow
-def test_quiet_prints_one_line(tmp_path):
+def test_quiet_prints_one_line(tmp_path: Path) -> None:
     proc = cli("resnet18", "--batch-size", "8", "--trials", "12", "--quiet", cwd=tmp_path)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(lines) == 1 and "best trial" in lines[0] and "samples/s" in lines[0]
@@ -209,7 +211,7 @@ gradient_accumulation = 3
 
 
 @pytest.mark.slow
-def test_user_baseline_is_trial_zero(tmp_path):
+def test_user_baseline_is_trial_zero(tmp_path: Path) -> None:
     (tmp_path / "start.toml").write_text(WORKSHOP_START)
     result = json.loads(cli("resnet101", "--batch-size", "64", "--baseline", "start.toml", "--trials", "8",
                             "--json", cwd=tmp_path).stdout)
@@ -220,7 +222,7 @@ def test_user_baseline_is_trial_zero(tmp_path):
 
 
 @pytest.mark.slow
-def test_estimate_reads_the_workshop_file(tmp_path):
+def test_estimate_reads_the_workshop_file(tmp_path: Path) -> None:
     (tmp_path / "start.toml").write_text(WORKSHOP_START)
     fp32 = json.loads(cli("estimate", "--config", "start.toml", "--json", cwd=tmp_path).stdout)
     # the workshop's FP16 fix: model.half() with half optimizer state (calibration point seed-fp16)
@@ -232,7 +234,7 @@ def test_estimate_reads_the_workshop_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_numerics_advice_yields_to_a_user_space(tmp_path):
+def test_numerics_advice_yields_to_a_user_space(tmp_path: Path) -> None:
     (tmp_path / "space.toml").write_text('[knobs]\nprecision = "16.16"\npartials = "float"\n')
     result = json.loads(cli("resnet18", "--batch-size", "8", "--trials", "15", "--space", "space.toml", "--json",
                             cwd=tmp_path).stdout)

@@ -3,6 +3,10 @@ the verdict on scikit-learn's bundled digits, for the tuner's recipe and three b
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import json
 
 import pytest
@@ -24,7 +28,7 @@ DIGITS = "verify_models:digits"
 SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]
 
 
-def check(model: str, optimizer: str, baseline: Config, tuned: Config, steps: int, lr: float | None = None):
+def check(model: str, optimizer: str, baseline: Config, tuned: Config, steps: int, lr: float | None = None) -> Any:
     problem = Problem(model, 16, input_shape=[1, 8, 8], num_classes=10, optimizer=optimizer)
     the_plan = plan(problem, baseline, tuned, steps=steps, lr=lr)
     samples = read_samples(DIGITS, the_plan.samples)
@@ -33,7 +37,7 @@ def check(model: str, optimizer: str, baseline: Config, tuned: Config, steps: in
 
 # --- the emulation ---------------------------------------------------------------------------
 
-def test_stochastic_rounding_lands_on_the_two_neighbours_and_is_unbiased():
+def test_stochastic_rounding_lands_on_the_two_neighbours_and_is_unbiased() -> None:
     ulp = 2.0 ** -10  # FP16's step in [1, 2)
     x = torch.full((200_000,), 1.0 + 0.25 * ulp)
     r = emulation.stochastic_fp16(x, torch.Generator().manual_seed(0))
@@ -48,7 +52,7 @@ def test_stochastic_rounding_lands_on_the_two_neighbours_and_is_unbiased():
         {2.0 ** -24, 2.0 ** -23}
 
 
-def test_the_recipe_is_the_exports_learning_rate_and_loss_scale():
+def test_the_recipe_is_the_exports_learning_rate_and_loss_scale() -> None:
     problem = Problem("resnet18", 16, optimizer="sgd")
     tuned = Config(precision="16.16", gradient_accumulation=8, replicas=2, loss_scaling="auto",
                    stochastic_rounding=True, optimizer_state="half")
@@ -64,7 +68,7 @@ def test_the_recipe_is_the_exports_learning_rate_and_loss_scale():
 # --- must show 1: the tuner's recipe at parity, broken recipes caught ---------------------------
 
 @pytest.mark.slow
-def test_the_tuners_fp16_recipe_is_at_parity_on_digits(tmp_path):
+def test_the_tuners_fp16_recipe_is_at_parity_on_digits(tmp_path: Path) -> None:
     """tune (estimator, FP16 required by the space) picks the precision, loss scale, stochastic
     rounding, global batch and learning rate; verify trains it beside the baseline."""
     space = tmp_path / "space.toml"
@@ -90,7 +94,7 @@ def test_the_tuners_fp16_recipe_is_at_parity_on_digits(tmp_path):
 
 
 @pytest.mark.slow
-def test_fp16_gradients_without_loss_scaling_underflow_and_stall():
+def test_fp16_gradients_without_loss_scaling_underflow_and_stall() -> None:
     verdict = check("verify_models:vanishing_net", "adam", Config(), Config(precision="16.32"), 400, lr=1e-4)
     assert verdict.tuned.underflow_fraction > 0.1
     assert verdict.kind in ("stalled", "lags"), verdict.line()
@@ -98,7 +102,7 @@ def test_fp16_gradients_without_loss_scaling_underflow_and_stall():
 
 
 @pytest.mark.slow
-def test_fp16_weights_without_stochastic_rounding_stall_below_half_an_ulp():
+def test_fp16_weights_without_stochastic_rounding_stall_below_half_an_ulp() -> None:
     off = check("verify_models:large_weight_classifier", "adam", Config(), Config(precision="16.16"), 600, lr=5e-5)
     assert off.kind == "stalled", off.line()
     assert off.tuned.lost_update_fraction > 0.99
@@ -107,7 +111,7 @@ def test_fp16_weights_without_stochastic_rounding_stall_below_half_an_ulp():
     assert on.kind == "at parity", on.line()
 
 
-def test_global_batch_32x_with_the_linear_rule_diverges():
+def test_global_batch_32x_with_the_linear_rule_diverges() -> None:
     verdict = ipu_autotune.verify("verify_models:digits_net", batch_size=16, input_shape=(1, 8, 8), num_classes=10,
                                   optimizer="sgd", lr=0.1, tuned=Config(gradient_accumulation=32), data=DIGITS,
                                   steps=10, quiet=True)
@@ -119,7 +123,7 @@ def test_global_batch_32x_with_the_linear_rule_diverges():
 # --- must show 2: the numerics advice and the run agree ---------------------------------------
 
 @pytest.mark.slow
-def test_the_advised_loss_scale_keeps_the_runs_gradients():
+def test_the_advised_loss_scale_keeps_the_runs_gradients() -> None:
     from ipu_autotune.numerics.advice import advise
 
     problem = Problem("verify_models:shallow_vanishing_net", 16, input_shape=[1, 8, 8], num_classes=10,
@@ -140,7 +144,7 @@ def test_the_advised_loss_scale_keeps_the_runs_gradients():
 
 # --- the command ------------------------------------------------------------------------------
 
-def test_verify_command_exit_codes_json_and_bad_input(tmp_path, capsys):
+def test_verify_command_exit_codes_json_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tuned = tmp_path / "tuned.toml"
     tuned.write_text('[config]\ngradient_accumulation = 32\n')
     args = ["verify", "verify_models:digits_net", "-b", "16", *SHAPE, "--optimizer", "sgd", "--lr", "0.1",
@@ -155,7 +159,7 @@ def test_verify_command_exit_codes_json_and_bad_input(tmp_path, capsys):
     assert "raise it" in capsys.readouterr().err
 
 
-def test_tune_verify_without_data_is_refused_before_any_study(tmp_path, capsys):
+def test_tune_verify_without_data_is_refused_before_any_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "s.db"
     code = cli.main(["tune", "verify_models:digits_net", "-b", "16", *SHAPE, "--verify", "--backend", "estimate",
                      "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "out")])

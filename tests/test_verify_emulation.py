@@ -23,7 +23,7 @@ def _rates(block: AttentionBlock) -> tuple[float, float]:
     return float(torch.isinf(block.scores.float()).float().mean()), float(torch.isnan(block.probs.float()).float().mean())
 
 
-def test_attention_written_in_forward_overflows_and_nans_as_torch_float16_does():
+def test_attention_written_in_forward_overflows_and_nans_as_torch_float16_does() -> None:
     torch.manual_seed(0)
     block = AttentionBlock(32, qk_std=QK_STD)
     with torch.no_grad():
@@ -47,7 +47,7 @@ def test_attention_written_in_forward_overflows_and_nans_as_torch_float16_does()
     assert _rates(block) == (0.0, 0.0)
 
 
-def test_the_backward_pass_is_rounded_and_counted():
+def test_the_backward_pass_is_rounded_and_counted() -> None:
     """Gradients below 2^-25 flush to zero in the backward operations themselves (a product
     written in forward, no module), and the count says so."""
     w = nn.Parameter(torch.full((4, 8), 1e-4))
@@ -65,7 +65,7 @@ def test_the_backward_pass_is_rounded_and_counted():
     assert (w.grad != 0).all()
 
 
-def test_in_place_results_and_batch_norm_statistics_are_rounded():
+def test_in_place_results_and_batch_norm_statistics_are_rounded() -> None:
     bn = nn.BatchNorm1d(3)
     x = torch.randn(8, 3) * 1e-3 + 1.0
     with torch.no_grad(), emulation.fp16_emulation():
@@ -77,7 +77,7 @@ def test_in_place_results_and_batch_norm_statistics_are_rounded():
     assert (t == 1).all()
 
 
-def test_fp16_rounding_overflows_to_inf_and_underflows_to_zero_and_counts_them():
+def test_fp16_rounding_overflows_to_inf_and_underflows_to_zero_and_counts_them() -> None:
     before = torch.tensor([1e5, -7e4, 2.0 ** -26, 1e-3, 0.0, 65504.0])
     after = emulation.to_fp16(before)
     assert torch.isinf(after[:2]).all() and after[2] == 0 and after[3] != 0 and after[5] == 65504.0
@@ -86,7 +86,7 @@ def test_fp16_rounding_overflows_to_inf_and_underflows_to_zero_and_counts_them()
     assert (counts.nonzero, counts.overflow, counts.underflow) == (5, 2, 1)
 
 
-def test_verify_judges_such_a_model_diverged_in_fp16():
+def test_verify_judges_such_a_model_diverged_in_fp16() -> None:
     """End to end: the same block on the digits (AttentionDigits), its FP32 recipe against 16.16.
     The leaf-module emulation this replaced trained it to "at parity" (0 % overflow)."""
     pytest.importorskip("sklearn")

@@ -6,6 +6,10 @@ caught; bad data is bad input (exit 2, one line, nothing stored)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from pathlib import Path
+
 import math
 
 import pytest
@@ -24,7 +28,7 @@ DIGITS = "verify_models:digits"
 SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]
 
 
-def check(model: str, optimizer: str, tuned: Config, steps: int, lr: float):
+def check(model: str, optimizer: str, tuned: Config, steps: int, lr: float) -> Any:
     problem = Problem(model, 16, input_shape=[1, 8, 8], num_classes=10, optimizer=optimizer)
     the_plan = plan(problem, Config(), tuned, steps=steps, lr=lr)
     samples = read_samples(DIGITS, the_plan.samples)
@@ -37,7 +41,7 @@ def check(model: str, optimizer: str, tuned: Config, steps: int, lr: float):
 @pytest.mark.parametrize("model, accumulation, steps", [
     ("verify_models:mlp", 8, 200), ("verify_models:plain_cnn", 4, 150), ("verify_models:bert_digits", 2, 100),
 ], ids=["mlp-x8", "cnn-x4", "bert-x2"])
-def test_accumulation_with_the_square_root_rule_is_at_parity(model, accumulation, steps):
+def test_accumulation_with_the_square_root_rule_is_at_parity(model: str, accumulation: int, steps: int) -> None:
     verdict = check(model, "adamw", Config(gradient_accumulation=accumulation), steps, lr=2e-3)
     assert f"adamw lr {2e-3 * math.sqrt(accumulation):.3g}" in verdict.tuned.recipe  # the square-root rule
     assert verdict.kind == "at parity", verdict.line()
@@ -52,7 +56,7 @@ def test_accumulation_with_the_square_root_rule_is_at_parity(model, accumulation
     pytest.param("verify_models:bert_digits", "adamw", 3e-2, marks=pytest.mark.slow),  # 30x AdamW's default 1e-3
     ("verify_models:plain_cnn", "adamw", 3e-2),
 ], ids=["mlp-sgd", "bert-adamw", "cnn-adamw"])
-def test_a_baseline_at_30x_its_learning_rate_is_inconclusive(model, optimizer, lr):
+def test_a_baseline_at_30x_its_learning_rate_is_inconclusive(model: str, optimizer: str, lr: float) -> None:
     verdict = check(model, optimizer, Config(gradient_accumulation=2), 30, lr=lr)
     assert verdict.kind == "inconclusive", verdict.line()
     assert verdict.exit_code == EXIT_INCONCLUSIVE
@@ -63,7 +67,7 @@ def test_a_baseline_at_30x_its_learning_rate_is_inconclusive(model, optimizer, l
 # --- caught --------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_loss_scale_1_with_gradients_that_underflow_is_caught():
+def test_loss_scale_1_with_gradients_that_underflow_is_caught() -> None:
     verdict = check("verify_models:deep_tanh_mlp", "adam", Config(precision="16.32"), 260, lr=2e-4)
     assert verdict.tuned.underflow_fraction > 0.1, verdict.line()
     assert verdict.kind in ("stalled", "lags"), verdict.line()
@@ -71,7 +75,7 @@ def test_loss_scale_1_with_gradients_that_underflow_is_caught():
 
 
 @pytest.mark.slow
-def test_stochastic_rounding_off_with_updates_below_half_an_ulp_is_caught():
+def test_stochastic_rounding_off_with_updates_below_half_an_ulp_is_caught() -> None:
     """Adam at 5e-5 on weights of 0.25-0.5 (half an ulp: 2^-13 = 1.2e-4): round-to-nearest loses every
     update; stochastic rounding keeps them on average and trains as FP32 does."""
     off = check("verify_models:large_weight_mlp", "adam", Config(precision="16.16"), 600, lr=5e-5)
@@ -83,7 +87,7 @@ def test_stochastic_rounding_off_with_updates_below_half_an_ulp_is_caught():
     assert on.kind == "at parity", on.line()
 
 
-def test_a_64x_global_batch_with_the_linear_rule_is_caught():
+def test_a_64x_global_batch_with_the_linear_rule_is_caught() -> None:
     verdict = check("verify_models:plain_cnn", "sgd", Config(gradient_accumulation=64), 3, lr=0.1)
     assert "sgd lr 6.4" in verdict.tuned.recipe
     assert verdict.kind in ("diverged", "stalled", "lags"), verdict.line()
@@ -93,7 +97,7 @@ def test_a_64x_global_batch_with_the_linear_rule_is_caught():
 # --- bad data is bad input -----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A small study (estimate backend) whose best and baseline verify can read."""
     folder = tmp_path_factory.mktemp("verify-bad-data")
     storage = f"sqlite:///{folder / 's.db'}"
@@ -108,7 +112,7 @@ def study(tmp_path_factory):
     ("verify_models:digits_one_class", ["one class only"]),
     ("verify_models:digits_wrong_shape", ["the model cannot take its batches", "[1, 6, 6]"]),
 ], ids=["labels beyond classes", "one class", "wrong shape"])
-def test_bad_data_is_one_line_exit_2_and_nothing_stored(capsys, study, data, needles):
+def test_bad_data_is_one_line_exit_2_and_nothing_stored(capsys: pytest.CaptureFixture[str], study: Any, data: str, needles: list[Any]) -> None:
     import optuna
 
     code, out, err = run_cli(capsys, "verify", "--study", "digits", "--storage", study, "--data", data,
@@ -121,7 +125,7 @@ def test_bad_data_is_one_line_exit_2_and_nothing_stored(capsys, study, data, nee
     assert ATTR_VERIFY not in optuna.load_study(study_name="digits", storage=study).user_attrs
 
 
-def test_labels_that_use_few_of_the_classes_are_warned_about(capsys, tmp_path):
+def test_labels_that_use_few_of_the_classes_are_warned_about(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     tuned = tmp_path / "tuned.toml"
     tuned.write_text("[config]\ngradient_accumulation = 2\n")
     code, out, err = run_cli(capsys, "verify", "verify_models:mlp", "-b", "16", "--input-shape", "1,8,8",

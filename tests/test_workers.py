@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import collections
 import json
 import subprocess
@@ -28,17 +30,17 @@ from testing import NO_POSTGRES, POSTGRES_URL as POSTGRES, STORAGE_KINDS, storag
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-def cli(*args: str, cwd: Path) -> subprocess.Popen:
+def cli(*args: str, cwd: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([wh.cli_exe(), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=wh.env())
 
 
-def retried(t) -> int | None:
+def retried(t: Any) -> int | None:
     return RetryHeartbeatStaleTrialCallback.retried_trial_number(t)
 
 
 @pytest.mark.parametrize("kind", STORAGE_KINDS)
-def test_a_killed_worker_trial_is_failed_and_retried_by_the_next_worker(tmp_path, kind):
+def test_a_killed_worker_trial_is_failed_and_retried_by_the_next_worker(tmp_path: Path, kind: Any) -> None:
     url = storage_url(kind, tmp_path)
     name = f"crash-{uuid.uuid4().hex[:8]}"
     # A worker with a 1 s heartbeat (so a 3 s grace), killed while its trial is measuring.
@@ -77,7 +79,7 @@ def test_a_killed_worker_trial_is_failed_and_retried_by_the_next_worker(tmp_path
 
 
 @pytest.mark.parametrize("kind", STORAGE_KINDS)
-def test_three_workers_share_one_study(tmp_path, kind):
+def test_three_workers_share_one_study(tmp_path: Path, kind: Any) -> None:
     url = storage_url(kind, tmp_path)
     name = f"shared-{uuid.uuid4().hex[:8]}"
     per_worker = [8, 6, 7]
@@ -120,7 +122,7 @@ def test_three_workers_share_one_study(tmp_path, kind):
         optuna.delete_study(study_name=name, storage=open_storage(url))
 
 
-def test_postgres_url_with_a_password_never_reaches_output_or_files(tmp_path):
+def test_postgres_url_with_a_password_never_reaches_output_or_files(tmp_path: Path) -> None:
     if not POSTGRES:
         pytest.skip(NO_POSTGRES)
     from sqlalchemy.engine import make_url

@@ -8,6 +8,11 @@ normalisation, output objects with `.logits`).
 
 from __future__ import annotations
 
+from typing import Any
+from collections.abc import Iterator
+
+from pathlib import Path
+
 import json
 
 import pytest
@@ -36,14 +41,14 @@ ZOO = [
 
 
 @pytest.fixture(scope="module")
-def poptorch():
+def poptorch() -> Iterator[Any]:
     with fake_sdk() as module:
         yield module
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,shape,ipus,classes", ZOO, ids=[z[0].split(":")[-1] for z in ZOO])
-def test_tunes_exports_and_the_export_runs(poptorch, tmp_path, capsys, model, shape, ipus, classes):
+def test_tunes_exports_and_the_export_runs(poptorch: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], model: Any, shape: Any, ipus: Any, classes: Any) -> None:
     out = tmp_path / "out"
     code = main([model, "--batch-size", "4", "--input-shape", ",".join(map(str, shape)), "--num-classes", str(classes),
                  "--ipus", str(ipus), "--trials", "20", "--seed", "0", "--no-numerics", "--json", "--backend", "estimate",
@@ -67,9 +72,9 @@ def test_tunes_exports_and_the_export_runs(poptorch, tmp_path, capsys, model, sh
     run_export(baseline, model, shape, classes, base_config)
 
 
-def run_export(path, model: str, shape, classes: int, config: Config) -> None:
+def run_export(path: Any, model: str, shape: Any, classes: int, config: Config) -> None:
     """The exported TrainingModel, forward and loss on the meta device, PopTorch being the fake."""
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(path.read_text(), ns)
     training = ns["TrainingModel"](build_model(model, classes, device="meta")).to("meta")  # buffers too
     opts = ns["make_options"]()

@@ -4,6 +4,7 @@ workshop study, and storage URLs. Importable as `testing` (conftest.py puts test
 
 from __future__ import annotations
 
+
 import os
 import subprocess
 import sys
@@ -42,7 +43,7 @@ STUDY = "resnet101-bs64-2ipu-mk2"
 TUNE = ["resnet101", "--batch-size", "64", "--seed", "0", "--quiet"]
 
 
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `ipu-autotune ARGV` run in this process: only its own output."""
     capsys.readouterr()
     code = main(list(argv))
@@ -50,7 +51,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def run_cli_stdout(capsys, *argv: str) -> str:
+def run_cli_stdout(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     """stdout of `ipu-autotune ARGV` run in this process, which must exit 0: tests that read what a
     command computes, not what a process prints, share this process's imports and traces."""
     code, out, err = run_cli(capsys, *argv)
@@ -58,7 +59,7 @@ def run_cli_stdout(capsys, *argv: str) -> str:
     return out
 
 
-def run_cli_process(*argv: str, cwd: Path, columns: int = 80, check: bool = False) -> subprocess.CompletedProcess:
+def run_cli_process(*argv: str, cwd: Path, columns: int = 80, check: bool = False) -> subprocess.CompletedProcess[str]:
     """`ipu-autotune ARGV` as a user runs it: the installed command, piped, `columns` wide, with
     tests/ importable (for test models such as `numerics_models:small_cnn`); `check`: exit 0."""
     exe = Path(sys.executable).with_name("ipu-autotune")

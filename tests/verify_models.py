@@ -5,11 +5,13 @@ half an FP16 ulp (LargeWeightClassifier)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 
-def digits():
+def digits() -> Any:
     """Batches of 16 (inputs, labels): 1x8x8 images scaled to [0, 1], labels 0-9, in a fixed shuffled
     order (a DataLoader, as `numerics --data` and `verify --data` both take)."""
     from sklearn.datasets import load_digits
@@ -27,23 +29,23 @@ def _digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(xs), torch.cat(ys)
 
 
-def _loader(x: torch.Tensor, y: torch.Tensor):
+def _loader(x: torch.Tensor, y: torch.Tensor) -> Any:
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
 
 
-def digits_labels_beyond_classes():
+def digits_labels_beyond_classes() -> Any:
     """Bad data: the digits with labels 5-14 (for --num-classes 10)."""
     x, y = _digits_tensors()
     return _loader(x, y + 5)
 
 
-def digits_one_class():
+def digits_one_class() -> Any:
     """Bad data: every label 3."""
     x, y = _digits_tensors()
     return _loader(x, torch.full_like(y, 3))
 
 
-def digits_wrong_shape():
+def digits_wrong_shape() -> Any:
     """Bad data: 1x6x6 crops, which DigitsNet's linear layer (16x4x4 inputs) cannot take."""
     x, y = _digits_tensors()
     return _loader(x[:, :, :6, :6].contiguous(), y)
@@ -52,12 +54,12 @@ def digits_wrong_shape():
 class DigitsNet(nn.Module):
     """Conv, pool, two linear layers: about 10k weights."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(16 * 4 * 4, 32), nn.ReLU(), nn.Linear(32, num_classes))
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.head(self.features(x))
 
 
@@ -70,11 +72,11 @@ class VanishingNet(nn.Module):
     layer, so most weight gradients of a mean loss fall below FP16's 2^-24 at loss scale 1.
     Adam normalises its updates, so in FP32 it trains regardless."""
 
-    def __init__(self, num_classes: int = 10, depth: int = 8, width: int = 64, gain: float = 0.1):
+    def __init__(self, num_classes: int = 10, depth: int = 8, width: int = 64, gain: float = 0.1) -> None:
         super().__init__()
         self.layers = tanh_mlp(num_classes, depth, width, gain)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.layers(x)
 
 
@@ -86,14 +88,14 @@ class LargeWeightClassifier(nn.Module):
     """A linear classifier whose weights start at magnitudes 0.25-0.5 (random signs), where an FP16
     ulp is 2^-12: an update below 2^-13 rounds away under round-to-nearest."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.linear = nn.Linear(64, num_classes)
         with torch.no_grad():
             for t in (self.linear.weight, self.linear.bias):
                 t.copy_((torch.rand_like(t) * 0.25 + 0.25) * torch.randint_like(t, 2).mul(2).sub(1))
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.linear(x.flatten(1))
 
 
@@ -112,7 +114,7 @@ class AttentionBlock(nn.Module):
     an inf score makes its softmax row NaN in FP16. The last scores and probabilities are kept
     (`scores`, `probs`) for the tests to read."""
 
-    def __init__(self, dim: int = 32, qk_std: float = 1.0):
+    def __init__(self, dim: int = 32, qk_std: float = 1.0) -> None:
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
@@ -122,7 +124,7 @@ class AttentionBlock(nn.Module):
                 lin.weight.normal_(0.0, qk_std)
         self.scores = self.probs = torch.empty(0)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         h = self.norm1(x)
         q, k, v = self.q(h), self.k(h), self.v(h)
         scores = q @ k.transpose(-2, -1)
@@ -163,7 +165,7 @@ class BertDigits(nn.Module):
     8x8 image is 8 tokens of 8 pixels, embedded by a linear layer and fed as `inputs_embeds`; the
     mean of the last hidden states is classified."""
 
-    def __init__(self, num_classes: int = 10, hidden: int = 32):
+    def __init__(self, num_classes: int = 10, hidden: int = 32) -> None:
         super().__init__()
         from transformers import BertConfig, BertModel
 
@@ -175,7 +177,7 @@ class BertDigits(nn.Module):
         self.encoder = BertModel(config, add_pooling_layer=False)
         self.head = nn.Linear(hidden, num_classes)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         tokens = self.embed(x.reshape(x.shape[0], 8, 8))
         return self.head(self.encoder(inputs_embeds=tokens).last_hidden_state.mean(dim=1))
 
@@ -210,13 +212,13 @@ class AttentionDigits(nn.Module):
     """AttentionBlock on the digits: each 8x8 image is 8 tokens of 8 pixels; the block's mean output
     classified. At qk_std 12 about 1 % of its unscaled attention scores pass FP16's 65504."""
 
-    def __init__(self, num_classes: int = 10, qk_std: float = 12.0):
+    def __init__(self, num_classes: int = 10, qk_std: float = 12.0) -> None:
         super().__init__()
         self.embed = nn.Linear(8, 32)
         self.block = AttentionBlock(32, qk_std)
         self.head = nn.Linear(32, num_classes)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.head(self.block(self.embed(x.reshape(x.shape[0], 8, 8))).mean(dim=1))
 
 

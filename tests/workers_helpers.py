@@ -11,6 +11,8 @@ The model is importable by the CLI as "workers_helpers:tiny_cnn" (tests/ on PYTH
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import os
 import sqlite3
@@ -32,7 +34,7 @@ PROBLEM_ARGS = ["--batch-size", "4", "--input-shape", "3,16,16", "--num-classes"
 class TinyCNN(nn.Module):
     """Four conv blocks and a head: enough units for two- and four-IPU pipelines."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.block1 = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
         self.block2 = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
@@ -50,7 +52,7 @@ def tiny_cnn(num_classes: int = 10) -> nn.Module:
     return TinyCNN(num_classes)
 
 
-def problem():
+def problem() -> Any:
     from ipu_autotune.problem import Problem
 
     return Problem(MODEL, 4, input_shape=(3, 16, 16), num_classes=10)
@@ -66,12 +68,12 @@ def cli_exe() -> str:
     return str(Path(sys.executable).with_name("ipu-autotune"))
 
 
-def start_worker(url: str, study: str, *args: str, cwd: Path) -> subprocess.Popen:
+def start_worker(url: str, study: str, *args: str, cwd: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), url, study, *args], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
 
 
-def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 120.0) -> str:
+def wait_for_line(proc: subprocess.Popen[bytes], prefix: str, timeout: float = 120.0) -> str:
     """Read the worker's stdout until a line starts with `prefix` (the worker must flush)."""
     deadline = time.monotonic() + timeout
     seen = []
@@ -104,7 +106,7 @@ def sqlite_states(db: Path, study: str | None = None) -> dict[str, int]:
     return {str(state): n for state, n in rows}
 
 
-def storage_snapshot(db: Path) -> list[tuple]:
+def storage_snapshot(db: Path) -> list[tuple[Any, ...]]:
     """Every study and trial in an SQLite file (name, number, state), or [] if there is none."""
     if not db.exists():
         return []
@@ -120,7 +122,7 @@ def storage_snapshot(db: Path) -> list[tuple]:
 
 # --- the worker --------------------------------------------------------------------------------
 
-def _sleepy_backend(seconds: float):
+def _sleepy_backend(seconds: float) -> Any:
     from ipu_autotune.backends.base import Backend
     from ipu_autotune.backends.estimate import EstimateBackend
 
@@ -130,11 +132,11 @@ def _sleepy_backend(seconds: float):
         name = "sleepy"
         source = "estimate"
 
-        def __init__(self):
+        def __init__(self) -> None:
             self.inner = EstimateBackend()
             self.current: int | None = None
 
-        def measure(self, problem, config):
+        def measure(self, problem: Any, config: Any) -> Any:
             print(f"MEASURING {self.current}", flush=True)
             time.sleep(seconds)
             return self.inner.measure(problem, config)
@@ -160,7 +162,8 @@ def worker(argv: list[str] | None = None) -> int:
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
     from ipu_autotune.study.storage import HEARTBEAT_INTERVAL_S, open_storage
-    from ipu_autotune.guide.warmstart import Proposal, naive_baseline
+    from ipu_autotune.guide.proposal import Proposal
+    from ipu_autotune.guide.warmstart import naive_baseline
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     p = problem()
@@ -170,7 +173,7 @@ def worker(argv: list[str] | None = None) -> int:
     base = naive_baseline(p, profile)
     starts = [Proposal(base, "baseline"), Proposal(base.replace(precision="16.16"), "fp16")][:args.warm_starts]
 
-    def on_create(study):
+    def on_create(study: Any) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
         st.enqueue(study, space, p, profile, starts)
 
@@ -179,7 +182,7 @@ def worker(argv: list[str] | None = None) -> int:
     runner = Runner(study, p, profile, space, backend, interrupt_grace_s=args.grace)
     original_ask = study.ask
 
-    def ask(*a, **k):
+    def ask(*a: Any, **k: Any) -> Any:
         trial = original_ask(*a, **k)
         backend.current = trial.number
         return trial

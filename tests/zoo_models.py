@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 import torch
@@ -32,12 +34,12 @@ class ClassifierOutput:
 
 
 class LogitsNet(nn.Module):
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.features = sequential_cnn(64)
         self.classifier = nn.Linear(64, num_classes)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return ClassifierOutput(logits=self.classifier(self.features(x)))
 
 

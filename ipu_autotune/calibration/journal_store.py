@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ class JournalStore:
         self._check_header()
 
     @contextlib.contextmanager
-    def _locked(self):
+    def _locked(self) -> Iterator[None]:
         try:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o664)
         except OSError as exc:
@@ -81,7 +82,7 @@ class JournalStore:
                 os.fsync(f.fileno())
         return True
 
-    def records(self, target=None, sdk=None, study=None) -> tuple[list[dict[str, Any]], int]:
+    def records(self, target: str | None = None, sdk: str | None = None, study: str | None = None) -> tuple[list[dict[str, Any]], int]:
         out, bad, seen = [], 0, set()
         for raw in self._lines():
             try:
@@ -96,7 +97,7 @@ class JournalStore:
                 out.append(r)
         return out, bad
 
-    def forget(self, target=None, sdk=None, study=None) -> int:
+    def forget(self, target: str | None = None, sdk: str | None = None, study: str | None = None) -> int:
         assert any(v is not None for v in (target, sdk, study)), "forget names at least one filter"
         with self._locked():
             lines, kept, gone = self._lines(), [], 0

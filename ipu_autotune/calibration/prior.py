@@ -31,13 +31,13 @@ from collections.abc import Callable, Iterable
 from statistics import median
 from typing import Any, TypeVar, cast
 
-from ..backends.base import Measurement
 from ..guide.call_model import NOISE_SD, PRIOR_SD, CallModel, CallTime, call_time
 from ..guide.corrected import layout, local_memory_sd
 from ..guide.features import split_fractions
 from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
 from ..guide.prior import GuidePrior, KnobRow
 from ..host.pipeline import overlapped
+from ..measurement import Measurement
 from ..problem import Config
 from .record import study_of
 
@@ -147,7 +147,7 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
                       memory_cov=memory_cov, memory_rows=knob_rows(records))
 
 
-def _widened(model: MemoryModel, widening: float) -> tuple[dict[str, tuple[float, float]], tuple]:
+def _widened(model: MemoryModel, widening: float) -> tuple[dict[str, tuple[float, float]], tuple[Any, ...]]:
     """The shared and per-category parts of a fitted model, as a prior: their means, and their
     posterior covariance with `widening` of the default prior's spread added to each part (as
     independent: a new model departs from the recorded ones part by part). Returns

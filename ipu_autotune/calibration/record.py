@@ -13,7 +13,7 @@ from collections import defaultdict
 from itertools import pairwise
 from typing import Any
 
-from ..backends.base import Measurement
+from ..measurement import Measurement
 from ..problem import Config, Problem
 from ..profiles.model_profile import ModelProfile
 from ..version import __version__
@@ -28,7 +28,7 @@ def key_of(study_uid: str, trial: int) -> str:
 
 def study_of(record: dict[str, Any]) -> str:
     """The study a record came from: its uid, or its name for a record written without one."""
-    return record.get("study_uid", record["study"])
+    return str(record.get("study_uid", record["study"]))
 
 
 def profile_summary(profile: ModelProfile, config: Config) -> dict[str, Any]:

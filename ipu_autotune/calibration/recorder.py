@@ -13,14 +13,19 @@ on: the store is an aid, never a reason to lose a study.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..backends.base import Measurement
 from ..backends.estimate import estimate, profile_at_micro_batch
-from ..problem import Problem
+from ..measurement import Measurement
+from ..problem import Config, Problem
 from ..profiles.model_profile import ModelProfile
 from ..study.storage import mask_url
 from .record import make_record
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..study.records import TrialRecord
+    from .store import Store
 
 #: failures that say something about the configuration on this SDK (the rest are ours or the host's)
 RECORDED_FAILURES = (None, "oom", "compile_error", "timeout")
@@ -33,7 +38,7 @@ def is_compile(m: Measurement) -> bool:
 class Recorder:
     """Call it with each finished TrialRecord (Runner.observers)."""
 
-    def __init__(self, store, problem: Problem, profile: ModelProfile, backend, study: str, study_uid: str,
+    def __init__(self, store: Store, problem: Problem, profile: ModelProfile, backend: Backend, study: str, study_uid: str,
                  warn: Callable[[str], None] = lambda line: None):
         self.store, self.problem, self.profile, self.backend = store, problem, profile, backend
         self.study, self.study_uid, self.warn = study, study_uid, warn
@@ -43,7 +48,7 @@ class Recorder:
     def sdk_of(self, m: Measurement) -> str:
         return (m.details or {}).get("sdk") or self.backend.sdk or f"{self.backend.name}-unknown"
 
-    def record_of(self, trial: int, config, m: Measurement) -> dict[str, Any] | None:
+    def record_of(self, trial: int, config: Config, m: Measurement) -> dict[str, Any] | None:
         sdk = self.sdk_of(m)
         if not is_compile(m) or sdk.startswith("estimate"):
             return None
@@ -55,7 +60,7 @@ class Recorder:
                            sdk=sdk, problem=self.problem, profile=self.profile, config=config, measured=m,
                            nominal=nominal)
 
-    def __call__(self, rec) -> None:
+    def __call__(self, rec: TrialRecord) -> None:
         if self.failed:
             return
         record = self.record_of(rec.number, rec.config, rec.measurement)

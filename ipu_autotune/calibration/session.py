@@ -11,14 +11,22 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..study.storage import mask_url
 from .prior import fit_prior
 from .record import study_of
 from .recorder import Recorder
 from .refusal import StoreRefused
-from .store import check_store_url, default_url, open_store
+from .store import Store, check_store_url, default_url, open_store
+
+if TYPE_CHECKING:
+    import optuna
+
+    from ..backends.base import Backend
+    from ..guide.proposals import Guide
+    from ..problem import Config, Problem
+    from ..profiles.model_profile import ModelProfile
 
 #: the study's identity in the store (a user attribute set when the study is created): two
 #: studies of the same name in two databases are two studies
@@ -39,7 +47,7 @@ def new_uid() -> str:
     return uuid.uuid4().hex[:16]
 
 
-def study_uid(study) -> str:
+def study_uid(study: optuna.Study) -> str:
     """The study's identity: its stored uid, else (a study made before the store) its name."""
     uid = study.user_attrs.get(ATTR_UID)
     return uid if isinstance(uid, str) and uid else study.study_name
@@ -52,7 +60,7 @@ class Calibration:
     note: str = ""  # one line for the header
     recorder: Any = None  # calibration.recorder.Recorder: a Runner observer
 
-    def to_json(self, study) -> dict[str, Any]:
+    def to_json(self, study: optuna.Study) -> dict[str, Any]:
         """For `tune --json`: the store, the guide's prior from it, this study's records in it."""
         try:
             mine = [r for r in self.store.records(study=study.study_name)[0] if r.get("study_uid") == study_uid(study)]
@@ -76,7 +84,7 @@ def open_for_tune(url: str | None, warn: Callable[[str], None]) -> Any:
     return None
 
 
-def give_prior(store, uid: str | None, problem, backend, warn: Callable[[str], None]) -> Calibration | None:
+def give_prior(store: Store | None, uid: str | None, problem: Problem, backend: Backend, warn: Callable[[str], None]) -> Calibration | None:
     """The prior fitted on the records of other studies (not `uid`'s) on the problem's target
     and the backend's SDK, for the guide of a compiling backend (Calibration.prior, handed to
     the Guide); the Calibration says what it did (`note`)."""
@@ -111,14 +119,14 @@ def give_prior(store, uid: str | None, problem, backend, warn: Callable[[str], N
 VETO_CHANCE = 0.5
 
 
-def prior_veto(guide, baseline) -> Callable | None:
+def prior_veto(guide: Guide | None, baseline: Config) -> Callable[[Config], str | None] | None:
     """For ScreenedBackend.veto: the baseline, when the prior gives it under VETO_CHANCE to
     fit, is not compiled (8 minutes for a config the other studies say likely cannot fit). Every
     other candidate is the guide's or the sampler's to judge. None without a prior."""
     if guide is None or not guide.has_prior:
         return None
 
-    def veto(config) -> str | None:
+    def veto(config: Config) -> str | None:
         judged = guide.prior_judgement(config) if config == baseline else None
         if judged is None:  # not the baseline, or outside the space: the nominal screen decides
             return None
@@ -128,16 +136,18 @@ def prior_veto(guide, baseline) -> Callable | None:
     return veto
 
 
-def attach(calibrated: Calibration | None, study, problem, profile, backend, warn: Callable[[str], None]):
+def attach(calibrated: Calibration | None, study: optuna.Study, problem: Problem, profile: ModelProfile,
+           backend: Backend, warn: Callable[[str], None]) -> Recorder | None:
     """The Recorder that writes this study's compiles (a Runner observer), or None."""
     if calibrated is None:
         return None
-    calibrated.recorder = Recorder(calibrated.store, problem, profile, backend, study.study_name, study_uid(study),
-                                   warn)
-    return calibrated.recorder
+    recorder = Recorder(calibrated.store, problem, profile, backend, study.study_name, study_uid(study), warn)
+    calibrated.recorder = recorder
+    return recorder
 
 
-def prepare(store, study, problem, profile, backend, warn: Callable[[str], None]) -> Calibration | None:
+def prepare(store: Store | None, study: optuna.Study, problem: Problem, profile: ModelProfile, backend: Backend,
+            warn: Callable[[str], None]) -> Calibration | None:
     """give_prior and attach at once, for an open study (tests, benchmarks); its prior is the
     guide's (Guide's `prior`)."""
     out = give_prior(store, study_uid(study), problem, backend, warn)

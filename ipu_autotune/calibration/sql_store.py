@@ -12,17 +12,20 @@ import json
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..study.storage import CONNECT_TIMEOUT_S, SQLITE_LOCK_TIMEOUT_S, missing_driver
 from .record import FORMAT, check_record, matches
 from .refusal import FIX, no_store_yet, refused
 
+if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement, MetaData, Table
+
 TABLE, META = "ipu_autotune_calibration", "ipu_autotune_calibration_meta"
 COLUMNS = {"key", "format", "target", "sdk", "model", "study", "trial", "written", "record"}
 
 
-def _schema():
+def _schema() -> tuple[MetaData, Table, Table]:
     from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text
 
     md = MetaData()
@@ -114,12 +117,12 @@ class SqlStore:
         except IntegrityError:  # another worker (or an earlier run) stored this compile
             return False
 
-    def _where(self, target, sdk, study):
+    def _where(self, target: str | None, sdk: str | None, study: str | None) -> list[ColumnElement[bool]]:
         c = self.table.c
         return [cond for cond, v in ((c.target == target, target), (c.sdk == sdk, sdk), (c.study == study, study))
                 if v is not None]
 
-    def records(self, target=None, sdk=None, study=None) -> tuple[list[dict[str, Any]], int]:
+    def records(self, target: str | None = None, sdk: str | None = None, study: str | None = None) -> tuple[list[dict[str, Any]], int]:
         from sqlalchemy import select
 
         with self.engine.connect() as conn:
@@ -138,7 +141,7 @@ class SqlStore:
                 bad += 1
         return out, bad
 
-    def forget(self, target=None, sdk=None, study=None) -> int:
+    def forget(self, target: str | None = None, sdk: str | None = None, study: str | None = None) -> int:
         where = self._where(target, sdk, study)
         assert where, "forget names at least one of target, sdk, study"
         with self.engine.begin() as conn:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from ..measurement import Measurement
 from ..problem import Config, Problem
 from . import tomlio
 from .python import render_snippet
-
-if TYPE_CHECKING:  # a type only: the backends import export (the PopTorch backend compiles its code)
-    from ..backends.base import Measurement
 
 
 def summary_line(problem: Problem, m: Measurement, trial: int | None, study: str | None) -> str:

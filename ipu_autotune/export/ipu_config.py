@@ -17,6 +17,7 @@ list, profiles/optimum_placement.py).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ..knob_spec import SPEC
 from ..problem import Config, Problem
@@ -52,7 +53,7 @@ def layers_per_ipu(problem: Problem, config: Config, profile: ModelProfile) -> l
     return [sum(1 for i in layers if lo <= i < hi) for lo, hi in stage_bounds(profile, config)]
 
 
-def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> dict:
+def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> dict[str, Any]:
     """The IPUConfig dict; raises NotAnIPUConfig when IPUTrainer would train something else."""
     refusal = model_refusal(problem)
     if refusal:  # no config of this model trains with IPUTrainer: --trainer optimum would not help

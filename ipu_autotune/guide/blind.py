@@ -49,4 +49,4 @@ class BlindRound:
         if not outcomes:
             return 0.0
         # one round's outcomes (every caller's): a value per draw each
-        return sum(max(column) for column in zip(*outcomes, strict=True)) / len(outcomes[0])
+        return float(sum(max(column) for column in zip(*outcomes, strict=True)) / len(outcomes[0]))

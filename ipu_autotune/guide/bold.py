@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 from itertools import product
+from typing import Any
 
 from ..problem import Config
 from ..search.space import SearchSpace
@@ -54,7 +55,7 @@ class BetModel(CorrectedModel):
 
     def starts(self, pool: Iterable[Config]) -> list[Config]:
         """Per IPU layout, the candidate fastest if it fit, among those with a LONG_SHOT or more."""
-        fastest: dict[tuple, tuple[float, Config]] = {}
+        fastest: dict[tuple[Any, ...], tuple[float, Config]] = {}
         pool = list(pool)
         self.prefetch(pool)
         for c in pool:

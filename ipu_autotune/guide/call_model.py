@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
-from ..backends.base import Measurement
+from ..measurement import Measurement
 
 #: prior spread of log(device factor) and log(host factor): a real IPU or host within ~x1.35
 PRIOR_SD = 0.3
@@ -46,7 +46,7 @@ NOISE_SD = 0.05
 #: the coarse grid of log factors, then two refinements around its best point
 _GRID = (1.5, 0.1)
 _REFINE = ((0.1, 0.01), (0.01, 0.001))
-_FITS: dict[tuple, tuple[float, float, float]] = {}  # CallModel._cached_fit
+_FITS: dict[tuple[Any, ...], tuple[float, float, float]] = {}  # CallModel._cached_fit
 
 
 @dataclass(frozen=True)

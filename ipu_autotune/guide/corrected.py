@@ -24,10 +24,11 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from statistics import NormalDist
+from typing import Any
 
-from ..backends.base import Measurement
 from ..host.pipeline import overlapped
 from ..knob_spec import SPEC
+from ..measurement import Measurement
 from ..problem import Config
 from ..search.space import SearchSpace
 from .call_model import CallModel, CallTime, call_time
@@ -67,10 +68,10 @@ _FIELDS = [f.name for f in fields(Config)]
 _TILE_MEMORY = [i for i, name in enumerate(_FIELDS) if name not in {k.name for k in SPEC if not k.tile_memory}]
 
 
-_VALUES: dict[Config, tuple] = {}
+_VALUES: dict[Config, tuple[Any, ...]] = {}
 
 
-def _values(c: Config) -> tuple:
+def _values(c: Config) -> tuple[Any, ...]:
     v = _VALUES.get(c)
     if v is None:
         if len(_VALUES) > 200_000:  # bounded: a long study must not grow it forever
@@ -86,7 +87,7 @@ def memory_distance(a: Config, b: Config) -> int:
     return sum(va[i] != vb[i] for i in _TILE_MEMORY)
 
 
-def layout(c: Config) -> tuple:
+def layout(c: Config) -> tuple[Any, ...]:
     """How the model is laid out on the IPUs: the estimator's errors differ most between
     layouts (pipeline stages, replicas, sharding), less between configs of one layout."""
     return c.ipus_per_replica, c.replicas, c.execution
@@ -112,7 +113,7 @@ class Observation:
     call: CallTime | None = None  # the estimate's call split into device and host, and as measured
 
 
-def observe(screen: Screen, measured: Sequence) -> list[Observation]:
+def observe(screen: Screen, measured: Sequence[Any]) -> list[Observation]:
     """What each compiled trial says about the estimator's error (estimates say nothing)."""
     out = []
     for config, m in measured:
@@ -321,7 +322,7 @@ class CorrectedModel:
         return min(_log_normal_cdf((1.0 - mu) / sd) if sd > 0 else (0.0 if mu <= 1.0 else float("-inf"))
                    for mu, sd in tiles)
 
-    def score(self, config: Config) -> tuple:
+    def score(self, config: Config) -> tuple[Any, ...]:
         """Fits first, then corrected throughput; what does not fit, by how far over."""
         j = self.judge(config)
         if j is None:

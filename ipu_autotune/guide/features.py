@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import Any
 
 from ..knob_spec import SPEC
 from ..problem import Config
@@ -43,11 +44,13 @@ class Coordinates:
 
     def memory_mask(self) -> tuple[list[bool], list[bool]]:
         """Which numeric coordinates and levels change what the tiles hold (knob_spec's tile_memory)."""
-        knob = lambda name: name.split("[")[0]  # noqa: E731 - 'available_memory_proportion[2]'
+        def knob(name: str) -> str:  # 'available_memory_proportion[2]'
+            return name.split("[")[0]
+
         return [knob(n) in _TILE_MEMORY for n in self.numeric], [knob(n) in _TILE_MEMORY for n in self.levels]
 
 
-def _positions(values: tuple, default: float) -> list[float]:
+def _positions(values: tuple[Any, ...], default: float) -> list[float]:
     out = list(values) or [default]
     return [out[i * len(out) // POSITIONS] for i in range(POSITIONS)]
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ OWN = ""
 #: the evidence's ascent: steps and their size in log spread
 STEPS, RATE = 80, 0.1
 _SQRT5 = math.sqrt(5.0)
-_FITTED: dict[tuple, KnobEffects] = {}  # Residuals: one fit per set of rows
+_FITTED: dict[tuple[Any, ...], KnobEffects] = {}  # Residuals: one fit per set of rows
 
 
 def _rho(logit: float) -> float:
@@ -141,7 +142,8 @@ class KnobEffects:
         """Which pairs of rows are of different studies (None without studies)."""
         if study_a is None or study_b is None:
             return None
-        return (study_a[:, None] != study_b[None, :]).astype(float)
+        across: np.ndarray = (study_a[:, None] != study_b[None, :]).astype(float)
+        return across
 
     # --- the kernel ------------------------------------------------------------------------
 
@@ -228,7 +230,8 @@ class KnobEffects:
         self._alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, self.y))
 
     def _variance(self, numeric: np.ndarray) -> np.ndarray:
-        return np.exp(2 * self.log_spread) @ self._self_terms(numeric)
+        variance: np.ndarray = np.exp(2 * self.log_spread) @ self._self_terms(numeric)
+        return variance
 
     def predict(self, numeric: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of the residual at each row."""
@@ -247,7 +250,8 @@ class KnobEffects:
         one's outcome is the other's."""
         (lvl_a, study_a), (lvl_b, study_b) = self._study_column(lvl_a), self._study_column(lvl_b)
         k = self._kernel(self._terms(num_a, lvl_a, num_b, lvl_b), self._across(study_a, study_b))
-        return k / np.sqrt(self._variance(num_a)[:, None] * self._variance(num_b)[None, :])
+        correlation: np.ndarray = k / np.sqrt(self._variance(num_a)[:, None] * self._variance(num_b)[None, :])
+        return correlation
 
 
 class Residuals:
@@ -256,7 +260,7 @@ class Residuals:
     knobs that change what the tiles hold (a host knob cannot change a tile). `foreign`:
     other studies' rows (guide/prior.KnobRow), each of its own study."""
 
-    def __init__(self, featurizer: Featurizer, rows: Sequence[tuple], unit: float, noise: float, memory: bool = False,
+    def __init__(self, featurizer: Featurizer, rows: Sequence[tuple[Any, ...]], unit: float, noise: float, memory: bool = False,
                  log_spread_sd: float = LOG_SPREAD_SD, foreign: Sequence[KnobRow] = (), learn_noise: bool = False,
                  group_unit: float | None = None, widen: float = 1.0):
         self.featurizer = featurizer
@@ -287,9 +291,9 @@ class Residuals:
                 _FITTED.clear()
             _FITTED[key] = effects
         self.effects = effects
-        self._cache: dict[tuple, list[tuple[float, float]]] = {}
+        self._cache: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
 
-    def _arrays(self, items: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    def _arrays(self, items: Sequence[tuple[Any, ...]]) -> tuple[np.ndarray, np.ndarray]:
         """Rows of (config, level), this study's, or (config, level, split_at, study), another's."""
         nums, lvls = [], []
         for config, level, *elsewhere in items:
@@ -330,7 +334,7 @@ class Residuals:
             got = self._cache[key]
         return got
 
-    def _predict(self, keys: list[tuple[Config, tuple]]) -> None:
+    def _predict(self, keys: list[tuple[Config, tuple[Any, ...]]]) -> None:
         """One prediction of every (config, levels) in `keys`, a row per level, into the cache."""
         if len(self._cache) + len(keys) > 100_000:  # bounded, as the Featurizer's
             self._cache.clear()

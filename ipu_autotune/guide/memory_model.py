@@ -34,8 +34,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ..backends.base import CATEGORIES, Measurement
+from ..measurement import CATEGORIES, Measurement
 from ..problem import Config
 from .prior import GuidePrior
 
@@ -59,7 +60,7 @@ AS_GIVEN, WIDER = 0.5, (4.0, 16.0)
 
 @dataclass(frozen=True)
 class MemoryPoint:
-    layout: tuple
+    layout: tuple[Any, ...]
     estimated: float  # estimated busiest tile, fraction of a tile
     shares: tuple[float, ...]  # per CATEGORIES, the estimator's share of the IPU's memory
     measured: float  # measured busiest tile, fraction of a tile
@@ -79,8 +80,8 @@ def ipu_shares(breakdown: dict[str, int] | None) -> tuple[float, ...]:
     return tuple((breakdown or {}).get(c, 0) / total if total else 0.0 for c in CATEGORIES)
 
 
-def memory_points(screen: Callable[[Config], Measurement | None], measured: Sequence,
-                  layout: Callable[[Config], tuple]) -> list[MemoryPoint]:
+def memory_points(screen: Callable[[Config], Measurement | None], measured: Sequence[Any],
+                  layout: Callable[[Config], tuple[Any, ...]]) -> list[MemoryPoint]:
     """One point per IPU of every compile that reports its tiles; `screen` gives the nominal
     estimate of a config (warmstart.Screen), `measured` is (config, Measurement) pairs,
     `layout` the IPU layout a fixed cost may depend on (guide/corrected.layout)."""
@@ -246,7 +247,7 @@ class MemoryModel:
         """The points' residual sum of squares at parts `m` (y'y - 2 m'X'y + m'X'X m)."""
         return max(0.0, self._yy - 2 * self._dot(m, self._xy) + self._dot(m, [self._dot(row, m) for row in self._gram]))
 
-    def _x(self, lay: tuple, estimated: float, shares: tuple[float, ...], checkpoints: float = 0.0) -> list[float]:
+    def _x(self, lay: tuple[Any, ...], estimated: float, shares: tuple[float, ...], checkpoints: float = 0.0) -> list[float]:
         stages, replicas = lay[0], lay[1]
         return [1.0, estimated, stages - 1.0, replicas - 1.0, checkpoints, *(estimated * s for s in shares),
                 *(1.0 if lay == L else 0.0 for L in self.layouts)]
@@ -277,7 +278,7 @@ class MemoryModel:
         i = self.names.index(name)
         return self.mean[i], math.sqrt(max(0.0, self._cov[i][i]))
 
-    def tile(self, lay: tuple, estimated: float, shares: tuple[float, ...],
+    def tile(self, lay: tuple[Any, ...], estimated: float, shares: tuple[float, ...],
              checkpoints: float = 0.0) -> tuple[float, float]:
         """(mean, standard deviation) of one IPU's busiest tile, fractions of a tile. A layout
         no compile ran in has no layout part: its prior spread is added instead."""
@@ -288,7 +289,7 @@ class MemoryModel:
             var += self.layout_sd**2
         return self._dot(x, self.mean), math.sqrt(var)
 
-    def busiest(self, lay: tuple, estimate: Measurement, checkpoints: float = 0.0) -> list[tuple[float, float]]:
+    def busiest(self, lay: tuple[Any, ...], estimate: Measurement, checkpoints: float = 0.0) -> list[tuple[float, float]]:
         """Per IPU of a candidate in layout `lay` (its nominal estimate, its recompute_segments),
         the predicted busiest tile."""
         cap = estimate.tile_capacity_bytes

@@ -10,15 +10,28 @@ than the size before (`row_reason`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..backends.base import Backend, Measurement, format_bytes
 from ..problem import Config, Problem
 from ..rules.cross_field import violations
 
-if TYPE_CHECKING:  # types only
-    from ..study.planning import SizePlan
+
+class PlanRow(Protocol):
+    """What the reasons here read of one hardware size's row (study/planning.SizePlan), said as
+    a protocol so the guide does not import the study that builds on it."""
+
+    @property
+    def ipus(self) -> int: ...
+    @property
+    def micro_batch(self) -> int: ...
+    @property
+    def config(self) -> Config: ...
+    @property
+    def measurement(self) -> Measurement: ...
+
 
 #: the exit code of a study in which no trial fits (documented in the README and cli.py)
 EXIT_NOTHING_FITS = 3
@@ -31,7 +44,7 @@ class Change:
     fits: bool
     tile_fraction: float  # the busiest tile against tile memory, with the change
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -94,7 +107,7 @@ SIZES = (1, 2, 4, 8, 16, 32, 64)
 TENSOR_SHARE = 0.25
 
 
-def why_nothing_fits(problem: Problem, plans: list[SizePlan]) -> str:
+def why_nothing_fits(problem: Problem, plans: Sequence[PlanRow]) -> str:
     """At the size that came closest, its configuration's busiest tile against a tile's memory,
     the units its IPU holds, and their largest tensor spread over the IPU's tiles: a pipeline
     places whole units, so no split shrinks that tensor."""
@@ -225,7 +238,7 @@ def state_line(problem: Problem, config: Config) -> str:
             f"precision, are {format_bytes(least)}, {least / sram:.0%} of it")
 
 
-def row_reason(before: SizePlan | None, row: SizePlan) -> str:
+def row_reason(before: PlanRow | None, row: PlanRow) -> str:
     """Why a row does not fit (the verdict's reason: over the tile, or a chance to fit under the
     one asked), is slower per IPU than the size before, has its busiest tile higher beyond the
     error bar of the size before, or speeds up more than the IPUs added; "" when none holds."""

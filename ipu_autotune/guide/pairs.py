@@ -8,7 +8,7 @@ other, or the fastest with the leanest), the merge and the choice do not.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..problem import Config
 
@@ -16,10 +16,10 @@ from ..problem import Config
 class Scored(Protocol):
     """What best_pair reads of a model: guide/corrected.CorrectedModel.score."""
 
-    def score(self, config: Config) -> tuple: ...
+    def score(self, config: Config) -> tuple[Any, ...]: ...
 
 
-def changes(base: Config, c: Config) -> dict:
+def changes(base: Config, c: Config) -> dict[str, Any]:
     """The fields of `c` that differ from `base`, with their values in `c`."""
     return {f: getattr(c, f) for f in base.__dataclass_fields__ if getattr(base, f) != getattr(c, f)}
 

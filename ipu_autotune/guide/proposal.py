@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..problem import Config
 
@@ -41,7 +41,7 @@ class Proposal:
         origin = f"guided ({', '.join(words)})" if words else "guided"
         return cls(config, origin, reason, chance, gain)
 
-    def attrs(self) -> dict:
+    def attrs(self) -> dict[str, Any]:
         """What the stored record keeps of the guide's decision (study/records.enqueue)."""
         if self.reason is None:
             return {}
@@ -56,13 +56,13 @@ class History:
     whether the backend would compile a config (Backend.would_compile): one it would not
     counts as asked (guide/untried.py)."""
 
-    measured: Sequence = ()
+    measured: Sequence[Any] = ()
     asked: frozenset[Config] | set[Config] = field(default_factory=frozenset)
     running: int = 0
     would_compile: Callable[[Config], bool] | None = None
 
     @classmethod
-    def of(cls, measured: Sequence, asked: Iterable[Config] | None = None, running: int = 0,
+    def of(cls, measured: Sequence[Any], asked: Iterable[Config] | None = None, running: int = 0,
            would_compile: Callable[[Config], bool] | None = None) -> History:
         """`asked` defaults to the measured configs."""
         return cls(list(measured), set(asked) if asked is not None else {c for c, _ in measured}, running,

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence, Set
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Any
 
 from ..backends.estimate import estimate
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
@@ -71,7 +72,7 @@ FRONTIER = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25)
 PAIR_TOP = 8
 
 
-def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequence, constants: EstimatorConstants,
+def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequence[Any], constants: EstimatorConstants,
                       floor: float = 1.0) -> float:
     """Largest measured/estimated busiest-tile ratio over compiled trials (at least `floor`)."""
     ratios = []
@@ -117,9 +118,9 @@ class Guide:
         self.neighbours: dict[Config, list[tuple[str, Config]]] = {}
         self.pool = CandidatePool()  # every candidate gathered so far, re-ranked at each proposal
         self.pool.update(candidates)
-        self.climbed: set[tuple] = set()  # (layout start, margin tag) climbed from
+        self.climbed: set[tuple[Any, ...]] = set()  # (layout start, margin tag) climbed from
         self._stop: Stop | None = None  # the stopping rule, once it applies
-        self._stopped: tuple | None = None  # (the history it was judged on, its Stop): stopping()
+        self._stopped: tuple[Any, ...] | None = None  # (the history it was judged on, its Stop): stopping()
         self._would_compile: Callable[[Config], bool] | None = None  # the last history's
         self._verdicts: dict[Config, bool] = {}  # its answers so far (guide/untried.py)
 
@@ -197,7 +198,7 @@ class Guide:
             return Proposal.guided(pick, Reason.GAIN, model.chance(pick), worth[pick])
         return Proposal.guided(pick, Reason.FIRST_FIT, model.chance(pick))
 
-    def _gather(self, model: CorrectedModel, measured: Sequence, confidence: float) -> None:
+    def _gather(self, model: CorrectedModel, measured: Sequence[Any], confidence: float) -> None:
         """The candidates around the anchors (the fastest configs that fit, else the nearest to
         fitting): their single changes, pairs of the best of those, a climb from the best
         anchor, and a climb in every IPU layout."""
@@ -236,7 +237,7 @@ class Guide:
                     self.climbed.add((start, tag))
                     self.pool.add(bet_climb(CorrectedScreen(model, self.neighbours), model, self.space, start))
 
-    def _first_round(self, seen: list[Observation], measured: Sequence, asked: Set[Config], tried: Closed
+    def _first_round(self, seen: list[Observation], measured: Sequence[Any], asked: Set[Config], tried: Closed
                      ) -> Config | None:
         """Before any compile has returned: the candidate that adds most to the round's expected
         best throughput (guide/blind.py), given the trials running, among each layout's
@@ -274,7 +275,7 @@ class Guide:
         reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
         Per `tag` too (the hedge, or no margin): with compiles running elsewhere the first
         round judges each layout at its own margin (_first_round), climbed at each."""
-        layouts: dict = {}
+        layouts: dict[tuple[Any, ...], Config] = {}
         model.prefetch(self.pool)
         for c in self.pool:
             key = layout(c)  # a pipeline and a sharded model on the same IPUs are different layouts
@@ -300,12 +301,12 @@ class Stop:
                 f"estimator corrected by {self.compiles_ran} compile(s) that ran): further compiles are unlikely to pay")
 
 
-def _key(history: History) -> tuple:
+def _key(history: History) -> tuple[Any, ...]:
     """What a stopping rule depends on: which compiles finished and what was asked."""
     return len(history.measured), frozenset(history.asked), history.running
 
 
-def compiles_since_best(measured: Sequence) -> int:
+def compiles_since_best(measured: Sequence[Any]) -> int:
     """Compiles (fitting or out of memory) since the last one that beat the best before it by STOP_GAIN."""
     best, since = 0.0, 0
     for _, m in measured:

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..backends.base import Measurement, format_bytes
 from ..backends.estimate import EstimateBackend
+from ..measurement import Measurement, format_bytes
 from ..problem import Config, Problem
 from ..profiles.trace import ModelProfile, profile_for
 from ..rules.cross_field import recipe_violations, violations
 from ..search.replay import checkpoint_spacing
 from ..search.space import SearchSpace
-from .warmstart import _alternatives
+from .warmstart import single_changes
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def suggestions(problem: Problem, config: Config, limit: int = 5,
     base_need = busiest_need(base)
     already = set(recipe_violations(problem, config))
     found: dict[str, Suggestion] = {}
-    for knob, candidate in _alternatives(space, problem, profile, config):
+    for knob, candidate in single_changes(space, problem, profile, config):
         if numerics is not None and candidate.precision != config.precision:
             candidate = numerics(candidate)
         if candidate == config:

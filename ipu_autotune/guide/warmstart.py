@@ -12,11 +12,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..backends.base import Measurement
 from ..backends.estimate import estimate, profile_at_micro_batch
 from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..batch import micro_batch
 from ..knob_spec import SPEC
+from ..measurement import Measurement
 from ..models import partition
 from ..problem import Config, Problem
 from ..profiles.model_profile import ModelProfile
@@ -78,7 +78,7 @@ def _split_grid(problem: Problem, profile: ModelProfile) -> ModelProfile:
 
 #: balanced splits already found in this process (a pure function of its arguments; the problem's
 #: IPU count is not one of them), with the profile and constants kept alive so their ids stay theirs
-_BALANCED: dict[tuple, tuple[ModelProfile, EstimatorConstants, tuple[str, ...]]] = {}
+_BALANCED: dict[tuple[Any, ...], tuple[ModelProfile, EstimatorConstants, tuple[str, ...]]] = {}
 
 
 def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kind: str,
@@ -121,7 +121,7 @@ def _balanced_splits(problem: Problem, profile: ModelProfile, config: Config, ki
     return tuple(profile.units[c].path for c in cuts)
 
 
-def _alternatives(space: SearchSpace, problem: Problem, profile: ModelProfile, config: Config
+def single_changes(space: SearchSpace, problem: Problem, profile: ModelProfile, config: Config
                   ) -> Iterator[tuple[str, Config]]:
     """Single-knob changes of `config` within the space (and a few that need a partner)."""
     def values(name: str) -> list[Any]:
@@ -239,7 +239,7 @@ class Screen:
     def candidates(self, space: SearchSpace, config: Config) -> Iterable[tuple[str, Config]]:
         """Single-knob moves, each projected into the space: a climb only walks in-space
         configs (a fixed knob stays fixed), so no warm start is dropped by the run loop."""
-        for knob, candidate in _alternatives(space, self.problem, self.profile, config):
+        for knob, candidate in single_changes(space, self.problem, self.profile, config):
             yield knob, self.prepare(space.project(self.problem, self.profile, candidate))
 
     def __call__(self, config: Config) -> Measurement | None:
@@ -253,7 +253,7 @@ class Screen:
         return self.cache[config]
 
 
-def _score(m: Measurement | None) -> tuple:
+def screen_rank(m: Measurement | None) -> tuple[Any, ...]:
     """Feasible first, then throughput; infeasible ranked by how far over they are."""
     if m is None:
         return (0, float("-inf"))
@@ -265,13 +265,13 @@ def climb(screen: Screen, space: SearchSpace, start: Config, rounds: int = 24) -
 
     The IPU layout stays as it starts: callers climb once per layout.
     """
-    best, best_score = start, _score(screen(start))
+    best, best_score = start, screen_rank(screen(start))
     for _ in range(rounds):
         step, step_score = None, best_score
         for knob, candidate in screen.candidates(space, best):
             if knob == "ipus_per_replica":
                 continue
-            score = _score(screen(candidate))
+            score = screen_rank(screen(candidate))
             if score > step_score:
                 step, step_score = candidate, score
         if step is None:
@@ -301,7 +301,7 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
             out.append(Proposal(config, origin))
 
     # (score, knob, config, its estimate) of each single change that fits
-    fixes = sorted(((_score(m), knob, c, m) for knob, c in screen.candidates(space, baseline)
+    fixes = sorted(((screen_rank(m), knob, c, m) for knob, c in screen.candidates(space, baseline)
                     if (m := screen(c)) is not None and m.feasible),
                    key=lambda t: t[0], reverse=True)
 
@@ -310,11 +310,11 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
     starts = [config for _, _, config, _ in fixes[:3]] or [
         screen.prepare(space.project(problem, profile, baseline))]
     starts += [moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"]
-    safe_best = max(dict.fromkeys(climb(safe, space, s) for s in starts), key=lambda c: _score(safe(c)))
+    safe_best = max(dict.fromkeys(climb(safe, space, s) for s in starts), key=lambda c: screen_rank(safe(c)))
     safe_end = safe(safe_best)
     if safe_end is not None and safe_end.feasible:
         add(safe_best, f"climb, {safe.headroom:.0%} free")
-    climbed = sorted(dict.fromkeys(climb(screen, space, s) for s in starts), key=lambda c: _score(screen(c)), reverse=True)
+    climbed = sorted(dict.fromkeys(climb(screen, space, s) for s in starts), key=lambda c: screen_rank(screen(c)), reverse=True)
     for config in climbed[:2]:
         add(config, f"climb {config.ipus_per_replica}ipu x{config.replicas}")
     base = screen(baseline)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -41,7 +42,7 @@ class MeasuredHost:
                 f"uint8 path {self.uint8_sample_s * 1e3:.3f} ms/sample per loader process")
 
 
-def load(spec: str):
+def load(spec: str) -> Any:
     """What `fn()` returns. numerics.load_data does the import and error messages; it wants
     an iterable, so a map-style Dataset (len and __getitem__ only) is fetched again here."""
     try:
@@ -57,11 +58,11 @@ def load(spec: str):
                      "or an iterable of (inputs, labels)")
 
 
-def _inputs(item):
+def _inputs(item: object) -> object:
     return item[0] if isinstance(item, (tuple, list)) and item else item
 
 
-def _count(x) -> int:
+def _count(x: object) -> int:
     """Samples in one item: a batch's first dimension for a DataLoader's batches, else 1."""
     return int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() >= 4 else 1
 
@@ -77,7 +78,8 @@ def _normalise_cost(x: torch.Tensor, repeats: int = 20) -> float:
 
 
 def measure(spec: str, seconds: float = DEFAULT_SECONDS,
-            progress: Callable[[int, float], None] | None = None, worker_speedups=()) -> MeasuredHost:
+            progress: Callable[[int, float], None] | None = None,
+            worker_speedups: Sequence[float] = ()) -> MeasuredHost:
     """`worker_speedups` (host/workers.py): how a DataLoader's own workers really add up; without
     them its time is taken as `num_workers` processes' worth."""
     from .workers import speedup

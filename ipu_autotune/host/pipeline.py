@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Any
 
 # The batch arithmetic is batch.py's; found here too, beside the host costs it feeds
 # (re-exported: `X as X`).
@@ -36,10 +36,8 @@ from ..batch import (
     micro_batch as micro_batch,
     samples_per_call as samples_per_call,
 )
+from ..measurement import Measurement
 from ..problem import Config, Problem
-
-if TYPE_CHECKING:
-    from ..backends.base import Measurement
 
 #: AsynchronousDataAccessor(buffer_size=3): batches the async loader keeps ready
 ASYNC_BUFFERS = 3
@@ -76,7 +74,7 @@ WORKSHOP = HostCosts()
 TENSOR_ROW_S, TENSOR_ELEMENT_S = 25e-6, 0.107e-6  # fit to the three measurements above
 
 
-def _named_inputs(problem: Problem) -> tuple:
+def _named_inputs(problem: Problem) -> tuple[Any, ...]:
     from ..models.inputs import problem_inputs
 
     return problem_inputs(problem)

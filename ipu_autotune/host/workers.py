@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 #: worker counts timed, capped by the cores this process may use
 COUNTS = (1, 2, 4, 8)
@@ -47,7 +48,7 @@ class WorkerScaling:
                 f"{measured or 'one worker only'}; more than {last} worker(s) count as {last}")
 
 
-def _map_style(data):
+def _map_style(data: Any) -> tuple[Any, int, Callable[..., Any] | None] | None:
     """(dataset, batch size, collate_fn) when workers can split the data, else None: a
     DataLoader's own dataset, or a Dataset with __len__ and __getitem__."""
     dataset = getattr(data, "dataset", None)
@@ -58,7 +59,7 @@ def _map_style(data):
     return None
 
 
-def _rate(dataset, batch: int, collate, workers: int, seconds: float) -> float:
+def _rate(dataset: Any, batch: int, collate: Callable[..., Any] | None, workers: int, seconds: float) -> float:
     """Samples per second once the workers are running."""
     from torch.utils.data import DataLoader
 
@@ -84,7 +85,7 @@ class _Cycle:
     def __init__(self, n: int):
         self.n = n
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         i = 0
         while True:
             yield i % self.n
@@ -98,7 +99,7 @@ class NotMeasured(Exception):
     """Why the worker scaling could not be timed (the host model then keeps its assumption)."""
 
 
-def measure_scaling(data, seconds: float = DEFAULT_SECONDS, counts: Sequence[int] | None = None,
+def measure_scaling(data: Any, seconds: float = DEFAULT_SECONDS, counts: Sequence[int] | None = None,
                     progress: Callable[[int], None] | None = None) -> WorkerScaling:
     """Speed-ups over one worker; NotMeasured when workers cannot split or read the data."""
     split = _map_style(data)

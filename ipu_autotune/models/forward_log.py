@@ -10,6 +10,9 @@ the backward pass keeps, as a PopART pipeline keeps it (no dropout masks).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -43,7 +46,7 @@ def op_kind(name: str) -> str:
 
 
 
-def tensor_bytes(obj) -> int:
+def tensor_bytes(obj: object) -> int:
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, (list, tuple)):
@@ -53,7 +56,7 @@ def tensor_bytes(obj) -> int:
     return 0
 
 
-def _flat_tensors(obj):
+def _flat_tensors(obj: object) -> Iterator[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, (list, tuple)):
@@ -71,7 +74,7 @@ def _flat_tensors(obj):
 _RANDOM_MASK_OPS = {"bernoulli", "bernoulli_"}
 
 
-def _storages(obj, skip: frozenset) -> tuple[tuple[int, int], ...]:
+def _storages(obj: object, skip: frozenset[Any]) -> tuple[tuple[int, int], ...]:
     """(storage key, bytes) of each tensor in `obj`, less those in `skip`."""
     out = {}
     for t in _flat_tensors(obj):
@@ -84,18 +87,19 @@ def _storages(obj, skip: frozenset) -> tuple[tuple[int, int], ...]:
 class _Recorder(TorchDispatchMode):
     """Logs, in order, each aten op with its kind, FLOPs, output bytes and input bytes."""
 
-    def __init__(self, events: list, param_storages: frozenset = frozenset(), constants: frozenset = frozenset()):
-        super().__init__()
+    def __init__(self, events: list[Any], param_storages: frozenset[Any] = frozenset(), constants: frozenset[Any] = frozenset()):
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.constants = constants  # parameters and buffers: never a tensor that crosses a stage
         self.events = events
         self.producer: dict[int, str] = {}  # output storage -> kind of the op that wrote it
         self.random_masks: set[int] = set()  # storages written by a dropout's mask draw
         # Every op's output stays alive (meta tensors: no memory) so no later tensor reuses its
         # storage key: a reused key would give a new tensor an old tensor's producer or mask.
-        self._alive: list = []
+        self._alive: list[Any] = []
         self.param_storages = param_storages
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: object, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
@@ -127,7 +131,7 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
-def run_forward(model: nn.Module, x: torch.Tensor | dict, labels: torch.Tensor, events: list) -> None:
+def run_forward(model: nn.Module, x: torch.Tensor | dict[str, Any], labels: torch.Tensor, events: list[Any]) -> None:
     """One training-mode forward plus loss, logging module entries, ops, parameter reads and
     saved tensors. `x` is the input batch, or the forward's keyword arguments."""
     trainable = frozenset(p.untyped_storage()._cdata for p in model.parameters() if p.requires_grad)
@@ -137,12 +141,12 @@ def run_forward(model: nn.Module, x: torch.Tensor | dict, labels: torch.Tensor, 
     recorder = _Recorder(events, trainable, frozenset(param_storages))
     names = {m: n for n, m in model.named_modules()}
 
-    def pre_hook(module, args, kwargs):
+    def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         tensors = {t.untyped_storage()._cdata: t.numel() * t.element_size()
                    for t in _flat_tensors((args, kwargs))}
         events.append(("enter", names[module], tensor_bytes(args) + tensor_bytes(kwargs), tensors))
 
-    def pack(t: torch.Tensor):
+    def pack(t: torch.Tensor) -> torch.Tensor:
         key = t.untyped_storage()._cdata
         if key not in param_storages and key not in seen and key not in recorder.random_masks:
             seen.add(key)
@@ -150,7 +154,7 @@ def run_forward(model: nn.Module, x: torch.Tensor | dict, labels: torch.Tensor, 
             events.append(("saved", recorder.producer.get(key, "input"), t.untyped_storage().nbytes()))
         return t
 
-    def post_hook(module, args, output):
+    def post_hook(module: nn.Module, args: tuple[Any, ...], output: object) -> None:
         events.append(("exit", names[module]))
 
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in model.modules()]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import UsageError
 
@@ -99,14 +99,20 @@ def check_max_predictions(name: str, task: str, seq_len: int, max_predictions: i
 #: the loss of sequence-classification heads: what transformers picks for integer labels
 #: anyway, said outright because DeBERTa's unset default first selects the labelled rows with
 #: `nonzero()`, a data-dependent shape that neither the meta trace nor PopTorch can follow
-SEQUENCE_CLASSIFICATION_LOSS = "single_label_classification"
+SEQUENCE_CLASSIFICATION_LOSS: Final = "single_label_classification"
 
 
-def model_settings(problem) -> list[str]:
+def model_settings(problem: ProblemInputs) -> list[str]:
     """Lines of the exported snippet that set on the user's model what the estimate trained."""
     if problem.token_inputs and problem.task == "sequence-classification":
         return [f"model.config.problem_type = {SEQUENCE_CLASSIFICATION_LOSS!r}  # the loss PopTorch can trace"]
     return []
+
+
+if TYPE_CHECKING:
+    import torch
+
+    from .inputs import ProblemInputs
 
 
 #: the config keys families name their dropout on the attention probabilities with
@@ -125,8 +131,8 @@ def check_attention_dropout(name: str, attention_dropout: float | None) -> None:
                          "drop --attention-dropout")
 
 
-def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_predictions: int = 0,
-                   attention_dropout: float | None = None):
+def build_hf_model(name: str, task: str, num_labels: int, device: str | torch.device = "meta", max_predictions: int = 0,
+                   attention_dropout: float | None = None) -> Any:
     """The model with the task's head, randomly initialised on `device`, in training mode.
     `max_predictions`: the masked-LM head runs on gathered positions (models/masked_tokens.py);
     `attention_dropout`: the dropout on attention probabilities, when not the checkpoint's."""
@@ -158,7 +164,7 @@ def build_hf_model(name: str, task: str, num_labels: int, device="meta", max_pre
     return model.train()
 
 
-def _identical_stacks(model) -> list[tuple[str, int]]:
+def _identical_stacks(model: Any) -> list[tuple[str, int]]:
     """(path, blocks) of each outermost ModuleList of two or more blocks of one class with weights."""
     from torch import nn
 
@@ -238,8 +244,8 @@ class jit_like_tracing:
     (`masking_utils._ignore_bidirectional_mask_sdpa` reads `mask.all()`, which meta tensors
     cannot answer)."""
 
-    def __enter__(self):
-        self._module = None
+    def __enter__(self) -> jit_like_tracing:
+        self._module: Any = None
         if "transformers" not in sys.modules:  # no model of it can be traced: no import (0.7 s)
             return self
         try:
@@ -251,7 +257,6 @@ class jit_like_tracing:
         module.is_tracing = lambda tensor=None: True
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self._module is not None:
             self._module.is_tracing = self._saved
-        return False

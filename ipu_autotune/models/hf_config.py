@@ -16,9 +16,13 @@ import difflib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .hub_cache import cache_dir, cached_snapshot
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 PREFIX = "hf:"
 DEFAULT_SEQ_LEN = 128  # hf: text models, when --seq-len is not given
@@ -74,16 +78,16 @@ class Tabulated:
     size, vocabulary, positions), to build it offline by name."""
 
     family: str  # transformers model_type
-    sizes: dict  # keyword arguments of the family's Config class
+    sizes: dict[str, Any]  # keyword arguments of the family's Config class
     default_task: str
 
 
-def _bert(layers: int, hidden: int, heads: int) -> dict:
+def _bert(layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return dict(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                 intermediate_size=4 * hidden, max_position_embeddings=512, type_vocab_size=2)
 
 
-def _gpt2(layers: int, hidden: int, heads: int) -> dict:
+def _gpt2(layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return dict(vocab_size=50257, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=1024)
 
 
@@ -119,7 +123,7 @@ def folder(name: str) -> Path | None:
 
 
 @lru_cache(maxsize=32)
-def _loaded(name: str):
+def _loaded(name: str) -> PretrainedConfig:
     """The model's transformers config (shared: callers take a copy via `model_config`)."""
     import transformers
 
@@ -131,7 +135,8 @@ def _loaded(name: str):
     if where is not None:
         _check_config_file(name, where / "config.json")
         try:
-            return transformers.AutoConfig.from_pretrained(str(where), local_files_only=True)
+            loaded: PretrainedConfig = transformers.AutoConfig.from_pretrained(str(where), local_files_only=True)
+            return loaded
         except (OSError, ValueError, KeyError, TypeError) as exc:
             reason = " ".join(str(exc).split())[:160]
             raise UsageError(f"model '{name}': transformers cannot build a config from {where / 'config.json'} "
@@ -170,7 +175,7 @@ def _check_config_file(name: str, path: Path) -> None:
                          "knows; upgrade transformers or use a model it has")
 
 
-def model_config(name: str):
+def model_config(name: str) -> PretrainedConfig:
     """A fresh copy of the model's config, for the caller to adjust."""
     return copy.deepcopy(_loaded(name))
 
@@ -189,13 +194,13 @@ def _heads(family: str) -> tuple[str, ...]:
     return tuple(task for task, table in _MAPPINGS.items() if family in getattr(modeling_auto, table, {}))
 
 
-def _image_shape(config) -> tuple[int, ...]:
+def _image_shape(config: PretrainedConfig) -> tuple[int, ...]:
     size = config.image_size
     height, width = (size, size) if isinstance(size, int) else tuple(size)
     return (getattr(config, "num_channels", 3), height, width)
 
 
-def _max_positions(config) -> int:
+def _max_positions(config: PretrainedConfig) -> int:
     limit = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions")
                   if isinstance(getattr(config, k, None), int)), 0)
     if "roberta" in config.model_type and limit:

@@ -13,7 +13,9 @@ the labels the task's loss needs (the model computes its own loss, as in trainin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -22,6 +24,25 @@ from .shapes import parse_shape
 
 DTYPES = {"int64": torch.int64, "int32": torch.int32, "float32": torch.float32,
           "float16": torch.float16, "bool": torch.bool}
+
+
+class ProblemInputs(Protocol):
+    """What the inputs read of a Problem (problem.py), which sits a layer above the models."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+    @property
+    def token_inputs(self) -> bool: ...
+    @property
+    def seq_len(self) -> int: ...
+    @property
+    def max_predictions(self) -> int: ...
+    @property
+    def decoder_seq_len(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -33,7 +54,7 @@ class InputSpec:
     def __str__(self) -> str:
         return f"{self.name}:{'x'.join(map(str, self.shape))}:{self.dtype}"
 
-    def tensor(self, batch: int, device="meta") -> torch.Tensor:
+    def tensor(self, batch: int, device: str = "meta") -> torch.Tensor:
         fill = 1 if "mask" in self.name else 0
         return torch.full((batch, *self.shape), fill, dtype=DTYPES[self.dtype], device=device)
 
@@ -41,7 +62,7 @@ class InputSpec:
 _FORMAT = "write NAME:SHAPE:DTYPE, e.g. input_ids:128:int64 or pixels:3x224x224:float32"
 
 
-def parse_input(text) -> InputSpec:
+def parse_input(text: object) -> InputSpec:
     """One input from `NAME:SHAPE:DTYPE` or a {name, shape, dtype} table."""
     if isinstance(text, dict):
         unknown = set(text) - {"name", "shape", "dtype"}
@@ -68,7 +89,7 @@ def parse_input(text) -> InputSpec:
     return InputSpec(name, shape, dtype)
 
 
-def parse_inputs(values) -> tuple[str, ...]:
+def parse_inputs(values: Iterable[object]) -> tuple[str, ...]:
     """Canonical strings (what Problem stores), checked, names unique."""
     specs = [parse_input(v) for v in values]
     names = [s.name for s in specs]
@@ -86,12 +107,12 @@ def hf_inputs(family: str, task: str, seq_len: int, max_predictions: int = 0) ->
     return (ids, mask)
 
 
-def hf_labels(task: str, batch: int, seq_len: int, device="meta", max_predictions: int = 0,
+def hf_labels(task: str, batch: int, seq_len: int, device: str = "meta", max_predictions: int = 0,
               decoder_seq_len: int = 0) -> dict[str, torch.Tensor]:
     """The targets each task's loss takes, as `transformers` names them (with gathered
     masked tokens, the ids of those tokens only). A seq2seq model's labels are the decoder's
     tokens (it shifts them into its decoder inputs), `decoder_seq_len` of them."""
-    def zeros(*shape):
+    def zeros(*shape: int) -> torch.Tensor:
         return torch.zeros(shape, dtype=torch.int64, device=device)
 
     if task == "masked-lm" and max_predictions:
@@ -105,7 +126,7 @@ def hf_labels(task: str, batch: int, seq_len: int, device="meta", max_prediction
     return {"labels": zeros(batch)}
 
 
-def problem_inputs(problem) -> tuple[InputSpec, ...]:
+def problem_inputs(problem: ProblemInputs) -> tuple[InputSpec, ...]:
     """The inputs a problem's model is called with (empty: one float image batch)."""
     from . import hf
 
@@ -117,7 +138,7 @@ def problem_inputs(problem) -> tuple[InputSpec, ...]:
     return ()
 
 
-def sample_batch(problem, batch: int, device="meta") -> dict[str, torch.Tensor]:
+def sample_batch(problem: ProblemInputs, batch: int, device: str = "meta") -> dict[str, torch.Tensor]:
     """Keyword arguments of one forward call, labels included for `hf:` text models."""
     kwargs = {s.name: s.tensor(batch, device) for s in problem_inputs(problem)}
     if problem.token_inputs:

@@ -16,7 +16,10 @@ exported `TrainingModel` (export/python.py, `MASKED_TOKEN_MODEL`) compute the sa
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 #: the prediction head of each family's *ForMaskedLM, applied to the gathered hidden states
@@ -29,7 +32,8 @@ def gather_positions(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Ten
     return torch.matmul(one_hot.detach(), hidden)
 
 
-def masked_token_loss(model, input_ids, attention_mask, masked_lm_positions, labels):
+def masked_token_loss(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      masked_lm_positions: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Encoder over every position, head over the gathered ones, cross-entropy on their labels."""
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
     logits = getattr(model, HEADS[model.config.model_type])(gather_positions(hidden, masked_lm_positions))
@@ -37,14 +41,15 @@ def masked_token_loss(model, input_ids, attention_mask, masked_lm_positions, lab
     return loss, logits
 
 
-def gather_before_head(model):
+def gather_before_head(model: nn.Module) -> nn.Module:
     """The same model object (same modules, paths, weights), its forward taking positions."""
     from transformers.modeling_outputs import MaskedLMOutput
 
     base = type(model)
 
     class GatheredMaskedLM(base):  # type: ignore[misc, valid-type]  # the model's class, known at run time
-        def forward(self, input_ids, attention_mask, masked_lm_positions, labels):
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    masked_lm_positions: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
             loss, logits = masked_token_loss(self, input_ids, attention_mask, masked_lm_positions, labels)
             return MaskedLMOutput(loss=loss, logits=logits)
 

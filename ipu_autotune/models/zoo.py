@@ -81,7 +81,8 @@ def build_model(name: str, num_classes: int, device: str | torch.device = "meta"
     if name.startswith("hf:"):
         from .hf import build_hf_model
 
-        return build_hf_model(name, task, num_classes, device, **hf_options)
+        model: nn.Module = build_hf_model(name, task, num_classes, device, **hf_options)
+        return model
     if objects.is_object(name):
         return objects.build(objects.registered(name), device).train()
     factory = _factory(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Any
 
 import torch
 
@@ -27,7 +28,7 @@ PARTIALS_BATCH_CAP = 8
 #: no ':') on synthetic batches is a pure function of them. Each `estimate` and new study asks
 #: again (the notebook API, a test's commands): seconds of CPU each. A user's own model
 #: (module:factory, an object) may change between calls, and is measured each time.
-_MEASURED: dict[tuple, NumericsAdvice] = {}
+_MEASURED: dict[tuple[Any, ...], NumericsAdvice] = {}
 
 
 def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -37,7 +38,7 @@ def load_data(spec: str) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
     return batches
 
 
-def capped(batches: Iterable, cap: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def capped(batches: Iterable[Any], cap: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     for item in batches:
         if isinstance(item, (tuple, list)) and len(item) == 2:
             yield item[0][:cap], item[1][:cap]
@@ -45,7 +46,7 @@ def capped(batches: Iterable, cap: int) -> Iterator[tuple[torch.Tensor, torch.Te
             yield item  # collect_gradient_stats says what is wrong with it
 
 
-def take(batches: Iterable, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def take(batches: Iterable[Any], steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The first `steps` batches, cycling when there are fewer."""
     taken = []
     for item in batches:

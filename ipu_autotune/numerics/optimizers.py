@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -19,7 +20,7 @@ def default_lr(optimizer: str, batch_size: int) -> float:
     return 1e-3
 
 
-def update(optimizer: str, lr: float, p: torch.Tensor, g: torch.Tensor, state: dict, step: int) -> torch.Tensor:
+def update(optimizer: str, lr: float, p: torch.Tensor, g: torch.Tensor, state: dict[str, Any], step: int) -> torch.Tensor:
     """One step's update for p, with PopTorch's defaults (momentum 0.9; betas 0.9/0.999; eps 1e-8;
     weight decay 0.01 for AdamW and LAMB, else 0)."""
     if optimizer in ("sgd", "sgd_combined"):
@@ -28,7 +29,8 @@ def update(optimizer: str, lr: float, p: torch.Tensor, g: torch.Tensor, state: d
         return v * -lr
     if optimizer == "rmsprop":
         sq = state.setdefault("sq", torch.zeros_like(p)).mul_(0.99).addcmul_(g, g, value=0.01)
-        return g / (sq.sqrt() + 1e-8) * -lr
+        delta: torch.Tensor = g / (sq.sqrt() + 1e-8) * -lr
+        return delta
     m = state.setdefault("m", torch.zeros_like(p)).mul_(0.9).add_(g, alpha=0.1)
     v = state.setdefault("v", torch.zeros_like(p)).mul_(0.999).addcmul_(g, g, value=0.001)
     denom = v.sqrt().div_(math.sqrt(1 - 0.999 ** step)).add_(1e-8)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -34,7 +36,8 @@ def _abs_sums(m: MatmulLayer, x: torch.Tensor) -> torch.Tensor:
     """sum_k |x_k w_k| per output: the same layer on |x| with |w| and no bias."""
     if isinstance(m, nn.Linear):
         return F.linear(x.abs(), m.weight.abs())
-    return m._conv_forward(x.abs(), m.weight.abs(), None)
+    sums: torch.Tensor = m._conv_forward(x.abs(), m.weight.abs(), None)
+    return sums
 
 
 def _without_bias(m: MatmulLayer, y: torch.Tensor) -> torch.Tensor:
@@ -67,10 +70,10 @@ def partials_advice(model: nn.Module, sample_inputs: torch.Tensor, *, range_limi
     """
     found: list[LayerPartials] = []
 
-    def on_forward(name: str):
-        def hook(module, args, output):
+    def on_forward(name: str) -> Callable[[nn.Module, tuple[Any, ...], object], None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], output: object) -> None:
             if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
-                found.append(_layer_partials(name, module, args[0].float(), output.float()))
+                found.append(_layer_partials(name, cast(MatmulLayer, module), args[0].float(), output.float()))
         return hook
 
     handles = [m.register_forward_hook(on_forward(n))

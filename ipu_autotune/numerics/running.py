@@ -79,7 +79,8 @@ def logits(output: Any) -> torch.Tensor:
     if isinstance(output, torch.Tensor):
         return output
     if hasattr(output, "logits"):
-        return output.logits
+        found: torch.Tensor = output.logits
+        return found
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return output[0]
     raise UsageError(f"the model returned {type(output).__name__}; return the logits tensor")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -138,7 +139,7 @@ class _Accumulator:
     """Per-tensor histograms of one step, keyed by name (a layer called twice adds up)."""
 
     def __init__(self) -> None:
-        self.entries: dict[str, list] = {}
+        self.entries: dict[str, list[Any]] = {}
         self.kinds: dict[str, str] = {}
 
     def add(self, name: str, kind: str, t: torch.Tensor) -> None:
@@ -186,9 +187,10 @@ def collect_gradient_stats(
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
     grad_steps: list[_Accumulator] = []
-    update_hists, update_zeros = [], []
+    update_hists: list[torch.Tensor] = []
+    update_zeros: list[int] = []
     weight_acc = _Accumulator()
-    opt_state: dict[str, dict] = {n: {} for n, _ in params}
+    opt_state: dict[str, dict[str, Any]] = {n: {} for n, _ in params}
     with cpu_threads(), preserved(model):
         model.train()
         for step, (inputs, labels) in enumerate(batch_list, start=1):
@@ -216,11 +218,12 @@ def collect_gradient_stats(
                      optimizer, lr, batch_used, target_batch)
 
 
-def _backward(model: nn.Module, loss_fn, inputs, labels, acc: _Accumulator, act_scale: float) -> None:
+def _backward(model: nn.Module, loss_fn: Callable[..., torch.Tensor], inputs: torch.Tensor, labels: torch.Tensor,
+              acc: _Accumulator, act_scale: float) -> None:
     """Forward and backward, recording the gradients that reach Conv/Linear outputs."""
 
-    def on_forward(name: str):
-        def hook(module, args, output):
+    def on_forward(name: str) -> Callable[[nn.Module, tuple[Any, ...], object], None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], output: object) -> None:
             if isinstance(output, torch.Tensor) and output.requires_grad:
                 output.register_hook(lambda g: acc.add(name, "activation", g * act_scale if act_scale != 1 else g))
         return hook
@@ -246,8 +249,9 @@ def _backward(model: nn.Module, loss_fn, inputs, labels, acc: _Accumulator, act_
             h.remove()
 
 
-def _assemble(grad_steps, weight_acc, param_names, update_hists, update_zeros,
-              optimizer, lr, batch_used, target_batch) -> GradientStats:
+def _assemble(grad_steps: list[_Accumulator], weight_acc: _Accumulator, param_names: list[str],
+              update_hists: list[torch.Tensor], update_zeros: list[int], optimizer: str, lr: float,
+              batch_used: int, target_batch: int) -> GradientStats:
     names = [n for n in param_names if any(n in a.entries for a in grad_steps)]
     for a in grad_steps:
         names += [n for n in a.entries if a.kinds[n] == "activation" and n not in names]

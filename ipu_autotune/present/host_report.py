@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..host import pipeline, recipe
 from ..problem import Config, Problem
+
+if TYPE_CHECKING:
+    from ..measurement import Measurement
+    from ..study.records import TrialRecord
 
 #: The hands-on workshop's final configuration, as it measured it (seed-epoch-ga8-di4-8bit-async).
 WORKSHOP_FINAL = Config(precision="16.16", partials="float", optimizer_state="half", loss_scaling=1000.0,
@@ -18,7 +24,7 @@ def is_workshop_problem(problem: Problem) -> bool:
             and problem.optimizer == "adamw" and not problem.global_batch)
 
 
-def workshop_reference(problem: Problem):
+def workshop_reference(problem: Problem) -> Measurement | None:
     """The estimator's end-to-end Measurement of the workshop's final config, or None."""
     if not is_workshop_problem(problem):
         return None
@@ -33,7 +39,8 @@ def learning_rate(problem: Problem, base: Config | None, best: Config) -> recipe
                           pipeline.global_batch(problem, best))
 
 
-def lines(problem: Problem, base, best, reference=None) -> list[str]:
+def lines(problem: Problem, base: TrialRecord | None, best: TrialRecord,
+          reference: Measurement | None = None) -> list[str]:
     """'End to end' lines for the tune summary (records: base and best TrialRecords)."""
     out = []
     m = best.measurement

@@ -4,13 +4,19 @@ and for a Hugging Face model the optimum-graphcore `ipu_config.json`."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import export
-from ..problem import Problem
+from ..problem import Config, Problem
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..study.records import TrialRecord
 
 
-def record_json(r) -> dict | None:
+def record_json(r: TrialRecord | None) -> dict[str, Any] | None:
     """A trial record as the JSON the trial log, `show --json` and `tune --json` print."""
     if r is None:
         return None
@@ -18,7 +24,8 @@ def record_json(r) -> dict | None:
             "measurement": r.measurement.to_dict()}
 
 
-def write_outputs(out_dir: Path, problem: Problem, study_name: str, records, best,
+def write_outputs(out_dir: Path, problem: Problem, study_name: str, records: Iterable[TrialRecord],
+                  best: TrialRecord | None,
                   notes: list[str], base_global_batch: int | None = None) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
@@ -38,7 +45,8 @@ def write_outputs(out_dir: Path, problem: Problem, study_name: str, records, bes
     return files
 
 
-def _write_optimum(out_dir: Path, problem: Problem, config, notes: list[str], base_global_batch) -> dict[str, Path]:
+def _write_optimum(out_dir: Path, problem: Problem, config: Config, notes: list[str],
+                   base_global_batch: int | None) -> dict[str, Path]:
     """ipu_config.json and the IPUTrainer code that trains with it (IPUConfig.from_pretrained
     reads the folder), or, when IPUTrainer would train something else, why not."""
     from ..export.ipu_config import NotAnIPUConfig, render_ipu_config
@@ -62,7 +70,7 @@ def _write_optimum(out_dir: Path, problem: Problem, config, notes: list[str], ba
     return {"optimum": out_dir / "ipu_config.json", "trainer": out_dir / "train_with_optimum.py"}
 
 
-def lr_json(problem, base, best) -> dict | None:
+def lr_json(problem: Problem, base: TrialRecord | None, best: TrialRecord | None) -> dict[str, Any] | None:
     """The learning rate the best's recipe scales to, for `tune --json` (None without a best)."""
     from .host_report import learning_rate
 
@@ -75,8 +83,10 @@ def lr_json(problem, base, best) -> dict | None:
             "base_global_batch": lr.base_global_batch, "global_batch": lr.global_batch, "lr": lr.lr}
 
 
-def compile_counts(backend) -> dict | None:
+def compile_counts(backend: Backend) -> dict[str, Any] | None:
     """How many candidates were compiled and how many the estimator screened out (this run)."""
-    if not hasattr(backend, "compiles_saved"):
+    from ..backends.screen import ScreenedBackend
+
+    if not isinstance(backend, ScreenedBackend):
         return None
     return {"run": backend.compiles_run, "saved": backend.compiles_saved}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence, Set
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
@@ -11,12 +13,16 @@ from ..guide.nofit import layout_text
 from . import intervals
 from .display import terminal_cell
 
+if TYPE_CHECKING:
+    from ..measurement import Measurement
+    from ..study.planning import SizePlan
 
-def busiest_tile(m) -> str:
+
+def busiest_tile(m: Measurement) -> str:
     """'82% (72-103%)': the busiest tile's share of a tile, and its error bar."""
     if not m.max_tile_bytes or not m.tile_capacity_bytes:
         return "-"
-    worst = m.worst_ipu()
+    worst = m.worst_ipu() or 0  # an IPU: it has tiles
     nominal = f"{m.max_tile_bytes[worst] / m.tile_capacity_bytes:.0%}"
     if not m.max_tile_bytes_interval:
         return nominal
@@ -24,7 +30,7 @@ def busiest_tile(m) -> str:
     return f"{nominal} ({lo / m.tile_capacity_bytes * 100:.0f}-{hi / m.tile_capacity_bytes:.0%})"
 
 
-def chance(p, certain=frozenset()) -> str:
+def chance(p: SizePlan, certain: Set[int] = frozenset()) -> str:
     """The chance to fit by the error bar; "0%!" where the exact weights alone exceed
     the size's largest replica (guide/nofit.certainly_over)."""
     if p.ipus in certain:
@@ -35,7 +41,7 @@ def chance(p, certain=frozenset()) -> str:
     return f"{math.floor(m.fit_chance * 100):.0f}%"  # rounded down: 89.95% is not shown as the 90% asked
 
 
-def plan_table(model: str, plans, asked_batch: int, certain=frozenset()) -> Table:
+def plan_table(model: str, plans: Sequence[SizePlan], asked_batch: int, certain: Set[int] = frozenset()) -> Table:
     table = Table(title=f"{model}: the best configuration per IPU count (estimated)", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
     for name, right in (("IPUs", True), ("mb", True), ("layout", False), ("samples/s", True),
@@ -52,7 +58,7 @@ def plan_table(model: str, plans, asked_batch: int, certain=frozenset()) -> Tabl
     return table
 
 
-def notes(plans, asked_batch: int, certain=frozenset()) -> list[str]:
+def notes(plans: Sequence[SizePlan], asked_batch: int, certain: Set[int] = frozenset()) -> list[str]:
     """The lines under the table: what the columns mean where it is not obvious."""
     out = ["each row: tune --ipus N's own search on the estimate backend (default trials, its numerics answer); "
            "mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end to end (host input included); "
@@ -67,7 +73,7 @@ def notes(plans, asked_batch: int, certain=frozenset()) -> list[str]:
     return out
 
 
-def why_lines(plans) -> list[str]:
+def why_lines(plans: Sequence[SizePlan]) -> list[str]:
     """'4, 8 IPUs: ...': each row's reason, sizes with the same reason on one line."""
     grouped: list[tuple[list[int], str]] = []
     for p in plans:

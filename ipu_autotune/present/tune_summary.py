@@ -3,6 +3,11 @@ the one-line result and the summary after it (baseline against best, or why noth
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
 from rich.text import Text
 
 from ..guide.nofit import lacks
@@ -11,8 +16,17 @@ from ..study.storage import mask_url
 from . import intervals, trial_line as tl, ui
 from .display import terminal_text
 
+if TYPE_CHECKING:
+    import optuna
 
-def result_line(best, base, study_name: str) -> str:
+    from ..backends.base import Backend
+    from ..guide.nofit import Change
+    from ..measurement import Measurement
+    from ..numerics.answer import NumericsAdvice
+    from ..study.records import TrialRecord
+
+
+def result_line(best: TrialRecord | None, base: TrialRecord | None, study_name: str) -> str:
     """One line for `show` and `tune --quiet`, as terminal text (it quotes the stored source)."""
     if best is None:
         return terminal_text(f"{study_name}: nothing fits yet")
@@ -22,7 +36,8 @@ def result_line(best, base, study_name: str) -> str:
     return terminal_text(f"{study_name}: best trial {best.number} fits, {speed} [{m.source}]{ratio}")
 
 
-def print_header(console, problem: Problem, backend, study_name, storage_url, created, study) -> None:
+def print_header(console: Console, problem: Problem, backend: Backend, study_name: str, storage_url: str,
+                 created: bool, study: optuna.Study) -> None:
     shape = "x".join(map(str, problem.input_shape))
     if problem.token_inputs:
         decoder = f" ({problem.decoder_seq_len} to the decoder)" if problem.decoder_seq_len else ""
@@ -40,7 +55,7 @@ def print_header(console, problem: Problem, backend, study_name, storage_url, cr
         f"study {study_name} in {mask_url(storage_url)}\n{where}"), "ipu-autotune"))
 
 
-def resume_point(study) -> str:
+def resume_point(study: optuna.Study) -> str:
     """'resuming: 12 trials done, next is trial 11': an interrupted trial waits to run again
     under a new number, and waiting trials run first, lowest number first."""
     from optuna.trial import TrialState
@@ -52,12 +67,16 @@ def resume_point(study) -> str:
     return f"resuming: {done} trial(s) done, next is trial {nxt}"
 
 
-def print_summary(console, problem, base, best, closest, files, resume, estimated, ran, interrupted,
-                  advice=None, compiles=None, reference=None, helps=(), alternative: str = "") -> None:
+def print_summary(console: Console, problem: Problem, base: TrialRecord | None, best: TrialRecord | None,
+                  closest: TrialRecord | None, files: Mapping[str, str | Path], resume: str, estimated: bool,
+                  ran: int, interrupted: bool, advice: NumericsAdvice | None = None,
+                  compiles: Mapping[str, int] | None = None, reference: Measurement | None = None,
+                  helps: Sequence[Change] = (), alternative: str = "") -> None:
     console.print()
     if best is None:
         _print_nothing_fits(console, base, closest, helps)
     else:
+        assert base is not None, "a study with a best has its baseline"
         _print_best(console, problem, base, best, estimated, reference)
     if alternative:
         console.print(ui.indented(alternative), highlight=False)
@@ -80,7 +99,8 @@ def print_summary(console, problem, base, best, closest, files, resume, estimate
     console.print(f"  resume: {resume}", highlight=False, soft_wrap=True)
 
 
-def _print_nothing_fits(console, base, closest, helps) -> None:
+def _print_nothing_fits(console: Console, base: TrialRecord | None, closest: TrialRecord | None,
+                        helps: Sequence[Change]) -> None:
     console.print("[bold red]Nothing fits yet.[/]")
     if closest is not None:
         knobs = tl.changed_knobs(base.config if base else None, closest.config)
@@ -94,7 +114,8 @@ def _print_nothing_fits(console, base, closest, helps) -> None:
                           highlight=False)
 
 
-def _print_best(console, problem, base, best, estimated, reference) -> None:
+def _print_best(console: Console, problem: Problem, base: TrialRecord, best: TrialRecord, estimated: bool,
+                reference: Measurement | None) -> None:
     console.print(ui.comparison(problem, base, best, estimated))
     lines = ui.changes(base.config, best.config)
     if lines:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
 from rich.padding import Padding
 from rich.panel import Panel
@@ -161,7 +162,7 @@ class TuneView:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self.live is not None:
             # rich's Live.stop() draws a last frame on a terminal but not in Jupyter, where the
             # widget would keep the refresh thread's last frame (trials finished since missing)
@@ -219,7 +220,7 @@ class MeasurementTable:
     def __init__(self, m: Measurement, title: str = ""):
         self.m, self.title = m, title
 
-    def __rich_console__(self, console, options):
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         m = self.m
         # A compile's profile has its own categories (always-live, not-always-live, gaps).
         shown = [c for c in CATEGORIES if any(c in bd for bd in m.breakdown)] or list(CATEGORIES)
@@ -269,7 +270,7 @@ def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
     return Group(*parts)
 
 
-def _value_text(value) -> str:
+def _value_text(value: object) -> str:
     """A config value as terminal text: a list comma-separated, None (not set) empty."""
     if value is None:
         return ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Unit:
 class TraceLog:
     """The forward pass as logged (models/forward_log.py), kept so that the units can be cut
     again where a split or checkpoint lands inside one (profiles/refine.py)."""
-    events: list
+    events: list[Any]
     starts: tuple[str, ...]  # the modules that begin units
     candidates: frozenset[str]  # modules not broken down further
     params: tuple[tuple[str, int, int], ...]  # (module path, storage, elements) per trainable tensor
@@ -71,10 +72,10 @@ class ModelProfile:
     task: str = ""  # the hf: task traced (resolved); "" for a module traced directly
     log: TraceLog | None = field(default=None, repr=False, compare=False)
     # profiles/refine.py's profiles cut inside units, by the paths cut at (not copied by replace)
-    refinements: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    refinements: dict[object, ModelProfile] = field(default_factory=dict, init=False, repr=False, compare=False)
     # profiles/refine.py's unit for a split or checkpoint path, by (which, path): every estimate
     # of a climb asks them again for the same few paths
-    placements: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    placements: dict[tuple[str, str], int | None] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def params(self) -> int:

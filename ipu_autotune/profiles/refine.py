@@ -16,6 +16,7 @@ output (`checkpointed_outputs`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from .attribution import attribute
 from .model_profile import ModelProfile
@@ -158,7 +159,7 @@ def _after(path: str) -> str:
     return f"{path}:after"
 
 
-def _live_at(events: list, cuts: list[int]) -> dict[int, tuple[dict[int, int], dict[int, int]]]:
+def _live_at(events: list[Any], cuts: list[int]) -> dict[int, tuple[dict[int, int], dict[int, int]]]:
     """At each cut: the storages touched before it and read at or after it, with their bytes,
     and the event index each was first touched at."""
     first: dict[int, int] = {}
@@ -224,7 +225,7 @@ def _parts(profile: ModelProfile, path: str) -> list[str]:
         path = children[0]
 
 
-def _begins_heavy(events: list) -> set[str]:
+def _begins_heavy(events: list[Any]) -> set[str]:
     """Modules whose first op after they are first entered is a convolution or matmul."""
     out: set[str] = set()
     waiting: list[str] = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -27,6 +28,9 @@ from ..models.zoo import build_model
 # The profile's types, found here where profiles are made (re-exported: `X as X`)
 from .attribution import attribute
 from .model_profile import ModelProfile as ModelProfile, TraceLog as TraceLog, Unit as Unit
+
+if TYPE_CHECKING:
+    from ..problem import Problem
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
@@ -101,7 +105,7 @@ def _embedding_group(previous: nn.Module, module: nn.Module) -> bool:
 
 
 def trace_model(model_name: str, batch_size: int, input_shape: tuple[int, ...], num_classes: int, task: str = "",
-                seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple = (),
+                seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple[Any, ...] = (),
                 decoder_seq_len: int = 0) -> ModelProfile:
     from ..problem import Problem
 
@@ -118,7 +122,7 @@ def trace_model(model_name: str, batch_size: int, input_shape: tuple[int, ...], 
 
 
 def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...],
-                 num_classes: int, name: str = "", inputs: dict | None = None) -> ModelProfile:
+                 num_classes: int, name: str = "", inputs: dict[str, Any] | None = None) -> ModelProfile:
     """Trace an already built module. It must live on the meta device, in FP32.
 
     `inputs`: the forward's keyword arguments (several inputs, integer or float) instead of
@@ -126,7 +130,7 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
     start = time.perf_counter()
     x = inputs if inputs is not None else torch.empty((batch_size, *input_shape), device="meta")
     labels = torch.zeros(batch_size, dtype=torch.long, device="meta")
-    events: list = []
+    events: list[Any] = []
     run_forward(model, x, labels, events)
 
     modules = dict(model.named_modules())
@@ -185,14 +189,14 @@ def _trainable_tensors(model: nn.Module) -> tuple[tuple[str, int, int], ...]:
 
 @lru_cache(maxsize=8)
 def cached_trace(model_name: str, batch_size: int, input_shape: tuple[int, ...], num_classes: int, task: str = "",
-                 seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple = (),
+                 seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple[Any, ...] = (),
                  decoder_seq_len: int = 0) -> ModelProfile:
     """One trace per problem (model, micro-batch, inputs, classes, task) per process."""
     return trace_model(model_name, batch_size, tuple(input_shape), num_classes, task, seq_len, tuple(inputs),
                        hf_options, decoder_seq_len)
 
 
-def profile_for(problem, micro_batch: int | None = None) -> ModelProfile:
+def profile_for(problem: Problem, micro_batch: int | None = None) -> ModelProfile:
     """The problem's model traced at its micro-batch, or at `micro_batch` (batch.micro_batch).
     Under --trainer optimum, with its units placed where the model's pipelined class puts them
     (profiles/optimum_placement.py, `optimum_placed`: e.g. DeBERTa's MLM transform on the last IPU,
@@ -205,7 +209,7 @@ def profile_for(problem, micro_batch: int | None = None) -> ModelProfile:
 
 
 @lru_cache(maxsize=8)
-def optimum_trace(*key) -> ModelProfile:
+def optimum_trace(*key: Any) -> ModelProfile:
     """cached_trace's profile as optimum-graphcore's parallelize() places it (profile_for)."""
     from .optimum_placement import optimum_placed
 

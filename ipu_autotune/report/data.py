@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 
@@ -22,7 +23,7 @@ class ReportData:
     #: trial number -> why its stored record is unreadable (left out of everything above)
     unreadable: dict[int, str] = field(default_factory=dict)
     #: the last `verify` verdict stored with the study (verification/verdict.py), as stored
-    verify: dict | None = None
+    verify: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:

@@ -12,7 +12,7 @@ import optuna
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..backends.base import CATEGORIES
+from ..measurement import CATEGORIES
 from ..present.display import html_text
 from ..study.records import TrialRecord
 from .data import ReportData, step_parts

@@ -73,7 +73,8 @@ def _e(value: object) -> str:
 def _fig(fig: go.Figure | str) -> str:
     if isinstance(fig, str):
         return f"<p class='note'>{_e(fig)}</p>"
-    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+    html: str = fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+    return html
 
 
 def _problem_line(data: ReportData) -> str:

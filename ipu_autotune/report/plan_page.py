@@ -3,7 +3,9 @@ of estimated throughput per IPU count (plotly inline, as the study report: no ne
 
 from __future__ import annotations
 
+from collections.abc import Sequence, Set
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
@@ -15,16 +17,19 @@ from ..problem import Problem
 from ..version import __version__
 from .page import CSS
 
+if TYPE_CHECKING:
+    from ..study.planning import SizePlan
 
-def throughput_figure(plans) -> go.Figure:
+
+def throughput_figure(plans: Sequence[SizePlan]) -> go.Figure:
     """Samples/s per IPU count where a configuration fits, end to end and the IPUs alone, with
     the throughput error bar; sizes where nothing fits are marked on the axis."""
     fits = [p for p in plans if p.fits and p.measurement.throughput]
     fig = go.Figure()
     if fits:
-        lo = [p.measurement.throughput - p.measurement.throughput_interval[0] if p.measurement.throughput_interval
+        lo = [(p.measurement.throughput or 0.0) - p.measurement.throughput_interval[0] if p.measurement.throughput_interval
               else 0 for p in fits]
-        hi = [p.measurement.throughput_interval[1] - p.measurement.throughput if p.measurement.throughput_interval
+        hi = [p.measurement.throughput_interval[1] - (p.measurement.throughput or 0.0) if p.measurement.throughput_interval
               else 0 for p in fits]
         fig.add_scatter(name="end to end (estimated)", x=[p.ipus for p in fits],
                         y=[p.measurement.throughput for p in fits], mode="lines+markers",
@@ -43,7 +48,8 @@ def throughput_figure(plans) -> go.Figure:
     return fig
 
 
-def render_plan(problem: Problem, plans, closing: list[str], why: list[str], certain=frozenset()) -> str:
+def render_plan(problem: Problem, plans: Sequence[SizePlan], closing: list[str], why: list[str],
+                certain: Set[int] = frozenset()) -> str:
     rows = "".join(
         f"<tr><td class='num'>{p.ipus}</td><td>{'yes' if p.fits else 'no'}</td><td class='num'>{p.micro_batch}</td>"
         f"<td>{html_text(layout_text(p.config))}</td>"
@@ -68,8 +74,8 @@ def render_plan(problem: Problem, plans, closing: list[str], why: list[str], cer
             f"<script>{get_plotlyjs()}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def write_plan_report(problem: Problem, plans, closing: list[str], why: list[str], path: str | Path,
-                      certain=frozenset()) -> Path:
+def write_plan_report(problem: Problem, plans: Sequence[SizePlan], closing: list[str], why: list[str], path: str | Path,
+                      certain: Set[int] = frozenset()) -> Path:
     """The page shows what the terminal shows: the table with its chance and why columns, the
     notes under it, the closing lines (smallest fit and its tune command, or why nothing fits)."""
     path = Path(path)

@@ -17,7 +17,7 @@ _LAYOUT = dict(template="plotly_white", height=360, margin=dict(l=60, r=60, t=50
 _STYLE: tuple[dict[str, Any], ...] = ({"color": "#4C78A8"}, {"color": "#4C78A8", "dash": "dot"}, {"color": "#E45756", "width": 3})
 
 
-def curves(verify: dict) -> go.Figure | str:
+def curves(verify: dict[str, Any]) -> go.Figure | str:
     runs = verify.get("runs") or []
     if len(runs) != 3:
         return "The stored check has no curves."
@@ -38,7 +38,7 @@ def curves(verify: dict) -> go.Figure | str:
     return fig
 
 
-def _row(run: dict) -> str:
+def _row(run: dict[str, Any]) -> str:
     def pct(part: str, whole: str) -> str:
         total = run.get(whole) or 0
         return format_percent((run.get(part) or 0) / total) if total else "-"
@@ -48,7 +48,7 @@ def _row(run: dict) -> str:
     return "<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in cells) + "</tr>"
 
 
-def training_check(verify: dict, fig_html: Callable) -> list[str]:
+def training_check(verify: dict[str, Any], fig_html: Callable[..., Any]) -> list[str]:
     kind = verify.get("kind", "?")
     cls = "fits" if kind == "at parity" else "oom"
     out = ["<h2>Training check (verify)</h2>",

@@ -125,7 +125,7 @@ def _eight_bit_needs_images(p: Problem, c: Config) -> str | None:
 def _knob_refusals(p: Problem, c: Config) -> str | None:
     """The rules a knob's spec carries (knob_spec.py), each knob's own."""
     for knob in SPEC:
-        found = knob.refusal(p, c) if knob.refusal else None
+        found: str | None = knob.refusal(p, c) if knob.refusal else None
         if found:
             return found
     return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from ..knob_spec import SPACE_KNOBS, WORDS, names, spec
 from ..parsing import read_toml
 
 KNOBS = SPACE_KNOBS  # the knob spec's (knob_spec.py)
-_ALLOWED_VALUES: dict[str, tuple] = WORDS
+_ALLOWED_VALUES: dict[str, tuple[Any, ...]] = WORDS
 _BOOLS = names("bool")
 _INTS = names("int")
 #: micro-batches `micro_batch = "search"` tries (powers of two)
@@ -25,7 +26,7 @@ MICRO_BATCH_SEARCH = tuple(2 ** i for i in range(10))
 
 @dataclass(frozen=True)
 class Choice:
-    values: tuple
+    values: tuple[Any, ...]
 
     def contains(self, v: Any) -> bool:
         return any(v == x and type(v) is type(x) for x in self.values)
@@ -113,7 +114,7 @@ def _check_value(name: str, v: Any, where: str) -> None:
 
 def read_space_knobs(path: Path | Any, where: str) -> dict[str, Any]:
     data = read_toml(path, where, "a search space")
-    knobs = data.get("knobs", {})
+    knobs: dict[str, Any] = data.get("knobs", {})
     unknown_tables = set(data) - {"space", "knobs"}
     if unknown_tables:
         raise UsageError(f"{where}: unknown table '{sorted(unknown_tables)[0]}' (expected [space], [knobs])")
@@ -124,7 +125,7 @@ def read_space_knobs(path: Path | Any, where: str) -> dict[str, Any]:
     return knobs
 
 
-def builtin_space_dir():
+def builtin_space_dir() -> Traversable:
     """The built-in spaces: the copy a wheel carries inside the package (setup.py's build_py),
     else the checkout's top-level `search_spaces/` (source tree, editable install)."""
     packaged = resources.files("ipu_autotune").joinpath("search_spaces")
@@ -138,5 +139,5 @@ def builtin_space_dir():
                        "package); reinstall ipu-autotune")
 
 
-def builtin_space_path(name: str):
+def builtin_space_path(name: str) -> Traversable:
     return builtin_space_dir().joinpath(f"{name}.toml")

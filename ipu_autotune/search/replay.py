@@ -6,7 +6,8 @@ by `Replay` when a warm start is enqueued or a config is projected into a space)
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..knob_spec import replay_params
@@ -59,20 +60,29 @@ def wanted_params(config: Config, profile: ModelProfile, candidates: list[int] |
     return {readable(k): v for k, v in wanted.items()}
 
 
+class Suggests(Protocol):
+    """What a search space asks of a trial: an Optuna trial, a Replay, a stand-in at random."""
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any: ...
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int: ...
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float: ...
+
+
 class Asker:
     """Turns knobs into trial.suggest_* calls; fixed knobs are not asked."""
 
-    def __init__(self, trial, knobs: dict[str, Knob]):
+    def __init__(self, trial: Suggests, knobs: dict[str, Knob]):
         self.trial = trial
         self.knobs = knobs
 
-    def values(self, knob: str) -> list:
+    def values(self, knob: str) -> list[Any]:
         k = self.knobs[knob]
         if isinstance(k, Range):
             raise UsageError(f"knob {knob} takes a list of choices, not a range")
         return list(k.values)
 
-    def choose(self, param: str | None, options: list):
+    def choose(self, param: str | None, options: list[Any]) -> Any:
         if not options:
             knob = param.removesuffix("_fp32_weights").removesuffix("_pipelined") if param else "a knob"
             raise UsageError(f"the search space leaves no valid value for {knob}: each of its choices breaks "
@@ -82,12 +92,12 @@ class Asker:
             return options[0]
         return self.trial.suggest_categorical(readable(param), options)
 
-    def integer(self, param: str, low: int, high: int, log: bool = False):
+    def integer(self, param: str, low: int, high: int, log: bool = False) -> int:
         if low == high:
             return low
         return self.trial.suggest_int(readable(param), low, high, log=log)
 
-    def ask(self, knob: str, param: str | None = None):
+    def ask(self, knob: str, param: str | None = None) -> Any:
         param = param or knob
         k = self.knobs[knob]
         if isinstance(k, Choice):
@@ -106,7 +116,7 @@ class Replay:
         self.recorded: dict[str, Any] = {}
         self.nearest = nearest  # out of range: the nearest allowed value, not the lowest
 
-    def _answer(self, name: str, domain: Knob, fallback):
+    def _answer(self, name: str, domain: Knob, fallback: Any) -> Any:
         v = self.wanted.get(name)
         if v is not None and domain.contains(v):
             self.recorded[name] = v
@@ -121,11 +131,12 @@ class Replay:
             return int(v) if domain.integer else round(v, 6)
         return fallback
 
-    def suggest_categorical(self, name, choices):
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
         return self._answer(name, Choice(tuple(choices)), choices[0])
 
-    def suggest_int(self, name, low, high, log=False, step=1):
+    def suggest_int(self, name: str, low: int, high: int, log: bool = False, step: int = 1) -> Any:
         return self._answer(name, Range(low, high, log, step if step != 1 else None, True), low)
 
-    def suggest_float(self, name, low, high, log=False, step=None):
+    def suggest_float(self, name: str, low: float, high: float, log: bool = False,
+                      step: float | None = None) -> Any:
         return self._answer(name, Range(low, high, log, step), low)

@@ -18,7 +18,7 @@ from typing import Any
 from ..batch import accumulation_for_global_batch, micro_batch
 from ..errors import UsageError
 from ..host import pipeline as host
-from ..knob_spec import SPEC, applies, spec
+from ..knob_spec import SPEC, KnobSpec, applies, spec
 from ..models import partition
 from ..problem import Config, Problem, effective_recompute
 from ..profiles.model_profile import ModelProfile
@@ -41,7 +41,7 @@ from .knobs import (
     parse_knob,
     read_space_knobs,
 )
-from .replay import Asker, Replay, wanted_params
+from .replay import Asker, Replay, Suggests, wanted_params
 
 __all__ = ["KNOBS", "MICRO_BATCH_SEARCH", "Choice", "Knob", "Range", "SearchSpace", "builtin_space_dir",
            "builtin_space_path", "checkpoints_every", "distinct_recompute", "family", "wanted_params"]
@@ -203,7 +203,7 @@ class SearchSpace:
 
     # --- sampling ---------------------------------------------------------------------------
 
-    def sample(self, trial, problem: Problem, profile: ModelProfile) -> Config:
+    def sample(self, trial: Suggests, problem: Problem, profile: ModelProfile) -> Config:
         """Ask `trial` (an Optuna trial, or a Replay) for a valid Config."""
         s = Asker(trial, self.knobs)
         layouts = self.ipu_layouts(problem, profile)
@@ -300,9 +300,10 @@ class SearchSpace:
         return config
 
     @staticmethod
-    def _ask_plain(s: Asker, knob, problem: Problem, layout: Config):
+    def _ask_plain(s: Asker, knob: KnobSpec, problem: Problem, layout: Config) -> Any:
         if not knob.applies_to(problem, layout):
             return knob.space_default
+        assert knob.usable is not None, f"sampled knob {knob.name} says which values it can take"
         usable = knob.usable(problem)
         return s.choose(knob.name, [v for v in s.values(knob.name) if v in usable] or [knob.space_default])
 
@@ -312,7 +313,8 @@ class SearchSpace:
             low, high = min(options), max(options)
             if len(options) == high - low + 1:  # a whole range: let the sampler treat it as ordered
                 return s.integer("micro_batch", low, high, log=knob.log)
-        return s.choose("micro_batch", options)
+        chosen: int = s.choose("micro_batch", options)
+        return chosen
 
     def _sample_splits(self, s: Asker, ipr: int, profile: ModelProfile,
                        head_stays: bool, candidates: list[int] | None = None) -> tuple[str, ...]:

@@ -8,14 +8,19 @@ tuner's own time. Here the sampler sees the most recent `window` finished trials
 `keep_best` best feasible ones (so the "good" side of TPE never forgets the best region),
 every trial comes from the study's read of the storage at the start of this ask (Optuna
 resets that cache at each ask), RUNNING ones (the constant liar's lies) included. Below
-`window` finished trials it is exactly TPESampler.
+`window` finished trials it is exactly TPESampler. The window stands in for the study in
+TPE's public `sample_relative` and `sample_independent`, which hand it on to `_sample`.
 
 Two more costs grew with the study, both once per ask rather than once per group of knobs
-(`group=True` calls `_sample` for each group, about 7 here): the window is built once per
-trial; and the grouped search space
-(`_GroupDecomposedSearchSpace.calculate`, which walks every finished trial at every ask) only
-adds the trials it has not seen. Its groups are kept between asks and adding a trial's
-distributions again changes nothing, so skipping seen trials gives the same groups.
+(`group=True` samples each group on its own, about 7 here): the window is built once per
+trial; and the grouped search space (Optuna's `_GroupDecomposedSearchSpace.calculate` walks
+every finished trial at every ask) is `KnobGroups`, the same decomposition, which only adds
+the trials it has not seen. Its groups are kept between asks and adding a trial's
+distributions again changes nothing, so skipping seen trials gives the same groups. TPE
+finds it where it keeps its own (optuna_private.py).
+
+The window holds at least `window` finished trials, so it changes no startup decision while
+`window` is at least TPE's `n_startup_trials`.
 
 Optuna's own sampler suites run against it in tests/test_optuna_conformance_sampler.py.
 """
@@ -23,12 +28,14 @@ Optuna's own sampler suites run against it in tests/test_optuna_conformance_samp
 from __future__ import annotations
 
 import copy
-from collections.abc import Container
-from typing import cast
+from collections.abc import Container, Sequence
+from typing import Any, cast
 
 import optuna
-from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace, _SearchSpaceGroup
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
+
+from ..optuna_private import replace_group_decomposition, study_trials
 
 #: finished trials TPE models at most (recent ones); the best are kept on top of these
 DEFAULT_WINDOW = 200
@@ -54,16 +61,16 @@ def windowed(finished: list[FrozenTrial], window: int, keep_best: int) -> list[F
 
 
 class _WindowedStudy:
-    """The study as TPE's `_sample` sees it during one ask: a bounded slice of its trials,
+    """The study as TPE sees it during one ask (its sampling methods): a bounded slice of its trials,
     built once, and the RUNNING trials read once."""
 
     def __init__(self, study: optuna.Study, window: int, keep_best: int):
         self._study = study
-        finished = study._get_trials(deepcopy=False, states=_FINISHED, use_cache=True)
+        finished = study_trials(study, _FINISHED, use_cache=True)
         self._finished = windowed(finished, window, keep_best)
         self._running: list[FrozenTrial] | None = None
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._study, name)
 
     def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
@@ -72,48 +79,77 @@ class _WindowedStudy:
         out = [t for t in self._finished if t.state in states]
         if TrialState.RUNNING in states:
             if self._running is None:  # this ask's read of the storage: as fresh as the ask
-                self._running = self._study._get_trials(deepcopy=False, states=(TrialState.RUNNING,),
-                                                        use_cache=True)
+                self._running = study_trials(self._study, (TrialState.RUNNING,), use_cache=True)
             out += self._running
         return out
 
 
-class _IncrementalGroups(_GroupDecomposedSearchSpace):
-    """Optuna's grouped search space, adding each finished trial once (module docstring)."""
+class KnobGroups:
+    """The parameters split into groups that were always sampled together, as Optuna's
+    `_SearchSpaceGroup` splits them (optuna/search_space/group_decomposed.py), in the same
+    order: TPE samples each group jointly."""
+
+    def __init__(self) -> None:
+        self.search_spaces: list[dict[str, BaseDistribution]] = []
+
+    def add_distributions(self, distributions: dict[str, BaseDistribution]) -> None:
+        """Split each group into what this trial shares with it and the rest; its new names
+        form a group of their own, last."""
+        new = set(distributions)
+        split: list[dict[str, BaseDistribution]] = []
+        for group in self.search_spaces:
+            names = set(group)
+            split.append({name: group[name] for name in names & new})
+            split.append({name: group[name] for name in names - new})
+            new -= names
+        split.append({name: distributions[name] for name in new})
+        self.search_spaces = [group for group in split if group]
+
+
+class _IncrementalGroups:
+    """What TPE asks of its grouped search space (`calculate`), adding each finished trial once
+    (module docstring)."""
 
     def __init__(self, include_pruned: bool):
-        super().__init__(include_pruned)
+        self._states = (TrialState.COMPLETE, TrialState.PRUNED) if include_pruned else (TrialState.COMPLETE,)
+        self._groups = KnobGroups()
         self._added: set[int] = set()
 
-    def calculate(self, study, use_cache: bool = False) -> _SearchSpaceGroup:
-        states = (TrialState.COMPLETE, TrialState.PRUNED) if self._include_pruned else (TrialState.COMPLETE,)
-        for trial in study._get_trials(deepcopy=False, states=states, use_cache=use_cache):
+    def calculate(self, study: optuna.Study, use_cache: bool = False) -> KnobGroups:
+        for trial in study_trials(study, self._states, use_cache=use_cache):
             if trial.number not in self._added:  # finished: its distributions never change
-                self._search_space.add_distributions(trial.distributions)
+                self._groups.add_distributions(trial.distributions)
                 self._added.add(trial.number)
-        return copy.deepcopy(self._search_space)
+        return copy.deepcopy(self._groups)
 
 
 class WindowedTPESampler(optuna.samplers.TPESampler):
     """TPESampler over a window of the study (see the module docstring)."""
 
-    def __init__(self, *args, window: int = DEFAULT_WINDOW, keep_best: int = DEFAULT_KEEP_BEST, **kwargs):
+    def __init__(self, *args: Any, window: int = DEFAULT_WINDOW, keep_best: int = DEFAULT_KEEP_BEST,
+                 **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.window, self.keep_best = window, keep_best
-        if getattr(self, "_group_decomposed_search_space", None) is not None:
-            self._group_decomposed_search_space = _IncrementalGroups(include_pruned=True)
+        replace_group_decomposition(self, _IncrementalGroups(include_pruned=True))
         self._asked: tuple[int, _WindowedStudy] | None = None  # (trial number, its window)
 
-    def _windowed(self, study, trial: FrozenTrial) -> _WindowedStudy:
+    def _windowed(self, study: optuna.Study, trial: FrozenTrial) -> _WindowedStudy:
         if self._asked is None or self._asked[0] != trial.number or self._asked[1]._study is not study:
             self._asked = (trial.number, _WindowedStudy(study, self.window, self.keep_best))
         return self._asked[1]
 
-    def _sample(self, study, trial: FrozenTrial, search_space: dict) -> dict:
-        # the window stands in for the study: TPE reads only its trials (and passes the rest on)
-        return super()._sample(cast(optuna.Study, self._windowed(study, trial)), trial, search_space)
+    # The window stands in for the study: TPE reads only its trials (and passes the rest on).
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return super().sample_relative(cast(optuna.Study, self._windowed(study, trial)), trial, search_space)
 
-    def after_trial(self, study, trial: FrozenTrial, state: TrialState, values) -> None:
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        windowed = cast(optuna.Study, self._windowed(study, trial))
+        return super().sample_independent(windowed, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
         self._asked = None  # the next ask sees this trial finished
         super().after_trial(study, trial, state, values)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -42,8 +43,10 @@ from optuna.distributions import (
     check_distribution_compatibility,
     distribution_to_json,
 )
-from optuna.storages._cached_storage import _CachedStorage
+from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
+
+from ..optuna_private import CachedStorage, journal_operations, rdb_models, rdb_session
 
 if TYPE_CHECKING:  # the mixins are type-checked as the storages they are mixed into
     from optuna.storages import BaseStorage as _StorageBase, JournalStorage as _JournalBase
@@ -78,7 +81,8 @@ class DeferredTrialWrites(_StorageBase):
     `_study_of(trial_id)` and `_known_distribution(study_id, name)` from what it has read."""
 
     if TYPE_CHECKING:  # what the storage class provides
-        def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool: ...
+        def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None,
+                         values: Sequence[float] | None) -> bool: ...
 
         def _study_of(self, trial_id: int) -> int | None: ...
 
@@ -161,7 +165,8 @@ class DeferredTrialWrites(_StorageBase):
             self._hold(trial_id)
         return trial_id
 
-    def set_trial_state_values(self, trial_id: int, state: TrialState, values=None) -> bool:
+    def set_trial_state_values(self, trial_id: int, state: TrialState,
+                               values: Sequence[float] | None = None) -> bool:
         with self._held_lock:
             held = self._held.pop(trial_id, None)
             if held and state.is_finished():
@@ -181,30 +186,31 @@ class DeferredTrialWrites(_StorageBase):
             trial = super().get_trial(trial_id)
             return held.merged(trial) if held else trial
 
-    def get_all_trials(self, study_id: int, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
+    def get_all_trials(self, study_id: int, deepcopy: bool = True,
+                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         self.flush()
         return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
 
 
-def _first_distribution(trials, name: str) -> BaseDistribution | None:
+def _first_distribution(trials: Iterable[FrozenTrial], name: str) -> BaseDistribution | None:
     """The distribution of `name` in the first of `trials` that has it (any will do: every
     distribution a storage recorded for a name is compatible with every other)."""
     return next((t.distributions[name] for t in trials if name in t.distributions), None)
 
 
-def flush(storage, trial_id: int) -> None:
+def flush(storage: object, trial_id: int) -> None:
     """Write a running trial's held writes now (a no-op on storages that hold none)."""
     if isinstance(storage, DeferredTrialWrites):
         storage.flush(trial_id)
 
 
-class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
+class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
     """Optuna's cached RDB storage, a held trial's writes in one transaction. Popping a queued
     trial is one conditional UPDATE, so two workers cannot both pop it: RDBStorage reads the
     state and then writes it (`set_trial_state_values`), and SQLite ignores its
     `with_for_update`, so two workers could both see WAITING and both run the trial."""
 
-    def __init__(self, backend) -> None:
+    def __init__(self, backend: RDBStorage) -> None:
         super().__init__(backend)
         self._held_init()
         #: the trials this process runs, as it last read or wrote them: Optuna reads a running
@@ -243,12 +249,13 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
         with self._held_lock:
             held = self._held.get(trial_id)
             if held is None:
-                return _CachedStorage.get_trial(self, trial_id)
+                return CachedStorage.get_trial(self, trial_id)
             if trial_id not in self._own:
-                self._own[trial_id] = _CachedStorage.get_trial(self, trial_id)
+                self._own[trial_id] = CachedStorage.get_trial(self, trial_id)
             return held.merged(self._own[trial_id])
 
-    def get_all_trials(self, study_id: int, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
+    def get_all_trials(self, study_id: int, deepcopy: bool = True,
+                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         self.flush()
         with self._lock:
             if study_id not in self._just_read or study_id not in self._studies:
@@ -259,20 +266,20 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
                                  if states is None or t.state in states), key=lambda t: t.number)
                 fresh = True
         if not fresh:
-            return _CachedStorage.get_all_trials(self, study_id, deepcopy=deepcopy, states=states)
+            return CachedStorage.get_all_trials(self, study_id, deepcopy=deepcopy, states=states)
         return copy.deepcopy(trials) if deepcopy else trials
 
-    def set_trial_state_values(self, trial_id: int, state: TrialState, values=None) -> bool:
+    def set_trial_state_values(self, trial_id: int, state: TrialState,
+                               values: Sequence[float] | None = None) -> bool:
         with self._held_lock:
             self._own.pop(trial_id, None)
         if state != TrialState.RUNNING:
             return super().set_trial_state_values(trial_id, state, values)
-        from optuna.storages._rdb import models
-        from optuna.storages._rdb.storage import _create_scoped_session
+        models = rdb_models()
 
         with self._held_lock:
             self.flush(trial_id)
-            with _create_scoped_session(self._backend.scoped_session) as session:
+            with rdb_session(self._backend) as session:
                 updated = (session.query(models.TrialModel)
                            .filter(models.TrialModel.trial_id == trial_id,
                                    models.TrialModel.state == TrialState.WAITING)
@@ -285,7 +292,7 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
                     self._backend.check_trial_is_updatable(trial_id, cast(TrialState, found.state))
             if updated == 1:
                 self._hold(trial_id)
-            return updated == 1
+            return bool(updated == 1)
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
         """Written at once (not held); a running trial's own copy sees it too."""
@@ -297,15 +304,14 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
                 own.intermediate_values = {**own.intermediate_values, step: intermediate_value}
                 self._own[trial_id] = own
 
-    def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool:
-        from optuna.storages._rdb import models
-        from optuna.storages._rdb.storage import _create_scoped_session
-
-        rdb = self._backend
+    def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None,
+                     values: Sequence[float] | None) -> bool:
+        models = rdb_models()
+        rdb: RDBStorage = self._backend
         with self._lock:
             study_id, _ = self._trial_id_to_study_id_and_number[trial_id]
             known = self._studies[study_id].param_distribution
-            with _create_scoped_session(rdb.scoped_session) as session:
+            with rdb_session(rdb) as session:
                 trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=state is not None)
                 rdb.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))  # the column's value
                 for name, (value, dist) in held.params.items():
@@ -344,8 +350,9 @@ class DeferredJournalWrites(DeferredTrialWrites, _JournalBase):
         with self._thread_lock:  # the log as this process last read it
             return _first_distribution(self._replay_result.get_all_trials(study_id, states=None), name)
 
-    def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool:
-        from optuna.storages.journal._storage import JournalOperation as Op
+    def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None,
+                     values: Sequence[float] | None) -> bool:
+        Op = journal_operations()  # the op codes, named as Optuna imports them
 
         logs: list[dict[str, Any]] = []
         for name, (value, dist) in held.params.items():

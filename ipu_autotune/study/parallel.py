@@ -21,7 +21,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import FrameType
 
 import optuna
 from optuna.trial import TrialState
@@ -75,8 +76,8 @@ class Workers:
         return [p.wait() for p in self.procs]
 
     @contextlib.contextmanager
-    def pass_signals(self, on_stop: Callable[[int], None] | None = None):
-        def handler(signum, frame):
+    def pass_signals(self, on_stop: Callable[[int], None] | None = None) -> Iterator[None]:
+        def handler(signum: int, frame: FrameType | None) -> None:
             self.stops += 1
             if self.stops == 1 and on_stop is not None:
                 on_stop(signum)

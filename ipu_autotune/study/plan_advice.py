@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..backends.base import Measurement
 from ..guide.nofit import (
     SIZES,
     Change,
@@ -16,6 +15,7 @@ from ..guide.nofit import (
     tile_fraction,
     why_nothing_fits,
 )
+from ..measurement import Measurement
 from ..problem import Config, Problem
 from .planning import SizePlan, closest_plan, planned, smallest_fit
 

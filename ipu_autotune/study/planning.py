@@ -153,7 +153,7 @@ class SizePlan:
     def fits(self) -> bool:
         return self.measurement.feasible
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"ipus": self.ipus, "micro_batch": self.micro_batch, "fits": self.fits,
                 "config": self.config.to_dict(), "measurement": self.measurement.to_dict(), "why": self.why}
 

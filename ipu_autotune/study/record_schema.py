@@ -13,8 +13,8 @@ import types
 import typing
 from typing import Any
 
-from ..backends.base import FAILURE_KINDS, SOURCES, Measurement
 from ..errors import UsageError
+from ..measurement import FAILURE_KINDS, SOURCES, Measurement
 from ..problem import Config
 
 #: what each field must be where its type alone does not say it

@@ -14,11 +14,12 @@ import contextlib
 import random
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from ..backends.base import Measurement
@@ -59,7 +60,7 @@ class TrialRecord:
     reason: str | None = None  # why the guide chose it (guide/proposal.Reason's value); None: not the guide's
 
     @staticmethod
-    def reason_of(user_attrs: dict) -> str | None:
+    def reason_of(user_attrs: dict[str, Any]) -> str | None:
         """A trial's guide reason, from its user attributes (enqueue)."""
         stored = user_attrs.get(ATTR_PROPOSAL)
         reason = stored.get("reason") if isinstance(stored, dict) else None
@@ -135,7 +136,7 @@ def check_same_problem(study: optuna.Study, problem: Problem) -> None:
                          "export and report still read it; resume under a new --study name")
 
 
-def load_existing(storage, name: str) -> optuna.Study | None:
+def load_existing(storage: BaseStorage, name: str) -> optuna.Study | None:
     """The study, once its creator has finished setting it up (another worker may be at it)."""
     try:
         study = optuna.load_study(study_name=name, storage=storage)
@@ -160,7 +161,7 @@ def _wait_until_ready(study: optuna.Study) -> None:
         time.sleep(0.2)
 
 
-def open_study(storage, name: str, problem: Problem, seed: int | None,
+def open_study(storage: BaseStorage, name: str, problem: Problem, seed: int | None,
                on_create: Callable[[optuna.Study], None],
                heartbeat_s: int | None = None) -> tuple[optuna.Study, bool]:
     """Load the study, checking its problem, or create it and run `on_create` once.
@@ -209,13 +210,14 @@ class _RandomAnswers:
     def __init__(self, rng: random.Random):
         self.rng = rng
 
-    def suggest_categorical(self, name, choices):
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
         return self.rng.choice(list(choices))
 
-    def suggest_int(self, name, low, high, log=False, step=1):
+    def suggest_int(self, name: str, low: int, high: int, log: bool = False, step: int = 1) -> int:
         return self.rng.randrange(low, high + 1, step or 1)
 
-    def suggest_float(self, name, low, high, log=False, step=None):
+    def suggest_float(self, name: str, low: float, high: float, log: bool = False,
+                      step: float | None = None) -> float:
         if step:
             return low + step * self.rng.randint(0, int(round((high - low) / step)))
         return self.rng.uniform(low, high)
@@ -278,7 +280,7 @@ def uncertain_alternative(recs: list[TrialRecord], best: TrialRecord | None) -> 
         return None
     fastest = best.measurement.throughput
 
-    def uncertain(m) -> bool:
+    def uncertain(m: Measurement) -> bool:
         return (m.failure == "oom" and m.fit_chance is not None and m.fit_confidence is not None
                 and 0 < m.fit_chance < m.fit_confidence and (m.throughput or 0) > fastest)
 

@@ -18,6 +18,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import optuna
@@ -26,6 +27,7 @@ from optuna.trial import TrialState
 from ..backends.base import Backend, Measurement, failed
 from ..guide.proposal import History, Proposal, Proposer
 from ..guide.warmstart import is_baseline
+from ..optuna_private import study_storage, trial_id
 from ..problem import Config, Problem
 from ..profiles.model_profile import ModelProfile
 from ..rules.cross_field import violations
@@ -79,7 +81,7 @@ class Runner:
     def __post_init__(self) -> None:
         stored = self.study.user_attrs.get(ATTR_HEARTBEAT)
         if isinstance(stored, int) and not isinstance(stored, bool) and stored > 0:
-            set_heartbeat(self.study._storage, stored)  # every worker judges staleness alike
+            set_heartbeat(study_storage(self.study), stored)  # every worker judges staleness alike
 
     def _history(self) -> list[tuple[Config, Measurement]]:
         finished = len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
@@ -140,7 +142,7 @@ class Runner:
             warnings.simplefilter("ignore")  # "heartbeat is meant for optimize()": we beat ourselves
             trial = self.study.ask()
         if self._heartbeat is not None:
-            self._heartbeat.track(trial._trial_id)
+            self._heartbeat.track(trial_id(trial))
         start = time.perf_counter()
         config: Config | None = None
         origin = "sampled"
@@ -148,7 +150,7 @@ class Runner:
             config, origin = self.config_for(trial)
             # the sampled parameters in one write, before the measurement: other workers' constant
             # liar and a stale-trial retry read them (the rest goes with the tell: deferred_writes.py)
-            flush_held(self.study._storage, trial._trial_id)
+            flush_held(study_storage(self.study), trial_id(trial))
             found = violations(self.problem, config, self.profile.module_order)
             if found:
                 # Never reaches a backend. Only a user-written space or baseline can get here.
@@ -177,7 +179,7 @@ class Runner:
             "config": config.to_dict(), "measurement": {**m.to_dict(), "details": m.details},
             "origin": origin, "seconds": round(seconds, 4)}))
         if m.failure in (None, "oom"):
-            self.study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, [float(m.violation)])
+            study_storage(self.study).set_trial_system_attr(trial_id(trial), CONSTRAINTS_KEY, [float(m.violation)])
             # A configuration that does not fit trains at 0 samples/s: so the best by value
             # (optuna-dashboard, `storage.get_best_trial`) is always one that fits.
             fits = m.feasible and m.throughput is not None and math.isfinite(m.throughput)
@@ -237,7 +239,7 @@ class Runner:
             yield
             return
 
-        def handler(signum, frame):
+        def handler(signum: int, frame: FrameType | None) -> None:
             if self.request_stop() and on_stop is not None:
                 on_stop(signum)
 
@@ -270,7 +272,7 @@ class Runner:
             signal.signal(signal.SIGALRM, self._previous_alarm or signal.SIG_DFL)
             self._grace_armed = False
 
-    def _grace_over(self, signum, frame) -> None:
+    def _grace_over(self, signum: int, frame: FrameType | None) -> None:
         if self._measuring:
             raise TrialInterrupted(f"no result {self.interrupt_grace_s:g} s after the stop request")
 
@@ -283,7 +285,7 @@ class Runner:
         again: dict[str, Any] = {k: asked[k] for k in ("origin", "enqueued_config") if k in asked}
         rec = self.record(trial, config, f"{origin}, interrupted", m, seconds)
         with contextlib.suppress(Exception):
-            retry_trial(self.study, self.study._storage.get_trial(trial._trial_id), again)
+            retry_trial(self.study, study_storage(self.study).get_trial(trial_id(trial)), again)
         return rec
 
     def _abandon(self, trial: optuna.Trial, reason: str, detail: str) -> None:
@@ -300,11 +302,11 @@ class Runner:
     def _fail_stale(self) -> None:
         """Fail trials whose worker stopped beating (they are enqueued again by the storage's
         retry callback), at most once per heartbeat interval; start this worker's heartbeat."""
-        interval = heartbeat_interval(self.study._storage)
+        interval = heartbeat_interval(study_storage(self.study))
         if interval is None:
             return
         if self._heartbeat is None:
-            self._heartbeat = Heartbeat(self.study._storage)
+            self._heartbeat = Heartbeat(study_storage(self.study))
         now = time.monotonic()
         if now - self._stale_checked < interval:
             return
@@ -316,4 +318,5 @@ class Runner:
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     """Storage attributes must be JSON: round-trip to drop numpy scalars and tuples."""
-    return json.loads(json.dumps(d, default=float))
+    plain: dict[str, Any] = json.loads(json.dumps(d, default=float))
+    return plain

@@ -31,7 +31,7 @@ def catch_early() -> None:
 
 
 @contextlib.contextmanager
-def handled(handler: Callable) -> Iterator[None]:
+def handled(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     previous: dict[signal.Signals, Any] = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     previous.update(_original)  # after the block, not catch_early's keeping
     _original.clear()

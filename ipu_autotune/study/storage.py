@@ -17,15 +17,17 @@ import re
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback
-from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.storages import BaseStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages.journal import BaseJournalBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import UsageError
+from ..optuna_private import BaseHeartbeat, cached_backend
 from .deferred_writes import DeferredCachedStorage, DeferredJournalWrites
 
 #: a worker beats this often for the trial it runs (seconds)
@@ -52,7 +54,7 @@ def mask_url(url: str) -> str:
     Works on any text (a URL, or an error message quoting one), copes with passwords that
     hold an unencoded '@', ':' or '/', and masks `password=...` (query strings, libpq).
     """
-    def one(m: re.Match) -> str:
+    def one(m: re.Match[str]) -> str:
         pre, rest = m["pre"], m["rest"]
         first = rest.find("@")
         if first < 0:
@@ -220,7 +222,7 @@ def in_memory(url: str) -> bool:
     return url == "memory:" or url.split("?", 1)[0] == "sqlite:///:memory:"
 
 
-def _write_ahead_log(rdb) -> None:
+def _write_ahead_log(rdb: RDBStorage) -> None:
     """SQLite in write-ahead-log mode with synchronous=NORMAL: a commit appends to the log
     without an fsync (the log is synced at checkpoints), where the rollback journal paid
     several fsyncs a commit (15-18 ms each on this machine's disk against 0.01 ms; a trial
@@ -231,7 +233,7 @@ def _write_ahead_log(rdb) -> None:
     deferred_writes.py (tests/test_workers.py)."""
     from sqlalchemy import event
 
-    def on_connect(connection, _record) -> None:
+    def on_connect(connection: Any, _record: object) -> None:
         cursor = connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
@@ -252,22 +254,15 @@ def _creation_race(exc: BaseException) -> bool:
 
 # --- heartbeat -------------------------------------------------------------------------------
 
-def _backend(storage):
-    """The storage behind Optuna's cache wrapper (what `open_storage` returned)."""
-    from optuna.storages._cached_storage import _CachedStorage
-
-    return storage._backend if isinstance(storage, _CachedStorage) else storage
-
-
-def heartbeat_interval(storage) -> int | None:
-    inner = _backend(storage)
+def heartbeat_interval(storage: BaseStorage) -> int | None:
+    inner = cached_backend(storage)
     return inner.get_heartbeat_interval() if isinstance(inner, BaseHeartbeat) else None
 
 
-def set_heartbeat(storage, interval_s: int) -> None:
+def set_heartbeat(storage: BaseStorage, interval_s: int) -> None:
     """Beat every `interval_s` seconds and presume a worker dead after GRACE_FACTOR of them
     (a storage opened without a heartbeat, sqlite:///:memory:, keeps none)."""
-    inner = _backend(storage)
+    inner = cached_backend(storage)
     if isinstance(inner, BaseHeartbeat) and getattr(inner, "heartbeat_interval", None) is not None:
         beating: Any = inner  # RDBStorage and HeartbeatJournalStorage keep both as attributes
         beating.heartbeat_interval = int(interval_s)
@@ -282,8 +277,10 @@ class Heartbeat:
     `track(None)`.
     """
 
-    def __init__(self, storage):
-        self.storage = _backend(storage)
+    def __init__(self, storage: BaseStorage):
+        inner = cached_backend(storage)
+        assert isinstance(inner, BaseHeartbeat), "a storage with a heartbeat (heartbeat_interval says)"
+        self.storage = inner
         self._trial_id: int | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -324,7 +321,8 @@ class HeartbeatJournalStorage(DeferredJournalWrites, optuna.storages.JournalStor
     grace period.
     """
 
-    def __init__(self, backend, heartbeat_interval: int, callback) -> None:
+    def __init__(self, backend: BaseJournalBackend, heartbeat_interval: int,
+                 callback: Callable[[optuna.Study, FrozenTrial], None] | None) -> None:
         super().__init__(backend)
         self._held_init()
         self.heartbeat_interval = int(heartbeat_interval)
@@ -349,13 +347,13 @@ class HeartbeatJournalStorage(DeferredJournalWrites, optuna.storages.JournalStor
             if t.datetime_start is not None:
                 beat = max(beat, t.datetime_start.timestamp())
             if now - beat > self.grace_period:
-                stale.append(t._trial_id)
+                stale.append(self.get_trial_id_from_study_id_trial_number(study_id, t.number))
         return stale
 
     def get_heartbeat_interval(self) -> int | None:
         return self.heartbeat_interval
 
-    def get_heartbeat_stale_trial_callback(self):
+    def get_heartbeat_stale_trial_callback(self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
         return self.heartbeat_stale_trial_callback
 
 

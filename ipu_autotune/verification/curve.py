@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -47,7 +48,7 @@ class RunResult:
     def lost_update_fraction(self) -> float:
         return self.lost_updates / self.updates if self.updates else 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON: inf/NaN (a diverged run's losses) as None."""
         d = asdict(self)
         d["points"] = [{k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in p.items()}
@@ -55,7 +56,7 @@ class RunResult:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict) -> RunResult:
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
         d = dict(data)
         d["points"] = [CurvePoint(**p) for p in d.get("points", [])]
         return cls(**d)

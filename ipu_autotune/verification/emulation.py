@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -125,7 +126,7 @@ _SKIP = {_aten.clone.default, _aten._to_copy.default, _aten.copy_.default, _aten
 _WRITES = {_aten.native_batch_norm.default: ((3, "running_mean"), (4, "running_var"))}
 
 
-def _plan(func) -> tuple[tuple[tuple[int, str], ...], tuple[int, ...], bool] | None:
+def _plan(func: Any) -> tuple[tuple[tuple[int, str], ...], tuple[int, ...], bool] | None:
     """What of `func`'s results to round: (the arguments it writes, as position and name), (its fresh
     results: those that alias no argument), whether it returns one tensor; None: nothing (a view)."""
     if func in _SKIP or func.is_view:
@@ -145,10 +146,10 @@ class Fp16Mode(TorchDispatchMode):
     counted in `counts`."""
 
     def __init__(self, counts: RoundingCounts | None = None):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.counts = counts
         self.counting = False
-        self._plans: dict = {}
+        self._plans: dict[Any, Any] = {}
 
     def _round(self, t: torch.Tensor) -> torch.Tensor:
         rounded = t.to(torch.float16).to(t.dtype)
@@ -156,14 +157,14 @@ class Fp16Mode(TorchDispatchMode):
             self.counts.add(t, rounded)
         return rounded
 
-    def _rounded(self, value):
+    def _rounded(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return self._round(value) if value.dtype in _FLOATS else value
         if isinstance(value, (list, tuple)):
             return type(value)(self._rounded(v) for v in value)
         return value
 
-    def _round_in_place(self, value) -> None:
+    def _round_in_place(self, value: object) -> None:
         if isinstance(value, torch.Tensor):
             if value.dtype in _FLOATS:
                 value.copy_(self._round(value))
@@ -171,7 +172,8 @@ class Fp16Mode(TorchDispatchMode):
             for v in value:
                 self._round_in_place(v)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: object, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         try:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -79,7 +80,7 @@ class Trainer:
         # 16.32: FP32 master weights, an FP16 copy computes; otherwise the parameters are the weights
         self.master = [p.detach().clone() for p in self.params] if recipe.half_compute and not recipe.half_weights \
             else [p.data for p in self.params]
-        self.state: list[dict] = [{} for _ in self.params]
+        self.state: list[dict[str, Any]] = [{} for _ in self.params]
         self.counts = RoundingCounts()
         self.rounding = torch.Generator().manual_seed(seed)
         self.scale = recipe.loss_scale
@@ -98,7 +99,7 @@ class Trainer:
             mode.counting = False
         return float(loss.detach())
 
-    def gradients(self, batches) -> tuple[list[torch.Tensor | None], float]:
+    def gradients(self, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]) -> tuple[list[torch.Tensor | None], float]:
         """The update's gradients (still loss-scaled) and its mean loss."""
         r = self.recipe
         count = r.accumulation * r.replicas
@@ -133,7 +134,7 @@ class Trainer:
         self.result.eval_seconds += time.perf_counter() - start
         return out
 
-    def step(self, batches) -> float:
+    def step(self, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]) -> float:
         r = self.recipe
         self.sync()
         grads, loss = self.gradients(batches)

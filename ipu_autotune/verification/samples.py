@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,13 +44,13 @@ class Samples:
             yield self.inputs[idx], self.labels[idx]
 
 
-def _items(data) -> Iterator:
+def _items(data: Any) -> Iterator[Any]:
     if hasattr(data, "__getitem__") and hasattr(data, "__len__") and not hasattr(data, "batch_size"):
         return (data[i] for i in range(len(data)))
     return iter(data)
 
 
-def _split(item) -> tuple[torch.Tensor, torch.Tensor]:
+def _split(item: object) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, labels) with a batch dimension, from a sample or a batch."""
     if not (isinstance(item, (tuple, list)) and len(item) == 2):
         raise UsageError(f"each item must be an (inputs, labels) pair, got {type(item).__name__}")

@@ -30,6 +30,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
+from typing import Any
 
 from ..numerics.fp16 import format_percent
 from .curve import RunResult
@@ -59,9 +60,9 @@ def _at(run: RunResult, samples: float, attr: str) -> float:
     for left, right in pairwise(pts):
         if left.samples <= samples <= right.samples:
             t = (samples - left.samples) / (right.samples - left.samples) if right.samples > left.samples else 1.0
-            a, b = getattr(left, attr), getattr(right, attr)
+            a, b = float(getattr(left, attr)), float(getattr(right, attr))
             return a + t * (b - a)
-    return getattr(pts[-1], attr)
+    return float(getattr(pts[-1], attr))
 
 
 def _window_mean(run: RunResult, grid: list[int] | list[float], attr: str) -> float:
@@ -71,9 +72,9 @@ def _window_mean(run: RunResult, grid: list[int] | list[float], attr: str) -> fl
 def _plateau(run: RunResult, attr: str, better: int) -> float:
     """The best mean of PLATEAU_POINTS checkpoints in a row over the last half of the run's own curve
     (better = -1: lowest, for the loss; +1: highest, for accuracy)."""
-    pts = [getattr(p, attr) for p in run.points[1:] if p.samples >= run.points[-1].samples / 2]
+    pts = [float(getattr(p, attr)) for p in run.points[1:] if p.samples >= run.points[-1].samples / 2]
     if not pts:
-        return getattr(run.points[-1], attr)
+        return float(getattr(run.points[-1], attr))
     k = min(PLATEAU_POINTS, len(pts))
     means = [sum(pts[i:i + k]) / k for i in range(len(pts) - k + 1)]
     return max(means) if better > 0 else min(means)
@@ -160,11 +161,11 @@ class Verdict:
                 f"at {self.samples:,} samples, baseline band {lo:.3g}-{hi:.3g} over 2 seeds{plateau}; {numerics}"
                 f"{lost}{self.reason}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Verdict:
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
         d = dict(data)
         d["runs"] = [RunResult.from_dict(r) for r in d.get("runs", [])]
         for key in ("loss_band", "accuracy_band", "plateau_loss_band", "plateau_accuracy_band"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from typing import Any
 
 from ...batch import micro_batch
 from ...host import pipeline as host
@@ -18,7 +19,7 @@ from .error_bars import bars, fit_chance, kept_free
 from .layout import forward_stages, stages
 from .memory import stage_memory
 from .serialization import serialize_projection
-from .timing import timing
+from .timing import Timing, timing
 
 
 class EstimateBackend(Backend):
@@ -65,7 +66,7 @@ def profile_at_micro_batch(problem: Problem, config: Config, profile: ModelProfi
     return profile_for(problem, batch)
 
 
-def device_parts(config: Config, time, k: EstimatorConstants) -> dict[str, float]:
+def device_parts(config: Config, time: Timing, k: EstimatorConstants) -> dict[str, float]:
     """Seconds per call of the IPU side, by bottleneck name (host/pipeline.py)."""
     di = config.device_iterations
     return {"device compute": di * time.parts["compute"], "weight update": di * time.parts["weight_update"],
@@ -75,7 +76,7 @@ def device_parts(config: Config, time, k: EstimatorConstants) -> dict[str, float
 #: estimates already made in this process, by what they depend on (the IPU count of the problem
 #: is not one of them: a config uses the IPUs it names), with the profile and constants kept alive so their ids
 #: stay their own (constants hold a dict: not hashable). A study's warm starts, its trials and `plan`'s sizes ask for many twice.
-_MADE: dict[tuple, tuple[ModelProfile, EstimatorConstants, Measurement]] = {}
+_MADE: dict[tuple[Any, ...], tuple[ModelProfile, EstimatorConstants, Measurement]] = {}
 _MADE_LIMIT = 20_000
 
 

@@ -18,10 +18,13 @@ package has no tests folder to read at run time.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ...search.knobs import family  # the calibration family a problem's error bars come from
+from ...search.knobs import (
+    family as family,  # the calibration family a problem's error bars come from
+)
 
 #: the throughput interval's nominal coverage
 COVERAGE = 0.9
@@ -38,7 +41,7 @@ def conformal_width(residuals: Sequence[float], coverage: float = COVERAGE) -> f
     return ranked[k - 1] if 0 < k <= len(ranked) else None
 
 
-def _per_category(groups: dict[str, Sequence], width_of, missing: str) -> dict:
+def _per_category(groups: dict[str, Sequence[Any]], width_of: Callable[[Sequence[Any]], Any], missing: str) -> dict[str, Any]:
     """`width_of` over every group pooled ("all") and over each group that has enough for it."""
     widths = {"all": width_of([v for vs in groups.values() for v in vs])}
     if widths["all"] is None:
@@ -94,7 +97,7 @@ def confident_fraction(model: str, confidence: float) -> float:
     """The busiest-tile fraction whose `fit_chance` is exactly `confidence`: the most of a tile an
     estimate may use and still count as fitting."""
     low, high = _band(model)
-    return 1.0 / (low * (high / low) ** confidence)
+    return float(1.0 / (low * (high / low) ** confidence))
 
 
 def kept_free(model: str, headroom: float, confidence: float | None) -> float:
@@ -122,7 +125,7 @@ def bars(model: str, max_tile: Sequence[int], required: Sequence[int], tile_capa
     w = THROUGHPUT_LOG_WIDTH.get("end_to_end", THROUGHPUT_LOG_WIDTH["all"])
     wd = THROUGHPUT_LOG_WIDTH.get("device", THROUGHPUT_LOG_WIDTH["all"])
 
-    def band(x: float, lo: float, hi: float) -> list:
+    def band(x: float, lo: float, hi: float) -> list[Any]:
         return [x * lo, x * hi]
 
     tiles = [[round(t * low), round(t * high)] for t in max_tile]

@@ -60,7 +60,7 @@ class PopTorchBackend(Backend):
         self.kill_grace_s = kill_grace_s
         self.trials_started = 0
         self._lock = threading.Lock()
-        self._running: dict[int, subprocess.Popen] = {}
+        self._running: dict[int, subprocess.Popen[bytes]] = {}
         self._closed: set[int] = set()  # pids close() killed: "interrupted", not a crash
         self._pickled: set[str] = set()  # object models written to work_dir this run
         self._sdk: str | None = None  # the SDK label, once asked (sdk)
@@ -209,7 +209,7 @@ class PopTorchBackend(Backend):
                     self._closed.discard(proc.pid)
         return {"returncode": proc.returncode, "pid": proc.pid, "timed_out": timed_out, "closed": closed}
 
-    def _kill(self, proc: subprocess.Popen) -> None:
+    def _kill(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGTERM to the whole group (the child and anything it started), then SIGKILL.
 
         SIGTERM first lets Poplar detach from the IPUs cleanly; SIGKILL after the grace

@@ -130,7 +130,7 @@ def _read_memory(request: dict[str, Any], config: Config, result: dict[str, Any]
         result["profile_error"] = CaughtError.from_exception(exc).summary()
 
 
-def _time_runs(training: Any, batch: tuple, problem: Problem, config: Config,
+def _time_runs(training: Any, batch: tuple[Any, ...], problem: Problem, config: Config,
                request: dict[str, Any]) -> dict[str, Any]:
     """Warm-up calls, then timed calls; samples/s of the whole system (reference §6)."""
     for _ in range(int(request.get("warmup_calls", 2))):
