@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from .args import add_options, options_from
 from .errors import UsageError
+from .interrupt import Explained, while_running
 from .options import OPTIONS
 from .present.display import terminal_text
 from .version import __version__
@@ -102,6 +103,7 @@ def _check_not_a_misspelt_command(word: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    typed = list(argv)  # as the user typed it: what an interrupt's "run again" line repeats
     if "--worker" in argv:  # a --jobs worker: a Ctrl-C passed on while it starts must not be lost
         from .study import stop_signals
 
@@ -112,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     err = Console(stderr=True, highlight=False)
     warnings.filterwarnings("ignore", module="optuna")
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own output says what happens
     try:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own output says what happens
         if implicit_tune:
             _check_not_a_misspelt_command(argv[1])
         parser = build_parser()
@@ -132,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         # shown escaped (display.terminal_text), never acted on by the terminal.
         err.print(f"[bold red]error:[/] {escape(terminal_text(exc))}", soft_wrap=True)
         return 2
+    except Explained:  # the command said what the interrupt left and how to go on
+        return 130
     except KeyboardInterrupt:
-        err.print("interrupted")
+        err.print(while_running(typed), soft_wrap=True, markup=False)
         return 130
     except BrokenPipeError:
         return 0

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..options import StudiesOptions
 from ..present.display import terminal_cell
-from ..study.storage import mask_url, open_storage
+from ..study.storage import file_missing, mask_url, open_storage
 from .common import console_for
 
 
@@ -17,8 +17,10 @@ def run(args: StudiesOptions) -> int:
     import optuna
 
     console = console_for(args)
-    storage = open_storage(args.storage)
-    rows = [_study_row(storage, s) for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    rows = []
+    if not file_missing(args.storage):  # opening a missing file would create an empty database
+        storage = open_storage(args.storage)
+        rows = [_study_row(storage, s) for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

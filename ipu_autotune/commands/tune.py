@@ -19,6 +19,7 @@ from ..errors import UsageError
 from ..guide.nofit import EXIT_NOTHING_FITS, lacks
 from ..guide.proposal import History
 from ..guide.warmstart import is_baseline
+from ..interrupt import Explained
 from ..models.objects import is_object
 from ..option_spec import flag_words
 from ..options import DEFAULT_OUT, TuneOptions
@@ -84,24 +85,25 @@ def tune_study(args: TuneOptions) -> TuneOutcome:
     try:
         return _tune_study(args, opened)
     except KeyboardInterrupt:
-        if not args.worker:
-            _say_resume(args, opened.get("study"), opened.get("problem"))
+        if not args.worker and _say_resume(args, opened.get("study"), opened.get("problem")):
+            raise Explained from None
         raise
 
 
-def _say_resume(args: TuneOptions, study, problem: Problem | None) -> None:
+def _say_resume(args: TuneOptions, study, problem: Problem | None) -> bool:
     try:
         problem = problem or problem_from_args(args)
     except UsageError:  # interrupted before the command line was read whole: nothing to go on from
-        return
+        return False
     name = args.study or problem.slug
     if study is None:
-        said = f"Interrupted before any trial ran (study {name} not started). Run again with:\n  "
+        said = f"Interrupted before any trial ran (study {name} not started).\nRun again with:\n  "
     else:
         done = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        said = f"Interrupted: {done} completed trial(s) in study {name}. Resume with:\n  "
+        said = f"Interrupted: {done} completed trial(s) in study {name}.\nResume with:\n  "
     Console(stderr=True, highlight=False).print(said + _resume(args, problem, args.storage, name),
                                                 soft_wrap=True, markup=False)
+    return True
 
 
 def _tune_study(args: TuneOptions, opened: dict) -> TuneOutcome:
