@@ -8,7 +8,7 @@ from rich import box
 from rich.table import Table
 
 from ..options import StudiesOptions
-from ..present.display import terminal_cell
+from ..present.display import terminal_cell, terminal_text
 from ..study.storage import file_missing, mask_url, open_storage
 from .common import console_for
 
@@ -27,18 +27,28 @@ def run(args: StudiesOptions) -> int:
     if not rows:
         console.print(f"no studies in {mask_url(args.storage)}")
         return 0
-    # The name is what --study takes: never cut, it gets the room it needs.
+    # The name is what --study takes: never cut. A table while every name fits beside the
+    # columns; else each study's name on a line of its own, whole, its figures under it.
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("study", no_wrap=True, overflow="fold")
+    table.add_column("study", no_wrap=True)
     table.add_column("trials", justify="right", no_wrap=True)
     table.add_column("best samples/s", justify="right", no_wrap=True)
-    table.add_column("state", no_wrap=False)
+    table.add_column("state", no_wrap=True)
     for r in rows:
-        best = "-" if r["best_throughput"] is None else f"{r['best_throughput']:,.0f}"
         # Names and states come from the storage: shown as terminal text, never as markup.
-        table.add_row(terminal_cell(r["study"]), str(r["trials"]), best, terminal_cell(r["state"]))
-    console.print(table)
+        table.add_row(terminal_cell(r["study"]), str(r["trials"]), _best(r), terminal_cell(r["state"]))
+    if console.measure(table).maximum <= console.width:
+        console.print(table)
+        return 0
+    for r in rows:
+        console.print(terminal_text(r["study"]), style="bold", soft_wrap=True, markup=False, highlight=False)
+        console.print(terminal_text(f"  {r['trials']} trials, best {_best(r)} samples/s, {r['state']}"),
+                      markup=False, highlight=False)
     return 0
+
+
+def _best(row: dict) -> str:
+    return "-" if row["best_throughput"] is None else f"{row['best_throughput']:,.0f}"
 
 
 def _study_row(storage, summary) -> dict:

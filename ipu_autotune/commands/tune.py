@@ -74,7 +74,7 @@ def verify_outcome(args: TuneOptions, outcome: TuneOutcome):
 
     console = console_for(args)
     verdict = verify_tuned(args, console, outcome.study, outcome.problem)
-    console.print(verdict.line(), highlight=False, soft_wrap=True)
+    console.print(ui.indented(verdict.line(), 0))
     return verdict
 
 

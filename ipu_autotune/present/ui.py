@@ -34,6 +34,7 @@ from ..problem import Config, Problem
 from ..study.records import TrialRecord
 from . import trial_line as tl
 from .display import terminal_cell, terminal_text
+from .wrap import Prose, WholeWords
 
 
 def throughput_text(m: Measurement) -> str:
@@ -112,10 +113,10 @@ class TrialTable:
             table.add_row(f"{mark}{r.number}", terminal_cell(tl.short_label(r)),
                           terminal_cell(tl.short_verdict(r.measurement), style),
                           tl.short_throughput(r.measurement), terminal_cell(tl.short_source(r.measurement.source)),
-                          terminal_cell(self.changes(r)))
+                          WholeWords(self.changes(r)))
         for number, (config, origin) in sorted(self.running.items()):
             table.add_row(str(number), terminal_cell(tl.short_origin(origin)), Text("running", style="cyan"), "", "",
-                          terminal_cell(tl.changed_knobs(self.baseline, config)))
+                          WholeWords(tl.changed_knobs(self.baseline, config)))
         return table
 
 
@@ -329,7 +330,7 @@ def speedup_line(baseline: TrialRecord, best: TrialRecord) -> str:
 def indented(line: str, indent: int = 2) -> Padding:
     """A line wrapped at word boundaries, its continuation lines indented like its first (the
     summary's lines, which quote stored values: terminal text)."""
-    return Padding(terminal_cell(line), (0, 0, 0, indent), expand=False)
+    return Padding(Prose(line), (0, 0, 0, indent), expand=False)
 
 
 def panel(renderable: RenderableType, title: str) -> Panel:
