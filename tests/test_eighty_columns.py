@@ -11,8 +11,8 @@ follows a list separator, `,` or `/`, inside a long knob list). A shell command 
 
 from __future__ import annotations
 
+import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -26,9 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 WIDE = 400
 README = ["resnet101", "--batch-size", "64"]
 README_STUDY = "resnet101-bs64-2ipu-mk2"
-#: GPT-2 large from the config.json in examples/ (copied beside the study): a long study name
-HF = ["hf:hf_configs/gpt2-large", "--batch-size", "1", "--seq-len", "128", "--ipus", "4"]
-HF_STUDY = "hf-hf_configs-gpt2-large-causal-lm-sl128-bs1-4ipu-mk2"
+#: GPT-2 large's config.json from examples/ cut to 12 layers (to run fast), in a folder whose
+#: name makes a long study name
+HF = ["hf:hf_configs/gpt2-large-12-layers", "--batch-size", "1", "--seq-len", "128", "--ipus", "4"]
+HF_STUDY = "hf-hf_configs-gpt2-large-12-layers-causal-lm-sl128-bs1-4ipu-mk2"
 DIGITS = ["verify_models:digits_net", "-b", "16", "--input-shape", "1,8,8", "--num-classes", "10",
           "--optimizer", "adamw"]
 _BORDER = "│║┃|"
@@ -55,8 +56,9 @@ def commands(problem: list[str], study: str) -> list[list[str]]:
 
 
 def run_all(capsys, monkeypatch, folder: Path, columns: int, argvs: list[list[str]]) -> list[tuple[int, str]]:
-    folder.mkdir()
-    shutil.copytree(ROOT / "examples" / "hf_configs", folder / "hf_configs")
+    config = json.loads((ROOT / "examples" / "hf_configs" / "gpt2-large" / "config.json").read_text())
+    (folder / "hf_configs" / "gpt2-large-12-layers").mkdir(parents=True)
+    (folder / "hf_configs" / "gpt2-large-12-layers" / "config.json").write_text(json.dumps({**config, "n_layer": 12}))
     monkeypatch.chdir(folder)
     monkeypatch.setenv("COLUMNS", str(columns))
     return [(code, out + err) for code, out, err in (run_cli(capsys, *argv) for argv in argvs)]

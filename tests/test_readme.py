@@ -54,6 +54,12 @@ def test_the_readme_is_short_and_free_of_lab_notes():
     assert not re.search(r"\bdraws? \d{4,}|\d{5}-\d{5}", README), "a draw id"
 
 
+def test_the_current_performance_figures_fit_one_page():
+    performance = (ROOT / "docs" / "performance.md").read_text()
+    assert len(performance.splitlines()) <= 300  # the history is git's: `git log -p -- docs/performance.md`
+    assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", performance), "a commit hash"
+
+
 def test_the_readme_links_only_docs_that_exist():
     for path in set(re.findall(r"\bdocs/[\w./-]+\.(?:md|png)", README)):
         assert (ROOT / path).is_file(), path
