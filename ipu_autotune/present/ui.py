@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
 from rich.padding import Padding
 from rich.panel import Panel
@@ -34,7 +34,7 @@ from ..problem import Config, Problem
 from ..study.records import TrialRecord
 from . import trial_line as tl
 from .display import terminal_cell, terminal_text
-from .wrap import Prose, WholeWords
+from .wrap import Prose, WholeWords, fit_text
 
 
 def throughput_text(m: Measurement) -> str:
@@ -124,8 +124,8 @@ class _BestLine:
     def __init__(self, table: TrialTable):
         self.table = table
 
-    def __rich__(self) -> Text:
-        return self.table.best_line()
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield fit_text(self.table.best_line(), options.max_width)
 
 
 def _jupyter_widgets(console: Console) -> bool:

@@ -32,7 +32,7 @@ def prose_lines(text: str, width: int) -> list[str]:
             if len(word) <= room:
                 line, word = f"{line} {word}" if line else word, ""
                 continue
-            cut = max(word.rfind(s, 0, room) for s in _LIST_SEPARATORS) if len(word) > width else -1
+            cut = max(word.rfind(s, 0, room) for s in _LIST_SEPARATORS) if len(word) > width and room > 0 else -1
             if cut < 0 and not line:  # one item longer than a line: cut where rich would
                 cut = width - 1
             if cut >= 0:  # as much of the long list as fits, the rest on the next line
@@ -69,6 +69,17 @@ class WholeWords:
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement(min(len(self.text), 1), len(self.text))
+
+
+def fit_text(text: Text, width: int) -> Text:
+    """A styled line cut like `fit_words`: whole words, then `…`."""
+    fitted = fit_words(text.plain, width)
+    if fitted == text.plain:
+        return text
+    mark = " …" if fitted.endswith(" …") else "…"
+    cut = text[:len(fitted) - len(mark)]
+    cut.append(mark)
+    return cut
 
 
 def command_lines(command: str, width: int, head: str = "") -> str:
