@@ -69,12 +69,22 @@ def words(text: str) -> list[list[str]]:
     return [line.strip().strip(_BORDER).strip().split() for line in text.splitlines()]
 
 
+def whole_word_too_long(line: str, columns: int) -> bool:
+    """A line over the width only because one word on it (a path) is longer than the room
+    beside its label: printed whole, as it must be, rather than broken."""
+    label, _, rest = line.rstrip().rpartition(" ")
+    return cell_len(rest) > columns - cell_len(label) - 1 and (not label.strip() or label.strip().endswith(":"))
+
+
 def problems(narrow: str, wide: str, columns: int = 80) -> list[str]:
-    found = [f"{cell_len(line)} columns: {line!r}" for line in narrow.splitlines() if cell_len(line) > columns]
+    found = [f"{cell_len(line)} columns: {line!r}" for line in narrow.splitlines()
+             if cell_len(line) > columns and not whole_word_too_long(line, columns)]
     known = {w for line in words(wide) for w in line}
     flat = " ".join(w for line in words(wide) for w in line)
     for word in (w for line in words(narrow) for w in line):
-        if word.endswith("…") and word != "…" and word not in known:
+        kept = word.removesuffix("…")
+        listed = kept[-1:] in (",", "/") and any(k.startswith(kept) for k in known)  # split@a,b,…
+        if word.endswith("…") and word != "…" and word not in known and not listed:
             found.append(f"cut with an ellipsis: {word!r}")
     lines = words(narrow)
     for before, after in zip(lines, lines[1:], strict=False):
@@ -123,4 +133,6 @@ def test_the_check_finds_what_it_is_for():
     assert problems("resnet101-bs64-2ipu-m…  fits", wide) == ["cut with an ellipsis: 'resnet101-bs64-2ipu-m…'"]
     assert problems("closest: trial 1 (16.16 amp0.05/\n0.05 offload)", wide) == []  # a list, after its '/'
     assert problems("closest: trial 1\n(16.16 amp0.05/0.05 offload)", wide) == []
-    assert problems("x" * 81, "x" * 81) == ["81 columns: '" + "x" * 81 + "'"]
+    assert problems("x" * 79 + " y", "x" * 79 + " y") == ["81 columns: '" + "x" * 79 + " y'"]
+    assert problems("  trials: " + "p/" * 40, "  trials: " + "p/" * 40) == []  # a path, whole
+    assert problems("split@layer2.0,…", "split@layer2.0,layer3.1") == []  # a long list, cut at an item

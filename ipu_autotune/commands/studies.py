@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 from rich import box
+from rich.cells import cell_len
+from rich.console import Console
 from rich.table import Table
 
 from ..options import StudiesOptions
@@ -37,14 +40,23 @@ def run(args: StudiesOptions) -> int:
     for r in rows:
         # Names and states come from the storage: shown as terminal text, never as markup.
         table.add_row(terminal_cell(r["study"]), str(r["trials"]), _best(r), terminal_cell(r["state"]))
-    if console.measure(table).maximum <= console.width:
+    if _width(table) <= console.width:
         console.print(table)
         return 0
     for r in rows:
         console.print(terminal_text(r["study"]), style="bold", soft_wrap=True, markup=False, highlight=False)
-        console.print(terminal_text(f"  {r['trials']} trials, best {_best(r)} samples/s, {r['state']}"),
+        best = [] if r["best_throughput"] is None else [f"best {_best(r)} samples/s"]
+        console.print(terminal_text(", ".join([f"  {r['trials']} trials", *best, r["state"]])),
                       markup=False, highlight=False)
     return 0
+
+
+def _width(table: Table) -> int:
+    """The table's width with nothing cut: drawn on a console wide enough."""
+    wide = Console(width=10_000, file=io.StringIO())
+    with wide.capture() as captured:
+        wide.print(table)
+    return max(map(cell_len, captured.get().splitlines()), default=0)
 
 
 def _best(row: dict) -> str:

@@ -256,7 +256,8 @@ def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
             head.append(f", step {m.step_time_s * 1e3:.1f} ms")
     parts: list[RenderableType] = [head]
     config = Table(box=None, show_header=False, pad_edge=False)
-    config.add_column(style="dim")
+    # the knob's name whole (it is what --set and a config file take); its values wrap
+    config.add_column(style="dim", no_wrap=True, min_width=max(map(len, r.config.to_dict())))
     config.add_column()
     config.add_column(style="dim")
     before = baseline.config.to_dict() if baseline is not None and baseline is not r else {}
