@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .errors import UsageError
+from .interrupt import Explained, while_running
 from .options import OPTIONS
 from .options.parser import add_options, options_from
 from .present.display import terminal_text
@@ -103,16 +104,17 @@ def _check_not_a_misspelt_command(word: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    typed = list(argv)  # as the user typed it: what an interrupt's "run again" line repeats
     implicit_tune = bool(argv) and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS
     if implicit_tune:
         argv.insert(0, "tune")
     debug = "--debug" in argv
     err = Console(stderr=True, highlight=False)
     warnings.filterwarnings("ignore", module="optuna")
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own output says what happens
     try:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own output says what happens
         if implicit_tune:
             _check_not_a_misspelt_command(argv[1])
         parser = build_parser()
@@ -129,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         # shown escaped (display.terminal_text), never acted on by the terminal.
         err.print(f"[bold red]error:[/] {escape(terminal_text(exc))}", soft_wrap=True)
         return 2
+    except Explained:  # the command said what the interrupt left and how to go on
+        return 130
     except KeyboardInterrupt:
-        err.print("interrupted")
+        err.print(while_running(typed), soft_wrap=True, markup=False)
         return 130
     except BrokenPipeError:
         return 0

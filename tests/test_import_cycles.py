@@ -143,7 +143,7 @@ def test_the_package_has_no_import_cycle() -> None:
 #: the command layer: argument parsing and the subcommands; the library below never imports it
 #: (the Python API is a command: `ipu_autotune.tune`, exposed by the package itself, parses the
 #: CLI's flags; its result object exports through the export command's rendering)
-COMMAND_LAYER = {"ipu_autotune.cli", "ipu_autotune.__main__", "ipu_autotune",
+COMMAND_LAYER = {"ipu_autotune.cli", "ipu_autotune.__main__", "ipu_autotune.launch", "ipu_autotune",
                  "ipu_autotune.api", "ipu_autotune.api_result",
                  *(f"ipu_autotune.{package}{'' if p.stem == '__init__' else '.' + p.stem}"
                    for package in ("commands", "options") for p in (PACKAGE_DIR / package).glob("*.py"))}

@@ -67,7 +67,8 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_completes_the_study(tmp_pa
     assert f"Interrupted after {completed} new trial(s)." in out
 
     # The exact command to resume, with the trials still to run.
-    resume = re.search(r"^\s*resume: (ipu-autotune .*)$", out, re.MULTILINE)
+    # (continued with " \\" over several lines at 80 columns, as a shell reads it)
+    resume = re.search(r"^\s*resume: (ipu-autotune .*)$", re.sub(r" \\\n\s*", " ", out), re.MULTILINE)
     assert resume, out[-3000:]
     args = shlex.split(resume.group(1))
     assert args[args.index("--trials") + 1] == str(requested - completed)

@@ -69,8 +69,8 @@ def _empty(args: CalibrationOptions, url: str) -> int:
     if args.json:
         print(json.dumps({"store": mask_url(url), "records": 0, "unreadable": 0, "groups": []}, indent=2))
     else:
-        print(terminal_text(f"calibration store {mask_url(url)} is empty (no compile recorded yet): tune with a "
-                            "compiling backend (poptorch) to fill it"))
+        print(terminal_text(f"calibration store {mask_url(url)}"))
+        print("is empty (no compile recorded yet): a compiling backend (poptorch) fills it")
     return 0
 
 

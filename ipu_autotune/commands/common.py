@@ -17,7 +17,7 @@ from ..options import DEFAULT_OUT, MeasureOptions
 from ..present.display import terminal_text
 from ..problem import Config, Problem
 from ..study.planning import numerics_unmeasured
-from ..study.storage import mask_url, open_storage
+from ..study.storage import file_missing, mask_url, open_storage
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -143,6 +143,9 @@ def load_study(storage_url: str, name: str) -> tuple[optuna.Study, Problem]:
 
     from ..study.records import stored_problem
 
+    if file_missing(storage_url):  # opening it would create an empty database here
+        raise UsageError(f"no study '{name}': {mask_url(storage_url)} does not exist; give the "
+                         "--storage the study was tuned in") from None
     storage = open_storage(storage_url)
     try:
         study = optuna.load_study(study_name=name, storage=storage)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -13,6 +14,7 @@ from ..present import ui
 from ..present.display import terminal_text
 from ..present.outputs import record_json
 from ..present.tune_summary import result_line
+from ..present.wrap import command_lines
 from .common import baseline_of, console_for, load_study, print_unreadable
 
 if TYPE_CHECKING:
@@ -42,8 +44,9 @@ def run(args: ShowOptions) -> int:
     console.print(result_line(best, base, args.study), markup=False)
     if best is not None:
         console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))
-    console.print(terminal_text(f"details of one trial: ipu-autotune show --study {args.study} --trial N"),
-                  markup=False, highlight=False)
+    command = shlex.join(["ipu-autotune", "show", "--study", terminal_text(args.study), "--trial", "N"])
+    console.print("details of one trial:\n" + command_lines(command, console.width, "  "),
+                  markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

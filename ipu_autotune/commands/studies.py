@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import optuna
 from rich import box
+from rich.cells import cell_len
+from rich.console import Console
 from rich.table import Table
 
 from ..options import StudiesOptions
-from ..present.display import terminal_cell
-from ..study.storage import mask_url, open_storage
+from ..present.display import terminal_cell, terminal_text
+from ..study.storage import file_missing, mask_url, open_storage
 from .common import console_for
 
 
@@ -19,26 +22,47 @@ def run(args: StudiesOptions) -> int:
     import optuna
 
     console = console_for(args)
-    storage = open_storage(args.storage)
-    rows = [_study_row(storage, s) for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    rows = []
+    if not file_missing(args.storage):  # opening a missing file would create an empty database
+        storage = open_storage(args.storage)
+        rows = [_study_row(storage, s) for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         console.print(f"no studies in {mask_url(args.storage)}")
         return 0
-    # The name is what --study takes: never cut, it gets the room it needs.
+    # The name is what --study takes: never cut. A table while every name fits beside the
+    # columns; else each study's name on a line of its own, whole, its figures under it.
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("study", no_wrap=True, overflow="fold")
+    table.add_column("study", no_wrap=True)
     table.add_column("trials", justify="right", no_wrap=True)
     table.add_column("best samples/s", justify="right", no_wrap=True)
-    table.add_column("state", no_wrap=False)
+    table.add_column("state", no_wrap=True)
     for r in rows:
-        best = "-" if r["best_throughput"] is None else f"{r['best_throughput']:,.0f}"
         # Names and states come from the storage: shown as terminal text, never as markup.
-        table.add_row(terminal_cell(r["study"]), str(r["trials"]), best, terminal_cell(r["state"]))
-    console.print(table)
+        table.add_row(terminal_cell(r["study"]), str(r["trials"]), _best(r), terminal_cell(r["state"]))
+    if _width(table) <= console.width:
+        console.print(table)
+        return 0
+    for r in rows:
+        console.print(terminal_text(r["study"]), style="bold", soft_wrap=True, markup=False, highlight=False)
+        best = [] if r["best_throughput"] is None else [f"best {_best(r)} samples/s"]
+        console.print(terminal_text(", ".join([f"  {r['trials']} trials", *best, r["state"]])),
+                      markup=False, highlight=False)
     return 0
+
+
+def _width(table: Table) -> int:
+    """The table's width with nothing cut: drawn on a console wide enough."""
+    wide = Console(width=10_000, file=io.StringIO())
+    with wide.capture() as captured:
+        wide.print(table)
+    return max(map(cell_len, captured.get().splitlines()), default=0)
+
+
+def _best(row: dict[str, Any]) -> str:
+    return "-" if row["best_throughput"] is None else f"{row['best_throughput']:,.0f}"
 
 
 def _study_row(storage: optuna.storages.BaseStorage, summary: optuna.study.StudySummary) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..guide.nofit import EXIT_NOTHING_FITS, lacks
 from ..guide.proposal import History
 from ..guide.warmstart import is_baseline
+from ..interrupt import Explained
 from ..models.objects import is_object
 from ..options import TuneOptions
 from ..options.problem_flags import (
@@ -84,7 +85,7 @@ def verify_outcome(args: TuneOptions, outcome: TuneOutcome) -> Verdict | None:
 
     console = console_for(args)
     verdict = verify_tuned(args, console, outcome.study, outcome.problem)
-    console.print(verdict.line(), highlight=False, soft_wrap=True)
+    console.print(ui.indented(verdict.line(), 0))
     return verdict
 
 
@@ -95,24 +96,25 @@ def tune_study(args: TuneOptions) -> TuneOutcome:
     try:
         return _tune_study(args, opened)
     except KeyboardInterrupt:
-        if not args.worker:
-            _say_resume(args, opened.get("study"), opened.get("problem"))
+        if not args.worker and _say_resume(args, opened.get("study"), opened.get("problem")):
+            raise Explained from None
         raise
 
 
-def _say_resume(args: TuneOptions, study: optuna.Study | None, problem: Problem | None) -> None:
+def _say_resume(args: TuneOptions, study: optuna.Study | None, problem: Problem | None) -> bool:
     try:
         problem = problem or problem_from_options(args)
     except UsageError:  # interrupted before the command line was read whole: nothing to go on from
-        return
+        return False
     name = args.study or problem.slug
     if study is None:
-        said = f"Interrupted before any trial ran (study {name} not started). Run again with:\n  "
+        said = f"Interrupted before any trial ran (study {name} not started).\nRun again with:\n  "
     else:
         done = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        said = f"Interrupted: {done} completed trial(s) in study {name}. Resume with:\n  "
+        said = f"Interrupted: {done} completed trial(s) in study {name}.\nResume with:\n  "
     Console(stderr=True, highlight=False).print(said + _resume(args, problem, args.storage, name),
                                                 soft_wrap=True, markup=False)
+    return True
 
 
 def _tune_study(args: TuneOptions, opened: dict[str, Any]) -> TuneOutcome:

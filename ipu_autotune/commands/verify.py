@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..errors import UsageError
 from ..options import TuneOptions, VerifyOptions
 from ..options.problem_flags import problem_from_options
+from ..present.wrap import Prose
 from ..problem import Config, Problem, load_config_file
 from ..verification.check import estimate_seconds, plan, run_check
 from ..verification.samples import check_samples, read_samples
@@ -133,5 +134,5 @@ def run(args: VerifyOptions) -> int:
     if args.json:
         print(json.dumps(verdict.to_dict(), indent=2, default=str))
     else:
-        console.print(verdict.line(), highlight=False, soft_wrap=True)
+        console.print(Prose(verdict.line()))
     return verdict.exit_code

@@ -78,11 +78,16 @@ def baseline_knobs(config: Config) -> str:
 
 def fit_words(line: str, width: int) -> str:
     """`line` cut to `width` columns at a space, with '…' for what is left out: a knob such
-    as 'split@layer3.8' is shown whole or not at all, never cut mid-word."""
+    as 'split@layer3.8' is shown whole or not at all, never cut mid-word (a first knob wider
+    than the line is cut after one of its list's items)."""
     if len(line) <= width:
         return line
     cut = line.rfind(" ", 0, width - 1)
-    return (line[:cut] if cut > 0 else line[:width - 1]) + " …"[cut <= 0:]
+    if cut > 0:
+        return line[:cut] + " …"
+    # a first knob longer than the width: its list up to an item's end (split@a,b,…)
+    item = max(line.rfind(s, 0, width - 1) for s in ",/")
+    return line[:item + 1 if item > 0 else width - 1] + "…"
 
 
 def short_verdict(m: Measurement) -> str:

@@ -15,6 +15,7 @@ from ..problem import Problem
 from ..study.storage import mask_url
 from . import intervals, trial_line as tl, ui
 from .display import terminal_text
+from .wrap import command_lines
 
 if TYPE_CHECKING:
     import optuna
@@ -49,10 +50,16 @@ def print_header(console: Console, problem: Problem, backend: Backend, study_nam
     gb = f", global batch {problem.global_batch}" if problem.global_batch else ""
     where = "new study" if created else resume_point(study)
     note = " (every figure estimated)" if backend.name == "estimate" else ""
+    # The study name is what --study takes: whole on a line of the panel (the wrap breaks at
+    # the space before "in"), or, longer than the panel is wide, printed whole under it.
+    study = terminal_text(f"study {study_name}")
+    inside = len(study) <= console.width - 4
     console.print(ui.panel(Text.assemble(
         (f"{problem.model}", "bold"), f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
         f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
-        f"study {study_name} in {mask_url(storage_url)}\n{where}"), "ipu-autotune"))
+        f"{study} in {mask_url(storage_url)}\n" if inside else "", where), "ipu-autotune"))
+    if not inside:
+        console.print(f"{study}\nin {mask_url(storage_url)}", soft_wrap=True, markup=False, highlight=False)
 
 
 def resume_point(study: optuna.Study) -> str:
@@ -96,7 +103,8 @@ def print_summary(console: Console, problem: Problem, base: TrialRecord | None, 
         # soft_wrap: a long path is one line the terminal wraps, so it copies whole (rich would
         # fold it at the console's width, mid-word)
         console.print(f"{label:>8}: {path}", highlight=False, soft_wrap=True)
-    console.print(f"  resume: {resume}", highlight=False, soft_wrap=True)
+    console.print(command_lines(resume, console.width, "  resume: "), highlight=False, soft_wrap=True,
+                  markup=False)
 
 
 def _print_nothing_fits(console: Console, base: TrialRecord | None, closest: TrialRecord | None,

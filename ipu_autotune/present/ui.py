@@ -35,6 +35,7 @@ from ..problem import Config, Problem
 from ..study.records import TrialRecord
 from . import trial_line as tl
 from .display import terminal_cell, terminal_text
+from .wrap import Prose, WholeWords, fit_text
 
 
 def throughput_text(m: Measurement) -> str:
@@ -113,10 +114,10 @@ class TrialTable:
             table.add_row(f"{mark}{r.number}", terminal_cell(tl.short_label(r)),
                           terminal_cell(tl.short_verdict(r.measurement), style),
                           tl.short_throughput(r.measurement), terminal_cell(tl.short_source(r.measurement.source)),
-                          terminal_cell(self.changes(r)))
+                          WholeWords(self.changes(r)))
         for number, (config, origin) in sorted(self.running.items()):
             table.add_row(str(number), terminal_cell(tl.short_origin(origin)), Text("running", style="cyan"), "", "",
-                          terminal_cell(tl.changed_knobs(self.baseline, config)))
+                          WholeWords(tl.changed_knobs(self.baseline, config)))
         return table
 
 
@@ -124,8 +125,8 @@ class _BestLine:
     def __init__(self, table: TrialTable):
         self.table = table
 
-    def __rich__(self) -> Text:
-        return self.table.best_line()
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield fit_text(self.table.best_line(), options.max_width)
 
 
 def _jupyter_widgets(console: Console) -> bool:
@@ -256,7 +257,8 @@ def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
             head.append(f", step {m.step_time_s * 1e3:.1f} ms")
     parts: list[RenderableType] = [head]
     config = Table(box=None, show_header=False, pad_edge=False)
-    config.add_column(style="dim")
+    # the knob's name whole (it is what --set and a config file take); its values wrap
+    config.add_column(style="dim", no_wrap=True, min_width=max(map(len, r.config.to_dict())))
     config.add_column()
     config.add_column(style="dim")
     before = baseline.config.to_dict() if baseline is not None and baseline is not r else {}
@@ -330,7 +332,7 @@ def speedup_line(baseline: TrialRecord, best: TrialRecord) -> str:
 def indented(line: str, indent: int = 2) -> Padding:
     """A line wrapped at word boundaries, its continuation lines indented like its first (the
     summary's lines, which quote stored values: terminal text)."""
-    return Padding(terminal_cell(line), (0, 0, 0, indent), expand=False)
+    return Padding(Prose(line), (0, 0, 0, indent), expand=False)
 
 
 def panel(renderable: RenderableType, title: str) -> Panel:

@@ -82,6 +82,16 @@ def journal_path(url: str) -> Path:
     return Path(url.split(":", 1)[1].removeprefix("//") if url.startswith("journal:") else url)
 
 
+def file_missing(url: str) -> bool:
+    """A SQLite or journal storage whose file is not there: nothing stored yet. Reading commands
+    say so instead of opening it, which would create an empty database in the user's folder."""
+    if is_journal(url):
+        return not journal_path(url).exists()
+    if url.startswith("sqlite:///") and not in_memory(url):
+        return not Path(url[len("sqlite:///"):].split("?", 1)[0]).exists()
+    return False
+
+
 def check_url(url: str) -> None:
     """Reject a storage URL that cannot work, without touching it (fast, writes nothing)."""
     if url == "memory:":
