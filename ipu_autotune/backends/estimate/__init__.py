@@ -14,7 +14,7 @@ from ...profiles.refine import refined
 from ..base import Backend, Measurement
 from ..targets import get_target
 from .constants import NOMINAL, EstimatorConstants
-from .error_bars import bars, fit_chance, kept_free
+from .error_bars import bars, confident_fraction, fit_chance
 from .layout import forward_stages, stages
 from .memory import stage_memory
 from .serialization import serialize_projection
@@ -114,14 +114,22 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
     time = timing(problem, config, layout, target, k)
 
     capacity = target.bytes_per_ipu
-    free = kept_free(problem.model, headroom, fit_confidence)
-    feasible = all(m.max_tile <= target.bytes_per_tile * (1.0 - free) for m in memories)
-    chance = fit_chance(problem.model, max(m.max_tile for m in memories) / target.bytes_per_tile)
     compute_tiles = target.tiles - config.io_tiles
-    overflow = sum(max(0, m.max_tile - target.bytes_per_tile) * compute_tiles for m in memories)
+    tile = target.bytes_per_tile
+    # Per IPU: its busiest tile and the exact share of it (weights, accumulators and optimizer
+    # state spread evenly over its tiles), which the error bar does not widen.
+    used = [(m.max_tile / tile, m.exact / compute_tiles / tile) for m in memories]
+    chance = min(fit_chance(problem.model, p, e) for p, e in used)
+    limits = [1.0 - headroom if fit_confidence is None else
+              min(1.0 - headroom, confident_fraction(problem.model, fit_confidence, e)) for _, e in used]
+    feasible = all(p <= limit for (p, _), limit in zip(used, limits))
+    worst = max(range(n), key=lambda i: used[i][0])
+    free = 1.0 - limits[worst]  # what the busiest IPU must keep free (Measurement.violation reads it)
+    overflow = sum(max(0, m.max_tile - tile) * compute_tiles for m in memories)
     e2e = host.end_to_end(problem, config, device_parts(config, time, k))
     required, max_tile = [mem.required for mem in memories], [mem.max_tile for mem in memories]
-    bar = bars(problem.model, max_tile, required, target.bytes_per_tile, e2e.throughput, time.throughput)
+    bar = bars(problem.model, max_tile, required, [mem.exact for mem in memories], compute_tiles, tile,
+               e2e.throughput, time.throughput)
     m = Measurement(
         feasible=feasible,
         source="estimate",
@@ -134,7 +142,7 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
         throughput=e2e.throughput,
         step_time_s=time.step_time_s,
         failure=None if feasible else "oom",
-        reason="" if feasible else _over(headroom, free, chance, fit_confidence),
+        reason="" if feasible else _over(headroom, chance, fit_confidence),
         headroom=free,
         details={"stage_seconds": time.stage_seconds, "time_parts": time.parts,
                  "stage_units": [[s.first, s.last] for s in layout],
@@ -155,8 +163,8 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
     return m
 
 
-def _over(headroom: float, free: float, chance: float, fit_confidence: float | None) -> str:
-    if free > headroom:  # the error bar asked for more than the headroom
+def _over(headroom: float, chance: float, fit_confidence: float | None) -> str:
+    if fit_confidence is not None and chance < fit_confidence:  # the error bar's verdict
         return (f"estimated {math.floor(chance * 100):.0f}% chance to fit by the error bar, under the "
                 f"{fit_confidence:.0%} asked "
                 "(--fit-confidence)")
