@@ -303,10 +303,12 @@ def state_line(problem: Problem, config: Config) -> str:
     weights = "FP16" if config.half_weights else "FP32"
     where = " (off chip in the closest configuration)" if offloaded(problem, config) else \
         f" (sharded over {config.replicas} replicas in the closest configuration)" if sharded(problem, config) else ""
-    total = sum(state.values())
+    total = sum(state.values()) + (0 if state["gradients"] else state["weights"])
     least = least_on_chip(problem, params)
+    gradients = f"gradients {format_bytes(state['gradients'])}" if state["gradients"] else \
+        f"gradients {format_bytes(state['weights'])} ({weights}, each transient: none accumulated)"
     return (f"model state (exact, parameters x bytes): {params:,} parameters, weights {format_bytes(state['weights'])} "
-            f"({weights}), gradients {format_bytes(state['gradients'])}, {problem.optimizer} state "
+            f"({weights}), {gradients}, {problem.optimizer} state "
             f"{format_bytes(state['optimizer'])}{where}: {format_bytes(total)} in all, against "
             f"{format_bytes(sram)} of SRAM on the space's largest replica ({longest} IPUs x "
             f"{format_bytes(get_target(problem.target).bytes_per_ipu)}); the weights alone, in the narrowest "
