@@ -22,13 +22,13 @@ sys.path.insert(0, str(ROOT / "tests"))  # calibration_models (M22's CNN)
 from ipu_autotune.backends.estimate import EstimateBackend  # noqa: E402
 from ipu_autotune.backends.estimate.error_bars import (  # noqa: E402
     COVERAGE,
-    family,
     crossing,
+    family,
     memory_scales,
     throughput_widths,
 )
-from ipu_autotune.backends.targets import get_target  # noqa: E402
 from ipu_autotune.backends.estimate.memory import EXACT  # noqa: E402
+from ipu_autotune.backends.targets import get_target  # noqa: E402
 from ipu_autotune.problem import Config, Problem  # noqa: E402
 
 POINTS_FILE = ROOT / "tests" / "calibration" / "points.toml"
@@ -74,7 +74,7 @@ def points(path: Path = POINTS_FILE) -> list[Point]:
             m = backend.measure(problem, config)
             tiles = get_target(problem.target).tiles - config.io_tiles
             shares = [(t / m.tile_capacity_bytes, sum(b[c] for c in EXACT) / tiles / m.tile_capacity_bytes)
-                      for t, b in zip(m.max_tile_bytes, m.breakdown)]
+                      for t, b in zip(m.max_tile_bytes, m.breakdown, strict=True)]
             used, exact = max(shares)
             out.append(Point(pt["id"], fam, "memory", fam, used, pt["expect"] == "fits", exact,
                              min(crossing(p, e) for p, e in shares)))

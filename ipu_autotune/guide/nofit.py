@@ -10,6 +10,7 @@ than the size before (`row_reason`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -249,7 +250,8 @@ def least_on_one_ipu(problem: Problem, ipus: int) -> tuple[float, int, int] | No
         accumulators = (2.0 if half_state else 4.0) if pipelines and stateful else 0.0
         shards = replicas if rts_ok and replicas > 1 else 1
 
-        def cost(params: int, largest: int, unshardable: int) -> float:
+        def cost(params: int, largest: int, unshardable: int, accumulators: float = accumulators,
+                 shards: int = shards) -> float:
             gradient = 0.0 if accumulators else largest * w
             if not stateful:
                 on_chip = 0.0  # SGD combined: its one tensor is the weight's own bytes, counted
@@ -265,7 +267,7 @@ def least_on_one_ipu(problem: Problem, ipus: int) -> tuple[float, int, int] | No
     return best
 
 
-def _min_max_split(units: list, parts: int, cost) -> float:
+def _min_max_split(units: list, parts: int, cost: Callable[[int, int, int], float]) -> float:
     """The least, over splits of `units` into at most `parts` runs in order, of the largest
     run's cost (cost grows as a run takes more units): a binary search on that cost, each
     guess checked by filling runs greedily."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
@@ -80,25 +81,29 @@ _MADE_LIMIT = 20_000
 
 def estimate(problem: Problem, config: Config, profile: ModelProfile,
              constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
-             fit_confidence: float | None = None) -> Measurement:
-    """`_estimate`, remembered: a pure function of its arguments. Each caller gets a deep copy:
-    callers add to a measurement's details and lists (backends/screen.py sets
-    `details["screen_violation"]` on a compile built from an estimate), and a shallow copy
-    shared those with the remembered one."""
+             fit_confidence: float | None = None, shared: bool = False) -> Measurement:
+    """`_estimate`, remembered: a pure function of its arguments. Each caller gets a copy whose
+    lists and dicts are its own: callers add to a measurement's details and lists
+    (backends/screen.py sets `details["screen_violation"]` on a compile built from an
+    estimate), and a shallow copy shared those with the remembered one. `shared`: the
+    remembered one itself, for a caller that only reads it (guide/warmstart's screen)."""
     key = (dataclasses.replace(problem, ipus=1), config, id(profile), id(constants), headroom, fit_confidence)
     made = _MADE.get(key)
     if made is None:
         if len(_MADE) >= _MADE_LIMIT:
             _MADE.clear()
         made = _MADE[key] = (profile, constants, _estimate(problem, config, profile, constants, headroom, fit_confidence))
-    return _fresh(made[2])
+    return made[2] if shared else _fresh(made[2])
 
 
 def _fresh(m: Measurement) -> Measurement:
-    """A copy of a remembered measurement whose lists and dicts are its own (a plain walk over
-    them: copy.deepcopy's memo made it a tenth of a search's time)."""
-    return dataclasses.replace(m, **{f.name: _copied(getattr(m, f.name)) for f in dataclasses.fields(m)
-                                     if isinstance(getattr(m, f.name), (list, dict))})
+    """A copy whose lists and dicts are its own (a plain walk over them: copy.deepcopy's memo
+    made it a tenth of a search's time)."""
+    out = copy.copy(m)
+    for name, value in vars(m).items():
+        if isinstance(value, (list, dict)):
+            setattr(out, name, _copied(value))
+    return out
 
 
 def _copied(x):
@@ -153,7 +158,7 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
     chance = min(fit_chance(problem.model, p, e) for p, e in used)
     limits = [1.0 - headroom if fit_confidence is None else
               min(1.0 - headroom, confident_fraction(problem.model, fit_confidence, e)) for _, e in used]
-    feasible = all(p <= limit for (p, _), limit in zip(used, limits))
+    feasible = all(p <= limit for (p, _), limit in zip(used, limits, strict=True))
     worst = max(range(n), key=lambda i: used[i][0])
     free = 1.0 - limits[worst]  # what the busiest IPU must keep free (Measurement.violation reads it)
     overflow = sum(max(0, m.max_tile - tile) * compute_tiles for m in memories)

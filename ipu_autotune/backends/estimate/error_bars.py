@@ -153,9 +153,9 @@ def bars(model: str, max_tile: Sequence[int], required: Sequence[int], exact: Se
         sure = min(sure, x)
         return [round(sure + (x - sure) * low), round(sure + (x - sure) * high)]
 
-    tiles = [banded(t, e / compute_tiles) for t, e in zip(max_tile, exact)]
+    tiles = [banded(t, e / compute_tiles) for t, e in zip(max_tile, exact, strict=True)]
     straddles = any(lo <= tile_capacity < hi for lo, hi in tiles)
-    return Bars(max_tile_bytes=tiles, required_bytes=[banded(r, e) for r, e in zip(required, exact)],
+    return Bars(max_tile_bytes=tiles, required_bytes=[banded(r, e) for r, e in zip(required, exact, strict=True)],
                 throughput=band(throughput, math.exp(-w), math.exp(w)) if throughput else None,
                 device_throughput=band(device_throughput, math.exp(-wd), math.exp(wd)) if device_throughput else None,
                 straddles_tile_limit=straddles)
