@@ -10,7 +10,7 @@ import pytest
 from testing import RESNET50_4IPU_SGD
 
 from ipu_autotune.backends.estimate import EstimateBackend
-from ipu_autotune.backends.estimate.error_bars import MEMORY_SCALE, confident_fraction, fit_chance, kept_free
+from ipu_autotune.backends.estimate.error_bars import MEMORY_SCALE, confident_fraction, family, fit_chance, kept_free
 from ipu_autotune.guide.proposal import Proposal
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.present import intervals
@@ -24,7 +24,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 @pytest.mark.parametrize("model", ["resnet101", "hf:gpt2"])
 def test_the_chance_to_fit_falls_across_the_band_and_meets_the_confidence_at_its_limit(model: str) -> None:
-    low, high = MEMORY_SCALE["cnn" if model.startswith("resnet") else "transformer"]
+    low, high = MEMORY_SCALE.get(family(model), MEMORY_SCALE["all"])
     assert fit_chance(model, 1 / high) == pytest.approx(1.0)  # fits at the band's worst factor
     assert fit_chance(model, 1 / low) == pytest.approx(0.0)  # over even at its best
     fractions = [0.5, 0.8, 0.9, 1.0, 1.1, 1.5]
@@ -32,6 +32,12 @@ def test_the_chance_to_fit_falls_across_the_band_and_meets_the_confidence_at_its
     assert chances == sorted(chances, reverse=True)
     for confidence in (0.5, 0.9, 0.99):
         assert fit_chance(model, confident_fraction(model, confidence)) == pytest.approx(confidence)
+        for exact in (0.3, 0.7):  # the exact share is not widened: more of the tile may be used
+            assert fit_chance(model, confident_fraction(model, confidence, exact), exact) == pytest.approx(confidence)
+    assert confident_fraction(model, 0.9, 0.5) > confident_fraction(model, 0.9)  # 0.9 keeps some of a tile free
+    # the band acts on the uncertain part only; an exact share over a tile fits under no factor
+    assert fit_chance(model, 0.9, 0.6) > fit_chance(model, 0.9)
+    assert fit_chance(model, 1.2, 1.01) == 0.0 and fit_chance(model, 0.95, 0.95) == 1.0
     assert kept_free(model, 0.05, None) == 0.05
     assert kept_free(model, 0.05, 0.9) == max(0.05, 1 - confident_fraction(model, 0.9))
 

@@ -77,8 +77,14 @@ def test_conformal_width_needs_enough_points_for_its_coverage():
 
 
 def test_memory_band_is_what_the_verdicts_allow():
-    assert eb.memory_scale([(0.8, True), (1.25, False), (0.5, True), (3.0, False)]) == pytest.approx((0.8, 1.25))
-    assert eb.memory_scale([(0.8, True)]) is None
+    # (the factor on the uncertain part at which the point fills a tile, fits)
+    verdicts = [(eb.crossing(0.8), True), (eb.crossing(1.25), False), (eb.crossing(0.5), True), (eb.crossing(3.0), False)]
+    assert eb.memory_scale(verdicts) == pytest.approx((0.8, 1.25))
+    assert eb.memory_scale([(1.25, True)]) is None
+    # an exact share lets the uncertain part grow further before a fit would overflow
+    assert eb.crossing(0.8, 0.4) == pytest.approx(1.5) and eb.crossing(0.8) == pytest.approx(1.25)
+    # an out-of-memory point whose exact bytes alone overflow says nothing about the rest
+    assert eb.crossing(3.3, 2.2) == 0.0 and eb.memory_scale([(1.25, True), (0.0, False)]) is None
 
 
 def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool):
@@ -86,8 +92,9 @@ def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool):
     pts = [P(f"t{i}", "cnn", "throughput", "device", 0.05 * (-1) ** i) for i in range(9)]
     pts.append(P("outlier", "cnn", "throughput", "device", 0.9))
     # a fitting point estimated above an out-of-memory one: no common factor explains both
-    pts += [P("fits-high", "cnn", "memory", "cnn", 1.5, True), P("oom", "cnn", "memory", "cnn", 1.2, False),
-            P("fits", "cnn", "memory", "cnn", 0.7, True), P("other", "transformer", "memory", "transformer", 2.0, False)]
+    pts += [P(name, fam, "memory", fam, used, fits, 0.0, 1 / used) for name, fam, used, fits in (
+        ("fits-high", "cnn", 1.5, True), ("oom", "cnn", 1.2, False), ("fits", "cnn", 0.7, True),
+        ("other", "transformer", 2.0, False))]
     inside = {c.point.id: c.inside for c in tool.leave_one_out(pts)}
     assert inside["outlier"] is False and inside["t0"] is True
     assert inside["fits-high"] is False and inside["fits"] is True
@@ -133,11 +140,16 @@ def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit():
         assert "error bars (estimated): busiest tile IPU0 " in out.getvalue() and "(90%)" in out.getvalue()
 
 
-def test_families_take_their_own_memory_band():
+def test_families_take_their_own_memory_band_on_all_but_the_exact_bytes():
+    from ipu_autotune.backends.estimate.memory import EXACT
+
     cnn = EstimateBackend().measure(WORKSHOP, _baseline())
     lo, hi = cnn.max_tile_bytes_interval[0]
-    assert lo / cnn.max_tile_bytes[0] == pytest.approx(eb.MEMORY_SCALE["cnn"][0], rel=1e-4)
-    assert hi / cnn.max_tile_bytes[0] == pytest.approx(eb.MEMORY_SCALE["cnn"][1], rel=1e-4)
+    exact = sum(cnn.breakdown[0][c] for c in EXACT) / 1472  # the baseline has no I/O tiles
+    assert 0 < exact < cnn.max_tile_bytes[0]
+    rest = cnn.max_tile_bytes[0] - exact
+    assert (lo - exact) / rest == pytest.approx(eb.MEMORY_SCALE["cnn"][0], rel=1e-4)
+    assert (hi - exact) / rest == pytest.approx(eb.MEMORY_SCALE["cnn"][1], rel=1e-4)
     assert eb.family("hf:bert-base-uncased") == "transformer" and eb.family("resnet50") == "cnn"
 
 

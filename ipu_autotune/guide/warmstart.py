@@ -249,7 +249,7 @@ class Screen:
                 ok = not self.space.outside(self.problem, self.profile, config)
             profile = profile_at_micro_batch(self.problem, config, self.profile)
             self.cache[config] = estimate(self.problem, config, profile, self.constants,
-                                          self.headroom) if ok else None
+                                          self.headroom, shared=True) if ok else None  # only read
         return self.cache[config]
 
 

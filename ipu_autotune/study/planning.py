@@ -236,17 +236,28 @@ def _host_bound(problem: Problem, before: SizePlan | None, n: int) -> SizePlan |
 
 
 def _certain_row(problem: Problem, headroom: float, fit_confidence: float | None) -> SizePlan | None:
-    """Where the exact weights alone exceed the SRAM (guide/nofit.certainly_over), no search can
-    find a fit: the row is tune's own baseline at micro-batch 1, estimated, to show how far."""
+    """Where no configuration can fit whatever the compiler decides (guide/nofit.certainly_over),
+    no search can find one: the row is the space's cheapest configuration in exact bytes
+    (the layout of nofit.least_on_one_ipu, FP16 weights, half state offloaded and sharded,
+    no accumulation, splits balanced by memory) at micro-batch 1, estimated, to show how far."""
     from ..backends.estimate import EstimateBackend
-    from ..guide.warmstart import naive_baseline
+    from ..guide.nofit import least_on_one_ipu
+    from ..guide.warmstart import balanced_splits
     from ..profiles.trace import profile_for
+    from ..search.space import SearchSpace
 
     if not has_layout(problem):
         return None
-    baseline = naive_baseline(problem, profile_for(problem))
-    m = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence).measure(problem, baseline)
-    return SizePlan(problem.ipus, 1, baseline, m)
+    profile, space = profile_for(problem), SearchSpace.load(problem)
+    least = least_on_one_ipu(problem, problem.ipus)
+    per_replica, replicas = (least[1], least[2]) if least else max(space.ipu_layouts(problem, profile))
+    cheapest = Config(ipus_per_replica=per_replica, replicas=replicas, precision="16.16", optimizer_state="half",
+                      optimizer_offload=True, replicated_tensor_sharding=replicas > 1, gradient_accumulation=1,
+                      execution="sharded" if per_replica > 1 else "pipelined")
+    cheapest = cheapest.replace(splits=balanced_splits(problem, profile, cheapest, "memory"))
+    config = space.project(problem, profile, cheapest)
+    m = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence).measure(problem, config)
+    return SizePlan(problem.ipus, 1, config, m)
 
 
 def planned(problem: Problem, headroom: float, fit_confidence: float | None,

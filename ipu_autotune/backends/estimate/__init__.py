@@ -15,7 +15,7 @@ from ...profiles.refine import refined
 from ..base import Backend, Measurement
 from ..targets import get_target
 from .constants import NOMINAL, EstimatorConstants
-from .error_bars import bars, fit_chance, kept_free
+from .error_bars import bars, confident_fraction, fit_chance
 from .layout import forward_stages, stages
 from .memory import stage_memory
 from .serialization import serialize_projection
@@ -82,18 +82,54 @@ _MADE_LIMIT = 20_000
 
 def estimate(problem: Problem, config: Config, profile: ModelProfile,
              constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
-             fit_confidence: float | None = None) -> Measurement:
-    """`_estimate`, remembered: a pure function of its arguments. Each caller gets a deep copy:
-    callers add to a measurement's details and lists (backends/screen.py sets
-    `details["screen_violation"]` on a compile built from an estimate), and a shallow copy
-    shared those with the remembered one."""
+             fit_confidence: float | None = None, shared: bool = False) -> Measurement:
+    """`_estimate`, remembered: a pure function of its arguments. Each caller gets a copy whose
+    lists and dicts are its own: callers add to a measurement's details and lists
+    (backends/screen.py sets `details["screen_violation"]` on a compile built from an
+    estimate), and a shallow copy shared those with the remembered one. `shared`: the
+    remembered one itself, for a caller that only reads it (guide/warmstart's screen)."""
     key = (dataclasses.replace(problem, ipus=1), config, id(profile), id(constants), headroom, fit_confidence)
     made = _MADE.get(key)
     if made is None:
         if len(_MADE) >= _MADE_LIMIT:
             _MADE.clear()
         made = _MADE[key] = (profile, constants, _estimate(problem, config, profile, constants, headroom, fit_confidence))
-    return copy.deepcopy(made[2])
+    return made[2] if shared else _fresh(made[2])
+
+
+def _fresh(m: Measurement) -> Measurement:
+    """A copy whose lists and dicts are its own (a plain walk over them: copy.deepcopy's memo
+    made it a tenth of a search's time)."""
+    out = copy.copy(m)
+    for name, value in vars(m).items():
+        if isinstance(value, (list, dict)):
+            setattr(out, name, _copied(value))
+    return out
+
+
+def _copied(x):
+    if isinstance(x, list):
+        if not any(isinstance(v, (list, dict)) for v in x):
+            return list(x)  # numbers: a new list is copy enough
+        return [_copied(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _copied(v) for k, v in x.items()}
+    return x
+
+
+#: the stages a profile's units make, by the placement they depend on (the splits and the
+#: checkpoints): a study's configurations share a few placements and differ in the other knobs
+_STAGES: dict[tuple, tuple[ModelProfile, list]] = {}
+
+
+def _stages(profile: ModelProfile, config: Config) -> list:
+    key = (id(profile), config.splits, config.checkpoints)
+    kept = _STAGES.get(key)
+    if kept is None or kept[0] is not profile:
+        if len(_STAGES) >= _MADE_LIMIT:
+            _STAGES.clear()
+        kept = _STAGES[key] = (profile, stages(profile, config))
+    return kept[1]
 
 
 def _estimate(problem: Problem, config: Config, profile: ModelProfile,
@@ -108,21 +144,29 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
     k = constants
     # Units cut where a split or checkpoint lands inside one (profiles/refine.py).
     profile = refined(profile, config.splits, config.checkpoints)
-    layout = serialize_projection(problem, config, profile, stages(profile, config))
+    layout = serialize_projection(problem, config, profile, list(_stages(profile, config)))
     n = len(layout)
     pipeline_stages = forward_stages(layout, config)
     memories = [stage_memory(problem, config, s, pipeline_stages, target, k) for s in layout]
     time = timing(problem, config, layout, target, k)
 
     capacity = target.bytes_per_ipu
-    free = kept_free(problem.model, headroom, fit_confidence)
-    feasible = all(m.max_tile <= target.bytes_per_tile * (1.0 - free) for m in memories)
-    chance = fit_chance(problem.model, max(m.max_tile for m in memories) / target.bytes_per_tile)
     compute_tiles = target.tiles - config.io_tiles
-    overflow = sum(max(0, m.max_tile - target.bytes_per_tile) * compute_tiles for m in memories)
+    tile = target.bytes_per_tile
+    # Per IPU: its busiest tile and the exact share of it (weights, accumulators and optimizer
+    # state spread evenly over its tiles), which the error bar does not widen.
+    used = [(m.max_tile / tile, m.exact / compute_tiles / tile) for m in memories]
+    chance = min(fit_chance(problem.model, p, e) for p, e in used)
+    limits = [1.0 - headroom if fit_confidence is None else
+              min(1.0 - headroom, confident_fraction(problem.model, fit_confidence, e)) for _, e in used]
+    feasible = all(p <= limit for (p, _), limit in zip(used, limits, strict=True))
+    worst = max(range(n), key=lambda i: used[i][0])
+    free = 1.0 - limits[worst]  # what the busiest IPU must keep free (Measurement.violation reads it)
+    overflow = sum(max(0, m.max_tile - tile) * compute_tiles for m in memories)
     e2e = host.end_to_end(problem, config, device_parts(config, time, k))
     required, max_tile = [mem.required for mem in memories], [mem.max_tile for mem in memories]
-    bar = bars(problem.model, max_tile, required, target.bytes_per_tile, e2e.throughput, time.throughput)
+    bar = bars(problem.model, max_tile, required, [mem.exact for mem in memories], compute_tiles, tile,
+               e2e.throughput, time.throughput)
     m = Measurement(
         feasible=feasible,
         source="estimate",
@@ -135,7 +179,7 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
         throughput=e2e.throughput,
         step_time_s=time.step_time_s,
         failure=None if feasible else "oom",
-        reason="" if feasible else _over(headroom, free, chance, fit_confidence),
+        reason="" if feasible else _over(headroom, chance, fit_confidence),
         headroom=free,
         details={"stage_seconds": time.stage_seconds, "time_parts": time.parts,
                  "stage_units": [[s.first, s.last] for s in layout],
@@ -156,8 +200,8 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
     return m
 
 
-def _over(headroom: float, free: float, chance: float, fit_confidence: float | None) -> str:
-    if free > headroom:  # the error bar asked for more than the headroom
+def _over(headroom: float, chance: float, fit_confidence: float | None) -> str:
+    if fit_confidence is not None and chance < fit_confidence:  # the error bar's verdict
         return (f"estimated {math.floor(chance * 100):.0f}% chance to fit by the error bar, under the "
                 f"{fit_confidence:.0%} asked "
                 "(--fit-confidence)")

@@ -9,10 +9,15 @@ package has no tests folder to read at run time.
   log(published / estimated). The 90 % interval is estimate x exp(+-w), w the split-conformal
   quantile of |residual| (the ceil(0.9 (n + 1))-th smallest), per category when it has the
   points for it, else over all throughput points.
-- **Memory**: published memory points are verdicts (fits or out of memory), which bound the
-  error but do not measure it. The band is the range of a common factor on the estimate
-  that every verdict of the model family still allows: up to 1 / (the largest busiest-tile
-  fraction that fits) and down to 1 / (the smallest one that does not).
+- **Memory, by category**: weights, gradient accumulators and optimizer state are parameter
+  counts times their bytes, exact; spread evenly over the compute tiles they are a part of the
+  busiest tile no compiler decision removes (its *exact share*). Only the rest (activation
+  liveness, temporaries, code and exchange, and how unevenly the compiler spreads it all) is
+  uncertain. Published memory points are verdicts (fits or out of memory), which bound that
+  error but do not measure it: the band is the range of a common factor on the uncertain part
+  that every verdict of the model family still allows, up to the smallest factor at which a
+  fitting point would overflow and down to the largest at which an out-of-memory one would
+  fit (`crossing`). A point whose exact share alone is over a tile bounds nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ COVERAGE = 0.9
 
 #: computed by tools/error_bars.py; checked by tests/test_error_bars.py
 THROUGHPUT_LOG_WIDTH = {"all": 0.2809}
-MEMORY_SCALE = {"all": (0.8838, 1.1825), "cnn": (0.8838, 1.2581), "transformer": (0.3008, 1.1825)}
+MEMORY_SCALE = {"all": (0.7640, 1.2358), "cnn": (0.7640, 1.2990)}
 
 
 def conformal_width(residuals: Sequence[float], coverage: float = COVERAGE) -> float | None:
@@ -58,15 +63,26 @@ def throughput_widths(residuals: dict[str, Sequence[float]]) -> dict[str, float]
     return _per_category(residuals, conformal_width, f"too few throughput residuals for a {COVERAGE:.0%} interval")
 
 
+def crossing(tile_fraction: float, exact_fraction: float = 0.0) -> float:
+    """The common factor on the uncertain part of a busiest tile (`tile_fraction` of a tile, of
+    which `exact_fraction` is exact) at which it fills the tile: 0 when the exact part alone
+    does, infinite when nothing is uncertain and it fits."""
+    if exact_fraction >= 1.0:
+        return 0.0
+    rest = tile_fraction - exact_fraction
+    return math.inf if rest <= 0 else (1.0 - exact_fraction) / rest
+
+
 def memory_scale(verdicts: Iterable[tuple[float, bool]]) -> tuple[float, float] | None:
-    """(low, high) common factors on the busiest tile that every (tile fraction, fits) allows;
-    None without both a fitting and an out-of-memory point."""
+    """(low, high) common factors on the uncertain part that every (crossing, fits) allows: a
+    fit says the factor is at most its crossing, an out-of-memory point that it is above its
+    own. None without a fitting point and an out-of-memory one that bounds anything."""
     verdicts = list(verdicts)
-    fits = [p for p, ok in verdicts if ok]
-    ooms = [p for p, ok in verdicts if not ok]
+    fits = [c for c, ok in verdicts if ok]
+    ooms = [c for c, ok in verdicts if not ok and c > 0]
     if not fits or not ooms:
         return None
-    return min(1.0, 1.0 / min(ooms)), max(1.0, 1.0 / max(fits))
+    return min(1.0, max(ooms)), max(1.0, min(fits))
 
 
 def memory_scales(verdicts: dict[str, Sequence[tuple[float, bool]]]) -> dict[str, tuple[float, float]]:
@@ -77,32 +93,38 @@ def _band(model: str) -> tuple[float, float]:
     return MEMORY_SCALE.get(family(model), MEMORY_SCALE["all"])
 
 
-def fit_chance(model: str, tile_fraction: float) -> float:
-    """The chance that a busiest tile estimated at `tile_fraction` of a tile's memory fits.
+def fit_chance(model: str, tile_fraction: float, exact_fraction: float = 0.0) -> float:
+    """The chance that a busiest tile estimated at `tile_fraction` of a tile's memory, of which
+    `exact_fraction` is exact, fits.
 
-    The memory band says which common factors on the estimate the calibration verdicts
+    The memory band says which common factors on the uncertain part the calibration verdicts
     allow, not how likely each is; with nothing to prefer one over another, the factor is
     taken as uniform in log over the band (a factor of 1.1 as likely as 1/1.1). The config
-    fits when factor x fraction <= 1."""
+    fits when the factor is at most its `crossing`; 0 exactly when the exact part alone is over."""
     low, high = _band(model)
-    if tile_fraction <= 0:
+    limit = crossing(tile_fraction, exact_fraction)
+    if limit == 0.0:
+        return 0.0
+    if math.isinf(limit):
         return 1.0
     if high <= low:
-        return float(tile_fraction * low <= 1.0)
-    share = (math.log(1.0 / tile_fraction) - math.log(low)) / (math.log(high) - math.log(low))
+        return float(low <= limit)
+    share = (math.log(limit) - math.log(low)) / (math.log(high) - math.log(low))
     return min(1.0, max(0.0, share))
 
 
-def confident_fraction(model: str, confidence: float) -> float:
-    """The busiest-tile fraction whose `fit_chance` is exactly `confidence`: the most of a tile an
-    estimate may use and still count as fitting."""
+def confident_fraction(model: str, confidence: float, exact_fraction: float = 0.0) -> float:
+    """The busiest-tile fraction whose `fit_chance` is exactly `confidence`, given its exact
+    share: the most of a tile an estimate may use and still count as fitting. With no exact
+    share it is the least, the bound for a configuration not yet estimated."""
     low, high = _band(model)
-    return float(1.0 / (low * (high / low) ** confidence))
+    return float(exact_fraction + (1.0 - exact_fraction) / (low * (high / low) ** confidence))
 
 
 def kept_free(model: str, headroom: float, confidence: float | None) -> float:
-    """The fraction of a tile an estimate must leave free to count as fitting: `headroom`, or
-    more where the error bar asks for more to reach `confidence` (None: the headroom alone)."""
+    """The fraction of a tile an estimate must leave free to count as fitting whatever its exact
+    share: `headroom`, or more where the error bar asks for more to reach `confidence` (None:
+    the headroom alone). The warm starts' climbs keep this much free."""
     if confidence is None:
         return headroom
     return max(headroom, 1.0 - confident_fraction(model, confidence))
@@ -119,8 +141,10 @@ class Bars:
     straddles_tile_limit: bool
 
 
-def bars(model: str, max_tile: Sequence[int], required: Sequence[int], tile_capacity: int,
-         throughput: float | None, device_throughput: float | None) -> Bars:
+def bars(model: str, max_tile: Sequence[int], required: Sequence[int], exact: Sequence[float], compute_tiles: int,
+         tile_capacity: int, throughput: float | None, device_throughput: float | None) -> Bars:
+    """The band on the uncertain part of each IPU's figures; its `exact` bytes (weights,
+    gradient accumulators, optimizer state) are added as they are, spread over its tiles."""
     low, high = _band(model)
     w = THROUGHPUT_LOG_WIDTH.get("end_to_end", THROUGHPUT_LOG_WIDTH["all"])
     wd = THROUGHPUT_LOG_WIDTH.get("device", THROUGHPUT_LOG_WIDTH["all"])
@@ -128,9 +152,13 @@ def bars(model: str, max_tile: Sequence[int], required: Sequence[int], tile_capa
     def band(x: float, lo: float, hi: float) -> list[Any]:
         return [x * lo, x * hi]
 
-    tiles = [[round(t * low), round(t * high)] for t in max_tile]
+    def banded(x: float, sure: float) -> list[int]:
+        sure = min(sure, x)
+        return [round(sure + (x - sure) * low), round(sure + (x - sure) * high)]
+
+    tiles = [banded(t, e / compute_tiles) for t, e in zip(max_tile, exact, strict=True)]
     straddles = any(lo <= tile_capacity < hi for lo, hi in tiles)
-    return Bars(max_tile_bytes=tiles, required_bytes=[[round(r * low), round(r * high)] for r in required],
+    return Bars(max_tile_bytes=tiles, required_bytes=[banded(r, e) for r, e in zip(required, exact, strict=True)],
                 throughput=band(throughput, math.exp(-w), math.exp(w)) if throughput else None,
                 device_throughput=band(device_throughput, math.exp(-wd), math.exp(wd)) if device_throughput else None,
                 straddles_tile_limit=straddles)

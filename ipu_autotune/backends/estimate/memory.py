@@ -102,11 +102,20 @@ def optimizer_state_on_chip(problem: Problem, config: Config, stage: Stage) -> f
     return state_elements_per_replica(problem, config, stage) * per_element
 
 
+#: the categories that are parameter counts times their bytes: exact, no error bar
+EXACT = ("weights", "optimizer", "gradients")
+
+
 @dataclass(frozen=True)
 class StageMemory:
     breakdown: dict[str, int]
     required: int
     max_tile: int
+
+    @property
+    def exact(self) -> int:
+        """Bytes no compiler decision changes: weights, gradient accumulators, optimizer state."""
+        return sum(self.breakdown[c] for c in EXACT)
 
 
 def _activations_and_stash(stage: Stage, config: Config, n_stages: int) -> tuple[float, float]:
