@@ -37,7 +37,7 @@ def test_a_knob_the_compiles_moved_is_learnt_and_one_they_did_not_keeps_its_spre
     assert sd[0] < 0.05 and sd[1] < 0.05
     # knob 0's spread grew to its effect; knob 1 never moved and keeps its prior spread, so at
     # another value of it the model is unsure again
-    constant, knob0, knob1, interaction = np.exp(model.log_spread)
+    constant, knob0, knob1, *interactions = np.exp(model.log_spread)
     assert knob0 > 2 * model.unit and knob1 == pytest.approx(model.unit, rel=0.25)
     assert sd[2] > 2 * sd[0]
 
@@ -188,3 +188,20 @@ def test_another_models_splits_are_placed_by_where_they_fall_in_its_ops() -> Non
     assert foreign_numeric == pytest.approx(own_numeric) and foreign_levels == own_levels
     elsewhere, _ = featurizer.foreign(config, (0.7,))
     assert elsewhere != pytest.approx(own_numeric)
+
+
+def test_a_combination_of_two_knob_values_is_learnt_apart_from_the_other_knobs():
+    """A pair of knob values that is faster only together (neither alone) carries to an
+    untried config that shares the pair, whatever its other knobs: the interactions of two
+    knobs (issue 58); a config with one of the two values does not inherit it."""
+    from itertools import product
+
+    truth = lambda c: 0.5 if c[0] == c[1] == "a" else 0.0  # noqa: E731
+    left_out = [("a", "a", "b", "a"), ("a", "b", "b", "a")]
+    rows = [c for c in product("ab", repeat=4) if c not in left_out]
+    levels = np.array(rows, dtype=object)
+    model = KnobEffects(np.empty((len(rows), 0)), levels, [truth(c) for c in rows], [], unit=0.05, noise=0.01,
+                        group_unit=0.171)
+    mean, _ = model.predict(np.empty((2, 0)), np.array(left_out, dtype=object))
+    # (the knobs alone, with an interaction over all of them at once: 0.29 and 0.12)
+    assert mean[0] > 0.4 and mean[1] < 0.1

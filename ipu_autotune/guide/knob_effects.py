@@ -4,17 +4,22 @@ Gaussian process over the knobs, with a spread of its own for every knob.
 A residual (log time measured over predicted, or a busiest tile's excess over the learnt
 memory parts) is modelled as a sum of one smooth term per knob (a slope and a Matérn 5/2
 over the knob's coordinates, guide/features.py; a level per word or switch), a constant, and
-one term over all knobs at once for the interactions the sum cannot express:
+the interactions of every two and every three knobs:
 
-    r(x) = c + sum_k f_k(x_k) + g(x),   f_k ~ GP(0, s_k^2 (m52(|x_k - x'_k| / l) + (x_k - 1/2)(x'_k - 1/2))),
-                                         g ~ GP(0, s_g^2 m52(|x - x'| / l)).
+    r(x) = c + sum_k f_k(x_k) + g_2(x) + g_3(x),
+    f_k ~ GP(0, s_k^2 (k_k(x_k, x'_k) + (x_k - 1/2)(x'_k - 1/2))),   k_k = m52(|x_k - x'_k| / l) or [x_k = x'_k],
+    g_d ~ GP(0, s_d^2 e_d(k_1 .. k_K) / C(K, d)),   e_d: the sum over every d knobs of their kernels' product.
+
+Two configs that share a pair (a triple) of knob values share its effect, whatever their
+other knobs: on an IPU nobody modelled a combination of two or three knob values can be off
+as a whole, and one compile in it teaches every config in it.
 
 The slope lets a trend the compiles show along a knob carry past the values they tried.
 Groups of structural choices (a layout; it with its precision, optimizer and recomputation:
 features.GROUPS) are levels of their own, each a term with a spread of its own: the
 estimator's errors differ most between such regions, so a region no compile reached is as
 unsure as the estimator's error between configurations (guide/trust.py), and one compile in a
-region teaches all of it. The terms of regions (the groups' and the interaction's) start wider
+region teaches all of it. The terms of regions (the groups' and the interactions') start wider
 on an IPU the compiles show far off the estimator (`widen`: the study's misfit). With
 `learn_noise`, a compile's own scatter is fitted too, as a spread with its own prior.
 
@@ -51,7 +56,7 @@ from .prior import KnobRow
 
 #: a knob's length scale on its coordinates (about [0, 1] each): non-monotone effects allowed
 LENGTH = 0.3
-#: the log-normal prior on each spread: median `unit` (the interaction term's: half of it),
+#: the log-normal prior on each spread: median `unit` (the interactions': `group_unit`, or half the unit),
 #: and by default this standard deviation of its log (a knob may matter ten times more, or less)
 LOG_SPREAD_SD = 1.0
 #: with learnt noise, the standard deviation of its log around the given noise
@@ -67,6 +72,9 @@ STUDY_LOGIT_SD = 1.5
 OWN = ""
 #: the evidence's ascent: steps and their size in log spread
 STEPS, RATE = 80, 0.1
+#: the interaction terms: of every two knobs, and of every three (issue 58: on an IPU nobody
+#: modelled, a combination of two or three knob values is off as a whole)
+ORDERS = 2
 _SQRT5 = math.sqrt(5.0)
 _FITTED: dict[tuple[Any, ...], KnobEffects] = {}  # Residuals: one fit per set of rows
 
@@ -79,6 +87,20 @@ def _shared(rho: float, across: np.ndarray) -> np.ndarray:
     """Per pair of rows, the share of the kernel their studies have in common: 1 within a
     study, rho across studies."""
     return 1.0 - (1.0 - rho) * across
+
+
+def _interactions(base: np.ndarray) -> list[np.ndarray]:
+    """The additive kernels of order 2 and 3 over per-knob kernels `base` (..., knobs), each
+    at 1 where two configs are equal: the sum over every pair (triple) of knobs of their
+    kernels' product, over the number of pairs (triples). Two configs that share a pair of
+    knob values share that pair's effect, whatever the other knobs (Duvenaud, Nickisch and
+    Rasmussen, "Additive Gaussian processes", 2011: the elementary symmetric polynomials by
+    Newton's identities)."""
+    n = base.shape[-1]
+    p1, p2, p3 = base.sum(-1), (base**2).sum(-1), (base**3).sum(-1)
+    e2 = (p1 * p1 - p2) / 2 / max(math.comb(n, 2), 1)
+    e3 = (p1**3 - 3 * p1 * p2 + 2 * p3) / 6 / max(math.comb(n, 3), 1)
+    return [e2[..., None], e3[..., None]]
 
 
 def _m52(r: np.ndarray) -> np.ndarray:
@@ -97,8 +119,8 @@ class KnobEffects:
     a knob; `studies`: the last level column is the row's study (OWN: this one's), correlated
     by the fitted `study_correlation` across studies; `learn_noise`: fit the noise too (its
     prior median `noise`); `group_levels`: the level columns that are groups of structural
-    choices, their prior spread `group_unit` (the interaction's half of it; default `unit`);
-    `widen`: a factor on the groups' and the interaction's prior spreads (guide/trust.py)."""
+    choices, their prior spread `group_unit` (the interactions' too; without it, they start at half the unit);
+    `widen`: a factor on the groups' and the interactions' prior spreads (guide/trust.py)."""
 
     def __init__(self, numeric: np.ndarray, levels: np.ndarray, y: Sequence[float],
                  groups: Sequence[Sequence[int]], unit: float, noise: float, log_spread_sd: float = LOG_SPREAD_SD,
@@ -115,13 +137,15 @@ class KnobEffects:
         self.y = np.asarray(y, dtype=float)
         self.unit, self.noise, self.log_spread_sd = unit, noise, log_spread_sd
         # terms: the constant, one per numeric knob, one per level (a level of a group of
-        # structural choices at `group_unit`), the interaction (at half the unit). The terms of
-        # regions, the groups' and the interaction's (any combination of knob values), are
-        # `widen`ed: guide/trust.py
+        # structural choices at `group_unit`), and the interactions of two and of three knobs
+        # (at `group_unit`; without one, at half the unit). The terms of regions, the groups'
+        # and the interactions' (combinations of knob values), are `widen`ed: guide/trust.py
+        self._group_levels = set(group_levels)
+        region = unit if group_unit is None else group_unit
         spreads = np.array([unit] * (1 + len(self.groups) + knob_levels)
-                           + [(unit if group_unit is None else group_unit) / 2 * widen])
+                           + [(region if group_unit is not None else unit / 2) * widen] * ORDERS)
         for column in group_levels:
-            spreads[1 + len(self.groups) + column] = (unit if group_unit is None else group_unit) * widen
+            spreads[1 + len(self.groups) + column] = region * widen
         self._prior_log = np.log(spreads)
         self.log_spread = self._prior_log.copy()
         self.study_logit = 0.0  # rho = 1/2 until fitted
@@ -156,14 +180,20 @@ class KnobEffects:
             lvl_a, lvl_b = lvl_a[:, :-1], lvl_b[:, :-1]
         d2 = ((num_a[:, None, :] - num_b[None, :, :]) ** 2) @ self._mean / LENGTH**2  # per knob
         slopes = ((num_a[:, None, :] - 0.5) * (num_b[None, :, :] - 0.5)) @ self._mean
-        squared = d2.sum(-1)
-        parts = [np.ones((len(num_a), len(num_b)))[..., None], _m52(np.sqrt(d2)) + slopes]
+        smooth = _m52(np.sqrt(d2))
+        parts = [np.ones((len(num_a), len(num_b)))[..., None], smooth + slopes]
+        base = [smooth]  # each knob's own kernel (1 where equal), the interactions' factors
         if lvl_a.shape[1]:
-            same = lvl_a[:, None, :] == lvl_b[None, :, :]
-            parts.append(same.astype(float))
-            squared = squared + (~same).sum(-1) / LENGTH**2
-        parts.append(_m52(np.sqrt(squared))[..., None])
+            same = (lvl_a[:, None, :] == lvl_b[None, :, :]).astype(float)
+            parts.append(same)
+            base.append(same[..., self._knob_level_columns(lvl_a.shape[1])])
+        parts.extend(_interactions(np.concatenate(base, axis=-1)))
         return np.moveaxis(np.concatenate(parts, axis=-1), -1, 0) * scale
+
+    def _knob_level_columns(self, width: int) -> list[int]:
+        """The level columns that are one knob each (a group of structural choices is a
+        combination of knobs already: not a factor of the interactions)."""
+        return [j for j in range(width) if j not in self._group_levels]
 
     def _kernel(self, terms: np.ndarray, across: np.ndarray | None) -> np.ndarray:
         """The terms at the fitted spreads, summed, shared across studies by rho."""
@@ -175,7 +205,11 @@ class KnobEffects:
         slopes = ((numeric - 0.5) ** 2) @ self._mean
         rows = len(numeric)
         knob_levels = self.levels.shape[1] - (1 if self.outputs else 0)
-        return np.concatenate([np.ones((rows, 1)), 1.0 + slopes, np.ones((rows, knob_levels + 1))], axis=1).T
+        # an interaction's kernel at a config itself: 1, or 0 with fewer knobs than its order
+        knobs = len(self.groups) + len(self._knob_level_columns(knob_levels))
+        orders = [float(k.item()) for k in _interactions(np.ones((1, knobs)))]
+        return np.concatenate([np.ones((rows, 1)), 1.0 + slopes, np.ones((rows, knob_levels)),
+                               np.tile(orders, (rows, 1))], axis=1).T
 
     # --- fit and predict -------------------------------------------------------------------
 

@@ -1,14 +1,19 @@
-"""Single changes of a configuration that warmstart's climb leaves out, worth a compile once
-the estimator is corrected by compiles (guide/corrected.CorrectedScreen adds them): finer steps
-of a knob, and a pipeline's stage boundaries moved together."""
+"""Changes of a configuration that warmstart's climb leaves out, worth a compile once the
+estimator is corrected by compiles: finer steps of a knob and a pipeline's stage boundaries
+moved together (guide/corrected.CorrectedScreen adds them), and random combinations of
+single changes (the guide gathers them around its anchors)."""
 
 from __future__ import annotations
+
+import random
+from collections.abc import Sequence
 
 from ..models import partition
 from ..problem import Config
 from ..profiles.model_profile import ModelProfile
 from ..search.replay import checkpoint_spacing, with_splits
 from ..search.space import Range, SearchSpace
+from .pairs import changes
 
 
 def finer_changes(space: SearchSpace, c: Config) -> list[Config]:
@@ -55,4 +60,28 @@ def split_moves(profile: ModelProfile, c: Config) -> list[Config]:
     for moved in partition.moved_cuts(cuts, units, steps) + partition.shifted_cuts(cuts, units, steps):
         splits = tuple(profile.units[x].path for x in moved)
         out.append(with_splits(profile, c, splits, every))
+    return out
+
+
+def combined_changes(base: Config, singles: Sequence[Config], rng: random.Random, count: int) -> list[Config]:
+    """`count` random combinations of two or three of `singles` (single-knob changes of
+    `base`) that change different knobs: configurations in a combination of knob values no
+    climb reaches, since each of its single changes alone is no better. On an IPU nobody
+    modelled such a combination can be off as a whole (guide/knob_effects.py's interactions):
+    drawn at random, not by the estimate, so a region the estimator ranks low is reached too."""
+    by_knobs: dict[frozenset[str], list[Config]] = {}
+    for c in singles:
+        by_knobs.setdefault(frozenset(changes(base, c)), []).append(c)
+    groups = list(by_knobs.values())
+    out: list[Config] = []
+    for _ in range(count if len(groups) >= 2 else 0):
+        picked = [rng.choice(g) for g in rng.sample(groups, min(rng.choice((2, 3)), len(groups)))]
+        moved: dict = {}
+        for c in picked:
+            delta = changes(base, c)
+            if delta.keys() & moved.keys():
+                break
+            moved.update(delta)
+        else:
+            out.append(base.replace(**moved))
     return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence, Set
 from dataclasses import dataclass
+import random
 from itertools import combinations
 from typing import Any
 
@@ -46,6 +47,7 @@ from .corrected import (
     observe,
 )
 from .gain import bar, expected_improvement
+from .moves import combined_changes
 from .pairs import best_pair, merged
 from .prior import GuidePrior
 from .proposal import History, Proposal, Reason
@@ -70,6 +72,8 @@ HEDGE = 0.10
 FRONTIER = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25)
 #: single-knob changes of an anchor that are combined in pairs (the best by corrected score)
 PAIR_TOP = 8
+#: random combinations of two or three of an anchor's single changes gathered per proposal
+COMBINATIONS = 24
 
 
 def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequence[Any], constants: EstimatorConstants,
@@ -212,11 +216,15 @@ class Guide:
         for anchor in anchors:
             singles = [c for knob, c in corrected.candidates(self.space, anchor)]
             self.pool.update(singles)
-            top = sorted((c for c in singles if c.ipus_per_replica == anchor.ipus_per_replica),
-                         key=model.score, reverse=True)[:PAIR_TOP]
+            same_layout = [c for c in singles if c.ipus_per_replica == anchor.ipus_per_replica]
+            top = sorted(same_layout, key=model.score, reverse=True)[:PAIR_TOP]
             for a, b in combinations(top, 2):
                 if (pair := merged(anchor, a, b)) is not None:
                     self.pool.add(pair)
+            # combinations no climb reaches, drawn anew as compiles arrive (the same in every run)
+            draw = random.Random(f"{len(measured)} {anchor!r}")
+            self.pool.update(c for c in combined_changes(anchor, same_layout, draw, COMBINATIONS)
+                             if self.screen(c) is not None)
             if anchor == anchors[0]:  # one climb per proposal: the best anchor's
                 self.pool.add(pair_climb(corrected, model, self.space, anchor))
         # climbed once per margin, and apart at another confidence (a climb's end depends on it)
