@@ -23,9 +23,9 @@ the study does not use a guide there.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Hashable, Sequence, Set
 from dataclasses import dataclass
-import random
 from itertools import combinations
 from typing import Any
 
