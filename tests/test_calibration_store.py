@@ -312,7 +312,7 @@ def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path: Path) -> None:
     for r in records_of("old", factor=factor):
         store.add(r)
     guide, _ = _guided(store)
-    def screened(baseline):
+    def screened(baseline: Any) -> Any:
         return ScreenedBackend(HiddenFactor(factor), EstimateBackend(headroom=0.05), margin=float("inf"),
                                veto=session.prior_veto(guide, baseline))
 

@@ -4,6 +4,8 @@ create a database: a storage file that is not there is said, not made."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 import signal
 import subprocess
@@ -50,7 +52,7 @@ GO_ON = re.compile(r"(Run again with|Resume with|Run the same command to resume 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seconds", [0.4, 1.0, 2.0, 3.0, 5.0])
-def test_ctrl_c_in_tunes_first_seconds_says_how_to_go_on(tmp_path, seconds):
+def test_ctrl_c_in_tunes_first_seconds_says_how_to_go_on(tmp_path: Path, seconds: float) -> None:
     done = interrupt_after(seconds, TUNE, tmp_path)
     assert done.returncode == 130, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
@@ -59,14 +61,14 @@ def test_ctrl_c_in_tunes_first_seconds_says_how_to_go_on(tmp_path, seconds):
         assert len(line) <= 80, line
 
 
-def test_ctrl_c_while_the_modules_import_says_nothing_was_started(monkeypatch, capsys):
+def test_ctrl_c_while_the_modules_import_says_nothing_was_started(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import builtins
 
     from ipu_autotune import launch
 
     real_import = builtins.__import__
 
-    def slow_import(name, globals=None, locals=None, fromlist=(), level=0):
+    def slow_import(name: Any, globals: Any=None, locals: Any=None, fromlist: Any=(), level: Any=0) -> Any:
         if name == "cli" and level == 1:  # `from .cli import main`: the user presses Ctrl-C meanwhile
             raise KeyboardInterrupt
         return real_import(name, globals, locals, fromlist, level)
@@ -79,12 +81,12 @@ def test_ctrl_c_while_the_modules_import_says_nothing_was_started(monkeypatch, c
     assert capsys.readouterr().err == "Interrupted while starting: nothing was started.\n"
 
 
-def test_ctrl_c_before_tune_opens_its_study_says_the_command_that_starts_it(capsys, in_tmp, monkeypatch):
+def test_ctrl_c_before_tune_opens_its_study_says_the_command_that_starts_it(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
     real = importlib.import_module
 
-    def interrupted(name, package=None):
+    def interrupted(name: Any, package: Any=None) -> Any:
         if name == ".commands.tune":  # while the tune command's modules import
             raise KeyboardInterrupt
         return real(name, package)
@@ -96,10 +98,10 @@ def test_ctrl_c_before_tune_opens_its_study_says_the_command_that_starts_it(caps
     assert not list(in_tmp.iterdir())  # nothing was written
 
 
-def test_ctrl_c_while_tracing_names_the_study_on_lines_that_fit(capsys, in_tmp, monkeypatch):
+def test_ctrl_c_while_tracing_names_the_study_on_lines_that_fit(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from ipu_autotune.commands import tune
 
-    def interrupted(*_a, **_k):
+    def interrupted(*_a: Any, **_k: Any) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tune, "trace", interrupted)
@@ -119,7 +121,7 @@ def test_ctrl_c_while_tracing_names_the_study_on_lines_that_fit(capsys, in_tmp, 
     (["report", "--study", "resnet101-bs64-2ipu-mk2"], 2),
     (["calibration"], 0),
 ])
-def test_reading_commands_never_create_a_database(capsys, in_tmp, argv, code):
+def test_reading_commands_never_create_a_database(capsys: pytest.CaptureFixture[str], in_tmp: Any, argv: list[Any], code: int) -> None:
     got, out, err = run_cli(capsys, *argv)
     assert got == code, err
     assert not list(in_tmp.iterdir()), "a reading command wrote a file"
@@ -129,7 +131,7 @@ def test_reading_commands_never_create_a_database(capsys, in_tmp, argv, code):
         assert out.strip() == "no studies in sqlite:///ipu-autotune.db"
 
 
-def test_studies_still_reads_a_storage_that_exists(capsys, in_tmp):
+def test_studies_still_reads_a_storage_that_exists(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     import optuna
 
     optuna.create_study(study_name="other", storage=sqlite_url(in_tmp / "ipu-autotune.db"))

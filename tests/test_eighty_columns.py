@@ -11,6 +11,8 @@ follows a list separator, `,` or `/`, inside a long knob list). A shell command 
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
 from pathlib import Path
@@ -55,7 +57,7 @@ def commands(problem: list[str], study: str) -> list[list[str]]:
     ]
 
 
-def run_all(capsys, monkeypatch, folder: Path, columns: int, argvs: list[list[str]]) -> list[tuple[int, str]]:
+def run_all(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, folder: Path, columns: int, argvs: list[list[str]]) -> list[tuple[int, str]]:
     config = json.loads((ROOT / "examples" / "hf_configs" / "gpt2-large" / "config.json").read_text())
     (folder / "hf_configs" / "gpt2-large-12-layers").mkdir(parents=True)
     (folder / "hf_configs" / "gpt2-large-12-layers" / "config.json").write_text(json.dumps({**config, "n_layer": 12}))
@@ -99,7 +101,7 @@ def problems(narrow: str, wide: str, columns: int = 80) -> list[str]:
 
 
 @pytest.mark.parametrize("problem, study", [(README, README_STUDY), (HF, HF_STUDY)], ids=["readme", "hf"])
-def test_every_command_fits_80_columns_without_breaking_a_word(capsys, monkeypatch, tmp_path, problem, study):
+def test_every_command_fits_80_columns_without_breaking_a_word(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, problem: Any, study: Any) -> None:
     argvs = commands(problem, study)
     narrow = run_all(capsys, monkeypatch, tmp_path / "narrow", 80, argvs)
     wide = run_all(capsys, monkeypatch, tmp_path / "wide", WIDE, argvs)
@@ -114,7 +116,7 @@ def test_every_command_fits_80_columns_without_breaking_a_word(capsys, monkeypat
     assert report == [], "\n".join(report)
 
 
-def test_verify_fits_80_columns_without_breaking_a_word(capsys, monkeypatch, tmp_path):
+def test_verify_fits_80_columns_without_breaking_a_word(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     tuned = tmp_path / "tuned.toml"
     tuned.write_text('[config]\nprecision = "16.16"\nloss_scaling = 1024.0\ngradient_accumulation = 2\n')
     argv = ["verify", *DIGITS, "--data", "verify_models:digits", "--tuned", str(tuned), "--steps", "8"]
@@ -125,7 +127,7 @@ def test_verify_fits_80_columns_without_breaking_a_word(capsys, monkeypatch, tmp
     assert problems(narrow, wide) == []
 
 
-def test_the_check_finds_what_it_is_for():
+def test_the_check_finds_what_it_is_for() -> None:
     wide = "closest: trial 1 (16.16 amp0.05/0.05 offload) at 18,393/s\nresnet101-bs64-2ipu-mk2 fits"
     assert problems("closest: trial 1 (16.16 amp0.05/0.\n05 offload) at 18,393/s", wide) == \
         ["broken across lines: 'amp0.05/0.' + '05'"]

@@ -3,6 +3,8 @@ set, docs/estimator.md's coverage table is what it prints, and every estimate ca
 
 from __future__ import annotations
 
+from typing import Any
+
 import importlib.util
 import io
 import json
@@ -27,7 +29,7 @@ FITTING = Config(precision="16.16", partials="half", optimizer_state="half", los
                  device_iterations=24, eight_bit_io=True, loader_workers=4)
 
 
-def _tool():
+def _tool() -> Any:
     spec = importlib.util.spec_from_file_location("error_bars_tool", ROOT / "tools" / "error_bars.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
@@ -36,17 +38,17 @@ def _tool():
 
 
 @pytest.fixture(scope="module")
-def tool():
+def tool() -> Any:
     return _tool()
 
 
 @pytest.fixture(scope="module")
-def calibration(tool):
+def calibration(tool: Any) -> Any:
     return tool.points()
 
 
 @pytest.mark.slow
-def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(tool, calibration):
+def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(tool: Any, calibration: Any) -> None:
     widths, scales = tool.constants(calibration)
     assert widths.keys() == eb.THROUGHPUT_LOG_WIDTH.keys() and scales.keys() == eb.MEMORY_SCALE.keys()
     for key, w in widths.items():
@@ -55,12 +57,12 @@ def test_the_shipped_widths_are_what_the_tool_computes_from_the_calibration_set(
         assert eb.MEMORY_SCALE[key] == pytest.approx((lo, hi), abs=1e-4), "run tools/error_bars.py --constants"
 
 
-def test_the_docs_coverage_table_is_what_the_tool_prints(tool, calibration):
+def test_the_docs_coverage_table_is_what_the_tool_prints(tool: Any, calibration: Any) -> None:
     docs = (ROOT / "docs" / "estimator.md").read_text()
     assert tool.table(calibration) in docs, "paste `python tools/error_bars.py` into docs/estimator.md"
 
 
-def test_every_throughput_point_and_memory_verdict_is_checked_and_tuned_points_are_named(tool, calibration):
+def test_every_throughput_point_and_memory_verdict_is_checked_and_tuned_points_are_named(tool: Any, calibration: Any) -> None:
     ids = {p.id for p in calibration}
     assert set(tool.TUNED_ON) - {"M22"} <= ids  # M22 is a ratio: no common factor to check
     assert sum(p.kind == "throughput" for p in calibration) == 12  # the two PopVision traces (seed-trace-ga3, -ga8) joined in issue 42
@@ -70,13 +72,13 @@ def test_every_throughput_point_and_memory_verdict_is_checked_and_tuned_points_a
     assert all(0 < total for *_, total in held_out)
 
 
-def test_conformal_width_needs_enough_points_for_its_coverage():
+def test_conformal_width_needs_enough_points_for_its_coverage() -> None:
     assert eb.conformal_width([0.1] * 8) is None  # ceil(0.9 * 9) = 9 > 8
     assert eb.conformal_width([0.3, -0.1, 0.2, 0.05, -0.4, 0.0, 0.1, 0.15, -0.2]) == pytest.approx(0.4)
     assert eb.conformal_width([0.01 * i for i in range(19)]) == pytest.approx(0.17)  # the 18th of 19
 
 
-def test_memory_band_is_what_the_verdicts_allow():
+def test_memory_band_is_what_the_verdicts_allow() -> None:
     # (the factor on the uncertain part at which the point fills a tile, fits)
     verdicts = [(eb.crossing(0.8), True), (eb.crossing(1.25), False), (eb.crossing(0.5), True), (eb.crossing(3.0), False)]
     assert eb.memory_scale(verdicts) == pytest.approx((0.8, 1.25))
@@ -87,7 +89,7 @@ def test_memory_band_is_what_the_verdicts_allow():
     assert eb.crossing(3.3, 2.2) == 0.0 and eb.memory_scale([(1.25, True), (0.0, False)]) is None
 
 
-def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool):
+def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool: Any) -> None:
     P = tool.Point
     pts = [P(f"t{i}", "cnn", "throughput", "device", 0.05 * (-1) ** i) for i in range(9)]
     pts.append(P("outlier", "cnn", "throughput", "device", 0.9))
@@ -108,7 +110,7 @@ def _baseline() -> Config:
     return naive_baseline(WORKSHOP, profile_for(WORKSHOP))
 
 
-def test_every_estimate_carries_error_bars_around_its_figures():
+def test_every_estimate_carries_error_bars_around_its_figures() -> None:
     backend = EstimateBackend()
     for config in (_baseline(), FITTING):
         m = backend.measure(WORKSHOP, config)
@@ -124,7 +126,7 @@ def test_every_estimate_carries_error_bars_around_its_figures():
         assert again.max_tile_bytes_interval == m.max_tile_bytes_interval and again.throughput_interval == m.throughput_interval
 
 
-def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit():
+def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit() -> None:
     from ipu_autotune.options import DEFAULT_FIT_CONFIDENCE
     from ipu_autotune.commands.estimate import _print_measurement
 
@@ -140,7 +142,7 @@ def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit():
         assert "error bars (estimated): busiest tile IPU0 " in out.getvalue() and "(90%)" in out.getvalue()
 
 
-def test_families_take_their_own_memory_band_on_all_but_the_exact_bytes():
+def test_families_take_their_own_memory_band_on_all_but_the_exact_bytes() -> None:
     from ipu_autotune.backends.estimate.memory import EXACT
 
     cnn = EstimateBackend().measure(WORKSHOP, _baseline())
@@ -153,12 +155,12 @@ def test_families_take_their_own_memory_band_on_all_but_the_exact_bytes():
     assert eb.family("hf:bert-base-uncased") == "transformer" and eb.family("resnet50") == "cnn"
 
 
-def test_a_compiled_verdict_has_no_memory_bar_but_its_estimated_throughput_keeps_its_interval():
+def test_a_compiled_verdict_has_no_memory_bar_but_its_estimated_throughput_keeps_its_interval() -> None:
     from ipu_autotune.backends.base import Backend
     from ipu_autotune.backends.screen import ScreenedBackend
 
     class Compiled(Backend):
-        def measure(self, problem, config):
+        def measure(self, problem: Any, config: Any) -> Any:
             return Measurement(feasible=True, source="compile", max_tile_bytes=[400_000], tile_capacity_bytes=638_976)
 
     m = ScreenedBackend(Compiled(), EstimateBackend()).measure(WORKSHOP, FITTING)

@@ -190,7 +190,7 @@ def test_another_models_splits_are_placed_by_where_they_fall_in_its_ops() -> Non
     assert elsewhere != pytest.approx(own_numeric)
 
 
-def test_a_combination_of_two_knob_values_is_learnt_apart_from_the_other_knobs():
+def test_a_combination_of_two_knob_values_is_learnt_apart_from_the_other_knobs() -> None:
     """A pair of knob values that is faster only together (neither alone) carries to an
     untried config that shares the pair, whatever its other knobs: the interactions of two
     knobs (issue 58); a config with one of the two values does not inherit it."""

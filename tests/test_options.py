@@ -4,6 +4,8 @@ cli.py and options/parser.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -20,7 +22,7 @@ from ipu_autotune.options.keywords import from_keywords, with_keywords
 PACKAGE_DIR = Path(ipu_autotune.__file__).parent
 
 
-def parsed(argv: list[str]):
+def parsed(argv: list[str]) -> Any:
     return options_from(cli.build_parser().parse_args(argv))
 
 
@@ -40,7 +42,7 @@ def parsed(argv: list[str]):
     ("tune", "m", dict(batch_size="8", input_shape="3,8,8", micro_batch="search"),
      "tune m -b 8 --input-shape 3,8,8 --micro-batch search"),
 ])
-def test_the_call_and_the_command_line_build_the_same_options(command, model, keywords, argv):
+def test_the_call_and_the_command_line_build_the_same_options(command: str, model: str | None, keywords: Any, argv: str) -> None:
     assert from_keywords(command, model, keywords) == parsed(argv.split())
 
 
@@ -53,7 +55,7 @@ def test_the_call_and_the_command_line_build_the_same_options(command, model, ke
     (dict(batch_size=8, micro_batch="9-3"), "-b 8 --micro-batch 9-3"),
     (dict(batch_size=0), "-b 0"), (dict(batch_size=8, input_shape=(3, 0, 8)), "-b 8 --input-shape 3,0,8"),
 ])
-def test_bad_keywords_are_refused_with_the_parsers_message(keywords, argv):
+def test_bad_keywords_are_refused_with_the_parsers_message(keywords: Any, argv: str) -> None:
     with pytest.raises(UsageError) as by_parser:
         parsed(["tune", "m", *argv.split()])
     with pytest.raises(UsageError) as by_call:
@@ -69,14 +71,14 @@ def test_bad_keywords_are_refused_with_the_parsers_message(keywords, argv):
     (dict(batch_size=8, no_numerics="yes"), "argument --no-numerics: takes True or False, got 'yes'"),
     (dict(batch_size=8, storage=5), "argument --storage: expected text, got 5"),
 ])
-def test_a_python_value_is_checked_as_a_value_not_as_its_text(keywords, why):
+def test_a_python_value_is_checked_as_a_value_not_as_its_text(keywords: Any, why: str) -> None:
     """The old call wrote each value out as flag text: 8.0 became '8.0' and `str` hid the type.
     Now a value is checked as the value it is."""
     with pytest.raises(UsageError, match=re.escape(why)):
         from_keywords("tune", "m", keywords)
 
 
-def test_an_options_object_is_checked_when_made_and_keywords_set_its_fields():
+def test_an_options_object_is_checked_when_made_and_keywords_set_its_fields() -> None:
     with pytest.raises(UsageError, match=r"ipu-autotune tune: argument --batch-size/-b: must be positive, got 0"):
         TuneOptions(model="m", batch_size=0)
     base = TuneOptions(batch_size=8, input_shape="3x32x32", trials=5)
@@ -91,7 +93,7 @@ def test_an_options_object_is_checked_when_made_and_keywords_set_its_fields():
 
 
 @pytest.mark.parametrize("command", sorted(OPTIONS))
-def test_the_parsers_defaults_are_the_fields(command):
+def test_the_parsers_defaults_are_the_fields(command: Any) -> None:
     cls = OPTIONS[command]
     required = {"tune": ["m", "-b", "8"], "plan": ["m", "-b", "8"], "numerics": ["m", "-b", "8"],
                 "export": ["--study", "s"], "show": ["--study", "s"], "report": ["--study", "s"]}.get(command, [])
@@ -101,7 +103,7 @@ def test_the_parsers_defaults_are_the_fields(command):
             assert getattr(given, f.name) == f.default, (command, f.name)
 
 
-def test_argparse_internals_and_getattr_on_args_stay_in_cli_and_the_parser():
+def test_argparse_internals_and_getattr_on_args_stay_in_cli_and_the_parser() -> None:
     pattern = re.compile(r"_actions|_SubParsersAction|getattr\(args")
     found = [f"{p.relative_to(PACKAGE_DIR)}:{n}" for p in sorted(PACKAGE_DIR.rglob("*.py"))
              if str(p.relative_to(PACKAGE_DIR)) not in ("cli.py", "options/parser.py")

@@ -3,6 +3,8 @@ leaves no trial running and no worker behind."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dataclasses
 import json
 import pickle
@@ -24,12 +26,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.excep
 NAME = "tiny"
 
 
-def tune(tmp_path, *extra: str) -> list[str]:
+def tune(tmp_path: Path, *extra: str) -> list[str]:
     return [wh.cli_exe(), "tune", wh.MODEL, *wh.PROBLEM_ARGS, "--backend", "estimate", "--no-numerics",
             "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", NAME, *extra]
 
 
-def test_a_worker_is_given_the_runs_options_with_its_share():
+def test_a_worker_is_given_the_runs_options_with_its_share() -> None:
     assert shares(7, 3) == [3, 2, 2]
     assert shares(1, 4) == [1]
     run = TuneOptions(model="resnet18", batch_size=8, jobs=4, trials=40, quiet=False, json=True,
@@ -41,7 +43,7 @@ def test_a_worker_is_given_the_runs_options_with_its_share():
     assert WORKER_COMMAND[1:] == ["-m", "ipu_autotune.commands.tune_worker"]
 
 
-def test_jobs_2_records_every_trial_once(tmp_path):
+def test_jobs_2_records_every_trial_once(tmp_path: Path) -> None:
     done = subprocess.run(tune(tmp_path, "--jobs", "2", "--trials", "24", "--json"), cwd=tmp_path,
                           capture_output=True, text=True, env=wh.env(), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -54,7 +56,7 @@ def test_jobs_2_records_every_trial_once(tmp_path):
     assert sorted(json.loads(x)["trial"] for x in lines) == list(range(24))
 
 
-def test_jobs_needs_a_shared_storage(tmp_path):
+def test_jobs_needs_a_shared_storage(tmp_path: Path) -> None:
     cmd = tune(tmp_path, "--jobs", "2")
     cmd[cmd.index("--storage") + 1] = "memory:"
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=wh.env(), timeout=300)
@@ -62,7 +64,7 @@ def test_jobs_needs_a_shared_storage(tmp_path):
     assert "--jobs needs a storage the worker processes share" in done.stderr
 
 
-def test_ctrl_c_with_jobs_2_leaves_no_trial_running_and_no_worker_behind(tmp_path):
+def test_ctrl_c_with_jobs_2_leaves_no_trial_running_and_no_worker_behind(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     proc = subprocess.Popen(tune(tmp_path, "--jobs", "2", "--trials", "100000"), cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wh.env())
@@ -90,7 +92,7 @@ def test_ctrl_c_with_jobs_2_leaves_no_trial_running_and_no_worker_behind(tmp_pat
     assert after.get("COMPLETE", 0) >= 6
 
 
-def test_a_worker_told_to_stop_while_it_starts_stops_at_its_first_trial():
+def test_a_worker_told_to_stop_while_it_starts_stops_at_its_first_trial() -> None:
     """The parent passes a Ctrl-C on as soon as it comes, and a worker may still be importing
     (a library's bare `except` can lose a KeyboardInterrupt there): the signal is kept until
     the run loop's handler is in place, which acts on it before any trial; and after that

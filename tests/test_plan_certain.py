@@ -5,6 +5,8 @@ and GPT-2 a fitting row's band is at most half of the whole-tile band it had bef
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import shutil
 from pathlib import Path
@@ -24,7 +26,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "hf_configs"
 WHOLE_TILE_BAND = (0.3008, 1.1825)
 
 
-def test_a_7b_model_cannot_fit_at_any_size_with_certainty_and_the_first_line_gives_its_exact_state(capsys, in_tmp):
+def test_a_7b_model_cannot_fit_at_any_size_with_certainty_and_the_first_line_gives_its_exact_state(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     shutil.copytree(EXAMPLES / "llama-7b", in_tmp / "llama-7b")
     code, out, err = run_cli(capsys, "plan", "hf:llama-7b", "-b", "1", "--seq-len", "2048", "--json")
     assert code == 0, err
@@ -47,7 +49,7 @@ def test_a_7b_model_cannot_fit_at_any_size_with_certainty_and_the_first_line_giv
 
 
 @pytest.mark.parametrize("model,batch", [("hf:bert-base-uncased", 8), ("hf:gpt2", 4)])
-def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(model, batch):
+def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(model: str, batch: int) -> None:
     from ipu_autotune.backends.estimate.memory import EXACT
 
     problem = Problem(model, batch)

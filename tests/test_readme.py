@@ -9,6 +9,8 @@ lines left out are allowed, lines changed are not.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 import shlex
 from pathlib import Path
@@ -46,7 +48,7 @@ def shown_in_order(shown: list[str], printed: list[str]) -> list[str]:
     return missing
 
 
-def test_the_readme_is_short_and_free_of_lab_notes():
+def test_the_readme_is_short_and_free_of_lab_notes() -> None:
     lines = README.splitlines()
     assert len(lines) <= 250
     assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", README), "a commit hash"
@@ -54,18 +56,18 @@ def test_the_readme_is_short_and_free_of_lab_notes():
     assert not re.search(r"\bdraws? \d{4,}|\d{5}-\d{5}", README), "a draw id"
 
 
-def test_the_current_performance_figures_fit_one_page():
+def test_the_current_performance_figures_fit_one_page() -> None:
     performance = (ROOT / "docs" / "performance.md").read_text()
     assert len(performance.splitlines()) <= 300  # the history is git's: `git log -p -- docs/performance.md`
     assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", performance), "a commit hash"
 
 
-def test_the_readme_links_only_docs_that_exist():
+def test_the_readme_links_only_docs_that_exist() -> None:
     for path in set(re.findall(r"\bdocs/[\w./-]+\.(?:md|png)", README)):
         assert (ROOT / path).is_file(), path
 
 
-def test_the_install_and_test_commands_are_the_ones_ci_runs():
+def test_the_install_and_test_commands_are_the_ones_ci_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     install = README.split("## Install and run")[1].split("\n## ")[0]
     commands = [body.strip() for body in FENCED.findall(install)]
@@ -76,12 +78,12 @@ def test_the_install_and_test_commands_are_the_ones_ci_runs():
         assert command in ran, f"{command!r} is not a line of .ci/run"
 
 
-def test_every_output_block_runs_a_command():
+def test_every_output_block_runs_a_command() -> None:
     commands = [argv[:1] for argv, _ in output_blocks()]
     assert ["resnet101"] in commands and ["plan"] in commands
 
 
-def test_the_check_finds_a_changed_line():
+def test_the_check_finds_a_changed_line() -> None:
     assert shown_in_order(["a", "...", "c"], ["a", "b", "c"]) == []
     assert shown_in_order(["a", "c"], ["c", "a"]) == ["c"]
     assert shown_in_order(["a", "b!"], ["a", "b"]) == ["b!"]
@@ -89,7 +91,7 @@ def test_the_check_finds_a_changed_line():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("argv, shown", output_blocks(), ids=[" ".join(argv) for argv, _ in output_blocks()])
-def test_the_readme_output_is_what_the_command_prints(capsys, in_tmp, monkeypatch, argv, shown):
+def test_the_readme_output_is_what_the_command_prints(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch, argv: Any, shown: Any) -> None:
     from ipu_autotune.commands import common, tune
 
     # the estimate backend, as on a machine without the Poplar SDK, and the command as shown

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import io
 import re
@@ -19,7 +21,7 @@ from ipu_autotune.study.records import TrialRecord
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_a_misspelt_subcommand_is_named_not_tuned(capsys, in_tmp):
+def test_a_misspelt_subcommand_is_named_not_tuned(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     code, _, err = run_cli(capsys, "shwo")
     assert code == 2
     assert "unknown command 'shwo'; did you mean 'show'?" in err
@@ -29,7 +31,7 @@ def test_a_misspelt_subcommand_is_named_not_tuned(capsys, in_tmp):
     assert code == 2 and "unknown model 'resnt18'" in err
 
 
-def test_a_suggestion_changing_a_knob_omitted_at_its_default_is_labelled():
+def test_a_suggestion_changing_a_knob_omitted_at_its_default_is_labelled() -> None:
     from ipu_autotune.guide.suggestions import describe
     from ipu_autotune.present.ui import changes
 
@@ -39,7 +41,7 @@ def test_a_suggestion_changing_a_knob_omitted_at_its_default_is_labelled():
     assert changes(before, after) == ["embedding_serialization: 1 → 8"]
 
 
-def test_trial_lines_are_cut_between_knobs_never_inside_one():
+def test_trial_lines_are_cut_between_knobs_never_inside_one() -> None:
     from ipu_autotune.present import trial_line as tl
     from ipu_autotune.present.ui import TuneView
 
@@ -61,7 +63,7 @@ def test_trial_lines_are_cut_between_knobs_never_inside_one():
     assert tl.fit_words("a " + "x" * 100, 20) == "a …"
 
 
-def test_output_paths_are_never_folded_mid_word_at_80_columns(capsys, in_tmp):
+def test_output_paths_are_never_folded_mid_word_at_80_columns(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     out = in_tmp / "a-rather-long-output-folder-name-for-hf-studies" / "bert-base-uncased-bs8-4ipu-mk2-run"
     code, stdout, _ = run_cli(capsys, "resnet18", "-b", "8", "--trials", "2", "--seed", "0",
                               "--storage", sqlite_url(in_tmp / "s.db"), "--out", str(out))
@@ -73,10 +75,10 @@ def test_output_paths_are_never_folded_mid_word_at_80_columns(capsys, in_tmp):
         assert any(str(path) in line for line in stdout.splitlines()), f"{path} is not whole on one line"
 
 
-def test_ctrl_c_while_tracing_prints_the_line_that_starts_again(capsys, in_tmp, monkeypatch):
+def test_ctrl_c_while_tracing_prints_the_line_that_starts_again(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from ipu_autotune.commands import tune_steps
 
-    def interrupted(*_a, **_k):
+    def interrupted(*_a: Any, **_k: Any) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tune_steps, "trace", interrupted)
@@ -88,7 +90,7 @@ def test_ctrl_c_while_tracing_prints_the_line_that_starts_again(capsys, in_tmp, 
     assert "--storage" in again.group(1)
 
 
-def test_calibration_without_a_store_says_it_is_empty(capsys, in_tmp):
+def test_calibration_without_a_store_says_it_is_empty(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
     code, out, err = run_cli(capsys, "calibration")
     assert code == 0, err
     assert "is empty (no compile recorded yet)" in out
@@ -101,7 +103,7 @@ def test_calibration_without_a_store_says_it_is_empty(capsys, in_tmp):
     ("mysql://x", ("missing database driver for mysql (MySQLdb)", "pip install mysqlclient")),
     ("mysql+pymysql://x", ("missing database driver for mysql (pymysql)", "pip install pymysql")),
 ])
-def test_a_missing_database_driver_is_named_with_its_install(capsys, in_tmp, url, needles):
+def test_a_missing_database_driver_is_named_with_its_install(capsys: pytest.CaptureFixture[str], in_tmp: Any, url: str, needles: tuple[Any, ...]) -> None:
     code, _, err = run_cli(capsys, "resnet18", "-b", "8", "--storage", url)
     assert code == 2
     assert "(None)" not in err and "PostgreSQL" not in err
@@ -109,7 +111,7 @@ def test_a_missing_database_driver_is_named_with_its_install(capsys, in_tmp, url
         assert needle in err
 
 
-def test_poptorch_not_found_is_said_by_the_command_not_its_workers(capsys, monkeypatch):
+def test_poptorch_not_found_is_said_by_the_command_not_its_workers(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from ipu_autotune.commands import common
 
     monkeypatch.setattr(common, "resolve_backend_name", lambda name: "estimate")
@@ -120,7 +122,7 @@ def test_poptorch_not_found_is_said_by_the_command_not_its_workers(capsys, monke
     assert "PopTorch not found" not in capsys.readouterr().err
 
 
-def test_the_readme_states_the_install_as_measured():
+def test_the_readme_states_the_install_as_measured() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "2.5 minutes and 6.0 GB" in readme
     assert "1.5\nminutes" not in readme and "about 1.5 minutes" not in readme

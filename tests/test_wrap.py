@@ -12,7 +12,7 @@ from ipu_autotune.present.wrap import Prose, WholeWords, command_lines, fit_text
 AMP = "amp" + "/".join(["0.05"] * 16)
 
 
-def test_prose_breaks_at_spaces_and_a_long_list_only_after_its_separators():
+def test_prose_breaks_at_spaces_and_a_long_list_only_after_its_separators() -> None:
     lines = prose_lines(f"Closest: trial 1 (16.16 {AMP} offload ls16)", 40)
     assert all(len(line) <= 40 for line in lines)
     assert "".join(lines).replace(" ", "") == f"Closest:trial1(16.16{AMP}offloadls16)"
@@ -24,7 +24,7 @@ def test_prose_breaks_at_spaces_and_a_long_list_only_after_its_separators():
     assert prose_lines("", 10) == [""]
 
 
-def test_a_command_is_continued_between_its_words():
+def test_a_command_is_continued_between_its_words() -> None:
     command = "ipu-autotune hf:configs/gpt2-large --batch-size 1 --ipus 4 --storage sqlite:///runs/s.db --out out"
     text = command_lines(command, 60, "  resume: ")
     lines = text.splitlines()
@@ -35,7 +35,7 @@ def test_a_command_is_continued_between_its_words():
         "  resume: ipu-autotune resnet101 --batch-size 64"
 
 
-def test_renderables_fit_the_width_they_are_given():
+def test_renderables_fit_the_width_they_are_given() -> None:
     console = Console(width=30, record=True, file=None)
     with console.capture() as captured:
         console.print(Prose(f"x {AMP}"))
