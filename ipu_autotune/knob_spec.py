@@ -13,10 +13,13 @@ attribute, so the module sits under `problem.py` (which parses with it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:  # read by attribute at run time (problem.py imports this module)
+    from .problem import Config, Problem
 
 # The allowed values of the word-valued knobs.
 PRECISIONS = ("32.32", "16.32", "16.16")
@@ -26,32 +29,40 @@ RECOMPUTE_MODES = ("default", "none", "standard", "norm_only", "pipeline", "all"
 STATE_DTYPES = ("float", "half")
 LOADER_MODES = ("sync", "async")  # poptorch.DataLoaderMode.Sync / .Async
 
+#: (problem, IPU layout or None) -> whether the knob does anything
+Applies: TypeAlias = Callable[["Problem", "Config | None"], bool]
+#: (problem, config, the space's values of the knob) -> the config with single changes
+Moves: TypeAlias = Callable[["Problem", "Config", list[Any]], Iterable["Config"]]
+#: problem -> the values a knob can take there
+Usable: TypeAlias = Callable[["Problem"], Collection[Any]]
+
 
 # --- when a knob applies -----------------------------------------------------------------
 
-def has_optimizer_state(problem) -> bool:
+def has_optimizer_state(problem: Problem) -> bool:
     """sgd_combined keeps no separate state: PopTorch optim.SGD(use_combined_accum=True)
     takes no state types and ignores the state location settings (its docstring)."""
     return problem.optimizer != "sgd_combined"
 
 
-def offload_applies(problem, layout=None) -> bool:
+def offload_applies(problem: Problem, layout: Config | None = None) -> bool:
     """Offloading needs Streaming Memory (Mk1 has none, backends/targets.py) and a state."""
     return problem.target != "mk1" and has_optimizer_state(problem)
 
 
-def _offload_refusal(problem, config) -> str | None:
+def _offload_refusal(problem: Problem, config: Config) -> str | None:
     if config.optimizer_offload and problem.target == "mk1":
         return "optimizer_offload needs Streaming Memory, which Mk1 IPUs do not have; set it to false"
     return None
 
 
-def sharding_applies(problem, layout) -> bool:
+def sharding_applies(problem: Problem, layout: Config | None) -> bool:
     """Replicated tensor sharding needs replicas to shard over and a state to shard."""
+    assert layout is not None, "whether replicated tensor sharding applies depends on the replicas"
     return layout.replicas > 1 and has_optimizer_state(problem)
 
 
-def takes_images(problem) -> bool:
+def takes_images(problem: Problem) -> bool:
     """8-bit I/O sends uint8 images normalised per channel: only for [C, H, W] with C 1 or 3,
     and not for token ids or a factory's named inputs."""
     return len(problem.input_shape) == 3 and problem.input_shape[0] in (1, 3) and not (
@@ -67,7 +78,7 @@ def pads_vocabulary(model: str) -> bool:
     return hf.architecture(model).family == "gpt2"
 
 
-def projection_factors(problem, optimum: bool | None = None) -> tuple[int, ...]:
+def projection_factors(problem: Problem, optimum: bool | None = None) -> tuple[int, ...]:
     """The embedding_serialization factors the target can run (`optimum`: optimum-graphcore's
     IPUTrainer; None: the problem's trainer). PopART splits only output channels the factor
     divides (willow/src/op/matmul.cpp, MatMulOp::setup): the snippet pads any vocabulary
@@ -84,7 +95,7 @@ def projection_factors(problem, optimum: bool | None = None) -> tuple[int, ...]:
     return tuple(f for f in factors if words % f == 0)
 
 
-def _projection_refusal(problem, config) -> str | None:
+def _projection_refusal(problem: Problem, config: Config) -> str | None:
     """A factor splits the vocabulary projection's output channels, so the head needs one.
     PopART refuses a factor that does not divide them (willow/src/op/matmul.cpp,
     MatMulOp::setup); the export pads such a vocabulary first (hf.padded_vocabulary)."""
@@ -115,7 +126,7 @@ def _token_embedding(model: str, task: str) -> tuple[str, int, int] | None:
     return next(p for p, m in built.named_modules() if m is table), table.num_embeddings, table.embedding_dim
 
 
-def input_embedding(problem) -> tuple[str, int, int] | None:
+def input_embedding(problem: Problem) -> tuple[str, int, int] | None:
     """(module path, rows, width) of the token embedding input_embedding_serialization splits:
     hf: models whose head does not project onto the vocabulary (that projection is
     embedding_serialization's, as optimum-graphcore splits one or the other with its
@@ -127,7 +138,7 @@ def input_embedding(problem) -> tuple[str, int, int] | None:
     return _token_embedding(problem.model, problem.task)
 
 
-def input_embedding_factors(problem) -> tuple[int, ...]:
+def input_embedding_factors(problem: Problem) -> tuple[int, ...]:
     """Factors that divide the embedding's rows: optimum-graphcore's SerializedEmbedding
     asserts `num_embeddings % serialization_factor == 0` (optimum/graphcore/modeling_utils.py),
     and nothing pads them (BERT's 30,522 rows: 1 and 2)."""
@@ -137,7 +148,7 @@ def input_embedding_factors(problem) -> tuple[int, ...]:
     return tuple(f for f in hf.SERIALIZATION_FACTORS if found and found[1] % f == 0) or (1,)
 
 
-def _input_embedding_refusal(problem, config) -> str | None:
+def _input_embedding_refusal(problem: Problem, config: Config) -> str | None:
     factor = config.input_embedding_serialization
     if factor == 1:
         return None
@@ -154,53 +165,53 @@ def _input_embedding_refusal(problem, config) -> str | None:
 
 # --- neighbour moves ---------------------------------------------------------------------
 
-def toggle(name: str) -> Callable:
-    def moves(problem, config, values: list) -> Iterable:
+def toggle(name: str) -> Moves:
+    def moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
         yield config.replace(**{name: not getattr(config, name)})
     return moves
 
 
-def other_values(name: str) -> Callable:
-    def moves(problem, config, values: list) -> Iterable:
+def other_values(name: str) -> Moves:
+    def moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
         for v in values:
             if v != getattr(config, name):
                 yield config.replace(**{name: v})
     return moves
 
 
-def other_usable_values(name: str, usable: Callable) -> Callable:
+def other_usable_values(name: str, usable: Usable) -> Moves:
     """other_values, less those the problem cannot take (the sampler leaves them out too)."""
-    def moves(problem, config, values: list) -> Iterable:
+    def moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
         yield from other_values(name)(problem, config, [v for v in values if v in usable(problem)])
     return moves
 
 
-def every_value(name: str) -> Callable:
+def every_value(name: str) -> Moves:
     """Each value of the space, the config's own included (a climb compares it like the others)."""
-    def moves(problem, config, values: list) -> Iterable:
+    def moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
         for v in values:
             yield config.replace(**{name: v})
     return moves
 
 
-def _precision_moves(problem, config, values: list) -> Iterable:
+def _precision_moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
     for p in values:
         if p != config.precision:
             yield config.replace(precision=p, loss_scaling=1.0 if p == "32.32" else 1024.0,
                                  partials="float", stochastic_rounding=p == "16.16")
 
 
-def _partials_moves(problem, config, values: list) -> Iterable:
+def _partials_moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
     if config.half_compute:
         yield config.replace(partials="half" if config.partials == "float" else "float")
 
 
-def _accumulation_moves(problem, config, values: list) -> Iterable:
+def _accumulation_moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
     if not problem.global_batch:  # a fixed global batch fixes the accumulation
         yield from every_value("gradient_accumulation")(problem, config, values)
 
 
-def _amp_moves(problem, config, values: list) -> Iterable:
+def _amp_moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
     for a in values:
         yield config.replace(available_memory_proportion=(a,) * config.ipus_per_replica)
 
@@ -211,22 +222,22 @@ def _amp_moves(problem, config, values: list) -> Iterable:
 class KnobSpec:
     name: str
     kind: str  # "bool", "int", "word", "number" or "paths"; how files and spaces check it
-    words: tuple = ()  # the allowed values of a "word" knob
+    words: tuple[str, ...] = ()  # the allowed values of a "word" knob
     least: int = 0  # the smallest whole number an "int" knob takes
     optional: bool = False  # None is a value (micro_batch: the problem's)
     field: bool = True  # a Config field (checkpoint_every is a space knob only)
     in_space: bool = True  # set in the space files (checkpoints come from checkpoint_every)
     space_default: Any = None  # the space's value when no space file sets it (None: a file must)
-    applies: Callable | None = None  # (problem, layout) -> bool; None: always
+    applies: Applies | None = None  # None: always
     # Asked on its own, after every other knob, from the space's values it can take here
     # (`usable`); the knobs the others depend on are asked in order by SearchSpace.sample.
     sampled: bool = False
-    usable: Callable | None = None  # problem -> the values it can take
+    usable: Usable | None = None
     abbrev: Callable[[Any], str] | None = None  # how a trial line writes it
     line_rank: int = 99  # its place in a trial line (lower first)
-    replay: Callable[[Any], dict] | None = None  # the Optuna parameters that replay it
-    moves: Callable | None = None  # (problem, config, space values) -> single changes
-    refusal: Callable | None = None  # (problem, config) -> the rule's message, or None
+    replay: Callable[[Config], dict[str, Any]] | None = None  # the Optuna parameters that replay it
+    moves: Moves | None = None  # single changes
+    refusal: Callable[[Problem, Config], str | None] | None = None  # (problem, config) -> the rule's message, or None
     # The IPUConfig field that carries it when export/ipu_config.py reads it from here (the
     # serialisation factor, which two knobs share); the others are written there by name.
     ipu_config_key: str | None = None
@@ -235,7 +246,7 @@ class KnobSpec:
     # not, so the guide carries a compile's memory error across it in full (guide/corrected.py).
     tile_memory: bool = True
 
-    def applies_to(self, problem, layout) -> bool:
+    def applies_to(self, problem: Problem, layout: Config | None) -> bool:
         return self.applies is None or self.applies(problem, layout)
 
 
@@ -304,7 +315,7 @@ def spec(name: str) -> KnobSpec:
     return BY_NAME[name]
 
 
-def applies(name: str, problem, layout=None) -> bool:
+def applies(name: str, problem: Problem, layout: Config | None = None) -> bool:
     """Whether knob `name` does anything for this problem (and IPU layout: a Config)."""
     return BY_NAME[name].applies_to(problem, layout)
 
@@ -315,11 +326,11 @@ def names(kind: str) -> tuple[str, ...]:
 
 #: the knobs a space file sets, and the Config fields that are knobs
 SPACE_KNOBS = tuple(k.name for k in SPEC if k.in_space)
-WORDS: dict[str, tuple] = {k.name: k.words for k in SPEC if k.kind == "word"}
+WORDS: dict[str, tuple[str, ...]] = {k.name: k.words for k in SPEC if k.kind == "word"}
 LINE_ORDER = tuple(k.name for k in sorted(SPEC, key=lambda k: k.line_rank) if k.abbrev is not None)
 
 
-def replay_params(config) -> dict[str, Any]:
+def replay_params(config: Config) -> dict[str, Any]:
     """The Optuna parameters that replay `config`'s knobs (the profile-dependent splits and
     checkpoints are replay.py's)."""
     out: dict[str, Any] = {}
