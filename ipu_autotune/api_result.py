@@ -110,13 +110,14 @@ class TuneResult:
                              "that builds these options where it is")
         return run_snippet(self.snippet(trial), f"<{self.study_name} snippet>")["make_options"]()
 
-    def ipu_config(self, path: str | Path | None = None, trial: int | None = None) -> dict:
+    def ipu_config(self, path: str | Path | None = None, trial: int | None = None) -> dict[str, Any]:
         """The trial as an optimum-graphcore ipu_config.json (IPUConfig fields only); written to
         `path` when given. How to train it (IPUTrainingArguments) is in `ipu_config_notes`."""
         text, self.ipu_config_notes = self._export("ipu-config", trial)
         if path is not None:
             Path(path).write_text(text)
-        return json.loads(text)
+        config: dict[str, Any] = json.loads(text)
+        return config
 
     def report(self, path: str | Path) -> Path:
         """The study as one self-contained HTML page, as `ipu-autotune report` writes it."""

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 import warnings
+from collections.abc import Callable
 from typing import NoReturn
 
 from rich.console import Console
@@ -23,6 +24,7 @@ from .errors import UsageError
 from .interrupt import Explained, while_running
 from .options import OPTIONS
 from .options.parser import add_options, options_from
+from .options.table import CommandOptions
 from .present.display import terminal_text
 from .version import __version__
 
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         options = options_from(args)
         # only the command asked for: `show` or `studies` never import torch (2 s of CPU)
-        run = importlib.import_module(f".commands.{args.command}", __package__).run
+        run: Callable[[CommandOptions], int] = importlib.import_module(f".commands.{args.command}", __package__).run
         return run(options)
     except UsageError as exc:
         # One line: control characters from a file name, a study name or a stored value are

@@ -135,7 +135,7 @@ class Problem:
             object.__setattr__(self, "max_global_batch", default_max_global_batch(self.model, self.task))
 
     @property
-    def hf_options(self) -> tuple:
+    def hf_options(self) -> tuple[tuple[str, int | float], ...]:
         """What the hf: model builder takes beyond name and task, as (key, value) pairs, set ones only."""
         return tuple((k, v) for k, v in (("max_predictions", self.max_predictions or None),
                                          ("attention_dropout", self.attention_dropout)) if v is not None)

@@ -84,7 +84,7 @@ def _filters(args: CalibrationOptions) -> str:
     return ", ".join(named)
 
 
-def _groups(records: list[dict]) -> list[dict]:
+def _groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (target, sdk), s in sorted(summary(records).items()):
         mine = [r for r in records if r["target"] == target and r["sdk"] == sdk]
@@ -105,7 +105,7 @@ def _groups(records: list[dict]) -> list[dict]:
     return out
 
 
-def _compile_time(records: list[dict]) -> dict | None:
+def _compile_time(records: list[dict[str, Any]]) -> dict[str, float] | None:
     fit = fit_compile_time(records)
     if fit is None:
         return None
@@ -113,7 +113,7 @@ def _compile_time(records: list[dict]) -> dict | None:
             "log_spread": round(fit.spread, 3), "records": fit.records}
 
 
-def _median(values: list) -> float | None:
+def _median(values: list[object]) -> float | None:
     xs = sorted(v for v in values if isinstance(v, (int, float)))
     return xs[len(xs) // 2] if xs else None
 
@@ -122,7 +122,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-def _show(console: Console, url: str, groups: list[dict], unreadable: int) -> None:
+def _show(console: Console, url: str, groups: list[dict[str, Any]], unreadable: int) -> None:
     table = Table(title=terminal_cell(f"calibration store {mask_url(url)}"), title_justify="left")
     for col in ("target", "SDK", "records", "fit", "models", "studies", "median compile"):
         table.add_column(col, justify="left" if col in ("target", "SDK") else "right")

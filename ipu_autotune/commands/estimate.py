@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 _WORD_KEYS = ("precision", "partials", "optimizer_state", "execution", "recompute")
 
 
-def _parse_set(items: Iterable[str]) -> dict:
+def _parse_set(items: Iterable[str]) -> dict[str, Any]:
     import tomllib
 
     out: dict[str, Any] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from ..models import partition
 from ..problem import Config
@@ -76,7 +77,7 @@ def combined_changes(base: Config, singles: Sequence[Config], rng: random.Random
     out: list[Config] = []
     for _ in range(count if len(groups) >= 2 else 0):
         picked = [rng.choice(g) for g in rng.sample(groups, min(rng.choice((2, 3)), len(groups)))]
-        moved: dict = {}
+        moved: dict[str, Any] = {}
         for c in picked:
             delta = changes(base, c)
             if delta.keys() & moved.keys():

@@ -12,11 +12,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..backends.base import Backend, Measurement, format_bytes
 from ..problem import Config, Problem
 from ..rules.cross_field import violations
+
+if TYPE_CHECKING:
+    from ..profiles.model_profile import Unit
 
 
 class PlanRow(Protocol):
@@ -241,7 +244,7 @@ def least_on_one_ipu(problem: Problem, ipus: int) -> tuple[float, int, int] | No
     sized = dataclasses.replace(problem, ipus=ipus)
     profile, space = profile_for(sized), SearchSpace.load(sized)
 
-    def allowed(knob: str) -> tuple:
+    def allowed(knob: str) -> tuple[Any, ...]:
         return tuple(getattr(space.knobs[knob], "values", ()) or ())
 
     if allowed("splits") and allowed("splits")[0] != "search":
@@ -279,7 +282,7 @@ def least_on_one_ipu(problem: Problem, ipus: int) -> tuple[float, int, int] | No
     return best
 
 
-def _min_max_split(units: list, parts: int, cost: Callable[[int, int, int], float]) -> float:
+def _min_max_split(units: list[Unit], parts: int, cost: Callable[[int, int, int], float]) -> float:
     """The least, over splits of `units` into at most `parts` runs in order, of the largest
     run's cost (cost grows as a run takes more units): a binary search on that cost, each
     guess checked by filling runs greedily."""

@@ -52,14 +52,14 @@ def print_header(console: Console, problem: Problem, backend: Backend, study_nam
     note = " (every figure estimated)" if backend.name == "estimate" else ""
     # The study name is what --study takes: whole on a line of the panel (the wrap breaks at
     # the space before "in"), or, longer than the panel is wide, printed whole under it.
-    study = terminal_text(f"study {study_name}")
-    inside = len(study) <= console.width - 4
+    named = terminal_text(f"study {study_name}")
+    inside = len(named) <= console.width - 4
     console.print(ui.panel(Text.assemble(
         (f"{problem.model}", "bold"), f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
         f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
-        f"{study} in {mask_url(storage_url)}\n" if inside else "", where), "ipu-autotune"))
+        f"{named} in {mask_url(storage_url)}\n" if inside else "", where), "ipu-autotune"))
     if not inside:
-        console.print(f"{study}\nin {mask_url(storage_url)}", soft_wrap=True, markup=False, highlight=False)
+        console.print(f"{named}\nin {mask_url(storage_url)}", soft_wrap=True, markup=False, highlight=False)
 
 
 def resume_point(study: optuna.Study) -> str:

@@ -16,7 +16,7 @@ from ..base import Backend, Measurement
 from ..targets import get_target
 from .constants import NOMINAL, EstimatorConstants
 from .error_bars import bars, confident_fraction, fit_chance
-from .layout import forward_stages, stages
+from .layout import Stage, forward_stages, stages
 from .memory import stage_memory
 from .serialization import serialize_projection
 from .timing import Timing, timing
@@ -107,7 +107,7 @@ def _fresh(m: Measurement) -> Measurement:
     return out
 
 
-def _copied(x):
+def _copied(x: object) -> object:
     if isinstance(x, list):
         if not any(isinstance(v, (list, dict)) for v in x):
             return list(x)  # numbers: a new list is copy enough
@@ -119,10 +119,10 @@ def _copied(x):
 
 #: the stages a profile's units make, by the placement they depend on (the splits and the
 #: checkpoints): a study's configurations share a few placements and differ in the other knobs
-_STAGES: dict[tuple, tuple[ModelProfile, list]] = {}
+_STAGES: dict[tuple[int, tuple[str, ...], tuple[str, ...]], tuple[ModelProfile, list[Stage]]] = {}
 
 
-def _stages(profile: ModelProfile, config: Config) -> list:
+def _stages(profile: ModelProfile, config: Config) -> list[Stage]:
     key = (id(profile), config.splits, config.checkpoints)
     kept = _STAGES.get(key)
     if kept is None or kept[0] is not profile:
