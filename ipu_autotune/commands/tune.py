@@ -53,6 +53,8 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..guide.nofit import Change
+    from ..guide.proposals import Guide
+    from ..numerics.answer import NumericsAdvice
     from ..verification.verdict import Verdict
 
 
@@ -187,8 +189,10 @@ def _run_trials(args: TuneOptions, console: Console, study: optuna.Study, runner
     return ran
 
 
-def _report(args, console, study, runner, ran, backend, problem, guide, advice, storage_url, study_name,
-            out_dir, calibrated=None) -> TuneOutcome:
+def _report(args: TuneOptions, console: Console, study: optuna.Study, runner: Runner, ran: list[TrialRecord],
+            backend: Backend, problem: Problem, guide: Guide | None, advice: NumericsAdvice | None,
+            storage_url: str, study_name: str, out_dir: Path,
+            calibrated: calibration.Calibration | None = None) -> TuneOutcome:
     """The files, then the summary (or JSON, or one line), then the exit code."""
     from ..host import pipeline as host_pipeline
     from ..present import host_report as host_report
