@@ -29,7 +29,7 @@ def console_script() -> list[str]:
     return [sys.executable, "-c", f"import sys; from {module} import {function}; sys.exit({function}())"]
 
 
-def interrupt_after(seconds: float, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def interrupt_after(seconds: float, argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     # SIGINT left at its default in the child (a shell's background job ignores it)
     proc = subprocess.Popen([*console_script(), *argv], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={"COLUMNS": "80", **_env()},

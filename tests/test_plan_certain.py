@@ -59,6 +59,7 @@ def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(model: s
     for row in rows:
         m = row.measurement
         cap = m.tile_capacity_bytes
+        assert m.max_tile_bytes_interval is not None  # an estimate's memory bar
         for ipu, ((lo, hi), tile) in enumerate(zip(m.max_tile_bytes_interval, m.max_tile_bytes)):
             assert lo <= tile <= hi
             before = (high - low) * tile
