@@ -8,7 +8,8 @@ the trial line and the exports read the table; the estimator asks it whether a k
 applies. The table's order is the order the guide tries single changes.
 
 Plain values only: `problem` and `config` below are a Problem and a Config, read by
-attribute, so the module sits under `problem.py` (which parses with it).
+attribute, so the module sits under `problem.py` (which parses with it): its types say only
+what it reads of them (KnobProblem, KnobConfig), not even a type-only import reaches up.
 """
 
 from __future__ import annotations
@@ -16,10 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, TypeAlias
-
-if TYPE_CHECKING:  # read by attribute at run time (problem.py imports this module)
-    from .problem import Config, Problem
+from typing import Any, Protocol, Self, TypeAlias, TypeVar
 
 # The allowed values of the word-valued knobs.
 PRECISIONS = ("32.32", "16.32", "16.16")
@@ -29,40 +27,101 @@ RECOMPUTE_MODES = ("default", "none", "standard", "norm_only", "pipeline", "all"
 STATE_DTYPES = ("float", "half")
 LOADER_MODES = ("sync", "async")  # poptorch.DataLoaderMode.Sync / .Async
 
+
+
+class KnobProblem(Protocol):
+    """What the table reads of a Problem."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def optimizer(self) -> str: ...
+    @property
+    def trainer(self) -> str: ...
+    @property
+    def global_batch(self) -> int | None: ...
+    @property
+    def input_shape(self) -> tuple[int, ...]: ...
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+    @property
+    def token_inputs(self) -> bool: ...
+
+
+class KnobConfig(Protocol):
+    """What the table reads of a Config (an IPU layout is one too), and its `replace`."""
+
+    @property
+    def precision(self) -> str: ...
+    @property
+    def partials(self) -> str: ...
+    @property
+    def half_compute(self) -> bool: ...
+    @property
+    def loss_scaling(self) -> float | str: ...
+    @property
+    def recompute(self) -> str: ...
+    @property
+    def available_memory_proportion(self) -> tuple[float, ...]: ...
+    @property
+    def optimizer_offload(self) -> bool: ...
+    @property
+    def ipus_per_replica(self) -> int: ...
+    @property
+    def replicas(self) -> int: ...
+    @property
+    def embedding_serialization(self) -> int: ...
+    @property
+    def input_embedding_serialization(self) -> int: ...
+    def replace(self, **changes: Any) -> Self: ...
+
+
+_Config = TypeVar("_Config", bound=KnobConfig)
+
+
+class Moves(Protocol):
+    """(problem, config, the space's values of the knob) -> configs one change away, each of
+    the given config's own type."""
+
+    def __call__(self, problem: KnobProblem, config: _Config, values: list[Any], /) -> Iterable[_Config]: ...
+
+
 #: (problem, IPU layout or None) -> whether the knob does anything
-Applies: TypeAlias = Callable[["Problem", "Config | None"], bool]
-#: (problem, config, the space's values of the knob) -> the config with single changes
-Moves: TypeAlias = Callable[["Problem", "Config", list[Any]], Iterable["Config"]]
+Applies: TypeAlias = Callable[[KnobProblem, KnobConfig | None], bool]
 #: problem -> the values a knob can take there
-Usable: TypeAlias = Callable[["Problem"], Collection[Any]]
+Usable: TypeAlias = Callable[[KnobProblem], Collection[Any]]
 
 
 # --- when a knob applies -----------------------------------------------------------------
 
-def has_optimizer_state(problem: Problem) -> bool:
+def has_optimizer_state(problem: KnobProblem) -> bool:
     """sgd_combined keeps no separate state: PopTorch optim.SGD(use_combined_accum=True)
     takes no state types and ignores the state location settings (its docstring)."""
     return problem.optimizer != "sgd_combined"
 
 
-def offload_applies(problem: Problem, layout: Config | None = None) -> bool:
+def offload_applies(problem: KnobProblem, layout: KnobConfig | None = None) -> bool:
     """Offloading needs Streaming Memory (Mk1 has none, backends/targets.py) and a state."""
     return problem.target != "mk1" and has_optimizer_state(problem)
 
 
-def _offload_refusal(problem: Problem, config: Config) -> str | None:
+def _offload_refusal(problem: KnobProblem, config: KnobConfig) -> str | None:
     if config.optimizer_offload and problem.target == "mk1":
         return "optimizer_offload needs Streaming Memory, which Mk1 IPUs do not have; set it to false"
     return None
 
 
-def sharding_applies(problem: Problem, layout: Config | None) -> bool:
+def sharding_applies(problem: KnobProblem, layout: KnobConfig | None) -> bool:
     """Replicated tensor sharding needs replicas to shard over and a state to shard."""
     assert layout is not None, "whether replicated tensor sharding applies depends on the replicas"
     return layout.replicas > 1 and has_optimizer_state(problem)
 
 
-def takes_images(problem: Problem) -> bool:
+def takes_images(problem: KnobProblem) -> bool:
     """8-bit I/O sends uint8 images normalised per channel: only for [C, H, W] with C 1 or 3,
     and not for token ids or a factory's named inputs."""
     return len(problem.input_shape) == 3 and problem.input_shape[0] in (1, 3) and not (
@@ -78,7 +137,7 @@ def pads_vocabulary(model: str) -> bool:
     return hf.architecture(model).family == "gpt2"
 
 
-def projection_factors(problem: Problem, optimum: bool | None = None) -> tuple[int, ...]:
+def projection_factors(problem: KnobProblem, optimum: bool | None = None) -> tuple[int, ...]:
     """The embedding_serialization factors the target can run (`optimum`: optimum-graphcore's
     IPUTrainer; None: the problem's trainer). PopART splits only output channels the factor
     divides (willow/src/op/matmul.cpp, MatMulOp::setup): the snippet pads any vocabulary
@@ -95,7 +154,7 @@ def projection_factors(problem: Problem, optimum: bool | None = None) -> tuple[i
     return tuple(f for f in factors if words % f == 0)
 
 
-def _projection_refusal(problem: Problem, config: Config) -> str | None:
+def _projection_refusal(problem: KnobProblem, config: KnobConfig) -> str | None:
     """A factor splits the vocabulary projection's output channels, so the head needs one.
     PopART refuses a factor that does not divide them (willow/src/op/matmul.cpp,
     MatMulOp::setup); the export pads such a vocabulary first (hf.padded_vocabulary)."""
@@ -126,7 +185,7 @@ def _token_embedding(model: str, task: str) -> tuple[str, int, int] | None:
     return next(p for p, m in built.named_modules() if m is table), table.num_embeddings, table.embedding_dim
 
 
-def input_embedding(problem: Problem) -> tuple[str, int, int] | None:
+def input_embedding(problem: KnobProblem) -> tuple[str, int, int] | None:
     """(module path, rows, width) of the token embedding input_embedding_serialization splits:
     hf: models whose head does not project onto the vocabulary (that projection is
     embedding_serialization's, as optimum-graphcore splits one or the other with its
@@ -138,7 +197,7 @@ def input_embedding(problem: Problem) -> tuple[str, int, int] | None:
     return _token_embedding(problem.model, problem.task)
 
 
-def input_embedding_factors(problem: Problem) -> tuple[int, ...]:
+def input_embedding_factors(problem: KnobProblem) -> tuple[int, ...]:
     """Factors that divide the embedding's rows: optimum-graphcore's SerializedEmbedding
     asserts `num_embeddings % serialization_factor == 0` (optimum/graphcore/modeling_utils.py),
     and nothing pads them (BERT's 30,522 rows: 1 and 2)."""
@@ -148,7 +207,7 @@ def input_embedding_factors(problem: Problem) -> tuple[int, ...]:
     return tuple(f for f in hf.SERIALIZATION_FACTORS if found and found[1] % f == 0) or (1,)
 
 
-def _input_embedding_refusal(problem: Problem, config: Config) -> str | None:
+def _input_embedding_refusal(problem: KnobProblem, config: KnobConfig) -> str | None:
     factor = config.input_embedding_serialization
     if factor == 1:
         return None
@@ -166,13 +225,13 @@ def _input_embedding_refusal(problem: Problem, config: Config) -> str | None:
 # --- neighbour moves ---------------------------------------------------------------------
 
 def toggle(name: str) -> Moves:
-    def moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
+    def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
         yield config.replace(**{name: not getattr(config, name)})
     return moves
 
 
 def other_values(name: str) -> Moves:
-    def moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
+    def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
         for v in values:
             if v != getattr(config, name):
                 yield config.replace(**{name: v})
@@ -181,37 +240,37 @@ def other_values(name: str) -> Moves:
 
 def other_usable_values(name: str, usable: Usable) -> Moves:
     """other_values, less those the problem cannot take (the sampler leaves them out too)."""
-    def moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
+    def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
         yield from other_values(name)(problem, config, [v for v in values if v in usable(problem)])
     return moves
 
 
 def every_value(name: str) -> Moves:
     """Each value of the space, the config's own included (a climb compares it like the others)."""
-    def moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
+    def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
         for v in values:
             yield config.replace(**{name: v})
     return moves
 
 
-def _precision_moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
+def _precision_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
     for p in values:
         if p != config.precision:
             yield config.replace(precision=p, loss_scaling=1.0 if p == "32.32" else 1024.0,
                                  partials="float", stochastic_rounding=p == "16.16")
 
 
-def _partials_moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
+def _partials_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
     if config.half_compute:
         yield config.replace(partials="half" if config.partials == "float" else "float")
 
 
-def _accumulation_moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
+def _accumulation_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
     if not problem.global_batch:  # a fixed global batch fixes the accumulation
         yield from every_value("gradient_accumulation")(problem, config, values)
 
 
-def _amp_moves(problem: Problem, config: Config, values: list[Any]) -> Iterable[Config]:
+def _amp_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
     for a in values:
         yield config.replace(available_memory_proportion=(a,) * config.ipus_per_replica)
 
@@ -235,9 +294,9 @@ class KnobSpec:
     usable: Usable | None = None
     abbrev: Callable[[Any], str] | None = None  # how a trial line writes it
     line_rank: int = 99  # its place in a trial line (lower first)
-    replay: Callable[[Config], dict[str, Any]] | None = None  # the Optuna parameters that replay it
+    replay: Callable[[KnobConfig], dict[str, Any]] | None = None  # the Optuna parameters that replay it
     moves: Moves | None = None  # single changes
-    refusal: Callable[[Problem, Config], str | None] | None = None  # (problem, config) -> the rule's message, or None
+    refusal: Callable[[KnobProblem, KnobConfig], str | None] | None = None  # (problem, config) -> the rule's message, or None
     # The IPUConfig field that carries it when export/ipu_config.py reads it from here (the
     # serialisation factor, which two knobs share); the others are written there by name.
     ipu_config_key: str | None = None
@@ -246,7 +305,7 @@ class KnobSpec:
     # not, so the guide carries a compile's memory error across it in full (guide/corrected.py).
     tile_memory: bool = True
 
-    def applies_to(self, problem: Problem, layout: Config | None) -> bool:
+    def applies_to(self, problem: KnobProblem, layout: KnobConfig | None) -> bool:
         return self.applies is None or self.applies(problem, layout)
 
 
@@ -315,7 +374,7 @@ def spec(name: str) -> KnobSpec:
     return BY_NAME[name]
 
 
-def applies(name: str, problem: Problem, layout: Config | None = None) -> bool:
+def applies(name: str, problem: KnobProblem, layout: KnobConfig | None = None) -> bool:
     """Whether knob `name` does anything for this problem (and IPU layout: a Config)."""
     return BY_NAME[name].applies_to(problem, layout)
 
@@ -330,7 +389,7 @@ WORDS: dict[str, tuple[str, ...]] = {k.name: k.words for k in SPEC if k.kind == 
 LINE_ORDER = tuple(k.name for k in sorted(SPEC, key=lambda k: k.line_rank) if k.abbrev is not None)
 
 
-def replay_params(config: Config) -> dict[str, Any]:
+def replay_params(config: KnobConfig) -> dict[str, Any]:
     """The Optuna parameters that replay `config`'s knobs (the profile-dependent splits and
     checkpoints are replay.py's)."""
     out: dict[str, Any] = {}
