@@ -99,12 +99,12 @@ def test_ctrl_c_before_tune_opens_its_study_says_the_command_that_starts_it(caps
 
 
 def test_ctrl_c_while_tracing_names_the_study_on_lines_that_fit(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ipu_autotune.commands import tune
+    from ipu_autotune.commands import tune_steps
 
     def interrupted(*_a: Any, **_k: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tune, "trace", interrupted)
+    monkeypatch.setattr(tune_steps, "trace", interrupted)  # tune's steps trace the model
     code, _, err = run_cli(capsys, *TUNE)
     assert code == 130
     assert err.count("Interrupted") == 1  # said once: the command line does not add its own
