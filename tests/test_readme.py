@@ -92,10 +92,10 @@ def test_the_check_finds_a_changed_line() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("argv, shown", output_blocks(), ids=[" ".join(argv) for argv, _ in output_blocks()])
 def test_the_readme_output_is_what_the_command_prints(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch, argv: Any, shown: Any) -> None:
-    from ipu_autotune.commands import common, tune
+    from ipu_autotune.commands import common, tune_steps
 
     # the estimate backend, as on a machine without the Poplar SDK, and the command as shown
-    for module in (common, tune):
+    for module in (common, tune_steps):
         monkeypatch.setattr(module, "resolve_backend_name", lambda name: "estimate" if name == "auto" else name)
     monkeypatch.setenv("COLUMNS", "80")
     code, out, err = run_cli(capsys, *argv)
