@@ -300,6 +300,7 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
     def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None, values) -> bool:
         from optuna.storages._rdb import models
         from optuna.storages._rdb.storage import _create_scoped_session
+        from sqlalchemy import insert
 
         rdb = self._backend
         with self._lock:
@@ -308,14 +309,17 @@ class DeferredCachedStorage(DeferredTrialWrites, _CachedStorage):
             with _create_scoped_session(rdb.scoped_session) as session:
                 trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=state is not None)
                 rdb.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))  # the column's value
+                rows = []
                 for name, (value, dist) in held.params.items():
                     if name not in known:  # the first time this process sees it: Optuna looks it up
                         rdb._set_trial_param_without_commit(session, trial_id, name, value, dist)
                         continue
                     # as `_set_trial_param_without_commit` does, without looking the trial up again
                     check_distribution_compatibility(known[name], dist)
-                    session.add(models.TrialParamModel(trial_id=trial_id, param_name=name, param_value=value,
-                                                       distribution_json=distribution_to_json(dist)))
+                    rows.append({"trial_id": trial_id, "param_name": name, "param_value": value,
+                                 "distribution_json": distribution_to_json(dist)})
+                if rows:  # one INSERT for them all (added one by one, the ORM sends one each)
+                    session.execute(insert(models.TrialParamModel), rows)
                 for key, value in held.user_attrs.items():
                     rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
                 for key, value in held.system_attrs.items():
