@@ -16,7 +16,7 @@ gives each side's median, its spread (min-max) and the ratio. `--profile` profil
     python benchmarks/trial_time.py                              # this tree, once
     python benchmarks/trial_time.py --against main --repeat 3    # before/after, 6 runs
     python benchmarks/trial_time.py --profile                    # and where the time goes
-    python benchmarks/trial_time.py --trials 120 --against HEAD  # smoke test (seconds)
+    python benchmarks/trial_time.py --quick                      # 40 trials: a smoke test
 """
 
 from __future__ import annotations
@@ -147,11 +147,11 @@ def report(runs: dict[str, list[dict[str, float]]], trials: int) -> None:
             rows.append([name, str(i), f"{s['wall early']:.1f}", f"{s['wall late']:.1f}",
                          f"{s['wall late'] / s['wall early']:.2f}", f"{s['wall late50']:.1f}",
                          f"{s['cpu early']:.1f}", f"{s['cpu late']:.1f}", f"{s['cpu late'] / s['cpu early']:.2f}"])
-    print(f"## Per-trial time, ms (mean over the trials named)\n")
+    print("## Per-trial time, ms (mean over the trials named)\n")
     print(common.markdown_table(
         ["code", "run", f"wall {e}", f"wall {l_}", "ratio", f"wall {trials - 49}-{trials}", f"CPU {e}",
          f"CPU {l_}", "CPU ratio"], rows, "lrrrrrrrr"))
-    print(f"\n## Median over runs (min-max)\n")
+    print("\n## Median over runs (min-max)\n")
     rows = []
     for name, sums in runs.items():
         late_wall = [s["wall late"] for s in sums]
@@ -173,13 +173,15 @@ def report(runs: dict[str, list[dict[str, float]]], trials: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=1000, help="trials per run (default 1000; >= 20)")
+    ap.add_argument("--trials", type=int, default=None, help="trials per run (default 1000; >= 20)")
+    ap.add_argument("--quick", action="store_true", help="40 trials (a smoke test of the script)")
     ap.add_argument("--against", metavar="REV", help="also run this commit, alternating with this tree")
     ap.add_argument("--repeat", type=int, default=1, help="rounds (default 1)")
     ap.add_argument("--profile", action="store_true", help=f"profile the last {PROFILED} trials of one more run")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--profile-trials", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    args.trials = args.trials or (40 if args.quick else 1000)
     if args.trials < 20:
         print("error: --trials must be at least 20 (two windows of 10)", file=sys.stderr)
         return 2
