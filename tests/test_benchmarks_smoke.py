@@ -564,3 +564,13 @@ def test_compare_refuses_files_without_common_draws(tmp_path: Path) -> None:
                           str(tmp_path / "c.json")], capture_output=True, text=True, check=False, timeout=300)
     assert out.returncode == 2 and out.stderr.startswith("error: --compare reads two files written by random_ipus.py")
     assert out.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_trial_time_quick():
+    text = run("trial_time.py", "--quick")
+    rows = table(text, "Per-trial time")
+    assert [r["code"] for r in rows] == ["this tree"]
+    for key in ("wall 5-14", "wall 31-40", "CPU 5-14", "CPU 31-40"):
+        assert number(rows[0][key]) > 0
+    assert table(text, "Median over runs")[0]["target < 50 ms (wall)"] in ("met", "not met")

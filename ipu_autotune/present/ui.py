@@ -158,8 +158,10 @@ class TuneView:
 
     def __enter__(self) -> TuneView:
         if not self.quiet and (self.console.is_terminal or _jupyter_widgets(self.console)):
+            # rich's default rate: each frame renders the whole table, in a thread that holds
+            # the GIL while it does (8 a second cost the estimate backend's trials a sixth)
             self.live = Live(Group(self.table, _BestLine(self.table), self.progress), console=self.console,
-                             refresh_per_second=8, transient=False)
+                             refresh_per_second=4, transient=False)
             self.live.__enter__()
         return self
 

@@ -11,9 +11,10 @@ resets that cache at each ask), RUNNING ones (the constant liar's lies) included
 `window` finished trials it is exactly TPESampler. The window stands in for the study in
 TPE's public `sample_relative` and `sample_independent`, which hand it on to `_sample`.
 
-Two more costs grew with the study, both once per ask rather than once per group of knobs
+Three more costs grew with the study, each once per ask rather than once per group of knobs
 (`group=True` samples each group on its own, about 7 here): the window is built once per
-trial; and the grouped search space (Optuna's `_GroupDecomposedSearchSpace.calculate` walks
+trial; the best trials before it are kept between asks (`_BestBefore`: a finished trial never
+changes, so each is judged once as it leaves the window); and the grouped search space (Optuna's `_GroupDecomposedSearchSpace.calculate` walks
 every finished trial at every ask) is `KnobGroups`, the same decomposition, which only adds
 the trials it has not seen. Its groups are kept between asks and adding a trial's
 distributions again changes nothing, so skipping seen trials gives the same groups. TPE
@@ -60,14 +61,50 @@ def windowed(finished: list[FrozenTrial], window: int, keep_best: int) -> list[F
     return sorted(best + recent, key=lambda t: t.number)
 
 
+class _BestBefore:
+    """`windowed` kept up between asks: the `keep_best` best feasible trials among those before
+    the window. That part of the study only grows (the window is the `window` highest-numbered
+    finished trials), and a finished trial never changes, so each is judged once as it leaves
+    the window, not every finished trial at every ask."""
+
+    def __init__(self, window: int, keep_best: int):
+        self.window, self.keep_best = window, keep_best
+        self._study: object = None
+        self._seen: set[int] = set()  # numbers of the trials before the window judged so far
+        self._best: list[FrozenTrial] = []  # the best of them: highest value first, then number
+
+    def __call__(self, study: object, finished: list[FrozenTrial]) -> list[FrozenTrial]:
+        if len(finished) <= self.window:
+            return finished
+        before, recent = finished[:-self.window], finished[-self.window:]
+        new = len(before) - len(self._seen)
+        if study is not self._study or new < 0:  # another study (or another handle on one)
+            self._study, self._seen, self._best, new = study, set(), [], len(before)
+        # usually the newcomers are the last ones; a trial that finished out of order (another
+        # worker's) may sit anywhere, and then every trial before the window is looked at
+        tail = before[-new:] if new > 0 else []
+        if new > 0 and not any(t.number in self._seen for t in tail):
+            self._add(tail)
+        elif new != 0:
+            self._add([t for t in before if t.number not in self._seen])
+        return sorted(self._best + recent, key=lambda t: t.number)
+
+    def _add(self, trials: list[FrozenTrial]) -> None:
+        self._seen.update(t.number for t in trials)
+        feasible = [t for t in trials if _feasible(t)]
+        if feasible:  # as windowed's stable sort ranks them: by value, ties to the lower number
+            ranked = sorted(self._best + feasible, key=lambda t: (-cast(float, t.value), t.number))
+            self._best = ranked[:self.keep_best]
+
+
 class _WindowedStudy:
     """The study as TPE sees it during one ask (its sampling methods): a bounded slice of its trials,
     built once, and the RUNNING trials read once."""
 
-    def __init__(self, study: optuna.Study, window: int, keep_best: int):
+    def __init__(self, study: optuna.Study, best_before: _BestBefore):
         self._study = study
         finished = study_trials(study, _FINISHED, use_cache=True)
-        self._finished = windowed(finished, window, keep_best)
+        self._finished = best_before(study, finished)
         self._running: list[FrozenTrial] | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -116,10 +153,12 @@ class _IncrementalGroups:
         self._added: set[int] = set()
 
     def calculate(self, study: optuna.Study, use_cache: bool = False) -> KnobGroups:
-        for trial in study_trials(study, self._states, use_cache=use_cache):
-            if trial.number not in self._added:  # finished: its distributions never change
-                self._groups.add_distributions(trial.distributions)
-                self._added.add(trial.number)
+        trials = study_trials(study, self._states, use_cache=use_cache)
+        if len(trials) != len(self._added):  # these states are final: no new trial, none to add
+            for trial in trials:
+                if trial.number not in self._added:  # finished: its distributions never change
+                    self._groups.add_distributions(trial.distributions)
+                    self._added.add(trial.number)
         return copy.deepcopy(self._groups)
 
 
@@ -130,12 +169,13 @@ class WindowedTPESampler(optuna.samplers.TPESampler):
                  **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.window, self.keep_best = window, keep_best
+        self._best_before = _BestBefore(window, keep_best)
         replace_group_decomposition(self, _IncrementalGroups(include_pruned=True))
         self._asked: tuple[int, _WindowedStudy] | None = None  # (trial number, its window)
 
     def _windowed(self, study: optuna.Study, trial: FrozenTrial) -> _WindowedStudy:
         if self._asked is None or self._asked[0] != trial.number or self._asked[1]._study is not study:
-            self._asked = (trial.number, _WindowedStudy(study, self.window, self.keep_best))
+            self._asked = (trial.number, _WindowedStudy(study, self._best_before))
         return self._asked[1]
 
     # The window stands in for the study: TPE reads only its trials (and passes the rest on).

@@ -306,6 +306,8 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
 
     def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None,
                      values: Sequence[float] | None) -> bool:
+        from sqlalchemy import insert
+
         models = rdb_models()
         rdb: RDBStorage = self._backend
         with self._lock:
@@ -314,14 +316,17 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
             with rdb_session(rdb) as session:
                 trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=state is not None)
                 rdb.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))  # the column's value
+                rows: list[dict[str, Any]] = []
                 for name, (value, dist) in held.params.items():
                     if name not in known:  # the first time this process sees it: Optuna looks it up
                         rdb._set_trial_param_without_commit(session, trial_id, name, value, dist)
                         continue
                     # as `_set_trial_param_without_commit` does, without looking the trial up again
                     check_distribution_compatibility(known[name], dist)
-                    session.add(models.TrialParamModel(trial_id=trial_id, param_name=name, param_value=value,
-                                                       distribution_json=distribution_to_json(dist)))
+                    rows.append({"trial_id": trial_id, "param_name": name, "param_value": value,
+                                 "distribution_json": distribution_to_json(dist)})
+                if rows:  # one INSERT for them all (added one by one, the ORM sends one each)
+                    session.execute(insert(models.TrialParamModel), rows)
                 for key, value in held.user_attrs.items():
                     rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
                 for key, value in held.system_attrs.items():
