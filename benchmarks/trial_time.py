@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -56,7 +57,7 @@ def child(trials: int, out: Path, profile: tuple[int, int] | None) -> None:
     profiler = cProfile.Profile(time.process_time) if profile else None
     tell = optuna.study.Study.tell
 
-    def timed_tell(study, *args, **kwargs):
+    def timed_tell(study: Any, *args: Any, **kwargs: Any) -> Any:
         result = tell(study, *args, **kwargs)
         ends.append((time.perf_counter(), time.process_time()))
         if profiler is not None and profile is not None:
@@ -66,7 +67,7 @@ def child(trials: int, out: Path, profile: tuple[int, int] | None) -> None:
                 profiler.disable()
         return result
 
-    optuna.study.Study.tell = timed_tell  # type: ignore[method-assign]  # measuring only
+    optuna.study.Study.tell = timed_tell  # type: ignore[method-assign,assignment]  # measuring only
     with tempfile.TemporaryDirectory(prefix="ipu-autotune-trial-time-") as folder:
         os.chdir(folder)
         status = cli([*COMMAND, "--trials", str(trials)])
@@ -86,7 +87,7 @@ def child(trials: int, out: Path, profile: tuple[int, int] | None) -> None:
 
 # --- the parent: runs, alternated, and the report ------------------------------------------
 
-def run_tree(tree: Path, trials: int, profile: tuple[int, int] | None = None) -> dict:
+def run_tree(tree: Path, trials: int, profile: tuple[int, int] | None = None) -> dict[str, Any]:
     """One study on the code in `tree`, in a child process (this script, with `tree` first on
     its path), its output thrown away; the live table drawn as on an 80-column terminal."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -98,7 +99,7 @@ def run_tree(tree: Path, trials: int, profile: tuple[int, int] | None = None) ->
         done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             raise SystemExit(f"the run on {tree} failed:\n{done.stderr[-2000:]}")
-        result = json.loads(out.read_text())
+        result: dict[str, Any] = json.loads(out.read_text())
     if not Path(result["package"]).resolve().is_relative_to(tree.resolve()):
         raise SystemExit(f"the run meant for {tree} imported {result['package']}")
     return result
@@ -115,7 +116,7 @@ def windows(trials: int) -> tuple[tuple[int, int], tuple[int, int]]:
     return (EARLY if trials >= EARLY[1] + 10 else (1 + trials // 10, 10 + trials // 10)), late
 
 
-def summary(result: dict, trials: int) -> dict[str, float]:
+def summary(result: dict[str, Any], trials: int) -> dict[str, float]:
     early, late = windows(trials)
     out = {}
     for kind in ("wall", "cpu"):

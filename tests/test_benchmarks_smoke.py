@@ -567,7 +567,7 @@ def test_compare_refuses_files_without_common_draws(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_trial_time_quick():
+def test_trial_time_quick() -> None:
     text = run("trial_time.py", "--quick")
     rows = table(text, "Per-trial time")
     assert [r["code"] for r in rows] == ["this tree"]

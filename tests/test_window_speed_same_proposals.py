@@ -5,12 +5,14 @@ finished trial at every ask (`windowed`, the definition)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import random
 
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from ipu_autotune.search import window
 from ipu_autotune.search.window import WindowedTPESampler, windowed
@@ -18,14 +20,14 @@ from ipu_autotune.search.window import WindowedTPESampler, windowed
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 
-def _finished(number: int, value: float, feasible: bool):
+def _finished(number: int, value: float, feasible: bool) -> Any:
     t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=value,
                      system_attrs={"constraints": [-1.0 if feasible else 1.0]})
     t.number = number
     return t
 
 
-def test_the_best_before_the_window_kept_between_asks_equals_windowed_at_every_ask():
+def test_the_best_before_the_window_kept_between_asks_equals_windowed_at_every_ask() -> None:
     rng = random.Random(3)
     # values with ties (the lower number wins, as windowed's stable sort), some infeasible,
     # and trials that finish out of order (another worker's), so a newcomer is not always last
@@ -36,7 +38,7 @@ def test_the_best_before_the_window_kept_between_asks_equals_windowed_at_every_a
         order[i], order[j] = order[j], order[i]
     kept = window._BestBefore(window=25, keep_best=4)
     study = object()
-    done: list = []
+    done: list[FrozenTrial] = []
     for number in order:
         done.append(trials[number])
         finished = sorted(done, key=lambda t: t.number)
@@ -45,7 +47,7 @@ def test_the_best_before_the_window_kept_between_asks_equals_windowed_at_every_a
     assert [t.number for t in kept(object(), other)] == [t.number for t in windowed(other, 25, 4)]
 
 
-def _run(seed: int, trials: int) -> list[dict]:
+def _run(seed: int, trials: int) -> list[dict[str, Any]]:
     """An ask/tell study as the Runner drives it: grouped conditional knobs, the constraint
     written as the Runner writes it, tied and infeasible values."""
     sampler = WindowedTPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
@@ -67,10 +69,10 @@ def _run(seed: int, trials: int) -> list[dict]:
     return asked
 
 
-def test_the_same_seed_proposes_the_same_as_the_window_recomputed_at_every_ask(monkeypatch):
+def test_the_same_seed_proposes_the_same_as_the_window_recomputed_at_every_ask(monkeypatch: pytest.MonkeyPatch) -> None:
     shipped = _run(seed=7, trials=70)
 
-    def recomputed(self, study, finished):  # the definition, from every finished trial, each ask
+    def recomputed(self: Any, study: Any, finished: Any) -> Any:  # the definition, from every finished trial, each ask
         return windowed(finished, self.window, self.keep_best)
 
     monkeypatch.setattr(window._BestBefore, "__call__", recomputed)
@@ -79,7 +81,7 @@ def test_the_same_seed_proposes_the_same_as_the_window_recomputed_at_every_ask(m
     assert _run(seed=8, trials=70) != shipped  # the comparison can fail: another seed differs
 
 
-def _walk_every_trial(self, study, use_cache: bool = False):
+def _walk_every_trial(self: Any, study: Any, use_cache: bool = False) -> Any:
     """_IncrementalGroups.calculate without the skip when nothing finished."""
     import copy
 
