@@ -85,9 +85,10 @@ def _walk_every_trial(self: Any, study: Any, use_cache: bool = False) -> Any:
     """_IncrementalGroups.calculate without the skip when nothing finished."""
     import copy
 
-    states = (TrialState.COMPLETE, TrialState.PRUNED) if self._include_pruned else (TrialState.COMPLETE,)
-    for trial in study._get_trials(deepcopy=False, states=states, use_cache=use_cache):
+    from ipu_autotune.optuna_private import study_trials
+
+    for trial in study_trials(study, self._states, use_cache=use_cache):
         if trial.number not in self._added:
-            self._search_space.add_distributions(trial.distributions)
+            self._groups.add_distributions(trial.distributions)
             self._added.add(trial.number)
-    return copy.deepcopy(self._search_space)
+    return copy.deepcopy(self._groups)
