@@ -55,7 +55,7 @@ from ipu_autotune.calibration import session
 from ipu_autotune.calibration.prior import loso
 from ipu_autotune.calibration.store import open_store
 from ipu_autotune.guide.first_trials import first_trials
-from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide
+from ipu_autotune.guide.guide import COMPILED_WARM_STARTS, Guide, GuideSettings
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
@@ -76,8 +76,8 @@ def one_study(problem: Any, oracle: Any, budget: int, store: Any, name: str) -> 
     baseline = naive_baseline(problem, profile)
     items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
     calibrated = session.give_prior(store, name, problem, oracle, print) if store is not None else None
-    guide = Guide(problem, profile, space, DEFAULT_HEADROOM, candidates=[p.config for p in items],
-                  prior=calibrated.prior if calibrated is not None else None)
+    guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM, candidates=[p.config for p in items],
+                  prior=calibrated.prior if calibrated is not None else None))
     backend = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN,
                               veto=session.prior_veto(guide, baseline))  # as tune makes it
 

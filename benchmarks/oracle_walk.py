@@ -47,8 +47,8 @@ from common import DEFAULT_HEADROOM, markdown_table, median
 from guide_outcomes import best_at
 
 from ipu_autotune.backends.estimate import estimate
+from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.proposal import History
-from ipu_autotune.guide.proposals import Guide
 from ipu_autotune.guide.warmstart import naive_baseline, proposals, screen_rank
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.model_profile import ModelProfile
@@ -163,7 +163,7 @@ def _guide_and_oracle(problem: Problem, profile: ModelProfile, space: SearchSpac
     """The guide's run, told at each compile which is truly better: its own proposal, the pair
     oracle's step from the best measured, or the truly best warm start not compiled yet. The
     guide learns from every compile, whoever chose it. Compile 1 is the baseline, as in `tune`."""
-    guide = Guide(problem, profile, space, DEFAULT_HEADROOM, candidates=warm)  # as search_efficiency.run_strategy
+    guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM, candidates=warm))  # as search_efficiency.run_strategy
     measured = [(baseline, screen.oracle.evaluate(problem, baseline))]
     best_warm = max(warm, key=lambda c: screen_rank(screen(c)))
     while len(measured) < budget:

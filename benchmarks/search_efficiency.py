@@ -83,8 +83,8 @@ from simulated_workers import run_workers
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
+from ipu_autotune.guide.guide import COMPILED_WARM_STARTS, Guide, GuideSettings, memory_correction
 from ipu_autotune.guide.proposal import Proposal
-from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide, memory_correction
 from ipu_autotune.guide.warmstart import naive_baseline, proposals, single_changes
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.trace import profile_for
@@ -197,7 +197,7 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
         # As `ipu-autotune tune` with a compiling backend (commands/tune.py): the first warm
         # starts enqueued, the rest handed to the guide to rank with the others.
         items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
-        guide = Guide(problem, profile, space, DEFAULT_HEADROOM, candidates=[p.config for p in items])
+        guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM, candidates=[p.config for p in items]))
         study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed,
                                  lambda s: st.enqueue(s, space, problem, profile, items[:COMPILED_WARM_STARTS]))
         backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
@@ -220,12 +220,12 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
 
         study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed, on_create)
         backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
-        guide = Guide(problem, profile, space, DEFAULT_HEADROOM)
+        guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM))
     elif strategy in WHAT_IF[1:]:
         study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed,
                                  lambda s: st.enqueue(s, space, problem, profile, [Proposal(baseline, "baseline")]))
         backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
-        guide = Guide(problem, profile, space, DEFAULT_HEADROOM)
+        guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM))
         calibrate = _Calibrate(study, problem, space, baseline, screen, better_climb=strategy.endswith("climb"))
     else:
         raise ValueError(strategy)

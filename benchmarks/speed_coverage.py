@@ -38,7 +38,7 @@ from simulated_workers import run_workers
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.guide.corrected import CorrectedModel, observe
-from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS, Guide
+from ipu_autotune.guide.guide import COMPILED_WARM_STARTS, Guide, GuideSettings
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.trace import profile_for
@@ -76,7 +76,7 @@ def run_draw(key: str, family: str, draw_id: int, compiles: int, randoms: int, t
     _, _, best_config = se.cached_best_known(problem, oracle, draw_id, trials, kicks, True)
     profile, space = profile_for(problem), SearchSpace.load(problem)
     items = proposals(problem, profile, space, naive_baseline(problem, profile), headroom=DEFAULT_HEADROOM)
-    guide = Guide(problem, profile, space, DEFAULT_HEADROOM, candidates=[p.config for p in items])
+    guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM, candidates=[p.config for p in items]))
     study, _ = st.open_study(open_storage("memory:"), "bench", problem, draw_id,
                              lambda s: st.enqueue(s, space, problem, profile, items[:COMPILED_WARM_STARTS]))
     screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)

@@ -147,11 +147,11 @@ class _Study:
 
 
 def _guided(store: Any, target: Any="mk2", sdk: Any="sdk-a", uid: Any="uid-new") -> Any:
-    from ipu_autotune.guide.proposals import Guide
+    from ipu_autotune.guide.guide import Guide, GuideSettings
 
     problem, profile, space, _ = _setup(target)
     cal = session.prepare(store, _Study("new", uid), problem, profile, HiddenFactor(1.0, sdk), lambda s: None)
-    return Guide(problem, profile, space, 0.05, prior=cal.prior), cal
+    return Guide(problem, profile, space, GuideSettings(0.05, prior=cal.prior)), cal
 
 
 def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path: Path) -> None:
@@ -406,14 +406,14 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> 
     from ipu_autotune.guide.first_trials import FIRST_CONFIDENCE
     from ipu_autotune.guide.proposal import History
     from ipu_autotune.guide.prior import GuidePrior
-    from ipu_autotune.guide.proposals import Guide
+    from ipu_autotune.guide.guide import Guide, GuideSettings
     from ipu_autotune.guide.warmstart import proposals
 
     problem, profile, space, configs = _setup()
     warm = proposals(problem, profile, space, configs[0], headroom=0.05)
 
     def guide_with(prior: Any) -> Any:
-        return Guide(problem, profile, space, 0.05, candidates=[p.config for p in warm], prior=prior)
+        return Guide(problem, profile, space, GuideSettings(0.05, candidates=[p.config for p in warm], prior=prior))
 
     # a store that agrees: the guide's choice, then the baseline
     store = open_store(_url(tmp_path, "sqlite"))

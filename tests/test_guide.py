@@ -13,7 +13,7 @@ from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.proposal import History
-from ipu_autotune.guide.proposals import Guide, memory_correction
+from ipu_autotune.guide.guide import Guide, GuideSettings, memory_correction
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.search.space import SearchSpace
@@ -52,7 +52,7 @@ def test_guided_trials_fit_on_the_hidden_ipu() -> None:
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile, proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile),
                                                        headroom=0.05))
-    runner = Runner(study, PROBLEM, profile, space, HiddenIPU(), guide=Guide(PROBLEM, profile, space, 0.05))
+    runner = Runner(study, PROBLEM, profile, space, HiddenIPU(), guide=Guide(PROBLEM, profile, space, GuideSettings(0.05)))
     done = runner.run(16)
     guided = [r for r in done if r.reason is not None]
     assert guided, "the guide proposed nothing"
@@ -103,7 +103,7 @@ def _compiled(throughput: Any, oom: Any=False) -> Any:
 
 
 def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain() -> None:
-    from ipu_autotune.guide.proposals import compiles_since_best
+    from ipu_autotune.guide.guide import compiles_since_best
 
     config = naive_baseline(PROBLEM, profile_for(PROBLEM))
     runs = [_compiled(100.0), _compiled(100.5), _compiled(0, oom=True), _compiled(102.0), _compiled(101.0)]
@@ -120,14 +120,14 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain
     the rule now also needs STOP_PATIENCE compiles in a row that did not beat the best. Once
     it applies, its note names the largest expected gain of an untried candidate on the
     best, and that gain is under STOP_GAIN. (One guided study for both: 14 compiles.)"""
-    from ipu_autotune.guide.proposals import STOP_GAIN, STOP_PATIENCE, compiles_since_best
+    from ipu_autotune.guide.guide import STOP_GAIN, STOP_PATIENCE, compiles_since_best
 
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile, proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile),
                                                        headroom=0.05)[:2])
-    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     runner = Runner(study, PROBLEM, profile, space, HiddenIPU(), guide=guide)
 
     def check(stop: Any, history: Any) -> None:
@@ -207,7 +207,7 @@ def test_the_first_round_of_parallel_workers_does_not_bet_everything_on_one_edge
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     items = proposals(problem, profile, space, naive_baseline(problem, profile), headroom=0.05)
-    guide = Guide(problem, profile, space, 0.05, candidates=[p.config for p in items])
+    guide = Guide(problem, profile, space, GuideSettings(0.05, candidates=[p.config for p in items]))
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, problem, profile, items[:1])  # the baseline, as tune enqueues it
     runner = Runner(study, problem, profile, space, HiddenIPU(), guide=guide)

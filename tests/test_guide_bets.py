@@ -8,7 +8,7 @@ import pytest
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.guide.proposal import History, Reason
-from ipu_autotune.guide.proposals import Guide
+from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config
 from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, observe
@@ -71,7 +71,7 @@ def test_split_moves_carry_their_checkpoints(setup: Any) -> None:
     for moved in moves:
         assert moved.splits != config.splits
         assert moved.checkpoints == checkpoints_every(profile, moved.splits, 2)
-    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     screen = CorrectedScreen(CorrectedModel(guide.screen, [], 0.05))
     found = [c for knob, c in screen.candidates(space, config) if knob == "splits" and c.checkpoints]
     assert {c.splits for c in found} >= {m.splits for m in moves}  # kept in the space, not projected away
@@ -107,7 +107,7 @@ def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candid
     taught the ratio."""
     profile, space = setup
     measured = _stalled(profile)
-    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     picked = guide.propose(History.of(measured))
     proposal = picked.config
     # chosen for its expected gain, with its chance to fit shown in the trial's origin
@@ -134,12 +134,12 @@ def test_the_guides_proposals_do_not_depend_on_string_hashing() -> None:
     code = ("import sys; sys.path.insert(0, 'tests')\n"
             "import test_guide_bets as t\n"
             "from ipu_autotune.guide.proposal import History\n"
-            "from ipu_autotune.guide.proposals import Guide\n"
+            "from ipu_autotune.guide.guide import Guide, GuideSettings\n"
             "from ipu_autotune.profiles.trace import profile_for\n"
             "from ipu_autotune.search.space import SearchSpace\n"
             "profile = profile_for(t.PROBLEM)\n"
             "measured = t._stalled(profile)[:2]\n"
-            "guide = Guide(t.PROBLEM, profile, SearchSpace.load(t.PROBLEM), 0.05)\n"
+            "guide = Guide(t.PROBLEM, profile, SearchSpace.load(t.PROBLEM), GuideSettings(0.05))\n"
             "tried = {c for c, _ in measured}\n"
             "for _ in range(3):\n"
             "    c = guide.propose(History.of(measured, tried)).config\n"

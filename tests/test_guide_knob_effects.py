@@ -15,7 +15,7 @@ from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.features import Featurizer, split_fractions
 from ipu_autotune.guide.knob_effects import KnobEffects
 from ipu_autotune.guide.proposal import History, Reason
-from ipu_autotune.guide.proposals import Guide
+from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.problem import Config
 from ipu_autotune.profiles.trace import profile_for
@@ -87,7 +87,7 @@ def peaked() -> Any:
 @pytest.mark.slow
 def test_a_knob_whose_speed_peaks_mid_range_is_learnt_from_three_compiles(peaked: Any) -> None:
     profile, space, base, at, measured = peaked
-    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     model = CorrectedModel(guide.screen, observe(guide.screen, measured), 0.05)
     truth = PeakIPU().measure(PROBLEM, at(0.7)).throughput
     nominal = EstimateBackend().measure(PROBLEM, at(0.7)).throughput
@@ -109,7 +109,7 @@ def test_the_next_proposal_moves_toward_the_peak(peaked: Any) -> None:
     fixed["checkpoint_every"] = [0]
     for knob, values in fixed.items():
         space = space.with_knob(knob, values, "test")
-    picked = Guide(PROBLEM, profile, space, 0.05).propose(History.of(measured))
+    picked = Guide(PROBLEM, profile, space, GuideSettings(0.05)).propose(History.of(measured))
     assert picked is not None and picked.reason is Reason.GAIN and picked.gain > 0
     amps = picked.config.available_memory_proportion
     assert sum(amps) / len(amps) < 0.6 and min(amps) < 0.6
@@ -123,7 +123,7 @@ def test_judgements_predicted_together_are_those_predicted_one_by_one(peaked: An
     proposal is mostly these predictions): each judgement is the one judge gives alone, to
     rounding (one matrix product of many rows sums in another order than one of one row)."""
     profile, space, base, at, measured = peaked
-    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     seen = observe(guide.screen, measured)
     candidates = [c for _, c in guide.screen.candidates(space, base)] + [at(a) for a in (0.3, 0.45, 0.7)]
     together, alone = CorrectedModel(guide.screen, seen, 0.05), CorrectedModel(guide.screen, seen, 0.05)

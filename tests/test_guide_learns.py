@@ -12,7 +12,7 @@ import pytest
 from ipu_autotune.guide.call_model import CallModel, CallTime
 from ipu_autotune.guide.corrected import Judgement, layout
 from ipu_autotune.guide.proposal import History, Reason
-from ipu_autotune.guide.proposals import Guide
+from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.proposal import Proposal
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
@@ -92,7 +92,7 @@ def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles: Any) -> 
     the hidden IPU it beats the best by 5 %."""
     profile, space, measured = two_compiles
     assert {layout(c) for c, _ in measured} == {(4, 1, "pipelined"), (2, 2, "pipelined")}
-    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     picked = guide.propose(History.of(measured))
     proposal = picked.config
     assert picked.reason is Reason.GAIN and layout(proposal) not in {layout(c) for c, _ in measured}
@@ -107,7 +107,7 @@ def test_a_layout_another_worker_is_compiling_is_not_probed_again(two_compiles: 
     its outcome is mostly the running one's (local penalisation). Each free worker probed the
     same new layout once (four 2 x 2 sharded probes at once on ResNet-50, draw 20088)."""
     profile, space, measured = two_compiles
-    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     done = {c for c, _ in measured}
     first = guide.propose(History.of(measured, done))
     assert layout(first.config) not in {layout(c) for c in done}
@@ -138,7 +138,7 @@ def _guided_run(factor: float, compiles: int) -> Any:
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile,
             proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[:2])
-    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     runner = Runner(study, PROBLEM, profile, space, HungryIPU(factor), guide=guide)
     done = [runner.run_one() for _ in range(compiles)]
     return guide, done
@@ -177,7 +177,7 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles: An
 
     def guided_layouts(backend: Any) -> list[Any]:
         study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
-        runner = Runner(study, PROBLEM, profile, space, backend, guide=Guide(PROBLEM, profile, space, 0.05))
+        runner = Runner(study, PROBLEM, profile, space, backend, guide=Guide(PROBLEM, profile, space, GuideSettings(0.05)))
         enqueue(study, space, PROBLEM, profile, [Proposal(c, "the same two compiles") for c, _ in measured])
         done = [runner.run_one() for _ in range(5)]
         return [layout(r.config) for r in done if r.origin.startswith("guided")]
@@ -200,14 +200,14 @@ def test_the_second_compile_learns_from_the_baselines(factor: float) -> None:
     compile knowing the baseline's tiles. On an IPU whose tiles hold `factor` x the
     estimate's imbalance, the safest warm start (chosen at 15 % free before any compile, and
     enqueued second until issue 22's third round) runs out of memory; the guide's choice fits."""
-    from ipu_autotune.guide.proposals import COMPILED_WARM_STARTS
+    from ipu_autotune.guide.guide import COMPILED_WARM_STARTS
 
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     warm = proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)
     assert COMPILED_WARM_STARTS == 1 and warm[1].origin.startswith("climb, 15% free")
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile, warm[:COMPILED_WARM_STARTS])
-    guide = Guide(PROBLEM, profile, space, 0.05, candidates=[p.config for p in warm])
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05, candidates=[p.config for p in warm]))
     hungry = HungryIPU(factor)
     runner = Runner(study, PROBLEM, profile, space, hungry, guide=guide)
     baseline, second = runner.run_one(), runner.run_one()
@@ -318,7 +318,7 @@ def test_a_layout_that_never_ran_is_unsure_in_speed(two_compiles: Any) -> None:
 
     profile, space, measured = two_compiles
     ran = next(c for c, m in measured if m.feasible)
-    screen = Guide(PROBLEM, profile, space, 0.05).screen
+    screen = Guide(PROBLEM, profile, space, GuideSettings(0.05)).screen
     model = CorrectedModel(screen, observe(screen, measured), 0.05)
     never = [c for c, m in measured if not m.feasible and layout(c) != layout(ran)]
     assert never, "the fixture's baseline should run out of memory in its own layout"

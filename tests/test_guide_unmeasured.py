@@ -16,7 +16,7 @@ from ipu_autotune.guide.corrected import CorrectedModel, layout, observe
 from ipu_autotune.guide.features import GROUPS
 from ipu_autotune.guide.gain import bar, expected_improvement
 from ipu_autotune.guide.proposal import History
-from ipu_autotune.guide.proposals import Guide
+from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
@@ -49,7 +49,7 @@ def regions() -> Any:
     assert len(starts) >= 3, "the warm starts should fit in three layouts"
     first, home, *others = starts
     # the settled region: the home start and single changes of it in its layout
-    screen = Guide(PROBLEM, profile, space, 0.05).screen
+    screen = Guide(PROBLEM, profile, space, GuideSettings(0.05)).screen
     settled = [home] + [c for _, c in screen.candidates(space, home) if layout(c) == layout(home) and fits(c)][:3]
     assert len(settled) == 4
     untouched = [c for c in others if layout(c) not in {layout(first), layout(home)}]
@@ -68,7 +68,7 @@ def study(profile: Any, first: Any, settled: Any, factor: Any) -> Any:
 @pytest.mark.slow
 def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was_compiled(regions: Any) -> None:
     profile, space, first, settled, untouched = regions
-    guide = Guide(PROBLEM, profile, space, 0.05)
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
 
     def model(factor: Any) -> Any:
         measured = study(profile, first, settled, factor)

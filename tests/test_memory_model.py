@@ -9,7 +9,7 @@ import pytest
 
 from ipu_autotune.backends.base import CATEGORIES
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.guide.proposals import memory_correction
+from ipu_autotune.guide.guide import memory_correction
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.guide.corrected import layout

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import optuna
 
     from ..backends.base import Backend
-    from ..guide.proposals import Guide
+    from ..guide.guide import Guide
     from ..problem import Config, Problem
     from ..profiles.model_profile import ModelProfile
 

@@ -96,15 +96,24 @@ class SqlStore:
             raise no_store_yet(self.url)
         from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-        try:  # workers starting together race to create the tables: the losers find them there
-            self.md.create_all(self.engine, checkfirst=True)
-        except (OperationalError, ProgrammingError):
-            pass
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(self.meta.insert().values(name="format", value=str(FORMAT)))
-        except IntegrityError:
-            pass
+        # Workers starting together race to create the tables: a loser's create fails on the
+        # winner's first table while the winner has yet to make the second, so it tries again
+        # (<= 2 s) until both are there; the format row is written once.
+        for attempt in range(20):
+            try:
+                self.md.create_all(self.engine, checkfirst=True)
+            except (OperationalError, ProgrammingError):
+                pass
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(self.meta.insert().values(name="format", value=str(FORMAT)))
+                return
+            except IntegrityError:
+                return
+            except (OperationalError, ProgrammingError):
+                if attempt == 19:
+                    raise
+                time.sleep(0.1)
 
     def add(self, record: dict[str, Any]) -> bool:
         from sqlalchemy.exc import IntegrityError

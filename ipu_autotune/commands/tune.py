@@ -52,8 +52,8 @@ from .common import (
 )
 
 if TYPE_CHECKING:
+    from ..guide.guide import Guide
     from ..guide.nofit import Change
-    from ..guide.proposals import Guide
     from ..numerics.answer import NumericsAdvice
     from ..verification.verdict import Verdict
 

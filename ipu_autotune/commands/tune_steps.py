@@ -31,8 +31,8 @@ from ..study.storage import check_url, open_storage
 from .common import numerics_advice, trace, warn, with_host_data
 
 if TYPE_CHECKING:
+    from ..guide.guide import Guide
     from ..guide.proposal import Proposal
-    from ..guide.proposals import Guide
     from ..numerics.answer import NumericsAdvice
 
 
@@ -180,14 +180,14 @@ def guidance(args: TuneOptions, search: Search, backend: Backend,
     The estimator's warm starts climb to the most of a tile a trial may use and still fit."""
     if backend.name == "estimate":
         return Guidance(None, None, kept_free(search.problem.model, args.headroom, args.fit_confidence))
-    from ..guide.proposals import Guide
+    from ..guide.guide import Guide, GuideSettings
     from ..guide.warmstart import proposals
 
     warm = proposals(search.problem, search.profile, search.space, search.baseline, headroom=args.headroom,
                      prepare=search.prepare)
     prior = calibration_found.prior if calibration_found is not None else None
-    guide = Guide(search.problem, search.profile, search.space, args.headroom, search.prepare,
-                  candidates=[p.config for p in warm], prior=prior)
+    settings = GuideSettings(args.headroom, search.prepare, candidates=[p.config for p in warm], prior=prior)
+    guide = Guide(search.problem, search.profile, search.space, settings)
     return Guidance(guide, warm, args.headroom)
 
 
@@ -203,7 +203,7 @@ def open_study(args: TuneOptions, search: Search, stored: Stored, guided: Guidan
                                            guided.headroom, search.prepare)
         if guided.guide is not None:
             from ..guide.first_trials import first_trials
-            from ..guide.proposals import COMPILED_WARM_STARTS
+            from ..guide.guide import COMPILED_WARM_STARTS
 
             # with other studies' compiles (a calibration store's prior), the guide's choice first
             items = first_trials(guided.guide, items[:COMPILED_WARM_STARTS],

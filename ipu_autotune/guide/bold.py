@@ -6,7 +6,7 @@ reaches: a model that says "1.002 of the tile" rules out what in fact fits at 0.
 guide's pool also holds, per IPU layout, the climb on expected throughput (chance to fit x
 corrected throughput) from the layout's fastest candidate were it to fit: towards the best
 bets near it, trading a little speed for memory where the model is unsure. Which of them is
-compiled is the guide's one rule (guide/proposals.py: expected gain on the best).
+compiled is the guide's one rule (guide/guide.py: expected gain on the best).
 """
 
 from __future__ import annotations

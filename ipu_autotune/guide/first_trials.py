@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from ..problem import Config
 from .corrected import CorrectedModel, CorrectedScreen
+from .guide import Guide
 from .proposal import History, Proposal, Reason
-from .proposals import Guide
 
 #: the chance to fit the guide's first choice under a store's prior needs (the guide's safe
 #: choices need corrected.FIT_CONFIDENCE): an out-of-memory first compile spends the head start

@@ -3,7 +3,7 @@
 corrected figure with the model's speed spread (`CorrectedModel.speed_sd`).
 
 Its expected improvement on the best is the guide's one rule for the next compile
-(guide/proposals.py), and, over the untried candidates, its stopping rule. While nothing has
+(guide/guide.py), and, over the untried candidates, its stopping rule. While nothing has
 fit, it is the expected throughput. An OOM gains nothing; it costs a compile.
 
 The best is itself uncertain: a compile measures a config's speed with some scatter, which

@@ -70,7 +70,7 @@ class History:
 
 
 class Proposer(Protocol):
-    """What a study's runner needs of a guide (guide/proposals.Guide is one): the next
+    """What a study's runner needs of a guide (guide/guide.Guide is one): the next
     configuration to compile and why, and whether more compiles are likely to pay. The
     runner depends on this, not on how a guide models the IPU."""
 

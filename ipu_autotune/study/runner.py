@@ -64,7 +64,7 @@ class Runner:
     adjust: Callable[[Config], Config] | None = None  # e.g. numerics advice
     guide: Proposer | None = None  # estimator-guided proposals for compiling backends
     last_proposal: Proposal | None = None  # the guide's, before the last trial was asked
-    guide_stop: Any = None  # the guide's stopping rule then (guide/proposals.Stop), None while compiles pay
+    guide_stop: Any = None  # the guide's stopping rule then (guide/guide.Stop), None while compiles pay
     stop_requested: bool = False
     #: after a stop request the running measurement gets this long, then is interrupted
     #: (recorded as failed, reason "interrupted", and enqueued again); None: let it finish

@@ -105,23 +105,38 @@ def pair_climb(screen: Screen, model: CorrectedModel, space: SearchSpace, start:
     return best
 
 
+@dataclass(frozen=True)
+class GuideSettings:
+    """How a Guide is set up, beside the problem, its profile and its space."""
+
+    #: the share of a tile kept free before any compile has shown the IPU's memory
+    headroom: float = 0.05
+    #: applied to every candidate before it is judged (the numerics advice), as the study runs it
+    prepare: Callable[[Config], Config] | None = None
+    #: the estimator's constants the corrections start from
+    constants: EstimatorConstants = NOMINAL
+    #: the fastest compiles whose neighbourhoods are gathered at each proposal
+    starts: int = 3
+    #: configurations to rank from the start (the warm starts)
+    candidates: Sequence[Config] = ()
+    #: other studies' compiles (guide/prior.GuidePrior, from the calibration store)
+    prior: GuidePrior | None = None
+
+
 class Guide:
-    """Proposes the next configuration to compile (`propose`), or None to let the sampler choose.
+    """Proposes the next configuration to compile (`propose`), or None to let the sampler choose."""
 
-    `candidates`: configurations to rank from the start (the warm starts); `prior`: other
-    studies' compiles (guide/prior.GuidePrior, from the calibration store)."""
-
-    def __init__(self, problem: Problem, profile: ModelProfile, space: SearchSpace, headroom: float = 0.05,
-                 prepare: Callable[[Config], Config] | None = None, constants: EstimatorConstants = NOMINAL,
-                 starts: int = 3, *, candidates: Sequence[Config] = (), prior: GuidePrior | None = None):
-        self.problem, self.profile, self.space = problem, profile, space
-        self.headroom, self.prepare, self.constants, self.starts = headroom, prepare, constants, starts
-        self.screen = Screen(problem, profile, constants, 0.0, prepare, space)  # nominal, in the space, cached
-        self.screen.prior = prior
+    def __init__(self, problem: Problem, profile: ModelProfile, space: SearchSpace,
+                 settings: GuideSettings = GuideSettings()):
+        self.problem, self.profile, self.space, self.settings = problem, profile, space, settings
+        self.headroom, self.prepare, self.starts = settings.headroom, settings.prepare, settings.starts
+        # nominal, in the space, cached
+        self.screen = Screen(problem, profile, settings.constants, 0.0, settings.prepare, space)
+        self.screen.prior = settings.prior
         # config -> its single-knob changes (CorrectedScreen's cache)
         self.neighbours: dict[Config, list[tuple[str, Config]]] = {}
         self.pool = CandidatePool()  # every candidate gathered so far, re-ranked at each proposal
-        self.pool.update(candidates)
+        self.pool.update(settings.candidates)
         self.climbed: set[tuple[Any, ...]] = set()  # (layout start, margin tag) climbed from
         self._stop: Stop | None = None  # the stopping rule, once it applies
         self._stopped: tuple[Any, ...] | None = None  # (the history it was judged on, its Stop): stopping()
