@@ -205,3 +205,23 @@ def test_a_combination_of_two_knob_values_is_learnt_apart_from_the_other_knobs()
     mean, _ = model.predict(np.empty((2, 0)), np.array(left_out, dtype=object))
     # (the knobs alone, with an interaction over all of them at once: 0.29 and 0.12)
     assert mean[0] > 0.4 and mean[1] < 0.1
+
+
+def test_combined_changes_move_two_or_three_knobs_each_from_a_single_change_and_repeat_with_the_seed() -> None:
+    import random
+
+    from ipu_autotune.guide.moves import combined_changes
+    from ipu_autotune.guide.pairs import changes
+
+    base = Config()
+    singles = [base.replace(device_iterations=37), base.replace(device_iterations=41),
+               base.replace(gradient_accumulation=6), base.replace(loader_workers=5),
+               base.replace(eight_bit_io=not base.eight_bit_io)]
+    drawn = combined_changes(base, singles, random.Random("7"), 24)
+    assert len(drawn) == 24
+    for c in drawn:
+        moved = changes(base, c)
+        assert 2 <= len(moved) <= 3  # different knobs, each as one of the singles set it
+        assert all(any(changes(base, s) == {k: v} for s in singles) for k, v in moved.items())
+    assert combined_changes(base, singles, random.Random("7"), 24) == drawn
+    assert combined_changes(base, singles[:1], random.Random("7"), 24) == []  # one knob: nothing to combine
