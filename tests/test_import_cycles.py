@@ -195,13 +195,19 @@ def test_no_import_cycle_between_packages() -> None:
     assert not cycles, "cycles between packages: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-def test_a_cycle_between_packages_is_found_though_no_file_cycle_is(tmp_path: Path) -> None:
+def _two_packages(tmp_path: Path) -> Path:
+    """A package `pkg` with subpackages a and b, whose a/x.py imports b's y."""
     pkg = tmp_path / "pkg"
     for sub in ("a", "b"):
         (pkg / sub).mkdir(parents=True)
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "a" / "x.py").write_text("from ..b import y\n")
+    return pkg
+
+
+def test_a_cycle_between_packages_is_found_though_no_file_cycle_is(tmp_path: Path) -> None:
+    pkg = _two_packages(tmp_path)
     (pkg / "b" / "y.py").write_text("def f():\n    from ..a.z import g\n")
     (pkg / "a" / "z.py").write_text("")
     (pkg / "top.py").write_text("from .a import x\n")
@@ -227,12 +233,7 @@ def test_no_two_packages_import_each_other_typing_imports_included() -> None:
 
 
 def test_a_type_only_import_makes_a_pair(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    for sub in ("a", "b"):
-        (pkg / sub).mkdir(parents=True)
-        (pkg / sub / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a" / "x.py").write_text("from ..b import y\n")
+    pkg = _two_packages(tmp_path)
     (pkg / "b" / "y.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import x\n")
     modules = module_files(pkg, "pkg")
     assert mutual_pairs(package_graph(import_graph(modules), "pkg")) == []
