@@ -142,8 +142,8 @@ class KnobEffects:
         # and the interactions' (combinations of knob values), are `widen`ed: guide/trust.py
         self._group_levels = set(group_levels)
         region = unit if group_unit is None else group_unit
-        spreads = np.array([unit] * (1 + len(self.groups) + knob_levels)
-                           + [(region if group_unit is not None else unit / 2) * widen] * ORDERS)
+        interaction = unit / 2 if group_unit is None else group_unit
+        spreads = np.array([unit] * (1 + len(self.groups) + knob_levels) + [interaction * widen] * ORDERS)
         for column in group_levels:
             spreads[1 + len(self.groups) + column] = region * widen
         self._prior_log = np.log(spreads)
