@@ -27,7 +27,9 @@ class OracleScreen(Screen):
     projects every trial into it), so a best known outside it (hand-placed recomputation
     checkpoints, say) would be a target no tuner run can reach."""
 
-    def __init__(self, problem: Problem, profile: Any, oracle: HiddenIPU, space: SearchSpace) -> None:
+    def __init__(
+        self, problem: Problem, profile: Any, oracle: HiddenIPU, space: SearchSpace
+    ) -> None:
         super().__init__(problem, profile, oracle.constants, space=space)
         self.oracle = oracle
 
@@ -47,13 +49,22 @@ def single_moves(space: SearchSpace, screen: Screen, c: Config) -> list[Config]:
     """warmstart's single-knob changes (same IPU layout), plus what it leaves out: I/O tiles,
     every available-memory-proportion step, per-IPU proportions and one-block split moves."""
     problem, profile = screen.problem, screen.profile
-    out = [cand for knob, cand in single_changes(space, problem, profile, c) if knob != "ipus_per_replica"]
+    out = [
+        cand
+        for knob, cand in single_changes(space, problem, profile, c)
+        if knob != "ipus_per_replica"
+    ]
     if not c.pipelined:
         for tiles in space.knobs["io_tiles"].values:
             if tiles != c.io_tiles:
-                out.append(c.replace(io_tiles=tiles, execution="sharded" if tiles else c.execution))
+                out.append(
+                    c.replace(io_tiles=tiles, execution="sharded" if tiles else c.execution)
+                )
     amp = space.knobs["available_memory_proportion"]
-    grid = [round(amp.low + i * amp.step, 4) for i in range(int((amp.high - amp.low) / amp.step + 1e-9) + 1)]
+    grid = [
+        round(amp.low + i * amp.step, 4)
+        for i in range(int((amp.high - amp.low) / amp.step + 1e-9) + 1)
+    ]
     for a in grid:
         out.append(c.replace(available_memory_proportion=(a,) * c.ipus_per_replica))
     for i, a in enumerate(c.available_memory_proportion):
@@ -67,11 +78,15 @@ def single_moves(space: SearchSpace, screen: Screen, c: Config) -> list[Config]:
     cuts = [index[p] for p in c.splits if p in index]
     if len(cuts) == len(c.splits):
         for moved in partition.moved_cuts(cuts, len(profile.units), (-2, -1, 1, 2)):
-            out.append(c.replace(splits=tuple(profile.units[x].path for x in moved), checkpoints=()))
+            out.append(
+                c.replace(splits=tuple(profile.units[x].path for x in moved), checkpoints=())
+            )
     return [x for x in dict.fromkeys(out) if x != c]
 
 
-def polish(screen: Screen, space: SearchSpace, start: Config, rounds: int = 40, pairs: bool = True) -> Config:
+def polish(
+    screen: Screen, space: SearchSpace, start: Config, rounds: int = 40, pairs: bool = True
+) -> Config:
     """Greedy ascent for the reference: single-knob moves, and when none improves, every
     pair of them (recompute and offload, say, must often change together to stay fitting)."""
     best, score = start, screen_rank(screen(start))
@@ -95,8 +110,15 @@ def polish(screen: Screen, space: SearchSpace, start: Config, rounds: int = 40, 
     return best
 
 
-def kicked(screen: Screen, space: SearchSpace, start: Config, rng: Any, kicks: int, sizes: tuple[int, ...],
-           rounds: int = 40) -> Config:
+def kicked(
+    screen: Screen,
+    space: SearchSpace,
+    start: Config,
+    rng: Any,
+    kicks: int,
+    sizes: tuple[int, ...],
+    rounds: int = 40,
+) -> Config:
     """An iterated local search: `kicks` times, a random number (from `sizes`) of random
     single-knob moves from the best so far, then a greedy single-knob ascent; kept when better."""
     for _ in range(kicks):

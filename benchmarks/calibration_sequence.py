@@ -75,15 +75,31 @@ def one_study(problem: Any, oracle: Any, budget: int, store: Any, name: str) -> 
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
     items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
-    calibrated = session.give_prior(store, name, problem, oracle, print) if store is not None else None
-    guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM, candidates=[p.config for p in items],
-                  prior=calibrated.prior if calibrated is not None else None))
-    backend = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN,
-                              veto=session.prior_veto(guide, baseline))  # as tune makes it
+    calibrated = (
+        session.give_prior(store, name, problem, oracle, print) if store is not None else None
+    )
+    guide = Guide(
+        problem,
+        profile,
+        space,
+        GuideSettings(
+            DEFAULT_HEADROOM,
+            candidates=[p.config for p in items],
+            prior=calibrated.prior if calibrated is not None else None,
+        ),
+    )
+    backend = ScreenedBackend(
+        oracle,
+        EstimateBackend(headroom=DEFAULT_HEADROOM),
+        margin=DEFAULT_SCREEN_MARGIN,
+        veto=session.prior_veto(guide, baseline),
+    )  # as tune makes it
 
     def on_create(s: Any) -> None:
         s.set_user_attr(session.ATTR_UID, name)
-        first = first_trials(guide, items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c))  # as tune
+        first = first_trials(
+            guide, items[:COMPILED_WARM_STARTS], lambda c: backend.would_compile(problem, c)
+        )  # as tune
         st.enqueue(s, space, problem, profile, first)
 
     study, _ = st.open_study(open_storage("memory:"), name, problem, 0, on_create)
@@ -102,30 +118,60 @@ def one_study(problem: Any, oracle: Any, budget: int, store: Any, name: str) -> 
 
 
 def near_at(compiles: list[Any], reference: float, budget: int) -> int:
-    return next((i for i, t in enumerate(compiles, 1) if t is not None and t >= NEAR * reference), budget + 1)
+    return next(
+        (i for i, t in enumerate(compiles, 1) if t is not None and t >= NEAR * reference),
+        budget + 1,
+    )
 
 
-def main(argv: Any=None) -> int:
+def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=3)
     parser.add_argument("--set", default="develop", choices=("develop", "report"))
-    parser.add_argument("--family", default="structural", choices=sorted(FAMILIES),
-                        help="hidden IPUs to draw (random_ipus.py --family): structural, knobs (issue 41) or regions (issue 58)")
-    parser.add_argument("--problems", type=int, default=3, help="the first N of search_efficiency.PROBLEMS")
+    parser.add_argument(
+        "--family",
+        default="structural",
+        choices=sorted(FAMILIES),
+        help="hidden IPUs to draw (random_ipus.py --family): structural, knobs (issue 41) or regions (issue 58)",
+    )
+    parser.add_argument(
+        "--problems", type=int, default=3, help="the first N of search_efficiency.PROBLEMS"
+    )
     parser.add_argument("--budget", type=int, default=12)
-    parser.add_argument("--first-draw", type=int, default=0, help="skip this many draws of the set (to split a run)")
-    parser.add_argument("--reference-trials", type=int, default=None,
-                        help="the best known from search_efficiency's best-known search of this length (cached)")
-    parser.add_argument("--kicks", type=int, default=20, help="the best-known search's kicks (with --reference-trials)")
-    parser.add_argument("--keep", type=Path, default=None, help="keep each draw's warm store here (DRAW.journal)")
-    parser.add_argument("--quick", action="store_true", help="CI smoke: 1 draw, 2 problems, budget 3")
+    parser.add_argument(
+        "--first-draw",
+        type=int,
+        default=0,
+        help="skip this many draws of the set (to split a run)",
+    )
+    parser.add_argument(
+        "--reference-trials",
+        type=int,
+        default=None,
+        help="the best known from search_efficiency's best-known search of this length (cached)",
+    )
+    parser.add_argument(
+        "--kicks",
+        type=int,
+        default=20,
+        help="the best-known search's kicks (with --reference-trials)",
+    )
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="keep each draw's warm store here (DRAW.journal)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="CI smoke: 1 draw, 2 problems, budget 3"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.draws, args.problems, args.budget = 1, 2, 3
     common.quiet_optuna()
-    common.header("Studies in sequence with the calibration store", "calibration_sequence.py",
-                  list(sys.argv[1:] if argv is None else argv))
-    keys = list(PROBLEMS)[:args.problems]
+    common.header(
+        "Studies in sequence with the calibration store",
+        "calibration_sequence.py",
+        list(sys.argv[1:] if argv is None else argv),
+    )
+    keys = list(PROBLEMS)[: args.problems]
     rows: dict[str, Any] = {arm: [] for arm in ARMS}
     errors, unfit = [], []
     start = time.perf_counter()
@@ -139,33 +185,50 @@ def main(argv: Any=None) -> int:
             stores = {"warm": open_store(f"journal:///{journal}")}
             for i, key in enumerate(keys):
                 problem = PROBLEMS[key]
-                runs = {arm: one_study(problem, hidden(draw_id), args.budget, stores.get(arm), f"{key}-{arm}")
-                        for arm in ARMS}
+                runs = {
+                    arm: one_study(
+                        problem, hidden(draw_id), args.budget, stores.get(arm), f"{key}-{arm}"
+                    )
+                    for arm in ARMS
+                }
                 if i == 0:
                     continue  # an empty store: every arm runs the same study
                 seen = [t for compiles in runs.values() for t in compiles if t is not None]
                 if args.reference_trials:
-                    known = se.cached_best_known(problem, hidden(draw_id), draw_id, args.reference_trials,
-                                                 args.kicks)[0]
+                    known = se.cached_best_known(
+                        problem, hidden(draw_id), draw_id, args.reference_trials, args.kicks
+                    )[0]
                     seen += [known] if known else []
                 reference = max(seen) if seen else math.nan
                 for arm, compiles in runs.items():
-                    print(f"draw {draw_id} {key} {arm} (best known {reference:.0f}): " + " ".join(
-                        "-" if t is None else f"{t:.0f}" for t in compiles), flush=True)
+                    print(
+                        f"draw {draw_id} {key} {arm} (best known {reference:.0f}): "
+                        + " ".join("-" if t is None else f"{t:.0f}" for t in compiles),
+                        flush=True,
+                    )
                 if not seen:  # nothing of the space is known to fit this draw: no figure to take
                     unfit.append(f"{key} on draw {draw_id}")
                     continue
                 for arm, compiles in runs.items():
-                    rows[arm].append({"first_fits": bool(compiles) and compiles[0] is not None,
-                                      "near": near_at(compiles, reference, args.budget)})
+                    rows[arm].append(
+                        {
+                            "first_fits": bool(compiles) and compiles[0] is not None,
+                            "near": near_at(compiles, reference, args.budget),
+                        }
+                    )
             records, _ = stores["warm"].records()
             e = loso(records)
             if e is not None:
                 errors.append(e)
-    print(f"\n{args.draws} draw(s) x problems 2..{len(keys)} ({', '.join(keys[1:])}), budget {args.budget}, "
-          f"{time.perf_counter() - start:.0f} s")
-    best = (f"the best known ({args.reference_trials}-trial search, {args.kicks} kicks, or better found)"
-            if args.reference_trials else "the best any arm found")
+    print(
+        f"\n{args.draws} draw(s) x problems 2..{len(keys)} ({', '.join(keys[1:])}), budget {args.budget}, "
+        f"{time.perf_counter() - start:.0f} s"
+    )
+    best = (
+        f"the best known ({args.reference_trials}-trial search, {args.kicks} kicks, or better found)"
+        if args.reference_trials
+        else "the best any arm found"
+    )
     print(f"| arm | studies | first compile fits | median compiles to within 5 % of {best} |")
     print("|---|---|---|---|")
     for arm, rs in rows.items():
@@ -176,12 +239,18 @@ def main(argv: Any=None) -> int:
         print(f"left out, as no config of the space is known to fit there: {', '.join(unfit)}")
     print(f"wall time: {time.perf_counter() - start:.0f} s")
     if errors:
+
         def med(k: Any) -> Any:
             xs = [e[k] for e in errors if e[k] is not None]
             return f"{median(xs):.1%}" if xs else "-"
+
         print("\nleave-one-study-out, median over draws of each draw's median absolute error:")
-        print(f"  busiest tile (fraction of a tile): nominal {med('memory_nominal')}, corrected {med('memory_corrected')}")
-        print(f"  throughput (|log ratio|): nominal {med('throughput_nominal')}, corrected {med('throughput_corrected')}")
+        print(
+            f"  busiest tile (fraction of a tile): nominal {med('memory_nominal')}, corrected {med('memory_corrected')}"
+        )
+        print(
+            f"  throughput (|log ratio|): nominal {med('throughput_nominal')}, corrected {med('throughput_corrected')}"
+        )
     return 0
 
 

@@ -44,6 +44,7 @@ def quiet_optuna() -> None:
 
 # --- where and how it ran ----------------------------------------------------------------
 
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -58,8 +59,10 @@ def machine_line() -> str:
     import torch
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"machine: {cores} cores, {cpu_model()}; Python {platform.python_version()}, "
-            f"torch {torch.__version__}, optuna {optuna.__version__}")
+    return (
+        f"machine: {cores} cores, {cpu_model()}; Python {platform.python_version()}, "
+        f"torch {torch.__version__}, optuna {optuna.__version__}"
+    )
 
 
 def code_version() -> str:
@@ -67,10 +70,22 @@ def code_version() -> str:
     import subprocess
 
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "ipu_autotune"],
-                               cwd=REPO, capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "ipu_autotune"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + (" with uncommitted changes to ipu_autotune/" if dirty else "")
@@ -93,7 +108,9 @@ def header(title: str, script: str, argv: list[str]) -> None:
 #: so a fresh clone has them: each is keyed by the hidden IPU's answers on a few probes and by
 #: REFERENCE_SEARCH_VERSION (and its hidden IPU's `answers_version`), so a stale one is
 #: searched again. IPU_AUTOTUNE_BENCH_CACHE moves it (a scratch folder, say).
-REFERENCE_CACHE = Path(os.environ.get("IPU_AUTOTUNE_BENCH_CACHE", Path(__file__).resolve().parent / "reference"))
+REFERENCE_CACHE = Path(
+    os.environ.get("IPU_AUTOTUNE_BENCH_CACHE", Path(__file__).resolve().parent / "reference")
+)
 #: The version of the searches whose results REFERENCE_CACHE keeps (search_efficiency's
 #: best_known and its screens, ascent.py's climbs, reachable_floor's class searches,
 #: compile_minutes): bump it with any change that could change what they find, and every
@@ -103,11 +120,15 @@ REFERENCE_SEARCH_VERSION = 1
 
 # --- tables and statistics ---------------------------------------------------------------
 
+
 def markdown_table(headers: list[str], rows: list[list[str]], align: str | None = None) -> str:
     """A Markdown table (pastes into docs/performance.md as is). `align`: one of l/r per column."""
     align = align or "l" + "r" * (len(headers) - 1)
     cells = [[str(c) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
+        for i, h in enumerate(headers)
+    ]
 
     def line(values: list[str]) -> str:
         out = []
@@ -115,7 +136,13 @@ def markdown_table(headers: list[str], rows: list[list[str]], align: str | None 
             out.append(v.rjust(w) if a == "r" else v.ljust(w))
         return "| " + " | ".join(out) + " |"
 
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align)) + "|"
+    rule = (
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align)
+        )
+        + "|"
+    )
     return "\n".join([line(headers), rule, *(line(r) for r in cells)])
 
 
@@ -153,11 +180,19 @@ def fmt_ms(seconds: float) -> str:
 
 #: what the hidden IPU changes: always-live memory, compute efficiency, the busiest tile's
 #: excess over the mean, link and host bandwidth
-PERTURBED = ("code_base_bytes", "code_bytes_per_op", "matmul_efficiency", "tile_imbalance",
-             "link_bandwidth_scale", "host_bandwidth_scale")
+PERTURBED = (
+    "code_base_bytes",
+    "code_bytes_per_op",
+    "matmul_efficiency",
+    "tile_imbalance",
+    "link_bandwidth_scale",
+    "host_bandwidth_scale",
+)
 
 
-def hidden_constants(seed: int, spread: float = 0.3) -> tuple[EstimatorConstants, dict[str, float]]:
+def hidden_constants(
+    seed: int, spread: float = 0.3
+) -> tuple[EstimatorConstants, dict[str, float]]:
     """NOMINAL with each PERTURBED constant multiplied by a factor in [1-spread, 1+spread].
 
     The factors depend on the seed only. tile_imbalance is kept >= 1: the busiest tile
@@ -174,7 +209,9 @@ def seeded_random(key: str) -> Any:
     """A random.Random seeded by a string, the same in every process (unlike hash())."""
     import random
 
-    return random.Random(int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big"))
+    return random.Random(
+        int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+    )
 
 
 class HiddenIPU(Backend):
@@ -230,16 +267,20 @@ class HiddenIPU(Backend):
         return self.evaluate(problem, config)
 
 
-
-
 # --- the hidden IPU that differs in structure ---------------------------------------------
 
 #: busiest-tile excess per memory category, relative to the estimator's single imbalance:
 #: (low, high) factor drawn per seed. Planner temporaries and activations spread over
 #: tiles worse than weights; code and exchange vary with the op mix.
-CATEGORY_IMBALANCE = {"weights": (0.9, 1.05), "optimizer": (0.9, 1.05), "gradients": (0.9, 1.05),
-                      "activations": (1.0, 1.25), "stash": (1.0, 1.25), "temporary": (1.05, 1.4),
-                      "code/exchange": (0.95, 1.3)}
+CATEGORY_IMBALANCE = {
+    "weights": (0.9, 1.05),
+    "optimizer": (0.9, 1.05),
+    "gradients": (0.9, 1.05),
+    "activations": (1.0, 1.25),
+    "stash": (1.0, 1.25),
+    "temporary": (1.05, 1.4),
+    "code/exchange": (0.95, 1.3),
+}
 #: host input pipeline (decode, augment, collate) in input bytes per second it delivers: the
 #: estimator assumes the host keeps up; here it caps samples/s (8-bit I/O sends a quarter).
 HOST_PIPELINE_BYTES_PER_S = (4e9, 8e9)
@@ -282,21 +323,36 @@ class StructuralHiddenIPU(HiddenIPU):
             m = estimate(problem, config, profile_for(problem), self.constants)
             m.source, m.details = "compile", {}
             tiles = []
-            for busiest, parts in zip(m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes)):
+            for busiest, parts in zip(
+                m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes)
+            ):
                 total = sum(parts.values())
-                scale = sum(v * self.category.get(k, 1.0) for k, v in parts.items()) / total if total else 1.0
+                scale = (
+                    sum(v * self.category.get(k, 1.0) for k, v in parts.items()) / total
+                    if total
+                    else 1.0
+                )
                 tiles.append(int(busiest * scale))
             m.max_tile_bytes = tiles
             m.feasible = max(tiles) <= m.tile_capacity_bytes
             m.failure = None if m.feasible else "oom"
             if m.feasible and m.throughput:
-                per_call = problem.batch_size * config.gradient_accumulation * config.replicas \
+                per_call = (
+                    problem.batch_size
+                    * config.gradient_accumulation
+                    * config.replicas
                     * config.device_iterations
+                )
                 stages = config.ipus_per_replica if config.pipelined else 1
-                call = per_call / m.throughput + config.device_iterations * (self.step_s + self.stage_s * stages) \
+                call = (
+                    per_call / m.throughput
+                    + config.device_iterations * (self.step_s + self.stage_s * stages)
                     + self.call_s
+                )
                 pixels = math.prod(problem.input_shape) if problem.input_shape else 0
-                bytes_per_sample = pixels * (1 if config.eight_bit_io else 2 if config.half_compute else 4)
+                bytes_per_sample = pixels * (
+                    1 if config.eight_bit_io else 2 if config.half_compute else 4
+                )
                 call = max(call, per_call * bytes_per_sample / self.host_bytes_per_s)
                 j = self.jitter(config)
                 m.throughput = per_call / call * j

@@ -69,7 +69,9 @@ def sample_configs(problem: Problem, n: int, seed: int = 0) -> list[Any]:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
-    configs = [p.config for p in proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)]
+    configs = [
+        p.config for p in proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
+    ]
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     while len(configs) < n:
         trial = study.ask()
@@ -95,17 +97,24 @@ def time_estimates(problem: Problem, configs: list[Any]) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help=f"{' and '.join(QUICK_MODELS)}, 200 estimates")
+    ap.add_argument(
+        "--quick", action="store_true", help=f"{' and '.join(QUICK_MODELS)}, 200 estimates"
+    )
     ap.add_argument("--models", nargs="+", default=None, help=f"default: {' '.join(MODELS)}")
-    ap.add_argument("--estimates", type=int, default=None, help="estimates per model (default 1000; quick 200)")
+    ap.add_argument(
+        "--estimates", type=int, default=None, help="estimates per model (default 1000; quick 200)"
+    )
     args = ap.parse_args(argv)
     models = args.models or list(QUICK_MODELS if args.quick else MODELS)
     n = args.estimates or (200 if args.quick else 1000)
 
     common.quiet_optuna()
     common.header("Estimator speed: trace once, then estimate", "estimator_speed.py", argv)
-    print(f"micro-batch {BATCH}, input {'x'.join(map(str, SHAPE))}, {IPUS} Mk2 IPUs; "
-          f"{n} estimates per model of configs sampled at random from its search space\n", flush=True)
+    print(
+        f"micro-batch {BATCH}, input {'x'.join(map(str, SHAPE))}, {IPUS} Mk2 IPUs; "
+        f"{n} estimates per model of configs sampled at random from its search space\n",
+        flush=True,
+    )
 
     start = time.perf_counter()
     rows, ratios, results = [], [], {}
@@ -117,33 +126,86 @@ def main(argv: list[str] | None = None) -> int:
         times = time_estimates(problem, configs)
         profile = profile_for(problem)
         t = time.perf_counter()
-        proposals(problem, profile, SearchSpace.load(problem), naive_baseline(problem, profile),
-                  headroom=DEFAULT_HEADROOM)
+        proposals(
+            problem,
+            profile,
+            SearchSpace.load(problem),
+            naive_baseline(problem, profile),
+            headroom=DEFAULT_HEADROOM,
+        )
         warm_starts = time.perf_counter() - t
         med, p90 = median(times), quantile(times, 0.9)
         results[model] = {"cold": cold, "median": med, "p90": p90, "warm_starts": warm_starts}
-        rows.append([model, str(cold["units"]), str(cold["ops"]), f"{cold['params'] / 1e6:.1f}M",
-                     f"{cold['first']:.2f}", f"{cold['second']:.2f}", f"{med * 1e3:.3f}", f"{p90 * 1e3:.3f}",
-                     f"{max(times) * 1e3:.2f}", f"{warm_starts:.2f}"])
-        ratios.append([model, f"{cold['first'] / med:,.0f}", f"{cold['first'] / cold['second']:.1f}x",
-                       f"{TARGET_MS / 1e3 / med:.0f}x"])
-        print(f"  {model}: traced in {cold['first']:.2f} s, estimate median {med * 1e3:.3f} ms", flush=True)
+        rows.append(
+            [
+                model,
+                str(cold["units"]),
+                str(cold["ops"]),
+                f"{cold['params'] / 1e6:.1f}M",
+                f"{cold['first']:.2f}",
+                f"{cold['second']:.2f}",
+                f"{med * 1e3:.3f}",
+                f"{p90 * 1e3:.3f}",
+                f"{max(times) * 1e3:.2f}",
+                f"{warm_starts:.2f}",
+            ]
+        )
+        ratios.append(
+            [
+                model,
+                f"{cold['first'] / med:,.0f}",
+                f"{cold['first'] / cold['second']:.1f}x",
+                f"{TARGET_MS / 1e3 / med:.0f}x",
+            ]
+        )
+        print(
+            f"  {model}: traced in {cold['first']:.2f} s, estimate median {med * 1e3:.3f} ms",
+            flush=True,
+        )
     elapsed = time.perf_counter() - start
 
     print("\n## Trace (fresh process) and estimate times\n")
-    print(markdown_table(["model", "units", "ops", "params", "first trace s", "second trace s",
-                          "estimate median ms", "p90 ms", "max ms", "warm starts s"], rows))
+    print(
+        markdown_table(
+            [
+                "model",
+                "units",
+                "ops",
+                "params",
+                "first trace s",
+                "second trace s",
+                "estimate median ms",
+                "p90 ms",
+                "max ms",
+                "warm starts s",
+            ],
+            rows,
+        )
+    )
     print("\n## Ratios\n")
-    print(markdown_table(["model", "estimates per first trace", "first / second trace",
-                          f"{TARGET_MS:.0f} ms / median estimate"], ratios))
+    print(
+        markdown_table(
+            [
+                "model",
+                "estimates per first trace",
+                "first / second trace",
+                f"{TARGET_MS:.0f} ms / median estimate",
+            ],
+            ratios,
+        )
+    )
     if "resnet101" in results:
         med = results["resnet101"]["median"] * 1e3
-        print(f"\nTarget: one resnet101 estimate after tracing under {TARGET_MS:.0f} ms: "
-              f"median {med:.3f} ms, p90 {results['resnet101']['p90'] * 1e3:.3f} ms -> "
-              f"{'met' if med < TARGET_MS else 'not met'}")
-    print(f"\nimports in a fresh process, not in the trace times (medians): torch + ipu_autotune "
-          f"{median([r['cold']['import'] for r in results.values()]):.2f} s, torchvision.models "
-          f"{median([r['cold']['torchvision'] for r in results.values()]):.2f} s")
+        print(
+            f"\nTarget: one resnet101 estimate after tracing under {TARGET_MS:.0f} ms: "
+            f"median {med:.3f} ms, p90 {results['resnet101']['p90'] * 1e3:.3f} ms -> "
+            f"{'met' if med < TARGET_MS else 'not met'}"
+        )
+    print(
+        f"\nimports in a fresh process, not in the trace times (medians): torch + ipu_autotune "
+        f"{median([r['cold']['import'] for r in results.values()]):.2f} s, torchvision.models "
+        f"{median([r['cold']['torchvision'] for r in results.values()]):.2f} s"
+    )
     print(f"\nwall time: {elapsed:.0f} s")
     return 0
 

@@ -44,11 +44,20 @@ def chance_table(results: list[dict[str, Any]]) -> str | None:
                 picks[_bin(chance)].append((chance, throughput is not None))
     if not compiles:
         return None
-    rows = [[f"{lo:.1f}-{hi:.1f}", str(len(p)), f"{fmean(c for c, _ in p):.2f}" if p else "-",
-             f"{sum(f for _, f in p) / len(p):.2f}" if p else "-"] for (lo, hi), p in picks.items()]
-    return (f"{out_of_memory} of {compiles} compiles did not fit ({out_of_memory / compiles:.0%}). "
-            "The guide's own picks, binned by the chance to fit it gave them:\n\n"
-            + markdown_table(["chance to fit", "compiles", "mean chance", "fit"], rows, "lrrr"))
+    rows = [
+        [
+            f"{lo:.1f}-{hi:.1f}",
+            str(len(p)),
+            f"{fmean(c for c, _ in p):.2f}" if p else "-",
+            f"{sum(f for _, f in p) / len(p):.2f}" if p else "-",
+        ]
+        for (lo, hi), p in picks.items()
+    ]
+    return (
+        f"{out_of_memory} of {compiles} compiles did not fit ({out_of_memory / compiles:.0%}). "
+        "The guide's own picks, binned by the chance to fit it gave them:\n\n"
+        + markdown_table(["chance to fit", "compiles", "mean chance", "fit"], rows, "lrrr")
+    )
 
 
 def best_at(run: dict[str, Any], reference: float, k: int) -> float:
@@ -70,24 +79,56 @@ def paired(a: list[dict[str, Any]], b: list[dict[str, Any]], k: int = 10) -> str
     the same best known (the larger of the two files'), wins, losses and ties of `b`, the
     sign test, and the share of compiles that did not fit."""
     first = {(r["problem"], r["draw"]): r for r in a if GUIDE in r["runs"]}
-    pairs = [(first[key], r) for r in b if GUIDE in r["runs"] and (key := (r["problem"], r["draw"])) in first]
+    pairs = [
+        (first[key], r)
+        for r in b
+        if GUIDE in r["runs"] and (key := (r["problem"], r["draw"])) in first
+    ]
     pairs = [(x, y) for x, y in pairs if x["reference"] and y["reference"]]
     if not pairs:
-        raise ValueError(f"the two files share no (problem, draw) pair with a '{GUIDE}' run and a best known")
-    groups = [(p, [(x, y) for x, y in pairs if x["problem"] == p]) for p in dict.fromkeys(x["problem"] for x, _ in pairs)]
+        raise ValueError(
+            f"the two files share no (problem, draw) pair with a '{GUIDE}' run and a best known"
+        )
+    groups = [
+        (p, [(x, y) for x, y in pairs if x["problem"] == p])
+        for p in dict.fromkeys(x["problem"] for x, _ in pairs)
+    ]
     rows = []
     for name, group in [*groups, ("all problems", pairs)]:
         scores = []
         for x, y in group:
             reference = max(x["reference"], y["reference"])
-            scores.append((best_at(x["runs"][GUIDE], reference, k), best_at(y["runs"][GUIDE], reference, k)))
+            scores.append(
+                (best_at(x["runs"][GUIDE], reference, k), best_at(y["runs"][GUIDE], reference, k))
+            )
         wins = sum(sb - sa > TIE for sa, sb in scores)
         losses = sum(sa - sb > TIE for sa, sb in scores)
-        rows.append([name, str(len(group)), f"{fmean(s for s, _ in scores):.3f}", f"{fmean(s for _, s in scores):.3f}",
-                     f"{wins} / {losses} / {len(group) - wins - losses}", f"{sign_test(wins, losses):.2f}",
-                     f"{_no_fit(x for x, _ in group):.0%}", f"{_no_fit(y for _, y in group):.0%}"])
-    return markdown_table(["problem", "pairs", f"A best@{k} (mean)", f"B best@{k} (mean)", "B wins / loses / ties",
-                           "sign test p", "A did not fit", "B did not fit"], rows, "lrrrrrrr")
+        rows.append(
+            [
+                name,
+                str(len(group)),
+                f"{fmean(s for s, _ in scores):.3f}",
+                f"{fmean(s for _, s in scores):.3f}",
+                f"{wins} / {losses} / {len(group) - wins - losses}",
+                f"{sign_test(wins, losses):.2f}",
+                f"{_no_fit(x for x, _ in group):.0%}",
+                f"{_no_fit(y for _, y in group):.0%}",
+            ]
+        )
+    return markdown_table(
+        [
+            "problem",
+            "pairs",
+            f"A best@{k} (mean)",
+            f"B best@{k} (mean)",
+            "B wins / loses / ties",
+            "sign test p",
+            "A did not fit",
+            "B did not fit",
+        ],
+        rows,
+        "lrrrrrrr",
+    )
 
 
 def _no_fit(results: Any) -> float:

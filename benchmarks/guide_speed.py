@@ -36,9 +36,13 @@ from random_ipus import FAMILIES
 HERE = Path(__file__).resolve().parent
 
 #: (problem, hidden IPU kind, develop seed or draw): the hand-made kinds, both random families
-CASES = [("resnet101-mb64-64px-2ipu", "structural", 0), ("resnet50-mb16-224-4ipu", "constants", 1),
-         ("resnet101-mb64-64px-2ipu", "knobs", 30000), ("vit_b_16-mb8-224-4ipu", "random", 10000),
-         ("resnet152-mb16-224-2ipu", "structural", 2)]
+CASES = [
+    ("resnet101-mb64-64px-2ipu", "structural", 0),
+    ("resnet50-mb16-224-4ipu", "constants", 1),
+    ("resnet101-mb64-64px-2ipu", "knobs", 30000),
+    ("vit_b_16-mb8-224-4ipu", "random", 10000),
+    ("resnet152-mb16-224-2ipu", "structural", 2),
+]
 
 
 def oracle(kind: str, seed: int) -> Any:
@@ -56,8 +60,13 @@ def run_cases(budget: int, cases: int) -> dict[str, dict[str, Any]]:
         problem = se.PROBLEMS[key]
         se.profile_for(problem)  # the trace is not the guide's cost
         start = time.process_time()
-        run = se.run_strategy("ipu-autotune", problem, oracle(kind, seed), seed, budget, 10 * budget)
-        out[f"{key} [{kind} {seed}]"] = {"cpu": time.process_time() - start, "compiles": run.compiles}
+        run = se.run_strategy(
+            "ipu-autotune", problem, oracle(kind, seed), seed, budget, 10 * budget
+        )
+        out[f"{key} [{kind} {seed}]"] = {
+            "cpu": time.process_time() - start,
+            "compiles": run.compiles,
+        }
     return out
 
 
@@ -66,38 +75,80 @@ def run_at(rev: str, budget: int, cases: int) -> dict[str, dict[str, Any]]:
     repo = HERE.parent
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), rev], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), rev],
+            check=True,
+            capture_output=True,
+        )
         try:
             script = tree / "benchmarks" / Path(__file__).name
-            if not script.exists():  # a commit before this benchmark: this one, beside that commit's
-                shutil.copy(Path(__file__).resolve(), script)  # common.py (which puts its tree first)
+            if (
+                not script.exists()
+            ):  # a commit before this benchmark: this one, beside that commit's
+                shutil.copy(
+                    Path(__file__).resolve(), script
+                )  # common.py (which puts its tree first)
             saved = Path(tmp) / "runs.json"
             env = {**os.environ, "PYTHONPATH": str(tree)}
-            subprocess.run([sys.executable, str(script), "--budget", str(budget), "--cases", str(cases),
-                            "--json", str(saved)],
-                           check=True, env=env, cwd=tree, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(script),
+                    "--budget",
+                    str(budget),
+                    "--cases",
+                    str(cases),
+                    "--json",
+                    str(saved),
+                ],
+                check=True,
+                env=env,
+                cwd=tree,
+                stdout=subprocess.DEVNULL,
+            )
             return json.loads(saved.read_text())
         finally:
-            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], check=False,
-                           capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
+                check=False,
+                capture_output=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=int, default=8, help="compiles per case (default 8)")
-    ap.add_argument("--cases", type=int, default=len(CASES), help=f"the first N cases (default {len(CASES)})")
+    ap.add_argument(
+        "--cases", type=int, default=len(CASES), help=f"the first N cases (default {len(CASES)})"
+    )
     ap.add_argument("--against", metavar="REV", help="also run on this commit and compare")
     ap.add_argument("--json", type=Path, help="write the raw results here")
     args = ap.parse_args(argv)
     if args.against:  # before any case runs: a typo should not cost the first half
-        found = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--verify", "--quiet",
-                                f"{args.against}^{{commit}}"], capture_output=True)
+        found = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(HERE.parent),
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                f"{args.against}^{{commit}}",
+            ],
+            capture_output=True,
+        )
         if found.returncode != 0:
-            print(f"error: --against {args.against}: not a commit of this repository", file=sys.stderr)
+            print(
+                f"error: --against {args.against}: not a commit of this repository",
+                file=sys.stderr,
+            )
             return 2
     if args.json is None or not args.against:  # a child run (--json alone) prints only its table
-        common.header("Guide speed: CPU per guided compile", "guide_speed.py", sys.argv[1:] if argv is None else argv)
+        common.header(
+            "Guide speed: CPU per guided compile",
+            "guide_speed.py",
+            sys.argv[1:] if argv is None else argv,
+        )
     started = time.perf_counter()
     here = run_cases(args.budget, args.cases)
     if args.json:
@@ -111,12 +162,20 @@ def main(argv: list[str] | None = None) -> int:
         row = [name, f"{r['cpu']:.1f}", f"{r['cpu'] / args.budget:.2f}"]
         if other is not None:
             o = other[name]
-            row += [f"{o['cpu']:.1f}", f"{r['cpu'] / o['cpu']:.2f}x", "yes" if o["compiles"] == r["compiles"] else "NO"]
+            row += [
+                f"{o['cpu']:.1f}",
+                f"{r['cpu'] / o['cpu']:.2f}x",
+                "yes" if o["compiles"] == r["compiles"] else "NO",
+            ]
         rows.append(row)
-    print(f"## CPU per guided compile (budget {args.budget}; this process's CPU, the trace excluded)\n")
+    print(
+        f"## CPU per guided compile (budget {args.budget}; this process's CPU, the trace excluded)\n"
+    )
     print(common.markdown_table(headers, rows, "lrr" + ("rrl" if other is not None else "")))
     total = sum(r["cpu"] for r in here.values())
-    line = f"\nall cases: {total:.1f} s of CPU, {total / (args.budget * len(here)):.2f} s per compile"
+    line = (
+        f"\nall cases: {total:.1f} s of CPU, {total / (args.budget * len(here)):.2f} s per compile"
+    )
     if other is not None:
         before = sum(o["cpu"] for o in other.values())
         same = sum(other[n]["compiles"] == here[n]["compiles"] for n in here)

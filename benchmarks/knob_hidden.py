@@ -66,7 +66,7 @@ def _legendre(u: float) -> tuple[float, float, float]:
     """P1, P2, P3 on [0, 1]: each averages zero over the domain, so a response moves speed
     or memory between values without shifting the mean."""
     x = 2.0 * u - 1.0
-    return x, (3 * x * x - 1) / 2, (5 * x ** 3 - 3 * x) / 2
+    return x, (3 * x * x - 1) / 2, (5 * x**3 - 3 * x) / 2
 
 
 def _curve(rng, amplitude: float):
@@ -97,7 +97,9 @@ def knob_domains(problem: Problem) -> dict[str, Range | tuple]:
     out: dict[str, Range | tuple] = {
         "ipus_per_replica": tuple(str(i) for i in sorted({i for i, _ in layouts})),
         "replicas": tuple(str(r) for r in sorted({r for _, r in layouts})),
-        "recompute": tuple(sorted({effective_recompute(m, p) for m in recompute for p in (False, True)})),
+        "recompute": tuple(
+            sorted({effective_recompute(m, p) for m in recompute for p in (False, True)})
+        ),
         "micro_batch": tuple(str(m) for m in space.micro_batches(problem)),
         **{k: Range(0.0, 1.0) for k in UNIT_SHARES},
     }
@@ -135,8 +137,13 @@ class KnobResponse:
             pairs.add(tuple(sorted(rng.sample(sorted(self.domains), 2))))
         self.pairs = sorted(pairs)
         self._terms: dict[tuple, object] = {}
-        self._strengths = {(pair, t): seeded_random("/".join(map(str, (self.key, problem.slug, pair, t))))
-                           .uniform(-MOST, MOST) for pair in self.pairs for t in TARGETS}
+        self._strengths = {
+            (pair, t): seeded_random(
+                "/".join(map(str, (self.key, problem.slug, pair, t)))
+            ).uniform(-MOST, MOST)
+            for pair in self.pairs
+            for t in TARGETS
+        }
         self._values: tuple[Config | None, dict] = (None, {})
 
     def term(self, *where):
@@ -148,7 +155,11 @@ class KnobResponse:
             if where[0] == "pair":  # a knob's shape in an interaction: [-1, 1]
                 amplitude = 1.0
             domain = self.domains[where[1] if where[0] != "pair" else where[2]]
-            self._terms[where] = _curve(rng, amplitude) if isinstance(domain, Range) else _levels(rng, domain, amplitude)
+            self._terms[where] = (
+                _curve(rng, amplitude)
+                if isinstance(domain, Range)
+                else _levels(rng, domain, amplitude)
+            )
         return self._terms[where]
 
     def effect(self, knob: str, values: list, *where) -> float:
@@ -157,7 +168,11 @@ class KnobResponse:
         if not values:
             return 0.0
         domain, term = self.domains[knob], self.term(*where)
-        each = [term(_unit(v, domain)) for v in values] if isinstance(domain, Range) else [term.get(v, 0.0) for v in values]
+        each = (
+            [term(_unit(v, domain)) for v in values]
+            if isinstance(domain, Range)
+            else [term.get(v, 0.0) for v in values]
+        )
         return sum(each) / len(each)
 
     def factor(self, target: str, config: Config, ipu: int | None = None) -> float:
@@ -172,11 +187,15 @@ class KnobResponse:
             if knob == "available_memory_proportion":
                 amp = values[knob]
                 each = [self.effect(knob, [a], target, knob, i) for i, a in enumerate(amp)]
-                out *= 1.0 + (each[min(ipu, len(each) - 1)] if ipu is not None else sum(each) / len(each))
+                out *= 1.0 + (
+                    each[min(ipu, len(each) - 1)] if ipu is not None else sum(each) / len(each)
+                )
             else:
                 out *= 1.0 + self.effect(knob, values[knob], target, knob)
         for a, b in self.pairs:
-            shapes = self.effect(a, values[a], "pair", (a, b), a) * self.effect(b, values[b], "pair", (a, b), b)
+            shapes = self.effect(a, values[a], "pair", (a, b), a) * self.effect(
+                b, values[b], "pair", (a, b), b
+            )
             out *= 1.0 + self._strengths[((a, b), target)] * shapes
         return out
 
@@ -218,6 +237,9 @@ class KnobResponseHiddenIPU(RandomHiddenIPU):
     def _host_costs(self, problem: Problem, config: Config) -> host.HostCosts:
         costs = super()._host_costs(problem, config)
         slower = self.response(problem).factor("host", config)
-        return replace(costs, float_sample_s=costs.float_sample_s * slower,
-                       uint8_sample_s=costs.uint8_sample_s * slower, call_s=costs.call_s * slower)
-
+        return replace(
+            costs,
+            float_sample_s=costs.float_sample_s * slower,
+            uint8_sample_s=costs.uint8_sample_s * slower,
+            call_s=costs.call_s * slower,
+        )

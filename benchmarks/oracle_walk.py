@@ -56,7 +56,9 @@ from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 
 
-def _step(screen: OracleScreen, space: SearchSpace, best: Config, pairs_always: bool = False) -> Config | None:
+def _step(
+    screen: OracleScreen, space: SearchSpace, best: Config, pairs_always: bool = False
+) -> Config | None:
     """The best true single-knob change of `best`, or pair of changes when no single one
     improves (or always, with `pairs_always`); None when nothing improves."""
     singles = single_moves(space, screen, best)
@@ -82,8 +84,9 @@ ORACLES = ("greedy oracle", "pair oracle", "main-effects oracle")
 HYBRID = "guide or pair oracle"
 
 
-def _walk_configs(screen: OracleScreen, space: SearchSpace, starts: list[Config], budget: int,
-                  oracle: str) -> list[Config]:
+def _walk_configs(
+    screen: OracleScreen, space: SearchSpace, starts: list[Config], budget: int, oracle: str
+) -> list[Config]:
     """Compile the first start, then from the best so far: the greedy oracle's best true single
     change (a pair when none improves); the pair oracle's best true single or pair change; the
     main-effects oracle's top of its true main effects, or the greedy step once compiled. On a
@@ -112,8 +115,9 @@ def _walk_configs(screen: OracleScreen, space: SearchSpace, starts: list[Config]
     return compiled
 
 
-def _walk(screen: OracleScreen, space: SearchSpace, starts: list[Config], budget: int,
-          oracle: str) -> list[float | None]:
+def _walk(
+    screen: OracleScreen, space: SearchSpace, starts: list[Config], budget: int, oracle: str
+) -> list[float | None]:
     """Each compile's true throughput along the walk (None: out of memory)."""
     out = []
     for c in _walk_configs(screen, space, starts, budget, oracle):
@@ -122,7 +126,9 @@ def _walk(screen: OracleScreen, space: SearchSpace, starts: list[Config], budget
     return out
 
 
-def _main_effects_top(screen: OracleScreen, space: SearchSpace, start: Config, rounds: int = 40) -> Config:
+def _main_effects_top(
+    screen: OracleScreen, space: SearchSpace, start: Config, rounds: int = 40
+) -> Config:
     """Climb, for free, the start's true single changes combined without interactions: speed
     as the product of their ratios, each IPU's busiest tile as the sum of their moves, kept
     within its capacity. Each single change is a move; one on a knob already moved replaces it."""
@@ -137,8 +143,10 @@ def _main_effects_top(screen: OracleScreen, space: SearchSpace, start: Config, r
             singles.append((knob_changes(start, c), m.throughput / base.throughput, moved))
 
     def fits(applied: list[Any]) -> bool:
-        return all(base.required_bytes[i] + sum(x[2][i] for x in applied) <= base.capacity_bytes[i]
-                   for i in range(len(base.required_bytes)))
+        return all(
+            base.required_bytes[i] + sum(x[2][i] for x in applied) <= base.capacity_bytes[i]
+            for i in range(len(base.required_bytes))
+        )
 
     applied: list[tuple[dict[str, Any], float, list[int]]] = []
     score = 1.0
@@ -158,20 +166,32 @@ def _main_effects_top(screen: OracleScreen, space: SearchSpace, start: Config, r
     return start.replace(**merged)
 
 
-def _guide_and_oracle(problem: Problem, profile: ModelProfile, space: SearchSpace, screen: OracleScreen,
-                      baseline: Config, warm: list[Config], budget: int) -> list[float | None]:
+def _guide_and_oracle(
+    problem: Problem,
+    profile: ModelProfile,
+    space: SearchSpace,
+    screen: OracleScreen,
+    baseline: Config,
+    warm: list[Config],
+    budget: int,
+) -> list[float | None]:
     """The guide's run, told at each compile which is truly better: its own proposal, the pair
     oracle's step from the best measured, or the truly best warm start not compiled yet. The
     guide learns from every compile, whoever chose it. Compile 1 is the baseline, as in `tune`."""
-    guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM, candidates=warm))  # as search_efficiency.run_strategy
+    guide = Guide(
+        problem, profile, space, GuideSettings(DEFAULT_HEADROOM, candidates=warm)
+    )  # as search_efficiency.run_strategy
     measured = [(baseline, screen.oracle.evaluate(problem, baseline))]
     best_warm = max(warm, key=lambda c: screen_rank(screen(c)))
     while len(measured) < budget:
         done = {c for c, _ in measured}
         best = max(done, key=lambda c: screen_rank(screen(c)))
         proposal = guide.propose(History.of(measured))
-        options = [proposal.config if proposal is not None else None, _step(screen, space, best, pairs_always=True),
-                   best_warm]
+        options = [
+            proposal.config if proposal is not None else None,
+            _step(screen, space, best, pairs_always=True),
+            best_warm,
+        ]
         options = [c for c in options if c is not None and c not in done and screen(c) is not None]
         if not options:
             break
@@ -192,7 +212,9 @@ def run_draw(args: tuple[Any, ...]) -> dict[str, Any]:
     screen = OracleScreen(problem, profile, oracle, space)
     # The estimator's warm starts (every layout's): the oracles start from the one truly best,
     # and from the next when a walk is stuck.
-    warm = [p.config for p in proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)]
+    warm = [
+        p.config for p in proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
+    ]
     starts = sorted(warm, key=lambda c: screen_rank(screen(c)), reverse=True)
     runs = {name: _walk(screen, space, starts, budget, name) for name in ORACLES}
     runs[HYBRID] = _guide_and_oracle(problem, profile, space, screen, baseline, warm, budget)
@@ -205,11 +227,22 @@ def run_draw(args: tuple[Any, ...]) -> dict[str, Any]:
         judged = [estimate(problem, w, profile, headroom=DEFAULT_HEADROOM) for w in warm]
         top = max((m.throughput for m in judged if m.feasible and m.throughput), default=None)
         seen_by_estimator = estimate(problem, best_config, profile, headroom=DEFAULT_HEADROOM)
-        lies = {"knobs from the nearest warm start": min(len(knob_changes(w, best_config)) for w in warm),
-                "estimator says it fits": bool(seen_by_estimator.feasible),
-                "estimator's speed vs its own top": (seen_by_estimator.throughput or 0.0) / top if top else None}
-    return {"problem": key, "draw": draw_id, "reference": reference, "best known": lies,
-            "runs": runs}
+        lies = {
+            "knobs from the nearest warm start": min(
+                len(knob_changes(w, best_config)) for w in warm
+            ),
+            "estimator says it fits": bool(seen_by_estimator.feasible),
+            "estimator's speed vs its own top": (seen_by_estimator.throughput or 0.0) / top
+            if top
+            else None,
+        }
+    return {
+        "problem": key,
+        "draw": draw_id,
+        "reference": reference,
+        "best known": lies,
+        "runs": runs,
+    }
 
 
 def _to_near(compiles: list[float | None], reference: float | None) -> int | None:
@@ -232,23 +265,53 @@ def report(results: list[dict[str, Any]], budget: int) -> str:
             near = [_to_near(r["runs"][name], r["reference"]) for r in rs]
             within = [n for n in near if n is not None and n <= budget]
             at = [best_at({"compiles": r["runs"][name]}, r["reference"], budget) for r in rs]
-            rows.append([key, name, f"{len(within)}/{len(rs)}",
-                         f"{median([n if n is not None else budget + 1 for n in near]):g}" if rs else "-",
-                         f"{sum(at) / len(at):.3f}" if at else "-"])
-    out.append(markdown_table(["problem", "oracle", f"within 5% in <= {budget}", "median to 5%",
-                               "mean best@budget"], rows))
+            rows.append(
+                [
+                    key,
+                    name,
+                    f"{len(within)}/{len(rs)}",
+                    f"{median([n if n is not None else budget + 1 for n in near]):g}"
+                    if rs
+                    else "-",
+                    f"{sum(at) / len(at):.3f}" if at else "-",
+                ]
+            )
+    out.append(
+        markdown_table(
+            ["problem", "oracle", f"within 5% in <= {budget}", "median to 5%", "mean best@budget"],
+            rows,
+        )
+    )
     out += ["", "## Where the best known lies", ""]
     rows = []
     for key in dict.fromkeys(r["problem"] for r in results):
         lies = [r["best known"] for r in results if r["problem"] == key and r["best known"]]
         if not lies:
             continue
-        speeds = [x["estimator's speed vs its own top"] for x in lies if x["estimator's speed vs its own top"]]
-        rows.append([key, f"{median([x['knobs from the nearest warm start'] for x in lies]):g}",
-                     f"{sum(x['estimator says it fits'] for x in lies)}/{len(lies)}",
-                     f"{median(speeds):.2f}" if speeds else "-"])
-    out.append(markdown_table(["problem", "median knobs from the nearest warm start", "estimator says it fits",
-                               "median estimated speed vs the estimator's top"], rows))
+        speeds = [
+            x["estimator's speed vs its own top"]
+            for x in lies
+            if x["estimator's speed vs its own top"]
+        ]
+        rows.append(
+            [
+                key,
+                f"{median([x['knobs from the nearest warm start'] for x in lies]):g}",
+                f"{sum(x['estimator says it fits'] for x in lies)}/{len(lies)}",
+                f"{median(speeds):.2f}" if speeds else "-",
+            ]
+        )
+    out.append(
+        markdown_table(
+            [
+                "problem",
+                "median knobs from the nearest warm start",
+                "estimator says it fits",
+                "median estimated speed vs the estimator's top",
+            ],
+            rows,
+        )
+    )
     return "\n".join(out)
 
 
@@ -257,27 +320,45 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", choices=list(ri.FAMILIES), default="knobs")
     ap.add_argument("--set", choices=("develop", "report"), default="develop")
     ap.add_argument("--draws", type=int, default=6)
-    ap.add_argument("--first-draw", type=int, default=None,
-                    help="the first draw id (default: the set's first); the cached best-knowns decide what is quick")
+    ap.add_argument(
+        "--first-draw",
+        type=int,
+        default=None,
+        help="the first draw id (default: the set's first); the cached best-knowns decide what is quick",
+    )
     ap.add_argument("--budget", type=int, default=ri.NEAR_WITHIN)
     ap.add_argument("--reference-trials", type=int, default=30)
     ap.add_argument("--kicks", type=int, default=20)
     ap.add_argument("--problems", nargs="+", choices=list(se.PROBLEMS), default=list(se.PROBLEMS))
-    ap.add_argument("--json", type=Path, default=None, help="also write every walk's compiles here")
-    ap.add_argument("--quick", action="store_true", help=f"CI smoke: {se.QUICK_PROBLEMS[0]}, one develop draw")
+    ap.add_argument(
+        "--json", type=Path, default=None, help="also write every walk's compiles here"
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help=f"CI smoke: {se.QUICK_PROBLEMS[0]}, one develop draw"
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.problems, args.draws, args.set = se.QUICK_PROBLEMS[:1], 1, "develop"
     t0 = time.perf_counter()
-    common.header("Searches with perfect local knowledge (issue 41's yardstick)", "oracle_walk.py",
-                  sys.argv[1:] if argv is None else argv)
-    first_id = ri.FAMILIES[args.family][1][args.set] if args.first_draw is None else args.first_draw
-    jobs = [(k, first_id + d, args.budget, args.reference_trials, args.kicks, args.family)
-            for k in args.problems for d in range(args.draws)]
+    common.header(
+        "Searches with perfect local knowledge (issue 41's yardstick)",
+        "oracle_walk.py",
+        sys.argv[1:] if argv is None else argv,
+    )
+    first_id = (
+        ri.FAMILIES[args.family][1][args.set] if args.first_draw is None else args.first_draw
+    )
+    jobs = [
+        (k, first_id + d, args.budget, args.reference_trials, args.kicks, args.family)
+        for k in args.problems
+        for d in range(args.draws)
+    ]
     results = [run_draw(j) for j in jobs]
     print(report(results, args.budget))
     if args.json:
-        args.json.write_text(json.dumps({"argv": sys.argv[1:] if argv is None else argv, "results": results}))
+        args.json.write_text(
+            json.dumps({"argv": sys.argv[1:] if argv is None else argv, "results": results})
+        )
     print(f"\nwall time: {time.perf_counter() - t0:.0f} s")
     return 0
 

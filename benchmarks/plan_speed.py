@@ -35,8 +35,15 @@ QUICK = {"resnet18": (["resnet18", "--batch-size", "8"], 10.0)}
 def timed(argv: list[str], cwd: Path) -> tuple[float, str]:
     """Wall seconds of `python -m ipu_autotune ARGV` in a fresh process, and its stdout."""
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "ipu_autotune", *argv], cwd=cwd, capture_output=True, text=True,
-                         check=False, timeout=1800, env=None)
+    out = subprocess.run(
+        [sys.executable, "-m", "ipu_autotune", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+        env=None,
+    )
     elapsed = time.perf_counter() - start
     if out.returncode != 0:
         raise SystemExit(f"{shlex.join(argv)} failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -56,16 +63,35 @@ def main(argv: list[str] | None = None) -> int:
         for name, (problem, target) in cases.items():
             estimate_s, _ = timed(["estimate", *problem, "--json"], cwd)
             plan_s, out = timed(["plan", *problem], cwd)
-            rows.append([name, f"{estimate_s:.1f}", f"{plan_s:.1f}", f"{plan_s / estimate_s:.1f}x",
-                         f"{target:.0f}", "met" if plan_s < target else "not met"])
+            rows.append(
+                [
+                    name,
+                    f"{estimate_s:.1f}",
+                    f"{plan_s:.1f}",
+                    f"{plan_s / estimate_s:.1f}x",
+                    f"{target:.0f}",
+                    "met" if plan_s < target else "not met",
+                ]
+            )
             verdicts.append(f"ipu-autotune plan {shlex.join(problem)}")
-            print(f"  {name}: estimate {estimate_s:.1f} s, plan {plan_s:.1f} s "
-                  f"({plan_s / estimate_s:.1f}x)", flush=True)
+            print(
+                f"  {name}: estimate {estimate_s:.1f} s, plan {plan_s:.1f} s "
+                f"({plan_s / estimate_s:.1f}x)",
+                flush=True,
+            )
             print("\n".join("    " + line for line in out.splitlines()[-3:]), flush=True)
     print("\n## Plan against one estimate (fresh processes, wall clock)\n")
-    print(markdown_table(["model", "estimate s", "plan s", "plan / estimate", "target s", "target"], rows))
-    print("\nto reproduce one row: " + "; ".join(verdicts) + " (from a folder holding llama-7b/config.json, "
-          "examples/hf_configs/llama-7b)")
+    print(
+        markdown_table(
+            ["model", "estimate s", "plan s", "plan / estimate", "target s", "target"], rows
+        )
+    )
+    print(
+        "\nto reproduce one row: "
+        + "; ".join(verdicts)
+        + " (from a folder holding llama-7b/config.json, "
+        "examples/hf_configs/llama-7b)"
+    )
     print(f"\nwall time: {time.perf_counter() - start:.0f} s")
     return 0
 

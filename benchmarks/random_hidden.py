@@ -59,13 +59,21 @@ MECHANISMS = {
     "worker scaling": "loader worker efficiency x (1 - 1.5 x strength)",
     "overlap": "an overlapped loader still adds 1.5 x strength of the shorter of host and device",
 }
-MEMORY_KNOBS = {"offload saving": ("optimizer_offload", False), "rts saving": ("replicated_tensor_sharding", False),
-                "half partials saving": ("partials", "float"), "8-bit I/O saving": ("eight_bit_io", False)}
+MEMORY_KNOBS = {
+    "offload saving": ("optimizer_offload", False),
+    "rts saving": ("replicated_tensor_sharding", False),
+    "half partials saving": ("partials", "float"),
+    "8-bit I/O saving": ("eight_bit_io", False),
+}
 
 
 def layer_kind(problem: Problem) -> str:
     """Convolutions or attention: a knob's saving is drawn per kind."""
-    return "conv" if problem.model.startswith(("resnet", "efficientnet", "mobilenet", "vgg")) else "attention"
+    return (
+        "conv"
+        if problem.model.startswith(("resnet", "efficientnet", "mobilenet", "vgg"))
+        else "attention"
+    )
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,9 @@ class Draw:
 
     draw_id: int
     strengths: dict[str, Any]
-    knob_factors: dict[str, Any]  # (mechanism, layer kind) -> what the knob's saving is multiplied by
+    knob_factors: dict[
+        str, Any
+    ]  # (mechanism, layer kind) -> what the knob's saving is multiplied by
     category: dict[str, Any]  # memory category -> busiest-tile factor ("op-kind imbalance")
     allreduce: float
 
@@ -87,7 +97,7 @@ def draw(draw_id: int) -> Draw:
     names = [n for n in MECHANISMS if rng.random() < INCLUDE]
     rest = [n for n in MECHANISMS if n not in names]
     rng.shuffle(rest)
-    names += rest[:max(0, MIN_MECHANISMS - len(names))]
+    names += rest[: max(0, MIN_MECHANISMS - len(names))]
     strengths = {n: rng.uniform(*STRENGTH) for n in MECHANISMS if n in names}
     factors = {}
     for n in MEMORY_KNOBS:
@@ -119,26 +129,40 @@ class RandomHiddenIPU(HiddenIPU):
         tiles = []
         for busiest, parts in zip(m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes)):
             total = sum(parts.values())
-            scale = sum(v * d.category.get(k, 1.0) for k, v in parts.items()) / total if total else 1.0
+            scale = (
+                sum(v * d.category.get(k, 1.0) for k, v in parts.items()) / total if total else 1.0
+            )
             tiles.append(busiest * scale)
         for name, (knob, off) in MEMORY_KNOBS.items():
             if name not in s or getattr(config, knob) == off:
                 continue
-            without = estimate(problem, config.replace(**{knob: off}), profile_at_micro_batch(problem, config),
-                               self.constants)
+            without = estimate(
+                problem,
+                config.replace(**{knob: off}),
+                profile_at_micro_batch(problem, config),
+                self.constants,
+            )
             if len(without.max_tile_bytes) != len(tiles):
                 continue
             factor = d.knob_factors[(name, layer_kind(problem))]
             # the saving (without - with, either sign) scaled: less or more than modelled
-            tiles = [t + (1.0 - factor) * (w - e) for t, w, e in zip(tiles, without.max_tile_bytes, m.max_tile_bytes)]
+            tiles = [
+                t + (1.0 - factor) * (w - e)
+                for t, w, e in zip(tiles, without.max_tile_bytes, m.max_tile_bytes)
+            ]
         cap = m.tile_capacity_bytes
-        ops = [sum(u.ops for u in profile_for(problem).units[a:b + 1]) for a, b in m.details.get("stage_units", [])]
+        ops = [
+            sum(u.ops for u in profile_for(problem).units[a : b + 1])
+            for a, b in m.details.get("stage_units", [])
+        ]
         total_ops = sum(ops) or 1
         checkpointed = config.effective_recompute != "none"
         for i in range(len(tiles)):
             fixed = 0.0
             fixed += s.get("fixed per stage", 0.0) * config.ipus_per_replica / problem.ipus
-            fixed += s.get("fixed per checkpoint", 0.0) * ((len(config.checkpoints) + 1) / 4 if checkpointed else 0.0)
+            fixed += s.get("fixed per checkpoint", 0.0) * (
+                (len(config.checkpoints) + 1) / 4 if checkpointed else 0.0
+            )
             fixed += s.get("fixed per replica", 0.0) * config.replicas / problem.ipus
             fixed += s.get("fixed per op", 0.0) * (ops[i] / total_ops if i < len(ops) else 1.0)
             tiles[i] += FIXED_SHARE * fixed * cap
@@ -153,18 +177,25 @@ class RandomHiddenIPU(HiddenIPU):
         if stages > 1:  # fill and flush: (accumulation + stages - 1) cycles modelled
             cycle = compute / (config.gradient_accumulation + stages - 1)
             compute += 4 * s.get("pipeline fill/flush", 0.0) * (stages - 1) * cycle
-        return {"device compute": di * compute, "weight update": di * parts["weight_update"],
-                "all-reduce": di * parts["all_reduce"] * self.draw.allreduce,
-                "host call": self.constants.host_call_overhead_s}
+        return {
+            "device compute": di * compute,
+            "weight update": di * parts["weight_update"],
+            "all-reduce": di * parts["all_reduce"] * self.draw.allreduce,
+            "host call": self.constants.host_call_overhead_s,
+        }
 
     def _host_costs(self, problem: Problem, config: Config) -> host.HostCosts:
         """This IPU's host: the estimator's host costs, slower and scaling worse per the draw."""
         s = self.draw.strengths
         costs = host.host_costs(problem)
         slow = 1 + 2 * s.get("slow host", 0.0)
-        return replace(costs, float_sample_s=costs.float_sample_s * slow, uint8_sample_s=costs.uint8_sample_s * slow,
-                       call_s=costs.call_s * slow,
-                       worker_efficiency=costs.worker_efficiency * (1 - 1.5 * s.get("worker scaling", 0.0)))
+        return replace(
+            costs,
+            float_sample_s=costs.float_sample_s * slow,
+            uint8_sample_s=costs.uint8_sample_s * slow,
+            call_s=costs.call_s * slow,
+            worker_efficiency=costs.worker_efficiency * (1 - 1.5 * s.get("worker scaling", 0.0)),
+        )
 
     def _call(self, problem: Problem, config: Config, m: Measurement) -> tuple[float, float]:
         """(seconds per call, samples per call) on this IPU and its host."""
@@ -172,7 +203,11 @@ class RandomHiddenIPU(HiddenIPU):
         e2e = host.end_to_end(problem, config, device, self._host_costs(problem, config))
         call = e2e.call_time_s
         if host.overlapped(config):
-            call += 1.5 * self.draw.strengths.get("overlap", 0.0) * min(e2e.host_input_s, e2e.device_call_s)
+            call += (
+                1.5
+                * self.draw.strengths.get("overlap", 0.0)
+                * min(e2e.host_input_s, e2e.device_call_s)
+            )
         return call, host.samples_per_call(problem, config)
 
     def evaluate(self, problem: Problem, config: Config) -> Measurement:
@@ -206,5 +241,6 @@ def draw_ids(which: str, count: int, skip: int = 0, sets: dict[str, int] = DRAW_
 
 
 def kind_of(draw_id: int) -> str:
-    return next(k for k, start in sorted(DRAW_SETS.items(), key=lambda t: -t[1]) if draw_id >= start)
-
+    return next(
+        k for k, start in sorted(DRAW_SETS.items(), key=lambda t: -t[1]) if draw_id >= start
+    )

@@ -53,16 +53,45 @@ NEAR_WITHIN = 10  # "within 5% of the best known in <= 10 compiles"
 #: hidden-IPU families: the draws' class and their develop and report id sets. structural:
 #: mechanisms drawn per IPU (issue 22); knobs: every knob's own response on top (issue 41);
 #: regions: random regions of the space off in speed and memory on top (issue 58)
-FAMILIES = {"structural": (RandomHiddenIPU, random_hidden.DRAW_SETS),
-            "knobs": (KnobResponseHiddenIPU, knob_hidden.DRAW_SETS),
-            "regions": (RegionHiddenIPU, region_hidden.DRAW_SETS)}
+FAMILIES = {
+    "structural": (RandomHiddenIPU, random_hidden.DRAW_SETS),
+    "knobs": (KnobResponseHiddenIPU, knob_hidden.DRAW_SETS),
+    "regions": (RegionHiddenIPU, region_hidden.DRAW_SETS),
+}
 #: per family, the issue's must-show 1 per problem on the report draws: the share within 5%
 #: in <= 10 compiles, the median compiles to 5%, the median first fit and best@10 (None: not
 #: a target) and the stopping rule's precision
-TARGETS = {"structural": {"issue": 22, "within": 0.9, "median": 4, "first fit": 2, "best@10": 0.95, "stop": None},
-           "knobs": {"issue": 41, "within": 0.9, "median": 3, "first fit": None, "best@10": None, "stop": 0.9},
-           "regions": {"issue": 58, "within": 0.9, "median": 3, "first fit": None, "best@10": None, "stop": 0.9}}
-DEFAULT_STRATEGIES = {"structural": ("ipu-autotune", "tpe"), "knobs": STRATEGIES, "regions": STRATEGIES}
+TARGETS = {
+    "structural": {
+        "issue": 22,
+        "within": 0.9,
+        "median": 4,
+        "first fit": 2,
+        "best@10": 0.95,
+        "stop": None,
+    },
+    "knobs": {
+        "issue": 41,
+        "within": 0.9,
+        "median": 3,
+        "first fit": None,
+        "best@10": None,
+        "stop": 0.9,
+    },
+    "regions": {
+        "issue": 58,
+        "within": 0.9,
+        "median": 3,
+        "first fit": None,
+        "best@10": None,
+        "stop": 0.9,
+    },
+}
+DEFAULT_STRATEGIES = {
+    "structural": ("ipu-autotune", "tpe"),
+    "knobs": STRATEGIES,
+    "regions": STRATEGIES,
+}
 
 
 def run_draw(args: tuple[Any, ...]) -> dict[str, Any]:
@@ -72,15 +101,27 @@ def run_draw(args: tuple[Any, ...]) -> dict[str, Any]:
     problem = se.PROBLEMS[key]
     oracle = FAMILIES[family][0](draw_id)
     t0 = time.perf_counter()
-    reference, source, _ = se.cached_best_known(problem, oracle, draw_id, reference_trials, kicks, use_cache)
+    reference, source, _ = se.cached_best_known(
+        problem, oracle, draw_id, reference_trials, kicks, use_cache
+    )
     ref_seconds = time.perf_counter() - t0
-    runs = {s: se.run_strategy(s, problem, oracle, draw_id, budget, 10 * budget) for s in strategies}
+    runs = {
+        s: se.run_strategy(s, problem, oracle, draw_id, budget, 10 * budget) for s in strategies
+    }
     seen = [t for r in runs.values() for t in r.compiles if t is not None]
     if seen and (reference is None or max(seen) > reference):
         reference, source = max(seen), "a benchmarked run"
-    return {"problem": key, "draw": draw_id, "mechanisms": oracle.draw.strengths, "reference": reference,
-            "reference_source": source, "reference_seconds": ref_seconds,
-            "runs": {s: {k: v for k, v in r.__dict__.items() if k != "best_config"} for s, r in runs.items()}}
+    return {
+        "problem": key,
+        "draw": draw_id,
+        "mechanisms": oracle.draw.strengths,
+        "reference": reference,
+        "reference_source": source,
+        "reference_seconds": ref_seconds,
+        "runs": {
+            s: {k: v for k, v in r.__dict__.items() if k != "best_config"} for s, r in runs.items()
+        },
+    }
 
 
 def joined(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -95,29 +136,58 @@ def joined(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
                 continue
             into = out[key]
             into["runs"].update(r["runs"])
-            into["reference_seconds"] = max(into.get("reference_seconds", 0.0), r.get("reference_seconds", 0.0))
-            if r["reference"] is not None and (into["reference"] is None or r["reference"] > into["reference"]):
+            into["reference_seconds"] = max(
+                into.get("reference_seconds", 0.0), r.get("reference_seconds", 0.0)
+            )
+            if r["reference"] is not None and (
+                into["reference"] is None or r["reference"] > into["reference"]
+            ):
                 into["reference"], into["reference_source"] = r["reference"], r["reference_source"]
     order = list(se.PROBLEMS)
-    return sorted(out.values(), key=lambda r: (order.index(r["problem"]) if r["problem"] in order else len(order),
-                                               r["problem"], r["draw"]))
+    return sorted(
+        out.values(),
+        key=lambda r: (
+            order.index(r["problem"]) if r["problem"] in order else len(order),
+            r["problem"],
+            r["draw"],
+        ),
+    )
 
 
 def _pct(n: int, d: int) -> str:
     return f"{n}/{d} ({n / d:.0%})" if d else "-"
 
 
-def report(results: list[dict[str, Any]], budget: int, keys: list[str], family: str = "structural") -> str:
+def report(
+    results: list[dict[str, Any]], budget: int, keys: list[str], family: str = "structural"
+) -> str:
     out = ["## Problems and draws\n"]
     rows = []
     for key in keys:
         rs = [r for r in results if r["problem"] == key]
         fit = [r for r in rs if r["reference"]]
-        rows.append([key, str(len(rs)), f"{len(fit)}/{len(rs)}",
-                     f"{median([len(r['mechanisms']) for r in rs]):.0f}",
-                     f"{sum(r['reference_seconds'] for r in rs):.0f}"])
-    out.append(markdown_table(["problem", "draws", "draws with a fit (runs counted)", "mechanisms (median)",
-                               "best-known search s"], rows, "lrrrr"))
+        rows.append(
+            [
+                key,
+                str(len(rs)),
+                f"{len(fit)}/{len(rs)}",
+                f"{median([len(r['mechanisms']) for r in rs]):.0f}",
+                f"{sum(r['reference_seconds'] for r in rs):.0f}",
+            ]
+        )
+    out.append(
+        markdown_table(
+            [
+                "problem",
+                "draws",
+                "draws with a fit (runs counted)",
+                "mechanisms (median)",
+                "best-known search s",
+            ],
+            rows,
+            "lrrrr",
+        )
+    )
     rows, checks = [], []
     groups = [(k, [r for r in results if r["problem"] == k and r["reference"]]) for k in keys]
     groups.append(("all problems", [r for r in results if r["reference"]]))
@@ -129,18 +199,44 @@ def report(results: list[dict[str, Any]], budget: int, keys: list[str], family: 
             near = [m["near"] for m in ms]
             within = sum(v <= NEAR_WITHIN for v in near)
             first, at10 = median([m["first"] for m in ms]), median([m["at"][10] for m in ms])
-            rows.append([key, s, _pct(within, len(ms)), fmt_count(median(near), budget),
-                         fmt_count(quantile(near, 0.9), budget), fmt_count(first, budget), f"{at10:.2f}",
-                         f"{median([m['at'][20] for m in ms]):.2f}" if budget >= 20 else "-"])
+            rows.append(
+                [
+                    key,
+                    s,
+                    _pct(within, len(ms)),
+                    fmt_count(median(near), budget),
+                    fmt_count(quantile(near, 0.9), budget),
+                    fmt_count(first, budget),
+                    f"{at10:.2f}",
+                    f"{median([m['at'][20] for m in ms]):.2f}" if budget >= 20 else "-",
+                ]
+            )
             if s == "ipu-autotune" and key != "all problems":
                 checks.append([key, *_checks(TARGETS[family], ms)])
-    out.append(f"\n## Compiles (budget {budget}; runs on draws with a fit; >{budget}: not within the budget)\n")
-    out.append(markdown_table(["problem", "strategy", f"within 5% in <= {NEAR_WITHIN}", "median to 5%",
-                               "p90 to 5%", "median first fit", "best@10 (median)", "best@20 (median)"],
-                              rows, "llrrrrrr"))
+    out.append(
+        f"\n## Compiles (budget {budget}; runs on draws with a fit; >{budget}: not within the budget)\n"
+    )
+    out.append(
+        markdown_table(
+            [
+                "problem",
+                "strategy",
+                f"within 5% in <= {NEAR_WITHIN}",
+                "median to 5%",
+                "p90 to 5%",
+                "median first fit",
+                "best@10 (median)",
+                "best@20 (median)",
+            ],
+            rows,
+            "llrrrrrr",
+        )
+    )
     names = _target_names(TARGETS[family])
-    out.append(f"\n## Targets (issue {TARGETS[family]['issue']}, must show 1, on the report draws): "
-               f"{', '.join(names)}\n")
+    out.append(
+        f"\n## Targets (issue {TARGETS[family]['issue']}, must show 1, on the report draws): "
+        f"{', '.join(names)}\n"
+    )
     out.append(markdown_table(["problem", *names], checks, "l" * (len(names) + 1)))
     if not all("ipu-autotune" in r["runs"] for _, rs in groups for r in rs):
         return "\n".join(out)
@@ -148,15 +244,36 @@ def report(results: list[dict[str, Any]], budget: int, keys: list[str], family: 
     for key, rs in groups:
         ms = [se.metrics(r["runs"]["ipu-autotune"], r["reference"], budget) for r in rs]
         fired, right = _stops(ms)
-        rows.append([key, f"{len(fired)}/{len(ms)}", fmt_count(median([m["stop_at"] for m in fired]), budget)
-                     if fired else "-", _pct(right, len(fired)),
-                     f"{median([m['stop_fraction'] for m in fired]):.2f}" if fired else "-"])
-    out.append("\n## Stopping rule (ipu-autotune): of the runs where it said stop, how many were within 5% then\n")
-    out.append(markdown_table(["problem", "runs where it said stop", "median compile when it did",
-                               "within 5% then (stop precision)", "best then / best known (median)"], rows, "lrrrr"))
+        rows.append(
+            [
+                key,
+                f"{len(fired)}/{len(ms)}",
+                fmt_count(median([m["stop_at"] for m in fired]), budget) if fired else "-",
+                _pct(right, len(fired)),
+                f"{median([m['stop_fraction'] for m in fired]):.2f}" if fired else "-",
+            ]
+        )
+    out.append(
+        "\n## Stopping rule (ipu-autotune): of the runs where it said stop, how many were within 5% then\n"
+    )
+    out.append(
+        markdown_table(
+            [
+                "problem",
+                "runs where it said stop",
+                "median compile when it did",
+                "within 5% then (stop precision)",
+                "best then / best known (median)",
+            ],
+            rows,
+            "lrrrr",
+        )
+    )
     chances = chance_table(results)
     if chances is not None:
-        out.append("\n## The chance to fit of what the guide compiled (ipu-autotune, every problem)\n")
+        out.append(
+            "\n## The chance to fit of what the guide compiled (ipu-autotune, every problem)\n"
+        )
         out.append(chances)
     return "\n".join(out)
 
@@ -177,7 +294,10 @@ def _target_names(t: dict[str, Any]) -> list[str]:
 def _checks(t: dict[str, Any], ms: list[dict[str, Any]]) -> list[str]:
     """'met' or 'not met' per target of `t` (_target_names' order) for one problem's runs."""
     near = [m["near"] for m in ms]
-    met = [sum(v <= NEAR_WITHIN for v in near) / len(ms) >= t["within"], median(near) <= t["median"]]
+    met = [
+        sum(v <= NEAR_WITHIN for v in near) / len(ms) >= t["within"],
+        median(near) <= t["median"],
+    ]
     if t["first fit"] is not None:
         met.append(median([m["first"] for m in ms]) <= t["first fit"])
     if t["best@10"] is not None:
@@ -185,53 +305,124 @@ def _checks(t: dict[str, Any], ms: list[dict[str, Any]]) -> list[str]:
     cells = ["met" if ok else "not met" for ok in met]
     if t["stop"] is not None:
         fired, right = _stops(ms)
-        cells.append("- (never said stop)" if not fired else "met" if right / len(fired) >= t["stop"] else "not met")
+        cells.append(
+            "- (never said stop)"
+            if not fired
+            else "met"
+            if right / len(fired) >= t["stop"]
+            else "not met"
+        )
     return cells
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--family", choices=sorted(FAMILIES), default="structural",
-                    help="hidden IPUs to draw: structural (issue 22's mechanisms), knobs (every knob's own "
-                         "response on top, issue 41) or regions (random regions of the space off on top, issue 58)")
-    ap.add_argument("--set", choices=("develop", "report"), default="develop",
-                    help="draw ids to run: develop (develop the guide on these) or report (report only)")
-    ap.add_argument("--draws", type=int, default=None, help="draws per problem (default 20; quick 2)")
-    ap.add_argument("--first-draw", type=int, default=0,
-                    help="skip this many draws of the set: a fresh report set after the first is seen, or a split run")
-    ap.add_argument("--budget", type=int, default=None, help="compiles per run (default 20; quick 10)")
-    ap.add_argument("--problems", nargs="+", choices=sorted(se.PROBLEMS), default=None, metavar="PROBLEM",
-                    help=f"any of: {', '.join(se.PROBLEMS)} (default all; quick {se.QUICK_PROBLEMS[0]})")
-    ap.add_argument("--reference-trials", type=int, default=None,
-                    help="TPE trials on the hidden IPU behind 'best known' (default 60; quick 10)")
-    ap.add_argument("--kicks", type=int, default=None, help="kicks of the best-known search (default 50; quick 5)")
-    ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=None,
-                    help="strategies to run (default: ipu-autotune and tpe; with --family knobs or regions gp too, Optuna's "
-                         "GPSampler with the out-of-memory constraint; the tuner alone while developing)")
-    ap.add_argument("--processes", type=int, default=1, help="benchmark worker processes (default 1)")
-    ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 draws, budget 10, short reference")
-    ap.add_argument("--no-reference-cache", action="store_true", help="search the best known afresh")
-    ap.add_argument("--json", type=Path, default=None, help="also write every run's raw results here")
-    ap.add_argument("--report", type=Path, nargs="+", default=None, metavar="JSON",
-                    help="print the tables of earlier runs' --json files (runs done so far), running nothing; "
-                         "several files (the strategies run apart) are joined per (problem, draw)")
-    ap.add_argument("--compare", type=Path, nargs=2, default=None, metavar=("A", "B"),
-                    help="the tuner in two earlier runs' --json files (two versions of the guide, say) on the "
-                         "(problem, draw) pairs both ran: best@10, B's wins and losses, a sign test; running nothing")
+    ap.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        default="structural",
+        help="hidden IPUs to draw: structural (issue 22's mechanisms), knobs (every knob's own "
+        "response on top, issue 41) or regions (random regions of the space off on top, issue 58)",
+    )
+    ap.add_argument(
+        "--set",
+        choices=("develop", "report"),
+        default="develop",
+        help="draw ids to run: develop (develop the guide on these) or report (report only)",
+    )
+    ap.add_argument(
+        "--draws", type=int, default=None, help="draws per problem (default 20; quick 2)"
+    )
+    ap.add_argument(
+        "--first-draw",
+        type=int,
+        default=0,
+        help="skip this many draws of the set: a fresh report set after the first is seen, or a split run",
+    )
+    ap.add_argument(
+        "--budget", type=int, default=None, help="compiles per run (default 20; quick 10)"
+    )
+    ap.add_argument(
+        "--problems",
+        nargs="+",
+        choices=sorted(se.PROBLEMS),
+        default=None,
+        metavar="PROBLEM",
+        help=f"any of: {', '.join(se.PROBLEMS)} (default all; quick {se.QUICK_PROBLEMS[0]})",
+    )
+    ap.add_argument(
+        "--reference-trials",
+        type=int,
+        default=None,
+        help="TPE trials on the hidden IPU behind 'best known' (default 60; quick 10)",
+    )
+    ap.add_argument(
+        "--kicks",
+        type=int,
+        default=None,
+        help="kicks of the best-known search (default 50; quick 5)",
+    )
+    ap.add_argument(
+        "--strategies",
+        nargs="+",
+        choices=STRATEGIES,
+        default=None,
+        help="strategies to run (default: ipu-autotune and tpe; with --family knobs or regions gp too, Optuna's "
+        "GPSampler with the out-of-memory constraint; the tuner alone while developing)",
+    )
+    ap.add_argument(
+        "--processes", type=int, default=1, help="benchmark worker processes (default 1)"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI smoke: 1 problem, 2 draws, budget 10, short reference",
+    )
+    ap.add_argument(
+        "--no-reference-cache", action="store_true", help="search the best known afresh"
+    )
+    ap.add_argument(
+        "--json", type=Path, default=None, help="also write every run's raw results here"
+    )
+    ap.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="print the tables of earlier runs' --json files (runs done so far), running nothing; "
+        "several files (the strategies run apart) are joined per (problem, draw)",
+    )
+    ap.add_argument(
+        "--compare",
+        type=Path,
+        nargs=2,
+        default=None,
+        metavar=("A", "B"),
+        help="the tuner in two earlier runs' --json files (two versions of the guide, say) on the "
+        "(problem, draw) pairs both ran: best@10, B's wins and losses, a sign test; running nothing",
+    )
     args = ap.parse_args(argv)
     if args.compare:
         try:
             a, b = (json.loads(path.read_text()) for path in args.compare)
             table = paired(a["results"], b["results"])
         except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
-            print(f"error: --compare reads two files written by random_ipus.py --json ({type(e).__name__}: {e})",
-                  file=sys.stderr)
+            print(
+                f"error: --compare reads two files written by random_ipus.py --json ({type(e).__name__}: {e})",
+                file=sys.stderr,
+            )
             return 2
         except ValueError as e:
-            print(f"error: {e}; run both with --json on the same --family, --set and draws", file=sys.stderr)
+            print(
+                f"error: {e}; run both with --json on the same --family, --set and draws",
+                file=sys.stderr,
+            )
             return 2
-        print(f"A: {args.compare[0]} ({' '.join(a.get('argv', []))})\nB: {args.compare[1]} ({' '.join(b.get('argv', []))})\n")
+        print(
+            f"A: {args.compare[0]} ({' '.join(a.get('argv', []))})\nB: {args.compare[1]} ({' '.join(b.get('argv', []))})\n"
+        )
         print("## The tuner in A against B (wins: B's best@10 higher by more than 0.01)\n")
         print(table)
         return 0
@@ -239,20 +430,27 @@ def main(argv: list[str] | None = None) -> int:
         saved = [json.loads(path.read_text()) for path in args.report]
         families = {s.get("family", "structural") for s in saved}
         if len(families) > 1:
-            print(f"error: the --report files hold different families ({', '.join(sorted(families))}); "
-                  "report each family apart", file=sys.stderr)
+            print(
+                f"error: the --report files hold different families ({', '.join(sorted(families))}); "
+                "report each family apart",
+                file=sys.stderr,
+            )
             return 2
         results = joined([s["results"] for s in saved])
         everyone = set().union(*(r["runs"] for r in results))
         partial = [r for r in results if set(r["runs"]) != everyone]
         if partial:  # a run stopped early: report the (problem, draw) pairs every strategy ran on
-            print(f"left out: {len(partial)} (problem, draw) pair(s) not run by every strategy "
-                  f"({', '.join(sorted(everyone))})")
+            print(
+                f"left out: {len(partial)} (problem, draw) pair(s) not run by every strategy "
+                f"({', '.join(sorted(everyone))})"
+            )
             results = [r for r in results if set(r["runs"]) == everyone]
         keys = list(dict.fromkeys(r["problem"] for r in results))
         for path, s in zip(args.report, saved):
-            print(f"tables of {path} (family {s.get('family', 'structural')}, draw set {s['set']}; command: python benchmarks/random_ipus.py "
-                  f"{' '.join(s['argv'])}; {len(s['results'])} runs)")
+            print(
+                f"tables of {path} (family {s.get('family', 'structural')}, draw set {s['set']}; command: python benchmarks/random_ipus.py "
+                f"{' '.join(s['argv'])}; {len(s['results'])} runs)"
+            )
         print()
         print(report(results, saved[0].get("budget", 20), keys, families.pop()))
         return 0
@@ -265,20 +463,33 @@ def main(argv: list[str] | None = None) -> int:
     common.header("Search efficiency on random hidden IPUs", "random_ipus.py", argv)
     ids = random_hidden.draw_ids(args.set, draws, args.first_draw, FAMILIES[args.family][1])
     strategies = tuple(args.strategies or DEFAULT_STRATEGIES[args.family])
-    layer = {"knobs": " and every knob's own response (knob_hidden.py)",
-             "regions": " and random regions of the space off in speed and memory (region_hidden.py)"}.get(args.family, "")
-    print(f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {'develop on these' if args.set == 'develop' else 'held out: report only, never tuned on'}); "
-          f"family: {args.family}; "
-          f"{len(keys)} problem(s) x {draws} draw(s); budget {budget} compiles; best known from climbs, a "
-          f"{trials}-trial TPE run and {kicks} kicks on each hidden IPU; mechanisms: {', '.join(MECHANISMS)}{layer}\n",
-          flush=True)
+    layer = {
+        "knobs": " and every knob's own response (knob_hidden.py)",
+        "regions": " and random regions of the space off in speed and memory (region_hidden.py)",
+    }.get(args.family, "")
+    print(
+        f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {'develop on these' if args.set == 'develop' else 'held out: report only, never tuned on'}); "
+        f"family: {args.family}; "
+        f"{len(keys)} problem(s) x {draws} draw(s); budget {budget} compiles; best known from climbs, a "
+        f"{trials}-trial TPE run and {kicks} kicks on each hidden IPU; mechanisms: {', '.join(MECHANISMS)}{layer}\n",
+        flush=True,
+    )
     start = time.perf_counter()
-    jobs = [(k, d, budget, trials, kicks, not args.no_reference_cache, strategies, args.family)
-            for k in keys for d in ids]
+    jobs = [
+        (k, d, budget, trials, kicks, not args.no_reference_cache, strategies, args.family)
+        for k in keys
+        for d in ids
+    ]
     results = []
 
     def saved() -> dict[str, Any]:  # what --json keeps and --report reads
-        return {"argv": argv, "family": args.family, "set": args.set, "budget": budget, "results": results}
+        return {
+            "argv": argv,
+            "family": args.family,
+            "set": args.set,
+            "budget": budget,
+            "results": results,
+        }
 
     with contextlib.ExitStack() as stack:
         if args.processes > 1:
@@ -288,10 +499,15 @@ def main(argv: list[str] | None = None) -> int:
             done = map(run_draw, jobs)
         for result in done:
             results.append(result)
-            if args.json:  # kept after each run: a long run stopped early still reports what it did
+            if (
+                args.json
+            ):  # kept after each run: a long run stopped early still reports what it did
                 args.json.write_text(json.dumps(saved(), default=str))
-            print(f"  {len(results)}/{len(jobs)} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr,
-                  flush=True)
+            print(
+                f"  {len(results)}/{len(jobs)} done ({time.perf_counter() - start:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
     results.sort(key=lambda r: (keys.index(r["problem"]), r["draw"]))
     print(report(results, budget, keys, args.family))
     print(f"\nwall time: {time.perf_counter() - start:.0f} s with {args.processes} process(es)")

@@ -42,18 +42,32 @@ def compile_class(problem: Problem, config: Config) -> float:
     return round(compile_minutes(problem, config), 4)
 
 
-def class_bests(problem: Problem, oracle: Any, seed: int, reference: Config | None,
-                kicks: int) -> dict[float, tuple[float, Config]]:
+def class_bests(
+    problem: Problem, oracle: Any, seed: int, reference: Config | None, kicks: int
+) -> dict[float, tuple[float, Config]]:
     """Per compile class: (best hidden-IPU throughput found in it, config)."""
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
-    seeds = [baseline] + [m for k, m in single_changes(space, problem, profile, baseline) if k == "ipus_per_replica"]
-    seeds += [p.config for p in proposals(problem, profile, space, baseline, constants=oracle.constants)]
+    seeds = [baseline] + [
+        m for k, m in single_changes(space, problem, profile, baseline) if k == "ipus_per_replica"
+    ]
+    seeds += [
+        p.config for p in proposals(problem, profile, space, baseline, constants=oracle.constants)
+    ]
     seeds += [p.config for p in proposals(problem, profile, space, baseline)]
     if reference is not None:
         seeds.append(reference)
-    starts = list(dict.fromkeys(seeds + [c for s in dict.fromkeys(seeds) for _, c in single_changes(space, problem, profile, s)]))
+    starts = list(
+        dict.fromkeys(
+            seeds
+            + [
+                c
+                for s in dict.fromkeys(seeds)
+                for _, c in single_changes(space, problem, profile, s)
+            ]
+        )
+    )
     full = OracleScreen(problem, profile, oracle, space)
 
     class Restricted(OracleScreen):
@@ -62,30 +76,54 @@ def class_bests(problem: Problem, oracle: Any, seed: int, reference: Config | No
             self.cache, self.want = full.cache, want  # answers shared; the class filters
 
         def __call__(self, config: Any) -> Any:
-            return super().__call__(config) if compile_class(problem, config) == self.want else None
+            return (
+                super().__call__(config) if compile_class(problem, config) == self.want else None
+            )
 
     out: dict[float, tuple[float, Config]] = {}
     for want in sorted({compile_class(problem, s) for s in starts}):
         screen = Restricted(want)
-        mine = sorted((s for s in starts if compile_class(problem, s) == want), key=lambda c: screen_rank(screen(c)),
-                      reverse=True)[:CLASS_STARTS]
-        best = max((polish(screen, space, s, rounds=25) for s in mine), key=lambda c: screen_rank(screen(c)))
-        best = kicked(screen, space, best, common.seeded_random(f"class/{problem.slug}/{seed}/{want}"), kicks,
-                      (2, 3), rounds=10)
+        mine = sorted(
+            (s for s in starts if compile_class(problem, s) == want),
+            key=lambda c: screen_rank(screen(c)),
+            reverse=True,
+        )[:CLASS_STARTS]
+        best = max(
+            (polish(screen, space, s, rounds=25) for s in mine),
+            key=lambda c: screen_rank(screen(c)),
+        )
+        best = kicked(
+            screen,
+            space,
+            best,
+            common.seeded_random(f"class/{problem.slug}/{seed}/{want}"),
+            kicks,
+            (2, 3),
+            rounds=10,
+        )
         m = screen(best)
         if m is not None and m.feasible:
             out[want] = (m.throughput, best)
     return out
 
 
-def cached_class_bests(problem: Problem, oracle: Any, seed: int, reference: Config | None, kicks: int,
-                       reference_key: str, use_cache: bool = True) -> dict[float, float]:
+def cached_class_bests(
+    problem: Problem,
+    oracle: Any,
+    seed: int,
+    reference: Config | None,
+    kicks: int,
+    reference_key: str,
+    use_cache: bool = True,
+) -> dict[float, float]:
     """class_bests' throughputs, kept on disk beside the best-known search (its key, which holds
     the searches' version: common.REFERENCE_SEARCH_VERSION covers class_bests too)."""
     # what the reference measures now: reference_key alone can miss a change to speed
     # (search_efficiency.cached_best_known), and the bests here were measured with it
     measured = oracle.evaluate(problem, reference).throughput if reference is not None else None
-    key = hashlib.sha256(f"{reference_key}/{measured!r}/{CLASS_STARTS}/{kicks}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(
+        f"{reference_key}/{measured!r}/{CLASS_STARTS}/{kicks}".encode()
+    ).hexdigest()[:24]
     path = REFERENCE_CACHE / f"classes-{problem.slug}-{type(oracle).__name__}-{seed}-{kicks}.json"
     if use_cache and path.exists():
         with contextlib.suppress(ValueError, KeyError, TypeError):
@@ -99,10 +137,16 @@ def cached_class_bests(problem: Problem, oracle: Any, seed: int, reference: Conf
     return bests
 
 
-def reachable_minutes(bests: dict[float, float], runs: dict[str, Any], reference: float, near: float) -> float:
+def reachable_minutes(
+    bests: dict[float, float], runs: dict[str, Any], reference: float, near: float
+) -> float:
     """The fewest minutes one compile within `near` of `reference` takes: the fastest class
     whose best is that good, or a config a benchmarked run compiled that good."""
     found = [minutes for minutes, t in bests.items() if t >= near * reference]
     for run in runs.values():
-        found += [d for t, d in zip(run.get("compiles") or [], run.get("durations") or []) if t and t >= near * reference]
+        found += [
+            d
+            for t, d in zip(run.get("compiles") or [], run.get("durations") or [])
+            if t and t >= near * reference
+        ]
     return min(found, default=math.inf)

@@ -106,14 +106,22 @@ def draw_regions(draw_id: int, problem: Problem) -> list[Region]:
         conditions = tuple(_condition(rng, k, domains[k]) for k in knobs)
         speed = math.exp(rng.uniform(math.log(SPEED[0]), math.log(SPEED[1])))
         categories = rng.sample(CATEGORIES, rng.randint(*MEMORY_CATEGORIES))
-        out.append(Region(conditions, speed, {c: rng.uniform(1 - MEMORY, 1 + MEMORY) for c in categories}))
+        out.append(
+            Region(conditions, speed, {c: rng.uniform(1 - MEMORY, 1 + MEMORY) for c in categories})
+        )
     return out
 
 
 def described(regions: list[Region]) -> list:
     """The regions as plain sorted values (the same text in every process)."""
-    return [([(c.knob, c.threshold, c.above, sorted(c.levels)) for c in r.conditions], r.speed,
-             sorted(r.memory.items())) for r in regions]
+    return [
+        (
+            [(c.knob, c.threshold, c.above, sorted(c.levels)) for c in r.conditions],
+            r.speed,
+            sorted(r.memory.items()),
+        )
+        for r in regions
+    ]
 
 
 class Regions:
@@ -128,8 +136,11 @@ class Regions:
     def inside(self, config: Config) -> list[Region]:
         if config not in self._inside:
             values = knob_values(self.problem, config)
-            self._inside[config] = [r for r in self.regions
-                                    if all(c.holds(self.domains[c.knob], values[c.knob]) for c in r.conditions)]
+            self._inside[config] = [
+                r
+                for r in self.regions
+                if all(c.holds(self.domains[c.knob], values[c.knob]) for c in r.conditions)
+            ]
         return self._inside[config]
 
     def speed(self, config: Config) -> float:
@@ -174,6 +185,7 @@ class RegionHiddenIPU(RandomHiddenIPU):
 
 # --- a property of the family: how often the estimator ranks the best known below its top ---
 
+
 def ranked_below(key: str, draw_id: int, trials: int, kicks: int) -> float | None:
     """The nominal estimator's throughput of the best known (cached_best_known) over its own
     top among its warm starts (5 % headroom, as oracle_walk.py reads it); None: nothing fits."""
@@ -186,14 +198,27 @@ def ranked_below(key: str, draw_id: int, trials: int, kicks: int) -> float | Non
     from ipu_autotune.search.space import SearchSpace
 
     problem = se.PROBLEMS[key]
-    _, _, best = se.cached_best_known(problem, RegionHiddenIPU(draw_id), draw_id, trials, kicks, True)
+    _, _, best = se.cached_best_known(
+        problem, RegionHiddenIPU(draw_id), draw_id, trials, kicks, True
+    )
     if best is None:
         return None
     profile, space = profile_for(problem), SearchSpace.load(problem)
-    warm = [p.config for p in proposals(problem, profile, space, naive_baseline(problem, profile),
-                                        headroom=DEFAULT_HEADROOM)]
-    top = max((m.throughput for w in warm if (m := estimate(problem, w, profile, headroom=DEFAULT_HEADROOM)).feasible
-               and m.throughput), default=None)
+    warm = [
+        p.config
+        for p in proposals(
+            problem, profile, space, naive_baseline(problem, profile), headroom=DEFAULT_HEADROOM
+        )
+    ]
+    top = max(
+        (
+            m.throughput
+            for w in warm
+            if (m := estimate(problem, w, profile, headroom=DEFAULT_HEADROOM)).feasible
+            and m.throughput
+        ),
+        default=None,
+    )
     seen = estimate(problem, best, profile, headroom=DEFAULT_HEADROOM)
     return (seen.throughput or 0.0) / top if top else None
 
@@ -207,33 +232,51 @@ def main(argv: list[str] | None = None) -> int:
     from random_hidden import draw_ids
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(description="How often the best known of a region draw is one the nominal "
-                                             "estimator ranks below its own top")
+    ap = argparse.ArgumentParser(
+        description="How often the best known of a region draw is one the nominal "
+        "estimator ranks below its own top"
+    )
     ap.add_argument("--draws", type=int, default=4, help="develop draws per problem (default 4)")
-    ap.add_argument("--problems", nargs="+", choices=sorted(se.PROBLEMS), default=None, metavar="PROBLEM")
+    ap.add_argument(
+        "--problems", nargs="+", choices=sorted(se.PROBLEMS), default=None, metavar="PROBLEM"
+    )
     ap.add_argument("--reference-trials", type=int, default=30)
     ap.add_argument("--kicks", type=int, default=20)
     args = ap.parse_args(argv)
     common.quiet_optuna()
-    common.header("Region family: the best known against the estimator's ranking", "region_hidden.py", argv)
+    common.header(
+        "Region family: the best known against the estimator's ranking", "region_hidden.py", argv
+    )
     keys = args.problems or list(se.PROBLEMS)
     ids = draw_ids("develop", args.draws, sets=DRAW_SETS)
-    print(f"develop draws {ids[0]}-{ids[-1]}, {len(keys)} problem(s); best known: search_efficiency.cached_best_known "
-          f"({args.reference_trials} trials, {args.kicks} kicks); the estimator's top: the fastest of its warm starts "
-          "(5 % headroom), as oracle_walk.py reads it\n", flush=True)
+    print(
+        f"develop draws {ids[0]}-{ids[-1]}, {len(keys)} problem(s); best known: search_efficiency.cached_best_known "
+        f"({args.reference_trials} trials, {args.kicks} kicks); the estimator's top: the fastest of its warm starts "
+        "(5 % headroom), as oracle_walk.py reads it\n",
+        flush=True,
+    )
     start = time.perf_counter()
     ratios = []
     for k in keys:
         for d in ids:
             r = ranked_below(k, d, args.reference_trials, args.kicks)
-            print(f"  {k} {d}: " + ("no fit" if r is None else f"estimated speed of the best known / the estimator's "
-                                    f"top {r:.2f}"), flush=True)
+            print(
+                f"  {k} {d}: "
+                + (
+                    "no fit"
+                    if r is None
+                    else f"estimated speed of the best known / the estimator's top {r:.2f}"
+                ),
+                flush=True,
+            )
             if r is not None:
                 ratios.append(r)
     if ratios:
-        print(f"\nbest known ranked below the estimator's top: {sum(r < 1.0 for r in ratios)}/{len(ratios)} draws "
-              f"with a fit; by more than 5 %: {sum(r < 0.95 for r in ratios)}/{len(ratios)}; median ratio "
-              f"{common.median(ratios):.2f}")
+        print(
+            f"\nbest known ranked below the estimator's top: {sum(r < 1.0 for r in ratios)}/{len(ratios)} draws "
+            f"with a fit; by more than 5 %: {sum(r < 0.95 for r in ratios)}/{len(ratios)}; median ratio "
+            f"{common.median(ratios):.2f}"
+        )
     else:
         print("\nno draw with a fit")
     print(f"\nwall time: {time.perf_counter() - start:.0f} s")

@@ -115,7 +115,9 @@ PROBLEMS: dict[str, Problem] = {
     # far from feasible: the naive baseline needs ~3x the tile memory there is
     "resnet152-mb16-224-2ipu": Problem("resnet152", 16, (3, 224, 224), ipus=2),
     # a transformer (issue 12's must-show problem), as the command line builds it
-    "bert-base-sl128-mb8-4ipu": cli_problem("hf:bert-base-uncased --seq-len 128 --batch-size 8 --ipus 4"),
+    "bert-base-sl128-mb8-4ipu": cli_problem(
+        "hf:bert-base-uncased --seq-len 128 --batch-size 8 --ipus 4"
+    ),
 }
 QUICK_PROBLEMS = ["resnet101-mb64-64px-2ipu"]
 STRATEGIES = ("random", "tpe", "ipu-autotune")
@@ -129,8 +131,14 @@ def label(key: str, kind: str) -> str:
 
 def problem_of(label_: str) -> str:
     return label_.split(" [", 1)[0]
+
+
 #: --what-if: not shipped; what two changes to the tuner would do (see _Calibrate)
-WHAT_IF = ("what-if: pair climb", "what-if: calibrated warm starts", "what-if: calibrated + pair climb")
+WHAT_IF = (
+    "what-if: pair climb",
+    "what-if: calibrated warm starts",
+    "what-if: calibrated + pair climb",
+)
 CHECKPOINTS = (10, 20, 50)  # best found after this many compiles
 NEAR = 0.95  # "within 5% of the best known"
 
@@ -156,7 +164,9 @@ class Run:
 
 
 def _study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
-    return optuna.create_study(storage=open_storage("memory:"), sampler=sampler, direction="maximize")
+    return optuna.create_study(
+        storage=open_storage("memory:"), sampler=sampler, direction="maximize"
+    )
 
 
 def _stored_constraint(trial: optuna.trial.FrozenTrial) -> list[float]:
@@ -172,12 +182,14 @@ def gp_sampler(seed: int) -> optuna.samplers.BaseSampler:
         warnings.simplefilter("ignore")
         # Knobs asked only where they apply are outside its intersection space: Optuna samples
         # them at random, as intended here (GPSampler has no conditional space); no warning each.
-        return optuna.samplers.GPSampler(seed=seed, constraints_func=_stored_constraint,
-                                         warn_independent_sampling=False)
+        return optuna.samplers.GPSampler(
+            seed=seed, constraints_func=_stored_constraint, warn_independent_sampling=False
+        )
 
 
-def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, budget: int,
-                 max_trials: int) -> Run:
+def run_strategy(
+    strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, budget: int, max_trials: int
+) -> Run:
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
@@ -197,36 +209,70 @@ def run_strategy(strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, 
         # As `ipu-autotune tune` with a compiling backend (commands/tune.py): the first warm
         # starts enqueued, the rest handed to the guide to rank with the others.
         items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
-        guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM, candidates=[p.config for p in items]))
-        study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed,
-                                 lambda s: st.enqueue(s, space, problem, profile, items[:COMPILED_WARM_STARTS]))
-        backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
+        guide = Guide(
+            problem,
+            profile,
+            space,
+            GuideSettings(DEFAULT_HEADROOM, candidates=[p.config for p in items]),
+        )
+        study, _ = st.open_study(
+            open_storage("memory:"),
+            "bench",
+            problem,
+            seed,
+            lambda s: st.enqueue(s, space, problem, profile, items[:COMPILED_WARM_STARTS]),
+        )
+        backend = screen = ScreenedBackend(
+            oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN
+        )
         runner = Runner(study, problem, profile, space, backend, guide=guide)
         workers = int(strategy.rsplit(" ", 1)[1]) if "--jobs" in strategy else 1
         out = run_workers(runner, oracle, budget, max_trials, workers)
-        run = Run(strategy, compiles=[t for _, t in out["compiles"]], minutes=[m for m, _ in out["compiles"]],
-                  trials=out["trials"], guided=out["guided"], stop_at=out["stop_at"],
-                  durations=out["durations"], chances=out["chances"])
+        run = Run(
+            strategy,
+            compiles=[t for _, t in out["compiles"]],
+            minutes=[m for m, _ in out["compiles"]],
+            trials=out["trials"],
+            guided=out["guided"],
+            stop_at=out["stop_at"],
+            durations=out["durations"],
+            chances=out["chances"],
+        )
         run.screened = screen.compiles_saved
         run.seconds = time.perf_counter() - start
-        run.best_config = max(((r.measurement.throughput, r.config) for r in st.records(study) if r.feasible),
-                              key=lambda t: t[0], default=(None, None))[1]
+        run.best_config = max(
+            ((r.measurement.throughput, r.config) for r in st.records(study) if r.feasible),
+            key=lambda t: t[0],
+            default=(None, None),
+        )[1]
         return run
     elif strategy == "what-if: pair climb":
+
         def on_create(s: optuna.Study) -> None:
             with _pair_climb(True):
                 items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
             st.enqueue(s, space, problem, profile, items)
 
         study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed, on_create)
-        backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
+        backend = screen = ScreenedBackend(
+            oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN
+        )
         guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM))
     elif strategy in WHAT_IF[1:]:
-        study, _ = st.open_study(open_storage("memory:"), "bench", problem, seed,
-                                 lambda s: st.enqueue(s, space, problem, profile, [Proposal(baseline, "baseline")]))
-        backend = screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
+        study, _ = st.open_study(
+            open_storage("memory:"),
+            "bench",
+            problem,
+            seed,
+            lambda s: st.enqueue(s, space, problem, profile, [Proposal(baseline, "baseline")]),
+        )
+        backend = screen = ScreenedBackend(
+            oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN
+        )
         guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM))
-        calibrate = _Calibrate(study, problem, space, baseline, screen, better_climb=strategy.endswith("climb"))
+        calibrate = _Calibrate(
+            study, problem, space, baseline, screen, better_climb=strategy.endswith("climb")
+        )
     else:
         raise ValueError(strategy)
 
@@ -274,7 +320,15 @@ class _Calibrate:
     steps) instead of warmstart.climb.
     """
 
-    def __init__(self, study: Any, problem: Any, space: Any, baseline: Any, screen: ScreenedBackend, better_climb: bool) -> None:
+    def __init__(
+        self,
+        study: Any,
+        problem: Any,
+        space: Any,
+        baseline: Any,
+        screen: ScreenedBackend,
+        better_climb: bool,
+    ) -> None:
         self.study, self.problem, self.space, self.baseline = study, problem, space, baseline
         self.screen, self.better_climb = screen, better_climb
         self.profile = profile_for(problem)
@@ -288,13 +342,26 @@ class _Calibrate:
         if len(self.measured) > 1:
             return
         with _pair_climb(self.better_climb):
-            items = proposals(self.problem, self.profile, self.space, self.baseline, headroom=DEFAULT_HEADROOM,
-                              constants=corrected)
-        st.enqueue(self.study, self.space, self.problem, self.profile, [p for p in items if p.config != rec.config])
+            items = proposals(
+                self.problem,
+                self.profile,
+                self.space,
+                self.baseline,
+                headroom=DEFAULT_HEADROOM,
+                constants=corrected,
+            )
+        st.enqueue(
+            self.study,
+            self.space,
+            self.problem,
+            self.profile,
+            [p for p in items if p.config != rec.config],
+        )
 
 
-def best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int,
-               kicks: int = 300) -> tuple[float | None, str, Config | None]:
+def best_known(
+    problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int = 300
+) -> tuple[float | None, str, Config | None]:
     """The best feasible hidden-IPU throughput a long search finds, which part found it, and
     the config. Nothing here counts as a compile.
 
@@ -317,18 +384,31 @@ def best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int,
         if m is not None and m.feasible and (best[0] is None or m.throughput > best[0]):
             best[:] = [m.throughput, source, config]
 
-    starts = [baseline] + [moved for knob, moved in single_changes(space, problem, profile, baseline)
-                           if knob == "ipus_per_replica"]
-    starts += [p.config for p in proposals(problem, profile, space, baseline, constants=oracle.constants)]
+    starts = [baseline] + [
+        moved
+        for knob, moved in single_changes(space, problem, profile, baseline)
+        if knob == "ipus_per_replica"
+    ]
+    starts += [
+        p.config for p in proposals(problem, profile, space, baseline, constants=oracle.constants)
+    ]
     climbed = [polish(screen, space, s) for s in dict.fromkeys(starts)]
     for c in climbed:
         consider(c, "climb")
 
     study = _study(st.create_sampler(10_000 + seed))
-    st.enqueue(study, space, problem, profile,
-               [Proposal(baseline, "baseline")] + [Proposal(c, "climb") for c in dict.fromkeys(climbed)])
+    st.enqueue(
+        study,
+        space,
+        problem,
+        profile,
+        [Proposal(baseline, "baseline")] + [Proposal(c, "climb") for c in dict.fromkeys(climbed)],
+    )
     recs = Runner(study, problem, profile, space, _Uncounted(oracle)).run(trials)
-    fits = sorted((r for r in recs if r.feasible and r.origin == "sampled"), key=lambda r: -r.measurement.throughput)
+    fits = sorted(
+        (r for r in recs if r.feasible and r.origin == "sampled"),
+        key=lambda r: -r.measurement.throughput,
+    )
     for r in fits[:1]:
         consider(r.config, f"tpe{trials}")
     for r in fits[:10]:
@@ -356,7 +436,9 @@ class _Uncounted:
         return self.oracle.evaluate(problem, config)
 
 
-def reference_inputs(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int) -> list[Any]:
+def reference_inputs(
+    problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int
+) -> list[Any]:
     """What a best-known search depends on but its code: the problem, the hidden IPU's kind and
     seed, the search's length, the space, and a fingerprint of the hidden IPU's answers (the
     baseline and its single changes), so a change to the hidden IPU, the estimator or the
@@ -370,7 +452,9 @@ def reference_inputs(problem: Problem, oracle: HiddenIPU, seed: int, trials: int
         if violations(problem, c, profile.module_order):
             continue
         m = oracle.evaluate(problem, c)
-        answers.append((m.feasible, m.throughput and round(m.throughput, 3), list(m.max_tile_bytes)))
+        answers.append(
+            (m.feasible, m.throughput and round(m.throughput, 3), list(m.max_tile_bytes))
+        )
     return [problem.slug, type(oracle).__name__, seed, trials, kicks, space.to_dict(), answers]
 
 
@@ -384,13 +468,17 @@ def reference_key(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, k
     versions of its code (reference_versions), never the code's text."""
     import hashlib
 
-    text = json.dumps([*reference_inputs(problem, oracle, seed, trials, kicks), reference_versions(oracle)],
-                      sort_keys=True, default=str)
+    text = json.dumps(
+        [*reference_inputs(problem, oracle, seed, trials, kicks), reference_versions(oracle)],
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def cached_best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int,
-                      use_cache: bool = True) -> tuple[float | None, str, Config | None]:
+def cached_best_known(
+    problem: Problem, oracle: HiddenIPU, seed: int, trials: int, kicks: int, use_cache: bool = True
+) -> tuple[float | None, str, Config | None]:
     """best_known, kept on disk per (problem, hidden kind and seed, trials, kicks) under
     REFERENCE_CACHE, keyed by reference_key."""
     path = REFERENCE_CACHE / f"{problem.slug}-{type(oracle).__name__}-{seed}-{trials}-{kicks}.json"
@@ -398,7 +486,9 @@ def cached_best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: in
     if use_cache and path.exists():
         with contextlib.suppress(ValueError, KeyError, TypeError):
             data = json.loads(path.read_text())
-            config = Config.from_dict(data["config"], "cached reference") if data["config"] else None
+            config = (
+                Config.from_dict(data["config"], "cached reference") if data["config"] else None
+            )
             # The key's probes can all be out of memory (BERT's baseline and its single changes),
             # so a change to the estimator's speed alone would not miss: the stored best must
             # also still measure what it measured.
@@ -407,12 +497,22 @@ def cached_best_known(problem: Problem, oracle: HiddenIPU, seed: int, trials: in
     found = best_known(problem, oracle, seed, trials, kicks)
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": key, "reference": found[0], "source": found[1],
-                                    "config": found[2].to_dict() if found[2] else None}))
+        path.write_text(
+            json.dumps(
+                {
+                    "key": key,
+                    "reference": found[0],
+                    "source": found[1],
+                    "config": found[2].to_dict() if found[2] else None,
+                }
+            )
+        )
     return found
 
 
-def _still_measures(problem: Problem, oracle: HiddenIPU, config: Config | None, reference: float | None) -> bool:
+def _still_measures(
+    problem: Problem, oracle: HiddenIPU, config: Config | None, reference: float | None
+) -> bool:
     if config is None or reference is None:
         return config is None and reference is None
     throughput = oracle.evaluate(problem, config).throughput
@@ -427,7 +527,9 @@ def run_job(args: tuple[Any, ...]) -> dict[str, Any]:
     profile = profile_for(problem)
     oracle = HIDDEN_KINDS[kind](seed)
     t0 = time.perf_counter()
-    reference, source, config = cached_best_known(problem, oracle, seed, reference_trials, kicks, use_cache)
+    reference, source, config = cached_best_known(
+        problem, oracle, seed, reference_trials, kicks, use_cache
+    )
     ref_seconds = time.perf_counter() - t0
     runs = {s: run_strategy(s, problem, oracle, seed, budget, max_trials) for s in strategies}
     seen = [t for r in runs.values() for t in r.compiles if t is not None]
@@ -437,14 +539,25 @@ def run_job(args: tuple[Any, ...]) -> dict[str, Any]:
     if any(s.startswith("ipu-autotune --jobs") for s in strategies):
         from reachable_floor import cached_class_bests
 
-        classes = cached_class_bests(problem, oracle, seed, config, kicks // 3,
-                                     reference_key(problem, oracle, seed, reference_trials, kicks), use_cache)
+        classes = cached_class_bests(
+            problem,
+            oracle,
+            seed,
+            config,
+            kicks // 3,
+            reference_key(problem, oracle, seed, reference_trials, kicks),
+            use_cache,
+        )
         if classes and (reference is None or max(classes.values()) > reference):
             reference, source = max(classes.values()), "a class search"  # reachable_floor.py
     baseline = naive_baseline(problem, profile)
     return {
-        "problem": label(key, kind), "seed": seed, "reference": reference, "reference_source": source,
-        "reference_seconds": ref_seconds, "reference_config": config.to_dict() if config else None,
+        "problem": label(key, kind),
+        "seed": seed,
+        "reference": reference,
+        "reference_source": source,
+        "reference_seconds": ref_seconds,
+        "reference_config": config.to_dict() if config else None,
         "factors": oracle.factors,
         "baseline_violation_nominal": estimate(problem, baseline, profile).violation,
         "baseline_violation_hidden": oracle.evaluate(problem, baseline).violation,
@@ -454,6 +567,7 @@ def run_job(args: tuple[Any, ...]) -> dict[str, Any]:
 
 
 # --- metrics ------------------------------------------------------------------------------
+
 
 def metrics(run: dict[str, Any], reference: float | None, budget: int) -> dict[str, Any]:
     """Compiles to the first fit, compiles to within 5% of best known, best fraction at k."""
@@ -477,13 +591,24 @@ def metrics(run: dict[str, Any], reference: float | None, budget: int) -> dict[s
         for k in CHECKPOINTS:
             if i == k:
                 at[k] = best / reference if reference else math.nan
-    for k in CHECKPOINTS:  # stopped early (trial cap): the best so far holds; past the budget: none
+    for (
+        k
+    ) in CHECKPOINTS:  # stopped early (trial cap): the best so far holds; past the budget: none
         at.setdefault(k, best / reference if reference and k <= budget else math.nan)
-    return {"first": first, "near": near, "at": at, "trials": run["trials"], "screened": run["screened"],
-            "guided": run.get("guided", 0),
-            "compiles": len(run["compiles"]), "seconds": run["seconds"], "near_minutes": near_minutes,
-            "floor_minutes": floor_minutes,
-            "stop_at": run.get("stop_at") or math.inf, "stop_fraction": stop_fraction}
+    return {
+        "first": first,
+        "near": near,
+        "at": at,
+        "trials": run["trials"],
+        "screened": run["screened"],
+        "guided": run.get("guided", 0),
+        "compiles": len(run["compiles"]),
+        "seconds": run["seconds"],
+        "near_minutes": near_minutes,
+        "floor_minutes": floor_minutes,
+        "stop_at": run.get("stop_at") or math.inf,
+        "stop_fraction": stop_fraction,
+    }
 
 
 def _fraction(x: float) -> str:
@@ -504,7 +629,9 @@ def _ratio(a: float, b: float, budget: int) -> str:
     return f"{a / b:.1f}x"
 
 
-def report(results: list[dict[str, Any]], budget: int, keys: list[str]) -> tuple[str, dict[str, Any]]:
+def report(
+    results: list[dict[str, Any]], budget: int, keys: list[str]
+) -> tuple[str, dict[str, Any]]:
     out = []
     summary: dict[str, Any] = {}
 
@@ -515,43 +642,95 @@ def report(results: list[dict[str, Any]], budget: int, keys: list[str]) -> tuple
         sources = {}
         for r in rs:
             sources[r["reference_source"]] = sources.get(r["reference_source"], 0) + 1
-        rows.append([key, f"{median([r['baseline_violation_nominal'] for r in rs]):+.0%}",
-                     f"{median([r['baseline_violation_hidden'] for r in rs]):+.0%}",
-                     f"{len(refs)}/{len(rs)}", f"{median(refs):,.0f}" if refs else "-",
-                     ", ".join(f"{k} {v}" for k, v in sorted(sources.items())),
-                     f"{sum(r['reference_seconds'] for r in rs):.0f}"])
-    out.append("## Problems and best known (per seed, from a long search on the hidden IPU itself)\n")
-    out.append(markdown_table(
-        ["problem", "baseline over (nominal)", "baseline over (hidden, median)", "seeds with a fit",
-         "best known (median samples/s)", "best known found by", "reference s"], rows, "lrrrrlr"))
+        rows.append(
+            [
+                key,
+                f"{median([r['baseline_violation_nominal'] for r in rs]):+.0%}",
+                f"{median([r['baseline_violation_hidden'] for r in rs]):+.0%}",
+                f"{len(refs)}/{len(rs)}",
+                f"{median(refs):,.0f}" if refs else "-",
+                ", ".join(f"{k} {v}" for k, v in sorted(sources.items())),
+                f"{sum(r['reference_seconds'] for r in rs):.0f}",
+            ]
+        )
+    out.append(
+        "## Problems and best known (per seed, from a long search on the hidden IPU itself)\n"
+    )
+    out.append(
+        markdown_table(
+            [
+                "problem",
+                "baseline over (nominal)",
+                "baseline over (hidden, median)",
+                "seeds with a fit",
+                "best known (median samples/s)",
+                "best known found by",
+                "reference s",
+            ],
+            rows,
+            "lrrrrlr",
+        )
+    )
 
     rows = []
     names = list(dict.fromkeys(s for r in results for s in r["runs"]))
     for key in keys:
         for s in names:
-            ms = [metrics(r["runs"][s], r["reference"], budget) for r in results
-                  if r["problem"] == key and r["reference"]]
+            ms = [
+                metrics(r["runs"][s], r["reference"], budget)
+                for r in results
+                if r["problem"] == key and r["reference"]
+            ]
             if not ms:
                 continue
             first = [m["first"] for m in ms]
             near = [m["near"] for m in ms]
             reached = sum(1 for v in near if not math.isinf(v))
-            summary.setdefault(key, {})[s] = {"first": median(first), "near": median(near),
-                                              **{f"at{k}": median([m["at"][k] for m in ms]) for k in CHECKPOINTS}}
-            rows.append([
-                key, s, fmt_count(median(first), budget), _iqr(first, budget),
-                fmt_count(median(near), budget), _iqr(near, budget), f"{reached}/{len(ms)}",
-                *(_fraction(median([m["at"][k] for m in ms])) for k in CHECKPOINTS),
-                f"{sum(m['trials'] for m in ms) / len(ms):.0f}", f"{sum(m['screened'] for m in ms) / len(ms):.0f}",
-                f"{sum(m['guided'] for m in ms) / len(ms):.0f}",
-                f"{sum(m['seconds'] for m in ms) / len(ms):.1f}",
-            ])
-    out.append(f"\n## Compiles (budget {budget} per run; medians over seeds, IQR as p25-p75; "
-               f">{budget} = not within budget)\n")
-    out.append(markdown_table(
-        ["problem", "strategy", "to first fit", "IQR", "to within 5%", "IQR", "reached 5%",
-         *(f"best@{k}" for k in CHECKPOINTS), "trials/run", "screened/run", "guided/run",
-         "tuner s/run"], rows, "llrrrrr" + "r" * len(CHECKPOINTS) + "rrrr"))
+            summary.setdefault(key, {})[s] = {
+                "first": median(first),
+                "near": median(near),
+                **{f"at{k}": median([m["at"][k] for m in ms]) for k in CHECKPOINTS},
+            }
+            rows.append(
+                [
+                    key,
+                    s,
+                    fmt_count(median(first), budget),
+                    _iqr(first, budget),
+                    fmt_count(median(near), budget),
+                    _iqr(near, budget),
+                    f"{reached}/{len(ms)}",
+                    *(_fraction(median([m["at"][k] for m in ms])) for k in CHECKPOINTS),
+                    f"{sum(m['trials'] for m in ms) / len(ms):.0f}",
+                    f"{sum(m['screened'] for m in ms) / len(ms):.0f}",
+                    f"{sum(m['guided'] for m in ms) / len(ms):.0f}",
+                    f"{sum(m['seconds'] for m in ms) / len(ms):.1f}",
+                ]
+            )
+    out.append(
+        f"\n## Compiles (budget {budget} per run; medians over seeds, IQR as p25-p75; "
+        f">{budget} = not within budget)\n"
+    )
+    out.append(
+        markdown_table(
+            [
+                "problem",
+                "strategy",
+                "to first fit",
+                "IQR",
+                "to within 5%",
+                "IQR",
+                "reached 5%",
+                *(f"best@{k}" for k in CHECKPOINTS),
+                "trials/run",
+                "screened/run",
+                "guided/run",
+                "tuner s/run",
+            ],
+            rows,
+            "llrrrrr" + "r" * len(CHECKPOINTS) + "rrrr",
+        )
+    )
 
     rows = []
     for key in keys:
@@ -559,16 +738,38 @@ def report(results: list[dict[str, Any]], budget: int, keys: list[str]) -> tuple
         if "random" not in s:
             continue
         for name in ("tpe", "ipu-autotune"):
-            rows.append([key, f"{name} vs random", _ratio(s["random"]["first"], s[name]["first"], budget),
-                         _ratio(s["random"]["near"], s[name]["near"], budget)])
-        rows.append([key, "ipu-autotune vs tpe", _ratio(s["tpe"]["first"], s["ipu-autotune"]["first"], budget),
-                     _ratio(s["tpe"]["near"], s["ipu-autotune"]["near"], budget)])
+            rows.append(
+                [
+                    key,
+                    f"{name} vs random",
+                    _ratio(s["random"]["first"], s[name]["first"], budget),
+                    _ratio(s["random"]["near"], s[name]["near"], budget),
+                ]
+            )
+        rows.append(
+            [
+                key,
+                "ipu-autotune vs tpe",
+                _ratio(s["tpe"]["first"], s["ipu-autotune"]["first"], budget),
+                _ratio(s["tpe"]["near"], s["ipu-autotune"]["near"], budget),
+            ]
+        )
         for name in (n for n in WHAT_IF if n in s):
             for other in ("tpe", "ipu-autotune"):
-                rows.append([key, f"{name} vs {other}", _ratio(s[other]["first"], s[name]["first"], budget),
-                             _ratio(s[other]["near"], s[name]["near"], budget)])
-    out.append("\n## Ratios of median compiles (how many times fewer; > when the other never got there)\n")
-    out.append(markdown_table(["problem", "comparison", "to first fit", "to within 5%"], rows, "llrr"))
+                rows.append(
+                    [
+                        key,
+                        f"{name} vs {other}",
+                        _ratio(s[other]["first"], s[name]["first"], budget),
+                        _ratio(s[other]["near"], s[name]["near"], budget),
+                    ]
+                )
+    out.append(
+        "\n## Ratios of median compiles (how many times fewer; > when the other never got there)\n"
+    )
+    out.append(
+        markdown_table(["problem", "comparison", "to first fit", "to within 5%"], rows, "llrr")
+    )
 
     rows = []
     for key, name in ((k, n) for k in keys for n in ("ipu-autotune", *WHAT_IF)):
@@ -582,13 +783,38 @@ def report(results: list[dict[str, Any]], budget: int, keys: list[str]) -> tuple
             versus = "met" if budget / s["near"] >= 3 else "undecided"
         else:
             versus = "met" if t["near"] / s["near"] >= 3 else "not met"
-        rows.append([key, name, "met" if s["first"] <= 2 else "not met", fmt_count(s["first"], budget),
-                     "met" if s["near"] <= TARGET_NEAR else "not met", fmt_count(s["near"], budget),
-                     versus, _ratio(t["near"], s["near"], budget)])
-    out.append(f"\n## Targets for ipu-autotune (medians): first fit at compile <= 2; within 5% in <= {TARGET_NEAR}; "
-               ">= 3x fewer than TPE alone\n")
-    out.append(markdown_table(["problem", "tuner", "first fit <= 2", "median", f"within 5% <= {TARGET_NEAR}",
-                               "median", ">= 3x vs tpe", "ratio"], rows, "lllrlrlr"))
+        rows.append(
+            [
+                key,
+                name,
+                "met" if s["first"] <= 2 else "not met",
+                fmt_count(s["first"], budget),
+                "met" if s["near"] <= TARGET_NEAR else "not met",
+                fmt_count(s["near"], budget),
+                versus,
+                _ratio(t["near"], s["near"], budget),
+            ]
+        )
+    out.append(
+        f"\n## Targets for ipu-autotune (medians): first fit at compile <= 2; within 5% in <= {TARGET_NEAR}; "
+        ">= 3x fewer than TPE alone\n"
+    )
+    out.append(
+        markdown_table(
+            [
+                "problem",
+                "tuner",
+                "first fit <= 2",
+                "median",
+                f"within 5% <= {TARGET_NEAR}",
+                "median",
+                ">= 3x vs tpe",
+                "ratio",
+            ],
+            rows,
+            "lllrlrlr",
+        )
+    )
     out.append(_parallel_and_stop(results, budget, keys))
     return "\n".join(out), summary
 
@@ -607,86 +833,174 @@ def _reachable(result: dict[str, Any], budget: int) -> float:
 
 def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[str]) -> str:
     """Simulated hours to within 5% with 1, 2, 4 compile workers; when the stopping rule applied."""
-    names = [n for n in dict.fromkeys(s for r in results for s in r["runs"]) if n.startswith("ipu-autotune")]
+    names = [
+        n
+        for n in dict.fromkeys(s for r in results for s in r["runs"])
+        if n.startswith("ipu-autotune")
+    ]
     rows, stop_rows, reach = [], [], []
     for key in keys:
         per, counts, floor, reachable_floor = {}, {}, math.inf, math.inf
         for name in names:
-            ms = [metrics(r["runs"][name], r["reference"], budget) for r in results
-                  if r["problem"] == key and r["reference"] and name in r["runs"]]
+            ms = [
+                metrics(r["runs"][name], r["reference"], budget)
+                for r in results
+                if r["problem"] == key and r["reference"] and name in r["runs"]
+            ]
             if not ms:
                 continue
             per[name] = median([m["near_minutes"] for m in ms]) / 60.0
             counts[name] = median([m["near"] for m in ms])
             if name == "ipu-autotune":
-                floor = median([m["floor_minutes"] / m["near_minutes"] if not math.isinf(m["near_minutes"])
-                                else math.inf for m in ms])
-                reachable_floor = median([_reachable(r, budget) for r in results
-                                          if r["problem"] == key and r["reference"] and name in r["runs"]])
+                floor = median(
+                    [
+                        m["floor_minutes"] / m["near_minutes"]
+                        if not math.isinf(m["near_minutes"])
+                        else math.inf
+                        for m in ms
+                    ]
+                )
+                reachable_floor = median(
+                    [
+                        _reachable(r, budget)
+                        for r in results
+                        if r["problem"] == key and r["reference"] and name in r["runs"]
+                    ]
+                )
                 fired = [m for m in ms if not math.isinf(m["stop_at"])]
-                stop_rows.append([key, f"{len(fired)}/{len(ms)}",
-                                  fmt_count(median([m["stop_at"] for m in ms]), budget),
-                                  _fraction(median([m["stop_fraction"] for m in fired])) if fired else "-",
-                                  f"{sum(1 for m in fired if m['near'] <= m['stop_at'])}/{len(fired)}"])
+                stop_rows.append(
+                    [
+                        key,
+                        f"{len(fired)}/{len(ms)}",
+                        fmt_count(median([m["stop_at"] for m in ms]), budget),
+                        _fraction(median([m["stop_fraction"] for m in fired])) if fired else "-",
+                        f"{sum(1 for m in fired if m['near'] <= m['stop_at'])}/{len(fired)}",
+                    ]
+                )
         one = per.get("ipu-autotune", math.nan)
         for name, hours in per.items():
-            ratio = "-" if math.isnan(one) or math.isinf(one) or math.isinf(hours) else f"{hours / one:.2f}x"
+            ratio = (
+                "-"
+                if math.isnan(one) or math.isinf(one) or math.isinf(hours)
+                else f"{hours / one:.2f}x"
+            )
             target = ""
             if name.endswith("--jobs 4"):
                 met = ratio != "-" and hours / one <= 0.4
                 reachable = not math.isinf(reachable_floor) and reachable_floor <= 0.4
-                target = "met" if met else ("not met" if reachable or math.isinf(reachable_floor)
-                                            else "out of reach (reachable floor > 0.4x)")
+                target = (
+                    "met"
+                    if met
+                    else (
+                        "not met"
+                        if reachable or math.isinf(reachable_floor)
+                        else "out of reach (reachable floor > 0.4x)"
+                    )
+                )
                 if not math.isinf(floor):
-                    reach.append((key, met, reachable, ratio != "-" and hours / one <= floor * 1.05))
-            rows.append([key, name.replace("ipu-autotune", "ipu-autotune --jobs 1") if name == "ipu-autotune" else name,
-                         fmt_count(counts[name], budget), "never" if math.isinf(hours) else f"{hours:.1f}", ratio,
-                         f"{floor:.2f}x" if not math.isinf(floor) else "-",
-                         f"{reachable_floor:.2f}x" if not math.isinf(reachable_floor) else "-", target])
-    out = ["\n## Simulated hours to within 5% (median; a compile takes its simulated minutes, "
-           "common.compile_minutes; same seeds)\n",
-           "(compiles: median count to within 5%, in finishing order (with N workers a slow compile started in the "
-           "first round can finish 4th); floor: one compile of the config with which --jobs 1 got within 5%, over "
-           "--jobs 1's time, median over seeds: no number of workers that needs that config does better; when "
-           "--jobs 1 needs k compiles of about one length it is about 1/k, so --jobs 4 <= 0.4x is out of reach where "
-           "--jobs 1 gets there at its 2nd compile; reachable floor: one compile of the fastest-compiling "
-           "config within 5% of the best known (reachable_floor.py: the best of each compile class, searched on "
-           "the hidden IPU), over --jobs 1's time: no tuner with any number of workers does better; above 0.4x, "
-           "--jobs 4 <= 0.4x is out of reach)\n",
-           markdown_table(["problem", "workers", "compiles to 5%", "hours to within 5%", "vs --jobs 1", "floor",
-                           "reachable floor", "--jobs 4 <= 0.4x"], rows, "llrrrrrl")]
+                    reach.append(
+                        (key, met, reachable, ratio != "-" and hours / one <= floor * 1.05)
+                    )
+            rows.append(
+                [
+                    key,
+                    name.replace("ipu-autotune", "ipu-autotune --jobs 1")
+                    if name == "ipu-autotune"
+                    else name,
+                    fmt_count(counts[name], budget),
+                    "never" if math.isinf(hours) else f"{hours:.1f}",
+                    ratio,
+                    f"{floor:.2f}x" if not math.isinf(floor) else "-",
+                    f"{reachable_floor:.2f}x" if not math.isinf(reachable_floor) else "-",
+                    target,
+                ]
+            )
+    out = [
+        "\n## Simulated hours to within 5% (median; a compile takes its simulated minutes, "
+        "common.compile_minutes; same seeds)\n",
+        "(compiles: median count to within 5%, in finishing order (with N workers a slow compile started in the "
+        "first round can finish 4th); floor: one compile of the config with which --jobs 1 got within 5%, over "
+        "--jobs 1's time, median over seeds: no number of workers that needs that config does better; when "
+        "--jobs 1 needs k compiles of about one length it is about 1/k, so --jobs 4 <= 0.4x is out of reach where "
+        "--jobs 1 gets there at its 2nd compile; reachable floor: one compile of the fastest-compiling "
+        "config within 5% of the best known (reachable_floor.py: the best of each compile class, searched on "
+        "the hidden IPU), over --jobs 1's time: no tuner with any number of workers does better; above 0.4x, "
+        "--jobs 4 <= 0.4x is out of reach)\n",
+        markdown_table(
+            [
+                "problem",
+                "workers",
+                "compiles to 5%",
+                "hours to within 5%",
+                "vs --jobs 1",
+                "floor",
+                "reachable floor",
+                "--jobs 4 <= 0.4x",
+            ],
+            rows,
+            "llrrrrrl",
+        ),
+    ]
     if reach:
-        out.append(f"\n--jobs 4 <= 0.4x: met on {sum(m for _, m, _, _ in reach)} of {len(reach)} problems where "
-                   f"--jobs 1 got within 5%; the median reachable floor is <= 0.4x on "
-                   f"{sum(r for _, _, r, _ in reach)} ({', '.join(k for k, _, r, _ in reach if r) or 'none'}) "
-                   f"(medians of different seeds: a problem can meet 0.4x with a larger median floor).")
-    runs = [(metrics(r["runs"]["ipu-autotune"], r["reference"], budget),
-             metrics(r["runs"]["ipu-autotune --jobs 4"], r["reference"], budget))
-            for r in results if r["reference"] and "ipu-autotune" in r["runs"] and "ipu-autotune --jobs 4" in r["runs"]]
-    reachable = [_reachable(r, budget) for r in results
-                 if r["reference"] and "ipu-autotune" in r["runs"] and "ipu-autotune --jobs 4" in r["runs"]]
-    kept = [(one, four, rf) for (one, four), rf in zip(runs, reachable) if not math.isinf(one["near_minutes"])]
+        out.append(
+            f"\n--jobs 4 <= 0.4x: met on {sum(m for _, m, _, _ in reach)} of {len(reach)} problems where "
+            f"--jobs 1 got within 5%; the median reachable floor is <= 0.4x on "
+            f"{sum(r for _, _, r, _ in reach)} ({', '.join(k for k, _, r, _ in reach if r) or 'none'}) "
+            f"(medians of different seeds: a problem can meet 0.4x with a larger median floor)."
+        )
+    runs = [
+        (
+            metrics(r["runs"]["ipu-autotune"], r["reference"], budget),
+            metrics(r["runs"]["ipu-autotune --jobs 4"], r["reference"], budget),
+        )
+        for r in results
+        if r["reference"] and "ipu-autotune" in r["runs"] and "ipu-autotune --jobs 4" in r["runs"]
+    ]
+    reachable = [
+        _reachable(r, budget)
+        for r in results
+        if r["reference"] and "ipu-autotune" in r["runs"] and "ipu-autotune --jobs 4" in r["runs"]
+    ]
+    kept = [
+        (one, four, rf)
+        for (one, four), rf in zip(runs, reachable)
+        if not math.isinf(one["near_minutes"])
+    ]
     if kept:
         floors = [one["floor_minutes"] / one["near_minutes"] for one, _, _ in kept]
         ratios = [four["near_minutes"] / one["near_minutes"] for one, four, _ in kept]
         reach_floors = [rf for _, _, rf in kept]
-        out.append(f"Per (problem, seed) where --jobs 1 got within 5% ({len(kept)}): --jobs 4 <= 0.4x in "
-                   f"{sum(r <= 0.4 for r in ratios)}; its floor <= 0.4x in {sum(f <= 0.4 for f in floors)}; the "
-                   f"reachable floor <= 0.4x in {sum(f <= 0.4 for f in reach_floors)}, and --jobs 4 <= 0.4x in "
-                   f"{sum(r <= 0.4 for r, f in zip(ratios, reach_floors) if f <= 0.4)} of those; --jobs 4 at or "
-                   f"under its floor (x1.05) in {sum(r <= f * 1.05 for r, f in zip(ratios, floors))}.")
+        out.append(
+            f"Per (problem, seed) where --jobs 1 got within 5% ({len(kept)}): --jobs 4 <= 0.4x in "
+            f"{sum(r <= 0.4 for r in ratios)}; its floor <= 0.4x in {sum(f <= 0.4 for f in floors)}; the "
+            f"reachable floor <= 0.4x in {sum(f <= 0.4 for f in reach_floors)}, and --jobs 4 <= 0.4x in "
+            f"{sum(r <= 0.4 for r, f in zip(ratios, reach_floors) if f <= 0.4)} of those; --jobs 4 at or "
+            f"under its floor (x1.05) in {sum(r <= f * 1.05 for r, f in zip(ratios, floors))}."
+        )
         both = [(one, four) for one, four, _ in kept if not math.isinf(four["near_minutes"])]
         total_one = sum(one["near_minutes"] for one, _ in both)
         total_four = sum(four["near_minutes"] for _, four in both)
-        out.append(f"\n**Over the whole benchmark** (every problem, hidden kind and seed where both got within 5%, "
-                   f"{len(both)} runs): --jobs 4 took {total_four / 60:.1f} simulated hours to within 5% where "
-                   f"--jobs 1 took {total_one / 60:.1f}: **{total_four / total_one:.2f}x**; the median of the "
-                   f"per-run ratios is {median([f['near_minutes'] / o['near_minutes'] for o, f in both]):.2f}x.")
+        out.append(
+            f"\n**Over the whole benchmark** (every problem, hidden kind and seed where both got within 5%, "
+            f"{len(both)} runs): --jobs 4 took {total_four / 60:.1f} simulated hours to within 5% where "
+            f"--jobs 1 took {total_one / 60:.1f}: **{total_four / total_one:.2f}x**; the median of the "
+            f"per-run ratios is {median([f['near_minutes'] / o['near_minutes'] for o, f in both]):.2f}x."
+        )
     out += [
-           "\n## Stopping rule (the guide: no untried candidate expected >= 1% faster than the best measured, "
-           "and the last 3 compiles none either; how reliable: was the run within 5% when it applied)\n",
-           markdown_table(["problem", "runs where it applied", "median compiles when it applied",
-                           "best found then / best known", "already within 5% then"], stop_rows, "lrrrr")]
+        "\n## Stopping rule (the guide: no untried candidate expected >= 1% faster than the best measured, "
+        "and the last 3 compiles none either; how reliable: was the run within 5% when it applied)\n",
+        markdown_table(
+            [
+                "problem",
+                "runs where it applied",
+                "median compiles when it applied",
+                "best found then / best known",
+                "already within 5% then",
+            ],
+            stop_rows,
+            "lrrrr",
+        ),
+    ]
     return "\n".join(out)
 
 
@@ -696,7 +1010,11 @@ def report_saved(path: Path) -> int:
     counted towards it) is raised to it, as run_job now does."""
     data = json.loads(path.read_text())
     argv = data["argv"]
-    budget = int(argv[argv.index("--budget") + 1]) if "--budget" in argv else (20 if "--quick" in argv else 50)
+    budget = (
+        int(argv[argv.index("--budget") + 1])
+        if "--budget" in argv
+        else (20 if "--quick" in argv else 50)
+    )
     results = data["results"]
     for r in results:
         r["seed"] = int(r["seed"])
@@ -714,30 +1032,80 @@ def report_saved(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="CI smoke: 1 problem, 2 seeds, budget 20, short reference")
-    ap.add_argument("--seeds", type=int, default=None, help="seeds per problem (default 6; quick 2)")
-    ap.add_argument("--budget", type=int, default=None, help="compiles per run (default 50; quick 20)")
-    ap.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS), default=None, metavar="PROBLEM",
-                    help=f"any of: {', '.join(PROBLEMS)} (default all; quick {QUICK_PROBLEMS[0]})")
-    ap.add_argument("--reference-trials", type=int, default=None,
-                    help="length of the TPE run on the hidden IPU behind 'best known' (default 200; quick 60)")
-    ap.add_argument("--processes", type=int, default=None,
-                    help="benchmark worker processes, one (problem, seed) each (default 2; quick 1)")
-    ap.add_argument("--jobs", type=int, nargs="+", default=None, metavar="N",
-                    help="compile workers of ipu-autotune to time, as `tune --jobs N` (default 1 2 4; quick 1 4)")
-    ap.add_argument("--hidden", nargs="+", choices=KINDS, default=list(KINDS),
-                    help="kinds of hidden IPU: perturbed constants; differing in structure (default both)")
-    ap.add_argument("--what-if", action="store_true",
-                    help="also run three tuner changes that are not shipped: a pair climb for the warm "
-                         "starts; warm starts and screen on the model corrected by the first compile; both")
-    ap.add_argument("--first-seed", type=int, default=0,
-                    help="seeds run are FIRST_SEED .. FIRST_SEED+SEEDS-1 (default 0): report on seeds not developed on")
-    ap.add_argument("--no-reference-cache", action="store_true",
-                    help=f"search the best known afresh, not from {REFERENCE_CACHE} (kept per problem, hidden "
-                         "IPU and seed, keyed by the hidden IPU's answers and the search's code)")
-    ap.add_argument("--json", type=Path, default=None, help="also write every run's raw results here")
-    ap.add_argument("--report", type=Path, default=None, metavar="JSON",
-                    help="print the tables of an earlier run's --json file (same budget), running nothing")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI smoke: 1 problem, 2 seeds, budget 20, short reference",
+    )
+    ap.add_argument(
+        "--seeds", type=int, default=None, help="seeds per problem (default 6; quick 2)"
+    )
+    ap.add_argument(
+        "--budget", type=int, default=None, help="compiles per run (default 50; quick 20)"
+    )
+    ap.add_argument(
+        "--problems",
+        nargs="+",
+        choices=sorted(PROBLEMS),
+        default=None,
+        metavar="PROBLEM",
+        help=f"any of: {', '.join(PROBLEMS)} (default all; quick {QUICK_PROBLEMS[0]})",
+    )
+    ap.add_argument(
+        "--reference-trials",
+        type=int,
+        default=None,
+        help="length of the TPE run on the hidden IPU behind 'best known' (default 200; quick 60)",
+    )
+    ap.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="benchmark worker processes, one (problem, seed) each (default 2; quick 1)",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="compile workers of ipu-autotune to time, as `tune --jobs N` (default 1 2 4; quick 1 4)",
+    )
+    ap.add_argument(
+        "--hidden",
+        nargs="+",
+        choices=KINDS,
+        default=list(KINDS),
+        help="kinds of hidden IPU: perturbed constants; differing in structure (default both)",
+    )
+    ap.add_argument(
+        "--what-if",
+        action="store_true",
+        help="also run three tuner changes that are not shipped: a pair climb for the warm "
+        "starts; warm starts and screen on the model corrected by the first compile; both",
+    )
+    ap.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="seeds run are FIRST_SEED .. FIRST_SEED+SEEDS-1 (default 0): report on seeds not developed on",
+    )
+    ap.add_argument(
+        "--no-reference-cache",
+        action="store_true",
+        help=f"search the best known afresh, not from {REFERENCE_CACHE} (kept per problem, hidden "
+        "IPU and seed, keyed by the hidden IPU's answers and the search's code)",
+    )
+    ap.add_argument(
+        "--json", type=Path, default=None, help="also write every run's raw results here"
+    )
+    ap.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="print the tables of an earlier run's --json file (same budget), running nothing",
+    )
     args = ap.parse_args(argv)
     if args.report:
         return report_saved(args.report)
@@ -752,27 +1120,51 @@ def main(argv: list[str] | None = None) -> int:
 
     common.quiet_optuna()
     kicks = 50 if args.quick else 150
-    common.header("Search efficiency: compiles to a fit and to near the best, on a hidden IPU",
-                  "search_efficiency.py", argv)
-    print(f"{len(keys)} problem(s) x {seeds} seed(s) x {len(STRATEGIES) + (len(WHAT_IF) if args.what_if else 0)} strategies, budget {budget} compiles "
-          f"per run; best known from climbs, a {reference_trials}-trial TPE run and {kicks} kicks on the hidden IPU; "
-          f"hidden IPU: {', '.join(common.PERTURBED)} x[0.7, 1.3], throughput noise +-3%"
-          f"{'; and differing in structure (StructuralHiddenIPU)' if 'structural' in kinds else ''}; "
-          f"ipu-autotune timed with {', '.join(map(str, workers))} compile worker(s); "
-          f"screen margin {DEFAULT_SCREEN_MARGIN:.0%}, headroom {DEFAULT_HEADROOM:.0%}\n", flush=True)
+    common.header(
+        "Search efficiency: compiles to a fit and to near the best, on a hidden IPU",
+        "search_efficiency.py",
+        argv,
+    )
+    print(
+        f"{len(keys)} problem(s) x {seeds} seed(s) x {len(STRATEGIES) + (len(WHAT_IF) if args.what_if else 0)} strategies, budget {budget} compiles "
+        f"per run; best known from climbs, a {reference_trials}-trial TPE run and {kicks} kicks on the hidden IPU; "
+        f"hidden IPU: {', '.join(common.PERTURBED)} x[0.7, 1.3], throughput noise +-3%"
+        f"{'; and differing in structure (StructuralHiddenIPU)' if 'structural' in kinds else ''}; "
+        f"ipu-autotune timed with {', '.join(map(str, workers))} compile worker(s); "
+        f"screen margin {DEFAULT_SCREEN_MARGIN:.0%}, headroom {DEFAULT_HEADROOM:.0%}\n",
+        flush=True,
+    )
 
     start = time.perf_counter()
     strategies = STRATEGIES + (WHAT_IF if args.what_if else ())
     strategies = strategies + tuple(f"ipu-autotune --jobs {n}" for n in workers if n > 1)
-    jobs = [(k, kind, s, budget, reference_trials, kicks, max_trials, strategies, not args.no_reference_cache)
-            for k in keys for kind in kinds for s in range(args.first_seed, args.first_seed + seeds)]
+    jobs = [
+        (
+            k,
+            kind,
+            s,
+            budget,
+            reference_trials,
+            kicks,
+            max_trials,
+            strategies,
+            not args.no_reference_cache,
+        )
+        for k in keys
+        for kind in kinds
+        for s in range(args.first_seed, args.first_seed + seeds)
+    ]
     if jobs_n > 1:
         with multiprocessing.get_context("spawn").Pool(jobs_n) as pool:
             results = []
             for r in pool.imap_unordered(run_job, jobs):
                 results.append(r)
-                print(f"  {len(results)}/{len(jobs)} done: {r['problem']} seed {r['seed']} "
-                      f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+                print(
+                    f"  {len(results)}/{len(jobs)} done: {r['problem']} seed {r['seed']} "
+                    f"({time.perf_counter() - start:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     else:
         results = [run_job(j) for j in jobs]
     labels = [label(k, kind) for k in keys for kind in kinds]
@@ -783,11 +1175,14 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print(f"\nwall time: {elapsed:.0f} s with {jobs_n} process(es)")
     if args.json:
-        args.json.write_text(json.dumps({"argv": argv, "results": results, "summary": summary}, indent=1, default=str))
+        args.json.write_text(
+            json.dumps(
+                {"argv": argv, "results": results, "summary": summary}, indent=1, default=str
+            )
+        )
         print(f"raw results: {args.json}")
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

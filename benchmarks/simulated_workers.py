@@ -17,7 +17,9 @@ from common import compile_minutes
 from ipu_autotune.rules.cross_field import violations
 
 
-def run_workers(runner: Any, oracle: Any, budget: int, max_trials: int, workers: int) -> dict[str, Any]:
+def run_workers(
+    runner: Any, oracle: Any, budget: int, max_trials: int, workers: int
+) -> dict[str, Any]:
     """Run until `budget` compiles finished; returns each compile (finish minute, throughput
     or None when it did not fit), in finishing order, the guide's chance to fit for each (None
     where the guide did not propose it), and the trial counts."""
@@ -32,11 +34,15 @@ def run_workers(runner: Any, oracle: Any, budget: int, max_trials: int, workers:
         while len(running) < workers and launched < budget and trials < max_trials:
             runner._enqueue_guided()
             if stop_at is None and runner.guide_stop is not None:
-                stop_at = len(compiles)  # the rule, as the guide saw it with these compiles finished
+                stop_at = len(
+                    compiles
+                )  # the rule, as the guide saw it with these compiles finished
             trial = study.ask()
             config, origin = runner.config_for(trial)
             proposed = runner.last_proposal
-            chance = proposed.chance if proposed is not None and proposed.config == config else None
+            chance = (
+                proposed.chance if proposed is not None and proposed.config == config else None
+            )
             trials += 1
             guided += origin.startswith("guided")
             if violations(problem, config, runner.profile.module_order):
@@ -48,8 +54,19 @@ def run_workers(runner: Any, oracle: Any, budget: int, max_trials: int, workers:
                 continue
             launched += 1
             seq += 1
-            heapq.heappush(running, (clock + compile_minutes(problem, config), seq, trial, config, origin, m,
-                                     compile_minutes(problem, config), chance))
+            heapq.heappush(
+                running,
+                (
+                    clock + compile_minutes(problem, config),
+                    seq,
+                    trial,
+                    config,
+                    origin,
+                    m,
+                    compile_minutes(problem, config),
+                    chance,
+                ),
+            )
         if not running:
             break
         clock, _, trial, config, origin, m, minutes, chance = heapq.heappop(running)
@@ -57,5 +74,11 @@ def run_workers(runner: Any, oracle: Any, budget: int, max_trials: int, workers:
         chances.append(chance)
         rec = runner.record(trial, config, origin, m, 0.0)
         compiles.append((clock, m.throughput if rec.feasible else None))
-    return {"compiles": compiles, "durations": durations, "chances": chances, "trials": trials, "guided": guided,
-            "stop_at": stop_at}
+    return {
+        "compiles": compiles,
+        "durations": durations,
+        "chances": chances,
+        "trials": trials,
+        "guided": guided,
+        "stop_at": stop_at,
+    }

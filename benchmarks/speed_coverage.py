@@ -52,8 +52,9 @@ COVERAGE = 0.8
 Z = 1.2816
 
 
-def _fitting_random(problem: Problem, oracle: se.HiddenIPU, space: SearchSpace, count: int, seed: int
-                    ) -> list[Config]:
+def _fitting_random(
+    problem: Problem, oracle: se.HiddenIPU, space: SearchSpace, count: int, seed: int
+) -> list[Config]:
     """`count` configurations drawn at random from the space that fit on the hidden IPU."""
     profile = profile_for(problem)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
@@ -68,19 +69,41 @@ def _fitting_random(problem: Problem, oracle: se.HiddenIPU, space: SearchSpace, 
     return out
 
 
-def run_draw(key: str, family: str, draw_id: int, compiles: int, randoms: int, trials: int, kicks: int) -> dict[str, Any]:
+def run_draw(
+    key: str, family: str, draw_id: int, compiles: int, randoms: int, trials: int, kicks: int
+) -> dict[str, Any]:
     """The tuner for `compiles` compiles, then the guide's intervals at the targets."""
     common.quiet_optuna()
     problem = se.PROBLEMS[key]
     oracle = FAMILIES[family][0](draw_id)
     _, _, best_config = se.cached_best_known(problem, oracle, draw_id, trials, kicks, True)
     profile, space = profile_for(problem), SearchSpace.load(problem)
-    items = proposals(problem, profile, space, naive_baseline(problem, profile), headroom=DEFAULT_HEADROOM)
-    guide = Guide(problem, profile, space, GuideSettings(DEFAULT_HEADROOM, candidates=[p.config for p in items]))
-    study, _ = st.open_study(open_storage("memory:"), "bench", problem, draw_id,
-                             lambda s: st.enqueue(s, space, problem, profile, items[:COMPILED_WARM_STARTS]))
-    screen = ScreenedBackend(oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN)
-    run_workers(Runner(study, problem, profile, space, screen, guide=guide), oracle, compiles, 10 * compiles, 1)
+    items = proposals(
+        problem, profile, space, naive_baseline(problem, profile), headroom=DEFAULT_HEADROOM
+    )
+    guide = Guide(
+        problem,
+        profile,
+        space,
+        GuideSettings(DEFAULT_HEADROOM, candidates=[p.config for p in items]),
+    )
+    study, _ = st.open_study(
+        open_storage("memory:"),
+        "bench",
+        problem,
+        draw_id,
+        lambda s: st.enqueue(s, space, problem, profile, items[:COMPILED_WARM_STARTS]),
+    )
+    screen = ScreenedBackend(
+        oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN
+    )
+    run_workers(
+        Runner(study, problem, profile, space, screen, guide=guide),
+        oracle,
+        compiles,
+        10 * compiles,
+        1,
+    )
     measured = [(r.config, r.measurement) for r in st.records(study)]
     model = CorrectedModel(guide.screen, observe(guide.screen, measured), DEFAULT_HEADROOM)
     noise = model.speed_effects.effects.noise
@@ -98,7 +121,9 @@ def run_draw(key: str, family: str, draw_id: int, compiles: int, randoms: int, t
 
 
 def report(results: list[dict[str, Any]], family: str) -> str:
-    out = [f"\n## {family}: the guide's {COVERAGE:.0%} speed interval covers the truth (calibrated: 70-90 %)\n"]
+    out = [
+        f"\n## {family}: the guide's {COVERAGE:.0%} speed interval covers the truth (calibrated: 70-90 %)\n"
+    ]
     table = []
     for kind in ("best known", "random"):
         rows = [r for res in results for r in res["rows"] if r["kind"] == kind]
@@ -106,12 +131,25 @@ def report(results: list[dict[str, Any]], family: str) -> str:
             continue
         inside = sum(r["inside"] for r in rows)
         spreads = sorted(r["sd"] for r in rows)
-        table.append([kind, f"{inside}/{len(rows)}", f"{inside / len(rows):.0%}",
-                      f"{spreads[len(spreads) // 2]:.3f}", f"{sum(abs(r['z']) for r in rows) / len(rows):.2f}"])
-    out.append(markdown_table(["targets", "inside", "coverage", "median sd (log)", "mean abs z"], table, "lrrrr"))
+        table.append(
+            [
+                kind,
+                f"{inside}/{len(rows)}",
+                f"{inside / len(rows):.0%}",
+                f"{spreads[len(spreads) // 2]:.3f}",
+                f"{sum(abs(r['z']) for r in rows) / len(rows):.2f}",
+            ]
+        )
+    out.append(
+        markdown_table(
+            ["targets", "inside", "coverage", "median sd (log)", "mean abs z"], table, "lrrrr"
+        )
+    )
     misfits = sorted(res.get("misfit", 1.0) for res in results)
-    out.append(f"\nthe guide's misfit after the compiles (guide/trust.py), median {misfits[len(misfits) // 2]:.2f}, "
-               f"range {misfits[0]:.2f}-{misfits[-1]:.2f}")
+    out.append(
+        f"\nthe guide's misfit after the compiles (guide/trust.py), median {misfits[len(misfits) // 2]:.2f}, "
+        f"range {misfits[0]:.2f}-{misfits[-1]:.2f}"
+    )
     return "\n".join(out)
 
 
@@ -121,31 +159,58 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", choices=("develop", "report"), default="develop")
     ap.add_argument("--draws", type=int, default=2, help="draws per problem (default 2)")
     ap.add_argument("--first-draw", type=int, default=0)
-    ap.add_argument("--problems", nargs="+", choices=sorted(se.PROBLEMS), default=sorted(se.PROBLEMS))
-    ap.add_argument("--compiles", type=int, default=5, help="compiles before the intervals (default 5)")
-    ap.add_argument("--random", type=int, default=20, help="random fitting configurations per run (default 20)")
+    ap.add_argument(
+        "--problems", nargs="+", choices=sorted(se.PROBLEMS), default=sorted(se.PROBLEMS)
+    )
+    ap.add_argument(
+        "--compiles", type=int, default=5, help="compiles before the intervals (default 5)"
+    )
+    ap.add_argument(
+        "--random", type=int, default=20, help="random fitting configurations per run (default 20)"
+    )
     ap.add_argument("--reference-trials", type=int, default=30)
     ap.add_argument("--kicks", type=int, default=20)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--quick", action="store_true", help="CI smoke: resnet101, one region develop draw whose "
-                    "best known is cached, 3 compiles, 5 random configurations")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI smoke: resnet101, one region develop draw whose "
+        "best known is cached, 3 compiles, 5 random configurations",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.family, args.set, args.draws, args.first_draw = "regions", "develop", 1, 0
         args.problems, args.compiles, args.random = ["resnet101-mb64-64px-2ipu"], 3, 5
-    common.header("The guide's speed intervals after a few compiles", "speed_coverage.py", sys.argv[1:] if argv is None else argv)
+    common.header(
+        "The guide's speed intervals after a few compiles",
+        "speed_coverage.py",
+        sys.argv[1:] if argv is None else argv,
+    )
     ids = random_hidden.draw_ids(args.set, args.draws, args.first_draw, FAMILIES[args.family][1])
     start, results = time.perf_counter(), []
     for key in args.problems:
         for draw in ids:
-            results.append(run_draw(key, args.family, draw, args.compiles, args.random, args.reference_trials,
-                                    args.kicks))
-            print(f"  {len(results)}/{len(args.problems) * len(ids)} done ({time.perf_counter() - start:.0f} s)",
-                  flush=True)
+            results.append(
+                run_draw(
+                    key,
+                    args.family,
+                    draw,
+                    args.compiles,
+                    args.random,
+                    args.reference_trials,
+                    args.kicks,
+                )
+            )
+            print(
+                f"  {len(results)}/{len(args.problems) * len(ids)} done ({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
     print(report(results, args.family))
     print(f"\nwall time: {time.perf_counter() - start:.0f} s")
     if args.json:
-        args.json.write_text(json.dumps({"argv": sys.argv[1:], "family": args.family, "results": results}, indent=1))
+        args.json.write_text(
+            json.dumps({"argv": sys.argv[1:], "family": args.family, "results": results}, indent=1)
+        )
     return 0
 
 

@@ -38,14 +38,22 @@ class Counter:
         sqlalchemy.event.listen(sqlalchemy.engine.Engine, "rollback", self._rollback)
         original = JournalFileBackend.append_logs
 
-        def append_logs(backend: Any, logs: Any, _original: Any=original) -> Any:
+        def append_logs(backend: Any, logs: Any, _original: Any = original) -> Any:
             self.counts["journal appends"] += 1
             self.counts["journal records"] += len(logs)
             return _original(backend, logs)
 
         JournalFileBackend.append_logs = append_logs
 
-    def _execute(self, conn: Any, cursor: Any, statement: Any, parameters: Any, context: Any, executemany: Any) -> None:
+    def _execute(
+        self,
+        conn: Any,
+        cursor: Any,
+        statement: Any,
+        parameters: Any,
+        context: Any,
+        executemany: Any,
+    ) -> None:
         if statement.lstrip().upper().startswith(_WRITE_SQL):
             self._dirty.add(id(conn))
 
@@ -61,9 +69,22 @@ class Counter:
 def run(kind: str, trials: int, folder: Path, counter: Counter) -> tuple[int, int]:
     from ipu_autotune.cli import main as cli
 
-    url = {"sqlite": f"sqlite:///{folder / 'w.db'}", "journal": f"journal:///{folder / 'w.journal'}"}[kind]
-    args = ["resnet101", "--batch-size", "64", "--seed", "0", "--quiet", "--storage", url,
-            "--out", str(folder / "out")]
+    url = {
+        "sqlite": f"sqlite:///{folder / 'w.db'}",
+        "journal": f"journal:///{folder / 'w.journal'}",
+    }[kind]
+    args = [
+        "resnet101",
+        "--batch-size",
+        "64",
+        "--seed",
+        "0",
+        "--quiet",
+        "--storage",
+        url,
+        "--out",
+        str(folder / "out"),
+    ]
     key = "sqlite write transactions" if kind == "sqlite" else "journal appends"
     # a first run creates the study and its warm-start queue: not per trial
     status = cli([*args, "--trials", "1"])  # 3: nothing fits yet, a normal ending
@@ -72,8 +93,14 @@ def run(kind: str, trials: int, folder: Path, counter: Counter) -> tuple[int, in
         raise SystemExit("the tune command failed (its error is above)")
     from ipu_autotune.study.storage import open_storage
 
-    done = len(optuna.load_study(study_name=STUDY, storage=open_storage(url))
-               .get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL))) - 1
+    done = (
+        len(
+            optuna.load_study(study_name=STUDY, storage=open_storage(url)).get_trials(
+                states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+            )
+        )
+        - 1
+    )
     return counter.counts[key] - before, done
 
 
@@ -83,7 +110,9 @@ def main() -> None:
     args = ap.parse_args()
     counter = Counter()
     print(f"$ python benchmarks/storage_writes.py --trials {args.trials}")
-    print("(a study of 1 trial first, so the study's creation and warm-start queue are not counted)")
+    print(
+        "(a study of 1 trial first, so the study's creation and warm-start queue are not counted)"
+    )
     for kind in ("sqlite", "journal"):
         with tempfile.TemporaryDirectory() as tmp:
             writes, done = run(kind, args.trials, Path(tmp), counter)

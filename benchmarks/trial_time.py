@@ -42,6 +42,7 @@ PROFILED = 50  # trials profiled with --profile: the last 50
 
 # --- the child: one study in this process --------------------------------------------------
 
+
 def child(trials: int, out: Path, profile: tuple[int, int] | None) -> None:
     """Run the study in a fresh folder; write the per-trial times (and the profile) to `out`."""
     import cProfile
@@ -87,16 +88,32 @@ def child(trials: int, out: Path, profile: tuple[int, int] | None) -> None:
 
 # --- the parent: runs, alternated, and the report ------------------------------------------
 
+
 def run_tree(tree: Path, trials: int, profile: tuple[int, int] | None = None) -> dict[str, Any]:
     """One study on the code in `tree`, in a child process (this script, with `tree` first on
     its path), its output thrown away; the live table drawn as on an 80-column terminal."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "times.json"
-        argv = [sys.executable, str(Path(__file__).resolve()), "--child", str(out), "--trials", str(trials)]
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            str(out),
+            "--trials",
+            str(trials),
+        ]
         if profile:
             argv += ["--profile-trials", f"{profile[0]}-{profile[1]}"]
-        env = {**os.environ, "PYTHONPATH": str(tree), "FORCE_COLOR": "1", "COLUMNS": "80", "LINES": "40"}
-        done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "FORCE_COLOR": "1",
+            "COLUMNS": "80",
+            "LINES": "40",
+        }
+        done = subprocess.run(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         if done.returncode != 0:
             raise SystemExit(f"the run on {tree} failed:\n{done.stderr[-2000:]}")
         result: dict[str, Any] = json.loads(out.read_text())
@@ -107,7 +124,7 @@ def run_tree(tree: Path, trials: int, profile: tuple[int, int] | None = None) ->
 
 def mean(xs: list[float | None], lo: int, hi: int) -> float:
     """Mean of trials lo..hi (1-based, inclusive)."""
-    window = [x for x in xs[lo - 1:hi] if x is not None]
+    window = [x for x in xs[lo - 1 : hi] if x is not None]
     return sum(window) / len(window)
 
 
@@ -128,8 +145,11 @@ def summary(result: dict[str, Any], trials: int) -> dict[str, float]:
 
 def worktree_at(rev: str, folder: Path) -> Path:
     tree = folder / "tree"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
+        check=True,
+        capture_output=True,
+    )
     return tree
 
 
@@ -145,28 +165,71 @@ def report(runs: dict[str, list[dict[str, float]]], trials: int) -> None:
     rows = []
     for name, sums in runs.items():
         for i, s in enumerate(sums, 1):
-            rows.append([name, str(i), f"{s['wall early']:.1f}", f"{s['wall late']:.1f}",
-                         f"{s['wall late'] / s['wall early']:.2f}", f"{s['wall late50']:.1f}",
-                         f"{s['cpu early']:.1f}", f"{s['cpu late']:.1f}", f"{s['cpu late'] / s['cpu early']:.2f}"])
+            rows.append(
+                [
+                    name,
+                    str(i),
+                    f"{s['wall early']:.1f}",
+                    f"{s['wall late']:.1f}",
+                    f"{s['wall late'] / s['wall early']:.2f}",
+                    f"{s['wall late50']:.1f}",
+                    f"{s['cpu early']:.1f}",
+                    f"{s['cpu late']:.1f}",
+                    f"{s['cpu late'] / s['cpu early']:.2f}",
+                ]
+            )
     print("## Per-trial time, ms (mean over the trials named)\n")
-    print(common.markdown_table(
-        ["code", "run", f"wall {e}", f"wall {l_}", "ratio", f"wall {trials - 49}-{trials}", f"CPU {e}",
-         f"CPU {l_}", "CPU ratio"], rows, "lrrrrrrrr"))
+    print(
+        common.markdown_table(
+            [
+                "code",
+                "run",
+                f"wall {e}",
+                f"wall {l_}",
+                "ratio",
+                f"wall {trials - 49}-{trials}",
+                f"CPU {e}",
+                f"CPU {l_}",
+                "CPU ratio",
+            ],
+            rows,
+            "lrrrrrrrr",
+        )
+    )
     print("\n## Median over runs (min-max)\n")
     rows = []
     for name, sums in runs.items():
         late_wall = [s["wall late"] for s in sums]
-        rows.append([name, spread([s["wall early"] for s in sums]), spread(late_wall),
-                     spread([s["wall late"] / s["wall early"] for s in sums], 2),
-                     spread([s["cpu late"] for s in sums]),
-                     "met" if statistics.median(late_wall) < TARGET_MS else "not met"])
-    print(common.markdown_table(["code", f"wall {e}", f"wall {l_}", "ratio", f"CPU {l_}",
-                                 f"target < {TARGET_MS:.0f} ms (wall)"], rows, "lrrrrl"))
+        rows.append(
+            [
+                name,
+                spread([s["wall early"] for s in sums]),
+                spread(late_wall),
+                spread([s["wall late"] / s["wall early"] for s in sums], 2),
+                spread([s["cpu late"] for s in sums]),
+                "met" if statistics.median(late_wall) < TARGET_MS else "not met",
+            ]
+        )
+    print(
+        common.markdown_table(
+            [
+                "code",
+                f"wall {e}",
+                f"wall {l_}",
+                "ratio",
+                f"CPU {l_}",
+                f"target < {TARGET_MS:.0f} ms (wall)",
+            ],
+            rows,
+            "lrrrrl",
+        )
+    )
     if len(runs) == 2:
         (a, before), (b, after) = runs.items()
         for kind in ("wall", "cpu"):
             ratio = statistics.median(x[f"{kind} late"] for x in after) / statistics.median(
-                x[f"{kind} late"] for x in before)
+                x[f"{kind} late"] for x in before
+            )
             print(f"\n{kind} at trials {l_}: {b} / {a} = {ratio:.2f}x (medians)", end="")
         print()
 
@@ -174,11 +237,19 @@ def report(runs: dict[str, list[dict[str, float]]], trials: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=None, help="trials per run (default 1000; >= 20)")
+    ap.add_argument(
+        "--trials", type=int, default=None, help="trials per run (default 1000; >= 20)"
+    )
     ap.add_argument("--quick", action="store_true", help="40 trials (a smoke test of the script)")
-    ap.add_argument("--against", metavar="REV", help="also run this commit, alternating with this tree")
+    ap.add_argument(
+        "--against", metavar="REV", help="also run this commit, alternating with this tree"
+    )
     ap.add_argument("--repeat", type=int, default=1, help="rounds (default 1)")
-    ap.add_argument("--profile", action="store_true", help=f"profile the last {PROFILED} trials of one more run")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help=f"profile the last {PROFILED} trials of one more run",
+    )
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--profile-trials", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -187,17 +258,37 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --trials must be at least 20 (two windows of 10)", file=sys.stderr)
         return 2
     if args.child:
-        window = tuple(int(x) for x in args.profile_trials.split("-")) if args.profile_trials else None
+        window = (
+            tuple(int(x) for x in args.profile_trials.split("-")) if args.profile_trials else None
+        )
         child(args.trials, args.child, window)  # type: ignore[arg-type]
         return 0
-    if args.against and subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet",
-                                        f"{args.against}^{{commit}}"], capture_output=True).returncode != 0:
+    if (
+        args.against
+        and subprocess.run(
+            [
+                "git",
+                "-C",
+                str(REPO),
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                f"{args.against}^{{commit}}",
+            ],
+            capture_output=True,
+        ).returncode
+        != 0
+    ):
         print(f"error: --against {args.against}: not a commit of this repository", file=sys.stderr)
         return 2
     sys.path.insert(0, str(REPO))
     import common
 
-    common.header("Per-trial time of the README's study (tune, estimate backend, SQLite)", "trial_time.py", argv)
+    common.header(
+        "Per-trial time of the README's study (tune, estimate backend, SQLite)",
+        "trial_time.py",
+        argv,
+    )
     started = time.perf_counter()
     runs: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,17 +298,35 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for round_ in range(args.repeat):
                 for name, tree in trees.items():
-                    runs.setdefault(name, []).append(summary(run_tree(tree, args.trials), args.trials))
-                    print(f"  round {round_ + 1}, {name}: done ({time.perf_counter() - started:.0f} s)", flush=True)
+                    runs.setdefault(name, []).append(
+                        summary(run_tree(tree, args.trials), args.trials)
+                    )
+                    print(
+                        f"  round {round_ + 1}, {name}: done ({time.perf_counter() - started:.0f} s)",
+                        flush=True,
+                    )
         finally:
             if args.against:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(trees[args.against])],
-                               check=False, capture_output=True)
+                subprocess.run(
+                    [
+                        "git",
+                        "-C",
+                        str(REPO),
+                        "worktree",
+                        "remove",
+                        "--force",
+                        str(trees[args.against]),
+                    ],
+                    check=False,
+                    capture_output=True,
+                )
     print()
     report(runs, args.trials)
     if args.profile:
         window = (args.trials - PROFILED + 1, args.trials)
-        print(f"\n## Profile of trials {window[0]}-{window[1]}, this tree (cProfile, CPU seconds)\n")
+        print(
+            f"\n## Profile of trials {window[0]}-{window[1]}, this tree (cProfile, CPU seconds)\n"
+        )
         print(run_tree(REPO, args.trials, window)["profile"])
     print(f"\nwall time: {time.perf_counter() - started:.0f} s")
     return 0

@@ -72,8 +72,11 @@ def windows(n: int) -> list[tuple[int, int]]:
 
 
 def run_storage(kind: str, trials: int, folder: Path, sampler: str = "windowed") -> dict[str, Any]:
-    url = {"sqlite": f"sqlite:///{folder / f'overhead-{sampler}.db'}",
-           "journal": f"journal:///{folder / f'overhead-{sampler}.journal'}", "memory": "memory:"}[kind]
+    url = {
+        "sqlite": f"sqlite:///{folder / f'overhead-{sampler}.db'}",
+        "journal": f"journal:///{folder / f'overhead-{sampler}.journal'}",
+        "memory": "memory:",
+    }[kind]
     shipped = st.create_sampler
     if sampler == "full":
         st.create_sampler = lambda seed: shipped(seed, window=None)
@@ -93,8 +96,13 @@ def _run(kind: str, url: str, trials: int, sampler: str) -> dict[str, Any]:
 
     def on_create(study: Any) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
-        st.enqueue(study, space, problem, profile,
-                   proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM))
+        st.enqueue(
+            study,
+            space,
+            problem,
+            profile,
+            proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM),
+        )
 
     study, _ = st.open_study(storage, problem.slug, problem, 0, on_create)
     setup = time.perf_counter() - t
@@ -110,25 +118,45 @@ def _run(kind: str, url: str, trials: int, sampler: str) -> dict[str, Any]:
     best = st.best_record(study)  # what the summary reads at the end
     n_records = len(st.records(study))
     summary = time.perf_counter() - t
-    return {"storage": f"{kind}, {sampler}", "per_trial": per_trial, "cpu": cpu, "estimate": backend.seconds, "setup": setup,
-            "summary": summary, "best": best.measurement.throughput if best else None, "records": n_records}
+    return {
+        "storage": f"{kind}, {sampler}",
+        "per_trial": per_trial,
+        "cpu": cpu,
+        "estimate": backend.seconds,
+        "setup": setup,
+        "summary": summary,
+        "best": best.measurement.throughput if best else None,
+        "records": n_records,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="stop at 100 trials")
-    ap.add_argument("--trials", type=int, default=None, help="trials per storage (default 1000; quick 100)")
+    ap.add_argument(
+        "--trials", type=int, default=None, help="trials per storage (default 1000; quick 100)"
+    )
     ap.add_argument("--storages", nargs="+", choices=STORAGES, default=list(STORAGES))
-    ap.add_argument("--samplers", nargs="+", choices=SAMPLERS, default=list(SAMPLERS),
-                    help="windowed: as shipped; full: TPE over every trial (before the window)")
+    ap.add_argument(
+        "--samplers",
+        nargs="+",
+        choices=SAMPLERS,
+        default=list(SAMPLERS),
+        help="windowed: as shipped; full: TPE over every trial (before the window)",
+    )
     args = ap.parse_args(argv)
     trials = args.trials or (100 if args.quick else 1000)
 
     common.quiet_optuna()
-    common.header("Tuner overhead: wall time per trial on the estimate backend", "tuner_overhead.py", argv)
-    print(f"problem {PROBLEM.slug}; Runner + create_sampler() (multivariate TPE) + warm starts; "
-          f"{trials} trials per storage\n", flush=True)
+    common.header(
+        "Tuner overhead: wall time per trial on the estimate backend", "tuner_overhead.py", argv
+    )
+    print(
+        f"problem {PROBLEM.slug}; Runner + create_sampler() (multivariate TPE) + warm starts; "
+        f"{trials} trials per storage\n",
+        flush=True,
+    )
     profile_for(PROBLEM)  # trace outside the timings
 
     start = time.perf_counter()
@@ -138,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             for kind in args.storages:
                 results.append(run_storage(kind, trials, Path(tmp), sampler))
                 r = results[-1]
-                print(f"  {r['storage']}: {trials} trials in {sum(r['per_trial']):.1f} s", flush=True)
+                print(
+                    f"  {r['storage']}: {trials} trials in {sum(r['per_trial']):.1f} s", flush=True
+                )
     elapsed = time.perf_counter() - start
 
     ws = windows(trials)
@@ -147,25 +177,57 @@ def main(argv: list[str] | None = None) -> int:
         pt, est = r["per_trial"], r["estimate"]
         cells = [r["storage"]]
         for lo, hi in ws:
-            cells.append(f"{sum(pt[lo - 1:hi]) / (hi - lo + 1) * 1e3:.1f}")
-        cells += [f"{sum(pt) / len(pt) * 1e3:.1f}", f"{max(pt) * 1e3:.0f}",
-                  f"{sum(est) / max(1, len(est)) * 1e3:.2f}", f"{r['setup']:.2f}", f"{r['summary'] * 1e3:.0f}",
-                  f"{sum(pt):.1f}"]
+            cells.append(f"{sum(pt[lo - 1 : hi]) / (hi - lo + 1) * 1e3:.1f}")
+        cells += [
+            f"{sum(pt) / len(pt) * 1e3:.1f}",
+            f"{max(pt) * 1e3:.0f}",
+            f"{sum(est) / max(1, len(est)) * 1e3:.2f}",
+            f"{r['setup']:.2f}",
+            f"{r['summary'] * 1e3:.0f}",
+            f"{sum(pt):.1f}",
+        ]
         rows.append(cells)
     print("\n## Mean wall time per trial, ms (each window: mean over those trials)\n")
-    print(markdown_table(["storage, sampler", *(f"trials {lo}-{hi}" for lo, hi in ws), f"all {trials}", "max",
-                          "estimate share", "warm starts s", "final summary ms", "total s"], rows))
+    print(
+        markdown_table(
+            [
+                "storage, sampler",
+                *(f"trials {lo}-{hi}" for lo, hi in ws),
+                f"all {trials}",
+                "max",
+                "estimate share",
+                "warm starts s",
+                "final summary ms",
+                "total s",
+            ],
+            rows,
+        )
+    )
 
     last = ws[-1]
-    print(f"\n## Target: under {TARGET_MS:.0f} ms per trial at trial {last[1]} (mean of trials {last[0]}-{last[1]})\n")
+    print(
+        f"\n## Target: under {TARGET_MS:.0f} ms per trial at trial {last[1]} (mean of trials {last[0]}-{last[1]})\n"
+    )
     rows = []
     for r in results:
         n = last[1] - last[0] + 1
-        ms = sum(r["per_trial"][last[0] - 1:last[1]]) / n * 1e3
-        cpu_ms = sum(r["cpu"][last[0] - 1:last[1]]) / n * 1e3
-        rows.append([r["storage"], f"{ms:.1f}", f"{cpu_ms:.1f}", "met" if ms < TARGET_MS else "not met"])
-    print(markdown_table(["storage, sampler", f"wall ms/trial at {last[1]}", f"CPU ms/trial at {last[1]}",
-                          "target (wall)"], rows, "lrrl"))
+        ms = sum(r["per_trial"][last[0] - 1 : last[1]]) / n * 1e3
+        cpu_ms = sum(r["cpu"][last[0] - 1 : last[1]]) / n * 1e3
+        rows.append(
+            [r["storage"], f"{ms:.1f}", f"{cpu_ms:.1f}", "met" if ms < TARGET_MS else "not met"]
+        )
+    print(
+        markdown_table(
+            [
+                "storage, sampler",
+                f"wall ms/trial at {last[1]}",
+                f"CPU ms/trial at {last[1]}",
+                "target (wall)",
+            ],
+            rows,
+            "lrrl",
+        )
+    )
     if trials < 1000:
         print(f"\n(stopped at {trials} trials: the 1000-trial target is checked by the full run)")
     print(f"\nwall time: {elapsed:.0f} s")

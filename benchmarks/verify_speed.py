@@ -39,7 +39,9 @@ MODEL, CLASSES, MICRO = "resnet18", 10, 8
 #: the K the issue asks the time for; a smaller --steps extrapolates to it
 FULL_K = 200
 BASELINE = Config()
-TUNED = Config(precision="16.16", loss_scaling=1024.0, stochastic_rounding=True, gradient_accumulation=2)
+TUNED = Config(
+    precision="16.16", loss_scaling=1024.0, stochastic_rounding=True, gradient_accumulation=2
+)
 #: the image size of the loader below (set from the command line before verify reads it)
 IMAGE_SIZE = [64]
 #: issue 60: FP16 emulation's time per training sample at most this many times the FP32 baseline's
@@ -50,21 +52,30 @@ def random_images() -> Iterator[Any]:
     """--data for this benchmark: batches of random images and labels, endlessly."""
     gen = torch.Generator().manual_seed(0)
     while True:
-        yield (torch.randn(64, 3, IMAGE_SIZE[0], IMAGE_SIZE[0], generator=gen),
-               torch.randint(0, CLASSES, (64,), generator=gen))
+        yield (
+            torch.randn(64, 3, IMAGE_SIZE[0], IMAGE_SIZE[0], generator=gen),
+            torch.randint(0, CLASSES, (64,), generator=gen),
+        )
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200, help="K: updates of the larger global batch")
+    parser.add_argument(
+        "--steps", type=int, default=200, help="K: updates of the larger global batch"
+    )
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--quick", action="store_true", help="K = 3 at 32x32: the smoke test")
     args = parser.parse_args(argv)
     steps, IMAGE_SIZE[0] = (3, 32) if args.quick else (args.steps, args.image_size)
     common.header("verify: wall time for a ResNet-18 on this CPU", "verify_speed.py", argv)
     start = time.perf_counter()
-    problem = Problem(MODEL, MICRO, input_shape=[3, IMAGE_SIZE[0], IMAGE_SIZE[0]], num_classes=CLASSES,
-                      optimizer="sgd")
+    problem = Problem(
+        MODEL,
+        MICRO,
+        input_shape=[3, IMAGE_SIZE[0], IMAGE_SIZE[0]],
+        num_classes=CLASSES,
+        optimizer="sgd",
+    )
     the_plan = plan(problem, BASELINE, TUNED, steps=steps)
     samples = read_samples("verify_speed:random_images", the_plan.samples)
 
@@ -77,25 +88,69 @@ def main(argv: list[str]) -> None:
     total = sum(r.seconds for r in verdict.runs)
     training = [r.seconds - r.eval_seconds for r in verdict.runs]
     base_rate = training[0] / verdict.runs[0].samples
-    rows = [[f"{r.label} (seed {r.seed})", r.recipe, f"{r.steps:,}", f"{r.samples:,}", f"{t:.0f}",
-             f"{r.eval_seconds:.0f}", f"{1e3 * t / r.samples:.1f}", f"{t / r.samples / base_rate:.2f}x"]
-            for r, t in zip(verdict.runs, training)]
+    rows = [
+        [
+            f"{r.label} (seed {r.seed})",
+            r.recipe,
+            f"{r.steps:,}",
+            f"{r.samples:,}",
+            f"{t:.0f}",
+            f"{r.eval_seconds:.0f}",
+            f"{1e3 * t / r.samples:.1f}",
+            f"{t / r.samples / base_rate:.2f}x",
+        ]
+        for r, t in zip(verdict.runs, training)
+    ]
     print(f"## Runs (K = {steps}, {IMAGE_SIZE[0]}x{IMAGE_SIZE[0]} images, {CLASSES} classes)\n")
-    print(markdown_table(["run", "recipe", "updates", "samples", "training (s)", "evaluations (s)",
-                          "ms per training sample", "vs FP32 baseline"], rows, "llrrrrrr"))
+    print(
+        markdown_table(
+            [
+                "run",
+                "recipe",
+                "updates",
+                "samples",
+                "training (s)",
+                "evaluations (s)",
+                "ms per training sample",
+                "vs FP32 baseline",
+            ],
+            rows,
+            "llrrrrrr",
+        )
+    )
     print("\n## Total\n")
-    rows = [[str(steps), "measured", f"{estimated:.0f}", f"{total:.0f}", f"{estimated / total:.2f}"]]
+    rows = [
+        [str(steps), "measured", f"{estimated:.0f}", f"{total:.0f}", f"{estimated / total:.2f}"]
+    ]
     if steps < FULL_K:
         # Training scales with K; the held-out evaluations do not (CHECKPOINTS + 1 per run from K = 20 on).
         extrapolated = sum(training) * FULL_K / steps + sum(r.eval_seconds for r in verdict.runs)
-        rows.append([str(FULL_K), f"extrapolated: training x {FULL_K / steps:g} + the same evaluations", "-",
-                     f"{extrapolated:.0f}", "-"])
-    print(markdown_table(["K", "how", "estimate shown before the start (s)", "real (s)", "estimate / real"], rows,
-                         "lllrr"))
-    cost = training[2] / verdict.runs[2].samples / (sum(training[:2]) / sum(r.samples for r in verdict.runs[:2]))
-    print(f"\nFP16 emulation: {cost:.2f}x the FP32 baseline's time per training sample (both baseline seeds' "
-          f"mean; limit {MAX_EMULATION_COST:g}x: {'within' if cost <= MAX_EMULATION_COST else 'OVER'}), measured by "
-          f"`python benchmarks/verify_speed.py {' '.join(argv)}`".rstrip())
+        rows.append(
+            [
+                str(FULL_K),
+                f"extrapolated: training x {FULL_K / steps:g} + the same evaluations",
+                "-",
+                f"{extrapolated:.0f}",
+                "-",
+            ]
+        )
+    print(
+        markdown_table(
+            ["K", "how", "estimate shown before the start (s)", "real (s)", "estimate / real"],
+            rows,
+            "lllrr",
+        )
+    )
+    cost = (
+        training[2]
+        / verdict.runs[2].samples
+        / (sum(training[:2]) / sum(r.samples for r in verdict.runs[:2]))
+    )
+    print(
+        f"\nFP16 emulation: {cost:.2f}x the FP32 baseline's time per training sample (both baseline seeds' "
+        f"mean; limit {MAX_EMULATION_COST:g}x: {'within' if cost <= MAX_EMULATION_COST else 'OVER'}), measured by "
+        f"`python benchmarks/verify_speed.py {' '.join(argv)}`".rstrip()
+    )
     print(f"\nverdict (random labels: the verdict itself means nothing here): {verdict.kind}")
     print(f"\nwall time: {time.perf_counter() - start:.0f} s")
 

@@ -25,8 +25,9 @@ def tune(model: Any, options: TuneOptions | None = None, **keywords: Any) -> Tun
     return run(model, options, **keywords)
 
 
-def estimate(model: Any = None, config: Any = None, options: EstimateOptions | None = None,
-             **keywords: Any) -> EstimateResult:
+def estimate(
+    model: Any = None, config: Any = None, options: EstimateOptions | None = None, **keywords: Any
+) -> EstimateResult:
     """One configuration's memory per IPU and throughput; returns an EstimateResult
     (see ipu_autotune.api.estimate)."""
     from .api import estimate as run

@@ -43,16 +43,21 @@ def model_string(model: Any, name: str | None = None) -> str:
     return string
 
 
-def _options(cls: type[_Options], model: str | None, options: _Options | None, keywords: dict[str, Any]) -> _Options:
+def _options(
+    cls: type[_Options], model: str | None, options: _Options | None, keywords: dict[str, Any]
+) -> _Options:
     import optuna
 
     run = with_keywords(cls, model, keywords, options)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # as the CLI: our own output says what happens
+    optuna.logging.set_verbosity(
+        optuna.logging.WARNING
+    )  # as the CLI: our own output says what happens
     return run
 
 
-def tune(model: object, options: TuneOptions | None = None, *, name: str | None = None,
-         **keywords: Any) -> TuneResult:
+def tune(
+    model: object, options: TuneOptions | None = None, *, name: str | None = None, **keywords: Any
+) -> TuneResult:
     """Run or resume a study, as `ipu-autotune MODEL --batch-size N ...` does; returns a TuneResult.
 
     `model`: a model string the CLI takes (resnet50, hf:bert-base-uncased, package.module:factory),
@@ -84,15 +89,22 @@ def _check_object_run(options: TuneOptions, model: str) -> None:
     from .models import objects
 
     if options.jobs > 1:
-        raise UsageError(f"model '{model}': jobs={options.jobs} starts worker processes, which cannot rebuild a "
-                         "model object; use jobs=1, or a model string (package.module:factory)")
+        raise UsageError(
+            f"model '{model}': jobs={options.jobs} starts worker processes, which cannot rebuild a "
+            "model object; use jobs=1, or a model string (package.module:factory)"
+        )
     if resolve_backend_name(options.backend) == "poptorch":
         objects.pickled(model)  # its refusal before any study exists
 
 
-def estimate(model: object = None, config: Config | dict[str, Any] | str | Path | None = None,
-             options: EstimateOptions | None = None, *, name: str | None = None,
-             **keywords: Any) -> EstimateResult:
+def estimate(
+    model: object = None,
+    config: Config | dict[str, Any] | str | Path | None = None,
+    options: EstimateOptions | None = None,
+    *,
+    name: str | None = None,
+    **keywords: Any,
+) -> EstimateResult:
     """One configuration measured, as `ipu-autotune estimate` does; returns an EstimateResult
     (the per-IPU memory table, the verdict and the throughput as data).
 
@@ -111,13 +123,24 @@ def estimate(model: object = None, config: Config | dict[str, Any] | str | Path 
     elif isinstance(config, dict):
         overrides = dict(config)
     elif config is not None:
-        raise UsageError(f"config: expected a Config, a dict or a TOML file path, got {type(config).__name__}")
-    problem, cfg, m, broken = measured(_options(EstimateOptions, string, options, keywords), overrides)
+        raise UsageError(
+            f"config: expected a Config, a dict or a TOML file path, got {type(config).__name__}"
+        )
+    problem, cfg, m, broken = measured(
+        _options(EstimateOptions, string, options, keywords), overrides
+    )
     return EstimateResult(problem, cfg, m, broken)
 
 
-def verify(model: object = None, options: VerifyOptions | None = None, *, baseline: Config | str | Path | None = None,
-           tuned: Config | str | Path | None = None, name: str | None = None, **keywords: Any) -> Verdict:
+def verify(
+    model: object = None,
+    options: VerifyOptions | None = None,
+    *,
+    baseline: Config | str | Path | None = None,
+    tuned: Config | str | Path | None = None,
+    name: str | None = None,
+    **keywords: Any,
+) -> Verdict:
     """The tuned recipe trained beside the baseline's, as `ipu-autotune verify` does; returns its
     Verdict (`.kind`, `.passed`, `.line()`, `.runs` with the curves and FP16 counts).
 
@@ -131,7 +154,9 @@ def verify(model: object = None, options: VerifyOptions | None = None, *, baseli
     string = model_string(model, name) if model is not None else None
     objects_given = isinstance(tuned, Config) or isinstance(baseline, Config)
     if not objects_given:
-        keywords.update({k: v for k, v in (("tuned", tuned), ("baseline", baseline)) if v is not None})
+        keywords.update(
+            {k: v for k, v in (("tuned", tuned), ("baseline", baseline)) if v is not None}
+        )
     run = _options(VerifyOptions, string, options, keywords)
     console = console_for(run)
     if not objects_given:
@@ -139,7 +164,9 @@ def verify(model: object = None, options: VerifyOptions | None = None, *, baseli
     if tuned is None:
         raise UsageError("verify: baseline= was given as a Config; give tuned= too")
     if not isinstance(tuned, Config) or not isinstance(baseline, (Config, type(None))):
-        raise UsageError("verify: give tuned= and baseline= both as Configs, or both as config file paths")
+        raise UsageError(
+            "verify: give tuned= and baseline= both as Configs, or both as config file paths"
+        )
     return verify_configs(run, console, problem_from_options(run), baseline or Config(), tuned)
 
 
@@ -148,4 +175,12 @@ def keywords(command: str) -> dict[str, Any]:
     return dict(keyword_specs(command))
 
 
-__all__ = ["tune", "estimate", "verify", "keywords", "TuneOptions", "EstimateOptions", "VerifyOptions"]
+__all__ = [
+    "tune",
+    "estimate",
+    "verify",
+    "keywords",
+    "TuneOptions",
+    "EstimateOptions",
+    "VerifyOptions",
+]

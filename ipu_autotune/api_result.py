@@ -30,7 +30,9 @@ _PRE = '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;font-family:
 
 def html(*renderables: RenderableType, width: int = 120) -> str:
     """Rich renderables as one self-styled HTML block (text escaped by rich), for a notebook."""
-    console = Console(record=True, width=width, file=io.StringIO(), force_jupyter=False, force_terminal=True)
+    console = Console(
+        record=True, width=width, file=io.StringIO(), force_jupyter=False, force_terminal=True
+    )
     for r in renderables:
         console.print(r)
     return console.export_html(inline_styles=True, code_format=_PRE)
@@ -65,8 +67,18 @@ class TuneResult:
             raise UsageError("the tune run ended before its study was opened")
         recs = records(study)
         base = next((r for r in recs if is_baseline(r.origin)), None)
-        return cls(outcome.study_name, problem, outcome.backend, recs, best_record(study), base, study,
-                   outcome.interrupted, dict(outcome.files), outcome.resume)
+        return cls(
+            outcome.study_name,
+            problem,
+            outcome.backend,
+            recs,
+            best_record(study),
+            base,
+            study,
+            outcome.interrupted,
+            dict(outcome.files),
+            outcome.resume,
+        )
 
     @property
     def best_config(self) -> Config | None:
@@ -83,8 +95,10 @@ class TuneResult:
     def _record(self, trial: int | None) -> TrialRecord:
         if trial is None:
             if self.best is None:
-                raise UsageError(f"study '{self.study_name}' has no configuration that fits yet; "
-                                 "export one anyway with trial=N")
+                raise UsageError(
+                    f"study '{self.study_name}' has no configuration that fits yet; "
+                    "export one anyway with trial=N"
+                )
             return self.best
         for r in self.records:
             if r.number == trial:
@@ -106,11 +120,15 @@ class TuneResult:
         from .backends.poptorch.child import run_snippet
 
         if not sdk_available():
-            raise UsageError("PopTorch is not importable here (no Poplar SDK); .snippet() gives the code "
-                             "that builds these options where it is")
+            raise UsageError(
+                "PopTorch is not importable here (no Poplar SDK); .snippet() gives the code "
+                "that builds these options where it is"
+            )
         return run_snippet(self.snippet(trial), f"<{self.study_name} snippet>")["make_options"]()
 
-    def ipu_config(self, path: str | Path | None = None, trial: int | None = None) -> dict[str, Any]:
+    def ipu_config(
+        self, path: str | Path | None = None, trial: int | None = None
+    ) -> dict[str, Any]:
         """The trial as an optimum-graphcore ipu_config.json (IPUConfig fields only); written to
         `path` when given. How to train it (IPUTrainingArguments) is in `ipu_config_notes`."""
         text, self.ipu_config_notes = self._export("ipu-config", trial)
@@ -134,8 +152,10 @@ class TuneResult:
         closest = self.best or closest_record(self.records)
         if closest is None:
             return Text("no trial measured yet")
-        return ui.measurement_table(closest.measurement, f"closest: trial {closest.number}, "
-                                                         f"{closest.measurement.verdict()}")
+        return ui.measurement_table(
+            closest.measurement,
+            f"closest: trial {closest.number}, {closest.measurement.verdict()}",
+        )
 
     def _repr_html_(self) -> str:
         from .present.tune_summary import result_line
@@ -143,8 +163,14 @@ class TuneResult:
         head = result_line(self.best, self.baseline, self.study_name)
         if self.interrupted:
             head += " (interrupted)"
-        lines = ui.changes(self.baseline.config, self.best.config) if self.best and self.baseline else []
-        return html(Text(head, style="bold"), self.summary(), *(Text("  " + line) for line in lines))
+        lines = (
+            ui.changes(self.baseline.config, self.best.config)
+            if self.best and self.baseline
+            else []
+        )
+        return html(
+            Text(head, style="bold"), self.summary(), *(Text("  " + line) for line in lines)
+        )
 
     def __repr__(self) -> str:
         from .present.tune_summary import result_line
@@ -159,7 +185,9 @@ class EstimateResult:
     problem: Problem
     config: Config
     measurement: Measurement
-    rules_broken: list[str] = field(default_factory=list)  # recipe rules the config breaks, each with its fix
+    rules_broken: list[str] = field(
+        default_factory=list
+    )  # recipe rules the config breaks, each with its fix
 
     @property
     def feasible(self) -> bool:
@@ -177,16 +205,26 @@ class EstimateResult:
     def memory(self) -> list[dict[str, Any]]:
         """One row per IPU: bytes by category, the total, and the busiest tile's use of a tile."""
         m = self.measurement
-        return [{"ipu": i, **bd, "total": m.required_bytes[i], "tile_fraction": ui.tile_fraction(m, i)}
-                for i, bd in enumerate(m.breakdown)]
+        return [
+            {"ipu": i, **bd, "total": m.required_bytes[i], "tile_fraction": ui.tile_fraction(m, i)}
+            for i, bd in enumerate(m.breakdown)
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """As `ipu-autotune estimate --json` prints it."""
-        return {**self.measurement.to_dict(), "problem": self.problem.to_dict(), "config": self.config.to_dict(),
-                "rules_broken": list(self.rules_broken)}
+        return {
+            **self.measurement.to_dict(),
+            "problem": self.problem.to_dict(),
+            "config": self.config.to_dict(),
+            "rules_broken": list(self.rules_broken),
+        }
 
     def _repr_html_(self) -> str:
         label = "estimated" if self.measurement.source == "estimate" else self.measurement.source
         speed = f"; {self.throughput:,.0f} samples/s ({label})" if self.throughput else ""
-        return html(ui.measurement_table(self.measurement, f"{self.problem.model}: memory per IPU ({label})"),
-                    Text(f"verdict: {self.verdict}{speed}"))
+        return html(
+            ui.measurement_table(
+                self.measurement, f"{self.problem.model}: memory per IPU ({label})"
+            ),
+            Text(f"verdict: {self.verdict}{speed}"),
+        )

@@ -27,7 +27,9 @@ def samples_per_call(problem: Problem, config: Config) -> int:
     return global_batch(problem, config) * config.device_iterations
 
 
-def accumulation_for_global_batch(problem: Problem, replicas: int, micro: int | None = None) -> int | None:
+def accumulation_for_global_batch(
+    problem: Problem, replicas: int, micro: int | None = None
+) -> int | None:
     """The accumulation that makes `micro` (default: the problem's micro-batch) x replicas
     the problem's fixed global batch; None when it does not divide it."""
     assert problem.global_batch is not None, "only for a problem with a fixed global batch"

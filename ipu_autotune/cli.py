@@ -28,11 +28,22 @@ from .options.table import CommandOptions
 from .present.display import terminal_text
 from .version import __version__
 
-SUBCOMMANDS = ("tune", "estimate", "plan", "export", "show", "studies", "numerics", "report", "calibration",
-               "verify")
+SUBCOMMANDS = (
+    "tune",
+    "estimate",
+    "plan",
+    "export",
+    "show",
+    "studies",
+    "numerics",
+    "report",
+    "calibration",
+    "verify",
+)
 
 
 # --- argument parsing ------------------------------------------------------------------------
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but errors are our one-line UsageError (exit 2, no usage dump)."""
@@ -43,29 +54,41 @@ class _Parser(argparse.ArgumentParser):
 
 #: each subcommand's one-line help and its description; its flags are its options' fields (options/table.py)
 _COMMANDS = {
-    "tune": ("run (or resume) a tuning study",
-             "Tune a model: an Optuna study from the baseline to a fast configuration that fits. Resumes when the "
-             "study exists."),
-    "estimate": ("memory and speed of one configuration",
-                 "Measure one configuration (from --config and/or --set) with a backend; --json prints one "
-                 "Measurement."),
-    "plan": ("how many IPUs the model needs, and how fast it is on each (estimated)",
-             "An estimate-only search at 1, 2, 4, 8, 16, 32 and 64 IPUs (the micro-batch halved from --batch-size "
-             "down to 1 until something fits), no study and no compile: the smallest size that fits, the best "
-             "configuration and throughput at each, and where nothing fits, why. --ipus is not used."),
+    "tune": (
+        "run (or resume) a tuning study",
+        "Tune a model: an Optuna study from the baseline to a fast configuration that fits. Resumes when the "
+        "study exists.",
+    ),
+    "estimate": (
+        "memory and speed of one configuration",
+        "Measure one configuration (from --config and/or --set) with a backend; --json prints one "
+        "Measurement.",
+    ),
+    "plan": (
+        "how many IPUs the model needs, and how fast it is on each (estimated)",
+        "An estimate-only search at 1, 2, 4, 8, 16, 32 and 64 IPUs (the micro-batch halved from --batch-size "
+        "down to 1 until something fits), no study and no compile: the smallest size that fits, the best "
+        "configuration and throughput at each, and where nothing fits, why. --ipus is not used.",
+    ),
     "export": ("write a trial's configuration as code, TOML or JSON", None),
     "show": ("a study's trials and its best configuration", None),
     "report": ("a study as one self-contained HTML page with plots", None),
-    "calibration": ("the calibration store: what compiles reported, across studies",
-                    "Show the calibration store (records per target and SDK, the fitted correction, its "
-                    "leave-one-study-out error) or --forget part of it."),
+    "calibration": (
+        "the calibration store: what compiles reported, across studies",
+        "Show the calibration store (records per target and SDK, the fitted correction, its "
+        "leave-one-study-out error) or --forget part of it.",
+    ),
     "studies": ("the studies in a storage", None),
-    "numerics": ("loss scale, stochastic rounding and partials advice",
-                 "Gradient statistics on the CPU, and what they mean for FP16."),
-    "verify": ("train the tuned recipe beside the baseline's, FP16 emulated on the CPU",
-               "K steps of the baseline's and the tuned recipe on your data (--data) on the CPU, with the IPU's "
-               "FP16 numerics emulated; a verdict against two baseline seeds. Exit 0 at parity, 5 when the tuned "
-               "recipe diverged, stalled or lags."),
+    "numerics": (
+        "loss scale, stochastic rounding and partials advice",
+        "Gradient statistics on the CPU, and what they mean for FP16.",
+    ),
+    "verify": (
+        "train the tuned recipe beside the baseline's, FP16 emulated on the CPU",
+        "K steps of the baseline's and the tuned recipe on your data (--data) on the CPU, with the IPU's "
+        "FP16 numerics emulated; a verdict against two baseline seeds. Exit 0 at parity, 5 when the tuned "
+        "recipe diverged, stalled or lags.",
+    ),
 }
 
 
@@ -74,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ipu-autotune",
         description="Find a PopTorch configuration that fits in IPU memory and runs fast.",
         epilog="Run 'ipu-autotune COMMAND --help' for a command's options. "
-               "'ipu-autotune MODEL ...' is short for 'ipu-autotune tune MODEL ...'.",
+        "'ipu-autotune MODEL ...' is short for 'ipu-autotune tune MODEL ...'.",
     )
     parser.add_argument("--version", action="version", version=f"ipu-autotune {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -98,11 +121,14 @@ def _check_not_a_misspelt_command(word: str) -> None:
     from .models.zoo import torchvision_models
 
     if word not in torchvision_models():
-        raise UsageError(f"unknown command '{word}'; did you mean '{close[0]}'? "
-                         f"(commands: {', '.join(SUBCOMMANDS)}; a model name starts a tune)")
+        raise UsageError(
+            f"unknown command '{word}'; did you mean '{close[0]}'? "
+            f"(commands: {', '.join(SUBCOMMANDS)}; a model name starts a tune)"
+        )
 
 
 # --- entry point ------------------------------------------------------------------------------
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -126,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         options = options_from(args)
         # only the command asked for: `show` or `studies` never import torch (2 s of CPU)
-        run: Callable[[CommandOptions], int] = importlib.import_module(f".commands.{args.command}", __package__).run
+        run: Callable[[CommandOptions], int] = importlib.import_module(
+            f".commands.{args.command}", __package__
+        ).run
         return run(options)
     except UsageError as exc:
         # One line: control characters from a file name, a study name or a stored value are
@@ -143,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: say so plainly, with the traceback on request
         if debug:
             raise
-        err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(terminal_text(exc))} "
-                  "(run with --debug for the traceback)", soft_wrap=True)
+        err.print(
+            f"[bold red]internal error:[/] {type(exc).__name__}: {escape(terminal_text(exc))} "
+            "(run with --debug for the traceback)",
+            soft_wrap=True,
+        )
         return 1

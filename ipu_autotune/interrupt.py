@@ -8,8 +8,17 @@ from __future__ import annotations
 import shlex
 
 #: the commands that are not `tune` (`ipu-autotune MODEL ...` is short for `tune MODEL ...`)
-OTHER_COMMANDS = ("estimate", "plan", "export", "show", "studies", "numerics", "report", "calibration",
-                  "verify")
+OTHER_COMMANDS = (
+    "estimate",
+    "plan",
+    "export",
+    "show",
+    "studies",
+    "numerics",
+    "report",
+    "calibration",
+    "verify",
+)
 
 
 class Explained(KeyboardInterrupt):
@@ -17,7 +26,9 @@ class Explained(KeyboardInterrupt):
 
 
 def is_tune(argv: list[str]) -> bool:
-    return bool(argv) and (argv[0] == "tune" or (not argv[0].startswith("-") and argv[0] not in OTHER_COMMANDS))
+    return bool(argv) and (
+        argv[0] == "tune" or (not argv[0].startswith("-") and argv[0] not in OTHER_COMMANDS)
+    )
 
 
 def again(argv: list[str]) -> str:

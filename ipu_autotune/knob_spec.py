@@ -28,7 +28,6 @@ STATE_DTYPES = ("float", "half")
 LOADER_MODES = ("sync", "async")  # poptorch.DataLoaderMode.Sync / .Async
 
 
-
 class KnobProblem(Protocol):
     """What the table reads of a Problem."""
 
@@ -87,7 +86,9 @@ class Moves(Protocol):
     """(problem, config, the space's values of the knob) -> configs one change away, each of
     the given config's own type."""
 
-    def __call__(self, problem: KnobProblem, config: _Config, values: list[Any], /) -> Iterable[_Config]: ...
+    def __call__(
+        self, problem: KnobProblem, config: _Config, values: list[Any], /
+    ) -> Iterable[_Config]: ...
 
 
 #: (problem, IPU layout or None) -> whether the knob does anything
@@ -97,6 +98,7 @@ Usable: TypeAlias = Callable[[KnobProblem], Collection[Any]]
 
 
 # --- when a knob applies -----------------------------------------------------------------
+
 
 def has_optimizer_state(problem: KnobProblem) -> bool:
     """sgd_combined keeps no separate state: PopTorch optim.SGD(use_combined_accum=True)
@@ -111,7 +113,9 @@ def offload_applies(problem: KnobProblem, layout: KnobConfig | None = None) -> b
 
 def _offload_refusal(problem: KnobProblem, config: KnobConfig) -> str | None:
     if config.optimizer_offload and problem.target == "mk1":
-        return "optimizer_offload needs Streaming Memory, which Mk1 IPUs do not have; set it to false"
+        return (
+            "optimizer_offload needs Streaming Memory, which Mk1 IPUs do not have; set it to false"
+        )
     return None
 
 
@@ -124,8 +128,11 @@ def sharding_applies(problem: KnobProblem, layout: KnobConfig | None) -> bool:
 def takes_images(problem: KnobProblem) -> bool:
     """8-bit I/O sends uint8 images normalised per channel: only for [C, H, W] with C 1 or 3,
     and not for token ids or a factory's named inputs."""
-    return len(problem.input_shape) == 3 and problem.input_shape[0] in (1, 3) and not (
-        problem.token_inputs or problem.inputs)
+    return (
+        len(problem.input_shape) == 3
+        and problem.input_shape[0] in (1, 3)
+        and not (problem.token_inputs or problem.inputs)
+    )
 
 
 def pads_vocabulary(model: str) -> bool:
@@ -162,10 +169,14 @@ def _projection_refusal(problem: KnobProblem, config: KnobConfig) -> str | None:
         return None
     from .models import hf
 
-    found = hf.vocabulary_projection(problem.model, problem.task) if hf.is_hf(problem.model) else None
+    found = (
+        hf.vocabulary_projection(problem.model, problem.task) if hf.is_hf(problem.model) else None
+    )
     if found is None:
-        return (f"embedding_serialization {config.embedding_serialization} needs an hf: model whose head projects "
-                "onto the vocabulary (masked-lm, causal-lm, seq2seq-lm); set embedding_serialization = 1")
+        return (
+            f"embedding_serialization {config.embedding_serialization} needs an hf: model whose head projects "
+            "onto the vocabulary (masked-lm, causal-lm, seq2seq-lm); set embedding_serialization = 1"
+        )
     if config.embedding_serialization not in hf.SERIALIZATION_FACTORS:
         usable = ", ".join(map(str, hf.SERIALIZATION_FACTORS))
         return f"embedding_serialization {config.embedding_serialization} is not one of {usable}"
@@ -182,7 +193,11 @@ def _token_embedding(model: str, task: str) -> tuple[str, int, int] | None:
     table = built.get_input_embeddings()
     if not isinstance(table, nn.Embedding):  # image models embed patches, not tokens
         return None
-    return next(p for p, m in built.named_modules() if m is table), table.num_embeddings, table.embedding_dim
+    return (
+        next(p for p, m in built.named_modules() if m is table),
+        table.num_embeddings,
+        table.embedding_dim,
+    )
 
 
 def input_embedding(problem: KnobProblem) -> tuple[str, int, int] | None:
@@ -213,20 +228,26 @@ def _input_embedding_refusal(problem: KnobProblem, config: KnobConfig) -> str | 
         return None
     embedding = input_embedding(problem)
     if embedding is None:
-        return (f"input_embedding_serialization {factor} needs an hf: text model without a vocabulary head "
-                "(a vocabulary head is split by embedding_serialization); set input_embedding_serialization = 1")
+        return (
+            f"input_embedding_serialization {factor} needs an hf: text model without a vocabulary head "
+            "(a vocabulary head is split by embedding_serialization); set input_embedding_serialization = 1"
+        )
     if factor not in input_embedding_factors(problem):
         usable = ", ".join(map(str, input_embedding_factors(problem)))
-        return (f"input_embedding_serialization {factor} does not divide the {embedding[1]:,} "
-                f"embedding rows (optimum-graphcore's SerializedEmbedding needs it to); use one of {usable}")
+        return (
+            f"input_embedding_serialization {factor} does not divide the {embedding[1]:,} "
+            f"embedding rows (optimum-graphcore's SerializedEmbedding needs it to); use one of {usable}"
+        )
     return None
 
 
 # --- neighbour moves ---------------------------------------------------------------------
 
+
 def toggle(name: str) -> Moves:
     def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
         yield config.replace(**{name: not getattr(config, name)})
+
     return moves
 
 
@@ -235,29 +256,40 @@ def other_values(name: str) -> Moves:
         for v in values:
             if v != getattr(config, name):
                 yield config.replace(**{name: v})
+
     return moves
 
 
 def other_usable_values(name: str, usable: Usable) -> Moves:
     """other_values, less those the problem cannot take (the sampler leaves them out too)."""
+
     def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
         yield from other_values(name)(problem, config, [v for v in values if v in usable(problem)])
+
     return moves
 
 
 def every_value(name: str) -> Moves:
     """Each value of the space, the config's own included (a climb compares it like the others)."""
+
     def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
         for v in values:
             yield config.replace(**{name: v})
+
     return moves
 
 
-def _precision_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
+def _precision_moves(
+    problem: KnobProblem, config: _Config, values: list[Any]
+) -> Iterable[_Config]:
     for p in values:
         if p != config.precision:
-            yield config.replace(precision=p, loss_scaling=1.0 if p == "32.32" else 1024.0,
-                                 partials="float", stochastic_rounding=p == "16.16")
+            yield config.replace(
+                precision=p,
+                loss_scaling=1.0 if p == "32.32" else 1024.0,
+                partials="float",
+                stochastic_rounding=p == "16.16",
+            )
 
 
 def _partials_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
@@ -265,7 +297,9 @@ def _partials_moves(problem: KnobProblem, config: _Config, values: list[Any]) ->
         yield config.replace(partials="half" if config.partials == "float" else "float")
 
 
-def _accumulation_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
+def _accumulation_moves(
+    problem: KnobProblem, config: _Config, values: list[Any]
+) -> Iterable[_Config]:
     if not problem.global_batch:  # a fixed global batch fixes the accumulation
         yield from every_value("gradient_accumulation")(problem, config, values)
 
@@ -276,6 +310,7 @@ def _amp_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iter
 
 
 # --- the table ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class KnobSpec:
@@ -294,9 +329,13 @@ class KnobSpec:
     usable: Usable | None = None
     abbrev: Callable[[Any], str] | None = None  # how a trial line writes it
     line_rank: int = 99  # its place in a trial line (lower first)
-    replay: Callable[[KnobConfig], dict[str, Any]] | None = None  # the Optuna parameters that replay it
+    replay: Callable[[KnobConfig], dict[str, Any]] | None = (
+        None  # the Optuna parameters that replay it
+    )
     moves: Moves | None = None  # single changes
-    refusal: Callable[[KnobProblem, KnobConfig], str | None] | None = None  # (problem, config) -> the rule's message, or None
+    refusal: Callable[[KnobProblem, KnobConfig], str | None] | None = (
+        None  # (problem, config) -> the rule's message, or None
+    )
     # The IPUConfig field that carries it when export/ipu_config.py reads it from here (the
     # serialisation factor, which two knobs share); the others are written there by name.
     ipu_config_key: str | None = None
@@ -314,56 +353,182 @@ def _bool_abbrev(on: str) -> Callable[[bool], str]:
 
 
 SPEC: tuple[KnobSpec, ...] = (
-    KnobSpec("precision", "word", PRECISIONS, abbrev=lambda v: v, line_rank=3, moves=_precision_moves),
-    KnobSpec("partials", "word", PARTIALS, abbrev=lambda v: f"partials:{v}", line_rank=19,
-             moves=_partials_moves),
-    KnobSpec("stochastic_rounding", "bool", abbrev=lambda v: "sr" if v else "no-sr", line_rank=21,
-             tile_memory=False),
-    KnobSpec("loss_scaling", "number", abbrev=lambda v: "ls:auto" if v == "auto" else f"ls{v:g}", line_rank=20, tile_memory=False,
-             replay=lambda c: {"loss_scaling": c.loss_scaling, "loss_scaling_fp32_weights": c.loss_scaling}),
-    KnobSpec("optimizer_state", "word", STATE_DTYPES, applies=lambda p, layout: has_optimizer_state(p),
-             abbrev=lambda v: f"state:{v}", line_rank=12, moves=other_values("optimizer_state")),
-    KnobSpec("execution", "word", EXECUTIONS, line_rank=2,
-             abbrev=lambda v: "pipe" if v == "pipelined" else "shard" if v == "sharded" else v),
-    KnobSpec("recompute", "word", RECOMPUTE_MODES, abbrev=lambda v: f"rc:{v}", line_rank=7,
-             replay=lambda c: {"recompute": c.recompute, "recompute_pipelined": c.recompute}),
+    KnobSpec(
+        "precision", "word", PRECISIONS, abbrev=lambda v: v, line_rank=3, moves=_precision_moves
+    ),
+    KnobSpec(
+        "partials",
+        "word",
+        PARTIALS,
+        abbrev=lambda v: f"partials:{v}",
+        line_rank=19,
+        moves=_partials_moves,
+    ),
+    KnobSpec(
+        "stochastic_rounding",
+        "bool",
+        abbrev=lambda v: "sr" if v else "no-sr",
+        line_rank=21,
+        tile_memory=False,
+    ),
+    KnobSpec(
+        "loss_scaling",
+        "number",
+        abbrev=lambda v: "ls:auto" if v == "auto" else f"ls{v:g}",
+        line_rank=20,
+        tile_memory=False,
+        replay=lambda c: {
+            "loss_scaling": c.loss_scaling,
+            "loss_scaling_fp32_weights": c.loss_scaling,
+        },
+    ),
+    KnobSpec(
+        "optimizer_state",
+        "word",
+        STATE_DTYPES,
+        applies=lambda p, layout: has_optimizer_state(p),
+        abbrev=lambda v: f"state:{v}",
+        line_rank=12,
+        moves=other_values("optimizer_state"),
+    ),
+    KnobSpec(
+        "execution",
+        "word",
+        EXECUTIONS,
+        line_rank=2,
+        abbrev=lambda v: "pipe" if v == "pipelined" else "shard" if v == "sharded" else v,
+    ),
+    KnobSpec(
+        "recompute",
+        "word",
+        RECOMPUTE_MODES,
+        abbrev=lambda v: f"rc:{v}",
+        line_rank=7,
+        replay=lambda c: {"recompute": c.recompute, "recompute_pipelined": c.recompute},
+    ),
     KnobSpec("checkpoint_every", "int", field=False),
-    KnobSpec("checkpoints", "paths", in_space=False, abbrev=lambda v: f"{len(v)}ckpt", line_rank=8),
-    KnobSpec("available_memory_proportion", "number", line_rank=9,
-             abbrev=lambda v: "amp" + "/".join(f"{a:g}" for a in v), moves=_amp_moves,
-             replay=lambda c: {f"available_memory_proportion_ipu{i}": a
-                               for i, a in enumerate(c.available_memory_proportion)}),
-    KnobSpec("optimizer_offload", "bool", applies=offload_applies, abbrev=_bool_abbrev("offload"), line_rank=10,
-             moves=toggle("optimizer_offload"), refusal=_offload_refusal),
-    KnobSpec("replicated_tensor_sharding", "bool", applies=sharding_applies, abbrev=_bool_abbrev("rts"),
-             line_rank=11, moves=toggle("replicated_tensor_sharding")),
-    KnobSpec("gradient_accumulation", "int", least=1, abbrev=lambda v: f"ga{v}", line_rank=4,
-             moves=_accumulation_moves),
-    KnobSpec("device_iterations", "int", least=1, abbrev=lambda v: f"di{v}", line_rank=5,
-             moves=every_value("device_iterations"), tile_memory=False),  # the host's buffers grow
-    KnobSpec("eight_bit_io", "bool", applies=lambda p, layout: takes_images(p), abbrev=_bool_abbrev("8bit"),
-             line_rank=13, moves=toggle("eight_bit_io")),
+    KnobSpec(
+        "checkpoints", "paths", in_space=False, abbrev=lambda v: f"{len(v)}ckpt", line_rank=8
+    ),
+    KnobSpec(
+        "available_memory_proportion",
+        "number",
+        line_rank=9,
+        abbrev=lambda v: "amp" + "/".join(f"{a:g}" for a in v),
+        moves=_amp_moves,
+        replay=lambda c: {
+            f"available_memory_proportion_ipu{i}": a
+            for i, a in enumerate(c.available_memory_proportion)
+        },
+    ),
+    KnobSpec(
+        "optimizer_offload",
+        "bool",
+        applies=offload_applies,
+        abbrev=_bool_abbrev("offload"),
+        line_rank=10,
+        moves=toggle("optimizer_offload"),
+        refusal=_offload_refusal,
+    ),
+    KnobSpec(
+        "replicated_tensor_sharding",
+        "bool",
+        applies=sharding_applies,
+        abbrev=_bool_abbrev("rts"),
+        line_rank=11,
+        moves=toggle("replicated_tensor_sharding"),
+    ),
+    KnobSpec(
+        "gradient_accumulation",
+        "int",
+        least=1,
+        abbrev=lambda v: f"ga{v}",
+        line_rank=4,
+        moves=_accumulation_moves,
+    ),
+    KnobSpec(
+        "device_iterations",
+        "int",
+        least=1,
+        abbrev=lambda v: f"di{v}",
+        line_rank=5,
+        moves=every_value("device_iterations"),
+        tile_memory=False,
+    ),  # the host's buffers grow
+    KnobSpec(
+        "eight_bit_io",
+        "bool",
+        applies=lambda p, layout: takes_images(p),
+        abbrev=_bool_abbrev("8bit"),
+        line_rank=13,
+        moves=toggle("eight_bit_io"),
+    ),
     KnobSpec("io_tiles", "int", abbrev=lambda v: f"io{v}", line_rank=18),
-    KnobSpec("loader_mode", "word", LOADER_MODES, abbrev=lambda v: v, line_rank=14,
-             moves=other_values("loader_mode"), tile_memory=False),
-    KnobSpec("loader_workers", "int", abbrev=lambda v: f"w{v}", line_rank=15, moves=other_values("loader_workers"),
-             tile_memory=False),
-    KnobSpec("micro_batch", "int", least=1, optional=True, abbrev=lambda v: f"mb{v}" if v else "mb:problem",
-             line_rank=16),
+    KnobSpec(
+        "loader_mode",
+        "word",
+        LOADER_MODES,
+        abbrev=lambda v: v,
+        line_rank=14,
+        moves=other_values("loader_mode"),
+        tile_memory=False,
+    ),
+    KnobSpec(
+        "loader_workers",
+        "int",
+        abbrev=lambda v: f"w{v}",
+        line_rank=15,
+        moves=other_values("loader_workers"),
+        tile_memory=False,
+    ),
+    KnobSpec(
+        "micro_batch",
+        "int",
+        least=1,
+        optional=True,
+        abbrev=lambda v: f"mb{v}" if v else "mb:problem",
+        line_rank=16,
+    ),
     # The vocabulary projection as this many serialised matmuls (export/serialization.py).
-    KnobSpec("embedding_serialization", "int", least=1, applies=lambda p, layout: projection_factors(p) != (1,),
-             abbrev=lambda v: f"vocab/{v}", line_rank=22, moves=other_usable_values("embedding_serialization", projection_factors),
-             refusal=_projection_refusal, ipu_config_key="embedding_serialization_factor", omit_at_default=True,
-             sampled=True, usable=projection_factors, space_default=1),
+    KnobSpec(
+        "embedding_serialization",
+        "int",
+        least=1,
+        applies=lambda p, layout: projection_factors(p) != (1,),
+        abbrev=lambda v: f"vocab/{v}",
+        line_rank=22,
+        moves=other_usable_values("embedding_serialization", projection_factors),
+        refusal=_projection_refusal,
+        ipu_config_key="embedding_serialization_factor",
+        omit_at_default=True,
+        sampled=True,
+        usable=projection_factors,
+        space_default=1,
+    ),
     # The token embedding as this many masked look-ups (optimum-graphcore's SerializedEmbedding,
     # for heads without a vocabulary); not searched unless a space lists values.
-    KnobSpec("input_embedding_serialization", "int", least=1,
-             applies=lambda p, layout: input_embedding_factors(p) != (1,), abbrev=lambda v: f"embed/{v}",
-             line_rank=23, moves=other_usable_values("input_embedding_serialization", input_embedding_factors), refusal=_input_embedding_refusal,
-             ipu_config_key="embedding_serialization_factor", omit_at_default=True, sampled=True,
-             usable=input_embedding_factors, space_default=1),
+    KnobSpec(
+        "input_embedding_serialization",
+        "int",
+        least=1,
+        applies=lambda p, layout: input_embedding_factors(p) != (1,),
+        abbrev=lambda v: f"embed/{v}",
+        line_rank=23,
+        moves=other_usable_values("input_embedding_serialization", input_embedding_factors),
+        refusal=_input_embedding_refusal,
+        ipu_config_key="embedding_serialization_factor",
+        omit_at_default=True,
+        sampled=True,
+        usable=input_embedding_factors,
+        space_default=1,
+    ),
     # The layout knobs' moves need the model's profile: the guide's own (warmstart.py).
-    KnobSpec("splits", "paths", abbrev=lambda v: "split@" + ",".join(v) if v else "no-splits", line_rank=6),
+    KnobSpec(
+        "splits",
+        "paths",
+        abbrev=lambda v: "split@" + ",".join(v) if v else "no-splits",
+        line_rank=6,
+    ),
     KnobSpec("ipus_per_replica", "int", least=1, abbrev=lambda v: f"{v}ipu", line_rank=0),
     KnobSpec("replicas", "int", least=1, abbrev=lambda v: f"x{v}rep", line_rank=1),
 )

@@ -11,7 +11,15 @@ from typing import Any
 
 SOURCES = ("estimate", "compile", "run")
 FAILURE_KINDS = ("oom", "invalid", "compile_error", "timeout", "crash", "interrupted")
-CATEGORIES = ("weights", "optimizer", "gradients", "activations", "stash", "temporary", "code/exchange")
+CATEGORIES = (
+    "weights",
+    "optimizer",
+    "gradients",
+    "activations",
+    "stash",
+    "temporary",
+    "code/exchange",
+)
 
 
 @dataclass
@@ -38,7 +46,9 @@ class Measurement:
     device_throughput: float | None = None  # samples/s of the IPUs fed without waiting
     samples_per_call: int | None = None
     host_bytes_per_call: int | None = None
-    bottleneck: str | None = None  # device compute | host input | host call | all-reduce | weight update
+    bottleneck: str | None = (
+        None  # device compute | host input | host call | all-reduce | weight update
+    )
     bottleneck_share: float | None = None  # its fraction of one call
     # Error bars (estimate backend only; backends/estimate/error_bars.py): [low, high] per IPU
     # for memory, [low, high] samples/s for throughput; None where there is no interval.
@@ -46,7 +56,9 @@ class Measurement:
     required_bytes_interval: list[list[int]] | None = None
     throughput_interval: list[float] | None = None
     device_throughput_interval: list[float] | None = None
-    straddles_tile_limit: bool = False  # some IPU's busiest-tile interval holds the tile's capacity
+    straddles_tile_limit: bool = (
+        False  # some IPU's busiest-tile interval holds the tile's capacity
+    )
     #: the chance the busiest tile fits, by the error bar (error_bars.fit_chance), and the chance
     #: an estimate needs to count as fitting (--fit-confidence); None where not asked
     fit_chance: float | None = None
@@ -94,16 +106,27 @@ class Measurement:
             return "OOM"
         ipu, over = worst
         if over == 0:  # inside a tile: within the headroom, or under the fit confidence asked
-            unsure = self.fit_confidence is not None and self.fit_chance is not None and \
-                self.fit_chance < self.fit_confidence
+            unsure = (
+                self.fit_confidence is not None
+                and self.fit_chance is not None
+                and self.fit_chance < self.fit_confidence
+            )
             if short:
                 return f"fit chance {self.fit_chance:.0%}" if unsure else "in headroom"
             used = self.max_tile_bytes[ipu] / self.tile_capacity_bytes
             if unsure:
-                return (f"{used:.0%} of tile memory on IPU{ipu}: a {self.fit_chance:.0%} chance to fit by the "
-                        f"error bar, under the {self.fit_confidence:.0%} asked")
-            return f"{used:.0%} of tile memory on IPU{ipu}, inside the {self.headroom:.0%} headroom"
-        return f"OOM +{format_bytes(over)} IPU{ipu}" if short else f"OOM by {format_bytes(over)} on IPU{ipu}"
+                return (
+                    f"{used:.0%} of tile memory on IPU{ipu}: a {self.fit_chance:.0%} chance to fit by the "
+                    f"error bar, under the {self.fit_confidence:.0%} asked"
+                )
+            return (
+                f"{used:.0%} of tile memory on IPU{ipu}, inside the {self.headroom:.0%} headroom"
+            )
+        return (
+            f"OOM +{format_bytes(over)} IPU{ipu}"
+            if short
+            else f"OOM by {format_bytes(over)} on IPU{ipu}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,5 +182,9 @@ def format_bytes(n: float | None) -> str:
         return "-"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= size:
-            return f"{n / size:.{0 if unit == 'MB' else 1}f} {unit}" if unit != "MB" else f"{n / size:.0f} MB"
+            return (
+                f"{n / size:.{0 if unit == 'MB' else 1}f} {unit}"
+                if unit != "MB"
+                else f"{n / size:.0f} MB"
+            )
     return f"{n:.0f} B"

@@ -67,8 +67,18 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial, Trial, TrialState
     from sqlalchemy.orm import Session
 
-__all__ = ["BaseHeartbeat", "CachedStorage", "cached_backend", "journal_operations", "rdb_models",
-           "rdb_session", "replace_group_decomposition", "study_storage", "study_trials", "trial_id"]
+__all__ = [
+    "BaseHeartbeat",
+    "CachedStorage",
+    "cached_backend",
+    "journal_operations",
+    "rdb_models",
+    "rdb_session",
+    "replace_group_decomposition",
+    "study_storage",
+    "study_trials",
+    "trial_id",
+]
 
 
 def study_storage(study: optuna.Study) -> BaseStorage:
@@ -82,10 +92,14 @@ def trial_id(trial: Trial) -> int:
     return trial._trial_id
 
 
-def study_trials(study: Any, states: Container[TrialState] | None, use_cache: bool) -> list[FrozenTrial]:
+def study_trials(
+    study: Any, states: Container[TrialState] | None, use_cache: bool
+) -> list[FrozenTrial]:
     """`study`'s trials, not copied; `use_cache`: as read at the start of this ask. `study` is an
     optuna.Study or what stands in for one to TPE (search/window.py)."""
-    trials: list[FrozenTrial] = study._get_trials(deepcopy=False, states=states, use_cache=use_cache)
+    trials: list[FrozenTrial] = study._get_trials(
+        deepcopy=False, states=states, use_cache=use_cache
+    )
     return trials
 
 

@@ -51,11 +51,14 @@ def toml_error(where: Any, exc: Exception, text: str) -> str:
     msg = str(exc)
     if "at end of document" in msg:
         lines = max(1, len(text.splitlines()))
-        msg = msg.replace("at end of document", f"at line {lines}, end of file: something is left open")
+        msg = msg.replace(
+            "at end of document", f"at line {lines}, end of file: something is left open"
+        )
     return f"{where}: malformed TOML: {msg}"
 
 
 # --- field parsing -------------------------------------------------------------------------
+
 
 class _Expected(ValueError):
     """What a field's value must be: the end of "'KEY' must be ..." (parse_fields)."""
@@ -75,6 +78,7 @@ def _one_of(choices: Iterable[str]) -> Check:
         if value not in words:
             raise _Expected("one of " + ", ".join(repr(c) for c in words))
         return value
+
     return check
 
 
@@ -85,6 +89,7 @@ def _whole(least: int) -> Check:
         if value < least:
             raise _Expected("0 or more" if least == 0 else "a positive whole number")
         return value
+
     return check
 
 
@@ -113,8 +118,14 @@ def _dropout(value: Any) -> float:
 
 
 def _speedups(value: Any) -> tuple[float, ...]:
-    if not isinstance(value, list) or len(value) > 4 or not all(_is_number(v) and v > 0 for v in value):
-        raise _Expected("up to four positive numbers: the loader's speed-ups at 1, 2, 4 and 8 workers")
+    if (
+        not isinstance(value, list)
+        or len(value) > 4
+        or not all(_is_number(v) and v > 0 for v in value)
+    ):
+        raise _Expected(
+            "up to four positive numbers: the loader's speed-ups at 1, 2, 4 and 8 workers"
+        )
     return tuple(float(v) for v in value)
 
 
@@ -127,8 +138,11 @@ def _loss_scaling(value: Any) -> float | str:
 
 
 def _shape(value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
         raise _Expected("a list of positive whole numbers, e.g. [3, 224, 224]")
     return tuple(value)
 
@@ -150,33 +164,66 @@ def _inputs(value: Any) -> tuple[str, ...]:
     from .models.inputs import parse_inputs  # imports torch: only for a file that names inputs
 
     if not isinstance(value, list):
-        raise _Expected('a list of inputs, e.g. ["input_ids:128:int64", "attention_mask:128:int64"]')
+        raise _Expected(
+            'a list of inputs, e.g. ["input_ids:128:int64", "attention_mask:128:int64"]'
+        )
     return parse_inputs(value)
 
 
 def _or_none(check: Check) -> Check:
     """`check`, with None a value too (a field whose default is None)."""
+
     def checked(value: Any) -> Any:
         return None if value is None else check(value)
+
     return checked
 
 
 #: the Problem's whole-number fields, with the smallest each takes (the knobs': the spec's)
-_PROBLEM_INTS = {"batch_size": 1, "num_classes": 1, "ipus": 1, "global_batch": 1, "dataset_size": 1,
-                 "max_global_batch": 1, "seq_len": 1, "decoder_seq_len": 0, "max_predictions": 0}
+_PROBLEM_INTS = {
+    "batch_size": 1,
+    "num_classes": 1,
+    "ipus": 1,
+    "global_batch": 1,
+    "dataset_size": 1,
+    "max_global_batch": 1,
+    "seq_len": 1,
+    "decoder_seq_len": 0,
+    "max_predictions": 0,
+}
 _OPTIONAL = ("global_batch", *(k.name for k in SPEC if k.optional))
 
 #: each [problem] and [config] key's check: the value as read from a file or a record, or _Expected
 FIELDS: dict[str, Check] = {
-    **{key: _one_of(words) for key, words in
-       {"optimizer": OPTIMIZERS, "target": TARGETS, "trainer": TRAINERS, "task": TASKS, **WORDS}.items()},
-    **{key: _or_none(_whole(least)) if key in _OPTIONAL else _whole(least) for key, least in
-       {**_PROBLEM_INTS, **{k.name: k.least for k in SPEC if k.kind == "int"}}.items()},
+    **{
+        key: _one_of(words)
+        for key, words in {
+            "optimizer": OPTIMIZERS,
+            "target": TARGETS,
+            "trainer": TRAINERS,
+            "task": TASKS,
+            **WORDS,
+        }.items()
+    },
+    **{
+        key: _or_none(_whole(least)) if key in _OPTIONAL else _whole(least)
+        for key, least in {
+            **_PROBLEM_INTS,
+            **{k.name: k.least for k in SPEC if k.kind == "int"},
+        }.items()
+    },
     **{key: _flag for key in names("bool")},
-    "model": _model, "inputs": _inputs, "input_shape": _shape, "attention_dropout": _or_none(_dropout),
-    "host_memory_gb": _positive, "host_float_sample_s": _or_none(_positive),
-    "host_uint8_sample_s": _or_none(_positive), "host_worker_speedups": _speedups,
-    "loss_scaling": _loss_scaling, "splits": _paths, "checkpoints": _paths,
+    "model": _model,
+    "inputs": _inputs,
+    "input_shape": _shape,
+    "attention_dropout": _or_none(_dropout),
+    "host_memory_gb": _positive,
+    "host_float_sample_s": _or_none(_positive),
+    "host_uint8_sample_s": _or_none(_positive),
+    "host_worker_speedups": _speedups,
+    "loss_scaling": _loss_scaling,
+    "splits": _paths,
+    "checkpoints": _paths,
     "available_memory_proportion": _proportions,
 }
 

@@ -51,8 +51,18 @@ def default_input_shape(model: str, seq_len: int = 0) -> tuple[int, ...]:
 
 
 #: Problem fields the slug always names in its own way (model-bs64-2ipu-mk2-3x32x32-gb512)
-_SLUG_FIXED = ("model", "batch_size", "ipus", "target", "input_shape", "global_batch", "task", "seq_len", "inputs",
-               "decoder_seq_len")
+_SLUG_FIXED = (
+    "model",
+    "batch_size",
+    "ipus",
+    "target",
+    "input_shape",
+    "global_batch",
+    "task",
+    "seq_len",
+    "inputs",
+    "decoder_seq_len",
+)
 #: measured by --data, a little different on every run: a resumed study keeps the costs it
 #: was created with, so they must not change its name
 _SLUG_SKIP = ("host_float_sample_s", "host_uint8_sample_s", "host_worker_speedups")
@@ -114,16 +124,27 @@ class Problem:
             from .models import hf
 
             object.__setattr__(self, "task", hf.resolve_task(self.model, self.task))
-            for key, value in zip(("seq_len", "decoder_seq_len", "input_shape"), hf.problem_shape(
-                    self.model, self.task, self.seq_len, self.decoder_seq_len, self.input_shape), strict=True):
+            for key, value in zip(
+                ("seq_len", "decoder_seq_len", "input_shape"),
+                hf.problem_shape(
+                    self.model, self.task, self.seq_len, self.decoder_seq_len, self.input_shape
+                ),
+                strict=True,
+            ):
                 object.__setattr__(self, key, value)
             hf.check_max_predictions(self.model, self.task, self.seq_len, self.max_predictions)
             hf.check_attention_dropout(self.model, self.attention_dropout)
         elif self.max_predictions or self.attention_dropout is not None:
-            raise UsageError(f"model '{self.model}': --max-predictions and --attention-dropout are for hf: models")
-        if not self.model.startswith("hf:") and (self.task or self.seq_len or self.decoder_seq_len):
-            raise UsageError(f"model '{self.model}': --task, --seq-len and --decoder-seq-len are for hf: models; "
-                             "describe a factory's inputs with --input NAME:SHAPE:DTYPE")
+            raise UsageError(
+                f"model '{self.model}': --max-predictions and --attention-dropout are for hf: models"
+            )
+        if not self.model.startswith("hf:") and (
+            self.task or self.seq_len or self.decoder_seq_len
+        ):
+            raise UsageError(
+                f"model '{self.model}': --task, --seq-len and --decoder-seq-len are for hf: models; "
+                "describe a factory's inputs with --input NAME:SHAPE:DTYPE"
+            )
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "host_worker_speedups", tuple(self.host_worker_speedups))
         if not self.input_shape and self.inputs:  # named inputs: the first one's sample shape
@@ -132,13 +153,21 @@ class Problem:
             object.__setattr__(self, "input_shape", default_input_shape(self.model))
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
         if not self.max_global_batch:
-            object.__setattr__(self, "max_global_batch", default_max_global_batch(self.model, self.task))
+            object.__setattr__(
+                self, "max_global_batch", default_max_global_batch(self.model, self.task)
+            )
 
     @property
     def hf_options(self) -> tuple[tuple[str, int | float], ...]:
         """What the hf: model builder takes beyond name and task, as (key, value) pairs, set ones only."""
-        return tuple((k, v) for k, v in (("max_predictions", self.max_predictions or None),
-                                         ("attention_dropout", self.attention_dropout)) if v is not None)
+        return tuple(
+            (k, v)
+            for k, v in (
+                ("max_predictions", self.max_predictions or None),
+                ("attention_dropout", self.attention_dropout),
+            )
+            if v is not None
+        )
 
     @property
     def token_inputs(self) -> bool:
@@ -152,11 +181,23 @@ class Problem:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["input_shape"] = list(self.input_shape)
-        for key in ("global_batch", "host_float_sample_s", "host_uint8_sample_s", "attention_dropout"):
+        for key in (
+            "global_batch",
+            "host_float_sample_s",
+            "host_uint8_sample_s",
+            "attention_dropout",
+        ):
             if d[key] is None:
                 del d[key]
         # Image problems keep the dict they always had.
-        for key in ("task", "seq_len", "inputs", "max_predictions", "decoder_seq_len", "host_worker_speedups"):
+        for key in (
+            "task",
+            "seq_len",
+            "inputs",
+            "max_predictions",
+            "decoder_seq_len",
+            "host_worker_speedups",
+        ):
             if not d[key]:
                 del d[key]
         if d["trainer"] == "poptorch":
@@ -180,7 +221,9 @@ class Problem:
         name = self.model.replace(":", "-").replace(".", "-").replace("/", "-")
         if self.task:
             name = f"{name}-{self.task}" + (f"-sl{self.seq_len}" if self.seq_len else "")
-        if self.decoder_seq_len and self.decoder_seq_len != min(self.seq_len, DEFAULT_DECODER_SEQ_LEN):
+        if self.decoder_seq_len and self.decoder_seq_len != min(
+            self.seq_len, DEFAULT_DECODER_SEQ_LEN
+        ):
             name = f"{name}-dsl{self.decoder_seq_len}"
         slug = f"{name}-bs{self.batch_size}-{self.ipus}ipu-{self.target}"
         if self.inputs:
@@ -311,7 +354,9 @@ class Config:
             return d
         if d["micro_batch"] is None:
             del d["micro_batch"]
-        for knob in SPEC:  # knobs newer than most records: configs that leave them off keep their dict
+        for (
+            knob
+        ) in SPEC:  # knobs newer than most records: configs that leave them off keep their dict
             if knob.omit_at_default and d[knob.name] == knob.space_default:
                 del d[knob.name]
         return d
@@ -334,6 +379,8 @@ def load_config_file(path: str | Path) -> ConfigFile:
     unknown = sorted(set(data) - {"problem", "config"})
     if unknown:
         raise UsageError(f"{path}: unknown table '{unknown[0]}' (expected [problem] and [config])")
-    problem = Problem.from_dict(data["problem"], f"{path} [problem]") if "problem" in data else None
+    problem = (
+        Problem.from_dict(data["problem"], f"{path} [problem]") if "problem" in data else None
+    )
     config = Config.from_dict(data["config"], f"{path} [config]") if "config" in data else None
     return ConfigFile(problem, config)

@@ -72,8 +72,11 @@ def fake_env(**extra: str) -> dict[str, str]:
 
 def _take_sdk_modules() -> dict[str, Any]:
     """Remove (and return) every imported poptorch/pva module."""
-    return {name: sys.modules.pop(name) for name in list(sys.modules)
-            if name.split(".")[0] in ("poptorch", "pva")}
+    return {
+        name: sys.modules.pop(name)
+        for name in list(sys.modules)
+        if name.split(".")[0] in ("poptorch", "pva")
+    }
 
 
 @contextlib.contextmanager

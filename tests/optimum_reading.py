@@ -60,20 +60,29 @@ def skipped_layers(problem: Any, layers: list[str]) -> set[int]:
     return {members[last] for members in stacks.values() if last < len(members)}
 
 
-def read_ipu_config(data: dict[str, Any], problem: Any, layers: list[str], tied_head: bool) -> Placement:
+def read_ipu_config(
+    data: dict[str, Any], problem: Any, layers: list[str], tied_head: bool
+) -> Placement:
     """`layers`: the model's layer paths in order; `tied_head`: the head optimum pins to IPU0."""
     n_layers = len(layers)
     per_ipu = data["layers_per_ipu"]
     ipus = data["ipus_per_replica"]
-    assert len(per_ipu) == ipus and sum(per_ipu) == n_layers, "IPUConfig/_expand_layers_per_ipu_wildcard refuses it"
+    assert len(per_ipu) == ipus and sum(per_ipu) == n_layers, (
+        "IPUConfig/_expand_layers_per_ipu_wildcard refuses it"
+    )
     assert len(data["matmul_proportion"]) == ipus, "IPUConfig._validate_ipu_config refuses it"
     layer_ipu = tuple(ipu for ipu, n in enumerate(per_ipu) for _ in range(n))
     head_ipu = 0 if tied_head else ipus - 1
     checkpointed: set[int] = set()
     if data["recompute_checkpoint_every_layer"]:
         checkpointed = set(range(n_layers)) - skipped_layers(problem, layers)
-    return Placement(layer_ipu, head_ipu, _normalised(layer_ipu, head_ipu, checkpointed),
-                     tuple(data["matmul_proportion"]), data["embedding_serialization_factor"])
+    return Placement(
+        layer_ipu,
+        head_ipu,
+        _normalised(layer_ipu, head_ipu, checkpointed),
+        tuple(data["matmul_proportion"]),
+        data["embedding_serialization_factor"],
+    )
 
 
 #: What parallelize() puts on IPU 0 with BeginBlock(..., ipu_id=0) besides the embeddings, read
@@ -84,13 +93,19 @@ def read_ipu_config(data: dict[str, Any], problem: Any, layers: list[str], tied_
 #: "LM Head"); deberta/modeling_deberta.py DebertaPipelineMixin.parallelize (for the MLM class,
 #: cls.predictions.decoder only, "Projection").
 PINNED_TO_IPU0 = {
-    ("bart", "seq2seq-lm"): ("model.decoder.embed_positions", "model.decoder.layernorm_embedding", "lm_head"),
+    ("bart", "seq2seq-lm"): (
+        "model.decoder.embed_positions",
+        "model.decoder.layernorm_embedding",
+        "lm_head",
+    ),
     ("distilbert", "masked-lm"): ("vocab_transform", "vocab_layer_norm", "vocab_projector"),
     ("deberta", "masked-lm"): ("cls.predictions.decoder",),
 }
 
 
-def read_module_ipus(data: dict[str, Any], problem: Any, modules: list[str], layers: list[str]) -> dict[str, int]:
+def read_module_ipus(
+    data: dict[str, Any], problem: Any, modules: list[str], layers: list[str]
+) -> dict[str, int]:
     """The IPU of each module (paths in the order they run) as parallelize() places them from
     this IPUConfig: layers by layers_per_ipu (get_layer_ipu), the first module (the embeddings)
     and PINNED_TO_IPU0 on IPU 0, and anything else where the last BeginBlock left it (the
@@ -98,7 +113,9 @@ def read_module_ipus(data: dict[str, Any], problem: Any, modules: list[str], lay
     from ipu_autotune.models.hf import architecture
 
     pinned = PINNED_TO_IPU0[architecture(problem.model).family, problem.task]
-    layer_ipu = dict(zip(layers, (ipu for ipu, n in enumerate(data["layers_per_ipu"]) for _ in range(n))))
+    layer_ipu = dict(
+        zip(layers, (ipu for ipu, n in enumerate(data["layers_per_ipu"]) for _ in range(n)))
+    )
     out, ipu = {}, 0
     for path in modules:
         if path in layer_ipu:
@@ -109,7 +126,9 @@ def read_module_ipus(data: dict[str, Any], problem: Any, modules: list[str], lay
     return out
 
 
-def read_snippet(poptorch: Any, snippet: str, model: Any, layers: list[str], head: str, batch: Any) -> tuple[Placement, object]:
+def read_snippet(
+    poptorch: Any, snippet: str, model: Any, layers: list[str], head: str, batch: Any
+) -> tuple[Placement, object]:
     """(placement, options) of the snippet's TrainingModel as the fake PopTorch compiles it."""
     from poptorch import ops
 
@@ -123,7 +142,10 @@ def read_snippet(poptorch: Any, snippet: str, model: Any, layers: list[str], hea
     except poptorch.Error as exc:  # out of memory still says what PopTorch understood
         if "Out of memory" not in str(exc):
             raise
-    starts = {path.removeprefix("model."): hook._ipu_id for path, hook in ops.block_annotations(training_model)}
+    starts = {
+        path.removeprefix("model."): hook._ipu_id
+        for path, hook in ops.block_annotations(training_model)
+    }
     ipu, placed = 0, {}
     for path, _ in training_model.model.named_modules():  # modules in the order they run
         ipu = starts.get(path, ipu)
@@ -135,8 +157,14 @@ def read_snippet(poptorch: Any, snippet: str, model: Any, layers: list[str], hea
     n_ipus = max(placed.values()) + 1
     amp = tuple(float(opts.available_memory_proportion.get(i, 0.6)) for i in range(n_ipus))
     others = frozenset(checkpoint_paths - set(layers))
-    return Placement(layer_ipu, placed[head], _normalised(layer_ipu, placed[head], checkpointed), amp,
-                     record.embedding_serialization, others), opts
+    return Placement(
+        layer_ipu,
+        placed[head],
+        _normalised(layer_ipu, placed[head], checkpointed),
+        amp,
+        record.embedding_serialization,
+        others,
+    ), opts
 
 
 def token_batch(problem: Any, config: Any) -> Any:

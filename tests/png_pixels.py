@@ -15,11 +15,13 @@ def read_png(path: Path) -> tuple[int, int, list[bytes]]:
     pos, idat = 8, []
     width = height = channels = 0
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
-            assert depth == 8 and color in (2, 6) and interlace == 0, "only 8-bit RGB/RGBA, not interlaced"
+            assert depth == 8 and color in (2, 6) and interlace == 0, (
+                "only 8-bit RGB/RGBA, not interlaced"
+            )
             channels = 3 if color == 2 else 4
         elif kind == b"IDAT":
             idat.append(chunk)
@@ -30,7 +32,7 @@ def read_png(path: Path) -> tuple[int, int, list[bytes]]:
     prev = bytearray(stride)
     for y in range(height):
         kind = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         if kind == 1:
             for i in range(channels, stride):
                 line[i] = (line[i] + line[i - channels]) & 255
@@ -49,7 +51,11 @@ def read_png(path: Path) -> tuple[int, int, list[bytes]]:
                 line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
         rows.append(bytes(line))
         prev = line
-    return width, height, [r if channels == 3 else bytes(b for i, b in enumerate(r) if i % 4 != 3) for r in rows]
+    return (
+        width,
+        height,
+        [r if channels == 3 else bytes(b for i, b in enumerate(r) if i % 4 != 3) for r in rows],
+    )
 
 
 def colours(rows: list[bytes]) -> dict[tuple[int, int, int], int]:

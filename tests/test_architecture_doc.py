@@ -27,8 +27,14 @@ def test_every_module_the_architecture_page_names_exists() -> None:
 
 
 def test_the_check_catches_a_path_that_is_not_there() -> None:
-    paths = named_paths("see `ipu_autotune/study/runner.py`, `ipu_autotune/commands/` and `ipu_autotune/nowhere.py`")
-    assert paths == {"ipu_autotune/study/runner.py", "ipu_autotune/commands", "ipu_autotune/nowhere.py"}
+    paths = named_paths(
+        "see `ipu_autotune/study/runner.py`, `ipu_autotune/commands/` and `ipu_autotune/nowhere.py`"
+    )
+    assert paths == {
+        "ipu_autotune/study/runner.py",
+        "ipu_autotune/commands",
+        "ipu_autotune/nowhere.py",
+    }
     assert [p for p in sorted(paths) if not exists(p)] == ["ipu_autotune/nowhere.py"]
 
 
@@ -42,7 +48,7 @@ def doc_layers(text: str) -> dict[str, int]:
     starts = list(LAYER_ITEM.finditer(section))
     layers: dict[str, int] = {}
     for item, following in zip(starts, [*starts[1:], None]):
-        body = section[item.start():following.start() if following else len(section)]
+        body = section[item.start() : following.start() if following else len(section)]
         for path in named_paths(body):
             dotted = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
             layers.setdefault(dotted.removeprefix("ipu_autotune").lstrip("."), int(item.group(1)))
@@ -57,13 +63,17 @@ def layer_of(module: str, layers: dict[str, int]) -> int | None:
 
 
 def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
-    return sorted(f"{m} (layer {layer_of(m, layers)}) imports {t} (layer {layer_of(t, layers)})"
-                  for m, targets in graph.items() for t in targets
-                  if layer_of(t, layers) < layer_of(m, layers))
+    return sorted(
+        f"{m} (layer {layer_of(m, layers)}) imports {t} (layer {layer_of(t, layers)})"
+        for m, targets in graph.items()
+        for t in targets
+        if layer_of(t, layers) < layer_of(m, layers)
+    )
 
 
 def _package_graph() -> Any:
     from test_import_cycles import PACKAGE_DIR, import_graph, module_files
+
     return import_graph(module_files(PACKAGE_DIR, "ipu_autotune"))
 
 
@@ -76,12 +86,22 @@ def test_every_module_has_a_layer_and_no_layer_imports_a_higher_one() -> None:
 
 
 def test_the_layer_check_catches_an_upward_import() -> None:
-    text = ("## The layers, top down\n\n1. **Top**: `ipu_autotune/cli.py`, `ipu_autotune/report/`\n"
-            "2. **Low**: `ipu_autotune/models/`, `ipu_autotune/report/data.py`\n\n## Next\n"
-            "`ipu_autotune/nowhere.py`")
+    text = (
+        "## The layers, top down\n\n1. **Top**: `ipu_autotune/cli.py`, `ipu_autotune/report/`\n"
+        "2. **Low**: `ipu_autotune/models/`, `ipu_autotune/report/data.py`\n\n## Next\n"
+        "`ipu_autotune/nowhere.py`"
+    )
     layers = doc_layers(text)
     assert layers == {"cli": 1, "report": 1, "models": 2, "report.data": 2}
-    assert layer_of("ipu_autotune.report.page", layers) == 1 and layer_of("ipu_autotune.report.data", layers) == 2
-    graph = {"ipu_autotune.cli": {"ipu_autotune.models.zoo"}, "ipu_autotune.models.zoo": {"ipu_autotune.cli"},
-             "ipu_autotune.report.page": {"ipu_autotune.report.data"}}
-    assert upward_imports(graph, layers) == ["ipu_autotune.models.zoo (layer 2) imports ipu_autotune.cli (layer 1)"]
+    assert (
+        layer_of("ipu_autotune.report.page", layers) == 1
+        and layer_of("ipu_autotune.report.data", layers) == 2
+    )
+    graph = {
+        "ipu_autotune.cli": {"ipu_autotune.models.zoo"},
+        "ipu_autotune.models.zoo": {"ipu_autotune.cli"},
+        "ipu_autotune.report.page": {"ipu_autotune.report.data"},
+    }
+    assert upward_imports(graph, layers) == [
+        "ipu_autotune.models.zoo (layer 2) imports ipu_autotune.cli (layer 1)"
+    ]

@@ -21,7 +21,9 @@ from test_transformers import cli
 @pytest.mark.slow
 def test_no_attention_dropout_saves_no_dropout_masks() -> None:
     kept = profile_for(Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=512))
-    none = profile_for(Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=512, attention_dropout=0.0))
+    none = profile_for(
+        Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=512, attention_dropout=0.0)
+    )
     assert none.params == kept.params
     layer = next(i for i, u in enumerate(kept.units) if u.path == "bert.encoder.layer.3")
     # one attention map (2 x 12 x 512 x 512) less to save per layer, at least: the dropout's output
@@ -29,10 +31,13 @@ def test_no_attention_dropout_saves_no_dropout_masks() -> None:
     assert kept.units[layer].saved_bytes - none.units[layer].saved_bytes >= attention_map
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(model="hf:t5-small", attention_dropout=0.0), "no separate attention dropout"),
-    (dict(model="resnet18", attention_dropout=0.0), "are for hf: models"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(model="hf:t5-small", attention_dropout=0.0), "no separate attention dropout"),
+        (dict(model="resnet18", attention_dropout=0.0), "are for hf: models"),
+    ],
+)
 def test_where_it_cannot_apply_it_is_refused(kwargs: Any, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         Problem(batch_size=1, **kwargs)
@@ -46,8 +51,9 @@ def test_the_key_round_trips_and_an_unset_one_stays_out_of_the_dict() -> None:
 
 @pytest.mark.slow
 def test_a_probability_out_of_range_is_one_line_exit_2(tmp_path: Path) -> None:
-    (tmp_path / "p.toml").write_text('[problem]\nmodel = "hf:bert-base-uncased"\nbatch_size = 2\n'
-                                     'attention_dropout = 1.5\n')
+    (tmp_path / "p.toml").write_text(
+        '[problem]\nmodel = "hf:bert-base-uncased"\nbatch_size = 2\nattention_dropout = 1.5\n'
+    )
     proc = cli("estimate", "--config", "p.toml", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "'attention_dropout' must be a probability" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -57,11 +63,15 @@ def test_a_probability_out_of_range_is_one_line_exit_2(tmp_path: Path) -> None:
 def test_the_exported_code_checks_the_model_it_is_given() -> None:
     from conftest_fake_sdk import fake_sdk
 
-    problem = Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=16, attention_dropout=0.0)
+    problem = Problem(
+        "hf:bert-base-uncased", 2, task="masked-lm", seq_len=16, attention_dropout=0.0
+    )
     snippet = render_snippet(problem, Config())
     with fake_sdk():
         ns: dict[str, Any] = {}
         exec(compile(snippet, "best_options.py", "exec"), ns)
-        ns["TrainingModel"](build_hf_model(problem.model, "masked-lm", 2, device="cpu", attention_dropout=0.0))
+        ns["TrainingModel"](
+            build_hf_model(problem.model, "masked-lm", 2, device="cpu", attention_dropout=0.0)
+        )
         with pytest.raises(AssertionError, match="attention dropout 0"):
             ns["TrainingModel"](build_hf_model(problem.model, "masked-lm", 2, device="cpu"))

@@ -49,19 +49,37 @@ def write(path: Path, text: str) -> str:
 
 # --- the model and the micro-batch -------------------------------------------------------------
 
-@pytest.mark.parametrize("model, needles", [
-    ("resnet51", ["unknown model 'resnet51'", "did you mean", "resnet50"]),
-    ("zzzzqqq", ["unknown model 'zzzzqqq'", "package.module:factory"]),  # no close name: say what works
-], ids=["close names suggested", "no close name"])
-def test_unknown_model(capsys: pytest.CaptureFixture[str], db: Path, model: str, needles: list[Any]) -> None:
+
+@pytest.mark.parametrize(
+    "model, needles",
+    [
+        ("resnet51", ["unknown model 'resnet51'", "did you mean", "resnet50"]),
+        (
+            "zzzzqqq",
+            ["unknown model 'zzzzqqq'", "package.module:factory"],
+        ),  # no close name: say what works
+    ],
+    ids=["close names suggested", "no close name"],
+)
+def test_unknown_model(
+    capsys: pytest.CaptureFixture[str], db: Path, model: str, needles: list[Any]
+) -> None:
     code, _, err = tune(capsys, db, model, "--batch-size", "8")
     one_line_error(code, err, *needles)
     assert not db.exists()
 
 
-@pytest.mark.parametrize("value, needle", [("0", "must be positive, got 0"), ("-1", "must be positive, got -1"),
-                                           ("abc", "expected a whole number, got 'abc'")])
-def test_bad_micro_batch(capsys: pytest.CaptureFixture[str], db: Path, value: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        ("0", "must be positive, got 0"),
+        ("-1", "must be positive, got -1"),
+        ("abc", "expected a whole number, got 'abc'"),
+    ],
+)
+def test_bad_micro_batch(
+    capsys: pytest.CaptureFixture[str], db: Path, value: str, needle: str
+) -> None:
     code, _, err = tune(capsys, db, "resnet18", "--batch-size", value)
     one_line_error(code, err, "--batch-size", needle)
     assert not db.exists()
@@ -72,18 +90,38 @@ def test_bad_micro_batch(capsys: pytest.CaptureFixture[str], db: Path, value: st
 #: (flag, file name, its text or None for a file that is not there, what the error line names
 #: besides the file)
 FILES = {
-    "malformed baseline": ("--baseline", "base.toml", '[config]\nprecision = "16.16\n', ["malformed TOML", "line 2"]),
-    "malformed space": ("--space", "space.toml", "[knobs]\nprecision = [\n", ["malformed TOML", "line 2"]),
-    "unknown config key": ("--baseline", "base.toml", '[config]\nprecison = "16.16"\n',
-                           ["unknown key 'precison'", "did you mean 'precision'"]),
-    "unknown space knob": ("--space", "space.toml", "[knobs]\ngradient_accumulaton = [4]\n",
-                           ["unknown knob 'gradient_accumulaton'", "did you mean 'gradient_accumulation'"]),
+    "malformed baseline": (
+        "--baseline",
+        "base.toml",
+        '[config]\nprecision = "16.16\n',
+        ["malformed TOML", "line 2"],
+    ),
+    "malformed space": (
+        "--space",
+        "space.toml",
+        "[knobs]\nprecision = [\n",
+        ["malformed TOML", "line 2"],
+    ),
+    "unknown config key": (
+        "--baseline",
+        "base.toml",
+        '[config]\nprecison = "16.16"\n',
+        ["unknown key 'precison'", "did you mean 'precision'"],
+    ),
+    "unknown space knob": (
+        "--space",
+        "space.toml",
+        "[knobs]\ngradient_accumulaton = [4]\n",
+        ["unknown knob 'gradient_accumulaton'", "did you mean 'gradient_accumulation'"],
+    ),
     "missing baseline": ("--baseline", "nope.toml", None, ["no such file"]),
 }
 
 
 @pytest.mark.parametrize("case", FILES, ids=list(FILES))
-def test_a_bad_file_is_named_with_what_is_wrong(capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, case: Any) -> None:
+def test_a_bad_file_is_named_with_what_is_wrong(
+    capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, case: Any
+) -> None:
     flag, name, text, needles = FILES[case]
     path = write(in_tmp / name, text) if text is not None else str(in_tmp / name)
     code, _, err = tune(capsys, db, *MODEL, flag, path)
@@ -96,41 +134,80 @@ def test_a_bad_file_is_named_with_what_is_wrong(capsys: pytest.CaptureFixture[st
 PIPE2 = 'ipus_per_replica = 2\nsplits = ["layer3"]\ngradient_accumulation = 3\n'
 RULES = {
     # ipus_per_replica * replicas <= ipus
-    "ipus": ('ipus_per_replica = 2\nreplicas = 2\nsplits = ["layer3"]\ngradient_accumulation = 3\n', [],
-             ["needs 4 IPUs", "replicas 2", "the problem has 2", "raise --ipus"]),
+    "ipus": (
+        'ipus_per_replica = 2\nreplicas = 2\nsplits = ["layer3"]\ngradient_accumulation = 3\n',
+        [],
+        ["needs 4 IPUs", "replicas 2", "the problem has 2", "raise --ipus"],
+    ),
     # len(splits) == ipus_per_replica - 1
-    "split count": ('ipus_per_replica = 2\nsplits = []\ngradient_accumulation = 3\n', [],
-                    ["0 split(s) for ipus_per_replica 2", "N-1 splits"]),
+    "split count": (
+        "ipus_per_replica = 2\nsplits = []\ngradient_accumulation = 3\n",
+        [],
+        ["0 split(s) for ipus_per_replica 2", "N-1 splits"],
+    ),
     # splits in execution order
-    "split order": ('ipus_per_replica = 4\nsplits = ["layer4", "layer2", "layer3"]\ngradient_accumulation = 7\n',
-                    ["--ipus", "4"], ["out of execution order", "in the order the modules run"]),
+    "split order": (
+        'ipus_per_replica = 4\nsplits = ["layer4", "layer2", "layer3"]\ngradient_accumulation = 7\n',
+        ["--ipus", "4"],
+        ["out of execution order", "in the order the modules run"],
+    ),
     # one AMP value per IPU of a replica
-    "amp count": (PIPE2 + "available_memory_proportion = [0.5]\n", [],
-                  ["available_memory_proportion has 1 value(s)", "one per IPU"]),
+    "amp count": (
+        PIPE2 + "available_memory_proportion = [0.5]\n",
+        [],
+        ["available_memory_proportion has 1 value(s)", "one per IPU"],
+    ),
     # each AMP in (0, 1]
-    "amp range": (PIPE2 + "available_memory_proportion = [0.5, 1.5]\n", [],
-                  ["available_memory_proportion[1] = 1.5 is outside (0, 1]"]),
+    "amp range": (
+        PIPE2 + "available_memory_proportion = [0.5, 1.5]\n",
+        [],
+        ["available_memory_proportion[1] = 1.5 is outside (0, 1]"],
+    ),
     # pipelined training: gradient_accumulation >= 2 * ipus_per_replica - 1
-    "pipeline accumulation": ('ipus_per_replica = 2\nsplits = ["layer3"]\ngradient_accumulation = 2\n', [],
-                              ["needs gradient_accumulation >= 3", "got 2"]),
+    "pipeline accumulation": (
+        'ipus_per_replica = 2\nsplits = ["layer3"]\ngradient_accumulation = 2\n',
+        [],
+        ["needs gradient_accumulation >= 3", "got 2"],
+    ),
     # io_tiles even in [32, 192]
-    "io tiles range": ("io_tiles = 33\nexecution = \"sharded\"\n", [], ["io_tiles must be 0 or an even number in [32, 192]"]),
+    "io tiles range": (
+        'io_tiles = 33\nexecution = "sharded"\n',
+        [],
+        ["io_tiles must be 0 or an even number in [32, 192]"],
+    ),
     # io_tiles not with pipelined execution
-    "io tiles pipelined": (PIPE2 + "io_tiles = 32\n", [], ["io_tiles need execution = \"sharded\""]),
+    "io tiles pipelined": (PIPE2 + "io_tiles = 32\n", [], ['io_tiles need execution = "sharded"']),
     # automatic loss scaling only with fp16 weights
-    "auto loss scaling": ('precision = "16.32"\nloss_scaling = "auto"\n', [], ['"auto" needs fp16 weights']),
+    "auto loss scaling": (
+        'precision = "16.32"\nloss_scaling = "auto"\n',
+        [],
+        ['"auto" needs fp16 weights'],
+    ),
     # replicated tensor sharding only with replicas > 1
-    "sharding": ("replicated_tensor_sharding = true\n", [], ["replicated_tensor_sharding needs replicas > 1"]),
+    "sharding": (
+        "replicated_tensor_sharding = true\n",
+        [],
+        ["replicated_tensor_sharding needs replicas > 1"],
+    ),
     # on hardware PopTorch reserves a power of two of IPUs (autoRoundNumIPUs): they must exist
-    "power of two": ('ipus_per_replica = 2\nsplits = ["layer3"]\nreplicas = 3\n',
-                     ["--ipus", "6"], ["uses 6 IPUs", "power of two: 8", "the problem has 6"]),
+    "power of two": (
+        'ipus_per_replica = 2\nsplits = ["layer3"]\nreplicas = 3\n',
+        ["--ipus", "6"],
+        ["uses 6 IPUs", "power of two: 8", "the problem has 6"],
+    ),
     # a fixed global batch
-    "global batch": ("gradient_accumulation = 3\n", ["--global-batch", "64"], ["global batch is fixed at 64", "= 24"]),
+    "global batch": (
+        "gradient_accumulation = 3\n",
+        ["--global-batch", "64"],
+        ["global batch is fixed at 64", "= 24"],
+    ),
 }
 
 
 @pytest.mark.parametrize("rule", RULES, ids=list(RULES))
-def test_a_baseline_breaking_a_rule_names_the_rule(capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, rule: Any) -> None:
+def test_a_baseline_breaking_a_rule_names_the_rule(
+    capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, rule: Any
+) -> None:
     text, flags, needles = RULES[rule]
     path = write(in_tmp / "base.toml", "[config]\n" + text)
     code, _, err = tune(capsys, db, *MODEL, *flags, "--baseline", path)
@@ -140,16 +217,32 @@ def test_a_baseline_breaking_a_rule_names_the_rule(capsys: pytest.CaptureFixture
 
 #: baselines the problem or the model rejects (not a rule of the config alone): text, flags, needles
 REJECTED = {
-    "fewer IPUs than it needs": (PIPE2, ["--ipus", "1"], ["needs 2 IPUs", "the problem has 1", "raise --ipus"]),
-    "split not a module": ('ipus_per_replica = 2\nsplits = ["layer3.9"]\ngradient_accumulation = 3\n', [],
-                           ["split 'layer3.9' is not a module of the model that runs in the forward pass", "closest:", "layer3.0"]),
-    "split not a path": ("ipus_per_replica = 2\nsplits = [\"layer3'); import os; ('\"]\ngradient_accumulation = 3\n",
-                         [], ["is not a module path"]),
+    "fewer IPUs than it needs": (
+        PIPE2,
+        ["--ipus", "1"],
+        ["needs 2 IPUs", "the problem has 1", "raise --ipus"],
+    ),
+    "split not a module": (
+        'ipus_per_replica = 2\nsplits = ["layer3.9"]\ngradient_accumulation = 3\n',
+        [],
+        [
+            "split 'layer3.9' is not a module of the model that runs in the forward pass",
+            "closest:",
+            "layer3.0",
+        ],
+    ),
+    "split not a path": (
+        "ipus_per_replica = 2\nsplits = [\"layer3'); import os; ('\"]\ngradient_accumulation = 3\n",
+        [],
+        ["is not a module path"],
+    ),
 }
 
 
 @pytest.mark.parametrize("case", REJECTED, ids=list(REJECTED))
-def test_a_baseline_the_problem_or_model_rejects(capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, case: Any) -> None:
+def test_a_baseline_the_problem_or_model_rejects(
+    capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, case: Any
+) -> None:
     text, flags, needles = REJECTED[case]
     path = write(in_tmp / "base.toml", "[config]\n" + text)
     code, _, err = tune(capsys, db, *MODEL, *flags, "--baseline", path)
@@ -159,13 +252,26 @@ def test_a_baseline_the_problem_or_model_rejects(capsys: pytest.CaptureFixture[s
 
 # --- search spaces that leave nothing to search ---------------------------------------------------
 
-@pytest.mark.parametrize("text, needles", [
-    ("[knobs]\nprecision = []\n", ["precision has no values", "give at least one"]),
-    ("[knobs]\nipus_per_replica = [4]\n", ["no IPU layout fits", "--ipus"]),
-    ("[knobs]\nipus_per_replica = [1]\nrecompute = \"pipeline\"\n", ["no valid value for recompute"]),
-    ('[knobs]\nprecision = "16.32"\nloss_scaling = "auto"\n', ["no valid value for loss_scaling"]),
-], ids=["empty list", "no layout", "no recompute mode", "no loss scale"])
-def test_empty_search_space(capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, text: str, needles: list[Any]) -> None:
+
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("[knobs]\nprecision = []\n", ["precision has no values", "give at least one"]),
+        ("[knobs]\nipus_per_replica = [4]\n", ["no IPU layout fits", "--ipus"]),
+        (
+            '[knobs]\nipus_per_replica = [1]\nrecompute = "pipeline"\n',
+            ["no valid value for recompute"],
+        ),
+        (
+            '[knobs]\nprecision = "16.32"\nloss_scaling = "auto"\n',
+            ["no valid value for loss_scaling"],
+        ),
+    ],
+    ids=["empty list", "no layout", "no recompute mode", "no loss scale"],
+)
+def test_empty_search_space(
+    capsys: pytest.CaptureFixture[str], db: Path, in_tmp: Any, text: str, needles: list[Any]
+) -> None:
     path = write(in_tmp / "space.toml", text)
     code, _, err = tune(capsys, db, *MODEL, "--space", path)
     one_line_error(code, err, *needles)
@@ -174,9 +280,20 @@ def test_empty_search_space(capsys: pytest.CaptureFixture[str], db: Path, in_tmp
 
 # --- storage -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("url", ["foo", "http://x", "sqlite:", "journal:///no/such/folder/s.journal",
-                                 "sqlite:///no/such/folder/s.db"])
-def test_storage_url_that_cannot_work(capsys: pytest.CaptureFixture[str], in_tmp: Any, url: str) -> None:
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "foo",
+        "http://x",
+        "sqlite:",
+        "journal:///no/such/folder/s.journal",
+        "sqlite:///no/such/folder/s.db",
+    ],
+)
+def test_storage_url_that_cannot_work(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any, url: str
+) -> None:
     start = time.monotonic()
     code, _, err = run_cli(capsys, *MODEL, "--storage", url)
     one_line_error(code, err, "storage")
@@ -185,7 +302,9 @@ def test_storage_url_that_cannot_work(capsys: pytest.CaptureFixture[str], in_tmp
 
 
 @pytest.mark.slow
-def test_unreachable_postgres_fails_fast_without_the_password(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
+def test_unreachable_postgres_fails_fast_without_the_password(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any
+) -> None:
     start = time.monotonic()
     code, out, err = run_cli(capsys, *MODEL, "--storage", "postgresql://u:secret@127.0.0.1:1/db")
     line = one_line_error(code, err, "unreachable", "postgresql://u:***@127.0.0.1:1/db")
@@ -193,20 +312,27 @@ def test_unreachable_postgres_fails_fast_without_the_password(capsys: pytest.Cap
     assert time.monotonic() - start < 60
 
 
-def test_unparsable_postgres_url_without_the_password(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
+def test_unparsable_postgres_url_without_the_password(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any
+) -> None:
     code, out, err = run_cli(capsys, *MODEL, "--storage", "postgresql://u:secret@host:port/db")
     one_line_error(code, err, "cannot be parsed")
     assert "secret" not in out + err
 
 
-@pytest.mark.parametrize("command", [["show", "--study", "x"], ["studies"], ["export", "--study", "x"]])
-def test_read_commands_on_an_unreachable_postgres_hide_the_password(capsys: pytest.CaptureFixture[str], in_tmp: Any, command: list[Any]) -> None:
+@pytest.mark.parametrize(
+    "command", [["show", "--study", "x"], ["studies"], ["export", "--study", "x"]]
+)
+def test_read_commands_on_an_unreachable_postgres_hide_the_password(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any, command: list[Any]
+) -> None:
     code, out, err = run_cli(capsys, *command, "--storage", "postgresql://u:secret@127.0.0.1:1/db")
     one_line_error(code, err, "unreachable")
     assert "secret" not in out + err
 
 
 # --- resuming ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_resuming_with_a_different_problem(capsys: pytest.CaptureFixture[str], db: Path) -> None:
@@ -218,8 +344,13 @@ def test_resuming_with_a_different_problem(capsys: pytest.CaptureFixture[str], d
     before = storage_snapshot(db)
     assert before == [(problem.slug, None, None)]
     code, _, err = tune(capsys, db, "resnet18", "--batch-size", "16", "--study", problem.slug)
-    one_line_error(code, err, f"study '{problem.slug}' holds a different problem", "batch_size 8 -> 16",
-                   "resume with the same options or pick a new --study name")
+    one_line_error(
+        code,
+        err,
+        f"study '{problem.slug}' holds a different problem",
+        "batch_size 8 -> 16",
+        "resume with the same options or pick a new --study name",
+    )
     assert storage_snapshot(db) == before
 
 
@@ -234,7 +365,9 @@ def test_a_study_name_used_by_another_tool(capsys: pytest.CaptureFixture[str], d
     assert storage_snapshot(db) == before
 
 
-def test_export_of_a_missing_study_lists_the_ones_there(capsys: pytest.CaptureFixture[str], db: Path) -> None:
+def test_export_of_a_missing_study_lists_the_ones_there(
+    capsys: pytest.CaptureFixture[str], db: Path
+) -> None:
     from ipu_autotune.study import records as st
     from ipu_autotune.study.storage import open_storage
 

@@ -22,11 +22,18 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def run(script: str, *args: str) -> str:
-    out = subprocess.run([sys.executable, str(BENCHMARKS / script), *args],
-                         capture_output=True, text=True, check=False, timeout=900)  # a loaded machine: minutes
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )  # a loaded machine: minutes
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
-    assert re.search(r"^machine: \d+ cores, .+; Python [\d.]+, torch .+, optuna [\d.]+", text, re.MULTILINE), text[:500]
+    assert re.search(
+        r"^machine: \d+ cores, .+; Python [\d.]+, torch .+, optuna [\d.]+", text, re.MULTILINE
+    ), text[:500]
     assert f"command: python benchmarks/{script} {' '.join(args)}".rstrip() in text
     assert re.search(r"^wall time: \d+ s", text, re.MULTILINE)
     return text
@@ -37,7 +44,7 @@ def table(text: str, heading: str) -> list[dict[str, str]]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("## " + heading))
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("## "):
             break
         if line.startswith("|"):
@@ -57,10 +64,17 @@ def number(cell: str) -> float:
 def test_search_efficiency_quick(tmp_path: Path) -> None:
     saved = tmp_path / "runs.json"
     # one seed, budget 10: the tables' shape and sanity, at a fifth of --quick's guided compiles
-    text = run("search_efficiency.py", "--quick", "--seeds", "1", "--budget", "10", "--json", str(saved))
+    text = run(
+        "search_efficiency.py", "--quick", "--seeds", "1", "--budget", "10", "--json", str(saved)
+    )
     # --report prints the same tables from the saved results, running nothing
-    again = subprocess.run([sys.executable, str(BENCHMARKS / "search_efficiency.py"), "--report", str(saved)],
-                           capture_output=True, text=True, check=False, timeout=120)
+    again = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "search_efficiency.py"), "--report", str(saved)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     for heading in ("Compiles", "Targets", "Simulated hours", "Stopping rule"):
         assert table(again.stdout, heading) == table(text, heading), heading
@@ -72,7 +86,12 @@ def test_search_efficiency_quick(tmp_path: Path) -> None:
         assert number(p["best known (median samples/s)"]) > 0
 
     rows = table(text, "Compiles")
-    assert [r["strategy"] for r in rows] == ["random", "tpe", "ipu-autotune", "ipu-autotune --jobs 4"] * 2
+    assert [r["strategy"] for r in rows] == [
+        "random",
+        "tpe",
+        "ipu-autotune",
+        "ipu-autotune --jobs 4",
+    ] * 2
     for r in rows:
         for key in ("to first fit", "to within 5%"):
             v = r[key]
@@ -84,22 +103,39 @@ def test_search_efficiency_quick(tmp_path: Path) -> None:
     assert number(rows[0]["screened/run"]) == 0  # only the tuner screens
 
     ratios = table(text, "Ratios")
-    assert {r["comparison"] for r in ratios} == {"tpe vs random", "ipu-autotune vs random", "ipu-autotune vs tpe"}
+    assert {r["comparison"] for r in ratios} == {
+        "tpe vs random",
+        "ipu-autotune vs random",
+        "ipu-autotune vs tpe",
+    }
     targets = table(text, "Targets")
     assert [r["tuner"] for r in targets] == ["ipu-autotune"] * 2
     assert all(r["first fit <= 2"] in ("met", "not met") for r in targets)
     assert all(r[">= 3x vs tpe"] in ("met", "not met", "undecided") for r in targets)
     hours = table(text, "Simulated hours")
     assert [r["workers"] for r in hours] == ["ipu-autotune --jobs 1", "ipu-autotune --jobs 4"] * 2
-    assert all(r["hours to within 5%"] == "never" or number(r["hours to within 5%"]) > 0 for r in hours)
-    for r in hours:  # the fastest compile within 5% that exists is never slower than the one --jobs 1 used
+    assert all(
+        r["hours to within 5%"] == "never" or number(r["hours to within 5%"]) > 0 for r in hours
+    )
+    for r in (
+        hours
+    ):  # the fastest compile within 5% that exists is never slower than the one --jobs 1 used
         if r["floor"] != "-":
-            assert r["reachable floor"] != "-" and 0 < number(r["reachable floor"]) <= number(r["floor"]), r
-    whole = re.search(r"--jobs 4 took ([\d.]+) simulated hours to within 5% where --jobs 1 took ([\d.]+): "
-                      r"\*\*([\d.]+)x\*\*", text)
+            assert r["reachable floor"] != "-" and 0 < number(r["reachable floor"]) <= number(
+                r["floor"]
+            ), r
+    whole = re.search(
+        r"--jobs 4 took ([\d.]+) simulated hours to within 5% where --jobs 1 took ([\d.]+): "
+        r"\*\*([\d.]+)x\*\*",
+        text,
+    )
     if whole:  # both got within 5% on some seed; the hours are printed to 0.1, the ratio to 0.01
         four, one, ratio = (float(g) for g in whole.groups())
-        assert (four - 0.05) / (one + 0.05) - 0.005 <= ratio <= (four + 0.05) / max(one - 0.05, 1e-9) + 0.005
+        assert (
+            (four - 0.05) / (one + 0.05) - 0.005
+            <= ratio
+            <= (four + 0.05) / max(one - 0.05, 1e-9) + 0.005
+        )
     stops = table(text, "Stopping rule")
     assert [r["problem"] for r in stops] == labels
 
@@ -108,8 +144,9 @@ def test_search_efficiency_quick(tmp_path: Path) -> None:
 def test_tuner_overhead_quick() -> None:
     text = run("tuner_overhead.py", "--quick", "--trials", "20")
     rows = table(text, "Mean wall time per trial")
-    assert [r["storage, sampler"] for r in rows] == [f"{s}, {k}" for k in ("windowed", "full")
-                                                      for s in ("sqlite", "journal", "memory")]
+    assert [r["storage, sampler"] for r in rows] == [
+        f"{s}, {k}" for k in ("windowed", "full") for s in ("sqlite", "journal", "memory")
+    ]
     for r in rows:
         for key in ("trials 1-10", "trials 11-20", "all 20"):
             ms = number(r[key])
@@ -129,17 +166,32 @@ def test_estimator_speed_quick() -> None:
         assert int(r["units"]) > 2 and int(r["ops"]) > 10
         assert number(r["first trace s"]) > 0 and number(r["second trace s"]) > 0
         assert 0 < number(r["estimate median ms"]) <= number(r["max ms"])
-    assert re.search(r"^Target: one resnet101 estimate after tracing under 5 ms: median [\d.]+ ms", text, re.MULTILINE)
+    assert re.search(
+        r"^Target: one resnet101 estimate after tracing under 5 ms: median [\d.]+ ms",
+        text,
+        re.MULTILINE,
+    )
     assert len(table(text, "Ratios")) == 2
 
 
 @pytest.mark.slow
 def test_storage_writes_counts_both_storages() -> None:
-    out = subprocess.run([sys.executable, str(BENCHMARKS / "storage_writes.py"), "--trials", "3"],
-                         capture_output=True, text=True, check=False, timeout=900)  # a loaded machine: minutes
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "storage_writes.py"), "--trials", "3"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )  # a loaded machine: minutes
     assert out.returncode == 0, out.stderr[-3000:]
     assert "$ python benchmarks/storage_writes.py --trials 3" in out.stdout
-    found = dict(re.findall(r"^\s*(sqlite|journal): .* for 3 trials = ([\d.]+) per trial$", out.stdout, re.MULTILINE))
+    found = dict(
+        re.findall(
+            r"^\s*(sqlite|journal): .* for 3 trials = ([\d.]+) per trial$",
+            out.stdout,
+            re.MULTILINE,
+        )
+    )
     assert set(found) == {"sqlite", "journal"}, out.stdout
     assert all(0 < float(v) <= 4.0 for v in found.values()), found
 
@@ -147,14 +199,19 @@ def test_storage_writes_counts_both_storages() -> None:
 @pytest.mark.slow
 def test_random_ipus_quick() -> None:
     text = run("random_ipus.py", "--quick", "--draws", "1")
-    assert re.search(r"^draw set: develop \(ids 10000-10000; develop on these\)", text, re.MULTILINE)
+    assert re.search(
+        r"^draw set: develop \(ids 10000-10000; develop on these\)", text, re.MULTILINE
+    )
     problems = table(text, "Problems and draws")
     assert [p["problem"] for p in problems] == ["resnet101-mb64-64px-2ipu"]
     assert problems[0]["draws"] == "1"
     fits = int(problems[0]["draws with a fit (runs counted)"].split("/")[0])
     rows = table(text, "Compiles")
     assert [(r["problem"], r["strategy"]) for r in rows] == [
-        (p, s) for p in ("resnet101-mb64-64px-2ipu", "all problems") for s in ("ipu-autotune", "tpe")]
+        (p, s)
+        for p in ("resnet101-mb64-64px-2ipu", "all problems")
+        for s in ("ipu-autotune", "tpe")
+    ]
     for r in rows:
         within, runs = re.fullmatch(r"(\d+)/(\d+) \(\d+%\)", r["within 5% in <= 10"]).groups()
         assert int(runs) == fits and int(within) <= fits
@@ -180,17 +237,28 @@ def test_random_hidden_draws_are_fixed_and_the_sets_disjoint() -> None:
     draws = [draw(i) for i in draw_ids("develop", 40)]
     assert all(len(d.strengths) >= MIN_MECHANISMS for d in draws)
     assert all(STRENGTH[0] <= s <= STRENGTH[1] for d in draws for s in d.strengths.values())
-    assert len({tuple(sorted(d.strengths)) for d in draws}) > 20  # mechanisms differ from draw to draw
+    assert (
+        len({tuple(sorted(d.strengths)) for d in draws}) > 20
+    )  # mechanisms differ from draw to draw
 
 
 @pytest.mark.slow
 def test_random_ipus_knobs_quick() -> None:
     text = run("random_ipus.py", "--quick", "--draws", "1", "--family", "knobs")
-    assert re.search(r"^draw set: develop \(ids 30000-30000; develop on these\); family: knobs;", text, re.MULTILINE)
-    fits = int(table(text, "Problems and draws")[0]["draws with a fit (runs counted)"].split("/")[0])
+    assert re.search(
+        r"^draw set: develop \(ids 30000-30000; develop on these\); family: knobs;",
+        text,
+        re.MULTILINE,
+    )
+    fits = int(
+        table(text, "Problems and draws")[0]["draws with a fit (runs counted)"].split("/")[0]
+    )
     rows = table(text, "Compiles")
     assert [(r["problem"], r["strategy"]) for r in rows] == [
-        (p, s) for p in ("resnet101-mb64-64px-2ipu", "all problems") for s in ("ipu-autotune", "tpe", "gp")]
+        (p, s)
+        for p in ("resnet101-mb64-64px-2ipu", "all problems")
+        for s in ("ipu-autotune", "tpe", "gp")
+    ]
     for r in rows:
         within, runs = re.fullmatch(r"(\d+)/(\d+) \(\d+%\)", r["within 5% in <= 10"]).groups()
         assert int(runs) == fits and int(within) <= fits
@@ -198,10 +266,14 @@ def test_random_ipus_knobs_quick() -> None:
         assert 0.0 <= number(r["best@10 (median)"]) <= 1.0
     targets = table(text, "Targets (issue 41")
     assert list(targets[0]) == ["problem", ">= 90% in <= 10", "median <= 3", "stop right >= 90%"]
-    assert all(t[k] in ("met", "not met") for t in targets for k in (">= 90% in <= 10", "median <= 3"))
+    assert all(
+        t[k] in ("met", "not met") for t in targets for k in (">= 90% in <= 10", "median <= 3")
+    )
     said, runs = map(int, table(text, "Stopping rule")[0]["runs where it said stop"].split("/"))
     assert runs == fits and said <= runs
-    assert targets[0]["stop right >= 90%"] in (("met", "not met") if said else ("- (never said stop)",))
+    assert targets[0]["stop right >= 90%"] in (
+        ("met", "not met") if said else ("- (never said stop)",)
+    )
     picks = table(text, "The chance to fit of what the guide compiled")
     assert [p["chance to fit"] for p in picks] == ["0.0-0.5", "0.5-0.8", "0.8-0.9", "0.9-1.0"]
     # the baseline is enqueued, not the guide's pick: at most 9 of the budget of 10
@@ -218,22 +290,41 @@ def test_knob_response_draws_are_fixed_every_knob_acts_within_30_percent() -> No
     import search_efficiency as se
     from ipu_autotune.search.space import Range
 
-    develop, report = (set(random_hidden.draw_ids(s, 500, sets=knob_hidden.DRAW_SETS)) for s in ("develop", "report"))
-    structural = set(random_hidden.draw_ids("develop", 500)) | set(random_hidden.draw_ids("report", 500))
+    develop, report = (
+        set(random_hidden.draw_ids(s, 500, sets=knob_hidden.DRAW_SETS))
+        for s in ("develop", "report")
+    )
+    structural = set(random_hidden.draw_ids("develop", 500)) | set(
+        random_hidden.draw_ids("report", 500)
+    )
     assert not develop & report and not (develop | report) & structural
     problem = se.PROBLEMS["bert-base-sl128-mb8-4ipu"]
     a, b = knob_hidden.KnobResponse(30_007, problem), knob_hidden.KnobResponse(30_007, problem)
-    assert {"available_memory_proportion", "gradient_accumulation", "device_iterations", "precision", "recompute",
-            "optimizer_offload", "loader_mode", "splits", "embedding_serialization"} <= set(a.domains)
+    assert {
+        "available_memory_proportion",
+        "gradient_accumulation",
+        "device_iterations",
+        "precision",
+        "recompute",
+        "optimizer_offload",
+        "loader_mode",
+        "splits",
+        "embedding_serialization",
+    } <= set(a.domains)
     for knob, domain in a.domains.items():
-        values = ([domain.low + (domain.high - domain.low) * i / 20 for i in range(21)]
-                  if isinstance(domain, Range) else list(domain))
+        values = (
+            [domain.low + (domain.high - domain.low) * i / 20 for i in range(21)]
+            if isinstance(domain, Range)
+            else list(domain)
+        )
         ipu = (0,) if knob == "available_memory_proportion" else ()
         for target in knob_hidden.TARGETS:
             effects = [a.effect(knob, [v], target, knob, *ipu) for v in values]
             assert all(abs(e) <= 0.30 + 1e-9 for e in effects), (knob, target)
             assert max(effects) > min(effects), (knob, target)  # the knob acts
-            assert effects == [b.effect(knob, [v], target, knob, *ipu) for v in values]  # fixed by the id
+            assert effects == [
+                b.effect(knob, [v], target, knob, *ipu) for v in values
+            ]  # fixed by the id
     pairs = [len(knob_hidden.KnobResponse(d, problem).pairs) for d in range(30_000, 30_030)]
     assert set(pairs) <= {1, 2, 3} and len(set(pairs)) > 1
 
@@ -254,7 +345,10 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart() -> None
     from ipu_autotune.search.space import SearchSpace
 
     sets = (random_hidden.DRAW_SETS, knob_hidden.DRAW_SETS, region_hidden.DRAW_SETS)
-    ids = [[set(random_hidden.draw_ids(s, 500, sets=family)) for s in ("develop", "report")] for family in sets]
+    ids = [
+        [set(random_hidden.draw_ids(s, 500, sets=family)) for s in ("develop", "report")]
+        for family in sets
+    ]
     develop, report = ids[-1]
     assert not develop & report
     assert not (develop | report) & set().union(*ids[0], *ids[1])
@@ -264,9 +358,21 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart() -> None
         profile, space = profile_for(problem), SearchSpace.load(problem)
         baseline = naive_baseline(problem, profile)
         # ResNet-101's warm starts fit; BERT's baseline and its single changes are out of memory
-        warm = [p.config for p in proposals(problem, profile, space, baseline)] if key.startswith("resnet") else []
-        questions += [(problem, c) for c in dict.fromkeys(
-            [baseline, *warm, *(c for _, c in single_changes(space, problem, profile, baseline))])]
+        warm = (
+            [p.config for p in proposals(problem, profile, space, baseline)]
+            if key.startswith("resnet")
+            else []
+        )
+        questions += [
+            (problem, c)
+            for c in dict.fromkeys(
+                [
+                    baseline,
+                    *warm,
+                    *(c for _, c in single_changes(space, problem, profile, baseline)),
+                ]
+            )
+        ]
 
     def answers(ipu: Any, order: Any) -> Any:
         got = {}
@@ -277,14 +383,26 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart() -> None
 
     forward = answers(region_hidden.RegionHiddenIPU(50_005), range(len(questions)))
     assert any(feasible for feasible, *_ in forward.values())
-    assert forward == answers(region_hidden.RegionHiddenIPU(50_005), reversed(range(len(questions))))
+    assert forward == answers(
+        region_hidden.RegionHiddenIPU(50_005), reversed(range(len(questions)))
+    )
     assert forward != answers(region_hidden.RegionHiddenIPU(50_006), range(len(questions)))
     # and in another process, whatever its hash seed
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import region_hidden, search_efficiency as se; "
-            "print(region_hidden.described(region_hidden.draw_regions(50_005, se.PROBLEMS['bert-base-sl128-mb8-4ipu'])))")
-    out = subprocess.run([sys.executable, "-c", code, str(BENCHMARKS)], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONHASHSEED": "12345"}, check=True).stdout.strip()
-    assert out == str(region_hidden.described(region_hidden.draw_regions(50_005, questions[-1][0])))
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import region_hidden, search_efficiency as se; "
+        "print(region_hidden.described(region_hidden.draw_regions(50_005, se.PROBLEMS['bert-base-sl128-mb8-4ipu'])))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(BENCHMARKS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        check=True,
+    ).stdout.strip()
+    assert out == str(
+        region_hidden.described(region_hidden.draw_regions(50_005, questions[-1][0]))
+    )
 
 
 def test_regions_move_speed_and_memory_beyond_the_noise() -> None:
@@ -306,18 +424,29 @@ def test_regions_move_speed_and_memory_beyond_the_noise() -> None:
     baseline = naive_baseline(problem, profile)
     moved = {"speed": 0, "memory": 0}
     for draw_id in range(50_000, 50_005):
-        ipu, structural = region_hidden.RegionHiddenIPU(draw_id), random_hidden.RandomHiddenIPU(draw_id)
+        ipu, structural = (
+            region_hidden.RegionHiddenIPU(draw_id),
+            random_hidden.RandomHiddenIPU(draw_id),
+        )
         for r in ipu.regions(problem).regions:
-            assert len(r.conditions) in (2, 3) and len({c.knob for c in r.conditions}) == len(r.conditions)
+            assert len(r.conditions) in (2, 3) and len({c.knob for c in r.conditions}) == len(
+                r.conditions
+            )
             assert 0.5 <= r.speed <= 2.0 and r.memory
             assert all(0.6 <= f <= 1.4 for f in r.memory.values())
         screen = OracleScreen(problem, profile, ipu, space)
         starts = [baseline, *(p.config for p in proposals(problem, profile, space, baseline))]
-        configs = dict.fromkeys(starts + [c for s in starts for c in single_moves(space, screen, s)])
+        configs = dict.fromkeys(
+            starts + [c for s in starts for c in single_moves(space, screen, s)]
+        )
         speed = memory = False
         for c in configs:
             a, b = ipu.evaluate(problem, c), structural.evaluate(problem, c)
-            if a.feasible and b.feasible and abs(math.log(a.throughput / b.throughput)) > math.log(1.1):
+            if (
+                a.feasible
+                and b.feasible
+                and abs(math.log(a.throughput / b.throughput)) > math.log(1.1)
+            ):
                 speed = True
             if any(abs(x / y - 1) > 0.05 for x, y in zip(a.max_tile_bytes, b.max_tile_bytes)):
                 memory = True
@@ -336,8 +465,11 @@ def test_speed_coverage_quick() -> None:
         inside, counted = map(int, r["inside"].split("/"))
         assert 0 <= inside <= counted and counted >= 1
         assert number(r["median sd (log)"]) > 0
-    assert re.search(r"^the guide's misfit after the compiles \(guide/trust.py\), median \d+\.\d\d", text,
-                     re.MULTILINE)
+    assert re.search(
+        r"^the guide's misfit after the compiles \(guide/trust.py\), median \d+\.\d\d",
+        text,
+        re.MULTILINE,
+    )
 
 
 def test_oracle_walk_quick() -> None:
@@ -345,7 +477,8 @@ def test_oracle_walk_quick() -> None:
     rows = table(text, "Within 5 % of the best known")
     assert [(r["problem"], r["oracle"]) for r in rows] == [
         ("resnet101-mb64-64px-2ipu", o)
-        for o in ("greedy oracle", "pair oracle", "main-effects oracle", "guide or pair oracle")]
+        for o in ("greedy oracle", "pair oracle", "main-effects oracle", "guide or pair oracle")
+    ]
     for r in rows:
         within, runs = map(int, r["within 5% in <= 10"].split("/"))
         assert runs == 1 and within <= 1
@@ -380,11 +513,16 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     fits = [t for t in walked if t is not None]
     assert len(walked) >= 4 and fits, walked
     first_fit = walked.index(fits[0])
-    assert all(b > a for a, b in zip(walked[first_fit:], walked[first_fit + 1:])), walked
+    assert all(b > a for a, b in zip(walked[first_fit:], walked[first_fit + 1 :])), walked
     best = baseline
     for c in configs[1:]:
         steps = [knob_changes(best, s) for s in single_moves(space, screen, best)]
-        pairs = [{**a, **b} for i, a in enumerate(steps) for b in steps[i + 1:] if not a.keys() & b.keys()]
+        pairs = [
+            {**a, **b}
+            for i, a in enumerate(steps)
+            for b in steps[i + 1 :]
+            if not a.keys() & b.keys()
+        ]
         assert knob_changes(best, c) in steps + pairs
         assert screen_rank(screen(c)) > screen_rank(screen(best))
         best = c
@@ -418,11 +556,15 @@ def test_verify_speed_quick() -> None:
     assert "FP16 emulation:" in text and "the FP32 baseline's time per training sample" in text
     measured, extrapolated = table(text, "Total")
     assert number(measured["real (s)"]) > 0 and number(measured["estimate / real"]) > 0
-    assert extrapolated["K"] == "200" and number(extrapolated["real (s)"]) > number(measured["real (s)"])
+    assert extrapolated["K"] == "200" and number(extrapolated["real (s)"]) > number(
+        measured["real (s)"]
+    )
 
 
 @pytest.mark.slow
-def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The cache's key probes the baseline and its single changes; where all of them are out of
     # memory (BERT, ResNet-152) a change to the estimator's speed alone kept the same key.
     sys.path.insert(0, str(BENCHMARKS))
@@ -441,18 +583,25 @@ def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again
     assert measured  # fits: a best the cache can hold
     monkeypatch.setattr(se, "REFERENCE_CACHE", tmp_path)
     searches = []
-    monkeypatch.setattr(se, "best_known", lambda *a: searches.append(a) or (measured, "search", config))
+    monkeypatch.setattr(
+        se, "best_known", lambda *a: searches.append(a) or (measured, "search", config)
+    )
     assert se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 1
-    assert se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 1  # a hit
+    assert (
+        se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 1
+    )  # a hit
     (path,) = tmp_path.glob("*.json")
     stale = json.loads(path.read_text())
-    path.write_text(json.dumps({**stale, "reference": measured * 1.2}))  # same key, a best it no longer measures
+    path.write_text(
+        json.dumps({**stale, "reference": measured * 1.2})
+    )  # same key, a best it no longer measures
     assert se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 2
 
 
 @pytest.mark.slow
 def test_a_cached_best_known_is_searched_again_when_a_version_is_bumped(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The key holds the searches' version and the hidden IPU's (not the code's text): a bump
     of either misses."""
     sys.path.insert(0, str(BENCHMARKS))
@@ -468,7 +617,9 @@ def test_a_cached_best_known_is_searched_again_when_a_version_is_bumped(
     measured = oracle.evaluate(problem, config).throughput
     monkeypatch.setattr(se, "REFERENCE_CACHE", tmp_path)
     searches: list[object] = []
-    monkeypatch.setattr(se, "best_known", lambda *a: searches.append(a) or (measured, "search", config))
+    monkeypatch.setattr(
+        se, "best_known", lambda *a: searches.append(a) or (measured, "search", config)
+    )
     se.cached_best_known(problem, oracle, 0, 5, 1)
     se.cached_best_known(problem, oracle, 0, 5, 1)
     assert len(searches) == 1  # a hit
@@ -481,7 +632,9 @@ def test_a_cached_best_known_is_searched_again_when_a_version_is_bumped(
 
 
 @pytest.mark.slow
-def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sys.path.insert(0, str(BENCHMARKS))
     import reachable_floor as rf
     from common import HiddenIPU
@@ -499,7 +652,9 @@ def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_
     rf.cached_class_bests(problem, HiddenIPU(0), 0, config, 1, "same key")
     assert len(searches) == 1  # a hit
     faster = HiddenIPU(0)
-    faster.evaluate = lambda p, c: type("M", (), {"throughput": 2.0})()  # the same key, a reference that measures otherwise
+    faster.evaluate = lambda p, c: type(
+        "M", (), {"throughput": 2.0}
+    )()  # the same key, a reference that measures otherwise
     rf.cached_class_bests(problem, faster, 0, config, 1, "same key")
     assert len(searches) == 2
 
@@ -514,9 +669,20 @@ def test_guide_speed_compares_a_commit_with_itself() -> None:
     assert "same compiles in 1 of 1" in text
 
 
-def _saved_run(problem: str, draw: int, reference: float, compiles: list[Any], chances: list[Any] | None = None) -> dict[str, Any]:
+def _saved_run(
+    problem: str,
+    draw: int,
+    reference: float,
+    compiles: list[Any],
+    chances: list[Any] | None = None,
+) -> dict[str, Any]:
     run = {"compiles": compiles, **({"chances": chances} if chances is not None else {})}
-    return {"problem": problem, "draw": draw, "reference": reference, "runs": {"ipu-autotune": run}}
+    return {
+        "problem": problem,
+        "draw": draw,
+        "reference": reference,
+        "runs": {"ipu-autotune": run},
+    }
 
 
 def test_two_versions_of_the_guide_are_compared_on_the_draws_both_ran() -> None:
@@ -526,14 +692,26 @@ def test_two_versions_of_the_guide_are_compared_on_the_draws_both_ran() -> None:
     assert sign_test(0, 0) == 1.0
     assert sign_test(10, 0) == pytest.approx(2 / 2**10)  # ten wins in ten: p 0.002
     assert sign_test(7, 4) == sign_test(4, 7) > 0.5  # as often as chance gives it
-    a = [_saved_run("p", d, 100.0, [None, 50.0, 80.0]) for d in range(4)] + [_saved_run("q", 0, 100.0, [90.0])]
-    b = [_saved_run("p", 0, 100.0, [None, 95.0]), _saved_run("p", 1, 100.0, [79.5]),
-         _saved_run("p", 2, 120.0, [None, None, 60.0]), _saved_run("p", 9, 100.0, [100.0])]
+    a = [_saved_run("p", d, 100.0, [None, 50.0, 80.0]) for d in range(4)] + [
+        _saved_run("q", 0, 100.0, [90.0])
+    ]
+    b = [
+        _saved_run("p", 0, 100.0, [None, 95.0]),
+        _saved_run("p", 1, 100.0, [79.5]),
+        _saved_run("p", 2, 120.0, [None, None, 60.0]),
+        _saved_run("p", 9, 100.0, [100.0]),
+    ]
     rows = [line.split("|")[1:-1] for line in paired(a, b).splitlines()[2:]]
     p_row, everything = ([c.strip() for c in r] for r in rows)
     # draw 9 is B's alone and problem q A's alone: three pairs. Draw 2's best known is B's
     # larger one (120) for both: A 80/120, B 60/120, a loss; draw 1 a tie (within 0.01)
-    assert p_row[:5] == ["p", "3", f"{(0.8 + 0.8 + 80 / 120) / 3:.3f}", f"{(0.95 + 0.795 + 0.5) / 3:.3f}", "1 / 1 / 1"]
+    assert p_row[:5] == [
+        "p",
+        "3",
+        f"{(0.8 + 0.8 + 80 / 120) / 3:.3f}",
+        f"{(0.95 + 0.795 + 0.5) / 3:.3f}",
+        "1 / 1 / 1",
+    ]
     assert p_row[6:] == ["33%", "50%"]  # of the pairs' compiles, A: 3 of 9 did not fit; B: 3 of 6
     assert everything[1] == "3"
     with pytest.raises(ValueError, match="share no"):
@@ -544,25 +722,65 @@ def test_the_guides_picks_are_binned_by_the_chance_it_gave_them() -> None:
     sys.path.insert(0, str(BENCHMARKS))
     from guide_outcomes import chance_table
 
-    assert chance_table([_saved_run("p", 0, 100.0, [None, 50.0])]) is None  # saved before chances were kept
-    text = chance_table([_saved_run("p", 0, 100.0, [None, 50.0, None, 70.0, 60.0], [None, 0.95, 0.92, 1.0, 0.3])])
+    assert (
+        chance_table([_saved_run("p", 0, 100.0, [None, 50.0])]) is None
+    )  # saved before chances were kept
+    text = chance_table(
+        [_saved_run("p", 0, 100.0, [None, 50.0, None, 70.0, 60.0], [None, 0.95, 0.92, 1.0, 0.3])]
+    )
     assert text.startswith("2 of 5 compiles did not fit (40%).")
-    bins = {r[0].strip(): [c.strip() for c in r[1:]] for r in (line.split("|")[1:-1] for line in text.splitlines()[4:])}
-    assert bins["0.9-1.0"] == ["3", f"{(0.95 + 0.92 + 1.0) / 3:.2f}", "0.67"]  # the baseline (None) is not the guide's
+    bins = {
+        r[0].strip(): [c.strip() for c in r[1:]]
+        for r in (line.split("|")[1:-1] for line in text.splitlines()[4:])
+    }
+    assert bins["0.9-1.0"] == [
+        "3",
+        f"{(0.95 + 0.92 + 1.0) / 3:.2f}",
+        "0.67",
+    ]  # the baseline (None) is not the guide's
     assert bins["0.0-0.5"] == ["1", "0.30", "1.00"] and bins["0.8-0.9"] == ["0", "-", "-"]
 
 
 def test_compare_refuses_files_without_common_draws(tmp_path: Path) -> None:
     for name, draw in (("a.json", 0), ("b.json", 1)):
-        (tmp_path / name).write_text(json.dumps({"argv": [], "results": [_saved_run("p", draw, 1.0, [1.0])]}))
-    out = subprocess.run([sys.executable, str(BENCHMARKS / "random_ipus.py"), "--compare", str(tmp_path / "a.json"),
-                          str(tmp_path / "b.json")], capture_output=True, text=True, check=False, timeout=300)
+        (tmp_path / name).write_text(
+            json.dumps({"argv": [], "results": [_saved_run("p", draw, 1.0, [1.0])]})
+        )
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "random_ipus.py"),
+            "--compare",
+            str(tmp_path / "a.json"),
+            str(tmp_path / "b.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.startswith("error: the two files share no (problem, draw) pair") and out.stderr.count("\n") == 1
+    assert (
+        out.stderr.startswith("error: the two files share no (problem, draw) pair")
+        and out.stderr.count("\n") == 1
+    )
     (tmp_path / "c.json").write_text(json.dumps({"argv": []}))  # not a random_ipus.py --json file
-    out = subprocess.run([sys.executable, str(BENCHMARKS / "random_ipus.py"), "--compare", str(tmp_path / "a.json"),
-                          str(tmp_path / "c.json")], capture_output=True, text=True, check=False, timeout=300)
-    assert out.returncode == 2 and out.stderr.startswith("error: --compare reads two files written by random_ipus.py")
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "random_ipus.py"),
+            "--compare",
+            str(tmp_path / "a.json"),
+            str(tmp_path / "c.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert out.returncode == 2 and out.stderr.startswith(
+        "error: --compare reads two files written by random_ipus.py"
+    )
     assert out.stderr.count("\n") == 1
 
 

@@ -14,14 +14,21 @@ from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.profiles.trace import profile_for
 
-POINTS = tomllib.loads((Path(__file__).parent / "calibration" / "points.toml").read_text())["point"]
+POINTS = tomllib.loads((Path(__file__).parent / "calibration" / "points.toml").read_text())[
+    "point"
+]
 backend = EstimateBackend()
 
 
 def _cases(key: Any) -> Any:
     """Points with `key`; a point with `known_miss` is expected to fail, for that reason."""
-    return [pytest.param(p, id=p["id"], marks=pytest.mark.xfail(strict=True, reason=p["known_miss"]))
-            if "known_miss" in p else pytest.param(p, id=p["id"]) for p in POINTS if key in p]
+    return [
+        pytest.param(p, id=p["id"], marks=pytest.mark.xfail(strict=True, reason=p["known_miss"]))
+        if "known_miss" in p
+        else pytest.param(p, id=p["id"])
+        for p in POINTS
+        if key in p
+    ]
 
 
 def load(point: Any) -> Any:
@@ -55,7 +62,9 @@ def test_throughput_within_published_band(point: Any) -> None:
     got *= point.get("packing_factor", 1.0)  # published sequences/s of packed samples
     ratio = got / point["throughput"]
     low, high = point.get("band", (0.7, 1.4))
-    assert low <= ratio <= high, f"estimated {got:.0f}/s ({scope}) is {ratio:.2f}x the published figure"
+    assert low <= ratio <= high, (
+        f"estimated {got:.0f}/s ({scope}) is {ratio:.2f}x the published figure"
+    )
 
 
 STEPS = [p for p in POINTS if "step_of" in p]
@@ -68,14 +77,24 @@ def test_each_workshop_step_moves_like_the_measurement(point: Any) -> None:
     by_id = {p["id"]: p for p in POINTS}
     before = by_id[point["step_of"]]
     measured = point["throughput"] / before["throughput"]
-    estimated = backend.measure(*load(point)).throughput / backend.measure(*load(before)).throughput
-    assert (estimated > 1) == (measured > 1), f"estimated {estimated:.2f}x, measured {measured:.2f}x"
-    assert 0.6 <= estimated / measured <= 1.6, f"estimated {estimated:.2f}x, measured {measured:.2f}x"
+    estimated = (
+        backend.measure(*load(point)).throughput / backend.measure(*load(before)).throughput
+    )
+    assert (estimated > 1) == (measured > 1), (
+        f"estimated {estimated:.2f}x, measured {measured:.2f}x"
+    )
+    assert 0.6 <= estimated / measured <= 1.6, (
+        f"estimated {estimated:.2f}x, measured {measured:.2f}x"
+    )
 
 
 def test_the_workshop_steps_are_all_checked() -> None:
     assert [p["id"] for p in POINTS if p.get("scope") == "end_to_end"] == [
-        "seed-epoch-ga8", "seed-epoch-ga8-di4", "seed-epoch-ga8-di4-8bit", "seed-epoch-ga8-di4-8bit-async"]
+        "seed-epoch-ga8",
+        "seed-epoch-ga8-di4",
+        "seed-epoch-ga8-di4-8bit",
+        "seed-epoch-ga8-di4-8bit-async",
+    ]
     assert len(STEPS) == 3
 
 
@@ -85,7 +104,10 @@ def test_workshop_runs_are_host_bound_and_the_async_loader_moves_the_bottleneck_
     assert by_id["seed-epoch-ga8-di4"].bottleneck == "host input"
     assert by_id["seed-epoch-ga8-di4"].bottleneck_share > 0.8
     assert by_id["seed-epoch-ga8-di4-8bit-async"].bottleneck == "host input"
-    assert by_id["seed-epoch-ga8-di4-8bit"].device_throughput > 2 * by_id["seed-epoch-ga8-di4-8bit"].throughput
+    assert (
+        by_id["seed-epoch-ga8-di4-8bit"].device_throughput
+        > 2 * by_id["seed-epoch-ga8-di4-8bit"].throughput
+    )
 
 
 @pytest.mark.parametrize("point", [p for p in POINTS if "relative" in p], ids=lambda p: p["id"])
@@ -93,7 +115,9 @@ def test_fp16_over_fp32_memory_ratio(point: Any) -> None:
     problem, config = load(point)
     rel = point["relative"]
     assert rel["metric"] == "required_bytes(16.16) / required_bytes(32.32)"
-    fp32 = config.replace(precision="32.32", optimizer_state="float", loss_scaling=1.0, stochastic_rounding=False)
+    fp32 = config.replace(
+        precision="32.32", optimizer_state="float", loss_scaling=1.0, stochastic_rounding=False
+    )
     half = sum(backend.measure(problem, config).required_bytes)
     full = sum(backend.measure(problem, fp32).required_bytes)
     assert abs(half / full - rel["value"]) <= rel["tolerance"], f"ratio {half / full:.3f}"
@@ -120,7 +144,9 @@ def test_the_workshop_traces_pay_for_each_weight_update() -> None:
     """seed-trace-ga3 and -ga8 (PopVision): 8 micro-batches per update run 1.68x the img/s of 3,
     because each update costs about four micro-batches' time (UPDATE_OPS_PER_TENSOR, update_op_s).
     Without that per-update cost the estimate's ratio was 1.27."""
-    by_id = {p["id"]: backend.measure(*load(p)) for p in POINTS if p["id"].startswith("seed-trace-")}
+    by_id = {
+        p["id"]: backend.measure(*load(p)) for p in POINTS if p["id"].startswith("seed-trace-")
+    }
     ratio = by_id["seed-trace-ga8"].device_throughput / by_id["seed-trace-ga3"].device_throughput
     assert 1.35 <= ratio <= 2.1, f"GA 8 / GA 3 estimated {ratio:.2f}, traced 1.68"
     assert by_id["seed-trace-ga3"].details["time_parts"]["weight_update"] > 0.01

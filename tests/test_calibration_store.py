@@ -43,8 +43,12 @@ def _setup(target: str = "mk2") -> Any:
     profile = profile_for(problem)
     space = SearchSpace.load(problem, None)
     base = naive_baseline(problem, profile)
-    configs = [base, base.replace(precision="16.16"), base.replace(precision="16.16", optimizer_offload=True),
-               base.replace(available_memory_proportion=(0.3,) * base.ipus_per_replica)]
+    configs = [
+        base,
+        base.replace(precision="16.16"),
+        base.replace(precision="16.16", optimizer_offload=True),
+        base.replace(available_memory_proportion=(0.3,) * base.ipus_per_replica),
+    ]
     return problem, profile, space, list(dict.fromkeys(configs))
 
 
@@ -63,11 +67,19 @@ class HiddenFactor(Backend):
     def measure(self, problem: Any, config: Any) -> Any:
         m = EstimateBackend().measure(problem, config)
         tiles = [int(t * self.factor) for t in m.max_tile_bytes]
-        return dataclasses.replace(m, source="compile", max_tile_bytes=tiles, details={"compile_seconds": 12.0},
-                                   feasible=max(tiles) <= m.tile_capacity_bytes, failure=None)
+        return dataclasses.replace(
+            m,
+            source="compile",
+            max_tile_bytes=tiles,
+            details={"compile_seconds": 12.0},
+            feasible=max(tiles) <= m.tile_capacity_bytes,
+            failure=None,
+        )
 
 
-def records_of(study: str, target: str = "mk2", sdk: str = "sdk-a", factor: float = 1.3) -> list[dict[str, Any]]:
+def records_of(
+    study: str, target: str = "mk2", sdk: str = "sdk-a", factor: float = 1.3
+) -> list[dict[str, Any]]:
     problem, profile, _, configs = _setup(target)
     backend = HiddenFactor(factor, sdk)
     rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
@@ -75,7 +87,11 @@ def records_of(study: str, target: str = "mk2", sdk: str = "sdk-a", factor: floa
 
 
 def _url(tmp_path: Path, kind: str) -> str:
-    return f"sqlite:///{tmp_path}/cal.db" if kind == "sqlite" else f"journal:///{tmp_path}/cal.journal"
+    return (
+        f"sqlite:///{tmp_path}/cal.db"
+        if kind == "sqlite"
+        else f"journal:///{tmp_path}/cal.journal"
+    )
 
 
 KINDS = ("sqlite", "journal")
@@ -98,8 +114,16 @@ def test_two_workers_writing_the_same_compiles_store_each_once(tmp_path: Path, k
     path = tmp_path / "records.json"
     path.write_text(json.dumps(records * 5))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    workers = [subprocess.Popen([sys.executable, "-c", WRITER, url, str(path)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, str(path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     added = []
     for w in workers:
         out, err = w.communicate(timeout=300)
@@ -125,20 +149,34 @@ def test_a_recorder_writes_compiles_and_never_estimates(tmp_path: Path) -> None:
     recorder = Recorder(store, problem, profile, compiling, "s", "uid-s")
     m = compiling.measure(problem, configs[0])
     screened = dataclasses.replace(m, source="estimate", details={"screened": True})
-    offline = dataclasses.replace(m, details={"throughput_source": "estimate", "sdk": "poptorch-9.9"})
+    offline = dataclasses.replace(
+        m, details={"throughput_source": "estimate", "sdk": "poptorch-9.9"}
+    )
     for i, (c, mm) in enumerate([(configs[0], m), (configs[1], screened), (configs[2], offline)]):
         recorder(Rec(i, c, mm))
     recorder(Rec(0, configs[0], m))  # the same trial again: stored once
     estimating = Recorder(store, problem, profile, EstimateBackend(), "s", "uid-s")
-    estimating(Rec(7, configs[3], dataclasses.replace(m, source="compile")))  # labelled estimate-*: never
+    estimating(
+        Rec(7, configs[3], dataclasses.replace(m, source="compile"))
+    )  # labelled estimate-*: never
     stored = {r["trial"]: r for r in store.records()[0]}
     assert sorted(stored) == [0, 2]
-    assert stored[0]["sdk"] == "sdk-a" and stored[2]["sdk"] == "poptorch-9.9"  # the compile's own label wins
+    assert (
+        stored[0]["sdk"] == "sdk-a" and stored[2]["sdk"] == "poptorch-9.9"
+    )  # the compile's own label wins
     assert stored[0]["measured"]["throughput"] == m.throughput
-    assert stored[2]["measured"]["throughput"] is None  # the estimator's figure is not the hardware's
+    assert (
+        stored[2]["measured"]["throughput"] is None
+    )  # the estimator's figure is not the hardware's
     assert stored[0]["measured"]["compile_seconds"] == 12.0
-    assert stored[0]["nominal"]["max_tile_bytes"] == EstimateBackend().measure(problem, configs[0]).max_tile_bytes
-    assert stored[0]["profile"]["params"] == profile.params and len(stored[0]["profile"]["activations_by_stage"]) == 2
+    assert (
+        stored[0]["nominal"]["max_tile_bytes"]
+        == EstimateBackend().measure(problem, configs[0]).max_tile_bytes
+    )
+    assert (
+        stored[0]["profile"]["params"] == profile.params
+        and len(stored[0]["profile"]["activations_by_stage"]) == 2
+    )
 
 
 class _Study:
@@ -146,11 +184,13 @@ class _Study:
         self.study_name, self.user_attrs = name, {session.ATTR_UID: uid}
 
 
-def _guided(store: Any, target: Any="mk2", sdk: Any="sdk-a", uid: Any="uid-new") -> Any:
+def _guided(store: Any, target: Any = "mk2", sdk: Any = "sdk-a", uid: Any = "uid-new") -> Any:
     from ipu_autotune.guide.guide import Guide, GuideSettings
 
     problem, profile, space, _ = _setup(target)
-    cal = session.prepare(store, _Study("new", uid), problem, profile, HiddenFactor(1.0, sdk), lambda s: None)
+    cal = session.prepare(
+        store, _Study("new", uid), problem, profile, HiddenFactor(1.0, sdk), lambda s: None
+    )
     return Guide(problem, profile, space, GuideSettings(0.05, prior=cal.prior)), cal
 
 
@@ -165,16 +205,24 @@ def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path: Path) -> No
     same, cal = _guided(store)
     assert same.has_prior and "1 other study" in cal.note
     mean = CorrectedModel(same.screen, [], 0.05).judge(configs[0]).busiest
-    assert mean == pytest.approx(1.3 * max(nominal) / cap, rel=0.03)  # the other study's x1.3, from trial 1
+    assert mean == pytest.approx(
+        1.3 * max(nominal) / cap, rel=0.03
+    )  # the other study's x1.3, from trial 1
 
-    for guide, _ in (_guided(store, sdk="sdk-b"), _guided(store, target="bow"), _guided(store, uid="uid-old")):
+    for guide, _ in (
+        _guided(store, sdk="sdk-b"),
+        _guided(store, target="bow"),
+        _guided(store, uid="uid-old"),
+    ):
         assert not guide.has_prior  # another SDK, another target, or the study's own records
         untouched = CorrectedModel(guide.screen, [], 0.05).judge(configs[0]).busiest
         assert untouched == pytest.approx(max(nominal) / cap)
 
 
 def test_the_corrected_estimate_beats_the_nominal_one_left_one_study_out() -> None:
-    records = records_of("a", factor=1.25) + records_of("b", factor=1.3) + records_of("c", factor=1.28)
+    records = (
+        records_of("a", factor=1.25) + records_of("b", factor=1.3) + records_of("c", factor=1.28)
+    )
     e = loso(records)
     assert e["studies"] == 3 and e["memory_points"] == 2 * len(records)
     assert e["memory_corrected"] < 0.5 * e["memory_nominal"]
@@ -187,11 +235,16 @@ def _cli(*args: Any) -> int:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_forget_removes_only_what_it_names(tmp_path: Path, kind: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_forget_removes_only_what_it_names(
+    tmp_path: Path, kind: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = _url(tmp_path, kind)
     store = open_store(url)
-    groups = {("mk2", "sdk-a", "s1"): records_of("s1"), ("mk2", "sdk-b", "s2"): records_of("s2", sdk="sdk-b"),
-              ("bow", "sdk-a", "s3"): records_of("s3", target="bow")}
+    groups = {
+        ("mk2", "sdk-a", "s1"): records_of("s1"),
+        ("mk2", "sdk-b", "s2"): records_of("s2", sdk="sdk-b"),
+        ("bow", "sdk-a", "s3"): records_of("s3", target="bow"),
+    }
     for rs in groups.values():
         for r in rs:
             store.add(r)
@@ -216,10 +269,16 @@ def test_forget_removes_only_what_it_names(tmp_path: Path, kind: Any, capsys: py
 
 def _one_line_naming(exc: BaseException, name: str) -> None:
     text = str(exc)
-    assert "\n" not in text and name in text and ("move it aside" in text or "use the ipu-autotune" in text)
+    assert (
+        "\n" not in text
+        and name in text
+        and ("move it aside" in text or "use the ipu-autotune" in text)
+    )
 
 
-def test_corrupted_or_foreign_stores_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_corrupted_or_foreign_stores_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"\x00not a database at all\xff" * 100)
     foreign = tmp_path / "foreign.db"
@@ -231,8 +290,12 @@ def test_corrupted_or_foreign_stores_are_refused_in_one_line(tmp_path: Path, cap
     open_store(f"sqlite:///{newer}")
     with sqlite3.connect(newer) as db:
         db.execute("update ipu_autotune_calibration_meta set value = '99' where name = 'format'")
-    for path, url in ((garbage, f"sqlite:///{garbage}"), (foreign, f"sqlite:///{foreign}"),
-                      (journal, f"journal:///{journal}"), (newer, f"sqlite:///{newer}")):
+    for path, url in (
+        (garbage, f"sqlite:///{garbage}"),
+        (foreign, f"sqlite:///{foreign}"),
+        (journal, f"journal:///{journal}"),
+        (newer, f"sqlite:///{newer}"),
+    ):
         before = path.read_bytes()
         with pytest.raises(StoreRefused) as caught:
             open_store(url)
@@ -248,7 +311,9 @@ def test_the_default_store_sits_beside_the_study_storage() -> None:
     assert default_url("sqlite:///ipu-autotune.db") == "sqlite:///ipu-autotune-calibration.db"
     assert default_url("sqlite:////data/runs/x.db") == "sqlite:////data/runs/x-calibration.db"
     assert default_url("journal:///shared/s.journal") == "journal:///shared/s-calibration.journal"
-    assert default_url("postgresql://u@h/db") == "postgresql://u@h/db"  # its own tables in that database
+    assert (
+        default_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    )  # its own tables in that database
     assert default_url("memory:") is None
 
 
@@ -261,17 +326,23 @@ def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles
 
     prior = GuidePrior({"proportional": (1.3, 0.02)}, None, (math.log(1.2), 0.0, 0.05))
     assert MemoryModel([]).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0] == pytest.approx(0.5)
-    assert MemoryModel([], prior).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0] == pytest.approx(0.65)
+    assert MemoryModel([], prior).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0] == pytest.approx(
+        0.65
+    )
     assert CallModel([], prior.call).device == pytest.approx(1.2)
     # its own compiles (measured = estimate x 1.0, many of them) pull the parts back from the prior
-    own = [MemoryPoint((2, 1, "pipelined"), e, (0.0,) * 7, e) for e in (0.3, 0.4, 0.5, 0.6, 0.7) * 4]
+    own = [
+        MemoryPoint((2, 1, "pipelined"), e, (0.0,) * 7, e) for e in (0.3, 0.4, 0.5, 0.6, 0.7) * 4
+    ]
     moved = MemoryModel(own, prior).tile((2, 1, "pipelined"), 0.5, (0.0,) * 7)[0]
     assert 0.5 <= moved < 0.6
     calls = [CallTime(1.0, 0.1, True, 10.0, 1.0) for _ in range(6)]
     assert 1.0 <= CallModel(calls, prior.call).device < 1.1
 
 
-def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = _url(tmp_path, "journal")
     store = open_store(url)
     for study, factor in (("a", 1.25), ("b", 1.3)):
@@ -281,12 +352,22 @@ def test_the_command_shows_the_store_as_json_with_its_leave_one_study_out_error(
     assert _cli("--calibration-storage", url, "--json") == 0
     shown = json.loads(capsys.readouterr().out)
     (group,) = shown["groups"]
-    assert (group["target"], group["sdk"], group["records"], group["studies"]) == ("mk2", "sdk-a", 8, ["a", "b"])
+    assert (group["target"], group["sdk"], group["records"], group["studies"]) == (
+        "mk2",
+        "sdk-a",
+        8,
+        ["a", "b"],
+    )
     e = group["leave_one_study_out"]
     assert e["memory_corrected"] < e["memory_nominal"]
     from ipu_autotune.calibration.prior import SCALES
-    assert group["correction"]["memory scale"] in SCALES  # read from the two studies held out in turn
-    assert _cli("--calibration-storage", url, "--target", "bow") == 2  # nothing there: one line, exit 2
+
+    assert (
+        group["correction"]["memory scale"] in SCALES
+    )  # read from the two studies held out in turn
+    assert (
+        _cli("--calibration-storage", url, "--target", "bow") == 2
+    )  # nothing there: one line, exit 2
     assert "mk2 sdk-a" in capsys.readouterr().err
 
 
@@ -294,10 +375,17 @@ def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage() -> None:
     from ipu_autotune.calibration.compile_time import fit_compile_time
 
     # seconds = 2 x ops^0.8 exactly: the fit finds it; without ops per stage nothing is fitted
-    records = [{"measured": {"compile_seconds": 2.0 * ops ** 0.8}, "profile": {"ops_by_stage": [ops, ops // 2]}}
-               for ops in (100, 200, 400, 800, 1600)]
+    records = [
+        {
+            "measured": {"compile_seconds": 2.0 * ops**0.8},
+            "profile": {"ops_by_stage": [ops, ops // 2]},
+        }
+        for ops in (100, 200, 400, 800, 1600)
+    ]
     fit = fit_compile_time(records)
-    assert fit.b == pytest.approx(0.8, abs=1e-6) and fit.seconds(3200) == pytest.approx(2.0 * 3200 ** 0.8, rel=1e-6)
+    assert fit.b == pytest.approx(0.8, abs=1e-6) and fit.seconds(3200) == pytest.approx(
+        2.0 * 3200**0.8, rel=1e-6
+    )
     assert fit_compile_time([{"measured": {"compile_seconds": 5.0}, "profile": {}}]) is None
     assert records_of("s")[0]["profile"]["ops_by_stage"]  # a real record has them
 
@@ -307,19 +395,28 @@ def test_a_baseline_the_prior_rules_out_is_not_compiled(tmp_path: Path) -> None:
 
     problem, profile, space, configs = _setup()
     nominal = EstimateBackend().measure(problem, configs[0])
-    factor = 1.5 / (max(nominal.max_tile_bytes) / nominal.tile_capacity_bytes)  # the other study: x this
+    factor = 1.5 / (
+        max(nominal.max_tile_bytes) / nominal.tile_capacity_bytes
+    )  # the other study: x this
     store = open_store(_url(tmp_path, "sqlite"))
     for r in records_of("old", factor=factor):
         store.add(r)
     guide, _ = _guided(store)
+
     def screened(baseline: Any) -> Any:
-        return ScreenedBackend(HiddenFactor(factor), EstimateBackend(headroom=0.05), margin=float("inf"),
-                               veto=session.prior_veto(guide, baseline))
+        return ScreenedBackend(
+            HiddenFactor(factor),
+            EstimateBackend(headroom=0.05),
+            margin=float("inf"),
+            veto=session.prior_veto(guide, baseline),
+        )
 
     backend = screened(configs[0])  # configs[0] is the baseline here
     m = backend.measure(problem, configs[0])
     assert m.source == "estimate" and "calibration store" in m.reason and backend.compiles_run == 0
-    assert m.max_tile_bytes == nominal.max_tile_bytes  # the record holds the nominal estimate, labelled as such
+    assert (
+        m.max_tile_bytes == nominal.max_tile_bytes
+    )  # the record holds the nominal estimate, labelled as such
     assert not backend.would_compile(problem, configs[0])
     backend = screened(configs[1])  # another baseline: configs[0] is compiled
     assert backend.measure(problem, configs[0]).source == "compile" and backend.compiles_run == 1
@@ -336,7 +433,9 @@ def test_the_priors_spread_is_what_studies_held_out_show() -> None:
     assert memory_scale(records_of("a")) == (BETWEEN, 1.0)
     assert fit_prior(records_of("a")).memory_scale == 1.0
     agree = fit_prior([r for s in "abc" for r in records_of(s, factor=1.3)])
-    differ = fit_prior([r for s, f in zip("abc", (1.0, 1.3, 1.7)) for r in records_of(s, factor=f)])
+    differ = fit_prior(
+        [r for s, f in zip("abc", (1.0, 1.3, 1.7)) for r in records_of(s, factor=f)]
+    )
     assert agree.memory_scale == min(SCALES) and differ.memory_scale > 2 * agree.memory_scale
     problem, profile, space, configs = _setup()
     m = Screen(problem, profile, space=space)(configs[1])
@@ -371,13 +470,17 @@ def test_the_call_factors_spread_is_what_studies_held_out_show() -> None:
         for study, speed in zip("abc", speeds):
             backend = SpeedFactor(speed)
             rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
-            out += [rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)]
+            out += [
+                rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)
+            ]
         return out
 
     assert call_scale(timed([0.8])) == BETWEEN
     agree, differ = call_scale(timed([0.8, 0.8, 0.8])), call_scale(timed([0.5, 1.0, 1.6]))
     assert agree == min(SCALES) and differ >= 0.7
-    assert fit_prior(timed([0.5, 1.0, 1.6])).call[2] > 2 * fit_prior(timed([0.8, 0.8, 0.8])).call[2]
+    assert (
+        fit_prior(timed([0.5, 1.0, 1.6])).call[2] > 2 * fit_prior(timed([0.8, 0.8, 0.8])).call[2]
+    )
 
 
 def test_the_prior_keeps_how_its_parts_move_together() -> None:
@@ -413,14 +516,21 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> 
     warm = proposals(problem, profile, space, configs[0], headroom=0.05)
 
     def guide_with(prior: Any) -> Any:
-        return Guide(problem, profile, space, GuideSettings(0.05, candidates=[p.config for p in warm], prior=prior))
+        return Guide(
+            problem,
+            profile,
+            space,
+            GuideSettings(0.05, candidates=[p.config for p in warm], prior=prior),
+        )
 
     # a store that agrees: the guide's choice, then the baseline
     store = open_store(_url(tmp_path, "sqlite"))
     for s in "abc":
         for r in records_of(s, factor=1.3):
             store.add(r)
-    prior = session.prepare(store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), lambda s: None).prior
+    prior = session.prepare(
+        store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), lambda s: None
+    ).prior
     guide = guide_with(prior)
     first = first_trials(guide, warm[:2])
     assert "calibration store prior" in first[0].origin and first[1] is warm[0]
@@ -443,7 +553,9 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> 
     refused = first[0].config
     again = first_trials(guide_with(unsure), warm[:2], lambda c: c != refused)
     assert again[0].config != refused and "likeliest to fit" in again[0].origin
-    assert model.chance(again[0].config) == max(model.chance(c) for c in guide.pool if c != refused)
+    assert model.chance(again[0].config) == max(
+        model.chance(c) for c in guide.pool if c != refused
+    )
     chosen = first_trials(guide_with(prior), warm[:2])[0].config
     instead = first_trials(guide_with(prior), warm[:2], lambda c: c != chosen)
     assert instead[0].config != chosen and "calibration store prior" in instead[0].origin
@@ -458,7 +570,9 @@ class HighProportionHeavy(HiddenFactor):
         if min(config.available_memory_proportion) < 0.5:
             return m
         tiles = [t + int(0.08 * m.tile_capacity_bytes) for t in m.max_tile_bytes]
-        return dataclasses.replace(m, max_tile_bytes=tiles, feasible=max(tiles) <= m.tile_capacity_bytes)
+        return dataclasses.replace(
+            m, max_tile_bytes=tiles, feasible=max(tiles) <= m.tile_capacity_bytes
+        )
 
 
 def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement() -> None:
@@ -471,7 +585,9 @@ def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement() 
     records = []
     for study in "abc":
         rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
-        records += [rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)]
+        records += [
+            rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)
+        ]
     prior = fit_prior(records)
     assert prior is not None and len(prior.memory_rows) == 3 * len(configs) * problem.ipus
     base = configs[0]
@@ -486,8 +602,9 @@ def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement() 
         screen = Screen(problem, profile, prepare=None, space=space)
         screen.prior = prior
         model = CorrectedModel(screen, [], 0.05)
-        nominal = (screen(reference).max_tile_bytes[0] - screen(config).max_tile_bytes[0]) \
-            / screen(config).tile_capacity_bytes
+        nominal = (
+            screen(reference).max_tile_bytes[0] - screen(config).max_tile_bytes[0]
+        ) / screen(config).tile_capacity_bytes
         return model.judge(reference).busiest - model.judge(config).busiest - nominal
 
     for config, reference in ((low, base), (offload_low, offload)):

@@ -32,8 +32,17 @@ README_STUDY = "resnet101-bs64-2ipu-mk2"
 #: name makes a long study name
 HF = ["hf:hf_configs/gpt2-large-12-layers", "--batch-size", "1", "--seq-len", "128", "--ipus", "4"]
 HF_STUDY = "hf-hf_configs-gpt2-large-12-layers-causal-lm-sl128-bs1-4ipu-mk2"
-DIGITS = ["verify_models:digits_net", "-b", "16", "--input-shape", "1,8,8", "--num-classes", "10",
-          "--optimizer", "adamw"]
+DIGITS = [
+    "verify_models:digits_net",
+    "-b",
+    "16",
+    "--input-shape",
+    "1,8,8",
+    "--num-classes",
+    "10",
+    "--optimizer",
+    "adamw",
+]
 _BORDER = "│║┃|"
 
 
@@ -57,10 +66,20 @@ def commands(problem: list[str], study: str) -> list[list[str]]:
     ]
 
 
-def run_all(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, folder: Path, columns: int, argvs: list[list[str]]) -> list[tuple[int, str]]:
-    config = json.loads((ROOT / "examples" / "hf_configs" / "gpt2-large" / "config.json").read_text())
+def run_all(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    folder: Path,
+    columns: int,
+    argvs: list[list[str]],
+) -> list[tuple[int, str]]:
+    config = json.loads(
+        (ROOT / "examples" / "hf_configs" / "gpt2-large" / "config.json").read_text()
+    )
     (folder / "hf_configs" / "gpt2-large-12-layers").mkdir(parents=True)
-    (folder / "hf_configs" / "gpt2-large-12-layers" / "config.json").write_text(json.dumps({**config, "n_layer": 12}))
+    (folder / "hf_configs" / "gpt2-large-12-layers" / "config.json").write_text(
+        json.dumps({**config, "n_layer": 12})
+    )
     monkeypatch.chdir(folder)
     monkeypatch.setenv("COLUMNS", str(columns))
     return [(code, out + err) for code, out, err in (run_cli(capsys, *argv) for argv in argvs)]
@@ -75,12 +94,17 @@ def whole_word_too_long(line: str, columns: int) -> bool:
     """A line over the width only because one word on it (a path) is longer than the room
     beside its label: printed whole, as it must be, rather than broken."""
     label, _, rest = line.rstrip().rpartition(" ")
-    return cell_len(rest) > columns - cell_len(label) - 1 and (not label.strip() or label.strip().endswith(":"))
+    return cell_len(rest) > columns - cell_len(label) - 1 and (
+        not label.strip() or label.strip().endswith(":")
+    )
 
 
 def problems(narrow: str, wide: str, columns: int = 80) -> list[str]:
-    found = [f"{cell_len(line)} columns: {line!r}" for line in narrow.splitlines()
-             if cell_len(line) > columns and not whole_word_too_long(line, columns)]
+    found = [
+        f"{cell_len(line)} columns: {line!r}"
+        for line in narrow.splitlines()
+        if cell_len(line) > columns and not whole_word_too_long(line, columns)
+    ]
     known = {w for line in words(wide) for w in line}
     flat = " ".join(w for line in words(wide) for w in line)
     for word in (w for line in words(narrow) for w in line):
@@ -100,8 +124,16 @@ def problems(narrow: str, wide: str, columns: int = 80) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("problem, study", [(README, README_STUDY), (HF, HF_STUDY)], ids=["readme", "hf"])
-def test_every_command_fits_80_columns_without_breaking_a_word(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, problem: Any, study: Any) -> None:
+@pytest.mark.parametrize(
+    "problem, study", [(README, README_STUDY), (HF, HF_STUDY)], ids=["readme", "hf"]
+)
+def test_every_command_fits_80_columns_without_breaking_a_word(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    problem: Any,
+    study: Any,
+) -> None:
     argvs = commands(problem, study)
     narrow = run_all(capsys, monkeypatch, tmp_path / "narrow", 80, argvs)
     wide = run_all(capsys, monkeypatch, tmp_path / "wide", WIDE, argvs)
@@ -116,25 +148,47 @@ def test_every_command_fits_80_columns_without_breaking_a_word(capsys: pytest.Ca
     assert report == [], "\n".join(report)
 
 
-def test_verify_fits_80_columns_without_breaking_a_word(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_verify_fits_80_columns_without_breaking_a_word(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     tuned = tmp_path / "tuned.toml"
-    tuned.write_text('[config]\nprecision = "16.16"\nloss_scaling = 1024.0\ngradient_accumulation = 2\n')
-    argv = ["verify", *DIGITS, "--data", "verify_models:digits", "--tuned", str(tuned), "--steps", "8"]
-    (code, narrow), = run_all(capsys, monkeypatch, tmp_path / "narrow", 80, [argv])
-    (_, wide), = run_all(capsys, monkeypatch, tmp_path / "wide", WIDE, [argv])
+    tuned.write_text(
+        '[config]\nprecision = "16.16"\nloss_scaling = 1024.0\ngradient_accumulation = 2\n'
+    )
+    argv = [
+        "verify",
+        *DIGITS,
+        "--data",
+        "verify_models:digits",
+        "--tuned",
+        str(tuned),
+        "--steps",
+        "8",
+    ]
+    ((code, narrow),) = run_all(capsys, monkeypatch, tmp_path / "narrow", 80, [argv])
+    ((_, wide),) = run_all(capsys, monkeypatch, tmp_path / "wide", WIDE, [argv])
     assert code in (0, 5, 6), narrow[-1500:]
     assert "verify: " in narrow
     assert problems(narrow, wide) == []
 
 
 def test_the_check_finds_what_it_is_for() -> None:
-    wide = "closest: trial 1 (16.16 amp0.05/0.05 offload) at 18,393/s\nresnet101-bs64-2ipu-mk2 fits"
-    assert problems("closest: trial 1 (16.16 amp0.05/0.\n05 offload) at 18,393/s", wide) == \
-        ["broken across lines: 'amp0.05/0.' + '05'"]
+    wide = (
+        "closest: trial 1 (16.16 amp0.05/0.05 offload) at 18,393/s\nresnet101-bs64-2ipu-mk2 fits"
+    )
+    assert problems("closest: trial 1 (16.16 amp0.05/0.\n05 offload) at 18,393/s", wide) == [
+        "broken across lines: 'amp0.05/0.' + '05'"
+    ]
     assert problems("at 18,3\n93/s", wide) == ["broken across lines: '18,3' + '93/s'"]
-    assert problems("resnet101-bs64-2ipu-m…  fits", wide) == ["cut with an ellipsis: 'resnet101-bs64-2ipu-m…'"]
-    assert problems("closest: trial 1 (16.16 amp0.05/\n0.05 offload)", wide) == []  # a list, after its '/'
+    assert problems("resnet101-bs64-2ipu-m…  fits", wide) == [
+        "cut with an ellipsis: 'resnet101-bs64-2ipu-m…'"
+    ]
+    assert (
+        problems("closest: trial 1 (16.16 amp0.05/\n0.05 offload)", wide) == []
+    )  # a list, after its '/'
     assert problems("closest: trial 1\n(16.16 amp0.05/0.05 offload)", wide) == []
     assert problems("x" * 79 + " y", "x" * 79 + " y") == ["81 columns: '" + "x" * 79 + " y'"]
     assert problems("  trials: " + "p/" * 40, "  trials: " + "p/" * 40) == []  # a path, whole
-    assert problems("split@layer2.0,…", "split@layer2.0,layer3.1") == []  # a long list, cut at an item
+    assert (
+        problems("split@layer2.0,…", "split@layer2.0,layer3.1") == []
+    )  # a long list, cut at an item

@@ -22,18 +22,31 @@ from ipu_autotune.study.records import _RandomAnswers
 
 BERT_MLM = Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=128)
 T5 = Problem("hf:t5-small", 2, task="seq2seq-lm", seq_len=128)
-PIPELINE = Config(precision="16.16", ipus_per_replica=4, gradient_accumulation=16,
-                  splits=("bert.encoder.layer.0", "bert.encoder.layer.4", "bert.encoder.layer.8"))
+PIPELINE = Config(
+    precision="16.16",
+    ipus_per_replica=4,
+    gradient_accumulation=16,
+    splits=("bert.encoder.layer.0", "bert.encoder.layer.4", "bert.encoder.layer.8"),
+)
 
 
 GPT2 = Problem("hf:gpt2", 1, task="causal-lm", seq_len=16, ipus=4)
 
 
-@pytest.mark.parametrize("problem, factor, message", [
-    (Problem("hf:bert-base-uncased", 4, task="question-answering"), 2, "projects onto the vocabulary"),
-    (Problem("resnet18", 4), 2, "needs an hf: model"),
-])
-def test_rules_refuse_a_factor_without_a_vocabulary_head(problem: Any, factor: int, message: str) -> None:
+@pytest.mark.parametrize(
+    "problem, factor, message",
+    [
+        (
+            Problem("hf:bert-base-uncased", 4, task="question-answering"),
+            2,
+            "projects onto the vocabulary",
+        ),
+        (Problem("resnet18", 4), 2, "needs an hf: model"),
+    ],
+)
+def test_rules_refuse_a_factor_without_a_vocabulary_head(
+    problem: Any, factor: int, message: str
+) -> None:
     found = violations(problem, Config(embedding_serialization=factor))
     assert found and message in found[0]
 
@@ -45,16 +58,26 @@ def test_rules_accept_every_factor_on_a_vocabulary_head_the_export_pads_what_it_
     assert violations(GPT2, Config(embedding_serialization=8)) == []  # 50,257 padded to 50,264
 
 
-@pytest.mark.parametrize("problem, expected", [
-    (BERT_MLM, {1, 2, 4, 8}), (T5, {1, 2, 4, 8}), (GPT2, {1, 2, 4, 8}),
-    (Problem("hf:bert-base-uncased", 4, task="question-answering"), {1}),
-    (Problem("vit_b_16", 2), {1}),
-])
-def test_the_transformer_space_searches_only_factors_that_apply(problem: Any, expected: Any) -> None:
+@pytest.mark.parametrize(
+    "problem, expected",
+    [
+        (BERT_MLM, {1, 2, 4, 8}),
+        (T5, {1, 2, 4, 8}),
+        (GPT2, {1, 2, 4, 8}),
+        (Problem("hf:bert-base-uncased", 4, task="question-answering"), {1}),
+        (Problem("vit_b_16", 2), {1}),
+    ],
+)
+def test_the_transformer_space_searches_only_factors_that_apply(
+    problem: Any, expected: Any
+) -> None:
     space = SearchSpace.load(problem)
     profile = profile_for(problem)
     rng = random.Random(3)
-    seen = {space.sample(_RandomAnswers(rng), problem, profile).embedding_serialization for _ in range(60)}
+    seen = {
+        space.sample(_RandomAnswers(rng), problem, profile).embedding_serialization
+        for _ in range(60)
+    }
     assert seen == expected
 
 
@@ -62,8 +85,10 @@ def test_cnn_space_never_serialises() -> None:
     problem = Problem("resnet18", 4)
     space = SearchSpace.load(problem)
     rng = random.Random(0)
-    assert {space.sample(_RandomAnswers(rng), problem, profile_for(problem)).embedding_serialization
-            for _ in range(20)} == {1}
+    assert {
+        space.sample(_RandomAnswers(rng), problem, profile_for(problem)).embedding_serialization
+        for _ in range(20)
+    } == {1}
 
 
 def test_the_estimate_splits_the_projection_temporaries_not_its_weights() -> None:
@@ -81,12 +106,22 @@ def test_m21_head_ipu_shrinks_with_each_factor_but_stays_out_of_memory() -> None
     """mT5's untied 250112-word head alone on IPU3: serialising shrinks its temporaries only;
     its on-chip AdamW state still overflows (optimum's notebook also moved state off chip)."""
     problem = Problem("hf:mt5-small", 1, task="seq2seq-lm", seq_len=128, optimizer="adamw", ipus=4)
-    config = Config(precision="16.32", ipus_per_replica=4, gradient_accumulation=16,
-                    splits=("encoder.block.0", "decoder.block.0", "lm_head"))
-    tiles = [EstimateBackend().measure(problem, config.replace(embedding_serialization=f)).max_tile_bytes[3]
-             for f in (1, 2, 4, 8)]
+    config = Config(
+        precision="16.32",
+        ipus_per_replica=4,
+        gradient_accumulation=16,
+        splits=("encoder.block.0", "decoder.block.0", "lm_head"),
+    )
+    tiles = [
+        EstimateBackend()
+        .measure(problem, config.replace(embedding_serialization=f))
+        .max_tile_bytes[3]
+        for f in (1, 2, 4, 8)
+    ]
     assert tiles == sorted(tiles, reverse=True) and tiles[0] > tiles[-1]
-    assert not EstimateBackend().measure(problem, config.replace(embedding_serialization=8)).feasible
+    assert (
+        not EstimateBackend().measure(problem, config.replace(embedding_serialization=8)).feasible
+    )
 
 
 def test_config_key_round_trips_and_old_configs_keep_their_dict() -> None:
@@ -97,7 +132,9 @@ def test_config_key_round_trips_and_old_configs_keep_their_dict() -> None:
 
 def test_ipu_config_export_carries_the_factor() -> None:
     # FP16 weights with FP16 optimizer state and stochastic rounding: what IPUTrainer trains
-    config = PIPELINE.replace(embedding_serialization=2, optimizer_state="half", stochastic_rounding=True)
+    config = PIPELINE.replace(
+        embedding_serialization=2, optimizer_state="half", stochastic_rounding=True
+    )
     exported = ipu_config(BERT_MLM, config, profile_for(BERT_MLM))
     assert exported["embedding_serialization_factor"] == 2
 
@@ -120,7 +157,9 @@ def _through_fake_poptorch(snippet: str, model: Any, *batch: Any) -> Any:
 
 
 @pytest.mark.slow
-def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_the_same_loss() -> None:
+def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_the_same_loss() -> (
+    None
+):
     """Config -> snippet -> fake PopTorch: the factor PopTorch receives is the config's, in
     OutputChannels mode, and the serialised projection gives the plain model's loss."""
     torch.manual_seed(0)
@@ -145,8 +184,13 @@ def test_a_vocabulary_the_factor_does_not_divide_is_padded_and_the_loss_is_uncha
     optimum-graphcore does), PopTorch gets a factor that divides, and the padding words'
     logits are masked so the loss is the unpadded model's."""
     torch.manual_seed(0)
-    config = Config(precision="32.32", ipus_per_replica=4, gradient_accumulation=9, embedding_serialization=4,
-                    splits=("transformer.h.3", "transformer.h.6", "transformer.h.9"))
+    config = Config(
+        precision="32.32",
+        ipus_per_replica=4,
+        gradient_accumulation=9,
+        embedding_serialization=4,
+        splits=("transformer.h.3", "transformer.h.6", "transformer.h.9"),
+    )
     assert violations(GPT2, config) == []
     snippet = render_snippet(GPT2, config)
     assert "50,257 words padded to 50,260, in 4 pieces" in snippet
@@ -154,7 +198,9 @@ def test_a_vocabulary_the_factor_does_not_divide_is_padded_and_the_loss_is_uncha
     ids = torch.randint(0, 50257, (2, 16))
     with torch.no_grad():
         plain = model(input_ids=ids, labels=ids).loss
-    loss, matmuls, output_channels = _through_fake_poptorch(snippet, model, ids, torch.ones_like(ids), ids)
+    loss, matmuls, output_channels = _through_fake_poptorch(
+        snippet, model, ids, torch.ones_like(ids), ids
+    )
     assert matmuls == [(output_channels, 4)]
     assert model.lm_head.weight.shape[0] == 50260
     assert model.lm_head.weight is model.transformer.wte.weight  # still tied
@@ -166,5 +212,9 @@ def test_the_fake_refuses_a_factor_that_does_not_divide_like_popart() -> None:
 
     with fake_sdk() as poptorch:
         with pytest.raises(poptorch.Error, match="Invalid serialisation factor 4"):
-            poptorch.serializedMatMul(torch.zeros(2, 8), torch.zeros(8, 30522),
-                                      poptorch.MatMulSerializationMode.OutputChannels, 4)
+            poptorch.serializedMatMul(
+                torch.zeros(2, 8),
+                torch.zeros(8, 30522),
+                poptorch.MatMulSerializationMode.OutputChannels,
+                4,
+            )

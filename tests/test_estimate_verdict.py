@@ -31,7 +31,8 @@ gradient_accumulation = 4
 
 
 def test_a_config_at_97_percent_of_a_tile_fits_uncertain_and_the_headroom_is_a_line_of_its_own(
-        capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "250")
     (in_tmp / "c.toml").write_text(NEAR_THE_LIMIT)
     assert main(["estimate", "--config", "c.toml", "--json"]) == 0
@@ -42,8 +43,12 @@ def test_a_config_at_97_percent_of_a_tile_fits_uncertain_and_the_headroom_is_a_l
     assert main(["estimate", "--config", "c.toml"]) == 0
     lines = capsys.readouterr()[0].splitlines()
     verdict = next(line for line in lines if line.startswith("verdict: "))
-    assert verdict.startswith(f"verdict: fits at {share:.0%} of a tile on IPU0; uncertain:"), verdict
-    assert any(line.startswith("the search's 5% headroom would reject it") for line in lines), lines
+    assert verdict.startswith(f"verdict: fits at {share:.0%} of a tile on IPU0; uncertain:"), (
+        verdict
+    )
+    assert any(line.startswith("the search's 5% headroom would reject it") for line in lines), (
+        lines
+    )
 
     # Without the search's headroom, no such line; a wider headroom still does not change the verdict.
     assert main(["estimate", "--config", "c.toml", "--headroom", "0"]) == 0
@@ -52,7 +57,9 @@ def test_a_config_at_97_percent_of_a_tile_fits_uncertain_and_the_headroom_is_a_l
     assert json.loads(capsys.readouterr()[0])["feasible"]
 
 
-def test_over_the_tile_limit_is_still_oom(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_over_the_tile_limit_is_still_oom(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "250")
     (in_tmp / "c.toml").write_text(NEAR_THE_LIMIT.replace("batch_size = 41", "batch_size = 48"))
     assert main(["estimate", "--config", "c.toml"]) == 0

@@ -19,11 +19,11 @@ BATCHES = (2, 4, 8, 16)  # batch-norm cannot train on one value per channel
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def problem(batch: Any=4) -> Any:
+def problem(batch: Any = 4) -> Any:
     return Problem("resnet18", batch, input_shape=(3, 32, 32), num_classes=10, ipus=4)
 
 
-def draw_config(seed: Any, p: Any=None) -> Any:
+def draw_config(seed: Any, p: Any = None) -> Any:
     p = p or problem()
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     return SearchSpace.load(p).sample(study.ask(), p, profile_for(p))
@@ -47,7 +47,9 @@ def test_more_micro_batch_never_needs_less_memory(seed: Any, a: Any, b: Any) -> 
 def test_fp16_never_needs_more_than_fp32(seed: Any) -> None:
     p = problem()
     c = draw_config(seed)
-    fp32 = c.replace(precision="32.32", partials="float", loss_scaling=1.0, stochastic_rounding=False)
+    fp32 = c.replace(
+        precision="32.32", partials="float", loss_scaling=1.0, stochastic_rounding=False
+    )
     fp16 = fp32.replace(precision="16.16")
     for h, f in zip(measure(p, fp16).required_bytes, measure(p, fp32).required_bytes):
         assert h <= f
@@ -59,7 +61,9 @@ def test_offload_and_sharding_never_add_on_chip_memory(seed: Any) -> None:
     p = problem()
     c = draw_config(seed).replace(optimizer_offload=False, replicated_tensor_sharding=False)
     base = measure(p, c).required_bytes
-    assert all(x <= y for x, y in zip(measure(p, c.replace(optimizer_offload=True)).required_bytes, base))
+    assert all(
+        x <= y for x, y in zip(measure(p, c.replace(optimizer_offload=True)).required_bytes, base)
+    )
     if c.replicas > 1:
         sharded = measure(p, c.replace(replicated_tensor_sharding=True)).required_bytes
         assert all(x <= y for x, y in zip(sharded, base))
@@ -90,10 +94,22 @@ def test_estimates_are_finite_and_non_negative(seed: Any) -> None:
 
 def test_overflow_is_reported_per_busiest_tile() -> None:
     p = Problem("resnet50", 64, input_shape=(3, 224, 224), ipus=1)
-    m = measure(p, draw_config(0, p).replace(precision="32.32", ipus_per_replica=1, replicas=1, splits=(),
-                                             recompute="none", checkpoints=(), available_memory_proportion=(0.6,),
-                                             optimizer_offload=False, replicated_tensor_sharding=False,
-                                             execution="pipelined", io_tiles=0))
+    m = measure(
+        p,
+        draw_config(0, p).replace(
+            precision="32.32",
+            ipus_per_replica=1,
+            replicas=1,
+            splits=(),
+            recompute="none",
+            checkpoints=(),
+            available_memory_proportion=(0.6,),
+            optimizer_offload=False,
+            replicated_tensor_sharding=False,
+            execution="pipelined",
+            io_tiles=0,
+        ),
+    )
     assert not m.feasible and m.failure == "oom"
     assert m.max_tile_bytes[0] > m.tile_capacity_bytes
     assert m.verdict().startswith("OOM by ") and m.verdict().endswith("on IPU0")

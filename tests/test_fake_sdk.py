@@ -44,8 +44,14 @@ def new_report_dir() -> str:
 
 
 def problem(batch: int = 8, optimizer: str = "adamw") -> Problem:
-    return Problem(model=SMALL_CNN, batch_size=batch, input_shape=(3, 32, 32), num_classes=10,
-                   optimizer=optimizer, ipus=8)
+    return Problem(
+        model=SMALL_CNN,
+        batch_size=batch,
+        input_shape=(3, 32, 32),
+        num_classes=10,
+        optimizer=optimizer,
+        ipus=8,
+    )
 
 
 def compile_snippet(poptorch: Any, p: Problem, c: Config, snippet: str | None = None) -> Any:
@@ -58,8 +64,9 @@ def compile_snippet(poptorch: Any, p: Problem, c: Config, snippet: str | None = 
     model = ns["TrainingModel"](build_model(p.model, p.num_classes, device="cpu"))
     opts = ns["make_options"]()
     report = new_report_dir()
-    child.add_tuner_options(opts, poptorch, {"report_dir": report, "cache_dir": report + "/cache"}, p,
-                            hardware=False)
+    child.add_tuner_options(
+        opts, poptorch, {"report_dir": report, "cache_dir": report + "/cache"}, p, hardware=False
+    )
     optimizer = ns["make_optimizer"](model)
     x, labels = child.host_batch(p, c, ns.get("INPUT_DTYPE", torch.float))
     training = poptorch.trainingModel(model, opts, optimizer)
@@ -74,24 +81,55 @@ def compile_snippet(poptorch: Any, p: Problem, c: Config, snippet: str | None = 
 
 SPREAD = {
     "defaults": (problem(), Config()),
-    "fp16-lamb-sr-half-state": (problem(optimizer="lamb"), Config(
-        precision="16.16", partials="half", stochastic_rounding=True, loss_scaling=1024.0,
-        optimizer_state="half")),
-    "auto-loss-scaling-sgd": (problem(optimizer="sgd"), Config(precision="16.16", loss_scaling="auto")),
-    "offload-rts-replicas": (problem(optimizer="adam"), Config(
-        replicas=2, optimizer_offload=True, replicated_tensor_sharding=True)),
-    "io-tiles-sharded": (problem(optimizer="sgd_combined"), Config(
-        ipus_per_replica=2, splits=("block2",), execution="sharded", io_tiles=64,
-        available_memory_proportion=(0.3, 0.5))),
+    "fp16-lamb-sr-half-state": (
+        problem(optimizer="lamb"),
+        Config(
+            precision="16.16",
+            partials="half",
+            stochastic_rounding=True,
+            loss_scaling=1024.0,
+            optimizer_state="half",
+        ),
+    ),
+    "auto-loss-scaling-sgd": (
+        problem(optimizer="sgd"),
+        Config(precision="16.16", loss_scaling="auto"),
+    ),
+    "offload-rts-replicas": (
+        problem(optimizer="adam"),
+        Config(replicas=2, optimizer_offload=True, replicated_tensor_sharding=True),
+    ),
+    "io-tiles-sharded": (
+        problem(optimizer="sgd_combined"),
+        Config(
+            ipus_per_replica=2,
+            splits=("block2",),
+            execution="sharded",
+            io_tiles=64,
+            available_memory_proportion=(0.3, 0.5),
+        ),
+    ),
     "recompute-standard-one-ipu": (problem(), Config(recompute="standard")),
     "recompute-norm-only": (problem(), Config(recompute="norm_only")),
     "recompute-all-checkpoint": (problem(), Config(recompute="all", checkpoints=("block1",))),
-    "pipeline-4-ipus-8bit": (problem(optimizer="rmsprop"), Config(
-        precision="16.16", eight_bit_io=True, ipus_per_replica=4, splits=("block1", "block2", "block3"),
-        gradient_accumulation=7, device_iterations=4, available_memory_proportion=(0.3, 0.4, 0.5, 0.6),
-        recompute="pipeline", checkpoints=("block2",))),
-    "pipeline-no-recompute": (problem(), Config(
-        ipus_per_replica=2, splits=("block3",), gradient_accumulation=3, recompute="none")),
+    "pipeline-4-ipus-8bit": (
+        problem(optimizer="rmsprop"),
+        Config(
+            precision="16.16",
+            eight_bit_io=True,
+            ipus_per_replica=4,
+            splits=("block1", "block2", "block3"),
+            gradient_accumulation=7,
+            device_iterations=4,
+            available_memory_proportion=(0.3, 0.4, 0.5, 0.6),
+            recompute="pipeline",
+            checkpoints=("block2",),
+        ),
+    ),
+    "pipeline-no-recompute": (
+        problem(),
+        Config(ipus_per_replica=2, splits=("block3",), gradient_accumulation=3, recompute="none"),
+    ),
 }
 
 
@@ -108,8 +146,12 @@ def test_snippet_and_tuner_options_compile_against_the_fake(poptorch: Any, name:
     seen = training.fake_record
     # The fake rebuilt the configuration from PopTorch's view alone: the snippet set every knob.
     assert seen["config"] == expected(c)
-    assert (seen["problem"].batch_size, seen["problem"].input_shape, seen["problem"].num_classes,
-            seen["problem"].optimizer) == (p.batch_size, p.input_shape, p.num_classes, p.optimizer)
+    assert (
+        seen["problem"].batch_size,
+        seen["problem"].input_shape,
+        seen["problem"].num_classes,
+        seen["problem"].optimizer,
+    ) == (p.batch_size, p.input_shape, p.num_classes, p.optimizer)
     assert find_profile(report) is not None  # the tuner's engine options produced a profile
     assert training.isCompiled() and not training.isAttachedToDevice()  # offline target
 
@@ -129,12 +171,17 @@ def test_a_typo_or_a_float_in_the_snippet_is_rejected(poptorch: Any) -> None:
     good = render_snippet(p, c)
     assert "opts.Training.gradientAccumulation(8)" in good
     with pytest.raises(AttributeError, match="Invalid attribute gradientAcumulation"):
-        compile_snippet(poptorch, p, c, good.replace("gradientAccumulation(8)", "gradientAcumulation(8)"))
+        compile_snippet(
+            poptorch, p, c, good.replace("gradientAccumulation(8)", "gradientAcumulation(8)")
+        )
     with pytest.raises(AssertionError, match="Unexpected type"):
-        compile_snippet(poptorch, p, c, good.replace("gradientAccumulation(8)", "gradientAccumulation(8.0)"))
+        compile_snippet(
+            poptorch, p, c, good.replace("gradientAccumulation(8)", "gradientAccumulation(8.0)")
+        )
 
 
 # --- Options: types, keys, freezing ------------------------------------------------------------
+
 
 def test_option_values_are_type_checked_like_optionsdict_set(poptorch: Any) -> None:
     opts = poptorch.Options()
@@ -168,9 +215,12 @@ def test_options_freeze_on_training_model_and_clone_unfreezes(poptorch: Any) -> 
     opts = poptorch.Options()
     model = build_model(SMALL_CNN, 10, device="cpu")
     poptorch.trainingModel(_with_loss(model), opts)
-    for change in (lambda: opts.deviceIterations(2), lambda: opts.Training.gradientAccumulation(2),
-                   lambda: opts._Popart.set("autoRecomputation", 3),
-                   lambda: opts.Precision.enableStochasticRounding(True)):
+    for change in (
+        lambda: opts.deviceIterations(2),
+        lambda: opts.Training.gradientAccumulation(2),
+        lambda: opts._Popart.set("autoRecomputation", 3),
+        lambda: opts.Precision.enableStochasticRounding(True),
+    ):
         with pytest.raises(AttributeError, match="Can't modify frozen Options"):
             change()
     fresh = opts.clone()
@@ -182,10 +232,16 @@ def test_options_freeze_on_training_model_and_clone_unfreezes(poptorch: Any) -> 
 
 def test_popart_keys_and_engine_options_are_checked_at_compile(poptorch: Any) -> None:
     cases = [
-        (lambda o: o._Popart.set("autoRecomputation", True), "Unknown bool option autoRecomputation"),
+        (
+            lambda o: o._Popart.set("autoRecomputation", True),
+            "Unknown bool option autoRecomputation",
+        ),
         (lambda o: o._Popart.set("autoRecompute", 3), "Unknown uint64 option autoRecompute"),
         (lambda o: o._Popart.setEngineOptions({"debug.allowOutOfMemory": True}), "str to str"),
-        (lambda o: o._Popart.setEngineOptions({"autoReport.outputGraphProfil": "true"}), "Unrecognised"),
+        (
+            lambda o: o._Popart.setEngineOptions({"autoReport.outputGraphProfil": "true"}),
+            "Unrecognised",
+        ),
     ]
     for configure, message in cases:
         opts = poptorch.Options()
@@ -195,7 +251,9 @@ def test_popart_keys_and_engine_options_are_checked_at_compile(poptorch: Any) ->
             training.compile(torch.zeros(4, 3, 32, 32), torch.zeros(4, dtype=torch.long))
 
 
-def test_compile_needs_the_full_host_batch_and_pipelining_needs_accumulation(poptorch: Any) -> None:
+def test_compile_needs_the_full_host_batch_and_pipelining_needs_accumulation(
+    poptorch: Any,
+) -> None:
     opts = poptorch.Options().deviceIterations(2)
     opts.Training.gradientAccumulation(4)
     training = poptorch.trainingModel(_with_loss(build_model(SMALL_CNN, 10, "cpu")), opts)
@@ -205,18 +263,29 @@ def test_compile_needs_the_full_host_batch_and_pipelining_needs_accumulation(pop
     p, c = problem(), Config(ipus_per_replica=2, splits=("block2",), gradient_accumulation=2)
     _, error, _ = compile_snippet(poptorch, p, c)
     assert error.type == "poptorch_cpp_error"
-    assert "gradientAccumulation must be greater than or equal to the number of pipeline stages (3)" \
+    assert (
+        "gradientAccumulation must be greater than or equal to the number of pipeline stages (3)"
         in error.message
+    )
 
 
 def test_optimizers_take_poptorch_kwargs_and_assert_like_poptorch(poptorch: Any) -> None:
     params = list(torch.nn.Linear(2, 2).parameters())
     optim = poptorch.optim
     half = torch.float16
-    optim.SGD(params, lr=0.1, momentum=0.9, loss_scaling=128.0, accum_type=half, velocity_accum_type=half)
+    optim.SGD(
+        params, lr=0.1, momentum=0.9, loss_scaling=128.0, accum_type=half, velocity_accum_type=half
+    )
     optim.SGD(params, lr=0.1, momentum=0.9, use_combined_accum=True, max_grad_norm=1.0)
-    optim.AdamW(params, lr=1e-3, accum_type=half, first_order_momentum_accum_type=half,
-                second_order_momentum_accum_type=torch.float32, max_grad_norm=1.0, bias_correction=False)
+    optim.AdamW(
+        params,
+        lr=1e-3,
+        accum_type=half,
+        first_order_momentum_accum_type=half,
+        second_order_momentum_accum_type=torch.float32,
+        max_grad_norm=1.0,
+        bias_correction=False,
+    )
     optim.LAMB(params, lr=1e-3, max_weight_norm=10.0, accum_type=half)
     optim.RMSprop(params, lr=1e-3, use_tf_variant=True, accum_type=half)
     with pytest.raises(AssertionError, match="Accumulation types"):
@@ -260,7 +329,9 @@ def test_error_fields_live_on_the_class_and_oom_writes_a_profile(poptorch: Any) 
         _, error, report = compile_snippet(fresh, p, c)
         assert isinstance(error, fresh.Error)
         assert fresh.Error.type == "popart_exception"  # set on the class: the "last error"
-        assert error.message.startswith("Out of memory: Cannot fit all variable data onto one or more tiles")
+        assert error.message.startswith(
+            "Out of memory: Cannot fit all variable data onto one or more tiles"
+        )
         memory = read_profile(find_profile(report), ipus_per_replica=1)
     assert memory.total_overflow > 0 and memory.overflowing_tiles[0] > 0
     assert memory.max_tile_bytes[0] > memory.tile_capacity_bytes
@@ -276,7 +347,9 @@ def test_without_allow_out_of_memory_an_oom_leaves_no_profile(poptorch: Any) -> 
     model = ns["TrainingModel"](build_model(p.model, 10, "cpu"))
     opts = ns["make_options"]().useOfflineIpuTarget(2)
     report = new_report_dir()
-    opts._Popart.setEngineOptions({"autoReport.outputGraphProfile": "true", "autoReport.directory": report})
+    opts._Popart.setEngineOptions(
+        {"autoReport.outputGraphProfile": "true", "autoReport.directory": report}
+    )
     training = poptorch.trainingModel(model, opts, ns["make_optimizer"](model))
     with pytest.raises(poptorch.Error, match="Out of memory"):
         training.compile(torch.zeros(2048, 3, 32, 32), torch.zeros(2048, dtype=torch.long))
@@ -284,7 +357,9 @@ def test_without_allow_out_of_memory_an_oom_leaves_no_profile(poptorch: Any) -> 
 
 
 @pytest.mark.slow
-def test_the_fake_compile_disagrees_with_the_nominal_estimator_near_the_boundary(poptorch: Any) -> None:
+def test_the_fake_compile_disagrees_with_the_nominal_estimator_near_the_boundary(
+    poptorch: Any,
+) -> None:
     """The fake's hardware is not the estimator's model: near capacity their verdicts differ."""
 
     def nominal_fits(batch: int) -> bool:
@@ -307,11 +382,16 @@ def test_the_fake_compile_disagrees_with_the_nominal_estimator_near_the_boundary
     nominal, fake = largest_fitting(nominal_fits), largest_fitting(fake_fits)
     print(f"largest micro-batch that fits: nominal estimator {nominal}, fake compile {fake}")
     assert fake < nominal
-    assert nominal_fits(nominal) and not fake_fits(nominal)  # screening says fits, compile says OOM
+    assert nominal_fits(nominal) and not fake_fits(
+        nominal
+    )  # screening says fits, compile says OOM
 
 
 def test_fake_profile_has_the_pva_paths_the_reference_lists(poptorch: Any) -> None:
-    p, c = problem(batch=64), Config(ipus_per_replica=2, replicas=2, splits=("block2",), gradient_accumulation=3)
+    p, c = (
+        problem(batch=64),
+        Config(ipus_per_replica=2, replicas=2, splits=("block2",), gradient_accumulation=3),
+    )
     _, error, report = compile_snippet(poptorch, p, c)
     assert error is None
     with fake_sdk():
@@ -323,11 +403,16 @@ def test_fake_profile_has_the_pva_paths_the_reference_lists(poptorch: Any) -> No
     assert target.bytesPerTile == 638_976 and target.tilesPerIpu == 1472
     tile = report_obj.compilation.ipus[1].tiles[0]
     assert tile.memory.total.includingGaps >= tile.memory.total.excludingGaps
-    assert tile.memory.alwaysLiveBytes + tile.memory.notAlwaysLiveBytes == tile.memory.total.excludingGaps
+    assert (
+        tile.memory.alwaysLiveBytes + tile.memory.notAlwaysLiveBytes
+        == tile.memory.total.excludingGaps
+    )
     assert tile.memory.overflowed.includingGaps == 0
     assert tile.memory.category.vertexCode.total > 0
     assert len(report_obj.compilation.tiles) == 4 * 1472
-    assert max(s.notAlwaysLiveMemory.bytes for s in report_obj.compilation.livenessProgramSteps) > 0
+    assert (
+        max(s.notAlwaysLiveMemory.bytes for s in report_obj.compilation.livenessProgramSteps) > 0
+    )
     assert json.loads(find_profile(report).read_text())["fake"]["config"]["splits"] == ["block2"]
 
 

@@ -33,12 +33,31 @@ def _fast_without_accumulation(profile: Any) -> Config:
     update streams the offloaded state, so accumulation (which adds gradient accumulators,
     memory) makes it several times faster."""
     splits = ("layer3.14",)
-    return Config.from_dict(dict(
-        precision="16.16", partials="half", stochastic_rounding=True, loss_scaling=1024.0, optimizer_state="half",
-        ipus_per_replica=2, replicas=1, splits=list(splits), execution="sharded", recompute="all",
-        checkpoints=list(checkpoints_every(profile, splits, 2)), available_memory_proportion=[0.6, 0.6],
-        optimizer_offload=True, replicated_tensor_sharding=False, gradient_accumulation=1, device_iterations=64,
-        eight_bit_io=True, io_tiles=0, loader_mode="async", loader_workers=0), "test")
+    return Config.from_dict(
+        dict(
+            precision="16.16",
+            partials="half",
+            stochastic_rounding=True,
+            loss_scaling=1024.0,
+            optimizer_state="half",
+            ipus_per_replica=2,
+            replicas=1,
+            splits=list(splits),
+            execution="sharded",
+            recompute="all",
+            checkpoints=list(checkpoints_every(profile, splits, 2)),
+            available_memory_proportion=[0.6, 0.6],
+            optimizer_offload=True,
+            replicated_tensor_sharding=False,
+            gradient_accumulation=1,
+            device_iterations=64,
+            eight_bit_io=True,
+            io_tiles=0,
+            loader_mode="async",
+            loader_workers=0,
+        ),
+        "test",
+    )
 
 
 def _compiled(config: Config, profile: Any, ratio: float = RATIO) -> Any:
@@ -73,8 +92,12 @@ def test_split_moves_carry_their_checkpoints(setup: Any) -> None:
         assert moved.checkpoints == checkpoints_every(profile, moved.splits, 2)
     guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     screen = CorrectedScreen(CorrectedModel(guide.screen, [], 0.05))
-    found = [c for knob, c in screen.candidates(space, config) if knob == "splits" and c.checkpoints]
-    assert {c.splits for c in found} >= {m.splits for m in moves}  # kept in the space, not projected away
+    found = [
+        c for knob, c in screen.candidates(space, config) if knob == "splits" and c.checkpoints
+    ]
+    assert {c.splits for c in found} >= {
+        m.splits for m in moves
+    }  # kept in the space, not projected away
     nominal = max(guide.screen(config).max_tile_bytes)
     assert all(max(guide.screen(c).max_tile_bytes) < 1.1 * nominal for c in found)
 
@@ -89,16 +112,25 @@ def test_split_moves_shift_a_pipelines_boundaries_together() -> None:
     profile = profile_for(RESNET18_CIFAR_4IPU)
     units = [u.path for u in profile.units]
     splits = tuple(units[i] for i in (3, 5, 7))
-    config = Config(ipus_per_replica=4, splits=splits, recompute="pipeline", gradient_accumulation=32,
-                    checkpoints=checkpoints_every(profile, splits, 1))
+    config = Config(
+        ipus_per_replica=4,
+        splits=splits,
+        recompute="pipeline",
+        gradient_accumulation=32,
+        checkpoints=checkpoints_every(profile, splits, 1),
+    )
     moved = {c.splits: c for c in split_moves(profile, config)}
     for step in (-2, -1, 1, 2):
         shifted = tuple(units[i + step] for i in (3, 5, 7))
-        assert shifted in moved and moved[shifted].checkpoints == checkpoints_every(profile, shifted, 1)
+        assert shifted in moved and moved[shifted].checkpoints == checkpoints_every(
+            profile, shifted, 1
+        )
 
 
 @pytest.mark.slow
-def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candidate_over_memory(setup: Any) -> None:
+def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candidate_over_memory(
+    setup: Any,
+) -> None:
     """The case the ResNet-152 benchmark missed: every compile so far without accumulation;
     any accumulation adds gradient accumulators the corrected model puts over memory at this
     split, so the guide kept compiling variations of the same speed. A climb on expected
@@ -131,23 +163,34 @@ def test_the_guides_proposals_do_not_depend_on_string_hashing() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; sys.path.insert(0, 'tests')\n"
-            "import test_guide_bets as t\n"
-            "from ipu_autotune.guide.proposal import History\n"
-            "from ipu_autotune.guide.guide import Guide, GuideSettings\n"
-            "from ipu_autotune.profiles.trace import profile_for\n"
-            "from ipu_autotune.search.space import SearchSpace\n"
-            "profile = profile_for(t.PROBLEM)\n"
-            "measured = t._stalled(profile)[:2]\n"
-            "guide = Guide(t.PROBLEM, profile, SearchSpace.load(t.PROBLEM), GuideSettings(0.05))\n"
-            "tried = {c for c, _ in measured}\n"
-            "for _ in range(3):\n"
-            "    c = guide.propose(History.of(measured, tried)).config\n"
-            "    print(repr(c))\n"
-            "    tried.add(c)\n"
-            "    measured.append((c, t._compiled(c, profile)))\n")
+    code = (
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "import test_guide_bets as t\n"
+        "from ipu_autotune.guide.proposal import History\n"
+        "from ipu_autotune.guide.guide import Guide, GuideSettings\n"
+        "from ipu_autotune.profiles.trace import profile_for\n"
+        "from ipu_autotune.search.space import SearchSpace\n"
+        "profile = profile_for(t.PROBLEM)\n"
+        "measured = t._stalled(profile)[:2]\n"
+        "guide = Guide(t.PROBLEM, profile, SearchSpace.load(t.PROBLEM), GuideSettings(0.05))\n"
+        "tried = {c for c, _ in measured}\n"
+        "for _ in range(3):\n"
+        "    c = guide.propose(History.of(measured, tried)).config\n"
+        "    print(repr(c))\n"
+        "    tried.add(c)\n"
+        "    measured.append((c, t._compiled(c, profile)))\n"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root,
-                           env=dict(os.environ, PYTHONHASHSEED=seed)) for seed in ("1", "2")]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=root,
+            env=dict(os.environ, PYTHONHASHSEED=seed),
+        )
+        for seed in ("1", "2")
+    ]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-500:]
     assert runs[0].stdout and all(r.stdout == runs[0].stdout for r in runs)

@@ -49,10 +49,15 @@ def test_a_split_move_of_a_recomputing_config_carries_its_checkpoints() -> None:
     problem = Problem("resnet152", 16, input_shape=(3, 224, 224), ipus=2, optimizer="sgd")
     profile, space = profile_for(problem), SearchSpace.load(problem)
     screen = Screen(problem, profile, space=space)
-    start = next(c for _, c in screen.candidates(space, naive_baseline(problem, profile))
-                 if layout(c) == SHARDED and screen(c) is not None)
+    start = next(
+        c
+        for _, c in screen.candidates(space, naive_baseline(problem, profile))
+        if layout(c) == SHARDED and screen(c) is not None
+    )
     every = 3
-    config = start.replace(recompute="all", checkpoints=checkpoints_every(profile, start.splits, every))
+    config = start.replace(
+        recompute="all", checkpoints=checkpoints_every(profile, start.splits, every)
+    )
     assert screen(config) is not None and checkpoint_spacing(profile, config) == every
     moved = [c for knob, c in screen.candidates(space, config) if knob == "splits"]
     assert len(moved) >= 4

@@ -42,13 +42,19 @@ def guide_uses(tree: ast.AST) -> list[tuple[int, str]]:
 def test_nothing_outside_the_guide_touches_its_state() -> None:
     outside = [p for p in PACKAGE.rglob("*.py") if "guide" not in p.relative_to(PACKAGE).parts[:1]]
     assert len(outside) > 50  # the scan reads the package
-    found = [f"{p.relative_to(PACKAGE)}:{line} .{attr}" for p in outside
-             for line, attr in guide_uses(ast.parse(p.read_text())) if attr not in INTERFACE]
+    found = [
+        f"{p.relative_to(PACKAGE)}:{line} .{attr}"
+        for p in outside
+        for line, attr in guide_uses(ast.parse(p.read_text()))
+        if attr not in INTERFACE
+    ]
     assert found == []
 
 
 def test_the_scan_sees_a_side_attribute() -> None:
-    uses = guide_uses(ast.parse("self.guide.chance\nguide.pool.update(x)\nrunner.guide.propose(h)\n"))
+    uses = guide_uses(
+        ast.parse("self.guide.chance\nguide.pool.update(x)\nrunner.guide.propose(h)\n")
+    )
     assert sorted(attr for _, attr in uses) == ["chance", "pool", "propose"]
 
 
@@ -85,5 +91,8 @@ def test_the_runner_enqueues_the_proposal_and_the_trial_line_shows_its_reason() 
     stored = {r.number: r for r in records(study)}[second.number]
     assert stored.reason == second.reason == "gain" and short_label(stored) == "gain"
     assert stored.origin == "guided (42% chance to fit, expected gain 8.0%)"
-    assert study.trials[second.number].user_attrs["proposal"] == {"reason": "gain", "chance_to_fit": 0.42,
-                                                                  "expected_gain": 0.08}
+    assert study.trials[second.number].user_attrs["proposal"] == {
+        "reason": "gain",
+        "chance_to_fit": 0.42,
+        "expected_gain": 0.08,
+    }

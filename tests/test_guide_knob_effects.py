@@ -25,15 +25,21 @@ from testing import RESNET50_4IPU_SGD as PROBLEM
 
 def effects(xs: list[tuple[float, float]], ys: list[float]) -> KnobEffects:
     """Two numeric knobs, one coordinate each."""
-    return KnobEffects(np.array(xs), np.empty((len(xs), 0), dtype=object), ys, [[0], [1]], unit=0.05, noise=0.01)
+    return KnobEffects(
+        np.array(xs), np.empty((len(xs), 0), dtype=object), ys, [[0], [1]], unit=0.05, noise=0.01
+    )
 
 
 def test_a_knob_the_compiles_moved_is_learnt_and_one_they_did_not_keeps_its_spread() -> None:
     peak = lambda x: -3.0 * (x - 0.4) ** 2  # noqa: E731 - the true effect of knob 0
     xs = [(x, 0.5) for x in (0.1, 0.3, 0.5, 0.7, 0.9)]
     model = effects(xs, [peak(x) for x, _ in xs])
-    mean, sd = model.predict(np.array([(0.4, 0.5), (0.6, 0.5), (0.4, 0.0)]), np.empty((3, 0), dtype=object))
-    assert mean[0] == pytest.approx(peak(0.4), abs=0.03) and mean[1] == pytest.approx(peak(0.6), abs=0.03)
+    mean, sd = model.predict(
+        np.array([(0.4, 0.5), (0.6, 0.5), (0.4, 0.0)]), np.empty((3, 0), dtype=object)
+    )
+    assert mean[0] == pytest.approx(peak(0.4), abs=0.03) and mean[1] == pytest.approx(
+        peak(0.6), abs=0.03
+    )
     assert sd[0] < 0.05 and sd[1] < 0.05
     # knob 0's spread grew to its effect; knob 1 never moved and keeps its prior spread, so at
     # another value of it the model is unsure again
@@ -66,20 +72,33 @@ class PeakIPU(EstimateBackend):
     def measure(self, problem: Any, config: Any) -> Any:
         m = super().measure(problem, config)
         g = self.factor(config)
-        return replace(m, source="compile", headroom=0.0, throughput=m.throughput and m.throughput * g,
-                       device_throughput=m.device_throughput and m.device_throughput * g)
+        return replace(
+            m,
+            source="compile",
+            headroom=0.0,
+            throughput=m.throughput and m.throughput * g,
+            device_throughput=m.device_throughput and m.device_throughput * g,
+        )
 
 
 @pytest.fixture(scope="module")
 def peaked() -> Any:
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     warm = proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)
-    base = next(p.config for p in warm[1:] if EstimateBackend().measure(PROBLEM, p.config).feasible)
+    base = next(
+        p.config for p in warm[1:] if EstimateBackend().measure(PROBLEM, p.config).feasible
+    )
     at = lambda a: base.replace(available_memory_proportion=(a,) * base.ipus_per_replica)  # noqa: E731
     estimate = EstimateBackend()
     # the premise: the estimator says 0.6 is faster than 0.5, and 0.8 no slower than 0.6
-    assert estimate.measure(PROBLEM, at(0.6)).throughput > estimate.measure(PROBLEM, at(0.5)).throughput
-    assert estimate.measure(PROBLEM, at(0.8)).throughput >= estimate.measure(PROBLEM, at(0.6)).throughput
+    assert (
+        estimate.measure(PROBLEM, at(0.6)).throughput
+        > estimate.measure(PROBLEM, at(0.5)).throughput
+    )
+    assert (
+        estimate.measure(PROBLEM, at(0.8)).throughput
+        >= estimate.measure(PROBLEM, at(0.6)).throughput
+    )
     measured = [(at(a), PeakIPU().measure(PROBLEM, at(a))) for a in (0.6, 0.8, 0.95)]
     return profile, space, base, at, measured
 
@@ -101,11 +120,26 @@ def test_the_next_proposal_moves_toward_the_peak(peaked: Any) -> None:
     and 0.95 lowers the proportion (this IPU's speed follows the IPUs' mean proportion),
     towards the peak, and is faster there than any compile."""
     profile, space, base, at, measured = peaked
-    fixed = {k: [getattr(base, k)] for k in ("precision", "partials", "stochastic_rounding", "loss_scaling",
-                                              "optimizer_state", "ipus_per_replica", "execution", "recompute",
-                                              "optimizer_offload", "replicated_tensor_sharding",
-                                              "gradient_accumulation", "device_iterations", "eight_bit_io",
-                                              "loader_mode", "loader_workers")}
+    fixed = {
+        k: [getattr(base, k)]
+        for k in (
+            "precision",
+            "partials",
+            "stochastic_rounding",
+            "loss_scaling",
+            "optimizer_state",
+            "ipus_per_replica",
+            "execution",
+            "recompute",
+            "optimizer_offload",
+            "replicated_tensor_sharding",
+            "gradient_accumulation",
+            "device_iterations",
+            "eight_bit_io",
+            "loader_mode",
+            "loader_workers",
+        )
+    }
     fixed["checkpoint_every"] = [0]
     for knob, values in fixed.items():
         space = space.with_knob(knob, values, "test")
@@ -125,32 +159,48 @@ def test_judgements_predicted_together_are_those_predicted_one_by_one(peaked: An
     profile, space, base, at, measured = peaked
     guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     seen = observe(guide.screen, measured)
-    candidates = [c for _, c in guide.screen.candidates(space, base)] + [at(a) for a in (0.3, 0.45, 0.7)]
-    together, alone = CorrectedModel(guide.screen, seen, 0.05), CorrectedModel(guide.screen, seen, 0.05)
+    candidates = [c for _, c in guide.screen.candidates(space, base)] + [
+        at(a) for a in (0.3, 0.45, 0.7)
+    ]
+    together, alone = (
+        CorrectedModel(guide.screen, seen, 0.05),
+        CorrectedModel(guide.screen, seen, 0.05),
+    )
     together.prefetch(candidates)
-    assert len(together.speed_effects._cache) >= len(set(candidates)) - 1  # predicted before any judge
+    assert (
+        len(together.speed_effects._cache) >= len(set(candidates)) - 1
+    )  # predicted before any judge
     for c in candidates:
         a, b = together.judge(c), alone.judge(c)
         assert (a is None) == (b is None)
         if a is not None:
             assert a.fits == b.fits
             for field in ("throughput", "load", "busiest", "chance", "worth"):
-                assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12, abs=1e-15), field
+                assert getattr(a, field) == pytest.approx(
+                    getattr(b, field), rel=1e-12, abs=1e-15
+                ), field
 
 
 def studies_effects(rows: list[tuple[float, str, float]]) -> KnobEffects:
     """One numeric knob; each row (value, study, residual), '' being this study's."""
     numeric = np.array([(x,) for x, _, _ in rows], dtype=float).reshape(len(rows), 1)
     levels = np.array([(s,) for _, s, _ in rows], dtype=object).reshape(len(rows), 1)
-    return KnobEffects(numeric, levels, [y for _, _, y in rows], [[0]], unit=0.05, noise=0.01, studies=True)
+    return KnobEffects(
+        numeric, levels, [y for _, _, y in rows], [[0]], unit=0.05, noise=0.01, studies=True
+    )
 
 
-def test_a_knobs_effect_other_studies_agree_on_carries_to_a_new_study_before_its_first_compile() -> None:
+def test_a_knobs_effect_other_studies_agree_on_carries_to_a_new_study_before_its_first_compile() -> (
+    None
+):
     """Three stored studies saw speed fall along the knob alike: their correlation with a new
     study is learnt high, and the new study expects the fall, sure of it, with no compile."""
     truth = lambda x: -0.4 * x  # noqa: E731
-    rows = [(x, s, truth(x) + offset) for s, offset in (("a", 0.02), ("b", -0.03), ("c", 0.0))
-            for x in (0.1, 0.4, 0.7, 0.9)]
+    rows = [
+        (x, s, truth(x) + offset)
+        for s, offset in (("a", 0.02), ("b", -0.03), ("c", 0.0))
+        for x in (0.1, 0.4, 0.7, 0.9)
+    ]
     model = studies_effects(rows)
     assert model.study_correlation > 0.8
     mean, sd = model.predict(np.array([(0.1,), (0.9,)]), np.array([("",), ("",)], dtype=object))
@@ -163,8 +213,11 @@ def test_a_knobs_effect_other_studies_agree_on_carries_to_a_new_study_before_its
 def test_studies_that_disagree_on_a_knob_leave_a_new_study_unsure_of_it() -> None:
     """Stored studies whose knob effects differ in sign: rho is learnt low, and the new study
     neither expects one of their effects nor is sure of the knob."""
-    rows = [(x, s, sign * 0.4 * x) for s, sign in (("a", 1.0), ("b", -1.0), ("c", 1.0), ("d", -1.0))
-            for x in (0.1, 0.4, 0.7, 0.9)]
+    rows = [
+        (x, s, sign * 0.4 * x)
+        for s, sign in (("a", 1.0), ("b", -1.0), ("c", 1.0), ("d", -1.0))
+        for x in (0.1, 0.4, 0.7, 0.9)
+    ]
     model = studies_effects(rows)
     agreeing = studies_effects([(x, s, 0.4 * x) for s in "abcd" for x in (0.1, 0.4, 0.7, 0.9)])
     assert model.study_correlation < 0.5 < agreeing.study_correlation
@@ -200,23 +253,36 @@ def test_a_combination_of_two_knob_values_is_learnt_apart_from_the_other_knobs()
     left_out = [("a", "a", "b", "a"), ("a", "b", "b", "a")]
     rows = [c for c in product("ab", repeat=4) if c not in left_out]
     levels = np.array(rows, dtype=object)
-    model = KnobEffects(np.empty((len(rows), 0)), levels, [truth(c) for c in rows], [], unit=0.05, noise=0.01,
-                        group_unit=0.171)
+    model = KnobEffects(
+        np.empty((len(rows), 0)),
+        levels,
+        [truth(c) for c in rows],
+        [],
+        unit=0.05,
+        noise=0.01,
+        group_unit=0.171,
+    )
     mean, _ = model.predict(np.empty((2, 0)), np.array(left_out, dtype=object))
     # (the knobs alone, with an interaction over all of them at once: 0.29 and 0.12)
     assert mean[0] > 0.4 and mean[1] < 0.1
 
 
-def test_combined_changes_move_two_or_three_knobs_each_from_a_single_change_and_repeat_with_the_seed() -> None:
+def test_combined_changes_move_two_or_three_knobs_each_from_a_single_change_and_repeat_with_the_seed() -> (
+    None
+):
     import random
 
     from ipu_autotune.guide.moves import combined_changes
     from ipu_autotune.guide.pairs import changes
 
     base = Config()
-    singles = [base.replace(device_iterations=37), base.replace(device_iterations=41),
-               base.replace(gradient_accumulation=6), base.replace(loader_workers=5),
-               base.replace(eight_bit_io=not base.eight_bit_io)]
+    singles = [
+        base.replace(device_iterations=37),
+        base.replace(device_iterations=41),
+        base.replace(gradient_accumulation=6),
+        base.replace(loader_workers=5),
+        base.replace(eight_bit_io=not base.eight_bit_io),
+    ]
     drawn = combined_changes(base, singles, random.Random("7"), 24)
     assert len(drawn) == 24
     for c in drawn:
@@ -224,4 +290,6 @@ def test_combined_changes_move_two_or_three_knobs_each_from_a_single_change_and_
         assert 2 <= len(moved) <= 3  # different knobs, each as one of the singles set it
         assert all(any(changes(base, s) == {k: v} for s in singles) for k, v in moved.items())
     assert combined_changes(base, singles, random.Random("7"), 24) == drawn
-    assert combined_changes(base, singles[:1], random.Random("7"), 24) == []  # one knob: nothing to combine
+    assert (
+        combined_changes(base, singles[:1], random.Random("7"), 24) == []
+    )  # one knob: nothing to combine

@@ -29,19 +29,29 @@ def test_device_and_host_time_are_learnt_apart() -> None:
     rng = random.Random(3)
     device, host = 1.3, 0.8
 
-    def call(d: Any, h: Any, overlapped: Any=True) -> Any:
+    def call(d: Any, h: Any, overlapped: Any = True) -> Any:
         p = CallTime(d, h, overlapped, samples=100.0)
-        return CallTime(d, h, overlapped, 100.0, p.combined(device, host) * math.exp(rng.gauss(0, 0.01)))
+        return CallTime(
+            d, h, overlapped, 100.0, p.combined(device, host) * math.exp(rng.gauss(0, 0.01))
+        )
 
-    compiled = [call(rng.uniform(0.5, 2.0), rng.uniform(0.5, 2.0), overlapped=rng.random() < 0.7) for _ in range(8)]
+    compiled = [
+        call(rng.uniform(0.5, 2.0), rng.uniform(0.5, 2.0), overlapped=rng.random() < 0.7)
+        for _ in range(8)
+    ]
     model = CallModel(compiled)
     assert model.device == pytest.approx(device, rel=0.03)
     assert model.host == pytest.approx(host, rel=0.03)
     # host-bound in the model (1.0 s of host, 0.9 s of device), device-bound here (1.17 s)
     moved = CallTime(0.9, 1.0, True, 100.0)
     assert model.predict(moved) == pytest.approx(100.0 / moved.combined(device, host), rel=0.03)
-    single_ratio = sum(math.log(p.measured_s / p.combined(1.0, 1.0)) for p in compiled) / len(compiled)
-    assert abs(100.0 / (moved.combined(1.0, 1.0) * math.exp(single_ratio)) - 100.0 / 1.17) > 0.03 * 100 / 1.17
+    single_ratio = sum(math.log(p.measured_s / p.combined(1.0, 1.0)) for p in compiled) / len(
+        compiled
+    )
+    assert (
+        abs(100.0 / (moved.combined(1.0, 1.0) * math.exp(single_ratio)) - 100.0 / 1.17)
+        > 0.03 * 100 / 1.17
+    )
 
 
 @pytest.mark.parametrize("leak", [0.0, 0.45])
@@ -54,15 +64,20 @@ def test_a_loader_that_hides_the_device_imperfectly_is_learnt(leak: float) -> No
     overlaps fully is not read as leaking."""
     rng = random.Random(5)
 
-    def call(d: Any, h: Any=1.0) -> Any:
+    def call(d: Any, h: Any = 1.0) -> Any:
         p = CallTime(d, h, True, samples=100.0)
-        return CallTime(d, h, True, 100.0, p.combined(1.0, 1.0, leak) * math.exp(rng.gauss(0, 0.01)))
+        return CallTime(
+            d, h, True, 100.0, p.combined(1.0, 1.0, leak) * math.exp(rng.gauss(0, 0.01))
+        )
 
     model = CallModel([call(d) for d in (0.3, 0.5, 0.7, 0.9)] + [call(1.5), call(2.0)])
     # the prior (LEAK_SD) shrinks what six compiles show a little, never to nothing
     assert 0.6 * leak <= model.leak <= leak + 0.03
     offloaded, kept = CallTime(0.95, 1.0, True, 100.0), CallTime(0.7, 1.0, True, 100.0)
-    gain, true_gain = model.predict(kept) / model.predict(offloaded) - 1, (0.95 - 0.7) * leak / (1 + 0.7 * leak)
+    gain, true_gain = (
+        model.predict(kept) / model.predict(offloaded) - 1,
+        (0.95 - 0.7) * leak / (1 + 0.7 * leak),
+    )
     assert 0.7 * true_gain - 0.005 <= gain <= 1.1 * true_gain + 0.005
 
 
@@ -77,8 +92,13 @@ def two_compiles() -> Any:
     IPU that needs 25 % more tile memory than the estimator says."""
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
-    enqueue(study, space, PROBLEM, profile,
-            proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[:2])
+    enqueue(
+        study,
+        space,
+        PROBLEM,
+        profile,
+        proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[:2],
+    )
     runner = Runner(study, PROBLEM, profile, space, HiddenIPU())
     runner.run_one(), runner.run_one()
     return profile, space, [(r.config, r.measurement) for r in records(study)]
@@ -95,7 +115,9 @@ def test_a_layout_nothing_was_compiled_in_gets_its_chance(two_compiles: Any) -> 
     guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     picked = guide.propose(History.of(measured))
     proposal = picked.config
-    assert picked.reason is Reason.GAIN and layout(proposal) not in {layout(c) for c, _ in measured}
+    assert picked.reason is Reason.GAIN and layout(proposal) not in {
+        layout(c) for c, _ in measured
+    }
     best = max(m.throughput for _, m in measured if m.feasible)
     compiled = HiddenIPU().measure(PROBLEM, proposal)
     assert compiled.feasible and compiled.throughput > 1.05 * best
@@ -136,8 +158,13 @@ class HungryIPU(HiddenIPU):
 def _guided_run(factor: float, compiles: int) -> Any:
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
-    enqueue(study, space, PROBLEM, profile,
-            proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[:2])
+    enqueue(
+        study,
+        space,
+        PROBLEM,
+        profile,
+        proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[:2],
+    )
     guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
     runner = Runner(study, PROBLEM, profile, space, HungryIPU(factor), guide=guide)
     done = [runner.run_one() for _ in range(compiles)]
@@ -161,7 +188,9 @@ def test_with_nothing_fitting_the_guide_keeps_proposing_new_tiles() -> None:
     measured = [(r.config, r.measurement) for r in done]
     for i in range(2, len(measured)):
         before = CorrectedModel(guide.screen, observe(guide.screen, measured[:i]), 0.05)
-        assert not before.tiles_known(measured[i][0]), f"compile {i} held tiles an earlier compile held"
+        assert not before.tiles_known(measured[i][0]), (
+            f"compile {i} held tiles an earlier compile held"
+        )
     busiest = [max(m.max_tile_bytes) for _, m in measured]
     assert len(set(busiest)) >= len(busiest) - 1, busiest
 
@@ -177,8 +206,21 @@ def test_the_guide_proposes_only_what_the_backend_would_compile(two_compiles: An
 
     def guided_layouts(backend: Any) -> list[Any]:
         study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
-        runner = Runner(study, PROBLEM, profile, space, backend, guide=Guide(PROBLEM, profile, space, GuideSettings(0.05)))
-        enqueue(study, space, PROBLEM, profile, [Proposal(c, "the same two compiles") for c, _ in measured])
+        runner = Runner(
+            study,
+            PROBLEM,
+            profile,
+            space,
+            backend,
+            guide=Guide(PROBLEM, profile, space, GuideSettings(0.05)),
+        )
+        enqueue(
+            study,
+            space,
+            PROBLEM,
+            profile,
+            [Proposal(c, "the same two compiles") for c, _ in measured],
+        )
         done = [runner.run_one() for _ in range(5)]
         return [layout(r.config) for r in done if r.origin.startswith("guided")]
 
@@ -207,7 +249,9 @@ def test_the_second_compile_learns_from_the_baselines(factor: float) -> None:
     assert COMPILED_WARM_STARTS == 1 and warm[1].origin.startswith("climb, 15% free")
     study = optuna.create_study(direction="maximize", sampler=create_sampler(0))
     enqueue(study, space, PROBLEM, profile, warm[:COMPILED_WARM_STARTS])
-    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05, candidates=[p.config for p in warm]))
+    guide = Guide(
+        PROBLEM, profile, space, GuideSettings(0.05, candidates=[p.config for p in warm])
+    )
     hungry = HungryIPU(factor)
     runner = Runner(study, PROBLEM, profile, space, hungry, guide=guide)
     baseline, second = runner.run_one(), runner.run_one()
@@ -239,8 +283,11 @@ def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them() -> No
                 assert model.chance(twin) == pytest.approx(float(over <= 1.0), abs=0.02)
     # a change that moves the tiles is not known: it is predicted, with a spread
     config, m = measured[-1]
-    moved = next(c for _, c in guide.screen.candidates(guide.space, config)
-                 if guide.screen(c).max_tile_bytes != guide.screen(config).max_tile_bytes)
+    moved = next(
+        c
+        for _, c in guide.screen.candidates(guide.space, config)
+        if guide.screen(c).max_tile_bytes != guide.screen(config).max_tile_bytes
+    )
     assert not model.tiles_known(moved)
 
 
@@ -257,15 +304,31 @@ def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory() -> None:
     guide, done = _guided_run(1.0, 3)
     config, m = next((r.config, r.measurement) for r in done if r.measurement.feasible)
     cap = m.tile_capacity_bytes
-    edge = replace(m, max_tile_bytes=[int(0.999 * cap)] + [int(0.5 * cap)] * (len(m.max_tile_bytes) - 1))
+    edge = replace(
+        m, max_tile_bytes=[int(0.999 * cap)] + [int(0.5 * cap)] * (len(m.max_tile_bytes) - 1)
+    )
     model = CorrectedModel(guide.screen, observe(guide.screen, [(config, edge)]), 0.05)
-    twins = [c for _, c in guide.screen.candidates(guide.space, config) if memory_distance(c, config) == 0]
+    twins = [
+        c
+        for _, c in guide.screen.candidates(guide.space, config)
+        if memory_distance(c, config) == 0
+    ]
     assert twins, "no single change leaves the program on the tiles as it is"
     for twin in twins:
         j = model.judge(twin)
-        assert j.fits and j.chance == 1.0 and j.busiest == pytest.approx(0.999, abs=1e-3) and j.load <= 1.0
-    over = replace(edge, feasible=False, failure="oom", throughput=None,
-                   max_tile_bytes=[int(1.001 * cap)] + list(edge.max_tile_bytes[1:]))
+        assert (
+            j.fits
+            and j.chance == 1.0
+            and j.busiest == pytest.approx(0.999, abs=1e-3)
+            and j.load <= 1.0
+        )
+    over = replace(
+        edge,
+        feasible=False,
+        failure="oom",
+        throughput=None,
+        max_tile_bytes=[int(1.001 * cap)] + list(edge.max_tile_bytes[1:]),
+    )
     model = CorrectedModel(guide.screen, observe(guide.screen, [(config, over)]), 0.05)
     assert all(model.chance(t) == 0.0 for t in twins)  # and a program that ran out does so again
 
@@ -284,29 +347,42 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
     guide, done = _guided_run(1.0, 3)
     config, m = next((r.config, r.measurement) for r in done if r.measurement.feasible)
     cap = m.tile_capacity_bytes
-    over = replace(m, feasible=False, failure="oom", throughput=None,
-                   max_tile_bytes=[int(t + 0.08 * cap * (i == 0)) for i, t in enumerate(m.max_tile_bytes)])
+    over = replace(
+        m,
+        feasible=False,
+        failure="oom",
+        throughput=None,
+        max_tile_bytes=[int(t + 0.08 * cap * (i == 0)) for i, t in enumerate(m.max_tile_bytes)],
+    )
     others = [(r.config, r.measurement) for r in done if r.config != config]
     model = CorrectedModel(guide.screen, observe(guide.screen, others + [(config, over)]), 0.05)
     residual = model.memory_residuals[-1][1]
 
-    def excess(c: Any) -> Any:  # the candidate's predicted busiest tiles over the learnt parts alone
+    def excess(
+        c: Any,
+    ) -> Any:  # the candidate's predicted busiest tiles over the learnt parts alone
         parts = model.memory_model.busiest(layout(c), guide.screen(c), recompute_segments(c))
         tiles, _ = model._tiles(c, guide.screen(c))
         return [mu - p for (mu, _), (p, _) in zip(tiles, parts)]
 
-    neighbours = [c for _, c in guide.screen.candidates(guide.space, config)
-                  if memory_distance(c, config) == 1 and not model.tiles_known(c)]
+    neighbours = [
+        c
+        for _, c in guide.screen.candidates(guide.space, config)
+        if memory_distance(c, config) == 1 and not model.tiles_known(c)
+    ]
     assert neighbours
     for near in neighbours:
         # mostly: the per-knob model carries at least 0.6 of it (the kernel blend before issue 41
         # gave a config one knob away 0.6 of a compile's weight)
         assert min(e / r for e, r in zip(excess(near), residual) if abs(r) > 0.01) >= 0.6
-        host = near.replace(device_iterations=1 if near.device_iterations != 1 else 4,
-                            loader_workers=near.loader_workers or 1)
+        host = near.replace(
+            device_iterations=1 if near.device_iterations != 1 else 4,
+            loader_workers=near.loader_workers or 1,
+        )
         if guide.screen(host) is not None:
-            assert (model.judge(host).busiest, model.judge(host).chance) == \
-            pytest.approx((model.judge(near).busiest, model.judge(near).chance))
+            assert (model.judge(host).busiest, model.judge(host).chance) == pytest.approx(
+                (model.judge(near).busiest, model.judge(near).chance)
+            )
 
 
 @pytest.mark.slow
@@ -330,7 +406,10 @@ class Judged:
     """A CorrectedModel's judgements, fixed: config -> (corrected throughput, chance to fit)."""
 
     def __init__(self, beliefs: dict[str, Any], sd: float) -> None:
-        self.cache = {c: Judgement(True, speed, 0.9, 0.9, chance, speed) for c, (speed, chance) in beliefs.items()}
+        self.cache = {
+            c: Judgement(True, speed, 0.9, 0.9, chance, speed)
+            for c, (speed, chance) in beliefs.items()
+        }
         self.sd = sd
 
     def speed_sd(self, config: Any) -> Any:
@@ -349,11 +428,17 @@ def test_expected_improvement_is_the_chance_times_the_speed_above_the_best() -> 
     from ipu_autotune.guide.gain import expected_improvement
 
     rng = random.Random(0)
-    for speed, chance, sd, best in [(100.0, 1.0, 0.05, 100.0), (95.0, 0.5, 0.10, 100.0), (120.0, 0.3, 0.02, 100.0),
-                                    (80.0, 0.6, 0.10, 0.0)]:
+    for speed, chance, sd, best in [
+        (100.0, 1.0, 0.05, 100.0),
+        (95.0, 0.5, 0.10, 100.0),
+        (120.0, 0.3, 0.02, 100.0),
+        (80.0, 0.6, 0.10, 0.0),
+    ]:
         draws = [math.exp(rng.gauss(math.log(speed), sd)) for _ in range(200_000)]
         sampled = chance * sum(max(0.0, t - best) for t in draws) / len(draws) / (best or 1.0)
-        assert expected_improvement(Judged({"c": (speed, chance)}, sd), "c", best) == pytest.approx(sampled, rel=0.03)
+        assert expected_improvement(
+            Judged({"c": (speed, chance)}, sd), "c", best
+        ) == pytest.approx(sampled, rel=0.03)
     # slower than the best, it still gains by its spread; sure of its speed, it gains nothing
     unsure = expected_improvement(Judged({"c": (95.0, 1.0)}, 0.10), "c", 100.0)
     sure = expected_improvement(Judged({"c": (95.0, 1.0)}, 0.01), "c", 100.0)

@@ -39,7 +39,12 @@ def regions() -> Any:
     """Fitting warm starts in three layouts: the baseline's region (the estimator right
     there), the region the study settles in (several compiles), and one nothing reaches."""
     profile, space = profile_for(PROBLEM), SearchSpace.load(PROBLEM)
-    warm = [p.config for p in proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)]
+    warm = [
+        p.config
+        for p in proposals(
+            PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05
+        )
+    ]
 
     def fits(c: Any) -> Any:
         m = estimate(PROBLEM, c, profile, NOMINAL)
@@ -50,7 +55,9 @@ def regions() -> Any:
     first, home, *others = starts
     # the settled region: the home start and single changes of it in its layout
     screen = Guide(PROBLEM, profile, space, GuideSettings(0.05)).screen
-    settled = [home] + [c for _, c in screen.candidates(space, home) if layout(c) == layout(home) and fits(c)][:3]
+    settled = [home] + [
+        c for _, c in screen.candidates(space, home) if layout(c) == layout(home) and fits(c)
+    ][:3]
     assert len(settled) == 4
     untouched = [c for c in others if layout(c) not in {layout(first), layout(home)}]
     assert untouched
@@ -61,12 +68,15 @@ def study(profile: Any, first: Any, settled: Any, factor: Any) -> Any:
     """The first region's compile as estimated, the settled region's at `factor` x, with a
     compile's scatter of 1 %."""
     rng = random.Random(7)
-    return [compiled(first, profile, 1.0)] + [compiled(c, profile, factor * math.exp(rng.gauss(0, 0.01)))
-                                              for c in settled]
+    return [compiled(first, profile, 1.0)] + [
+        compiled(c, profile, factor * math.exp(rng.gauss(0, 0.01))) for c in settled
+    ]
 
 
 @pytest.mark.slow
-def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was_compiled(regions: Any) -> None:
+def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was_compiled(
+    regions: Any,
+) -> None:
     profile, space, first, settled, untouched = regions
     guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
 

@@ -27,37 +27,103 @@ from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem, load_config_file
 
 HIDDEN, LAYERS, HEADS, FFN, VOCAB = 256, 4, 4, 1024, 8000
-_BERT_LIKE = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                  intermediate_size=FFN, vocab_size=VOCAB)
+_BERT_LIKE = dict(
+    hidden_size=HIDDEN,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=HEADS,
+    intermediate_size=FFN,
+    vocab_size=VOCAB,
+)
 #: family -> config.json, the keys as each family's published checkpoints spell them
 CONFIGS = {
     "bert": dict(model_type="bert", max_position_embeddings=512, **_BERT_LIKE),
-    "roberta": dict(model_type="roberta", max_position_embeddings=514, pad_token_id=1, type_vocab_size=1,
-                    **_BERT_LIKE),
+    "roberta": dict(
+        model_type="roberta",
+        max_position_embeddings=514,
+        pad_token_id=1,
+        type_vocab_size=1,
+        **_BERT_LIKE,
+    ),
     # DeBERTa v1 (microsoft/deberta-base's keys): the DeBERTa optimum-graphcore pipelines
-    "deberta": dict(model_type="deberta", max_position_embeddings=512, relative_attention=True,
-                    pos_att_type=["c2p", "p2c"], position_biased_input=False, max_relative_positions=-1,
-                    type_vocab_size=0, **_BERT_LIKE),
-    "deberta_v2": dict(model_type="deberta-v2", max_position_embeddings=512, relative_attention=True,
-                       position_buckets=64, pos_att_type=["p2c", "c2p"], **_BERT_LIKE),
-    "gpt2": dict(model_type="gpt2", n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, vocab_size=VOCAB, n_positions=1024),
-    "llama": dict(model_type="llama", num_key_value_heads=2, max_position_embeddings=1024, **_BERT_LIKE),
+    "deberta": dict(
+        model_type="deberta",
+        max_position_embeddings=512,
+        relative_attention=True,
+        pos_att_type=["c2p", "p2c"],
+        position_biased_input=False,
+        max_relative_positions=-1,
+        type_vocab_size=0,
+        **_BERT_LIKE,
+    ),
+    "deberta_v2": dict(
+        model_type="deberta-v2",
+        max_position_embeddings=512,
+        relative_attention=True,
+        position_buckets=64,
+        pos_att_type=["p2c", "c2p"],
+        **_BERT_LIKE,
+    ),
+    "gpt2": dict(
+        model_type="gpt2",
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        vocab_size=VOCAB,
+        n_positions=1024,
+    ),
+    "llama": dict(
+        model_type="llama", num_key_value_heads=2, max_position_embeddings=1024, **_BERT_LIKE
+    ),
     "gpt_neox": dict(model_type="gpt_neox", max_position_embeddings=1024, **_BERT_LIKE),
-    "t5": dict(model_type="t5", d_model=HIDDEN, d_ff=FFN, d_kv=64, num_layers=LAYERS, num_decoder_layers=2,
-               num_heads=HEADS, vocab_size=VOCAB, decoder_start_token_id=0, pad_token_id=0),
-    "bart": dict(model_type="bart", d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=2,
-                 encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=FFN,
-                 decoder_ffn_dim=FFN, vocab_size=VOCAB, max_position_embeddings=1024, pad_token_id=1,
-                 bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
-    "vit": dict(model_type="vit", image_size=224, patch_size=16, num_channels=3,
-                **{k: v for k, v in _BERT_LIKE.items() if k != "vocab_size"}),
+    "t5": dict(
+        model_type="t5",
+        d_model=HIDDEN,
+        d_ff=FFN,
+        d_kv=64,
+        num_layers=LAYERS,
+        num_decoder_layers=2,
+        num_heads=HEADS,
+        vocab_size=VOCAB,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+    ),
+    "bart": dict(
+        model_type="bart",
+        d_model=HIDDEN,
+        encoder_layers=LAYERS,
+        decoder_layers=2,
+        encoder_attention_heads=HEADS,
+        decoder_attention_heads=HEADS,
+        encoder_ffn_dim=FFN,
+        decoder_ffn_dim=FFN,
+        vocab_size=VOCAB,
+        max_position_embeddings=1024,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    ),
+    "vit": dict(
+        model_type="vit",
+        image_size=224,
+        patch_size=16,
+        num_channels=3,
+        **{k: v for k, v in _BERT_LIKE.items() if k != "vocab_size"},
+    ),
 }
 #: family -> (default task, repeated blocks: encoder and decoder for seq2seq)
-EXPECTED = {"bert": ("sequence-classification", 4), "roberta": ("sequence-classification", 4),
-            "deberta": ("sequence-classification", 4), "deberta_v2": ("sequence-classification", 4),
-            "gpt2": ("causal-lm", 4), "llama": ("causal-lm", 4),
-            "gpt_neox": ("causal-lm", 4), "t5": ("seq2seq-lm", 6), "bart": ("seq2seq-lm", 6),
-            "vit": ("image-classification", 4)}
+EXPECTED = {
+    "bert": ("sequence-classification", 4),
+    "roberta": ("sequence-classification", 4),
+    "deberta": ("sequence-classification", 4),
+    "deberta_v2": ("sequence-classification", 4),
+    "gpt2": ("causal-lm", 4),
+    "llama": ("causal-lm", 4),
+    "gpt_neox": ("causal-lm", 4),
+    "t5": ("seq2seq-lm", 6),
+    "bart": ("seq2seq-lm", 6),
+    "vit": ("image-classification", 4),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +145,9 @@ def write_config(tmp_path: Path, family: str) -> str:
 
 
 @pytest.mark.parametrize("family", list(CONFIGS))
-def test_each_family_builds_from_its_config_with_its_layers_found(tmp_path: Path, family: Any) -> None:
+def test_each_family_builds_from_its_config_with_its_layers_found(
+    tmp_path: Path, family: Any
+) -> None:
     model = write_config(tmp_path, family)
     task, blocks = EXPECTED[family]
     problem = Problem(model, 2, seq_len=0 if family == "vit" else 64)
@@ -114,7 +182,9 @@ def test_seq2seq_decoder_runs_at_its_own_length(tmp_path: Path) -> None:
         model = write_config(tmp_path, family)
         long_decoder = Problem(model, 2, seq_len=512, decoder_seq_len=512)
         default = Problem(model, 2, seq_len=512)
-        assert default.decoder_seq_len == 128 and Problem(model, 2, seq_len=64).decoder_seq_len == 64
+        assert (
+            default.decoder_seq_len == 128 and Problem(model, 2, seq_len=64).decoder_seq_len == 64
+        )
         encoder, decoder = layer_stacks(model, "seq2seq-lm")
         by_path = [{u.path: u for u in profile_for(p).units} for p in (long_decoder, default)]
         assert by_path[0][f"{encoder}.1"].saved_bytes == by_path[1][f"{encoder}.1"].saved_bytes
@@ -131,34 +201,66 @@ def test_input_shape_on_a_token_model_is_its_sequence_length(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_flags_over_a_config_file_change_the_sequence_without_a_conflict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_flags_over_a_config_file_change_the_sequence_without_a_conflict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A stored hf: problem keeps its shape as [seq_len]: --seq-len, --input-shape and --task
     on top of it replace the file's tokens (and the decoder's default follows), never clash."""
     model = write_config(tmp_path, "t5")
     config = tmp_path / "t5.toml"
-    config.write_text(f'[problem]\nmodel = "{model}"\nbatch_size = 1\nseq_len = 64\ninput_shape = [64]\n'
-                      'decoder_seq_len = 64\n[config]\n')
-    for flags, seq_len, decoder in ((("--seq-len", "512"), 512, 128), (("--input-shape", "256"), 256, 128),
-                                    (("--decoder-seq-len", "32"), 64, 32), ((), 64, 64)):
+    config.write_text(
+        f'[problem]\nmodel = "{model}"\nbatch_size = 1\nseq_len = 64\ninput_shape = [64]\n'
+        "decoder_seq_len = 64\n[config]\n"
+    )
+    for flags, seq_len, decoder in (
+        (("--seq-len", "512"), 512, 128),
+        (("--input-shape", "256"), 256, 128),
+        (("--decoder-seq-len", "32"), 64, 32),
+        ((), 64, 64),
+    ):
         assert main(["estimate", "--config", str(config), *flags, "--json"]) == 0
         problem = json.loads(capsys.readouterr().out)["problem"]
-        assert (problem["seq_len"], problem["input_shape"], problem["decoder_seq_len"]) == (seq_len, [seq_len], decoder)
+        assert (problem["seq_len"], problem["input_shape"], problem["decoder_seq_len"]) == (
+            seq_len,
+            [seq_len],
+            decoder,
+        )
 
 
-@pytest.mark.parametrize("args, message", [
-    (("hf:facebook/bart-base", "-b", "1"), "huggingface-cli download facebook/bart-base config.json"),
-    (("hf:gpt2", "-b", "1", "--input-shape", "1024", "--seq-len", "128"), "disagree"),
-    (("hf:gpt2", "-b", "1", "--input-shape", "3,224,224"), "takes token ids"),
-    (("hf:gpt2", "-b", "1", "--decoder-seq-len", "64"), "--decoder-seq-len is for --task seq2seq-lm"),
-    (("hf:FOLDER/vit", "-b", "1", "--image-size", "32"), "takes 3x224x224 images"),
-    (("hf:FOLDER/vit", "-b", "1", "--seq-len", "32"), "reads images, not tokens"),
-    (("hf:FOLDER/empty", "-b", "1"), "the folder has no config.json"),
-    (("hf:FOLDER/unknown", "-b", "1"), "model_type 'no-such-model' in"),
-    (("hf:FOLDER/broken", "-b", "1"), "is not readable JSON"),
-    (("hf:FOLDER/t5", "-b", "1", "--task", "causal-lm"), "has no causal-lm head; use --task seq2seq-lm"),
-])
-def test_bad_hf_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: tuple[Any, ...], message: str) -> None:
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))  # not the machine's own cache
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("hf:facebook/bart-base", "-b", "1"),
+            "huggingface-cli download facebook/bart-base config.json",
+        ),
+        (("hf:gpt2", "-b", "1", "--input-shape", "1024", "--seq-len", "128"), "disagree"),
+        (("hf:gpt2", "-b", "1", "--input-shape", "3,224,224"), "takes token ids"),
+        (
+            ("hf:gpt2", "-b", "1", "--decoder-seq-len", "64"),
+            "--decoder-seq-len is for --task seq2seq-lm",
+        ),
+        (("hf:FOLDER/vit", "-b", "1", "--image-size", "32"), "takes 3x224x224 images"),
+        (("hf:FOLDER/vit", "-b", "1", "--seq-len", "32"), "reads images, not tokens"),
+        (("hf:FOLDER/empty", "-b", "1"), "the folder has no config.json"),
+        (("hf:FOLDER/unknown", "-b", "1"), "model_type 'no-such-model' in"),
+        (("hf:FOLDER/broken", "-b", "1"), "is not readable JSON"),
+        (
+            ("hf:FOLDER/t5", "-b", "1", "--task", "causal-lm"),
+            "has no causal-lm head; use --task seq2seq-lm",
+        ),
+    ],
+)
+def test_bad_hf_input_is_one_line_and_exit_2(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[Any, ...],
+    message: str,
+) -> None:
+    monkeypatch.setenv(
+        "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache")
+    )  # not the machine's own cache
     write_config(tmp_path, "vit")
     write_config(tmp_path, "t5")
     (tmp_path / "empty").mkdir()
@@ -172,7 +274,12 @@ def test_bad_hf_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
-def fake_hub_cache(root: Any, repo_id: str, config: dict[str, Any], revision: str = "0123456789abcdef0123456789abcdef01234567") -> None:
+def fake_hub_cache(
+    root: Any,
+    repo_id: str,
+    config: dict[str, Any],
+    revision: str = "0123456789abcdef0123456789abcdef01234567",
+) -> None:
     """The layout `huggingface-cli download` leaves: models--ORG--NAME/refs/main naming a
     snapshot whose config.json links to a blob."""
     repo = root / f"models--{repo_id.replace('/', '--')}"
@@ -186,7 +293,9 @@ def fake_hub_cache(root: Any, repo_id: str, config: dict[str, Any], revision: st
     (snapshot / "config.json").symlink_to(blob)
 
 
-def test_an_untabulated_name_is_read_from_the_local_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_untabulated_name_is_read_from_the_local_hub_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """hf:ORG/NAME already downloaded: its config.json comes from HF_HUB_CACHE, no network (any
     connect fails the test); a name not in the cache is the one-line error, naming the cache."""
     cache = tmp_path / "hub"
@@ -224,7 +333,9 @@ POPTORCH_ONLY = {"deberta_v2": "deberta-v2", "llama": "llama", "gpt_neox": "gpt_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(CONFIGS))
-def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], family: Any) -> None:
+def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(
+    poptorch: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], family: Any
+) -> None:
     model = write_config(tmp_path, family)
     storage, out = f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path / "out"
     optimum = family not in POPTORCH_ONLY
@@ -233,9 +344,28 @@ def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch:
     # --trainer optimum: the search keeps to what an IPUConfig can express (issue 24), so the
     # best exports as one, for every family optimum pipelines (T5's stages begin at its blocks;
     # ViT is optimum-graphcore's PipelinedViTForImageClassification).
-    assert main([model, *TUNED[family], "--trials", "8", "--seed", "0", "--no-numerics", "--json",
-                 *(("--trainer", "optimum") if optimum else ()),
-                 "--backend", "estimate", "--storage", storage, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                model,
+                *TUNED[family],
+                "--trials",
+                "8",
+                "--seed",
+                "0",
+                "--no-numerics",
+                "--json",
+                *(("--trainer", "optimum") if optimum else ()),
+                "--backend",
+                "estimate",
+                "--storage",
+                storage,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     base, best = result["baseline"], result["best"]
     problem = load_config_file(out / "best.toml").problem
@@ -245,43 +375,98 @@ def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(poptorch:
     if optimum:
         # Stages begin where optimum's layers_per_ipu can begin them: at a repeated layer.
         stacks = layer_stacks(model, problem.task)
-        assert all(p.rsplit(".", 1)[0] in stacks for p in base["config"]["splits"] + best["config"]["splits"])
+        assert all(
+            p.rsplit(".", 1)[0] in stacks
+            for p in base["config"]["splits"] + best["config"]["splits"]
+        )
 
     # The IPUConfig: only keys optimum-graphcore's IPUConfig takes; every repeated layer placed.
     # None for a model IPUTrainer cannot pipeline, even from the PopTorch study.
-    ipu_config = ["export", "--study", result["study"], "--storage", storage, "--format", "ipu-config",
-                  "-o", str(tmp_path / "ipu_config.json")]
+    ipu_config = [
+        "export",
+        "--study",
+        result["study"],
+        "--storage",
+        storage,
+        "--format",
+        "ipu-config",
+        "-o",
+        str(tmp_path / "ipu_config.json"),
+    ]
     if optimum:
         assert main(ipu_config) == 0
         check_ipu_config(tmp_path, out, family, best)
     else:
         assert main(ipu_config) == 2
         assert "optimum-graphcore pipelines no" in capsys.readouterr().err
-        assert not (tmp_path / "ipu_config.json").exists() and not (out / "ipu_config.json").exists()
+        assert (
+            not (tmp_path / "ipu_config.json").exists() and not (out / "ipu_config.json").exists()
+        )
         assert not (out / "train_with_optimum.py").exists()
         refused = (out / "ipu_config_refused.txt").read_text()
         assert f"pipelines no {POPTORCH_ONLY[family]} {EXPECTED[family][0]} model" in refused
         assert "--trainer optimum" not in refused  # tuning with it would not help
 
     # The baseline's snippet (pipelined over 2 IPUs) and the best's, each on the fake SDK.
-    assert main(["export", "--study", result["study"], "--storage", storage, "--trial", "0",
-                 "-o", str(tmp_path / "baseline.py")]) == 0
-    for snippet, config in ((out / "best_options.py", best["config"]),
-                            (tmp_path / "baseline.py", base["config"])):
+    assert (
+        main(
+            [
+                "export",
+                "--study",
+                result["study"],
+                "--storage",
+                storage,
+                "--trial",
+                "0",
+                "-o",
+                str(tmp_path / "baseline.py"),
+            ]
+        )
+        == 0
+    )
+    for snippet, config in (
+        (out / "best_options.py", best["config"]),
+        (tmp_path / "baseline.py", base["config"]),
+    ):
         run_snippet(poptorch, snippet.read_text(), model, problem, config)
 
 
-def refuse_optimum(tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, family: str) -> None:
+def refuse_optimum(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, family: str
+) -> None:
     """--trainer optimum on a model optimum-graphcore does not pipeline: one line, exit 2, before
     anything is traced or stored (no study, no output folder)."""
     storage, out = tmp_path / "refused.sqlite", tmp_path / "refused"
-    assert main([model, *TUNED[family], "--trials", "8", "--trainer", "optimum", "--backend", "estimate",
-                 "--storage", f"sqlite:///{storage}", "--out", str(out)]) == 2
+    assert (
+        main(
+            [
+                model,
+                *TUNED[family],
+                "--trials",
+                "8",
+                "--trainer",
+                "optimum",
+                "--backend",
+                "estimate",
+                "--storage",
+                f"sqlite:///{storage}",
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     task = EXPECTED[family][0]
-    assert f"--trainer optimum on '{model}': optimum-graphcore pipelines no {POPTORCH_ONLY[family]} {task} model" \
+    assert (
+        f"--trainer optimum on '{model}': optimum-graphcore pipelines no {POPTORCH_ONLY[family]} {task} model"
         in err
-    assert "it pipelines bert (" in err and "deberta (" in err and "Drop --trainer optimum to tune for PopTorch" in err
+    )
+    assert (
+        "it pipelines bert (" in err
+        and "deberta (" in err
+        and "Drop --trainer optimum to tune for PopTorch" in err
+    )
     assert len(err.splitlines()) == 1, err
     assert not storage.exists() and not out.exists()
 
@@ -291,12 +476,18 @@ def check_ipu_config(tmp_path: Path, out: Any, family: str, best: dict[str, Any]
     assert json.loads((out / "ipu_config.json").read_text()) == ipu_config
     assert set(ipu_config) <= IPU_CONFIG_FIELDS
     assert sum(ipu_config["layers_per_ipu"]) == EXPECTED[family][1]
-    assert len(ipu_config["layers_per_ipu"]) == ipu_config["ipus_per_replica"] == \
-        best["config"]["ipus_per_replica"] == len(ipu_config["matmul_proportion"])
+    assert (
+        len(ipu_config["layers_per_ipu"])
+        == ipu_config["ipus_per_replica"]
+        == best["config"]["ipus_per_replica"]
+        == len(ipu_config["matmul_proportion"])
+    )
     assert ipu_config["gradient_accumulation_steps"] == best["config"]["gradient_accumulation"]
 
 
-def run_snippet(poptorch: Any, source: str, model: str, problem: Problem, config: dict[str, Any]) -> None:
+def run_snippet(
+    poptorch: Any, source: str, model: str, problem: Problem, config: dict[str, Any]
+) -> None:
     """The exported annotate/TrainingModel/options on the fake PopTorch, then one training
     forward on the CPU (FP32: the CPU runs the annotated model, not the IPU's FP16)."""
     ns: dict[str, Any] = {}
@@ -318,7 +509,10 @@ def run_snippet(poptorch: Any, source: str, model: str, problem: Problem, config
         assert tuple(logits.shape) == (2, problem.num_classes)
     else:
         ids = torch.zeros(2, 16, dtype=torch.long)
-        labels = torch.zeros(2, dtype=torch.long) if task == "sequence-classification" else \
-            torch.zeros(2, 8 if task == "seq2seq-lm" else 16, dtype=torch.long)
+        labels = (
+            torch.zeros(2, dtype=torch.long)
+            if task == "sequence-classification"
+            else torch.zeros(2, 8 if task == "seq2seq-lm" else 16, dtype=torch.long)
+        )
         loss = training(ids, torch.ones_like(ids), labels)
     assert loss.dim() == 0 and torch.isfinite(loss)

@@ -96,17 +96,22 @@ def test_a_dataset_that_fails_in_workers_keeps_the_assumption() -> None:
         def __getitem__(self, i: Any) -> None:
             raise RuntimeError("no such file\nsecond line")
 
-    with pytest.raises(workers.NotMeasured, match=r"^reading with 1 worker\(s\) failed: RuntimeError: [^\n]*$"):
+    with pytest.raises(
+        workers.NotMeasured, match=r"^reading with 1 worker\(s\) failed: RuntimeError: [^\n]*$"
+    ):
         workers.measure_scaling(Broken(), seconds=0.1, counts=(1,))
 
 
 @pytest.mark.slow
 def test_the_host_model_uses_the_measured_speedups_instead_of_the_assumption() -> None:
-    config = WORKSHOP_FINAL.replace(loader_workers=4, gradient_accumulation=32, device_iterations=24)
+    config = WORKSHOP_FINAL.replace(
+        loader_workers=4, gradient_accumulation=32, device_iterations=24
+    )
     parts = {"device compute": 0.01, "weight update": 0.0, "all-reduce": 0.0, "host call": 0.003}
     assumed = host.end_to_end(WORKSHOP, config, parts)
-    measured = host.end_to_end(Problem(**{**WORKSHOP.to_dict(), "host_worker_speedups": [1.0, 1.5, 1.6]}),
-                               config, parts)
+    measured = host.end_to_end(
+        Problem(**{**WORKSHOP.to_dict(), "host_worker_speedups": [1.0, 1.5, 1.6]}), config, parts
+    )
     n = host.samples_per_call(WORKSHOP, config)
     single = n * host.WORKSHOP.uint8_sample_s + host.WORKSHOP.call_s
     assert assumed.host_input_s == pytest.approx(single / (1 + 3 * 0.9))
@@ -116,7 +121,10 @@ def test_the_host_model_uses_the_measured_speedups_instead_of_the_assumption() -
 
 def test_the_measured_speedups_round_trip_and_bad_ones_are_refused() -> None:
     p = Problem(**{**WORKSHOP.to_dict(), "host_worker_speedups": [1.0, 1.9]})
-    assert Problem.from_dict(p.to_dict()) == p and p.to_dict()["host_worker_speedups"] == [1.0, 1.9]
+    assert Problem.from_dict(p.to_dict()) == p and p.to_dict()["host_worker_speedups"] == [
+        1.0,
+        1.9,
+    ]
     assert "host_worker_speedups" not in WORKSHOP.to_dict()
     assert p.slug == WORKSHOP.slug  # measured a little differently on every run
     with pytest.raises(UsageError, match="speed-ups at 1, 2, 4 and 8 workers"):
@@ -124,43 +132,96 @@ def test_the_measured_speedups_round_trip_and_bad_ones_are_refused() -> None:
 
 
 def _summary(problem: Problem, config: Config) -> str:
-    best = TrialRecord(number=1, origin="sampled", state="COMPLETE", config=config,
-                       measurement=EstimateBackend().measure(problem, config))
+    best = TrialRecord(
+        number=1,
+        origin="sampled",
+        state="COMPLETE",
+        config=config,
+        measurement=EstimateBackend().measure(problem, config),
+    )
     return "\n".join(lines(problem, None, best))
 
 
 def test_without_data_the_summary_names_what_a_host_bottleneck_rests_on() -> None:
     # the default run's best (README): its host input takes 90% of a call, but the IPUs' parts
     # together (compute 65%, the weight update 33%, ...) take all of it: the device limits it
-    best = Config(precision="16.16", partials="half", optimizer_state="half", loss_scaling=16.0, ipus_per_replica=1,
-                  replicas=2, splits=(), recompute="standard", available_memory_proportion=(0.6,),
-                  optimizer_offload=True, replicated_tensor_sharding=True, gradient_accumulation=16,
-                  device_iterations=24, eight_bit_io=True, loader_workers=4)
+    best = Config(
+        precision="16.16",
+        partials="half",
+        optimizer_state="half",
+        loss_scaling=16.0,
+        ipus_per_replica=1,
+        replicas=2,
+        splits=(),
+        recompute="standard",
+        available_memory_proportion=(0.6,),
+        optimizer_offload=True,
+        replicated_tensor_sharding=True,
+        gradient_accumulation=16,
+        device_iterations=24,
+        eight_bit_io=True,
+        loader_workers=4,
+    )
     text = _summary(WORKSHOP, best)
     assert "bottleneck device compute, 65% of a call" in text and "rests on" not in text
     # the same with float input: the host's 0.82 ms a sample outlasts the IPUs
     config = best.replace(eight_bit_io=False)
     text = _summary(WORKSHOP, config)
     assert "bottleneck host input, 100% of a call" in text
-    assert "rests on: host cost per sample 0.82 ms (calibrated on the workshop's epoch times)" in text
+    assert (
+        "rests on: host cost per sample 0.82 ms (calibrated on the workshop's epoch times)" in text
+    )
     assert "4 loader workers each adding 0.9 of a process (assumed)" in text
-    measured = Problem(**{**WORKSHOP.to_dict(), "host_worker_speedups": [1.0, 1.9, 3.5],
-                          "host_float_sample_s": 8e-4, "host_uint8_sample_s": 2e-4})
+    measured = Problem(
+        **{
+            **WORKSHOP.to_dict(),
+            "host_worker_speedups": [1.0, 1.9, 3.5],
+            "host_float_sample_s": 8e-4,
+            "host_uint8_sample_s": 2e-4,
+        }
+    )
     assert "rests on" not in _summary(measured, config)
     # a device-bound best rests on no host assumption
-    assert "rests on" not in _summary(WORKSHOP, WORKSHOP_FINAL.replace(loader_workers=4, gradient_accumulation=32))
+    assert "rests on" not in _summary(
+        WORKSHOP, WORKSHOP_FINAL.replace(loader_workers=4, gradient_accumulation=32)
+    )
 
 
 @pytest.mark.slow
 def test_estimate_with_data_measures_and_uses_the_worker_scaling(slow_data: Any) -> None:
     config = slow_data / "c.toml"
-    config.write_text('[config]\nprecision = "16.16"\noptimizer_state = "half"\nipus_per_replica = 2\n'
-                      'splits = ["layer3.8"]\ngradient_accumulation = 8\ndevice_iterations = 4\n'
-                      'eight_bit_io = true\nloader_mode = "async"\nloader_workers = 2\n')
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(slow_data), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "ipu_autotune", "estimate", "resnet101", "--batch-size", "64",
-                          "--image-size", "64", "--config", str(config), "--data", "slow_loader_data:make", "--json"],
-                         cwd=slow_data, capture_output=True, text=True, timeout=600, env=env)
+    config.write_text(
+        '[config]\nprecision = "16.16"\noptimizer_state = "half"\nipus_per_replica = 2\n'
+        'splits = ["layer3.8"]\ngradient_accumulation = 8\ndevice_iterations = 4\n'
+        'eight_bit_io = true\nloader_mode = "async"\nloader_workers = 2\n'
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(slow_data), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ipu_autotune",
+            "estimate",
+            "resnet101",
+            "--batch-size",
+            "64",
+            "--image-size",
+            "64",
+            "--config",
+            str(config),
+            "--data",
+            "slow_loader_data:make",
+            "--json",
+        ],
+        cwd=slow_data,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     problem = json.loads(out.stdout)["problem"]
     speedups = problem["host_worker_speedups"]

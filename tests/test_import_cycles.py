@@ -31,7 +31,8 @@ def module_files(root: Path, package: str) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -69,7 +70,7 @@ def import_graph(modules: dict[str, Path], typing_too: bool = False) -> dict[str
             if node.level:
                 # level 1 is the importing module's package (the module itself for an __init__)
                 base = name.split(".")
-                base = base[:len(base) - node.level + (1 if is_package else 0)]
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module or ""
@@ -143,15 +144,28 @@ def test_the_package_has_no_import_cycle() -> None:
 #: the command layer: argument parsing and the subcommands; the library below never imports it
 #: (the Python API is a command: `ipu_autotune.tune`, exposed by the package itself, parses the
 #: CLI's flags; its result object exports through the export command's rendering)
-COMMAND_LAYER = {"ipu_autotune.cli", "ipu_autotune.__main__", "ipu_autotune.launch", "ipu_autotune",
-                 "ipu_autotune.api", "ipu_autotune.api_result",
-                 *(f"ipu_autotune.{package}{'' if p.stem == '__init__' else '.' + p.stem}"
-                   for package in ("commands", "options") for p in (PACKAGE_DIR / package).glob("*.py"))}
+COMMAND_LAYER = {
+    "ipu_autotune.cli",
+    "ipu_autotune.__main__",
+    "ipu_autotune.launch",
+    "ipu_autotune",
+    "ipu_autotune.api",
+    "ipu_autotune.api_result",
+    *(
+        f"ipu_autotune.{package}{'' if p.stem == '__init__' else '.' + p.stem}"
+        for package in ("commands", "options")
+        for p in (PACKAGE_DIR / package).glob("*.py")
+    ),
+}
 
 
 def test_only_the_command_layer_imports_the_argument_definitions() -> None:
     graph = import_graph(module_files(PACKAGE_DIR, "ipu_autotune"))
-    below = {m: sorted(targets & COMMAND_LAYER) for m, targets in graph.items() if m not in COMMAND_LAYER}
+    below = {
+        m: sorted(targets & COMMAND_LAYER)
+        for m, targets in graph.items()
+        if m not in COMMAND_LAYER
+    }
     assert {m: t for m, t in below.items() if t} == {}
     numerics = [p for p in (PACKAGE_DIR / "numerics").rglob("*.py") if "argparse" in p.read_text()]
     assert numerics == []
@@ -165,7 +179,9 @@ def test_the_walk_finds_cycles_through_lazy_and_relative_imports(tmp_path: Path)
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "b.py").write_text("def f():\n    from ..c import g\n")
     (pkg / "c.py").write_text("def g():\n    from . import a\n")
-    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .e import x\n")
+    (pkg / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .e import x\n"
+    )
     (pkg / "e.py").write_text("from .d import y\n")
     (pkg / "f.py").write_text("import pkg.a\nfrom pkg.sub.b import f\n")
     graph = import_graph(module_files(pkg, "pkg"))
@@ -176,9 +192,12 @@ def test_the_walk_finds_cycles_through_lazy_and_relative_imports(tmp_path: Path)
 def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
     """The import graph between the package's top-level units: each subpackage is one node
     (`pkg.search.space` counts as `pkg.search`), each module at the root is its own."""
+
     def unit(module: str) -> str:
         parts = module.split(".")
-        return ".".join(parts[:2]) if len(parts) > 1 and f"{package}.{parts[1]}" in graph else module
+        return (
+            ".".join(parts[:2]) if len(parts) > 1 and f"{package}.{parts[1]}" in graph else module
+        )
 
     units: dict[str, set[str]] = {}
     for module, targets in graph.items():
@@ -226,15 +245,20 @@ def mutual_pairs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
 def test_no_two_packages_import_each_other_typing_imports_included() -> None:
     """A layer below never names one above, not even for a type: the vocabulary (Config,
     Problem, Measurement) sits under every package, so a type is no reason to reach up."""
-    graph = package_graph(import_graph(module_files(PACKAGE_DIR, "ipu_autotune"), typing_too=True),
-                          "ipu_autotune")
+    graph = package_graph(
+        import_graph(module_files(PACKAGE_DIR, "ipu_autotune"), typing_too=True), "ipu_autotune"
+    )
     assert {"ipu_autotune.backends", "ipu_autotune.host", "ipu_autotune.measurement"} <= set(graph)
     assert mutual_pairs(graph) == []
 
 
 def test_a_type_only_import_makes_a_pair(tmp_path: Path) -> None:
     pkg = _two_packages(tmp_path)
-    (pkg / "b" / "y.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import x\n")
+    (pkg / "b" / "y.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import x\n"
+    )
     modules = module_files(pkg, "pkg")
     assert mutual_pairs(package_graph(import_graph(modules), "pkg")) == []
-    assert mutual_pairs(package_graph(import_graph(modules, typing_too=True), "pkg")) == [("pkg.a", "pkg.b")]
+    assert mutual_pairs(package_graph(import_graph(modules, typing_too=True), "pkg")) == [
+        ("pkg.a", "pkg.b")
+    ]

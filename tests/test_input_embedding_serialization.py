@@ -25,15 +25,22 @@ from ipu_autotune.guide.warmstart import single_changes
 
 QA = Problem("hf:bert-base-uncased", 2, task="question-answering", seq_len=32, ipus=4)
 MLM = Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=32, ipus=4)
-PIPELINED = Config(precision="16.16", ipus_per_replica=4, gradient_accumulation=16,
-                   splits=("bert.encoder.layer.3", "bert.encoder.layer.6", "bert.encoder.layer.9"))
+PIPELINED = Config(
+    precision="16.16",
+    ipus_per_replica=4,
+    gradient_accumulation=16,
+    splits=("bert.encoder.layer.3", "bert.encoder.layer.6", "bert.encoder.layer.9"),
+)
 
 
-@pytest.mark.parametrize("problem, factor, message", [
-    (MLM, 2, "without a vocabulary head"),
-    (Problem("resnet18", 4), 2, "hf: text model"),
-    (QA, 4, "does not divide the 30,522 embedding rows"),
-])
+@pytest.mark.parametrize(
+    "problem, factor, message",
+    [
+        (MLM, 2, "without a vocabulary head"),
+        (Problem("resnet18", 4), 2, "hf: text model"),
+        (QA, 4, "does not divide the 30,522 embedding rows"),
+    ],
+)
 def test_rules_refuse_it_where_it_cannot_run(problem: Any, factor: int, message: str) -> None:
     found = violations(problem, Config(input_embedding_serialization=factor))
     assert found and message in found[0]
@@ -47,12 +54,21 @@ def test_not_searched_by_default_searched_when_a_space_lists_it() -> None:
     profile = profile_for(QA)
     rng = random.Random(5)
     default = SearchSpace.load(QA)
-    assert {default.sample(_RandomAnswers(rng), QA, profile).input_embedding_serialization for _ in range(30)} == {1}
+    assert {
+        default.sample(_RandomAnswers(rng), QA, profile).input_embedding_serialization
+        for _ in range(30)
+    } == {1}
     listed = default.with_knob("input_embedding_serialization", [1, 2, 4], "--space")
-    seen = {listed.sample(_RandomAnswers(rng), QA, profile).input_embedding_serialization for _ in range(40)}
+    seen = {
+        listed.sample(_RandomAnswers(rng), QA, profile).input_embedding_serialization
+        for _ in range(40)
+    }
     assert seen == {1, 2}  # 4 does not divide BERT's 30,522 rows
-    moves = [c.input_embedding_serialization for knob, c in single_changes(listed, QA, profile, Config())
-             if knob == "input_embedding_serialization"]
+    moves = [
+        c.input_embedding_serialization
+        for knob, c in single_changes(listed, QA, profile, Config())
+        if knob == "input_embedding_serialization"
+    ]
     assert moves == [2]  # the guide's single change, from the spec
 
 
@@ -75,17 +91,31 @@ def test_the_snippet_looks_up_the_same_vectors() -> None:
     ids = torch.tensor([[0, 4, 5, 9]])
     assert torch.equal(split(ids), table(ids))
     assert torch.equal(split.to_embedding().weight, table.weight)
-    assert split.split_embeddings[0].padding_idx == 0 and split.split_embeddings[1].padding_idx is None
+    assert (
+        split.split_embeddings[0].padding_idx == 0
+        and split.split_embeddings[1].padding_idx is None
+    )
 
 
 def test_ipu_config_carries_it_as_embedding_serialization_factor() -> None:
     optimum = Problem(**{**QA.to_dict(), "trainer": "optimum"})
-    c = PIPELINED.replace(input_embedding_serialization=2, optimizer_state="half", partials="half",
-                          stochastic_rounding=True)
+    c = PIPELINED.replace(
+        input_embedding_serialization=2,
+        optimizer_state="half",
+        partials="half",
+        stochastic_rounding=True,
+    )
     assert ipu_config(optimum, c, profile_for(optimum))["embedding_serialization_factor"] == 2
 
 
 def test_the_trial_line_and_the_stored_dict() -> None:
     assert changed_knobs(Config(), Config(input_embedding_serialization=2)) == "embed/2"
-    assert "input_embedding_serialization" not in Config().to_dict()  # older records keep their dict
-    assert Config.from_dict(Config(input_embedding_serialization=2).to_dict()).input_embedding_serialization == 2
+    assert (
+        "input_embedding_serialization" not in Config().to_dict()
+    )  # older records keep their dict
+    assert (
+        Config.from_dict(
+            Config(input_embedding_serialization=2).to_dict()
+        ).input_embedding_serialization
+        == 2
+    )

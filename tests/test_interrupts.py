@@ -21,7 +21,10 @@ import workers_helpers as wh
 
 from ipu_autotune.study.records import trial_attrs
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),
+]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -37,7 +40,9 @@ def poll(db: Path, done: int, timeout: float = 180.0, study: str | None = None) 
         if states.get("COMPLETE", 0) + states.get("FAIL", 0) >= done:
             return states
         time.sleep(0.25)
-    raise AssertionError(f"fewer than {done} trials finished in {timeout} s: {wh.sqlite_states(db, study)}")
+    raise AssertionError(
+        f"fewer than {done} trials finished in {timeout} s: {wh.sqlite_states(db, study)}"
+    )
 
 
 def test_ctrl_c_stops_cleanly_and_the_printed_command_completes_the_study(tmp_path: Path) -> None:
@@ -45,9 +50,19 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_completes_the_study(tmp_pa
     db = tmp_path / "study.db"
     url = f"sqlite:///{db}"
     name = "resnet18-bs8-2ipu-mk2"
-    cmd = [wh.cli_exe(), "resnet18", "--batch-size", "8", "--trials", str(requested), "--storage", url]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=wh.env())
+    cmd = [
+        wh.cli_exe(),
+        "resnet18",
+        "--batch-size",
+        "8",
+        "--trials",
+        str(requested),
+        "--storage",
+        url,
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wh.env()
+    )
     try:
         poll(db, 3, study=name)
         proc.send_signal(signal.SIGINT)
@@ -68,13 +83,21 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_completes_the_study(tmp_pa
 
     # The exact command to resume, with the trials still to run.
     # (continued with " \\" over several lines at 80 columns, as a shell reads it)
-    resume = re.search(r"^\s*resume: (ipu-autotune .*)$", re.sub(r" \\\n\s*", " ", out), re.MULTILINE)
+    resume = re.search(
+        r"^\s*resume: (ipu-autotune .*)$", re.sub(r" \\\n\s*", " ", out), re.MULTILINE
+    )
     assert resume, out[-3000:]
     args = shlex.split(resume.group(1))
     assert args[args.index("--trials") + 1] == str(requested - completed)
     assert args[args.index("--storage") + 1] == url
-    again = subprocess.run([wh.cli_exe(), *args[1:], "--quiet"], cwd=tmp_path, capture_output=True, text=True,
-                           env=wh.env(), timeout=600)
+    again = subprocess.run(
+        [wh.cli_exe(), *args[1:], "--quiet"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=wh.env(),
+        timeout=600,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
 
     study = load(url, name)
@@ -84,11 +107,15 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_completes_the_study(tmp_pa
     assert len(study.trials) == requested
 
 
-def test_sigterm_interrupts_a_long_trial_after_the_grace_and_resume_retries_it(tmp_path: Path) -> None:
+def test_sigterm_interrupts_a_long_trial_after_the_grace_and_resume_retries_it(
+    tmp_path: Path,
+) -> None:
     """A measurement that cannot finish in the grace period is failed as interrupted and
     enqueued again; the next worker measures exactly that configuration."""
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    proc = wh.start_worker(url, "long", "--trials", "5", "--sleep", "60", "--grace", "0.5", cwd=tmp_path)
+    proc = wh.start_worker(
+        url, "long", "--trials", "5", "--sleep", "60", "--grace", "0.5", cwd=tmp_path
+    )
     try:
         assert wh.wait_for_line(proc, "MEASURING") == "MEASURING 0"
         sent = time.monotonic()
@@ -103,10 +130,15 @@ def test_sigterm_interrupts_a_long_trial_after_the_grace_and_resume_retries_it(t
 
     study = load(url, "long")
     first = study.trials[0]
-    assert first.state == TrialState.FAIL and trial_attrs(first)["measurement"]["failure"] == "interrupted"
+    assert (
+        first.state == TrialState.FAIL
+        and trial_attrs(first)["measurement"]["failure"] == "interrupted"
+    )
     assert trial_attrs(first)["measurement"]["reason"].startswith("stopped")
     assert TrialState.RUNNING not in [t.state for t in study.trials]
-    retries = [t for t in study.trials if RetryHeartbeatStaleTrialCallback.retried_trial_number(t) == 0]
+    retries = [
+        t for t in study.trials if RetryHeartbeatStaleTrialCallback.retried_trial_number(t) == 0
+    ]
     assert len(retries) == 1 and retries[0].state == TrialState.WAITING
     assert retries[0].params == first.params and retries[0].user_attrs["origin"] == "baseline"
 
@@ -146,16 +178,32 @@ def test_second_ctrl_c_quits_at_once_and_records_the_trial(tmp_path: Path) -> No
     assert trial_attrs(study.trials[0])["measurement"]["failure"] == "interrupted"
 
 
-@pytest.mark.skipif(not (wh.TESTS / "fake_sdk" / "poptorch").is_dir(), reason="needs the fake PopTorch SDK")
-def test_cli_double_ctrl_c_during_a_compile_kills_it_and_says_how_to_resume(tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    not (wh.TESTS / "fake_sdk" / "poptorch").is_dir(), reason="needs the fake PopTorch SDK"
+)
+def test_cli_double_ctrl_c_during_a_compile_kills_it_and_says_how_to_resume(
+    tmp_path: Path,
+) -> None:
     """The product path with a long backend: a PopTorch compile (the fake SDK, hanging)."""
     db = tmp_path / "study.db"
     env = wh.env()
     env["PYTHONPATH"] = f"{wh.TESTS / 'fake_sdk'}:{env['PYTHONPATH']}"
     env["FAKE_POPTORCH_FAULT"] = "hang"
-    cmd = [wh.cli_exe(), wh.MODEL, *wh.PROBLEM_ARGS, "--backend", "poptorch", "--no-screen",
-           "--storage", f"sqlite:///{db}", "--trials", "5"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    cmd = [
+        wh.cli_exe(),
+        wh.MODEL,
+        *wh.PROBLEM_ARGS,
+        "--backend",
+        "poptorch",
+        "--no-screen",
+        "--storage",
+        f"sqlite:///{db}",
+        "--trials",
+        "5",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         deadline = time.monotonic() + 120
         while not wh.sqlite_states(db).get("RUNNING"):

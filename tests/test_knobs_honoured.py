@@ -41,8 +41,14 @@ def poptorch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def problem(optimizer: str = "adamw", ipus: int = 4) -> Problem:
-    return Problem(model=SMALL_CNN, batch_size=4, input_shape=(3, 16, 16), num_classes=10,
-                   optimizer=optimizer, ipus=ipus)
+    return Problem(
+        model=SMALL_CNN,
+        batch_size=4,
+        input_shape=(3, 16, 16),
+        num_classes=10,
+        optimizer=optimizer,
+        ipus=ipus,
+    )
 
 
 def seen_by_poptorch(poptorch: Any, p: Problem, c: Config, tmp: Any) -> Config:
@@ -50,8 +56,13 @@ def seen_by_poptorch(poptorch: Any, p: Problem, c: Config, tmp: Any) -> Config:
     exec(render_snippet(p, c), ns)
     model = ns["TrainingModel"](build_model(p.model, p.num_classes, device="cpu", task=p.task))
     opts = ns["make_options"]()
-    child.add_tuner_options(opts, poptorch, {"report_dir": str(tmp), "cache_dir": str(tmp / "cache")}, p,
-                            hardware=False)
+    child.add_tuner_options(
+        opts,
+        poptorch,
+        {"report_dir": str(tmp), "cache_dir": str(tmp / "cache")},
+        p,
+        hardware=False,
+    )
     training = poptorch.trainingModel(model, opts, ns["make_optimizer"](model))
     try:
         training.compile(*child.host_batch(p, c, ns.get("INPUT_DTYPE", torch.float)))
@@ -66,13 +77,18 @@ def loader_seen(poptorch: Any, ns: dict[str, Any]) -> dict[str, Any]:
     dataset = torch.utils.data.TensorDataset(torch.zeros(1, 1))
     loader = ns["make_loader"](ns["make_options"](), dataset)
     assert isinstance(loader, poptorch.DataLoader)
-    mode = {poptorch.DataLoaderMode.Sync: "sync", poptorch.DataLoaderMode.Async: "async"}[loader._mode]
+    mode = {poptorch.DataLoaderMode.Sync: "sync", poptorch.DataLoaderMode.Async: "async"}[
+        loader._mode
+    ]
     return {"loader_mode": mode, "loader_workers": loader.num_workers}
 
 
 def assert_same_knobs(original: Config, seen: Config, where: str) -> None:
-    differ = [f"{f.name}: {getattr(original, f.name)!r} became {getattr(seen, f.name)!r}"
-              for f in dataclasses.fields(Config) if getattr(original, f.name) != getattr(seen, f.name)]
+    differ = [
+        f"{f.name}: {getattr(original, f.name)!r} became {getattr(seen, f.name)!r}"
+        for f in dataclasses.fields(Config)
+        if getattr(original, f.name) != getattr(seen, f.name)
+    ]
     assert not differ, f"{where}: " + "; ".join(differ)
 
 
@@ -86,7 +102,9 @@ def drawn_configs() -> Any:
             profile = profile_for(p)
             space = SearchSpace.load(p, builtin_space_path(name))
             for _ in range(6):
-                out.append((f"{name}/{optimizer}", p, space.sample(_RandomAnswers(rng), p, profile)))
+                out.append(
+                    (f"{name}/{optimizer}", p, space.sample(_RandomAnswers(rng), p, profile))
+                )
     for optimizer in ("adamw", "sgd_combined"):
         p = problem(optimizer)
         profile = profile_for(p)
@@ -116,6 +134,7 @@ def test_a_knob_poptorch_does_not_see_fails_the_comparison(poptorch: Any, tmp_pa
 
 # --- must-show 3: no estimator credit for what the exported code does not change -------------
 
+
 def _profiled(p: Problem) -> Any:
     return p, profile_for(p)
 
@@ -123,10 +142,18 @@ def _profiled(p: Problem) -> Any:
 def test_pipelined_standard_norm_only_and_all_are_one_estimate() -> None:
     p, profile = _profiled(problem(ipus=2))
     base = Config(ipus_per_replica=2, splits=("block2",), gradient_accumulation=4)
-    results = {mode: estimate(p, base.replace(recompute=mode), profile) for mode in ("standard", "norm_only", "all")}
+    results = {
+        mode: estimate(p, base.replace(recompute=mode), profile)
+        for mode in ("standard", "norm_only", "all")
+    }
     assert len({(tuple(m.required_bytes), m.throughput) for m in results.values()}) == 1
-    unpipelined = {mode: estimate(p, Config(recompute=mode), profile) for mode in ("standard", "norm_only", "all")}
-    assert len({(tuple(m.required_bytes), m.throughput) for m in unpipelined.values()}) == 3  # they differ there
+    unpipelined = {
+        mode: estimate(p, Config(recompute=mode), profile)
+        for mode in ("standard", "norm_only", "all")
+    }
+    assert (
+        len({(tuple(m.required_bytes), m.throughput) for m in unpipelined.values()}) == 3
+    )  # they differ there
 
 
 def test_the_sampler_does_not_spend_trials_on_modes_that_compile_alike() -> None:
@@ -138,7 +165,11 @@ def test_the_sampler_does_not_spend_trials_on_modes_that_compile_alike() -> None
         c = space.sample(_RandomAnswers(rng), p, profile)
         if c.pipelined:
             pipelined.add(c.effective_recompute)
-            assert c.recompute in ("default", "none", "standard")  # "all" collapsed into "standard"
+            assert c.recompute in (
+                "default",
+                "none",
+                "standard",
+            )  # "all" collapsed into "standard"
     assert pipelined == {"pipeline", "none", "all"}
 
 
@@ -156,14 +187,23 @@ def test_offload_and_rts_change_nothing_with_sgd_combined() -> None:
     p, profile = _profiled(problem("sgd_combined", ipus=4))
     base = Config(replicas=4)
     plain = estimate(p, base, profile)
-    for knobs in ({"optimizer_offload": True}, {"replicated_tensor_sharding": True},
-                  {"optimizer_offload": True, "replicated_tensor_sharding": True}):
+    for knobs in (
+        {"optimizer_offload": True},
+        {"replicated_tensor_sharding": True},
+        {"optimizer_offload": True, "replicated_tensor_sharding": True},
+    ):
         m = estimate(p, base.replace(**knobs), profile)
-        assert (m.required_bytes, m.throughput, m.breakdown) == (plain.required_bytes, plain.throughput, plain.breakdown)
+        assert (m.required_bytes, m.throughput, m.breakdown) == (
+            plain.required_bytes,
+            plain.throughput,
+            plain.breakdown,
+        )
     # ...while they do change the estimate with an optimizer that keeps state
     q = problem("adamw", ipus=4)
-    assert estimate(q, base.replace(optimizer_offload=True), profile).required_bytes != \
-        estimate(q, base, profile).required_bytes
+    assert (
+        estimate(q, base.replace(optimizer_offload=True), profile).required_bytes
+        != estimate(q, base, profile).required_bytes
+    )
 
 
 def test_sgd_combined_never_samples_offload_or_rts() -> None:
@@ -177,8 +217,11 @@ def test_sgd_combined_never_samples_offload_or_rts() -> None:
 
 # --- split and checkpoint candidates: never where a skip connection crosses -------------------
 
-@pytest.mark.parametrize("name", ["efficientnet_b0", "mobilenet_v3_small", "convnext_tiny", "regnet_y_400mf",
-                                  "resnet18"])
+
+@pytest.mark.parametrize(
+    "name",
+    ["efficientnet_b0", "mobilenet_v3_small", "convnext_tiny", "regnet_y_400mf", "resnet18"],
+)
 def test_no_split_candidate_lies_inside_a_residual_block(name: str) -> None:
     from ipu_autotune.profiles.trace import _has_skip, trace_model
 
@@ -189,17 +232,22 @@ def test_no_split_candidate_lies_inside_a_residual_block(name: str) -> None:
         parts = unit.path.split(".")
         for depth in range(1, len(parts)):
             ancestor = model.get_submodule(".".join(parts[:depth]))
-            assert not _has_skip(ancestor), f"{unit.path} is inside {'.'.join(parts[:depth])}, a residual block"
+            assert not _has_skip(ancestor), (
+                f"{unit.path} is inside {'.'.join(parts[:depth])}, a residual block"
+            )
 
 
 # --- snippet comments come from the exported config ---------------------------------------------
 
+
 def _advice(auto: bool, scale: float, partials: str, rounding: bool) -> Any:
     from types import SimpleNamespace as NS
 
-    return NS(loss_scale=NS(auto=auto, scale=scale, reason="gradients underflow below 2^-24"),
-              partials=NS(recommend=partials, reason="accumulations stay in range"),
-              stochastic_rounding=NS(recommend=rounding, reason="small updates"))
+    return NS(
+        loss_scale=NS(auto=auto, scale=scale, reason="gradients underflow below 2^-24"),
+        partials=NS(recommend=partials, reason="accumulations stay in range"),
+        stochastic_rounding=NS(recommend=rounding, reason="small updates"),
+    )
 
 
 def test_snippet_comments_cannot_contradict_its_code() -> None:
@@ -211,17 +259,24 @@ def test_snippet_comments_cannot_contradict_its_code() -> None:
     c = Config(precision="16.16", loss_scaling=128.0, partials="float", stochastic_rounding=True)
     text = export.render("python", p, c, notes=numerics_notes(advice, c))
     assert "loss_scaling=128.0" in text and "8192" not in text and "automatic" not in text
-    assert "partials float: set by the search space" in text and "stochastic rounding on: small updates" in text
+    assert (
+        "partials float: set by the search space" in text
+        and "stochastic rounding on: small updates" in text
+    )
     fp32 = Config()
     text = export.render("python", p, fp32, notes=numerics_notes(advice, fp32))
     assert "does not apply" in text and "half" not in text.split("import torch")[0]
-    followed = Config(precision="16.16", loss_scaling="auto", partials="half", stochastic_rounding=True)
+    followed = Config(
+        precision="16.16", loss_scaling="auto", partials="half", stochastic_rounding=True
+    )
     text = export.render("python", p, followed, notes=numerics_notes(advice, followed))
     assert "loss scaling automatic: gradients underflow" in text and "starting at 128" in text
 
 
 @pytest.mark.slow
-def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch: Any, tmp_path: Path) -> None:
+def test_masked_lm_configs_round_trip_with_embedding_serialization(
+    poptorch: Any, tmp_path: Path
+) -> None:
     """hf: masked LM drawn from transformer.toml, whose knobs include embedding_serialization,
     plus the first with every factor (4 and 8 pad BERT's 30,522 words): what the fake PopTorch
     rebuilds from the snippet's serializedMatMul calls equals the config, factor included."""
@@ -230,13 +285,20 @@ def test_masked_lm_configs_round_trip_with_embedding_serialization(poptorch: Any
     space = SearchSpace.load(p, builtin_space_path("transformer"))
     rng = random.Random(12)
     cases = [space.sample(_RandomAnswers(rng), p, profile) for _ in range(3)]
-    cases += [cases[0].replace(embedding_serialization=f) for f in (1, 2, 4, 8)
-              if f != cases[0].embedding_serialization]
+    cases += [
+        cases[0].replace(embedding_serialization=f)
+        for f in (1, 2, 4, 8)
+        if f != cases[0].embedding_serialization
+    ]
     for i, c in enumerate(cases):
-        assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"bert masked-lm {i}")
+        assert_same_knobs(
+            c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"bert masked-lm {i}"
+        )
 
 
-def test_question_answering_round_trips_with_input_embedding_serialization(poptorch: Any, tmp_path: Path) -> None:
+def test_question_answering_round_trips_with_input_embedding_serialization(
+    poptorch: Any, tmp_path: Path
+) -> None:
     """hf: question answering (no vocabulary head) with its token embedding in look-ups, drawn
     from a space that lists the factors and set by hand: the fake PopTorch rebuilds the factor
     from the SerializedEmbedding the snippet put in the model, every other knob as before."""
@@ -245,8 +307,11 @@ def test_question_answering_round_trips_with_input_embedding_serialization(popto
     space = SearchSpace.load(p).with_knob("input_embedding_serialization", [1, 2], "test")
     rng = random.Random(21)
     cases = [space.sample(_RandomAnswers(rng), p, profile) for _ in range(3)]
-    cases += [cases[0].replace(input_embedding_serialization=f) for f in (1, 2)
-              if f != cases[0].input_embedding_serialization]
+    cases += [
+        cases[0].replace(input_embedding_serialization=f)
+        for f in (1, 2)
+        if f != cases[0].input_embedding_serialization
+    ]
     assert {c.input_embedding_serialization for c in cases} == {1, 2}
     for i, c in enumerate(cases):
         assert_same_knobs(c, seen_by_poptorch(poptorch, p, c, tmp_path / str(i)), f"bert qa {i}")

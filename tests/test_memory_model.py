@@ -13,7 +13,12 @@ from ipu_autotune.guide.guide import memory_correction
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
 from ipu_autotune.guide.corrected import layout
-from ipu_autotune.guide.memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
+from ipu_autotune.guide.memory_model import (
+    MemoryModel,
+    MemoryPoint,
+    memory_points,
+    recompute_segments,
+)
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
 
@@ -39,11 +44,19 @@ def test_a_fixed_per_tile_cost_is_learnt_as_fixed_not_as_a_ratio() -> None:
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
     baseline = naive_baseline(PROBLEM, profile)
-    configs = [baseline] + [p.config for p in proposals(PROBLEM, profile, space, baseline, headroom=0.05)][:2]
+    configs = [baseline] + [
+        p.config for p in proposals(PROBLEM, profile, space, baseline, headroom=0.05)
+    ][:2]
     screen = Screen(PROBLEM, profile, space=space)
     measured = compiled_on_fixed_cost_ipu(PROBLEM, configs)
-    loads = [t / m.tile_capacity_bytes for _, m in measured for t in estimate(PROBLEM, _, profile).max_tile_bytes]
-    assert max(loads) - min(loads) > 0.2  # lightly and heavily loaded IPUs: a ratio cannot fit both
+    loads = [
+        t / m.tile_capacity_bytes
+        for _, m in measured
+        for t in estimate(PROBLEM, _, profile).max_tile_bytes
+    ]
+    assert (
+        max(loads) - min(loads) > 0.2
+    )  # lightly and heavily loaded IPUs: a ratio cannot fit both
 
     model = MemoryModel(memory_points(screen, measured, layout))
     lay, shares = layout(baseline), (1.0 / len(CATEGORIES),) * len(CATEGORIES)
@@ -82,10 +95,15 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior() -> None:
     for _ in range(600):
         fixed, proportional, noise = rng.uniform(0.0, 0.2), rng.uniform(0.8, 1.3), 0.015
 
-        def truth(e: Any, fixed: Any=fixed, proportional: Any=proportional, noise: Any=noise) -> Any:  # this IPU's, bound now
+        def truth(
+            e: Any, fixed: Any = fixed, proportional: Any = proportional, noise: Any = noise
+        ) -> Any:  # this IPU's, bound now
             return fixed + proportional * e + rng.gauss(0.0, noise)
 
-        points = [MemoryPoint(lay, e, shares, truth(e)) for e in (rng.uniform(0.3, 0.9) for _ in range(8))]
+        points = [
+            MemoryPoint(lay, e, shares, truth(e))
+            for e in (rng.uniform(0.3, 0.9) for _ in range(8))
+        ]
         model = MemoryModel(points)
         for _ in range(10):
             e = rng.uniform(0.5, 1.0)
@@ -96,7 +114,12 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior() -> None:
         got = [fit for chance, fit in pairs if lo <= chance < hi]
         assert len(got) >= 100
         predicted = sum(c for c, _ in pairs if lo <= c < hi) / len(got)
-        assert abs(sum(got) / len(got) - predicted) < 0.08, (lo, hi, predicted, sum(got) / len(got))
+        assert abs(sum(got) / len(got) - predicted) < 0.08, (
+            lo,
+            hi,
+            predicted,
+            sum(got) / len(got),
+        )
 
 
 def widened(model: Any, slope: Any) -> Any:
@@ -114,8 +137,15 @@ def _checkpoint_cost_points(per_segment: Any, rng: Any) -> Any:
         segments = (checkpoints + 1) / 4
         for _ in range(4):
             e = rng.uniform(0.4, 0.8)
-            points.append(MemoryPoint(lay, e, shares, 0.05 + e + per_segment * segments + rng.gauss(0.0, 0.01),
-                                      segments))
+            points.append(
+                MemoryPoint(
+                    lay,
+                    e,
+                    shares,
+                    0.05 + e + per_segment * segments + rng.gauss(0.0, 0.01),
+                    segments,
+                )
+            )
     return lay, shares, points
 
 
@@ -149,9 +179,14 @@ def test_one_compile_in_a_new_layout_leaves_its_excess_in_doubt() -> None:
     rng = random.Random(5)
     shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
     pipeline, replicas = (2, 1, "pipelined"), (1, 2, "pipelined")
-    points = [MemoryPoint(pipeline, e, shares, e + rng.gauss(0.0, 0.005), 0.5)
-              for e in (0.5, 0.7, 0.6, 0.8, 0.55, 0.75)]
-    points += [MemoryPoint(replicas, e, shares, e + 0.15 + rng.gauss(0.0, 0.005), 1.0) for e in (0.95, 0.94)]
+    points = [
+        MemoryPoint(pipeline, e, shares, e + rng.gauss(0.0, 0.005), 0.5)
+        for e in (0.5, 0.7, 0.6, 0.8, 0.55, 0.75)
+    ]
+    points += [
+        MemoryPoint(replicas, e, shares, e + 0.15 + rng.gauss(0.0, 0.005), 1.0)
+        for e in (0.95, 0.94)
+    ]
     model = MemoryModel(points)
     assert max(widened(model, s) for s in ("per stage", "per replica", "per checkpoint")) < 0.5
     mean, sd = model.tile(pipeline, 0.7, shares, checkpoints=4.5)  # eight checkpoints on two IPUs

@@ -25,11 +25,31 @@ def too_long(text: str, width: int = 80) -> list[str]:
 def two_studies(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Two studies of the same model in one folder, differing only in the optimizer."""
     cwd = tmp_path_factory.mktemp("narrow")
-    first = run_cli_process("resnet18", "--batch-size", "16", "--trials", str(TRIALS), "--seed", "0", "--no-numerics",
-                            cwd=cwd)
+    first = run_cli_process(
+        "resnet18",
+        "--batch-size",
+        "16",
+        "--trials",
+        str(TRIALS),
+        "--seed",
+        "0",
+        "--no-numerics",
+        cwd=cwd,
+    )
     assert first.returncode == 0, first.stderr[-2000:]
-    second = run_cli_process("resnet18", "--batch-size", "16", "--optimizer", "lamb", "--trials", "2", "--seed", "0",
-                             "--no-numerics", cwd=cwd)
+    second = run_cli_process(
+        "resnet18",
+        "--batch-size",
+        "16",
+        "--optimizer",
+        "lamb",
+        "--trials",
+        "2",
+        "--seed",
+        "0",
+        "--no-numerics",
+        cwd=cwd,
+    )
     assert second.returncode == 0, second.stderr[-2000:]
     return cwd, first, second
 
@@ -39,7 +59,7 @@ def table_rows(text: str) -> list[str]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if set(line.strip()) == {"─"})
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip():
             break
         rows.append(line)
@@ -77,7 +97,9 @@ def test_show_trial_prints_the_whole_configuration(two_studies: Any) -> None:
     for key in Config().to_dict():
         assert re.search(rf"^{key}\s", out.stdout, re.M), key
     assert "IPU0" in out.stdout and too_long(out.stdout) == []
-    missing = run_cli_process("show", "--study", "resnet18-bs16-2ipu-mk2", "--trial", "99", cwd=cwd)
+    missing = run_cli_process(
+        "show", "--study", "resnet18-bs16-2ipu-mk2", "--trial", "99", cwd=cwd
+    )
     assert missing.returncode == 2 and "no finished trial 99" in missing.stderr
 
 
@@ -99,22 +121,41 @@ def test_studies_shows_full_names_counts_best_and_state(two_studies: Any) -> Non
 
 
 @pytest.mark.slow
-def test_baseline_on_an_existing_study_is_refused_with_the_fix(two_studies: Any, tmp_path: Path) -> None:
+def test_baseline_on_an_existing_study_is_refused_with_the_fix(
+    two_studies: Any, tmp_path: Path
+) -> None:
     cwd, _, _ = two_studies
     baseline = tmp_path / "base.toml"
-    baseline.write_text('[config]\nprecision = "16.16"\nipus_per_replica = 2\nsplits = ["layer3.0"]\n'
-                        "gradient_accumulation = 3\n")
-    out = run_cli_process("resnet18", "--batch-size", "16", "--trials", "1", "--no-numerics",
-                          "--baseline", str(baseline), cwd=cwd)
+    baseline.write_text(
+        '[config]\nprecision = "16.16"\nipus_per_replica = 2\nsplits = ["layer3.0"]\n'
+        "gradient_accumulation = 3\n"
+    )
+    out = run_cli_process(
+        "resnet18",
+        "--batch-size",
+        "16",
+        "--trials",
+        "1",
+        "--no-numerics",
+        "--baseline",
+        str(baseline),
+        cwd=cwd,
+    )
     assert out.returncode == 2
-    assert "exists" in out.stderr and "drop --baseline" in out.stderr and "--study NEW_NAME" in out.stderr
+    assert (
+        "exists" in out.stderr
+        and "drop --baseline" in out.stderr
+        and "--study NEW_NAME" in out.stderr
+    )
     assert len(out.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("columns", [80, 120])
 def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path: Path, columns: int) -> None:
-    out = run_cli_process("estimate", "resnet101", "--batch-size", "64", cwd=tmp_path, columns=columns)
+    out = run_cli_process(
+        "estimate", "resnet101", "--batch-size", "64", cwd=tmp_path, columns=columns
+    )
     assert out.returncode == 0, out.stderr
     assert too_long(out.stdout, columns) == []
     assert "…" not in out.stdout
@@ -139,9 +180,15 @@ def test_numerics_help_lists_only_options_it_uses(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_set_errors_name_set_not_the_config_file(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[problem]\nmodel = "resnet18"\nbatch_size = 8\n[config]\nprecision = "16.16"\n')
-    bad_value = run_cli_process("estimate", "--config", str(cfg), "--set", "precision=17.17", cwd=tmp_path)
+    cfg.write_text(
+        '[problem]\nmodel = "resnet18"\nbatch_size = 8\n[config]\nprecision = "16.16"\n'
+    )
+    bad_value = run_cli_process(
+        "estimate", "--config", str(cfg), "--set", "precision=17.17", cwd=tmp_path
+    )
     assert bad_value.returncode == 2 and "--set: 'precision'" in bad_value.stderr
     assert "c.toml" not in bad_value.stderr
-    bad_rule = run_cli_process("estimate", "--config", str(cfg), "--set", "ipus_per_replica=4", cwd=tmp_path)
+    bad_rule = run_cli_process(
+        "estimate", "--config", str(cfg), "--set", "ipus_per_replica=4", cwd=tmp_path
+    )
     assert bad_rule.returncode == 2 and "with --set breaks a rule" in bad_rule.stderr

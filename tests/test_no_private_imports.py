@@ -95,8 +95,11 @@ def test_no_private_names_of_other_modules(module: str) -> None:
 
 
 #: the scripts beside the package: they use it as a user would, through its public names
-SCRIPTS = {f"{p.parent.name}.{p.stem}": p for folder in ("benchmarks", "tools")
-           for p in sorted((ROOT / folder).glob("*.py"))}
+SCRIPTS = {
+    f"{p.parent.name}.{p.stem}": p
+    for folder in ("benchmarks", "tools")
+    for p in sorted((ROOT / folder).glob("*.py"))
+}
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
@@ -107,11 +110,15 @@ def test_benchmarks_and_tools_use_no_private_name_of_the_package(script: str) ->
 
 def test_a_script_reaching_into_the_package_is_found(tmp_path: Path) -> None:
     script = tmp_path / "bench.py"
-    script.write_text("from ipu_autotune.guide import warmstart\n"
-                      "from ipu_autotune.guide.warmstart import single_changes, _hidden\n"
-                      "warmstart._other(1)\n")
-    assert private_uses("benchmarks.bench", script) == ["ipu_autotune.guide.warmstart:_hidden",
-                                                         "ipu_autotune.guide.warmstart:_other"]
+    script.write_text(
+        "from ipu_autotune.guide import warmstart\n"
+        "from ipu_autotune.guide.warmstart import single_changes, _hidden\n"
+        "warmstart._other(1)\n"
+    )
+    assert private_uses("benchmarks.bench", script) == [
+        "ipu_autotune.guide.warmstart:_hidden",
+        "ipu_autotune.guide.warmstart:_other",
+    ]
 
 
 def test_allow_list_is_still_needed() -> None:
@@ -130,8 +137,12 @@ def optuna_private_imports(path: Path) -> list[str]:
             if any(_is_private(p) for p in parts) or any(_is_private(n) for n in names):
                 found.append(f"{node.module}:{','.join(names)}")
         elif isinstance(node, ast.Import):
-            found += [a.name for a in node.names
-                      if a.name.split(".")[0] == "optuna" and any(_is_private(p) for p in a.name.split("."))]
+            found += [
+                a.name
+                for a in node.names
+                if a.name.split(".")[0] == "optuna"
+                and any(_is_private(p) for p in a.name.split("."))
+            ]
     return found
 
 
@@ -140,5 +151,9 @@ def test_only_the_adapter_imports_optunas_private_api() -> None:
     each with its reason (issue 61)."""
     adapter = "ipu_autotune.optuna_private"
     assert optuna_private_imports(MODULES[adapter])  # the check reads what it should
-    others = {m: found for m, p in MODULES.items() if m != adapter and (found := optuna_private_imports(p))}
+    others = {
+        m: found
+        for m, p in MODULES.items()
+        if m != adapter and (found := optuna_private_imports(p))
+    }
     assert others == {}

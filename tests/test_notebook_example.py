@@ -28,8 +28,12 @@ def _kernel_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     prefix = tmp_path / "jupyter"
     kernelspec.install(kernel_name=KERNEL, prefix=str(prefix))
     monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
-                                                                   os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(
+        "PYTHONPATH",
+        os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")])
+        ),
+    )
     return KERNEL
 
 
@@ -40,8 +44,9 @@ def _run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbforma
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print('KERNEL', sys.executable)"))
     work = tmp_path / "work"
     work.mkdir()
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name=KERNEL,
-                                     resources={"metadata": {"path": str(work)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name=KERNEL, resources={"metadata": {"path": str(work)}}
+    )
     client.execute()  # raises CellExecutionError on any failing cell
     return nb
 
@@ -62,16 +67,24 @@ def _text(outputs: Any) -> str:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_the_example_notebook_runs_and_shows_a_fitting_best(path: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_example_notebook_runs_and_shows_a_fitting_best(
+    path: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert path.name == "tune_in_a_notebook.ipynb"  # the checks below are this notebook's
     nb = _run(path, tmp_path, monkeypatch)
     work = tmp_path / "work"
     assert _text(nb.cells[-1].outputs).split() == ["KERNEL", sys.executable]
     # live progress: the trial table drawn in an output widget, which ends with every trial
     tune_outputs = _outputs(nb, "ipu_autotune.tune(")
-    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in tune_outputs)
+    assert any(
+        "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in tune_outputs
+    )
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    live = [json.dumps(w["state"].get("outputs", [])) for w in state.values() if w["model_name"] == "OutputModel"]
+    live = [
+        json.dumps(w["state"].get("outputs", []))
+        for w in state.values()
+        if w["model_name"] == "OutputModel"
+    ]
     assert any("baseline" in text and "12/12" in text for text in live)
     # the result's own display: the summary table with memory bars, baseline OOM, best fits
     summary = _html(_outputs(nb, "result  # the summary"))
@@ -84,7 +97,8 @@ def test_the_example_notebook_runs_and_shows_a_fitting_best(path: Any, tmp_path:
     snippet = (work / "tinynet_options.py").read_text()
     compile(snippet, "tinynet_options.py", "exec")
     assert "def make_options():" in snippet and "opts.Training.gradientAccumulation(" in _text(
-        _outputs(nb, 'Path("tinynet_options.py")'))
+        _outputs(nb, 'Path("tinynet_options.py")')
+    )
     assert (work / "tinynet-report.html").stat().st_size > 10_000
     assert "verdict: fits" in _html(_outputs(nb, "check = ipu_autotune.estimate("))
     assert (work / "notebook-example.db").exists()
@@ -102,7 +116,9 @@ print("RESULT", result.interrupted, len(result.records), result.best is not None
 """
 
 
-def test_a_kernel_interrupt_stops_after_the_current_trial_and_returns_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kernel_interrupt_stops_after_the_current_trial_and_returns_the_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Interrupt the kernel (Jupyter's stop button: SIGINT to the kernel) while tune runs in a cell."""
     import time
 
@@ -120,15 +136,20 @@ def test_a_kernel_interrupt_stops_after_the_current_trial_and_returns_the_result
             time.sleep(0.25)
         km.interrupt_kernel()
         reply = kc.get_shell_msg(timeout=120)
-        while reply["parent_header"].get("msg_id") != msg_id:  # start_new_kernel's own requests first
+        while (
+            reply["parent_header"].get("msg_id") != msg_id
+        ):  # start_new_kernel's own requests first
             reply = kc.get_shell_msg(timeout=120)
         printed = []
         while True:
             msg = kc.get_iopub_msg(timeout=30)
             if msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
                 printed.append(msg["content"]["text"])
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle" \
-                    and msg["parent_header"].get("msg_id") == msg_id:
+            if (
+                msg["msg_type"] == "status"
+                and msg["content"]["execution_state"] == "idle"
+                and msg["parent_header"].get("msg_id") == msg_id
+            ):
                 break
     finally:
         kc.stop_channels()

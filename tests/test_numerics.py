@@ -37,16 +37,21 @@ from ipu_autotune.problem import Config, Problem
 from testing import NUMERICS_CNN_SGD as PROBLEM
 
 FP16_MAX = 65504.0
-TINY = 2.0 ** -24  # smallest FP16 subnormal
+TINY = 2.0**-24  # smallest FP16 subnormal
 
 
-def batches(n: int, shape: Any=(48,), batch: int = 16, classes: int = 10, seed: int = 0) -> Any:
+def batches(n: int, shape: Any = (48,), batch: int = 16, classes: int = 10, seed: int = 0) -> Any:
     gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(batch, *shape, generator=gen), torch.randint(0, classes, (batch,), generator=gen))
-            for _ in range(n)]
+    return [
+        (
+            torch.randn(batch, *shape, generator=gen),
+            torch.randint(0, classes, (batch,), generator=gen),
+        )
+        for _ in range(n)
+    ]
 
 
-def fresh_param_grads(model: nn.Module, data: Any, loss_fn: Any=F.cross_entropy) -> torch.Tensor:
+def fresh_param_grads(model: nn.Module, data: Any, loss_fn: Any = F.cross_entropy) -> torch.Tensor:
     """All parameter gradients of one batch, flattened, on a copy of the model."""
     model = copy.deepcopy(model).train()
     x, y = data
@@ -60,6 +65,7 @@ def seeded(cls: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 # --- loss scaling --------------------------------------------------------------------------------
+
 
 def test_tiny_gradients_get_a_large_scale_that_keeps_them() -> None:
     model = seeded(ScaledMLP, scale=1e-5)
@@ -107,7 +113,9 @@ def test_table_is_exact_against_fp16_thresholds() -> None:
     for row in rows:
         scaled = (g * row.scale).abs()
         assert row.flushed * n == pytest.approx(int((scaled < TINY).sum()), abs=1e-6)
-        assert row.subnormal * n == pytest.approx(int(((scaled >= TINY) & (scaled < 2.0 ** -14)).sum()), abs=1e-6)
+        assert row.subnormal * n == pytest.approx(
+            int(((scaled >= TINY) & (scaled < 2.0**-14)).sum()), abs=1e-6
+        )
         assert row.overflow == bool(scaled.max() > FP16_MAX)
 
 
@@ -115,7 +123,7 @@ def test_drifting_gradients_ask_for_automatic_loss_scaling() -> None:
     model = seeded(ScaledMLP)
     steady = collect_gradient_stats(model, batches(3), optimizer="sgd", lr=1e-4)
     assert steady.drift_binades() <= DRIFT_BINADES and not recommend_loss_scale(steady).auto
-    growing = [(x * 10.0 ** i, y) for i, (x, y) in enumerate(batches(3))]  # inputs 1x, 10x, 100x
+    growing = [(x * 10.0**i, y) for i, (x, y) in enumerate(batches(3))]  # inputs 1x, 10x, 100x
     stats = collect_gradient_stats(model, growing, optimizer="sgd", lr=1e-6)
     advice = recommend_loss_scale(stats)
     assert stats.drift_binades() > DRIFT_BINADES
@@ -124,14 +132,17 @@ def test_drifting_gradients_ask_for_automatic_loss_scaling() -> None:
 
 # --- stochastic rounding ---------------------------------------------------------------------------
 
+
 def simulated_lost_fraction(model: nn.Module, data: Any, optimizer: str, lr: float) -> float:
     """One real torch.optim step in float64 (the exact intended update), applied to the FP16
     weights with round-to-nearest: the share of non-zero updates that leave the weight unchanged."""
     ref = copy.deepcopy(model).double().train()
     before = [p.detach().clone() for p in ref.parameters()]
-    opt = {"sgd": lambda ps: torch.optim.SGD(ps, lr=lr, momentum=0.9),
-           "adamw": lambda ps: torch.optim.AdamW(ps, lr=lr, weight_decay=0.01),
-           "adam": lambda ps: torch.optim.Adam(ps, lr=lr)}[optimizer](ref.parameters())
+    opt = {
+        "sgd": lambda ps: torch.optim.SGD(ps, lr=lr, momentum=0.9),
+        "adamw": lambda ps: torch.optim.AdamW(ps, lr=lr, weight_decay=0.01),
+        "adam": lambda ps: torch.optim.Adam(ps, lr=lr),
+    }[optimizer](ref.parameters())
     x, y = data
     F.cross_entropy(ref(x.double()), y).backward()
     opt.step()
@@ -147,7 +158,9 @@ def simulated_lost_fraction(model: nn.Module, data: Any, optimizer: str, lr: flo
 
 
 @pytest.mark.parametrize("optimizer, lr", [("sgd", 0.01), ("adamw", 3e-5), ("adam", 2e-5)])
-def test_stochastic_rounding_estimate_matches_a_direct_simulation(optimizer: str, lr: float) -> None:
+def test_stochastic_rounding_estimate_matches_a_direct_simulation(
+    optimizer: str, lr: float
+) -> None:
     model = seeded(ScaledMLP)
     data = batches(1)
     stats = collect_gradient_stats(model, data, steps=1, optimizer=optimizer, lr=lr)
@@ -159,7 +172,8 @@ def test_stochastic_rounding_estimate_matches_a_direct_simulation(optimizer: str
     # Another learning rate from the same statistics (updates are proportional to lr).
     other = lr * 3.7
     assert stochastic_rounding_advice(stats, lr=other).fraction_lost == pytest.approx(
-        simulated_lost_fraction(model, data[0], optimizer, other), abs=0.03)
+        simulated_lost_fraction(model, data[0], optimizer, other), abs=0.03
+    )
 
 
 def test_stochastic_rounding_off_when_updates_are_large() -> None:
@@ -184,6 +198,7 @@ def test_collection_leaves_the_model_as_it_was() -> None:
 
 # --- partials --------------------------------------------------------------------------------------
 
+
 class Branches(nn.Module):
     """Three Linear layers on slices of one input: long with large activations, long and coherent
     (an average of positive inputs), and small."""
@@ -196,13 +211,18 @@ class Branches(nn.Module):
         self.small = nn.Linear(64, 10)
 
     def forward(self, x: Any) -> Any:
-        return (self.long_large(x[:, :32768] * 300).sum(1) + self.coherent(x[:, :16384]).sum(1)
-                + self.small(x[:, :64] - 0.5).sum(1))
+        return (
+            self.long_large(x[:, :32768] * 300).sum(1)
+            + self.coherent(x[:, :16384]).sum(1)
+            + self.small(x[:, :64] - 0.5).sum(1)
+        )
 
 
 def test_partials_flag_long_accumulations_with_large_or_coherent_sums_only() -> None:
     model = seeded(Branches)
-    x = torch.rand(4, 32768, generator=torch.Generator().manual_seed(0))  # positive, like post-ReLU
+    x = torch.rand(
+        4, 32768, generator=torch.Generator().manual_seed(0)
+    )  # positive, like post-ReLU
     advice = partials_advice(model, x)
     assert advice.recommend == "float"
     assert advice.risky_layers == ["long_large", "coherent"]
@@ -227,7 +247,7 @@ def advice() -> Any:
 def test_advice_round_trips_through_json(advice: Any) -> None:
     data = json.loads(json.dumps(advice.to_dict()))
     assert NumericsAdvice.from_dict(data) == advice
-    assert [row.scale for row in advice.table] == [2.0 ** k for k in range(25)]
+    assert [row.scale for row in advice.table] == [2.0**k for k in range(25)]
     assert advice.lr == pytest.approx(0.1 * 8 / 256)
 
 
@@ -236,16 +256,22 @@ def test_apply_sets_fields_only_on_fp16_configs(advice: Any) -> None:
         loss_scale=LossScaleAdvice(256.0, True, 0.4, 0.001, True, "drift"),
         stochastic_rounding=StochasticRoundingAdvice(0.2, True, "lost"),
         partials=PartialsAdvice("half", [], "fine"),
-        table=advice.table)
+        table=advice.table,
+    )
     fp32 = Config(precision="32.32", loss_scaling=128.0, partials="float")
     assert chosen.apply(fp32) == fp32.replace(loss_scaling=1.0)
     assert chosen.apply(Config()) == Config()
     mixed = chosen.apply(Config(precision="16.32"))
-    assert (mixed.loss_scaling, mixed.partials, mixed.stochastic_rounding) == (256.0, "half", False)
+    assert (mixed.loss_scaling, mixed.partials, mixed.stochastic_rounding) == (
+        256.0,
+        "half",
+        False,
+    )
     half = chosen.apply(Config(precision="16.16"))
     assert (half.loss_scaling, half.partials, half.stochastic_rounding) == ("auto", "half", True)
-    fixed = NumericsAdvice.from_dict({**chosen.to_dict(), "loss_scale": {
-        **chosen.to_dict()["loss_scale"], "auto": False}})
+    fixed = NumericsAdvice.from_dict(
+        {**chosen.to_dict(), "loss_scale": {**chosen.to_dict()["loss_scale"], "auto": False}}
+    )
     assert fixed.apply(Config(precision="16.16")).loss_scaling == 256.0
 
 
@@ -267,25 +293,46 @@ def test_advise_resnet18_leaves_global_state_alone() -> None:
     threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
     advice = advise(Problem("resnet18", 4, input_shape=(3, 32, 32), num_classes=10), steps=2)
     assert torch.get_num_threads() == threads and torch.equal(torch.random.get_rng_state(), rng)
-    assert advice.loss_scale.scale in [2.0 ** k for k in range(25)]
+    assert advice.loss_scale.scale in [2.0**k for k in range(25)]
     assert 0 <= advice.stochastic_rounding.fraction_lost <= 1
     assert advice.batch_used == 4 and advice.optimizer == "adamw" and advice.lr == 1e-3
 
 
 def test_synthetic_batches_cap_the_batch() -> None:
-    got = synthetic_batches(Problem("resnet18", 64, input_shape=(3, 8, 8), num_classes=5), 2, seed=3)
+    got = synthetic_batches(
+        Problem("resnet18", 64, input_shape=(3, 8, 8), num_classes=5), 2, seed=3
+    )
     assert len(got) == 2 and got[0][0].shape == (16, 3, 8, 8)
     assert int(got[0][1].min()) >= 0 and int(got[0][1].max()) < 5
-    again = synthetic_batches(Problem("resnet18", 64, input_shape=(3, 8, 8), num_classes=5), 2, seed=3)
+    again = synthetic_batches(
+        Problem("resnet18", 64, input_shape=(3, 8, 8), num_classes=5), 2, seed=3
+    )
     assert torch.equal(got[1][0], again[1][0])
 
 
 # --- command line ----------------------------------------------------------------------------------
 
+
 def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["numerics", "numerics_models:small_cnn", "-b", "8", "--input-shape", "3,16,16",
-                     "--num-classes", "10", "--optimizer", "adam", "--steps", "2",
-                     "--data", "numerics_models:fixed_batches", "--json"])
+    code = cli.main(
+        [
+            "numerics",
+            "numerics_models:small_cnn",
+            "-b",
+            "8",
+            "--input-shape",
+            "3,16,16",
+            "--num-classes",
+            "10",
+            "--optimizer",
+            "adam",
+            "--steps",
+            "2",
+            "--data",
+            "numerics_models:fixed_batches",
+            "--json",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     data = json.loads(out)
@@ -293,21 +340,38 @@ def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["partials"]["recommend"] in ("half", "float")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--data", "no_such_module:fn"], "cannot import"),
-    (["--data", "numerics_models:not_batches"], "(inputs, labels)"),
-    (["--data", "numerics_models"], "package.module:function"),
-    (["--lr", "-1"], "must be positive"),
-    (["--input-shape", "3,16"], "check --input-shape"),
-])
-def test_cli_bad_input_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str], args: list[Any], message: str) -> None:
-    code = cli.main(["numerics", "numerics_models:small_cnn", "-b", "8", "--num-classes", "10",
-                     *(["--input-shape", "3,16,16"] if "--input-shape" not in args else []), *args])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "no_such_module:fn"], "cannot import"),
+        (["--data", "numerics_models:not_batches"], "(inputs, labels)"),
+        (["--data", "numerics_models"], "package.module:function"),
+        (["--lr", "-1"], "must be positive"),
+        (["--input-shape", "3,16"], "check --input-shape"),
+    ],
+)
+def test_cli_bad_input_is_a_one_line_usage_error(
+    capsys: pytest.CaptureFixture[str], args: list[Any], message: str
+) -> None:
+    code = cli.main(
+        [
+            "numerics",
+            "numerics_models:small_cnn",
+            "-b",
+            "8",
+            "--num-classes",
+            "10",
+            *(["--input-shape", "3,16,16"] if "--input-shape" not in args else []),
+            *args,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
 
 
-def test_a_torchvision_models_advice_is_measured_once_a_process_and_a_users_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_torchvision_models_advice_is_measured_once_a_process_and_a_users_each_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Each `estimate` and new study asks for the advice; a torchvision model's on synthetic
     batches depends only on the problem and the arguments, so a process measures it once. A
     user's module:factory may have changed since, and is measured again."""
@@ -315,7 +379,9 @@ def test_a_torchvision_models_advice_is_measured_once_a_process_and_a_users_each
 
     runs = []
     real = advice_module.collect_gradient_stats
-    monkeypatch.setattr(advice_module, "collect_gradient_stats", lambda *a, **k: runs.append(1) or real(*a, **k))
+    monkeypatch.setattr(
+        advice_module, "collect_gradient_stats", lambda *a, **k: runs.append(1) or real(*a, **k)
+    )
     problem = Problem("resnet18", 4, input_shape=(3, 16, 16), num_classes=7)
     first = advise(problem, steps=2, seed=5)
     first.table.clear()  # the caller's copy: the next answer is not changed by it

@@ -20,9 +20,19 @@ pytestmark = pytest.mark.slow
 MAIN_RUN = ("resnet101", "--batch-size", "64")
 
 
-def test_estimate_and_tune_give_the_same_numerics_on_the_main_runs_baseline(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
-    code, out, err = run_cli(capsys, "tune", *MAIN_RUN, "--trials", "1", "--json",
-                             "--storage", sqlite_url(in_tmp / "s.db"))
+def test_estimate_and_tune_give_the_same_numerics_on_the_main_runs_baseline(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any
+) -> None:
+    code, out, err = run_cli(
+        capsys,
+        "tune",
+        *MAIN_RUN,
+        "--trials",
+        "1",
+        "--json",
+        "--storage",
+        sqlite_url(in_tmp / "s.db"),
+    )
     assert code in (0, 3), err
     advice = NumericsAdvice.from_dict(json.loads(out)["numerics"])
     tuned = advice.apply(Config(precision="16.16"))

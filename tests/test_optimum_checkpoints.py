@@ -31,12 +31,20 @@ from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.profiles.optimum_placement import SKIPPED_INDEX
 from ipu_autotune.rules.optimum_target import PIPELINED, unexpressible
 
-DISTILBERT = dict(model_type="distilbert", dim=HIDDEN, n_heads=HEADS, hidden_dim=FFN, vocab_size=VOCAB,
-                  max_position_embeddings=512)
+DISTILBERT = dict(
+    model_type="distilbert",
+    dim=HIDDEN,
+    n_heads=HEADS,
+    hidden_dim=FFN,
+    vocab_size=VOCAB,
+    max_position_embeddings=512,
+)
 #: (family, task) -> the layer stacks of optimum's loops, in order, as module paths
-STACKS = {("distilbert", "masked-lm"): ("distilbert.transformer.layer",),
-          ("deberta", "masked-lm"): ("deberta.encoder.layer",),
-          ("bart", "seq2seq-lm"): ("model.encoder.layers", "model.decoder.layers")}
+STACKS = {
+    ("distilbert", "masked-lm"): ("distilbert.transformer.layer",),
+    ("deberta", "masked-lm"): ("deberta.encoder.layer",),
+    ("bart", "seq2seq-lm"): ("model.encoder.layers", "model.decoder.layers"),
+}
 
 
 def problem_for(tmp_path: Path, family: str, task: str, ipus: int = 1, **config: Any) -> Problem:
@@ -76,8 +84,12 @@ def test_each_pipelined_class_has_its_checkpoint_rule() -> None:
 
 
 @pytest.mark.parametrize("layers", [3, 4])
-@pytest.mark.parametrize("family, key", [("distilbert", "n_layers"), ("deberta", "num_hidden_layers")])
-def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(tmp_path: Path, family: str, key: str, layers: int) -> None:
+@pytest.mark.parametrize(
+    "family, key", [("distilbert", "n_layers"), ("deberta", "num_hidden_layers")]
+)
+def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(
+    tmp_path: Path, family: str, key: str, layers: int
+) -> None:
     """DistilBERT and DeBERTa MLM: their tied head does not make optimum checkpoint every layer;
     the mixin's `index != num_hidden_layers - 1` leaves the last layer out."""
     problem = problem_for(tmp_path, family, "masked-lm", **{key: layers})
@@ -95,19 +107,26 @@ def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(tmp_path: P
 
 
 @pytest.mark.parametrize("encoder, decoder", [(4, 2), (2, 4), (3, 3)])
-def test_bart_checkpoints_skip_index_encoder_layers_minus_1_in_both_stacks(tmp_path: Path, encoder: int, decoder: int) -> None:
+def test_bart_checkpoints_skip_index_encoder_layers_minus_1_in_both_stacks(
+    tmp_path: Path, encoder: int, decoder: int
+) -> None:
     """BART compares both loops' index with num_hidden_layers (= encoder_layers): with 4 + 2
     layers only the encoder's last goes unchecked; with 2 + 4 encoder.layers.1 and
     decoder.layers.1 (decoder.layers.3 keeps its checkpoint); with 3 + 3 both stacks' last."""
-    problem = problem_for(tmp_path, "bart", "seq2seq-lm", encoder_layers=encoder, decoder_layers=decoder)
+    problem = problem_for(
+        tmp_path, "bart", "seq2seq-lm", encoder_layers=encoder, decoder_layers=decoder
+    )
     profile = profile_for(problem)
     expected = optimum_loop(problem, profile)
     skipped = {f"model.encoder.layers.{encoder - 1}"} | (
-        {f"model.decoder.layers.{encoder - 1}"} if encoder <= decoder else set())
+        {f"model.decoder.layers.{encoder - 1}"} if encoder <= decoder else set()
+    )
     layers = {u.path for u in profile.units if ".layers." in u.path}
     assert len(layers) == encoder + decoder and expected == layers - skipped
     assert set(optimum_checkpoints(profile)) == expected
-    two = problem_for(tmp_path, "bart", "seq2seq-lm", ipus=2, encoder_layers=encoder, decoder_layers=decoder)
+    two = problem_for(
+        tmp_path, "bart", "seq2seq-lm", ipus=2, encoder_layers=encoder, decoder_layers=decoder
+    )
     baseline = naive_baseline(two, profile)
     assert baseline.splits and not unexpressible(two, baseline)
     assert set(baseline.checkpoints) in (set(), expected)

@@ -36,7 +36,10 @@ from ipu_autotune.rules.optimum_target import unexpressible
 
 #: (family, task) -> (modules optimum pins to IPU 0, head modules it leaves on the last layer's IPU)
 CASES = {
-    ("bart", "seq2seq-lm"): (("model.decoder.embed_positions", "model.decoder.layernorm_embedding", "lm_head"), ()),
+    ("bart", "seq2seq-lm"): (
+        ("model.decoder.embed_positions", "model.decoder.layernorm_embedding", "lm_head"),
+        (),
+    ),
     ("distilbert", "masked-lm"): (("vocab_transform", "vocab_layer_norm", "vocab_projector"), ()),
     ("deberta", "masked-lm"): (("cls.predictions.decoder",), ("cls.predictions.transform",)),
 }
@@ -48,7 +51,9 @@ def runs(ipus: list[int]) -> int:
 
 @pytest.mark.parametrize("ipus", [2, 3])
 @pytest.mark.parametrize("family, task", list(CASES))
-def test_optimum_modules_land_on_the_ipu_parallelize_puts_them(tmp_path: Path, family: Any, task: Any, ipus: int) -> None:
+def test_optimum_modules_land_on_the_ipu_parallelize_puts_them(
+    tmp_path: Path, family: Any, task: Any, ipus: int
+) -> None:
     pinned, stays = CASES[family, task]
     problem = problem_for(tmp_path, family, task, ipus=ipus)
     profile = profile_for(problem)
@@ -69,8 +74,9 @@ def test_optimum_modules_land_on_the_ipu_parallelize_puts_them(tmp_path: Path, f
     assert all(theirs[m] == n - 1 for m in stays)
     # memory on the right IPU: each stage holds the parameters of the units optimum puts there
     layout = stages(profile, config)
-    assert [s.params for s in layout] == [sum(u.params for u in profile.units if theirs[u.path] == k)
-                                          for k in range(n)]
+    assert [s.params for s in layout] == [
+        sum(u.params for u in profile.units if theirs[u.path] == k) for k in range(n)
+    ]
     # forward stages are the IPU runs in execution order; the rule's count bounds them
     assert forward_stages(layout, config) == runs([theirs[m] for m in run_order])
     assert forward_stages(layout, config) <= pipeline_stages(problem, n)
@@ -86,26 +92,40 @@ def test_optimum_modules_land_on_the_ipu_parallelize_puts_them(tmp_path: Path, f
 def test_poptorch_target_placement_is_unchanged(tmp_path: Path) -> None:
     """Without --trainer optimum: BART's decoder position embedding rides with the layer before
     it, DistilBERT's tied vocab_projector alone goes to IPU0, DeBERTa's whole MLM head does."""
-    expected = {("bart", "seq2seq-lm"): {"model.decoder.embed_positions": 1, "lm_head": 0},
-                ("distilbert", "masked-lm"): {"vocab_transform": 1, "vocab_projector": 0},
-                ("deberta", "masked-lm"): {"cls.predictions.transform": 0, "cls.predictions.decoder": 0}}
+    expected = {
+        ("bart", "seq2seq-lm"): {"model.decoder.embed_positions": 1, "lm_head": 0},
+        ("distilbert", "masked-lm"): {"vocab_transform": 1, "vocab_projector": 0},
+        ("deberta", "masked-lm"): {"cls.predictions.transform": 0, "cls.predictions.decoder": 0},
+    }
     for (family, task), where in expected.items():
         optimum = problem_for(tmp_path, family, task, ipus=2)
         problem = Problem(optimum.model, 2, seq_len=64, ipus=2, task=task)
         profile = profile_for(problem)
         config = naive_baseline(problem, profile)
-        stage = {profile.units[i].path: k for k, members in enumerate(stage_members(profile, config))
-                 for i in members}
+        stage = {
+            profile.units[i].path: k
+            for k, members in enumerate(stage_members(profile, config))
+            for i in members
+        }
         assert {m: stage[m] for m in where} == where, family
 
 
 @pytest.mark.parametrize("family, task", [("distilbert", "masked-lm"), ("deberta", "masked-lm")])
-def test_read_ipu_config_checkpoints_follow_the_class_table(tmp_path: Path, family: str, task: str) -> None:
+def test_read_ipu_config_checkpoints_follow_the_class_table(
+    tmp_path: Path, family: str, task: str
+) -> None:
     """recompute_checkpoint_every_layer read back per class (SKIPPED_INDEX): DistilBERT and
     DeBERTa MLM leave the last layer unchecked though their head is on IPU0."""
     problem = problem_for(tmp_path, family, task, ipus=1)
     profile = profile_for(problem)
     layers = [u.path for u in profile.units if is_layer(u.path)]
-    data = {"layers_per_ipu": [len(layers)], "ipus_per_replica": 1, "matmul_proportion": [0.6],
-            "recompute_checkpoint_every_layer": True, "embedding_serialization_factor": 1}
-    assert read_ipu_config(data, problem, layers, tied_head=True).checkpointed == frozenset(range(len(layers) - 1))
+    data = {
+        "layers_per_ipu": [len(layers)],
+        "ipus_per_replica": 1,
+        "matmul_proportion": [0.6],
+        "recompute_checkpoint_every_layer": True,
+        "embedding_serialization_factor": 1,
+    }
+    assert read_ipu_config(data, problem, layers, tied_head=True).checkpointed == frozenset(
+        range(len(layers) - 1)
+    )

@@ -63,20 +63,40 @@ def layer_returns(model: str, hidden: torch.Tensor, heads: int) -> Any:
 def study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     model, task, seq_len, batch = request.param
     folder = tmp_path_factory.mktemp("study")
-    result = ipu_autotune.tune(model, task=task, seq_len=seq_len, batch_size=batch, ipus=4, trainer="optimum",
-                               trials=30, seed=3, no_numerics=True, backend="estimate",
-                               storage=f"sqlite:///{folder}/s.db", out=str(folder / "out"))
-    return request.param, Problem(model, batch, task=task, seq_len=seq_len, ipus=4, trainer="optimum"), result
+    result = ipu_autotune.tune(
+        model,
+        task=task,
+        seq_len=seq_len,
+        batch_size=batch,
+        ipus=4,
+        trainer="optimum",
+        trials=30,
+        seed=3,
+        no_numerics=True,
+        backend="estimate",
+        storage=f"sqlite:///{folder}/s.db",
+        out=str(folder / "out"),
+    )
+    return (
+        request.param,
+        Problem(model, batch, task=task, seq_len=seq_len, ipus=4, trainer="optimum"),
+        result,
+    )
 
 
 def cases(result: Any) -> list[Config]:
     """The best trial and two others, those that checkpoint first."""
     best = result.best.config
-    others = sorted({r.config for r in result.records if r.config != best}, key=lambda c: (not c.checkpoints, str(c)))
+    others = sorted(
+        {r.config for r in result.records if r.config != best},
+        key=lambda c: (not c.checkpoints, str(c)),
+    )
     return [best, *others[:2]]
 
 
-def snippet_checkpoints(poptorch: Any, problem: Problem, config: Config, returns: Any) -> dict[str, list[torch.Tensor]]:
+def snippet_checkpoints(
+    poptorch: Any, problem: Problem, config: Config, returns: Any
+) -> dict[str, list[torch.Tensor]]:
     """Module path -> the tensors PopTorch's recomputationCheckpoint takes when the snippet's hook
     sees what that layer returns: the snippet's annotate() run on the model under the fake SDK, its hooks found as the fake tracer finds them."""
     from poptorch import ops
@@ -85,7 +105,9 @@ def snippet_checkpoints(poptorch: Any, problem: Problem, config: Config, returns
     exec(compile(render_snippet(problem, config), "best_options.py", "exec"), ns)
     # padding a vocabulary for serialisation initialises the new rows from the others' statistics
     device = "cpu" if config.embedding_serialization > 1 else "meta"
-    training_model = ns["TrainingModel"](build_hf_model(problem.model, problem.task, 2, device=device))
+    training_model = ns["TrainingModel"](
+        build_hf_model(problem.model, problem.task, 2, device=device)
+    )
     taken: list[torch.Tensor] = []
     checkpoint = poptorch.recomputationCheckpoint
 
@@ -136,8 +158,12 @@ def test_snippet_and_estimate_checkpoint_what_parallelize_registers(study: Any) 
             ends = {checkpoint_unit(profile, p) for p in config.checkpoints}
             assert ends == {profile.unit_index(layers[i]) for i in theirs}, config
             for stage in stages(profile, config):
-                kept = sum(t.numel() * 4 for p, ts in ours.items() if stage.first <= profile.unit_index(p) < stage.last
-                           for t in ts)
+                kept = sum(
+                    t.numel() * 4
+                    for p, ts in ours.items()
+                    if stage.first <= profile.unit_index(p) < stage.last
+                    for t in ts
+                )
                 assert stage.checkpoint_bytes == kept, (config, stage.index)
             checked += bool(theirs)
     assert checked  # at least one trial checkpoints: the comparison has teeth
@@ -150,16 +176,27 @@ def test_gpt2_under_optimum_keeps_each_blocks_key_and_value_too() -> None:
     optimum = Problem(**{**poptorch_target.to_dict(), "trainer": "optimum"})
     profile = profile_for(optimum)
     splits = ("transformer.h.3", "transformer.h.6", "transformer.h.9")
-    config = Config(precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half",
-                    ipus_per_replica=4, gradient_accumulation=16, splits=splits,
-                    checkpoints=optimum_checkpoints(profile))
+    config = Config(
+        precision="16.16",
+        partials="half",
+        stochastic_rounding=True,
+        optimizer_state="half",
+        ipus_per_replica=4,
+        gradient_accumulation=16,
+        splits=splits,
+        checkpoints=optimum_checkpoints(profile),
+    )
     assert len(config.checkpoints) == 12 and not unexpressible(optimum, config)
     ours = [s.checkpoint_bytes for s in stages(profile, config)]
     plain = [s.checkpoint_bytes for s in stages(profile_for(poptorch_target), config)]
     assert ours[:3] == [3 * b for b in plain[:3]] and all(b > 0 for b in plain[:3])
-    assert "tuple(y if y is None else poptorch.recomputationCheckpoint(y) for y in output)" in \
-        render_snippet(optimum, config)
-    assert "(poptorch.recomputationCheckpoint(output[0]), *output[1:])" in render_snippet(poptorch_target, config)
+    assert (
+        "tuple(y if y is None else poptorch.recomputationCheckpoint(y) for y in output)"
+        in render_snippet(optimum, config)
+    )
+    assert "(poptorch.recomputationCheckpoint(output[0]), *output[1:])" in render_snippet(
+        poptorch_target, config
+    )
 
 
 # --- must show 3: what IPUTrainer sets otherwise than the snippet, noted --------------------------
@@ -177,14 +214,25 @@ def test_an_fp32_trial_notes_that_iputrainer_turns_stochastic_rounding_on() -> N
         assert not ns["make_options"]()._Popart.options.get("enableStochasticRounding", False)
     note = next(n for n in trainer_notes(fp32) if n.startswith("Stochastic rounding"))
     assert "IPUTrainer always enables it" in note and "IPUConfig._to_options" in note
-    assert "# Stochastic rounding: on." in render_trainer(BERT, fp32)  # the IPUTrainer block says it too
-    fp16 = fp32.replace(precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half")
+    assert "# Stochastic rounding: on." in render_trainer(
+        BERT, fp32
+    )  # the IPUTrainer block says it too
+    fp16 = fp32.replace(
+        precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half"
+    )
     assert not unexpressible(BERT, fp16)
-    assert not any(n.startswith("Stochastic rounding") for n in trainer_notes(fp16))  # the snippet has it on
+    assert not any(
+        n.startswith("Stochastic rounding") for n in trainer_notes(fp16)
+    )  # the snippet has it on
 
 
 def test_a_replica_on_a_count_of_ipus_not_a_power_of_two_notes_autoroundnumipus() -> None:
     three = Config(ipus_per_replica=3, gradient_accumulation=16, splits=SPLITS[:2])
-    assert any(n.startswith("IPUs: IPUTrainer reserves 4 for this trial's 3") for n in trainer_notes(three))
-    assert not any(n.startswith("IPUs:") for n in trainer_notes(three.replace(replicas=2, ipus_per_replica=2,
-                                                                                  splits=SPLITS[:1])))
+    assert any(
+        n.startswith("IPUs: IPUTrainer reserves 4 for this trial's 3")
+        for n in trainer_notes(three)
+    )
+    assert not any(
+        n.startswith("IPUs:")
+        for n in trainer_notes(three.replace(replicas=2, ipus_per_replica=2, splits=SPLITS[:1]))
+    )

@@ -22,8 +22,11 @@ import numpy as np
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.testing.pytest_samplers import (BasicSamplerTestCase, MultiObjectiveSamplerTestCase,
-                                            RelativeSamplerTestCase)
+from optuna.testing.pytest_samplers import (
+    BasicSamplerTestCase,
+    MultiObjectiveSamplerTestCase,
+    RelativeSamplerTestCase,
+)
 
 from ipu_autotune.search.window import WindowedTPESampler
 from ipu_autotune.study.records import create_sampler
@@ -34,32 +37,50 @@ pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.Experimental
 PROJECT_OPTIONS = dict(multivariate=True, group=True, constant_liar=True)
 SAMPLERS = {
     "project": lambda: create_sampler(None),
-    "grouped": lambda: WindowedTPESampler(**PROJECT_OPTIONS, n_startup_trials=0, window=3, keep_best=1),
-    "ungrouped": lambda: WindowedTPESampler(multivariate=True, constant_liar=True, n_startup_trials=0,
-                                            window=3, keep_best=1),
+    "grouped": lambda: WindowedTPESampler(
+        **PROJECT_OPTIONS, n_startup_trials=0, window=3, keep_best=1
+    ),
+    "ungrouped": lambda: WindowedTPESampler(
+        multivariate=True, constant_liar=True, n_startup_trials=0, window=3, keep_best=1
+    ),
 }
 
-_STARTUP = ("n_startup_trials=10: until ten trials have finished TPE samples each parameter on its own "
-            "and `sample_relative` returns {}; the suite's studies have one (Optuna's "
-            "TPESampler(n_startup_trials=10) fails these cases alike); pinned by "
-            "test_the_project_sampler_samples_jointly_after_its_startup_trials")
-_GROUP = ("group=True: TPE samples the knob groups `infer_relative_search_space` found, not the search "
-          "space handed to `sample_relative`, and the suite does not call infer first (Optuna's "
-          "TPESampler(group=True) fails these cases alike); pinned by "
-          "test_grouped_sampling_draws_every_parameter_in_range_when_called_as_a_study_calls_it")
-_RELATIVE = ("test_sample_relative_numerical", "test_sample_relative_categorical", "test_sample_relative_mixed")
+_STARTUP = (
+    "n_startup_trials=10: until ten trials have finished TPE samples each parameter on its own "
+    "and `sample_relative` returns {}; the suite's studies have one (Optuna's "
+    "TPESampler(n_startup_trials=10) fails these cases alike); pinned by "
+    "test_the_project_sampler_samples_jointly_after_its_startup_trials"
+)
+_GROUP = (
+    "group=True: TPE samples the knob groups `infer_relative_search_space` found, not the search "
+    "space handed to `sample_relative`, and the suite does not call infer first (Optuna's "
+    "TPESampler(group=True) fails these cases alike); pinned by "
+    "test_grouped_sampling_draws_every_parameter_in_range_when_called_as_a_study_calls_it"
+)
+_RELATIVE = (
+    "test_sample_relative_numerical",
+    "test_sample_relative_categorical",
+    "test_sample_relative_mixed",
+)
 #: (suite case, sampler) -> why it is skipped
-SKIPS = {**{(case, "project"): f"{_STARTUP}; and {_GROUP}" for case in _RELATIVE},
-         **{(case, "grouped"): _GROUP for case in _RELATIVE}}
+SKIPS = {
+    **{(case, "project"): f"{_STARTUP}; and {_GROUP}" for case in _RELATIVE},
+    **{(case, "grouped"): _GROUP for case in _RELATIVE},
+}
 
 
 #: about 5 s each on the loaded two-core machine: "grouped", the window's code with the project's
 #: options, in the inner loop; the other two slow
-PARAMS = [pytest.param("project", marks=pytest.mark.slow), "grouped",
-          pytest.param("ungrouped", marks=pytest.mark.slow)]
+PARAMS = [
+    pytest.param("project", marks=pytest.mark.slow),
+    "grouped",
+    pytest.param("ungrouped", marks=pytest.mark.slow),
+]
 
 
-class TestWindowedSampler(BasicSamplerTestCase, RelativeSamplerTestCase, MultiObjectiveSamplerTestCase):
+class TestWindowedSampler(
+    BasicSamplerTestCase, RelativeSamplerTestCase, MultiObjectiveSamplerTestCase
+):
     @pytest.fixture(params=PARAMS)
     def sampler(self, request: pytest.FixtureRequest) -> Any:
         reason = SKIPS.get((request.function.__name__, request.param))
@@ -71,10 +92,15 @@ class TestWindowedSampler(BasicSamplerTestCase, RelativeSamplerTestCase, MultiOb
 # --- what the skips above stand for ------------------------------------------------------------
 
 #: the relative suite's distributions, one of each kind
-SPACE = {"float": FloatDistribution(-1.0, 1.0), "log": FloatDistribution(1e-7, 1.0, log=True),
-         "step": FloatDistribution(-10, 10, step=0.5), "int": IntDistribution(3, 10),
-         "int_log": IntDistribution(1, 100, log=True), "int_step": IntDistribution(3, 9, step=2),
-         "cat": CategoricalDistribution([1, 10, 100])}
+SPACE = {
+    "float": FloatDistribution(-1.0, 1.0),
+    "log": FloatDistribution(1e-7, 1.0, log=True),
+    "step": FloatDistribution(-10, 10, step=0.5),
+    "int": IntDistribution(3, 10),
+    "int_log": IntDistribution(1, 100, log=True),
+    "int_step": IntDistribution(3, 9, step=2),
+    "cat": CategoricalDistribution([1, 10, 100]),
+}
 
 
 def _relative_draw(study: optuna.Study) -> dict[str, Any]:
@@ -110,7 +136,10 @@ def _study(sampler: Any, finished: int) -> optuna.Study:
 
 
 def test_grouped_sampling_draws_every_parameter_in_range_when_called_as_a_study_calls_it() -> None:
-    for make, finished in ((SAMPLERS["grouped"], 5), (SAMPLERS["project"], 12)):  # past the window, the startup
+    for make, finished in (
+        (SAMPLERS["grouped"], 5),
+        (SAMPLERS["project"], 12),
+    ):  # past the window, the startup
         study = _study(make(), finished)
         for _ in range(5):
             _check_draw(_relative_draw(study))
@@ -118,7 +147,9 @@ def test_grouped_sampling_draws_every_parameter_in_range_when_called_as_a_study_
 
 def test_the_project_sampler_samples_jointly_after_its_startup_trials() -> None:
     study = _study(SAMPLERS["project"](), 9)
-    assert _relative_draw(study) == {}  # the tenth trial: each parameter on its own, as TPE's startup
+    assert (
+        _relative_draw(study) == {}
+    )  # the tenth trial: each parameter on its own, as TPE's startup
     study = _study(SAMPLERS["project"](), 10)
     _check_draw(_relative_draw(study))
 
@@ -126,6 +157,7 @@ def test_the_project_sampler_samples_jointly_after_its_startup_trials() -> None:
 def test_below_its_window_the_project_sampler_draws_what_optunas_tpe_draws() -> None:
     """Grouped, constant liar and all: the same seed gives the same trials as TPESampler while
     the study is smaller than the window (search/window.py)."""
+
     def run(sampler: Any) -> list[dict[str, Any]]:
         study = optuna.create_study(sampler=sampler)
         for i in range(16):

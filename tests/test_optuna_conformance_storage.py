@@ -47,10 +47,12 @@ KINDS = [
 
 #: (suite case, URL kind) -> why it is skipped; each names the test of ours that pins it
 SKIPS = {
-    ("test_pickle_storage", "sqlite_memory"):
-        "sqlite:///:memory: is the database of one process's connection: a pickled copy opens a new, "
-        "empty one (plain Optuna RDBStorage does the same); pinned by "
-        "test_an_in_memory_sqlite_storage_is_this_process_own",
+    (
+        "test_pickle_storage",
+        "sqlite_memory",
+    ): "sqlite:///:memory: is the database of one process's connection: a pickled copy opens a new, "
+    "empty one (plain Optuna RDBStorage does the same); pinned by "
+    "test_an_in_memory_sqlite_storage_is_this_process_own",
 }
 
 
@@ -58,7 +60,9 @@ def _postgres_schema_url(schema: str) -> str:
     from sqlalchemy.engine import make_url
 
     url = make_url(POSTGRES_URL)
-    return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
+        hide_password=False
+    )
 
 
 def _postgres(sql: str) -> None:
@@ -85,11 +89,13 @@ class TestStorage(StorageTestCase):
                 pytest.skip(NO_POSTGRES)
             schema = f"conformance_{uuid.uuid4().hex[:12]}"
             _postgres(f"CREATE SCHEMA {schema}")
-        url = {"sqlite": f"sqlite:///{tmp_path / 'study.db'}",
-               "sqlite_memory": "sqlite:///:memory:",
-               "journal": f"journal:///{tmp_path / 'study.journal'}",
-               "memory": "memory:",
-               "postgres": schema and _postgres_schema_url(schema)}[kind]
+        url = {
+            "sqlite": f"sqlite:///{tmp_path / 'study.db'}",
+            "sqlite_memory": "sqlite:///:memory:",
+            "journal": f"journal:///{tmp_path / 'study.journal'}",
+            "memory": "memory:",
+            "postgres": schema and _postgres_schema_url(schema),
+        }[kind]
         storage = open_storage(url)
         yield storage
         engine = getattr(getattr(storage, "_backend", None), "engine", None)
@@ -100,6 +106,7 @@ class TestStorage(StorageTestCase):
 
 
 # --- what the skips above stand for ------------------------------------------------------------
+
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_an_in_memory_sqlite_storage_is_this_process_own() -> None:

@@ -20,7 +20,13 @@ from optuna.trial import TrialState
 
 from ipu_autotune.cli import main
 from ipu_autotune.problem import Config
-from ipu_autotune.study.records import ATTR_PROBLEM, ATTR_RECORD, ATTR_VERSION, records, trial_attrs
+from ipu_autotune.study.records import (
+    ATTR_PROBLEM,
+    ATTR_RECORD,
+    ATTR_VERSION,
+    records,
+    trial_attrs,
+)
 from testing import STUDY, TUNE, finished_study
 
 pytestmark = pytest.mark.slow
@@ -42,10 +48,14 @@ def test_plain_optuna_sees_one_constraint_per_trial_and_a_best_that_fits(study: 
     for t in done:
         (violation,) = t.constraints.values()
         assert (violation <= 0) == ours[t.number].measurement.feasible
-    assert any(next(iter(t.constraints.values())) > 0 for t in done), "expected an out-of-memory trial"
+    assert any(next(iter(t.constraints.values())) > 0 for t in done), (
+        "expected an out-of-memory trial"
+    )
     best = s.best_trial
     assert next(iter(best.constraints.values())) <= 0 and ours[best.number].feasible
-    assert best.value == max(ours[t.number].measurement.throughput for t in done if ours[t.number].feasible)
+    assert best.value == max(
+        ours[t.number].measurement.throughput for t in done if ours[t.number].feasible
+    )
     # The best by value alone (what tools without constraint support pick) is the same trial.
     assert max(done, key=lambda t: t.value).value == best.value
 
@@ -56,7 +66,12 @@ def test_best_params_are_readable_and_the_config_is_complete(study: Any) -> None
     assert all(not INTERNAL.search(p) for t in s.trials for p in t.params)
     rec = s.best_trial.user_attrs[ATTR_RECORD]
     config = Config.from_dict(rec["config"], "best")
-    assert config.to_dict() == rec["config"] and set(rec) >= {"config", "measurement", "origin", "seconds"}
+    assert config.to_dict() == rec["config"] and set(rec) >= {
+        "config",
+        "measurement",
+        "origin",
+        "seconds",
+    }
     for knob in ("precision", "gradient_accumulation", "device_iterations"):
         assert s.best_params.get(knob, rec["config"][knob]) == rec["config"][knob]
 
@@ -65,7 +80,9 @@ def test_trials_dataframe_has_readable_columns(study: Any) -> None:
     _, s = study
     df = s.trials_dataframe()
     assert {"value", "params_precision", "user_attrs_record", "state"} <= set(df.columns)
-    assert not [c for c in df.columns if c.startswith("params_") and INTERNAL.search(c[len("params_"):])]
+    assert not [
+        c for c in df.columns if c.startswith("params_") and INTERNAL.search(c[len("params_") :])
+    ]
 
 
 def _dashboard_get(app: Any, path: str) -> dict[str, Any]:
@@ -73,7 +90,9 @@ def _dashboard_get(app: Any, path: str) -> dict[str, Any]:
     setup_testing_defaults(environ)
     environ.update(PATH_INFO=path, REQUEST_METHOD="GET", QUERY_STRING="")
     status: list[str] = []
-    body = b"".join(app(environ, lambda s, h, exc_info=None: status.append(s) or io.BytesIO().write))
+    body = b"".join(
+        app(environ, lambda s, h, exc_info=None: status.append(s) or io.BytesIO().write)
+    )
     assert status[0].startswith("200"), (status, body[:500])
     return json.loads(body)
 
@@ -98,25 +117,37 @@ def test_optuna_dashboard_shows_each_constraint_and_a_best_that_fits(study: Any)
     assert ATTR_RECORD in attrs
 
 
-def test_an_old_study_with_internal_names_is_refused_on_resume_and_still_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_old_study_with_internal_names_is_refused_on_resume_and_still_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     main([*TUNE, "--trials", "2", "--storage", url, "--out", str(tmp_path / "o")])
     s = optuna.load_study(study_name=STUDY, storage=url)
     first = s.trials[0]
     old = dict(first.params)
     old["recompute_pipelined"] = "default"  # what studies written before the rename held
-    dists = {**first.distributions,
-             "recompute_pipelined": optuna.distributions.CategoricalDistribution(["default", "none"])}
+    dists = {
+        **first.distributions,
+        "recompute_pipelined": optuna.distributions.CategoricalDistribution(["default", "none"]),
+    }
     config, m = trial_attrs(first)["config"], trial_attrs(first)["measurement"]
-    s.add_trial(optuna.trial.create_trial(  # the old layout: one user attribute per field
-        params=old, distributions=dists, value=1.0, system_attrs={"constraints": [-0.1]},
-        user_attrs={"config": config, "measurement": m, "origin": "sampled", "seconds": 0.1}))
+    s.add_trial(
+        optuna.trial.create_trial(  # the old layout: one user attribute per field
+            params=old,
+            distributions=dists,
+            value=1.0,
+            system_attrs={"constraints": [-0.1]},
+            user_attrs={"config": config, "measurement": m, "origin": "sampled", "seconds": 0.1},
+        )
+    )
     capsys.readouterr()
     assert main([*TUNE, "--trials", "1", "--storage", url]) == 2
     err = capsys.readouterr().err
     assert "recompute_pipelined" in err and "new --study" in err
     assert main(["show", "--study", STUDY, "--storage", url]) == 0
-    assert main(["report", "--study", STUDY, "--storage", url, "-o", str(tmp_path / "r.html")]) == 0
+    assert (
+        main(["report", "--study", STUDY, "--storage", url, "-o", str(tmp_path / "r.html")]) == 0
+    )
     finished = s.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))
     assert len(records(s)) == len(finished) == 3  # the old-layout trial read too
     assert s.user_attrs[ATTR_PROBLEM] and s.user_attrs[ATTR_VERSION]

@@ -22,30 +22,65 @@ from ipu_autotune.commands.tune import WORKER_COMMAND, worker_inputs
 from ipu_autotune.options import TuneOptions
 from ipu_autotune.study.parallel import shares
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),
+]
 NAME = "tiny"
 
 
 def tune(tmp_path: Path, *extra: str) -> list[str]:
-    return [wh.cli_exe(), "tune", wh.MODEL, *wh.PROBLEM_ARGS, "--backend", "estimate", "--no-numerics",
-            "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", NAME, *extra]
+    return [
+        wh.cli_exe(),
+        "tune",
+        wh.MODEL,
+        *wh.PROBLEM_ARGS,
+        "--backend",
+        "estimate",
+        "--no-numerics",
+        "--storage",
+        f"sqlite:///{tmp_path / 's.db'}",
+        "--study",
+        NAME,
+        *extra,
+    ]
 
 
 def test_a_worker_is_given_the_runs_options_with_its_share() -> None:
     assert shares(7, 3) == [3, 2, 2]
     assert shares(1, 4) == [1]
-    run = TuneOptions(model="resnet18", batch_size=8, jobs=4, trials=40, quiet=False, json=True,
-                      storage="sqlite:///s.db", micro_batch="8-64")
+    run = TuneOptions(
+        model="resnet18",
+        batch_size=8,
+        jobs=4,
+        trials=40,
+        quiet=False,
+        json=True,
+        storage="sqlite:///s.db",
+        micro_batch="8-64",
+    )
     given = [pickle.loads(b) for b in worker_inputs(run, 4)]
     assert [g.trials for g in given] == [10, 10, 10, 10]
-    assert given[0] == dataclasses.replace(run, jobs=1, trials=10, worker=True, quiet=True, json=False)
-    assert given[0].micro_batch == {"low": 8, "high": 64, "log": True}  # the checked value, not its text
+    assert given[0] == dataclasses.replace(
+        run, jobs=1, trials=10, worker=True, quiet=True, json=False
+    )
+    assert given[0].micro_batch == {
+        "low": 8,
+        "high": 64,
+        "log": True,
+    }  # the checked value, not its text
     assert WORKER_COMMAND[1:] == ["-m", "ipu_autotune.commands.tune_worker"]
 
 
 def test_jobs_2_records_every_trial_once(tmp_path: Path) -> None:
-    done = subprocess.run(tune(tmp_path, "--jobs", "2", "--trials", "24", "--json"), cwd=tmp_path,
-                          capture_output=True, text=True, env=wh.env(), timeout=600)
+    done = subprocess.run(
+        tune(tmp_path, "--jobs", "2", "--trials", "24", "--json"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=wh.env(),
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["trials_total"] == 24
@@ -59,15 +94,23 @@ def test_jobs_2_records_every_trial_once(tmp_path: Path) -> None:
 def test_jobs_needs_a_shared_storage(tmp_path: Path) -> None:
     cmd = tune(tmp_path, "--jobs", "2")
     cmd[cmd.index("--storage") + 1] = "memory:"
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=wh.env(), timeout=300)
+    done = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, env=wh.env(), timeout=300
+    )
     assert done.returncode == 2
     assert "--jobs needs a storage the worker processes share" in done.stderr
 
 
 def test_ctrl_c_with_jobs_2_leaves_no_trial_running_and_no_worker_behind(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    proc = subprocess.Popen(tune(tmp_path, "--jobs", "2", "--trials", "100000"), cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wh.env())
+    proc = subprocess.Popen(
+        tune(tmp_path, "--jobs", "2", "--trials", "100000"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=wh.env(),
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:

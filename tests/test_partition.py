@@ -16,7 +16,9 @@ def stage_costs(costs: Any, cuts: Any) -> Any:
 
 def brute_force(costs: Any, parts: Any) -> Any:
     n = len(costs)
-    return min(max(stage_costs(costs, cuts)) for cuts in itertools.combinations(range(1, n), parts - 1))
+    return min(
+        max(stage_costs(costs, cuts)) for cuts in itertools.combinations(range(1, n), parts - 1)
+    )
 
 
 @given(st.lists(st.integers(1, 50), min_size=2, max_size=9), st.integers(2, 4))
@@ -24,7 +26,12 @@ def brute_force(costs: Any, parts: Any) -> Any:
 def test_balanced_is_optimal(costs: Any, parts: Any) -> None:
     parts = min(parts, len(costs))
     cuts = partition.balanced(costs, parts)
-    assert len(cuts) == parts - 1 and cuts == sorted(set(cuts)) and 0 < cuts[0] and cuts[-1] < len(costs)
+    assert (
+        len(cuts) == parts - 1
+        and cuts == sorted(set(cuts))
+        and 0 < cuts[0]
+        and cuts[-1] < len(costs)
+    )
     assert max(stage_costs(costs, cuts)) == brute_force(costs, parts)
 
 
@@ -51,6 +58,13 @@ def test_by_count_splits_evenly() -> None:
 def test_shifted_cuts_move_every_boundary_together() -> None:
     # four stages over 12 units: stages of 3; a shift moves work between the first and last
     # stages and keeps the middle ones' sizes (BERT's embeddings sit in the first)
-    assert partition.shifted_cuts([3, 6, 9], 12, (-2, -1, 1, 2)) == [[1, 4, 7], [2, 5, 8], [4, 7, 10], [5, 8, 11]]
-    assert partition.shifted_cuts([1, 6, 9], 12, (-1, 1)) == [[2, 7, 10]]  # the first stage keeps a unit
+    assert partition.shifted_cuts([3, 6, 9], 12, (-2, -1, 1, 2)) == [
+        [1, 4, 7],
+        [2, 5, 8],
+        [4, 7, 10],
+        [5, 8, 11],
+    ]
+    assert partition.shifted_cuts([1, 6, 9], 12, (-1, 1)) == [
+        [2, 7, 10]
+    ]  # the first stage keeps a unit
     assert partition.shifted_cuts([6], 12, (-1, 1)) == []  # one boundary: moved_cuts has it

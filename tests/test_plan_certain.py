@@ -26,14 +26,21 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "hf_configs"
 WHOLE_TILE_BAND = (0.3008, 1.1825)
 
 
-def test_a_7b_model_cannot_fit_at_any_size_with_certainty_and_the_first_line_gives_its_exact_state(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
+def test_a_7b_model_cannot_fit_at_any_size_with_certainty_and_the_first_line_gives_its_exact_state(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any
+) -> None:
     shutil.copytree(EXAMPLES / "llama-7b", in_tmp / "llama-7b")
-    code, out, err = run_cli(capsys, "plan", "hf:llama-7b", "-b", "1", "--seq-len", "2048", "--json")
+    code, out, err = run_cli(
+        capsys, "plan", "hf:llama-7b", "-b", "1", "--seq-len", "2048", "--json"
+    )
     assert code == 0, err
     planned = json.loads(out)
     sizes = planned["sizes"]
     assert [s["ipus"] for s in sizes] == [1, 2, 4, 8, 16, 32, 64]
-    assert all(s["certainly_no_fit"] and not s["fits"] and s["measurement"]["fit_chance"] == 0 for s in sizes)
+    assert all(
+        s["certainly_no_fit"] and not s["fits"] and s["measurement"]["fit_chance"] == 0
+        for s in sizes
+    )
     assert all(s["why"].startswith("certain: ") for s in sizes)
     first = planned["why_nothing_fits"].split("; ")[0]
     # 6,738,415,616 parameters: 2 bytes each for FP16 weights and gradients, 6 of AdamW state
@@ -49,7 +56,9 @@ def test_a_7b_model_cannot_fit_at_any_size_with_certainty_and_the_first_line_giv
 
 
 @pytest.mark.parametrize("model,batch", [("hf:bert-base-uncased", 8), ("hf:gpt2", 4)])
-def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(model: str, batch: int) -> None:
+def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(
+    model: str, batch: int
+) -> None:
     from ipu_autotune.backends.estimate.memory import EXACT
 
     problem = Problem(model, batch)
@@ -63,7 +72,11 @@ def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(model: s
         for ipu, ((lo, hi), tile) in enumerate(zip(m.max_tile_bytes_interval, m.max_tile_bytes)):
             assert lo <= tile <= hi
             before = (high - low) * tile
-            assert hi - lo <= 0.5 * before, (row.ipus, ipu, f"{(hi - lo) / cap:.0%} vs {before / cap:.0%}")
+            assert hi - lo <= 0.5 * before, (
+                row.ipus,
+                ipu,
+                f"{(hi - lo) / cap:.0%} vs {before / cap:.0%}",
+            )
             exact = sum(m.breakdown[ipu][c] for c in EXACT) / (1472 - row.config.io_tiles)
             assert lo >= exact  # no factor takes the exact bytes away
         # and the bound any configuration keeps on one IPU never exceeds what this fitting one needs

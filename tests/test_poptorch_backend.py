@@ -29,31 +29,77 @@ from ipu_autotune.backends.poptorch.errors import (
 )
 from ipu_autotune.problem import Config, Problem
 
-OOM_PROBLEM = Problem(model=SMALL_CNN, batch_size=512, input_shape=(3, 32, 32), num_classes=10,
-                      optimizer="adamw", ipus=2)
-FIT_PROBLEM = Problem(model=SMALL_CNN, batch_size=16, input_shape=(3, 32, 32), num_classes=10,
-                      optimizer="adamw", ipus=2)
+OOM_PROBLEM = Problem(
+    model=SMALL_CNN,
+    batch_size=512,
+    input_shape=(3, 32, 32),
+    num_classes=10,
+    optimizer="adamw",
+    ipus=2,
+)
+FIT_PROBLEM = Problem(
+    model=SMALL_CNN,
+    batch_size=16,
+    input_shape=(3, 32, 32),
+    num_classes=10,
+    optimizer="adamw",
+    ipus=2,
+)
 PIPELINE = Config(ipus_per_replica=2, splits=("block2",), gradient_accumulation=3)
 HANG_TIMEOUT_S = 6.0
 
 #: name -> (backend options, problem, configs measured in order)
 SCENARIOS = {
-    "hang": (dict(env=fake_env(FAKE_POPTORCH_FAULT="hang"), timeout_s=HANG_TIMEOUT_S, kill_grace_s=1.0),
-             FIT_PROBLEM, [PIPELINE]),
+    "hang": (
+        dict(env=fake_env(FAKE_POPTORCH_FAULT="hang"), timeout_s=HANG_TIMEOUT_S, kill_grace_s=1.0),
+        FIT_PROBLEM,
+        [PIPELINE],
+    ),
     "oom": (dict(env=fake_env()), OOM_PROBLEM, [PIPELINE]),
-    "fits_run": (dict(env=fake_env(FAKE_POPTORCH_IPUS=2)), FIT_PROBLEM, [PIPELINE.replace(device_iterations=2)]),
+    "fits_run": (
+        dict(env=fake_env(FAKE_POPTORCH_IPUS=2)),
+        FIT_PROBLEM,
+        [PIPELINE.replace(device_iterations=2)],
+    ),
     "fits_offline": (dict(env=fake_env()), FIT_PROBLEM, [PIPELINE]),
     "crash": (dict(env=fake_env(FAKE_POPTORCH_FAULT="crash")), FIT_PROBLEM, [PIPELINE]),
-    "compile_error": (dict(env=fake_env(FAKE_POPTORCH_FAULT="compile_error")), FIT_PROBLEM, [PIPELINE]),
-    "long_errors": (dict(env=fake_env(FAKE_POPTORCH_FAULT="long_errors")), OOM_PROBLEM, [PIPELINE]),
-    "accumulation_rule": (dict(env=fake_env()), FIT_PROBLEM, [PIPELINE.replace(gradient_accumulation=1)]),
-    "missing_model": (dict(env=fake_env()), FIT_PROBLEM.__class__(
-        model="no_such_module_xyz:factory", batch_size=16, input_shape=(3, 32, 32), num_classes=10), [Config()]),
+    "compile_error": (
+        dict(env=fake_env(FAKE_POPTORCH_FAULT="compile_error")),
+        FIT_PROBLEM,
+        [PIPELINE],
+    ),
+    "long_errors": (
+        dict(env=fake_env(FAKE_POPTORCH_FAULT="long_errors")),
+        OOM_PROBLEM,
+        [PIPELINE],
+    ),
+    "accumulation_rule": (
+        dict(env=fake_env()),
+        FIT_PROBLEM,
+        [PIPELINE.replace(gradient_accumulation=1)],
+    ),
+    "missing_model": (
+        dict(env=fake_env()),
+        FIT_PROBLEM.__class__(
+            model="no_such_module_xyz:factory",
+            batch_size=16,
+            input_shape=(3, 32, 32),
+            num_classes=10,
+        ),
+        [Config()],
+    ),
     # the fault is scoped to the second trial of this backend: the first one is untouched
     # close() while the compile hangs: the tuner is shutting down
-    "closed": (dict(env=fake_env(FAKE_POPTORCH_FAULT="hang"), kill_grace_s=1.0), FIT_PROBLEM, [PIPELINE]),
-    "scoped_fault": (dict(env=fake_env(FAKE_POPTORCH_FAULT="exit", FAKE_POPTORCH_FAULT_MATCH="trial-0002")),
-                     FIT_PROBLEM, [Config(), Config()]),
+    "closed": (
+        dict(env=fake_env(FAKE_POPTORCH_FAULT="hang"), kill_grace_s=1.0),
+        FIT_PROBLEM,
+        [PIPELINE],
+    ),
+    "scoped_fault": (
+        dict(env=fake_env(FAKE_POPTORCH_FAULT="exit", FAKE_POPTORCH_FAULT_MATCH="trial-0002")),
+        FIT_PROBLEM,
+        [Config(), Config()],
+    ),
 }
 
 
@@ -72,18 +118,28 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {name: pool.submit(run, name) for name in SCENARIOS}
-        done = {name: f.result() for name, f in futures.items()}  # .result() re-raises: never should
-    return {name: results for name, (results, _) in done.items()} | \
-        {f"{name}:seconds": seconds for name, (_, seconds) in done.items()}
+        done = {
+            name: f.result() for name, f in futures.items()
+        }  # .result() re-raises: never should
+    return {name: results for name, (results, _) in done.items()} | {
+        f"{name}:seconds": seconds for name, (_, seconds) in done.items()
+    }
 
 
 @pytest.mark.slow
-def test_an_oom_compile_is_infeasible_with_per_ipu_overflow_from_the_profile(outcomes: Any) -> None:
+def test_an_oom_compile_is_infeasible_with_per_ipu_overflow_from_the_profile(
+    outcomes: Any,
+) -> None:
     [m] = outcomes["oom"]
     assert (m.feasible, m.failure, m.source) == (False, "oom", "compile")
     assert m.overflow_bytes > 0
-    assert len(m.required_bytes) == len(m.max_tile_bytes) == len(m.capacity_bytes) == 2  # ipus_per_replica
-    assert m.details["overflow_per_ipu"][0] > 0 and sum(m.details["overflow_per_ipu"]) == m.overflow_bytes
+    assert (
+        len(m.required_bytes) == len(m.max_tile_bytes) == len(m.capacity_bytes) == 2
+    )  # ipus_per_replica
+    assert (
+        m.details["overflow_per_ipu"][0] > 0
+        and sum(m.details["overflow_per_ipu"]) == m.overflow_bytes
+    )
     assert max(m.max_tile_bytes) > m.tile_capacity_bytes == 638_976
     assert m.violation > 0 and "IPU0" in m.reason and "out of memory" in m.reason
     assert m.details["oom_evidence"] == "error message"
@@ -98,7 +154,9 @@ def test_a_fitting_config_on_attached_ipus_is_timed(outcomes: Any) -> None:
     timing = m.details["timing"]
     assert timing["samples_per_call"] == 16 * 3 * 1 * 2  # micro-batch x GA x replicas x DI
     # The timed run feeds synthetic data: that is the IPUs' speed; end to end adds the host's.
-    assert m.device_throughput == pytest.approx(timing["samples_per_call"] / timing["seconds_per_call"])
+    assert m.device_throughput == pytest.approx(
+        timing["samples_per_call"] / timing["seconds_per_call"]
+    )
     assert m.throughput < m.device_throughput and m.bottleneck in ("host input", "device compute")
     assert m.details["host_part"].startswith("estimated")
     assert len(m.required_bytes) == 2 and all(r > 0 for r in m.required_bytes)
@@ -106,17 +164,31 @@ def test_a_fitting_config_on_attached_ipus_is_timed(outcomes: Any) -> None:
 
 
 @pytest.mark.slow
-def test_without_ipus_a_fitting_config_gets_memory_only_and_leaves_its_artifacts(outcomes: Any) -> None:
+def test_without_ipus_a_fitting_config_gets_memory_only_and_leaves_its_artifacts(
+    outcomes: Any,
+) -> None:
     [m] = outcomes["fits_offline"]
     assert (m.feasible, m.source, m.throughput) == (True, "compile", None)
-    assert [set(b) for b in m.breakdown] == [{"code/exchange", "always-live", "not-always-live", "gaps"}] * 2
+    assert [set(b) for b in m.breakdown] == [
+        {"code/exchange", "always-live", "not-always-live", "gaps"}
+    ] * 2
     assert all(sum(b.values()) == r for b, r in zip(m.breakdown, m.required_bytes, strict=True))
     trial = Path(m.details["artifact_dir"])
     assert trial.name == "trial-0001"
-    assert {p.name for p in trial.iterdir()} >= {"request.json", "snippet.py", "options.txt", "trial.log",
-                                                 "result.json", "report"}
+    assert {p.name for p in trial.iterdir()} >= {
+        "request.json",
+        "snippet.py",
+        "options.txt",
+        "trial.log",
+        "result.json",
+        "report",
+    }
     options = (trial / "options.txt").read_text()
-    assert options.startswith("Options(") and "autoReport.directory" in options and "ipu_version=2" in options
+    assert (
+        options.startswith("Options(")
+        and "autoReport.directory" in options
+        and "ipu_version=2" in options
+    )
     assert "'debug.allowOutOfMemory': 'true'" in options and "enableEngineCaching=True" in options
     assert "def make_options" in (trial / "snippet.py").read_text()
     result = json.loads((trial / "result.json").read_text())
@@ -156,7 +228,9 @@ def test_compile_errors_are_not_ooms(outcomes: Any) -> None:
     assert (injected.failure, injected.source) == ("compile_error", "compile")
     assert injected.reason.startswith("popart_exception: fake injected failure")
     [rule] = outcomes["accumulation_rule"]
-    assert rule.failure == "compile_error" and "gradientAccumulation must be greater" in rule.reason
+    assert (
+        rule.failure == "compile_error" and "gradientAccumulation must be greater" in rule.reason
+    )
 
 
 @pytest.mark.slow
@@ -191,9 +265,25 @@ def test_the_tuner_drives_the_backend_end_to_end(tmp_path: Path) -> None:
     """`ipu-autotune tune --backend poptorch` with the fake SDK importable: a relative --out,
     screening and the study loop around real trial subprocesses."""
     env = dict(os.environ, **fake_env())
-    cmd = [sys.executable, "-m", "ipu_autotune", "tune", SMALL_CNN, "--batch-size", "256",
-           "--input-shape", "3,32,32", "--num-classes", "10", "--backend", "poptorch", "--trials", "2",
-           "--no-numerics", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ipu_autotune",
+        "tune",
+        SMALL_CNN,
+        "--batch-size",
+        "256",
+        "--input-shape",
+        "3,32,32",
+        "--num-classes",
+        "10",
+        "--backend",
+        "poptorch",
+        "--trials",
+        "2",
+        "--no-numerics",
+        "--quiet",
+    ]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     results = sorted(tmp_path.glob("ipu-autotune-out/**/trial-*/result.json"))
@@ -202,6 +292,7 @@ def test_the_tuner_drives_the_backend_end_to_end(tmp_path: Path) -> None:
 
 
 # --- no subprocess ----------------------------------------------------------------------------
+
 
 def test_an_interpreter_that_cannot_start_is_a_crash(tmp_path: Path) -> None:
     backend = PopTorchBackend(tmp_path, python=str(tmp_path / "no-python"))
@@ -217,7 +308,9 @@ def test_trial_dirs_are_numbered_and_never_shared(tmp_path: Path) -> None:
     assert sorted(dirs) == [f"trial-{n:04d}" for n in range(2, 10)]
 
 
-def test_child_env_puts_the_fake_first_and_drops_poplar_engine_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_child_env_puts_the_fake_first_and_drops_poplar_engine_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("POPLAR_ENGINE_OPTIONS", '{"autoReport.all": "true"}')
     env = PopTorchBackend(tmp_path, env=fake_env(FAKE_POPTORCH_IPUS=4)).child_env()
     assert "POPLAR_ENGINE_OPTIONS" not in env and env["FAKE_POPTORCH_IPUS"] == "4"
@@ -225,16 +318,27 @@ def test_child_env_puts_the_fake_first_and_drops_poplar_engine_options(tmp_path:
 
 
 def test_oom_evidence_follows_the_reference_heuristics() -> None:
-    def err(type_: Any, message: Any, cls: Any="poptorch.Error") -> Any:
+    def err(type_: Any, message: Any, cls: Any = "poptorch.Error") -> Any:
         return CaughtError(cls, type_, message, message)
 
     oom = "Out of memory: Cannot fit all variable data onto one or more tiles"
     assert oom_evidence(err("popart_exception", oom)) == "error message"
-    assert oom_evidence(err("poplar_stream_memory_allocation_error", "Out of memory. Single stream"))
-    assert oom_evidence(err("popart_exception", "See poptorch_error.log for details"),
-                        error_log_text=oom) == "poptorch_error.log"
-    assert oom_evidence(err("popart_exception", "compile failed"),
-                        log_text="Out of memory, the graph profile is available here: x") == "PopTorch log"
+    assert oom_evidence(
+        err("poplar_stream_memory_allocation_error", "Out of memory. Single stream")
+    )
+    assert (
+        oom_evidence(
+            err("popart_exception", "See poptorch_error.log for details"), error_log_text=oom
+        )
+        == "poptorch_error.log"
+    )
+    assert (
+        oom_evidence(
+            err("popart_exception", "compile failed"),
+            log_text="Out of memory, the graph profile is available here: x",
+        )
+        == "PopTorch log"
+    )
     assert oom_evidence(err("popart_exception", "compile failed"), profile_overflow=10)
     assert oom_evidence(err("poptorch_cpp_error", "gradientAccumulation must be greater")) is None
     assert oom_evidence(err("", oom, cls="AssertionError")) is None  # only PopTorch errors
@@ -243,12 +347,23 @@ def test_oom_evidence_follows_the_reference_heuristics() -> None:
 
 def test_result_to_measurement_upgrades_a_compile_error_when_the_log_says_oom() -> None:
     error = CaughtError("poptorch.Error", "popart_exception", "Memory allocation error", "")
-    result = {"status": "compile_error", "phase": "compile", "error": error.to_dict(), "memory": None}
-    m = measurement_from_result(result, {"log": "x.log"},
-                                "[ERROR] Out of memory, the graph profile is available here: p")
+    result = {
+        "status": "compile_error",
+        "phase": "compile",
+        "error": error.to_dict(),
+        "memory": None,
+    }
+    m = measurement_from_result(
+        result, {"log": "x.log"}, "[ERROR] Out of memory, the graph profile is available here: p"
+    )
     assert (m.failure, m.source, m.details["oom_evidence"]) == ("oom", "compile", "PopTorch log")
     assert "no readable profile" in m.reason
-    rejected = measurement_from_result({"status": "setup_error", "phase": "options",
-                                        "error": CaughtError("AssertionError", "", "Invalid key", "").to_dict()},
-                                       {"log": "x.log"})
+    rejected = measurement_from_result(
+        {
+            "status": "setup_error",
+            "phase": "options",
+            "error": CaughtError("AssertionError", "", "Invalid key", "").to_dict(),
+        },
+        {"log": "x.log"},
+    )
     assert rejected.failure == "compile_error" and "options" in rejected.reason

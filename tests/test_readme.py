@@ -51,15 +51,21 @@ def shown_in_order(shown: list[str], printed: list[str]) -> list[str]:
 def test_the_readme_is_short_and_free_of_lab_notes() -> None:
     lines = README.splitlines()
     assert len(lines) <= 250
-    assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", README), "a commit hash"
+    assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", README), (
+        "a commit hash"
+    )
     assert not re.search(r"\b[Ii]ssues? \d+|#\d+\b", README), "an issue number"
     assert not re.search(r"\bdraws? \d{4,}|\d{5}-\d{5}", README), "a draw id"
 
 
 def test_the_current_performance_figures_fit_one_page() -> None:
     performance = (ROOT / "docs" / "performance.md").read_text()
-    assert len(performance.splitlines()) <= 300  # the history is git's: `git log -p -- docs/performance.md`
-    assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", performance), "a commit hash"
+    assert (
+        len(performance.splitlines()) <= 300
+    )  # the history is git's: `git log -p -- docs/performance.md`
+    assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", performance), (
+        "a commit hash"
+    )
 
 
 def test_the_readme_links_only_docs_that_exist() -> None:
@@ -72,8 +78,12 @@ def test_the_install_and_test_commands_are_the_ones_ci_runs() -> None:
     install = README.split("## Install and run")[1].split("\n## ")[0]
     commands = [body.strip() for body in FENCED.findall(install)]
     assert len(commands) == 2 and "pip install" in commands[0] and commands[1].endswith("pytest")
-    ran = [line.strip().split("&& ", 1)[1] if line.strip().startswith(". .venv") and "ipu-autotune" in line
-           else line.strip() for line in ci.splitlines()]
+    ran = [
+        line.strip().split("&& ", 1)[1]
+        if line.strip().startswith(". .venv") and "ipu-autotune" in line
+        else line.strip()
+        for line in ci.splitlines()
+    ]
     for command in commands:
         assert command in ran, f"{command!r} is not a line of .ci/run"
 
@@ -90,15 +100,27 @@ def test_the_check_finds_a_changed_line() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv, shown", output_blocks(), ids=[" ".join(argv) for argv, _ in output_blocks()])
-def test_the_readme_output_is_what_the_command_prints(capsys: pytest.CaptureFixture[str], in_tmp: Any, monkeypatch: pytest.MonkeyPatch, argv: Any, shown: Any) -> None:
+@pytest.mark.parametrize(
+    "argv, shown", output_blocks(), ids=[" ".join(argv) for argv, _ in output_blocks()]
+)
+def test_the_readme_output_is_what_the_command_prints(
+    capsys: pytest.CaptureFixture[str],
+    in_tmp: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: Any,
+    shown: Any,
+) -> None:
     from ipu_autotune.commands import common, tune_steps
 
     # the estimate backend, as on a machine without the Poplar SDK, and the command as shown
     for module in (common, tune_steps):
-        monkeypatch.setattr(module, "resolve_backend_name", lambda name: "estimate" if name == "auto" else name)
+        monkeypatch.setattr(
+            module, "resolve_backend_name", lambda name: "estimate" if name == "auto" else name
+        )
     monkeypatch.setenv("COLUMNS", "80")
     code, out, err = run_cli(capsys, *argv)
     assert code == 0, err[-2000:]
     missing = shown_in_order(shown, out.splitlines())
-    assert missing == [], "the README shows lines the command no longer prints:\n" + "\n".join(missing)
+    assert missing == [], "the README shows lines the command no longer prints:\n" + "\n".join(
+        missing
+    )

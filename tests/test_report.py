@@ -24,8 +24,17 @@ from testing import STUDY, TUNE, finished_study
 
 pytestmark = pytest.mark.slow
 #: an element that would fetch from the network when the page opens
-FETCH = re.compile(r"<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=\s*[\"']?(https?:)?//", re.IGNORECASE)
-SECTIONS = ("Summary", "Memory per IPU", "Bottleneck", "Optimization history", "Parameter importances", "Trials")
+FETCH = re.compile(
+    r"<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=\s*[\"']?(https?:)?//", re.IGNORECASE
+)
+SECTIONS = (
+    "Summary",
+    "Memory per IPU",
+    "Bottleneck",
+    "Optimization history",
+    "Parameter importances",
+    "Trials",
+)
 ACTIVATIONS = (0x72, 0xB7, 0xB2)  # the memory chart's colour for activations (report/figures.py)
 
 
@@ -51,7 +60,7 @@ def test_report_is_one_self_contained_page_with_every_section(study: Any, report
         assert f"<h2>{title}</h2>" in html
     assert html.count("Plotly.newPlot(") == 4  # memory, step time, history, importances
     s = optuna.load_study(study_name=STUDY, storage=url)
-    table = html[html.index("<h2>Trials</h2>"):]
+    table = html[html.index("<h2>Trials</h2>") :]
     assert table.count("<tr") == len(records(s)) + 1
     assert table.count("<tr class='best'>") == 1
     assert f"Best configuration (trial {s.best_trial.number})" in html
@@ -85,14 +94,22 @@ def test_the_bottleneck_a_measurement_names_is_shown(tmp_path: Path) -> None:
         m.update(named)
     else:
         m["details"] = {**m.get("details", {}), **named}
-    s.add_trial(optuna.trial.create_trial(value=1e6, system_attrs={"constraints": [-0.1]},
-                                          user_attrs={ATTR_RECORD: {**rec, "measurement": m, "origin": "test"}}))
+    s.add_trial(
+        optuna.trial.create_trial(
+            value=1e6,
+            system_attrs={"constraints": [-0.1]},
+            user_attrs={ATTR_RECORD: {**rec, "measurement": m, "origin": "test"}},
+        )
+    )
     html = render(gather(s, stored_problem(s)))
     assert "host input pipeline</b>, 62% of the step" in html
 
 
 def _chromium() -> str | None:
-    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+    return next(
+        (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p),
+        None,
+    )
 
 
 def test_the_report_renders_in_headless_chromium(report: Any, tmp_path: Path) -> None:
@@ -103,11 +120,25 @@ def test_the_report_renders_in_headless_chromium(report: Any, tmp_path: Path) ->
         pytest.skip("no chromium on PATH (apt-get install chromium); CI runs this test")
     shot = tmp_path / "report.png"
     proc = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,1400",
-         report.as_uri()],
-        capture_output=True, text=True, timeout=180)
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1280,1400",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert shot.is_file(), proc.stderr[-2000:]
     width, height, rows = read_png(shot)
     assert (width, height) == (1280, 1400)

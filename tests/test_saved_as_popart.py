@@ -16,7 +16,11 @@ BATCH, WIDTH = 4, 64
 class DropoutNet(nn.Module):
     def __init__(self, p: float) -> None:
         super().__init__()
-        self.first, self.drop, self.second = nn.Linear(WIDTH, WIDTH), nn.Dropout(p), nn.Linear(WIDTH, 10)
+        self.first, self.drop, self.second = (
+            nn.Linear(WIDTH, WIDTH),
+            nn.Dropout(p),
+            nn.Linear(WIDTH, 10),
+        )
 
     def forward(self, x: Any) -> Any:
         return self.second(self.drop(self.first(x)))
@@ -74,8 +78,13 @@ def test_a_mask_passed_along_is_carried_not_checkpointed() -> None:
     assert all(u.in_bytes == 2 * hidden and u.carried_in_bytes == hidden for u in layers[1:])
 
     checkpoints = [u.path for u in layers]
-    config = Config(ipus_per_replica=2, splits=["layers.2"], recompute="pipeline",
-                    checkpoints=checkpoints, gradient_accumulation=8)
+    config = Config(
+        ipus_per_replica=2,
+        splits=["layers.2"],
+        recompute="pipeline",
+        checkpoints=checkpoints,
+        gradient_accumulation=8,
+    )
     first, second = stages(profile, config)
     # layers.0 and layers.1 on the first stage: each checkpoint keeps one hidden state.
     assert first.checkpoint_bytes == 2 * hidden
@@ -89,8 +98,16 @@ def test_identical_layers_keep_identical_bytes() -> None:
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.problem import Problem
 
-    profile = profile_for(Problem("hf:bert-large-uncased", 4, task="question-answering", seq_len=384,
-                                  attention_dropout=0.15, ipus=16))
+    profile = profile_for(
+        Problem(
+            "hf:bert-large-uncased",
+            4,
+            task="question-answering",
+            seq_len=384,
+            attention_dropout=0.15,
+            ipus=16,
+        )
+    )
     layers = [u for u in profile.units if ".encoder.layer." in u.path]
     assert len(layers) == 24
     assert len({(u.saved_heavy_bytes, u.saved_light_bytes) for u in layers}) == 1

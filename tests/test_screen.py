@@ -35,9 +35,16 @@ class Fixed(Backend):
 def predicted(fraction_of_tile: float) -> Measurement:
     """An estimate whose busiest tile is at `fraction_of_tile` of capacity."""
     busiest = int(TILE * fraction_of_tile)
-    return Measurement(feasible=busiest <= TILE, source="estimate", required_bytes=[busiest * 1000],
-                       capacity_bytes=[TILE * 1472], max_tile_bytes=[busiest], tile_capacity_bytes=TILE,
-                       failure=None if busiest <= TILE else "oom", reason="estimated")
+    return Measurement(
+        feasible=busiest <= TILE,
+        source="estimate",
+        required_bytes=[busiest * 1000],
+        capacity_bytes=[TILE * 1472],
+        max_tile_bytes=[busiest],
+        tile_capacity_bytes=TILE,
+        failure=None if busiest <= TILE else "oom",
+        reason="estimated",
+    )
 
 
 def compiled() -> Measurement:
@@ -64,8 +71,12 @@ def test_within_the_margin_is_compiled(fraction: float) -> None:
     assert result.details["screen_violation"] == pytest.approx(fraction - 1, abs=1e-3)
 
 
-@pytest.mark.parametrize("fraction, veto", [(1.6, None), (1.2, None), (1.2, "the store says 40% over"), (0.5, None)])
-def test_would_compile_answers_as_measure_does_without_compiling(fraction: float, veto: str | None) -> None:
+@pytest.mark.parametrize(
+    "fraction, veto", [(1.6, None), (1.2, None), (1.2, "the store says 40% over"), (0.5, None)]
+)
+def test_would_compile_answers_as_measure_does_without_compiling(
+    fraction: float, veto: str | None
+) -> None:
     """The guide asks first (guide/untried.py): the answer must be measure's, and asking
     must neither compile nor count a compile saved."""
     inner = Fixed(compiled())
@@ -75,7 +86,9 @@ def test_would_compile_answers_as_measure_does_without_compiling(fraction: float
     assert (inner.calls, asked.compiles_saved, asked.compiles_run) == (0, 0, 0)
     assert answer == (asked.measure(PROBLEM, Config()).source == "compile")
     assert answer == (fraction <= 1.25 and veto is None)
-    assert Fixed().would_compile(PROBLEM, Config())  # a backend without a screen compiles everything
+    assert Fixed().would_compile(
+        PROBLEM, Config()
+    )  # a backend without a screen compiles everything
 
 
 def test_a_compile_without_timing_gets_the_estimated_throughput() -> None:
@@ -86,7 +99,10 @@ def test_a_compile_without_timing_gets_the_estimated_throughput() -> None:
     assert (m.source, m.throughput, m.step_time_s) == ("compile", 1234.0, 0.05)
     assert m.details["throughput_source"] == "estimate"
     timed = Measurement(feasible=True, source="run", throughput=99.0)
-    assert ScreenedBackend(Fixed(timed), Fixed(estimate)).measure(PROBLEM, Config()).throughput == 99.0
+    assert (
+        ScreenedBackend(Fixed(timed), Fixed(estimate)).measure(PROBLEM, Config()).throughput
+        == 99.0
+    )
     off = ScreenedBackend(Fixed(compiled()), Fixed(estimate), estimate_missing_throughput=False)
     assert off.measure(PROBLEM, Config()).throughput is None
 
@@ -125,8 +141,9 @@ def largest_estimated_fit() -> Problem:
 @pytest.mark.slow
 def test_screening_in_front_of_the_poptorch_backend(tmp_path: Path) -> None:
     """Far over: no trial directory at all. Near the line: compiled, and the compile decides."""
-    backend = ScreenedBackend(PopTorchBackend(tmp_path, env=fake_env(), timeout_s=120),
-                              EstimateBackend(), margin=0.25)
+    backend = ScreenedBackend(
+        PopTorchBackend(tmp_path, env=fake_env(), timeout_s=120), EstimateBackend(), margin=0.25
+    )
     far = Problem(model=SMALL_CNN, batch_size=4096, input_shape=(3, 32, 32), num_classes=10)
     m = backend.measure(far, Config())
     assert (m.source, m.failure) == ("estimate", "oom")

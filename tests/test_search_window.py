@@ -24,8 +24,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalW
 
 
 def _trial(number: int, value: float, feasible: bool = True) -> Any:
-    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=value,
-                     system_attrs={"constraints": [-1.0 if feasible else 1.0]})
+    t = create_trial(
+        params={"x": 0.5},
+        distributions={"x": FloatDistribution(0, 1)},
+        value=value,
+        system_attrs={"constraints": [-1.0 if feasible else 1.0]},
+    )
     t.number = number
     return t
 
@@ -38,15 +42,19 @@ def test_the_window_keeps_the_recent_trials_and_the_best_feasible_ones() -> None
     assert numbers[-100:] == list(range(400, 500))
     assert 3 in numbers and 7 not in numbers
     assert len(numbers) == 105 and numbers == sorted(numbers)
-    assert [t.number for t in windowed(trials[:50], 100, 5)] == list(range(50))  # below the window: all
+    assert [t.number for t in windowed(trials[:50], 100, 5)] == list(
+        range(50)
+    )  # below the window: all
 
 
 def test_the_shipped_sampler_is_windowed_and_still_optimises() -> None:
     assert isinstance(create_sampler(0), WindowedTPESampler)
     assert type(create_sampler(0, window=None)) is optuna.samplers.TPESampler
-    study = optuna.create_study(direction="maximize", sampler=WindowedTPESampler(seed=0, window=30, keep_best=5,
-                                                                                   multivariate=True))
-    study.optimize(lambda t: -(t.suggest_float("x", -5, 5) - 2) ** 2, n_trials=80)
+    study = optuna.create_study(
+        direction="maximize",
+        sampler=WindowedTPESampler(seed=0, window=30, keep_best=5, multivariate=True),
+    )
+    study.optimize(lambda t: -((t.suggest_float("x", -5, 5) - 2) ** 2), n_trials=80)
     assert study.best_value > -0.1
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
 
@@ -73,8 +81,10 @@ def test_the_correction_is_local_near_a_compile_and_the_mean_far_away() -> None:
     for config, memory, speed in ((a, 1.3, 0.8), (b, 1.0, 1.0)):
         j = model.judge(config)
         raw, throughput = j.busiest, j.throughput
-        assert raw == pytest.approx(max(screen(config).max_tile_bytes) * memory / screen(config).tile_capacity_bytes,
-                                    rel=0.05)
+        assert raw == pytest.approx(
+            max(screen(config).max_tile_bytes) * memory / screen(config).tile_capacity_bytes,
+            rel=0.05,
+        )
         assert throughput == pytest.approx(screen(config).throughput * speed, rel=0.05)
     # One knob from a: mostly like a.
     assert model.judge(near_a).throughput / screen(near_a).throughput < 0.85

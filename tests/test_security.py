@@ -33,8 +33,14 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 GOOD = Config(precision="16.16", ipus_per_replica=2, splits=("layer3",), gradient_accumulation=3)
 
 
-def make_study(db: Path, name: str, config: dict[str, Any], problem: dict[str, Any] | None = None, measurement: dict[str, Any] | None = None,
-               study_attrs: dict[str, Any] | None = None) -> str:
+def make_study(
+    db: Path,
+    name: str,
+    config: dict[str, Any],
+    problem: dict[str, Any] | None = None,
+    measurement: dict[str, Any] | None = None,
+    study_attrs: dict[str, Any] | None = None,
+) -> str:
     """An ipu-autotune-looking study with one completed, feasible trial holding `config`."""
     url = f"sqlite:///{db}"
     study = optuna.create_study(study_name=name, storage=url, direction="maximize")
@@ -43,15 +49,20 @@ def make_study(db: Path, name: str, config: dict[str, Any], problem: dict[str, A
     for key, value in (study_attrs or {}).items():
         study.set_user_attr(key, value)
     m = measurement or EstimateBackend().measure(PROBLEM, GOOD).to_dict()
-    study.add_trial(optuna.trial.create_trial(
-        state=optuna.trial.TrialState.COMPLETE, value=1000.0,
-        user_attrs={"config": config, "measurement": m, "origin": "sampled"},
-        system_attrs={"constraints": [-0.1]},
-    ))
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.COMPLETE,
+            value=1000.0,
+            user_attrs={"config": config, "measurement": m, "origin": "sampled"},
+            system_attrs={"constraints": [-0.1]},
+        )
+    )
     return url
 
 
-def export(capsys: pytest.CaptureFixture[str], url: str, name: str, out: Path, *extra: str) -> tuple[int, str, str]:
+def export(
+    capsys: pytest.CaptureFixture[str], url: str, name: str, out: Path, *extra: str
+) -> tuple[int, str, str]:
     code = main(["export", "--storage", url, "--study", name, "-o", str(out), *extra])
     o, e = capsys.readouterr()
     return code, o, e
@@ -70,9 +81,15 @@ def safe_code(source: str) -> None:
 
 GOOD_DICT = GOOD.to_dict()
 CRAFTED = {
-    "code in a split": {**GOOD_DICT, "splits": ["layer1'); import os; os.system('touch PWNED'); ('"]},
-    "quote in a split": {**GOOD_DICT, "splits": ["layer1\"); import os; (\""]},
-    "newline in a checkpoint": {**GOOD_DICT, "checkpoints": ["layer1\nimport os\nos.system('touch PWNED')"]},
+    "code in a split": {
+        **GOOD_DICT,
+        "splits": ["layer1'); import os; os.system('touch PWNED'); ('"],
+    },
+    "quote in a split": {**GOOD_DICT, "splits": ['layer1"); import os; ("']},
+    "newline in a checkpoint": {
+        **GOOD_DICT,
+        "checkpoints": ["layer1\nimport os\nos.system('touch PWNED')"],
+    },
     "code as AMP": {**GOOD_DICT, "available_memory_proportion": ["0.5); import os; (", 0.5]},
     "NaN AMP": {**GOOD_DICT, "available_memory_proportion": [math.nan, 0.5]},
     "code as loss scale": {**GOOD_DICT, "loss_scaling": "1.0); import os; ("},
@@ -85,7 +102,9 @@ CRAFTED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CRAFTED, ids=list(CRAFTED))
 @pytest.mark.parametrize("pick", [["--trial", "0"], []], ids=["trial 0", "best"])
-def test_export_refuses_a_crafted_config(capsys: pytest.CaptureFixture[str], in_tmp: Any, case: Any, pick: list[Any]) -> None:
+def test_export_refuses_a_crafted_config(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any, case: Any, pick: list[Any]
+) -> None:
     url = make_study(in_tmp / "evil.db", "evil", CRAFTED[case])
     out = in_tmp / "best_options.py"
     code, stdout, err = export(capsys, url, "evil", out, *pick)
@@ -98,20 +117,29 @@ def test_export_refuses_a_crafted_config(capsys: pytest.CaptureFixture[str], in_
     assert not (in_tmp / "PWNED").exists()
 
 
-@pytest.mark.parametrize("field, value", [
-    ("batch_size", "8); import os; ("),
-    ("optimizer", "adamw\nimport os"),
-    ("input_shape", [3, "64); import os; (", 64]),
-])
-def test_export_refuses_a_crafted_problem(capsys: pytest.CaptureFixture[str], in_tmp: Any, field: str, value: list[Any] | str) -> None:
-    url = make_study(in_tmp / "evil.db", "evil", GOOD_DICT, problem={**PROBLEM.to_dict(), field: value})
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("batch_size", "8); import os; ("),
+        ("optimizer", "adamw\nimport os"),
+        ("input_shape", [3, "64); import os; (", 64]),
+    ],
+)
+def test_export_refuses_a_crafted_problem(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any, field: str, value: list[Any] | str
+) -> None:
+    url = make_study(
+        in_tmp / "evil.db", "evil", GOOD_DICT, problem={**PROBLEM.to_dict(), field: value}
+    )
     out = in_tmp / "best_options.py"
     code, _, err = export(capsys, url, "evil", out, "--trial", "0")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "stored problem" in err, err
     assert not out.exists()
 
 
-def test_a_crafted_measurement_is_refused_not_crashed_on(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
+def test_a_crafted_measurement_is_refused_not_crashed_on(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any
+) -> None:
     m = {**EstimateBackend().measure(PROBLEM, GOOD).to_dict(), "throughput": "1e9); import os; ("}
     url = make_study(in_tmp / "evil.db", "evil", GOOD_DICT, measurement=m)
     out = in_tmp / "best_options.py"
@@ -128,7 +156,9 @@ def test_free_text_stays_in_comments(capsys: pytest.CaptureFixture[str], in_tmp:
 
     name = "evil\nimport os; os.system('touch PWNED')\n"
     notes = advise(wh.problem(), steps=2).to_dict()
-    notes["loss_scale"]["reason"] = "fine\nimport os\r\nos.system('touch PWNED')\x0b" + '"' * 3 + "'" * 3
+    notes["loss_scale"]["reason"] = (
+        "fine\nimport os\r\nos.system('touch PWNED')\x0b" + '"' * 3 + "'" * 3
+    )
     # the exported config (loss scale 1) follows this advice, so its reason is exported
     notes["loss_scale"].update(auto=False, scale=1.0)
     url = make_study(in_tmp / "evil.db", name, GOOD_DICT, study_attrs={st.ATTR_NUMERICS: notes})
@@ -142,7 +172,9 @@ def test_free_text_stays_in_comments(capsys: pytest.CaptureFixture[str], in_tmp:
     assert not (in_tmp / "PWNED").exists()
 
 
-def test_unreadable_stored_notes_are_refused_in_one_line(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
+def test_unreadable_stored_notes_are_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any
+) -> None:
     name = "evil\nname"
     notes = {"loss_scale": {"scale": 128.0, "reason": "partial"}}
     url = make_study(in_tmp / "evil.db", name, GOOD_DICT, study_attrs={st.ATTR_NUMERICS: notes})
@@ -165,25 +197,50 @@ def test_a_good_trial_exports_safe_code(capsys: pytest.CaptureFixture[str], in_t
 
 # --- passwords ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("url, masked", [
-    ("postgresql://u:secret@db.example:5432/studies", "postgresql://u:***@db.example:5432/studies"),
-    ("postgresql+psycopg://u:se@cr:et@host/db", "postgresql+psycopg://u:***@host/db"),
-    ("postgresql://u:se/cret@host/db?sslmode=require", "postgresql://u:***@host/db?sslmode=require"),
-    ("mysql://root:secret@localhost/x", "mysql://root:***@localhost/x"),
-    ("postgresql://host/db?user=u&password=secret", "postgresql://host/db?user=u&password=***"),
-    ("could not connect to postgresql://u:secret@h/db: password=secret rejected",
-     "could not connect to postgresql://u:***@h/db: password=*** rejected"),
-    ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db"),
-    ("postgresql://u@host/db", "postgresql://u@host/db"),
-])
+
+@pytest.mark.parametrize(
+    "url, masked",
+    [
+        (
+            "postgresql://u:secret@db.example:5432/studies",
+            "postgresql://u:***@db.example:5432/studies",
+        ),
+        ("postgresql+psycopg://u:se@cr:et@host/db", "postgresql+psycopg://u:***@host/db"),
+        (
+            "postgresql://u:se/cret@host/db?sslmode=require",
+            "postgresql://u:***@host/db?sslmode=require",
+        ),
+        ("mysql://root:secret@localhost/x", "mysql://root:***@localhost/x"),
+        (
+            "postgresql://host/db?user=u&password=secret",
+            "postgresql://host/db?user=u&password=***",
+        ),
+        (
+            "could not connect to postgresql://u:secret@h/db: password=secret rejected",
+            "could not connect to postgresql://u:***@h/db: password=*** rejected",
+        ),
+        ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db"),
+        ("postgresql://u@host/db", "postgresql://u@host/db"),
+    ],
+)
 def test_mask_url(url: str, masked: str) -> None:
     assert mask_url(url) == masked
     assert "secret" not in mask_url(url)
 
 
-def test_tune_output_masks_the_password_in_every_line(capsys: pytest.CaptureFixture[str], in_tmp: Any) -> None:
-    code = main(["resnet18", "--batch-size", "8", "--storage", "postgresql://me:hunter2@127.0.0.1:1/studies",
-                 "--debug"])
+def test_tune_output_masks_the_password_in_every_line(
+    capsys: pytest.CaptureFixture[str], in_tmp: Any
+) -> None:
+    code = main(
+        [
+            "resnet18",
+            "--batch-size",
+            "8",
+            "--storage",
+            "postgresql://me:hunter2@127.0.0.1:1/studies",
+            "--debug",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2
     assert "hunter2" not in out + err and "me:***@127.0.0.1:1" in err
@@ -191,13 +248,13 @@ def test_tune_output_masks_the_password_in_every_line(capsys: pytest.CaptureFixt
 
 # --- stored module:factory ------------------------------------------------------------------------------
 
-EVIL = '''
+EVIL = """
 from pathlib import Path
 Path(__file__).with_name("IMPORTED").write_text("evil_module_x was imported")
 
 def factory(num_classes=10):
     raise SystemExit("never built")
-'''
+"""
 
 
 @pytest.mark.slow
@@ -207,21 +264,40 @@ def test_a_stored_factory_is_never_imported_by_reading_commands(tmp_path: Path) 
     env = wh.env()
     env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
     # The module is importable in this environment: a command that imported it would leave the marker.
-    subprocess.run([sys.executable, "-c", "import evil_module_x"], env=env, cwd=tmp_path, check=True)
+    subprocess.run(
+        [sys.executable, "-c", "import evil_module_x"], env=env, cwd=tmp_path, check=True
+    )
     assert marker.exists()
     marker.unlink()
 
     problem = {**PROBLEM.to_dict(), "model": "evil_module_x:factory", "input_shape": [3, 64, 64]}
     url = make_study(tmp_path / "s.db", "stored", GOOD_DICT, problem=problem)
-    for command in (["show", "--study", "stored"], ["show", "--study", "stored", "--json"], ["studies"],
-                    ["studies", "--json"], ["export", "--study", "stored"],
-                    ["export", "--study", "stored", "--format", "toml"]):
-        run = subprocess.run([wh.cli_exe(), *command, "--storage", url], env=env, cwd=tmp_path,
-                             capture_output=True, text=True, timeout=120)
+    for command in (
+        ["show", "--study", "stored"],
+        ["show", "--study", "stored", "--json"],
+        ["studies"],
+        ["studies", "--json"],
+        ["export", "--study", "stored"],
+        ["export", "--study", "stored", "--format", "toml"],
+    ):
+        run = subprocess.run(
+            [wh.cli_exe(), *command, "--storage", url],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 0, (command, run.stderr)
         assert not marker.exists(), f"{command} imported the stored factory"
     # Resuming the study under another model's name stops at the problem check, importing nothing.
-    run = subprocess.run([wh.cli_exe(), "resnet18", "--batch-size", "8", "--study", "stored", "--storage", url],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [wh.cli_exe(), "resnet18", "--batch-size", "8", "--study", "stored", "--storage", url],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2 and "holds a different problem" in run.stderr, run.stderr
     assert not marker.exists()

@@ -43,8 +43,16 @@ def test_params_for_replays_the_workshop_config() -> None:
     problem = PROBLEMS[0]
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
-    config = Config(precision="16.16", optimizer_state="half", loss_scaling=1024.0, ipus_per_replica=2,
-                    splits=("layer3.8",), gradient_accumulation=8, device_iterations=4, eight_bit_io=True)
+    config = Config(
+        precision="16.16",
+        optimizer_state="half",
+        loss_scaling=1024.0,
+        ipus_per_replica=2,
+        splits=("layer3.8",),
+        gradient_accumulation=8,
+        device_iterations=4,
+        eight_bit_io=True,
+    )
     study = optuna.create_study()
     study.enqueue_trial(space.params_for(problem, profile, config))
     assert space.sample(study.ask(), problem, profile) == config
@@ -61,13 +69,16 @@ def test_user_space_fixes_knobs(tmp_path: Path) -> None:
         assert (c.precision, c.ipus_per_replica, c.device_iterations) == ("16.16", 1, 8)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[knobs]\nprecison = ['16.16']\n", "did you mean 'precision'"),
-    ("[knobs]\nprecision = ['16.8']\n", "precision cannot take '16.8'"),
-    ("[knobs]\ngradient_accumulation = { low = 8, high = 2 }\n", "low <= high"),
-    ("[knobs]\nprecision = [\n", "malformed TOML"),
-    ("[knobs]\nrecompute = []\n", "no values"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[knobs]\nprecison = ['16.16']\n", "did you mean 'precision'"),
+        ("[knobs]\nprecision = ['16.8']\n", "precision cannot take '16.8'"),
+        ("[knobs]\ngradient_accumulation = { low = 8, high = 2 }\n", "low <= high"),
+        ("[knobs]\nprecision = [\n", "malformed TOML"),
+        ("[knobs]\nrecompute = []\n", "no values"),
+    ],
+)
 def test_bad_space_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -80,19 +91,27 @@ def test_families() -> None:
     assert "search_spaces/transformer.toml" in SearchSpace.load(Problem("vit_b_16", 8)).sources
 
 
-def test_a_projected_config_is_inside_without_a_second_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_projected_config_is_inside_without_a_second_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`project` remembers what it returned as the sampler produced it: `outside` of it is
     empty (a replay of the sampler's own output gives it back), answered without a replay."""
     from ipu_autotune.guide.warmstart import naive_baseline
 
     problem = Problem("resnet18", 8, (3, 32, 32), ipus=2)
     profile, space = profile_for(problem), SearchSpace.load(problem)
-    far = naive_baseline(problem, profile).replace(available_memory_proportion=(0.123, 0.123), loader_workers=13)
+    far = naive_baseline(problem, profile).replace(
+        available_memory_proportion=(0.123, 0.123), loader_workers=13
+    )
     moved = space.project(problem, profile, far)
     assert moved != far and space.outside(problem, profile, far)
     replays = []
     real = SearchSpace._replayed
-    monkeypatch.setattr(SearchSpace, "_replayed", lambda self, *a, **k: replays.append(a) or real(self, *a, **k))
+    monkeypatch.setattr(
+        SearchSpace, "_replayed", lambda self, *a, **k: replays.append(a) or real(self, *a, **k)
+    )
     assert space.outside(problem, profile, moved) == [] and not replays
-    fresh = SearchSpace.load(problem)  # and a space that never projected it replays it to the same answer
+    fresh = SearchSpace.load(
+        problem
+    )  # and a space that never projected it replays it to the same answer
     assert fresh.outside(problem, profile, moved) == [] and replays

@@ -28,9 +28,29 @@ def tune(tmp_path: Path, space_text: str, *extra: str) -> list[dict[str, Any]]:
     space = tmp_path / "s.toml"
     space.write_text(space_text)
     out = tmp_path / "out"
-    code = main(["resnet18", "--batch-size", "32", "--input-shape", "3,32,32", "--ipus", "4",
-                 "--space", str(space), "--seed", "1", "--trials", "20", "--quiet",
-                 "--storage", f"sqlite:///{tmp_path / 'db.sqlite'}", "--out", str(out), *extra])
+    code = main(
+        [
+            "resnet18",
+            "--batch-size",
+            "32",
+            "--input-shape",
+            "3,32,32",
+            "--ipus",
+            "4",
+            "--space",
+            str(space),
+            "--seed",
+            "1",
+            "--trials",
+            "20",
+            "--quiet",
+            "--storage",
+            f"sqlite:///{tmp_path / 'db.sqlite'}",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
     assert code == 0
     trials = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
     assert len(trials) == 20
@@ -43,12 +63,19 @@ def origins(trials: list[dict[str, Any]]) -> set[str]:
 
 @pytest.mark.slow
 def test_fixed_offload_rts_and_eight_bit_io_stay_off_in_every_trial(tmp_path: Path) -> None:
-    trials = tune(tmp_path, "[knobs]\noptimizer_offload=false\nreplicated_tensor_sharding=false\n"
-                            "eight_bit_io=false\n", "--no-numerics")
+    trials = tune(
+        tmp_path,
+        "[knobs]\noptimizer_offload=false\nreplicated_tensor_sharding=false\neight_bit_io=false\n",
+        "--no-numerics",
+    )
     assert {"baseline", "climb", "sampled"} <= origins(trials)
     for t in trials:
         c = t["config"]
-        assert (c["optimizer_offload"], c["replicated_tensor_sharding"], c["eight_bit_io"]) == (False, False, False), t
+        assert (c["optimizer_offload"], c["replicated_tensor_sharding"], c["eight_bit_io"]) == (
+            False,
+            False,
+            False,
+        ), t
 
 
 @pytest.mark.slow
@@ -95,8 +122,11 @@ def test_every_sampled_config_is_inside_its_space() -> None:
 
 def test_warm_starts_climb_only_through_the_space(tmp_path: Path) -> None:
     profile = profile_for(PROBLEM)
-    space = fixed_space(tmp_path, '[knobs]\nprecision = ["32.32", "16.16"]\nloss_scaling = 128.0\n'
-                                  'partials = "float"\neight_bit_io = false\n')
+    space = fixed_space(
+        tmp_path,
+        '[knobs]\nprecision = ["32.32", "16.16"]\nloss_scaling = 128.0\n'
+        'partials = "float"\neight_bit_io = false\n',
+    )
     found = proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile))
     assert len(found) > 2
     for p in found[1:]:
@@ -112,7 +142,10 @@ class _Trial:
         self.user_attrs = user_attrs
         rng = _RandomAnswers(random.Random(0))
         self.suggest_categorical, self.suggest_int, self.suggest_float = (
-            rng.suggest_categorical, rng.suggest_int, rng.suggest_float)
+            rng.suggest_categorical,
+            rng.suggest_int,
+            rng.suggest_float,
+        )
 
 
 def test_the_run_loop_moves_enqueued_and_adjusted_configs_into_the_space(tmp_path: Path) -> None:
@@ -120,12 +153,18 @@ def test_the_run_loop_moves_enqueued_and_adjusted_configs_into_the_space(tmp_pat
     space = fixed_space(tmp_path, "[knobs]\neight_bit_io=false\n")
     import optuna
 
-    runner = Runner(study=optuna.create_study(), problem=PROBLEM, profile=profile, space=space, backend=None)
+    runner = Runner(
+        study=optuna.create_study(), problem=PROBLEM, profile=profile, space=space, backend=None
+    )
     outside = Config(eight_bit_io=True, gradient_accumulation=4, replicas=4)  # replicas "max"
-    config, origin = runner.config_for(_Trial({"enqueued_config": outside.to_dict(), "origin": "guided"}))
+    config, origin = runner.config_for(
+        _Trial({"enqueued_config": outside.to_dict(), "origin": "guided"})
+    )
     assert not config.eight_bit_io and origin == "guided, moved into your space"
     # the baseline runs as given, marked
-    config, origin = runner.config_for(_Trial({"enqueued_config": outside.to_dict(), "origin": "baseline"}))
+    config, origin = runner.config_for(
+        _Trial({"enqueued_config": outside.to_dict(), "origin": "baseline"})
+    )
     assert config == outside and origin == "baseline (outside your space: eight_bit_io)"
     # an adjustment (numerics advice) that breaks a fixed knob is undone
     runner.adjust = lambda c: c.replace(eight_bit_io=True)

@@ -26,15 +26,20 @@ from ipu_autotune.study.records import ATTR_RECORD, TrialRecord, enqueue, open_s
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from testing import RESNET18_CIFAR_1IPU as PROBLEM
 
-pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),
-              pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),
+    pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning"),
+]
 
 #: per trial: create (or pop), the first heartbeat, the sampled parameters, the tell with the record
 MAX_WRITES_PER_TRIAL = 4
 
 
 def _url(kind: str, tmp_path: Path) -> str:
-    return {"sqlite": f"sqlite:///{tmp_path / 's.db'}", "journal": f"journal:///{tmp_path / 's.journal'}"}[kind]
+    return {
+        "sqlite": f"sqlite:///{tmp_path / 's.db'}",
+        "journal": f"journal:///{tmp_path / 's.journal'}",
+    }[kind]
 
 
 class _Writes:
@@ -73,8 +78,15 @@ def _runner(url: str) -> Runner:
     space = SearchSpace.load(PROBLEM)
 
     def on_create(study: Any) -> None:
-        enqueue(study, space, PROBLEM, profile,
-                proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[:3])
+        enqueue(
+            study,
+            space,
+            PROBLEM,
+            profile,
+            proposals(PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05)[
+                :3
+            ],
+        )
 
     study, _ = open_study(open_storage(url), PROBLEM.slug, PROBLEM, 0, on_create)
     return Runner(study, PROBLEM, profile, space, EstimateBackend(headroom=0.05))
@@ -82,10 +94,14 @@ def _runner(url: str) -> Runner:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_a_trial_costs_at_most_four_storage_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+def test_a_trial_costs_at_most_four_storage_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
     runner = _runner(_url(kind, tmp_path))
     writes = _Writes(runner.study._storage, monkeypatch)
-    trials = 16  # the queued warm starts, the random start-up trials and TPE's own (relative params)
+    trials = (
+        16  # the queued warm starts, the random start-up trials and TPE's own (relative params)
+    )
     for _ in range(trials):
         runner.run_one()
     # Optuna alone writes each parameter apart: about 14 for this space, plus attributes and tell.
@@ -94,17 +110,25 @@ def test_a_trial_costs_at_most_four_storage_writes(tmp_path: Path, monkeypatch: 
     assert len(done) == trials
     # Everything written, as a fresh reader (another worker) sees it.
     again = optuna.load_study(study_name=PROBLEM.slug, storage=open_storage(_url(kind, tmp_path)))
-    for mine, theirs in zip(done, again.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL)), strict=True):
+    for mine, theirs in zip(
+        done, again.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL)), strict=True
+    ):
         assert theirs.params == mine.params and len(theirs.params) > 5
         assert theirs.user_attrs[ATTR_RECORD] == mine.user_attrs[ATTR_RECORD]
         assert theirs.system_attrs.get("constraints") == mine.system_attrs.get("constraints")
         assert theirs.values == mine.values and theirs.state == mine.state
         assert TrialRecord.from_trial(theirs) is not None
-    assert {t.state for t in again.trials} <= {TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING}
+    assert {t.state for t in again.trials} <= {
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+        TrialState.WAITING,
+    }
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_held_writes_are_read_back_at_once_and_reach_other_workers_at_flush_and_tell(tmp_path: Path, kind: str) -> None:
+def test_held_writes_are_read_back_at_once_and_reach_other_workers_at_flush_and_tell(
+    tmp_path: Path, kind: str
+) -> None:
     url = _url(kind, tmp_path)
     study = optuna.create_study(storage=open_storage(url), study_name="held", direction="maximize")
     other = open_storage(url)
@@ -129,7 +153,9 @@ def test_held_writes_are_read_back_at_once_and_reach_other_workers_at_flush_and_
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_read_of_the_whole_study_writes_what_is_held_first(tmp_path: Path, kind: str) -> None:
     url = _url(kind, tmp_path)
-    study = optuna.create_study(storage=open_storage(url), study_name="reads", direction="maximize")
+    study = optuna.create_study(
+        storage=open_storage(url), study_name="reads", direction="maximize"
+    )
     trial = study.ask()
     trial.suggest_categorical("c", [1, 2])
     running = study._storage.get_all_trials(study._study_id, states=(TrialState.RUNNING,))
@@ -164,7 +190,9 @@ def test_sqlite_runs_in_write_ahead_log_mode(tmp_path: Path) -> None:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar().lower() == "wal"
 
 
-def test_the_journal_heartbeat_is_written_at_once_while_the_trial_writes_wait(tmp_path: Path) -> None:
+def test_the_journal_heartbeat_is_written_at_once_while_the_trial_writes_wait(
+    tmp_path: Path,
+) -> None:
     url = _url("journal", tmp_path)
     storage = open_storage(url)
     study = optuna.create_study(storage=storage, study_name="beat")
@@ -175,16 +203,26 @@ def test_the_journal_heartbeat_is_written_at_once_while_the_trial_writes_wait(tm
     assert "ipu_autotune:heartbeat" in seen.system_attrs and seen.params == {}
 
 
-def test_the_record_reads_the_same_from_the_old_per_key_layout_and_the_one_attribute(tmp_path: Path) -> None:
+def test_the_record_reads_the_same_from_the_old_per_key_layout_and_the_one_attribute(
+    tmp_path: Path,
+) -> None:
     runner = _runner(_url("sqlite", tmp_path))
     rec = runner.run_one()
     t = runner.study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))[-1]
     one = t.user_attrs[ATTR_RECORD]
     old = optuna.trial.create_trial(  # before the record: one user attribute per field
-        params=t.params, distributions=t.distributions, value=t.value, system_attrs=t.system_attrs,
-        user_attrs={"config": one["config"], "origin": one["origin"], "seconds": one["seconds"],
-                    "measurement": {k: v for k, v in one["measurement"].items() if k != "details"},
-                    "details": one["measurement"]["details"]})
+        params=t.params,
+        distributions=t.distributions,
+        value=t.value,
+        system_attrs=t.system_attrs,
+        user_attrs={
+            "config": one["config"],
+            "origin": one["origin"],
+            "seconds": one["seconds"],
+            "measurement": {k: v for k, v in one["measurement"].items() if k != "details"},
+            "details": one["measurement"]["details"],
+        },
+    )
     old.number = t.number
     for trial in (t, old):
         read = TrialRecord.from_trial(trial)
@@ -196,6 +234,7 @@ def test_the_record_reads_the_same_from_the_old_per_key_layout_and_the_one_attri
 def test_the_incremental_grouped_space_equals_optunas() -> None:
     """The windowed sampler adds each finished trial to its knob groups once; Optuna re-adds
     all at every ask. Same groups on a conditional space."""
+
     def objective(trial: Any) -> Any:
         kind = trial.suggest_categorical("kind", ["a", "b", "c"])
         trial.suggest_float("shared", 0, 1)
@@ -212,14 +251,20 @@ def test_the_incremental_grouped_space_equals_optunas() -> None:
         space = sampler._group_decomposed_search_space.calculate(study, True)
         return sorted(sorted(g.items(), key=lambda kv: kv[0]) for g in space.search_spaces)
 
-    ours = groups(WindowedTPESampler(seed=1, multivariate=True, group=True, n_startup_trials=5, window=8))
-    theirs = groups(optuna.samplers.TPESampler(seed=1, multivariate=True, group=True, n_startup_trials=5))
+    ours = groups(
+        WindowedTPESampler(seed=1, multivariate=True, group=True, n_startup_trials=5, window=8)
+    )
+    theirs = groups(
+        optuna.samplers.TPESampler(seed=1, multivariate=True, group=True, n_startup_trials=5)
+    )
     assert [[k for k, _ in g] for g in ours] == [[k for k, _ in g] for g in theirs]
     assert len(ours) >= 3
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_distributions_are_checked_at_the_suggest_when_the_parameters_are_held(tmp_path: Path, kind: str) -> None:
+def test_distributions_are_checked_at_the_suggest_when_the_parameters_are_held(
+    tmp_path: Path, kind: str
+) -> None:
     """As Optuna's storages (its StorageTestCase, tests/test_optuna_conformance_storage.py): a
     parameter of another kind than the study's raises at the suggest, against a finished trial's
     or a running one's still held; the trial keeps its other writes and can be told."""
@@ -237,7 +282,10 @@ def test_distributions_are_checked_at_the_suggest_when_the_parameters_are_held(t
             second._suggest(name, FloatDistribution(0, 1))  # the same name, another kind of knob
     study.tell(second, state=TrialState.FAIL)
     study.tell(running, 2.0)
-    seen = {t.number: t for t in optuna.load_study(study_name="dists", storage=open_storage(url)).trials}
+    seen = {
+        t.number: t
+        for t in optuna.load_study(study_name="dists", storage=open_storage(url)).trials
+    }
     assert seen[2].state == TrialState.FAIL and seen[2].params == {"x": x}
     assert CategoricalDistribution([1, 2]) == seen[0].distributions["c"]
     assert [seen[n].state for n in (0, 1)] == [TrialState.COMPLETE] * 2

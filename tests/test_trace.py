@@ -35,7 +35,9 @@ def test_resnet50_forward_flops_match_published_macs() -> None:
 def test_activation_bytes_scale_with_micro_batch() -> None:
     a = trace_model("resnet18", 2, (3, 64, 64), 10)
     b = trace_model("resnet18", 8, (3, 64, 64), 10)
-    assert sum(u.saved_bytes for u in b.units) == pytest.approx(4 * sum(u.saved_bytes for u in a.units), rel=0.01)
+    assert sum(u.saved_bytes for u in b.units) == pytest.approx(
+        4 * sum(u.saved_bytes for u in a.units), rel=0.01
+    )
     assert b.units[5].in_bytes == 4 * a.units[5].in_bytes
 
 
@@ -62,7 +64,11 @@ def test_a_wrapped_plain_model_is_opened_up() -> None:
     class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv1, self.conv2, self.fc = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3), nn.Linear(8 * 28 * 28, 10)
+            self.conv1, self.conv2, self.fc = (
+                nn.Conv2d(3, 8, 3),
+                nn.Conv2d(8, 8, 3),
+                nn.Linear(8 * 28 * 28, 10),
+            )
 
         def forward(self, x: Any) -> Any:
             return self.fc(self.conv2(self.conv1(x)).flatten(1))
@@ -77,5 +83,8 @@ def test_a_wrapped_plain_model_is_opened_up() -> None:
 
     with torch.device("meta"):
         wrapped = WithLoss(Net())
-    assert [u.path for u in trace_module(wrapped, 2, (3, 32, 32), 10).units] == \
-        ["model.conv1", "model.conv2", "model.fc"]
+    assert [u.path for u in trace_module(wrapped, 2, (3, 32, 32), 10).units] == [
+        "model.conv1",
+        "model.conv2",
+        "model.fc",
+    ]

@@ -17,9 +17,17 @@ from ipu_autotune.problem import Config, Problem
 from testing import run_cli_process
 
 #: the workshop's final configuration, async data loader included (seed-epoch-ga8-di4-8bit-async)
-HAND_TUNED = Config(precision="16.16", optimizer_state="half", loss_scaling=1000.0, ipus_per_replica=2,
-                    splits=("layer3.8",), gradient_accumulation=8, device_iterations=4, eight_bit_io=True,
-                    loader_mode="async")
+HAND_TUNED = Config(
+    precision="16.16",
+    optimizer_state="half",
+    loss_scaling=1000.0,
+    ipus_per_replica=2,
+    splits=("layer3.8",),
+    gradient_accumulation=8,
+    device_iterations=4,
+    eight_bit_io=True,
+    loader_mode="async",
+)
 WORKSHOP = Problem("resnet101", 64, input_shape=(3, 64, 64), optimizer="adamw", ipus=2)
 
 
@@ -28,7 +36,9 @@ def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 
 
 def tune_json(cwd: Path, *extra: str) -> dict[str, Any]:
-    return json.loads(cli("resnet101", "--batch-size", "64", "--json", "--seed", "0", *extra, cwd=cwd).stdout)
+    return json.loads(
+        cli("resnet101", "--batch-size", "64", "--json", "--seed", "0", *extra, cwd=cwd).stdout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,25 +63,40 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run: An
     assert best["measurement"]["throughput"] >= 1.2 * hand_tuned.throughput  # both end to end
     # Trainable: one call within an epoch of CIFAR-10, the global batch within the ceiling.
     c = best["config"]
-    assert best["measurement"]["samples_per_call"] == \
-        64 * c["gradient_accumulation"] * c["replicas"] * c["device_iterations"] <= 50_000
+    assert (
+        best["measurement"]["samples_per_call"]
+        == 64 * c["gradient_accumulation"] * c["replicas"] * c["device_iterations"]
+        <= 50_000
+    )
     assert 64 * c["gradient_accumulation"] * c["replicas"] <= 2048
-    assert best["measurement"]["bottleneck"] and result["workshop_reference"]["bottleneck"] == "host input"
+    assert (
+        best["measurement"]["bottleneck"]
+        and result["workshop_reference"]["bottleneck"] == "host input"
+    )
     assert result["workshop_reference"]["throughput"] == pytest.approx(hand_tuned.throughput)
     if 64 * c["gradient_accumulation"] * c["replicas"] != 192:
-        assert result["learning_rate"]["rule"] == "square root" and result["learning_rate"]["base_global_batch"] == 192
+        assert (
+            result["learning_rate"]["rule"] == "square root"
+            and result["learning_rate"]["base_global_batch"] == 192
+        )
     # The storage is the default SQLite file in the working folder, and the study is complete.
-    study = optuna.load_study(study_name="resnet101-bs64-2ipu-mk2", storage=f"sqlite:///{cwd}/ipu-autotune.db")
+    study = optuna.load_study(
+        study_name="resnet101-bs64-2ipu-mk2", storage=f"sqlite:///{cwd}/ipu-autotune.db"
+    )
     assert len(study.trials) == 60 and study.best_trial.number == best["trial"]
     files = result["files"]
     assert Path(cwd, files["config"]).is_file() and Path(cwd, files["snippet"]).is_file()
     # Numerics advice from the model's own gradients sets loss scale, SR and partials, with reasons.
     advice = result["numerics"]
     assert advice["loss_scale"]["reason"] and advice["stochastic_rounding"]["reason"]
-    assert best["config"]["loss_scaling"] == ("auto" if advice["loss_scale"]["auto"] else advice["loss_scale"]["scale"])
+    assert best["config"]["loss_scaling"] == (
+        "auto" if advice["loss_scale"]["auto"] else advice["loss_scale"]["scale"]
+    )
     assert best["config"]["stochastic_rounding"] == advice["stochastic_rounding"]["recommend"]
     snippet = Path(cwd, files["snippet"]).read_text()
-    assert "# Numerics, from the model's own gradients:" in snippet and "# loss scaling " in snippet
+    assert (
+        "# Numerics, from the model's own gradients:" in snippet and "# loss scaling " in snippet
+    )
     assert sum(1 for _ in Path(cwd, files["trials"]).open()) == 60
 
 
@@ -81,14 +106,21 @@ def test_default_run_json_carries_the_error_bars(default_run: Any) -> None:
     base, best = result["baseline"]["measurement"], result["best"]["measurement"]
     low, high = best["throughput_interval"]
     assert low < best["throughput"] < high
-    assert all(lo <= t <= hi for (lo, hi), t in zip(best["max_tile_bytes_interval"], best["max_tile_bytes"]))
+    assert all(
+        lo <= t <= hi
+        for (lo, hi), t in zip(best["max_tile_bytes_interval"], best["max_tile_bytes"])
+    )
     assert base["straddles_tile_limit"] is True  # 108% of a tile, inside the CNN band's reach
     cap = best["tile_capacity_bytes"]  # the best may sit near the line among host-bound ties
-    assert best["straddles_tile_limit"] == any(lo <= cap < hi for lo, hi in best["max_tile_bytes_interval"])
+    assert best["straddles_tile_limit"] == any(
+        lo <= cap < hi for lo, hi in best["max_tile_bytes_interval"]
+    )
 
 
 @pytest.mark.slow
-def test_default_summary_names_both_bottlenecks_and_the_rate(default_run: Any, tmp_path: Path) -> None:
+def test_default_summary_names_both_bottlenecks_and_the_rate(
+    default_run: Any, tmp_path: Path
+) -> None:
     """The human summary (on a copy of the study, so the other tests' trial counts hold)."""
     import shutil
 
@@ -106,7 +138,9 @@ def test_same_command_resumes_the_study(default_run: Any) -> None:
     cwd, first = default_run
     again = tune_json(cwd, "--trials", "5")
     assert again["trials_run"] == 5 and again["trials_total"] == 65
-    study = optuna.load_study(study_name="resnet101-bs64-2ipu-mk2", storage=f"sqlite:///{cwd}/ipu-autotune.db")
+    study = optuna.load_study(
+        study_name="resnet101-bs64-2ipu-mk2", storage=f"sqlite:///{cwd}/ipu-autotune.db"
+    )
     assert sorted(t.number for t in study.trials) == list(range(65))
     assert again["best"]["measurement"]["throughput"] >= first["best"]["measurement"]["throughput"]
 
@@ -118,20 +152,40 @@ def test_fixed_global_batch_still_fits_and_beats_hand_tuned(tmp_path: Path) -> N
     c = best["config"]
     assert 64 * c["gradient_accumulation"] * c["replicas"] == 512
     hand_tuned = EstimateBackend().measure(WORKSHOP, HAND_TUNED)
-    assert best["measurement"]["feasible"] and best["measurement"]["throughput"] > hand_tuned.throughput
+    assert (
+        best["measurement"]["feasible"]
+        and best["measurement"]["throughput"] > hand_tuned.throughput
+    )
 
 
 @pytest.mark.slow
 def test_toml_export_round_trips_through_estimate(default_run: Any) -> None:
     cwd, result = default_run
     out = cwd / "best.toml"
-    cli("export", "--study", "resnet101-bs64-2ipu-mk2", "--trial", str(result["best"]["trial"]),
-        "--format", "toml", "-o", str(out), cwd=cwd)
+    cli(
+        "export",
+        "--study",
+        "resnet101-bs64-2ipu-mk2",
+        "--trial",
+        str(result["best"]["trial"]),
+        "--format",
+        "toml",
+        "-o",
+        str(out),
+        cwd=cwd,
+    )
     data = tomllib.loads(out.read_text())
     assert data["config"] == result["best"]["config"]
     measured = json.loads(cli("estimate", "--config", str(out), "--json", cwd=cwd).stdout)
     stored = result["best"]["measurement"]
-    for key in ("feasible", "required_bytes", "max_tile_bytes", "breakdown", "overflow_bytes", "source"):
+    for key in (
+        "feasible",
+        "required_bytes",
+        "max_tile_bytes",
+        "breakdown",
+        "overflow_bytes",
+        "source",
+    ):
         assert measured[key] == stored[key], key
     assert measured["throughput"] == pytest.approx(stored["throughput"], rel=1e-9)
 
@@ -146,16 +200,48 @@ def test_python_export_byte_compiles(default_run: Any) -> None:
 
 @pytest.mark.slow
 def test_estimate_json_is_exactly_one_measurement(tmp_path: Path) -> None:
-    proc = cli("estimate", "resnet101", "--batch-size", "64", "--set", "precision=16.16",
-               "--set", "splits=layer3.8", "--set", "ipus_per_replica=2", "--set", "gradient_accumulation=3",
-               "--json", cwd=tmp_path)
+    proc = cli(
+        "estimate",
+        "resnet101",
+        "--batch-size",
+        "64",
+        "--set",
+        "precision=16.16",
+        "--set",
+        "splits=layer3.8",
+        "--set",
+        "ipus_per_replica=2",
+        "--set",
+        "gradient_accumulation=3",
+        "--json",
+        cwd=tmp_path,
+    )
     out = json.loads(proc.stdout)
-    expected = {"feasible", "source", "required_bytes", "capacity_bytes", "max_tile_bytes", "breakdown",
-                "overflow_bytes", "throughput", "step_time_s", "failure", "problem", "config"}
+    expected = {
+        "feasible",
+        "source",
+        "required_bytes",
+        "capacity_bytes",
+        "max_tile_bytes",
+        "breakdown",
+        "overflow_bytes",
+        "throughput",
+        "step_time_s",
+        "failure",
+        "problem",
+        "config",
+    }
     assert expected <= set(out)
     assert out["source"] == "estimate" and len(out["required_bytes"]) == 2
-    assert set(out["breakdown"][0]) == {"weights", "optimizer", "gradients", "activations", "stash",
-                                        "temporary", "code/exchange"}
+    assert set(out["breakdown"][0]) == {
+        "weights",
+        "optimizer",
+        "gradients",
+        "activations",
+        "stash",
+        "temporary",
+        "code/exchange",
+    }
 
 
 @pytest.mark.slow
@@ -213,8 +299,19 @@ gradient_accumulation = 3
 @pytest.mark.slow
 def test_user_baseline_is_trial_zero(tmp_path: Path) -> None:
     (tmp_path / "start.toml").write_text(WORKSHOP_START)
-    result = json.loads(cli("resnet101", "--batch-size", "64", "--baseline", "start.toml", "--trials", "8",
-                            "--json", cwd=tmp_path).stdout)
+    result = json.loads(
+        cli(
+            "resnet101",
+            "--batch-size",
+            "64",
+            "--baseline",
+            "start.toml",
+            "--trials",
+            "8",
+            "--json",
+            cwd=tmp_path,
+        ).stdout
+    )
     base = result["baseline"]
     assert base["trial"] == 0 and base["config"]["splits"] == ["layer3.8"]
     assert base["measurement"]["failure"] == "oom"  # the workshop's starting point does not fit
@@ -226,21 +323,50 @@ def test_estimate_reads_the_workshop_file(tmp_path: Path) -> None:
     (tmp_path / "start.toml").write_text(WORKSHOP_START)
     fp32 = json.loads(cli("estimate", "--config", "start.toml", "--json", cwd=tmp_path).stdout)
     # the workshop's FP16 fix: model.half() with half optimizer state (calibration point seed-fp16)
-    fp16 = json.loads(cli("estimate", "--config", "start.toml", "--set", "precision=16.16", "--set",
-                          "optimizer_state=half", "--json", cwd=tmp_path).stdout)
+    fp16 = json.loads(
+        cli(
+            "estimate",
+            "--config",
+            "start.toml",
+            "--set",
+            "precision=16.16",
+            "--set",
+            "optimizer_state=half",
+            "--json",
+            cwd=tmp_path,
+        ).stdout
+    )
     # `estimate` gives the estimate's own verdict, by the tile limit, with the chance beside it
-    assert not fp32["feasible"] and fp16["feasible"] and fp16["fit_chance"] >= 0.9 and fp16["fit_confidence"] is None
+    assert (
+        not fp32["feasible"]
+        and fp16["feasible"]
+        and fp16["fit_chance"] >= 0.9
+        and fp16["fit_confidence"] is None
+    )
     assert fp32["problem"]["input_shape"] == [3, 64, 64] and fp16["config"]["precision"] == "16.16"
 
 
 @pytest.mark.slow
 def test_numerics_advice_yields_to_a_user_space(tmp_path: Path) -> None:
     (tmp_path / "space.toml").write_text('[knobs]\nprecision = "16.16"\npartials = "float"\n')
-    result = json.loads(cli("resnet18", "--batch-size", "8", "--trials", "15", "--space", "space.toml", "--json",
-                            cwd=tmp_path).stdout)
+    result = json.loads(
+        cli(
+            "resnet18",
+            "--batch-size",
+            "8",
+            "--trials",
+            "15",
+            "--space",
+            "space.toml",
+            "--json",
+            cwd=tmp_path,
+        ).stdout
+    )
     assert result["numerics"]["partials"]["recommend"] == "half"  # advice says half is safe...
     shown = json.loads(cli("show", "--study", result["study"], "--json", cwd=tmp_path).stdout)
     sampled = [t["config"] for t in shown["trials"] if t["origin"] == "sampled"]
-    assert sampled and all(c["partials"] == "float" for c in sampled)  # ...but the user fixed float
+    assert sampled and all(
+        c["partials"] == "float" for c in sampled
+    )  # ...but the user fixed float
     scale = result["numerics"]["loss_scale"]
     assert all(c["loss_scaling"] == ("auto" if scale["auto"] else scale["scale"]) for c in sampled)

@@ -28,7 +28,14 @@ DIGITS = "verify_models:digits"
 SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]
 
 
-def check(model: str, optimizer: str, baseline: Config, tuned: Config, steps: int, lr: float | None = None) -> Any:
+def check(
+    model: str,
+    optimizer: str,
+    baseline: Config,
+    tuned: Config,
+    steps: int,
+    lr: float | None = None,
+) -> Any:
     problem = Problem(model, 16, input_shape=[1, 8, 8], num_classes=10, optimizer=optimizer)
     the_plan = plan(problem, baseline, tuned, steps=steps, lr=lr)
     samples = read_samples(DIGITS, the_plan.samples)
@@ -37,8 +44,9 @@ def check(model: str, optimizer: str, baseline: Config, tuned: Config, steps: in
 
 # --- the emulation ---------------------------------------------------------------------------
 
+
 def test_stochastic_rounding_lands_on_the_two_neighbours_and_is_unbiased() -> None:
-    ulp = 2.0 ** -10  # FP16's step in [1, 2)
+    ulp = 2.0**-10  # FP16's step in [1, 2)
     x = torch.full((200_000,), 1.0 + 0.25 * ulp)
     r = emulation.stochastic_fp16(x, torch.Generator().manual_seed(0))
     assert set(r.unique().tolist()) == {1.0, 1.0 + ulp}
@@ -47,15 +55,22 @@ def test_stochastic_rounding_lands_on_the_two_neighbours_and_is_unbiased() -> No
     # round-to-nearest drops the same update every time
     assert emulation.to_fp16(x).unique().tolist() == [1.0]
     # subnormals: steps of 2^-24
-    tiny = torch.full((100_000,), 1.5 * 2.0 ** -24)
-    assert set(emulation.stochastic_fp16(tiny, torch.Generator().manual_seed(1)).unique().tolist()) == \
-        {2.0 ** -24, 2.0 ** -23}
+    tiny = torch.full((100_000,), 1.5 * 2.0**-24)
+    assert set(
+        emulation.stochastic_fp16(tiny, torch.Generator().manual_seed(1)).unique().tolist()
+    ) == {2.0**-24, 2.0**-23}
 
 
 def test_the_recipe_is_the_exports_learning_rate_and_loss_scale() -> None:
     problem = Problem("resnet18", 16, optimizer="sgd")
-    tuned = Config(precision="16.16", gradient_accumulation=8, replicas=2, loss_scaling="auto",
-                   stochastic_rounding=True, optimizer_state="half")
+    tuned = Config(
+        precision="16.16",
+        gradient_accumulation=8,
+        replicas=2,
+        loss_scaling="auto",
+        stochastic_rounding=True,
+        optimizer_state="half",
+    )
     r = verify_recipe.recipe_for(problem, tuned, "tuned", base_global_batch=16)
     lr_text, _ = export_python.learning_rate(problem, tuned, 16)
     assert r.global_batch == 256 and r.lr == float(lr_text) == pytest.approx(0.01 * 16)
@@ -67,6 +82,7 @@ def test_the_recipe_is_the_exports_learning_rate_and_loss_scale() -> None:
 
 # --- must show 1: the tuner's recipe at parity, broken recipes caught ---------------------------
 
+
 @pytest.mark.slow
 def test_the_tuners_fp16_recipe_is_at_parity_on_digits(tmp_path: Path) -> None:
     """tune (estimator, FP16 required by the space) picks the precision, loss scale, stochastic
@@ -74,17 +90,32 @@ def test_the_tuners_fp16_recipe_is_at_parity_on_digits(tmp_path: Path) -> None:
     space = tmp_path / "space.toml"
     space.write_text('[knobs]\nprecision = ["16.16"]\n')
     storage = f"sqlite:///{tmp_path / 's.db'}"
-    result = ipu_autotune.tune("verify_models:digits_net", batch_size=16, input_shape=(1, 8, 8), num_classes=10,
-                               optimizer="adamw", max_global_batch=64, trials=8, space=str(space),
-                               backend="estimate", storage=storage, study="digits", out=str(tmp_path / "out"),
-                               quiet=True, data=DIGITS, verify=True)
+    result = ipu_autotune.tune(
+        "verify_models:digits_net",
+        batch_size=16,
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        optimizer="adamw",
+        max_global_batch=64,
+        trials=8,
+        space=str(space),
+        backend="estimate",
+        storage=storage,
+        study="digits",
+        out=str(tmp_path / "out"),
+        quiet=True,
+        data=DIGITS,
+        verify=True,
+    )
     verdict = result.verdict  # tune --verify: K = 200 steps of the best recipe
     tuned, best = verdict.tuned, result.best_config
     assert best.precision == "16.16" and best.stochastic_rounding and best.loss_scaling != 1.0
     assert tuned.recipe.startswith("16.16") and f"loss scale {best.loss_scaling:g}" in tuned.recipe
     assert verdict.kind == "at parity", verdict.line()
     assert tuned.overflow == 0 and tuned.nonfinite_at is None
-    report = cli.main(["report", "--storage", storage, "--study", "digits", "-o", str(tmp_path / "r.html")])
+    report = cli.main(
+        ["report", "--storage", storage, "--study", "digits", "-o", str(tmp_path / "r.html")]
+    )
     assert report == 0
     html = (tmp_path / "r.html").read_text()
     assert "Training check" in html and "at parity" in html
@@ -95,7 +126,9 @@ def test_the_tuners_fp16_recipe_is_at_parity_on_digits(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_fp16_gradients_without_loss_scaling_underflow_and_stall() -> None:
-    verdict = check("verify_models:vanishing_net", "adam", Config(), Config(precision="16.32"), 400, lr=1e-4)
+    verdict = check(
+        "verify_models:vanishing_net", "adam", Config(), Config(precision="16.32"), 400, lr=1e-4
+    )
     assert verdict.tuned.underflow_fraction > 0.1
     assert verdict.kind in ("stalled", "lags"), verdict.line()
     assert "underflowed" in verdict.line()
@@ -103,37 +136,74 @@ def test_fp16_gradients_without_loss_scaling_underflow_and_stall() -> None:
 
 @pytest.mark.slow
 def test_fp16_weights_without_stochastic_rounding_stall_below_half_an_ulp() -> None:
-    off = check("verify_models:large_weight_classifier", "adam", Config(), Config(precision="16.16"), 600, lr=5e-5)
+    off = check(
+        "verify_models:large_weight_classifier",
+        "adam",
+        Config(),
+        Config(precision="16.16"),
+        600,
+        lr=5e-5,
+    )
     assert off.kind == "stalled", off.line()
     assert off.tuned.lost_update_fraction > 0.99
-    on = check("verify_models:large_weight_classifier", "adam", Config(),
-               Config(precision="16.16", stochastic_rounding=True), 600, lr=5e-5)
+    on = check(
+        "verify_models:large_weight_classifier",
+        "adam",
+        Config(),
+        Config(precision="16.16", stochastic_rounding=True),
+        600,
+        lr=5e-5,
+    )
     assert on.kind == "at parity", on.line()
 
 
 def test_global_batch_32x_with_the_linear_rule_diverges() -> None:
-    verdict = ipu_autotune.verify("verify_models:digits_net", batch_size=16, input_shape=(1, 8, 8), num_classes=10,
-                                  optimizer="sgd", lr=0.1, tuned=Config(gradient_accumulation=32), data=DIGITS,
-                                  steps=10, quiet=True)
-    assert verdict.tuned.recipe.startswith("32.32, micro-batch 16 x 32 x 1 = global batch 512, sgd lr 3.2")
+    verdict = ipu_autotune.verify(
+        "verify_models:digits_net",
+        batch_size=16,
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        optimizer="sgd",
+        lr=0.1,
+        tuned=Config(gradient_accumulation=32),
+        data=DIGITS,
+        steps=10,
+        quiet=True,
+    )
+    assert verdict.tuned.recipe.startswith(
+        "32.32, micro-batch 16 x 32 x 1 = global batch 512, sgd lr 3.2"
+    )
     assert verdict.kind == "diverged", verdict.line()
     assert verdict.exit_code == EXIT_FAILED_CHECK
 
 
 # --- must show 2: the numerics advice and the run agree ---------------------------------------
 
+
 @pytest.mark.slow
 def test_the_advised_loss_scale_keeps_the_runs_gradients() -> None:
     from ipu_autotune.numerics.advice import advise
 
-    problem = Problem("verify_models:shallow_vanishing_net", 16, input_shape=[1, 8, 8], num_classes=10,
-                      optimizer="adam")
+    problem = Problem(
+        "verify_models:shallow_vanishing_net",
+        16,
+        input_shape=[1, 8, 8],
+        num_classes=10,
+        optimizer="adam",
+    )
     advice = advise(problem, lr=1e-4, steps=3, data=DIGITS)
     # the smallest scale numerics says keeps 99.99 % of the gradients representable, without overflow
     scale = min(r.scale for r in advice.table if r.flushed <= 1e-4 and not r.overflow)
     at_1 = next(r for r in advice.table if r.scale == 1.0)
     assert at_1.flushed > 0.01  # and scale 1 loses some
-    scaled = check(problem.model, "adam", Config(), Config(precision="16.32", loss_scaling=scale), 400, lr=1e-4)
+    scaled = check(
+        problem.model,
+        "adam",
+        Config(),
+        Config(precision="16.32", loss_scaling=scale),
+        400,
+        lr=1e-4,
+    )
     assert scaled.tuned.underflow_fraction < 1e-3
     # at scale 1, over numerics' own 3 steps: the run flushes to zero what numerics counts lost
     # (numerics also counts [2^-25, 2^-24), which rounds up to 2^-24, hence the run's lower share)
@@ -144,11 +214,29 @@ def test_the_advised_loss_scale_keeps_the_runs_gradients() -> None:
 
 # --- the command ------------------------------------------------------------------------------
 
-def test_verify_command_exit_codes_json_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_verify_command_exit_codes_json_and_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     tuned = tmp_path / "tuned.toml"
-    tuned.write_text('[config]\ngradient_accumulation = 32\n')
-    args = ["verify", "verify_models:digits_net", "-b", "16", *SHAPE, "--optimizer", "sgd", "--lr", "0.1",
-            "--data", DIGITS, "--tuned", str(tuned), "--steps", "10"]
+    tuned.write_text("[config]\ngradient_accumulation = 32\n")
+    args = [
+        "verify",
+        "verify_models:digits_net",
+        "-b",
+        "16",
+        *SHAPE,
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "0.1",
+        "--data",
+        DIGITS,
+        "--tuned",
+        str(tuned),
+        "--steps",
+        "10",
+    ]
     assert cli.main([*args, "--json"]) == EXIT_FAILED_CHECK
     out = json.loads(capsys.readouterr().out)
     assert out["kind"] == "diverged" and len(out["runs"]) == 3
@@ -159,9 +247,25 @@ def test_verify_command_exit_codes_json_and_bad_input(tmp_path: Path, capsys: py
     assert "raise it" in capsys.readouterr().err
 
 
-def test_tune_verify_without_data_is_refused_before_any_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tune_verify_without_data_is_refused_before_any_study(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "s.db"
-    code = cli.main(["tune", "verify_models:digits_net", "-b", "16", *SHAPE, "--verify", "--backend", "estimate",
-                     "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "out")])
+    code = cli.main(
+        [
+            "tune",
+            "verify_models:digits_net",
+            "-b",
+            "16",
+            *SHAPE,
+            "--verify",
+            "--backend",
+            "estimate",
+            "--storage",
+            f"sqlite:///{db}",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 2 and "--verify needs --data" in capsys.readouterr().err
     assert not db.exists()

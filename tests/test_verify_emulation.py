@@ -20,7 +20,9 @@ QK_STD = 12.0
 
 def _rates(block: AttentionBlock) -> tuple[float, float]:
     """(share of attention scores that are inf, share of softmax outputs that are NaN)."""
-    return float(torch.isinf(block.scores.float()).float().mean()), float(torch.isnan(block.probs.float()).float().mean())
+    return float(torch.isinf(block.scores.float()).float().mean()), float(
+        torch.isnan(block.probs.float()).float().mean()
+    )
 
 
 def test_attention_written_in_forward_overflows_and_nans_as_torch_float16_does() -> None:
@@ -39,8 +41,9 @@ def test_attention_written_in_forward_overflows_and_nans_as_torch_float16_does()
     inf_em, nan_em = _rates(block)
     assert 0.002 < inf_ref < 0.05 and 0.02 < nan_ref < 0.5  # the case is one: overflow happens
     assert inf_em == pytest.approx(inf_ref, rel=0.1) and nan_em == pytest.approx(nan_ref, rel=0.1)
-    assert float(torch.isnan(out_emulated).float().mean()) == \
-        pytest.approx(float(torch.isnan(out_half.float()).float().mean()), rel=0.1)
+    assert float(torch.isnan(out_emulated).float().mean()) == pytest.approx(
+        float(torch.isnan(out_half.float()).float().mean()), rel=0.1
+    )
     # without the emulation: FP32 all through, nothing overflows
     with torch.no_grad():
         block(x)
@@ -78,7 +81,7 @@ def test_in_place_results_and_batch_norm_statistics_are_rounded() -> None:
 
 
 def test_fp16_rounding_overflows_to_inf_and_underflows_to_zero_and_counts_them() -> None:
-    before = torch.tensor([1e5, -7e4, 2.0 ** -26, 1e-3, 0.0, 65504.0])
+    before = torch.tensor([1e5, -7e4, 2.0**-26, 1e-3, 0.0, 65504.0])
     after = emulation.to_fp16(before)
     assert torch.isinf(after[:2]).all() and after[2] == 0 and after[3] != 0 and after[5] == 65504.0
     counts = emulation.RoundingCounts()
@@ -92,9 +95,16 @@ def test_verify_judges_such_a_model_diverged_in_fp16() -> None:
     pytest.importorskip("sklearn")
     import ipu_autotune
 
-    verdict = ipu_autotune.verify("verify_models:attention_digits", batch_size=16, input_shape=(1, 8, 8),
-                                  num_classes=10, optimizer="adamw", data="verify_models:digits", steps=60,
-                                  tuned=Config(precision="16.16", loss_scaling=128.0, stochastic_rounding=True),
-                                  quiet=True)
+    verdict = ipu_autotune.verify(
+        "verify_models:attention_digits",
+        batch_size=16,
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        optimizer="adamw",
+        data="verify_models:digits",
+        steps=60,
+        tuned=Config(precision="16.16", loss_scaling=128.0, stochastic_rounding=True),
+        quiet=True,
+    )
     assert verdict.kind == "diverged", verdict.line()
     assert verdict.tuned.nonfinite_at is not None and verdict.runs[0].nonfinite_at is None

@@ -37,13 +37,24 @@ def check(model: str, optimizer: str, tuned: Config, steps: int, lr: float) -> A
 
 # --- no false alarm: a larger global batch with the square-root rule --------------------------
 
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model, accumulation, steps", [
-    ("verify_models:mlp", 8, 200), ("verify_models:plain_cnn", 4, 150), ("verify_models:bert_digits", 2, 100),
-], ids=["mlp-x8", "cnn-x4", "bert-x2"])
-def test_accumulation_with_the_square_root_rule_is_at_parity(model: str, accumulation: int, steps: int) -> None:
+@pytest.mark.parametrize(
+    "model, accumulation, steps",
+    [
+        ("verify_models:mlp", 8, 200),
+        ("verify_models:plain_cnn", 4, 150),
+        ("verify_models:bert_digits", 2, 100),
+    ],
+    ids=["mlp-x8", "cnn-x4", "bert-x2"],
+)
+def test_accumulation_with_the_square_root_rule_is_at_parity(
+    model: str, accumulation: int, steps: int
+) -> None:
     verdict = check(model, "adamw", Config(gradient_accumulation=accumulation), steps, lr=2e-3)
-    assert f"adamw lr {2e-3 * math.sqrt(accumulation):.3g}" in verdict.tuned.recipe  # the square-root rule
+    assert (
+        f"adamw lr {2e-3 * math.sqrt(accumulation):.3g}" in verdict.tuned.recipe
+    )  # the square-root rule
     assert verdict.kind == "at parity", verdict.line()
     assert verdict.exit_code == 0
     assert verdict.tuned.updates == 0  # FP32 weights: no lost-update share counted
@@ -51,12 +62,21 @@ def test_accumulation_with_the_square_root_rule_is_at_parity(model: str, accumul
 
 # --- inconclusive: the baseline cannot learn ---------------------------------------------------
 
-@pytest.mark.parametrize("model, optimizer, lr", [
-    ("verify_models:mlp", "sgd", 3.0),  # 30x the 0.1 the MLP trains at with SGD
-    pytest.param("verify_models:bert_digits", "adamw", 3e-2, marks=pytest.mark.slow),  # 30x AdamW's default 1e-3
-    ("verify_models:plain_cnn", "adamw", 3e-2),
-], ids=["mlp-sgd", "bert-adamw", "cnn-adamw"])
-def test_a_baseline_at_30x_its_learning_rate_is_inconclusive(model: str, optimizer: str, lr: float) -> None:
+
+@pytest.mark.parametrize(
+    "model, optimizer, lr",
+    [
+        ("verify_models:mlp", "sgd", 3.0),  # 30x the 0.1 the MLP trains at with SGD
+        pytest.param(
+            "verify_models:bert_digits", "adamw", 3e-2, marks=pytest.mark.slow
+        ),  # 30x AdamW's default 1e-3
+        ("verify_models:plain_cnn", "adamw", 3e-2),
+    ],
+    ids=["mlp-sgd", "bert-adamw", "cnn-adamw"],
+)
+def test_a_baseline_at_30x_its_learning_rate_is_inconclusive(
+    model: str, optimizer: str, lr: float
+) -> None:
     verdict = check(model, optimizer, Config(gradient_accumulation=2), 30, lr=lr)
     assert verdict.kind == "inconclusive", verdict.line()
     assert verdict.exit_code == EXIT_INCONCLUSIVE
@@ -65,6 +85,7 @@ def test_a_baseline_at_30x_its_learning_rate_is_inconclusive(model: str, optimiz
 
 
 # --- caught --------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_loss_scale_1_with_gradients_that_underflow_is_caught() -> None:
@@ -82,8 +103,13 @@ def test_stochastic_rounding_off_with_updates_below_half_an_ulp_is_caught() -> N
     assert off.tuned.lost_update_fraction > 0.99, off.line()
     assert off.kind == "stalled", off.line()
     assert off.exit_code == EXIT_FAILED_CHECK
-    on = check("verify_models:large_weight_mlp", "adam", Config(precision="16.16", stochastic_rounding=True), 600,
-               lr=5e-5)
+    on = check(
+        "verify_models:large_weight_mlp",
+        "adam",
+        Config(precision="16.16", stochastic_rounding=True),
+        600,
+        lr=5e-5,
+    )
     assert on.kind == "at parity", on.line()
 
 
@@ -96,27 +122,44 @@ def test_a_64x_global_batch_with_the_linear_rule_is_caught() -> None:
 
 # --- bad data is bad input -----------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A small study (estimate backend) whose best and baseline verify can read."""
     folder = tmp_path_factory.mktemp("verify-bad-data")
     storage = f"sqlite:///{folder / 's.db'}"
-    ipu_autotune.tune("verify_models:digits_net", batch_size=16, input_shape=(1, 8, 8), num_classes=10,
-                      trials=2, backend="estimate", storage=storage, study="digits", out=str(folder / "out"),
-                      quiet=True)
+    ipu_autotune.tune(
+        "verify_models:digits_net",
+        batch_size=16,
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        trials=2,
+        backend="estimate",
+        storage=storage,
+        study="digits",
+        out=str(folder / "out"),
+        quiet=True,
+    )
     return storage
 
 
-@pytest.mark.parametrize("data, needles", [
-    ("verify_models:digits_labels_beyond_classes", ["labels run 5..14", "--num-classes 15"]),
-    ("verify_models:digits_one_class", ["one class only"]),
-    ("verify_models:digits_wrong_shape", ["the model cannot take its batches", "[1, 6, 6]"]),
-], ids=["labels beyond classes", "one class", "wrong shape"])
-def test_bad_data_is_one_line_exit_2_and_nothing_stored(capsys: pytest.CaptureFixture[str], study: Any, data: str, needles: list[Any]) -> None:
+@pytest.mark.parametrize(
+    "data, needles",
+    [
+        ("verify_models:digits_labels_beyond_classes", ["labels run 5..14", "--num-classes 15"]),
+        ("verify_models:digits_one_class", ["one class only"]),
+        ("verify_models:digits_wrong_shape", ["the model cannot take its batches", "[1, 6, 6]"]),
+    ],
+    ids=["labels beyond classes", "one class", "wrong shape"],
+)
+def test_bad_data_is_one_line_exit_2_and_nothing_stored(
+    capsys: pytest.CaptureFixture[str], study: Any, data: str, needles: list[Any]
+) -> None:
     import optuna
 
-    code, out, err = run_cli(capsys, "verify", "--study", "digits", "--storage", study, "--data", data,
-                             "--steps", "5")
+    code, out, err = run_cli(
+        capsys, "verify", "--study", "digits", "--storage", study, "--data", data, "--steps", "5"
+    )
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
     assert "Traceback" not in err
@@ -125,12 +168,28 @@ def test_bad_data_is_one_line_exit_2_and_nothing_stored(capsys: pytest.CaptureFi
     assert ATTR_VERIFY not in optuna.load_study(study_name="digits", storage=study).user_attrs
 
 
-def test_labels_that_use_few_of_the_classes_are_warned_about(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_labels_that_use_few_of_the_classes_are_warned_about(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     tuned = tmp_path / "tuned.toml"
     tuned.write_text("[config]\ngradient_accumulation = 2\n")
-    code, out, err = run_cli(capsys, "verify", "verify_models:mlp", "-b", "16", "--input-shape", "1,8,8",
-                             "--num-classes", "100", "--data", DIGITS, "--tuned", str(tuned), "--steps", "3",
-                             "--quiet")
+    code, out, err = run_cli(
+        capsys,
+        "verify",
+        "verify_models:mlp",
+        "-b",
+        "16",
+        "--input-shape",
+        "1,8,8",
+        "--num-classes",
+        "100",
+        "--data",
+        DIGITS,
+        "--tuned",
+        str(tuned),
+        "--steps",
+        "3",
+        "--quiet",
+    )
     assert "warning: the labels use 10 of the 100 classes" in err and "--num-classes 10" in err
     assert code in (0, EXIT_FAILED_CHECK, EXIT_INCONCLUSIVE)  # it still runs
-

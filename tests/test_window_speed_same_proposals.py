@@ -21,8 +21,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalW
 
 
 def _finished(number: int, value: float, feasible: bool) -> Any:
-    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=value,
-                     system_attrs={"constraints": [-1.0 if feasible else 1.0]})
+    t = create_trial(
+        params={"x": 0.5},
+        distributions={"x": FloatDistribution(0, 1)},
+        value=value,
+        system_attrs={"constraints": [-1.0 if feasible else 1.0]},
+    )
     t.number = number
     return t
 
@@ -42,7 +46,9 @@ def test_the_best_before_the_window_kept_between_asks_equals_windowed_at_every_a
     for number in order:
         done.append(trials[number])
         finished = sorted(done, key=lambda t: t.number)
-        assert [t.number for t in kept(study, finished)] == [t.number for t in windowed(finished, 25, 4)]
+        assert [t.number for t in kept(study, finished)] == [
+            t.number for t in windowed(finished, 25, 4)
+        ]
     other = [_finished(i, 1.0, True) for i in range(40)]  # another study: starts over
     assert [t.number for t in kept(object(), other)] == [t.number for t in windowed(other, 25, 4)]
 
@@ -50,15 +56,26 @@ def test_the_best_before_the_window_kept_between_asks_equals_windowed_at_every_a
 def _run(seed: int, trials: int) -> list[dict[str, Any]]:
     """An ask/tell study as the Runner drives it: grouped conditional knobs, the constraint
     written as the Runner writes it, tied and infeasible values."""
-    sampler = WindowedTPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
-                                 n_startup_trials=5, window=12, keep_best=3)
+    sampler = WindowedTPESampler(
+        seed=seed,
+        multivariate=True,
+        group=True,
+        constant_liar=True,
+        n_startup_trials=5,
+        window=12,
+        keep_best=3,
+    )
     study = optuna.create_study(direction="maximize", sampler=sampler)
     asked = []
     for _ in range(trials):
         trial = study.ask()
         kind = trial.suggest_categorical("kind", ["a", "b"])
         x = trial.suggest_float("x", 0.0, 1.0)
-        y = trial.suggest_int("y", 1, 8) if kind == "a" else trial.suggest_float("z", 0.1, 0.9, step=0.1)
+        y = (
+            trial.suggest_int("y", 1, 8)
+            if kind == "a"
+            else trial.suggest_float("z", 0.1, 0.9, step=0.1)
+        )
         over = x - 0.8  # > 0: does not fit
         study._storage.set_trial_system_attr(trial._trial_id, "constraints", [over])
         if kind == "b" and x > 0.95:
@@ -69,10 +86,14 @@ def _run(seed: int, trials: int) -> list[dict[str, Any]]:
     return asked
 
 
-def test_the_same_seed_proposes_the_same_as_the_window_recomputed_at_every_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_same_seed_proposes_the_same_as_the_window_recomputed_at_every_ask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     shipped = _run(seed=7, trials=70)
 
-    def recomputed(self: Any, study: Any, finished: Any) -> Any:  # the definition, from every finished trial, each ask
+    def recomputed(
+        self: Any, study: Any, finished: Any
+    ) -> Any:  # the definition, from every finished trial, each ask
         return windowed(finished, self.window, self.keep_best)
 
     monkeypatch.setattr(window._BestBefore, "__call__", recomputed)

@@ -30,9 +30,13 @@ def test_a_command_is_continued_between_its_words() -> None:
     lines = text.splitlines()
     assert len(lines) > 1 and all(len(line) <= 60 for line in lines)
     assert all(line.endswith(" \\") for line in lines[:-1])
-    assert shlex.split(text.replace("\\\n", " ").removeprefix("  resume: ")) == shlex.split(command)
-    assert command_lines("ipu-autotune resnet101 --batch-size 64", 80, "  resume: ") == \
-        "  resume: ipu-autotune resnet101 --batch-size 64"
+    assert shlex.split(text.replace("\\\n", " ").removeprefix("  resume: ")) == shlex.split(
+        command
+    )
+    assert (
+        command_lines("ipu-autotune resnet101 --batch-size 64", 80, "  resume: ")
+        == "  resume: ipu-autotune resnet101 --batch-size 64"
+    )
 
 
 def test_renderables_fit_the_width_they_are_given() -> None:

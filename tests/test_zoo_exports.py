@@ -48,25 +48,71 @@ def poptorch() -> Iterator[Any]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,shape,ipus,classes", ZOO, ids=[z[0].split(":")[-1] for z in ZOO])
-def test_tunes_exports_and_the_export_runs(poptorch: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], model: Any, shape: Any, ipus: Any, classes: Any) -> None:
+def test_tunes_exports_and_the_export_runs(
+    poptorch: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    model: Any,
+    shape: Any,
+    ipus: Any,
+    classes: Any,
+) -> None:
     out = tmp_path / "out"
-    code = main([model, "--batch-size", "4", "--input-shape", ",".join(map(str, shape)), "--num-classes", str(classes),
-                 "--ipus", str(ipus), "--trials", "20", "--seed", "0", "--no-numerics", "--json", "--backend", "estimate",
-                 "--storage", f"sqlite:///{tmp_path / 'db.sqlite'}", "--out", str(out)])
+    code = main(
+        [
+            model,
+            "--batch-size",
+            "4",
+            "--input-shape",
+            ",".join(map(str, shape)),
+            "--num-classes",
+            str(classes),
+            "--ipus",
+            str(ipus),
+            "--trials",
+            "20",
+            "--seed",
+            "0",
+            "--no-numerics",
+            "--json",
+            "--backend",
+            "estimate",
+            "--storage",
+            f"sqlite:///{tmp_path / 'db.sqlite'}",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     best = result["best"]
     assert best is not None, f"{model}: nothing fits"
     config = Config.from_dict(best["config"], "best")
     if len(shape) != 3:
-        assert not any(json.loads(line)["config"]["eight_bit_io"]
-                       for line in (out / "trials.jsonl").read_text().splitlines())
+        assert not any(
+            json.loads(line)["config"]["eight_bit_io"]
+            for line in (out / "trials.jsonl").read_text().splitlines()
+        )
 
     run_export(out / "best_options.py", model, shape, classes, config)
     # the baseline (trial 0) too: on 2+ IPUs it carries a split, e.g. "6" in an nn.Sequential
     baseline = tmp_path / "baseline.py"
-    assert main(["export", "--study", result["study"], "--storage", f"sqlite:///{tmp_path / 'db.sqlite'}",
-                 "--trial", "0", "-o", str(baseline)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--study",
+                result["study"],
+                "--storage",
+                f"sqlite:///{tmp_path / 'db.sqlite'}",
+                "--trial",
+                "0",
+                "-o",
+                str(baseline),
+            ]
+        )
+        == 0
+    )
     base_config = Config.from_dict(result["baseline"]["config"], "baseline")
     assert base_config.ipus_per_replica == ipus and len(base_config.splits) == ipus - 1
     run_export(baseline, model, shape, classes, base_config)
@@ -76,7 +122,9 @@ def run_export(path: Any, model: str, shape: Any, classes: int, config: Config) 
     """The exported TrainingModel, forward and loss on the meta device, PopTorch being the fake."""
     ns: dict[str, Any] = {}
     exec(path.read_text(), ns)
-    training = ns["TrainingModel"](build_model(model, classes, device="meta")).to("meta")  # buffers too
+    training = ns["TrainingModel"](build_model(model, classes, device="meta")).to(
+        "meta"
+    )  # buffers too
     opts = ns["make_options"]()
     ns["make_optimizer"](training)
     dtype = torch.uint8 if config.eight_bit_io else ns["INPUT_DTYPE"]

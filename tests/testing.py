@@ -33,8 +33,9 @@ RESNET152_2IPU = Problem("resnet152", 16, (3, 224, 224), ipus=2)
 #: the fake SDK's small CNN (tests/conftest_fake_sdk.py), which the PopTorch backend compiles
 SMALL_CNN_CIFAR = Problem(model=SMALL_CNN, batch_size=64, input_shape=(3, 32, 32), num_classes=10)
 #: the numerics tests' small CNN (tests/numerics_models.py), with SGD
-NUMERICS_CNN_SGD = Problem("numerics_models:small_cnn", 8, input_shape=(3, 16, 16), num_classes=10,
-                           optimizer="sgd")
+NUMERICS_CNN_SGD = Problem(
+    "numerics_models:small_cnn", 8, input_shape=(3, 16, 16), num_classes=10, optimizer="sgd"
+)
 
 # --- the command ----------------------------------------------------------------------------------
 
@@ -59,13 +60,21 @@ def run_cli_stdout(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return out
 
 
-def run_cli_process(*argv: str, cwd: Path, columns: int = 80, check: bool = False) -> subprocess.CompletedProcess[str]:
+def run_cli_process(
+    *argv: str, cwd: Path, columns: int = 80, check: bool = False
+) -> subprocess.CompletedProcess[str]:
     """`ipu-autotune ARGV` as a user runs it: the installed command, piped, `columns` wide, with
     tests/ importable (for test models such as `numerics_models:small_cnn`); `check`: exit 0."""
     exe = Path(sys.executable).with_name("ipu-autotune")
     path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run([str(exe), *argv], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": str(columns), "PYTHONPATH": path})
+    proc = subprocess.run(
+        [str(exe), *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": str(columns), "PYTHONPATH": path},
+    )
     if check:
         assert proc.returncode == 0, proc.stderr[-2000:]
     return proc

@@ -20,7 +20,9 @@ def digits() -> Any:
     x = torch.tensor(d.data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
     y = torch.tensor(d.target, dtype=torch.int64)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
-    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[order], y[order]), batch_size=16)
+    return torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x[order], y[order]), batch_size=16
+    )
 
 
 def _digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,7 +59,9 @@ class DigitsNet(nn.Module):
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(16 * 4 * 4, 32), nn.ReLU(), nn.Linear(32, num_classes))
+        self.head = nn.Sequential(
+            nn.Flatten(), nn.Linear(16 * 4 * 4, 32), nn.ReLU(), nn.Linear(32, num_classes)
+        )
 
     def forward(self, x: Any) -> Any:
         return self.head(self.features(x))
@@ -72,7 +76,9 @@ class VanishingNet(nn.Module):
     layer, so most weight gradients of a mean loss fall below FP16's 2^-24 at loss scale 1.
     Adam normalises its updates, so in FP32 it trains regardless."""
 
-    def __init__(self, num_classes: int = 10, depth: int = 8, width: int = 64, gain: float = 0.1) -> None:
+    def __init__(
+        self, num_classes: int = 10, depth: int = 8, width: int = 64, gain: float = 0.1
+    ) -> None:
         super().__init__()
         self.layers = tanh_mlp(num_classes, depth, width, gain)
 
@@ -93,7 +99,9 @@ class LargeWeightClassifier(nn.Module):
         self.linear = nn.Linear(64, num_classes)
         with torch.no_grad():
             for t in (self.linear.weight, self.linear.bias):
-                t.copy_((torch.rand_like(t) * 0.25 + 0.25) * torch.randint_like(t, 2).mul(2).sub(1))
+                t.copy_(
+                    (torch.rand_like(t) * 0.25 + 0.25) * torch.randint_like(t, 2).mul(2).sub(1)
+                )
 
     def forward(self, x: Any) -> Any:
         return self.linear(x.flatten(1))
@@ -136,18 +144,28 @@ class AttentionBlock(nn.Module):
 
 def mlp(num_classes: int = 10) -> nn.Module:
     """Three ReLU layers of 64 on the flattened image, PyTorch's default initialisation."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                         nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, num_classes))
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(64, 64),
+        nn.ReLU(),
+        nn.Linear(64, 64),
+        nn.ReLU(),
+        nn.Linear(64, 64),
+        nn.ReLU(),
+        nn.Linear(64, num_classes),
+    )
 
 
-def tanh_mlp(num_classes: int = 10, depth: int = 6, width: int = 48, gain: float = 0.1) -> nn.Module:
+def tanh_mlp(
+    num_classes: int = 10, depth: int = 6, width: int = 48, gain: float = 0.1
+) -> nn.Module:
     """An MLP of `depth` tanh layers initialised small (weights' std gain / sqrt(width), zero biases):
     its backward signal shrinks about 10x a layer, so at loss scale 1 most of its weight gradients
     fall below FP16's 2^-24; Adam normalises the update, so in FP32 it trains regardless."""
     layers: list[nn.Module] = [nn.Flatten()]
     for i in range(depth):
         linear = nn.Linear(64 if i == 0 else width, width)
-        nn.init.normal_(linear.weight, std=gain / width ** 0.5)
+        nn.init.normal_(linear.weight, std=gain / width**0.5)
         nn.init.zeros_(linear.bias)
         layers += [linear, nn.Tanh()]
     return nn.Sequential(*layers, nn.Linear(width, num_classes))
@@ -155,9 +173,18 @@ def tanh_mlp(num_classes: int = 10, depth: int = 6, width: int = 48, gain: float
 
 def plain_cnn(num_classes: int = 10) -> nn.Module:
     """Three convolutions and a linear head, no batch norm."""
-    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
-                         nn.MaxPool2d(2), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Flatten(), nn.Linear(32 * 2 * 2, num_classes))
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 2 * 2, num_classes),
+    )
 
 
 class BertDigits(nn.Module):
@@ -169,9 +196,16 @@ class BertDigits(nn.Module):
         super().__init__()
         from transformers import BertConfig, BertModel
 
-        config = BertConfig(hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=2 * hidden, max_position_embeddings=16, vocab_size=8,
-                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        config = BertConfig(
+            hidden_size=hidden,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=2 * hidden,
+            max_position_embeddings=16,
+            vocab_size=8,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
         config._attn_implementation = "eager"
         self.embed = nn.Linear(8, hidden)
         self.encoder = BertModel(config, add_pooling_layer=False)
@@ -184,7 +218,6 @@ class BertDigits(nn.Module):
 
 def bert_digits(num_classes: int = 10) -> nn.Module:
     return BertDigits(num_classes)
-
 
 
 def deep_tanh_mlp(num_classes: int = 10) -> nn.Module:
@@ -200,8 +233,13 @@ def _large(t: torch.Tensor) -> None:
 def large_weight_mlp(num_classes: int = 10) -> nn.Module:
     """An MLP whose weights start at magnitudes 0.25-0.5, each layer normalised (LayerNorm, no
     affine): it learns at an Adam learning rate whose updates fall below half an FP16 ulp."""
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.LayerNorm(32, elementwise_affine=False), nn.ReLU(),
-                          nn.Linear(32, num_classes))
+    model = nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(64, 32),
+        nn.LayerNorm(32, elementwise_affine=False),
+        nn.ReLU(),
+        nn.Linear(32, num_classes),
+    )
     with torch.no_grad():
         for p in model.parameters():
             _large(p)

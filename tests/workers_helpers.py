@@ -38,7 +38,9 @@ class TinyCNN(nn.Module):
         super().__init__()
         self.block1 = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
         self.block2 = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
-        self.block3 = nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+        self.block3 = nn.Sequential(
+            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU()
+        )
         self.block4 = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.head = nn.Linear(16, num_classes)
@@ -69,8 +71,14 @@ def cli_exe() -> str:
 
 
 def start_worker(url: str, study: str, *args: str, cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), url, study, *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), url, study, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
 
 
 def wait_for_line(proc: subprocess.Popen[bytes], prefix: str, timeout: float = 120.0) -> str:
@@ -86,8 +94,10 @@ def wait_for_line(proc: subprocess.Popen[bytes], prefix: str, timeout: float = 1
         seen.append(line)
         if line.startswith(prefix):
             return line.strip()
-    raise AssertionError(f"no {prefix!r} line from the worker (exit {proc.poll()}): {''.join(seen)[-2000:]}"
-                         f"{proc.stderr.read()[-2000:] if proc.poll() is not None else ''}")
+    raise AssertionError(
+        f"no {prefix!r} line from the worker (exit {proc.poll()}): {''.join(seen)[-2000:]}"
+        f"{proc.stderr.read()[-2000:] if proc.poll() is not None else ''}"
+    )
 
 
 def sqlite_states(db: Path, study: str | None = None) -> dict[str, int]:
@@ -97,8 +107,10 @@ def sqlite_states(db: Path, study: str | None = None) -> dict[str, int]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
         query = "SELECT t.state, COUNT(*) FROM trials t JOIN studies s ON s.study_id = t.study_id"
-        rows = con.execute(query + (" WHERE s.study_name = ?" if study else "") + " GROUP BY t.state",
-                           (study,) if study else ()).fetchall()
+        rows = con.execute(
+            query + (" WHERE s.study_name = ?" if study else "") + " GROUP BY t.state",
+            (study,) if study else (),
+        ).fetchall()
     except sqlite3.OperationalError:  # tables not created yet
         return {}
     finally:
@@ -112,8 +124,10 @@ def storage_snapshot(db: Path) -> list[tuple[Any, ...]]:
         return []
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        return con.execute("SELECT s.study_name, t.number, t.state FROM studies s "
-                           "LEFT JOIN trials t ON s.study_id = t.study_id ORDER BY 1, 2").fetchall()
+        return con.execute(
+            "SELECT s.study_name, t.number, t.state FROM studies s "
+            "LEFT JOIN trials t ON s.study_id = t.study_id ORDER BY 1, 2"
+        ).fetchall()
     except sqlite3.OperationalError:
         return []
     finally:
@@ -121,6 +135,7 @@ def storage_snapshot(db: Path) -> list[tuple[Any, ...]]:
 
 
 # --- the worker --------------------------------------------------------------------------------
+
 
 def _sleepy_backend(seconds: float) -> Any:
     from ipu_autotune.backends.base import Backend
@@ -150,9 +165,13 @@ def worker(argv: list[str] | None = None) -> int:
     ap.add_argument("study")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--sleep", type=float, default=0.0, help="seconds each measurement takes")
-    ap.add_argument("--grace", type=float, default=None, help="interrupt grace (default: let it finish)")
+    ap.add_argument(
+        "--grace", type=float, default=None, help="interrupt grace (default: let it finish)"
+    )
     ap.add_argument("--heartbeat", type=int, default=None)
-    ap.add_argument("--warm-starts", type=int, default=2, help="enqueued configs when creating the study")
+    ap.add_argument(
+        "--warm-starts", type=int, default=2, help="enqueued configs when creating the study"
+    )
     args = ap.parse_args(argv)
 
     import optuna
@@ -171,7 +190,9 @@ def worker(argv: list[str] | None = None) -> int:
     space = SearchSpace.load(p)
     storage = open_storage(args.storage, args.heartbeat or HEARTBEAT_INTERVAL_S)
     base = naive_baseline(p, profile)
-    starts = [Proposal(base, "baseline"), Proposal(base.replace(precision="16.16"), "fp16")][:args.warm_starts]
+    starts = [Proposal(base, "baseline"), Proposal(base.replace(precision="16.16"), "fp16")][
+        : args.warm_starts
+    ]
 
     def on_create(study: Any) -> None:
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())

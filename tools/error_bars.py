@@ -36,11 +36,18 @@ POINTS_FILE = ROOT / "tests" / "calibration" / "points.toml"
 #: points a calibrated constant was fitted to (ipu_autotune/backends/estimate/constants.py,
 #: ipu_autotune/host/pipeline.py): their residuals are in-sample, so the table marks them
 TUNED_ON = {
-    "seed-fp32": "code_bytes_per_op", "seed-fp16": "code_bytes_per_op", "M1": "code_bytes_per_op",
-    "M3": "code_bytes_per_op", "M5": "code_bytes_per_op", "M22": "code_base_bytes",
-    "T1": "matmul_efficiency fp16.16", "seed-epoch-ga8": "host float_sample_s, call_s",
-    "seed-epoch-ga8-di4": "host float_sample_s", "seed-epoch-ga8-di4-8bit": "host uint8_sample_s",
-    "seed-trace-ga3": "update_op_s", "seed-trace-ga8": "update_op_s",
+    "seed-fp32": "code_bytes_per_op",
+    "seed-fp16": "code_bytes_per_op",
+    "M1": "code_bytes_per_op",
+    "M3": "code_bytes_per_op",
+    "M5": "code_bytes_per_op",
+    "M22": "code_base_bytes",
+    "T1": "matmul_efficiency fp16.16",
+    "seed-epoch-ga8": "host float_sample_s, call_s",
+    "seed-epoch-ga8-di4": "host float_sample_s",
+    "seed-epoch-ga8-di4-8bit": "host uint8_sample_s",
+    "seed-trace-ga3": "update_op_s",
+    "seed-trace-ga8": "update_op_s",
 }
 
 
@@ -73,15 +80,32 @@ def points(path: Path = POINTS_FILE) -> list[Point]:
         if "expect" in pt:
             m = backend.measure(problem, config)
             tiles = get_target(problem.target).tiles - config.io_tiles
-            shares = [(t / m.tile_capacity_bytes, sum(b[c] for c in EXACT) / tiles / m.tile_capacity_bytes)
-                      for t, b in zip(m.max_tile_bytes, m.breakdown, strict=True)]
+            shares = [
+                (
+                    t / m.tile_capacity_bytes,
+                    sum(b[c] for c in EXACT) / tiles / m.tile_capacity_bytes,
+                )
+                for t, b in zip(m.max_tile_bytes, m.breakdown, strict=True)
+            ]
             used, exact = max(shares)
-            out.append(Point(pt["id"], fam, "memory", fam, used, pt["expect"] == "fits", exact,
-                             min(crossing(p, e) for p, e in shares)))
+            out.append(
+                Point(
+                    pt["id"],
+                    fam,
+                    "memory",
+                    fam,
+                    used,
+                    pt["expect"] == "fits",
+                    exact,
+                    min(crossing(p, e) for p, e in shares),
+                )
+            )
         elif "throughput" in pt:
             m = backend.measure(problem, config)
             scope = pt["scope"]
-            got = (m.device_throughput if scope == "device" else m.throughput) * pt.get("packing_factor", 1.0)
+            got = (m.device_throughput if scope == "device" else m.throughput) * pt.get(
+                "packing_factor", 1.0
+            )
             out.append(Point(pt["id"], fam, "throughput", scope, math.log(pt["throughput"] / got)))
     return out
 
@@ -127,7 +151,14 @@ def leave_one_out(pts: list[Point]) -> list[Check]:
             lo, hi = scales.get(p.category, scales["all"])
             rest = p.value - p.exact
             # a verdict is inside when the band reaches the side of the tile limit it fell on
-            checks.append(Check(p, p.exact + rest * lo, p.exact + rest * hi, lo <= p.limit if p.fits else hi > p.limit))
+            checks.append(
+                Check(
+                    p,
+                    p.exact + rest * lo,
+                    p.exact + rest * hi,
+                    lo <= p.limit if p.fits else hi > p.limit,
+                )
+            )
     return checks
 
 
@@ -135,8 +166,10 @@ def coverage_rows(checks: list[Check]) -> list[tuple[str, str, int, int]]:
     """(quantity, which points, inside, of) for the docs table."""
     rows = []
     for kind, name in (("memory", "memory per IPU (busiest tile)"), ("throughput", "throughput")):
-        for subset, keep in (("all points", lambda c: True),
-                             ("not tuned on", lambda c: c.point.id not in TUNED_ON)):
+        for subset, keep in (
+            ("all points", lambda c: True),
+            ("not tuned on", lambda c: c.point.id not in TUNED_ON),
+        ):
             sel = [c for c in checks if c.point.kind == kind and keep(c)]
             rows.append((name, subset, sum(c.inside for c in sel), len(sel)))
     return rows
@@ -145,11 +178,17 @@ def coverage_rows(checks: list[Check]) -> list[tuple[str, str, int, int]]:
 def table(pts: list[Point] | None = None) -> str:
     pts = points() if pts is None else pts
     checks = leave_one_out(pts)
-    lines = ["| quantity | points | inside the interval (leave-one-out) | fraction |", "|---|---|---|---|"]
+    lines = [
+        "| quantity | points | inside the interval (leave-one-out) | fraction |",
+        "|---|---|---|---|",
+    ]
     for name, subset, inside, total in coverage_rows(checks):
         lines.append(f"| {name} | {subset} | {inside} of {total} | {inside / total:.0%} |")
-    lines += ["", "| point | family | kind | estimate vs published | interval without the point | inside | tuned on |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| point | family | kind | estimate vs published | interval without the point | inside | tuned on |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for c in checks:
         p = c.point
         if p.kind == "throughput":
@@ -158,8 +197,10 @@ def table(pts: list[Point] | None = None) -> str:
         else:
             what = f"{p.value:.0%} of a tile ({p.exact:.0%} exact), {'fits' if p.fits else 'OOM'}"
             band = f"{c.low:.0%}-{c.high:.0%}"
-        lines.append(f"| {p.id} | {p.family} | {p.kind} | {what} | {band} | {'yes' if c.inside else '**no**'} "
-                     f"| {TUNED_ON.get(p.id, '-')} |")
+        lines.append(
+            f"| {p.id} | {p.family} | {p.kind} | {what} | {band} | {'yes' if c.inside else '**no**'} "
+            f"| {TUNED_ON.get(p.id, '-')} |"
+        )
     return "\n".join(lines)
 
 

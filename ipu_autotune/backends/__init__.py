@@ -19,8 +19,10 @@ def resolve_backend_name(name: str) -> str:
     if name == "auto":
         return "poptorch" if sdk_available() else "estimate"
     if name == "poptorch" and not sdk_available():
-        raise UsageError("--backend poptorch needs the Poplar SDK (import poptorch failed); "
-                         "enable the SDK (source its enable.sh) or use --backend estimate")
+        raise UsageError(
+            "--backend poptorch needs the Poplar SDK (import poptorch failed); "
+            "enable the SDK (source its enable.sh) or use --backend estimate"
+        )
     if name not in BACKENDS:
         raise UsageError(f"unknown backend '{name}'; use one of {', '.join(BACKENDS)}")
     return name

@@ -31,8 +31,14 @@ class ScreenedBackend(Backend):
     puts more than `margin` over memory, and `veto` what it names a reason for; the nominal
     estimate is still what a screened record holds."""
 
-    def __init__(self, inner: Backend, screen: Backend | None, margin: float = 0.25,
-                 estimate_missing_throughput: bool = True, veto: Veto | None = None):
+    def __init__(
+        self,
+        inner: Backend,
+        screen: Backend | None,
+        margin: float = 0.25,
+        estimate_missing_throughput: bool = True,
+        veto: Veto | None = None,
+    ):
         if margin < 0:
             raise ValueError(f"screening margin must be >= 0, got {margin}")
         self.inner = inner
@@ -61,18 +67,31 @@ class ScreenedBackend(Backend):
             self.compiles_saved += 1
             return self._screened(predicted)
         vetoed = self._vetoed(config, predicted)
-        if vetoed and predicted is not None:  # the estimate corrected by other studies' compiles (calibration store) rules it out
+        if (
+            vetoed and predicted is not None
+        ):  # the estimate corrected by other studies' compiles (calibration store) rules it out
             self.compiles_saved += 1
             return self._screened(predicted, vetoed)
         self.compiles_run += 1
         m = self.inner.measure(problem, config)
         if predicted is not None:
             m.details.setdefault("screen_violation", round(predicted.violation, 4))
-            if (self.estimate_missing_throughput and m.feasible and m.throughput is None
-                    and predicted.throughput is not None):
+            if (
+                self.estimate_missing_throughput
+                and m.feasible
+                and m.throughput is None
+                and predicted.throughput is not None
+            ):
                 m.throughput, m.step_time_s = predicted.throughput, predicted.step_time_s
-                for key in ("device_throughput", "samples_per_call", "host_bytes_per_call", "bottleneck",
-                            "bottleneck_share", "throughput_interval", "device_throughput_interval"):
+                for key in (
+                    "device_throughput",
+                    "samples_per_call",
+                    "host_bytes_per_call",
+                    "bottleneck",
+                    "bottleneck_share",
+                    "throughput_interval",
+                    "device_throughput_interval",
+                ):
                     setattr(m, key, getattr(predicted, key))
                 m.details["throughput_source"] = "estimate"
         return m
@@ -82,7 +101,11 @@ class ScreenedBackend(Backend):
         return not self._over_margin(predicted) and not self._vetoed(config, predicted)
 
     def _over_margin(self, predicted: Measurement | None) -> TypeGuard[Measurement]:
-        return predicted is not None and predicted.failure in (None, "oom") and predicted.violation > self.margin
+        return (
+            predicted is not None
+            and predicted.failure in (None, "oom")
+            and predicted.violation > self.margin
+        )
 
     def _vetoed(self, config: Config, predicted: Measurement | None) -> str | None:
         return self.veto(config) if self.veto is not None and predicted is not None else None
@@ -99,11 +122,25 @@ class ScreenedBackend(Backend):
     def _screened(self, predicted: Measurement, why: str | None = None) -> Measurement:
         ipu = predicted.worst_ipu()
         where = f" on IPU{ipu}" if ipu is not None else ""
-        reason = (f"not compiled: estimated {predicted.violation:.0%} over tile memory{where}, "
-                  f"beyond the screening margin of {self.margin:.0%}") if why is None else f"not compiled: {why}"
-        details = dict(predicted.details, screened=True, screen_violation=round(predicted.violation, 4))
-        return dataclasses.replace(predicted, feasible=False, source="estimate", failure="oom",
-                                   reason=reason, details=details)
+        reason = (
+            (
+                f"not compiled: estimated {predicted.violation:.0%} over tile memory{where}, "
+                f"beyond the screening margin of {self.margin:.0%}"
+            )
+            if why is None
+            else f"not compiled: {why}"
+        )
+        details = dict(
+            predicted.details, screened=True, screen_violation=round(predicted.violation, 4)
+        )
+        return dataclasses.replace(
+            predicted,
+            feasible=False,
+            source="estimate",
+            failure="oom",
+            reason=reason,
+            details=details,
+        )
 
     def close(self) -> None:
         self.inner.close()

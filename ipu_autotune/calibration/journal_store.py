@@ -44,7 +44,9 @@ class JournalStore:
         try:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o664)
         except OSError as exc:
-            raise refused(self.url, f"cannot lock {self.lock_path}: {exc.strerror or exc}") from None
+            raise refused(
+                self.url, f"cannot lock {self.lock_path}: {exc.strerror or exc}"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -59,10 +61,15 @@ class JournalStore:
         except (OSError, ValueError):
             header = None
         if not isinstance(header, dict) or HEADER not in header:
-            raise refused(self.url, "not a calibration journal (its first line is not the store's header)")
+            raise refused(
+                self.url, "not a calibration journal (its first line is not the store's header)"
+            )
         if header[HEADER] != FORMAT:
-            raise refused(self.url, f"record format {header[HEADER]!r}, this ipu-autotune reads {FORMAT}",
-                          "use the ipu-autotune that wrote it, or move it aside")
+            raise refused(
+                self.url,
+                f"record format {header[HEADER]!r}, this ipu-autotune reads {FORMAT}",
+                "use the ipu-autotune that wrote it, or move it aside",
+            )
 
     def _lines(self) -> list[bytes]:
         with open(self.path, "rb") as f:
@@ -82,7 +89,9 @@ class JournalStore:
                 os.fsync(f.fileno())
         return True
 
-    def records(self, target: str | None = None, sdk: str | None = None, study: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    def records(
+        self, target: str | None = None, sdk: str | None = None, study: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
         out, bad, seen = [], 0, set()
         for raw in self._lines():
             try:
@@ -97,7 +106,9 @@ class JournalStore:
                 out.append(r)
         return out, bad
 
-    def forget(self, target: str | None = None, sdk: str | None = None, study: str | None = None) -> int:
+    def forget(
+        self, target: str | None = None, sdk: str | None = None, study: str | None = None
+    ) -> int:
         assert any(v is not None for v in (target, sdk, study)), "forget names at least one filter"
         with self._locked():
             lines, kept, gone = self._lines(), [], 0

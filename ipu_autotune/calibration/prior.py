@@ -76,8 +76,14 @@ def memory_points(records: Iterable[dict[str, Any]]) -> list[MemoryPoint]:
         c = _config(r)
         parts = n.get("breakdown") or [None] * len(m["max_tile_bytes"])
         # stored records: a breakdown of another length is read as far as it goes, as before
-        for got, want, breakdown in zip(m["max_tile_bytes"], n["max_tile_bytes"], parts, strict=False):
-            out.append(MemoryPoint(layout(c), want / cap, ipu_shares(breakdown), got / cap, recompute_segments(c)))
+        for got, want, breakdown in zip(
+            m["max_tile_bytes"], n["max_tile_bytes"], parts, strict=False
+        ):
+            out.append(
+                MemoryPoint(
+                    layout(c), want / cap, ipu_shares(breakdown), got / cap, recompute_segments(c)
+                )
+            )
     return out
 
 
@@ -87,9 +93,13 @@ def call_points(records: Iterable[dict[str, Any]]) -> list[CallTime]:
         m, n = r["measured"], r.get("nominal")
         if not n or not m.get("feasible") or not m.get("throughput") or not n.get("throughput"):
             continue
-        nominal = Measurement(feasible=True, source="estimate", throughput=n["throughput"],
-                              samples_per_call=n.get("samples_per_call"),
-                              details={"call_shares": n.get("call_shares")})
+        nominal = Measurement(
+            feasible=True,
+            source="estimate",
+            throughput=n["throughput"],
+            samples_per_call=n.get("samples_per_call"),
+            details={"call_shares": n.get("call_shares")},
+        )
         got = Measurement(feasible=True, source="compile", throughput=m["throughput"])
         p = call_time(nominal, overlapped(_config(r)), got)
         if p is not None:
@@ -119,9 +129,16 @@ def knob_rows(records: list[dict[str, Any]]) -> tuple[KnobRow, ...]:
         tiles = [(r, i, p) for r in rs for i, p in enumerate(memory_points([r]))]
         if tiles:
             parts = MemoryModel([p for _, _, p in tiles])
-            rows += [KnobRow(_config(r), _split_at(r), study, i,
-                             p.measured - parts.tile(p.layout, p.estimated, p.shares, p.checkpoints)[0])
-                     for r, i, p in tiles]
+            rows += [
+                KnobRow(
+                    _config(r),
+                    _split_at(r),
+                    study,
+                    i,
+                    p.measured - parts.tile(p.layout, p.estimated, p.shares, p.checkpoints)[0],
+                )
+                for r, i, p in tiles
+            ]
     return tuple(rows[:KNOB_ROWS])
 
 
@@ -141,13 +158,28 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
     call = None
     if calls:
         cm = CallModel(calls)
-        call = (cm.log_device, cm.log_host, math.hypot(call_scale(records) * PRIOR_SD, 0.05 / math.sqrt(len(calls))))
+        call = (
+            cm.log_device,
+            cm.log_host,
+            math.hypot(call_scale(records) * PRIOR_SD, 0.05 / math.sqrt(len(calls))),
+        )
     studies = len({study_of(r) for r in records})
-    return GuidePrior(memory, noise, call, len(records), studies, label, memory_scale=scale,
-                      memory_cov=memory_cov, memory_rows=knob_rows(records))
+    return GuidePrior(
+        memory,
+        noise,
+        call,
+        len(records),
+        studies,
+        label,
+        memory_scale=scale,
+        memory_cov=memory_cov,
+        memory_rows=knob_rows(records),
+    )
 
 
-def _widened(model: MemoryModel, widening: float) -> tuple[dict[str, tuple[float, float]], tuple[Any, ...]]:
+def _widened(
+    model: MemoryModel, widening: float
+) -> tuple[dict[str, tuple[float, float]], tuple[Any, ...]]:
     """The shared and per-category parts of a fitted model, as a prior: their means, and their
     posterior covariance with `widening` of the default prior's spread added to each part (as
     independent: a new model departs from the recorded ones part by part). Returns
@@ -155,13 +187,16 @@ def _widened(model: MemoryModel, widening: float) -> tuple[dict[str, tuple[float
     names = [*SHARED, *(n for n in model.names if n.startswith("category "))]
     cov = model.covariance(names)
     for i, name in enumerate(names):
-        cov[i][i] += (widening * PRIORS["category" if name.startswith("category ") else name][1]) ** 2
+        cov[i][i] += (
+            widening * PRIORS["category" if name.startswith("category ") else name][1]
+        ) ** 2
     memory = {name: (model.part(name)[0], math.sqrt(cov[i][i])) for i, name in enumerate(names)}
     return memory, tuple(tuple(row) for row in cov)
 
 
-def points_by_study(records: list[dict[str, Any]], points: Callable[[list[dict[str, Any]]], list[T]]
-                    ) -> dict[str, list[T]]:
+def points_by_study(
+    records: list[dict[str, Any]], points: Callable[[list[dict[str, Any]]], list[T]]
+) -> dict[str, list[T]]:
     """`points` of each study's records, for the studies that have any (memory_scale and
     call_scale hold one study out at a time)."""
     by_study: dict[str, list[T]] = {}
@@ -187,7 +222,9 @@ def memory_scale(records: list[dict[str, Any]]) -> tuple[float, float]:
             model = MemoryModel([], prior)
             for p in by_study[held]:
                 mean, sd = model.tile(p.layout, p.estimated, p.shares, p.checkpoints)
-                sd = math.hypot(sd, local_memory_sd(prior))  # as CorrectedModel._tiles with no compile near
+                sd = math.hypot(
+                    sd, local_memory_sd(prior)
+                )  # as CorrectedModel._tiles with no compile near
                 score[scale] += -math.log(sd) - 0.5 * ((p.measured - mean) / sd) ** 2
     best = max(SCALES, key=lambda s: (score[s], -s))
     return best, best
@@ -211,7 +248,9 @@ def call_scale(records: list[dict[str, Any]]) -> float:
             # a call's log time moves one for one with the factor of the side that bounds it
             sd = math.sqrt((scale * PRIOR_SD) ** 2 + 0.05**2 / len(others) + NOISE_SD**2)
             for p in by_study[held]:
-                error = math.log(p.combined(fitted.device, fitted.host) / cast(float, p.measured_s))
+                error = math.log(
+                    p.combined(fitted.device, fitted.host) / cast(float, p.measured_s)
+                )
                 score[scale] += -math.log(sd) - 0.5 * (error / sd) ** 2
     return max(SCALES, key=lambda s: (score[s], -s))
 
@@ -232,7 +271,9 @@ def loso(records: list[dict[str, Any]]) -> dict[str, Any] | None:
         model, calls = MemoryModel([], prior), CallModel([], prior.call)
         for p in memory_points(held):
             mem_nominal.append(abs(p.estimated - p.measured))
-            mem_corrected.append(abs(model.tile(p.layout, p.estimated, p.shares, p.checkpoints)[0] - p.measured))
+            mem_corrected.append(
+                abs(model.tile(p.layout, p.estimated, p.shares, p.checkpoints)[0] - p.measured)
+            )
         for call in call_points(held):
             assert call.measured_s is not None  # call_points passes the measurement to each
             measured = call.samples / call.measured_s
@@ -242,6 +283,12 @@ def loso(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     def med(xs: list[float]) -> float | None:
         return median(xs) if xs else None
 
-    return {"studies": len(studies), "memory_points": len(mem_nominal), "throughput_points": len(tp_nominal),
-            "memory_nominal": med(mem_nominal), "memory_corrected": med(mem_corrected),
-            "throughput_nominal": med(tp_nominal), "throughput_corrected": med(tp_corrected)}
+    return {
+        "studies": len(studies),
+        "memory_points": len(mem_nominal),
+        "throughput_points": len(tp_nominal),
+        "memory_nominal": med(mem_nominal),
+        "memory_corrected": med(mem_corrected),
+        "throughput_nominal": med(tp_nominal),
+        "throughput_corrected": med(tp_corrected),
+    }

@@ -41,40 +41,73 @@ def profile_summary(profile: ModelProfile, config: Config) -> dict[str, Any]:
     bounds = [0, *starts, len(profile.units)]
     stages = [sum(u.saved_bytes for u in profile.units[a:b]) for a, b in pairwise(bounds)]
     ops = [sum(u.ops for u in profile.units[a:b]) for a, b in pairwise(bounds)]
-    return {"params": int(profile.params), "ops": int(sum(u.ops for u in profile.units)),
-            "flops_by_kind": {k: float(v) for k, v in sorted(flops.items())},
-            "activations_by_stage": stages, "ops_by_stage": ops, "micro_batch": profile.batch_size}
+    return {
+        "params": int(profile.params),
+        "ops": int(sum(u.ops for u in profile.units)),
+        "flops_by_kind": {k: float(v) for k, v in sorted(flops.items())},
+        "activations_by_stage": stages,
+        "ops_by_stage": ops,
+        "micro_batch": profile.batch_size,
+    }
 
 
 def _memory(m: Measurement) -> dict[str, Any]:
-    return {"tile_capacity_bytes": m.tile_capacity_bytes, "max_tile_bytes": list(m.max_tile_bytes),
-            "required_bytes": list(m.required_bytes), "breakdown": [dict(b) for b in m.breakdown]}
+    return {
+        "tile_capacity_bytes": m.tile_capacity_bytes,
+        "max_tile_bytes": list(m.max_tile_bytes),
+        "required_bytes": list(m.required_bytes),
+        "breakdown": [dict(b) for b in m.breakdown],
+    }
 
 
-def make_record(*, study: str, study_uid: str, trial: int, target: str, sdk: str, problem: Problem,
-                profile: ModelProfile, config: Config, measured: Measurement,
-                nominal: Measurement | None) -> dict[str, Any]:
+def make_record(
+    *,
+    study: str,
+    study_uid: str,
+    trial: int,
+    target: str,
+    sdk: str,
+    problem: Problem,
+    profile: ModelProfile,
+    config: Config,
+    measured: Measurement,
+    nominal: Measurement | None,
+) -> dict[str, Any]:
     """The record of one compile. A throughput the estimator filled in (an offline compile,
     backends/screen.py) is not the hardware's: it is kept as None."""
     details = measured.details or {}
     estimated_speed = details.get("throughput_source") == "estimate"
     record = {
-        "format": FORMAT, "key": key_of(study_uid, trial), "study": study, "study_uid": study_uid,
-        "trial": int(trial), "target": target, "sdk": sdk, "estimator": f"ipu-autotune {__version__}",
-        "model": problem.model, "problem": {"batch_size": problem.batch_size, "ipus": problem.ipus},
+        "format": FORMAT,
+        "key": key_of(study_uid, trial),
+        "study": study,
+        "study_uid": study_uid,
+        "trial": int(trial),
+        "target": target,
+        "sdk": sdk,
+        "estimator": f"ipu-autotune {__version__}",
+        "model": problem.model,
+        "problem": {"batch_size": problem.batch_size, "ipus": problem.ipus},
         "profile": profile_summary(profile, config),
         "config": config.to_dict(),
-        "measured": {**_memory(measured), "source": measured.source, "feasible": measured.feasible,
-                     "failure": measured.failure,
-                     "throughput": None if estimated_speed else measured.throughput,
-                     "compile_seconds": details.get("compile_seconds")},
+        "measured": {
+            **_memory(measured),
+            "source": measured.source,
+            "feasible": measured.feasible,
+            "failure": measured.failure,
+            "throughput": None if estimated_speed else measured.throughput,
+            "compile_seconds": details.get("compile_seconds"),
+        },
         "nominal": None,
         "written": time.time(),
     }
     if nominal is not None:
-        record["nominal"] = {**_memory(nominal), "throughput": nominal.throughput,
-                             "samples_per_call": nominal.samples_per_call,
-                             "call_shares": (nominal.details or {}).get("call_shares")}
+        record["nominal"] = {
+            **_memory(nominal),
+            "throughput": nominal.throughput,
+            "samples_per_call": nominal.samples_per_call,
+            "call_shares": (nominal.details or {}).get("call_shares"),
+        }
     return record
 
 
@@ -94,6 +127,11 @@ def check_record(record: Any) -> str | None:
     return None
 
 
-def matches(record: dict[str, Any], target: str | None, sdk: str | None, study: str | None) -> bool:
-    return ((target is None or record.get("target") == target) and (sdk is None or record.get("sdk") == sdk)
-            and (study is None or record.get("study") == study))
+def matches(
+    record: dict[str, Any], target: str | None, sdk: str | None, study: str | None
+) -> bool:
+    return (
+        (target is None or record.get("target") == target)
+        and (sdk is None or record.get("sdk") == sdk)
+        and (study is None or record.get("study") == study)
+    )

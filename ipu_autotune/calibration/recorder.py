@@ -32,14 +32,26 @@ RECORDED_FAILURES = (None, "oom", "compile_error", "timeout")
 
 
 def is_compile(m: Measurement) -> bool:
-    return m.source in ("compile", "run") and m.failure in RECORDED_FAILURES and not (m.details or {}).get("screened")
+    return (
+        m.source in ("compile", "run")
+        and m.failure in RECORDED_FAILURES
+        and not (m.details or {}).get("screened")
+    )
 
 
 class Recorder:
     """Call it with each finished TrialRecord (Runner.observers)."""
 
-    def __init__(self, store: Store, problem: Problem, profile: ModelProfile, backend: Backend, study: str, study_uid: str,
-                 warn: Callable[[str], None] = lambda line: None):
+    def __init__(
+        self,
+        store: Store,
+        problem: Problem,
+        profile: ModelProfile,
+        backend: Backend,
+        study: str,
+        study_uid: str,
+        warn: Callable[[str], None] = lambda line: None,
+    ):
         self.store, self.problem, self.profile, self.backend = store, problem, profile, backend
         self.study, self.study_uid, self.warn = study, study_uid, warn
         self.added = 0
@@ -53,12 +65,25 @@ class Recorder:
         if not is_compile(m) or sdk.startswith("estimate"):
             return None
         try:
-            nominal = estimate(self.problem, config, profile_at_micro_batch(self.problem, config, self.profile))
-        except Exception:  # the record keeps what the compile said even when the estimator cannot judge
+            nominal = estimate(
+                self.problem, config, profile_at_micro_batch(self.problem, config, self.profile)
+            )
+        except (
+            Exception
+        ):  # the record keeps what the compile said even when the estimator cannot judge
             nominal = None
-        return make_record(study=self.study, study_uid=self.study_uid, trial=trial, target=self.problem.target,
-                           sdk=sdk, problem=self.problem, profile=self.profile, config=config, measured=m,
-                           nominal=nominal)
+        return make_record(
+            study=self.study,
+            study_uid=self.study_uid,
+            trial=trial,
+            target=self.problem.target,
+            sdk=sdk,
+            problem=self.problem,
+            profile=self.profile,
+            config=config,
+            measured=m,
+            nominal=nominal,
+        )
 
     def __call__(self, rec: TrialRecord) -> None:
         if self.failed:
@@ -71,5 +96,7 @@ class Recorder:
         except Exception as exc:
             self.failed = True
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-            self.warn(f"calibration store {mask_url(getattr(self.store, 'url', ''))}: not written ({mask_url(first)}); "
-                      "the study goes on without recording")
+            self.warn(
+                f"calibration store {mask_url(getattr(self.store, 'url', ''))}: not written ({mask_url(first)}); "
+                "the study goes on without recording"
+            )

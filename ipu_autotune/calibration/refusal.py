@@ -11,7 +11,7 @@ class StoreRefused(UsageError):
 
 
 #: what to do about a store that is refused
-FIX = ("move it aside, or give --calibration-storage another file (or tune with --no-calibration)")
+FIX = "move it aside, or give --calibration-storage another file (or tune with --no-calibration)"
 #: what to do about a store that has no records yet
 EMPTY_FIX = "run a study with a compiling backend first, or give --calibration-storage"
 
@@ -22,8 +22,10 @@ class NoStoreYet(StoreRefused):
 
 
 def no_store_yet(url: str) -> NoStoreYet:
-    return NoStoreYet(f"calibration store {mask_url(url)}: no calibration store there (no compile recorded yet); "
-                      f"{EMPTY_FIX}")
+    return NoStoreYet(
+        f"calibration store {mask_url(url)}: no calibration store there (no compile recorded yet); "
+        f"{EMPTY_FIX}"
+    )
 
 
 def refused(url: str, why: str, fix: str = FIX) -> StoreRefused:

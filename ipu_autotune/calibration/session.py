@@ -63,11 +63,18 @@ class Calibration:
     def to_json(self, study: optuna.Study) -> dict[str, Any]:
         """For `tune --json`: the store, the guide's prior from it, this study's records in it."""
         try:
-            mine = [r for r in self.store.records(study=study.study_name)[0] if r.get("study_uid") == study_uid(study)]
+            mine = [
+                r
+                for r in self.store.records(study=study.study_name)[0]
+                if r.get("study_uid") == study_uid(study)
+            ]
         except Exception:  # the store went away meanwhile: say what is known
             mine = None
-        return {"store": mask_url(self.store.url), "prior": self.prior.label if self.prior else None,
-                "records_of_this_study": None if mine is None else len(mine)}
+        return {
+            "store": mask_url(self.store.url),
+            "prior": self.prior.label if self.prior else None,
+            "records_of_this_study": None if mine is None else len(mine),
+        }
 
 
 def open_for_tune(url: str | None, warn: Callable[[str], None]) -> Any:
@@ -80,11 +87,19 @@ def open_for_tune(url: str | None, warn: Callable[[str], None]) -> Any:
         warn(f"{exc}; this study runs uncorrected and records nothing")
     except Exception as exc:  # unreachable server, permissions: the store is an aid
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        warn(f"calibration store {mask_url(url)}: {mask_url(first)}; this study runs uncorrected and records nothing")
+        warn(
+            f"calibration store {mask_url(url)}: {mask_url(first)}; this study runs uncorrected and records nothing"
+        )
     return None
 
 
-def give_prior(store: Store | None, uid: str | None, problem: Problem, backend: Backend, warn: Callable[[str], None]) -> Calibration | None:
+def give_prior(
+    store: Store | None,
+    uid: str | None,
+    problem: Problem,
+    backend: Backend,
+    warn: Callable[[str], None],
+) -> Calibration | None:
     """The prior fitted on the records of other studies (not `uid`'s) on the problem's target
     and the backend's SDK, for the guide of a compiling backend (Calibration.prior, handed to
     the Guide); the Calibration says what it did (`note`)."""
@@ -97,14 +112,18 @@ def give_prior(store: Store | None, uid: str | None, problem: Problem, backend: 
     try:
         records, _ = store.records(target=problem.target, sdk=sdk)
     except Exception as exc:
-        warn(f"calibration store {mask_url(store.url)}: not read ({type(exc).__name__}); "
-             "this study starts uncorrected")
+        warn(
+            f"calibration store {mask_url(store.url)}: not read ({type(exc).__name__}); "
+            "this study starts uncorrected"
+        )
         records = []
     others = [r for r in records if study_of(r) != uid]
     if others:
         studies = len({study_of(r) for r in others})
-        label = (f"{problem.target}, {sdk}: {len(others)} compile(s) of {studies} other "
-                 f"stud{'y' if studies == 1 else 'ies'}")
+        label = (
+            f"{problem.target}, {sdk}: {len(others)} compile(s) of {studies} other "
+            f"stud{'y' if studies == 1 else 'ies'}"
+        )
         out.prior = fit_prior(others, label)
     if out.prior is not None:
         out.note = f"guide's prior from the calibration store ({out.prior.label})"
@@ -131,23 +150,44 @@ def prior_veto(guide: Guide | None, baseline: Config) -> Callable[[Config], str 
         if judged is None:  # not the baseline, or outside the space: the nominal screen decides
             return None
         chance = judged.chance
-        return (f"the estimate corrected by the calibration store gives it a {chance:.1%} chance to fit "
-                f"(busiest tile {judged.busiest:.0%} of a tile)") if chance < VETO_CHANCE else None
+        return (
+            (
+                f"the estimate corrected by the calibration store gives it a {chance:.1%} chance to fit "
+                f"(busiest tile {judged.busiest:.0%} of a tile)"
+            )
+            if chance < VETO_CHANCE
+            else None
+        )
+
     return veto
 
 
-def attach(calibrated: Calibration | None, study: optuna.Study, problem: Problem, profile: ModelProfile,
-           backend: Backend, warn: Callable[[str], None]) -> Recorder | None:
+def attach(
+    calibrated: Calibration | None,
+    study: optuna.Study,
+    problem: Problem,
+    profile: ModelProfile,
+    backend: Backend,
+    warn: Callable[[str], None],
+) -> Recorder | None:
     """The Recorder that writes this study's compiles (a Runner observer), or None."""
     if calibrated is None:
         return None
-    recorder = Recorder(calibrated.store, problem, profile, backend, study.study_name, study_uid(study), warn)
+    recorder = Recorder(
+        calibrated.store, problem, profile, backend, study.study_name, study_uid(study), warn
+    )
     calibrated.recorder = recorder
     return recorder
 
 
-def prepare(store: Store | None, study: optuna.Study, problem: Problem, profile: ModelProfile, backend: Backend,
-            warn: Callable[[str], None]) -> Calibration | None:
+def prepare(
+    store: Store | None,
+    study: optuna.Study,
+    problem: Problem,
+    profile: ModelProfile,
+    backend: Backend,
+    warn: Callable[[str], None],
+) -> Calibration | None:
     """give_prior and attach at once, for an open study (tests, benchmarks); its prior is the
     guide's (Guide's `prior`)."""
     out = give_prior(store, study_uid(study), problem, backend, warn)

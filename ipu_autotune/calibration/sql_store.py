@@ -29,11 +29,22 @@ def _schema() -> tuple[MetaData, Table, Table]:
     from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text
 
     md = MetaData()
-    records = Table(TABLE, md, Column("key", String(512), primary_key=True), Column("format", Integer, nullable=False),
-                    Column("target", String(32), index=True), Column("sdk", String(128), index=True),
-                    Column("model", String(512)), Column("study", String(512), index=True),
-                    Column("trial", Integer), Column("written", Float), Column("record", Text, nullable=False))
-    meta = Table(META, md, Column("name", String(64), primary_key=True), Column("value", String(256)))
+    records = Table(
+        TABLE,
+        md,
+        Column("key", String(512), primary_key=True),
+        Column("format", Integer, nullable=False),
+        Column("target", String(32), index=True),
+        Column("sdk", String(128), index=True),
+        Column("model", String(512)),
+        Column("study", String(512), index=True),
+        Column("trial", Integer),
+        Column("written", Float),
+        Column("record", Text, nullable=False),
+    )
+    meta = Table(
+        META, md, Column("name", String(64), primary_key=True), Column("value", String(256))
+    )
     return md, records, meta
 
 
@@ -42,14 +53,17 @@ class SqlStore:
         from sqlalchemy import create_engine, inspect
 
         self.url = url
-        normal = "postgresql" + url[len("postgres"):] if url.startswith("postgres:") else url
+        normal = "postgresql" + url[len("postgres") :] if url.startswith("postgres:") else url
         scheme = normal.split(":", 1)[0].split("+")[0].lower()
         self.sqlite = scheme == "sqlite"
-        path = Path(normal[len("sqlite:///"):]) if self.sqlite else None
+        path = Path(normal[len("sqlite:///") :]) if self.sqlite else None
         if path is not None and not create and not (path.exists() and path.stat().st_size):
             raise no_store_yet(url)
-        kwargs: dict[str, Any] = ({"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}} if self.sqlite else
-                                  {"pool_pre_ping": True, "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}})
+        kwargs: dict[str, Any] = (
+            {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}}
+            if self.sqlite
+            else {"pool_pre_ping": True, "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
+        )
         self.md, self.table, self.meta = _schema()
         try:
             self.engine = create_engine(normal, **kwargs)
@@ -59,10 +73,16 @@ class SqlStore:
             raise refused(url, why, fix) from None
         except Exception as exc:  # "file is not a database", unreachable server...
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-            why = "not an SQLite database (corrupted?)" if path is not None and path.exists() else f"cannot be read: {first}"
+            why = (
+                "not an SQLite database (corrupted?)"
+                if path is not None and path.exists()
+                else f"cannot be read: {first}"
+            )
             raise refused(url, why, FIX) from None
         for _ in range(20):  # another worker creating the store right now: let it finish (<= 2 s)
-            if (TABLE in names) == (META in names) and (TABLE not in names or self._format() is not None):
+            if (TABLE in names) == (META in names) and (
+                TABLE not in names or self._format() is not None
+            ):
                 break
             time.sleep(0.1)
             names = set(inspect(self.engine).get_table_names())
@@ -73,7 +93,9 @@ class SqlStore:
 
         try:
             with self.engine.connect() as conn:
-                return conn.execute(select(self.meta.c.value).where(self.meta.c.name == "format")).scalar()
+                return conn.execute(
+                    select(self.meta.c.value).where(self.meta.c.name == "format")
+                ).scalar()
         except Exception:  # a table of that name that is not ours
             return "unreadable"
 
@@ -83,15 +105,26 @@ class SqlStore:
         if TABLE in names:
             columns = {c["name"] for c in inspect(self.engine).get_columns(TABLE)}
             if not COLUMNS <= columns or META not in names:
-                raise refused(self.url, f"its table {TABLE} is not ours (columns {', '.join(sorted(columns))})", FIX)
+                raise refused(
+                    self.url,
+                    f"its table {TABLE} is not ours (columns {', '.join(sorted(columns))})",
+                    FIX,
+                )
             got = self._format()
             if got != str(FORMAT):
-                raise refused(self.url, f"record format {got}, this ipu-autotune reads {FORMAT}",
-                              "use the ipu-autotune that wrote it, or " + FIX)
+                raise refused(
+                    self.url,
+                    f"record format {got}, this ipu-autotune reads {FORMAT}",
+                    "use the ipu-autotune that wrote it, or " + FIX,
+                )
             return
         if self.sqlite and names:
-            raise refused(self.url, f"holds other tables ({', '.join(sorted(names)[:3])}...) and no calibration store "
-                          "(a study database?)", FIX)
+            raise refused(
+                self.url,
+                f"holds other tables ({', '.join(sorted(names)[:3])}...) and no calibration store "
+                "(a study database?)",
+                FIX,
+            )
         if not create:
             raise no_store_yet(self.url)
         from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
@@ -118,25 +151,48 @@ class SqlStore:
     def add(self, record: dict[str, Any]) -> bool:
         from sqlalchemy.exc import IntegrityError
 
-        row = {k: record.get(k) for k in ("key", "format", "target", "sdk", "model", "study", "trial", "written")}
+        row = {
+            k: record.get(k)
+            for k in ("key", "format", "target", "sdk", "model", "study", "trial", "written")
+        }
         try:
             with self.engine.begin() as conn:
-                conn.execute(self.table.insert().values(**row, record=json.dumps(record, default=float)))
+                conn.execute(
+                    self.table.insert().values(**row, record=json.dumps(record, default=float))
+                )
             return True
         except IntegrityError:  # another worker (or an earlier run) stored this compile
             return False
 
-    def _where(self, target: str | None, sdk: str | None, study: str | None) -> list[ColumnElement[bool]]:
+    def _where(
+        self, target: str | None, sdk: str | None, study: str | None
+    ) -> list[ColumnElement[bool]]:
         c = self.table.c
-        return [cond for cond, v in ((c.target == target, target), (c.sdk == sdk, sdk), (c.study == study, study))
-                if v is not None]
+        return [
+            cond
+            for cond, v in (
+                (c.target == target, target),
+                (c.sdk == sdk, sdk),
+                (c.study == study, study),
+            )
+            if v is not None
+        ]
 
-    def records(self, target: str | None = None, sdk: str | None = None, study: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    def records(
+        self, target: str | None = None, sdk: str | None = None, study: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
         from sqlalchemy import select
 
         with self.engine.connect() as conn:
-            rows = conn.execute(select(self.table.c.record).where(*self._where(target, sdk, study))
-                                .order_by(self.table.c.written)).scalars().all()
+            rows = (
+                conn.execute(
+                    select(self.table.c.record)
+                    .where(*self._where(target, sdk, study))
+                    .order_by(self.table.c.written)
+                )
+                .scalars()
+                .all()
+            )
         out, bad = [], 0
         for text in rows:
             try:
@@ -150,7 +206,9 @@ class SqlStore:
                 bad += 1
         return out, bad
 
-    def forget(self, target: str | None = None, sdk: str | None = None, study: str | None = None) -> int:
+    def forget(
+        self, target: str | None = None, sdk: str | None = None, study: str | None = None
+    ) -> int:
         where = self._where(target, sdk, study)
         assert where, "forget names at least one of target, sdk, study"
         with self.engine.begin() as conn:

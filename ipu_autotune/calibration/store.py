@@ -28,11 +28,14 @@ class Store(Protocol):
     def add(self, record: dict[str, Any]) -> bool:
         """Store `record` unless its key is there; True when it was added."""
 
-    def records(self, target: str | None = None, sdk: str | None = None,
-                study: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    def records(
+        self, target: str | None = None, sdk: str | None = None, study: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
         """(readable records matching, how many stored ones were unreadable)."""
 
-    def forget(self, target: str | None = None, sdk: str | None = None, study: str | None = None) -> int:
+    def forget(
+        self, target: str | None = None, sdk: str | None = None, study: str | None = None
+    ) -> int:
         """Remove the records matching every filter given (at least one), in one step; how many."""
 
     def close(self) -> None: ...
@@ -44,9 +47,11 @@ def default_url(storage_url: str) -> str | None:
         return None
     if is_journal(storage_url):
         path = journal_path(storage_url)
-        return f"journal:///{path.with_name(path.stem + '-calibration.journal')}".replace("////", "///")
+        return f"journal:///{path.with_name(path.stem + '-calibration.journal')}".replace(
+            "////", "///"
+        )
     if storage_url.startswith("sqlite:///"):
-        db = Path(storage_url[len("sqlite:///"):])
+        db = Path(storage_url[len("sqlite:///") :])
         if str(db) == ":memory:":
             return None
         return "sqlite:///" + str(db.with_name(db.stem + "-calibration" + (db.suffix or ".db")))
@@ -56,8 +61,10 @@ def default_url(storage_url: str) -> str | None:
 def check_store_url(url: str) -> None:
     """A URL that cannot work: one line (UsageError), touching nothing."""
     if url == "memory:":
-        raise UsageError("calibration storage memory: keeps nothing across studies; give a file or a "
-                         "database URL, or --no-calibration")
+        raise UsageError(
+            "calibration storage memory: keeps nothing across studies; give a file or a "
+            "database URL, or --no-calibration"
+        )
     check_url(url)
 
 
@@ -77,7 +84,9 @@ def summary(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str
     """Per (target, SDK): how many records, fitting ones, models and studies."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for r in records:
-        s = out.setdefault((r["target"], r["sdk"]), {"records": 0, "fits": 0, "models": set(), "studies": set()})
+        s = out.setdefault(
+            (r["target"], r["sdk"]), {"records": 0, "fits": 0, "models": set(), "studies": set()}
+        )
         s["records"] += 1
         s["fits"] += bool(r["measured"].get("feasible"))
         s["models"].add(r.get("model", "?"))

@@ -56,17 +56,25 @@ def trace(problem: Problem, console: Console) -> ModelProfile:
         except UsageError:
             raise
         except Exception as exc:
-            raise UsageError(f"model '{problem.model}' could not be traced with input "
-                             f"{list(problem.inputs) or list(problem.input_shape)} at micro-batch "
-                             f"{problem.batch_size}: "
-                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
-                             + ("check --input (NAME:SHAPE:DTYPE, one per forward argument)"
-                                if problem.inputs or problem.token_inputs else
-                                "check --input-shape, or describe several or integer inputs with --input")) from None
+            raise UsageError(
+                f"model '{problem.model}' could not be traced with input "
+                f"{list(problem.inputs) or list(problem.input_shape)} at micro-batch "
+                f"{problem.batch_size}: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+                + (
+                    "check --input (NAME:SHAPE:DTYPE, one per forward argument)"
+                    if problem.inputs or problem.token_inputs
+                    else "check --input-shape, or describe several or integer inputs with --input"
+                )
+            ) from None
 
 
-def measuring_backend(options: MeasureOptions, console: Console, work_dir: Path | None = None,
-                      estimate_headroom: float | None = None) -> Backend:
+def measuring_backend(
+    options: MeasureOptions,
+    console: Console,
+    work_dir: Path | None = None,
+    estimate_headroom: float | None = None,
+) -> Backend:
     """The backend --backend names, unscreened. `estimate_headroom`: the estimate backend's
     headroom when it answers alone (estimate's own verdict is by the tile limit: 0); else
     --headroom."""
@@ -76,14 +84,20 @@ def measuring_backend(options: MeasureOptions, console: Console, work_dir: Path 
     if name == "estimate":
         # said once: by the command the user ran, not again by each --jobs worker it starts
         if options.backend == "auto" and not options.quiet and not options.worker:
-            Console(stderr=True).print("[dim]PopTorch not found: using the estimate backend; "
-                                       "every figure is estimated.[/]")
-        if estimate_headroom is not None:  # `estimate`: the estimate's own verdict, by the tile limit
+            Console(stderr=True).print(
+                "[dim]PopTorch not found: using the estimate backend; "
+                "every figure is estimated.[/]"
+            )
+        if (
+            estimate_headroom is not None
+        ):  # `estimate`: the estimate's own verdict, by the tile limit
             return EstimateBackend(headroom=estimate_headroom)
         return EstimateBackend(headroom=options.headroom, fit_confidence=options.fit_confidence)
     from ..backends.poptorch import PopTorchBackend
 
-    return PopTorchBackend(work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=options.compile_timeout)
+    return PopTorchBackend(
+        work_dir=work_dir or Path(DEFAULT_OUT), timeout_s=options.compile_timeout
+    )
 
 
 def screened(options: MeasureOptions, backend: Backend, veto: Veto | None = None) -> Backend:
@@ -96,18 +110,27 @@ def screened(options: MeasureOptions, backend: Backend, veto: Veto | None = None
 
     # Without screening the estimator still fills in throughput where an offline compile has none.
     margin = float("inf") if options.no_screen else options.screen_margin
-    return ScreenedBackend(backend, EstimateBackend(headroom=options.headroom), margin=margin, veto=veto)
+    return ScreenedBackend(
+        backend, EstimateBackend(headroom=options.headroom), margin=margin, veto=veto
+    )
 
 
-def make_backend(options: MeasureOptions, problem: Problem | None, console: Console, work_dir: Path | None = None,
-                 estimate_headroom: float | None = None) -> Backend:
+def make_backend(
+    options: MeasureOptions,
+    problem: Problem | None,
+    console: Console,
+    work_dir: Path | None = None,
+    estimate_headroom: float | None = None,
+) -> Backend:
     """The backend --backend names, screened as --screen-margin says (measuring_backend, screened)."""
     return screened(options, measuring_backend(options, console, work_dir, estimate_headroom))
 
 
 def warn(line: str) -> None:
     """One yellow line on stderr (a stored or user-given text shown escaped)."""
-    Console(stderr=True, highlight=False).print(terminal_text(line), style="yellow", markup=False, soft_wrap=True)
+    Console(stderr=True, highlight=False).print(
+        terminal_text(line), style="yellow", markup=False, soft_wrap=True
+    )
 
 
 def with_host_data(options: MeasureOptions, problem: Problem, console: Console) -> Problem:
@@ -123,19 +146,37 @@ def with_host_data(options: MeasureOptions, problem: Problem, console: Console) 
 
     try:
         with console.status(f"Timing --data {data} with loader workers…") as status:
-            scaling = measure_scaling(load(data), progress=lambda w: status.update(
-                f"Timing --data {data} with {w} loader worker(s)…"))
+            scaling = measure_scaling(
+                load(data),
+                progress=lambda w: status.update(
+                    f"Timing --data {data} with {w} loader worker(s)…"
+                ),
+            )
         speedups, scaling_line = scaling.speedups, scaling.line()
     except NotMeasured as why:
-        speedups, scaling_line = (), f"loader workers not measured: {why}; assumed 0.9 of a process per worker"
-    with console.status(f"Timing the host input pipeline of --data {data} for {DEFAULT_SECONDS:g} s…") as status:
-        measured = measure(data, worker_speedups=speedups, progress=lambda n, t: status.update(
-            f"Timing the host input pipeline of --data {data}: {n:,} samples in {t:.1f} s…"))
+        speedups, scaling_line = (
+            (),
+            f"loader workers not measured: {why}; assumed 0.9 of a process per worker",
+        )
+    with console.status(
+        f"Timing the host input pipeline of --data {data} for {DEFAULT_SECONDS:g} s…"
+    ) as status:
+        measured = measure(
+            data,
+            worker_speedups=speedups,
+            progress=lambda n, t: status.update(
+                f"Timing the host input pipeline of --data {data}: {n:,} samples in {t:.1f} s…"
+            ),
+        )
     if not options.quiet:
         console.print(f"[dim]{measured.line()}[/]", highlight=False)
         console.print(f"[dim]{scaling_line}[/]", highlight=False)
-    return replace(problem, host_float_sample_s=measured.float_sample_s, host_uint8_sample_s=measured.uint8_sample_s,
-                   host_worker_speedups=speedups)
+    return replace(
+        problem,
+        host_float_sample_s=measured.float_sample_s,
+        host_uint8_sample_s=measured.uint8_sample_s,
+        host_worker_speedups=speedups,
+    )
 
 
 def load_study(storage_url: str, name: str) -> tuple[optuna.Study, Problem]:
@@ -144,14 +185,20 @@ def load_study(storage_url: str, name: str) -> tuple[optuna.Study, Problem]:
     from ..study.records import stored_problem
 
     if file_missing(storage_url):  # opening it would create an empty database here
-        raise UsageError(f"no study '{name}': {mask_url(storage_url)} does not exist; give the "
-                         "--storage the study was tuned in") from None
+        raise UsageError(
+            f"no study '{name}': {mask_url(storage_url)} does not exist; give the "
+            "--storage the study was tuned in"
+        ) from None
     storage = open_storage(storage_url)
     try:
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
-        hint = f"; studies there: {', '.join(names[:8])}" if names else "; that storage holds no studies"
+        hint = (
+            f"; studies there: {', '.join(names[:8])}"
+            if names
+            else "; that storage holds no studies"
+        )
         raise UsageError(f"no study '{name}' in {mask_url(storage_url)}{hint}") from None
     problem = stored_problem(study)
     if problem is None:
@@ -166,8 +213,13 @@ def numerics_notes(advice: NumericsAdvice | None, config: Config) -> list[str]:
     return notes(advice, config)
 
 
-def numerics_advice(problem: Problem, space: SearchSpace, existing: optuna.Study | None, console: Console,
-                    seed: int = 0) -> NumericsAdvice | None:
+def numerics_advice(
+    problem: Problem,
+    space: SearchSpace,
+    existing: optuna.Study | None,
+    console: Console,
+    seed: int = 0,
+) -> NumericsAdvice | None:
     """The numerics advice `tune` sets and `estimate` suggests with: stored with the study
     (`existing`), or measured now (a few seconds on the CPU); None where it cannot be measured
     (study/planning.numerics_unmeasured says why)."""
@@ -180,13 +232,17 @@ def numerics_advice(problem: Problem, space: SearchSpace, existing: optuna.Study
         return NumericsAdvice.from_dict(stored)
     if numerics_unmeasured(problem, space):
         return None  # the knobs are searched instead
-    with console.status("Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
-                        "and partials…"):
+    with console.status(
+        "Measuring gradient statistics on the CPU for loss scaling, stochastic rounding "
+        "and partials…"
+    ):
         try:
             return advise(problem, seed=seed)
         except UsageError:
             raise
-        except Exception as exc:  # advice is an aid: without it the study still searches these knobs
+        except (
+            Exception
+        ) as exc:  # advice is an aid: without it the study still searches these knobs
             console.print(f"[yellow]numerics advice skipped: {type(exc).__name__}: {exc}[/]")
             return None
 
@@ -195,8 +251,13 @@ def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:
     """One line per trial whose stored record does not match the schema (study/records.read_records):
     the trial is left out, the rest of the study shows."""
     for reason in unreadable.values():
-        console.print(terminal_text(f"unreadable, left out: {reason}"), style="yellow", markup=False,
-                      highlight=False, soft_wrap=True)
+        console.print(
+            terminal_text(f"unreadable, left out: {reason}"),
+            style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def baseline_of(records: Iterable[TrialRecord]) -> TrialRecord | None:

@@ -39,7 +39,11 @@ def _parse_set(items: Iterable[str]) -> dict[str, Any]:
         if key in ("splits", "checkpoints") and not value.startswith("["):
             out[key] = [p for p in value.split(",") if p]
             continue
-        if key == "available_memory_proportion" and "," in value and not value.strip().startswith("["):
+        if (
+            key == "available_memory_proportion"
+            and "," in value
+            and not value.strip().startswith("[")
+        ):
             value = f"[{value}]"
         try:
             out[key] = tomllib.loads(f"v = {value}")["v"]
@@ -65,17 +69,24 @@ def run(args: EstimateOptions) -> int:
     return code
 
 
-def measured(args: EstimateOptions, overrides: dict[str, Any] | None = None,
-             console: Console | None = None) -> tuple[Problem, Config, Measurement, list[str]]:
+def measured(
+    args: EstimateOptions, overrides: dict[str, Any] | None = None, console: Console | None = None
+) -> tuple[Problem, Config, Measurement, list[str]]:
     """The problem, the configuration (--config, then --set, then `overrides`: the Python API's
     config keys) checked by the rules, its measurement, and the recipe rules it breaks."""
     from ..guide.warmstart import naive_baseline
 
     console = console or console_for(args)
     file = load_config_file(args.config) if args.config else None
-    problem = with_host_data(args, problem_from_options(args, file.problem if file else None), console)
+    problem = with_host_data(
+        args, problem_from_options(args, file.problem if file else None), console
+    )
     profile = trace(problem, console)
-    values = file.config.to_dict() if file and file.config else naive_baseline(problem, profile).to_dict()
+    values = (
+        file.config.to_dict()
+        if file and file.config
+        else naive_baseline(problem, profile).to_dict()
+    )
     flag = "--set" if overrides is None else "config"
     overrides = {**_parse_set(args.set), **(overrides or {})}
     if "ipus_per_replica" in overrides and "available_memory_proportion" not in overrides:
@@ -94,8 +105,14 @@ def measured(args: EstimateOptions, overrides: dict[str, Any] | None = None,
     return problem, config, backend.measure(problem, config), broken
 
 
-def _print_measurement(console: Console, problem: Problem, config: Config, m: Measurement, headroom: float,
-                       fit_confidence: float) -> None:
+def _print_measurement(
+    console: Console,
+    problem: Problem,
+    config: Config,
+    m: Measurement,
+    headroom: float,
+    fit_confidence: float,
+) -> None:
     from ..guide.suggestions import suggestions
 
     label = "estimated" if m.source == "estimate" else m.source
@@ -105,17 +122,24 @@ def _print_measurement(console: Console, problem: Problem, config: Config, m: Me
     if intervals.headroom_note(m, headroom):
         console.print(intervals.headroom_note(m, headroom), highlight=False)
     if intervals.line(m):
-        console.print(intervals.line(m).replace("error bars", f"error bars ({label})", 1), highlight=False)
+        console.print(
+            intervals.line(m).replace("error bars", f"error bars ({label})", 1), highlight=False
+        )
     if m.throughput:
         assert m.step_time_s is not None  # a backend that gives a throughput gives its step time
-        console.print(f"throughput: {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})",
-                      highlight=False)
+        console.print(
+            f"throughput: {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})",
+            highlight=False,
+        )
     if m.bottleneck:
         from ..host.pipeline import bottleneck_line
 
         device = f"; the IPUs alone {m.device_throughput:,.0f}/s" if m.device_throughput else ""
-        console.print(f"end to end: bottleneck {bottleneck_line(m)}{device}; {m.samples_per_call:,} samples "
-                      f"({format_bytes(m.host_bytes_per_call)}) per call ({label})", highlight=False)
+        console.print(
+            f"end to end: bottleneck {bottleneck_line(m)}{device}; {m.samples_per_call:,} samples "
+            f"({format_bytes(m.host_bytes_per_call)}) per call ({label})",
+            highlight=False,
+        )
     worst = m.worst_ipu()
     if worst is not None and m.breakdown:
         bd = m.breakdown[worst]
@@ -129,7 +153,9 @@ def _print_measurement(console: Console, problem: Problem, config: Config, m: Me
         judge = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence)
         tips = suggestions(problem, config, measure=judge.measure, numerics=numerics)
         if tips:
-            console.print("[bold]Suggestions[/] (estimated, each the whole configuration re-estimated):")
+            console.print(
+                "[bold]Suggestions[/] (estimated, each the whole configuration re-estimated):"
+            )
             for tip in tips[:5]:
                 console.print(ui.indented(tip.text), highlight=False)
         if any(tip.config.precision != config.precision for tip in tips[:5]) and numerics.notes:
@@ -160,9 +186,16 @@ class _Numerics:
             space = SearchSpace.load(self.problem)
             self.advice = numerics_advice(self.problem, space, None, self.console)
             if self.advice is not None:
-                self.notes = summary_lines(self.advice)  # from the model's gradients, measured on the CPU
+                self.notes = summary_lines(
+                    self.advice
+                )  # from the model's gradients, measured on the CPU
             else:
-                why = numerics_unmeasured(self.problem, space) or "the gradient statistics run failed"
-                self.notes = [f"not measured: {why}; these keep loss scaling 1024 and partials float, "
-                              "and tune searches all three instead"]
+                why = (
+                    numerics_unmeasured(self.problem, space)
+                    or "the gradient statistics run failed"
+                )
+                self.notes = [
+                    f"not measured: {why}; these keep loss scaling 1024 and partials float, "
+                    "and tune searches all three instead"
+                ]
         return self.advice.apply(config) if self.advice is not None else config

@@ -28,8 +28,10 @@ def run(args: ExportOptions) -> int:
     if args.trial is None:
         record = best_record(study)
         if record is None:
-            raise UsageError(f"study '{args.study}' has no configuration that fits yet; "
-                             "export one anyway with --trial N")
+            raise UsageError(
+                f"study '{args.study}' has no configuration that fits yet; "
+                "export one anyway with --trial N"
+            )
     else:
         match = [t for t in study.trials if t.number == args.trial]
         record = TrialRecord.from_trial(match[0]) if match else None
@@ -37,7 +39,9 @@ def run(args: ExportOptions) -> int:
             raise UsageError(f"study '{args.study}' has no finished trial {args.trial}")
     text, lost = render_record(study, problem, record, args.format, args.study)
     for line in lost:
-        Console(stderr=True, highlight=False).print(f"[dim]ipu_config.json: {escape(line)}[/]", soft_wrap=True)
+        Console(stderr=True, highlight=False).print(
+            f"[dim]ipu_config.json: {escape(line)}[/]", soft_wrap=True
+        )
     if args.output:
         Path(args.output).write_text(text)
         Console(stderr=True, highlight=False).print(f"wrote {args.output}", soft_wrap=True)
@@ -46,8 +50,9 @@ def run(args: ExportOptions) -> int:
     return 0
 
 
-def render_record(study: optuna.Study, problem: Problem, record: TrialRecord, fmt: str,
-                  study_name: str) -> tuple[str, list[str]]:
+def render_record(
+    study: optuna.Study, problem: Problem, record: TrialRecord, fmt: str, study_name: str
+) -> tuple[str, list[str]]:
     """A stored trial in `fmt` (python, toml, json, ipu-config, ipu-trainer) with the study's
     numerics notes and the baseline's global batch; and for ipu-config the notes on training it."""
     from ..numerics.answer import NumericsAdvice
@@ -57,8 +62,10 @@ def render_record(study: optuna.Study, problem: Problem, record: TrialRecord, fm
     try:
         notes = numerics_notes(NumericsAdvice.from_dict(stored), record.config) if stored else []
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise UsageError(f"study '{study_name}': its stored numerics advice is unreadable (not written by "
-                         "this version of ipu-autotune?); nothing exported") from None
+        raise UsageError(
+            f"study '{study_name}': its stored numerics advice is unreadable (not written by "
+            "this version of ipu-autotune?); nothing exported"
+        ) from None
     from ..host.pipeline import global_batch
     from ..study.records import records as study_records
 
@@ -73,8 +80,19 @@ def render_record(study: optuna.Study, problem: Problem, record: TrialRecord, fm
             text = render_ipu_config(problem, record.config, trace(problem, Console(stderr=True)))
             if fmt == "ipu-trainer":
                 return render_trainer(problem, record.config, notes, base_gb), []
-            return text, [*trainer_notes(record.config), "train it with: export --format ipu-trainer"]
-        return export.render(fmt, problem, record.config, record.measurement, record.number, study_name, notes,
-                             base_gb), []
+            return text, [
+                *trainer_notes(record.config),
+                "train it with: export --format ipu-trainer",
+            ]
+        return export.render(
+            fmt,
+            problem,
+            record.config,
+            record.measurement,
+            record.number,
+            study_name,
+            notes,
+            base_gb,
+        ), []
     except ValueError as exc:
         raise UsageError(f"trial {record.number} cannot be exported safely: {exc}") from None

@@ -31,25 +31,31 @@ def tune_command(problem: Problem, fit: SizePlan) -> str:
     return resume_command(sized, DEFAULT_STORAGE, sized.slug)
 
 
-def closing_lines(problem: Problem, plans: list[SizePlan], headroom: float,
-                  fit_confidence: float | None) -> tuple[list[str], list[str]]:
+def closing_lines(
+    problem: Problem, plans: list[SizePlan], headroom: float, fit_confidence: float | None
+) -> tuple[list[str], list[str]]:
     """(the lines under the table, the nothing-fits lines): what the terminal and the HTML show."""
     fit = smallest_fit(plans)
     if fit is not None:
-        return [f"smallest size that fits: {fit.ipus} IPU(s), {layout_text(fit.config)}, "
-                f"{fit.measurement.throughput:,.0f} samples/s (estimated)",
-                f"tune it: {tune_command(problem, fit)}"], []
+        return [
+            f"smallest size that fits: {fit.ipus} IPU(s), {layout_text(fit.config)}, "
+            f"{fit.measurement.throughput:,.0f} samples/s (estimated)",
+            f"tune it: {tune_command(problem, fit)}",
+        ], []
     if not plans:
         return [f"no IPU count up to {max(SIZES)} has a layout for {problem.model}"], []
-    return [f"No IPU count up to {max(SIZES)} fits (estimated)"], \
-        nothing_fits_lines(problem, plans, headroom, fit_confidence)
+    return [f"No IPU count up to {max(SIZES)} fits (estimated)"], nothing_fits_lines(
+        problem, plans, headroom, fit_confidence
+    )
 
 
 def run(args: PlanOptions) -> int:
     console = console_for(args)
     problem = problem_from_options(args)
     trace(problem, console)  # a model that cannot be traced fails here, in one line
-    with console.status(f"Planning {problem.model} on {', '.join(map(str, SIZES))} IPUs (estimated)…"):
+    with console.status(
+        f"Planning {problem.model} on {', '.join(map(str, SIZES))} IPUs (estimated)…"
+    ):
         plans = plan(problem, args.headroom, args.fit_confidence)
         certain = {p.ipus for p in plans if not p.fits and certainly_over(problem, p.ipus)}
         closing, why = closing_lines(problem, plans, args.headroom, args.fit_confidence)
@@ -60,12 +66,23 @@ def run(args: PlanOptions) -> int:
         Console(stderr=True, highlight=False).print(f"wrote {path}", soft_wrap=True)
     if args.json:
         fit = smallest_fit(plans)
-        print(json.dumps({"problem": problem.to_dict(), "estimated": True, "fit_confidence": args.fit_confidence,
-                          "smallest_fit": fit.ipus if fit is not None else None,
-                          "sizes": [{**p.to_dict(), "certainly_no_fit": p.ipus in certain} for p in plans],
-                          "why_nothing_fits": "; ".join(why[:2]) or None, "levers": why[2:],
-                          "tune_command": tune_command(problem, fit) if fit is not None else None},
-                         indent=2))
+        print(
+            json.dumps(
+                {
+                    "problem": problem.to_dict(),
+                    "estimated": True,
+                    "fit_confidence": args.fit_confidence,
+                    "smallest_fit": fit.ipus if fit is not None else None,
+                    "sizes": [
+                        {**p.to_dict(), "certainly_no_fit": p.ipus in certain} for p in plans
+                    ],
+                    "why_nothing_fits": "; ".join(why[:2]) or None,
+                    "levers": why[2:],
+                    "tune_command": tune_command(problem, fit) if fit is not None else None,
+                },
+                indent=2,
+            )
+        )
         return 0
     console.print(plan_view.plan_table(problem.model, plans, problem.batch_size, certain))
     for line in plan_view.notes(plans, problem.batch_size, certain):

@@ -32,9 +32,18 @@ def run(args: ShowOptions) -> int:
     if args.trial is not None:
         return _show_trial(console, args, recs, unreadable, base)
     if args.json:
-        print(json.dumps({"study": args.study, "problem": problem.to_dict(),
-                          "trials": [record_json(r) for r in recs], "best": record_json(best),
-                          "unreadable": list(unreadable.values())}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "study": args.study,
+                    "problem": problem.to_dict(),
+                    "trials": [record_json(r) for r in recs],
+                    "best": record_json(best),
+                    "unreadable": list(unreadable.values()),
+                },
+                indent=2,
+            )
+        )
         return 0
     print_unreadable(console, unreadable)
     table = ui.TrialTable(rows=max(1, len(recs)))
@@ -43,21 +52,36 @@ def run(args: ShowOptions) -> int:
     console.print(table)
     console.print(result_line(best, base, args.study), markup=False)
     if best is not None:
-        console.print(ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU"))
-    command = shlex.join(["ipu-autotune", "show", "--study", terminal_text(args.study), "--trial", "N"])
-    console.print("details of one trial:\n" + command_lines(command, console.width, "  "),
-                  markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            ui.measurement_table(best.measurement, f"best trial {best.number}: memory per IPU")
+        )
+    command = shlex.join(
+        ["ipu-autotune", "show", "--study", terminal_text(args.study), "--trial", "N"]
+    )
+    console.print(
+        "details of one trial:\n" + command_lines(command, console.width, "  "),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     return 0
 
 
-def _show_trial(console: Console, args: ShowOptions, recs: list[TrialRecord], unreadable: dict[int, str],
-                base: TrialRecord | None) -> int:
+def _show_trial(
+    console: Console,
+    args: ShowOptions,
+    recs: list[TrialRecord],
+    unreadable: dict[int, str],
+    base: TrialRecord | None,
+) -> int:
     match = [r for r in recs if r.number == args.trial]
     if not match:
         if args.trial in unreadable:
             raise UsageError(f"study '{args.study}': {unreadable[args.trial]}")
-        raise UsageError(f"study '{args.study}' has no finished trial {args.trial} "
-                         f"(finished: {', '.join(str(r.number) for r in recs[:20]) or 'none'})")
+        raise UsageError(
+            f"study '{args.study}' has no finished trial {args.trial} "
+            f"(finished: {', '.join(str(r.number) for r in recs[:20]) or 'none'})"
+        )
     r = match[0]
     if args.json:
         print(json.dumps(record_json(r), indent=2))

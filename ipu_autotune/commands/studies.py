@@ -25,7 +25,10 @@ def run(args: StudiesOptions) -> int:
     rows = []
     if not file_missing(args.storage):  # opening a missing file would create an empty database
         storage = open_storage(args.storage)
-        rows = [_study_row(storage, s) for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+        rows = [
+            _study_row(storage, s)
+            for s in optuna.get_all_study_summaries(storage, include_best_trial=False)
+        ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -41,15 +44,22 @@ def run(args: StudiesOptions) -> int:
     table.add_column("state", no_wrap=True)
     for r in rows:
         # Names and states come from the storage: shown as terminal text, never as markup.
-        table.add_row(terminal_cell(r["study"]), str(r["trials"]), _best(r), terminal_cell(r["state"]))
+        table.add_row(
+            terminal_cell(r["study"]), str(r["trials"]), _best(r), terminal_cell(r["state"])
+        )
     if _width(table) <= console.width:
         console.print(table)
         return 0
     for r in rows:
-        console.print(terminal_text(r["study"]), style="bold", soft_wrap=True, markup=False, highlight=False)
+        console.print(
+            terminal_text(r["study"]), style="bold", soft_wrap=True, markup=False, highlight=False
+        )
         best = [] if r["best_throughput"] is None else [f"best {_best(r)} samples/s"]
-        console.print(terminal_text(", ".join([f"  {r['trials']} trials", *best, r["state"]])),
-                      markup=False, highlight=False)
+        console.print(
+            terminal_text(", ".join([f"  {r['trials']} trials", *best, r["state"]])),
+            markup=False,
+            highlight=False,
+        )
     return 0
 
 
@@ -65,18 +75,27 @@ def _best(row: dict[str, Any]) -> str:
     return "-" if row["best_throughput"] is None else f"{row['best_throughput']:,.0f}"
 
 
-def _study_row(storage: optuna.storages.BaseStorage, summary: optuna.study.StudySummary) -> dict[str, Any]:
+def _study_row(
+    storage: optuna.storages.BaseStorage, summary: optuna.study.StudySummary
+) -> dict[str, Any]:
     from optuna.trial import TrialState
 
     from ..study.records import best_record
 
     problem = summary.user_attrs.get("problem")
     problem = problem if isinstance(problem, dict) else None
-    row: dict[str, Any] = {"study": summary.study_name, "trials": summary.n_trials,
-                           "model": problem.get("model") if problem else None,
-                           "micro_batch": problem.get("batch_size") if problem else None,
-                           "created": summary.datetime_start.isoformat(timespec="seconds") if summary.datetime_start else None,
-                           "best_trial": None, "best_throughput": None, "state": "not ipu-autotune"}
+    row: dict[str, Any] = {
+        "study": summary.study_name,
+        "trials": summary.n_trials,
+        "model": problem.get("model") if problem else None,
+        "micro_batch": problem.get("batch_size") if problem else None,
+        "created": summary.datetime_start.isoformat(timespec="seconds")
+        if summary.datetime_start
+        else None,
+        "best_trial": None,
+        "best_throughput": None,
+        "state": "not ipu-autotune",
+    }
     if not problem:
         return row
     study = optuna.load_study(study_name=summary.study_name, storage=storage)

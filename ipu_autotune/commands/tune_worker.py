@@ -26,7 +26,10 @@ def main() -> int:
     # our own process wrote it (tune's parent, on a pipe): unpickling is safe here
     options = pickle.load(sys.stdin.buffer)
     if not isinstance(options, TuneOptions):
-        print(f"error: a tune worker reads TuneOptions on stdin, got {type(options).__name__}", file=sys.stderr)
+        print(
+            f"error: a tune worker reads TuneOptions on stdin, got {type(options).__name__}",
+            file=sys.stderr,
+        )
         return 2
     try:
         return run(options)

@@ -27,23 +27,43 @@ from ..rules.optimum_target import model_refusal, unexpressible
 
 #: The keys IPUConfig accepts (its __init__ takes exactly these; anything else is rejected
 #: as an unknown argument: IncompatibleIPUConfigError).
-IPU_CONFIG_FIELDS = frozenset({
-    "seed", "ipus_per_replica", "layers_per_ipu", "replication_factor", "inference_replication_factor",
-    "gradient_accumulation_steps", "device_iterations", "inference_device_iterations",
-    "optimizer_state_offchip", "replicated_tensor_sharding", "auto_loss_scaling",
-    "sharded_execution_for_inference", "matmul_proportion", "enable_half_partials", "executable_cache_dir",
-    "embedding_serialization_factor", "recompute_checkpoint_every_layer", "output_mode",
-    "execute_encoder_on_cpu_for_generation",
-})
+IPU_CONFIG_FIELDS = frozenset(
+    {
+        "seed",
+        "ipus_per_replica",
+        "layers_per_ipu",
+        "replication_factor",
+        "inference_replication_factor",
+        "gradient_accumulation_steps",
+        "device_iterations",
+        "inference_device_iterations",
+        "optimizer_state_offchip",
+        "replicated_tensor_sharding",
+        "auto_loss_scaling",
+        "sharded_execution_for_inference",
+        "matmul_proportion",
+        "enable_half_partials",
+        "executable_cache_dir",
+        "embedding_serialization_factor",
+        "recompute_checkpoint_every_layer",
+        "output_mode",
+        "execute_encoder_on_cpu_for_generation",
+    }
+)
 
 
 class NotAnIPUConfig(ValueError):
     """The config cannot be trained by IPUTrainer + IPUConfig as it was estimated."""
 
-    def __init__(self, reasons: list[str], fix: str = "tune with --trainer optimum to search only configs "
-                                                      "IPUConfig expresses"):
+    def __init__(
+        self,
+        reasons: list[str],
+        fix: str = "tune with --trainer optimum to search only configs IPUConfig expresses",
+    ):
         self.reasons, self.fix = reasons, fix
-        super().__init__("an IPUConfig cannot say this config: " + "; ".join(reasons) + f" ({fix})")
+        super().__init__(
+            "an IPUConfig cannot say this config: " + "; ".join(reasons) + f" ({fix})"
+        )
 
 
 def layers_per_ipu(problem: Problem, config: Config, profile: ModelProfile) -> list[int]:
@@ -74,10 +94,14 @@ def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> dict[
         "matmul_proportion": list(c.available_memory_proportion),
         "enable_half_partials": c.half_compute and c.partials == "half",
         # one factor for the vocabulary projection and the input embedding (only one applies)
-        "embedding_serialization_factor": max(getattr(c, k.name) for k in SPEC
-                                              if k.ipu_config_key == "embedding_serialization_factor"),
+        "embedding_serialization_factor": max(
+            getattr(c, k.name)
+            for k in SPEC
+            if k.ipu_config_key == "embedding_serialization_factor"
+        ),
         # unexpressible() has checked the checkpoints are optimum's own (profiles/placement.optimum_checkpoints)
-        "recompute_checkpoint_every_layer": bool(c.checkpoints) and c.effective_recompute == "pipeline",
+        "recompute_checkpoint_every_layer": bool(c.checkpoints)
+        and c.effective_recompute == "pipeline",
     }
     assert set(out) <= IPU_CONFIG_FIELDS
     return out

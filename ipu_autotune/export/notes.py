@@ -19,7 +19,9 @@ def numerics_notes(advice: NumericsAdvice | None, config: Config) -> list[str]:
     if advice is None:
         return []
     if not config.half_compute:
-        return ["Numerics: FP32 compute, so the FP16 advice (loss scale, partials, rounding) does not apply."]
+        return [
+            "Numerics: FP32 compute, so the FP16 advice (loss scale, partials, rounding) does not apply."
+        ]
     ls, sr, pa = advice.loss_scale, advice.stochastic_rounding, advice.partials
     advised_scale = "auto" if ls.auto and config.half_weights else float(ls.scale)
     lines = ["Numerics, from the model's own gradients:"]
@@ -28,10 +30,17 @@ def numerics_notes(advice: NumericsAdvice | None, config: Config) -> list[str]:
     lines.append(_line(f"partials {config.partials}", config.partials == pa.recommend, pa.reason))
     if config.half_weights:
         rounding = "on" if config.stochastic_rounding else "off"
-        lines.append(_line(f"stochastic rounding {rounding}", config.stochastic_rounding == sr.recommend,
-                           sr.reason))
+        lines.append(
+            _line(
+                f"stochastic rounding {rounding}",
+                config.stochastic_rounding == sr.recommend,
+                sr.reason,
+            )
+        )
     return lines
 
 
 def _line(what: str, follows: bool, reason: str) -> str:
-    return f"{what}: {reason}" if follows else f"{what}: set by the search space, not by the advice"
+    return (
+        f"{what}: {reason}" if follows else f"{what}: set by the search space, not by the advice"
+    )

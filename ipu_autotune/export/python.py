@@ -18,8 +18,13 @@ from .serialization import serialization_code, serialization_lines
 
 # PopART RecomputationType (popart sessionoptions.hpp): values and names.
 RECOMPUTATION_TYPE = {"none": 0, "standard": 1, "norm_only": 2, "pipeline": 3, "all": 4}
-_RECOMPUTE_NAME = {"none": "NoRecompute", "standard": "Standard", "norm_only": "NormOnly",
-                   "pipeline": "Pipeline", "all": "RecomputeAll"}
+_RECOMPUTE_NAME = {
+    "none": "NoRecompute",
+    "standard": "Standard",
+    "norm_only": "NormOnly",
+    "pipeline": "Pipeline",
+    "all": "RecomputeAll",
+}
 #: the loss scale automatic loss scaling starts from
 ALS_INITIAL_SCALE = 128.0
 
@@ -50,17 +55,25 @@ def options_lines(config: Config) -> list[str]:
         lines.append(f"opts.deviceIterations({int_literal(c.device_iterations)})")
     if c.replicas != 1:
         lines.append(f"opts.replicationFactor({int_literal(c.replicas)})")
-    if c.reserved_ipus != c.total_ipus:  # else PopTorch refuses a count not a power of two on hardware
-        lines.append(f"opts.autoRoundNumIPUs(True)  # reserves {c.reserved_ipus} IPUs for these {c.total_ipus}")
+    if (
+        c.reserved_ipus != c.total_ipus
+    ):  # else PopTorch refuses a count not a power of two on hardware
+        lines.append(
+            f"opts.autoRoundNumIPUs(True)  # reserves {c.reserved_ipus} IPUs for these {c.total_ipus}"
+        )
     if c.gradient_accumulation != 1:
         lines.append(f"opts.Training.gradientAccumulation({int_literal(c.gradient_accumulation)})")
     # One IPU has no stages: an execution strategy would say nothing (overlapped I/O, which
     # PipelinedExecution refuses, is not set by this snippet).
     if c.ipus_per_replica > 1:
         if c.execution == "pipelined":
-            lines.append("opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))")
+            lines.append(
+                "opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))"
+            )
         else:
-            lines.append("opts.setExecutionStrategy(poptorch.ShardedExecution(poptorch.AutoStage.SameAsIpu))")
+            lines.append(
+                "opts.setExecutionStrategy(poptorch.ShardedExecution(poptorch.AutoStage.SameAsIpu))"
+            )
     amp = c.available_memory_proportion
     if any(a != DEFAULT_AMP for a in amp):
         entries = ", ".join(f'"IPU{i}": {float_literal(a)}' for i, a in enumerate(amp))
@@ -76,8 +89,10 @@ def options_lines(config: Config) -> list[str]:
         if not c.pipelined and mode in ("standard", "norm_only", "all"):
             # Single-IPU recomputation needs explicit mode (Graphcore's CNN example does this).
             lines.append('opts._Popart.set("explicitRecomputation", True)')
-        lines.append(f'opts._Popart.set("autoRecomputation", {RECOMPUTATION_TYPE[mode]})  '
-                     f"# RecomputationType.{_RECOMPUTE_NAME[mode]}")
+        lines.append(
+            f'opts._Popart.set("autoRecomputation", {RECOMPUTATION_TYPE[mode]})  '
+            f"# RecomputationType.{_RECOMPUTE_NAME[mode]}"
+        )
     if c.optimizer_offload or c.replicated_tensor_sharding:
         chain = "poptorch.TensorLocationSettings()"
         if c.optimizer_offload:
@@ -100,7 +115,10 @@ def config_notes(problem: Problem, config: Config) -> list[str]:
     elif c.loss_scaling != 1.0:
         notes.append(f"Loss scaling: fixed at {c.loss_scaling:g}.")
     if c.half_compute:
-        notes.append(f"Partials: {c.partials}." + (" Stochastic rounding on." if c.stochastic_rounding else ""))
+        notes.append(
+            f"Partials: {c.partials}."
+            + (" Stochastic rounding on." if c.stochastic_rounding else "")
+        )
     if c.optimizer_state == "half" and problem.optimizer != "sgd_combined":
         # poptorch/_optimizer_attributes.py: FP16 accumulators make PopTorch pick the Running
         # mean-reduction strategy (no separate divide at the end of the accumulation).
@@ -125,8 +143,11 @@ def optimizer_call(problem: Problem, config: Config) -> str:
             args += [f"accum_type={state}", f"velocity_accum_type={state}"]
     else:
         cls = {"adam": "Adam", "adamw": "AdamW", "lamb": "LAMB", "rmsprop": "RMSprop"}[opt]
-        args += [f"accum_type={state}", f"first_order_momentum_accum_type={state}",
-                 "second_order_momentum_accum_type=torch.float32"]
+        args += [
+            f"accum_type={state}",
+            f"first_order_momentum_accum_type={state}",
+            "second_order_momentum_accum_type=torch.float32",
+        ]
     return f"poptorch.optim.{cls}({', '.join(args)})"
 
 
@@ -138,7 +159,9 @@ def annotate_lines(config: Config) -> list[str]:
     for ipu, path in enumerate(c.splits, start=1):
         lines.append(f"poptorch.BeginBlock(model.get_submodule({_path(path)}), ipu_id={ipu})")
     for path in c.checkpoints:
-        lines.append(f"model.get_submodule({_path(path)}).register_forward_hook(_checkpoint_output)")
+        lines.append(
+            f"model.get_submodule({_path(path)}).register_forward_hook(_checkpoint_output)"
+        )
     return lines
 
 
@@ -235,17 +258,23 @@ def _indent(lines: list[str]) -> str:
     return "\n".join("    " + line for line in lines)
 
 
-def learning_rate(problem: Problem, config: Config, base_global_batch: int | None) -> tuple[str, str]:
+def learning_rate(
+    problem: Problem, config: Config, base_global_batch: int | None
+) -> tuple[str, str]:
     """make_optimizer's default rate, and the comment giving the base rate and the rule."""
     from ..host import pipeline, recipe
 
     base = recipe.base_lr(problem)
-    scaled = recipe.scaling(problem.optimizer, base, base_global_batch, pipeline.global_batch(problem, config))
+    scaled = recipe.scaling(
+        problem.optimizer, base, base_global_batch, pipeline.global_batch(problem, config)
+    )
     if scaled is None:
         return repr(base), ""
-    return (float_literal(scaled.lr),
-            f"\n    # Base rate {base:g} at global batch {scaled.base_global_batch}; this config trains at "
-            f"{scaled.global_batch},\n    # {scaled.rule} rule for {problem.optimizer}: {scaled.formula()}.")
+    return (
+        float_literal(scaled.lr),
+        f"\n    # Base rate {base:g} at global batch {scaled.base_global_batch}; this config trains at "
+        f"{scaled.global_batch},\n    # {scaled.rule} rule for {problem.optimizer}: {scaled.formula()}.",
+    )
 
 
 # hf: models compute their own loss from the labels; token ids stay integers.
@@ -292,10 +321,16 @@ def _token_model(problem: Problem) -> str:
 
         head = HEADS[hf.architecture(problem.model).family]
         return _MASKED_TOKEN_MODEL.format(n=problem.max_predictions, head=head)
-    labels = ["start_positions", "end_positions"] if problem.task == "question-answering" else ["labels"]
-    return _TOKEN_MODEL.format(labels=" and ".join(labels),
-                               label_args=", ".join(f"{n}=None" for n in labels),
-                               label_kwargs=", ".join(f"{n}={n}" for n in labels))
+    labels = (
+        ["start_positions", "end_positions"]
+        if problem.task == "question-answering"
+        else ["labels"]
+    )
+    return _TOKEN_MODEL.format(
+        labels=" and ".join(labels),
+        label_args=", ".join(f"{n}=None" for n in labels),
+        label_kwargs=", ".join(f"{n}={n}" for n in labels),
+    )
 
 
 # A factory's named inputs (--input): passed by name; float inputs in the compute dtype.
@@ -322,8 +357,12 @@ def _named_model(problem: Problem) -> str:
     from ..models.inputs import problem_inputs
 
     specs = problem_inputs(problem)
-    kwargs = [f"{s.name}={s.name}.to(INPUT_DTYPE)" if s.dtype.startswith("float") else f"{s.name}={s.name}"
-              for s in specs]
+    kwargs = [
+        f"{s.name}={s.name}.to(INPUT_DTYPE)"
+        if s.dtype.startswith("float")
+        else f"{s.name}={s.name}"
+        for s in specs
+    ]
     return _NAMED_MODEL.format(names=", ".join(s.name for s in specs), kwargs=", ".join(kwargs))
 
 
@@ -333,9 +372,11 @@ def tied_head_lines(problem: Problem, config: Config) -> list[str]:
     `BeginBlock(self.cls, "Classifier", ipu_id=0)`; under --trainer optimum, what the class pins)."""
     from ..profiles.placement import head_blocks
 
-    return [f"poptorch.BeginBlock(model.get_submodule({_path(path)}), ipu_id={ipu})  # "
-            + ("on IPU0 with the embedding" if ipu == 0 else "back from IPU0")
-            for path, ipu in (head_blocks(problem, config) if config.pipelined else [])]
+    return [
+        f"poptorch.BeginBlock(model.get_submodule({_path(path)}), ipu_id={ipu})  # "
+        + ("on IPU0 with the embedding" if ipu == 0 else "back from IPU0")
+        for path, ipu in (head_blocks(problem, config) if config.pipelined else [])
+    ]
 
 
 def model_check_lines(problem: Problem) -> list[str]:
@@ -345,17 +386,23 @@ def model_check_lines(problem: Problem) -> list[str]:
     if problem.attention_dropout is None:
         return model_settings(problem)
     key = attention_dropout_key(problem.model)
-    return model_settings(problem) + [f"assert model.config.{key} == {problem.attention_dropout!r}, "
-        f"\"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): set {key}\""]
+    return model_settings(problem) + [
+        f"assert model.config.{key} == {problem.attention_dropout!r}, "
+        f'"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): set {key}"'
+    ]
 
 
-def render_snippet(problem: Problem, config: Config, summary: str = "",
-                   base_global_batch: int | None = None) -> str:
+def render_snippet(
+    problem: Problem, config: Config, summary: str = "", base_global_batch: int | None = None
+) -> str:
     from ..host import pipeline
 
     if config.eight_bit_io:
-        norm_args = "" if problem.input_shape[0] == 3 else \
-            f", mean=({', '.join(['0.5'] * problem.input_shape[0])},), std=({', '.join(['0.5'] * problem.input_shape[0])},)"
+        norm_args = (
+            ""
+            if problem.input_shape[0] == 3
+            else f", mean=({', '.join(['0.5'] * problem.input_shape[0])},), std=({', '.join(['0.5'] * problem.input_shape[0])},)"
+        )
         wrapped = f"NormalizeInput(annotate(model){norm_args})"
     else:
         wrapped = "annotate(model)"
@@ -365,9 +412,12 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
         summary=comment_lines("\n".join(filter(None, [summary, *config_notes(problem, config)]))),
         micro_batch=int_literal(pipeline.micro_batch(problem, config)),
         # Token ids stay integers: hf: models have no input dtype to cast to.
-        input_dtype="" if problem.token_inputs else
-        f"INPUT_DTYPE = {'torch.half' if config.half_compute else 'torch.float'}\n",
-        eight_bit_usage="\n    # feed uint8 images: normalisation runs on the IPU" if config.eight_bit_io else "",
+        input_dtype=""
+        if problem.token_inputs
+        else f"INPUT_DTYPE = {'torch.half' if config.half_compute else 'torch.float'}\n",
+        eight_bit_usage="\n    # feed uint8 images: normalisation runs on the IPU"
+        if config.eight_bit_io
+        else "",
         samples_per_call=pipeline.samples_per_call(problem, config),
         loader_workers=int_literal(config.loader_workers),
     )
@@ -377,10 +427,19 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
     heads = tied_head_lines(problem, config)
     # Serialisation first: padding a vocabulary resizes the embeddings, which older transformers
     # do by replacing the modules that BeginBlock annotations would already have wrapped.
-    annotations = model_check_lines(problem) + serialization_lines(problem, config) + annotate_lines(config) + heads
-    options = options_lines(config) + trainer_option_lines(problem)  # --trainer optimum: IPUTrainer's
+    annotations = (
+        model_check_lines(problem)
+        + serialization_lines(problem, config)
+        + annotate_lines(config)
+        + heads
+    )
+    options = options_lines(config) + trainer_option_lines(
+        problem
+    )  # --trainer optimum: IPUTrainer's
     if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
-        options = [line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options]
+        options = [
+            line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options
+        ]
     source += _BODY.format(
         annotate="\n" + _indent(annotations) if annotations else "",
         wrapped=wrapped,
@@ -388,13 +447,16 @@ def render_snippet(problem: Problem, config: Config, summary: str = "",
         lr=lr,
         lr_comment=lr_comment,
         optimizer=optimizer_call(problem, config),
-        loader_mode={"sync": "Sync", "async": "Async"}[config.loader_mode], **checkpoint_hook(problem),
+        loader_mode={"sync": "Sync", "async": "Async"}[config.loader_mode],
+        **checkpoint_hook(problem),
         loader_comment="\n    # 8-bit I/O: the dataset yields uint8 images (no ToTensor float cast, no Normalize on the\n"
-                       "    # host); NormalizeInput casts and normalises on the IPU." if config.eight_bit_io else "",
+        "    # host); NormalizeInput casts and normalises on the IPU."
+        if config.eight_bit_io
+        else "",
     )
     if problem.token_inputs or problem.inputs:
         start = source.index("class TrainingModel(torch.nn.Module):")
         model = _token_model(problem) if problem.token_inputs else _named_model(problem)
-        source = source[:start] + model + source[source.index("def make_options():"):]
+        source = source[:start] + model + source[source.index("def make_options():") :]
     compile(source, "best_options.py", "exec")  # never hand out code that does not parse
     return source

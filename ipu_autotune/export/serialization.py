@@ -87,7 +87,8 @@ class SerializedEmbedding(torch.nn.Module):
 def serialization_code(config: Config) -> str:
     """The helper functions the annotate() lines below call, when they call any."""
     return (SERIALIZED_PROJECTION if config.embedding_serialization != 1 else "") + (
-        SERIALIZED_EMBEDDING if config.input_embedding_serialization != 1 else "")
+        SERIALIZED_EMBEDDING if config.input_embedding_serialization != 1 else ""
+    )
 
 
 def serialization_lines(problem: Problem, config: Config) -> list[str]:
@@ -97,8 +98,10 @@ def serialization_lines(problem: Problem, config: Config) -> list[str]:
         embedding = input_embedding(problem)
         assert embedding is not None  # the rules allow the factor only where there is one
         rows = embedding[1]
-        return [f"model.set_input_embeddings(SerializedEmbedding(model.get_input_embeddings(), {factor}))"
-                f"  # {rows:,} rows in {factor} look-ups"]
+        return [
+            f"model.set_input_embeddings(SerializedEmbedding(model.get_input_embeddings(), {factor}))"
+            f"  # {rows:,} rows in {factor} look-ups"
+        ]
     if config.embedding_serialization == 1:
         return []
     from ..models import hf
@@ -108,6 +111,9 @@ def serialization_lines(problem: Problem, config: Config) -> list[str]:
     assert projection is not None  # the rules allow the factor only where there is one
     path, vocabulary = projection
     padded = hf.padded_vocabulary(vocabulary, factor)
-    pieces = f"{vocabulary:,} words in {factor} pieces" if padded == vocabulary else \
-        f"{vocabulary:,} words padded to {padded:,}, in {factor} pieces"
+    pieces = (
+        f"{vocabulary:,} words in {factor} pieces"
+        if padded == vocabulary
+        else f"{vocabulary:,} words padded to {padded:,}, in {factor} pieces"
+    )
     return [f"_serialize_projection(model, {path!r}, {factor})  # {pieces}"]

@@ -47,7 +47,9 @@ _TOKENS = "a tokenized dataset: input_ids, attention_mask and the task's labels"
 # optimum-graphcore's image-classification example (examples/image-classification/
 # run_image_classification.py: collate_fn, ApplyTransforms): IPUTrainer takes batches of
 # float `pixel_values` and integer `labels`; the model computes its own loss.
-_IMAGES = "a dataset of {shape} float pixel_values (the image processor's transforms) and int labels"
+_IMAGES = (
+    "a dataset of {shape} float pixel_values (the image processor's transforms) and int labels"
+)
 _IMAGE_COLLATOR = '''
 
 def collate_images(examples):
@@ -58,7 +60,9 @@ def collate_images(examples):
 '''
 
 
-def training_arguments(problem: Problem, config: Config, base_global_batch: int | None = None) -> dict[str, str]:
+def training_arguments(
+    problem: Problem, config: Config, base_global_batch: int | None = None
+) -> dict[str, str]:
     """IPUTrainingArguments keywords, as source text, for what the config trains."""
     from ..host import pipeline
 
@@ -68,7 +72,9 @@ def training_arguments(problem: Problem, config: Config, base_global_batch: int 
         "gradient_accumulation_steps": int_literal(c.gradient_accumulation),
         "fp32": repr(not c.half_weights),
     }
-    if c.loss_scaling == "auto":  # the snippet's starting scale too (export/python.ALS_INITIAL_SCALE)
+    if (
+        c.loss_scaling == "auto"
+    ):  # the snippet's starting scale too (export/python.ALS_INITIAL_SCALE)
         fields["auto_loss_scaling"] = "True"
         fields["loss_scaling"] = float_literal(ALS_INITIAL_SCALE)
     elif c.loss_scaling != 1.0:
@@ -85,32 +91,51 @@ def training_arguments(problem: Problem, config: Config, base_global_batch: int 
 def trainer_notes(config: Config) -> list[str]:
     """What the arguments mean for this config (from the config, so they cannot disagree)."""
     c = config
-    notes = ["FP16 weights and activations: IPUTrainer halves the model (fp32=False)." if c.half_weights else
-             "FP32 weights, activations and optimizer state: fp32=True (IPUTrainer would otherwise halve the model)."]
+    notes = [
+        "FP16 weights and activations: IPUTrainer halves the model (fp32=False)."
+        if c.half_weights
+        else "FP32 weights, activations and optimizer state: fp32=True (IPUTrainer would otherwise halve the model)."
+    ]
     if c.loss_scaling == "auto":
-        notes.append(f"Loss scaling: automatic from {ALS_INITIAL_SCALE:g} (auto_loss_scaling; also in ipu_config.json).")
+        notes.append(
+            f"Loss scaling: automatic from {ALS_INITIAL_SCALE:g} (auto_loss_scaling; also in ipu_config.json)."
+        )
     elif c.loss_scaling != 1.0:
-        notes.append(f"Loss scaling: fixed at {c.loss_scaling:g}, on the optimizer IPUTrainer builds (loss_scaling).")
+        notes.append(
+            f"Loss scaling: fixed at {c.loss_scaling:g}, on the optimizer IPUTrainer builds (loss_scaling)."
+        )
     # What IPUConfig._to_options (optimum/graphcore/ipu_configuration.py) sets otherwise than the
     # trial's best_options.py: only an FP32 trial can have stochastic rounding off (optimum_target).
     if not c.stochastic_rounding:
-        notes.append("Stochastic rounding: on. IPUTrainer always enables it for training (IPUConfig._to_options); "
-                     "this trial was estimated, and its best_options.py compiles, with it off (the estimate's "
-                     "memory and time do not depend on it; the arithmetic's rounding does).")
+        notes.append(
+            "Stochastic rounding: on. IPUTrainer always enables it for training (IPUConfig._to_options); "
+            "this trial was estimated, and its best_options.py compiles, with it off (the estimate's "
+            "memory and time do not depend on it; the arithmetic's rounding does)."
+        )
     if c.reserved_ipus != c.total_ipus:
-        notes.append(f"IPUs: IPUTrainer reserves {c.reserved_ipus} for this trial's {c.total_ipus} "
-                     "(autoRoundNumIPUs, IPUConfig._to_options), as best_options.py does.")
+        notes.append(
+            f"IPUs: IPUTrainer reserves {c.reserved_ipus} for this trial's {c.total_ipus} "
+            "(autoRoundNumIPUs, IPUConfig._to_options), as best_options.py does."
+        )
     return notes
 
 
-def render_trainer(problem: Problem, config: Config, notes: Sequence[str] = (),
-                   base_global_batch: int | None = None) -> str:
+def render_trainer(
+    problem: Problem,
+    config: Config,
+    notes: Sequence[str] = (),
+    base_global_batch: int | None = None,
+) -> str:
     from ..models import hf, hf_config
 
     fields = training_arguments(problem, config, base_global_batch)
-    kwargs = f", num_labels={problem.num_classes}" if problem.task == "sequence-classification" else ""
+    kwargs = (
+        f", num_labels={problem.num_classes}" if problem.task == "sequence-classification" else ""
+    )
     images = problem.task == "image-classification"
-    if images:  # a checkpoint's own head is replaced when its class count differs, as the example does
+    if (
+        images
+    ):  # a checkpoint's own head is replaced when its class count differs, as the example does
         kwargs = f", num_labels={problem.num_classes}, ignore_mismatched_sizes=True"
     source = _BLOCK.format(
         version=__version__,

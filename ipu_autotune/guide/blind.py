@@ -33,15 +33,19 @@ class BlindRound:
 
     def _layout(self, key: Hashable) -> list[tuple[float, float]]:
         if key not in self._layouts:
-            self._layouts[key] = [(self._rng.gauss(0.0, LAYOUT_SD), self._rng.gauss(0.0, SPEED_SD))
-                                  for _ in self.shared]
+            self._layouts[key] = [
+                (self._rng.gauss(0.0, LAYOUT_SD), self._rng.gauss(0.0, SPEED_SD))
+                for _ in self.shared
+            ]
         return self._layouts[key]
 
     def outcomes(self, key: Hashable, load: float, speed: float) -> list[float]:
         """Per draw, the bet's throughput if it fits, else 0 (`load`: estimated busiest tile / a tile)."""
         # _layout draws a (layout, speed) pair per shared draw: equal lengths
-        return [speed * math.exp(s) if load * math.exp(g + g_layout) <= 1.0 else 0.0
-                for g, (g_layout, s) in zip(self.shared, self._layout(key), strict=True)]
+        return [
+            speed * math.exp(s) if load * math.exp(g + g_layout) <= 1.0 else 0.0
+            for g, (g_layout, s) in zip(self.shared, self._layout(key), strict=True)
+        ]
 
     @staticmethod
     def worth(outcomes: list[list[float]]) -> float:

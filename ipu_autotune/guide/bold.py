@@ -44,8 +44,11 @@ class BetModel(CorrectedModel):
         """Counts with a LONG_SHOT to fit; worth its expected throughput."""
         if config not in self.bets:
             j = super().judge(config)
-            self.bets[config] = None if j is None else replace(j, fits=j.chance >= LONG_SHOT,
-                                                               worth=j.chance * j.throughput)
+            self.bets[config] = (
+                None
+                if j is None
+                else replace(j, fits=j.chance >= LONG_SHOT, worth=j.chance * j.throughput)
+            )
         return self.bets[config]
 
     def throughput(self, config: Config) -> float:
@@ -81,13 +84,21 @@ class GainModel(BetModel):
     def judge(self, config: Config) -> Judgement | None:
         if config not in self.bets:
             j = CorrectedModel.judge(self, config)
-            self.bets[config] = None if j is None else replace(
-                j, fits=j.chance >= LONG_SHOT, worth=expected_improvement(self, config, self.best) * (self.best or 1.0))
+            self.bets[config] = (
+                None
+                if j is None
+                else replace(
+                    j,
+                    fits=j.chance >= LONG_SHOT,
+                    worth=expected_improvement(self, config, self.best) * (self.best or 1.0),
+                )
+            )
         return self.bets[config]
 
 
-def bet_climb(screen: CorrectedScreen, model: BetModel, space: SearchSpace, start: Config,
-              rounds: int = 8) -> Config:
+def bet_climb(
+    screen: CorrectedScreen, model: BetModel, space: SearchSpace, start: Config, rounds: int = 8
+) -> Config:
     """warmstart.climb on expected throughput, then, when no single change helps, pairs of
     one of the fastest single changes (were they to fit) with one of those that free the
     most memory: more accumulation with the optimizer state offloaded, say, where either
@@ -95,8 +106,11 @@ def bet_climb(screen: CorrectedScreen, model: BetModel, space: SearchSpace, star
     best = climb(screen, space, start)
     for _ in range(rounds):
         # each with its judgement (judge caches it): the leanest are sorted by its busiest tile
-        judged = [(c, j) for knob, c in screen.candidates(space, best)
-                  if knob != "ipus_per_replica" and (j := model.judge(c)) is not None]
+        judged = [
+            (c, j)
+            for knob, c in screen.candidates(space, best)
+            if knob != "ipus_per_replica" and (j := model.judge(c)) is not None
+        ]
         singles = [c for c, _ in judged]
         fast = sorted(singles, key=model.throughput, reverse=True)[:BET_PAIRS]
         lean = [c for c, _ in sorted(judged, key=lambda t: t[1].busiest)][:BET_PAIRS]

@@ -64,7 +64,9 @@ class CallTime:
         return max(d, h) + leak * min(d, h) if self.overlapped else d + h
 
 
-def call_time(estimate: Measurement, overlapped: bool, measured: Measurement | None = None) -> CallTime | None:
+def call_time(
+    estimate: Measurement, overlapped: bool, measured: Measurement | None = None
+) -> CallTime | None:
     """The estimate's call split into device and host parts (None without a throughput)."""
     shares = (estimate.details or {}).get("call_shares")
     if not estimate.throughput or not estimate.samples_per_call or not shares:
@@ -86,7 +88,9 @@ class CallModel:
         None: factors of 1 within PRIOR_SD."""
         self.points = [p for p in points if p.measured_s]
         self.prior = prior or (0.0, 0.0, PRIOR_SD)
-        self.log_device, self.log_host, self.leak = self._cached_fit() if self.points else (*self.prior[:2], 0.0)
+        self.log_device, self.log_host, self.leak = (
+            self._cached_fit() if self.points else (*self.prior[:2], 0.0)
+        )
 
     @property
     def device(self) -> float:
@@ -99,8 +103,13 @@ class CallModel:
     def _loss(self, u: float, v: float, leak: float) -> float:
         du, hv = math.exp(u), math.exp(v)
         # self.points are the measured calls (__init__): no measured_s is None
-        fit = sum((math.log(cast(float, p.measured_s) / p.combined(du, hv, leak))) ** 2
-                  for p in self.points) / NOISE_SD**2
+        fit = (
+            sum(
+                (math.log(cast(float, p.measured_s) / p.combined(du, hv, leak))) ** 2
+                for p in self.points
+            )
+            / NOISE_SD**2
+        )
         mu, mv, sd = self.prior
         return fit + ((u - mu) ** 2 + (v - mv) ** 2) / sd**2 + (leak / LEAK_SD) ** 2
 
@@ -117,14 +126,29 @@ class CallModel:
         span, step = _GRID
         mu, mv, _ = self.prior
         # a leak shows only where a compile's loader overlaps and neither side is negligible
-        leaks = _LEAKS if any(p.overlapped and p.host_s > 0 and p.device_s > 0 for p in self.points) else (0.0,)
-        best = min((self._loss(u, v, g), u, v, g) for g in leaks
-                   for u in _steps(mu, span, step) for v in _steps(mv, span, step))
+        leaks = (
+            _LEAKS
+            if any(p.overlapped and p.host_s > 0 and p.device_s > 0 for p in self.points)
+            else (0.0,)
+        )
+        best = min(
+            (self._loss(u, v, g), u, v, g)
+            for g in leaks
+            for u in _steps(mu, span, step)
+            for v in _steps(mv, span, step)
+        )
         for span, step in _REFINE:
             _, cu, cv, cg = best
             near = {max(0.0, cg + i * step * 5) for i in range(-3, 4)} if len(leaks) > 1 else {0.0}
-            best = min(best, *((self._loss(u, v, g), u, v, g) for g in near for u in _steps(cu, span, step)
-                               for v in _steps(cv, span, step)))
+            best = min(
+                best,
+                *(
+                    (self._loss(u, v, g), u, v, g)
+                    for g in near
+                    for u in _steps(cu, span, step)
+                    for v in _steps(cv, span, step)
+                ),
+            )
         return best[1], best[2], best[3]
 
     def predict(self, p: CallTime) -> float:

@@ -65,7 +65,9 @@ SPEED_GROUP_EFFECT = CALIBRATED_SD
 #: by a factor of about 1.35 (MEMORY_SPREAD_SD), not pin one compile's excess on one knob
 MEMORY_EFFECT, MEMORY_NOISE, MEMORY_SPREAD_SD = 0.02, 0.002, 0.3
 _FIELDS = [f.name for f in fields(Config)]
-_TILE_MEMORY = [i for i, name in enumerate(_FIELDS) if name not in {k.name for k in SPEC if not k.tile_memory}]
+_TILE_MEMORY = [
+    i for i, name in enumerate(_FIELDS) if name not in {k.name for k in SPEC if not k.tile_memory}
+]
 
 
 _VALUES: dict[Config, tuple[Any, ...]] = {}
@@ -123,8 +125,11 @@ def observe(screen: Screen, measured: Sequence[Any]) -> list[Observation]:
         if predicted is None:
             continue
         # a compile's IPUs may differ from the estimate's (an OOM without every IPU's tiles)
-        ratios = [got / want for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes, strict=False)
-                  if want > 0]
+        ratios = [
+            got / want
+            for got, want in zip(m.max_tile_bytes, predicted.max_tile_bytes, strict=False)
+            if want > 0
+        ]
         tiles = tuple(memory_points(screen, [(config, m)], layout))
         call = call_time(predicted, overlapped(config), m)
         out.append(Observation(config, max(ratios) if ratios else None, tiles, call))
@@ -160,47 +165,88 @@ class CorrectedModel:
     Speed: guide/call_model.py's device and host factors, then what they leave unexplained
     as a function of every knob (guide/knob_effects.py)."""
 
-    def __init__(self, screen: Screen, observations: list[Observation], headroom: float, hedge: float = 0.0,
-                 confidence: float = FIT_CONFIDENCE):
+    def __init__(
+        self,
+        screen: Screen,
+        observations: list[Observation],
+        headroom: float,
+        hedge: float = 0.0,
+        confidence: float = FIT_CONFIDENCE,
+    ):
         """`hedge`: extra memory margin (fraction of a tile) while nothing has been compiled:
         parallel workers proposing while others' compiles run spread their bets."""
         self.screen, self.headroom, self.hedge = screen, headroom, hedge
-        self.memory = [(o.config, o.memory_ratio) for o in observations if o.memory_ratio is not None]
+        self.memory = [
+            (o.config, o.memory_ratio) for o in observations if o.memory_ratio is not None
+        ]
         # other studies' compiles (calibration store), when the screen carries them: guide/prior.py
         prior = getattr(screen, "prior", None)
         self.memory_model = MemoryModel([p for o in observations for p in o.tiles], prior)
-        self.learnt_memory = bool(self.memory_model.points) or bool(prior is not None and prior.memory)
+        self.learnt_memory = bool(self.memory_model.points) or bool(
+            prior is not None and prior.memory
+        )
         # where nothing near was compiled, how far a config's tiles may depart from the parts
         self.local_sd = local_memory_sd(prior)
         # what the learnt parts leave unexplained at each compiled config, per IPU: blended into
         # the configs near it (an effect of one knob the linear parts cannot express)
-        self.memory_residuals = [(o.config, [p.measured - self.memory_model.tile(p.layout, p.estimated, p.shares,
-                                                                                 p.checkpoints)[0]
-                                             for p in o.tiles]) for o in observations if o.tiles]
-        self.compiled_tiles = [(o.config, [p.measured for p in o.tiles]) for o in observations if o.tiles]
+        self.memory_residuals = [
+            (
+                o.config,
+                [
+                    p.measured
+                    - self.memory_model.tile(p.layout, p.estimated, p.shares, p.checkpoints)[0]
+                    for p in o.tiles
+                ],
+            )
+            for o in observations
+            if o.tiles
+        ]
+        self.compiled_tiles = [
+            (o.config, [p.measured for p in o.tiles]) for o in observations if o.tiles
+        ]
         # ... and as a function of each knob (guide/knob_effects.py): a knob no compile moved
         # keeps its prior spread, one they moved is learnt as a function of its value
         features = featurizer_for(screen.profile)
-        self.memory_effects = Residuals(features, [(c, i, r) for c, rs in self.memory_residuals
-                                                   for i, r in enumerate(rs)],
-                                        MEMORY_EFFECT * self.local_sd / LOCAL_MEMORY_SD, MEMORY_NOISE, memory=True,
-                                        log_spread_sd=MEMORY_SPREAD_SD,
-                                        foreign=prior.memory_rows if prior is not None else ())
-        self.calls = CallModel([o.call for o in observations if o.call is not None],
-                               prior.call if prior is not None else None)
-        self.speed = [(o.config, self.calls.log_residual(o.call)) for o in observations
-                      if o.call is not None and o.call.measured_s]
+        self.memory_effects = Residuals(
+            features,
+            [(c, i, r) for c, rs in self.memory_residuals for i, r in enumerate(rs)],
+            MEMORY_EFFECT * self.local_sd / LOCAL_MEMORY_SD,
+            MEMORY_NOISE,
+            memory=True,
+            log_spread_sd=MEMORY_SPREAD_SD,
+            foreign=prior.memory_rows if prior is not None else (),
+        )
+        self.calls = CallModel(
+            [o.call for o in observations if o.call is not None],
+            prior.call if prior is not None else None,
+        )
+        self.speed = [
+            (o.config, self.calls.log_residual(o.call))
+            for o in observations
+            if o.call is not None and o.call.measured_s
+        ]
         # what no compile measured is as unsure as the compiles show the estimator to be here
         self.misfit = misfit(self.calls.points)
-        self.speed_effects = Residuals(features, [(c, None, r) for c, r in self.speed], SPEED_EFFECT, SPEED_NOISE,
-                                       learn_noise=True, group_unit=SPEED_GROUP_EFFECT, widen=self.misfit)
+        self.speed_effects = Residuals(
+            features,
+            [(c, None, r) for c, r in self.speed],
+            SPEED_EFFECT,
+            SPEED_NOISE,
+            learn_noise=True,
+            group_unit=SPEED_GROUP_EFFECT,
+            widen=self.misfit,
+        )
         self._z = NormalDist().inv_cdf(confidence)
         self.cache: dict[Config, Judgement | None] = {}
 
     @property
     def memory_prior(self) -> float:
         """The mean measured/estimated busiest-tile ratio."""
-        return math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory)) if self.memory else 1.0
+        return (
+            math.exp(sum(math.log(r) for _, r in self.memory) / len(self.memory))
+            if self.memory
+            else 1.0
+        )
 
     def _tiles(self, config: Config, m: Measurement) -> tuple[list[tuple[float, float]], float]:
         """Per IPU (mean, spread) of the busiest tile as a fraction of a tile, and the limit."""
@@ -208,23 +254,34 @@ class CorrectedModel:
         if not self.learnt_memory:
             return [(t / cap, 0.0) for t in m.max_tile_bytes], 1.0 - self.headroom - self.hedge
         ipus = len(m.max_tile_bytes)
-        same_program = [t for c, t in self.compiled_tiles if memory_distance(config, c) == 0 and len(t) == ipus]
-        if same_program:  # the tiles a compile of this very program measured: it fits as that one did
+        same_program = [
+            t for c, t in self.compiled_tiles if memory_distance(config, c) == 0 and len(t) == ipus
+        ]
+        if (
+            same_program
+        ):  # the tiles a compile of this very program measured: it fits as that one did
             return [(max(t[i] for t in same_program), 0.0) for i in range(ipus)], 1.0 - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
         apart = self._apart(config, m)
         if 0 in apart:  # tiles a compile held, to the byte as far as the estimate tells
             # _apart: one entry per memory residual
-            held = [r for d, (_, r) in zip(apart, self.memory_residuals, strict=True)
-                    if d == 0 and len(r) == len(tiles)]
+            held = [
+                r
+                for d, (_, r) in zip(apart, self.memory_residuals, strict=True)
+                if d == 0 and len(r) == len(tiles)
+            ]
             # each compile that held them is a draw of how far the knobs the estimator sees no
             # memory in move them: their mean is known the better the more compiles held them
             sd = KNOWN_TILE_SD / math.sqrt(max(1, len(held)))
-            return [(mu + sum(r[i] for r in held) / len(held) if held else mu, sd)
-                    for i, (mu, _) in enumerate(tiles)], 1.0 - self.hedge
+            return [
+                (mu + sum(r[i] for r in held) / len(held) if held else mu, sd)
+                for i, (mu, _) in enumerate(tiles)
+            ], 1.0 - self.hedge
         effects = self.memory_effects.at_levels(config, range(len(tiles)))  # one per tile
-        return [(mu + residual, math.sqrt(sd * sd + spread * spread))
-                for (mu, sd), (residual, spread) in zip(tiles, effects, strict=True)], 1.0 - self.hedge
+        return [
+            (mu + residual, math.sqrt(sd * sd + spread * spread))
+            for (mu, sd), (residual, spread) in zip(tiles, effects, strict=True)
+        ], 1.0 - self.hedge
 
     def tiles_known(self, config: Config) -> bool:
         """Whether a compile held this config's very tiles (_tiles): compiling it cannot
@@ -242,8 +299,11 @@ class CorrectedModel:
             apart = memory_distance(config, c)
             if apart:
                 estimated = self.screen(c)
-                if estimated is not None and estimated.max_tile_bytes == m.max_tile_bytes \
-                        and estimated.breakdown == m.breakdown:
+                if (
+                    estimated is not None
+                    and estimated.max_tile_bytes == m.max_tile_bytes
+                    and estimated.breakdown == m.breakdown
+                ):
                     apart = 0
             out.append(apart)
         return out
@@ -257,7 +317,11 @@ class CorrectedModel:
             if c in self.cache or (m := self.screen(c)) is None or not m.max_tile_bytes:
                 continue
             # as _tiles reads them: one per IPU the estimate gives tiles and (if any) a breakdown for
-            ipus = min(len(m.max_tile_bytes), len(m.breakdown)) if m.breakdown else len(m.max_tile_bytes)
+            ipus = (
+                min(len(m.max_tile_bytes), len(m.breakdown))
+                if m.breakdown
+                else len(m.max_tile_bytes)
+            )
             if self.learnt_memory:
                 memory.append((c, range(ipus)))
             speed.append((c, (None,)))
@@ -275,7 +339,9 @@ class CorrectedModel:
             return None
         tiles, limit = self._tiles(config, m)
         load = max(mu + self._z * sd for mu, sd in tiles) / limit
-        chance = min(NormalDist(mu, sd).cdf(1.0) if sd > 0 else float(mu <= 1.0) for mu, sd in tiles)
+        chance = min(
+            NormalDist(mu, sd).cdf(1.0) if sd > 0 else float(mu <= 1.0) for mu, sd in tiles
+        )
         speed = self._throughput(config, m)
         out = Judgement(load <= 1.0, speed, load, max(mu for mu, _ in tiles), chance, speed)
         self.cache[config] = out
@@ -319,8 +385,10 @@ class CorrectedModel:
         if m is None or not m.max_tile_bytes:
             return float("-inf")
         tiles, _ = self._tiles(config, m)  # with no margin, as `chance`
-        return min(_log_normal_cdf((1.0 - mu) / sd) if sd > 0 else (0.0 if mu <= 1.0 else float("-inf"))
-                   for mu, sd in tiles)
+        return min(
+            _log_normal_cdf((1.0 - mu) / sd) if sd > 0 else (0.0 if mu <= 1.0 else float("-inf"))
+            for mu, sd in tiles
+        )
 
     def score(self, config: Config) -> tuple[Any, ...]:
         """Fits first, then corrected throughput; what does not fit, by how far over."""
@@ -340,7 +408,11 @@ def _log_normal_cdf(z: float) -> float:
 class CorrectedScreen(Screen):
     """A warmstart.Screen whose answers are corrected (so warmstart.climb climbs the corrected model)."""
 
-    def __init__(self, model: CorrectedModel, neighbours: dict[Config, list[tuple[str, Config]]] | None = None):
+    def __init__(
+        self,
+        model: CorrectedModel,
+        neighbours: dict[Config, list[tuple[str, Config]]] | None = None,
+    ):
         """`neighbours`: a cache of each config's single-knob changes, kept across proposals
         (generating them balances splits on the estimator: the costly part of a climb)."""
         s = model.screen
@@ -352,8 +424,10 @@ class CorrectedScreen(Screen):
         if config not in self.neighbours:
             found = list(super().candidates(space, config))
             found += [("fine", self.prepare(c)) for c in finer_changes(space, config)]
-            found += [("splits", self.prepare(space.project(self.problem, self.profile, c)))
-                      for c in split_moves(self.profile, config)]
+            found += [
+                ("splits", self.prepare(space.project(self.problem, self.profile, c)))
+                for c in split_moves(self.profile, config)
+            ]
             self.neighbours[config] = list(dict.fromkeys(found))
         self.model.prefetch(c for _, c in self.neighbours[config])  # each is judged next
         return self.neighbours[config]
@@ -362,7 +436,18 @@ class CorrectedScreen(Screen):
         if config not in self.cache:
             j, m = self.model.judge(config), self.model.screen(config)
             # m is None only where j is (judge rejects what the cached screen rejects)
-            self.cache[config] = None if j is None or m is None else replace(
-                m, feasible=j.fits, throughput=j.worth, headroom=0.0, failure=None if j.fits else "oom",
-                max_tile_bytes=[int(j.load * m.tile_capacity_bytes)] if m.tile_capacity_bytes else m.max_tile_bytes)
+            self.cache[config] = (
+                None
+                if j is None or m is None
+                else replace(
+                    m,
+                    feasible=j.fits,
+                    throughput=j.worth,
+                    headroom=0.0,
+                    failure=None if j.fits else "oom",
+                    max_tile_bytes=[int(j.load * m.tile_capacity_bytes)]
+                    if m.tile_capacity_bytes
+                    else m.max_tile_bytes,
+                )
+            )
         return self.cache[config]

@@ -23,9 +23,20 @@ _KIND = {k.name: k.kind for k in SPEC}
 #: levels for groups of configurations that share structural choices: the estimator's error
 #: differs most between them (how the model is laid out; that with its numerics, optimizer
 #: and recomputation), so each is a term of the knob-effect model of its own, with its spread
-GROUPS = {"layout": ("ipus_per_replica", "replicas", "execution"),
-          "structure": ("ipus_per_replica", "replicas", "execution", "precision", "partials", "optimizer_state",
-                        "optimizer_offload", "replicated_tensor_sharding", "recompute")}
+GROUPS = {
+    "layout": ("ipus_per_replica", "replicas", "execution"),
+    "structure": (
+        "ipus_per_replica",
+        "replicas",
+        "execution",
+        "precision",
+        "partials",
+        "optimizer_state",
+        "optimizer_offload",
+        "replicated_tensor_sharding",
+        "recompute",
+    ),
+}
 _TILE_MEMORY = {k.name for k in SPEC if k.tile_memory} | set(GROUPS)
 #: per-IPU and per-split coordinates: each IPU (split) of a layout holds an equal share of them,
 #: so one IPU's change moves the knob as far on 2 IPUs as on 8 (a knob's distance is their RMS)
@@ -44,10 +55,13 @@ class Coordinates:
 
     def memory_mask(self) -> tuple[list[bool], list[bool]]:
         """Which numeric coordinates and levels change what the tiles hold (knob_spec's tile_memory)."""
+
         def knob(name: str) -> str:  # 'available_memory_proportion[2]'
             return name.split("[")[0]
 
-        return [knob(n) in _TILE_MEMORY for n in self.numeric], [knob(n) in _TILE_MEMORY for n in self.levels]
+        return [knob(n) in _TILE_MEMORY for n in self.numeric], [
+            knob(n) in _TILE_MEMORY for n in self.levels
+        ]
 
 
 def _positions(values: tuple[Any, ...], default: float) -> list[float]:
@@ -55,8 +69,12 @@ def _positions(values: tuple[Any, ...], default: float) -> list[float]:
     return [out[i * len(out) // POSITIONS] for i in range(POSITIONS)]
 
 
-def describe(config: Config, unit_index: dict[str, int], units: int, split_at: tuple[float, ...] | None = None
-             ) -> tuple[dict[str, float], dict[str, object]]:
+def describe(
+    config: Config,
+    unit_index: dict[str, int],
+    units: int,
+    split_at: tuple[float, ...] | None = None,
+) -> tuple[dict[str, float], dict[str, object]]:
     """(numeric coordinates, levels) of one configuration. `unit_index`: a module path's
     place in execution order, of `units`; `split_at`: the splits' places as fractions of the
     model instead (another model's config, whose paths this one has not: a stored record)."""
@@ -68,7 +86,11 @@ def describe(config: Config, unit_index: dict[str, int], units: int, split_at: t
             for i, v in enumerate(_positions(value, 0.6)):
                 numeric[f"{name}[{i}]"] = v
         elif kind == "paths" and name == "splits":
-            where = list(split_at) if split_at is not None else [unit_index.get(p, 0) / max(units, 1) for p in value]
+            where = (
+                list(split_at)
+                if split_at is not None
+                else [unit_index.get(p, 0) / max(units, 1) for p in value]
+            )
             for i, v in enumerate(_positions(tuple(where), 1.0)):
                 numeric[f"{name}[{i}]"] = v
         elif kind == "paths":
@@ -102,15 +124,21 @@ class Featurizer:
             if len(self._cache) > 200_000:  # bounded: a long study must not grow it forever
                 self._cache.clear()
             numeric, levels = describe(config, self.unit_index, self.units)
-            got = self._cache[config] = ([numeric[n] for n in self.coordinates.numeric],
-                                         [levels[n] for n in self.coordinates.levels])
+            got = self._cache[config] = (
+                [numeric[n] for n in self.coordinates.numeric],
+                [levels[n] for n in self.coordinates.levels],
+            )
         return got
 
-    def foreign(self, config: Config, split_at: tuple[float, ...]) -> tuple[list[float], list[object]]:
+    def foreign(
+        self, config: Config, split_at: tuple[float, ...]
+    ) -> tuple[list[float], list[object]]:
         """Another model's configuration (a stored record's), its splits at `split_at`
         (fractions of that model, as split_fractions gives them): not cached."""
         numeric, levels = describe(config, {}, 0, split_at)
-        return [numeric[n] for n in self.coordinates.numeric], [levels[n] for n in self.coordinates.levels]
+        return [numeric[n] for n in self.coordinates.numeric], [
+            levels[n] for n in self.coordinates.levels
+        ]
 
 
 def split_fractions(ops_by_stage: list[int] | tuple[int, ...]) -> tuple[float, ...]:

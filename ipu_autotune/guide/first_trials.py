@@ -16,8 +16,9 @@ from .proposal import History, Proposal, Reason
 FIRST_CONFIDENCE = 0.95
 
 
-def first_trials(guide: Guide, warm: list[Proposal],
-                 would_compile: Callable[[Config], bool] | None = None) -> list[Proposal]:
+def first_trials(
+    guide: Guide, warm: list[Proposal], would_compile: Callable[[Config], bool] | None = None
+) -> list[Proposal]:
     """The trials a new study enqueues when the guide has a prior: the guide's own first
     choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit; when none
     is that sure, the likeliest to fit), then the baseline (the summary compares the best
@@ -31,24 +32,35 @@ def first_trials(guide: Guide, warm: list[Proposal],
     # Nothing compiled yet, so the guide has no anchor to gather candidates around: the warm
     # starts' single-knob changes stand in (a sharded variant of a pipeline that the prior
     # puts over memory, say), judged under the prior.
-    near = CorrectedScreen(CorrectedModel(guide.screen, [], guide.headroom, confidence=FIRST_CONFIDENCE),
-                           guide.neighbours)
+    near = CorrectedScreen(
+        CorrectedModel(guide.screen, [], guide.headroom, confidence=FIRST_CONFIDENCE),
+        guide.neighbours,
+    )
     for config in list(guide.pool):
         guide.pool.update(c for _, c in near.candidates(guide.space, config))
     first = guide.propose(History(would_compile=would_compile), confidence=FIRST_CONFIDENCE)
     if first is not None:
-        first = Proposal.guided(first.config, Reason.PRIOR, first.chance, why="calibration store prior")
+        first = Proposal.guided(
+            first.config, Reason.PRIOR, first.chance, why="calibration store prior"
+        )
     else:
         # Nothing is that sure: the candidate likeliest to fit (by the log of its chance, as
         # Guide.propose's), not the warm starts, which the nominal estimate chose and the
         # prior may well rule out.
         model = CorrectedModel(guide.screen, [], guide.headroom)
         closed = guide.closed(set())  # propose above was told would_compile
-        pick = max((c for c in guide.pool if c not in closed),
-                   key=lambda c: (model.log_chance(c), model.score(c)), default=None)
+        pick = max(
+            (c for c in guide.pool if c not in closed),
+            key=lambda c: (model.log_chance(c), model.score(c)),
+            default=None,
+        )
         if pick is not None:
-            first = Proposal.guided(pick, Reason.PRIOR, model.chance(pick),
-                                    why="the likeliest to fit under the calibration store prior")
+            first = Proposal.guided(
+                pick,
+                Reason.PRIOR,
+                model.chance(pick),
+                why="the likeliest to fit under the calibration store prior",
+            )
     if first is None or first.config == warm[0].config:
         return warm
     return [first, warm[0]]

@@ -29,8 +29,13 @@ def bar(model: CorrectedModel, fitting: Iterable[tuple[Config, float]]) -> float
     """The throughput a compile must beat to gain: the model's best figure for the configs
     that were measured to fit (config, measured throughput; the measurement where the model
     does not judge the config), raised by the learnt scatter of a compile. 0 with none."""
-    best = max(((j.throughput if (j := model.judge(c)) is not None else measured) for c, measured in fitting),
-               default=0.0)
+    best = max(
+        (
+            (j.throughput if (j := model.judge(c)) is not None else measured)
+            for c, measured in fitting
+        ),
+        default=0.0,
+    )
     return best * math.exp(model.speed_noise)
 
 

@@ -76,8 +76,13 @@ PAIR_TOP = 8
 COMBINATIONS = 24
 
 
-def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequence[Any], constants: EstimatorConstants,
-                      floor: float = 1.0) -> float:
+def memory_correction(
+    problem: Problem,
+    profile: ModelProfile,
+    measured: Sequence[Any],
+    constants: EstimatorConstants,
+    floor: float = 1.0,
+) -> float:
     """Largest measured/estimated busiest-tile ratio over compiled trials (at least `floor`)."""
     ratios = []
     for config, m in measured:
@@ -91,13 +96,20 @@ def memory_correction(problem: Problem, profile: ModelProfile, measured: Sequenc
     return max([floor, *ratios]) if ratios else floor
 
 
-def pair_climb(screen: Screen, model: CorrectedModel, space: SearchSpace, start: Config, rounds: int = 12) -> Config:
+def pair_climb(
+    screen: Screen, model: CorrectedModel, space: SearchSpace, start: Config, rounds: int = 12
+) -> Config:
     """warmstart.climb on the corrected model, then pairs of the best single changes when
     no single one helps (recompute and accumulation, say, must often move together)."""
     best = climb(screen, space, start)
     for _ in range(rounds):
-        singles = sorted(dict.fromkeys(c for knob, c in screen.candidates(space, best) if knob != "ipus_per_replica"),
-                         key=model.score, reverse=True)[:PAIR_TOP]
+        singles = sorted(
+            dict.fromkeys(
+                c for knob, c in screen.candidates(space, best) if knob != "ipus_per_replica"
+            ),
+            key=model.score,
+            reverse=True,
+        )[:PAIR_TOP]
         top = best_pair(model, best, combinations(singles, 2))
         if top is None:
             break
@@ -126,10 +138,19 @@ class GuideSettings:
 class Guide:
     """Proposes the next configuration to compile (`propose`), or None to let the sampler choose."""
 
-    def __init__(self, problem: Problem, profile: ModelProfile, space: SearchSpace,
-                 settings: GuideSettings = GuideSettings()):
+    def __init__(
+        self,
+        problem: Problem,
+        profile: ModelProfile,
+        space: SearchSpace,
+        settings: GuideSettings = GuideSettings(),
+    ):
         self.problem, self.profile, self.space, self.settings = problem, profile, space, settings
-        self.headroom, self.prepare, self.starts = settings.headroom, settings.prepare, settings.starts
+        self.headroom, self.prepare, self.starts = (
+            settings.headroom,
+            settings.prepare,
+            settings.starts,
+        )
         # nominal, in the space, cached
         self.screen = Screen(problem, profile, settings.constants, 0.0, settings.prepare, space)
         self.screen.prior = settings.prior
@@ -139,7 +160,9 @@ class Guide:
         self.pool.update(settings.candidates)
         self.climbed: set[tuple[Any, ...]] = set()  # (layout start, margin tag) climbed from
         self._stop: Stop | None = None  # the stopping rule, once it applies
-        self._stopped: tuple[Any, ...] | None = None  # (the history it was judged on, its Stop): stopping()
+        self._stopped: tuple[Any, ...] | None = (
+            None  # (the history it was judged on, its Stop): stopping()
+        )
         self._would_compile: Callable[[Config], bool] | None = None  # the last history's
         self._verdicts: dict[Config, bool] = {}  # its answers so far (guide/untried.py)
 
@@ -167,7 +190,9 @@ class Guide:
         """The next configuration to compile and why, or None. `confidence`: the chance to fit
         the candidates are climbed at, and, before any compile, the least a proposal needs
         (a calibrated study's first compile asks more: guide/first_trials.py)."""
-        if history.would_compile != self._would_compile:  # a bound method is made anew at each access
+        if (
+            history.would_compile != self._would_compile
+        ):  # a bound method is made anew at each access
             self._would_compile, self._verdicts = history.would_compile, {}
         out = self._choose(history, confidence)
         self._stopped = (_key(history), self._stop)
@@ -179,17 +204,26 @@ class Guide:
         # Before any compile has returned, the first round (guide/blind.py); serially, a
         # calibration store's prior is the better guide (guide/first_trials.py).
         first_round = not seen and (history.running > 0 or self.screen.prior is None)
-        model = CorrectedModel(self.screen, seen, self.headroom, HEDGE if first_round else 0.0,
-                               confidence=confidence)
+        model = CorrectedModel(
+            self.screen, seen, self.headroom, HEDGE if first_round else 0.0, confidence=confidence
+        )
         self._gather(model, measured, confidence)
         self._stop = None
         if first_round:
             first = self._first_round(seen, measured, asked, tried)
             return None if first is None else Proposal.guided(first, Reason.FIRST_ROUND, None)
-        fitting = [(c, m.throughput) for c, m in measured if m.feasible and m.failure is None and m.throughput]
-        best = bar(model, fitting)  # the measured best as the model sees it, and the noise (guide/gain.py)
+        fitting = [
+            (c, m.throughput)
+            for c, m in measured
+            if m.feasible and m.failure is None and m.throughput
+        ]
+        best = bar(
+            model, fitting
+        )  # the measured best as the model sees it, and the noise (guide/gain.py)
         self._gather_edges(seen, best)
-        least = confidence if not seen else 0.0  # no compile yet: the prior alone must make it likely
+        least = (
+            confidence if not seen else 0.0
+        )  # no compile yet: the prior alone must make it likely
         done = {c for c, _ in measured}
         pending = [c for c in asked if c not in done]  # compiling elsewhere, or enqueued
         worth = {}
@@ -208,9 +242,16 @@ class Guide:
             # under-flow) among those whose tiles no compile has held (a compile of known tiles
             # teaches nothing). Left to the sampler, such a study had every trial screened by the
             # estimate and ended without a fit.
-            pick = max((c for c in worth if not model.tiles_known(c)),
-                       key=lambda c: (model.log_chance(c), model.score(c)), default=None)
-            return None if pick is None else Proposal.guided(pick, Reason.FIRST_FIT, model.chance(pick))
+            pick = max(
+                (c for c in worth if not model.tiles_known(c)),
+                key=lambda c: (model.log_chance(c), model.score(c)),
+                default=None,
+            )
+            return (
+                None
+                if pick is None
+                else Proposal.guided(pick, Reason.FIRST_FIT, model.chance(pick))
+            )
         if pick is None or worth[pick] <= 0.0:
             return None
         if best:
@@ -222,12 +263,18 @@ class Guide:
         fitting): their single changes, pairs of the best of those, a climb from the best
         anchor, and a climb in every IPU layout."""
         corrected = CorrectedScreen(model, self.neighbours)
-        fits = sorted(((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
-                      key=lambda t: t[0], reverse=True)
-        anchors = [c for _, c in fits[:self.starts]]
+        fits = sorted(
+            ((m.throughput or 0.0, c) for c, m in measured if m.feasible and m.failure is None),
+            key=lambda t: t[0],
+            reverse=True,
+        )
+        anchors = [c for _, c in fits[: self.starts]]
         if not anchors:
-            near = sorted(((m.violation, c) for c, m in measured if m.failure in (None, "oom")), key=lambda t: t[0])
-            anchors = [c for _, c in near[:self.starts]]
+            near = sorted(
+                ((m.violation, c) for c, m in measured if m.failure in (None, "oom")),
+                key=lambda t: t[0],
+            )
+            anchors = [c for _, c in near[: self.starts]]
         for anchor in anchors:
             singles = [c for knob, c in corrected.candidates(self.space, anchor)]
             self.pool.update(singles)
@@ -238,8 +285,11 @@ class Guide:
                     self.pool.add(pair)
             # combinations no climb reaches, drawn anew as compiles arrive (the same in every run)
             draw = random.Random(f"{len(measured)} {anchor!r}")
-            self.pool.update(c for c in combined_changes(anchor, same_layout, draw, COMBINATIONS)
-                             if self.screen(c) is not None)
+            self.pool.update(
+                c
+                for c in combined_changes(anchor, same_layout, draw, COMBINATIONS)
+                if self.screen(c) is not None
+            )
             if anchor == anchors[0]:  # one climb per proposal: the best anchor's
                 self.pool.add(pair_climb(corrected, model, self.space, anchor))
         # climbed once per margin, and apart at another confidence (a climb's end depends on it)
@@ -258,10 +308,15 @@ class Guide:
             for start in model.starts(self.pool):
                 if (start, tag) not in self.climbed:
                     self.climbed.add((start, tag))
-                    self.pool.add(bet_climb(CorrectedScreen(model, self.neighbours), model, self.space, start))
+                    self.pool.add(
+                        bet_climb(
+                            CorrectedScreen(model, self.neighbours), model, self.space, start
+                        )
+                    )
 
-    def _first_round(self, seen: list[Observation], measured: Sequence[Any], asked: Set[Config], tried: Closed
-                     ) -> Config | None:
+    def _first_round(
+        self, seen: list[Observation], measured: Sequence[Any], asked: Set[Config], tried: Closed
+    ) -> Config | None:
         """Before any compile has returned: the candidate that adds most to the round's expected
         best throughput (guide/blind.py), given the trials running, among each layout's
         speed-memory frontier (its climbs at the FRONTIER margins). The estimator's errors
@@ -282,18 +337,32 @@ class Guide:
 
         def outcomes(c: Config) -> list[float] | None:
             j = blind.judge(c)
-            return None if j is None or j.busiest > 1.0 else round_.outcomes(layout(c), j.busiest, j.throughput)
+            return (
+                None
+                if j is None or j.busiest > 1.0
+                else round_.outcomes(layout(c), j.busiest, j.throughput)
+            )
 
-        running = [o for c in sorted(set(asked) - done, key=repr) if (o := outcomes(c)) is not None]
-        if not running:  # the round's first bet (serially, the only one): the fastest at the safest margin
+        running = [
+            o for c in sorted(set(asked) - done, key=repr) if (o := outcomes(c)) is not None
+        ]
+        if (
+            not running
+        ):  # the round's first bet (serially, the only one): the fastest at the safest margin
             safe = CorrectedModel(self.screen, seen, self.headroom, HEDGE)
             first = max((c for c in self.pool if c not in tried), key=safe.score, default=None)
             if first is not None and safe.score(first)[0] == 1:
                 return first
-        worth = {c: round_.worth([*running, o]) for c in self.pool if c not in tried and (o := outcomes(c)) is not None}
+        worth = {
+            c: round_.worth([*running, o])
+            for c in self.pool
+            if c not in tried and (o := outcomes(c)) is not None
+        }
         return max(worth, key=worth.__getitem__, default=None)
 
-    def _climb_layouts(self, model: CorrectedModel, screen: CorrectedScreen, tag: Hashable) -> None:
+    def _climb_layouts(
+        self, model: CorrectedModel, screen: CorrectedScreen, tag: Hashable
+    ) -> None:
         """Every IPU layout gets its own climb from its best candidate: a layout no compile has
         reached yet (replicas instead of a pipeline, say) needs several knobs changed at once.
         Per `tag` too (the hedge, or no margin): with compiles running elsewhere the first
@@ -301,7 +370,9 @@ class Guide:
         layouts: dict[tuple[Any, ...], Config] = {}
         model.prefetch(self.pool)
         for c in self.pool:
-            key = layout(c)  # a pipeline and a sharded model on the same IPUs are different layouts
+            key = layout(
+                c
+            )  # a pipeline and a sharded model on the same IPUs are different layouts
             if key not in layouts or model.score(c) > model.score(layouts[key]):
                 layouts[key] = c
         for c in layouts.values():
@@ -315,13 +386,17 @@ class Stop:
     """The stopping rule, once it applies: more compiles are unlikely to pay."""
 
     compiles_since_best: int  # compiles that did not beat the best by STOP_GAIN
-    expected_gain: float  # the largest expected gain of an untried candidate, a fraction of the best
+    expected_gain: (
+        float  # the largest expected gain of an untried candidate, a fraction of the best
+    )
     compiles_ran: int  # compiles whose speed corrected the estimator
 
     def __str__(self) -> str:
-        return (f"the last {self.compiles_since_best} compiles did not beat the best by {STOP_GAIN:.0%}, and the "
-                f"largest expected gain of an untried candidate is {self.expected_gain:.2%} of the best (the "
-                f"estimator corrected by {self.compiles_ran} compile(s) that ran): further compiles are unlikely to pay")
+        return (
+            f"the last {self.compiles_since_best} compiles did not beat the best by {STOP_GAIN:.0%}, and the "
+            f"largest expected gain of an untried candidate is {self.expected_gain:.2%} of the best (the "
+            f"estimator corrected by {self.compiles_ran} compile(s) that ran): further compiles are unlikely to pay"
+        )
 
 
 def _key(history: History) -> tuple[Any, ...]:

@@ -122,10 +122,22 @@ class KnobEffects:
     choices, their prior spread `group_unit` (the interactions' too; without it, they start at half the unit);
     `widen`: a factor on the groups' and the interactions' prior spreads (guide/trust.py)."""
 
-    def __init__(self, numeric: np.ndarray, levels: np.ndarray, y: Sequence[float],
-                 groups: Sequence[Sequence[int]], unit: float, noise: float, log_spread_sd: float = LOG_SPREAD_SD,
-                 outputs: bool = False, studies: bool = False, learn_noise: bool = False,
-                 group_levels: Sequence[int] = (), group_unit: float | None = None, widen: float = 1.0):
+    def __init__(
+        self,
+        numeric: np.ndarray,
+        levels: np.ndarray,
+        y: Sequence[float],
+        groups: Sequence[Sequence[int]],
+        unit: float,
+        noise: float,
+        log_spread_sd: float = LOG_SPREAD_SD,
+        outputs: bool = False,
+        studies: bool = False,
+        learn_noise: bool = False,
+        group_levels: Sequence[int] = (),
+        group_unit: float | None = None,
+        widen: float = 1.0,
+    ):
         self.groups = [list(g) for g in groups]
         # each knob's coordinates averaged (a knob's distance is their RMS: guide/features.py)
         self._mean = np.zeros((numeric.shape[1], len(self.groups)))
@@ -143,7 +155,9 @@ class KnobEffects:
         self._group_levels = set(group_levels)
         region = unit if group_unit is None else group_unit
         interaction = unit / 2 if group_unit is None else group_unit
-        spreads = np.array([unit] * (1 + len(self.groups) + knob_levels) + [interaction * widen] * ORDERS)
+        spreads = np.array(
+            [unit] * (1 + len(self.groups) + knob_levels) + [interaction * widen] * ORDERS
+        )
         for column in group_levels:
             spreads[1 + len(self.groups) + column] = region * widen
         self._prior_log = np.log(spreads)
@@ -171,7 +185,9 @@ class KnobEffects:
 
     # --- the kernel ------------------------------------------------------------------------
 
-    def _terms(self, num_a: np.ndarray, lvl_a: np.ndarray, num_b: np.ndarray, lvl_b: np.ndarray) -> np.ndarray:
+    def _terms(
+        self, num_a: np.ndarray, lvl_a: np.ndarray, num_b: np.ndarray, lvl_b: np.ndarray
+    ) -> np.ndarray:
         """Every term's kernel at unit spread, stacked: (terms, rows of a, rows of b)."""
         scale = 1.0
         if self.outputs:
@@ -208,8 +224,15 @@ class KnobEffects:
         # an interaction's kernel at a config itself: 1, or 0 with fewer knobs than its order
         knobs = len(self.groups) + len(self._knob_level_columns(knob_levels))
         orders = [float(k.item()) for k in _interactions(np.ones((1, knobs)))]
-        return np.concatenate([np.ones((rows, 1)), 1.0 + slopes, np.ones((rows, knob_levels)),
-                               np.tile(orders, (rows, 1))], axis=1).T
+        return np.concatenate(
+            [
+                np.ones((rows, 1)),
+                1.0 + slopes,
+                np.ones((rows, knob_levels)),
+                np.tile(orders, (rows, 1)),
+            ],
+            axis=1,
+        ).T
 
     # --- fit and predict -------------------------------------------------------------------
 
@@ -222,8 +245,16 @@ class KnobEffects:
         across = self._across(self.study, self.study)
         n, count = len(self.y), len(self._prior_log)
         # theta: the terms' log spreads, log noise, (logit rho); and the prior's centres
-        theta = np.concatenate([self.log_spread, [math.log(self.noise)], [self.study_logit] if across is not None else []])
-        prior = np.concatenate([self._prior_log, [math.log(self.noise)], [0.0] if across is not None else []])
+        theta = np.concatenate(
+            [
+                self.log_spread,
+                [math.log(self.noise)],
+                [self.study_logit] if across is not None else [],
+            ]
+        )
+        prior = np.concatenate(
+            [self._prior_log, [math.log(self.noise)], [0.0] if across is not None else []]
+        )
         sd = np.full(len(theta), self.log_spread_sd)
         sd[count] = NOISE_SD
         if across is not None:
@@ -243,8 +274,9 @@ class KnobEffects:
             alpha = inv @ self.y
             grad = np.zeros_like(theta)
             # d log evidence / d theta_t = s_t^2 (alpha' K_t alpha - tr(K^-1 K_t)), the noise's alike
-            grad[:count] = spreads * (np.einsum("i,tij,j->t", alpha, shared, alpha)
-                                      - np.einsum("ij,tji->t", inv, shared))
+            grad[:count] = spreads * (
+                np.einsum("i,tij,j->t", alpha, shared, alpha) - np.einsum("ij,tji->t", inv, shared)
+            )
             if self.learn_noise:
                 grad[count] = noise2 * (alpha @ alpha - np.trace(inv))
             if across is not None:
@@ -273,18 +305,24 @@ class KnobEffects:
         if self._alpha is None or self._chol is None:  # set together (_fit)
             return np.zeros(len(numeric)), np.sqrt(prior)
         levels, study = self._study_column(levels)
-        k = self._kernel(self._terms(numeric, levels, self.numeric, self.levels), self._across(study, self.study))
+        k = self._kernel(
+            self._terms(numeric, levels, self.numeric, self.levels),
+            self._across(study, self.study),
+        )
         mean = k @ self._alpha
         v = np.linalg.solve(self._chol, k.T)
         return mean, np.sqrt(np.maximum(prior - (v * v).sum(0), 1e-12))
 
-    def correlation(self, num_a: np.ndarray, lvl_a: np.ndarray, num_b: np.ndarray, lvl_b: np.ndarray
-                    ) -> np.ndarray:
+    def correlation(
+        self, num_a: np.ndarray, lvl_a: np.ndarray, num_b: np.ndarray, lvl_b: np.ndarray
+    ) -> np.ndarray:
         """Prior correlation of the residuals at each row of a with each row of b: how much of
         one's outcome is the other's."""
         (lvl_a, study_a), (lvl_b, study_b) = self._study_column(lvl_a), self._study_column(lvl_b)
         k = self._kernel(self._terms(num_a, lvl_a, num_b, lvl_b), self._across(study_a, study_b))
-        correlation: np.ndarray = k / np.sqrt(self._variance(num_a)[:, None] * self._variance(num_b)[None, :])
+        correlation: np.ndarray = k / np.sqrt(
+            self._variance(num_a)[:, None] * self._variance(num_b)[None, :]
+        )
         return correlation
 
 
@@ -294,33 +332,74 @@ class Residuals:
     knobs that change what the tiles hold (a host knob cannot change a tile). `foreign`:
     other studies' rows (guide/prior.KnobRow), each of its own study."""
 
-    def __init__(self, featurizer: Featurizer, rows: Sequence[tuple[Any, ...]], unit: float, noise: float, memory: bool = False,
-                 log_spread_sd: float = LOG_SPREAD_SD, foreign: Sequence[KnobRow] = (), learn_noise: bool = False,
-                 group_unit: float | None = None, widen: float = 1.0):
+    def __init__(
+        self,
+        featurizer: Featurizer,
+        rows: Sequence[tuple[Any, ...]],
+        unit: float,
+        noise: float,
+        memory: bool = False,
+        log_spread_sd: float = LOG_SPREAD_SD,
+        foreign: Sequence[KnobRow] = (),
+        learn_noise: bool = False,
+        group_unit: float | None = None,
+        widen: float = 1.0,
+    ):
         self.featurizer = featurizer
         numeric_mask, level_mask = featurizer.coordinates.memory_mask() if memory else (None, None)
         names = featurizer.coordinates.numeric
         keep = [i for i in range(len(names)) if numeric_mask is None or numeric_mask[i]]
         self._num_cols = keep
-        self._lvl_cols = [i for i in range(len(featurizer.coordinates.levels)) if level_mask is None or level_mask[i]]
+        self._lvl_cols = [
+            i
+            for i in range(len(featurizer.coordinates.levels))
+            if level_mask is None or level_mask[i]
+        ]
         by_knob: dict[str, list[int]] = {}
         for j, i in enumerate(keep):
             by_knob.setdefault(names[i].split("[")[0], []).append(j)
-        self._extra = any(level is not None for _, level, _ in rows) or any(r.level is not None for r in foreign)
+        self._extra = any(level is not None for _, level, _ in rows) or any(
+            r.level is not None for r in foreign
+        )
         self._studies = bool(foreign)
         # a proposal builds several models on the same compiles: each fit is made once
-        key = (id(featurizer), memory, unit, noise, log_spread_sd, learn_noise, group_unit, widen, tuple(rows),
-               tuple(foreign))
+        key = (
+            id(featurizer),
+            memory,
+            unit,
+            noise,
+            log_spread_sd,
+            learn_noise,
+            group_unit,
+            widen,
+            tuple(rows),
+            tuple(foreign),
+        )
         effects = _FITTED.get(key)
         if effects is None:
-            num, lvl = self._arrays([(c, level) for c, level, _ in rows]
-                                    + [(r.config, r.level, r.split_at, r.study) for r in foreign])
-            effects = KnobEffects(num, lvl, [y for _, _, y in rows] + [r.residual for r in foreign],
-                                  list(by_knob.values()), unit, noise, log_spread_sd, outputs=self._extra,
-                                  studies=self._studies, learn_noise=learn_noise,
-                                  group_levels=[j for j, i in enumerate(self._lvl_cols)
-                                                if featurizer.coordinates.levels[i] in GROUP_NAMES],
-                                  group_unit=group_unit, widen=widen)
+            num, lvl = self._arrays(
+                [(c, level) for c, level, _ in rows]
+                + [(r.config, r.level, r.split_at, r.study) for r in foreign]
+            )
+            effects = KnobEffects(
+                num,
+                lvl,
+                [y for _, _, y in rows] + [r.residual for r in foreign],
+                list(by_knob.values()),
+                unit,
+                noise,
+                log_spread_sd,
+                outputs=self._extra,
+                studies=self._studies,
+                learn_noise=learn_noise,
+                group_levels=[
+                    j
+                    for j, i in enumerate(self._lvl_cols)
+                    if featurizer.coordinates.levels[i] in GROUP_NAMES
+                ],
+                group_unit=group_unit,
+                widen=widen,
+            )
             if len(_FITTED) > 256:  # bounded: a long study must not grow it forever
                 _FITTED.clear()
             _FITTED[key] = effects
@@ -331,13 +410,22 @@ class Residuals:
         """Rows of (config, level), this study's, or (config, level, split_at, study), another's."""
         nums, lvls = [], []
         for config, level, *elsewhere in items:
-            num, lvl = self.featurizer.foreign(config, elsewhere[0]) if elsewhere else self.featurizer(config)
+            num, lvl = (
+                self.featurizer.foreign(config, elsewhere[0])
+                if elsewhere
+                else self.featurizer(config)
+            )
             nums.append([num[i] for i in self._num_cols])
-            lvls.append([lvl[i] for i in self._lvl_cols] + ([level] if self._extra else [])
-                        + ([elsewhere[1] if elsewhere else OWN] if self._studies else []))
+            lvls.append(
+                [lvl[i] for i in self._lvl_cols]
+                + ([level] if self._extra else [])
+                + ([elsewhere[1] if elsewhere else OWN] if self._studies else [])
+            )
         width = len(self._lvl_cols) + (1 if self._extra else 0) + (1 if self._studies else 0)
-        return (np.asarray(nums, dtype=float).reshape(len(items), len(self._num_cols)),
-                np.asarray(lvls, dtype=object).reshape(len(items), width))
+        return (
+            np.asarray(nums, dtype=float).reshape(len(items), len(self._num_cols)),
+            np.asarray(lvls, dtype=object).reshape(len(items), width),
+        )
 
     def correlation(self, config: Config, others: Sequence[Config]) -> list[float]:
         """Prior correlation of the residual at `config` with that at each of `others`."""
@@ -355,7 +443,11 @@ class Residuals:
         """Predict many (config, levels) in one call, into the cache `at_levels` reads: a climb
         judges a round's candidates one by one, and one prediction of them all costs about
         what one of them does (numpy's overhead per call is most of a row's cost)."""
-        todo = [key for key in dict.fromkeys((c, tuple(levels)) for c, levels in items) if key not in self._cache]
+        todo = [
+            key
+            for key in dict.fromkeys((c, tuple(levels)) for c, levels in items)
+            if key not in self._cache
+        ]
         if len(todo) > 1:
             self._predict(todo)
 
@@ -373,9 +465,14 @@ class Residuals:
         if len(self._cache) + len(keys) > 100_000:  # bounded, as the Featurizer's
             self._cache.clear()
         # predict: a mean and a spread per row
-        mean, sd = self.effects.predict(*self._arrays([(c, level) for c, levels in keys for level in levels]))
+        mean, sd = self.effects.predict(
+            *self._arrays([(c, level) for c, levels in keys for level in levels])
+        )
         row = 0
         for key in keys:
             n = len(key[1])
-            self._cache[key] = [(float(m), float(s)) for m, s in zip(mean[row:row + n], sd[row:row + n], strict=True)]
+            self._cache[key] = [
+                (float(m), float(s))
+                for m, s in zip(mean[row : row + n], sd[row : row + n], strict=True)
+            ]
             row += n

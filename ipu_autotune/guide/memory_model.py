@@ -41,8 +41,15 @@ from ..problem import Config
 from .prior import GuidePrior
 
 #: prior (mean, standard deviation) of each part, in fractions of a tile
-PRIORS = {"fixed": (0.0, 0.10), "proportional": (1.0, 0.30), "category": (0.0, 0.15), "layout": (0.0, 0.05),
-          "per stage": (0.0, 0.02), "per replica": (0.0, 0.02), "per checkpoint": (0.0, 0.01)}
+PRIORS = {
+    "fixed": (0.0, 0.10),
+    "proportional": (1.0, 0.30),
+    "category": (0.0, 0.15),
+    "layout": (0.0, 0.05),
+    "per stage": (0.0, 0.02),
+    "per replica": (0.0, 0.02),
+    "per checkpoint": (0.0, 0.01),
+}
 #: measurement and model noise of one IPU's busiest tile before any residual is seen (fraction
 #: of a tile), and how many points' worth of weight that guess carries against the residuals
 NOISE_PRIOR, NOISE_PRIOR_POINTS = 0.02, 2.0
@@ -80,8 +87,11 @@ def ipu_shares(breakdown: dict[str, int] | None) -> tuple[float, ...]:
     return tuple((breakdown or {}).get(c, 0) / total if total else 0.0 for c in CATEGORIES)
 
 
-def memory_points(screen: Callable[[Config], Measurement | None], measured: Sequence[Any],
-                  layout: Callable[[Config], tuple[Any, ...]]) -> list[MemoryPoint]:
+def memory_points(
+    screen: Callable[[Config], Measurement | None],
+    measured: Sequence[Any],
+    layout: Callable[[Config], tuple[Any, ...]],
+) -> list[MemoryPoint]:
     """One point per IPU of every compile that reports its tiles; `screen` gives the nominal
     estimate of a config (warmstart.Screen), `measured` is (config, Measurement) pairs,
     `layout` the IPU layout a fixed cost may depend on (guide/corrected.layout)."""
@@ -93,11 +103,22 @@ def memory_points(screen: Callable[[Config], Measurement | None], measured: Sequ
         if predicted is None or len(predicted.max_tile_bytes) != len(m.max_tile_bytes):
             continue
         cap = predicted.tile_capacity_bytes or m.tile_capacity_bytes
-        parts: Sequence[dict[str, int] | None] = predicted.breakdown or [None] * len(m.max_tile_bytes)
+        parts: Sequence[dict[str, int] | None] = predicted.breakdown or [None] * len(
+            m.max_tile_bytes
+        )
         # a breakdown of another length is read as far as it goes (calibration/prior.memory_points)
-        for got, want, breakdown in zip(m.max_tile_bytes, predicted.max_tile_bytes, parts, strict=False):
-            out.append(MemoryPoint(layout(config), want / cap, ipu_shares(breakdown), got / cap,
-                                   recompute_segments(config)))
+        for got, want, breakdown in zip(
+            m.max_tile_bytes, predicted.max_tile_bytes, parts, strict=False
+        ):
+            out.append(
+                MemoryPoint(
+                    layout(config),
+                    want / cap,
+                    ipu_shares(breakdown),
+                    got / cap,
+                    recompute_segments(config),
+                )
+            )
     return out
 
 
@@ -135,8 +156,9 @@ def _log_det(low: list[list[float]]) -> float:
     return 2.0 * sum(math.log(low[i][i]) for i in range(len(low)))
 
 
-def _prior_covariance(names: list[str], priors: list[tuple[float, float]],
-                      prior: GuidePrior | None) -> list[list[float]]:
+def _prior_covariance(
+    names: list[str], priors: list[tuple[float, float]], prior: GuidePrior | None
+) -> list[list[float]]:
     """The parts' prior covariance: diagonal from the spreads, except where a store's prior
     gives the covariance of its parts (their fit on other studies' compiles moves the
     proportional part and the per-category deviations together: their spreads alone would
@@ -156,7 +178,10 @@ def _prior_covariance(names: list[str], priors: list[tuple[float, float]],
 
 def _widened(cov: list[list[float]], widths: dict[int, float]) -> list[list[float]]:
     """`cov` with part i's spread times widths[i] (its covariances with the others alike)."""
-    return [[v * widths.get(i, 1.0) * widths.get(j, 1.0) for j, v in enumerate(row)] for i, row in enumerate(cov)]
+    return [
+        [v * widths.get(i, 1.0) * widths.get(j, 1.0) for j, v in enumerate(row)]
+        for i, row in enumerate(cov)
+    ]
 
 
 class MemoryModel:
@@ -172,17 +197,32 @@ class MemoryModel:
         """`prior`: a guide.prior.GuidePrior whose parts replace PRIORS (other studies' compiles)."""
         self.points = points
         self.layouts = sorted({p.layout for p in points}, key=repr)
-        names = ["fixed", "proportional", "per stage", "per replica", "per checkpoint", *(f"category {c}" for c in CATEGORIES),
-                 *(f"layout {lay}" for lay in self.layouts)]
-        priors = [PRIORS["fixed"], PRIORS["proportional"], PRIORS["per stage"], PRIORS["per replica"],
-                  PRIORS["per checkpoint"],
-                  *[PRIORS["category"]] * len(CATEGORIES), *[PRIORS["layout"]] * len(self.layouts)]
+        names = [
+            "fixed",
+            "proportional",
+            "per stage",
+            "per replica",
+            "per checkpoint",
+            *(f"category {c}" for c in CATEGORIES),
+            *(f"layout {lay}" for lay in self.layouts),
+        ]
+        priors = [
+            PRIORS["fixed"],
+            PRIORS["proportional"],
+            PRIORS["per stage"],
+            PRIORS["per replica"],
+            PRIORS["per checkpoint"],
+            *[PRIORS["category"]] * len(CATEGORIES),
+            *[PRIORS["layout"]] * len(self.layouts),
+        ]
         self.names = names
         #: a layout part's prior spread: the default's, scaled by what the store showed (guide/prior.py)
         self.layout_sd = PRIORS["layout"][1] * (1.0 if prior is None else prior.memory_scale)
         if prior is not None:
-            priors = [prior.memory.get(name, (p[0], self.layout_sd) if name.startswith("layout ") else p)
-                      for name, p in zip(names, priors, strict=True)]  # built part for part
+            priors = [
+                prior.memory.get(name, (p[0], self.layout_sd) if name.startswith("layout ") else p)
+                for name, p in zip(names, priors, strict=True)
+            ]  # built part for part
         self.prior_mean = [m for m, _ in priors]
         self._prior_cov = _prior_covariance(names, priors, prior)
         self._diagonal = prior is None or not prior.memory_cov
@@ -200,8 +240,16 @@ class MemoryModel:
             self._yy += p.measured**2
         #: (prior times evidence, normalised; {slope: width}) per hypothesis kept
         self.weights: list[tuple[float, dict[str, float]]] = []
-        hypotheses = [(AS_GIVEN, {})] if not points else [(AS_GIVEN, {})] + [
-            ((1.0 - AS_GIVEN) / (len(SLOPES) * len(WIDER)), {slope: width}) for slope in SLOPES for width in WIDER]
+        hypotheses = (
+            [(AS_GIVEN, {})]
+            if not points
+            else [(AS_GIVEN, {})]
+            + [
+                ((1.0 - AS_GIVEN) / (len(SLOPES) * len(WIDER)), {slope: width})
+                for slope in SLOPES
+                for width in WIDER
+            ]
+        )
         fits = []
         for prior_weight, widths in hypotheses:
             evidence = self._settle(widths)
@@ -216,8 +264,14 @@ class MemoryModel:
         # The average of the hypotheses, as one normal with its moments: a candidate's spread is
         # then x' cov x + noise^2 as for one fit (thousands of candidates per proposal)
         self.mean = [sum(w / norm * m[i] for w, _, m, _, _ in kept) for i in range(n)]
-        self._cov = [[sum(w / norm * (c[i][j] + m[i] * m[j]) for w, _, m, c, _ in kept) - self.mean[i] * self.mean[j]
-                      for j in range(n)] for i in range(n)]
+        self._cov = [
+            [
+                sum(w / norm * (c[i][j] + m[i] * m[j]) for w, _, m, c, _ in kept)
+                - self.mean[i] * self.mean[j]
+                for j in range(n)
+            ]
+            for i in range(n)
+        ]
         self.noise = math.sqrt(sum(w / norm * noise**2 for w, _, _, _, noise in kept))
 
     def _settle(self, widths: dict[str, float]) -> float:
@@ -228,29 +282,56 @@ class MemoryModel:
         n = len(self.names)
         cov = _widened(self._prior_cov, {self.names.index(k): w for k, w in widths.items()})
         cov_low = _cholesky(cov)
-        self._prior_precision = [[1.0 / cov[i][i] if i == j else 0.0 for j in range(n)] for i in range(n)] \
-            if self._diagonal else _inverse(cov_low)
+        self._prior_precision = (
+            [[1.0 / cov[i][i] if i == j else 0.0 for j in range(n)] for i in range(n)]
+            if self._diagonal
+            else _inverse(cov_low)
+        )
         self.noise = self._noise_prior
         self.mean = self._fit()
         if not self.points:
             return 0.0
-        self.noise = math.sqrt((NOISE_PRIOR_POINTS * self._noise_prior**2 + self._rss(self.mean))
-                               / (NOISE_PRIOR_POINTS + len(self.points)))
+        self.noise = math.sqrt(
+            (NOISE_PRIOR_POINTS * self._noise_prior**2 + self._rss(self.mean))
+            / (NOISE_PRIOR_POINTS + len(self.points))
+        )
         self.mean = self._fit()
         m, w = self.mean, 1.0 / self.noise**2
         apart = [mi - m0 for mi, m0 in zip(m, self.prior_mean, strict=True)]  # one per part, both
-        return -0.5 * (len(self.points) * math.log(2 * math.pi * self.noise**2) + _log_det(cov_low)
-                       + _log_det(self._low) + w * self._rss(m)
-                       + self._dot(apart, [self._dot(row, apart) for row in self._prior_precision]))
+        return -0.5 * (
+            len(self.points) * math.log(2 * math.pi * self.noise**2)
+            + _log_det(cov_low)
+            + _log_det(self._low)
+            + w * self._rss(m)
+            + self._dot(apart, [self._dot(row, apart) for row in self._prior_precision])
+        )
 
     def _rss(self, m: list[float]) -> float:
         """The points' residual sum of squares at parts `m` (y'y - 2 m'X'y + m'X'X m)."""
-        return max(0.0, self._yy - 2 * self._dot(m, self._xy) + self._dot(m, [self._dot(row, m) for row in self._gram]))
+        return max(
+            0.0,
+            self._yy
+            - 2 * self._dot(m, self._xy)
+            + self._dot(m, [self._dot(row, m) for row in self._gram]),
+        )
 
-    def _x(self, lay: tuple[Any, ...], estimated: float, shares: tuple[float, ...], checkpoints: float = 0.0) -> list[float]:
+    def _x(
+        self,
+        lay: tuple[Any, ...],
+        estimated: float,
+        shares: tuple[float, ...],
+        checkpoints: float = 0.0,
+    ) -> list[float]:
         stages, replicas = lay[0], lay[1]
-        return [1.0, estimated, stages - 1.0, replicas - 1.0, checkpoints, *(estimated * s for s in shares),
-                *(1.0 if lay == L else 0.0 for L in self.layouts)]
+        return [
+            1.0,
+            estimated,
+            stages - 1.0,
+            replicas - 1.0,
+            checkpoints,
+            *(estimated * s for s in shares),
+            *(1.0 if lay == L else 0.0 for L in self.layouts),
+        ]
 
     @staticmethod
     def _dot(a: list[float], b: list[float]) -> float:
@@ -261,10 +342,17 @@ class MemoryModel:
     def _fit(self) -> list[float]:
         w = 1.0 / self.noise**2
         # n x n and n (n: the parts), all built from self.names
-        precision = [[p + w * g for p, g in zip(prow, grow, strict=True)]
-                     for prow, grow in zip(self._prior_precision, self._gram, strict=True)]
-        b = [self._dot(row, self.prior_mean) + w * xy for row, xy in zip(self._prior_precision, self._xy, strict=True)]
-        self._low = _cholesky(precision)  # the posterior precision's factor: the mean, its inverse, its determinant
+        precision = [
+            [p + w * g for p, g in zip(prow, grow, strict=True)]
+            for prow, grow in zip(self._prior_precision, self._gram, strict=True)
+        ]
+        b = [
+            self._dot(row, self.prior_mean) + w * xy
+            for row, xy in zip(self._prior_precision, self._xy, strict=True)
+        ]
+        self._low = _cholesky(
+            precision
+        )  # the posterior precision's factor: the mean, its inverse, its determinant
         return _solve(self._low, b)
 
     def covariance(self, names: list[str]) -> list[list[float]]:
@@ -278,22 +366,36 @@ class MemoryModel:
         i = self.names.index(name)
         return self.mean[i], math.sqrt(max(0.0, self._cov[i][i]))
 
-    def tile(self, lay: tuple[Any, ...], estimated: float, shares: tuple[float, ...],
-             checkpoints: float = 0.0) -> tuple[float, float]:
+    def tile(
+        self,
+        lay: tuple[Any, ...],
+        estimated: float,
+        shares: tuple[float, ...],
+        checkpoints: float = 0.0,
+    ) -> tuple[float, float]:
         """(mean, standard deviation) of one IPU's busiest tile, fractions of a tile. A layout
         no compile ran in has no layout part: its prior spread is added instead."""
         x = self._x(lay, estimated, shares, checkpoints)
         nonzero = [(i, xi) for i, xi in enumerate(x) if xi]
-        var = sum(xi * xj * self._cov[i][j] for i, xi in nonzero for j, xj in nonzero) + self.noise**2
+        var = (
+            sum(xi * xj * self._cov[i][j] for i, xi in nonzero for j, xj in nonzero)
+            + self.noise**2
+        )
         if lay not in self.layouts:
             var += self.layout_sd**2
         return self._dot(x, self.mean), math.sqrt(var)
 
-    def busiest(self, lay: tuple[Any, ...], estimate: Measurement, checkpoints: float = 0.0) -> list[tuple[float, float]]:
+    def busiest(
+        self, lay: tuple[Any, ...], estimate: Measurement, checkpoints: float = 0.0
+    ) -> list[tuple[float, float]]:
         """Per IPU of a candidate in layout `lay` (its nominal estimate, its recompute_segments),
         the predicted busiest tile."""
         cap = estimate.tile_capacity_bytes
-        parts: Sequence[dict[str, int] | None] = estimate.breakdown or [None] * len(estimate.max_tile_bytes)
+        parts: Sequence[dict[str, int] | None] = estimate.breakdown or [None] * len(
+            estimate.max_tile_bytes
+        )
         # as memory_points: a breakdown of another length is read as far as it goes
-        return [self.tile(lay, t / cap, ipu_shares(b), checkpoints)
-                for t, b in zip(estimate.max_tile_bytes, parts, strict=False)]
+        return [
+            self.tile(lay, t / cap, ipu_shares(b), checkpoints)
+            for t, b in zip(estimate.max_tile_bytes, parts, strict=False)
+        ]

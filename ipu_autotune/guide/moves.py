@@ -24,14 +24,21 @@ def finer_changes(space: SearchSpace, c: Config) -> list[Config]:
     out = []
     tiles = space.knobs.get("io_tiles")
     if tiles is not None and not c.pipelined:
-        out += [c.replace(io_tiles=t, execution="sharded" if t else c.execution)
-                for t in getattr(tiles, "values", ()) if t != c.io_tiles]
+        out += [
+            c.replace(io_tiles=t, execution="sharded" if t else c.execution)
+            for t in getattr(tiles, "values", ())
+            if t != c.io_tiles
+        ]
     amp = space.knobs.get("available_memory_proportion")
     step = getattr(amp, "step", None)
     if isinstance(amp, Range) and step:  # a Choice has no step
         n = int((amp.high - amp.low) / step + 1e-9)
-        out += [c.replace(available_memory_proportion=(round(amp.low + i * step, 4),) * c.ipus_per_replica)
-                for i in range(n + 1)]
+        out += [
+            c.replace(
+                available_memory_proportion=(round(amp.low + i * step, 4),) * c.ipus_per_replica
+            )
+            for i in range(n + 1)
+        ]
         for i, a in enumerate(c.available_memory_proportion):
             for v in (round(a - step, 4), round(a + step, 4)):
                 if amp.low - 1e-9 <= v <= amp.high + 1e-9:
@@ -52,19 +59,25 @@ def split_moves(profile: ModelProfile, c: Config) -> list[Config]:
         return []
     cuts, steps, units = [index[p] for p in c.splits], (-2, -1, 1, 2), len(profile.units)
     if not c.checkpoints:  # warmstart's moves have each boundary alone
-        return [c.replace(splits=tuple(profile.units[x].path for x in moved))
-                for moved in partition.shifted_cuts(cuts, units, steps)]
+        return [
+            c.replace(splits=tuple(profile.units[x].path for x in moved))
+            for moved in partition.shifted_cuts(cuts, units, steps)
+        ]
     every = checkpoint_spacing(profile, c)
     if every is None:
         return []
     out = []
-    for moved in partition.moved_cuts(cuts, units, steps) + partition.shifted_cuts(cuts, units, steps):
+    for moved in partition.moved_cuts(cuts, units, steps) + partition.shifted_cuts(
+        cuts, units, steps
+    ):
         splits = tuple(profile.units[x].path for x in moved)
         out.append(with_splits(profile, c, splits, every))
     return out
 
 
-def combined_changes(base: Config, singles: Sequence[Config], rng: random.Random, count: int) -> list[Config]:
+def combined_changes(
+    base: Config, singles: Sequence[Config], rng: random.Random, count: int
+) -> list[Config]:
     """`count` random combinations of two or three of `singles` (single-knob changes of
     `base`) that change different knobs: configurations in a combination of knob values no
     climb reaches, since each of its single changes alone is no better. On an IPU nobody

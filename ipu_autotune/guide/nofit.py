@@ -81,7 +81,9 @@ def smaller_batch(problem: Problem, config: Config, backend: Backend) -> Change 
         trial_problem = dataclasses.replace(problem, batch_size=bs)
         candidate = config
         if problem.global_batch:  # the global batch stays: accumulate more
-            candidate = config.replace(gradient_accumulation=max(1, problem.global_batch // (bs * config.replicas)))
+            candidate = config.replace(
+                gradient_accumulation=max(1, problem.global_batch // (bs * config.replicas))
+            )
         if violations(trial_problem, candidate, None):
             continue
         m = backend.measure(trial_problem, candidate)
@@ -89,15 +91,23 @@ def smaller_batch(problem: Problem, config: Config, backend: Backend) -> Change 
             break
     if m is None:
         return None
-    verdict = "the closest configuration fits" if m.feasible else \
-        f"busiest tile still at {tile_fraction(m):.0%}"
+    verdict = (
+        "the closest configuration fits"
+        if m.feasible
+        else f"busiest tile still at {tile_fraction(m):.0%}"
+    )
     return Change(f"--batch-size {bs}", f"{verdict} (estimated)", m.feasible, tile_fraction(m))
 
 
 def layout_text(config: Config) -> str:
     """'2x4 pipe 16.16': IPUs per replica x replicas, how a replica's IPUs run, the precision."""
-    how = "" if config.ipus_per_replica == 1 else {"pipelined": " pipe", "sharded": " shard"}.get(
-        config.execution, f" {config.execution}")
+    how = (
+        ""
+        if config.ipus_per_replica == 1
+        else {"pipelined": " pipe", "sharded": " shard"}.get(
+            config.execution, f" {config.execution}"
+        )
+    )
     return f"{config.ipus_per_replica}x{config.replicas}{how} {config.precision}"
 
 
@@ -122,15 +132,19 @@ def why_nothing_fits(problem: Problem, plans: Sequence[PlanRow]) -> str:
     ipu = m.worst_ipu()
     if ipu is None or not m.tile_capacity_bytes or "stage_units" not in m.details:
         return f"at {last.ipus} IPUs the closest configuration is {m.verdict()}"
-    profile = profile_for(dataclasses.replace(problem, ipus=last.ipus, batch_size=last.micro_batch))
+    profile = profile_for(
+        dataclasses.replace(problem, ipus=last.ipus, batch_size=last.micro_batch)
+    )
     first, end = m.details["stage_units"][ipu]
-    units = profile.units[first:end + 1]
+    units = profile.units[first : end + 1]
     top = max(m.breakdown[ipu], key=m.breakdown[ipu].__getitem__)
     held = units[0].path if len(units) == 1 else f"{units[0].path} to {units[-1].path}"
-    said = (f"at {last.ipus} IPUs (micro-batch {last.micro_batch}) the closest configuration's busiest tile, on "
-            f"IPU{ipu}, needs {_kb(m.max_tile_bytes[ipu])} against a tile's "
-            f"{_kb(m.tile_capacity_bytes)} ({m.max_tile_bytes[ipu] / m.tile_capacity_bytes:.0%}; "
-            f"largest part {top}, {format_bytes(m.breakdown[ipu][top])} on the IPU); IPU{ipu} holds {held}")
+    said = (
+        f"at {last.ipus} IPUs (micro-batch {last.micro_batch}) the closest configuration's busiest tile, on "
+        f"IPU{ipu}, needs {_kb(m.max_tile_bytes[ipu])} against a tile's "
+        f"{_kb(m.tile_capacity_bytes)} ({m.max_tile_bytes[ipu] / m.tile_capacity_bytes:.0%}; "
+        f"largest part {top}, {format_bytes(m.breakdown[ipu][top])} on the IPU); IPU{ipu} holds {held}"
+    )
     heaviest = max(units, key=lambda u: u.largest_param)
     tiles = get_target(problem.target).tiles
     tensor = heaviest.largest_param * (2 if last.config.half_weights else 4)
@@ -138,14 +152,21 @@ def why_nothing_fits(problem: Problem, plans: Sequence[PlanRow]) -> str:
     if len(units) > 1 and share < TENSOR_SHARE:
         # Several units, none large: a longer pipeline than the space's would split them.
         longest = longest_replica(problem)
-        grows = ", which grow with the sequence and the micro-batch" if top in ("activations", "stash", "temporary") \
+        grows = (
+            ", which grow with the sequence and the micro-batch"
+            if top in ("activations", "stash", "temporary")
             else ""
-        return (f"{said} ({len(units)} units): the space's longest pipeline is {longest} IPUs per replica, so "
-                f"they are not split further; the largest part of the IPU's memory is {top}{grows}")
-    return (f"{said}, whose largest tensor ({heaviest.path}, {heaviest.largest_param:,} elements, "
-            f"{format_bytes(tensor)} of weights) is {_kb(tensor / tiles)} on each of the IPU's {tiles:,} "
-            f"tiles, {share:.0%} of a tile before its optimizer state, gradients and activations; a pipeline "
-            "places whole tensors, so no split shrinks it")
+        )
+        return (
+            f"{said} ({len(units)} units): the space's longest pipeline is {longest} IPUs per replica, so "
+            f"they are not split further; the largest part of the IPU's memory is {top}{grows}"
+        )
+    return (
+        f"{said}, whose largest tensor ({heaviest.path}, {heaviest.largest_param:,} elements, "
+        f"{format_bytes(tensor)} of weights) is {_kb(tensor / tiles)} on each of the IPU's {tiles:,} "
+        f"tiles, {share:.0%} of a tile before its optimizer state, gradients and activations; a pipeline "
+        "places whole tensors, so no split shrinks it"
+    )
 
 
 def _kb(n: float) -> str:
@@ -153,18 +174,19 @@ def _kb(n: float) -> str:
     return f"{n / 1e3:,.0f} kB"
 
 
-
-
 # --- exact model state: parameters times bytes, no error bar ---------------------------------
+
 
 def model_state(problem: Problem, config: Config, params: int) -> dict[str, float]:
     """Weights, gradient accumulators and optimizer state of the whole model in `config`'s
     types (backends/estimate/memory: the bytes per parameter the estimate itself uses)."""
     from ..backends.estimate.memory import accumulator_bytes_per_param, state_bytes_per_param
 
-    return {"weights": params * (2.0 if config.half_weights else 4.0),
-            "gradients": params * accumulator_bytes_per_param(problem, config),
-            "optimizer": params * state_bytes_per_param(problem, config)}
+    return {
+        "weights": params * (2.0 if config.half_weights else 4.0),
+        "gradients": params * accumulator_bytes_per_param(problem, config),
+        "optimizer": params * state_bytes_per_param(problem, config),
+    }
 
 
 def least_on_chip(problem: Problem, params: int) -> float:
@@ -208,20 +230,26 @@ def certain_reason(problem: Problem, ipus: int) -> str:
     narrowest = least_on_chip(problem, 1)  # bytes per parameter
     heaviest = max(profile.units, key=lambda u: u.largest_param, default=None)
     if heaviest is not None and narrowest * heaviest.largest_param > ipu:
-        return (f"certain: one weight tensor ({heaviest.path}, {format_bytes(narrowest * heaviest.largest_param)}) "
-                f"exceeds an IPU's {format_bytes(ipu)}")
+        return (
+            f"certain: one weight tensor ({heaviest.path}, {format_bytes(narrowest * heaviest.largest_param)}) "
+            f"exceeds an IPU's {format_bytes(ipu)}"
+        )
     replica = min(ipus, longest_replica(problem))
     weights = least_on_chip(problem, profile.params)
     if weights > replica * ipu:
-        return (f"certain: the weights alone ({format_bytes(weights)}) exceed the {format_bytes(replica * ipu)} "
-                f"of SRAM of the largest replica here ({replica} IPU{'s' if replica > 1 else ''})")
+        return (
+            f"certain: the weights alone ({format_bytes(weights)}) exceed the {format_bytes(replica * ipu)} "
+            f"of SRAM of the largest replica here ({replica} IPU{'s' if replica > 1 else ''})"
+        )
     least = least_on_one_ipu(problem, ipus)
     if least is not None and least[0] > ipu:
         need, per_replica, replicas = least
-        return (f"certain: any split of the model over {per_replica} IPUs per replica (x{replicas}, the least "
-                f"the space allows here) leaves {format_bytes(need)} of exact model state on one IPU, over its "
-                f"{format_bytes(ipu)} of SRAM (weights, accumulators a pipeline needs, and the largest weight's "
-                "gradient and optimizer state at its update, offloaded and sharded where the space allows)")
+        return (
+            f"certain: any split of the model over {per_replica} IPUs per replica (x{replicas}, the least "
+            f"the space allows here) leaves {format_bytes(need)} of exact model state on one IPU, over its "
+            f"{format_bytes(ipu)} of SRAM (weights, accumulators a pipeline needs, and the largest weight's "
+            "gradient and optimizer state at its update, offloaded and sharded where the space allows)"
+        )
     return ""
 
 
@@ -251,28 +279,47 @@ def least_on_one_ipu(problem: Problem, ipus: int) -> tuple[float, int, int] | No
         return None
     w = least_on_chip(problem, 1)
     half_state = "half" in allowed("optimizer_state") or not allowed("optimizer_state")
-    cheapest = Config(precision="16.16" if w == 2.0 else "32.32", optimizer_state="half" if half_state else "float")
+    cheapest = Config(
+        precision="16.16" if w == 2.0 else "32.32",
+        optimizer_state="half" if half_state else "float",
+    )
     stateful = has_optimizer_state(problem)
     state = state_bytes_per_param(problem, cheapest)
-    offload = stateful and offload_applies(problem) and (True in allowed("optimizer_offload")
-                                                         or not allowed("optimizer_offload"))
-    rts_ok = stateful and (True in allowed("replicated_tensor_sharding") or not allowed("replicated_tensor_sharding"))
+    offload = (
+        stateful
+        and offload_applies(problem)
+        and (True in allowed("optimizer_offload") or not allowed("optimizer_offload"))
+    )
+    rts_ok = stateful and (
+        True in allowed("replicated_tensor_sharding") or not allowed("replicated_tensor_sharding")
+    )
     # the tied head shares its embedding's weight: left out, which only lowers the bound
     units = [u for u in split_grid(profile).units if u.placed_with is None]
     best: tuple[float, int, int] | None = None
     for per_replica, replicas in space.ipu_layouts(sized, profile):
-        pipelines = per_replica > 1 and set(allowed("execution") or ("pipelined",)) == {"pipelined"}
+        pipelines = per_replica > 1 and set(allowed("execution") or ("pipelined",)) == {
+            "pipelined"
+        }
         accumulators = (2.0 if half_state else 4.0) if pipelines and stateful else 0.0
         shards = replicas if rts_ok and replicas > 1 else 1
 
-        def cost(params: int, largest: int, unshardable: int, accumulators: float = accumulators,
-                 shards: int = shards) -> float:
+        def cost(
+            params: int,
+            largest: int,
+            unshardable: int,
+            accumulators: float = accumulators,
+            shards: int = shards,
+        ) -> float:
             gradient = 0.0 if accumulators else largest * w
             if not stateful:
                 on_chip = 0.0  # SGD combined: its one tensor is the weight's own bytes, counted
             else:
                 whole = ((params - unshardable) / shards + unshardable) * state
-                piece = ((largest - 1) // shards + 1 if largest >= MIN_ELEMENTS_FOR_SHARDING else largest) * state
+                piece = (
+                    (largest - 1) // shards + 1
+                    if largest >= MIN_ELEMENTS_FOR_SHARDING
+                    else largest
+                ) * state
                 on_chip = min(whole, piece) if offload else whole
             return params * (w + accumulators) + gradient + on_chip
 
@@ -286,10 +333,15 @@ def _min_max_split(units: list[Unit], parts: int, cost: Callable[[int, int, int]
     """The least, over splits of `units` into at most `parts` runs in order, of the largest
     run's cost (cost grows as a run takes more units): a binary search on that cost, each
     guess checked by filling runs greedily."""
+
     def runs_needed(limit: float) -> int:
         runs, params, largest, unshardable = 1, 0, 0, 0
         for u in units:
-            p, lg, un = params + u.params, max(largest, u.largest_param), unshardable + u.unshardable_params
+            p, lg, un = (
+                params + u.params,
+                max(largest, u.largest_param),
+                unshardable + u.unshardable_params,
+            )
             if cost(p, lg, un) > limit:
                 runs, p, lg, un = runs + 1, u.params, u.largest_param, u.unshardable_params
                 if cost(p, lg, un) > limit:
@@ -298,8 +350,11 @@ def _min_max_split(units: list[Unit], parts: int, cost: Callable[[int, int, int]
         return runs
 
     low = max((cost(u.params, u.largest_param, u.unshardable_params) for u in units), default=0.0)
-    high = cost(sum(u.params for u in units), max((u.largest_param for u in units), default=0),
-                sum(u.unshardable_params for u in units))
+    high = cost(
+        sum(u.params for u in units),
+        max((u.largest_param for u in units), default=0),
+        sum(u.unshardable_params for u in units),
+    )
     while high - low > max(1.0, 1e-6 * high):
         mid = (low + high) / 2
         low, high = (low, mid) if runs_needed(mid) <= parts else (mid, high)
@@ -318,18 +373,28 @@ def state_line(problem: Problem, config: Config) -> str:
     longest = longest_replica(problem)
     sram = longest * get_target(problem.target).bytes_per_ipu
     weights = "FP16" if config.half_weights else "FP32"
-    where = " (off chip in the closest configuration)" if offloaded(problem, config) else \
-        f" (sharded over {config.replicas} replicas in the closest configuration)" if sharded(problem, config) else ""
+    where = (
+        " (off chip in the closest configuration)"
+        if offloaded(problem, config)
+        else f" (sharded over {config.replicas} replicas in the closest configuration)"
+        if sharded(problem, config)
+        else ""
+    )
     total = sum(state.values()) + (0 if state["gradients"] else state["weights"])
     least = least_on_chip(problem, params)
-    gradients = f"gradients {format_bytes(state['gradients'])}" if state["gradients"] else \
-        f"gradients {format_bytes(state['weights'])} ({weights}, each transient: none accumulated)"
-    return (f"model state (exact, parameters x bytes): {params:,} parameters, weights {format_bytes(state['weights'])} "
-            f"({weights}), {gradients}, {problem.optimizer} state "
-            f"{format_bytes(state['optimizer'])}{where}: {format_bytes(total)} in all, against "
-            f"{format_bytes(sram)} of SRAM on the space's largest replica ({longest} IPUs x "
-            f"{format_bytes(get_target(problem.target).bytes_per_ipu)}); the weights alone, in the narrowest "
-            f"precision, are {format_bytes(least)}, {least / sram:.0%} of it")
+    gradients = (
+        f"gradients {format_bytes(state['gradients'])}"
+        if state["gradients"]
+        else f"gradients {format_bytes(state['weights'])} ({weights}, each transient: none accumulated)"
+    )
+    return (
+        f"model state (exact, parameters x bytes): {params:,} parameters, weights {format_bytes(state['weights'])} "
+        f"({weights}), {gradients}, {problem.optimizer} state "
+        f"{format_bytes(state['optimizer'])}{where}: {format_bytes(total)} in all, against "
+        f"{format_bytes(sram)} of SRAM on the space's largest replica ({longest} IPUs x "
+        f"{format_bytes(get_target(problem.target).bytes_per_ipu)}); the weights alone, in the narrowest "
+        f"precision, are {format_bytes(least)}, {least / sram:.0%} of it"
+    )
 
 
 def row_reason(before: PlanRow | None, row: PlanRow) -> str:
@@ -344,28 +409,49 @@ def row_reason(before: PlanRow | None, row: PlanRow) -> str:
     if a.feasible and b.feasible and a.throughput and b.throughput:
         gain, more = b.throughput / a.throughput, row.ipus / before.ipus
         if gain < 0.99 * more and row.micro_batch != before.micro_batch:
-            out.append(f"{gain:.2f}x the samples/s of {before.ipus} IPUs: micro-batch {row.micro_batch} fits here "
-                       f"(the largest up to the one asked), {before.micro_batch} at {before.ipus} IPUs; "
-                       f"{b.bottleneck or 'the step'} bounds it")
+            out.append(
+                f"{gain:.2f}x the samples/s of {before.ipus} IPUs: micro-batch {row.micro_batch} fits here "
+                f"(the largest up to the one asked), {before.micro_batch} at {before.ipus} IPUs; "
+                f"{b.bottleneck or 'the step'} bounds it"
+            )
         elif gain < 0.99 * more:
-            if row.config == before.config or (row.config.replicas * row.config.ipus_per_replica
-                                               < row.ipus):
+            if row.config == before.config or (
+                row.config.replicas * row.config.ipus_per_replica < row.ipus
+            ):
                 used = row.config.replicas * row.config.ipus_per_replica
-                out.append(f"uses {used} of the {row.ipus} IPUs: {b.bottleneck or 'the step'} bounds it"
-                           + (" (more replicas would not be faster)" if b.bottleneck == "host input" else ""))
+                out.append(
+                    f"uses {used} of the {row.ipus} IPUs: {b.bottleneck or 'the step'} bounds it"
+                    + (
+                        " (more replicas would not be faster)"
+                        if b.bottleneck == "host input"
+                        else ""
+                    )
+                )
             else:
-                out.append(f"{gain:.2f}x the samples/s of {before.ipus} IPUs for {more:g}x the IPUs: "
-                           f"{b.bottleneck or 'the step'} bounds it")
+                out.append(
+                    f"{gain:.2f}x the samples/s of {before.ipus} IPUs for {more:g}x the IPUs: "
+                    f"{b.bottleneck or 'the step'} bounds it"
+                )
         elif gain > 1.01 * more:
-            why = f"micro-batch {row.micro_batch} fits here ({before.micro_batch} at {before.ipus})" \
-                if row.micro_batch > before.micro_batch else f"a layout of {layout_text(row.config)} " \
+            why = (
+                f"micro-batch {row.micro_batch} fits here ({before.micro_batch} at {before.ipus})"
+                if row.micro_batch > before.micro_batch
+                else f"a layout of {layout_text(row.config)} "
                 f"(at {before.ipus}: {layout_text(before.config)}, bound by {a.bottleneck or 'the step'})"
-            out.append(f"{gain:.2f}x the samples/s of {before.ipus} IPUs for {more:g}x the IPUs: {why}")
+            )
+            out.append(
+                f"{gain:.2f}x the samples/s of {before.ipus} IPUs for {more:g}x the IPUs: {why}"
+            )
     if a.max_tile_bytes and b.max_tile_bytes and a.max_tile_bytes_interval:
         hi = a.max_tile_bytes_interval[a.worst_ipu() or 0][1]
         if max(b.max_tile_bytes) > hi:
-            out.append(f"busiest tile {tile_fraction(b):.0%}, above the {hi / a.tile_capacity_bytes:.0%} top of "
-                       f"{before.ipus} IPUs' error bar: "
-                       + ("the faster configuration uses more of a tile, within its own bar" if b.feasible else
-                          f"the closest configuration is {layout_text(row.config)} at micro-batch {row.micro_batch}"))
+            out.append(
+                f"busiest tile {tile_fraction(b):.0%}, above the {hi / a.tile_capacity_bytes:.0%} top of "
+                f"{before.ipus} IPUs' error bar: "
+                + (
+                    "the faster configuration uses more of a tile, within its own bar"
+                    if b.feasible
+                    else f"the closest configuration is {layout_text(row.config)} at micro-batch {row.micro_batch}"
+                )
+            )
     return "; ".join(out)

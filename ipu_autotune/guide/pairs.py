@@ -21,7 +21,9 @@ class Scored(Protocol):
 
 def changes(base: Config, c: Config) -> dict[str, Any]:
     """The fields of `c` that differ from `base`, with their values in `c`."""
-    return {f: getattr(c, f) for f in base.__dataclass_fields__ if getattr(base, f) != getattr(c, f)}
+    return {
+        f: getattr(c, f) for f in base.__dataclass_fields__ if getattr(base, f) != getattr(c, f)
+    }
 
 
 def merged(base: Config, a: Config, b: Config) -> Config | None:
@@ -32,7 +34,9 @@ def merged(base: Config, a: Config, b: Config) -> Config | None:
     return base.replace(**da, **db)
 
 
-def best_pair(model: Scored, base: Config, pairs: Iterable[tuple[Config, Config]]) -> Config | None:
+def best_pair(
+    model: Scored, base: Config, pairs: Iterable[tuple[Config, Config]]
+) -> Config | None:
     """The merged pair scoring highest under `model.score`, if any scores above `base`
     (the first of equal scores)."""
     top, top_score = None, model.score(base)

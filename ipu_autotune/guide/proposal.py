@@ -33,8 +33,14 @@ class Proposal:
     gain: float | None = None
 
     @classmethod
-    def guided(cls, config: Config, reason: Reason, chance: float | None, gain: float | None = None,
-               why: str = "") -> Proposal:
+    def guided(
+        cls,
+        config: Config,
+        reason: Reason,
+        chance: float | None,
+        gain: float | None = None,
+        why: str = "",
+    ) -> Proposal:
         words = [f"{chance:.0%} chance to fit"] if chance is not None else []
         words += [f"expected gain {gain:.1%}"] if gain is not None else []
         words += [why] if why else []
@@ -45,7 +51,11 @@ class Proposal:
         """What the stored record keeps of the guide's decision (study/records.enqueue)."""
         if self.reason is None:
             return {}
-        return {"reason": self.reason.value, "chance_to_fit": self.chance, "expected_gain": self.gain}
+        return {
+            "reason": self.reason.value,
+            "chance_to_fit": self.chance,
+            "expected_gain": self.gain,
+        }
 
 
 @dataclass(frozen=True)
@@ -62,11 +72,20 @@ class History:
     would_compile: Callable[[Config], bool] | None = None
 
     @classmethod
-    def of(cls, measured: Sequence[Any], asked: Iterable[Config] | None = None, running: int = 0,
-           would_compile: Callable[[Config], bool] | None = None) -> History:
+    def of(
+        cls,
+        measured: Sequence[Any],
+        asked: Iterable[Config] | None = None,
+        running: int = 0,
+        would_compile: Callable[[Config], bool] | None = None,
+    ) -> History:
         """`asked` defaults to the measured configs."""
-        return cls(list(measured), set(asked) if asked is not None else {c for c, _ in measured}, running,
-                   would_compile)
+        return cls(
+            list(measured),
+            set(asked) if asked is not None else {c for c, _ in measured},
+            running,
+            would_compile,
+        )
 
 
 class Proposer(Protocol):

@@ -43,8 +43,13 @@ def _value(key: str, config: Config, profile: ModelProfile) -> object:
         every = checkpoint_spacing(profile, config)
         if not value:
             return "none"
-        return f"every {every} blocks" if every and every > 1 else "every block" if every else \
-            f"on {len(value)} blocks"
+        return (
+            f"every {every} blocks"
+            if every and every > 1
+            else "every block"
+            if every
+            else f"on {len(value)} blocks"
+        )
     if isinstance(value, bool):
         return str(value).lower()  # as --set and the config file write it
     if key == "available_memory_proportion" and len(set(value)) == 1 and len(value) > 1:
@@ -64,7 +69,13 @@ def describe(before: Config, after: Config, profile: ModelProfile) -> str:
 def _text(change: str, base: Measurement, m: Measurement, saving: int) -> str:
     before_ipu, after_ipu = base.worst_ipu() or 0, m.worst_ipu() or 0
     moved = f" (now IPU{after_ipu})" if after_ipu != before_ipu else ""
-    verdict = ", fits" if m.feasible and not base.feasible else "" if m.feasible else f", still {m.verdict()}"
+    verdict = (
+        ", fits"
+        if m.feasible and not base.feasible
+        else ""
+        if m.feasible
+        else f", still {m.verdict()}"
+    )
     speed = ""
     if base.throughput and m.throughput:
         ratio = m.throughput / base.throughput
@@ -72,9 +83,13 @@ def _text(change: str, base: Measurement, m: Measurement, saving: int) -> str:
     return f"{change}: saves {format_bytes(saving)} on the busiest IPU{moved}{verdict}{speed}"
 
 
-def suggestions(problem: Problem, config: Config, limit: int = 5,
-                measure: Callable[[Problem, Config], Measurement] | None = None,
-                numerics: Callable[[Config], Config] | None = None) -> list[Suggestion]:
+def suggestions(
+    problem: Problem,
+    config: Config,
+    limit: int = 5,
+    measure: Callable[[Problem, Config], Measurement] | None = None,
+    numerics: Callable[[Config], Config] | None = None,
+) -> list[Suggestion]:
     """Changes that most reduce the busiest IPU's need, best first, each re-estimated whole
     with `measure` (the estimate backend by default). Candidates must pass every rule the
     configuration itself passes: a recipe rule it already breaks does not hide the advice.
@@ -92,8 +107,10 @@ def suggestions(problem: Problem, config: Config, limit: int = 5,
             candidate = numerics(candidate)
         if candidate == config:
             continue
-        if violations(problem, candidate, profile.module_order, recipe=False) or \
-                set(recipe_violations(problem, candidate)) - already:
+        if (
+            violations(problem, candidate, profile.module_order, recipe=False)
+            or set(recipe_violations(problem, candidate)) - already
+        ):
             continue
         m = measure(problem, candidate)
         saving = base_need - busiest_need(m)

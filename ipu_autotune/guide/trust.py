@@ -35,5 +35,9 @@ PRIOR_COMPILES = 2
 
 def misfit(calls: Sequence[CallTime]) -> float:
     """The factor (at least 1) by which the compiles' errors exceed the calibrated error."""
-    z2 = [(math.log(c.combined(1.0, 1.0) / c.measured_s) / CALIBRATED_SD) ** 2 for c in calls if c.measured_s]
+    z2 = [
+        (math.log(c.combined(1.0, 1.0) / c.measured_s) / CALIBRATED_SD) ** 2
+        for c in calls
+        if c.measured_s
+    ]
     return max(1.0, math.sqrt((PRIOR_COMPILES + sum(z2)) / (PRIOR_COMPILES + len(z2))))

@@ -18,8 +18,12 @@ class Closed:
     """`c in closed`: tried, or one the backend would not compile (`would_compile`, remembered
     in `verdicts` across proposals: the screen's answer for a config does not change)."""
 
-    def __init__(self, tried: set[Config], would_compile: Callable[[Config], bool] | None,
-                 verdicts: dict[Config, bool]):
+    def __init__(
+        self,
+        tried: set[Config],
+        would_compile: Callable[[Config], bool] | None,
+        verdicts: dict[Config, bool],
+    ):
         self.tried, self.would_compile, self.verdicts = tried, would_compile, verdicts
 
     def __contains__(self, config: Config) -> bool:

@@ -40,7 +40,11 @@ def is_baseline(origin: str) -> bool:
 
 def naive_baseline(problem: Problem, profile: ModelProfile) -> Config:
     """What a newcomer writes: FP32, defaults, split by block count over all IPUs."""
-    n = problem.ipus if problem.ipus & (problem.ipus - 1) == 0 else 1 << (problem.ipus.bit_length() - 1)
+    n = (
+        problem.ipus
+        if problem.ipus & (problem.ipus - 1) == 0
+        else 1 << (problem.ipus.bit_length() - 1)
+    )
     n = min(n, len(profile.units))
     if problem.trainer == "optimum":
         # IPUTrainer's newcomer: IPUConfig(ipus_per_replica=n), layers_per_ipu left [-1],
@@ -56,8 +60,12 @@ def naive_baseline(problem: Problem, profile: ModelProfile) -> Config:
         accumulation = max(1, problem.global_batch // problem.batch_size)
         if accumulation < min_pipeline_accumulation(problem, n):
             execution = "sharded"
-    return Config(ipus_per_replica=n, splits=tuple(profile.units[c].path for c in cuts),
-                  gradient_accumulation=accumulation, execution=execution)
+    return Config(
+        ipus_per_replica=n,
+        splits=tuple(profile.units[c].path for c in cuts),
+        gradient_accumulation=accumulation,
+        execution=execution,
+    )
 
 
 def unit_costs(problem: Problem, profile: ModelProfile, config: Config, kind: str) -> list[float]:
@@ -81,8 +89,13 @@ def _split_grid(problem: Problem, profile: ModelProfile) -> ModelProfile:
 _BALANCED: dict[tuple[Any, ...], tuple[ModelProfile, EstimatorConstants, tuple[str, ...]]] = {}
 
 
-def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kind: str,
-                    constants: EstimatorConstants = NOMINAL) -> tuple[str, ...]:
+def balanced_splits(
+    problem: Problem,
+    profile: ModelProfile,
+    config: Config,
+    kind: str,
+    constants: EstimatorConstants = NOMINAL,
+) -> tuple[str, ...]:
     """`_balanced_splits`, remembered: each climb of a study's warm starts, and `plan`'s every
     size, asks for the same ones again."""
     key = (dataclasses.replace(problem, ipus=1), id(profile), config, kind, id(constants))
@@ -90,12 +103,21 @@ def balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kin
     if found is None:
         if len(_BALANCED) >= 20_000:
             _BALANCED.clear()
-        found = _BALANCED[key] = (profile, constants, _balanced_splits(problem, profile, config, kind, constants))
+        found = _BALANCED[key] = (
+            profile,
+            constants,
+            _balanced_splits(problem, profile, config, kind, constants),
+        )
     return found[2]
 
 
-def _balanced_splits(problem: Problem, profile: ModelProfile, config: Config, kind: str,
-                     constants: EstimatorConstants = NOMINAL) -> tuple[str, ...]:
+def _balanced_splits(
+    problem: Problem,
+    profile: ModelProfile,
+    config: Config,
+    kind: str,
+    constants: EstimatorConstants = NOMINAL,
+) -> tuple[str, ...]:
     """Splits balancing compute (FLOPs), or memory (the busiest IPU's busiest tile).
 
     Memory is balanced on the estimator itself, not on a per-unit cost: recomputation and
@@ -105,13 +127,16 @@ def _balanced_splits(problem: Problem, profile: ModelProfile, config: Config, ki
     base, profile = profile, _split_grid(problem, profile)
     cuts = partition.balanced(unit_costs(problem, profile, config, kind), config.ipus_per_replica)
     if kind == "memory":
+
         def worst(c: list[int]) -> float:
             trial = config.replace(splits=tuple(profile.units[i].path for i in c))
             return max(estimate(problem, trial, base, constants).max_tile_bytes)
 
         best = worst(cuts)
         improved = True
-        while improved:  # first improvement: move one boundary a unit, keep it if the worst IPU is lighter
+        while (
+            improved
+        ):  # first improvement: move one boundary a unit, keep it if the worst IPU is lighter
             improved = False
             for moved in partition.moved_cuts(cuts, len(profile.units), (-1, 1)):
                 score = worst(moved)
@@ -121,9 +146,11 @@ def _balanced_splits(problem: Problem, profile: ModelProfile, config: Config, ki
     return tuple(profile.units[c].path for c in cuts)
 
 
-def single_changes(space: SearchSpace, problem: Problem, profile: ModelProfile, config: Config
-                  ) -> Iterator[tuple[str, Config]]:
+def single_changes(
+    space: SearchSpace, problem: Problem, profile: ModelProfile, config: Config
+) -> Iterator[tuple[str, Config]]:
     """Single-knob changes of `config` within the space (and a few that need a partner)."""
+
     def values(name: str) -> list[Any]:
         knob = space.knobs.get(name)
         if isinstance(knob, Choice):
@@ -135,13 +162,20 @@ def single_changes(space: SearchSpace, problem: Problem, profile: ModelProfile, 
                     out.append(v)
                     v *= 2
                 return out
-            return [round(knob.low + i * (knob.step or 0.05), 4) for i in range(0, 40)
-                    if knob.low + i * (knob.step or 0.05) <= knob.high + 1e-9][::3]
+            return [
+                round(knob.low + i * (knob.step or 0.05), 4)
+                for i in range(0, 40)
+                if knob.low + i * (knob.step or 0.05) <= knob.high + 1e-9
+            ][::3]
         return []
 
     c = config
-    guide_moves = {"execution": _execution_moves, "recompute": _recompute_moves, "splits": _split_moves,
-                   "ipus_per_replica": _layout_moves}
+    guide_moves = {
+        "execution": _execution_moves,
+        "recompute": _recompute_moves,
+        "splits": _split_moves,
+        "ipus_per_replica": _layout_moves,
+    }
     for knob in SPEC:
         if knob.name in guide_moves:
             for moved in guide_moves[knob.name](space, problem, profile, c, values):
@@ -153,21 +187,43 @@ def single_changes(space: SearchSpace, problem: Problem, profile: ModelProfile, 
 
 # The layout knobs' moves need the profile and the space: the guide's own.
 
-def _execution_moves(space: SearchSpace, problem: Problem, profile: ModelProfile, c: Config,
-                     values: Callable[[str], list[Any]]) -> Iterator[Config]:
+
+def _execution_moves(
+    space: SearchSpace,
+    problem: Problem,
+    profile: ModelProfile,
+    c: Config,
+    values: Callable[[str], list[Any]],
+) -> Iterator[Config]:
     if c.ipus_per_replica > 1:
         least = min_pipeline_accumulation(problem, c.ipus_per_replica)
         for execution in values("execution"):
-            if execution != c.execution and (execution != "pipelined" or not problem.global_batch
-                                             or c.gradient_accumulation >= least):
-                accumulation = c.gradient_accumulation if execution == "sharded" or problem.global_batch \
+            if execution != c.execution and (
+                execution != "pipelined"
+                or not problem.global_batch
+                or c.gradient_accumulation >= least
+            ):
+                accumulation = (
+                    c.gradient_accumulation
+                    if execution == "sharded" or problem.global_batch
                     else max(c.gradient_accumulation, least)
-                yield c.replace(execution=execution, recompute="default", checkpoints=(),
-                                io_tiles=0, gradient_accumulation=accumulation)
+                )
+                yield c.replace(
+                    execution=execution,
+                    recompute="default",
+                    checkpoints=(),
+                    io_tiles=0,
+                    gradient_accumulation=accumulation,
+                )
 
 
-def _recompute_moves(space: SearchSpace, problem: Problem, profile: ModelProfile, c: Config,
-                     values: Callable[[str], list[Any]]) -> Iterator[Config]:
+def _recompute_moves(
+    space: SearchSpace,
+    problem: Problem,
+    profile: ModelProfile,
+    c: Config,
+    values: Callable[[str], list[Any]],
+) -> Iterator[Config]:
     # Recomputation and its checkpoints move together: one without the other rarely helps.
     for r in values("recompute"):
         if r == "pipeline" and not c.pipelined:
@@ -182,8 +238,13 @@ def _recompute_moves(space: SearchSpace, problem: Problem, profile: ModelProfile
             yield moved
 
 
-def _split_moves(space: SearchSpace, problem: Problem, profile: ModelProfile, c: Config,
-                 values: Callable[[str], list[Any]]) -> Iterator[Config]:
+def _split_moves(
+    space: SearchSpace,
+    problem: Problem,
+    profile: ModelProfile,
+    c: Config,
+    values: Callable[[str], list[Any]],
+) -> Iterator[Config]:
     if c.ipus_per_replica > 1:
         every = checkpoint_spacing(profile, c) if c.checkpoints else None
         for kind in ("memory", "compute"):
@@ -191,26 +252,41 @@ def _split_moves(space: SearchSpace, problem: Problem, profile: ModelProfile, c:
         grid = _split_grid(problem, profile)
         starts = stage_starts(grid, c.splits)
         if starts is not None:
-            for moved in partition.moved_cuts(starts, len(grid.units),
-                                              (-4, -2, -1, 1, 2, 4)):
+            for moved in partition.moved_cuts(starts, len(grid.units), (-4, -2, -1, 1, 2, 4)):
                 yield with_splits(profile, c, tuple(grid.units[i].path for i in moved), every)
 
 
-def _layout_moves(space: SearchSpace, problem: Problem, profile: ModelProfile, c: Config,
-                  values: Callable[[str], list[Any]]) -> Iterator[Config]:
+def _layout_moves(
+    space: SearchSpace,
+    problem: Problem,
+    profile: ModelProfile,
+    c: Config,
+    values: Callable[[str], list[Any]],
+) -> Iterator[Config]:
     for ipr, replicas in space.ipu_layouts(problem, profile):
         if (ipr, replicas) == (c.ipus_per_replica, c.replicas):
             continue
         accumulation = c.gradient_accumulation
         if problem.global_batch:
-            accumulation = problem.global_batch // (micro_batch(problem, c) * replicas)  # the rules judge a remainder
+            accumulation = problem.global_batch // (
+                micro_batch(problem, c) * replicas
+            )  # the rules judge a remainder
         elif ipr > 1:
             accumulation = max(accumulation, min_pipeline_accumulation(problem, ipr))
-        moved = c.replace(ipus_per_replica=ipr, replicas=replicas, available_memory_proportion=(),
-                          gradient_accumulation=accumulation, replicated_tensor_sharding=False,
-                          checkpoints=(), recompute="default", splits=(), io_tiles=0,
-                          execution="pipelined" if ipr > 1 and accumulation >= min_pipeline_accumulation(problem, ipr) else
-                          ("sharded" if ipr > 1 else c.execution))
+        moved = c.replace(
+            ipus_per_replica=ipr,
+            replicas=replicas,
+            available_memory_proportion=(),
+            gradient_accumulation=accumulation,
+            replicated_tensor_sharding=False,
+            checkpoints=(),
+            recompute="default",
+            splits=(),
+            io_tiles=0,
+            execution="pipelined"
+            if ipr > 1 and accumulation >= min_pipeline_accumulation(problem, ipr)
+            else ("sharded" if ipr > 1 else c.execution),
+        )
         if ipr > 1:
             moved = moved.replace(splits=balanced_splits(problem, profile, moved, "memory"))
         yield moved
@@ -227,9 +303,15 @@ class Screen:
     #: every CorrectedModel built on this screen; None: the estimate as it is
     prior: GuidePrior | None = None
 
-    def __init__(self, problem: Problem, profile: ModelProfile, constants: EstimatorConstants = NOMINAL,
-                 headroom: float = 0.0, prepare: Callable[[Config], Config] | None = None,
-                 space: SearchSpace | None = None):
+    def __init__(
+        self,
+        problem: Problem,
+        profile: ModelProfile,
+        constants: EstimatorConstants = NOMINAL,
+        headroom: float = 0.0,
+        prepare: Callable[[Config], Config] | None = None,
+        space: SearchSpace | None = None,
+    ):
         self.problem, self.profile, self.constants = problem, profile, constants
         self.headroom = headroom
         self.prepare = prepare or (lambda c: c)
@@ -248,8 +330,11 @@ class Screen:
             if ok and self.space is not None:
                 ok = not self.space.outside(self.problem, self.profile, config)
             profile = profile_at_micro_batch(self.problem, config, self.profile)
-            self.cache[config] = estimate(self.problem, config, profile, self.constants,
-                                          self.headroom, shared=True) if ok else None  # only read
+            self.cache[config] = (
+                estimate(self.problem, config, profile, self.constants, self.headroom, shared=True)
+                if ok
+                else None
+            )  # only read
         return self.cache[config]
 
 
@@ -280,9 +365,17 @@ def climb(screen: Screen, space: SearchSpace, start: Config, rounds: int = 24) -
     return best
 
 
-def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, baseline: Config,
-              limit: int = 6, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
-              prepare: Callable[[Config], Config] | None = None, safety: float = 0.10) -> list[Proposal]:
+def proposals(
+    problem: Problem,
+    profile: ModelProfile,
+    space: SearchSpace,
+    baseline: Config,
+    limit: int = 6,
+    constants: EstimatorConstants = NOMINAL,
+    headroom: float = 0.0,
+    prepare: Callable[[Config], Config] | None = None,
+    safety: float = 0.10,
+) -> list[Proposal]:
     """The baseline first (as given), then distinct estimator-guided candidates, most useful first.
 
     On hardware each is a compile. Second comes the fastest configuration with `safety`
@@ -301,20 +394,35 @@ def proposals(problem: Problem, profile: ModelProfile, space: SearchSpace, basel
             out.append(Proposal(config, origin))
 
     # (score, knob, config, its estimate) of each single change that fits
-    fixes = sorted(((screen_rank(m), knob, c, m) for knob, c in screen.candidates(space, baseline)
-                    if (m := screen(c)) is not None and m.feasible),
-                   key=lambda t: t[0], reverse=True)
+    fixes = sorted(
+        (
+            (screen_rank(m), knob, c, m)
+            for knob, c in screen.candidates(space, baseline)
+            if (m := screen(c)) is not None and m.feasible
+        ),
+        key=lambda t: t[0],
+        reverse=True,
+    )
 
     # Climb from the best fix and from the baseline moved to every other IPU layout: going
     # from a pipeline to replicas needs several knobs at once, which one climb won't do.
     starts = [config for _, _, config, _ in fixes[:3]] or [
-        screen.prepare(space.project(problem, profile, baseline))]
-    starts += [moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"]
-    safe_best = max(dict.fromkeys(climb(safe, space, s) for s in starts), key=lambda c: screen_rank(safe(c)))
+        screen.prepare(space.project(problem, profile, baseline))
+    ]
+    starts += [
+        moved for knob, moved in screen.candidates(space, baseline) if knob == "ipus_per_replica"
+    ]
+    safe_best = max(
+        dict.fromkeys(climb(safe, space, s) for s in starts), key=lambda c: screen_rank(safe(c))
+    )
     safe_end = safe(safe_best)
     if safe_end is not None and safe_end.feasible:
         add(safe_best, f"climb, {safe.headroom:.0%} free")
-    climbed = sorted(dict.fromkeys(climb(screen, space, s) for s in starts), key=lambda c: screen_rank(screen(c)), reverse=True)
+    climbed = sorted(
+        dict.fromkeys(climb(screen, space, s) for s in starts),
+        key=lambda c: screen_rank(screen(c)),
+        reverse=True,
+    )
     for config in climbed[:2]:
         add(config, f"climb {config.ipus_per_replica}ipu x{config.replicas}")
     base = screen(baseline)

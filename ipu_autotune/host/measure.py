@@ -37,9 +37,11 @@ class MeasuredHost:
     measured_path: str  # "uint8" or "float"
 
     def line(self) -> str:
-        return (f"host input measured on this CPU: {self.samples:,} samples in {self.seconds:.1f} s "
-                f"({self.measured_path} data); float path {self.float_sample_s * 1e3:.3f} ms/sample, "
-                f"uint8 path {self.uint8_sample_s * 1e3:.3f} ms/sample per loader process")
+        return (
+            f"host input measured on this CPU: {self.samples:,} samples in {self.seconds:.1f} s "
+            f"({self.measured_path} data); float path {self.float_sample_s * 1e3:.3f} ms/sample, "
+            f"uint8 path {self.uint8_sample_s * 1e3:.3f} ms/sample per loader process"
+        )
 
 
 def load(spec: str) -> Any:
@@ -54,8 +56,10 @@ def load(spec: str) -> Any:
     data = getattr(importlib.import_module(module_name), attr)()
     if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
         return data
-    raise UsageError(f"--data '{spec}' returned {type(data).__name__}: return a Dataset, a DataLoader "
-                     "or an iterable of (inputs, labels)")
+    raise UsageError(
+        f"--data '{spec}' returned {type(data).__name__}: return a Dataset, a DataLoader "
+        "or an iterable of (inputs, labels)"
+    )
 
 
 def _inputs(item: object) -> object:
@@ -77,9 +81,12 @@ def _normalise_cost(x: torch.Tensor, repeats: int = 20) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def measure(spec: str, seconds: float = DEFAULT_SECONDS,
-            progress: Callable[[int, float], None] | None = None,
-            worker_speedups: Sequence[float] = ()) -> MeasuredHost:
+def measure(
+    spec: str,
+    seconds: float = DEFAULT_SECONDS,
+    progress: Callable[[int, float], None] | None = None,
+    worker_speedups: Sequence[float] = (),
+) -> MeasuredHost:
     """`worker_speedups` (host/workers.py): how a DataLoader's own workers really add up; without
     them its time is taken as `num_workers` processes' worth."""
     from .workers import speedup
@@ -87,10 +94,14 @@ def measure(spec: str, seconds: float = DEFAULT_SECONDS,
     data = load(spec)
     workers = max(1, int(getattr(data, "num_workers", 0) or 0))
     parallel = speedup(workers, worker_speedups) if worker_speedups else workers
-    if hasattr(data, "__getitem__") and hasattr(data, "__len__") and not hasattr(data, "batch_size"):
+    if (
+        hasattr(data, "__getitem__")
+        and hasattr(data, "__len__")
+        and not hasattr(data, "batch_size")
+    ):
         if len(data) == 0:
             raise UsageError(f"--data '{spec}' returned an empty dataset; it must yield samples")
-        items = (data[i % len(data)] for i in range(10 ** 9))
+        items = (data[i % len(data)] for i in range(10**9))
     else:
         items = iter(data)
     samples, first = 0, None
@@ -109,12 +120,16 @@ def measure(spec: str, seconds: float = DEFAULT_SECONDS,
     except UsageError:
         raise
     except Exception as exc:
-        raise UsageError(f"--data '{spec}': reading samples failed: {type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise UsageError(
+            f"--data '{spec}': reading samples failed: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
     elapsed = time.perf_counter() - start
     if samples == 0 or not isinstance(first, torch.Tensor):
-        raise UsageError(f"--data '{spec}' yielded no samples (tensors or (inputs, labels)); "
-                         "return a Dataset or DataLoader with data in it")
+        raise UsageError(
+            f"--data '{spec}' yielded no samples (tensors or (inputs, labels)); "
+            "return a Dataset or DataLoader with data in it"
+        )
     per_sample = elapsed * parallel / samples
     normalise = _normalise_cost(first)
     if first.dtype == torch.uint8:

@@ -86,8 +86,11 @@ def tensor_rows(problem: Problem) -> HostCosts:
     without 8-bit I/O, which only image inputs take."""
     elements = sum(math.prod(s.shape) for s in _named_inputs(problem))
     per = TENSOR_ROW_S + TENSOR_ELEMENT_S * elements
-    return HostCosts(float_sample_s=per, uint8_sample_s=per,
-                     source="assumed: rows of ready (pre-tokenised) tensors, collated")
+    return HostCosts(
+        float_sample_s=per,
+        uint8_sample_s=per,
+        source="assumed: rows of ready (pre-tokenised) tensors, collated",
+    )
 
 
 def host_costs(problem: Problem) -> HostCosts:
@@ -97,9 +100,19 @@ def host_costs(problem: Problem) -> HostCosts:
         default = replace(default, worker_speedups=tuple(problem.host_worker_speedups))
     if problem.host_float_sample_s is None and problem.host_uint8_sample_s is None:
         return default
-    f = problem.host_float_sample_s if problem.host_float_sample_s is not None else default.float_sample_s
-    u = problem.host_uint8_sample_s if problem.host_uint8_sample_s is not None else default.uint8_sample_s
-    return replace(default, float_sample_s=f, uint8_sample_s=u, source="measured on this CPU with --data")
+    f = (
+        problem.host_float_sample_s
+        if problem.host_float_sample_s is not None
+        else default.float_sample_s
+    )
+    u = (
+        problem.host_uint8_sample_s
+        if problem.host_uint8_sample_s is not None
+        else default.uint8_sample_s
+    )
+    return replace(
+        default, float_sample_s=f, uint8_sample_s=u, source="measured on this CPU with --data"
+    )
 
 
 def sample_bytes(problem: Problem, config: Config) -> int:
@@ -157,8 +170,10 @@ def assumptions(problem: Problem, config: Config) -> list[str]:
     if costs.source != "measured on this CPU with --data":
         out.append(f"host cost per sample {costs.sample_s(config) * 1e3:.2f} ms ({costs.source})")
     if config.loader_workers > 1 and not costs.worker_speedups:
-        out.append(f"{config.loader_workers} loader workers each adding {costs.worker_efficiency:g} of a process "
-                   "(assumed)")
+        out.append(
+            f"{config.loader_workers} loader workers each adding {costs.worker_efficiency:g} of a process "
+            "(assumed)"
+        )
     return out
 
 
@@ -180,8 +195,12 @@ class EndToEnd:
 BOTTLENECKS = ("device compute", "host input", "host call", "all-reduce", "weight update")
 
 
-def end_to_end(problem: Problem, config: Config, device_parts: dict[str, float],
-               costs: HostCosts | None = None) -> EndToEnd:
+def end_to_end(
+    problem: Problem,
+    config: Config,
+    device_parts: dict[str, float],
+    costs: HostCosts | None = None,
+) -> EndToEnd:
     """Combine the IPUs' time per call (split into named parts) with the host pipeline.
 
     `device_parts` are seconds per call: "device compute", "weight update", "all-reduce",
@@ -199,11 +218,20 @@ def end_to_end(problem: Problem, config: Config, device_parts: dict[str, float],
     parts = dict(device_parts)
     parts["host input"] = host_input
     shares = {k: v / call for k, v in parts.items() if call > 0}
-    name = "host input" if host_input >= device_call or not device_parts \
+    name = (
+        "host input"
+        if host_input >= device_call or not device_parts
         else max(device_parts, key=device_parts.__getitem__)
-    return EndToEnd(throughput=n / call, call_time_s=call, device_call_s=device_call,
-                    host_input_s=host_input, shares=shares, bottleneck=name,
-                    bottleneck_share=shares[name])
+    )
+    return EndToEnd(
+        throughput=n / call,
+        call_time_s=call,
+        device_call_s=device_call,
+        host_input_s=host_input,
+        shares=shares,
+        bottleneck=name,
+        bottleneck_share=shares[name],
+    )
 
 
 def bottleneck_line(m: Measurement) -> str:

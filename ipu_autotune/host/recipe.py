@@ -21,7 +21,14 @@ from dataclasses import dataclass
 LINEAR = ("sgd", "sgd_combined")
 #: make_optimizer's base rate, the user's own being unknown: common PyTorch starting points
 #: for image models...
-IMAGE_LR = {"sgd": 0.01, "sgd_combined": 0.01, "adam": 1e-3, "adamw": 1e-3, "lamb": 1e-3, "rmsprop": 1e-3}
+IMAGE_LR = {
+    "sgd": 0.01,
+    "sgd_combined": 0.01,
+    "adam": 1e-3,
+    "adamw": 1e-3,
+    "lamb": 1e-3,
+    "rmsprop": 1e-3,
+}
 #: ...and for transformers the rate their fine-tuning recipes start from, transformers'
 #: TrainingArguments.learning_rate default: Adam's 1e-3, scaled up, would diverge BERT.
 TRANSFORMER_LR = 5e-5
@@ -61,12 +68,15 @@ class LearningRate:
         return f"{self.base_lr:g} x {scaled} = {self.lr:g}"
 
     def line(self) -> str:
-        return (f"learning rate: global batch {self.base_global_batch:,} -> {self.global_batch:,}, "
-                f"{self.rule} rule for {self.optimizer}: {self.formula()}")
+        return (
+            f"learning rate: global batch {self.base_global_batch:,} -> {self.global_batch:,}, "
+            f"{self.rule} rule for {self.optimizer}: {self.formula()}"
+        )
 
 
-def scaling(optimizer: str, base_lr: float, base_global_batch: int | None,
-            global_batch: int) -> LearningRate | None:
+def scaling(
+    optimizer: str, base_lr: float, base_global_batch: int | None, global_batch: int
+) -> LearningRate | None:
     """The scaled rate, or None when the global batch did not change (or no base is known)."""
     if not base_global_batch or base_global_batch == global_batch:
         return None

@@ -42,10 +42,15 @@ class WorkerScaling:
     cores: int
 
     def line(self) -> str:
-        measured = ", ".join(f"{w} workers {s:.2f}x" for w, s in zip(self.counts[1:], self.speedups[1:], strict=True))
+        measured = ", ".join(
+            f"{w} workers {s:.2f}x"
+            for w, s in zip(self.counts[1:], self.speedups[1:], strict=True)
+        )
         last = self.counts[-1]
-        return (f"loader speed-up over one worker, measured on this CPU ({self.cores} cores): "
-                f"{measured or 'one worker only'}; more than {last} worker(s) count as {last}")
+        return (
+            f"loader speed-up over one worker, measured on this CPU ({self.cores} cores): "
+            f"{measured or 'one worker only'}; more than {last} worker(s) count as {last}"
+        )
 
 
 def _map_style(data: Any) -> tuple[Any, int, Callable[..., Any] | None] | None:
@@ -59,14 +64,22 @@ def _map_style(data: Any) -> tuple[Any, int, Callable[..., Any] | None] | None:
     return None
 
 
-def _rate(dataset: Any, batch: int, collate: Callable[..., Any] | None, workers: int, seconds: float) -> float:
+def _rate(
+    dataset: Any, batch: int, collate: Callable[..., Any] | None, workers: int, seconds: float
+) -> float:
     """Samples per second once the workers are running."""
     from torch.utils.data import DataLoader
 
     n = len(dataset)
     indices = _Cycle(n)
-    loader = DataLoader(dataset, batch_size=batch, sampler=indices, num_workers=workers,
-                        collate_fn=collate, persistent_workers=False)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch,
+        sampler=indices,
+        num_workers=workers,
+        collate_fn=collate,
+        persistent_workers=False,
+    )
     it = iter(loader)
     try:
         next(it)  # start-up (forking, the first prefetch) is not what a training epoch pays
@@ -92,19 +105,25 @@ class _Cycle:
             i += 1
 
     def __len__(self) -> int:
-        return 2 ** 31
+        return 2**31
 
 
 class NotMeasured(Exception):
     """Why the worker scaling could not be timed (the host model then keeps its assumption)."""
 
 
-def measure_scaling(data: Any, seconds: float = DEFAULT_SECONDS, counts: Sequence[int] | None = None,
-                    progress: Callable[[int], None] | None = None) -> WorkerScaling:
+def measure_scaling(
+    data: Any,
+    seconds: float = DEFAULT_SECONDS,
+    counts: Sequence[int] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> WorkerScaling:
     """Speed-ups over one worker; NotMeasured when workers cannot split or read the data."""
     split = _map_style(data)
     if split is None:
-        raise NotMeasured("a plain iterable cannot be split among workers (return a Dataset or DataLoader)")
+        raise NotMeasured(
+            "a plain iterable cannot be split among workers (return a Dataset or DataLoader)"
+        )
     dataset, batch, collate = split
     counts = tuple(counts or worker_counts())
     rates = []
@@ -113,9 +132,13 @@ def measure_scaling(data: Any, seconds: float = DEFAULT_SECONDS, counts: Sequenc
             progress(w)
         try:
             rates.append(_rate(dataset, batch, collate, w, seconds))
-        except Exception as exc:  # the user's dataset in worker processes: keep the assumption, say why
+        except (
+            Exception
+        ) as exc:  # the user's dataset in worker processes: keep the assumption, say why
             first = str(exc).splitlines()[0] if str(exc) else ""
-            raise NotMeasured(f"reading with {w} worker(s) failed: {type(exc).__name__}: {first}") from None
+            raise NotMeasured(
+                f"reading with {w} worker(s) failed: {type(exc).__name__}: {first}"
+            ) from None
     return WorkerScaling(counts, tuple(round(r / rates[0], 3) for r in rates), usable_cores())
 
 

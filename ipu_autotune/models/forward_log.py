@@ -21,17 +21,63 @@ from torch.utils.flop_counter import flop_registry
 from .hf import jit_like_tracing
 
 _CONV_OPS = {"convolution", "_convolution", "conv2d", "conv1d", "conv3d"}
-_MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_efficient_attention",
-               "_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention",
-               "_scaled_dot_product_attention_math"}
-_NORM_OPS = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-             "_native_batch_norm_legit_no_training", "native_layer_norm", "native_group_norm"}
+_MATMUL_OPS = {
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_attention_math",
+}
+_NORM_OPS = {
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training",
+    "native_layer_norm",
+    "native_group_norm",
+}
 # Metadata-only ops: no data moved, no code worth counting.
-_VIEW_OPS = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze",
-             "unsqueeze", "detach", "alias", "slice", "select", "as_strided", "split", "unbind",
-             "split_with_sizes", "chunk", "flatten", "_reshape_alias", "lift_fresh", "empty",
-             "empty_like", "zeros", "ones", "new_empty", "new_zeros", "zeros_like", "ones_like",
-             "empty_strided", "clone", "copy_", "_to_copy", "fill_", "normal_", "uniform_"}
+_VIEW_OPS = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "t",
+    "transpose",
+    "permute",
+    "expand",
+    "squeeze",
+    "unsqueeze",
+    "detach",
+    "alias",
+    "slice",
+    "select",
+    "as_strided",
+    "split",
+    "unbind",
+    "split_with_sizes",
+    "chunk",
+    "flatten",
+    "_reshape_alias",
+    "lift_fresh",
+    "empty",
+    "empty_like",
+    "zeros",
+    "ones",
+    "new_empty",
+    "new_zeros",
+    "zeros_like",
+    "ones_like",
+    "empty_strided",
+    "clone",
+    "copy_",
+    "_to_copy",
+    "fill_",
+    "normal_",
+    "uniform_",
+}
 
 
 def op_kind(name: str) -> str:
@@ -42,8 +88,6 @@ def op_kind(name: str) -> str:
     if name in _NORM_OPS:
         return "norm"
     return "other"
-
-
 
 
 def tensor_bytes(obj: object) -> int:
@@ -87,7 +131,12 @@ def _storages(obj: object, skip: frozenset[Any]) -> tuple[tuple[int, int], ...]:
 class _Recorder(TorchDispatchMode):
     """Logs, in order, each aten op with its kind, FLOPs, output bytes and input bytes."""
 
-    def __init__(self, events: list[Any], param_storages: frozenset[Any] = frozenset(), constants: frozenset[Any] = frozenset()):
+    def __init__(
+        self,
+        events: list[Any],
+        param_storages: frozenset[Any] = frozenset(),
+        constants: frozenset[Any] = frozenset(),
+    ):
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.constants = constants  # parameters and buffers: never a tensor that crosses a stage
         self.events = events
@@ -98,8 +147,13 @@ class _Recorder(TorchDispatchMode):
         self._alive: list[Any] = []
         self.param_storages = param_storages
 
-    def __torch_dispatch__(self, func: Any, types: object, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: object,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
@@ -111,7 +165,9 @@ class _Recorder(TorchDispatchMode):
         for mask in masks:
             self.random_masks.add(mask.untyped_storage()._cdata)
         self._alive.append(out)
-        self.events.append(("use", _storages(args, self.constants), _storages(out, self.constants)))
+        self.events.append(
+            ("use", _storages(args, self.constants), _storages(out, self.constants))
+        )
         if self.param_storages:
             # A parameter belongs to the unit whose ops read it, called module or not.
             for t in _flat_tensors(args):
@@ -121,7 +177,11 @@ class _Recorder(TorchDispatchMode):
         if name not in _VIEW_OPS:
             kind = op_kind(name)
             packet = func.overloadpacket
-            flops = flop_registry[packet](*args, **kwargs, out_val=out) if packet in flop_registry else 0
+            flops = (
+                flop_registry[packet](*args, **kwargs, out_val=out)
+                if packet in flop_registry
+                else 0
+            )
             out_bytes = tensor_bytes(out)
             in_bytes = tensor_bytes(args) if kind in ("conv", "matmul") else 0
             self.events.append(("op", kind, float(flops), out_bytes, in_bytes))
@@ -131,10 +191,14 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
-def run_forward(model: nn.Module, x: torch.Tensor | dict[str, Any], labels: torch.Tensor, events: list[Any]) -> None:
+def run_forward(
+    model: nn.Module, x: torch.Tensor | dict[str, Any], labels: torch.Tensor, events: list[Any]
+) -> None:
     """One training-mode forward plus loss, logging module entries, ops, parameter reads and
     saved tensors. `x` is the input batch, or the forward's keyword arguments."""
-    trainable = frozenset(p.untyped_storage()._cdata for p in model.parameters() if p.requires_grad)
+    trainable = frozenset(
+        p.untyped_storage()._cdata for p in model.parameters() if p.requires_grad
+    )
     param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
     param_storages |= {b.untyped_storage()._cdata for b in model.buffers()}
     seen: set[int] = set()
@@ -142,8 +206,10 @@ def run_forward(model: nn.Module, x: torch.Tensor | dict[str, Any], labels: torc
     names = {m: n for n, m in model.named_modules()}
 
     def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        tensors = {t.untyped_storage()._cdata: t.numel() * t.element_size()
-                   for t in _flat_tensors((args, kwargs))}
+        tensors = {
+            t.untyped_storage()._cdata: t.numel() * t.element_size()
+            for t in _flat_tensors((args, kwargs))
+        }
         events.append(("enter", names[module], tensor_bytes(args) + tensor_bytes(kwargs), tensors))
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -151,7 +217,9 @@ def run_forward(model: nn.Module, x: torch.Tensor | dict[str, Any], labels: torc
         if key not in param_storages and key not in seen and key not in recorder.random_masks:
             seen.add(key)
             # What recomputing it would cost depends on the op that produced it.
-            events.append(("saved", recorder.producer.get(key, "input"), t.untyped_storage().nbytes()))
+            events.append(
+                ("saved", recorder.producer.get(key, "input"), t.untyped_storage().nbytes())
+            )
         return t
 
     def post_hook(module: nn.Module, args: tuple[Any, ...], output: object) -> None:
@@ -160,9 +228,15 @@ def run_forward(model: nn.Module, x: torch.Tensor | dict[str, Any], labels: torc
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in model.modules()]
     handles += [m.register_forward_hook(post_hook) for m in model.modules()]
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), recorder, jit_like_tracing():
+        with (
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+            recorder,
+            jit_like_tracing(),
+        ):
             out = model(**x) if isinstance(x, dict) else model(x)
-            if getattr(out, "loss", None) is not None or (isinstance(out, torch.Tensor) and out.dim() == 0):
+            if getattr(out, "loss", None) is not None or (
+                isinstance(out, torch.Tensor) and out.dim() == 0
+            ):
                 return  # the model computed its own loss from the labels it was given
             if isinstance(out, (tuple, list)):
                 out = out[0]

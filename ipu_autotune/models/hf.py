@@ -46,11 +46,14 @@ def resolve_task(name: str, task: str) -> str:
 def check_seq_len(name: str, seq_len: int, flag: str = "--seq-len") -> None:
     limit = architecture(name).max_positions
     if limit and seq_len > limit:
-        raise UsageError(f"{name}: {flag} {seq_len} exceeds its {limit} position embeddings; use {limit} or less")
+        raise UsageError(
+            f"{name}: {flag} {seq_len} exceeds its {limit} position embeddings; use {limit} or less"
+        )
 
 
-def problem_shape(name: str, task: str, seq_len: int, decoder_seq_len: int,
-                  input_shape: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+def problem_shape(
+    name: str, task: str, seq_len: int, decoder_seq_len: int, input_shape: tuple[int, ...]
+) -> tuple[int, int, tuple[int, ...]]:
     """(seq_len, decoder_seq_len, input_shape) of an hf: problem, defaults filled in, checked.
     Token models: --input-shape N is the sequence length (with --seq-len, they must agree);
     image models take the size their config was built for."""
@@ -58,19 +61,27 @@ def problem_shape(name: str, task: str, seq_len: int, decoder_seq_len: int,
     input_shape = tuple(input_shape)
     if arch.reads_images:
         if seq_len or decoder_seq_len:
-            raise UsageError(f"{name} reads images, not tokens: drop --seq-len and --decoder-seq-len")
+            raise UsageError(
+                f"{name} reads images, not tokens: drop --seq-len and --decoder-seq-len"
+            )
         if input_shape and input_shape != arch.image_shape:
             size = "x".join(map(str, arch.image_shape))
-            raise UsageError(f"{name} takes {size} images (image_size and num_channels in its config.json); "
-                             f"drop --input-shape/--image-size or change them in config.json")
+            raise UsageError(
+                f"{name} takes {size} images (image_size and num_channels in its config.json); "
+                f"drop --input-shape/--image-size or change them in config.json"
+            )
         return 0, 0, arch.image_shape
     if input_shape:
         if len(input_shape) != 1:
-            raise UsageError(f"{name} takes token ids, not {'x'.join(map(str, input_shape))} inputs: "
-                             "give --seq-len N instead of --input-shape/--image-size")
+            raise UsageError(
+                f"{name} takes token ids, not {'x'.join(map(str, input_shape))} inputs: "
+                "give --seq-len N instead of --input-shape/--image-size"
+            )
         if seq_len and seq_len != input_shape[0]:
-            raise UsageError(f"{name}: --input-shape {input_shape[0]} and --seq-len {seq_len} disagree; "
-                             "give --seq-len only")
+            raise UsageError(
+                f"{name}: --input-shape {input_shape[0]} and --seq-len {seq_len} disagree; "
+                "give --seq-len only"
+            )
         seq_len = input_shape[0]
     seq_len = seq_len or DEFAULT_SEQ_LEN
     check_seq_len(name, seq_len)
@@ -89,11 +100,15 @@ def check_max_predictions(name: str, task: str, seq_len: int, max_predictions: i
         return
     family = architecture(name).family
     if task != "masked-lm" or family not in HEADS:
-        raise UsageError(f"{name}: --max-predictions gathers masked tokens for --task masked-lm on "
-                         f"{', '.join(HEADS)} models; drop it for {task}")
+        raise UsageError(
+            f"{name}: --max-predictions gathers masked tokens for --task masked-lm on "
+            f"{', '.join(HEADS)} models; drop it for {task}"
+        )
     if max_predictions > seq_len:
-        raise UsageError(f"{name}: --max-predictions {max_predictions} exceeds --seq-len {seq_len}; "
-                         "use at most one per token")
+        raise UsageError(
+            f"{name}: --max-predictions {max_predictions} exceeds --seq-len {seq_len}; "
+            "use at most one per token"
+        )
 
 
 #: the loss of sequence-classification heads: what transformers picks for integer labels
@@ -105,7 +120,9 @@ SEQUENCE_CLASSIFICATION_LOSS: Final = "single_label_classification"
 def model_settings(problem: ProblemInputs) -> list[str]:
     """Lines of the exported snippet that set on the user's model what the estimate trained."""
     if problem.token_inputs and problem.task == "sequence-classification":
-        return [f"model.config.problem_type = {SEQUENCE_CLASSIFICATION_LOSS!r}  # the loss PopTorch can trace"]
+        return [
+            f"model.config.problem_type = {SEQUENCE_CLASSIFICATION_LOSS!r}  # the loss PopTorch can trace"
+        ]
     return []
 
 
@@ -122,17 +139,28 @@ ATTENTION_DROPOUT_KEYS = ("attention_probs_dropout_prob", "attention_dropout", "
 
 def attention_dropout_key(name: str) -> str | None:
     config = model_config(name)
-    return next((k for k in ATTENTION_DROPOUT_KEYS if isinstance(getattr(config, k, None), (int, float))), None)
+    return next(
+        (k for k in ATTENTION_DROPOUT_KEYS if isinstance(getattr(config, k, None), (int, float))),
+        None,
+    )
 
 
 def check_attention_dropout(name: str, attention_dropout: float | None) -> None:
     if attention_dropout is not None and not attention_dropout_key(name):
-        raise UsageError(f"{name}: {architecture(name).family} has no separate attention dropout; "
-                         "drop --attention-dropout")
+        raise UsageError(
+            f"{name}: {architecture(name).family} has no separate attention dropout; "
+            "drop --attention-dropout"
+        )
 
 
-def build_hf_model(name: str, task: str, num_labels: int, device: str | torch.device = "meta", max_predictions: int = 0,
-                   attention_dropout: float | None = None) -> Any:
+def build_hf_model(
+    name: str,
+    task: str,
+    num_labels: int,
+    device: str | torch.device = "meta",
+    max_predictions: int = 0,
+    attention_dropout: float | None = None,
+) -> Any:
     """The model with the task's head, randomly initialised on `device`, in training mode.
     `max_predictions`: the masked-LM head runs on gathered positions (models/masked_tokens.py);
     `attention_dropout`: the dropout on attention probabilities, when not the checkpoint's."""
@@ -145,10 +173,14 @@ def build_hf_model(name: str, task: str, num_labels: int, device: str | torch.de
         config.num_labels = num_labels
     if task == "sequence-classification":
         config.problem_type = SEQUENCE_CLASSIFICATION_LOSS
-    if attention_dropout is not None:  # Graphcore pretrains BERT without it (configs_pretraining.yml)
+    if (
+        attention_dropout is not None
+    ):  # Graphcore pretrains BERT without it (configs_pretraining.yml)
         key = attention_dropout_key(name)
         if key is None:  # Problem refuses it before (check_attention_dropout)
-            raise UsageError(f"{name}: {architecture(name).family} has no separate attention dropout")
+            raise UsageError(
+                f"{name}: {architecture(name).family} has no separate attention dropout"
+            )
         setattr(config, key, attention_dropout)
     # Eager attention: the exact ops PopTorch traces, and no data-dependent mask shortcuts.
     config._attn_implementation = "eager"
@@ -170,10 +202,16 @@ def _identical_stacks(model: Any) -> list[tuple[str, int]]:
 
     found: list[tuple[str, int]] = []
     for path, module in model.named_modules():
-        if not isinstance(module, nn.ModuleList) or any(path.startswith(p + ".") for p, _ in found):
+        if not isinstance(module, nn.ModuleList) or any(
+            path.startswith(p + ".") for p, _ in found
+        ):
             continue
         blocks = list(module)
-        if len(blocks) >= 2 and len({type(b) for b in blocks}) == 1 and any(True for _ in blocks[0].parameters()):
+        if (
+            len(blocks) >= 2
+            and len({type(b) for b in blocks}) == 1
+            and any(True for _ in blocks[0].parameters())
+        ):
             found.append((path, len(blocks)))
     return found
 

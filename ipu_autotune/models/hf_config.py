@@ -55,8 +55,10 @@ _MAPPINGS = {
 def download_hint(key: str) -> str:
     """The fix for a model we have no config for: one file of its Hub download, as a folder."""
     local = Path(key).name or "DIR"
-    return (f"download its config.json (huggingface-cli download {key} config.json --local-dir {local}) "
-            f"and pass the folder: hf:{local}")
+    return (
+        f"download its config.json (huggingface-cli download {key} config.json --local-dir {local}) "
+        f"and pass the folder: hf:{local}"
+    )
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,15 @@ class Tabulated:
 
 
 def _bert(layers: int, hidden: int, heads: int) -> dict[str, Any]:
-    return dict(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                intermediate_size=4 * hidden, max_position_embeddings=512, type_vocab_size=2)
+    return dict(
+        vocab_size=30522,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
 
 
 def _gpt2(layers: int, hidden: int, heads: int) -> dict[str, Any]:
@@ -94,21 +103,64 @@ def _gpt2(layers: int, hidden: int, heads: int) -> dict[str, Any]:
 ARCHITECTURES: dict[str, Tabulated] = {
     "bert-base-uncased": Tabulated("bert", _bert(12, 768, 12), "sequence-classification"),
     "bert-large-uncased": Tabulated("bert", _bert(24, 1024, 16), "sequence-classification"),
-    "roberta-base": Tabulated("roberta", dict(_bert(12, 768, 12), vocab_size=50265, max_position_embeddings=514,
-                                              type_vocab_size=1, pad_token_id=1), "sequence-classification"),
-    "distilbert-base-uncased": Tabulated("distilbert", dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12,
-                                                            hidden_dim=3072, max_position_embeddings=512),
-                                         "sequence-classification"),
+    "roberta-base": Tabulated(
+        "roberta",
+        dict(
+            _bert(12, 768, 12),
+            vocab_size=50265,
+            max_position_embeddings=514,
+            type_vocab_size=1,
+            pad_token_id=1,
+        ),
+        "sequence-classification",
+    ),
+    "distilbert-base-uncased": Tabulated(
+        "distilbert",
+        dict(
+            vocab_size=30522,
+            dim=768,
+            n_layers=6,
+            n_heads=12,
+            hidden_dim=3072,
+            max_position_embeddings=512,
+        ),
+        "sequence-classification",
+    ),
     "gpt2": Tabulated("gpt2", _gpt2(12, 768, 12), "causal-lm"),
     "gpt2-medium": Tabulated("gpt2", _gpt2(24, 1024, 16), "causal-lm"),
     "gpt2-large": Tabulated("gpt2", _gpt2(36, 1280, 20), "causal-lm"),
-    "t5-small": Tabulated("t5", dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6,
-                                     num_decoder_layers=6, num_heads=8, decoder_start_token_id=0,
-                                     pad_token_id=0), "seq2seq-lm"),
-    "mt5-small": Tabulated("mt5", dict(vocab_size=250112, d_model=512, d_kv=64, d_ff=1024, num_layers=8,
-                                       num_decoder_layers=8, num_heads=6, feed_forward_proj="gated-gelu",
-                                       tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0),
-                       "seq2seq-lm"),
+    "t5-small": Tabulated(
+        "t5",
+        dict(
+            vocab_size=32128,
+            d_model=512,
+            d_kv=64,
+            d_ff=2048,
+            num_layers=6,
+            num_decoder_layers=6,
+            num_heads=8,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        ),
+        "seq2seq-lm",
+    ),
+    "mt5-small": Tabulated(
+        "mt5",
+        dict(
+            vocab_size=250112,
+            d_model=512,
+            d_kv=64,
+            d_ff=1024,
+            num_layers=8,
+            num_decoder_layers=8,
+            num_heads=6,
+            feed_forward_proj="gated-gelu",
+            tie_word_embeddings=False,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        ),
+        "seq2seq-lm",
+    ),
 }
 
 
@@ -118,7 +170,7 @@ def is_hf(name: str) -> bool:
 
 def folder(name: str) -> Path | None:
     """The folder `hf:PATH` names, when it holds a config.json."""
-    path = Path(name[len(PREFIX):] if is_hf(name) else name).expanduser()
+    path = Path(name[len(PREFIX) :] if is_hf(name) else name).expanduser()
     return path if (path / "config.json").is_file() else None
 
 
@@ -128,19 +180,23 @@ def _loaded(name: str) -> PretrainedConfig:
     import transformers
 
     transformers.logging.set_verbosity_error()  # its notes about unused config keys are not the user's
-    key = name[len(PREFIX):] if is_hf(name) else name
+    key = name[len(PREFIX) :] if is_hf(name) else name
     where = folder(name)
     if where is None and key not in ARCHITECTURES:
         where = cached_snapshot(key)  # downloaded before: the local Hub cache, no network
     if where is not None:
         _check_config_file(name, where / "config.json")
         try:
-            loaded: PretrainedConfig = transformers.AutoConfig.from_pretrained(str(where), local_files_only=True)
+            loaded: PretrainedConfig = transformers.AutoConfig.from_pretrained(
+                str(where), local_files_only=True
+            )
             return loaded
         except (OSError, ValueError, KeyError, TypeError) as exc:
             reason = " ".join(str(exc).split())[:160]
-            raise UsageError(f"model '{name}': transformers cannot build a config from {where / 'config.json'} "
-                             f"({reason}); fix the file or download it again") from None
+            raise UsageError(
+                f"model '{name}': transformers cannot build a config from {where / 'config.json'} "
+                f"({reason}); fix the file or download it again"
+            ) from None
     if key in ARCHITECTURES:
         family, sizes = ARCHITECTURES[key].family, ARCHITECTURES[key].sizes
         config = transformers.AutoConfig.for_model(family, **sizes)
@@ -148,12 +204,16 @@ def _loaded(name: str) -> PretrainedConfig:
             setattr(config, k, value)
         return config
     if Path(key).expanduser().is_dir():
-        raise UsageError(f"model '{name}': the folder has no config.json; download the model's config.json "
-                         "into it (huggingface-cli download NAME config.json --local-dir FOLDER)")
+        raise UsageError(
+            f"model '{name}': the folder has no config.json; download the model's config.json "
+            "into it (huggingface-cli download NAME config.json --local-dir FOLDER)"
+        )
     close = difflib.get_close_matches(key, ARCHITECTURES, n=3, cutoff=0.6)
     known = f"did you mean {', '.join(PREFIX + c for c in close)}? Or " if close else ""
-    raise UsageError(f"unknown Hugging Face model '{name}' (not tabulated, not a folder with a config.json, "
-                     f"not in the Hugging Face cache {cache_dir()}); {known}{download_hint(key)}")
+    raise UsageError(
+        f"unknown Hugging Face model '{name}' (not tabulated, not a folder with a config.json, "
+        f"not in the Hugging Face cache {cache_dir()}); {known}{download_hint(key)}"
+    )
 
 
 def _check_config_file(name: str, path: Path) -> None:
@@ -166,13 +226,19 @@ def _check_config_file(name: str, path: Path) -> None:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"model '{name}': {path} is not readable JSON ({exc}); download it again") from None
+        raise UsageError(
+            f"model '{name}': {path} is not readable JSON ({exc}); download it again"
+        ) from None
     family = data.get("model_type") if isinstance(data, dict) else None
     if not isinstance(family, str):
-        raise UsageError(f"model '{name}': {path} has no model_type; it must be a transformers model's config.json")
+        raise UsageError(
+            f"model '{name}': {path} has no model_type; it must be a transformers model's config.json"
+        )
     if family not in CONFIG_MAPPING:
-        raise UsageError(f"model '{name}': model_type '{family}' in {path} is not one transformers {__version__} "
-                         "knows; upgrade transformers or use a model it has")
+        raise UsageError(
+            f"model '{name}': model_type '{family}' in {path} is not one transformers {__version__} "
+            "knows; upgrade transformers or use a model it has"
+        )
 
 
 def model_config(name: str) -> PretrainedConfig:
@@ -191,7 +257,9 @@ def task_class(family: str, task: str) -> str:
 def _heads(family: str) -> tuple[str, ...]:
     from transformers.models.auto import modeling_auto
 
-    return tuple(task for task, table in _MAPPINGS.items() if family in getattr(modeling_auto, table, {}))
+    return tuple(
+        task for task, table in _MAPPINGS.items() if family in getattr(modeling_auto, table, {})
+    )
 
 
 def _image_shape(config: PretrainedConfig) -> tuple[int, ...]:
@@ -201,8 +269,14 @@ def _image_shape(config: PretrainedConfig) -> tuple[int, ...]:
 
 
 def _max_positions(config: PretrainedConfig) -> int:
-    limit = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions")
-                  if isinstance(getattr(config, k, None), int)), 0)
+    limit = next(
+        (
+            getattr(config, k)
+            for k in ("max_position_embeddings", "n_positions")
+            if isinstance(getattr(config, k, None), int)
+        ),
+        0,
+    )
     if "roberta" in config.model_type and limit:
         # RoBERTa's positions start after the padding index (RobertaEmbeddings, padding_idx + 1)
         limit -= (config.pad_token_id or 0) + 1
@@ -225,9 +299,11 @@ def derived(name: str) -> Architecture:
     else:
         tasks = tuple(t for t in heads if t == "image-classification")
     if not tasks:
-        raise UsageError(f"model '{name}' (model_type {family}): transformers has none of the heads ipu-autotune "
-                         f"trains ({', '.join(TASKS)}) for it; use a text or image-classification model")
-    key = name[len(PREFIX):]
+        raise UsageError(
+            f"model '{name}' (model_type {family}): transformers has none of the heads ipu-autotune "
+            f"trains ({', '.join(TASKS)}) for it; use a text or image-classification model"
+        )
+    key = name[len(PREFIX) :]
     if key in ARCHITECTURES and folder(name) is None:
         default = ARCHITECTURES[key].default_task
     elif "seq2seq-lm" in tasks:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 def cache_dir() -> Path:
     env = os.environ
-    home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"),
-                                             "huggingface")
+    home = env.get("HF_HOME") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+    )
     hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
     return Path(os.path.expandvars(hub)).expanduser()
 

@@ -22,8 +22,13 @@ import torch
 from ..errors import UsageError
 from .shapes import parse_shape
 
-DTYPES = {"int64": torch.int64, "int32": torch.int32, "float32": torch.float32,
-          "float16": torch.float16, "bool": torch.bool}
+DTYPES = {
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bool": torch.bool,
+}
 
 
 class ProblemInputs(Protocol):
@@ -99,7 +104,9 @@ def parse_inputs(values: Iterable[object]) -> tuple[str, ...]:
     return tuple(str(s) for s in specs)
 
 
-def hf_inputs(family: str, task: str, seq_len: int, max_predictions: int = 0) -> tuple[InputSpec, ...]:
+def hf_inputs(
+    family: str, task: str, seq_len: int, max_predictions: int = 0
+) -> tuple[InputSpec, ...]:
     ids = InputSpec("input_ids", (seq_len,), "int64")
     mask = InputSpec("attention_mask", (seq_len,), "int64")
     if max_predictions:  # Graphcore's pretraining input: where the masked tokens are
@@ -107,11 +114,18 @@ def hf_inputs(family: str, task: str, seq_len: int, max_predictions: int = 0) ->
     return (ids, mask)
 
 
-def hf_labels(task: str, batch: int, seq_len: int, device: str = "meta", max_predictions: int = 0,
-              decoder_seq_len: int = 0) -> dict[str, torch.Tensor]:
+def hf_labels(
+    task: str,
+    batch: int,
+    seq_len: int,
+    device: str = "meta",
+    max_predictions: int = 0,
+    decoder_seq_len: int = 0,
+) -> dict[str, torch.Tensor]:
     """The targets each task's loss takes, as `transformers` names them (with gathered
     masked tokens, the ids of those tokens only). A seq2seq model's labels are the decoder's
     tokens (it shifts them into its decoder inputs), `decoder_seq_len` of them."""
+
     def zeros(*shape: int) -> torch.Tensor:
         return torch.zeros(shape, dtype=torch.int64, device=device)
 
@@ -133,15 +147,29 @@ def problem_inputs(problem: ProblemInputs) -> tuple[InputSpec, ...]:
     if problem.inputs:
         return tuple(parse_input(s) for s in problem.inputs)
     if problem.token_inputs:
-        return hf_inputs(hf.architecture(problem.model).family, problem.task, problem.seq_len,
-                         problem.max_predictions)
+        return hf_inputs(
+            hf.architecture(problem.model).family,
+            problem.task,
+            problem.seq_len,
+            problem.max_predictions,
+        )
     return ()
 
 
-def sample_batch(problem: ProblemInputs, batch: int, device: str = "meta") -> dict[str, torch.Tensor]:
+def sample_batch(
+    problem: ProblemInputs, batch: int, device: str = "meta"
+) -> dict[str, torch.Tensor]:
     """Keyword arguments of one forward call, labels included for `hf:` text models."""
     kwargs = {s.name: s.tensor(batch, device) for s in problem_inputs(problem)}
     if problem.token_inputs:
-        kwargs.update(hf_labels(problem.task, batch, problem.seq_len, device, problem.max_predictions,
-                                problem.decoder_seq_len))
+        kwargs.update(
+            hf_labels(
+                problem.task,
+                batch,
+                problem.seq_len,
+                device,
+                problem.max_predictions,
+                problem.decoder_seq_len,
+            )
+        )
     return kwargs

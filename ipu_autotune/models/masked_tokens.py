@@ -32,11 +32,18 @@ def gather_positions(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Ten
     return torch.matmul(one_hot.detach(), hidden)
 
 
-def masked_token_loss(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      masked_lm_positions: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_token_loss(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    masked_lm_positions: torch.Tensor,
+    labels: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Encoder over every position, head over the gathered ones, cross-entropy on their labels."""
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
-    logits = getattr(model, HEADS[model.config.model_type])(gather_positions(hidden, masked_lm_positions))
+    logits = getattr(model, HEADS[model.config.model_type])(
+        gather_positions(hidden, masked_lm_positions)
+    )
     loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
     return loss, logits
 
@@ -48,9 +55,16 @@ def gather_before_head(model: nn.Module) -> nn.Module:
     base = type(model)
 
     class GatheredMaskedLM(base):  # type: ignore[misc, valid-type]  # the model's class, known at run time
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    masked_lm_positions: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
-            loss, logits = masked_token_loss(self, input_ids, attention_mask, masked_lm_positions, labels)
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            masked_lm_positions: torch.Tensor,
+            labels: torch.Tensor,
+        ) -> MaskedLMOutput:
+            loss, logits = masked_token_loss(
+                self, input_ids, attention_mask, masked_lm_positions, labels
+            )
             return MaskedLMOutput(loss=loss, logits=logits)
 
     GatheredMaskedLM.__name__ = GatheredMaskedLM.__qualname__ = f"{base.__name__}MaskedPositions"

@@ -35,8 +35,10 @@ def register(model: nn.Module | Callable[[], nn.Module], name: str | None = None
     if name is None:
         name = type(model).__name__ if isinstance(model, nn.Module) else _built_class_name(model)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise UsageError(f"model name {name!r}: use letters, digits, '_', '.' or '-' (a Python identifier "
-                         "works), e.g. name='TinyNet'")
+        raise UsageError(
+            f"model name {name!r}: use letters, digits, '_', '.' or '-' (a Python identifier "
+            "works), e.g. name='TinyNet'"
+        )
     _REGISTRY[name] = model
     return PREFIX + name
 
@@ -49,11 +51,13 @@ def _built_class_name(factory: Callable[[], nn.Module]) -> str:
 
 def registered(model: str) -> nn.Module | Callable[[], nn.Module]:
     try:
-        return _REGISTRY[model[len(PREFIX):]]
+        return _REGISTRY[model[len(PREFIX) :]]
     except KeyError:
-        raise UsageError(f"model '{model}' was a Python object in another session; pass the object to "
-                         "ipu_autotune.tune(...) again (with the same name=) to resume its study: the "
-                         "command line cannot rebuild it") from None
+        raise UsageError(
+            f"model '{model}' was a Python object in another session; pass the object to "
+            "ipu_autotune.tune(...) again (with the same name=) to resume its study: the "
+            "command line cannot rebuild it"
+        ) from None
 
 
 def build(obj: nn.Module | Callable[[], nn.Module], device: str | torch.device) -> nn.Module:
@@ -63,8 +67,10 @@ def build(obj: nn.Module | Callable[[], nn.Module], device: str | torch.device) 
     if isinstance(obj, nn.Module):
         return _copy(obj, device)
     if not callable(obj):
-        raise UsageError(f"model: expected an nn.Module, a zero-argument callable that returns one, or a "
-                         f"model string, got {type(obj).__name__}")
+        raise UsageError(
+            f"model: expected an nn.Module, a zero-argument callable that returns one, or a "
+            f"model string, got {type(obj).__name__}"
+        )
     return construct(obj, device, "model: the callable")
 
 
@@ -93,11 +99,17 @@ def _copy(model: nn.Module, device: torch.device) -> nn.Module:
         memo: dict[int, torch.Tensor] = {}
         for t in itertools.chain(model.parameters(), model.buffers()):
             empty = torch.empty_like(t, device="meta")
-            memo[id(t)] = nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else empty
+            memo[id(t)] = (
+                nn.Parameter(empty, requires_grad=t.requires_grad)
+                if isinstance(t, nn.Parameter)
+                else empty
+            )
         return copy.deepcopy(model, memo)
     except Exception as exc:
-        raise UsageError(f"model {type(model).__name__}: cannot copy it ({type(exc).__name__}: {exc}); pass a "
-                         "zero-argument function that builds it instead") from None
+        raise UsageError(
+            f"model {type(model).__name__}: cannot copy it ({type(exc).__name__}: {exc}); pass a "
+            "zero-argument function that builds it instead"
+        ) from None
 
 
 def pickled(model: str) -> bytes:
@@ -108,11 +120,15 @@ def pickled(model: str) -> bytes:
     built = build(registered(model), "cpu")
     local = sorted({type(m).__name__ for m in built.modules() if type(m).__module__ == "__main__"})
     if local:
-        raise UsageError(f"model '{model}': the PopTorch backend compiles in a separate process, which cannot "
-                         f"import {', '.join(local)} (defined in the notebook or script itself); move the class "
-                         "into a .py file next to it and import it from there")
+        raise UsageError(
+            f"model '{model}': the PopTorch backend compiles in a separate process, which cannot "
+            f"import {', '.join(local)} (defined in the notebook or script itself); move the class "
+            "into a .py file next to it and import it from there"
+        )
     try:
         return pickle.dumps(built)
     except Exception as exc:
-        raise UsageError(f"model '{model}': cannot be pickled for the PopTorch backend's compile process "
-                         f"({type(exc).__name__}: {exc}); build it from importable classes") from None
+        raise UsageError(
+            f"model '{model}': cannot be pickled for the PopTorch backend's compile process "
+            f"({type(exc).__name__}: {exc}); build it from importable classes"
+        ) from None

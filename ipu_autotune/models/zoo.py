@@ -45,8 +45,13 @@ def check_model_name(name: str) -> None:
         return
     if name not in torchvision_models():
         close = difflib.get_close_matches(name, torchvision_models(), n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else (
-            "; use a torchvision classification model name (e.g. resnet50) or package.module:factory")
+        hint = (
+            f"; did you mean {', '.join(close)}?"
+            if close
+            else (
+                "; use a torchvision classification model name (e.g. resnet50) or package.module:factory"
+            )
+        )
         raise UsageError(f"unknown model '{name}'{hint}")
 
 
@@ -59,8 +64,10 @@ def _factory(name: str) -> Callable[[int], nn.Module]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"model '{name}': cannot import {module_name} ({exc}); "
-                         "is it installed or on PYTHONPATH?") from None
+        raise UsageError(
+            f"model '{name}': cannot import {module_name} ({exc}); "
+            "is it installed or on PYTHONPATH?"
+        ) from None
     try:
         fn = getattr(module, attr)
     except AttributeError:
@@ -74,8 +81,13 @@ def _factory(name: str) -> Callable[[int], nn.Module]:
     return (lambda n: fn(num_classes=n)) if takes_classes else (lambda n: fn())
 
 
-def build_model(name: str, num_classes: int, device: str | torch.device = "meta",
-                task: str = "", **hf_options: Any) -> nn.Module:
+def build_model(
+    name: str,
+    num_classes: int,
+    device: str | torch.device = "meta",
+    task: str = "",
+    **hf_options: Any,
+) -> nn.Module:
     """The user's model, with its own initialisation, in training mode, on `device`."""
     check_model_name(name)
     if name.startswith("hf:"):
@@ -86,5 +98,7 @@ def build_model(name: str, num_classes: int, device: str | torch.device = "meta"
     if objects.is_object(name):
         return objects.build(objects.registered(name), device).train()
     factory = _factory(name)
-    model = objects.construct(lambda: factory(num_classes), torch.device(device), f"model '{name}': the factory")
+    model = objects.construct(
+        lambda: factory(num_classes), torch.device(device), f"model '{name}': the factory"
+    )
     return model.train()

@@ -31,8 +31,13 @@ PARTIALS_BATCH_CAP = 8
 _MEASURED: dict[tuple[Any, ...], NumericsAdvice] = {}
 
 
-def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str | None = None,
-           seed: int = 0) -> NumericsAdvice:
+def advise(
+    problem: Problem,
+    lr: float | None = None,
+    steps: int = 3,
+    data: str | None = None,
+    seed: int = 0,
+) -> NumericsAdvice:
     """Loss scale, stochastic rounding and partials for `problem`, from a short CPU run.
 
     The model is built on the CPU with its own initialisation (seeded; the global RNG is left
@@ -40,15 +45,21 @@ def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str 
     16 samples each; the learning rate defaults to `default_lr`.
     """
     if problem.token_inputs or problem.inputs:
-        raise UsageError(f"numerics: {problem.model} takes token ids or named inputs, and the statistics run "
-                         "feeds one float image batch so far; tuning searches loss scaling, stochastic rounding "
-                         "and partials for it instead")
+        raise UsageError(
+            f"numerics: {problem.model} takes token ids or named inputs, and the statistics run "
+            "feeds one float image batch so far; tuning searches loss scaling, stochastic rounding "
+            "and partials for it instead"
+        )
     if lr is not None and not lr > 0:
         raise UsageError(f"--lr must be positive, got {lr}")
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     # the IPU count does not enter the run: one answer for every size `plan` searches
-    key = (dataclasses.replace(problem, ipus=1), lr, steps, seed) if data is None and ":" not in problem.model else None
+    key = (
+        (dataclasses.replace(problem, ipus=1), lr, steps, seed)
+        if data is None and ":" not in problem.model
+        else None
+    )
     if key is not None and key in _MEASURED:
         return copy.deepcopy(_MEASURED[key])  # the caller's to change
     advice = _measure(problem, lr, steps, data, seed)
@@ -59,7 +70,9 @@ def advise(problem: Problem, lr: float | None = None, steps: int = 3, data: str 
     return advice
 
 
-def _measure(problem: Problem, lr: float | None, steps: int, data: str | None, seed: int) -> NumericsAdvice:
+def _measure(
+    problem: Problem, lr: float | None, steps: int, data: str | None, seed: int
+) -> NumericsAdvice:
     from ..models.zoo import build_model
 
     batches = load_data(data) if data else synthetic_batches(problem, steps, seed)
@@ -75,8 +88,14 @@ def _measure(problem: Problem, lr: float | None, steps: int, data: str | None, s
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build_model(problem.model, problem.num_classes, device="cpu")
-        stats = collect_gradient_stats(model, batch_list, steps=steps, optimizer=problem.optimizer, lr=lr,
-                                       target_batch=problem.batch_size)
+        stats = collect_gradient_stats(
+            model,
+            batch_list,
+            steps=steps,
+            optimizer=problem.optimizer,
+            lr=lr,
+            target_batch=problem.batch_size,
+        )
         partials = partials_advice(model, batch_list[0][0][:PARTIALS_BATCH_CAP])
     return NumericsAdvice(
         loss_scale=recommend_loss_scale(stats),

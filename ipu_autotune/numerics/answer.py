@@ -101,8 +101,10 @@ class NumericsAdvice:
         if not config.half_compute:
             return config if config.loss_scaling == 1.0 else config.replace(loss_scaling=1.0)
         auto = self.loss_scale.auto and config.half_weights
-        changes: dict[str, Any] = {"partials": self.partials.recommend,
-                                   "loss_scaling": "auto" if auto else self.loss_scale.scale}
+        changes: dict[str, Any] = {
+            "partials": self.partials.recommend,
+            "loss_scaling": "auto" if auto else self.loss_scale.scale,
+        }
         if config.half_weights:
             changes["stochastic_rounding"] = self.stochastic_rounding.recommend
         return config.replace(**changes)

@@ -24,8 +24,10 @@ def load_data(spec: str) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"--data '{spec}': cannot import {module_name} ({exc}); "
-                         "is it installed or on PYTHONPATH?") from None
+        raise UsageError(
+            f"--data '{spec}': cannot import {module_name} ({exc}); "
+            "is it installed or on PYTHONPATH?"
+        ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise UsageError(f"--data '{spec}': {module_name} has no function '{attr}'")
@@ -34,7 +36,9 @@ def load_data(spec: str) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
     except Exception as exc:
         raise UsageError(f"--data '{spec}' failed: {first_line(exc)}") from None
     if not isinstance(batches, Iterable):
-        raise UsageError(f"--data '{spec}' returned {type(batches).__name__}, not an iterable of (inputs, labels)")
+        raise UsageError(
+            f"--data '{spec}' returned {type(batches).__name__}, not an iterable of (inputs, labels)"
+        )
     return batches
 
 
@@ -50,9 +54,14 @@ def take(batches: Iterable[Any], steps: int) -> list[tuple[torch.Tensor, torch.T
     """The first `steps` batches, cycling when there are fewer."""
     taken = []
     for item in batches:
-        if not (isinstance(item, (tuple, list)) and len(item) == 2
-                and all(isinstance(t, torch.Tensor) for t in item)):
-            raise UsageError(f"each batch must be an (inputs, labels) pair of tensors, got {type(item).__name__}")
+        if not (
+            isinstance(item, (tuple, list))
+            and len(item) == 2
+            and all(isinstance(t, torch.Tensor) for t in item)
+        ):
+            raise UsageError(
+                f"each batch must be an (inputs, labels) pair of tensors, got {type(item).__name__}"
+            )
         taken.append((item[0].cpu(), item[1].cpu()))
         if len(taken) == steps:
             break
@@ -61,7 +70,9 @@ def take(batches: Iterable[Any], steps: int) -> list[tuple[torch.Tensor, torch.T
     return [taken[i % len(taken)] for i in range(steps)]
 
 
-def synthetic_batches(problem: Problem, steps: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def synthetic_batches(
+    problem: Problem, steps: int, seed: int = 0
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`steps` batches of standard-normal inputs of the problem's shape and uniform random labels.
 
     Standard normal is what normalised images look like to the first layer. The batch is
@@ -71,6 +82,10 @@ def synthetic_batches(problem: Problem, steps: int, seed: int = 0) -> list[tuple
     """
     gen = torch.Generator().manual_seed(seed)
     batch = min(problem.batch_size, STATS_BATCH_CAP)
-    return [(torch.randn(batch, *problem.input_shape, generator=gen),
-             torch.randint(0, problem.num_classes, (batch,), generator=gen))
-            for _ in range(steps)]
+    return [
+        (
+            torch.randn(batch, *problem.input_shape, generator=gen),
+            torch.randint(0, problem.num_classes, (batch,), generator=gen),
+        )
+        for _ in range(steps)
+    ]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 
 FP16_MAX = 65504.0
-FP16_MIN_EXP = -24  # smallest subnormal 2^-24; below it a value flushes to zero (or to 2^-24, >=50% off)
+FP16_MIN_EXP = (
+    -24
+)  # smallest subnormal 2^-24; below it a value flushes to zero (or to 2^-24, >=50% off)
 FP16_NORMAL_EXP = -14  # smallest normal 2^-14; below it fewer significant bits remain
 FP16_MANTISSA_BITS = 10
 

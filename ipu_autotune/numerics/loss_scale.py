@@ -41,8 +41,9 @@ def _scale_exponent(scale: float) -> int:
     return exp - 1
 
 
-def loss_scale_table(stats: GradientStats, scales: Iterable[float] = LOSS_SCALES
-                     ) -> list[LossScaleRow]:
+def loss_scale_table(
+    stats: GradientStats, scales: Iterable[float] = LOSS_SCALES
+) -> list[LossScaleRow]:
     """What each power-of-two loss scale does to the observed gradients in FP16.
 
     Exact from the exponent histograms: a gradient g scaled by 2^k lands at floor(log2|g|) + k.
@@ -56,16 +57,20 @@ def loss_scale_table(stats: GradientStats, scales: Iterable[float] = LOSS_SCALES
         e = exps + k
         flushed = int(hist[e < FP16_MIN_EXP].sum())
         subnormal = int(hist[(e >= FP16_MIN_EXP) & (e < FP16_NORMAL_EXP)].sum())
-        rows.append(LossScaleRow(
-            scale=float(scale),
-            flushed=flushed / total if total else 0.0,
-            subnormal=subnormal / total if total else 0.0,
-            overflow=stats.max_abs_grad * scale > FP16_MAX,
-        ))
+        rows.append(
+            LossScaleRow(
+                scale=float(scale),
+                flushed=flushed / total if total else 0.0,
+                subnormal=subnormal / total if total else 0.0,
+                overflow=stats.max_abs_grad * scale > FP16_MAX,
+            )
+        )
     return rows
 
 
-def recommend_loss_scale(stats: GradientStats, margin: float = LOSS_SCALE_MARGIN) -> LossScaleAdvice:
+def recommend_loss_scale(
+    stats: GradientStats, margin: float = LOSS_SCALE_MARGIN
+) -> LossScaleAdvice:
     """The largest power of two 2^0..2^24 with max|g| x scale x margin <= 65504.
 
     `auto` (PopTorch's automatic loss scaling) when one fixed scale is a gamble: the gradients
@@ -73,25 +78,35 @@ def recommend_loss_scale(stats: GradientStats, margin: float = LOSS_SCALE_MARGIN
     keeps it still flushes more than 1% of the gradients, or FP32 gradients were non-finite.
     """
     if int(stats.total_hist().sum()) == 0:
-        return LossScaleAdvice(1.0, False, 0.0, 0.0, True, "no non-zero gradients were observed", margin)
+        return LossScaleAdvice(
+            1.0, False, 0.0, 0.0, True, "no non-zero gradients were observed", margin
+        )
     top = stats.max_abs_grad
-    safe = [k for k in SCALE_EXPONENTS if top * 2.0 ** k * margin <= FP16_MAX]
+    safe = [k for k in SCALE_EXPONENTS if top * 2.0**k * margin <= FP16_MAX]
     k = max(safe) if safe else 0
-    at_1, at_scale = (row.flushed for row in loss_scale_table(stats, [1.0, 2.0 ** k]))
-    overflow_free = top * 2.0 ** k <= FP16_MAX
+    at_1, at_scale = (row.flushed for row in loss_scale_table(stats, [1.0, 2.0**k]))
+    overflow_free = top * 2.0**k <= FP16_MAX
     drift = stats.drift_binades()
     kept = f"keeps {format_percent(1 - at_scale)} of non-zero gradients representable in FP16 (scale 1 loses {format_percent(at_1)})"
     why_auto = []
     if stats.nonfinite_count:
-        why_auto.append(f"{stats.nonfinite_count} FP32 gradients were inf/NaN (is the learning rate too high?)")
+        why_auto.append(
+            f"{stats.nonfinite_count} FP32 gradients were inf/NaN (is the learning rate too high?)"
+        )
     if not safe:
-        why_auto.append(f"max |gradient| {top:.3g} leaves less than a {margin:g}x margin even at scale 1")
+        why_auto.append(
+            f"max |gradient| {top:.3g} leaves less than a {margin:g}x margin even at scale 1"
+        )
     if drift > DRIFT_BINADES:
         why_auto.append(f"gradients moved {drift} binades in {stats.steps} steps")
     if safe and at_scale > UNDERFLOW_TOLERANCE:
-        why_auto.append(f"a fixed scale with a {margin:g}x margin still loses {format_percent(at_scale)}")
+        why_auto.append(
+            f"a fixed scale with a {margin:g}x margin still loses {format_percent(at_scale)}"
+        )
     if why_auto:
-        reason = "; ".join(why_auto) + f"; start at {format_scale(2 ** k)}, which {kept}"
+        reason = "; ".join(why_auto) + f"; start at {format_scale(2**k)}, which {kept}"
     else:
         reason = f"{kept}; no overflow with {margin:g}x margin (max |gradient| {top:.3g})"
-    return LossScaleAdvice(float(2 ** k), bool(why_auto), at_1, at_scale, overflow_free, reason, margin)
+    return LossScaleAdvice(
+        float(2**k), bool(why_auto), at_1, at_scale, overflow_free, reason, margin
+    )

@@ -20,7 +20,9 @@ def default_lr(optimizer: str, batch_size: int) -> float:
     return 1e-3
 
 
-def update(optimizer: str, lr: float, p: torch.Tensor, g: torch.Tensor, state: dict[str, Any], step: int) -> torch.Tensor:
+def update(
+    optimizer: str, lr: float, p: torch.Tensor, g: torch.Tensor, state: dict[str, Any], step: int
+) -> torch.Tensor:
     """One step's update for p, with PopTorch's defaults (momentum 0.9; betas 0.9/0.999; eps 1e-8;
     weight decay 0.01 for AdamW and LAMB, else 0)."""
     if optimizer in ("sgd", "sgd_combined"):
@@ -33,8 +35,8 @@ def update(optimizer: str, lr: float, p: torch.Tensor, g: torch.Tensor, state: d
         return delta
     m = state.setdefault("m", torch.zeros_like(p)).mul_(0.9).add_(g, alpha=0.1)
     v = state.setdefault("v", torch.zeros_like(p)).mul_(0.999).addcmul_(g, g, value=0.001)
-    denom = v.sqrt().div_(math.sqrt(1 - 0.999 ** step)).add_(1e-8)
-    r = torch.div(m, denom, out=denom).mul_(1 / (1 - 0.9 ** step))
+    denom = v.sqrt().div_(math.sqrt(1 - 0.999**step)).add_(1e-8)
+    r = torch.div(m, denom, out=denom).mul_(1 / (1 - 0.9**step))
     if optimizer in ("adamw", "lamb"):
         r.add_(p, alpha=0.01)
     if optimizer == "lamb":

@@ -56,12 +56,22 @@ def _layer_partials(name: str, m: MatmulLayer, x: torch.Tensor, y: torch.Tensor)
     # s/k and the running sum ends near |y|, so terms vanish when s/k < |y| * 2^-11 (this
     # needs k > 2048 and sums that do not cancel, e.g. positive inputs into positive weights).
     swamped = (s > 0) & (s / k < y * 2.0 ** -(FP16_MANTISSA_BITS + 1))
-    return LayerPartials(name, k, float(s.max()) if s.numel() else 0.0, float(y.max()) if y.numel() else 0.0,
-                         float(swamped.float().mean()) if s.numel() else 0.0)
+    return LayerPartials(
+        name,
+        k,
+        float(s.max()) if s.numel() else 0.0,
+        float(y.max()) if y.numel() else 0.0,
+        float(swamped.float().mean()) if s.numel() else 0.0,
+    )
 
 
-def partials_advice(model: nn.Module, sample_inputs: torch.Tensor, *, range_limit: float = PARTIALS_RANGE_LIMIT,
-                    swamp_tolerance: float = PARTIALS_SWAMP_TOLERANCE) -> PartialsAdvice:
+def partials_advice(
+    model: nn.Module,
+    sample_inputs: torch.Tensor,
+    *,
+    range_limit: float = PARTIALS_RANGE_LIMIT,
+    swamp_tolerance: float = PARTIALS_SWAMP_TOLERANCE,
+) -> PartialsAdvice:
     """Recommend "half" partials unless a Linear/Conv layer's partial sums could overflow or swamp in FP16.
 
     One forward pass (train mode, state restored) with hooks: a layer is risky when
@@ -73,36 +83,52 @@ def partials_advice(model: nn.Module, sample_inputs: torch.Tensor, *, range_limi
     def on_forward(name: str) -> Callable[[nn.Module, tuple[Any, ...], object], None]:
         def hook(module: nn.Module, args: tuple[Any, ...], output: object) -> None:
             if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
-                found.append(_layer_partials(name, cast(MatmulLayer, module), args[0].float(), output.float()))
+                found.append(
+                    _layer_partials(
+                        name, cast(MatmulLayer, module), args[0].float(), output.float()
+                    )
+                )
+
         return hook
 
-    handles = [m.register_forward_hook(on_forward(n))
-               for n, m in model.named_modules() if isinstance(m, MATMUL_LAYERS)]
+    handles = [
+        m.register_forward_hook(on_forward(n))
+        for n, m in model.named_modules()
+        if isinstance(m, MATMUL_LAYERS)
+    ]
     try:
         with cpu_threads(), preserved(model), torch.no_grad():
             model.train()
             try:
                 model(sample_inputs)
             except Exception as exc:
-                raise UsageError(f"the model failed on inputs of shape {list(sample_inputs.shape)} "
-                                 f"({first_line(exc)}); check --input-shape") from None
+                raise UsageError(
+                    f"the model failed on inputs of shape {list(sample_inputs.shape)} "
+                    f"({first_line(exc)}); check --input-shape"
+                ) from None
     finally:
         for h in handles:
             h.remove()
     return _partials_verdict(found, range_limit, swamp_tolerance)
 
 
-def _partials_verdict(found: list[LayerPartials], range_limit: float, swamp_tolerance: float) -> PartialsAdvice:
+def _partials_verdict(
+    found: list[LayerPartials], range_limit: float, swamp_tolerance: float
+) -> PartialsAdvice:
     layers = _merge(found)
     if not layers:
         return PartialsAdvice("half", [], "no Linear or Conv layers: partials do not matter")
     risky, why = [], []
     for lp in layers:
         if lp.max_partial_sum > range_limit:
-            why.append(f"{lp.name} (partial sums up to {lp.max_partial_sum:.3g} > {range_limit:.0f})")
+            why.append(
+                f"{lp.name} (partial sums up to {lp.max_partial_sum:.3g} > {range_limit:.0f})"
+            )
         elif lp.swamped > swamp_tolerance:
-            why.append(f"{lp.name} (accumulates {lp.accumulation} terms without cancelling: "
-                       f"{format_percent(lp.swamped)} of outputs swamp)")
+            why.append(
+                f"{lp.name} (accumulates {lp.accumulation} terms without cancelling: "
+                f"{format_percent(lp.swamped)} of outputs swamp)"
+            )
         else:
             continue
         risky.append(lp)
@@ -112,8 +138,10 @@ def _partials_verdict(found: list[LayerPartials], range_limit: float, swamp_tole
         return PartialsAdvice("float", [lp.name for lp in risky], reason, risky)
     longest = max(layers, key=lambda lp: lp.accumulation)
     top = max(layers, key=lambda lp: lp.max_partial_sum)
-    reason = (f"no layer at risk: partial sums stay below {top.max_partial_sum:.3g} ({top.name}); "
-              f"longest accumulation {longest.accumulation} ({longest.name}) cancels enough not to swamp")
+    reason = (
+        f"no layer at risk: partial sums stay below {top.max_partial_sum:.3g} ({top.name}); "
+        f"longest accumulation {longest.accumulation} ({longest.name}) cancels enough not to swamp"
+    )
     return PartialsAdvice("half", [], reason, [longest] if longest is top else [longest, top])
 
 
@@ -122,7 +150,14 @@ def _merge(found: list[LayerPartials]) -> list[LayerPartials]:
     merged: dict[str, LayerPartials] = {}
     for lp in found:
         old = merged.get(lp.name)
-        merged[lp.name] = lp if old is None else dataclasses.replace(
-            old, max_partial_sum=max(old.max_partial_sum, lp.max_partial_sum),
-            max_output=max(old.max_output, lp.max_output), swamped=max(old.swamped, lp.swamped))
+        merged[lp.name] = (
+            lp
+            if old is None
+            else dataclasses.replace(
+                old,
+                max_partial_sum=max(old.max_partial_sum, lp.max_partial_sum),
+                max_output=max(old.max_output, lp.max_output),
+                swamped=max(old.swamped, lp.swamped),
+            )
+        )
     return list(merged.values())

@@ -214,44 +214,77 @@ def collect_gradient_stats(
             grad_steps.append(acc)
             update_hists.append(upd_hist)
             update_zeros.append(upd_zero)
-    return _assemble(grad_steps, weight_acc, [n for n, _ in params], update_hists, update_zeros,
-                     optimizer, lr, batch_used, target_batch)
+    return _assemble(
+        grad_steps,
+        weight_acc,
+        [n for n, _ in params],
+        update_hists,
+        update_zeros,
+        optimizer,
+        lr,
+        batch_used,
+        target_batch,
+    )
 
 
-def _backward(model: nn.Module, loss_fn: Callable[..., torch.Tensor], inputs: torch.Tensor, labels: torch.Tensor,
-              acc: _Accumulator, act_scale: float) -> None:
+def _backward(
+    model: nn.Module,
+    loss_fn: Callable[..., torch.Tensor],
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    acc: _Accumulator,
+    act_scale: float,
+) -> None:
     """Forward and backward, recording the gradients that reach Conv/Linear outputs."""
 
     def on_forward(name: str) -> Callable[[nn.Module, tuple[Any, ...], object], None]:
         def hook(module: nn.Module, args: tuple[Any, ...], output: object) -> None:
             if isinstance(output, torch.Tensor) and output.requires_grad:
-                output.register_hook(lambda g: acc.add(name, "activation", g * act_scale if act_scale != 1 else g))
+                output.register_hook(
+                    lambda g: acc.add(name, "activation", g * act_scale if act_scale != 1 else g)
+                )
+
         return hook
 
-    handles = [m.register_forward_hook(on_forward(f"{n}:output"))
-               for n, m in model.named_modules() if isinstance(m, MATMUL_LAYERS)]
+    handles = [
+        m.register_forward_hook(on_forward(f"{n}:output"))
+        for n, m in model.named_modules()
+        if isinstance(m, MATMUL_LAYERS)
+    ]
     try:
         try:
             outputs = logits(model(inputs))
         except UsageError:
             raise
         except Exception as exc:
-            raise UsageError(f"the model failed on inputs of shape {list(inputs.shape)} "
-                             f"({first_line(exc)}); check --input-shape") from None
+            raise UsageError(
+                f"the model failed on inputs of shape {list(inputs.shape)} "
+                f"({first_line(exc)}); check --input-shape"
+            ) from None
         try:
             loss = loss_fn(outputs.float(), labels)
         except Exception as exc:
-            raise UsageError(f"the loss failed on outputs {list(outputs.shape)} and labels "
-                             f"{list(labels.shape)} ({first_line(exc)}); check --num-classes") from None
+            raise UsageError(
+                f"the loss failed on outputs {list(outputs.shape)} and labels "
+                f"{list(labels.shape)} ({first_line(exc)}); check --num-classes"
+            ) from None
         loss.backward()
     finally:
         for h in handles:
             h.remove()
 
 
-def _assemble(grad_steps: list[_Accumulator], weight_acc: _Accumulator, param_names: list[str],
-              update_hists: list[torch.Tensor], update_zeros: list[int], optimizer: str, lr: float,
-              batch_used: int, target_batch: int) -> GradientStats:
+def _assemble(
+    grad_steps: list[_Accumulator],
+    weight_acc: _Accumulator,
+    param_names: list[str],
+    update_hists: list[torch.Tensor],
+    update_zeros: list[int],
+    optimizer: str,
+    lr: float,
+    batch_used: int,
+    target_batch: int,
+) -> GradientStats:
     names = [n for n in param_names if any(n in a.entries for a in grad_steps)]
     for a in grad_steps:
         names += [n for n in a.entries if a.kinds[n] == "activation" and n not in names]
@@ -266,8 +299,23 @@ def _assemble(grad_steps: list[_Accumulator], weight_acc: _Accumulator, param_na
             if n in a.entries:
                 h, z, nf, m = a.entries[n]
                 hist[s, t], zeros[s, t], nonfinite[s, t], max_abs[s, t] = h, z, nf, m
-    weight_hist = torch.stack([weight_acc.entries[n][0] for n in param_names]) if param_names else \
-        torch.zeros(0, EXPONENT_BINS, dtype=torch.int64)
-    return GradientStats(names, kinds, hist, zeros, nonfinite, max_abs, weight_hist,
-                         torch.stack(update_hists), torch.tensor(update_zeros, dtype=torch.int64),
-                         optimizer, lr, batch_used, target_batch)
+    weight_hist = (
+        torch.stack([weight_acc.entries[n][0] for n in param_names])
+        if param_names
+        else torch.zeros(0, EXPONENT_BINS, dtype=torch.int64)
+    )
+    return GradientStats(
+        names,
+        kinds,
+        hist,
+        zeros,
+        nonfinite,
+        max_abs,
+        weight_hist,
+        torch.stack(update_hists),
+        torch.tensor(update_zeros, dtype=torch.int64),
+        optimizer,
+        lr,
+        batch_used,
+        target_batch,
+    )

@@ -37,14 +37,22 @@ def lost_update_fraction(stats: GradientStats, lr: float | None = None) -> float
     return lost / total
 
 
-def stochastic_rounding_advice(stats: GradientStats, lr: float | None = None, optimizer: str | None = None,
-                               threshold: float = SR_THRESHOLD) -> StochasticRoundingAdvice:
+def stochastic_rounding_advice(
+    stats: GradientStats,
+    lr: float | None = None,
+    optimizer: str | None = None,
+    threshold: float = SR_THRESHOLD,
+) -> StochasticRoundingAdvice:
     """Recommend stochastic rounding when more than `threshold` of FP16 weight updates would be lost.
 
     `lr` and `optimizer` default to the collection's; the optimizer must match it (the pairing
     comes from that optimizer's updates).
     """
-    if optimizer is not None and optimizer != stats.optimizer and {optimizer, stats.optimizer} != {"sgd", "sgd_combined"}:
+    if (
+        optimizer is not None
+        and optimizer != stats.optimizer
+        and {optimizer, stats.optimizer} != {"sgd", "sgd_combined"}
+    ):
         raise ValueError(f"statistics were collected with {stats.optimizer}, not {optimizer}")
     lr = stats.lr if lr is None else float(lr)
     lost = lost_update_fraction(stats, lr)

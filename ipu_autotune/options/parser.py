@@ -23,6 +23,7 @@ def _argparse_type(check: Check) -> Callable[[str], Any]:
             return check(text)
         except BadValue as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+
     parse.__name__ = getattr(check, "__name__", "value")  # argparse names the type in its messages
     return parse
 
@@ -40,15 +41,22 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
                 groups[spec.exclusive] = parser.add_mutually_exclusive_group()
             target = groups[spec.exclusive]
         elif spec.group:
-            target = groups.get(spec.group) or groups.setdefault(spec.group, parser.add_argument_group(spec.group))
+            target = groups.get(spec.group) or groups.setdefault(
+                spec.group, parser.add_argument_group(spec.group)
+            )
         else:
             target = parser
-        kwargs: dict[str, Any] = {"dest": name, "help": argparse.SUPPRESS if spec.hidden else spec.help}
+        kwargs: dict[str, Any] = {
+            "dest": name,
+            "help": argparse.SUPPRESS if spec.hidden else spec.help,
+        }
         if spec.kind == "switch":
             kwargs["action"] = "store_true"
         else:
             kwargs["default"] = None if spec.kind == "repeat" else default.get(name)
-            kwargs.update({k: v for k, v in (("metavar", spec.metavar), ("choices", spec.choices)) if v})
+            kwargs.update(
+                {k: v for k, v in (("metavar", spec.metavar), ("choices", spec.choices)) if v}
+            )
             if spec.kind == "repeat":
                 kwargs["action"] = "append"
             if spec.check is not None:
@@ -62,6 +70,9 @@ def options_from(namespace: argparse.Namespace) -> CommandOptions:
     """The command's options from its parsed flags."""
     cls = OPTIONS[namespace.command]
     names = {f.name for f in fields(cls)}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(namespace).items()
-              if k in names and v is not None}
+    values = {
+        k: tuple(v) if isinstance(v, list) else v
+        for k, v in vars(namespace).items()
+        if k in names and v is not None
+    }
     return cls(**values)

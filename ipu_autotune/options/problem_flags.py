@@ -18,17 +18,35 @@ def problem_from_options(options: ProblemOptions, base: Problem | None = None) -
     values = base.to_dict() if base else {}
     if options.model:
         if base and options.model != base.model:
-            for key in ("input_shape", "task", "seq_len", "inputs", "max_predictions", "attention_dropout",
-                        "decoder_seq_len"):
+            for key in (
+                "input_shape",
+                "task",
+                "seq_len",
+                "inputs",
+                "max_predictions",
+                "attention_dropout",
+                "decoder_seq_len",
+            ):
                 values.pop(key, None)
         values["model"] = options.model
-    given = {"batch_size": options.batch_size, "ipus": options.ipus, "num_classes": options.num_classes,
-             "optimizer": options.optimizer, "target": options.target, "global_batch": options.global_batch,
-             "dataset_size": options.dataset_size, "host_memory_gb": options.host_memory,
-             "max_global_batch": options.max_global_batch, "task": options.task, "seq_len": options.seq_len,
-             "inputs": list(options.inputs) if options.inputs is not None else None,
-             "max_predictions": options.max_predictions, "attention_dropout": options.attention_dropout,
-             "trainer": options.trainer, "decoder_seq_len": options.decoder_seq_len}
+    given = {
+        "batch_size": options.batch_size,
+        "ipus": options.ipus,
+        "num_classes": options.num_classes,
+        "optimizer": options.optimizer,
+        "target": options.target,
+        "global_batch": options.global_batch,
+        "dataset_size": options.dataset_size,
+        "host_memory_gb": options.host_memory,
+        "max_global_batch": options.max_global_batch,
+        "task": options.task,
+        "seq_len": options.seq_len,
+        "inputs": list(options.inputs) if options.inputs is not None else None,
+        "max_predictions": options.max_predictions,
+        "attention_dropout": options.attention_dropout,
+        "trainer": options.trainer,
+        "decoder_seq_len": options.decoder_seq_len,
+    }
     values.update({key: value for key, value in given.items() if value is not None})
     if options.input_shape:
         values["input_shape"] = list(options.input_shape)
@@ -40,7 +58,9 @@ def problem_from_options(options: ProblemOptions, base: Problem | None = None) -
         values.pop("input_shape", None)  # the file's shape was its sequence length
     new_tokens = options.seq_len is not None or options.task or options.input_shape
     if new_tokens and options.decoder_seq_len is None:
-        values.pop("decoder_seq_len", None)  # the file's followed its own seq_len and task: the default again
+        values.pop(
+            "decoder_seq_len", None
+        )  # the file's followed its own seq_len and task: the default again
     if "model" not in values:
         raise UsageError("name a model (e.g. resnet50) or give --config with a [problem] table")
     if "batch_size" not in values:
@@ -65,9 +85,23 @@ def resume_keywords(problem: Problem, storage: str, study: str) -> dict[str, Any
         out["inputs"] = list(problem.inputs)
     elif problem.input_shape != default_input_shape(problem.model, problem.seq_len):
         out["input_shape"] = problem.input_shape
-    defaults = replace(defaults, max_global_batch=default_max_global_batch(problem.model, problem.task))
-    for key in ("num_classes", "optimizer", "target", "global_batch", "dataset_size", "max_global_batch",
-                "task", "seq_len", "decoder_seq_len", "max_predictions", "attention_dropout", "trainer"):
+    defaults = replace(
+        defaults, max_global_batch=default_max_global_batch(problem.model, problem.task)
+    )
+    for key in (
+        "num_classes",
+        "optimizer",
+        "target",
+        "global_batch",
+        "dataset_size",
+        "max_global_batch",
+        "task",
+        "seq_len",
+        "decoder_seq_len",
+        "max_predictions",
+        "attention_dropout",
+        "trainer",
+    ):
         if getattr(problem, key) != getattr(defaults, key):
             out[key] = getattr(problem, key)
     if problem.host_memory_gb != defaults.host_memory_gb:
@@ -82,8 +116,11 @@ def resume_keywords(problem: Problem, storage: str, study: str) -> dict[str, Any
 def changed_options(options: CommandOptions, names: tuple[str, ...]) -> dict[str, Any]:
     """These options, by field name, where they differ from their defaults."""
     default = defaults(type(options))
-    return {name: getattr(options, name) for name in names
-            if name not in default or getattr(options, name) != default[name]}
+    return {
+        name: getattr(options, name)
+        for name in names
+        if name not in default or getattr(options, name) != default[name]
+    }
 
 
 def _flag_text(key: str, value: object) -> str:

@@ -91,7 +91,9 @@ def specs(cls: type) -> dict[str, Spec]:
         if spec is None or (spec.hardware and not getattr(cls, "hardware", True)):
             continue
         required = spec.required or (spec.with_model and getattr(cls, "model_required", True))
-        flags = spec.flags or (() if spec.kind == "positional" else ("--" + f.name.replace("_", "-"),))
+        flags = spec.flags or (
+            () if spec.kind == "positional" else ("--" + f.name.replace("_", "-"),)
+        )
         out[f.name] = replace(spec, flags=flags, required=required)
     return out
 

@@ -26,9 +26,11 @@ class BadValue(ValueError):
 
 def named(name: str) -> Callable[[Callable[[object], _T]], Callable[[object], _T]]:
     """Name a check as argparse names a type in its messages ('int', 'float', 'str')."""
+
     def rename(check: Callable[[object], _T]) -> Callable[[object], _T]:
         check.__name__ = name
         return check
+
     return rename
 
 
@@ -39,7 +41,12 @@ def _number(value: object, kind: type[int] | type[float], noun: str) -> int | fl
             return kind(value)
         except ValueError:
             pass
-    elif isinstance(value, int) and not isinstance(value, bool) or kind is float and isinstance(value, float):
+    elif (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        or kind is float
+        and isinstance(value, float)
+    ):
         return kind(value)
     raise BadValue(f"expected {noun}, got {value!r}")
 
@@ -66,27 +73,34 @@ def positive(kind: type[int] | type[float]) -> Check:
         if not checked > 0:
             raise BadValue(f"must be positive, got {value}")
         return checked
+
     return check
 
 
 def number_in(low: float, high: float, what: str) -> Check:
     """A number in [low, high], refused in one line naming the range."""
+
     @named("float")
     def check(value: object) -> float:
         checked = float(_number(value, float, f"{what} in [{low:g}, {high:g}]"))
         if not low <= checked <= high:
             raise BadValue(f"must be {what} in [{low:g}, {high:g}], got {checked}")
         return checked
+
     return check
 
 
 def one_of(choices: tuple[str, ...]) -> Check:
     """One of `choices`, refused as argparse refuses a choice."""
+
     @named("str")
     def check(value: object) -> str:
         if not isinstance(value, str) or value not in choices:
-            raise BadValue(f"invalid choice: {value!r} (choose from {', '.join(map(repr, choices))})")
+            raise BadValue(
+                f"invalid choice: {value!r} (choose from {', '.join(map(repr, choices))})"
+            )
         return value
+
     return check
 
 
@@ -108,10 +122,15 @@ def shape(value: object) -> tuple[int, ...]:
             return parse_shape(value)
         except ValueError as exc:
             raise BadValue(f"expected C,H,W such as 3,224,224: {exc}") from None
-    if isinstance(value, (tuple, list)) and value and all(
-            isinstance(d, int) and not isinstance(d, bool) for d in value):
+    if (
+        isinstance(value, (tuple, list))
+        and value
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in value)
+    ):
         if any(d < 1 for d in value):
-            raise BadValue(f"expected C,H,W such as 3,224,224: dimensions must be positive, got {value!r}")
+            raise BadValue(
+                f"expected C,H,W such as 3,224,224: dimensions must be positive, got {value!r}"
+            )
         return tuple(value)
     raise BadValue(f"expected C,H,W such as 3,224,224, got {value!r}")
 

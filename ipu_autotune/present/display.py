@@ -15,7 +15,15 @@ from rich.text import Text
 #: written as character references in HTML: markup, quotes, and the `=` and `:` that would
 #: start an event handler (`onerror=`) or a script URL (`javascript:`) if a value ever landed
 #: in an attribute. Numeric references for quotes: plotly decodes those, not `&quot;`.
-_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;", "=": "&#61;", ":": "&#58;"}
+_HTML = {
+    "&": "&amp;",
+    "<": "&lt;",
+    ">": "&gt;",
+    '"': "&#34;",
+    "'": "&#39;",
+    "=": "&#61;",
+    ":": "&#58;",
+}
 
 
 def terminal_text(value: Any) -> str:

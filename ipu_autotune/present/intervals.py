@@ -12,7 +12,10 @@ def tile_bars(m: Measurement) -> str:
     if not m.max_tile_bytes_interval or not m.tile_capacity_bytes:
         return ""
     cap = m.tile_capacity_bytes
-    return ", ".join(f"IPU{i} {lo / cap:.0%}-{hi / cap:.0%}" for i, (lo, hi) in enumerate(m.max_tile_bytes_interval))
+    return ", ".join(
+        f"IPU{i} {lo / cap:.0%}-{hi / cap:.0%}"
+        for i, (lo, hi) in enumerate(m.max_tile_bytes_interval)
+    )
 
 
 def throughput_bar(m: Measurement) -> str:
@@ -49,8 +52,10 @@ def headroom_note(m: Measurement, headroom: float) -> str:
     worst, used = _busiest(m)
     if used <= 1.0 - headroom:
         return ""
-    return (f"the search's {headroom:.0%} headroom would reject it: IPU{worst}'s busiest tile at {used:.0%} of a "
-            f"tile is over {1 - headroom:.0%} (tune keeps that margin for the estimate's error; --headroom)")
+    return (
+        f"the search's {headroom:.0%} headroom would reject it: IPU{worst}'s busiest tile at {used:.0%} of a "
+        f"tile is over {1 - headroom:.0%} (tune keeps that margin for the estimate's error; --headroom)"
+    )
 
 
 def line(m: Measurement) -> str:
@@ -68,7 +73,9 @@ def summary_line(base: Measurement | None, best: Measurement) -> str:
     out = line(best)
     if not out:
         return ""
-    out = out.replace("error bars: ", "error bars (docs/estimator.md): best ", 1) + verdict_note(best)
+    out = out.replace("error bars: ", "error bars (docs/estimator.md): best ", 1) + verdict_note(
+        best
+    )
     if base is not None and base.straddles_tile_limit:
         out += f"; baseline's busiest tile {tile_bars(base)}, {UNCERTAIN}"
     return out
@@ -79,6 +86,8 @@ def alternative_line(best: Measurement, alternative_number: int, alternative: Me
     (under the 90% asked)': what a user gives up by asking for that confidence."""
     assert alternative.throughput is not None and best.throughput is not None  # both trials fit
     ratio = alternative.throughput / best.throughput
-    return (f"alternative: trial {alternative_number}, {ratio:.2f}x the best's throughput (estimated), "
-            f"a {alternative.fit_chance:.0%} chance to fit by the error bar (busiest tile {tile_bars(alternative)}), "
-            f"under the {alternative.fit_confidence:.0%} asked (--fit-confidence)")
+    return (
+        f"alternative: trial {alternative_number}, {ratio:.2f}x the best's throughput (estimated), "
+        f"a {alternative.fit_chance:.0%} chance to fit by the error bar (busiest tile {tile_bars(alternative)}), "
+        f"under the {alternative.fit_confidence:.0%} asked (--fit-confidence)"
+    )

@@ -20,13 +20,24 @@ def record_json(r: TrialRecord | None) -> dict[str, Any] | None:
     """A trial record as the JSON the trial log, `show --json` and `tune --json` print."""
     if r is None:
         return None
-    return {"trial": r.number, "origin": r.origin, "state": r.state, "config": r.config.to_dict(),
-            "measurement": r.measurement.to_dict()}
+    return {
+        "trial": r.number,
+        "origin": r.origin,
+        "state": r.state,
+        "config": r.config.to_dict(),
+        "measurement": r.measurement.to_dict(),
+    }
 
 
-def write_outputs(out_dir: Path, problem: Problem, study_name: str, records: Iterable[TrialRecord],
-                  best: TrialRecord | None,
-                  notes: list[str], base_global_batch: int | None = None) -> dict[str, Path]:
+def write_outputs(
+    out_dir: Path,
+    problem: Problem,
+    study_name: str,
+    records: Iterable[TrialRecord],
+    best: TrialRecord | None,
+    notes: list[str],
+    base_global_batch: int | None = None,
+) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     log = out_dir / "trials.jsonl"
@@ -37,16 +48,33 @@ def write_outputs(out_dir: Path, problem: Problem, study_name: str, records: Ite
     if best is not None:
         for fmt, name in (("toml", "best.toml"), ("python", "best_options.py")):
             path = out_dir / name
-            path.write_text(export.render(fmt, problem, best.config, best.measurement, best.number, study_name,
-                                          notes, base_global_batch))
+            path.write_text(
+                export.render(
+                    fmt,
+                    problem,
+                    best.config,
+                    best.measurement,
+                    best.number,
+                    study_name,
+                    notes,
+                    base_global_batch,
+                )
+            )
             files["config" if fmt == "toml" else "snippet"] = path
-        if problem.model.startswith("hf:"):  # optimum-graphcore users load this with IPUConfig.from_pretrained
+        if problem.model.startswith(
+            "hf:"
+        ):  # optimum-graphcore users load this with IPUConfig.from_pretrained
             files.update(_write_optimum(out_dir, problem, best.config, notes, base_global_batch))
     return files
 
 
-def _write_optimum(out_dir: Path, problem: Problem, config: Config, notes: list[str],
-                   base_global_batch: int | None) -> dict[str, Path]:
+def _write_optimum(
+    out_dir: Path,
+    problem: Problem,
+    config: Config,
+    notes: list[str],
+    base_global_batch: int | None,
+) -> dict[str, Path]:
     """ipu_config.json and the IPUTrainer code that trains with it (IPUConfig.from_pretrained
     reads the folder), or, when IPUTrainer would train something else, why not."""
     from ..export.ipu_config import NotAnIPUConfig, render_ipu_config
@@ -61,16 +89,24 @@ def _write_optimum(out_dir: Path, problem: Problem, config: Config, notes: list[
         text = render_ipu_config(problem, config, profile_for(problem))
     except NotAnIPUConfig as exc:
         path = out_dir / "ipu_config_refused.txt"
-        path.write_text("No ipu_config.json: IPUTrainer would not train the best config as it was estimated.\n"
-                        + "".join(f"- {r}\n" for r in exc.reasons)
-                        + exc.fix[0].upper() + exc.fix[1:] + ".\n")
+        path.write_text(
+            "No ipu_config.json: IPUTrainer would not train the best config as it was estimated.\n"
+            + "".join(f"- {r}\n" for r in exc.reasons)
+            + exc.fix[0].upper()
+            + exc.fix[1:]
+            + ".\n"
+        )
         return {"optimum": path}
     (out_dir / "ipu_config.json").write_text(text)
-    (out_dir / "train_with_optimum.py").write_text(render_trainer(problem, config, notes, base_global_batch))
+    (out_dir / "train_with_optimum.py").write_text(
+        render_trainer(problem, config, notes, base_global_batch)
+    )
     return {"optimum": out_dir / "ipu_config.json", "trainer": out_dir / "train_with_optimum.py"}
 
 
-def lr_json(problem: Problem, base: TrialRecord | None, best: TrialRecord | None) -> dict[str, Any] | None:
+def lr_json(
+    problem: Problem, base: TrialRecord | None, best: TrialRecord | None
+) -> dict[str, Any] | None:
     """The learning rate the best's recipe scales to, for `tune --json` (None without a best)."""
     from .host_report import learning_rate
 
@@ -79,8 +115,14 @@ def lr_json(problem: Problem, base: TrialRecord | None, best: TrialRecord | None
     lr = learning_rate(problem, base.config if base is not None else None, best.config)
     if lr is None:
         return None
-    return {"optimizer": lr.optimizer, "rule": lr.rule, "base_lr": lr.base_lr,
-            "base_global_batch": lr.base_global_batch, "global_batch": lr.global_batch, "lr": lr.lr}
+    return {
+        "optimizer": lr.optimizer,
+        "rule": lr.rule,
+        "base_lr": lr.base_lr,
+        "base_global_batch": lr.base_global_batch,
+        "global_batch": lr.global_batch,
+        "lr": lr.lr,
+    }
 
 
 def compile_counts(backend: Backend) -> dict[str, Any] | None:

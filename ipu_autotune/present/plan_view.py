@@ -41,35 +41,64 @@ def chance(p: SizePlan, certain: Set[int] = frozenset()) -> str:
     return f"{math.floor(m.fit_chance * 100):.0f}%"  # rounded down: 89.95% is not shown as the 90% asked
 
 
-def plan_table(model: str, plans: Sequence[SizePlan], asked_batch: int, certain: Set[int] = frozenset()) -> Table:
-    table = Table(title=f"{model}: the best configuration per IPU count (estimated)", title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
-    for name, right in (("IPUs", True), ("mb", True), ("layout", False), ("samples/s", True),
-                        ("bottleneck", False), ("busiest tile", True), ("chance", True)):
+def plan_table(
+    model: str, plans: Sequence[SizePlan], asked_batch: int, certain: Set[int] = frozenset()
+) -> Table:
+    table = Table(
+        title=f"{model}: the best configuration per IPU count (estimated)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 0, 0, 1),
+    )
+    for name, right in (
+        ("IPUs", True),
+        ("mb", True),
+        ("layout", False),
+        ("samples/s", True),
+        ("bottleneck", False),
+        ("busiest tile", True),
+        ("chance", True),
+    ):
         table.add_column(name, justify="right" if right else "left", no_wrap=True)
     for p in plans:
         m = p.measurement
         batch = str(p.micro_batch) + ("" if p.micro_batch == asked_batch else "*")
-        speed = terminal_cell(f"{m.throughput:,.0f}", "green") if p.fits and m.throughput else \
-            terminal_cell("no fit", "red")
-        table.add_row(str(p.ipus), batch, layout_text(p.config), speed,
-                      terminal_cell(m.bottleneck or "-") if p.fits else "", busiest_tile(m),
-                      chance(p, certain))
+        speed = (
+            terminal_cell(f"{m.throughput:,.0f}", "green")
+            if p.fits and m.throughput
+            else terminal_cell("no fit", "red")
+        )
+        table.add_row(
+            str(p.ipus),
+            batch,
+            layout_text(p.config),
+            speed,
+            terminal_cell(m.bottleneck or "-") if p.fits else "",
+            busiest_tile(m),
+            chance(p, certain),
+        )
     return table
 
 
-def notes(plans: Sequence[SizePlan], asked_batch: int, certain: Set[int] = frozenset()) -> list[str]:
+def notes(
+    plans: Sequence[SizePlan], asked_batch: int, certain: Set[int] = frozenset()
+) -> list[str]:
     """The lines under the table: what the columns mean where it is not obvious."""
-    out = ["each row: tune --ipus N's own search on the estimate backend (default trials, its numerics answer); "
-           "mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end to end (host input included); "
-           "busiest tile: its share of a tile's memory (and its error bar); chance: to fit, by that bar "
-           "(!: none, whatever the compiler decides)"]
+    out = [
+        "each row: tune --ipus N's own search on the estimate backend (default trials, its numerics answer); "
+        "mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end to end (host input included); "
+        "busiest tile: its share of a tile's memory (and its error bar); chance: to fit, by that bar "
+        "(!: none, whatever the compiler decides)"
+    ]
     out += why_lines(plans)
     if any(p.micro_batch != asked_batch for p in plans):
         out.append(f"*: the micro-batch halved from {asked_batch} until a configuration fits")
     uncertain = [p for p in plans if p.fits and p.measurement.straddles_tile_limit]
     if uncertain:
-        out.append(f"at {', '.join(str(p.ipus) for p in uncertain)} IPUs the best is {intervals.UNCERTAIN}")
+        out.append(
+            f"at {', '.join(str(p.ipus) for p in uncertain)} IPUs the best is {intervals.UNCERTAIN}"
+        )
     return out
 
 
@@ -83,4 +112,7 @@ def why_lines(plans: Sequence[SizePlan]) -> list[str]:
             grouped[-1][0].append(p.ipus)
         else:
             grouped.append(([p.ipus], p.why))
-    return [f"{', '.join(map(str, sizes))} IPU{'s' if sizes != [1] else ''}: {why}" for sizes, why in grouped]
+    return [
+        f"{', '.join(map(str, sizes))} IPU{'s' if sizes != [1] else ''}: {why}"
+        for sizes, why in grouped
+    ]

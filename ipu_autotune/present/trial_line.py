@@ -27,7 +27,13 @@ _ABBREV: dict[str, Any] = {k.name: k.abbrev for k in SPEC if k.abbrev is not Non
 _ORDER = LINE_ORDER
 
 #: What a baseline row shows of itself: the knobs a reader needs to place it.
-_BASELINE_KNOBS = ("ipus_per_replica", "replicas", "execution", "precision", "gradient_accumulation")
+_BASELINE_KNOBS = (
+    "ipus_per_replica",
+    "replicas",
+    "execution",
+    "precision",
+    "gradient_accumulation",
+)
 
 
 def knob_text(name: str, value: Any) -> str:
@@ -87,7 +93,7 @@ def fit_words(line: str, width: int) -> str:
         return line[:cut] + " …"
     # a first knob longer than the width: its list up to an item's end (split@a,b,…)
     item = max(line.rfind(s, 0, width - 1) for s in ",/")
-    return line[:item + 1 if item > 0 else width - 1] + "…"
+    return line[: item + 1 if item > 0 else width - 1] + "…"
 
 
 def short_verdict(m: Measurement) -> str:
@@ -111,7 +117,9 @@ def short_origin(origin: str) -> str:
 
 
 def short_source(source: str) -> str:
-    return {"estimate": "est", "compile": "cmp", "run": "run"}.get(source) or terminal_text(source)[:3]
+    return {"estimate": "est", "compile": "cmp", "run": "run"}.get(source) or terminal_text(
+        source
+    )[:3]
 
 
 def short_throughput(m: Measurement) -> str:

@@ -34,11 +34,20 @@ def result_line(best: TrialRecord | None, base: TrialRecord | None, study_name: 
     m = best.measurement
     speed = f"{m.throughput:,.0f} samples/s" if m.throughput else "no throughput"
     ratio = f" ({ui.speedup_line(base, best)})" if base and base.measurement.throughput else ""
-    return terminal_text(f"{study_name}: best trial {best.number} fits, {speed} [{m.source}]{ratio}")
+    return terminal_text(
+        f"{study_name}: best trial {best.number} fits, {speed} [{m.source}]{ratio}"
+    )
 
 
-def print_header(console: Console, problem: Problem, backend: Backend, study_name: str, storage_url: str,
-                 created: bool, study: optuna.Study) -> None:
+def print_header(
+    console: Console,
+    problem: Problem,
+    backend: Backend,
+    study_name: str,
+    storage_url: str,
+    created: bool,
+    study: optuna.Study,
+) -> None:
     shape = "x".join(map(str, problem.input_shape))
     if problem.token_inputs:
         decoder = f" ({problem.decoder_seq_len} to the decoder)" if problem.decoder_seq_len else ""
@@ -54,12 +63,22 @@ def print_header(console: Console, problem: Problem, backend: Backend, study_nam
     # the space before "in"), or, longer than the panel is wide, printed whole under it.
     named = terminal_text(f"study {study_name}")
     inside = len(named) <= console.width - 4
-    console.print(ui.panel(Text.assemble(
-        (f"{problem.model}", "bold"), f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
-        f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
-        f"{named} in {mask_url(storage_url)}\n" if inside else "", where), "ipu-autotune"))
+    console.print(
+        ui.panel(
+            Text.assemble(
+                (f"{problem.model}", "bold"),
+                f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
+                f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
+                f"{named} in {mask_url(storage_url)}\n" if inside else "",
+                where,
+            ),
+            "ipu-autotune",
+        )
+    )
     if not inside:
-        console.print(f"{named}\nin {mask_url(storage_url)}", soft_wrap=True, markup=False, highlight=False)
+        console.print(
+            f"{named}\nin {mask_url(storage_url)}", soft_wrap=True, markup=False, highlight=False
+        )
 
 
 def resume_point(study: optuna.Study) -> str:
@@ -74,11 +93,23 @@ def resume_point(study: optuna.Study) -> str:
     return f"resuming: {done} trial(s) done, next is trial {nxt}"
 
 
-def print_summary(console: Console, problem: Problem, base: TrialRecord | None, best: TrialRecord | None,
-                  closest: TrialRecord | None, files: Mapping[str, str | Path], resume: str, estimated: bool,
-                  ran: int, interrupted: bool, advice: NumericsAdvice | None = None,
-                  compiles: Mapping[str, int] | None = None, reference: Measurement | None = None,
-                  helps: Sequence[Change] = (), alternative: str = "") -> None:
+def print_summary(
+    console: Console,
+    problem: Problem,
+    base: TrialRecord | None,
+    best: TrialRecord | None,
+    closest: TrialRecord | None,
+    files: Mapping[str, str | Path],
+    resume: str,
+    estimated: bool,
+    ran: int,
+    interrupted: bool,
+    advice: NumericsAdvice | None = None,
+    compiles: Mapping[str, int] | None = None,
+    reference: Measurement | None = None,
+    helps: Sequence[Change] = (),
+    alternative: str = "",
+) -> None:
     console.print()
     if best is None:
         _print_nothing_fits(console, base, closest, helps)
@@ -97,33 +128,56 @@ def print_summary(console: Console, problem: Problem, base: TrialRecord | None, 
     if interrupted:
         console.print(f"[yellow]Interrupted after {ran} new trial(s).[/]")
     if compiles:
-        console.print(f"Compiles this run: {compiles['run']}; screened out by the estimator, not compiled: "
-                      f"{compiles['saved']}", highlight=False)
+        console.print(
+            f"Compiles this run: {compiles['run']}; screened out by the estimator, not compiled: "
+            f"{compiles['saved']}",
+            highlight=False,
+        )
     for label, path in files.items():
         # soft_wrap: a long path is one line the terminal wraps, so it copies whole (rich would
         # fold it at the console's width, mid-word)
         console.print(f"{label:>8}: {path}", highlight=False, soft_wrap=True)
-    console.print(command_lines(resume, console.width, "  resume: "), highlight=False, soft_wrap=True,
-                  markup=False)
+    console.print(
+        command_lines(resume, console.width, "  resume: "),
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
 
 
-def _print_nothing_fits(console: Console, base: TrialRecord | None, closest: TrialRecord | None,
-                        helps: Sequence[Change]) -> None:
+def _print_nothing_fits(
+    console: Console,
+    base: TrialRecord | None,
+    closest: TrialRecord | None,
+    helps: Sequence[Change],
+) -> None:
     console.print("[bold red]Nothing fits yet.[/]")
     if closest is not None:
         knobs = tl.changed_knobs(base.config if base else None, closest.config)
-        console.print(ui.indented(f"Closest: trial {closest.number} ({knobs})", 0), highlight=False)
-        console.print(ui.indented(f"it lacks memory: {lacks(closest.measurement)}"), highlight=False)
+        console.print(
+            ui.indented(f"Closest: trial {closest.number} ({knobs})", 0), highlight=False
+        )
+        console.print(
+            ui.indented(f"it lacks memory: {lacks(closest.measurement)}"), highlight=False
+        )
         console.print(ui.measurement_table(closest.measurement, "where the memory goes"))
     if helps:
         console.print("[bold]What would help most[/] (run again with):")
         for change in helps:  # a change without a flag is a statement ("no IPU count fits")
-            console.print(ui.indented(f"{change.flag}: {change.result}" if change.flag else change.result),
-                          highlight=False)
+            console.print(
+                ui.indented(f"{change.flag}: {change.result}" if change.flag else change.result),
+                highlight=False,
+            )
 
 
-def _print_best(console: Console, problem: Problem, base: TrialRecord, best: TrialRecord, estimated: bool,
-                reference: Measurement | None) -> None:
+def _print_best(
+    console: Console,
+    problem: Problem,
+    base: TrialRecord,
+    best: TrialRecord,
+    estimated: bool,
+    reference: Measurement | None,
+) -> None:
     console.print(ui.comparison(problem, base, best, estimated))
     lines = ui.changes(base.config, best.config)
     if lines:

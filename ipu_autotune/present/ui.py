@@ -75,7 +75,10 @@ class TrialTable:
     def _note(self, r: TrialRecord) -> None:
         if is_baseline(r.origin) and self.baseline is None:
             self.baseline = r.config
-        if r.feasible and (self.best is None or (r.measurement.throughput or 0) > (self.best.measurement.throughput or 0)):
+        if r.feasible and (
+            self.best is None
+            or (r.measurement.throughput or 0) > (self.best.measurement.throughput or 0)
+        ):
             self.best = r
 
     def is_best(self, r: TrialRecord) -> bool:
@@ -89,16 +92,25 @@ class TrialTable:
     def line(self, r: TrialRecord) -> str:
         """The plain form of a row, for logs and pipes (the caller crops it to the width)."""
         star = "★" if self.is_best(r) else " "
-        return (f"trial {r.number:>3} {star} {tl.short_label(r)[:8]:<8} {tl.short_verdict(r.measurement):<16} "
-                f"{tl.short_throughput(r.measurement):>8}/s {tl.short_source(r.measurement.source)} {self.changes(r)}")
+        return (
+            f"trial {r.number:>3} {star} {tl.short_label(r)[:8]:<8} {tl.short_verdict(r.measurement):<16} "
+            f"{tl.short_throughput(r.measurement):>8}/s {tl.short_source(r.measurement.source)} {self.changes(r)}"
+        )
 
     def best_line(self) -> Text:
         if self.best is None:
-            return Text("best so far: nothing fits yet", style="dim", no_wrap=True, overflow="ellipsis")
+            return Text(
+                "best so far: nothing fits yet", style="dim", no_wrap=True, overflow="ellipsis"
+            )
         b = self.best
-        return Text.assemble(("★ best so far: ", "bold"), f"trial {b.number}  ",
-                             (throughput_text(b.measurement), "bold green"), f"  {self.changes(b)}",
-                             no_wrap=True, overflow="ellipsis")
+        return Text.assemble(
+            ("★ best so far: ", "bold"),
+            f"trial {b.number}  ",
+            (throughput_text(b.measurement), "bold green"),
+            f"  {self.changes(b)}",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
 
     def __rich__(self) -> RenderableType:
         table = Table(box=box.SIMPLE_HEAD, expand=True, pad_edge=False, padding=(0, 0, 0, 1))
@@ -110,14 +122,26 @@ class TrialTable:
         table.add_column("changes from the baseline", no_wrap=True, overflow="ellipsis", ratio=1)
         for r in self.recent:
             mark = "★ " if self.is_best(r) else ""
-            style = "green" if r.feasible else "red" if r.measurement.failure == "oom" else "yellow"
-            table.add_row(f"{mark}{r.number}", terminal_cell(tl.short_label(r)),
-                          terminal_cell(tl.short_verdict(r.measurement), style),
-                          tl.short_throughput(r.measurement), terminal_cell(tl.short_source(r.measurement.source)),
-                          WholeWords(self.changes(r)))
+            style = (
+                "green" if r.feasible else "red" if r.measurement.failure == "oom" else "yellow"
+            )
+            table.add_row(
+                f"{mark}{r.number}",
+                terminal_cell(tl.short_label(r)),
+                terminal_cell(tl.short_verdict(r.measurement), style),
+                tl.short_throughput(r.measurement),
+                terminal_cell(tl.short_source(r.measurement.source)),
+                WholeWords(self.changes(r)),
+            )
         for number, (config, origin) in sorted(self.running.items()):
-            table.add_row(str(number), terminal_cell(tl.short_origin(origin)), Text("running", style="cyan"), "", "",
-                          WholeWords(tl.changed_knobs(self.baseline, config)))
+            table.add_row(
+                str(number),
+                terminal_cell(tl.short_origin(origin)),
+                Text("running", style="cyan"),
+                "",
+                "",
+                WholeWords(tl.changed_knobs(self.baseline, config)),
+            )
         return table
 
 
@@ -142,14 +166,26 @@ def _jupyter_widgets(console: Console) -> bool:
 class TuneView:
     """Live progress for the tune command; plain lines when not on a terminal."""
 
-    def __init__(self, console: Console, total: int, quiet: bool = False, earlier: Sequence[TrialRecord] = ()):
+    def __init__(
+        self,
+        console: Console,
+        total: int,
+        quiet: bool = False,
+        earlier: Sequence[TrialRecord] = (),
+    ):
         self.console = console
         self.quiet = quiet
         self.table = TrialTable()
         self.table.seed(list(earlier))  # after a resume, stars count the whole study
         self.progress = Progress(
-            TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[running]}"),
+            TextColumn("[bold]trials"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("elapsed"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[running]}"),
             console=console,
         )
         self.task = self.progress.add_task("trials", total=total, running="")
@@ -160,8 +196,12 @@ class TuneView:
         if not self.quiet and (self.console.is_terminal or _jupyter_widgets(self.console)):
             # rich's default rate: each frame renders the whole table, in a thread that holds
             # the GIL while it does (8 a second cost the estimate backend's trials a sixth)
-            self.live = Live(Group(self.table, _BestLine(self.table), self.progress), console=self.console,
-                             refresh_per_second=4, transient=False)
+            self.live = Live(
+                Group(self.table, _BestLine(self.table), self.progress),
+                console=self.console,
+                refresh_per_second=4,
+                transient=False,
+            )
             self.live.__enter__()
         return self
 
@@ -182,12 +222,24 @@ class TuneView:
         self.table.add(r)
         self.progress.advance(self.task)
         if self.live is None and not self.quiet:
-            self.console.print(tl.fit_words(self.table.line(r), self.console.width), highlight=False,
-                               markup=False, no_wrap=True, crop=True)
+            self.console.print(
+                tl.fit_words(self.table.line(r), self.console.width),
+                highlight=False,
+                markup=False,
+                no_wrap=True,
+                crop=True,
+            )
 
 
-_SHORT = {"weights": "weights", "optimizer": "optim", "gradients": "grads", "activations": "activ",
-          "stash": "stash", "temporary": "temp", "code/exchange": "code"}
+_SHORT = {
+    "weights": "weights",
+    "optimizer": "optim",
+    "gradients": "grads",
+    "activations": "activ",
+    "stash": "stash",
+    "temporary": "temp",
+    "code/exchange": "code",
+}
 
 
 def tile_fraction(m: Measurement, ipu: int) -> float:
@@ -229,9 +281,16 @@ class MeasurementTable:
         shown = [c for c in CATEGORIES if any(c in bd for bd in m.breakdown)] or list(CATEGORIES)
         shown += sorted({k for bd in m.breakdown for k in bd} - set(shown))
         bar_width = 12 if options.max_width >= 4 + 9 * (len(shown) + 1) + 20 else 0
-        table = Table(title=self.title or None, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
-                      padding=(0, 0, 0, 1), caption="tile: the busiest tile against a tile's memory (OOM is per tile)",
-                      caption_justify="left", caption_style="dim")
+        table = Table(
+            title=self.title or None,
+            box=box.SIMPLE_HEAD,
+            title_justify="left",
+            pad_edge=False,
+            padding=(0, 0, 0, 1),
+            caption="tile: the busiest tile against a tile's memory (OOM is per tile)",
+            caption_justify="left",
+            caption_style="dim",
+        )
         table.add_column("IPU", no_wrap=True)
         for cat in shown:
             table.add_column(terminal_cell(_SHORT.get(cat, cat)), justify="right", no_wrap=True)
@@ -254,7 +313,10 @@ def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
     about = terminal_text(f"  {r.origin}  ({r.state.lower()}, {m.source}, {r.seconds:.1f} s)")
     head = Text.assemble((f"trial {r.number}", "bold"), about, "\nverdict: ", verdict_text(r))
     if m.throughput is not None:
-        head.append(f"\nthroughput: {throughput_text(m)}" + (" (estimated)" if m.source == "estimate" else ""))
+        head.append(
+            f"\nthroughput: {throughput_text(m)}"
+            + (" (estimated)" if m.source == "estimate" else "")
+        )
         if m.step_time_s:
             head.append(f", step {m.step_time_s * 1e3:.1f} ms")
     parts: list[RenderableType] = [head]
@@ -270,7 +332,11 @@ def trial_details(r: TrialRecord, baseline: TrialRecord | None) -> Group:
         config.add_row(key, terminal_cell(_value_text(value) or "-"), terminal_cell(note))
     parts.append(config)
     if m.breakdown:
-        parts.append(measurement_table(m, "memory per IPU" + (" (estimated)" if m.source == "estimate" else "")))
+        parts.append(
+            measurement_table(
+                m, "memory per IPU" + (" (estimated)" if m.source == "estimate" else "")
+            )
+        )
     return Group(*parts)
 
 
@@ -292,7 +358,9 @@ def changes(before: Config, after: Config) -> list[str]:
     return out
 
 
-def comparison(problem: Problem, baseline: TrialRecord, best: TrialRecord, estimated: bool) -> Table:
+def comparison(
+    problem: Problem, baseline: TrialRecord, best: TrialRecord, estimated: bool
+) -> Table:
     """Baseline and best side by side: verdict, memory bars per IPU, throughput."""
     table = Table(box=box.ROUNDED, show_header=True, header_style="bold")
     table.add_column("")
@@ -300,12 +368,17 @@ def comparison(problem: Problem, baseline: TrialRecord, best: TrialRecord, estim
     table.add_column(f"best (trial {best.number})")
     table.add_row("verdict", verdict_text(baseline), verdict_text(best))
     suffix = " (estimated)" if estimated else ""
-    table.add_row("throughput", throughput_text(baseline.measurement) + suffix,
-                  Text(throughput_text(best.measurement) + suffix, style="bold green"))
+    table.add_row(
+        "throughput",
+        throughput_text(baseline.measurement) + suffix,
+        Text(throughput_text(best.measurement) + suffix, style="bold green"),
+    )
     from ..host.pipeline import global_batch
 
-    for cfg_name, getter in (("global batch", lambda c: global_batch(problem, c)),
-                             ("layout", lambda c: f"{c.ipus_per_replica} IPU/replica x {c.replicas}")):
+    for cfg_name, getter in (
+        ("global batch", lambda c: global_batch(problem, c)),
+        ("layout", lambda c: f"{c.ipus_per_replica} IPU/replica x {c.replicas}"),
+    ):
         table.add_row(cfg_name, str(getter(baseline.config)), str(getter(best.config)))
     ipus = max(len(baseline.measurement.breakdown), len(best.measurement.breakdown))
     for i in range(ipus):

@@ -32,12 +32,16 @@ def prose_lines(text: str, width: int) -> list[str]:
             if len(word) <= room:
                 line, word = f"{line} {word}" if line else word, ""
                 continue
-            cut = max(word.rfind(s, 0, room) for s in _LIST_SEPARATORS) if len(word) > width and room > 0 else -1
+            cut = (
+                max(word.rfind(s, 0, room) for s in _LIST_SEPARATORS)
+                if len(word) > width and room > 0
+                else -1
+            )
             if cut < 0 and not line:  # one item longer than a line: cut where rich would
                 cut = width - 1
             if cut >= 0:  # as much of the long list as fits, the rest on the next line
-                line = f"{line} {word[:cut + 1]}" if line else word[:cut + 1]
-                word = word[cut + 1:]
+                line = f"{line} {word[: cut + 1]}" if line else word[: cut + 1]
+                word = word[cut + 1 :]
             lines.append(line)
             line = ""
     return [*lines, line] if line or not lines else lines
@@ -65,7 +69,12 @@ class WholeWords:
         self.text, self.style = terminal_text(text), style
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield Text(fit_words(self.text, options.max_width), style=self.style, no_wrap=True, overflow="crop")
+        yield Text(
+            fit_words(self.text, options.max_width),
+            style=self.style,
+            no_wrap=True,
+            overflow="crop",
+        )
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement(min(len(self.text), 1), len(self.text))
@@ -77,7 +86,7 @@ def fit_text(text: Text, width: int) -> Text:
     if fitted == text.plain:
         return text
     mark = " …" if fitted.endswith(" …") else "…"
-    cut = text[:len(fitted) - len(mark)]
+    cut = text[: len(fitted) - len(mark)]
     cut.append(mark)
     return cut
 

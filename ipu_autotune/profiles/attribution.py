@@ -44,7 +44,8 @@ def attribute(log: TraceLog, cuts: dict[int, str] | None = None) -> list[Unit]:
                     units[current].in_bytes = event[2]
                     entering = event[3]
                     units[current].carried_in_bytes = sum(
-                        n for key, n in entering.items() if key in previous_inputs)
+                        n for key, n in entering.items() if key in previous_inputs
+                    )
                     previous_inputs = entering
             if path not in owner:
                 owner[path] = current
@@ -76,8 +77,12 @@ def attribute(log: TraceLog, cuts: dict[int, str] | None = None) -> list[Unit]:
     return units
 
 
-def _charge_parameters(params: tuple[tuple[str, int, int], ...], units: list[Unit], owner: dict[str, int],
-                       param_unit: dict[int, int]) -> None:
+def _charge_parameters(
+    params: tuple[tuple[str, int, int], ...],
+    units: list[Unit],
+    owner: dict[str, int],
+    param_unit: dict[int, int],
+) -> None:
     """Each trainable parameter once, to the unit whose ops read it first; a parameter the
     forward never reads goes with its module."""
     for path, key, numel in params:

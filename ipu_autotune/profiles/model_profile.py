@@ -26,7 +26,9 @@ class Unit:
     # goes to every layer): they cross IPUs, but no unit produces them, so no checkpoint
     # keeps them.
     carried_in_bytes: int = 0
-    saved_heavy_bytes: int = 0  # saved for backward, produced by conv/matmul (FP32, per micro-batch)
+    saved_heavy_bytes: int = (
+        0  # saved for backward, produced by conv/matmul (FP32, per micro-batch)
+    )
     saved_light_bytes: int = 0  # saved, produced by norms and elementwise ops (cheap to recompute)
     flops: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     light_bytes: int = 0  # bytes written by memory-bound ops (time model)
@@ -53,10 +55,13 @@ class Unit:
 class TraceLog:
     """The forward pass as logged (models/forward_log.py), kept so that the units can be cut
     again where a split or checkpoint lands inside one (profiles/refine.py)."""
+
     events: list[Any]
     starts: tuple[str, ...]  # the modules that begin units
     candidates: frozenset[str]  # modules not broken down further
-    params: tuple[tuple[str, int, int], ...]  # (module path, storage, elements) per trainable tensor
+    params: tuple[
+        tuple[str, int, int], ...
+    ]  # (module path, storage, elements) per trainable tensor
 
 
 @dataclass
@@ -72,10 +77,14 @@ class ModelProfile:
     task: str = ""  # the hf: task traced (resolved); "" for a module traced directly
     log: TraceLog | None = field(default=None, repr=False, compare=False)
     # profiles/refine.py's profiles cut inside units, by the paths cut at (not copied by replace)
-    refinements: dict[object, ModelProfile] = field(default_factory=dict, init=False, repr=False, compare=False)
+    refinements: dict[object, ModelProfile] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     # profiles/refine.py's unit for a split or checkpoint path, by (which, path): every estimate
     # of a climb asks them again for the same few paths
-    placements: dict[tuple[str, str], int | None] = field(default_factory=dict, init=False, repr=False, compare=False)
+    placements: dict[tuple[str, str], int | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def params(self) -> int:

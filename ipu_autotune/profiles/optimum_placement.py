@@ -42,8 +42,11 @@ def _layer_units(model: str, task: str, paths: tuple[str, ...]) -> tuple[int, ..
     from ..models import hf
 
     stacks = hf.layer_stacks(model, task)
-    return tuple(i for i, p in enumerate(paths)
-                 if p.rsplit(".", 1)[0] in stacks and p.rsplit(".", 1)[-1].isdigit())
+    return tuple(
+        i
+        for i, p in enumerate(paths)
+        if p.rsplit(".", 1)[0] in stacks and p.rsplit(".", 1)[-1].isdigit()
+    )
 
 
 def layer_units(problem: Problem, profile: ModelProfile) -> list[int]:
@@ -51,7 +54,9 @@ def layer_units(problem: Problem, profile: ModelProfile) -> list[int]:
     from ..models import hf
 
     if hf.is_hf(problem.model):
-        return list(_layer_units(problem.model, problem.task, tuple(u.path for u in profile.units)))
+        return list(
+            _layer_units(problem.model, problem.task, tuple(u.path for u in profile.units))
+        )
     return list(range(len(profile.units)))
 
 
@@ -199,7 +204,11 @@ ON_IPU0: dict[tuple[str, str], tuple[str, ...] | None] = {
     # bart/modeling_bart.py: PipelinedBartForConditionalGeneration.parallelize (training):
     # BeginBlock(self.model.decoder.embed_positions / layernorm_embedding, "Embedding", ipu_id=0)
     # between the encoder's and the decoder's loops, and BeginBlock(self.lm_head, ..., ipu_id=0)
-    ("bart", "seq2seq-lm"): ("model.decoder.embed_positions", "model.decoder.layernorm_embedding", "lm_head"),
+    ("bart", "seq2seq-lm"): (
+        "model.decoder.embed_positions",
+        "model.decoder.layernorm_embedding",
+        "lm_head",
+    ),
     # t5/modeling_t5.py: PipelinedT5ForConditionalGeneration.parallelize, BeginBlock(self.lm_head,
     # "LM Head Output", ipu_id=0), tied or not; each final_layer_norm on its stack's last IPU
     ("t5", "seq2seq-lm"): ("lm_head",),
@@ -224,8 +233,17 @@ def optimum_placed(profile: ModelProfile) -> ModelProfile:
     prefixes, outputs = ON_IPU0.get(key), CHECKPOINTED_OUTPUTS.get(key, 1)
     units = profile.units
     if prefixes is not None:
-        units = [dataclasses.replace(u, placed_with=0 if i > 0 and _pinned(u.path, prefixes) else None)
-                 for i, u in enumerate(units)]
-    layers = set(_layer_units(profile.model, profile.task, tuple(u.path for u in units))) if outputs > 1 else ()
-    units = [dataclasses.replace(u, checkpointed_outputs=outputs) if i in layers else u for i, u in enumerate(units)]
+        units = [
+            dataclasses.replace(u, placed_with=0 if i > 0 and _pinned(u.path, prefixes) else None)
+            for i, u in enumerate(units)
+        ]
+    layers = (
+        set(_layer_units(profile.model, profile.task, tuple(u.path for u in units)))
+        if outputs > 1
+        else ()
+    )
+    units = [
+        dataclasses.replace(u, checkpointed_outputs=outputs) if i in layers else u
+        for i, u in enumerate(units)
+    ]
     return dataclasses.replace(profile, units=units)

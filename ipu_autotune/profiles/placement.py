@@ -55,7 +55,9 @@ def stage_bounds(profile: ModelProfile, config: Config) -> list[tuple[int, int]]
     return [(cuts[k], max(cuts[k], cuts[k + 1])) for k in range(len(cuts) - 1)]
 
 
-def checkpoints_every(profile: ModelProfile, splits: tuple[str, ...], every: int) -> tuple[str, ...]:
+def checkpoints_every(
+    profile: ModelProfile, splits: tuple[str, ...], every: int
+) -> tuple[str, ...]:
     """Checkpoint the output of every `every`-th unit inside each stage (not a stage's last);
     a split inside a unit cuts it first (refine.py), so a stage begins with that piece."""
     if every <= 0:
@@ -103,7 +105,9 @@ def head_runs(p: Problem) -> list[tuple[str, str | None]]:
     out = []
     for i, u in enumerate(units):
         if u.placed_with == 0 and (i == 0 or units[i - 1].placed_with != 0):
-            out.append((u.path, next((v.path for v in units[i + 1:] if v.placed_with != 0), None)))
+            out.append(
+                (u.path, next((v.path for v in units[i + 1 :] if v.placed_with != 0), None))
+            )
     return out
 
 
@@ -120,5 +124,14 @@ def head_blocks(p: Problem, config: Config) -> list[tuple[str, int]]:
             profile = profile_for(p)
             i = profile.unit_index(after)
             assert i is not None  # head_runs names units of this profile
-            out.append((after, next(k for k, (lo, hi) in enumerate(stage_bounds(profile, config)) if lo <= i < hi)))
+            out.append(
+                (
+                    after,
+                    next(
+                        k
+                        for k, (lo, hi) in enumerate(stage_bounds(profile, config))
+                        if lo <= i < hi
+                    ),
+                )
+            )
     return out

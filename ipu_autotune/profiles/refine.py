@@ -51,7 +51,9 @@ def checkpoint_unit(profile: ModelProfile, path: str) -> int | None:
     return _placed(profile, _checkpoint_unit, path)
 
 
-def _placed(profile: ModelProfile, find: Callable[[ModelProfile, str], int | None], path: str) -> int | None:
+def _placed(
+    profile: ModelProfile, find: Callable[[ModelProfile, str], int | None], path: str
+) -> int | None:
     """`find(profile, path)`, computed once per profile and kept in its placements."""
     key = (find.__name__, path)
     if key not in profile.placements:
@@ -81,21 +83,29 @@ def inner_checkpoints(profile: ModelProfile, checkpoints: Iterable[str]) -> list
     return [p for p in checkpoints if p in ran and checkpoint_unit(profile, p) is None]
 
 
-def refined(profile: ModelProfile, splits: Iterable[str] = (), checkpoints: Iterable[str] = ()) -> ModelProfile:
+def refined(
+    profile: ModelProfile, splits: Iterable[str] = (), checkpoints: Iterable[str] = ()
+) -> ModelProfile:
     """`profile` with a unit beginning at each split inside a unit and ending at each checkpoint
     inside one; `profile` itself when there is none (or no log to cut: a profile made by hand)."""
     splits, checkpoints = tuple(splits), tuple(checkpoints)
     # by the paths asked for: the search asks for the same few cuts over and over
-    return _kept(profile, (ASKED, splits, checkpoints), lambda: _refined(profile, splits, checkpoints))
+    return _kept(
+        profile, (ASKED, splits, checkpoints), lambda: _refined(profile, splits, checkpoints)
+    )
 
 
 #: refined's answers by the paths asked for (beside _cut's, by the paths inside units)
 ASKED = "asked"
 
 
-def _refined(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str, ...]) -> ModelProfile:
-    key = (tuple(sorted(set(inner_splits(profile, splits)))),
-           tuple(sorted(set(inner_checkpoints(profile, checkpoints)))))
+def _refined(
+    profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str, ...]
+) -> ModelProfile:
+    key = (
+        tuple(sorted(set(inner_splits(profile, splits)))),
+        tuple(sorted(set(inner_checkpoints(profile, checkpoints)))),
+    )
     if key == ((), ()) or profile.log is None:
         return profile
     return _kept(profile, key, lambda: _cut(profile, *key))
@@ -108,7 +118,9 @@ def _kept(profile: ModelProfile, key: object, make: Callable[[], ModelProfile]) 
     return profile.refinements[key]
 
 
-def _cut(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str, ...]) -> ModelProfile:
+def _cut(
+    profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str, ...]
+) -> ModelProfile:
     import dataclasses
 
     log = profile.log
@@ -139,7 +151,9 @@ def _cut(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str,
         new_index.setdefault(b, k)
     for k, (index, _) in enumerate(begins):
         parent = profile.units[home[k]]
-        units[k].placed_with = None if parent.placed_with is None else new_index[parent.placed_with]
+        units[k].placed_with = (
+            None if parent.placed_with is None else new_index[parent.placed_with]
+        )
         if k + 1 == len(begins) or home[k + 1] != home[k]:  # the piece whose output is the unit's
             units[k].checkpointed_outputs = parent.checkpointed_outputs
         if index not in cuts:
@@ -147,7 +161,9 @@ def _cut(profile: ModelProfile, splits: tuple[str, ...], checkpoints: tuple[str,
         crossing, carried_from = live[index]
         head_start = begins[k - 1][0] if k else 0
         units[k].in_bytes = sum(crossing.values())
-        units[k].carried_in_bytes = sum(n for key, n in crossing.items() if carried_from[key] < head_start)
+        units[k].carried_in_bytes = sum(
+            n for key, n in crossing.items() if carried_from[key] < head_start
+        )
         if index in after_checkpoint:
             units[k - 1].members.append(after_checkpoint[index])  # checkpoint_unit finds it last
     return dataclasses.replace(profile, units=units)
@@ -159,7 +175,9 @@ def _after(path: str) -> str:
     return f"{path}:after"
 
 
-def _live_at(events: list[Any], cuts: list[int]) -> dict[int, tuple[dict[int, int], dict[int, int]]]:
+def _live_at(
+    events: list[Any], cuts: list[int]
+) -> dict[int, tuple[dict[int, int], dict[int, int]]]:
     """At each cut: the storages touched before it and read at or after it, with their bytes,
     and the event index each was first touched at."""
     first: dict[int, int] = {}
@@ -177,7 +195,9 @@ def _live_at(events: list[Any], cuts: list[int]) -> dict[int, tuple[dict[int, in
             size[key] = n
     out = {}
     for cut in cuts:
-        crossing = {key: size[key] for key, i in first.items() if i < cut <= last_read.get(key, -1)}
+        crossing = {
+            key: size[key] for key, i in first.items() if i < cut <= last_read.get(key, -1)
+        }
         out[cut] = (crossing, first)
     return out
 
@@ -197,14 +217,20 @@ def split_grid(profile: ModelProfile) -> ModelProfile:
     attention and MLP), where a stage boundary balances IPUs a whole block cannot."""
     if profile.log is None:
         return profile
-    return _kept(profile, GRID, lambda: refined(profile, _large_units_parts(profile)))  # asked per config
+    return _kept(
+        profile, GRID, lambda: refined(profile, _large_units_parts(profile))
+    )  # asked per config
 
 
 def _large_units_parts(profile: ModelProfile) -> list[str]:
     """Where split_grid cuts: each large unit before each of its parts but the first."""
     total = sum(u.saved_bytes for u in profile.units) or 1
-    return [p for u in profile.units if u.saved_bytes > LARGE_UNIT_SHARE * total and u.placed_with is None
-            for p in _parts(profile, u.path)[1:]]
+    return [
+        p
+        for u in profile.units
+        if u.saved_bytes > LARGE_UNIT_SHARE * total and u.placed_with is None
+        for p in _parts(profile, u.path)[1:]
+    ]
 
 
 def _parts(profile: ModelProfile, path: str) -> list[str]:
@@ -217,9 +243,13 @@ def _parts(profile: ModelProfile, path: str) -> list[str]:
     heavy = _begins_heavy(log.events)
     while True:
         depth = path.count(".") + 1 if path else 0
-        children = [m for m in profile.module_order
-                    if m.startswith(path + ".") and m.count(".") == depth
-                    and any(o == m or o.startswith(m + ".") for o in owners)]
+        children = [
+            m
+            for m in profile.module_order
+            if m.startswith(path + ".")
+            and m.count(".") == depth
+            and any(o == m or o.startswith(m + ".") for o in owners)
+        ]
         if len(children) != 1:
             return [m for m in children if m in heavy]
         path = children[0]

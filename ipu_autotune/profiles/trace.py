@@ -38,7 +38,11 @@ _NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalRe
 
 def _is_stack(module: nn.Module) -> bool:
     children = list(module.children())
-    return isinstance(module, CONTAINERS) and len(children) >= 2 and len({type(c) for c in children}) == 1
+    return (
+        isinstance(module, CONTAINERS)
+        and len(children) >= 2
+        and len({type(c) for c in children}) == 1
+    )
 
 
 def _holds_stack(module: nn.Module, depth: int = 2) -> bool:
@@ -76,8 +80,16 @@ def _unit_candidates(model: nn.Module) -> list[str]:
 
     def visit(path: str, module: nn.Module, root: bool, repeated: bool = False) -> None:
         children = list(module.named_children())
-        expand = children and not _has_skip(module) and (
-            root or type(module) in CONTAINERS or _holds_stack(module) or (_is_wrapper(module) and not repeated))
+        expand = (
+            children
+            and not _has_skip(module)
+            and (
+                root
+                or type(module) in CONTAINERS
+                or _holds_stack(module)
+                or (_is_wrapper(module) and not repeated)
+            )
+        )
         if not expand:
             found.append(path)
             return
@@ -104,16 +116,34 @@ def _embedding_group(previous: nn.Module, module: nn.Module) -> bool:
     return isinstance(previous, nn.Embedding) and isinstance(module, nn.Embedding)
 
 
-def trace_model(model_name: str, batch_size: int, input_shape: tuple[int, ...], num_classes: int, task: str = "",
-                seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple[Any, ...] = (),
-                decoder_seq_len: int = 0) -> ModelProfile:
+def trace_model(
+    model_name: str,
+    batch_size: int,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    task: str = "",
+    seq_len: int = 0,
+    inputs: tuple[str, ...] = (),
+    hf_options: tuple[Any, ...] = (),
+    decoder_seq_len: int = 0,
+) -> ModelProfile:
     from ..problem import Problem
 
     start = time.perf_counter()
-    problem = Problem(model_name, batch_size, input_shape=input_shape, num_classes=num_classes,
-                      task=task, seq_len=seq_len, inputs=inputs, decoder_seq_len=decoder_seq_len,
-                      **dict(hf_options))
-    model = build_model(model_name, num_classes, device="meta", task=problem.task, **dict(hf_options))
+    problem = Problem(
+        model_name,
+        batch_size,
+        input_shape=input_shape,
+        num_classes=num_classes,
+        task=task,
+        seq_len=seq_len,
+        inputs=inputs,
+        decoder_seq_len=decoder_seq_len,
+        **dict(hf_options),
+    )
+    model = build_model(
+        model_name, num_classes, device="meta", task=problem.task, **dict(hf_options)
+    )
     kwargs = sample_batch(problem, batch_size) if problem.token_inputs or problem.inputs else None
     profile = trace_module(model, batch_size, problem.input_shape, num_classes, model_name, kwargs)
     profile.trace_seconds = time.perf_counter() - start
@@ -121,8 +151,14 @@ def trace_model(model_name: str, batch_size: int, input_shape: tuple[int, ...], 
     return profile
 
 
-def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...],
-                 num_classes: int, name: str = "", inputs: dict[str, Any] | None = None) -> ModelProfile:
+def trace_module(
+    model: nn.Module,
+    batch_size: int,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    name: str = "",
+    inputs: dict[str, Any] | None = None,
+) -> ModelProfile:
     """Trace an already built module. It must live on the meta device, in FP32.
 
     `inputs`: the forward's keyword arguments (several inputs, integer or float) instead of
@@ -140,20 +176,32 @@ def trace_module(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
             order.append(event[1])
     position = {p: i for i, p in enumerate(order)}
 
-    candidates = sorted((c for c in _unit_candidates(model) if c in position), key=position.__getitem__)
+    candidates = sorted(
+        (c for c in _unit_candidates(model) if c in position), key=position.__getitem__
+    )
     starts: list[str] = []
     for c in candidates:
-        if not starts or not (_merges_into_previous(modules[c]) or _embedding_group(modules[starts[-1]], modules[c])):
+        if not starts or not (
+            _merges_into_previous(modules[c]) or _embedding_group(modules[starts[-1]], modules[c])
+        ):
             starts.append(c)
     log = TraceLog(events, tuple(starts), frozenset(candidates), _trainable_tensors(model))
     units = attribute(log)
     _place_heads_with_their_weights(units)
 
-    input_bytes = x.numel() * 4 if isinstance(x, torch.Tensor) else sum(tensor_bytes(t) for t in x.values())
+    input_bytes = (
+        x.numel() * 4 if isinstance(x, torch.Tensor) else sum(tensor_bytes(t) for t in x.values())
+    )
     return ModelProfile(
-        model=name or type(model).__name__, batch_size=batch_size, input_shape=tuple(input_shape),
-        num_classes=num_classes, units=units, module_order=order,
-        input_bytes=input_bytes, trace_seconds=time.perf_counter() - start, log=log,
+        model=name or type(model).__name__,
+        batch_size=batch_size,
+        input_shape=tuple(input_shape),
+        num_classes=num_classes,
+        units=units,
+        module_order=order,
+        input_bytes=input_bytes,
+        trace_seconds=time.perf_counter() - start,
+        log=log,
     )
 
 
@@ -169,7 +217,11 @@ def _place_heads_with_their_weights(units: list[Unit]) -> None:
             unit.placed_with = None  # tied within one top-level module: nothing to move
             continue
         j = i - 1
-        while j > unit.placed_with and units[j].path.split(".")[0] == top and units[j].placed_with is None:
+        while (
+            j > unit.placed_with
+            and units[j].path.split(".")[0] == top
+            and units[j].placed_with is None
+        ):
             units[j].placed_with = unit.placed_with
             j -= 1
 
@@ -188,12 +240,29 @@ def _trainable_tensors(model: nn.Module) -> tuple[tuple[str, int, int], ...]:
 
 
 @lru_cache(maxsize=8)
-def cached_trace(model_name: str, batch_size: int, input_shape: tuple[int, ...], num_classes: int, task: str = "",
-                 seq_len: int = 0, inputs: tuple[str, ...] = (), hf_options: tuple[Any, ...] = (),
-                 decoder_seq_len: int = 0) -> ModelProfile:
+def cached_trace(
+    model_name: str,
+    batch_size: int,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    task: str = "",
+    seq_len: int = 0,
+    inputs: tuple[str, ...] = (),
+    hf_options: tuple[Any, ...] = (),
+    decoder_seq_len: int = 0,
+) -> ModelProfile:
     """One trace per problem (model, micro-batch, inputs, classes, task) per process."""
-    return trace_model(model_name, batch_size, tuple(input_shape), num_classes, task, seq_len, tuple(inputs),
-                       hf_options, decoder_seq_len)
+    return trace_model(
+        model_name,
+        batch_size,
+        tuple(input_shape),
+        num_classes,
+        task,
+        seq_len,
+        tuple(inputs),
+        hf_options,
+        decoder_seq_len,
+    )
 
 
 def profile_for(problem: Problem, micro_batch: int | None = None) -> ModelProfile:
@@ -201,8 +270,17 @@ def profile_for(problem: Problem, micro_batch: int | None = None) -> ModelProfil
     Under --trainer optimum, with its units placed where the model's pipelined class puts them
     (profiles/optimum_placement.py, `optimum_placed`: e.g. DeBERTa's MLM transform on the last IPU,
     BART's decoder position embedding on IPU 0)."""
-    key = (problem.model, micro_batch or problem.batch_size, tuple(problem.input_shape), problem.num_classes,
-           problem.task, problem.seq_len, tuple(problem.inputs), problem.hf_options, problem.decoder_seq_len)
+    key = (
+        problem.model,
+        micro_batch or problem.batch_size,
+        tuple(problem.input_shape),
+        problem.num_classes,
+        problem.task,
+        problem.seq_len,
+        tuple(problem.inputs),
+        problem.hf_options,
+        problem.decoder_seq_len,
+    )
     if getattr(problem, "trainer", None) == "optimum":
         return optimum_trace(*key)
     return cached_trace(*key)

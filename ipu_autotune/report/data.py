@@ -48,14 +48,26 @@ def gather(study: optuna.Study, problem: Problem) -> ReportData:
     best = best_record(study, skip_unreadable=True)
     baseline = next((r for r in recs if r.origin == "baseline"), recs[0] if recs else None)
     verify = study.user_attrs.get(ATTR_VERIFY)
-    return ReportData(study, problem, recs, best, baseline, None if best else closest_record(recs), unreadable,
-                      verify if isinstance(verify, dict) else None)
+    return ReportData(
+        study,
+        problem,
+        recs,
+        best,
+        baseline,
+        None if best else closest_record(recs),
+        unreadable,
+        verify if isinstance(verify, dict) else None,
+    )
 
 
 #: the estimator's `time_parts` that add up to one weight update (backends/estimate/timing.py);
 #: its `input_per_micro_batch` is already inside "compute", so it is not stacked again
-STEP_PARTS = {"compute": "compute (with input transfer)", "weight_update": "weight update (offloaded state)",
-              "all_reduce": "gradient all-reduce", "host_per_step": "host call overhead"}
+STEP_PARTS = {
+    "compute": "compute (with input transfer)",
+    "weight_update": "weight update (offloaded state)",
+    "all_reduce": "gradient all-reduce",
+    "host_per_step": "host call overhead",
+}
 
 
 HOST_INPUT = "host input (loading, casting)"
@@ -66,10 +78,19 @@ def step_parts(record: TrialRecord) -> dict[str, float]:
     and the host input pipeline's, from its share of a call (`call_shares`, end to end)."""
     m = record.measurement
     parts = m.details.get("time_parts") or {}
-    out = {label: float(parts[k]) for k, label in STEP_PARTS.items()
-           if isinstance(parts.get(k), (int, float)) and parts[k] > 0}
+    out = {
+        label: float(parts[k])
+        for k, label in STEP_PARTS.items()
+        if isinstance(parts.get(k), (int, float)) and parts[k] > 0
+    }
     host_share = (m.details.get("call_shares") or {}).get("host input")
-    if out and isinstance(host_share, (int, float)) and host_share > 0 and m.throughput and m.samples_per_call:
+    if (
+        out
+        and isinstance(host_share, (int, float))
+        and host_share > 0
+        and m.throughput
+        and m.samples_per_call
+    ):
         # A call takes samples_per_call / throughput seconds and holds device_iterations
         # weight updates; the host input is host_share of the call.
         per_update = m.samples_per_call / max(1, record.config.device_iterations)

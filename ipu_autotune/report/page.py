@@ -40,8 +40,10 @@ def render(data: ReportData) -> str:
         f"<p class='sub'>{_e(_problem_line(data))} &middot; ipu-autotune {__version__}</p>",
     ]
     if data.estimated:
-        body.append("<p class='estimated'>Every figure here is <b>estimated</b> by the analytical IPU model "
-                    "(no compile, no run).</p>")
+        body.append(
+            "<p class='estimated'>Every figure here is <b>estimated</b> by the analytical IPU model "
+            "(no compile, no run).</p>"
+        )
     body += _summary(data)
     body.append("<h2>Memory per IPU</h2>")
     mem = [(f"baseline (trial {r.number})", r) for r in [data.baseline] if r is not None]
@@ -49,9 +51,15 @@ def render(data: ReportData) -> str:
     if top is not None and top is not data.baseline:
         mem.append((f"{'best' if data.best else 'closest to fitting'} (trial {top.number})", top))
     mem = [(label, r) for label, r in mem if r.measurement.breakdown]
-    body.append(_fig(figures.memory(mem)) if mem else "<p class='note'>No trial recorded a memory breakdown.</p>")
-    body.append("<p class='note'>Whether a configuration fits is judged per tile (its busiest tile against "
-                "the tile's memory), so an IPU can run out of memory below its total capacity.</p>")
+    body.append(
+        _fig(figures.memory(mem))
+        if mem
+        else "<p class='note'>No trial recorded a memory breakdown.</p>"
+    )
+    body.append(
+        "<p class='note'>Whether a configuration fits is judged per tile (its busiest tile against "
+        "the tile's memory), so an IPU can run out of memory below its total capacity.</p>"
+    )
     body += ["<h2>Bottleneck</h2>", _bottlenecks(data), _fig(figures.step_time(data))]
     if data.verify is not None:
         body += training_check(data.verify, _fig)
@@ -59,11 +67,17 @@ def render(data: ReportData) -> str:
     body += ["<h2>Parameter importances</h2>", _fig(figures.importances(data.study))]
     body += ["<h2>Trials</h2>", _trials(data)]
     if data.best is not None:
-        body += [f"<h2>Best configuration (trial {data.best.number})</h2>",
-                 f"<pre>{_e(_toml(data.best.config))}</pre>"]
-    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>ipu-autotune report: {_e(data.name)}</title><style>{CSS}</style>"
-            f"<script>{get_plotlyjs()}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+        body += [
+            f"<h2>Best configuration (trial {data.best.number})</h2>",
+            f"<pre>{_e(_toml(data.best.config))}</pre>",
+        ]
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>ipu-autotune report: {_e(data.name)}</title><style>{CSS}</style>"
+        f"<script>{get_plotlyjs()}</script></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
 def _e(value: object) -> str:
@@ -79,8 +93,10 @@ def _fig(fig: go.Figure | str) -> str:
 
 def _problem_line(data: ReportData) -> str:
     p = data.problem
-    return (f"{p.model}, micro-batch {p.batch_size}, input {'x'.join(map(str, p.input_shape))}, "
-            f"{p.optimizer}, {p.ipus} IPU(s) {p.target}")
+    return (
+        f"{p.model}, micro-batch {p.batch_size}, input {'x'.join(map(str, p.input_shape))}, "
+        f"{p.optimizer}, {p.ipus} IPU(s) {p.target}"
+    )
 
 
 def _throughput(r: TrialRecord | None) -> str:
@@ -96,11 +112,21 @@ def _verdict(r: TrialRecord) -> str:
 
 def _summary(data: ReportData) -> list[str]:
     recs = data.records
-    cards = [("trials", f"{len(recs)}", f"{len(data.feasible)} fit, "
-              f"{sum(r.state == 'FAIL' for r in recs)} failed")]
+    cards = [
+        (
+            "trials",
+            f"{len(recs)}",
+            f"{len(data.feasible)} fit, {sum(r.state == 'FAIL' for r in recs)} failed",
+        )
+    ]
     if data.baseline is not None:
-        cards.append((f"baseline (trial {data.baseline.number})", _throughput(data.baseline),
-                      data.baseline.measurement.verdict()))
+        cards.append(
+            (
+                f"baseline (trial {data.baseline.number})",
+                _throughput(data.baseline),
+                data.baseline.measurement.verdict(),
+            )
+        )
     if data.best is not None:
         speed = ""
         base = data.baseline
@@ -113,12 +139,19 @@ def _summary(data: ReportData) -> list[str]:
     out.append("</div>")
     if data.best is None:
         c = data.closest
-        out.append("<p><b>No configuration fits yet.</b>"
-                   + (f" Closest: trial {c.number}, {_e(c.measurement.verdict())}." if c else "") + "</p>")
+        out.append(
+            "<p><b>No configuration fits yet.</b>"
+            + (f" Closest: trial {c.number}, {_e(c.measurement.verdict())}." if c else "")
+            + "</p>"
+        )
     elif data.baseline is not None and data.baseline is not data.best:
         diffs = _changes(data.baseline.config, data.best.config)
         if diffs:
-            out.append("<p>The best differs from the baseline in: " + "; ".join(_e(d) for d in diffs) + ".</p>")
+            out.append(
+                "<p>The best differs from the baseline in: "
+                + "; ".join(_e(d) for d in diffs)
+                + ".</p>"
+            )
     return out
 
 
@@ -139,16 +172,34 @@ def _bottlenecks(data: ReportData) -> str:
         found = bottleneck(r)
         if found:
             name, share = found
-            rows.append(f"<li>{label} (trial {r.number}): <b>{_e(name)}</b>"
-                        + (_e(f", {share:.0%} of the step") if share == share else "") + "</li>")
+            rows.append(
+                f"<li>{label} (trial {r.number}): <b>{_e(name)}</b>"
+                + (_e(f", {share:.0%} of the step") if share == share else "")
+                + "</li>"
+            )
     if not rows:
-        return ("<p class='note'>The measurements do not name a bottleneck; the step time below "
-                "shows where the time goes.</p>")
+        return (
+            "<p class='note'>The measurements do not name a bottleneck; the step time below "
+            "shows where the time goes.</p>"
+        )
     return "<ul>" + "".join(rows) + "</ul>"
 
 
-_COLUMNS = ("trial", "origin", "state", "verdict", "throughput", "source", "precision", "IPUs",
-            "accumulation", "device iter.", "recompute", "AMP", "seconds")
+_COLUMNS = (
+    "trial",
+    "origin",
+    "state",
+    "verdict",
+    "throughput",
+    "source",
+    "precision",
+    "IPUs",
+    "accumulation",
+    "device iter.",
+    "recompute",
+    "AMP",
+    "seconds",
+)
 
 
 def _trials(data: ReportData) -> str:
@@ -158,18 +209,30 @@ def _trials(data: ReportData) -> str:
     for r in data.records:
         c, m = r.config, r.measurement
         cells = [
-            _e(r.number), _e(r.origin), _e(r.state), _verdict(r),
-            _e(f"{m.throughput:,.0f}" if m.throughput is not None and r.feasible else "-"), _e(m.source),
-            _e(c.precision), _e(f"{c.ipus_per_replica}x{c.replicas}"), _e(c.gradient_accumulation),
-            _e(c.device_iterations), _e(c.recompute),
-            _e(", ".join(f"{a:g}" for a in c.available_memory_proportion)), _e(f"{r.seconds:.2f}"),
+            _e(r.number),
+            _e(r.origin),
+            _e(r.state),
+            _verdict(r),
+            _e(f"{m.throughput:,.0f}" if m.throughput is not None and r.feasible else "-"),
+            _e(m.source),
+            _e(c.precision),
+            _e(f"{c.ipus_per_replica}x{c.replicas}"),
+            _e(c.gradient_accumulation),
+            _e(c.device_iterations),
+            _e(c.recompute),
+            _e(", ".join(f"{a:g}" for a in c.available_memory_proportion)),
+            _e(f"{r.seconds:.2f}"),
         ]
         cls = " class='best'" if r.number == best else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
     table = f"<div style='max-height: 32em; overflow: auto'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
     if data.unreadable:  # left out, each with its reason (study/records.read_records)
-        table += (f"<p class='note'>{len(data.unreadable)} trial(s) left out, their stored records unreadable:</p>"
-                  "<ul>" + "".join(f"<li>{_e(reason)}</li>" for reason in data.unreadable.values()) + "</ul>")
+        table += (
+            f"<p class='note'>{len(data.unreadable)} trial(s) left out, their stored records unreadable:</p>"
+            "<ul>"
+            + "".join(f"<li>{_e(reason)}</li>" for reason in data.unreadable.values())
+            + "</ul>"
+        )
     return table
 
 
@@ -178,4 +241,3 @@ def _toml(config: Config) -> str:
     for k, v in config.to_dict().items():
         lines.append(f"{k} = {json.dumps(v)}")
     return "\n".join(lines)
-

@@ -27,8 +27,10 @@ MODULE_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 def _ipus_available(p: Problem, c: Config) -> str | None:
     if c.total_ipus > p.ipus:
-        return (f"the config needs {c.total_ipus} IPUs (ipus_per_replica {c.ipus_per_replica} x "
-                f"replicas {c.replicas}) but the problem has {p.ipus}; lower replicas or raise --ipus")
+        return (
+            f"the config needs {c.total_ipus} IPUs (ipus_per_replica {c.ipus_per_replica} x "
+            f"replicas {c.replicas}) but the problem has {p.ipus}; lower replicas or raise --ipus"
+        )
     return None
 
 
@@ -36,24 +38,30 @@ def _power_of_two(p: Problem, c: Config) -> str | None:
     # PopTorch refuses another count on hardware unless autoRoundNumIPUs(True), which the export
     # sets; then it acquires the next power of two, and those IPUs must exist.
     if c.reserved_ipus > p.ipus:
-        return (f"the config uses {c.total_ipus} IPUs, which PopTorch reserves as a power of two: "
-                f"{c.reserved_ipus}, but the problem has {p.ipus}; use ipus_per_replica x replicas "
-                f"in 1, 2, 4, 8, ... up to {p.ipus}")
+        return (
+            f"the config uses {c.total_ipus} IPUs, which PopTorch reserves as a power of two: "
+            f"{c.reserved_ipus}, but the problem has {p.ipus}; use ipus_per_replica x replicas "
+            f"in 1, 2, 4, 8, ... up to {p.ipus}"
+        )
     return None
 
 
 def _split_count(p: Problem, c: Config) -> str | None:
     if len(c.splits) != c.ipus_per_replica - 1:
-        return (f"{len(c.splits)} split(s) for ipus_per_replica {c.ipus_per_replica}; "
-                f"a replica of N IPUs needs N-1 splits")
+        return (
+            f"{len(c.splits)} split(s) for ipus_per_replica {c.ipus_per_replica}; "
+            f"a replica of N IPUs needs N-1 splits"
+        )
     return None
 
 
 def _amp_per_ipu(p: Problem, c: Config) -> str | None:
     amp = c.available_memory_proportion
     if len(amp) != c.ipus_per_replica:
-        return (f"available_memory_proportion has {len(amp)} value(s); give one per IPU of a "
-                f"replica ({c.ipus_per_replica})")
+        return (
+            f"available_memory_proportion has {len(amp)} value(s); give one per IPU of a "
+            f"replica ({c.ipus_per_replica})"
+        )
     for i, a in enumerate(amp):
         if not 0 < a <= 1:
             return f"available_memory_proportion[{i}] = {a} is outside (0, 1]"
@@ -83,8 +91,10 @@ def _pipeline_accumulation(p: Problem, c: Config) -> str | None:
         need = min_pipeline_accumulation(p, c.ipus_per_replica)
         if c.gradient_accumulation < need:
             head = " with the tied head back on IPU0" if need > 2 * c.ipus_per_replica - 1 else ""
-            return (f"pipelined training over {c.ipus_per_replica} IPUs{head} needs gradient_accumulation "
-                    f">= {need} (2 x pipeline stages - 1), got {c.gradient_accumulation}")
+            return (
+                f"pipelined training over {c.ipus_per_replica} IPUs{head} needs gradient_accumulation "
+                f">= {need} (2 x pipeline stages - 1), got {c.gradient_accumulation}"
+            )
     return None
 
 
@@ -93,7 +103,7 @@ def _io_tiles(p: Problem, c: Config) -> str | None:
         if c.io_tiles % 2 or not 32 <= c.io_tiles <= 192:
             return f"io_tiles must be 0 or an even number in [32, 192], got {c.io_tiles}"
         if c.execution == "pipelined":
-            return "io_tiles need execution = \"sharded\" (overlapped I/O is not supported when pipelined)"
+            return 'io_tiles need execution = "sharded" (overlapped I/O is not supported when pipelined)'
     return None
 
 
@@ -117,8 +127,10 @@ def _pipeline_recompute(p: Problem, c: Config) -> str | None:
 
 def _eight_bit_needs_images(p: Problem, c: Config) -> str | None:
     if c.eight_bit_io and not takes_images(p):
-        return (f"eight_bit_io needs image inputs [1 or 3, H, W], not {list(p.input_shape)}; "
-                "set eight_bit_io = false")
+        return (
+            f"eight_bit_io needs image inputs [1 or 3, H, W], not {list(p.input_shape)}; "
+            "set eight_bit_io = false"
+        )
     return None
 
 
@@ -143,8 +155,10 @@ def _tied_head_split(p: Problem, c: Config) -> str | None:
     for split in c.splits:
         head = next((t for t in tied if split == t or split.startswith(t + ".")), None)
         if head is not None:
-            return (f"split '{split}' puts {head}, tied to the embedding's weight, on another pipeline stage "
-                    "than that weight: PopART refuses to copy a weight between stages; split at a layer")
+            return (
+                f"split '{split}' puts {head}, tied to the embedding's weight, on another pipeline stage "
+                "than that weight: PopART refuses to copy a weight between stages; split at a layer"
+            )
     return None
 
 
@@ -162,8 +176,10 @@ def _state_location_needs_state(p: Problem, c: Config) -> str | None:
     # PopTorch optim.SGD docstring: with use_combined_accum the optimizer state location
     # settings have no effect, so neither knob changes what runs.
     if not has_optimizer_state(p) and (c.optimizer_offload or c.replicated_tensor_sharding):
-        return ("optimizer_offload and replicated_tensor_sharding do nothing with sgd_combined "
-                "(it keeps no separate optimizer state); set both to false")
+        return (
+            "optimizer_offload and replicated_tensor_sharding do nothing with sgd_combined "
+            "(it keeps no separate optimizer state); set both to false"
+        )
     if not has_optimizer_state(p) and c.optimizer_state == "half":
         # The snippet's optim.SGD(use_combined_accum=True) takes no state types, and the
         # estimator counts the combined tensor at the weights' precision.
@@ -175,26 +191,32 @@ def _global_batch(p: Problem, c: Config) -> str | None:
     if p.global_batch:
         got = host.global_batch(p, c)
         if got != p.global_batch:
-            return (f"global batch is fixed at {p.global_batch} but micro-batch {host.micro_batch(p, c)} x "
-                    f"accumulation {c.gradient_accumulation} x replicas {c.replicas} = {got}")
+            return (
+                f"global batch is fixed at {p.global_batch} but micro-batch {host.micro_batch(p, c)} x "
+                f"accumulation {c.gradient_accumulation} x replicas {c.replicas} = {got}"
+            )
     return None
 
 
 def _global_batch_ceiling(p: Problem, c: Config) -> str | None:
     got = host.global_batch(p, c)
     if not p.global_batch and got > p.max_global_batch:
-        return (f"global batch {got} (micro-batch {host.micro_batch(p, c)} x accumulation "
-                f"{c.gradient_accumulation} x replicas {c.replicas}) is above the ceiling "
-                f"{p.max_global_batch}; lower gradient_accumulation or raise --max-global-batch")
+        return (
+            f"global batch {got} (micro-batch {host.micro_batch(p, c)} x accumulation "
+            f"{c.gradient_accumulation} x replicas {c.replicas}) is above the ceiling "
+            f"{p.max_global_batch}; lower gradient_accumulation or raise --max-global-batch"
+        )
     return None
 
 
 def _samples_per_call(p: Problem, c: Config) -> str | None:
     n = host.samples_per_call(p, c)
     if n > p.dataset_size:
-        return (f"one call needs {n:,} samples (micro-batch x accumulation x replicas x device "
-                f"iterations) but the dataset has {p.dataset_size:,}; a DataLoader with drop_last "
-                "yields nothing: lower device_iterations or gradient_accumulation")
+        return (
+            f"one call needs {n:,} samples (micro-batch x accumulation x replicas x device "
+            f"iterations) but the dataset has {p.dataset_size:,}; a DataLoader with drop_last "
+            "yields nothing: lower device_iterations or gradient_accumulation"
+        )
     return None
 
 
@@ -202,17 +224,21 @@ def _host_memory(p: Problem, c: Config) -> str | None:
     need = host.host_bytes_needed(p, c)
     allowed = p.host_memory_gb * 1e9
     if need > allowed:
-        return (f"one call's samples take {need / 1e9:.1f} GB of host memory "
-                f"({host.host_bytes_per_call(p, c) / 1e9:.2f} GB x {host.loader_buffers(c)} loader "
-                f"buffers), above --host-memory {p.host_memory_gb:g} GB; lower device_iterations "
-                "or loader_workers, or raise --host-memory")
+        return (
+            f"one call's samples take {need / 1e9:.1f} GB of host memory "
+            f"({host.host_bytes_per_call(p, c) / 1e9:.2f} GB x {host.loader_buffers(c)} loader "
+            f"buffers), above --host-memory {p.host_memory_gb:g} GB; lower device_iterations "
+            "or loader_workers, or raise --host-memory"
+        )
     return None
 
 
 def _micro_batch(p: Problem, c: Config) -> str | None:
     if host.micro_batch(p, c) > p.dataset_size:
-        return (f"the dataset ({p.dataset_size:,} samples) is smaller than one micro-batch "
-                f"({host.micro_batch(p, c)}); lower --batch-size or check --dataset-size")
+        return (
+            f"the dataset ({p.dataset_size:,} samples) is smaller than one micro-batch "
+            f"({host.micro_batch(p, c)}); lower --batch-size or check --dataset-size"
+        )
     return None
 
 
@@ -272,24 +298,34 @@ CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
 def check_problem(p: Problem) -> None:
     """What no config can fix: raised as bad input before anything is traced or stored."""
     if p.batch_size > p.dataset_size:
-        raise UsageError(f"the dataset ({p.dataset_size:,} samples) is smaller than one micro-batch "
-                         f"({p.batch_size}); lower --batch-size or check --dataset-size")
+        raise UsageError(
+            f"the dataset ({p.dataset_size:,} samples) is smaller than one micro-batch "
+            f"({p.batch_size}); lower --batch-size or check --dataset-size"
+        )
     if p.global_batch and p.global_batch > p.max_global_batch:
-        raise UsageError(f"--global-batch {p.global_batch} is above the ceiling {p.max_global_batch}; "
-                         f"raise --max-global-batch to at least {p.global_batch} or lower --global-batch")
+        raise UsageError(
+            f"--global-batch {p.global_batch} is above the ceiling {p.max_global_batch}; "
+            f"raise --max-global-batch to at least {p.global_batch} or lower --global-batch"
+        )
     if p.trainer == "optimum":
         from .optimum_target import TRAINER_OPTIMIZERS, model_refusal
 
         refusal = model_refusal(p)
         if refusal:
-            raise UsageError(f"--trainer optimum on '{p.model}': {refusal}. Drop --trainer optimum to tune "
-                             "for PopTorch")
+            raise UsageError(
+                f"--trainer optimum on '{p.model}': {refusal}. Drop --trainer optimum to tune "
+                "for PopTorch"
+            )
         if p.optimizer not in TRAINER_OPTIMIZERS:
-            raise UsageError(f"--trainer optimum: IPUTrainer builds AdamW or LAMB, not {p.optimizer}; "
-                             "use --optimizer adamw or --optimizer lamb")
+            raise UsageError(
+                f"--trainer optimum: IPUTrainer builds AdamW or LAMB, not {p.optimizer}; "
+                "use --optimizer adamw or --optimizer lamb"
+            )
     if p.global_batch and p.global_batch > p.dataset_size:
-        raise UsageError(f"--global-batch {p.global_batch} is more than the dataset ({p.dataset_size:,} "
-                         "samples): not one weight update per epoch; lower it or check --dataset-size")
+        raise UsageError(
+            f"--global-batch {p.global_batch} is more than the dataset ({p.dataset_size:,} "
+            "samples): not one weight update per epoch; lower it or check --dataset-size"
+        )
 
 
 def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:
@@ -311,8 +347,10 @@ def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:
             found.append(unknown("split", path))
             continue
         if position[path] <= previous:
-            found.append(f"split '{path}' is out of execution order or starts the model; "
-                         "list splits in the order the modules run")
+            found.append(
+                f"split '{path}' is out of execution order or starts the model; "
+                "list splits in the order the modules run"
+            )
         previous = position[path]
     for path in c.checkpoints:
         if path not in position:
@@ -335,19 +373,27 @@ def placement_violations(c: Config, profile: ModelProfile) -> list[str]:
     bounds = [0, *starts, len(fine.units)]
     found: list[str] = []
     for k, path in enumerate(c.splits):
-        before = fine.units[bounds[k]:bounds[k + 1]]
-        after = fine.units[bounds[k + 1]:bounds[k + 2]]
+        before = fine.units[bounds[k] : bounds[k + 1]]
+        after = fine.units[bounds[k + 1] : bounds[k + 2]]
         if not sum(u.ops for u in before):
             where = f"'{c.splits[k - 1]}'" if k else "the model's start"
-            found.append(f"split '{path}' leaves the stage from {where} with nothing to run; drop one of "
-                         "the two splits or move this one to a later module")
+            found.append(
+                f"split '{path}' leaves the stage from {where} with nothing to run; drop one of "
+                "the two splits or move this one to a later module"
+            )
         elif k == len(c.splits) - 1 and not sum(u.ops for u in after):
-            found.append(f"split '{path}' begins a last stage with nothing to run; split at an earlier module")
+            found.append(
+                f"split '{path}' begins a last stage with nothing to run; split at an earlier module"
+            )
     return found
 
 
-def violations(problem: Problem, config: Config, module_order: Sequence[str] | None = None,
-               recipe: bool = True) -> list[str]:
+def violations(
+    problem: Problem,
+    config: Config,
+    module_order: Sequence[str] | None = None,
+    recipe: bool = True,
+) -> list[str]:
     """Every rule `config` breaks; `recipe=False` leaves out RECIPE_RULES. With the model's
     `module_order`, splits and checkpoints are checked against the traced model too."""
     rules = CONFIG_RULES if recipe else tuple(r for r in CONFIG_RULES if r not in RECIPE_RULES)
@@ -364,11 +410,18 @@ def violations(problem: Problem, config: Config, module_order: Sequence[str] | N
 
 def recipe_violations(problem: Problem, config: Config) -> dict[str, str]:
     """The recipe rules `config` breaks, by rule name ('global_batch_ceiling': message)."""
-    return {rule.__name__.strip("_"): msg for rule in RECIPE_RULES if (msg := rule(problem, config))}
+    return {
+        rule.__name__.strip("_"): msg for rule in RECIPE_RULES if (msg := rule(problem, config))
+    }
 
 
-def validate(problem: Problem, config: Config, module_order: Sequence[str] | None = None,
-             where: str = "config", recipe: bool = True) -> None:
+def validate(
+    problem: Problem,
+    config: Config,
+    module_order: Sequence[str] | None = None,
+    where: str = "config",
+    recipe: bool = True,
+) -> None:
     found = violations(problem, config, module_order, recipe)
     if found:
         raise UsageError(f"{where} breaks a rule: {found[0]}")

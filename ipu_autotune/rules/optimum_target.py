@@ -29,7 +29,11 @@ POPART_OPTIONS: dict[str, object] = {
     "subgraphCopyingStrategy": 1,  # popart.SubgraphCopyingStrategy.JustInTime
     "scheduleNonWeightUpdateGradientConsumersEarly": True,
 }
-PATTERNS = {"TiedGather": True, "TiedGatherAccumulate": True, "UpdateInplacePrioritiesForIpu": True}
+PATTERNS = {
+    "TiedGather": True,
+    "TiedGatherAccumulate": True,
+    "UpdateInplacePrioritiesForIpu": True,
+}
 ENGINE_OPTIONS = {"opt.useAutoloader": "true", "target.syncReplicasIndependently": "true"}
 
 
@@ -62,10 +66,14 @@ def checkpoint_hook(problem: Problem) -> dict[str, str]:
     (profiles/optimum_placement.CHECKPOINTED_OUTPUTS). Otherwise the hidden state only."""
     if is_optimum(problem):
         # (a None where transformers' newer layers return one, e.g. DeBERTa's, passes through)
-        return {"tuple_comment": "# every tensor, as optimum-graphcore's recomputation_checkpoint",
-                "tuple_checkpoint": "tuple(y if y is None else poptorch.recomputationCheckpoint(y) for y in output)"}
-    return {"tuple_comment": "# Hugging Face layers return (hidden_states, ...)",
-            "tuple_checkpoint": "(poptorch.recomputationCheckpoint(output[0]), *output[1:])"}
+        return {
+            "tuple_comment": "# every tensor, as optimum-graphcore's recomputation_checkpoint",
+            "tuple_checkpoint": "tuple(y if y is None else poptorch.recomputationCheckpoint(y) for y in output)",
+        }
+    return {
+        "tuple_comment": "# Hugging Face layers return (hidden_states, ...)",
+        "tuple_checkpoint": "(poptorch.recomputationCheckpoint(output[0]), *output[1:])",
+    }
 
 
 def is_optimum(problem: Problem) -> bool:
@@ -80,22 +88,45 @@ def is_optimum(problem: Problem) -> bool:
 #: Registered but not taken here: ConvNextForImageClassification (its layers nest in stages; the
 #: placement rules are ViT's) and MPNetForMaskedLM (not checked against optimum_placement.py).
 PIPELINED: dict[tuple[str, str], tuple[str, str]] = {
-    ("bert", "sequence-classification"): ("BertForSequenceClassification", "bert/modeling_bert.py"),
+    ("bert", "sequence-classification"): (
+        "BertForSequenceClassification",
+        "bert/modeling_bert.py",
+    ),
     ("bert", "masked-lm"): ("BertForMaskedLM", "bert/modeling_bert.py"),
     ("bert", "question-answering"): ("BertForQuestionAnswering", "bert/modeling_bert.py"),
-    ("roberta", "sequence-classification"): ("RobertaForSequenceClassification", "roberta/modeling_roberta.py"),
+    ("roberta", "sequence-classification"): (
+        "RobertaForSequenceClassification",
+        "roberta/modeling_roberta.py",
+    ),
     ("roberta", "masked-lm"): ("RobertaForMaskedLM", "roberta/modeling_roberta.py"),
-    ("roberta", "question-answering"): ("RobertaForQuestionAnswering", "roberta/modeling_roberta.py"),
-    ("distilbert", "sequence-classification"): ("DistilBertForSequenceClassification",
-                                                "distilbert/modeling_distilbert.py"),
+    ("roberta", "question-answering"): (
+        "RobertaForQuestionAnswering",
+        "roberta/modeling_roberta.py",
+    ),
+    ("distilbert", "sequence-classification"): (
+        "DistilBertForSequenceClassification",
+        "distilbert/modeling_distilbert.py",
+    ),
     ("distilbert", "masked-lm"): ("DistilBertForMaskedLM", "distilbert/modeling_distilbert.py"),
-    ("distilbert", "question-answering"): ("DistilBertForQuestionAnswering", "distilbert/modeling_distilbert.py"),
+    ("distilbert", "question-answering"): (
+        "DistilBertForQuestionAnswering",
+        "distilbert/modeling_distilbert.py",
+    ),
     # DeBERTa v1 only (model_type "deberta"): nothing registers a DebertaV2 class
-    ("deberta", "sequence-classification"): ("DebertaForSequenceClassification", "deberta/modeling_deberta.py"),
+    ("deberta", "sequence-classification"): (
+        "DebertaForSequenceClassification",
+        "deberta/modeling_deberta.py",
+    ),
     ("deberta", "masked-lm"): ("DebertaForMaskedLM", "deberta/modeling_deberta.py"),
-    ("deberta", "question-answering"): ("DebertaForQuestionAnswering", "deberta/modeling_deberta.py"),
+    ("deberta", "question-answering"): (
+        "DebertaForQuestionAnswering",
+        "deberta/modeling_deberta.py",
+    ),
     ("gpt2", "causal-lm"): ("GPT2LMHeadModel", "gpt2/modeling_gpt2.py"),
-    ("gpt2", "sequence-classification"): ("GPT2ForSequenceClassification", "gpt2/modeling_gpt2.py"),
+    ("gpt2", "sequence-classification"): (
+        "GPT2ForSequenceClassification",
+        "gpt2/modeling_gpt2.py",
+    ),
     ("bart", "seq2seq-lm"): ("BartForConditionalGeneration", "bart/modeling_bart.py"),
     ("t5", "seq2seq-lm"): ("T5ForConditionalGeneration", "t5/modeling_t5.py"),
     ("mt5", "seq2seq-lm"): ("MT5ForConditionalGeneration", "mt5/modeling_mt5.py"),
@@ -123,8 +154,10 @@ def model_refusal(problem: Problem) -> str | None:
     if (family, problem.task) in PIPELINED:
         return None
     name = task_class(family, problem.task) or "class"
-    return (f"optimum-graphcore pipelines no {family} {problem.task} model: no pipelined {name} is registered "
-            f"(to_pipelined, optimum/graphcore/modeling_utils.py); it pipelines {pipelined_families()}")
+    return (
+        f"optimum-graphcore pipelines no {family} {problem.task} model: no pipelined {name} is registered "
+        f"(to_pipelined, optimum/graphcore/modeling_utils.py); it pipelines {pipelined_families()}"
+    )
 
 
 def trainer_precision(config: Config) -> bool:
@@ -147,32 +180,46 @@ def unexpressible(problem: Problem, config: Config) -> list[str]:
     if refusal:
         return [refusal]
     if c.eight_bit_io:
-        out.append("8-bit image I/O: IPUTrainer feeds the collator's float pixel_values (no uint8 input "
-                   "normalised on the IPU)")
+        out.append(
+            "8-bit image I/O: IPUTrainer feeds the collator's float pixel_values (no uint8 input "
+            "normalised on the IPU)"
+        )
     if problem.optimizer not in TRAINER_OPTIMIZERS:
-        out.append(f"optimizer {problem.optimizer}: IPUTrainer builds AdamW or LAMB (trainer.py, create_optimizer)")
+        out.append(
+            f"optimizer {problem.optimizer}: IPUTrainer builds AdamW or LAMB (trainer.py, create_optimizer)"
+        )
     if c.execution == "sharded" and c.ipus_per_replica > 1:
-        out.append("sharded execution: IPUConfig always trains pipelined (IPUConfig._to_options: "
-                   "PipelinedExecution), so the accumulation must cover 2 x stages - 1")
+        out.append(
+            "sharded execution: IPUConfig always trains pipelined (IPUConfig._to_options: "
+            "PipelinedExecution), so the accumulation must cover 2 x stages - 1"
+        )
     if not trainer_precision(c):
-        out.append(f"precision {c.precision} with {c.optimizer_state} optimizer state: IPUTrainer trains FP16 "
-                   "weights with FP16 accumulators and first moment, or (fp32=True) FP32 throughout")
+        out.append(
+            f"precision {c.precision} with {c.optimizer_state} optimizer state: IPUTrainer trains FP16 "
+            "weights with FP16 accumulators and first moment, or (fp32=True) FP32 throughout"
+        )
     if c.half_weights and not c.stochastic_rounding:
         out.append("stochastic rounding off: IPUConfig always enables it for training")
     if c.io_tiles:
         out.append("I/O tiles: IPUConfig has no numIOTiles")
     default = "pipeline" if c.pipelined else "none"
     if c.effective_recompute != default:
-        out.append(f"recompute {c.recompute}: IPUConfig leaves PopTorch's default ({default} here)")
+        out.append(
+            f"recompute {c.recompute}: IPUConfig leaves PopTorch's default ({default} here)"
+        )
     elif c.checkpoints and c.effective_recompute == "pipeline":
         out += _checkpoint_refusal(c.checkpoints, optimum_checkpoints(profile_for(problem)))
     if c.pipelined:
         others = [p for p in c.splits if not is_layer(p)]
         if others:
-            out.append(f"split at {', '.join(others)}: IPUConfig's layers_per_ipu splits at layers only")
+            out.append(
+                f"split at {', '.join(others)}: IPUConfig's layers_per_ipu splits at layers only"
+            )
     if c.embedding_serialization not in serialization_factors(problem, optimum=True):
-        out.append(f"embedding_serialization {c.embedding_serialization}: optimum's SerializedLinear does not "
-                   "pad this vocabulary and PopART refuses a factor that does not divide it")
+        out.append(
+            f"embedding_serialization {c.embedding_serialization}: optimum's SerializedLinear does not "
+            "pad this vocabulary and PopART refuses a factor that does not divide it"
+        )
     return out
 
 
@@ -186,10 +233,18 @@ def _checkpoint_refusal(checkpoints: tuple[str, ...], theirs: tuple[str, ...]) -
     others = [p for p in checkpoints if p not in theirs]
     missing = [p for p in theirs if p not in checkpoints]
     if others:
-        where = "not a layer" if not all(map(is_layer, others)) else "a layer parallelize() leaves unchecked"
+        where = (
+            "not a layer"
+            if not all(map(is_layer, others))
+            else "a layer parallelize() leaves unchecked"
+        )
         what = f"checkpoints on {', '.join(others)} ({where})"
     else:
-        what = (f"checkpoints on {len(checkpoints)} of the {len(theirs)} layers parallelize() checkpoints "
-                f"(not on {', '.join(missing)})")
-    return [f"{what}: IPUConfig's recompute_checkpoint_every_layer checkpoints all {len(theirs)}, "
-            "a stage's last layer too, or none"]
+        what = (
+            f"checkpoints on {len(checkpoints)} of the {len(theirs)} layers parallelize() checkpoints "
+            f"(not on {', '.join(missing)})"
+        )
+    return [
+        f"{what}: IPUConfig's recompute_checkpoint_every_layer checkpoints all {len(theirs)}, "
+        "a stage's last layer too, or none"
+    ]

@@ -21,7 +21,7 @@ _ALLOWED_VALUES: dict[str, tuple[Any, ...]] = WORDS
 _BOOLS = names("bool")
 _INTS = names("int")
 #: micro-batches `micro_batch = "search"` tries (powers of two)
-MICRO_BATCH_SEARCH = tuple(2 ** i for i in range(10))
+MICRO_BATCH_SEARCH = tuple(2**i for i in range(10))
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,10 @@ def parse_knob(name: str, raw: Any, where: str) -> Knob:
         if unknown or "low" not in raw or "high" not in raw:
             raise UsageError(f"{where}: {name} range needs low and high (and optional log, step)")
         low, high = raw["low"], raw["high"]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low > high:
+        if (
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
+            or low > high
+        ):
             raise UsageError(f"{where}: {name} range must have numbers low <= high")
         integer = name in _INTS
         if integer and not (float(low).is_integer() and float(high).is_integer()):
@@ -94,8 +97,10 @@ def _check_value(name: str, v: Any, where: str) -> None:
     bad = UsageError(f"{where}: {name} cannot take {v!r}")
     if name in _ALLOWED_VALUES:
         if v not in _ALLOWED_VALUES[name]:
-            raise UsageError(f"{where}: {name} cannot take {v!r}; "
-                             f"choose from {', '.join(map(repr, _ALLOWED_VALUES[name]))}")
+            raise UsageError(
+                f"{where}: {name} cannot take {v!r}; "
+                f"choose from {', '.join(map(repr, _ALLOWED_VALUES[name]))}"
+            )
     elif name in _BOOLS:
         if not isinstance(v, bool):
             raise bad
@@ -105,7 +110,9 @@ def _check_value(name: str, v: Any, where: str) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or v < spec(name).least:
             raise bad
     elif name == "loss_scaling":
-        if not (v == "auto" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)):
+        if not (
+            v == "auto" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+        ):
             raise bad
     elif name == "available_memory_proportion":
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
@@ -117,11 +124,15 @@ def read_space_knobs(path: Path | Any, where: str) -> dict[str, Any]:
     knobs: dict[str, Any] = data.get("knobs", {})
     unknown_tables = set(data) - {"space", "knobs"}
     if unknown_tables:
-        raise UsageError(f"{where}: unknown table '{sorted(unknown_tables)[0]}' (expected [space], [knobs])")
+        raise UsageError(
+            f"{where}: unknown table '{sorted(unknown_tables)[0]}' (expected [space], [knobs])"
+        )
     for key in knobs:
         if key not in KNOBS:
             hint = difflib.get_close_matches(key, KNOBS, n=1)
-            raise UsageError(f"{where}: unknown knob '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ""))
+            raise UsageError(
+                f"{where}: unknown knob '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
+            )
     return knobs
 
 
@@ -135,8 +146,10 @@ def builtin_space_dir() -> Traversable:
     if (checkout / "default.toml").is_file():
         return checkout
     # Never search without the default space: that would be a different tool.
-    raise RuntimeError(f"the built-in search spaces are missing (looked in {checkout} and in the installed "
-                       "package); reinstall ipu-autotune")
+    raise RuntimeError(
+        f"the built-in search spaces are missing (looked in {checkout} and in the installed "
+        "package); reinstall ipu-autotune"
+    )
 
 
 def builtin_space_path(name: str) -> Traversable:

@@ -31,7 +31,9 @@ def checkpoint_spacing(profile: ModelProfile, config: Config) -> int | None:
     return None
 
 
-def with_splits(profile: ModelProfile, config: Config, splits: tuple[str, ...], every: int | None) -> Config:
+def with_splits(
+    profile: ModelProfile, config: Config, splits: tuple[str, ...], every: int | None
+) -> Config:
     """`config` with its stages starting at `splits`, and its checkpoints re-derived for the new
     stages at `every` (its checkpoint_spacing; None or 0: left as they are, and so are the
     optimum target's, which no stage moves). A recomputing config's split cannot move without its
@@ -41,7 +43,9 @@ def with_splits(profile: ModelProfile, config: Config, splits: tuple[str, ...], 
     return config.replace(splits=splits, checkpoints=checkpoints_every(profile, splits, every))
 
 
-def wanted_params(config: Config, profile: ModelProfile, candidates: list[int] | None = None) -> dict[str, Any]:
+def wanted_params(
+    config: Config, profile: ModelProfile, candidates: list[int] | None = None
+) -> dict[str, Any]:
     """`candidates`: the units stages may begin at, as SearchSpace._sample_splits draws them
     (--trainer optimum); a split elsewhere asks for the next candidate (nearest replay)."""
     c = config
@@ -64,9 +68,12 @@ class Suggests(Protocol):
     """What a search space asks of a trial: an Optuna trial, a Replay, a stand-in at random."""
 
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any: ...
-    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int: ...
-    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
-                      log: bool = False) -> float: ...
+    def suggest_int(
+        self, name: str, low: int, high: int, *, step: int = 1, log: bool = False
+    ) -> int: ...
+    def suggest_float(
+        self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False
+    ) -> float: ...
 
 
 class Asker:
@@ -84,10 +91,16 @@ class Asker:
 
     def choose(self, param: str | None, options: list[Any]) -> Any:
         if not options:
-            knob = param.removesuffix("_fp32_weights").removesuffix("_pipelined") if param else "a knob"
-            raise UsageError(f"the search space leaves no valid value for {knob}: each of its choices breaks "
-                             "a rule for some candidates (e.g. recompute \"pipeline\" without a pipeline, "
-                             "loss_scaling \"auto\" with FP32 weights); add a choice to it in the --space file")
+            knob = (
+                param.removesuffix("_fp32_weights").removesuffix("_pipelined")
+                if param
+                else "a knob"
+            )
+            raise UsageError(
+                f"the search space leaves no valid value for {knob}: each of its choices breaks "
+                'a rule for some candidates (e.g. recompute "pipeline" without a pipeline, '
+                'loss_scaling "auto" with FP32 weights); add a choice to it in the --space file'
+            )
         if len(options) == 1 or param is None:
             return options[0]
         return self.trial.suggest_categorical(readable(param), options)
@@ -103,7 +116,9 @@ class Asker:
         if isinstance(k, Choice):
             return self.choose(param, list(k.values))
         if k.integer:
-            return self.trial.suggest_int(readable(param), int(k.low), int(k.high), log=k.log, step=int(k.step or 1))
+            return self.trial.suggest_int(
+                readable(param), int(k.low), int(k.high), log=k.log, step=int(k.step or 1)
+            )
         value = self.trial.suggest_float(readable(param), k.low, k.high, log=k.log, step=k.step)
         return round(value, 6)  # a stepped float lands on 0.9000000000000001
 
@@ -121,8 +136,12 @@ class Replay:
         if v is not None and domain.contains(v):
             self.recorded[name] = v
             return v
-        if self.nearest and isinstance(domain, Range) and isinstance(v, (int, float)) \
-                and not isinstance(v, bool):
+        if (
+            self.nearest
+            and isinstance(domain, Range)
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+        ):
             step = domain.step or (1 if domain.integer else None)
             v = min(max(v, domain.low), domain.high)
             if step:
@@ -137,6 +156,7 @@ class Replay:
     def suggest_int(self, name: str, low: int, high: int, log: bool = False, step: int = 1) -> Any:
         return self._answer(name, Range(low, high, log, step if step != 1 else None, True), low)
 
-    def suggest_float(self, name: str, low: float, high: float, log: bool = False,
-                      step: float | None = None) -> Any:
+    def suggest_float(
+        self, name: str, low: float, high: float, log: bool = False, step: float | None = None
+    ) -> Any:
         return self._answer(name, Range(low, high, log, step), low)

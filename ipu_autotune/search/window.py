@@ -46,8 +46,11 @@ _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 def _feasible(t: FrozenTrial) -> bool:
     constraints = t.system_attrs.get("constraints")
-    return t.state == TrialState.COMPLETE and t.value is not None and (
-        constraints is None or all(c <= 0 for c in constraints))
+    return (
+        t.state == TrialState.COMPLETE
+        and t.value is not None
+        and (constraints is None or all(c <= 0 for c in constraints))
+    )
 
 
 def windowed(finished: list[FrozenTrial], window: int, keep_best: int) -> list[FrozenTrial]:
@@ -56,8 +59,11 @@ def windowed(finished: list[FrozenTrial], window: int, keep_best: int) -> list[F
     if len(finished) <= window:
         return finished
     recent = finished[-window:]
-    best = sorted((t for t in finished[:-window] if _feasible(t)), key=lambda t: cast(float, t.value),
-                  reverse=True)[:keep_best]  # feasible: a value
+    best = sorted(
+        (t for t in finished[:-window] if _feasible(t)),
+        key=lambda t: cast(float, t.value),
+        reverse=True,
+    )[:keep_best]  # feasible: a value
     return sorted(best + recent, key=lambda t: t.number)
 
 
@@ -76,7 +82,7 @@ class _BestBefore:
     def __call__(self, study: object, finished: list[FrozenTrial]) -> list[FrozenTrial]:
         if len(finished) <= self.window:
             return finished
-        before, recent = finished[:-self.window], finished[-self.window:]
+        before, recent = finished[: -self.window], finished[-self.window :]
         new = len(before) - len(self._seen)
         if study is not self._study or new < 0:  # another study (or another handle on one)
             self._study, self._seen, self._best, new = study, set(), [], len(before)
@@ -94,7 +100,7 @@ class _BestBefore:
         feasible = [t for t in trials if _feasible(t)]
         if feasible:  # as windowed's stable sort ranks them: by value, ties to the lower number
             ranked = sorted(self._best + feasible, key=lambda t: (-cast(float, t.value), t.number))
-            self._best = ranked[:self.keep_best]
+            self._best = ranked[: self.keep_best]
 
 
 class _WindowedStudy:
@@ -110,8 +116,12 @@ class _WindowedStudy:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._study, name)
 
-    def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
-                    use_cache: bool = False) -> list[FrozenTrial]:
+    def _get_trials(
+        self,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+        use_cache: bool = False,
+    ) -> list[FrozenTrial]:
         states = states if states is not None else tuple(TrialState)
         out = [t for t in self._finished if t.state in states]
         if TrialState.RUNNING in states:
@@ -148,7 +158,9 @@ class _IncrementalGroups:
     (module docstring)."""
 
     def __init__(self, include_pruned: bool):
-        self._states = (TrialState.COMPLETE, TrialState.PRUNED) if include_pruned else (TrialState.COMPLETE,)
+        self._states = (
+            (TrialState.COMPLETE, TrialState.PRUNED) if include_pruned else (TrialState.COMPLETE,)
+        )
         self._groups = KnobGroups()
         self._added: set[int] = set()
 
@@ -165,8 +177,13 @@ class _IncrementalGroups:
 class WindowedTPESampler(optuna.samplers.TPESampler):
     """TPESampler over a window of the study (see the module docstring)."""
 
-    def __init__(self, *args: Any, window: int = DEFAULT_WINDOW, keep_best: int = DEFAULT_KEEP_BEST,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        window: int = DEFAULT_WINDOW,
+        keep_best: int = DEFAULT_KEEP_BEST,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.window, self.keep_best = window, keep_best
         self._best_before = _BestBefore(window, keep_best)
@@ -174,22 +191,38 @@ class WindowedTPESampler(optuna.samplers.TPESampler):
         self._asked: tuple[int, _WindowedStudy] | None = None  # (trial number, its window)
 
     def _windowed(self, study: optuna.Study, trial: FrozenTrial) -> _WindowedStudy:
-        if self._asked is None or self._asked[0] != trial.number or self._asked[1]._study is not study:
+        if (
+            self._asked is None
+            or self._asked[0] != trial.number
+            or self._asked[1]._study is not study
+        ):
             self._asked = (trial.number, _WindowedStudy(study, self._best_before))
         return self._asked[1]
 
     # The window stands in for the study: TPE reads only its trials (and passes the rest on).
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        return super().sample_relative(cast(optuna.Study, self._windowed(study, trial)), trial, search_space)
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return super().sample_relative(
+            cast(optuna.Study, self._windowed(study, trial)), trial, search_space
+        )
 
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
         windowed = cast(optuna.Study, self._windowed(study, trial))
         return super().sample_independent(windowed, trial, param_name, param_distribution)
 
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
         self._asked = None  # the next ask sees this trial finished
         super().after_trial(study, trial, state, values)
-

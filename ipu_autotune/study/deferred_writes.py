@@ -81,8 +81,14 @@ class DeferredTrialWrites(_StorageBase):
     `_study_of(trial_id)` and `_known_distribution(study_id, name)` from what it has read."""
 
     if TYPE_CHECKING:  # what the storage class provides
-        def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None,
-                         values: Sequence[float] | None) -> bool: ...
+
+        def _write_batch(
+            self,
+            trial_id: int,
+            held: _Held,
+            state: TrialState | None,
+            values: Sequence[float] | None,
+        ) -> bool: ...
 
         def _study_of(self, trial_id: int) -> int | None: ...
 
@@ -120,8 +126,13 @@ class DeferredTrialWrites(_StorageBase):
 
     # --- writes -----------------------------------------------------------------------------
 
-    def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
-                        distribution: BaseDistribution) -> None:
+    def set_trial_param(
+        self,
+        trial_id: int,
+        param_name: str,
+        param_value_internal: float,
+        distribution: BaseDistribution,
+    ) -> None:
         with self._held_lock:
             if trial_id in self._held:
                 self._check_compatible(trial_id, param_name, distribution)
@@ -138,8 +149,14 @@ class DeferredTrialWrites(_StorageBase):
         study_id = self._study_of(trial_id)
         if study_id is None:  # not a trial of a study this process knows: the write says so
             return
-        known = next((h.params[name][1] for tid, h in self._held.items()
-                      if name in h.params and self._study_of(tid) == study_id), None)
+        known = next(
+            (
+                h.params[name][1]
+                for tid, h in self._held.items()
+                if name in h.params and self._study_of(tid) == study_id
+            ),
+            None,
+        )
         if known is None:
             known = self._known_distribution(study_id, name)
         if known is not None:
@@ -165,8 +182,9 @@ class DeferredTrialWrites(_StorageBase):
             self._hold(trial_id)
         return trial_id
 
-    def set_trial_state_values(self, trial_id: int, state: TrialState,
-                               values: Sequence[float] | None = None) -> bool:
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
         with self._held_lock:
             held = self._held.pop(trial_id, None)
             if held and state.is_finished():
@@ -186,8 +204,9 @@ class DeferredTrialWrites(_StorageBase):
             trial = super().get_trial(trial_id)
             return held.merged(trial) if held else trial
 
-    def get_all_trials(self, study_id: int, deepcopy: bool = True,
-                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
         self.flush()
         return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
 
@@ -254,23 +273,31 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
                 self._own[trial_id] = CachedStorage.get_trial(self, trial_id)
             return held.merged(self._own[trial_id])
 
-    def get_all_trials(self, study_id: int, deepcopy: bool = True,
-                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
         self.flush()
         with self._lock:
             if study_id not in self._just_read or study_id not in self._studies:
                 fresh = False
             else:
                 self._just_read.discard(study_id)
-                trials = sorted((t for t in self._studies[study_id].trials.values()
-                                 if states is None or t.state in states), key=lambda t: t.number)
+                trials = sorted(
+                    (
+                        t
+                        for t in self._studies[study_id].trials.values()
+                        if states is None or t.state in states
+                    ),
+                    key=lambda t: t.number,
+                )
                 fresh = True
         if not fresh:
             return CachedStorage.get_all_trials(self, study_id, deepcopy=deepcopy, states=states)
         return copy.deepcopy(trials) if deepcopy else trials
 
-    def set_trial_state_values(self, trial_id: int, state: TrialState,
-                               values: Sequence[float] | None = None) -> bool:
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
         with self._held_lock:
             self._own.pop(trial_id, None)
         if state != TrialState.RUNNING:
@@ -280,12 +307,22 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
         with self._held_lock:
             self.flush(trial_id)
             with rdb_session(self._backend) as session:
-                updated = (session.query(models.TrialModel)
-                           .filter(models.TrialModel.trial_id == trial_id,
-                                   models.TrialModel.state == TrialState.WAITING)
-                           .update({models.TrialModel.state: TrialState.RUNNING}, synchronize_session=False))
-                if updated == 1:  # the start time as RDBStorage writes it (its model converts to UTC)
-                    models.TrialModel.find_or_raise_by_id(trial_id, session).datetime_start = datetime.now()
+                updated = (
+                    session.query(models.TrialModel)
+                    .filter(
+                        models.TrialModel.trial_id == trial_id,
+                        models.TrialModel.state == TrialState.WAITING,
+                    )
+                    .update(
+                        {models.TrialModel.state: TrialState.RUNNING}, synchronize_session=False
+                    )
+                )
+                if (
+                    updated == 1
+                ):  # the start time as RDBStorage writes it (its model converts to UTC)
+                    models.TrialModel.find_or_raise_by_id(
+                        trial_id, session
+                    ).datetime_start = datetime.now()
                 else:  # as RDBStorage: KeyError for no such trial, UpdateFinishedTrialError for a
                     # finished one (Optuna's `_pop_waiting_trial_id` moves on), False for a running one
                     found = models.TrialModel.find_or_raise_by_id(trial_id, session)
@@ -294,7 +331,9 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
                 self._hold(trial_id)
             return bool(updated == 1)
 
-    def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
+    def set_trial_intermediate_value(
+        self, trial_id: int, step: int, intermediate_value: float
+    ) -> None:
         """Written at once (not held); a running trial's own copy sees it too."""
         super().set_trial_intermediate_value(trial_id, step, intermediate_value)
         with self._held_lock:
@@ -304,8 +343,9 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
                 own.intermediate_values = {**own.intermediate_values, step: intermediate_value}
                 self._own[trial_id] = own
 
-    def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None,
-                     values: Sequence[float] | None) -> bool:
+    def _write_batch(
+        self, trial_id: int, held: _Held, state: TrialState | None, values: Sequence[float] | None
+    ) -> bool:
         from sqlalchemy import insert
 
         models = rdb_models()
@@ -314,25 +354,42 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
             study_id, _ = self._trial_id_to_study_id_and_number[trial_id]
             known = self._studies[study_id].param_distribution
             with rdb_session(rdb) as session:
-                trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=state is not None)
-                rdb.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))  # the column's value
+                trial = models.TrialModel.find_or_raise_by_id(
+                    trial_id, session, for_update=state is not None
+                )
+                rdb.check_trial_is_updatable(
+                    trial_id, cast(TrialState, trial.state)
+                )  # the column's value
                 rows: list[dict[str, Any]] = []
                 for name, (value, dist) in held.params.items():
-                    if name not in known:  # the first time this process sees it: Optuna looks it up
+                    if (
+                        name not in known
+                    ):  # the first time this process sees it: Optuna looks it up
                         rdb._set_trial_param_without_commit(session, trial_id, name, value, dist)
                         continue
                     # as `_set_trial_param_without_commit` does, without looking the trial up again
                     check_distribution_compatibility(known[name], dist)
-                    rows.append({"trial_id": trial_id, "param_name": name, "param_value": value,
-                                 "distribution_json": distribution_to_json(dist)})
+                    rows.append(
+                        {
+                            "trial_id": trial_id,
+                            "param_name": name,
+                            "param_value": value,
+                            "distribution_json": distribution_to_json(dist),
+                        }
+                    )
                 if rows:  # one INSERT for them all (added one by one, the ORM sends one each)
                     session.execute(insert(models.TrialParamModel), rows)
                 for key, value in held.user_attrs.items():
-                    rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
+                    rdb._set_trial_attr_without_commit(
+                        session, models.TrialUserAttributeModel, trial_id, key, value
+                    )
                 for key, value in held.system_attrs.items():
-                    rdb._set_trial_attr_without_commit(session, models.TrialSystemAttributeModel, trial_id, key,
-                                                       value)
-                if state is not None:  # as RDBStorage.set_trial_state_values does for a finished state
+                    rdb._set_trial_attr_without_commit(
+                        session, models.TrialSystemAttributeModel, trial_id, key, value
+                    )
+                if (
+                    state is not None
+                ):  # as RDBStorage.set_trial_state_values does for a finished state
                     for objective, v in enumerate(values or ()):
                         rdb._set_trial_value_without_commit(session, trial, objective, v)
                     trial.state = state
@@ -353,25 +410,45 @@ class DeferredJournalWrites(DeferredTrialWrites, _JournalBase):
 
     def _known_distribution(self, study_id: int, name: str) -> BaseDistribution | None:
         with self._thread_lock:  # the log as this process last read it
-            return _first_distribution(self._replay_result.get_all_trials(study_id, states=None), name)
+            return _first_distribution(
+                self._replay_result.get_all_trials(study_id, states=None), name
+            )
 
-    def _write_batch(self, trial_id: int, held: _Held, state: TrialState | None,
-                     values: Sequence[float] | None) -> bool:
+    def _write_batch(
+        self, trial_id: int, held: _Held, state: TrialState | None, values: Sequence[float] | None
+    ) -> bool:
         Op = journal_operations()  # the op codes, named as Optuna imports them
 
         logs: list[dict[str, Any]] = []
         for name, (value, dist) in held.params.items():
-            logs.append({"op_code": Op.SET_TRIAL_PARAM, "trial_id": trial_id, "param_name": name,
-                         "param_value_internal": value, "distribution": distribution_to_json(dist)})
+            logs.append(
+                {
+                    "op_code": Op.SET_TRIAL_PARAM,
+                    "trial_id": trial_id,
+                    "param_name": name,
+                    "param_value_internal": value,
+                    "distribution": distribution_to_json(dist),
+                }
+            )
         # one attribute per record: the journal's replay asserts it
-        logs += [{"op_code": Op.SET_TRIAL_USER_ATTR, "trial_id": trial_id, "user_attr": {k: v}}
-                 for k, v in held.user_attrs.items()]
-        logs += [{"op_code": Op.SET_TRIAL_SYSTEM_ATTR, "trial_id": trial_id, "system_attr": {k: v}}
-                 for k, v in held.system_attrs.items()]
+        logs += [
+            {"op_code": Op.SET_TRIAL_USER_ATTR, "trial_id": trial_id, "user_attr": {k: v}}
+            for k, v in held.user_attrs.items()
+        ]
+        logs += [
+            {"op_code": Op.SET_TRIAL_SYSTEM_ATTR, "trial_id": trial_id, "system_attr": {k: v}}
+            for k, v in held.system_attrs.items()
+        ]
         if state is not None:
-            logs.append({"op_code": Op.SET_TRIAL_STATE_VALUES, "trial_id": trial_id, "state": state,
-                         "values": None if values is None else list(values),
-                         "datetime_complete": datetime.now(tz=UTC).isoformat(timespec="microseconds")})
+            logs.append(
+                {
+                    "op_code": Op.SET_TRIAL_STATE_VALUES,
+                    "trial_id": trial_id,
+                    "state": state,
+                    "values": None if values is None else list(values),
+                    "datetime_complete": datetime.now(tz=UTC).isoformat(timespec="microseconds"),
+                }
+            )
         with self._thread_lock:
             worker = self._replay_result.worker_id
             self._backend.append_logs([{**log, "worker_id": worker} for log in logs])

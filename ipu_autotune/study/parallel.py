@@ -39,8 +39,10 @@ POLL_S = 0.5
 
 def check_jobs(jobs: int, storage_url: str) -> None:
     if jobs > 1 and in_memory(storage_url):
-        raise UsageError("--jobs needs a storage the worker processes share: use sqlite:///FILE (one host) "
-                         f"or journal:///FILE, not {storage_url}")
+        raise UsageError(
+            "--jobs needs a storage the worker processes share: use sqlite:///FILE (one host) "
+            f"or journal:///FILE, not {storage_url}"
+        )
 
 
 def shares(trials: int, jobs: int) -> list[int]:
@@ -55,8 +57,9 @@ class Workers:
     def __init__(self, command: list[str], inputs: list[bytes]):
         self.procs = []
         for given in inputs:
-            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True
+            )
             assert proc.stdin is not None  # stdin=PIPE
             with proc.stdin:
                 proc.stdin.write(given)
@@ -87,11 +90,18 @@ class Workers:
             yield
 
 
-def watch(study: optuna.Study, workers: Workers, observe: Callable[[TrialRecord], None],
-          show_running: Callable[[list[int]], None] | None = None) -> list[TrialRecord]:
+def watch(
+    study: optuna.Study,
+    workers: Workers,
+    observe: Callable[[TrialRecord], None],
+    show_running: Callable[[list[int]], None] | None = None,
+) -> list[TrialRecord]:
     """Until every worker exits: pass trials that finish (after this run started) to
     `observe` and the numbers of running ones to `show_running`; returns the finished ones."""
-    seen = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))}
+    seen = {
+        t.number
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+    }
     done: list[TrialRecord] = []
     while True:
         alive = workers.running()

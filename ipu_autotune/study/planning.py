@@ -65,15 +65,23 @@ def numerics_answer(problem: Problem, space: SearchSpace, seed: int = 0) -> Nume
 
 def advised(advice: NumericsAdvice, space: SearchSpace) -> Callable[[Config], Config]:
     """Apply the advice to a config, except where the user's space fixed a knob."""
+
     def prepare(config: Config) -> Config:
         out = advice.apply(config)
         kept = {k: getattr(config, k) for k in NUMERIC_KNOBS if k in space.user_knobs}
         return out.replace(**kept) if kept else out
+
     return prepare
 
 
-def warm_starts(problem: Problem, profile: ModelProfile, space: SearchSpace, baseline: Config, headroom: float,
-                prepare: Callable[[Config], Config] | None) -> list[Proposal]:
+def warm_starts(
+    problem: Problem,
+    profile: ModelProfile,
+    space: SearchSpace,
+    baseline: Config,
+    headroom: float,
+    prepare: Callable[[Config], Config] | None,
+) -> list[Proposal]:
     """The estimate-backend study's first trials (tune's on_create enqueues these)."""
     from ..guide.warmstart import proposals
 
@@ -89,8 +97,14 @@ class Searched:
     advice: Any = None
 
 
-def search(problem: Problem, headroom: float, fit_confidence: float | None, trials: int = DEFAULT_TRIALS,
-           seed: int | None = 0, carried: Sequence[Config] = ()) -> Searched:
+def search(
+    problem: Problem,
+    headroom: float,
+    fit_confidence: float | None,
+    trials: int = DEFAULT_TRIALS,
+    seed: int | None = 0,
+    carried: Sequence[Config] = (),
+) -> Searched:
     """`tune`'s estimate-backend study of `problem` (a fresh one, in memory), `trials` trials."""
     from ..backends.estimate import EstimateBackend
     from ..backends.estimate.error_bars import kept_free
@@ -113,11 +127,17 @@ def search(problem: Problem, headroom: float, fit_confidence: float | None, tria
         study.set_user_attr(st.ATTR_SPACE, space.to_dict())
         items = warm_starts(problem, profile, space, baseline, free, prepare)
         seen = {p.config for p in items}
-        items += [Proposal(c, CARRIED) for c in carried if c not in seen and _valid(problem, profile, space, c)]
+        items += [
+            Proposal(c, CARRIED)
+            for c in carried
+            if c not in seen and _valid(problem, profile, space, c)
+        ]
         st.enqueue(study, space, problem, profile, items)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study, _ = st.open_study(optuna.storages.InMemoryStorage(), problem.slug, problem, seed, on_create)
+    study, _ = st.open_study(
+        optuna.storages.InMemoryStorage(), problem.slug, problem, seed, on_create
+    )
     runner = Runner(study, problem, profile, space, backend, adjust=prepare)
     runner.run(trials)
     best = st.best_record(study, skip_unreadable=True)
@@ -154,8 +174,14 @@ class SizePlan:
         return self.measurement.feasible
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ipus": self.ipus, "micro_batch": self.micro_batch, "fits": self.fits,
-                "config": self.config.to_dict(), "measurement": self.measurement.to_dict(), "why": self.why}
+        return {
+            "ipus": self.ipus,
+            "micro_batch": self.micro_batch,
+            "fits": self.fits,
+            "config": self.config.to_dict(),
+            "measurement": self.measurement.to_dict(),
+            "why": self.why,
+        }
 
 
 def micro_batches(problem: Problem) -> list[int]:
@@ -174,8 +200,14 @@ def has_layout(problem: Problem) -> bool:
     return bool(SearchSpace.load(problem).ipu_layouts(problem, profile_for(problem)))
 
 
-def plan_size(problem: Problem, ipus: int, headroom: float, fit_confidence: float | None,
-              carried: SizePlan | None = None, trials: int = DEFAULT_TRIALS) -> SizePlan | None:
+def plan_size(
+    problem: Problem,
+    ipus: int,
+    headroom: float,
+    fit_confidence: float | None,
+    carried: SizePlan | None = None,
+    trials: int = DEFAULT_TRIALS,
+) -> SizePlan | None:
     """The search's best on `ipus` IPUs, halving the micro-batch until one fits (at the
     micro-batch a smaller size fitted at, that size's best is enqueued: it fits here too); None
     when the model has no layout on that many (more stages than units)."""
@@ -183,7 +215,9 @@ def plan_size(problem: Problem, ipus: int, headroom: float, fit_confidence: floa
 
     closest: SizePlan | None = None
     if certainly_over(dataclasses.replace(problem, ipus=ipus), ipus):
-        return _certain_row(dataclasses.replace(problem, ipus=ipus, batch_size=1), headroom, fit_confidence)
+        return _certain_row(
+            dataclasses.replace(problem, ipus=ipus, batch_size=1), headroom, fit_confidence
+        )
     for bs in micro_batches(problem):
         sized = dataclasses.replace(problem, ipus=ipus, batch_size=bs)
         if not has_layout(sized):
@@ -217,8 +251,12 @@ def host_ceiling(problem: Problem) -> float:
     workers = getattr(knobs["loader_workers"], "values", None) or (0,)
     eight_bit = getattr(knobs["eight_bit_io"], "values", None) or (False,)
     base = Config()
-    return max(parallel_loaders(base.replace(loader_workers=w), costs)
-               / costs.sample_s(base.replace(eight_bit_io=e)) for w in workers for e in eight_bit)
+    return max(
+        parallel_loaders(base.replace(loader_workers=w), costs)
+        / costs.sample_s(base.replace(eight_bit_io=e))
+        for w in workers
+        for e in eight_bit
+    )
 
 
 def _host_bound(problem: Problem, before: SizePlan | None, n: int) -> SizePlan | None:
@@ -228,14 +266,24 @@ def _host_bound(problem: Problem, before: SizePlan | None, n: int) -> SizePlan |
     if before is None or not before.fits or before.micro_batch != problem.batch_size:
         return None
     ceiling = host_ceiling(problem)
-    if not before.measurement.throughput or before.measurement.throughput < AT_HOST_CEILING * ceiling:
+    if (
+        not before.measurement.throughput
+        or before.measurement.throughput < AT_HOST_CEILING * ceiling
+    ):
         return None
-    return SizePlan(n, before.micro_batch, before.config, before.measurement,
-                    f"the host input caps every size at {ceiling:,.0f} samples/s, reached at {before.ipus} IPUs: "
-                    f"the same configuration (more IPUs cannot be faster)")
+    return SizePlan(
+        n,
+        before.micro_batch,
+        before.config,
+        before.measurement,
+        f"the host input caps every size at {ceiling:,.0f} samples/s, reached at {before.ipus} IPUs: "
+        f"the same configuration (more IPUs cannot be faster)",
+    )
 
 
-def _certain_row(problem: Problem, headroom: float, fit_confidence: float | None) -> SizePlan | None:
+def _certain_row(
+    problem: Problem, headroom: float, fit_confidence: float | None
+) -> SizePlan | None:
     """Where no configuration can fit whatever the compiler decides (guide/nofit.certainly_over),
     no search can find one: the row is the space's cheapest configuration in exact bytes
     (the layout of nofit.least_on_one_ipu, FP16 weights, half state offloaded and sharded,
@@ -250,18 +298,32 @@ def _certain_row(problem: Problem, headroom: float, fit_confidence: float | None
         return None
     profile, space = profile_for(problem), SearchSpace.load(problem)
     least = least_on_one_ipu(problem, problem.ipus)
-    per_replica, replicas = (least[1], least[2]) if least else max(space.ipu_layouts(problem, profile))
-    cheapest = Config(ipus_per_replica=per_replica, replicas=replicas, precision="16.16", optimizer_state="half",
-                      optimizer_offload=True, replicated_tensor_sharding=replicas > 1, gradient_accumulation=1,
-                      execution="sharded" if per_replica > 1 else "pipelined")
+    per_replica, replicas = (
+        (least[1], least[2]) if least else max(space.ipu_layouts(problem, profile))
+    )
+    cheapest = Config(
+        ipus_per_replica=per_replica,
+        replicas=replicas,
+        precision="16.16",
+        optimizer_state="half",
+        optimizer_offload=True,
+        replicated_tensor_sharding=replicas > 1,
+        gradient_accumulation=1,
+        execution="sharded" if per_replica > 1 else "pipelined",
+    )
     cheapest = cheapest.replace(splits=balanced_splits(problem, profile, cheapest, "memory"))
     config = space.project(problem, profile, cheapest)
     m = EstimateBackend(headroom=headroom, fit_confidence=fit_confidence).measure(problem, config)
     return SizePlan(problem.ipus, 1, config, m)
 
 
-def planned(problem: Problem, headroom: float, fit_confidence: float | None,
-            sizes: Iterable[int], trials: int = DEFAULT_TRIALS) -> Iterable[SizePlan]:
+def planned(
+    problem: Problem,
+    headroom: float,
+    fit_confidence: float | None,
+    sizes: Iterable[int],
+    trials: int = DEFAULT_TRIALS,
+) -> Iterable[SizePlan]:
     """One size at a time, smallest first, each starting from the one before (a caller that
     has its answer stops planning)."""
     from ..guide.nofit import certain_reason, row_reason
@@ -275,16 +337,25 @@ def planned(problem: Problem, headroom: float, fit_confidence: float | None,
         sized = plan_size(problem, n, headroom, fit_confidence, before, trials)
         if sized is None:
             continue
-        sized.why = certain_reason(dataclasses.replace(problem, ipus=n), n) or row_reason(before, sized)
+        sized.why = certain_reason(dataclasses.replace(problem, ipus=n), n) or row_reason(
+            before, sized
+        )
         before = sized
         yield sized
 
 
-def plan(problem: Problem, headroom: float, fit_confidence: float | None,
-         sizes: tuple[int, ...] | None = None, trials: int = DEFAULT_TRIALS) -> list[SizePlan]:
+def plan(
+    problem: Problem,
+    headroom: float,
+    fit_confidence: float | None,
+    sizes: tuple[int, ...] | None = None,
+    trials: int = DEFAULT_TRIALS,
+) -> list[SizePlan]:
     from ..guide.nofit import SIZES
 
-    return list(planned(problem, headroom, fit_confidence, SIZES if sizes is None else sizes, trials))
+    return list(
+        planned(problem, headroom, fit_confidence, SIZES if sizes is None else sizes, trials)
+    )
 
 
 def smallest_fit(plans: list[SizePlan]) -> SizePlan | None:

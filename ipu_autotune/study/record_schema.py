@@ -67,21 +67,35 @@ def measurement_from_record(data: Any, where: str) -> Measurement:
         if key not in hints:
             continue
         if not _fits(value, hints[key]):
-            raise UnreadableRecord(f"{where}: '{key}' must be {_describe(hints[key])}, got {_quote(value)}")
-        if key in _MEASUREMENT_CHOICES and value is not None and value not in _MEASUREMENT_CHOICES[key]:
+            raise UnreadableRecord(
+                f"{where}: '{key}' must be {_describe(hints[key])}, got {_quote(value)}"
+            )
+        if (
+            key in _MEASUREMENT_CHOICES
+            and value is not None
+            and value not in _MEASUREMENT_CHOICES[key]
+        ):
             choices = ", ".join(repr(c) for c in _MEASUREMENT_CHOICES[key])
-            raise UnreadableRecord(f"{where}: '{key}' must be one of {choices}, got {_quote(value)}")
+            raise UnreadableRecord(
+                f"{where}: '{key}' must be one of {choices}, got {_quote(value)}"
+            )
     lengths = {k: len(data.get(k, [])) for k in _PER_IPU}
     lengths.update({k: len(data[k]) for k in _PER_IPU_OPTIONAL if data.get(k)})
     if len(set(lengths.values())) > 1:
-        raise UnreadableRecord(f"{where}: the per-IPU lists differ in length "
-                               f"({', '.join(f'{k} {n}' for k, n in lengths.items())})")
+        raise UnreadableRecord(
+            f"{where}: the per-IPU lists differ in length "
+            f"({', '.join(f'{k} {n}' for k, n in lengths.items())})"
+        )
     # The figures a verdict divides by (Measurement.verdict, .violation).
     if data.get("max_tile_bytes") and not data.get("tile_capacity_bytes", 0) > 0:
-        raise UnreadableRecord(f"{where}: 'tile_capacity_bytes' must be positive with 'max_tile_bytes', "
-                               f"got {_quote(data.get('tile_capacity_bytes'))}")
+        raise UnreadableRecord(
+            f"{where}: 'tile_capacity_bytes' must be positive with 'max_tile_bytes', "
+            f"got {_quote(data.get('tile_capacity_bytes'))}"
+        )
     if not 0 <= data.get("headroom", 0.0) < 1:
-        raise UnreadableRecord(f"{where}: 'headroom' must be from 0 up to 1, got {_quote(data['headroom'])}")
+        raise UnreadableRecord(
+            f"{where}: 'headroom' must be from 0 up to 1, got {_quote(data['headroom'])}"
+        )
     return Measurement.from_dict(data)
 
 
@@ -106,15 +120,25 @@ def _fits(value: Any, hint: Any) -> bool:
         if not isinstance(value, list):  # JSON has lists only
             return False
         if origin is tuple and args and args[-1] is not Ellipsis:
-            return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args, strict=True))
+            return len(value) == len(args) and all(
+                _fits(v, a) for v, a in zip(value, args, strict=True)
+            )
         return all(_fits(v, args[0]) for v in value) if args else True
     if origin is dict:
-        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
+        return isinstance(value, dict) and all(
+            _fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items()
+        )
     raise AssertionError(f"record_schema has no check for a Measurement field of type {hint}")
 
 
 def _describe(hint: Any) -> str:
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "text", Any: "any value"}
+    names = {
+        bool: "true or false",
+        int: "a whole number",
+        float: "a number",
+        str: "text",
+        Any: "any value",
+    }
     if hint in names:
         return names[hint]
     origin, args = typing.get_origin(hint), typing.get_args(hint)

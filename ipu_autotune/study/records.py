@@ -57,7 +57,9 @@ class TrialRecord:
     origin: str
     state: str  # COMPLETE | FAIL
     seconds: float = 0.0
-    reason: str | None = None  # why the guide chose it (guide/proposal.Reason's value); None: not the guide's
+    reason: str | None = (
+        None  # why the guide chose it (guide/proposal.Reason's value); None: not the guide's
+    )
 
     @staticmethod
     def reason_of(user_attrs: dict[str, Any]) -> str | None:
@@ -78,8 +80,15 @@ class TrialRecord:
         if "config" not in rec or "measurement" not in rec:
             return None
         config, measurement, origin, seconds = check_record(rec, t.number)
-        return cls(number=t.number, config=config, measurement=measurement, origin=origin, state=t.state.name,
-                   seconds=seconds, reason=cls.reason_of(t.user_attrs))
+        return cls(
+            number=t.number,
+            config=config,
+            measurement=measurement,
+            origin=origin,
+            state=t.state.name,
+            seconds=seconds,
+            reason=cls.reason_of(t.user_attrs),
+        )
 
 
 def trial_attrs(t: FrozenTrial) -> dict[str, Any]:
@@ -96,19 +105,27 @@ def trial_attrs(t: FrozenTrial) -> dict[str, Any]:
         out["measurement"] = old["measurement"]
     elif "failure" in old:  # abandoned before it was measured
         kind, _, reason = str(old["failure"]).partition(": ")
-        out["measurement"] = {"feasible": False, "source": "estimate", "failure": old.get("reason", kind),
-                              "reason": reason}
+        out["measurement"] = {
+            "feasible": False,
+            "source": "estimate",
+            "failure": old.get("reason", kind),
+            "reason": reason,
+        }
     return out
 
 
-def create_sampler(seed: int | None, window: int | None = DEFAULT_WINDOW) -> optuna.samplers.BaseSampler:
+def create_sampler(
+    seed: int | None, window: int | None = DEFAULT_WINDOW
+) -> optuna.samplers.BaseSampler:
     """`window`: finished trials the sampler models at most (search/window.py), so its cost
     stops growing with the study; None: every trial (Optuna's TPESampler as is)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # Multivariate TPE models the knobs jointly (precision and memory levers interact);
         # group handles the conditional knobs; constant liar keeps parallel workers apart.
-        options: dict[str, Any] = dict(seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10)
+        options: dict[str, Any] = dict(
+            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10
+        )
         if window is None:
             return optuna.samplers.TPESampler(**options)
         return WindowedTPESampler(**options, window=window)
@@ -122,18 +139,27 @@ def stored_problem(study: optuna.Study) -> Problem | None:
 def check_same_problem(study: optuna.Study, problem: Problem) -> None:
     stored = stored_problem(study)
     if stored is None:
-        raise UsageError(f"study '{study.study_name}' was not made by ipu-autotune; "
-                         "choose another --study name")
+        raise UsageError(
+            f"study '{study.study_name}' was not made by ipu-autotune; choose another --study name"
+        )
     if stored != problem:
         a, b = stored.to_dict(), problem.to_dict()
-        diffs = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-        raise UsageError(f"study '{study.study_name}' holds a different problem ({'; '.join(diffs)}); "
-                         "resume with the same options or pick a new --study name")
+        diffs = [
+            f"{k} {a.get(k)!r} -> {b.get(k)!r}"
+            for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)
+        ]
+        raise UsageError(
+            f"study '{study.study_name}' holds a different problem ({'; '.join(diffs)}); "
+            "resume with the same options or pick a new --study name"
+        )
     old = old_names({p for t in study.get_trials(deepcopy=False) for p in t.params})
     if old:
-        raise UsageError(f"study '{study.study_name}' was written by an older ipu-autotune (parameter "
-                         f"'{old[0]}' has since been renamed): its sampler cannot learn from it; show, "
-                         "export and report still read it; resume under a new --study name")
+        raise UsageError(
+            f"study '{study.study_name}' was written by an older ipu-autotune (parameter "
+            f"'{old[0]}' has since been renamed): its sampler cannot learn from it; show, "
+            "export and report still read it; resume under a new --study name"
+        )
 
 
 def load_existing(storage: BaseStorage, name: str) -> optuna.Study | None:
@@ -151,19 +177,28 @@ def _wait_until_ready(study: optuna.Study) -> None:
     start = time.monotonic()
     while ATTR_VERSION not in study.user_attrs:
         waited = time.monotonic() - start
-        if ATTR_PROBLEM not in study.user_attrs and (waited > 5.0 or study.get_trials(deepcopy=False)):
+        if ATTR_PROBLEM not in study.user_attrs and (
+            waited > 5.0 or study.get_trials(deepcopy=False)
+        ):
             return  # not an ipu-autotune study (ours get the problem before any trial): check_same_problem says so
         if waited > READY_TIMEOUT_S:
-            raise UsageError(f"study '{study.study_name}' is still unfinished after {READY_TIMEOUT_S:.0f} s: "
-                             "the worker creating it stopped half-way; delete it "
-                             f"(optuna delete-study --study-name {study.study_name} --storage URL) "
-                             "or choose another --study name")
+            raise UsageError(
+                f"study '{study.study_name}' is still unfinished after {READY_TIMEOUT_S:.0f} s: "
+                "the worker creating it stopped half-way; delete it "
+                f"(optuna delete-study --study-name {study.study_name} --storage URL) "
+                "or choose another --study name"
+            )
         time.sleep(0.2)
 
 
-def open_study(storage: BaseStorage, name: str, problem: Problem, seed: int | None,
-               on_create: Callable[[optuna.Study], None],
-               heartbeat_s: int | None = None) -> tuple[optuna.Study, bool]:
+def open_study(
+    storage: BaseStorage,
+    name: str,
+    problem: Problem,
+    seed: int | None,
+    on_create: Callable[[optuna.Study], None],
+    heartbeat_s: int | None = None,
+) -> tuple[optuna.Study, bool]:
     """Load the study, checking its problem, or create it and run `on_create` once.
 
     Only the worker that creates the study enqueues the warm starts, so workers that
@@ -173,8 +208,9 @@ def open_study(storage: BaseStorage, name: str, problem: Problem, seed: int | No
     sampler = create_sampler(seed)
     if load_existing(storage, name) is None:
         try:
-            study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
-                                        direction="maximize")
+            study = optuna.create_study(
+                study_name=name, storage=storage, sampler=sampler, direction="maximize"
+            )
         except optuna.exceptions.DuplicatedStudyError:
             pass  # another worker won the race: load it below, once it is ready
         else:
@@ -196,7 +232,9 @@ def open_study(storage: BaseStorage, name: str, problem: Problem, seed: int | No
     return optuna.load_study(study_name=name, storage=storage, sampler=sampler), False
 
 
-def check_space(space: SearchSpace, problem: Problem, profile: ModelProfile, samples: int = 128) -> None:
+def check_space(
+    space: SearchSpace, problem: Problem, profile: ModelProfile, samples: int = 128
+) -> None:
     """Sample the space with random answers before any study exists, so that a space leaving
     some knob no valid value fails as bad input (UsageError) instead of half-way through a study."""
     rng = random.Random(0)
@@ -216,20 +254,30 @@ class _RandomAnswers:
     def suggest_int(self, name: str, low: int, high: int, log: bool = False, step: int = 1) -> int:
         return self.rng.randrange(low, high + 1, step or 1)
 
-    def suggest_float(self, name: str, low: float, high: float, log: bool = False,
-                      step: float | None = None) -> float:
+    def suggest_float(
+        self, name: str, low: float, high: float, log: bool = False, step: float | None = None
+    ) -> float:
         if step:
             return low + step * self.rng.randint(0, int(round((high - low) / step)))
         return self.rng.uniform(low, high)
 
 
-def enqueue(study: optuna.Study, space: SearchSpace, problem: Problem, profile: ModelProfile,
-            items: list[Proposal]) -> None:
+def enqueue(
+    study: optuna.Study,
+    space: SearchSpace,
+    problem: Problem,
+    profile: ModelProfile,
+    items: list[Proposal],
+) -> None:
     for p in items:
         attrs = {"origin": p.origin, "enqueued_config": p.config.to_dict()}
-        if p.reason is not None:  # a guide's decision, as the trial line shows it (TrialRecord.reason)
+        if (
+            p.reason is not None
+        ):  # a guide's decision, as the trial line shows it (TrialRecord.reason)
             attrs[ATTR_PROPOSAL] = p.attrs()
-        study.enqueue_trial(space.params_for(problem, profile, p.config), user_attrs=attrs, skip_if_exists=False)
+        study.enqueue_trial(
+            space.params_for(problem, profile, p.config), user_attrs=attrs, skip_if_exists=False
+        )
 
 
 def read_records(study: optuna.Study) -> tuple[list[TrialRecord], dict[int, str]]:
@@ -281,8 +329,15 @@ def uncertain_alternative(recs: list[TrialRecord], best: TrialRecord | None) -> 
     fastest = best.measurement.throughput
 
     def uncertain(m: Measurement) -> bool:
-        return (m.failure == "oom" and m.fit_chance is not None and m.fit_confidence is not None
-                and 0 < m.fit_chance < m.fit_confidence and (m.throughput or 0) > fastest)
+        return (
+            m.failure == "oom"
+            and m.fit_chance is not None
+            and m.fit_confidence is not None
+            and 0 < m.fit_chance < m.fit_confidence
+            and (m.throughput or 0) > fastest
+        )
 
     faster = [r for r in recs if r.state == "COMPLETE" and uncertain(r.measurement)]
-    return max(faster, key=lambda r: (r.measurement.fit_chance, r.measurement.throughput), default=None)
+    return max(
+        faster, key=lambda r: (r.measurement.fit_chance, r.measurement.throughput), default=None
+    )

@@ -64,7 +64,9 @@ class Runner:
     adjust: Callable[[Config], Config] | None = None  # e.g. numerics advice
     guide: Proposer | None = None  # estimator-guided proposals for compiling backends
     last_proposal: Proposal | None = None  # the guide's, before the last trial was asked
-    guide_stop: Any = None  # the guide's stopping rule then (guide/guide.Stop), None while compiles pay
+    guide_stop: Any = (
+        None  # the guide's stopping rule then (guide/guide.Stop), None while compiles pay
+    )
     stop_requested: bool = False
     #: after a stop request the running measurement gets this long, then is interrupted
     #: (recorded as failed, reason "interrupted", and enqueued again); None: let it finish
@@ -84,21 +86,29 @@ class Runner:
             set_heartbeat(study_storage(self.study), stored)  # every worker judges staleness alike
 
     def _history(self) -> list[tuple[Config, Measurement]]:
-        finished = len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
-        if self._measured is None or finished != self._history_size:  # other workers finished trials too
+        finished = len(
+            self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        )
+        if (
+            self._measured is None or finished != self._history_size
+        ):  # other workers finished trials too
             self._measured = [(r.config, r.measurement) for r in records(self.study)]
             self._history_size = finished
         return self._measured
 
     def _enqueue_guided(self) -> None:
         """Before asking the sampler, let the guide propose (once the warm starts are done)."""
-        if self.guide is None or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if self.guide is None or self.study.get_trials(
+            deepcopy=False, states=(TrialState.WAITING,)
+        ):
             return
         history = self._history()
         tried = {c for c, _ in history}
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         for t in running:
-            if "enqueued_config" in t.user_attrs:  # another worker is compiling it: don't propose it twice
+            if (
+                "enqueued_config" in t.user_attrs
+            ):  # another worker is compiling it: don't propose it twice
                 tried.add(Config.from_dict(t.user_attrs["enqueued_config"], "enqueued config"))
         asked = History(list(history), tried, len(running), self.would_compile)  # as it is now
         self.last_proposal = self.guide.propose(asked)
@@ -120,7 +130,10 @@ class Runner:
         sampled = self.space.sample(trial, self.problem, self.profile)
         enqueued = trial.user_attrs.get("enqueued_config")
         if enqueued is not None:
-            config, origin = Config.from_dict(enqueued, "enqueued config"), trial.user_attrs.get("origin", "enqueued")
+            config, origin = (
+                Config.from_dict(enqueued, "enqueued config"),
+                trial.user_attrs.get("origin", "enqueued"),
+            )
         elif self.adjust is not None:
             config, origin = self.adjust(sampled), "sampled"
         else:
@@ -129,17 +142,26 @@ class Runner:
         if not out:
             return config, origin
         if is_baseline(origin):
-            return config, origin if "outside" in origin else f"{origin} (outside your space: {', '.join(out)})"
+            return (
+                config,
+                origin
+                if "outside" in origin
+                else f"{origin} (outside your space: {', '.join(out)})",
+            )
         moved = self.space.project(self.problem, self.profile, config)
         if self.space.outside(self.problem, self.profile, moved):
-            moved = sampled  # the projection broke a dependency: the sampler's own config is inside
+            moved = (
+                sampled  # the projection broke a dependency: the sampler's own config is inside
+            )
         return moved, origin if origin == "sampled" else f"{origin}, moved into your space"
 
     def run_one(self) -> TrialRecord:
         self._fail_stale()
         self._enqueue_guided()
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "heartbeat is meant for optimize()": we beat ourselves
+            warnings.simplefilter(
+                "ignore"
+            )  # "heartbeat is meant for optimize()": we beat ourselves
             trial = self.study.ask()
         if self._heartbeat is not None:
             self._heartbeat.track(trial_id(trial))
@@ -165,7 +187,9 @@ class Runner:
             if isinstance(exc, TrialInterrupted):
                 return rec
             raise
-        except BaseException as exc:  # a bug, or a space that leaves a knob no value: never leave it RUNNING
+        except (
+            BaseException
+        ) as exc:  # a bug, or a space that leaves a knob no value: never leave it RUNNING
             self._abandon(trial, "error", f"{type(exc).__name__}: {exc}")
             raise
         finally:
@@ -173,13 +197,24 @@ class Runner:
                 self._heartbeat.track(None)
         return self.record(trial, config, origin, measurement, time.perf_counter() - start)
 
-    def record(self, trial: optuna.Trial, config: Config, origin: str, m: Measurement,
-               seconds: float) -> TrialRecord:
-        trial.set_user_attr(ATTR_RECORD, _jsonable({
-            "config": config.to_dict(), "measurement": {**m.to_dict(), "details": m.details},
-            "origin": origin, "seconds": round(seconds, 4)}))
+    def record(
+        self, trial: optuna.Trial, config: Config, origin: str, m: Measurement, seconds: float
+    ) -> TrialRecord:
+        trial.set_user_attr(
+            ATTR_RECORD,
+            _jsonable(
+                {
+                    "config": config.to_dict(),
+                    "measurement": {**m.to_dict(), "details": m.details},
+                    "origin": origin,
+                    "seconds": round(seconds, 4),
+                }
+            ),
+        )
         if m.failure in (None, "oom"):
-            study_storage(self.study).set_trial_system_attr(trial_id(trial), CONSTRAINTS_KEY, [float(m.violation)])
+            study_storage(self.study).set_trial_system_attr(
+                trial_id(trial), CONSTRAINTS_KEY, [float(m.violation)]
+            )
             # A configuration that does not fit trains at 0 samples/s: so the best by value
             # (optuna-dashboard, `storage.get_best_trial`) is always one that fits.
             fits = m.feasible and m.throughput is not None and math.isfinite(m.throughput)
@@ -188,8 +223,15 @@ class Runner:
         else:
             self.study.tell(trial, state=TrialState.FAIL)
             state = "FAIL"
-        rec = TrialRecord(trial.number, config, m, origin, state, seconds,
-                          TrialRecord.reason_of(trial.user_attrs))
+        rec = TrialRecord(
+            trial.number,
+            config,
+            m,
+            origin,
+            state,
+            seconds,
+            TrialRecord.reason_of(trial.user_attrs),
+        )
         if self._measured is not None:
             self._measured.append((config, m))
             self._history_size += 1
@@ -259,8 +301,12 @@ class Runner:
             self._disarm_grace()
 
     def _arm_grace(self) -> None:
-        if (self._grace_armed or self.interrupt_grace_s is None or not hasattr(signal, "setitimer")
-                or threading.current_thread() is not threading.main_thread()):
+        if (
+            self._grace_armed
+            or self.interrupt_grace_s is None
+            or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()
+        ):
             return
         self._previous_alarm = signal.signal(signal.SIGALRM, self._grace_over)
         signal.setitimer(signal.ITIMER_REAL, max(float(self.interrupt_grace_s), 0.001))
@@ -274,13 +320,20 @@ class Runner:
 
     def _grace_over(self, signum: int, frame: FrameType | None) -> None:
         if self._measuring:
-            raise TrialInterrupted(f"no result {self.interrupt_grace_s:g} s after the stop request")
+            raise TrialInterrupted(
+                f"no result {self.interrupt_grace_s:g} s after the stop request"
+            )
 
-    def _interrupted(self, trial: optuna.Trial, config: Config, origin: str, seconds: float) -> TrialRecord:
+    def _interrupted(
+        self, trial: optuna.Trial, config: Config, origin: str, seconds: float
+    ) -> TrialRecord:
         """Record the trial as failed (reason "interrupted") and enqueue its parameters again,
         so a resumed or concurrent worker measures it: an interrupt loses no configuration."""
-        m = failed("interrupted", "stopped (Ctrl-C or SIGTERM) before its measurement finished",
-                   source=self.backend.source)
+        m = failed(
+            "interrupted",
+            "stopped (Ctrl-C or SIGTERM) before its measurement finished",
+            source=self.backend.source,
+        )
         asked = trial.user_attrs  # before `record` overwrites the origin
         again: dict[str, Any] = {k: asked[k] for k in ("origin", "enqueued_config") if k in asked}
         rec = self.record(trial, config, f"{origin}, interrupted", m, seconds)
@@ -292,7 +345,9 @@ class Runner:
         """Tell a trial that cannot be measured as failed, so none is left RUNNING."""
         with contextlib.suppress(Exception):
             # "error" is no Measurement failure kind: written as data, never measured
-            m = Measurement(feasible=False, source=self.backend.source, failure=reason, reason=detail[:500])
+            m = Measurement(
+                feasible=False, source=self.backend.source, failure=reason, reason=detail[:500]
+            )
             origin = trial.user_attrs.get("origin", "sampled")
             trial.set_user_attr(ATTR_RECORD, {"measurement": m.to_dict(), "origin": origin})
             self.study.tell(trial, state=TrialState.FAIL)

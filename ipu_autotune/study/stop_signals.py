@@ -18,11 +18,14 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _early: list[int] = []  # stop signals kept by catch_early, for the first handled block
-_original: dict[signal.Signals, Any] = {}  # the handlers catch_early replaced, while it is in force
+_original: dict[
+    signal.Signals, Any
+] = {}  # the handlers catch_early replaced, while it is in force
 
 
 def catch_early() -> None:
     """Until the first `handled` block: keep SIGINT and SIGTERM instead of acting on them."""
+
     def keep(signum: int, frame: FrameType | None) -> None:
         _early.append(signum)
 

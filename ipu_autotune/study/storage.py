@@ -54,6 +54,7 @@ def mask_url(url: str) -> str:
     Works on any text (a URL, or an error message quoting one), copes with passwords that
     hold an unencoded '@', ':' or '/', and masks `password=...` (query strings, libpq).
     """
+
     def one(m: re.Match[str]) -> str:
         pre, rest = m["pre"], m["rest"]
         first = rest.find("@")
@@ -68,7 +69,7 @@ def mask_url(url: str) -> str:
         user, colon, _ = rest[:last].partition(":")
         if not colon or "/" in user:
             return m[0]
-        return f"{pre}{user}:***@{rest[last + 1:]}"
+        return f"{pre}{user}:***@{rest[last + 1 :]}"
 
     text = re.sub(r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>[^\s'\"]+)", one, str(url))
     return re.sub(r"(?i)(password\s*=\s*)('[^']*'|\"[^\"]*\"|[^&\s;'\"]+)", r"\1***", text)
@@ -88,7 +89,7 @@ def file_missing(url: str) -> bool:
     if is_journal(url):
         return not journal_path(url).exists()
     if url.startswith("sqlite:///") and not in_memory(url):
-        return not Path(url[len("sqlite:///"):].split("?", 1)[0]).exists()
+        return not Path(url[len("sqlite:///") :].split("?", 1)[0]).exists()
     return False
 
 
@@ -99,39 +100,51 @@ def check_url(url: str) -> None:
     if is_journal(url):
         path = journal_path(url)
         if not str(path) or str(path) in (".", "/") or path.is_dir():
-            raise UsageError(f"storage {mask_url(url)}: name a journal file, e.g. journal:///shared/study.journal")
+            raise UsageError(
+                f"storage {mask_url(url)}: name a journal file, e.g. journal:///shared/study.journal"
+            )
         if not path.parent.exists():
-            raise UsageError(f"storage {mask_url(url)}: folder {path.parent} does not exist; create it "
-                             "(on a file system every worker mounts)")
+            raise UsageError(
+                f"storage {mask_url(url)}: folder {path.parent} does not exist; create it "
+                "(on a file system every worker mounts)"
+            )
         return
     m = _URL.match(url)
     if not m or m["scheme"].lower() in ("http", "https", "file") or not m["rest"].startswith("//"):
-        raise UsageError(f"storage '{mask_url(url)}' is not a URL Optuna can use; try "
-                         "sqlite:///ipu-autotune.db, journal:///shared/study.journal or "
-                         "postgresql://user@host/db")
+        raise UsageError(
+            f"storage '{mask_url(url)}' is not a URL Optuna can use; try "
+            "sqlite:///ipu-autotune.db, journal:///shared/study.journal or "
+            "postgresql://user@host/db"
+        )
     scheme = m["scheme"].lower().split("+")[0]
     if scheme == "sqlite":
-        db = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
+        db = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
         if not db:
-            raise UsageError(f"storage {mask_url(url)}: write sqlite:///relative/file.db or "
-                             "sqlite:////absolute/file.db")
+            raise UsageError(
+                f"storage {mask_url(url)}: write sqlite:///relative/file.db or "
+                "sqlite:////absolute/file.db"
+            )
         if db != ":memory:" and not Path(db).resolve().parent.exists():
             raise UsageError(f"storage {mask_url(url)}: folder {Path(db).parent} does not exist")
         return
     if scheme not in _SERVER_SCHEMES:
-        raise UsageError(f"storage '{mask_url(url)}': unknown database '{m['scheme']}'; use sqlite:///FILE, "
-                         "journal:///FILE or postgresql://user@host/db")
+        raise UsageError(
+            f"storage '{mask_url(url)}': unknown database '{m['scheme']}'; use sqlite:///FILE, "
+            "journal:///FILE or postgresql://user@host/db"
+        )
     try:
         from sqlalchemy.engine import make_url
 
         make_url(_normalise(url))
     except Exception as exc:  # ArgumentError, ValueError (bad port)...
-        raise UsageError(f"storage '{mask_url(url)}' cannot be parsed: {mask_url(_first_line(exc))}") from None
+        raise UsageError(
+            f"storage '{mask_url(url)}' cannot be parsed: {mask_url(_first_line(exc))}"
+        ) from None
 
 
 def _normalise(url: str) -> str:
     """postgres://... (Heroku's spelling) is postgresql://... to SQLAlchemy."""
-    return "postgresql" + url[len("postgres"):] if url.startswith("postgres:") else url
+    return "postgresql" + url[len("postgres") :] if url.startswith("postgres:") else url
 
 
 def _first_line(exc: BaseException) -> str:
@@ -143,8 +156,14 @@ def _first_line(exc: BaseException) -> str:
 _DRIVERS = {
     "postgresql": ("psycopg", "pip install 'ipu-autotune[postgres]'"),
     "cockroachdb": ("psycopg", "pip install 'ipu-autotune[postgres]' sqlalchemy-cockroachdb"),
-    "mysql": ("MySQLdb", "pip install mysqlclient, or write mysql+pymysql://... and pip install pymysql"),
-    "mariadb": ("MySQLdb", "pip install mysqlclient, or write mariadb+pymysql://... and pip install pymysql"),
+    "mysql": (
+        "MySQLdb",
+        "pip install mysqlclient, or write mysql+pymysql://... and pip install pymysql",
+    ),
+    "mariadb": (
+        "MySQLdb",
+        "pip install mysqlclient, or write mariadb+pymysql://... and pip install pymysql",
+    ),
     "oracle": ("oracledb", "pip install oracledb"),
     "mssql": ("pyodbc", "pip install pyodbc"),
 }
@@ -156,11 +175,15 @@ def missing_driver(url: str, exc: ImportError) -> str:
     module (its `name` is then None)."""
     scheme = _normalise(url).split(":", 1)[0].lower()
     database, _, dialect_driver = scheme.partition("+")
-    default_module, fix = _DRIVERS.get(database, (None, f"install the Python driver for {database}"))
+    default_module, fix = _DRIVERS.get(
+        database, (None, f"install the Python driver for {database}")
+    )
     module = exc.name or dialect_driver or default_module
     if dialect_driver:  # the user chose a driver: install that one
         fix = f"pip install {dialect_driver}"
-    return f"missing database driver for {database}" + (f" ({module})" if module else "") + f"; {fix}"
+    return (
+        f"missing database driver for {database}" + (f" ({module})" if module else "") + f"; {fix}"
+    )
 
 
 def _engine_kwargs(scheme: str) -> dict[str, Any]:
@@ -185,7 +208,9 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
         from optuna.storages.journal import JournalFileBackend
 
         try:
-            return HeartbeatJournalStorage(JournalFileBackend(str(journal_path(url))), heartbeat_s, retry)
+            return HeartbeatJournalStorage(
+                JournalFileBackend(str(journal_path(url))), heartbeat_s, retry
+            )
         except OSError as exc:
             raise UsageError(f"storage {mask_url(url)}: {exc.strerror or exc}") from None
     url = _normalise(url)
@@ -223,8 +248,10 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_INTERVAL_S) -> optuna.st
         raise UsageError(f"storage {mask_url(url)}: {missing_driver(url, exc)}") from None
     except Exception as exc:  # sqlalchemy raises many types; all mean "cannot use this URL"
         reason = mask_url(_first_line(exc))
-        raise UsageError(f"storage {mask_url(url)} is unreachable: {reason}; check the host, port, "
-                         "user and that the database exists") from None
+        raise UsageError(
+            f"storage {mask_url(url)} is unreachable: {reason}; check the host, port, "
+            "user and that the database exists"
+        ) from None
 
 
 def in_memory(url: str) -> bool:
@@ -264,6 +291,7 @@ def _creation_race(exc: BaseException) -> bool:
 
 # --- heartbeat -------------------------------------------------------------------------------
 
+
 def heartbeat_interval(storage: BaseStorage) -> int | None:
     inner = cached_backend(storage)
     return inner.get_heartbeat_interval() if isinstance(inner, BaseHeartbeat) else None
@@ -289,12 +317,16 @@ class Heartbeat:
 
     def __init__(self, storage: BaseStorage):
         inner = cached_backend(storage)
-        assert isinstance(inner, BaseHeartbeat), "a storage with a heartbeat (heartbeat_interval says)"
+        assert isinstance(inner, BaseHeartbeat), (
+            "a storage with a heartbeat (heartbeat_interval says)"
+        )
         self.storage = inner
         self._trial_id: int | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._loop, name="ipu-autotune-heartbeat", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="ipu-autotune-heartbeat", daemon=True
+        )
         self._thread.start()
 
     def track(self, trial_id: int | None) -> None:
@@ -315,14 +347,18 @@ class Heartbeat:
             pass
 
     def _loop(self) -> None:
-        while not self._stop.wait(timeout=self.storage.get_heartbeat_interval() or HEARTBEAT_INTERVAL_S):
+        while not self._stop.wait(
+            timeout=self.storage.get_heartbeat_interval() or HEARTBEAT_INTERVAL_S
+        ):
             with self._lock:
                 trial_id = self._trial_id
             if trial_id is not None:
                 self._beat(trial_id)
 
 
-class HeartbeatJournalStorage(DeferredJournalWrites, optuna.storages.JournalStorage, BaseHeartbeat):
+class HeartbeatJournalStorage(
+    DeferredJournalWrites, optuna.storages.JournalStorage, BaseHeartbeat
+):
     """Optuna's journal storage with the heartbeat its RDB storage has, and a running trial's
     writes appended together (deferred_writes.py).
 
@@ -331,8 +367,12 @@ class HeartbeatJournalStorage(DeferredJournalWrites, optuna.storages.JournalStor
     grace period.
     """
 
-    def __init__(self, backend: BaseJournalBackend, heartbeat_interval: int,
-                 callback: Callable[[optuna.Study, FrozenTrial], None] | None) -> None:
+    def __init__(
+        self,
+        backend: BaseJournalBackend,
+        heartbeat_interval: int,
+        callback: Callable[[optuna.Study, FrozenTrial], None] | None,
+    ) -> None:
         super().__init__(backend)
         self._held_init()
         self.heartbeat_interval = int(heartbeat_interval)
@@ -342,7 +382,9 @@ class HeartbeatJournalStorage(DeferredJournalWrites, optuna.storages.JournalStor
     def record_heartbeat(self, trial_id: int) -> None:
         try:
             # now, not held with the trial's other writes: a beat is only worth its timeliness
-            optuna.storages.JournalStorage.set_trial_system_attr(self, trial_id, _JOURNAL_BEAT, time.time())
+            optuna.storages.JournalStorage.set_trial_system_attr(
+                self, trial_id, _JOURNAL_BEAT, time.time()
+            )
         except (optuna.exceptions.UpdateFinishedTrialError, KeyError):
             pass
 
@@ -363,7 +405,9 @@ class HeartbeatJournalStorage(DeferredJournalWrites, optuna.storages.JournalStor
     def get_heartbeat_interval(self) -> int | None:
         return self.heartbeat_interval
 
-    def get_heartbeat_stale_trial_callback(self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
+    def get_heartbeat_stale_trial_callback(
+        self,
+    ) -> Callable[[optuna.Study, FrozenTrial], None] | None:
         return self.heartbeat_stale_trial_callback
 
 

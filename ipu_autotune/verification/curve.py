@@ -12,7 +12,9 @@ from typing import Any
 @dataclass
 class CurvePoint:
     samples: int
-    train_loss: float | None  # mean over the updates since the previous point (None before the first)
+    train_loss: (
+        float | None
+    )  # mean over the updates since the previous point (None before the first)
     eval_loss: float
     eval_accuracy: float
 
@@ -51,8 +53,10 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON: inf/NaN (a diverged run's losses) as None."""
         d = asdict(self)
-        d["points"] = [{k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in p.items()}
-                       for p in d["points"]]
+        d["points"] = [
+            {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in p.items()}
+            for p in d["points"]
+        ]
         return d
 
     @classmethod

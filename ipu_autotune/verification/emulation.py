@@ -46,7 +46,9 @@ def _stochastic_small(x: torch.Tensor, generator: torch.Generator) -> torch.Tens
     mag = x.abs()
     _, exp = torch.frexp(mag)  # mag = m * 2^exp, m in [0.5, 1): floor(log2 mag) = exp - 1
     # below FP16's normal range the step is the subnormal one, 2^-24
-    ulp = torch.ldexp(torch.ones_like(mag), (exp - 1).clamp(min=FP16_NORMAL_EXP) - FP16_MANTISSA_BITS)
+    ulp = torch.ldexp(
+        torch.ones_like(mag), (exp - 1).clamp(min=FP16_NORMAL_EXP) - FP16_MANTISSA_BITS
+    )
     lower = torch.floor(mag / ulp) * ulp  # exact: ulp is a power of two
     up = torch.rand(x.shape, generator=generator) * ulp < mag - lower
     return torch.where(up, lower + ulp, lower).copysign(x)
@@ -61,7 +63,7 @@ def stochastic_fp16(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor
     noise = torch.randint(0, 1 << _DROPPED_BITS, x.shape, generator=generator, dtype=torch.int32)
     bits = (x.view(torch.int32) + noise).bitwise_and_(-(1 << _DROPPED_BITS))
     rounded = bits.view(torch.float32)
-    small = x.abs() < 2.0 ** FP16_NORMAL_EXP
+    small = x.abs() < 2.0**FP16_NORMAL_EXP
     if bool(small.any()):  # the few values there, by the neighbours
         rounded[small] = _stochastic_small(x[small], generator)
     return torch.where(torch.isfinite(x), to_fp16(rounded), x)
@@ -90,7 +92,9 @@ class RoundingCounts:
         if n == 0:
             return
         lo, hi = (float(v) for v in torch.aminmax(before))
-        if not (-FP16_OVERFLOW < lo and hi < FP16_OVERFLOW):  # an overflow, an inf or a NaN: every value
+        if not (
+            -FP16_OVERFLOW < lo and hi < FP16_OVERFLOW
+        ):  # an overflow, an inf or a NaN: every value
             inf_before = int(torch.isinf(before).sum())
             nonzero = int(torch.count_nonzero(before))
             self.nonzero += nonzero - inf_before
@@ -117,11 +121,24 @@ class RoundingCounts:
 _FLOATS = (torch.float32, torch.float64)
 _aten = torch.ops.aten
 #: results that need no rounding: copies, casts and constants (already FP16 or exact), scalars out
-_SKIP = {_aten.clone.default, _aten._to_copy.default, _aten.copy_.default, _aten.detach.default,
-         _aten.empty.memory_format, _aten.empty_like.default, _aten.empty_strided.default,
-         _aten.zeros.default, _aten.zeros_like.default, _aten.ones.default, _aten.ones_like.default,
-         _aten.new_empty.default, _aten.new_zeros.default, _aten.lift_fresh.default,
-         _aten.lift_fresh_copy.default, _aten._local_scalar_dense.default}
+_SKIP = {
+    _aten.clone.default,
+    _aten._to_copy.default,
+    _aten.copy_.default,
+    _aten.detach.default,
+    _aten.empty.memory_format,
+    _aten.empty_like.default,
+    _aten.empty_strided.default,
+    _aten.zeros.default,
+    _aten.zeros_like.default,
+    _aten.ones.default,
+    _aten.ones_like.default,
+    _aten.new_empty.default,
+    _aten.new_zeros.default,
+    _aten.lift_fresh.default,
+    _aten.lift_fresh_copy.default,
+    _aten._local_scalar_dense.default,
+}
 #: arguments an operation writes although its schema does not say so (batch norm's running statistics)
 _WRITES = {_aten.native_batch_norm.default: ((3, "running_mean"), (4, "running_var"))}
 
@@ -132,8 +149,11 @@ def _plan(func: Any) -> tuple[tuple[tuple[int, str], ...], tuple[int, ...], bool
     if func in _SKIP or func.is_view:
         return None
     schema = func._schema
-    written = tuple((i, a.name) for i, a in enumerate(schema.arguments)
-                    if a.alias_info is not None and a.alias_info.is_write) + _WRITES.get(func, ())
+    written = tuple(
+        (i, a.name)
+        for i, a in enumerate(schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ) + _WRITES.get(func, ())
     fresh = tuple(i for i, r in enumerate(schema.returns) if r.alias_info is None)
     if not written and not fresh:
         return None
@@ -172,8 +192,13 @@ class Fp16Mode(TorchDispatchMode):
             for v in value:
                 self._round_in_place(v)
 
-    def __torch_dispatch__(self, func: Any, types: object, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: object,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         try:

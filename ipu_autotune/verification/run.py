@@ -54,7 +54,10 @@ def evaluate(model: nn.Module, samples: Samples, half_compute: bool) -> tuple[fl
     loss, correct, n = 0.0, 0, int(samples.eval_inputs.shape[0])
     with torch.no_grad():
         for start in range(0, n, 256):
-            x, y = samples.eval_inputs[start:start + 256], samples.eval_labels[start:start + 256]
+            x, y = (
+                samples.eval_inputs[start : start + 256],
+                samples.eval_labels[start : start + 256],
+            )
             with fp16_emulation() if half_compute else contextlib.nullcontext():
                 out = logits(model(to_fp16(x) if half_compute else x)).float()
             # the held-out loss in FP32: a summed FP16 loss would measure the sum's rounding
@@ -78,8 +81,11 @@ class Trainer:
                 for p in self.params:
                     p.copy_(to_fp16(p))  # model.half(): the weights are FP16 from the start
         # 16.32: FP32 master weights, an FP16 copy computes; otherwise the parameters are the weights
-        self.master = [p.detach().clone() for p in self.params] if recipe.half_compute and not recipe.half_weights \
+        self.master = (
+            [p.detach().clone() for p in self.params]
+            if recipe.half_compute and not recipe.half_weights
             else [p.data for p in self.params]
+        )
         self.state: list[dict[str, Any]] = [{} for _ in self.params]
         self.counts = RoundingCounts()
         self.rounding = torch.Generator().manual_seed(seed)
@@ -95,11 +101,15 @@ class Trainer:
         with fp16_emulation(self.counts) as mode:  # the loss too: in FP16, as the model's last ops
             loss = F.cross_entropy(logits(self.model(to_fp16(x))), y)
             mode.counting = True  # the gradients: what the loss scale must keep in range
-            loss.backward(torch.full_like(loss, self.scale))  # PopART seeds the backward with the scale
+            loss.backward(
+                torch.full_like(loss, self.scale)
+            )  # PopART seeds the backward with the scale
             mode.counting = False
         return float(loss.detach())
 
-    def gradients(self, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]) -> tuple[list[torch.Tensor | None], float]:
+    def gradients(
+        self, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[list[torch.Tensor | None], float]:
         """The update's gradients (still loss-scaled) and its mean loss."""
         r = self.recipe
         count = r.accumulation * r.replicas
@@ -115,7 +125,9 @@ class Trainer:
                     g = to_fp16(g)
                 before = acc[j]
                 if r.half_state:  # PopTorch's Running mean: FP16 accumulators stay in range
-                    acc[j] = g.clone() if before is None else to_fp16(before + (g - before) / (i + 1))
+                    acc[j] = (
+                        g.clone() if before is None else to_fp16(before + (g - before) / (i + 1))
+                    )
                 else:
                     acc[j] = g / count if before is None else before + g / count
         return acc, sum(losses) / len(losses)
@@ -140,7 +152,9 @@ class Trainer:
         grads, loss = self.gradients(batches)
         with torch.no_grad():
             unscaled = [None if g is None else g / self.scale for g in grads]
-            if r.auto_loss_scale and any(g is not None and not torch.isfinite(g).all() for g in unscaled):
+            if r.auto_loss_scale and any(
+                g is not None and not torch.isfinite(g).all() for g in unscaled
+            ):
                 self.scale /= 2
                 self.clean_updates = 0
                 self.result.skipped_updates += 1
@@ -163,7 +177,9 @@ class Trainer:
         new = weight + u
         if r.half_weights:
             new = stochastic_fp16(new, self.rounding) if r.stochastic_rounding else to_fp16(new)
-        if r.half_weights:  # FP16 weights: an update below half an ulp is lost (FP32's loss is not counted)
+        if (
+            r.half_weights
+        ):  # FP16 weights: an update below half an ulp is lost (FP32's loss is not counted)
             moved = u != 0
             self.result.updates += int(moved.sum())
             self.result.lost_updates += int((moved & (new == weight)).sum())
@@ -175,13 +191,27 @@ def checkpoint_steps(steps: int, checkpoints: int = CHECKPOINTS) -> list[int]:
     return sorted({max(1, round(k * steps / checkpoints)) for k in range(1, checkpoints + 1)})
 
 
-def train(build: Callable[[], nn.Module], recipe: Recipe, samples: Samples, total_samples: int, *, seed: int,
-          checkpoints: int = CHECKPOINTS, progress: Callable[[int], None] | None = None) -> RunResult:
+def train(
+    build: Callable[[], nn.Module],
+    recipe: Recipe,
+    samples: Samples,
+    total_samples: int,
+    *,
+    seed: int,
+    checkpoints: int = CHECKPOINTS,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
     """`recipe` trained on `total_samples` samples (whole updates, at least one) from `samples` in the
     order `seed` draws; the model built after seeding with `seed`. The caller's RNG is left as it was."""
     steps = max(1, total_samples // recipe.global_batch)
-    result = RunResult(recipe.label, seed, recipe.describe(), steps, steps * recipe.global_batch,
-                       eval_samples=int(samples.eval_inputs.shape[0]))
+    result = RunResult(
+        recipe.label,
+        seed,
+        recipe.describe(),
+        steps,
+        steps * recipe.global_batch,
+        eval_samples=int(samples.eval_inputs.shape[0]),
+    )
     marks = checkpoint_steps(steps, checkpoints)
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]), cpu_threads():
@@ -195,9 +225,13 @@ def train(build: Callable[[], nn.Module], recipe: Recipe, samples: Samples, tota
         for step in range(1, steps + 1):
             losses.append(trainer.step(batches))
             seen = step * recipe.global_batch
-            finite = math.isfinite(losses[-1]) and all(torch.isfinite(m).all() for m in trainer.master)
+            finite = math.isfinite(losses[-1]) and all(
+                torch.isfinite(m).all() for m in trainer.master
+            )
             if step in marks or not finite:
-                result.points.append(CurvePoint(seen, sum(losses) / len(losses), *trainer.evaluate(samples)))
+                result.points.append(
+                    CurvePoint(seen, sum(losses) / len(losses), *trainer.evaluate(samples))
+                )
                 losses = []
             if progress is not None:
                 progress(recipe.global_batch)
@@ -205,6 +239,8 @@ def train(build: Callable[[], nn.Module], recipe: Recipe, samples: Samples, tota
                 result.nonfinite_at = seen
                 break
     c = trainer.counts
-    result.gradient_values, result.underflow, result.overflow = (round(v) for v in (c.nonzero, c.underflow, c.overflow))
+    result.gradient_values, result.underflow, result.overflow = (
+        round(v) for v in (c.nonzero, c.underflow, c.overflow)
+    )
     result.seconds = time.perf_counter() - start
     return result

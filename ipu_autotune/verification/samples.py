@@ -45,7 +45,11 @@ class Samples:
 
 
 def _items(data: Any) -> Iterator[Any]:
-    if hasattr(data, "__getitem__") and hasattr(data, "__len__") and not hasattr(data, "batch_size"):
+    if (
+        hasattr(data, "__getitem__")
+        and hasattr(data, "__len__")
+        and not hasattr(data, "batch_size")
+    ):
         return (data[i] for i in range(len(data)))
     return iter(data)
 
@@ -75,8 +79,10 @@ def read_samples(spec: str, wanted: int, eval_samples: int = EVAL_SAMPLES) -> Sa
             count += int(x.shape[0])
             per_sample = x[0].numel() * 4
             if count * per_sample > POOL_BYTES:
-                raise UsageError(f"--data '{spec}': {count:,} samples of {per_sample:,} bytes exceed the "
-                                 f"{POOL_BYTES >> 30} GiB verify keeps in memory; lower --samples or --steps")
+                raise UsageError(
+                    f"--data '{spec}': {count:,} samples of {per_sample:,} bytes exceed the "
+                    f"{POOL_BYTES >> 30} GiB verify keeps in memory; lower --samples or --steps"
+                )
             if count >= wanted + eval_samples:
                 break
     except UsageError:
@@ -88,30 +94,42 @@ def read_samples(spec: str, wanted: int, eval_samples: int = EVAL_SAMPLES) -> Sa
     inputs, labels = torch.cat(xs), torch.cat(ys)
     held = min(eval_samples, inputs.shape[0] // 5)  # at least four fifths to train on
     if held < 1:
-        raise UsageError(f"--data '{spec}' gave {inputs.shape[0]} samples; verify needs at least 5")
-    return Samples(inputs[held:held + wanted], labels[held:held + wanted], inputs[:held], labels[:held])
+        raise UsageError(
+            f"--data '{spec}' gave {inputs.shape[0]} samples; verify needs at least 5"
+        )
+    return Samples(
+        inputs[held : held + wanted], labels[held : held + wanted], inputs[:held], labels[:held]
+    )
 
 
 #: a warning when the labels use at most this share of the declared classes
 FEW_CLASSES = 0.5
 
 
-def check_samples(samples: Samples, spec: str, num_classes: int, build: Callable[[], nn.Module]) -> list[str]:
+def check_samples(
+    samples: Samples, spec: str, num_classes: int, build: Callable[[], nn.Module]
+) -> list[str]:
     """Bad data is bad input (UsageError, before any run): labels outside 0..num_classes-1, one class
     only, a batch the model cannot take or whose logits have too few classes. Returns the warnings:
     labels that use few of the declared classes."""
     labels = torch.cat([samples.labels, samples.eval_labels])
     if labels.dim() != 1:
-        raise UsageError(f"--data '{spec}': labels of shape {list(labels.shape)}; verify needs one class index "
-                         "per sample (not one-hot)")
+        raise UsageError(
+            f"--data '{spec}': labels of shape {list(labels.shape)}; verify needs one class index "
+            "per sample (not one-hot)"
+        )
     lo, hi = int(labels.min()), int(labels.max())
     if lo < 0 or hi >= num_classes:
-        raise UsageError(f"--data '{spec}': labels run {lo}..{hi}, outside the {num_classes:,} classes of "
-                         f"--num-classes {num_classes}; give --num-classes {hi + 1} or labels 0..{num_classes - 1}")
+        raise UsageError(
+            f"--data '{spec}': labels run {lo}..{hi}, outside the {num_classes:,} classes of "
+            f"--num-classes {num_classes}; give --num-classes {hi + 1} or labels 0..{num_classes - 1}"
+        )
     used = int(torch.unique(labels).numel())
     if used < 2:
-        raise UsageError(f"--data '{spec}': every label is {lo}: one class only, nothing to learn; give data "
-                         "with at least two classes")
+        raise UsageError(
+            f"--data '{spec}': every label is {lo}: one class only, nothing to learn; give data "
+            "with at least two classes"
+        )
     x = samples.inputs[:2]
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
@@ -119,14 +137,20 @@ def check_samples(samples: Samples, spec: str, num_classes: int, build: Callable
     except UsageError:
         raise
     except Exception as exc:
-        raise UsageError(f"--data '{spec}': the model cannot take its batches (one sample: shape "
-                         f"{list(x.shape[1:])}, {x.dtype}): {first_line(exc)}; check --input-shape and the "
-                         "data") from None
+        raise UsageError(
+            f"--data '{spec}': the model cannot take its batches (one sample: shape "
+            f"{list(x.shape[1:])}, {x.dtype}): {first_line(exc)}; check --input-shape and the "
+            "data"
+        ) from None
     if out.dim() != 2 or out.shape[0] != x.shape[0] or out.shape[1] <= hi:
-        raise UsageError(f"--data '{spec}': the model returns logits of shape {list(out.shape)} for a batch of "
-                         f"{x.shape[0]}; verify needs (batch, classes) with more than {hi} classes")
+        raise UsageError(
+            f"--data '{spec}': the model returns logits of shape {list(out.shape)} for a batch of "
+            f"{x.shape[0]}; verify needs (batch, classes) with more than {hi} classes"
+        )
     if used <= FEW_CLASSES * num_classes:
-        return [f"the labels use {used:,} of the {num_classes:,} classes (--num-classes {num_classes}): "
-                f"give --num-classes {hi + 1} if that is all there are; a loss over unused classes "
-                "starts higher and falls for the wrong reason"]
+        return [
+            f"the labels use {used:,} of the {num_classes:,} classes (--num-classes {num_classes}): "
+            f"give --num-classes {hi + 1} if that is all there are; a loss over unused classes "
+            "starts higher and falls for the wrong reason"
+        ]
     return []

@@ -28,8 +28,12 @@ class EstimateBackend(Backend):
     name = "estimate"
     source = "estimate"
 
-    def __init__(self, constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
-                 fit_confidence: float | None = None):
+    def __init__(
+        self,
+        constants: EstimatorConstants = NOMINAL,
+        headroom: float = 0.0,
+        fit_confidence: float | None = None,
+    ):
         self.constants = constants
         self.headroom = headroom
         #: an estimate fits only with at least this chance by its error bar (None: the headroom
@@ -50,11 +54,19 @@ class EstimateBackend(Backend):
         return profile_for(problem)
 
     def measure(self, problem: Problem, config: Config) -> Measurement:
-        return estimate(problem, config, profile_at_micro_batch(problem, config), self.constants, self.headroom,
-                        self.fit_confidence)
+        return estimate(
+            problem,
+            config,
+            profile_at_micro_batch(problem, config),
+            self.constants,
+            self.headroom,
+            self.fit_confidence,
+        )
 
 
-def profile_at_micro_batch(problem: Problem, config: Config, profile: ModelProfile | None = None) -> ModelProfile:
+def profile_at_micro_batch(
+    problem: Problem, config: Config, profile: ModelProfile | None = None
+) -> ModelProfile:
     """The model traced at the config's micro-batch: `profile` when it is at that batch
     already, else a (cached) trace at it. The Problem stays as it is (batch.py)."""
     batch = micro_batch(problem, config)
@@ -69,8 +81,12 @@ def profile_at_micro_batch(problem: Problem, config: Config, profile: ModelProfi
 def device_parts(config: Config, time: Timing, k: EstimatorConstants) -> dict[str, float]:
     """Seconds per call of the IPU side, by bottleneck name (host/pipeline.py)."""
     di = config.device_iterations
-    return {"device compute": di * time.parts["compute"], "weight update": di * time.parts["weight_update"],
-            "all-reduce": di * time.parts["all_reduce"], "host call": k.host_call_overhead_s}
+    return {
+        "device compute": di * time.parts["compute"],
+        "weight update": di * time.parts["weight_update"],
+        "all-reduce": di * time.parts["all_reduce"],
+        "host call": k.host_call_overhead_s,
+    }
 
 
 #: estimates already made in this process, by what they depend on (the IPU count of the problem
@@ -80,20 +96,37 @@ _MADE: dict[tuple[Any, ...], tuple[ModelProfile, EstimatorConstants, Measurement
 _MADE_LIMIT = 20_000
 
 
-def estimate(problem: Problem, config: Config, profile: ModelProfile,
-             constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
-             fit_confidence: float | None = None, shared: bool = False) -> Measurement:
+def estimate(
+    problem: Problem,
+    config: Config,
+    profile: ModelProfile,
+    constants: EstimatorConstants = NOMINAL,
+    headroom: float = 0.0,
+    fit_confidence: float | None = None,
+    shared: bool = False,
+) -> Measurement:
     """`_estimate`, remembered: a pure function of its arguments. Each caller gets a copy whose
     lists and dicts are its own: callers add to a measurement's details and lists
     (backends/screen.py sets `details["screen_violation"]` on a compile built from an
     estimate), and a shallow copy shared those with the remembered one. `shared`: the
     remembered one itself, for a caller that only reads it (guide/warmstart's screen)."""
-    key = (dataclasses.replace(problem, ipus=1), config, id(profile), id(constants), headroom, fit_confidence)
+    key = (
+        dataclasses.replace(problem, ipus=1),
+        config,
+        id(profile),
+        id(constants),
+        headroom,
+        fit_confidence,
+    )
     made = _MADE.get(key)
     if made is None:
         if len(_MADE) >= _MADE_LIMIT:
             _MADE.clear()
-        made = _MADE[key] = (profile, constants, _estimate(problem, config, profile, constants, headroom, fit_confidence))
+        made = _MADE[key] = (
+            profile,
+            constants,
+            _estimate(problem, config, profile, constants, headroom, fit_confidence),
+        )
     return made[2] if shared else _fresh(made[2])
 
 
@@ -132,9 +165,14 @@ def _stages(profile: ModelProfile, config: Config) -> list[Stage]:
     return kept[1]
 
 
-def _estimate(problem: Problem, config: Config, profile: ModelProfile,
-              constants: EstimatorConstants = NOMINAL, headroom: float = 0.0,
-              fit_confidence: float | None = None) -> Measurement:
+def _estimate(
+    problem: Problem,
+    config: Config,
+    profile: ModelProfile,
+    constants: EstimatorConstants = NOMINAL,
+    headroom: float = 0.0,
+    fit_confidence: float | None = None,
+) -> Measurement:
     """Memory and time of one config. With `headroom`, a config fits only if its busiest
     tile leaves that fraction of the tile free, a margin for the model's own error; with
     `fit_confidence`, also only if its chance to fit by the calibrated error bar is at least
@@ -157,16 +195,30 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
     # state spread evenly over its tiles), which the error bar does not widen.
     used = [(m.max_tile / tile, m.exact / compute_tiles / tile) for m in memories]
     chance = min(fit_chance(problem.model, p, e) for p, e in used)
-    limits = [1.0 - headroom if fit_confidence is None else
-              min(1.0 - headroom, confident_fraction(problem.model, fit_confidence, e)) for _, e in used]
+    limits = [
+        1.0 - headroom
+        if fit_confidence is None
+        else min(1.0 - headroom, confident_fraction(problem.model, fit_confidence, e))
+        for _, e in used
+    ]
     feasible = all(p <= limit for (p, _), limit in zip(used, limits, strict=True))
     worst = max(range(n), key=lambda i: used[i][0])
-    free = 1.0 - limits[worst]  # what the busiest IPU must keep free (Measurement.violation reads it)
+    free = (
+        1.0 - limits[worst]
+    )  # what the busiest IPU must keep free (Measurement.violation reads it)
     overflow = sum(max(0, m.max_tile - tile) * compute_tiles for m in memories)
     e2e = host.end_to_end(problem, config, device_parts(config, time, k))
     required, max_tile = [mem.required for mem in memories], [mem.max_tile for mem in memories]
-    bar = bars(problem.model, max_tile, required, [mem.exact for mem in memories], compute_tiles, tile,
-               e2e.throughput, time.throughput)
+    bar = bars(
+        problem.model,
+        max_tile,
+        required,
+        [mem.exact for mem in memories],
+        compute_tiles,
+        tile,
+        e2e.throughput,
+        time.throughput,
+    )
     m = Measurement(
         feasible=feasible,
         source="estimate",
@@ -181,9 +233,12 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
         failure=None if feasible else "oom",
         reason="" if feasible else _over(headroom, chance, fit_confidence),
         headroom=free,
-        details={"stage_seconds": time.stage_seconds, "time_parts": time.parts,
-                 "stage_units": [[s.first, s.last] for s in layout],
-                 "call_shares": {name: round(v, 4) for name, v in e2e.shares.items()}},
+        details={
+            "stage_seconds": time.stage_seconds,
+            "time_parts": time.parts,
+            "stage_units": [[s.first, s.last] for s in layout],
+            "call_shares": {name: round(v, 4) for name, v in e2e.shares.items()},
+        },
         device_throughput=time.throughput,
         samples_per_call=host.samples_per_call(problem, config),
         host_bytes_per_call=host.host_bytes_per_call(problem, config),
@@ -202,7 +257,9 @@ def _estimate(problem: Problem, config: Config, profile: ModelProfile,
 
 def _over(headroom: float, chance: float, fit_confidence: float | None) -> str:
     if fit_confidence is not None and chance < fit_confidence:  # the error bar's verdict
-        return (f"estimated {math.floor(chance * 100):.0f}% chance to fit by the error bar, under the "
-                f"{fit_confidence:.0%} asked "
-                "(--fit-confidence)")
+        return (
+            f"estimated {math.floor(chance * 100):.0f}% chance to fit by the error bar, under the "
+            f"{fit_confidence:.0%} asked "
+            "(--fit-confidence)"
+        )
     return "estimated over tile memory" + (f" less {headroom:.0%} headroom" if headroom else "")

@@ -36,7 +36,8 @@ class EstimatorConstants:
     #: fitted to T1 (ResNet-50, Bow Pod16, 37,061 img/s); no published point pins the
     #: others, so they are set a little lower (float partials, FP32 vector work).
     matmul_efficiency: dict[str, float] = field(
-        default_factory=lambda: {"fp16.16": 0.36, "fp16.32": 0.30, "fp32": 0.30})
+        default_factory=lambda: {"fp16.16": 0.36, "fp16.32": 0.30, "fp32": 0.30}
+    )
     #: fixed cost per op per pass (sync, exchange setup, vertex launch), seconds.
     op_overhead_s: float = 1.0e-6
     #: memory-bound ops move their output this many times (read inputs, write output).

@@ -46,7 +46,9 @@ def conformal_width(residuals: Sequence[float], coverage: float = COVERAGE) -> f
     return ranked[k - 1] if 0 < k <= len(ranked) else None
 
 
-def _per_category(groups: dict[str, Sequence[Any]], width_of: Callable[[Sequence[Any]], Any], missing: str) -> dict[str, Any]:
+def _per_category(
+    groups: dict[str, Sequence[Any]], width_of: Callable[[Sequence[Any]], Any], missing: str
+) -> dict[str, Any]:
     """`width_of` over every group pooled ("all") and over each group that has enough for it."""
     widths = {"all": width_of([v for vs in groups.values() for v in vs])}
     if widths["all"] is None:
@@ -60,7 +62,9 @@ def _per_category(groups: dict[str, Sequence[Any]], width_of: Callable[[Sequence
 
 def throughput_widths(residuals: dict[str, Sequence[float]]) -> dict[str, float]:
     """Log half-widths per category where it has enough points, and "all" pooled."""
-    return _per_category(residuals, conformal_width, f"too few throughput residuals for a {COVERAGE:.0%} interval")
+    return _per_category(
+        residuals, conformal_width, f"too few throughput residuals for a {COVERAGE:.0%} interval"
+    )
 
 
 def crossing(tile_fraction: float, exact_fraction: float = 0.0) -> float:
@@ -85,8 +89,12 @@ def memory_scale(verdicts: Iterable[tuple[float, bool]]) -> tuple[float, float] 
     return min(1.0, max(ooms)), max(1.0, min(fits))
 
 
-def memory_scales(verdicts: dict[str, Sequence[tuple[float, bool]]]) -> dict[str, tuple[float, float]]:
-    return _per_category(verdicts, memory_scale, "the memory band needs a point that fits and one that does not")
+def memory_scales(
+    verdicts: dict[str, Sequence[tuple[float, bool]]],
+) -> dict[str, tuple[float, float]]:
+    return _per_category(
+        verdicts, memory_scale, "the memory band needs a point that fits and one that does not"
+    )
 
 
 def _band(model: str) -> tuple[float, float]:
@@ -141,8 +149,16 @@ class Bars:
     straddles_tile_limit: bool
 
 
-def bars(model: str, max_tile: Sequence[int], required: Sequence[int], exact: Sequence[float], compute_tiles: int,
-         tile_capacity: int, throughput: float | None, device_throughput: float | None) -> Bars:
+def bars(
+    model: str,
+    max_tile: Sequence[int],
+    required: Sequence[int],
+    exact: Sequence[float],
+    compute_tiles: int,
+    tile_capacity: int,
+    throughput: float | None,
+    device_throughput: float | None,
+) -> Bars:
     """The band on the uncertain part of each IPU's figures; its `exact` bytes (weights,
     gradient accumulators, optimizer state) are added as they are, spread over its tiles."""
     low, high = _band(model)
@@ -158,7 +174,12 @@ def bars(model: str, max_tile: Sequence[int], required: Sequence[int], exact: Se
 
     tiles = [banded(t, e / compute_tiles) for t, e in zip(max_tile, exact, strict=True)]
     straddles = any(lo <= tile_capacity < hi for lo, hi in tiles)
-    return Bars(max_tile_bytes=tiles, required_bytes=[banded(r, e) for r, e in zip(required, exact, strict=True)],
-                throughput=band(throughput, math.exp(-w), math.exp(w)) if throughput else None,
-                device_throughput=band(device_throughput, math.exp(-wd), math.exp(wd)) if device_throughput else None,
-                straddles_tile_limit=straddles)
+    return Bars(
+        max_tile_bytes=tiles,
+        required_bytes=[banded(r, e) for r, e in zip(required, exact, strict=True)],
+        throughput=band(throughput, math.exp(-w), math.exp(w)) if throughput else None,
+        device_throughput=band(device_throughput, math.exp(-wd), math.exp(wd))
+        if device_throughput
+        else None,
+        straddles_tile_limit=straddles,
+    )

@@ -88,7 +88,9 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
     ckpt_units = {_checkpointed(profile, p) for p in config.checkpoints}
     out: list[Stage] = []
     bounds = stage_bounds(profile, config)
-    for k, ((lo, hi), indices) in enumerate(zip(bounds, stage_members(profile, config), strict=True)):
+    for k, ((lo, hi), indices) in enumerate(
+        zip(bounds, stage_members(profile, config), strict=True)
+    ):
         members = [units[i] for i in indices]
         segment = best_segment = 0
         checkpoint_bytes = 0
@@ -102,33 +104,52 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
         best_segment = max(best_segment, segment)
         moved_in = [i for i in indices if not lo <= i < hi]  # a tied head's input crosses back
         own = [i in indices for i in range(lo, hi)]
-        reentries = sum(1 for j in range(1, len(own)) if own[j] and not own[j - 1] and any(own[:j]))
-        out.append(Stage(
-            index=k, first=lo, last=hi,
-            params=sum(u.params for u in members),
-            largest_param=max((u.largest_param for u in members), default=0),
-            unshardable_params=sum(u.unshardable_params for u in members),
-            param_tensors=sum(u.param_tensors for u in members),
-            in_bytes=(profile.input_bytes if lo == 0 else units[lo].in_bytes if lo < len(units) else 0)
-            + sum(units[i].in_bytes for i in moved_in),
-            saved=sum(u.saved_bytes for u in members),
-            saved_heavy=sum(u.saved_heavy_bytes for u in members),
-            saved_light=sum(u.saved_light_bytes for u in members),
-            light_bytes=sum(u.light_bytes for u in members),
-            heavy_flops=sum(u.flops.get("conv", 0.0) + u.flops.get("matmul", 0.0) for u in members),
-            other_flops=sum(u.flops.get("norm", 0.0) + u.flops.get("other", 0.0) for u in members),
-            ops=sum(u.ops for u in members),
-            max_op_bytes=max((u.max_op_bytes for u in members), default=0),
-            checkpoint_bytes=checkpoint_bytes,
-            max_segment_saved=best_segment,
-            out_bytes=unit_output_bytes(profile, hi - 1) if hi > lo else 0,
-            returning_heads=sum(1 for i in moved_in if i - 1 not in moved_in),
-            # only a head at the end runs forward and backward in one cycle; a unit moved here from
-            # mid-model (BART's decoder position embedding) is stashed like the rest
-            head_saved=sum(units[i].saved_bytes for i in moved_in
-                           if all(u.placed_with is not None for u in units[i + 1:])),
-            reentries=reentries,
-        ))
+        reentries = sum(
+            1 for j in range(1, len(own)) if own[j] and not own[j - 1] and any(own[:j])
+        )
+        out.append(
+            Stage(
+                index=k,
+                first=lo,
+                last=hi,
+                params=sum(u.params for u in members),
+                largest_param=max((u.largest_param for u in members), default=0),
+                unshardable_params=sum(u.unshardable_params for u in members),
+                param_tensors=sum(u.param_tensors for u in members),
+                in_bytes=(
+                    profile.input_bytes
+                    if lo == 0
+                    else units[lo].in_bytes
+                    if lo < len(units)
+                    else 0
+                )
+                + sum(units[i].in_bytes for i in moved_in),
+                saved=sum(u.saved_bytes for u in members),
+                saved_heavy=sum(u.saved_heavy_bytes for u in members),
+                saved_light=sum(u.saved_light_bytes for u in members),
+                light_bytes=sum(u.light_bytes for u in members),
+                heavy_flops=sum(
+                    u.flops.get("conv", 0.0) + u.flops.get("matmul", 0.0) for u in members
+                ),
+                other_flops=sum(
+                    u.flops.get("norm", 0.0) + u.flops.get("other", 0.0) for u in members
+                ),
+                ops=sum(u.ops for u in members),
+                max_op_bytes=max((u.max_op_bytes for u in members), default=0),
+                checkpoint_bytes=checkpoint_bytes,
+                max_segment_saved=best_segment,
+                out_bytes=unit_output_bytes(profile, hi - 1) if hi > lo else 0,
+                returning_heads=sum(1 for i in moved_in if i - 1 not in moved_in),
+                # only a head at the end runs forward and backward in one cycle; a unit moved here from
+                # mid-model (BART's decoder position embedding) is stashed like the rest
+                head_saved=sum(
+                    units[i].saved_bytes
+                    for i in moved_in
+                    if all(u.placed_with is not None for u in units[i + 1 :])
+                ),
+                reentries=reentries,
+            )
+        )
     return out
 
 

@@ -57,7 +57,9 @@ def sharded(problem: Problem, config: Config) -> bool:
     """Replicated tensor sharding in effect: sgd_combined has no state tensors to shard (its
     location settings do nothing, PopTorch optim.SGD docstring), one replica nothing to
     shard over."""
-    return config.replicated_tensor_sharding and applies("replicated_tensor_sharding", problem, config)
+    return config.replicated_tensor_sharding and applies(
+        "replicated_tensor_sharding", problem, config
+    )
 
 
 def offloaded(problem: Problem, config: Config) -> bool:
@@ -154,8 +156,14 @@ def _activations_and_stash(stage: Stage, config: Config, n_stages: int) -> tuple
     return live, depth * kept
 
 
-def stage_memory(problem: Problem, config: Config, stage: Stage, n_stages: int,
-                 target: Target, k: EstimatorConstants) -> StageMemory:
+def stage_memory(
+    problem: Problem,
+    config: Config,
+    stage: Stage,
+    n_stages: int,
+    target: Target,
+    k: EstimatorConstants,
+) -> StageMemory:
     weight_bytes = 2.0 if config.half_weights else 4.0
     weights = stage.params * weight_bytes
 
@@ -165,7 +173,9 @@ def stage_memory(problem: Problem, config: Config, stage: Stage, n_stages: int,
 
     activations, stash = _activations_and_stash(stage, config, n_stages)
 
-    amp = config.available_memory_proportion[min(stage.index, len(config.available_memory_proportion) - 1)]
+    amp = config.available_memory_proportion[
+        min(stage.index, len(config.available_memory_proportion) - 1)
+    ]
     compute_tiles = target.tiles - config.io_tiles
     plan_need = k.temporary_plan_factor * stage.max_op_bytes * activation_scale(config)
     if config.half_compute and config.partials == "half":
@@ -176,7 +186,9 @@ def stage_memory(problem: Problem, config: Config, stage: Stage, n_stages: int,
         temporary += stage.largest_param * weight_bytes
 
     recomputed = config.effective_recompute in ("pipeline", "all", "standard")
-    op_code = stage.ops * k.code_bytes_per_op * (1 + (k.recompute_code_fraction if recomputed else 0))
+    op_code = (
+        stage.ops * k.code_bytes_per_op * (1 + (k.recompute_code_fraction if recomputed else 0))
+    )
     if amp < k.amp_code_knee:
         op_code *= 1 + (k.amp_code_knee - amp) / k.amp_code_knee
     code = k.code_base_bytes + op_code

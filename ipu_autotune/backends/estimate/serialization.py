@@ -20,15 +20,18 @@ from ...profiles.placement import unit_of_path
 from .layout import Stage, stage_members
 
 
-def serialize_projection(problem: Problem, config: Config, profile: ModelProfile,
-                         layout: list[Stage]) -> list[Stage]:
+def serialize_projection(
+    problem: Problem, config: Config, profile: ModelProfile, layout: list[Stage]
+) -> list[Stage]:
     layout = serialize_input_embedding(problem, config, profile, layout)
     factor = config.embedding_serialization
     if factor == 1:
         return layout
     from ...models import hf
 
-    found = hf.vocabulary_projection(problem.model, problem.task) if hf.is_hf(problem.model) else None
+    found = (
+        hf.vocabulary_projection(problem.model, problem.task) if hf.is_hf(problem.model) else None
+    )
     if found is None:
         return layout
     head = unit_of_path(profile, found[0])
@@ -39,7 +42,9 @@ def serialize_projection(problem: Problem, config: Config, profile: ModelProfile
     for stage, members in zip(layout, stage_members(profile, config), strict=True):
         if head in members:
             others = max((profile.units[i].max_op_bytes for i in members if i != head), default=0)
-            stage = replace(stage, max_op_bytes=int(max(others, piece)), ops=stage.ops + factor - 1)
+            stage = replace(
+                stage, max_op_bytes=int(max(others, piece)), ops=stage.ops + factor - 1
+            )
         out.append(stage)
     return out
 
@@ -49,8 +54,9 @@ def serialize_projection(problem: Problem, config: Config, profile: ModelProfile
 OPS_PER_EXTRA_LOOKUP = 7
 
 
-def serialize_input_embedding(problem: Problem, config: Config, profile: ModelProfile,
-                              layout: list[Stage]) -> list[Stage]:
+def serialize_input_embedding(
+    problem: Problem, config: Config, profile: ModelProfile, layout: list[Stage]
+) -> list[Stage]:
     """input_embedding_serialization: the token embedding as `factor` masked look-ups into
     slices of its table (optimum-graphcore's SerializedEmbedding), each output masked and
     summed. What it saves is in the embedding's gradient (a slice's update at a time), which
@@ -68,7 +74,10 @@ def serialize_input_embedding(problem: Problem, config: Config, profile: ModelPr
     out = []
     for stage, members in zip(layout, stage_members(profile, config), strict=True):
         if head in members:
-            stage = replace(stage, ops=stage.ops + OPS_PER_EXTRA_LOOKUP * (factor - 1),
-                            light_bytes=stage.light_bytes + masked)
+            stage = replace(
+                stage,
+                ops=stage.ops + OPS_PER_EXTRA_LOOKUP * (factor - 1),
+                light_bytes=stage.light_bytes + masked,
+            )
         out.append(stage)
     return out

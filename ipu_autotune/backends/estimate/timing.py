@@ -51,10 +51,13 @@ class StageTime:
         return self.forward_s + self.backward_s + self.recompute_s + self.transfer_s
 
 
-def stage_time(config: Config, stage: Stage, n_stages: int, target: Target,
-               k: EstimatorConstants) -> StageTime:
+def stage_time(
+    config: Config, stage: Stage, n_stages: int, target: Target, k: EstimatorConstants
+) -> StageTime:
     mode = compute_mode(config)
-    amp = config.available_memory_proportion[min(stage.index, len(config.available_memory_proportion) - 1)]
+    amp = config.available_memory_proportion[
+        min(stage.index, len(config.available_memory_proportion) - 1)
+    ]
     rate = target.peak_flops(mode) * k.matmul_efficiency[mode] * amp_speed(amp, k)
     a = activation_scale(config)
     light_s = (stage.light_bytes * a * k.light_traffic_factor) / target.sram_bytes_per_s
@@ -98,7 +101,14 @@ class Timing:
 #: updater and var-update ops, and the gradient accumulator zeroed (popart willow/src/patterns/
 #: adamdecompose.cpp AdamDecompose::apply: accl1, accl2, AdamUpdaterOp, (LAMB: two LambSquareOps),
 #: AdamVarUpdateOp, AccumulatorUpdateOp; sgd1decompose.cpp / sgd2decompose.cpp for SGD).
-UPDATE_OPS_PER_TENSOR = {"sgd_combined": 2, "sgd": 3, "rmsprop": 4, "adam": 5, "adamw": 5, "lamb": 7}
+UPDATE_OPS_PER_TENSOR = {
+    "sgd_combined": 2,
+    "sgd": 3,
+    "rmsprop": 4,
+    "adam": 5,
+    "adamw": 5,
+    "lamb": 7,
+}
 
 
 def update_ops_seconds(problem: Problem, stages: list[Stage], k: EstimatorConstants) -> float:
@@ -106,17 +116,24 @@ def update_ops_seconds(problem: Problem, stages: list[Stage], k: EstimatorConsta
     PopART's default accumulateOuterFragmentSettings.schedule is Serial (popart
     sessionoptions.hpp, AccumulateOuterFragmentSettings): the IPUs' updates do not overlap,
     so they add up; under --trainer optimum, IPUTrainer's overlap (outer_fragment_params)."""
-    per_ipu = [s.param_tensors * UPDATE_OPS_PER_TENSOR[problem.optimizer] * k.update_op_s for s in stages]
+    per_ipu = [
+        s.param_tensors * UPDATE_OPS_PER_TENSOR[problem.optimizer] * k.update_op_s for s in stages
+    ]
     return outer_fragment_params(problem, per_ipu) if is_optimum(problem) else sum(per_ipu)
 
 
-def timing(problem: Problem, config: Config, stages: list[Stage], target: Target,
-           k: EstimatorConstants) -> Timing:
+def timing(
+    problem: Problem, config: Config, stages: list[Stage], target: Target, k: EstimatorConstants
+) -> Timing:
     n = forward_stages(stages, config)
     times = [stage_time(config, s, n, target, k) for s in stages]
     ga = config.gradient_accumulation
 
-    input_s = stages[0].in_bytes * input_scale(config) / (target.host_bytes_per_s * k.host_bandwidth_scale)
+    input_s = (
+        stages[0].in_bytes
+        * input_scale(config)
+        / (target.host_bytes_per_s * k.host_bandwidth_scale)
+    )
     # No overlap credit for I/O tiles: the exported code only reserves them
     # (TensorLocations.numIOTiles); without poptorch.set_overlap_for_input/output the host
     # transfer stays on the step's critical path and the tiles are only lost to compute.
@@ -134,7 +151,9 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
     update = update_ops_seconds(problem, stages, k)
     if offloaded(problem, config):  # a state to stream, and Streaming Memory to stream it to
         # Each replica streams its own shard of each stage's state (memory.state_elements_per_replica).
-        elements = outer_fragment_params(problem, [state_elements_per_replica(problem, config, s) for s in stages])
+        elements = outer_fragment_params(
+            problem, [state_elements_per_replica(problem, config, s) for s in stages]
+        )
         state = elements * state_bytes_per_param(problem, config)
         update += 2 * state / max(target.streaming_bytes_per_s, 1.0)
 
@@ -154,6 +173,11 @@ def timing(problem: Problem, config: Config, stages: list[Stage], target: Target
         call_time_s=call,
         throughput=samples / call,
         stage_seconds=per_stage,
-        parts={"compute": compute, "weight_update": update, "all_reduce": allreduce,
-               "host_per_step": k.host_call_overhead_s / di, "input_per_micro_batch": input_s},
+        parts={
+            "compute": compute,
+            "weight_update": update,
+            "all_reduce": allreduce,
+            "host_per_step": k.host_call_overhead_s / di,
+            "input_per_micro_batch": input_s,
+        },
     )

@@ -42,10 +42,19 @@ class PopTorchBackend(Backend):
     name = "poptorch"
     source = "compile"
 
-    def __init__(self, work_dir: str | Path, timeout_s: float = 3600.0, time_runs: bool = True,
-                 python: str = sys.executable, env: dict[str, str] | None = None,
-                 lr: float | None = None, cache_dir: str | Path | None = None,
-                 warmup_calls: int = 2, timed_calls: int = 5, kill_grace_s: float = 5.0):
+    def __init__(
+        self,
+        work_dir: str | Path,
+        timeout_s: float = 3600.0,
+        time_runs: bool = True,
+        python: str = sys.executable,
+        env: dict[str, str] | None = None,
+        lr: float | None = None,
+        cache_dir: str | Path | None = None,
+        warmup_calls: int = 2,
+        timed_calls: int = 5,
+        kill_grace_s: float = 5.0,
+    ):
         # Absolute: the child runs in its trial folder, where relative paths would not resolve.
         self.work_dir = Path(work_dir).resolve()
         self.timeout_s = float(timeout_s)
@@ -54,7 +63,9 @@ class PopTorchBackend(Backend):
         self.env = dict(env or {})
         self.lr = lr
         # Shared by all trials: a repeated configuration loads instead of recompiling.
-        self.cache_dir = Path(cache_dir).resolve() if cache_dir else self.work_dir / "executable-cache"
+        self.cache_dir = (
+            Path(cache_dir).resolve() if cache_dir else self.work_dir / "executable-cache"
+        )
         self.warmup_calls = warmup_calls
         self.timed_calls = timed_calls
         self.kill_grace_s = kill_grace_s
@@ -70,13 +81,24 @@ class PopTorchBackend(Backend):
         """`poptorch-<version>` of the interpreter the compiles run in, asked once of a child
         (the parent never imports PopTorch); each compile's result also says it (child.sdk_label)."""
         if self._sdk is None:
-            code = ("import importlib, sys\n"
-                    "try:\n    m = importlib.import_module('poptorch')\nexcept Exception:\n    sys.exit(1)\n"
-                    "print('poptorch-' + str(getattr(m, '__version__', 'unknown')))")
+            code = (
+                "import importlib, sys\n"
+                "try:\n    m = importlib.import_module('poptorch')\nexcept Exception:\n    sys.exit(1)\n"
+                "print('poptorch-' + str(getattr(m, '__version__', 'unknown')))"
+            )
             try:
-                out = subprocess.run([self.python, "-c", code], env=self.child_env(), capture_output=True,
-                                     text=True, timeout=120)
-                self._sdk = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else ""
+                out = subprocess.run(
+                    [self.python, "-c", code],
+                    env=self.child_env(),
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                self._sdk = (
+                    out.stdout.strip().splitlines()[-1]
+                    if out.returncode == 0 and out.stdout.strip()
+                    else ""
+                )
             except (OSError, subprocess.SubprocessError):
                 self._sdk = ""
         return self._sdk or None
@@ -92,31 +114,54 @@ class PopTorchBackend(Backend):
         try:
             request = self._write_request(trial_dir, problem, config)
         except Exception as exc:  # e.g. a value render_snippet refuses to export
-            return failed("invalid", f"cannot export this configuration: {exc}",
-                          artifact_dir=str(trial_dir), log=str(log_path))
+            return failed(
+                "invalid",
+                f"cannot export this configuration: {exc}",
+                artifact_dir=str(trial_dir),
+                log=str(log_path),
+            )
         start = time.perf_counter()
         try:
             outcome = self._run_child(trial_dir, log_path)
         except OSError as exc:  # the interpreter itself cannot start
-            return failed("crash", f"cannot start the trial process {self.python}: {exc.strerror or exc}",
-                          artifact_dir=str(trial_dir), log=str(log_path))
+            return failed(
+                "crash",
+                f"cannot start the trial process {self.python}: {exc.strerror or exc}",
+                artifact_dir=str(trial_dir),
+                log=str(log_path),
+            )
         seconds = time.perf_counter() - start
-        details = {"artifact_dir": str(trial_dir), "log": str(log_path), "seconds": round(seconds, 3),
-                   **outcome}
+        details = {
+            "artifact_dir": str(trial_dir),
+            "log": str(log_path),
+            "seconds": round(seconds, 3),
+            **outcome,
+        }
         if outcome["closed"]:
-            return failed("interrupted", f"the tuner stopped while this trial ran (log: {log_path})",
-                          **details)
+            return failed(
+                "interrupted",
+                f"the tuner stopped while this trial ran (log: {log_path})",
+                **details,
+            )
         if outcome["timed_out"]:
-            return failed("timeout", f"no result after {self.timeout_s:g} s; the trial was killed "
-                          f"(log: {log_path})", **details)
+            return failed(
+                "timeout",
+                f"no result after {self.timeout_s:g} s; the trial was killed (log: {log_path})",
+                **details,
+            )
         result_path = Path(request["result_path"])
         try:
             result = json.loads(result_path.read_text())
         except (OSError, ValueError):
             why = describe_exit(outcome["returncode"])
             hint = last_line(read_text(log_path))
-            return failed("crash", f"the trial process {why} without a result"
-                          + (f": {hint}" if hint else "") + f" (log: {log_path})", **details)
+            return failed(
+                "crash",
+                f"the trial process {why} without a result"
+                + (f": {hint}" if hint else "")
+                + f" (log: {log_path})",
+                **details,
+            )
         m = measurement_from_result(result, details, read_text(log_path))
         if m.source == "run" and m.throughput:
             _end_to_end(m, problem, config)
@@ -127,8 +172,10 @@ class PopTorchBackend(Backend):
         try:
             self.work_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UsageError(f"cannot create the trial folder {self.work_dir}: {exc.strerror}; "
-                             "choose a writable --out") from None
+            raise UsageError(
+                f"cannot create the trial folder {self.work_dir}: {exc.strerror}; "
+                "choose a writable --out"
+            ) from None
         with self._lock:
             n = self.trials_started
             while True:
@@ -180,7 +227,12 @@ class PopTorchBackend(Backend):
         # Poplar lets this variable override our engine options: the profile would land
         # elsewhere, or profiling would add memory (reference §3.6). Only an explicit env wins.
         env.pop("POPLAR_ENGINE_OPTIONS", None)
-        paths = [self.env.get("PYTHONPATH", ""), _PACKAGE_ROOT, os.getcwd(), os.environ.get("PYTHONPATH", "")]
+        paths = [
+            self.env.get("PYTHONPATH", ""),
+            _PACKAGE_ROOT,
+            os.getcwd(),
+            os.environ.get("PYTHONPATH", ""),
+        ]
         env.update({k: v for k, v in self.env.items() if k != "PYTHONPATH"})
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         env["PYTHONUNBUFFERED"] = "1"
@@ -189,8 +241,15 @@ class PopTorchBackend(Backend):
     def _run_child(self, trial_dir: Path, log_path: Path) -> dict[str, Any]:
         cmd = [self.python, "-m", CHILD_MODULE, str(trial_dir / "request.json")]
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(cmd, cwd=trial_dir, env=self.child_env(), stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=trial_dir,
+                env=self.child_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             with self._lock:
                 self._running[proc.pid] = proc
             timed_out = False
@@ -207,7 +266,12 @@ class PopTorchBackend(Backend):
                     self._running.pop(proc.pid, None)
                     closed = proc.pid in self._closed
                     self._closed.discard(proc.pid)
-        return {"returncode": proc.returncode, "pid": proc.pid, "timed_out": timed_out, "closed": closed}
+        return {
+            "returncode": proc.returncode,
+            "pid": proc.pid,
+            "timed_out": timed_out,
+            "closed": closed,
+        }
 
     def _kill(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGTERM to the whole group (the child and anything it started), then SIGKILL.
@@ -241,22 +305,44 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 # --- result.json -> Measurement ------------------------------------------------------------
 
-def measurement_from_result(result: dict[str, Any], details: dict[str, Any],
-                            log_text: str = "") -> Measurement:
+
+def measurement_from_result(
+    result: dict[str, Any], details: dict[str, Any], log_text: str = ""
+) -> Measurement:
     """The child's verdict as a Measurement (a pure function, tested without a subprocess)."""
     status = result.get("status")
     error = CaughtError.from_dict(result["error"]) if result.get("error") else None
     memory = ProfileMemory.from_dict(result["memory"]) if result.get("memory") else None
     details = dict(details)
-    details.update({k: result[k] for k in ("profile_path", "compile_seconds", "hardware", "oom_evidence",
-                                           "profile_error", "phase", "sdk") if result.get(k) is not None})
+    details.update(
+        {
+            k: result[k]
+            for k in (
+                "profile_path",
+                "compile_seconds",
+                "hardware",
+                "oom_evidence",
+                "profile_error",
+                "phase",
+                "sdk",
+            )
+            if result.get(k) is not None
+        }
+    )
     if error:
         details["error_type"] = error.type or error.cls
-    if status == "compile_error" and error is not None and error.is_poptorch and LOG_MARKER in log_text:
+    if (
+        status == "compile_error"
+        and error is not None
+        and error.is_poptorch
+        and LOG_MARKER in log_text
+    ):
         status, details["oom_evidence"] = "oom", "PopTorch log"  # the parent sees all of stderr
 
     if status == "refused":  # the child's own rules check, before any allocation (child.refusal)
-        return failed("invalid", result.get("reason") or "refused by the trial's host checks", **details)
+        return failed(
+            "invalid", result.get("reason") or "refused by the trial's host checks", **details
+        )
     if status == "ok":
         m = _with_memory(Measurement(feasible=True, source="compile", details=details), memory)
         timing = result.get("timing")
@@ -269,7 +355,9 @@ def measurement_from_result(result: dict[str, Any], details: dict[str, Any],
             details["run_error"] = CaughtError.from_dict(result["run_error"]).summary()
         return m
     if status == "oom":
-        m = _with_memory(Measurement(feasible=False, source="compile", failure="oom", details=details), memory)
+        m = _with_memory(
+            Measurement(feasible=False, source="compile", failure="oom", details=details), memory
+        )
         m.reason = _oom_reason(memory, error)
         return m
     if status == "compile_error":
@@ -319,9 +407,11 @@ def _oom_reason(memory: ProfileMemory | None, error: CaughtError | None) -> str:
     worst = max(range(len(memory.overflow_bytes)), key=lambda i: memory.overflow_bytes[i])
     if memory.overflow_bytes[worst] == 0:
         return "out of memory (PopTorch said so; the profile shows no tile overflow)"
-    return (f"out of memory: {memory.overflowing_tiles[worst]} tiles of IPU{worst} over by "
-            f"{format_bytes(memory.overflow_bytes[worst])} in total (busiest tile "
-            f"{format_bytes(memory.max_tile_bytes[worst])} of {format_bytes(memory.tile_capacity_bytes)})")
+    return (
+        f"out of memory: {memory.overflowing_tiles[worst]} tiles of IPU{worst} over by "
+        f"{format_bytes(memory.overflow_bytes[worst])} in total (busiest tile "
+        f"{format_bytes(memory.max_tile_bytes[worst])} of {format_bytes(memory.tile_capacity_bytes)})"
+    )
 
 
 __all__ = ["PopTorchBackend", "measurement_from_result"]

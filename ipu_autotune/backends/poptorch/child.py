@@ -46,17 +46,20 @@ def run_snippet(source: str, filename: str) -> dict[str, Any]:
     return ns
 
 
-def add_tuner_options(opts: Any, poptorch: Any, request: dict[str, Any], problem: Problem,
-                      hardware: bool) -> Any:
+def add_tuner_options(
+    opts: Any, poptorch: Any, request: dict[str, Any], problem: Problem, hardware: bool
+) -> Any:
     """The options the tuner needs and a user's paste does not (reference §3.6, §9)."""
     # setEngineOptions replaces the whole dict (pitfall 7): merge with what is there.
     engine = dict(opts._Popart.options.get("engineOptions", {}))
-    engine.update({
-        "debug.allowOutOfMemory": "true",  # lay out the whole graph, so the profile is complete
-        "autoReport.outputGraphProfile": "true",
-        "autoReport.outputExecutionProfile": "false",  # instrumentation would cost memory
-        "autoReport.directory": str(request["report_dir"]),
-    })
+    engine.update(
+        {
+            "debug.allowOutOfMemory": "true",  # lay out the whole graph, so the profile is complete
+            "autoReport.outputGraphProfile": "true",
+            "autoReport.outputExecutionProfile": "false",  # instrumentation would cost memory
+            "autoReport.directory": str(request["report_dir"]),
+        }
+    )
     opts._Popart.setEngineOptions(engine)
     if request.get("cache_dir"):
         opts.enableExecutableCaching(str(request["cache_dir"]))
@@ -110,8 +113,10 @@ def refusal(problem: Problem, config: Config) -> str | None:
     n = host.samples_per_call(problem, config)
     contiguous = n * host.sample_bytes(problem, config)
     if contiguous > problem.host_memory_gb * 1e9:
-        return (f"the host batch of one call is {contiguous / 1e9:.1f} GB ({n:,} samples), above "
-                f"--host-memory {problem.host_memory_gb:g} GB")
+        return (
+            f"the host batch of one call is {contiguous / 1e9:.1f} GB ({n:,} samples), above "
+            f"--host-memory {problem.host_memory_gb:g} GB"
+        )
     return None
 
 
@@ -130,8 +135,13 @@ def _read_memory(request: dict[str, Any], config: Config, result: dict[str, Any]
         result["profile_error"] = CaughtError.from_exception(exc).summary()
 
 
-def _time_runs(training: Any, batch: tuple[Any, ...], problem: Problem, config: Config,
-               request: dict[str, Any]) -> dict[str, Any]:
+def _time_runs(
+    training: Any,
+    batch: tuple[Any, ...],
+    problem: Problem,
+    config: Config,
+    request: dict[str, Any],
+) -> dict[str, Any]:
     """Warm-up calls, then timed calls; samples/s of the whole system (reference §6)."""
     for _ in range(int(request.get("warmup_calls", 2))):
         training(*batch)
@@ -143,9 +153,14 @@ def _time_runs(training: Any, batch: tuple[Any, ...], problem: Problem, config: 
         seconds.append(time.perf_counter() - start)
     per_call = sum(seconds) / len(seconds)
     samples = host.samples_per_call(problem, config)
-    return {"seconds_per_call": per_call, "calls": calls, "samples_per_call": samples,
-            "throughput": samples / per_call if per_call > 0 else None,
-            "step_time_s": per_call / config.device_iterations, "call_seconds": seconds}
+    return {
+        "seconds_per_call": per_call,
+        "calls": calls,
+        "samples_per_call": samples,
+        "throughput": samples / per_call if per_call > 0 else None,
+        "step_time_s": per_call / config.device_iterations,
+        "call_seconds": seconds,
+    }
 
 
 def sdk_label(poptorch: Any) -> str:
@@ -156,9 +171,16 @@ def sdk_label(poptorch: Any) -> str:
 def run_trial(request: dict[str, Any]) -> dict[str, Any]:
     problem = Problem.from_dict(request["problem"])
     config = Config.from_dict(request["config"])
-    result: dict[str, Any] = {"status": "setup_error", "phase": "setup", "error": None,
-                              "hardware": False, "memory": None, "profile_path": None,
-                              "timing": None, "compile_seconds": None}
+    result: dict[str, Any] = {
+        "status": "setup_error",
+        "phase": "setup",
+        "error": None,
+        "hardware": False,
+        "memory": None,
+        "profile_path": None,
+        "timing": None,
+        "compile_seconds": None,
+    }
     try:
         import poptorch
         import torch
@@ -169,7 +191,9 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
 
     refused = refusal(problem, config)  # before the model, the options or the host batch exist
     if refused:
-        result.update(status="refused", reason=f"refused before allocating the host batch: {refused}")
+        result.update(
+            status="refused", reason=f"refused before allocating the host batch: {refused}"
+        )
         log(result["reason"])
         return result
     try:
@@ -184,7 +208,9 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
 
             model = pickle.loads(Path(request["model_path"]).read_bytes()).train()
         else:
-            model = build_model(problem.model, problem.num_classes, device="cpu", task=problem.task, **described)
+            model = build_model(
+                problem.model, problem.num_classes, device="cpu", task=problem.task, **described
+            )
         ns = load_snippet(request["snippet_path"])
         result["phase"] = "annotate"  # from here on, a failure is the configuration's
         model = ns["TrainingModel"](model)
@@ -195,13 +221,18 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
         result["hardware"] = hardware
         add_tuner_options(opts, poptorch, request, problem, hardware)
         Path(request["options_path"]).write_text(repr(opts) + "\n")  # never toDict (pitfall 13)
-        optimizer = ns["make_optimizer"](model, lr=request["lr"]) if request.get("lr") is not None \
+        optimizer = (
+            ns["make_optimizer"](model, lr=request["lr"])
+            if request.get("lr") is not None
             else ns["make_optimizer"](model)
+        )
         batch = host_batch(problem, config, ns.get("INPUT_DTYPE", torch.float))
         result["phase"] = "compile"
         training = poptorch.trainingModel(model, opts, optimizer)
-        log(f"compiling: host batch {', '.join(f'{tuple(t.shape)} {t.dtype}' for t in batch)}, "
-            f"{'IPUs attached' if hardware else 'offline target'}")
+        log(
+            f"compiling: host batch {', '.join(f'{tuple(t.shape)} {t.dtype}' for t in batch)}, "
+            f"{'IPUs attached' if hardware else 'offline target'}"
+        )
         start = time.perf_counter()
         try:
             training.compile(*batch)
@@ -218,8 +249,12 @@ def run_trial(request: dict[str, Any]) -> dict[str, Any]:
         sys.stderr.flush()
         _read_memory(request, config, result)
         overflow = sum((result["memory"] or {}).get("overflow_bytes", []) or [0])
-        evidence = oom_evidence(error, read_text(Path.cwd() / ERROR_LOG),
-                                read_text(Path(request["log_path"])), overflow)
+        evidence = oom_evidence(
+            error,
+            read_text(Path.cwd() / ERROR_LOG),
+            read_text(Path(request["log_path"])),
+            overflow,
+        )
         result["oom_evidence"] = evidence
         result["status"] = "oom" if evidence else "compile_error"
         return result
@@ -249,15 +284,20 @@ def write_result(path: str | Path, result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m ipu_autotune.backends.poptorch.child request.json", file=sys.stderr)
+        print(
+            "usage: python -m ipu_autotune.backends.poptorch.child request.json", file=sys.stderr
+        )
         return 2
     request = json.loads(Path(argv[0]).read_text())
     try:
         result = run_trial(request)
     except Exception as exc:  # a bug in this script: still leave a result that says so
         traceback.print_exc()
-        result = {"status": "setup_error", "phase": "child",
-                  "error": CaughtError.from_exception(exc).to_dict()}
+        result = {
+            "status": "setup_error",
+            "phase": "child",
+            "error": CaughtError.from_exception(exc).to_dict(),
+        }
     write_result(request["result_path"], result)
     return 0
 

@@ -60,8 +60,12 @@ class CaughtError:
         return cls(**{k: str(d.get(k, "")) for k in ("cls", "type", "message", "text")})
 
 
-def oom_evidence(error: CaughtError | None, error_log_text: str = "", log_text: str = "",
-                 profile_overflow: int = 0) -> str | None:
+def oom_evidence(
+    error: CaughtError | None,
+    error_log_text: str = "",
+    log_text: str = "",
+    profile_overflow: int = 0,
+) -> str | None:
     """What says this failed compile ran out of memory, or None if nothing does.
 
     Only a PopTorch error can be an OOM: an AssertionError from an option check that happens

@@ -26,8 +26,13 @@ from typing import Any
 
 PROFILE_NAME = "profile.pop"
 #: pva memory categories that are code or exchange code (reference §5.2).
-CODE_CATEGORIES = ("vertexCode", "controlCode", "internalExchangeCode", "globalExchangeCode",
-                   "hostExchangeCode")
+CODE_CATEGORIES = (
+    "vertexCode",
+    "controlCode",
+    "internalExchangeCode",
+    "globalExchangeCode",
+    "hostExchangeCode",
+)
 
 
 @dataclass
@@ -85,15 +90,22 @@ def read_profile(path: str | Path, ipus_per_replica: int | None = None) -> Profi
     ipus = report.compilation.ipus
     n_ipus = len(ipus)
     replicas = int(_get(target, "numReplicas", 1) or 1)
-    per_replica = int(ipus_per_replica or _get(target, "ipusPerReplica", 0) or max(1, n_ipus // replicas))
+    per_replica = int(
+        ipus_per_replica or _get(target, "ipusPerReplica", 0) or max(1, n_ipus // replicas)
+    )
     # Whether ipus lists one replica or all of them is unverified (reference §10); replicas
     # are identical, so the first `per_replica` IPUs are one replica either way.
     per_replica = min(per_replica, n_ipus) if n_ipus else per_replica
     bytes_per_tile = int(target.bytesPerTile)
     tiles_per_ipu = int(target.tilesPerIpu)
 
-    out = ProfileMemory(path=str(path), ipus_per_replica=per_replica, replicas=replicas,
-                        tiles_per_ipu=tiles_per_ipu, tile_capacity_bytes=bytes_per_tile)
+    out = ProfileMemory(
+        path=str(path),
+        ipus_per_replica=per_replica,
+        replicas=replicas,
+        tiles_per_ipu=tiles_per_ipu,
+        tile_capacity_bytes=bytes_per_tile,
+    )
     for i in range(per_replica):
         total = busiest = overflow = overflowing = 0
         code = always = not_always = excluding = 0
@@ -118,9 +130,14 @@ def read_profile(path: str | Path, ipus_per_replica: int | None = None) -> Profi
         out.overflowing_tiles.append(overflowing)
         if always or not_always:
             code = min(code, always)
-            out.breakdown.append({"code/exchange": code, "always-live": always - code,
-                                  "not-always-live": not_always,
-                                  "gaps": max(0, total - always - not_always)})
+            out.breakdown.append(
+                {
+                    "code/exchange": code,
+                    "always-live": always - code,
+                    "not-always-live": not_always,
+                    "gaps": max(0, total - always - not_always),
+                }
+            )
         else:  # no liveness split in this profile: say only what is known
             out.breakdown.append({"always-live": total})
     return out

@@ -15,24 +15,47 @@ from .enums import DataLoaderMode
 
 
 class DataLoader(torch.utils.data.DataLoader):
-    def __init__(self, options, dataset, batch_size=1, shuffle=None, num_workers=0, drop_last=True,
-                 persistent_workers=None, auto_distributed_partitioning=True, mode=DataLoaderMode.Sync,
-                 async_options=None, rebatched_worker_size=None, batch_sampler=None, **kwargs):
+    def __init__(
+        self,
+        options,
+        dataset,
+        batch_size=1,
+        shuffle=None,
+        num_workers=0,
+        drop_last=True,
+        persistent_workers=None,
+        auto_distributed_partitioning=True,
+        mode=DataLoaderMode.Sync,
+        async_options=None,
+        rebatched_worker_size=None,
+        batch_sampler=None,
+        **kwargs,
+    ):
         if not isinstance(mode, DataLoaderMode):
             raise ValueError(f"mode must be a poptorch.DataLoaderMode, got {mode!r}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self._options = options
         replicas = options.replication_factor // max(1, options.input_group_size)
-        self._combined_batch_size = (batch_size * options.device_iterations * replicas
-                                     * options.Training.gradient_accumulation)
+        self._combined_batch_size = (
+            batch_size
+            * options.device_iterations
+            * replicas
+            * options.Training.gradient_accumulation
+        )
         self._micro_batch_size = batch_size
         self._mode = mode
         self._async_options = dict(async_options or {})
         options._freeze()
-        super().__init__(dataset, batch_size=self._combined_batch_size, shuffle=bool(shuffle),
-                         num_workers=num_workers, drop_last=drop_last,
-                         persistent_workers=bool(persistent_workers) if num_workers else False, **kwargs)
+        super().__init__(
+            dataset,
+            batch_size=self._combined_batch_size,
+            shuffle=bool(shuffle),
+            num_workers=num_workers,
+            drop_last=drop_last,
+            persistent_workers=bool(persistent_workers) if num_workers else False,
+            **kwargs,
+        )
 
     @property
     def combinedBatchSize(self) -> int:

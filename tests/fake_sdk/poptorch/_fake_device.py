@@ -54,8 +54,13 @@ FAULTS = ("crash", "abort", "exit", "hang", "compile_error", "long_errors")
 OOM_MESSAGE = "Out of memory: Cannot fit all variable data onto one or more tiles"
 IO_TILE_BYTES = 64 * 1024  # stream buffers on each I/O tile
 GAP_FRACTION = 0.02  # alignment gaps: includingGaps - excludingGaps
-CODE_SPLIT = {"vertexCode": 0.45, "controlCode": 0.10, "internalExchangeCode": 0.30,
-              "globalExchangeCode": 0.05, "hostExchangeCode": 0.10}
+CODE_SPLIT = {
+    "vertexCode": 0.45,
+    "controlCode": 0.10,
+    "internalExchangeCode": 0.30,
+    "globalExchangeCode": 0.05,
+    "hostExchangeCode": 0.10,
+}
 RECOMPUTE = {0: "none", 1: "standard", 2: "norm_only", 3: "pipeline", 4: "all"}
 TARGET_OF_VERSION = {1: "mk1", 2: "mk2", 21: "mk2"}
 
@@ -70,36 +75,98 @@ def constants():
 
 # --- SessionOptions the C++ side accepts (popart_compiler/source/SessionOptions.cpp) ------
 
-_BOOL = {"aliasZeroCopy", "automaticLossScalingSettings.enabled", "compileEngine", "constantWeights",
-         "decomposeGradSum", "delayVarUpdates", "disableGradAccumulationTensorStreams",
-         "disableOptimizerStateTensorStreams", "enableEngineCaching", "enableExplicitMainLoops",
-         "enableFloatingPointChecks", "enableGradientAccumulation", "enableLoadAndOffloadRNGState",
-         "enableOutlining", "enablePipelining", "enablePrefetchDatastreams", "enableReplicatedGraphs",
-         "enableStableNorm", "enableStochasticRounding", "explicitRecomputation",
-         "instrumentWithHardwareCycleCounter", "rearrangeAnchorsOnHost", "rearrangeStreamsOnHost",
-         "scheduleNonWeightUpdateGradientConsumersEarly", "useHostCopyOps", "enableExplicitIR",
-         "replicatedCollectivesSettings.mergeAllReduceCollectives",
-         "replicatedCollectivesSettings.prepareScheduleForMergingCollectives"}
-_UINT = {"accumulationFactor", "automaticLossScalingSettings.updatePeriod", "defaultBufferingDepth",
-         "defaultPrefetchBufferingDepth", "numIOTiles", "accumulateOuterFragmentSettings.schedule",
-         "automaticLossScalingSettings.gradientTensorTrackingMethod", "patterns_level"}
-_ENUM = {"autoRecomputation": 5, "syntheticDataMode": 4, "subgraphCopyingStrategy": 2,
-         "virtualGraphMode": 5, "mergeVarUpdate": 4, "accumulationAndReplicationReductionType": 3,
-         "meanAccumulationAndReplicationReductionStrategy": 3}
-_DOUBLE = {"outlineThreshold", "automaticLossScalingSettings.binEdgeLocation",
-           "automaticLossScalingSettings.thresholdUpperCountProportion", "timeLimitScheduler"}
+_BOOL = {
+    "aliasZeroCopy",
+    "automaticLossScalingSettings.enabled",
+    "compileEngine",
+    "constantWeights",
+    "decomposeGradSum",
+    "delayVarUpdates",
+    "disableGradAccumulationTensorStreams",
+    "disableOptimizerStateTensorStreams",
+    "enableEngineCaching",
+    "enableExplicitMainLoops",
+    "enableFloatingPointChecks",
+    "enableGradientAccumulation",
+    "enableLoadAndOffloadRNGState",
+    "enableOutlining",
+    "enablePipelining",
+    "enablePrefetchDatastreams",
+    "enableReplicatedGraphs",
+    "enableStableNorm",
+    "enableStochasticRounding",
+    "explicitRecomputation",
+    "instrumentWithHardwareCycleCounter",
+    "rearrangeAnchorsOnHost",
+    "rearrangeStreamsOnHost",
+    "scheduleNonWeightUpdateGradientConsumersEarly",
+    "useHostCopyOps",
+    "enableExplicitIR",
+    "replicatedCollectivesSettings.mergeAllReduceCollectives",
+    "replicatedCollectivesSettings.prepareScheduleForMergingCollectives",
+}
+_UINT = {
+    "accumulationFactor",
+    "automaticLossScalingSettings.updatePeriod",
+    "defaultBufferingDepth",
+    "defaultPrefetchBufferingDepth",
+    "numIOTiles",
+    "accumulateOuterFragmentSettings.schedule",
+    "automaticLossScalingSettings.gradientTensorTrackingMethod",
+    "patterns_level",
+}
+_ENUM = {
+    "autoRecomputation": 5,
+    "syntheticDataMode": 4,
+    "subgraphCopyingStrategy": 2,
+    "virtualGraphMode": 5,
+    "mergeVarUpdate": 4,
+    "accumulationAndReplicationReductionType": 3,
+    "meanAccumulationAndReplicationReductionStrategy": 3,
+}
+_DOUBLE = {
+    "outlineThreshold",
+    "automaticLossScalingSettings.binEdgeLocation",
+    "automaticLossScalingSettings.thresholdUpperCountProportion",
+    "timeLimitScheduler",
+}
 _STRING = {"cachePath", "partialsTypeMatMuls", "logDir", "saveInitializersToFile"}
-_CONTAINER = {"engineOptions", "convolutionOptions", "matmulOptions", "lstmOptions", "gclOptions",
-              "reportOptions", "updatableNamedBuffers", "patterns", "customCodelets", "dotChecks",
-              "hardwareInstrumentations", "accumulateOuterFragmentSettings.excludedVirtualGraphs"}
+_CONTAINER = {
+    "engineOptions",
+    "convolutionOptions",
+    "matmulOptions",
+    "lstmOptions",
+    "gclOptions",
+    "reportOptions",
+    "updatableNamedBuffers",
+    "patterns",
+    "customCodelets",
+    "dotChecks",
+    "hardwareInstrumentations",
+    "accumulateOuterFragmentSettings.excludedVirtualGraphs",
+}
 #: Poplar engine options the fake knows; Poplar rejects unknown names.
-_ENGINE = {"debug.allowOutOfMemory", "debug.instrument", "autoReport.all", "autoReport.directory",
-           "autoReport.outputGraphProfile", "autoReport.outputExecutionProfile",
-           "autoReport.outputDebugInfo", "autoReport.outputLoweredVars", "autoReport.outputArchive",
-           "autoReport.outputSerializedGraph", "autoReport.executionProfileProgramRunCount",
-           "autoReport.streamAtEachRun", "profiler.format", "profiler.includeCycleEstimates",
-           "profiler.includeFlopEstimates", "target.syncReplicasIndependently",
-           "target.hostSyncTimeout", "target.deterministicWorkers", "opt.useAutoloader"}
+_ENGINE = {
+    "debug.allowOutOfMemory",
+    "debug.instrument",
+    "autoReport.all",
+    "autoReport.directory",
+    "autoReport.outputGraphProfile",
+    "autoReport.outputExecutionProfile",
+    "autoReport.outputDebugInfo",
+    "autoReport.outputLoweredVars",
+    "autoReport.outputArchive",
+    "autoReport.outputSerializedGraph",
+    "autoReport.executionProfileProgramRunCount",
+    "autoReport.streamAtEachRun",
+    "profiler.format",
+    "profiler.includeCycleEstimates",
+    "profiler.includeFlopEstimates",
+    "target.syncReplicasIndependently",
+    "target.hostSyncTimeout",
+    "target.deterministicWorkers",
+    "opt.useAutoloader",
+}
 
 
 def _cpp_error(message: str) -> Error:
@@ -133,8 +200,19 @@ def check_popart_options(options: dict) -> None:
 
 # --- what the model computes in: PopTorch's type promotion ----------------------------------
 
-_HEAVY = {"conv1d", "conv2d", "conv3d", "linear", "matmul", "mm", "addmm", "bmm", "baddbmm",
-          "__matmul__", "scaled_dot_product_attention"}
+_HEAVY = {
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "linear",
+    "matmul",
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "__matmul__",
+    "scaled_dot_product_attention",
+}
 _NO_PROMOTION = {"to", "type", "half", "float", "double", "__get__", "__set__", "copy_"}
 
 
@@ -150,12 +228,18 @@ class PopTorchTypes(TorchFunctionMode):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if name not in _NO_PROMOTION:
-            floats = {a.dtype for a in tree_leaves((args, kwargs))
-                      if isinstance(a, torch.Tensor) and a.is_floating_point()}
+            floats = {
+                a.dtype
+                for a in tree_leaves((args, kwargs))
+                if isinstance(a, torch.Tensor) and a.is_floating_point()
+            }
             if len(floats) > 1:
                 args, kwargs = tree_map(
-                    lambda a: a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a,
-                    (args, kwargs))
+                    lambda a: (
+                        a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                    ),
+                    (args, kwargs),
+                )
         out = func(*args, **kwargs)
         if name in _HEAVY and isinstance(out, torch.Tensor):
             self.heavy[out.dtype] += out.numel()
@@ -163,6 +247,7 @@ class PopTorchTypes(TorchFunctionMode):
 
 
 # --- reconstruction -----------------------------------------------------------------------
+
 
 def _outputs(out):
     tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
@@ -174,10 +259,18 @@ def _outputs(out):
 def _optimizer_name(optimizer) -> tuple[str, str]:
     state = "half" if getattr(optimizer, "accum_type", torch.float32) == torch.float16 else "float"
     if isinstance(optimizer, optim.SGD) or type(optimizer) is torch.optim.SGD:
-        return ("sgd_combined" if getattr(optimizer, "use_combined_accum", False) else "sgd"), state
-    for cls, name in ((optim.AdamW, "adamw"), (optim.Adam, "adam"), (optim.LAMB, "lamb"),
-                      (optim.RMSprop, "rmsprop"), (torch.optim.AdamW, "adamw"),
-                      (torch.optim.Adam, "adam"), (torch.optim.RMSprop, "rmsprop")):
+        return (
+            "sgd_combined" if getattr(optimizer, "use_combined_accum", False) else "sgd"
+        ), state
+    for cls, name in (
+        (optim.AdamW, "adamw"),
+        (optim.Adam, "adam"),
+        (optim.LAMB, "lamb"),
+        (optim.RMSprop, "rmsprop"),
+        (torch.optim.AdamW, "adamw"),
+        (torch.optim.Adam, "adam"),
+        (torch.optim.RMSprop, "rmsprop"),
+    ):
         if isinstance(optimizer, cls):
             return name, state
     raise throw(Error, "poptorch_py_error", f"Unsupported optimizer {type(optimizer).__name__}")
@@ -190,13 +283,15 @@ def _blocks(model, options) -> list[tuple[int, str]]:
     for n, (path, hook) in enumerate(block_annotations(model)):
         block_id = hook._user_id if hook._user_id is not None else str(n)
         if strategy._block_map:
-            assert block_id in strategy._block_map, \
+            assert block_id in strategy._block_map, (
                 f"Unknown Block '{block_id}' list of expected Blocks: {list(strategy._block_map)}"
+            )
             stage = strategy._block_map[block_id]
             ipu = stage._ipu if stage._ipu is not None else stage._stage_id
         elif strategy._auto_stage == enums.AutoStage.SameAsIpu:
             assert hook._ipu_id is not None, (
-                f"poptorch.AutoStage.SameAsIpu was selected but no IPU was specified for block {block_id}")
+                f"poptorch.AutoStage.SameAsIpu was selected but no IPU was specified for block {block_id}"
+            )
             ipu = hook._ipu_id
         else:
             ipu = hook._ipu_id if hook._ipu_id is not None else n
@@ -207,7 +302,9 @@ def _blocks(model, options) -> list[tuple[int, str]]:
 class Verdict:
     """Everything the fake compile decided, kept on the executor for tests to inspect."""
 
-    def __init__(self, problem, config, measurement, profile_path, seconds_per_call, compute_dtype):
+    def __init__(
+        self, problem, config, measurement, profile_path, seconds_per_call, compute_dtype
+    ):
         self.problem = problem
         self.config = config
         self.measurement = measurement
@@ -225,12 +322,16 @@ DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 def _bind_inputs(model, args) -> tuple[dict, dict]:
     """(inputs, labels) by the names of model.forward, as PopTorch's args parser binds them."""
     bound = inspect.signature(model.forward).bind_partial(*args).arguments
-    inputs = {k: v for k, v in bound.items() if k not in LABEL_NAMES and isinstance(v, torch.Tensor)}
+    inputs = {
+        k: v for k, v in bound.items() if k not in LABEL_NAMES and isinstance(v, torch.Tensor)
+    }
     labels = {k: v for k, v in bound.items() if k in LABEL_NAMES and isinstance(v, torch.Tensor)}
     return inputs, labels
 
 
-def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, object, torch.dtype, int]:
+def reconstruct(
+    model, options, optimizer, args
+) -> tuple[Problem, Config, object, torch.dtype, int]:
     """The Problem/Config implied by what PopTorch sees, the module's FP32 meta trace, its
     compute dtype and its forward pipeline stages."""
     if len(args) < 2:
@@ -238,7 +339,9 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
     inputs, labels = _bind_inputs(model, args)
     if not labels:  # one image batch and its labels, positionally
         inputs, labels = {"x": args[0]}, {"labels": args[1]}
-    named = len(inputs) > 1 or any(not t.is_floating_point() and t.dtype != torch.uint8 for t in inputs.values())
+    named = len(inputs) > 1 or any(
+        not t.is_floating_point() and t.dtype != torch.uint8 for t in inputs.values()
+    )
     x = next(iter(inputs.values()))
     opts = options
     ga = opts.Training.gradient_accumulation
@@ -250,7 +353,8 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
             f"Invalid batch dimension: In the input {tuple(t.shape)}, the batch dimension ({n}) must "
             f"be a multiple of Options.deviceIterations({di}) * (Options.replicationFactor({rf}) / "
             f"Options.inputReplicaGrouping.input_group_size({group})) * "
-            f"Options.Training.gradientAccumulation({ga}) = {per_call}")
+            f"Options.Training.gradientAccumulation({ga}) = {per_call}"
+        )
     micro = x.shape[0] // per_call
     input_shape = tuple(x.shape[1:])
 
@@ -265,9 +369,13 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
     serialized_matmuls.clear()
     with types, jit_like_tracing():  # PopTorch traces with torch.jit, as transformers can tell
         logits, loss = _outputs(meta(*meta_args))
-    factors = {f for mode, f in serialized_matmuls if mode == enums.MatMulSerializationMode.OutputChannels}
+    factors = {
+        f for mode, f in serialized_matmuls if mode == enums.MatMulSerializationMode.OutputChannels
+    }
     if loss is None:
-        raise throw(Error, "poptorch_py_error", "The model must return a loss (a scalar) in training")
+        raise throw(
+            Error, "poptorch_py_error", "The model must return a loss (a scalar) in training"
+        )
     compute = types.heavy.most_common(1)[0][0] if types.heavy else torch.float32
     params = Counter()
     for p in model.parameters():
@@ -286,19 +394,32 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
     name, state = _optimizer_name(optimizer)
     als = bool(popart.get("automaticLossScalingSettings.enabled", False))
     if als and torch.float16 not in params and not half_compute:
-        raise throw(Error, "popart_exception", "No tracked gradient tensors of type fp16 were found.")
+        raise throw(
+            Error, "popart_exception", "No tracked gradient tensors of type fp16 were found."
+        )
     amp = opts.available_memory_proportion
     if "ipu_version" in opts._values and opts.connection_type == enums.ConnectionType.Never:
         version = opts.ipu_version
     else:
         version = int(os.environ.get("FAKE_POPTORCH_IPU_VERSION", "2"))
-    specs = tuple(f"{k}:{'x'.join(map(str, t.shape[1:]))}:{DTYPE_NAMES[t.dtype]}"
-                  for k, t in inputs.items()) if named else ()
-    problem = Problem(model="traced-by-fake-poptorch", batch_size=micro, input_shape=input_shape,
-                      inputs=specs,
-                      num_classes=int(logits.shape[-1]) if logits is not None else 1,
-                      optimizer=name, ipus=ipus_per_replica * rf,
-                      target=TARGET_OF_VERSION.get(version, "mk2"))
+    specs = (
+        tuple(
+            f"{k}:{'x'.join(map(str, t.shape[1:]))}:{DTYPE_NAMES[t.dtype]}"
+            for k, t in inputs.items()
+        )
+        if named
+        else ()
+    )
+    problem = Problem(
+        model="traced-by-fake-poptorch",
+        batch_size=micro,
+        input_shape=input_shape,
+        inputs=specs,
+        num_classes=int(logits.shape[-1]) if logits is not None else 1,
+        optimizer=name,
+        ipus=ipus_per_replica * rf,
+        target=TARGET_OF_VERSION.get(version, "mk2"),
+    )
     config = Config(
         precision=precision,
         partials="half" if popart.get("partialsTypeMatMuls") == "half" else "float",
@@ -308,8 +429,12 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
         ipus_per_replica=ipus_per_replica,
         replicas=rf,
         splits=splits,
-        execution="sharded" if isinstance(opts._execution_strategy, ShardedExecution) else "pipelined",
-        recompute=RECOMPUTE[popart["autoRecomputation"]] if "autoRecomputation" in popart else "default",
+        execution="sharded"
+        if isinstance(opts._execution_strategy, ShardedExecution)
+        else "pipelined",
+        recompute=RECOMPUTE[popart["autoRecomputation"]]
+        if "autoRecomputation" in popart
+        else "default",
         checkpoints=tuple(_strip(p, prefix) for p in checkpointed_modules(model)),
         available_memory_proportion=tuple(float(amp.get(i, 0.6)) for i in range(ipus_per_replica)),
         optimizer_offload=locations.get("onChip", 1) == 0,
@@ -320,9 +445,14 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
         io_tiles=opts.TensorLocations._values.get("numIOTiles", 0),
         embedding_serialization=max(factors, default=1),
         # a token embedding in look-ups: the model holds its pieces (optimum's SerializedEmbedding)
-        input_embedding_serialization=max((len(m.split_embeddings) for m in model.modules()
-                                           if isinstance(getattr(m, "split_embeddings", None), torch.nn.ModuleList)),
-                                          default=1),
+        input_embedding_serialization=max(
+            (
+                len(m.split_embeddings)
+                for m in model.modules()
+                if isinstance(getattr(m, "split_embeddings", None), torch.nn.ModuleList)
+            ),
+            default=1,
+        ),
     )
 
     # The FP32 trace the estimator expects; promotion keeps casts from breaking float weights.
@@ -333,12 +463,16 @@ def reconstruct(model, options, optimizer, args) -> tuple[Problem, Config, objec
     if named:
         takes = inspect.signature(root.forward).parameters
         if all(k in takes for k in inputs):
-            kwargs = {k: on_meta(t) for k, t in {**inputs, **labels}.items() if k in inputs or k in takes}
+            kwargs = {
+                k: on_meta(t) for k, t in {**inputs, **labels}.items() if k in inputs or k in takes
+            }
         else:  # the wrapper computes what the net cannot (masked-token gather): trace it all,
             traced = meta  # as PopTorch does, and name units from the net
             kwargs = {k: on_meta(t) for k, t in {**inputs, **labels}.items()}
     with PopTorchTypes():
-        profile = trace_module(traced.float(), micro, input_shape, problem.num_classes, "fake", kwargs)
+        profile = trace_module(
+            traced.float(), micro, input_shape, problem.num_classes, "fake", kwargs
+        )
     if traced is not root:
         _strip_profile(profile, prefix)
     _check_stage_order(profile, blocks, opts)
@@ -361,7 +495,9 @@ def _traced_root(model):
     """
     prefix = ""
     while True:
-        with_params = [(n, c) for n, c in model.named_children() if any(True for _ in c.parameters())]
+        with_params = [
+            (n, c) for n, c in model.named_children() if any(True for _ in c.parameters())
+        ]
         if len(with_params) != 1:
             return model, prefix
         name, model = with_params[0]
@@ -369,7 +505,7 @@ def _traced_root(model):
 
 
 def _strip(path: str, prefix: str) -> str:
-    return path[len(prefix):] if prefix and path.startswith(prefix) else path
+    return path[len(prefix) :] if prefix and path.startswith(prefix) else path
 
 
 def _strip_profile(profile, prefix: str) -> None:
@@ -384,14 +520,20 @@ def _check_stage_order(profile, blocks, opts) -> None:
     position = {p: i for i, p in enumerate(profile.module_order)}
     for _, path in blocks:
         if path not in position:
-            raise throw(Error, "popart_exception",
-                        f"BeginBlock on module '{path}', which the model never calls")
+            raise throw(
+                Error,
+                "popart_exception",
+                f"BeginBlock on module '{path}', which the model never calls",
+            )
     if opts._execution_strategy._auto_stage == enums.AutoStage.SameAsIpu:
         ordered = [ipu for _, ipu in sorted((position[p], ipu) for ipu, p in blocks)]
         if ordered != sorted(ordered):
-            raise throw(Error, "popart_exception",
-                        "Pipeline stages are not in ascending order: with AutoStage.SameAsIpu the "
-                        "model must not return to an IPU it has left")
+            raise throw(
+                Error,
+                "popart_exception",
+                "Pipeline stages are not in ascending order: with AutoStage.SameAsIpu the "
+                "model must not return to an IPU it has left",
+            )
 
 
 def check_pipeline(config: Config, options, forward_stages: int) -> None:
@@ -404,7 +546,8 @@ def check_pipeline(config: Config, options, forward_stages: int) -> None:
             f"poptorch.Options().Training.gradientAccumulation must be greater than or equal to the "
             f"number of pipeline stages ({stages}) when using poptorch.PipelinedExecution. Please "
             f"note that a model with {forward_stages} pipeline stages in PopTorch will have "
-            f"an additional {forward_stages - 1} stages when training.")
+            f"an additional {forward_stages - 1} stages when training."
+        )
 
 
 def check_device(total_ipus: int, options) -> None:
@@ -414,14 +557,20 @@ def check_device(total_ipus: int, options) -> None:
     if options.connection_type == enums.ConnectionType.Never:
         return
     if total_ipus & (total_ipus - 1) and not options.auto_round_num_ipus:
-        raise _cpp_error(f"The model uses {total_ipus} IPUs but PopTorch must reserve a power of two")
+        raise _cpp_error(
+            f"The model uses {total_ipus} IPUs but PopTorch must reserve a power of two"
+        )
     if attached_ipus() < total_ipus:
-        why = "No IPU detected in the system" if attached_ipus() == 0 else \
-            f"No device found on the system with {total_ipus} IPUs: the configuration needs changing"
+        why = (
+            "No IPU detected in the system"
+            if attached_ipus() == 0
+            else f"No device found on the system with {total_ipus} IPUs: the configuration needs changing"
+        )
         raise _cpp_error(f"Failed to acquire {total_ipus} IPU(s): {why}")
 
 
 # --- faults -------------------------------------------------------------------------------
+
 
 def active_fault(report_dir: str | None) -> str | None:
     kind = os.environ.get("FAKE_POPTORCH_FAULT", "").strip()
@@ -449,10 +598,15 @@ def inject(kind: str | None) -> None:
         while True:
             time.sleep(60)
     elif kind == "compile_error":
-        raise throw(Error, "popart_exception", "fake injected failure: unsupported operation 'aten::fake_op'")
+        raise throw(
+            Error,
+            "popart_exception",
+            "fake injected failure: unsupported operation 'aten::fake_op'",
+        )
 
 
 # --- the profile --------------------------------------------------------------------------
+
 
 def _tile_bytes(required: int, busiest: int, compute_tiles: int, tiles: int) -> list[int]:
     """Spread an IPU's bytes over its tiles: mean required/compute_tiles, max `busiest`.
@@ -479,26 +633,42 @@ def write_profile(path: Path, problem: Problem, config: Config, m, compute) -> N
     for i, required in enumerate(m.required_bytes):
         bd = m.breakdown[i]
         total = _tile_bytes(required, m.max_tile_bytes[i], compute_tiles, tiles)
-        always_live = bd["weights"] + bd["optimizer"] + bd["gradients"] + bd["stash"] + bd["code/exchange"]
+        always_live = (
+            bd["weights"] + bd["optimizer"] + bd["gradients"] + bd["stash"] + bd["code/exchange"]
+        )
         excluding = [int(t * (1 - GAP_FRACTION)) for t in total]
         always = [int(e * always_live / required) for e in excluding]
         nal_peak += sum(excluding) - sum(always)
-        ipus.append({
-            "total": total,
-            "excluding": excluding,
-            "alwaysLive": always,
-            "categories": {c: bd["code/exchange"] / required * share for c, share in CODE_SPLIT.items()},
-        })
+        ipus.append(
+            {
+                "total": total,
+                "excluding": excluding,
+                "alwaysLive": always,
+                "categories": {
+                    c: bd["code/exchange"] / required * share for c, share in CODE_SPLIT.items()
+                },
+            }
+        )
     data = {
         "format": "fake-pva/1",
         "poplarVersion": "3.4.0 (fake poptorch)",
-        "target": {"type": "Ipu", "bytesPerTile": target.bytes_per_tile, "tilesPerIpu": tiles,
-                   "numIPUs": config.ipus_per_replica * config.replicas, "numReplicas": config.replicas,
-                   "ipusPerReplica": config.ipus_per_replica, "clockFrequency": target.clock_hz},
+        "target": {
+            "type": "Ipu",
+            "bytesPerTile": target.bytes_per_tile,
+            "tilesPerIpu": tiles,
+            "numIPUs": config.ipus_per_replica * config.replicas,
+            "numReplicas": config.replicas,
+            "ipusPerReplica": config.ipus_per_replica,
+            "clockFrequency": target.clock_hz,
+        },
         "ipus": ipus,
         "liveness": [int(nal_peak * s) for s in (0.1, 0.4, 0.8, 1.0, 0.7, 0.3)],
-        "fake": {"problem": problem.to_dict(), "config": config.to_dict(), "estimate": m.to_dict(),
-                 "compute_dtype": str(compute)},
+        "fake": {
+            "problem": problem.to_dict(),
+            "config": config.to_dict(),
+            "estimate": m.to_dict(),
+            "compute_dtype": str(compute),
+        },
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
@@ -506,7 +676,10 @@ def write_profile(path: Path, problem: Problem, config: Config, m, compute) -> N
 
 def _profile_path(options) -> Path | None:
     engine = options._Popart.options.get("engineOptions", {})
-    wanted = engine.get("autoReport.all") == "true" or engine.get("autoReport.outputGraphProfile") == "true"
+    wanted = (
+        engine.get("autoReport.all") == "true"
+        or engine.get("autoReport.outputGraphProfile") == "true"
+    )
     if not wanted:
         return None
     name = options._values.get("model_name", "training")
@@ -515,7 +688,11 @@ def _profile_path(options) -> Path | None:
 
 def _raise_oom(path: Path | None, allow_oom: bool, fault: str | None) -> None:
     if path is not None and allow_oom:
-        print(f"[ERROR] Out of memory, the graph profile is available here: {path}", file=sys.stderr, flush=True)
+        print(
+            f"[ERROR] Out of memory, the graph profile is available here: {path}",
+            file=sys.stderr,
+            flush=True,
+        )
     if fault == "long_errors":
         # Over 80 lines: PopTorch writes the message to ./poptorch_error.log (reference §3.4).
         lines = [OOM_MESSAGE] + [f"  tile {j}: over by {1000 + j} bytes" for j in range(100)]

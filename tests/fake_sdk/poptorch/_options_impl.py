@@ -25,10 +25,12 @@ class OptionsDict:
         self.checkIsFrozen()
         for option, value in kwargs.items():
             assert self.exists(option), (
-                f"Invalid option {option}, valid options are {self._values.keys()}")
+                f"Invalid option {option}, valid options are {self._values.keys()}"
+            )
             expected = type(self._values[option])
             assert isinstance(value, expected), (
-                f"Unexpected type {type(value)} for option {option}. Expected {expected}")
+                f"Unexpected type {type(value)} for option {option}. Expected {expected}"
+            )
             self._values[option] = value
 
     def createOrSet(self, **kwargs):
@@ -69,7 +71,9 @@ class OptionsDict:
         clone = type(self).__new__(type(self))
         memo[id(self)] = clone
         for key, value in self.__dict__.items():
-            object.__setattr__(clone, key, False if key == "_is_frozen" else copy.deepcopy(value, memo))
+            object.__setattr__(
+                clone, key, False if key == "_is_frozen" else copy.deepcopy(value, memo)
+            )
         return clone
 
     # --- attribute access ----------------------------------------------------------------
@@ -77,8 +81,9 @@ class OptionsDict:
         self.checkIsFrozen(option)
         if option.startswith("_"):
             if "_values" in self.__dict__ and option not in self.__dict__:
-                raise AttributeError(f"Invalid private attribute {option}. "
-                                     f"Valid attributes: {list(self.__dict__)}")
+                raise AttributeError(
+                    f"Invalid private attribute {option}. Valid attributes: {list(self.__dict__)}"
+                )
             object.__setattr__(self, option, value)
         else:
             self.set(**{option: value})
@@ -97,8 +102,9 @@ class OptionsDict:
         self.__dict__.update(state)
 
     def update(self, other):
-        assert not set(self._values).intersection(other), \
+        assert not set(self._values).intersection(other), (
             "Can't merge dictionaries, they have some keys in common"
+        )
         other.update(self._values)
         return other
 

@@ -35,8 +35,9 @@ class PoplarExecutor:
         if self._verdict is not None:
             return  # a second call only warns in PopTorch
         start = time.perf_counter()
-        self._verdict = _fake_device.compile_model(self._user_model, self._options, self._optimizer, args,
-                                                    self.fake_record)
+        self._verdict = _fake_device.compile_model(
+            self._user_model, self._options, self._optimizer, args, self.fake_record
+        )
         self._compile_time = datetime.timedelta(seconds=time.perf_counter() - start)
         if self._options.connection_type != enums.ConnectionType.Never:
             self._attached = True  # compile also loads the engine when not offline
@@ -45,7 +46,8 @@ class PoplarExecutor:
         if self._verdict is None:
             self.compile(*args, **kwargs)
         assert self._options.connection_type != enums.ConnectionType.Never, (
-            "Trying to run a model compiled offline (ConnectionType.Never): it cannot be run")
+            "Trying to run a model compiled offline (ConnectionType.Never): it cannot be run"
+        )
         if not self._attached:
             self.attachToDevice()
         limit = float(__import__("os").environ.get("FAKE_POPTORCH_MAX_CALL_S", "0.25"))
@@ -61,8 +63,9 @@ class PoplarExecutor:
         return self._attached
 
     def attachToDevice(self) -> None:
-        assert self._options.connection_type != enums.ConnectionType.Never, \
+        assert self._options.connection_type != enums.ConnectionType.Never, (
             "Trying to attach to an offline device (ConnectionType.Never)"
+        )
         if not self.isCompiled():
             raise createPoptorchError("Model has not been compiled")
         self._attached = True
@@ -83,7 +86,9 @@ class PoplarExecutor:
 
     def compilationTime(self) -> datetime.timedelta:
         if self._compile_time is None or not self._options._show_compilation_progress_bar:
-            raise createPoptorchError("compilationTime needs a compiled model and the progress bar")
+            raise createPoptorchError(
+                "compilationTime needs a compiled model and the progress bar"
+            )
         return self._compile_time
 
     def copyWeightsToHost(self) -> None:
@@ -108,8 +113,10 @@ def trainingModel(model, options=None, optimizer=None) -> PoplarExecutor:
     if isinstance(model, PoplarExecutor):
         model = model._user_model
     if isWrapped(model):
-        raise RuntimeError("Model has already been wrapped in 'poptorch.trainingModel'. Call "
-                           "model.destroy() on the model to unwrap before wrapping again.")
+        raise RuntimeError(
+            "Model has already been wrapped in 'poptorch.trainingModel'. Call "
+            "model.destroy() on the model to unwrap before wrapping again."
+        )
     options = options if options is not None else Options()
     assert isinstance(options, Options), f"options must be a poptorch.Options, got {type(options)}"
     if optimizer is None:

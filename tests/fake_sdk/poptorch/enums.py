@@ -68,6 +68,7 @@ class AutoStage(enum.IntEnum):
 
 class MatMulSerializationMode(enum.Enum):
     """Which dimension of a serialised matmul is split (python/enums.py)."""
+
     InputChannels = "input_channels"
     ReducingDim = "reducing_dim"
     OutputChannels = "output_channels"

@@ -29,7 +29,9 @@ class _BlockHook:
         return f"BeginBlock(user_id={self._user_id}, ipu_id={self._ipu_id})"
 
 
-def BeginBlock(layer_to_call: torch.nn.Module, user_id: str = None, ipu_id: int = None) -> torch.nn.Module:
+def BeginBlock(
+    layer_to_call: torch.nn.Module, user_id: str = None, ipu_id: int = None
+) -> torch.nn.Module:
     if not isinstance(layer_to_call, torch.nn.Module):
         raise createPoptorchError("module is not an instance of torch.nn.Module or function.")
     if any(isinstance(h, _BlockHook) for h in layer_to_call._forward_pre_hooks.values()):
@@ -42,7 +44,8 @@ def removeBlocks(module) -> None:
     assert isinstance(module, torch.nn.Module)
     for m in module.modules():
         m._forward_pre_hooks = OrderedDict(
-            (k, h) for k, h in m._forward_pre_hooks.items() if not isinstance(h, _BlockHook))
+            (k, h) for k, h in m._forward_pre_hooks.items() if not isinstance(h, _BlockHook)
+        )
 
 
 def recomputationCheckpoint(*tensors: List[torch.Tensor]):
@@ -67,9 +70,11 @@ def serializedMatMul(lhs, rhs, mode, factor=0, keep_precision=False):
     assert isinstance(factor, int)
     assert isinstance(mode, MatMulSerializationMode)
     if mode == MatMulSerializationMode.OutputChannels and factor and rhs.shape[-1] % factor:
-        raise createPoptorchError(f"Invalid serialisation factor {factor} for output channels dim "
-                                  f"{rhs.shape[-1]}. output_channels dim should be a multple of the "
-                                  "serialisation factor")
+        raise createPoptorchError(
+            f"Invalid serialisation factor {factor} for output channels dim "
+            f"{rhs.shape[-1]}. output_channels dim should be a multple of the "
+            "serialisation factor"
+        )
     serialized_matmuls.append((mode, factor))
     return torch.matmul(lhs, rhs)
 

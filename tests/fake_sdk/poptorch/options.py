@@ -61,7 +61,11 @@ class _PopartOptions:
         return self
 
     def __repr__(self):
-        return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self.options.items()) + ")"
+        return (
+            f"{type(self).__name__}("
+            + ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+            + ")"
+        )
 
 
 class _PrecisionOptions(OptionsDict):
@@ -92,7 +96,9 @@ class _PrecisionOptions(OptionsDict):
         elif dtype in (torch.half, torch.float16):
             kind = "half"
         else:
-            raise ValueError("parameter to setPartialsType should be either torch.float or torch.half")
+            raise ValueError(
+                "parameter to setPartialsType should be either torch.float or torch.half"
+            )
         self._popart_options.set("partialsTypeMatMuls", kind)
         self._popart_options.set("convolutionOptions", {"partialsType": kind})  # replaces
         return self
@@ -101,23 +107,31 @@ class _PrecisionOptions(OptionsDict):
 class _TrainingOptions(OptionsDict):
     def __init__(self, popart_options: _PopartOptions) -> None:
         self._popart_options = popart_options
-        super().__init__(gradient_accumulation=1,
-                         accumulation_and_replication_reduction_type=enums.ReductionType.Mean,
-                         meanAccumulationAndReplicationReductionStrategy=enums.MeanReductionStrategy.Post)
+        super().__init__(
+            gradient_accumulation=1,
+            accumulation_and_replication_reduction_type=enums.ReductionType.Mean,
+            meanAccumulationAndReplicationReductionStrategy=enums.MeanReductionStrategy.Post,
+        )
 
     def gradientAccumulation(self, gradient_accumulation: int) -> _TrainingOptions:
         self.set(gradient_accumulation=gradient_accumulation)
         return self
 
     def accumulationAndReplicationReductionType(self, reduction_type) -> _TrainingOptions:
-        if not isinstance(reduction_type, enums.ReductionType) or \
-                reduction_type == enums.ReductionType.NoReduction:
-            raise ValueError("accumulationAndReplicationReductionType must be set to "
-                             "poptorch.ReductionType.Mean or poptorch.ReductionType.Sum")
+        if (
+            not isinstance(reduction_type, enums.ReductionType)
+            or reduction_type == enums.ReductionType.NoReduction
+        ):
+            raise ValueError(
+                "accumulationAndReplicationReductionType must be set to "
+                "poptorch.ReductionType.Mean or poptorch.ReductionType.Sum"
+            )
         self.set(accumulation_and_replication_reduction_type=reduction_type)
         return self
 
-    def setMeanAccumulationAndReplicationReductionStrategy(self, mean_reduction_strategy) -> _TrainingOptions:
+    def setMeanAccumulationAndReplicationReductionStrategy(
+        self, mean_reduction_strategy
+    ) -> _TrainingOptions:
         self.set(meanAccumulationAndReplicationReductionStrategy=mean_reduction_strategy)
         return self
 
@@ -126,7 +140,9 @@ class _TrainingOptions(OptionsDict):
         return self
 
     def setConvolutionDithering(self, enabled: bool) -> _TrainingOptions:
-        self._popart_options.set("convolutionOptions", {"enableConvDithering": enabled})  # replaces
+        self._popart_options.set(
+            "convolutionOptions", {"enableConvDithering": enabled}
+        )  # replaces
         return self
 
 
@@ -141,8 +157,9 @@ class _DistributedOptions(OptionsDict):
         return self
 
     def setEnvVarNames(self, var_num_processes: str, var_process_id: str) -> _DistributedOptions:
-        return self.configureProcessId(int(os.environ.get(var_process_id, "0")),
-                                       int(os.environ.get(var_num_processes, "1")))
+        return self.configureProcessId(
+            int(os.environ.get(var_process_id, "0")), int(os.environ.get(var_num_processes, "1"))
+        )
 
     def configureProcessId(self, process_id: int, num_processes: int) -> _DistributedOptions:
         self.set(distributed_process_id=process_id)
@@ -223,10 +240,12 @@ class _TensorLocationOptions(OptionsDict):
 
 # --- execution strategies -----------------------------------------------------------------
 
+
 class Stage:
     def __init__(self, *block_ids: str) -> None:
-        assert all(isinstance(b, str) for b in block_ids), \
+        assert all(isinstance(b, str) for b in block_ids), (
             f"Block IDs are supposed to be strings but got {block_ids}"
+        )
         self._blocks = block_ids
         self._stage_id = -1
         self._phase_id = -1
@@ -287,6 +306,7 @@ class ShardedExecution(PipelinedExecution):
 
 # --- Options ------------------------------------------------------------------------------
 
+
 class Options(OptionsDict):
     def __init__(self) -> None:
         self._jit = _JitOptions()
@@ -296,17 +316,30 @@ class Options(OptionsDict):
         self._distributed = _DistributedOptions()
         self._tensor_locations = _TensorLocationOptions()
         self._execution_strategy = PipelinedExecution()
-        self._source_location_excludes = ["install/poptorch", "site-packages/torch", "site-packages/poptorch"]
+        self._source_location_excludes = [
+            "install/poptorch",
+            "site-packages/torch",
+            "site-packages/poptorch",
+        ]
         self._relax_optimizer_checks = False
         self._show_compilation_progress_bar = True
         self._module_namescope_enabled = True
-        super().__init__(replication_factor=1, input_group_size=1,
-                         input_cgt=enums.CommGroupType.Consecutive, broadcast_buffers=True,
-                         device_iterations=1, log_dir=".", max_repeat_logs=4,
-                         auto_round_num_ipus=False, anchored_tensors={},
-                         output_mode=enums.OutputMode.Default.value, output_return_period=1,
-                         connection_type=enums.ConnectionType.Always.value,
-                         sync_pattern=enums.SyncPattern.Full.value, available_memory_proportion={})
+        super().__init__(
+            replication_factor=1,
+            input_group_size=1,
+            input_cgt=enums.CommGroupType.Consecutive,
+            broadcast_buffers=True,
+            device_iterations=1,
+            log_dir=".",
+            max_repeat_logs=4,
+            auto_round_num_ipus=False,
+            anchored_tensors={},
+            output_mode=enums.OutputMode.Default.value,
+            output_return_period=1,
+            connection_type=enums.ConnectionType.Always.value,
+            sync_pattern=enums.SyncPattern.Full.value,
+            available_memory_proportion={},
+        )
         path = os.environ.get("POPTORCH_CACHE_DIR", "")
         if path:
             self.enableExecutableCaching(path)
@@ -355,8 +388,10 @@ class Options(OptionsDict):
             for line in f:
                 line = line.strip()
                 if line and not line.startswith("#"):
-                    exec(f"options.{line}", {"options": self, "poptorch": __import__("poptorch"),
-                                            "torch": torch})
+                    exec(
+                        f"options.{line}",
+                        {"options": self, "poptorch": __import__("poptorch"), "torch": torch},
+                    )
         return self
 
     # top-level options (reference §1.2)
@@ -389,12 +424,15 @@ class Options(OptionsDict):
         self._execution_strategy = strategy
         return self
 
-    def setAvailableMemoryProportion(self, available_memory_proportion: Dict[str, float]) -> Options:
+    def setAvailableMemoryProportion(
+        self, available_memory_proportion: Dict[str, float]
+    ) -> Options:
         actual = {}
         for key, mem in available_memory_proportion.items():
             assert key.startswith("IPU"), (
                 'Available memory proportions are expected to be in a dictionary of {"IPU0": 0.5} '
-                f"where the 0 in IPU is the index of the IPU. Invalid key: {key}")
+                f"where the 0 in IPU is the index of the IPU. Invalid key: {key}"
+            )
             actual[int(key[3:])] = mem
         self.createOrSet(available_memory_proportion=actual)
         return self
@@ -464,18 +502,29 @@ class Options(OptionsDict):
         self.createOrSet(ipu_version=ipu_version)
         return self
 
-    def anchorTensor(self, short_name: str, long_name: str, output_mode=None,
-                     output_return_period: Optional[int] = 1):
+    def anchorTensor(
+        self,
+        short_name: str,
+        long_name: str,
+        output_mode=None,
+        output_return_period: Optional[int] = 1,
+    ):
         self.checkIsFrozen()
         if output_mode != enums.OutputMode.EveryN:
             output_return_period = 1
-        self.anchored_tensors[short_name] = [long_name, output_mode is None, output_mode, output_return_period]
+        self.anchored_tensors[short_name] = [
+            long_name,
+            output_mode is None,
+            output_mode,
+            output_return_period,
+        ]
 
     def outputMode(self, output_mode, output_return_period: Optional[int] = None) -> Options:
         assert isinstance(output_mode, enums.OutputMode)
         if output_mode == enums.OutputMode.EveryN:
-            assert output_return_period and output_return_period > 0, \
+            assert output_return_period and output_return_period > 0, (
                 "EveryN anchor must have output_return_period set to valid positive integer"
+            )
         self.set(output_mode=output_mode.value, output_return_period=output_return_period or 1)
         return self
 
@@ -533,5 +582,10 @@ class Options(OptionsDict):
 
     def __repr__(self):
         props = [p for p in dir(type(self)) if isinstance(getattr(type(self), p), property)]
-        return (f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items())
-                + ", " + ", ".join(f"{p}={getattr(self, p)!r}" for p in props) + ")")
+        return (
+            f"{type(self).__name__}("
+            + ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+            + ", "
+            + ", ".join(f"{p}={getattr(self, p)!r}" for p in props)
+            + ")"
+        )

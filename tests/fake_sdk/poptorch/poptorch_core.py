@@ -22,8 +22,13 @@ class UnrecoverableError(Error):
     pass
 
 
-def throw(cls: type[Error], type_: str, message: str, location: str = "",
-          recovery_action: str | None = None) -> Error:
+def throw(
+    cls: type[Error],
+    type_: str,
+    message: str,
+    location: str = "",
+    recovery_action: str | None = None,
+) -> Error:
     """Build the exception the way the C++ translator does: class fields, then the long text."""
     cls.type = type_
     cls.message = message

@@ -48,8 +48,14 @@ class _Categories:
 
 
 class _Memory:
-    def __init__(self, total: int, excluding: int, always: int, bytes_per_tile: int,
-                 fractions: dict[str, float]):
+    def __init__(
+        self,
+        total: int,
+        excluding: int,
+        always: int,
+        bytes_per_tile: int,
+        fractions: dict[str, float],
+    ):
         self.total = _Gaps(total, excluding)
         self.overflowed = _Gaps(max(0, total - bytes_per_tile), max(0, excluding - bytes_per_tile))
         self.alwaysLiveBytes = always
@@ -81,9 +87,12 @@ class _Ipu:
         if self._tiles is None:
             d = self._data
             self._tiles = [
-                _Tile(self._first_tile + j,
-                      _Memory(t, e, a, self._bytes_per_tile, d["categories"]))
-                for j, (t, e, a) in enumerate(zip(d["total"], d["excluding"], d["alwaysLive"], strict=True))
+                _Tile(
+                    self._first_tile + j, _Memory(t, e, a, self._bytes_per_tile, d["categories"])
+                )
+                for j, (t, e, a) in enumerate(
+                    zip(d["total"], d["excluding"], d["alwaysLive"], strict=True)
+                )
             ]
         return self._tiles
 
@@ -94,18 +103,28 @@ class _Compilation:
         bytes_per_tile, tiles = t["bytesPerTile"], t["tilesPerIpu"]
         num_ipus = t["numIPUs"]
         self.target = SimpleNamespace(
-            type=Target.Type[t["type"]], bytesPerTile=bytes_per_tile, tilesPerIpu=tiles,
-            numIPUs=num_ipus, numTiles=tiles * num_ipus, bytesPerIPU=bytes_per_tile * tiles,
-            totalMemory=bytes_per_tile * tiles * num_ipus, clockFrequency=t["clockFrequency"],
-            numReplicas=t["numReplicas"], ipusPerReplica=t["ipusPerReplica"],
+            type=Target.Type[t["type"]],
+            bytesPerTile=bytes_per_tile,
+            tilesPerIpu=tiles,
+            numIPUs=num_ipus,
+            numTiles=tiles * num_ipus,
+            bytesPerIPU=bytes_per_tile * tiles,
+            totalMemory=bytes_per_tile * tiles * num_ipus,
+            clockFrequency=t["clockFrequency"],
+            numReplicas=t["numReplicas"],
+            ipusPerReplica=t["ipusPerReplica"],
             tilesPerReplica=tiles * t["ipusPerReplica"],
-            memoryPerReplica=bytes_per_tile * tiles * t["ipusPerReplica"])
+            memoryPerReplica=bytes_per_tile * tiles * t["ipusPerReplica"],
+        )
         per_replica = data["ipus"]
-        self.ipus = [_Ipu(i, per_replica[i % len(per_replica)], bytes_per_tile, tiles)
-                     for i in range(num_ipus)]
+        self.ipus = [
+            _Ipu(i, per_replica[i % len(per_replica)], bytes_per_tile, tiles)
+            for i in range(num_ipus)
+        ]
         self.livenessProgramSteps = [
             SimpleNamespace(notAlwaysLiveMemory=SimpleNamespace(bytes=b, variables=[]))
-            for b in data.get("liveness", [])]
+            for b in data.get("liveness", [])
+        ]
         self.alwaysLiveVariables = []
         self.graph = SimpleNamespace(numComputeSets=0)
         self.computeSets = []
