@@ -174,8 +174,9 @@ def _projection_refusal(problem: KnobProblem, config: KnobConfig) -> str | None:
     )
     if found is None:
         return (
-            f"embedding_serialization {config.embedding_serialization} needs an hf: model whose head projects "
-            "onto the vocabulary (masked-lm, causal-lm, seq2seq-lm); set embedding_serialization = 1"
+            f"embedding_serialization {config.embedding_serialization} needs an hf: model whose "
+            "head projects onto the vocabulary (masked-lm, causal-lm, seq2seq-lm); set "
+            "embedding_serialization = 1"
         )
     if config.embedding_serialization not in hf.SERIALIZATION_FACTORS:
         usable = ", ".join(map(str, hf.SERIALIZATION_FACTORS))
@@ -229,14 +230,16 @@ def _input_embedding_refusal(problem: KnobProblem, config: KnobConfig) -> str | 
     embedding = input_embedding(problem)
     if embedding is None:
         return (
-            f"input_embedding_serialization {factor} needs an hf: text model without a vocabulary head "
-            "(a vocabulary head is split by embedding_serialization); set input_embedding_serialization = 1"
+            f"input_embedding_serialization {factor} needs an hf: text model without a "
+            "vocabulary head (a vocabulary head is split by embedding_serialization); set "
+            "input_embedding_serialization = 1"
         )
     if factor not in input_embedding_factors(problem):
         usable = ", ".join(map(str, input_embedding_factors(problem)))
         return (
             f"input_embedding_serialization {factor} does not divide the {embedding[1]:,} "
-            f"embedding rows (optimum-graphcore's SerializedEmbedding needs it to); use one of {usable}"
+            "embedding rows (optimum-graphcore's SerializedEmbedding needs it to); use one of "
+            f"{usable}"
         )
     return None
 

@@ -80,7 +80,8 @@ def run(args: TuneOptions) -> int:
 
 def verify_outcome(args: TuneOptions, outcome: TuneOutcome) -> Verdict | None:
     """`--verify`: the best config's recipe trained beside the baseline's (commands/verify.py), its
-    verdict printed and returned; None when not asked for, or when the run found nothing to verify."""
+    verdict printed and returned; None when not asked for, or when the run found nothing to
+    verify."""
     if (
         not args.verify
         or outcome.exit_code != 0
@@ -212,9 +213,9 @@ def _run_trials(
     def on_stop(signum: int) -> None:
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         console.print(
-            f"[yellow]{name}: stopping after the current trial (it gets {runner.interrupt_grace_s:g} s "
-            "to finish, else it is recorded as interrupted and run again on resume); "
-            "press Ctrl-C again to quit now.[/]"
+            f"[yellow]{name}: stopping after the current trial (it gets "
+            f"{runner.interrupt_grace_s:g} s to finish, else it is recorded as interrupted and "
+            "run again on resume); press Ctrl-C again to quit now.[/]"
         )
 
     try:
@@ -308,7 +309,8 @@ def _report(
             intervals.alternative_line(
                 best.measurement, alternative.number, alternative.measurement
             )
-            + f"; its configuration: ipu-autotune show --study {study_name} --trial {alternative.number}"
+            + f"; its configuration: ipu-autotune show --study {study_name} --trial "
+            f"{alternative.number}"
         )
     )
     if args.json:

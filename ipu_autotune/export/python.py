@@ -59,7 +59,8 @@ def options_lines(config: Config) -> list[str]:
         c.reserved_ipus != c.total_ipus
     ):  # else PopTorch refuses a count not a power of two on hardware
         lines.append(
-            f"opts.autoRoundNumIPUs(True)  # reserves {c.reserved_ipus} IPUs for these {c.total_ipus}"
+            f"opts.autoRoundNumIPUs(True)  # reserves {c.reserved_ipus} IPUs for these "
+            f"{c.total_ipus}"
         )
     if c.gradient_accumulation != 1:
         lines.append(f"opts.Training.gradientAccumulation({int_literal(c.gradient_accumulation)})")
@@ -272,8 +273,9 @@ def learning_rate(
         return repr(base), ""
     return (
         float_literal(scaled.lr),
-        f"\n    # Base rate {base:g} at global batch {scaled.base_global_batch}; this config trains at "
-        f"{scaled.global_batch},\n    # {scaled.rule} rule for {problem.optimizer}: {scaled.formula()}.",
+        f"\n    # Base rate {base:g} at global batch {scaled.base_global_batch}; this config "
+        f"trains at {scaled.global_batch},\n    # {scaled.rule} rule for {problem.optimizer}: "
+        f"{scaled.formula()}.",
     )
 
 
@@ -369,7 +371,8 @@ def _named_model(problem: Problem) -> str:
 def tied_head_lines(problem: Problem, config: Config) -> list[str]:
     """hf: models: what runs back on IPU0 (profiles/placement.head_blocks: a tied head with its
     embedding, as optimum-graphcore's parallelize() places it, PipelinedBertForMaskedLM:
-    `BeginBlock(self.cls, "Classifier", ipu_id=0)`; under --trainer optimum, what the class pins)."""
+    `BeginBlock(self.cls, "Classifier", ipu_id=0)`; under --trainer optimum, what the class
+    pins)."""
     from ..profiles.placement import head_blocks
 
     return [
@@ -380,7 +383,8 @@ def tied_head_lines(problem: Problem, config: Config) -> list[str]:
 
 
 def model_check_lines(problem: Problem) -> list[str]:
-    """What the estimate assumed of the user's model: set where the code can (hf.model_settings), else checked."""
+    """What the estimate assumed of the user's model: set where the code can (hf.model_settings),
+    else checked."""
     from ..models.hf import attention_dropout_key, model_settings
 
     if problem.attention_dropout is None:
@@ -401,7 +405,8 @@ def render_snippet(
         norm_args = (
             ""
             if problem.input_shape[0] == 3
-            else f", mean=({', '.join(['0.5'] * problem.input_shape[0])},), std=({', '.join(['0.5'] * problem.input_shape[0])},)"
+            else f", mean=({', '.join(['0.5'] * problem.input_shape[0])},), "
+            f"std=({', '.join(['0.5'] * problem.input_shape[0])},)"
         )
         wrapped = f"NormalizeInput(annotate(model){norm_args})"
     else:
@@ -449,8 +454,8 @@ def render_snippet(
         optimizer=optimizer_call(problem, config),
         loader_mode={"sync": "Sync", "async": "Async"}[config.loader_mode],
         **checkpoint_hook(problem),
-        loader_comment="\n    # 8-bit I/O: the dataset yields uint8 images (no ToTensor float cast, no Normalize on the\n"
-        "    # host); NormalizeInput casts and normalises on the IPU."
+        loader_comment="\n    # 8-bit I/O: the dataset yields uint8 images (no ToTensor float cast, no "
+        "Normalize on the\n    # host); NormalizeInput casts and normalises on the IPU."
         if config.eight_bit_io
         else "",
     )

@@ -92,15 +92,16 @@ def serialization_code(config: Config) -> str:
 
 
 def serialization_lines(problem: Problem, config: Config) -> list[str]:
-    """The annotate() line that serialises the projection or the token embedding, or none at factor 1."""
+    """The annotate() line that serialises the projection or the token embedding, or none at factor
+    1."""
     if config.input_embedding_serialization != 1:
         factor = config.input_embedding_serialization
         embedding = input_embedding(problem)
         assert embedding is not None  # the rules allow the factor only where there is one
         rows = embedding[1]
         return [
-            f"model.set_input_embeddings(SerializedEmbedding(model.get_input_embeddings(), {factor}))"
-            f"  # {rows:,} rows in {factor} look-ups"
+            "model.set_input_embeddings(SerializedEmbedding(model.get_input_embeddings(), "
+            f"{factor}))  # {rows:,} rows in {factor} look-ups"
         ]
     if config.embedding_serialization == 1:
         return []

@@ -43,7 +43,8 @@ def stochastic_rounding_advice(
     optimizer: str | None = None,
     threshold: float = SR_THRESHOLD,
 ) -> StochasticRoundingAdvice:
-    """Recommend stochastic rounding when more than `threshold` of FP16 weight updates would be lost.
+    """Recommend stochastic rounding when more than `threshold` of FP16 weight updates would be
+    lost.
 
     `lr` and `optimizer` default to the collection's; the optimizer must match it (the pairing
     comes from that optimizer's updates).

@@ -29,7 +29,8 @@ DEFAULT_OUT = "ipu-autotune-out"
 DEFAULT_HEARTBEAT = 10
 #: the estimator's verdicts near capacity are not to be trusted with hardware time
 DEFAULT_HEADROOM = 0.05
-#: the chance to fit by the error bar an estimate needs to count as fitting (backends/estimate/error_bars.py)
+#: the chance to fit by the error bar an estimate needs to count as fitting
+#: (backends/estimate/error_bars.py)
 DEFAULT_FIT_CONFIDENCE = 0.9
 DEFAULT_SCREEN_MARGIN = 0.25
 DEFAULT_COMPILE_TIMEOUT = 3600.0
@@ -88,8 +89,8 @@ class ProblemOptions(CommandOptions):
 
     model: str | None = option(
         None,
-        "torchvision model name (resnet50, vit_b_16, ...), hf:NAME, or package.module:factory (the module "
-        "must be importable: installed or on PYTHONPATH, e.g. PYTHONPATH=.)",
+        "torchvision model name (resnet50, vit_b_16, ...), hf:NAME, or package.module:factory "
+        "(the module must be importable: installed or on PYTHONPATH, e.g. PYTHONPATH=.)",
         kind="positional",
         with_model=True,
     )
@@ -124,15 +125,16 @@ class ProblemOptions(CommandOptions):
     )
     trainer: str | None = _choice(
         TRAINERS,
-        help="hf: models: what trains the result: poptorch (the exported PopTorch snippet, the default) "
-        "or optimum (optimum-graphcore's IPUTrainer with the exported ipu_config.json; the search keeps to what "
-        "IPUConfig can express)",
+        help="hf: models: what trains the result: poptorch (the exported PopTorch snippet, the "
+        "default) or optimum (optimum-graphcore's IPUTrainer with the exported "
+        "ipu_config.json; the search keeps to what IPUConfig can express)",
         hardware=True,
     )
     task: str | None = _choice(
         TASKS,
-        help="hf: models: the head and loss trained (default: sequence-classification for encoders, "
-        "causal-lm for decoders, seq2seq-lm for encoder-decoders, image-classification for ViT)",
+        help="hf: models: the head and loss trained (default: sequence-classification for "
+        "encoders, causal-lm for decoders, seq2seq-lm for encoder-decoders, "
+        "image-classification for ViT)",
     )
     seq_len: int | None = option(
         None, f"hf: models: tokens per sample (default {DEFAULT_SEQ_LEN})", check=positive_int
@@ -145,23 +147,23 @@ class ProblemOptions(CommandOptions):
     )
     max_predictions: int | None = option(
         None,
-        "hf: masked-lm: gather N masked positions per sequence before the head, as Graphcore pretrains BERT "
-        "(20 at --seq-len 128, 76 at 512; default: every position)",
+        "hf: masked-lm: gather N masked positions per sequence before the head, as Graphcore "
+        "pretrains BERT (20 at --seq-len 128, 76 at 512; default: every position)",
         check=positive_int,
         metavar="N",
     )
     attention_dropout: float | None = option(
         None,
-        "hf: models: dropout on the attention probabilities (default: the checkpoint's; Graphcore pretrains "
-        "BERT with 0)",
+        "hf: models: dropout on the attention probabilities (default: the checkpoint's; "
+        "Graphcore pretrains BERT with 0)",
         check=number,
         metavar="P",
     )
     inputs: tuple[str, ...] | None = option(
         None,
-        "a forward input of a module:factory model, one per input, in order, passed by name; SHAPE is one "
-        "sample's, e.g. --input input_ids:128:int64 --input attention_mask:128:int64 (dtypes: int64 int32 float32 "
-        "float16 bool)",
+        "a forward input of a module:factory model, one per input, in order, passed by name; "
+        "SHAPE is one sample's, e.g. --input input_ids:128:int64 --input "
+        "attention_mask:128:int64 (dtypes: int64 int32 float32 float16 bool)",
         flags=("--input",),
         kind="repeat",
         metavar="NAME:SHAPE:DTYPE",
@@ -183,8 +185,9 @@ class ProblemOptions(CommandOptions):
     )
     max_global_batch: int | None = option(
         None,
-        "ceiling on micro-batch x accumulation x replicas (default 2048; 256 when fine-tuning an hf: model "
-        "for sequence-classification or question-answering; README, 'Training recipe')",
+        "ceiling on micro-batch x accumulation x replicas (default 2048; 256 when fine-tuning "
+        "an hf: model for sequence-classification or question-answering; README, 'Training "
+        "recipe')",
         check=positive_int,
         group=HOST,
         hardware=True,
@@ -286,8 +289,8 @@ class TuneOptions(MeasureOptions):
     )
     calibration_storage: str | None = option(
         None,
-        "the calibration store every compile is recorded in and the guide starts from (default: beside "
-        "--storage, e.g. sqlite:///ipu-autotune-calibration.db)",
+        "the calibration store every compile is recorded in and the guide starts from (default: "
+        "beside --storage, e.g. sqlite:///ipu-autotune-calibration.db)",
         metavar="URL",
     )
     no_calibration: bool = switch("neither read nor write the calibration store")

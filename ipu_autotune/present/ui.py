@@ -93,8 +93,9 @@ class TrialTable:
         """The plain form of a row, for logs and pipes (the caller crops it to the width)."""
         star = "★" if self.is_best(r) else " "
         return (
-            f"trial {r.number:>3} {star} {tl.short_label(r)[:8]:<8} {tl.short_verdict(r.measurement):<16} "
-            f"{tl.short_throughput(r.measurement):>8}/s {tl.short_source(r.measurement.source)} {self.changes(r)}"
+            f"trial {r.number:>3} {star} {tl.short_label(r)[:8]:<8} "
+            f"{tl.short_verdict(r.measurement):<16} {tl.short_throughput(r.measurement):>8}/s "
+            f"{tl.short_source(r.measurement.source)} {self.changes(r)}"
         )
 
     def best_line(self) -> Text:

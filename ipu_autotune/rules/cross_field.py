@@ -92,8 +92,9 @@ def _pipeline_accumulation(p: Problem, c: Config) -> str | None:
         if c.gradient_accumulation < need:
             head = " with the tied head back on IPU0" if need > 2 * c.ipus_per_replica - 1 else ""
             return (
-                f"pipelined training over {c.ipus_per_replica} IPUs{head} needs gradient_accumulation "
-                f">= {need} (2 x pipeline stages - 1), got {c.gradient_accumulation}"
+                f"pipelined training over {c.ipus_per_replica} IPUs{head} needs "
+                f"gradient_accumulation >= {need} (2 x pipeline stages - 1), got "
+                f"{c.gradient_accumulation}"
             )
     return None
 
@@ -156,14 +157,16 @@ def _tied_head_split(p: Problem, c: Config) -> str | None:
         head = next((t for t in tied if split == t or split.startswith(t + ".")), None)
         if head is not None:
             return (
-                f"split '{split}' puts {head}, tied to the embedding's weight, on another pipeline stage "
-                "than that weight: PopART refuses to copy a weight between stages; split at a layer"
+                f"split '{split}' puts {head}, tied to the embedding's weight, on another "
+                "pipeline stage than that weight: PopART refuses to copy a weight between "
+                "stages; split at a layer"
             )
     return None
 
 
 def _optimum_trainer(p: Problem, c: Config) -> str | None:
-    """--trainer optimum: only what IPUTrainer + IPUConfig train as estimated (optimum_target.py)."""
+    """--trainer optimum: only what IPUTrainer + IPUConfig train as estimated
+    (optimum_target.py)."""
     if p.trainer != "optimum":
         return None
     from .optimum_target import unexpressible
@@ -192,8 +195,9 @@ def _global_batch(p: Problem, c: Config) -> str | None:
         got = host.global_batch(p, c)
         if got != p.global_batch:
             return (
-                f"global batch is fixed at {p.global_batch} but micro-batch {host.micro_batch(p, c)} x "
-                f"accumulation {c.gradient_accumulation} x replicas {c.replicas} = {got}"
+                f"global batch is fixed at {p.global_batch} but micro-batch "
+                f"{host.micro_batch(p, c)} x accumulation {c.gradient_accumulation} x replicas "
+                f"{c.replicas} = {got}"
             )
     return None
 
@@ -383,7 +387,8 @@ def placement_violations(c: Config, profile: ModelProfile) -> list[str]:
             )
         elif k == len(c.splits) - 1 and not sum(u.ops for u in after):
             found.append(
-                f"split '{path}' begins a last stage with nothing to run; split at an earlier module"
+                f"split '{path}' begins a last stage with nothing to run; split at an earlier "
+                "module"
             )
     return found
 

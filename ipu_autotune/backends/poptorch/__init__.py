@@ -1,4 +1,5 @@
-"""The PopTorch backend: each trial compiled for real, in a fresh subprocess (docs/poptorch-backend.md).
+"""The PopTorch backend: each trial compiled for real, in a fresh subprocess
+(docs/poptorch-backend.md).
 
 The parent writes a request, runs `child.py` in a new interpreter (spawned, never forked: a
 fork would inherit PopTorch's globals) and in its own session (so a Ctrl-C reaches the tuner,
@@ -78,12 +79,15 @@ class PopTorchBackend(Backend):
 
     @property
     def sdk(self) -> str | None:
-        """`poptorch-<version>` of the interpreter the compiles run in, asked once of a child
-        (the parent never imports PopTorch); each compile's result also says it (child.sdk_label)."""
+        """`poptorch-<version>` of the interpreter the compiles run in, asked once of a child (the
+        parent never imports PopTorch); each compile's result also says it (child.sdk_label)."""
         if self._sdk is None:
             code = (
                 "import importlib, sys\n"
-                "try:\n    m = importlib.import_module('poptorch')\nexcept Exception:\n    sys.exit(1)\n"
+                "try:\n"
+                "    m = importlib.import_module('poptorch')\n"
+                "except Exception:\n"
+                "    sys.exit(1)\n"
                 "print('poptorch-' + str(getattr(m, '__version__', 'unknown')))"
             )
             try:
@@ -410,7 +414,8 @@ def _oom_reason(memory: ProfileMemory | None, error: CaughtError | None) -> str:
     return (
         f"out of memory: {memory.overflowing_tiles[worst]} tiles of IPU{worst} over by "
         f"{format_bytes(memory.overflow_bytes[worst])} in total (busiest tile "
-        f"{format_bytes(memory.max_tile_bytes[worst])} of {format_bytes(memory.tile_capacity_bytes)})"
+        f"{format_bytes(memory.max_tile_bytes[worst])} of "
+        f"{format_bytes(memory.tile_capacity_bytes)})"
     )
 
 
