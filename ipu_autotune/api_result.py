@@ -25,7 +25,10 @@ if TYPE_CHECKING:
     from .commands.tune import TuneOutcome
     from .verification.verdict import Verdict
 
-_PRE = '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;font-family:Menlo,Consolas,monospace">{code}</pre>'
+_PRE = (
+    '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;'
+    'font-family:Menlo,Consolas,monospace">{code}</pre>'
+)
 
 
 def html(*renderables: RenderableType, width: int = 120) -> str:

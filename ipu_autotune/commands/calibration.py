@@ -56,7 +56,10 @@ def run(args: CalibrationOptions) -> int:
             )
         if args.forget:
             gone = store.forget(target=args.target, sdk=args.sdk, study=args.study)
-            line = f"forgot {gone} record(s) with {_filters(args)}; {len(everything) - gone} remain in {mask_url(url)}"
+            line = (
+                f"forgot {gone} record(s) with {_filters(args)}; "
+                f"{len(everything) - gone} remain in {mask_url(url)}"
+            )
             print(
                 json.dumps({"forgotten": gone, "remaining": len(everything) - gone})
                 if args.json

@@ -197,7 +197,7 @@ class NormalizeInput(torch.nn.Module):
 
     def forward(self, x):
         return self.model((x.to(INPUT_DTYPE) - self.mean) / self.std)
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 _BODY = '''
 
@@ -243,7 +243,7 @@ def make_loader(opts, dataset):
     """One call takes MICRO_BATCH x accumulation x replicas x device iterations samples."""{loader_comment}
     return poptorch.DataLoader(opts, dataset, batch_size=MICRO_BATCH, shuffle=True, drop_last=True,
                                num_workers=LOADER_WORKERS, mode=poptorch.DataLoaderMode.{loader_mode})
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 
 def comment_lines(text: str) -> str:
@@ -292,7 +292,7 @@ _TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
         return out.logits if out.loss is None else out.loss
 
 
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 
 # --max-predictions: Graphcore's pretraining model (models/masked_tokens.py, the same ops):
@@ -313,7 +313,7 @@ _MASKED_TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
 
 
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 
 def _token_model(problem: Problem) -> str:
@@ -352,7 +352,7 @@ _NAMED_MODEL = '''class TrainingModel(torch.nn.Module):
         return out, self.loss(out.float(), labels)
 
 
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 
 def _named_model(problem: Problem) -> str:
@@ -392,7 +392,8 @@ def model_check_lines(problem: Problem) -> list[str]:
     key = attention_dropout_key(problem.model)
     return model_settings(problem) + [
         f"assert model.config.{key} == {problem.attention_dropout!r}, "
-        f'"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): set {key}"'
+        f'"estimated with attention dropout {problem.attention_dropout:g} '
+        f'(--attention-dropout): set {key}"'
     ]
 
 

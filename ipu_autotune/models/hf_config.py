@@ -179,7 +179,8 @@ def _loaded(name: str) -> PretrainedConfig:
     """The model's transformers config (shared: callers take a copy via `model_config`)."""
     import transformers
 
-    transformers.logging.set_verbosity_error()  # its notes about unused config keys are not the user's
+    # its notes about unused config keys are not the user's
+    transformers.logging.set_verbosity_error()
     key = name[len(PREFIX) :] if is_hf(name) else name
     where = folder(name)
     if where is None and key not in ARCHITECTURES:

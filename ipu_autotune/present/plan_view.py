@@ -38,7 +38,8 @@ def chance(p: SizePlan, certain: Set[int] = frozenset()) -> str:
     m = p.measurement
     if m.fit_chance is None:
         return "-"
-    return f"{math.floor(m.fit_chance * 100):.0f}%"  # rounded down: 89.95% is not shown as the 90% asked
+    # rounded down: 89.95% is not shown as the 90% asked
+    return f"{math.floor(m.fit_chance * 100):.0f}%"
 
 
 def plan_table(

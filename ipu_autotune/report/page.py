@@ -31,7 +31,7 @@ th, td { border-bottom: 1px solid #eee; padding: 0.25em 0.5em; text-align: left;
 th { background: #f6f6f6; position: sticky; top: 0; } td.num { text-align: right; }
 tr.best td { background: #e8f5e9; } pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
 .note { color: #666; font-style: italic; }
-"""
+"""  # noqa: E501 (the report's stylesheet, as written out)
 
 
 def render(data: ReportData) -> str:
@@ -226,7 +226,10 @@ def _trials(data: ReportData) -> str:
         ]
         cls = " class='best'" if r.number == best else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
-    table = f"<div style='max-height: 32em; overflow: auto'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
+    table = (
+        "<div style='max-height: 32em; overflow: auto'>"
+        f"<table><tr>{head}</tr>{''.join(rows)}</table></div>"
+    )
     if data.unreadable:  # left out, each with its reason (study/records.read_records)
         table += (
             f"<p class='note'>{len(data.unreadable)} trial(s) left out, their stored records "

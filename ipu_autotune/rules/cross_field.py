@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..host import pipeline as host
-from ..knob_spec import SPEC, has_optimizer_state, takes_images
+from ..knob_conditions import has_optimizer_state, takes_images
+from ..knob_spec import SPEC
 from ..problem import Config, Problem
 
 if TYPE_CHECKING:
@@ -104,7 +105,10 @@ def _io_tiles(p: Problem, c: Config) -> str | None:
         if c.io_tiles % 2 or not 32 <= c.io_tiles <= 192:
             return f"io_tiles must be 0 or an even number in [32, 192], got {c.io_tiles}"
         if c.execution == "pipelined":
-            return 'io_tiles need execution = "sharded" (overlapped I/O is not supported when pipelined)'
+            return (
+                'io_tiles need execution = "sharded" '
+                "(overlapped I/O is not supported when pipelined)"
+            )
     return None
 
 

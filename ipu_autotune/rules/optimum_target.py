@@ -11,7 +11,7 @@ the models' `parallelize()`.
 from __future__ import annotations
 
 # What the target can serialise is a knob's domain: the knob spec's (the search space asks it too).
-from ..knob_spec import projection_factors as serialization_factors
+from ..knob_conditions import projection_factors as serialization_factors
 from ..problem import Config, Problem
 
 #: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW, or LAMB with
@@ -69,7 +69,9 @@ def checkpoint_hook(problem: Problem) -> dict[str, str]:
         # (a None where transformers' newer layers return one, e.g. DeBERTa's, passes through)
         return {
             "tuple_comment": "# every tensor, as optimum-graphcore's recomputation_checkpoint",
-            "tuple_checkpoint": "tuple(y if y is None else poptorch.recomputationCheckpoint(y) for y in output)",
+            "tuple_checkpoint": (
+                "tuple(y if y is None else poptorch.recomputationCheckpoint(y) for y in output)"
+            ),
         }
     return {
         "tuple_comment": "# Hugging Face layers return (hidden_states, ...)",

@@ -13,8 +13,8 @@ the baseline's loss fall and, for accuracy, one point or two binomial standard e
 held-out samples, whichever is wider: two seeds underestimate the spread of many.
 
 - "inconclusive": the baseline did not learn within the budget (its loss became inf/NaN, or
-  fell no more than twice the seeds' noise or a twentieth of its start): nothing can be judged; the advice names what
-  to change (more --steps, a lower --lr, --num-classes);
+  fell no more than twice the seeds' noise or a twentieth of its start): nothing can be judged;
+  the advice names what to change (more --steps, a lower --lr, --num-classes);
 - "diverged": the tuned loss or a weight became inf/NaN, or its loss ended above where it began
   by more than the band is wide;
 - "stalled": its loss fell (to its plateau) less than a quarter of what each baseline run's fell

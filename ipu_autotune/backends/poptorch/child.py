@@ -57,7 +57,8 @@ def add_tuner_options(
     engine = dict(opts._Popart.options.get("engineOptions", {}))
     engine.update(
         {
-            "debug.allowOutOfMemory": "true",  # lay out the whole graph, so the profile is complete
+            # lay out the whole graph, so the profile is complete
+            "debug.allowOutOfMemory": "true",
             "autoReport.outputGraphProfile": "true",
             "autoReport.outputExecutionProfile": "false",  # instrumentation would cost memory
             "autoReport.directory": str(request["report_dir"]),
