@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from ..problem import Config, Problem
 from ..version import __version__
-from .python import ALS_INITIAL_SCALE, comment_lines, float_literal, int_literal, learning_rate
+from .literals import comment_lines, float_literal, int_literal
+from .python import ALS_INITIAL_SCALE, learning_rate
 
 #: transformers' Auto class for each --task (optimum's to_pipelined maps it to its Pipelined*
 #: class)
