@@ -22,7 +22,7 @@ from .study.records import TrialRecord
 if TYPE_CHECKING:
     import optuna
 
-    from .commands.tune import TuneOutcome
+    from .commands.tune_report import TuneOutcome
     from .verification.verdict import Verdict
 
 _PRE = (
