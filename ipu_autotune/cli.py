@@ -24,9 +24,8 @@ from rich.markup import escape
 
 from .errors import UsageError
 from .interrupt import Explained, while_running
-from .options import OPTIONS
+from .options import OPTIONS, CommandOptions
 from .options.parser import add_options, options_from
-from .options.table import CommandOptions
 from .present.display import terminal_text
 from .version import __version__
 
