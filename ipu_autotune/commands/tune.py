@@ -18,7 +18,7 @@ from ..backends.base import Backend
 from ..calibration import session as calibration
 from ..interrupt import Explained
 from ..options import TuneOptions
-from ..present import ui
+from ..present import live_view, ui
 from ..present.display import terminal_text
 from ..present.tune_summary import print_header
 from ..problem import Problem
@@ -136,12 +136,12 @@ def _view(
     backend: Backend,
     stored: steps.Stored,
     calibrated: calibration.Calibration | None,
-) -> ui.TuneView:
+) -> live_view.TuneView:
     """The live view of the trials, after the header (a resumed study's earlier trials and
     unreadable records first)."""
     earlier, unreadable = ([], {}) if created else st.read_records(study)
     quiet = args.quiet or args.json or args.worker
-    view = ui.TuneView(console, args.trials, quiet=quiet, earlier=earlier)
+    view = live_view.TuneView(console, args.trials, quiet=quiet, earlier=earlier)
     if not quiet:
         print_header(console, problem, backend, stored.name, stored.url, created, study)
         if calibrated is not None and calibrated.note:
@@ -155,7 +155,7 @@ def _run_trials(
     console: Console,
     study: optuna.Study,
     runner: Runner,
-    view: ui.TuneView,
+    view: live_view.TuneView,
     backend: Backend,
     jobs: int,
 ) -> list[TrialRecord]:
