@@ -44,8 +44,7 @@ def html(*renderables: RenderableType, width: int = 120) -> str:
 @dataclass
 class TuneResult:
     """A study after `ipu_autotune.tune`: the best trial and the baseline, every trial's record,
-    and the best configuration as PopTorch code, `poptorch.Options`, ipu_config.json or a
-    report."""
+    and the best configuration as PopTorch code, `poptorch.Options`, ipu_config.json, a report."""
 
     study_name: str
     problem: Problem
@@ -57,8 +56,7 @@ class TuneResult:
     interrupted: bool = False
     files: dict[str, Path] = field(default_factory=dict)
     resume: str = ""
-    #: what the last ipu_config() could not say as IPUConfig fields (FP16 weights, a fixed loss
-    #: scale...)
+    #: what the last ipu_config() could not say as IPUConfig fields (FP16 weights, fixed scale...)
     ipu_config_notes: list[str] = field(default_factory=list, repr=False)
     #: with verify=True: the Verdict of training the best recipe beside the baseline's
     #: (docs/verify.md)
@@ -150,8 +148,7 @@ class TuneResult:
         return write_report(self.study, self.problem, path)
 
     def summary(self) -> RenderableType:
-        """The CLI's summary table: baseline against best with memory bars, or the closest
-        trial."""
+        """The CLI's summary table: baseline vs best with memory bars, or the closest trial."""
         if self.best is not None and self.baseline is not None:
             return ui.comparison(self.problem, self.baseline, self.best, self.estimated)
         from .study.records import closest_record

@@ -1,5 +1,4 @@
-"""Neighbour moves: the single changes of one knob the guide's climbs try (knob_spec.py's
-`moves`)."""
+"""Neighbour moves: a knob's single changes, which the guide's climbs try (KnobSpec.moves)."""
 
 from __future__ import annotations
 

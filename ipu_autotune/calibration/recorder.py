@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from ..study.records import TrialRecord
     from .store import Store
 
-#: failures that say something about the configuration on this SDK (the rest are ours or the
-#: host's)
+#: failures that say something about the configuration on this SDK (the rest are ours or
+#: the host's)
 RECORDED_FAILURES = (None, "oom", "compile_error", "timeout")
 
 

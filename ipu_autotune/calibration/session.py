@@ -34,8 +34,7 @@ ATTR_UID = "calibration_uid"
 
 
 def store_url(storage_url: str, calibration_storage: str | None, off: bool) -> str | None:
-    """The store a tune run uses (None: none), its URL checked (one line, exit 2, nothing
-    touched)."""
+    """The store a tune run uses (None: none), its URL checked (one line, exit 2, no writes)."""
     if off:
         return None
     if calibration_storage:

@@ -122,8 +122,7 @@ def make_backend(
     work_dir: Path | None = None,
     estimate_headroom: float | None = None,
 ) -> Backend:
-    """The backend --backend names, screened as --screen-margin says (measuring_backend,
-    screened)."""
+    """The backend --backend names, screened per --screen-margin (measuring_backend, screened)."""
     return screened(options, measuring_backend(options, console, work_dir, estimate_headroom))
 
 

@@ -47,9 +47,8 @@ def run(args: TuneOptions) -> int:
 
 
 def verify_outcome(args: TuneOptions, outcome: TuneOutcome) -> Verdict | None:
-    """`--verify`: the best config's recipe trained beside the baseline's (commands/verify.py), its
-    verdict printed and returned; None when not asked for, or when the run found nothing to
-    verify."""
+    """`--verify`: the best config's recipe trained beside the baseline's (commands/verify.py),
+    its verdict printed and returned; None when not asked for, or when nothing was found."""
     if (
         not args.verify
         or outcome.exit_code != 0

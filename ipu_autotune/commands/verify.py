@@ -86,8 +86,7 @@ def verify(args: VerifyOptions, console: Console) -> Verdict:
 def verify_tuned(
     args: TuneOptions, console: Console, study: optuna.Study, problem: Problem
 ) -> Verdict:
-    """`tune --verify`: the study just tuned, its best against its baseline, with verify's
-    defaults."""
+    """`tune --verify`: the study just tuned, its best against its baseline, verify's defaults."""
     from ..study.records import best_record, records
     from .common import baseline_of
 

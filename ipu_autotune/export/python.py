@@ -262,8 +262,7 @@ def learning_rate(
 def tied_head_lines(problem: Problem, config: Config) -> list[str]:
     """hf: models: what runs back on IPU0 (profiles/placement.head_blocks: a tied head with its
     embedding, as optimum-graphcore's parallelize() places it, PipelinedBertForMaskedLM:
-    `BeginBlock(self.cls, "Classifier", ipu_id=0)`; under --trainer optimum, what the class
-    pins)."""
+    `BeginBlock(self.cls, "Classifier", ipu_id=0)`; under --trainer optimum, what it pins)."""
     from ..profiles.placement import head_blocks
 
     return [
@@ -274,8 +273,8 @@ def tied_head_lines(problem: Problem, config: Config) -> list[str]:
 
 
 def model_check_lines(problem: Problem) -> list[str]:
-    """What the estimate assumed of the user's model: set where the code can (hf.model_settings),
-    else checked."""
+    """What the estimate assumed of the user's model: set where the code can
+    (hf.model_settings), else checked."""
     from ..models.hf import attention_dropout_key, model_settings
 
     if problem.attention_dropout is None:

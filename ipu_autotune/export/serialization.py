@@ -92,8 +92,7 @@ def serialization_code(config: Config) -> str:
 
 
 def serialization_lines(problem: Problem, config: Config) -> list[str]:
-    """The annotate() line that serialises the projection or the token embedding, or none at factor
-    1."""
+    """The annotate() line that serialises the projection or the token embedding (none at 1)."""
     if config.input_embedding_serialization != 1:
         factor = config.input_embedding_serialization
         embedding = input_embedding(problem)

@@ -18,8 +18,7 @@ from ..version import __version__
 from .literals import comment_lines, float_literal, int_literal
 from .python import ALS_INITIAL_SCALE, learning_rate
 
-#: transformers' Auto class for each --task (optimum's to_pipelined maps it to its Pipelined*
-#: class)
+#: transformers' Auto class for each --task (optimum's to_pipelined maps it to a Pipelined*)
 _BLOCK = '''"""Train with optimum-graphcore: IPUTrainer and the ipu_config.json beside this file.
 
 Found by ipu-autotune {version}.

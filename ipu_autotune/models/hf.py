@@ -190,8 +190,8 @@ def build_hf_model(
     with torch.device(device):
         model = getattr(transformers, TASKS[task]).from_config(config, attn_implementation="eager")
     if config.is_encoder_decoder:
-        # T5's and BART's encoder and decoder always share one embedding (`shared`), tied head or
-        # not.
+        # T5's and BART's encoder and decoder always share one embedding (`shared`), tied head
+        # or not.
         model.set_input_embeddings(model.get_input_embeddings())
     if max_predictions:
         from .masked_tokens import gather_before_head
@@ -201,8 +201,7 @@ def build_hf_model(
 
 
 def _identical_stacks(model: Any) -> list[tuple[str, int]]:
-    """(path, blocks) of each outermost ModuleList of two or more blocks of one class with
-    weights."""
+    """(path, blocks) of each outermost ModuleList of two or more weighted blocks of one class."""
     from torch import nn
 
     found: list[tuple[str, int]] = []

@@ -11,7 +11,7 @@ graphcore/examples' BERT (nlp/bert/pytorch) feeds the positions as an input, at 
 
 `--max-predictions N` builds that model: its forward takes `masked_lm_positions` (batch x N)
 and `labels` (batch x N, the masked tokens' ids), so the trace the estimator reads and the
-exported `TrainingModel` (export/python.py, `MASKED_TOKEN_MODEL`) compute the same thing.
+exported `TrainingModel` (`_MASKED_TOKEN_MODEL`, export/training_model.py) compute the same.
 """
 
 from __future__ import annotations

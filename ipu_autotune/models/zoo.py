@@ -29,8 +29,7 @@ def torchvision_models() -> tuple[str, ...]:
 
 
 def check_model_name(name: str) -> None:
-    """Fail early, with suggestions, for a name that is neither torchvision's nor
-    module:factory."""
+    """Fail early, with suggestions, for a name neither torchvision's nor a module:factory."""
     if objects.is_object(name):
         objects.registered(name)
         return

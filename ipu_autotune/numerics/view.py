@@ -16,8 +16,7 @@ SHOWN_EXPONENTS = (0, 4, 8, 12, 16, 20, 24)
 
 
 def scale_table(advice: NumericsAdvice) -> Table:
-    """A few loss scales: the share of non-zero gradients lost or subnormal in FP16, and
-    overflow."""
+    """A few loss scales: the non-zero gradients lost or subnormal in FP16, and overflow."""
     chosen = advice.loss_scale.scale
     shown = {2.0**k for k in SHOWN_EXPONENTS} | {chosen}
     table = Table(

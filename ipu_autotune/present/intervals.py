@@ -70,8 +70,7 @@ def line(m: Measurement) -> str:
 
 
 def summary_line(base: Measurement | None, best: Measurement) -> str:
-    """The tune summary's one line: the best's bars, and the baseline's when its verdict is
-    uncertain."""
+    """The tune summary's line: the best's bars, and the baseline's if its verdict is uncertain."""
     out = line(best)
     if not out:
         return ""

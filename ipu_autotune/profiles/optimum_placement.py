@@ -177,8 +177,8 @@ CHECKPOINTED_OUTPUTS: dict[tuple[str, str], int] = {
 #: the class pins the tied head only (the traced ties stand). optimum/graphcore/models/:
 ON_IPU0: dict[tuple[str, str], tuple[str, ...] | None] = {
     # bert/modeling_bert.py: PipelinedBertForMaskedLM.parallelize, BeginBlock(self.cls,
-    # "Classifier", ipu_id=0); BertPipelineMixin.parallelize (classification, QA) puts the heads on
-    # the last IPU
+    # "Classifier", ipu_id=0); BertPipelineMixin.parallelize (classification, QA) puts the heads
+    # on the last IPU
     ("bert", "sequence-classification"): (),
     ("bert", "question-answering"): (),
     ("bert", "masked-lm"): ("cls",),
@@ -199,9 +199,9 @@ ON_IPU0: dict[tuple[str, str], tuple[str, ...] | None] = {
     ("deberta", "sequence-classification"): (),
     ("deberta", "question-answering"): (),
     ("deberta", "masked-lm"): ("cls.predictions.decoder",),
-    # gpt2/modeling_gpt2.py: PipelinedGPT2LMHeadModel.parallelize, BeginBlock(self.lm_head, "LM
-    # head", ipu_id=0) (ln_f stays with the last layer); PipelinedGPT2ForSequenceClassification:
-    # score last
+    # gpt2/modeling_gpt2.py: PipelinedGPT2LMHeadModel.parallelize,
+    # BeginBlock(self.lm_head, "LM head", ipu_id=0) (ln_f stays with the last layer);
+    # PipelinedGPT2ForSequenceClassification: score last
     ("gpt2", "causal-lm"): ("lm_head",),
     ("gpt2", "sequence-classification"): (),
     # bart/modeling_bart.py: PipelinedBartForConditionalGeneration.parallelize (training):
@@ -218,8 +218,8 @@ ON_IPU0: dict[tuple[str, str], tuple[str, ...] | None] = {
     # mt5/modeling_mt5.py: PipelinedMT5ForConditionalGeneration.parallelize, lm_head on IPU 0 only
     # `if self.config.tie_word_embeddings`, else on the last IPU: the traced tie decides
     ("mt5", "seq2seq-lm"): None,
-    # vit/modeling_vit.py: PipelinedViTForImageClassification.parallelize, classifier on the last
-    # IPU
+    # vit/modeling_vit.py: PipelinedViTForImageClassification.parallelize, classifier on the
+    # last IPU
     ("vit", "image-classification"): (),
 }
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 from ..knob_conditions import projection_factors as serialization_factors
 from ..problem import Config, Problem
 
-#: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW, or LAMB with
-#: `lamb=True`)
+#: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW; LAMB if `lamb=True`)
 TRAINER_OPTIMIZERS = ("adamw", "lamb")
 
 # IPUConfig._to_options (training), beyond the knobs a Config already carries. The PopTorch
@@ -174,8 +173,7 @@ def trainer_precision(config: Config) -> bool:
 
 
 def unexpressible(problem: Problem, config: Config) -> list[str]:
-    """Why IPUTrainer + IPUConfig would not train `config` as it was estimated (empty: it
-    would)."""
+    """Why IPUTrainer + IPUConfig would not train `config` as estimated (empty: it would)."""
     from ..profiles.placement import is_layer, optimum_checkpoints
     from ..profiles.trace import profile_for
 
@@ -232,8 +230,7 @@ def unexpressible(problem: Problem, config: Config) -> list[str]:
 
 def _checkpoint_refusal(checkpoints: tuple[str, ...], theirs: tuple[str, ...]) -> list[str]:
     """Why `checkpoints` are not the ones parallelize() registers under
-    recompute_checkpoint_every_layer (`theirs`, placement.optimum_checkpoints); empty when they
-    are."""
+    recompute_checkpoint_every_layer (`theirs`, placement.optimum_checkpoints); empty if equal."""
     if tuple(checkpoints) == theirs:
         return []
     from ..profiles.placement import is_layer

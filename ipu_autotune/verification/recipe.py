@@ -62,8 +62,7 @@ class Recipe:
         return ", ".join(parts)
 
     def not_emulated(self) -> list[str]:
-        """What the IPU would do that this CPU run does not, said plainly (verify prints each
-        line)."""
+        """What the IPU would do that this CPU run does not, plainly (verify prints each line)."""
         out = []
         if self.half_compute:
             out.append(
@@ -103,8 +102,7 @@ class Recipe:
         return out
 
     def fp32_kept(self) -> list[str]:
-        """What stays FP32 in this run because the IPU keeps it FP32 too (the export's
-        settings)."""
+        """What stays FP32 in this run because the IPU keeps it FP32 (the export's settings)."""
         if not self.half_compute:
             return []
         out = []

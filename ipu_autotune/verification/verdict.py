@@ -88,8 +88,8 @@ def _plateau(run: RunResult, attr: str, better: int) -> float:
 
 def _jitter(run: RunResult, start: float, attr: str) -> float:
     """Checkpoint-to-checkpoint noise of `attr` from `start` samples on: the RMS of second
-    differences over sqrt(6), the standard deviation of white noise (a straight trend does not move
-    it)."""
+    differences over sqrt(6), the standard deviation of white noise (a straight trend does not
+    move it)."""
     vals = [getattr(p, attr) for p in run.points[1:] if p.samples >= start]
     second = [a - 2 * b + c for a, b, c in zip(vals, vals[1:], vals[2:], strict=False)]
     return math.sqrt(sum(d * d for d in second) / len(second) / 6) if second else 0.0
@@ -215,8 +215,7 @@ def _band(a: float, b: float, floor: float, top: float = math.inf) -> tuple[floa
 
 
 def _accuracy_floor(acc: float, runs: Sequence[RunResult]) -> float:
-    """One point, or two binomial standard errors of an accuracy measured on the held-out
-    samples."""
+    """One point, or two binomial standard errors of an accuracy measured on held-out samples."""
     n = min((r.eval_samples for r in runs), default=0)
     p = min(max(acc, 0.0), 1.0)
     return max(ACCURACY_FLOOR, 2 * math.sqrt(p * (1 - p) / n)) if n else ACCURACY_FLOOR
@@ -263,8 +262,8 @@ def judge(
     fall = max(min(base_falls), 0.0) if finite else 0.0
 
     def floor(points: int, share: float, least: float) -> tuple[float, float]:
-        """Loss and accuracy floors of a band on means of `points` checkpoints: two standard errors
-        of the difference of two such means, and at least `share` of the fall and `least` of
+        """Loss and accuracy floors of a band on means of `points` checkpoints: two standard
+        errors of the difference of two such means, at least `share` of the fall and `least` of
         accuracy."""
         spread = 2 * math.sqrt(2 / points)
         return max(share * fall, spread * jitter[0]) if finite else 0.0, max(

@@ -97,8 +97,8 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
         for i in indices:
             segment += units[i].saved_bytes
             if i in ckpt_units:
-                # every tensor the checkpoint keeps (GPT-2's key and value too under --trainer
-                # optimum)
+                # every tensor the checkpoint keeps (under --trainer optimum, GPT-2's key and
+                # value too)
                 checkpoint_bytes += unit_produced_bytes(profile, i) * units[i].checkpointed_outputs
                 best_segment = max(best_segment, segment)
                 segment = 0

@@ -28,8 +28,7 @@ from ...problem import Config, Problem
 from .errors import ERROR_LOG, CaughtError, oom_evidence, read_text
 from .profile import find_profile, read_profile
 
-#: poptorch.Options.useOfflineIpuTarget versions (1 Mk1, 2 Mk2; Bow is a Mk2 IPU at a higher
-#: clock).
+#: poptorch.Options.useOfflineIpuTarget versions (1 Mk1, 2 Mk2; Bow: a Mk2 at a higher clock).
 IPU_VERSION = {"mk1": 1, "mk2": 2, "bow": 2}
 
 
@@ -38,8 +37,7 @@ def log(msg: str) -> None:
 
 
 def load_snippet(path: str | Path) -> dict[str, Any]:
-    """Execute the exported snippet; its namespace holds annotate, TrainingModel,
-    make_options..."""
+    """Execute the exported snippet; its namespace has annotate, TrainingModel, make_options..."""
     return run_snippet(Path(path).read_text(), str(path))
 
 
