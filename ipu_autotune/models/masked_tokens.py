@@ -54,7 +54,8 @@ def gather_before_head(model: nn.Module) -> nn.Module:
 
     base = type(model)
 
-    class GatheredMaskedLM(base):  # type: ignore[misc, valid-type]  # the model's class, known at run time
+    # the model's own class, known at run time only
+    class GatheredMaskedLM(base):  # type: ignore[misc, valid-type]
         def forward(
             self,
             input_ids: torch.Tensor,
