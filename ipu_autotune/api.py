@@ -58,16 +58,17 @@ def _options(
 def tune(
     model: object, options: TuneOptions | None = None, *, name: str | None = None, **keywords: Any
 ) -> TuneResult:
-    """Run or resume a study, as `ipu-autotune MODEL --batch-size N ...` does; returns a TuneResult.
+    """Run or resume a study, as `ipu-autotune MODEL --batch-size N ...` does; returns a
+    TuneResult.
 
     `model`: a model string the CLI takes (resnet50, hf:bert-base-uncased, package.module:factory),
-    an nn.Module, or a zero-argument callable returning one; `name`: an object model's name (default:
-    its class name), so its study is `object-NAME-bs...`. `options`: a TuneOptions; keywords set
-    its fields (`ipu-autotune tune --help` lists them), e.g. batch_size=64, trials=20,
-    storage="sqlite:///s.db".
-    The first Ctrl-C (a kernel interrupt) stops after the current trial and returns the result so
-    far, with `interrupted` set; a second one raises KeyboardInterrupt, as on the terminal.
-    With verify=True (and data=), the result's `verdict` is `verify`'s on the best config.
+    an nn.Module, or a zero-argument callable returning one; `name`: an object model's name
+    (default: its class name), so its study is `object-NAME-bs...`. `options`: a TuneOptions;
+    keywords set its fields (`ipu-autotune tune --help` lists them), e.g. batch_size=64, trials=20,
+    storage="sqlite:///s.db". The first Ctrl-C (a kernel interrupt) stops after the current trial
+    and returns the result so far, with `interrupted` set; a second one raises KeyboardInterrupt,
+    as on the terminal. With verify=True (and data=), the result's `verdict` is `verify`'s on the
+    best config.
     """
     from .api_result import TuneResult
     from .commands.tune import tune_study, verify_outcome
@@ -90,8 +91,8 @@ def _check_object_run(options: TuneOptions, model: str) -> None:
 
     if options.jobs > 1:
         raise UsageError(
-            f"model '{model}': jobs={options.jobs} starts worker processes, which cannot rebuild a "
-            "model object; use jobs=1, or a model string (package.module:factory)"
+            f"model '{model}': jobs={options.jobs} starts worker processes, which cannot rebuild "
+            "a model object; use jobs=1, or a model string (package.module:factory)"
         )
     if resolve_backend_name(options.backend) == "poptorch":
         objects.pickled(model)  # its refusal before any study exists

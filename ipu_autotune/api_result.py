@@ -22,10 +22,13 @@ from .study.records import TrialRecord
 if TYPE_CHECKING:
     import optuna
 
-    from .commands.tune import TuneOutcome
+    from .commands.tune_report import TuneOutcome
     from .verification.verdict import Verdict
 
-_PRE = '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;font-family:Menlo,Consolas,monospace">{code}</pre>'
+_PRE = (
+    '<pre style="white-space:pre;overflow-x:auto;line-height:1.2;'
+    'font-family:Menlo,Consolas,monospace">{code}</pre>'
+)
 
 
 def html(*renderables: RenderableType, width: int = 120) -> str:
@@ -41,7 +44,7 @@ def html(*renderables: RenderableType, width: int = 120) -> str:
 @dataclass
 class TuneResult:
     """A study after `ipu_autotune.tune`: the best trial and the baseline, every trial's record,
-    and the best configuration as PopTorch code, `poptorch.Options`, ipu_config.json or a report."""
+    and the best configuration as PopTorch code, `poptorch.Options`, ipu_config.json, a report."""
 
     study_name: str
     problem: Problem
@@ -53,9 +56,10 @@ class TuneResult:
     interrupted: bool = False
     files: dict[str, Path] = field(default_factory=dict)
     resume: str = ""
-    #: what the last ipu_config() could not say as IPUConfig fields (FP16 weights, a fixed loss scale...)
+    #: what the last ipu_config() could not say as IPUConfig fields (FP16 weights, fixed scale...)
     ipu_config_notes: list[str] = field(default_factory=list, repr=False)
-    #: with verify=True: the Verdict of training the best recipe beside the baseline's (docs/verify.md)
+    #: with verify=True: the Verdict of training the best recipe beside the baseline's
+    #: (docs/verify.md)
     verdict: Verdict | None = field(default=None, repr=False)
 
     @classmethod
@@ -144,7 +148,7 @@ class TuneResult:
         return write_report(self.study, self.problem, path)
 
     def summary(self) -> RenderableType:
-        """The CLI's summary table: baseline against best with memory bars, or the closest trial."""
+        """The CLI's summary table: baseline vs best with memory bars, or the closest trial."""
         if self.best is not None and self.baseline is not None:
             return ui.comparison(self.problem, self.baseline, self.best, self.estimated)
         from .study.records import closest_record

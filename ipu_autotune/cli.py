@@ -1,11 +1,13 @@
-"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, plan, export, show, studies, calibration.
+"""Command line: `ipu-autotune MODEL --batch-size N` (tune), estimate, plan, export, show,
+studies, calibration.
 
 Exit codes: 0 done, 2 bad input (one line on stderr naming the fix), 3 the study ran but
 no trial fits (the closest one and what would help are printed), 4 `estimate` answered
-for a config that breaks a recipe rule (each rule printed; rules/cross_field.EXIT_BREAKS_RECIPE),
-5 `verify` (or `tune --verify`) judged the tuned recipe diverged, stalled or lagging
-(verification.verdict.EXIT_FAILED_CHECK), 6 `verify` could not judge: the baseline did not learn
-(verification.verdict.EXIT_INCONCLUSIVE), 130 interrupted, 1 an unexpected error (traceback with --debug).
+for a config that breaks a recipe rule (each rule printed;
+rules/cross_field.EXIT_BREAKS_RECIPE), 5 `verify` (or `tune --verify`) judged the tuned recipe
+diverged, stalled or lagging (verification.verdict.EXIT_FAILED_CHECK), 6 `verify` could not
+judge: the baseline did not learn (verification.verdict.EXIT_INCONCLUSIVE), 130 interrupted,
+1 an unexpected error (traceback with --debug).
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ from rich.markup import escape
 
 from .errors import UsageError
 from .interrupt import Explained, while_running
-from .options import OPTIONS
+from .options import OPTIONS, CommandOptions
 from .options.parser import add_options, options_from
-from .options.table import CommandOptions
 from .present.display import terminal_text
 from .version import __version__
 
@@ -52,12 +53,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-#: each subcommand's one-line help and its description; its flags are its options' fields (options/table.py)
+#: each subcommand's one-line help and its description; its flags are its options' fields
+#: (options/table.py)
 _COMMANDS = {
     "tune": (
         "run (or resume) a tuning study",
-        "Tune a model: an Optuna study from the baseline to a fast configuration that fits. Resumes when the "
-        "study exists.",
+        "Tune a model: an Optuna study from the baseline to a fast configuration that fits. "
+        "Resumes when the study exists.",
     ),
     "estimate": (
         "memory and speed of one configuration",
@@ -66,9 +68,10 @@ _COMMANDS = {
     ),
     "plan": (
         "how many IPUs the model needs, and how fast it is on each (estimated)",
-        "An estimate-only search at 1, 2, 4, 8, 16, 32 and 64 IPUs (the micro-batch halved from --batch-size "
-        "down to 1 until something fits), no study and no compile: the smallest size that fits, the best "
-        "configuration and throughput at each, and where nothing fits, why. --ipus is not used.",
+        "An estimate-only search at 1, 2, 4, 8, 16, 32 and 64 IPUs (the micro-batch halved from "
+        "--batch-size down to 1 until something fits), no study and no compile: the smallest "
+        "size that fits, the best configuration and throughput at each, and where nothing fits, "
+        "why. --ipus is not used.",
     ),
     "export": ("write a trial's configuration as code, TOML or JSON", None),
     "show": ("a study's trials and its best configuration", None),
@@ -85,9 +88,9 @@ _COMMANDS = {
     ),
     "verify": (
         "train the tuned recipe beside the baseline's, FP16 emulated on the CPU",
-        "K steps of the baseline's and the tuned recipe on your data (--data) on the CPU, with the IPU's "
-        "FP16 numerics emulated; a verdict against two baseline seeds. Exit 0 at parity, 5 when the tuned "
-        "recipe diverged, stalled or lags.",
+        "K steps of the baseline's and the tuned recipe on your data (--data) on the CPU, with "
+        "the IPU's FP16 numerics emulated; a verdict against two baseline seeds. Exit 0 at "
+        "parity, 5 when the tuned recipe diverged, stalled or lags.",
     ),
 }
 

@@ -7,17 +7,39 @@ rule) and its ipu_config.json key. Parsing, the search space, the rules, the war
 the trial line and the exports read the table; the estimator asks it whether a knob
 applies. The table's order is the order the guide tries single changes.
 
-Plain values only: `problem` and `config` below are a Problem and a Config, read by
-attribute, so the module sits under `problem.py` (which parses with it): its types say only
-what it reads of them (KnobProblem, KnobConfig), not even a type-only import reaches up.
+When a knob applies and what it refuses are knob_conditions.py's; its single changes,
+knob_moves.py's; what the table reads of a Problem and a Config, knob_types.py's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Protocol, Self, TypeAlias, TypeVar
+from typing import Any
+
+# guide/nofit.py reads has_optimizer_state and offload_applies here (re-exported: `X as X`)
+from .knob_conditions import (
+    has_optimizer_state as has_optimizer_state,
+    input_embedding_factors,
+    input_embedding_refusal,
+    offload_applies as offload_applies,
+    offload_refusal,
+    projection_factors,
+    projection_refusal,
+    sharding_applies,
+    takes_images,
+)
+from .knob_moves import (
+    accumulation_moves,
+    amp_moves,
+    every_value,
+    other_usable_values,
+    other_values,
+    partials_moves,
+    precision_moves,
+    toggle,
+)
+from .knob_types import Applies, KnobConfig, KnobProblem, Moves, Usable
 
 # The allowed values of the word-valued knobs.
 PRECISIONS = ("32.32", "16.32", "16.16")
@@ -26,290 +48,6 @@ EXECUTIONS = ("pipelined", "sharded")
 RECOMPUTE_MODES = ("default", "none", "standard", "norm_only", "pipeline", "all")
 STATE_DTYPES = ("float", "half")
 LOADER_MODES = ("sync", "async")  # poptorch.DataLoaderMode.Sync / .Async
-
-
-class KnobProblem(Protocol):
-    """What the table reads of a Problem."""
-
-    @property
-    def model(self) -> str: ...
-    @property
-    def task(self) -> str: ...
-    @property
-    def target(self) -> str: ...
-    @property
-    def optimizer(self) -> str: ...
-    @property
-    def trainer(self) -> str: ...
-    @property
-    def global_batch(self) -> int | None: ...
-    @property
-    def input_shape(self) -> tuple[int, ...]: ...
-    @property
-    def inputs(self) -> tuple[str, ...]: ...
-    @property
-    def token_inputs(self) -> bool: ...
-
-
-class KnobConfig(Protocol):
-    """What the table reads of a Config (an IPU layout is one too), and its `replace`."""
-
-    @property
-    def precision(self) -> str: ...
-    @property
-    def partials(self) -> str: ...
-    @property
-    def half_compute(self) -> bool: ...
-    @property
-    def loss_scaling(self) -> float | str: ...
-    @property
-    def recompute(self) -> str: ...
-    @property
-    def available_memory_proportion(self) -> tuple[float, ...]: ...
-    @property
-    def optimizer_offload(self) -> bool: ...
-    @property
-    def ipus_per_replica(self) -> int: ...
-    @property
-    def replicas(self) -> int: ...
-    @property
-    def embedding_serialization(self) -> int: ...
-    @property
-    def input_embedding_serialization(self) -> int: ...
-    def replace(self, **changes: Any) -> Self: ...
-
-
-_Config = TypeVar("_Config", bound=KnobConfig)
-
-
-class Moves(Protocol):
-    """(problem, config, the space's values of the knob) -> configs one change away, each of
-    the given config's own type."""
-
-    def __call__(
-        self, problem: KnobProblem, config: _Config, values: list[Any], /
-    ) -> Iterable[_Config]: ...
-
-
-#: (problem, IPU layout or None) -> whether the knob does anything
-Applies: TypeAlias = Callable[[KnobProblem, KnobConfig | None], bool]
-#: problem -> the values a knob can take there
-Usable: TypeAlias = Callable[[KnobProblem], Collection[Any]]
-
-
-# --- when a knob applies -----------------------------------------------------------------
-
-
-def has_optimizer_state(problem: KnobProblem) -> bool:
-    """sgd_combined keeps no separate state: PopTorch optim.SGD(use_combined_accum=True)
-    takes no state types and ignores the state location settings (its docstring)."""
-    return problem.optimizer != "sgd_combined"
-
-
-def offload_applies(problem: KnobProblem, layout: KnobConfig | None = None) -> bool:
-    """Offloading needs Streaming Memory (Mk1 has none, backends/targets.py) and a state."""
-    return problem.target != "mk1" and has_optimizer_state(problem)
-
-
-def _offload_refusal(problem: KnobProblem, config: KnobConfig) -> str | None:
-    if config.optimizer_offload and problem.target == "mk1":
-        return (
-            "optimizer_offload needs Streaming Memory, which Mk1 IPUs do not have; set it to false"
-        )
-    return None
-
-
-def sharding_applies(problem: KnobProblem, layout: KnobConfig | None) -> bool:
-    """Replicated tensor sharding needs replicas to shard over and a state to shard."""
-    assert layout is not None, "whether replicated tensor sharding applies depends on the replicas"
-    return layout.replicas > 1 and has_optimizer_state(problem)
-
-
-def takes_images(problem: KnobProblem) -> bool:
-    """8-bit I/O sends uint8 images normalised per channel: only for [C, H, W] with C 1 or 3,
-    and not for token ids or a factory's named inputs."""
-    return (
-        len(problem.input_shape) == 3
-        and problem.input_shape[0] in (1, 3)
-        and not (problem.token_inputs or problem.inputs)
-    )
-
-
-def pads_vocabulary(model: str) -> bool:
-    """Only GPT-2's parallelize() pads the vocabulary to a multiple of the factor
-    (models/gpt2/modeling_gpt2.py, PipelinedGPT2LMHeadModel.parallelize: resize_token_embeddings);
-    BERT's and RoBERTa's give SerializedLinear the vocabulary as it is."""
-    from .models import hf
-
-    return hf.architecture(model).family == "gpt2"
-
-
-def projection_factors(problem: KnobProblem, optimum: bool | None = None) -> tuple[int, ...]:
-    """The embedding_serialization factors the target can run (`optimum`: optimum-graphcore's
-    IPUTrainer; None: the problem's trainer). PopART splits only output channels the factor
-    divides (willow/src/op/matmul.cpp, MatMulOp::setup): the snippet pads any vocabulary
-    first; optimum pads GPT-2's only (BERT's 30,522 words: 1 and 2; RoBERTa's 50,265: 1)."""
-    from .models import hf
-
-    factors = hf.serialization_factors(problem.model, problem.task)
-    optimum = problem.trainer == "optimum" if optimum is None else optimum
-    if not optimum or factors == (1,) or pads_vocabulary(problem.model):
-        return factors
-    projection = hf.vocabulary_projection(problem.model, problem.task)
-    assert projection is not None  # factors other than (1,): there is a vocabulary projection
-    words = projection[1]
-    return tuple(f for f in factors if words % f == 0)
-
-
-def _projection_refusal(problem: KnobProblem, config: KnobConfig) -> str | None:
-    """A factor splits the vocabulary projection's output channels, so the head needs one.
-    PopART refuses a factor that does not divide them (willow/src/op/matmul.cpp,
-    MatMulOp::setup); the export pads such a vocabulary first (hf.padded_vocabulary)."""
-    if config.embedding_serialization == 1:
-        return None
-    from .models import hf
-
-    found = (
-        hf.vocabulary_projection(problem.model, problem.task) if hf.is_hf(problem.model) else None
-    )
-    if found is None:
-        return (
-            f"embedding_serialization {config.embedding_serialization} needs an hf: model whose head projects "
-            "onto the vocabulary (masked-lm, causal-lm, seq2seq-lm); set embedding_serialization = 1"
-        )
-    if config.embedding_serialization not in hf.SERIALIZATION_FACTORS:
-        usable = ", ".join(map(str, hf.SERIALIZATION_FACTORS))
-        return f"embedding_serialization {config.embedding_serialization} is not one of {usable}"
-    return None
-
-
-@lru_cache(maxsize=16)
-def _token_embedding(model: str, task: str) -> tuple[str, int, int] | None:
-    from torch import nn
-
-    from .models import hf
-
-    built = hf.build_hf_model(model, task, 2)
-    table = built.get_input_embeddings()
-    if not isinstance(table, nn.Embedding):  # image models embed patches, not tokens
-        return None
-    return (
-        next(p for p, m in built.named_modules() if m is table),
-        table.num_embeddings,
-        table.embedding_dim,
-    )
-
-
-def input_embedding(problem: KnobProblem) -> tuple[str, int, int] | None:
-    """(module path, rows, width) of the token embedding input_embedding_serialization splits:
-    hf: models whose head does not project onto the vocabulary (that projection is
-    embedding_serialization's, as optimum-graphcore splits one or the other with its
-    embedding_serialization_factor); None elsewhere."""
-    from .models import hf
-
-    if not hf.is_hf(problem.model) or problem.task in hf.VOCABULARY_TASKS:
-        return None
-    return _token_embedding(problem.model, problem.task)
-
-
-def input_embedding_factors(problem: KnobProblem) -> tuple[int, ...]:
-    """Factors that divide the embedding's rows: optimum-graphcore's SerializedEmbedding
-    asserts `num_embeddings % serialization_factor == 0` (optimum/graphcore/modeling_utils.py),
-    and nothing pads them (BERT's 30,522 rows: 1 and 2)."""
-    from .models import hf
-
-    found = input_embedding(problem)
-    return tuple(f for f in hf.SERIALIZATION_FACTORS if found and found[1] % f == 0) or (1,)
-
-
-def _input_embedding_refusal(problem: KnobProblem, config: KnobConfig) -> str | None:
-    factor = config.input_embedding_serialization
-    if factor == 1:
-        return None
-    embedding = input_embedding(problem)
-    if embedding is None:
-        return (
-            f"input_embedding_serialization {factor} needs an hf: text model without a vocabulary head "
-            "(a vocabulary head is split by embedding_serialization); set input_embedding_serialization = 1"
-        )
-    if factor not in input_embedding_factors(problem):
-        usable = ", ".join(map(str, input_embedding_factors(problem)))
-        return (
-            f"input_embedding_serialization {factor} does not divide the {embedding[1]:,} "
-            f"embedding rows (optimum-graphcore's SerializedEmbedding needs it to); use one of {usable}"
-        )
-    return None
-
-
-# --- neighbour moves ---------------------------------------------------------------------
-
-
-def toggle(name: str) -> Moves:
-    def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
-        yield config.replace(**{name: not getattr(config, name)})
-
-    return moves
-
-
-def other_values(name: str) -> Moves:
-    def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
-        for v in values:
-            if v != getattr(config, name):
-                yield config.replace(**{name: v})
-
-    return moves
-
-
-def other_usable_values(name: str, usable: Usable) -> Moves:
-    """other_values, less those the problem cannot take (the sampler leaves them out too)."""
-
-    def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
-        yield from other_values(name)(problem, config, [v for v in values if v in usable(problem)])
-
-    return moves
-
-
-def every_value(name: str) -> Moves:
-    """Each value of the space, the config's own included (a climb compares it like the others)."""
-
-    def moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
-        for v in values:
-            yield config.replace(**{name: v})
-
-    return moves
-
-
-def _precision_moves(
-    problem: KnobProblem, config: _Config, values: list[Any]
-) -> Iterable[_Config]:
-    for p in values:
-        if p != config.precision:
-            yield config.replace(
-                precision=p,
-                loss_scaling=1.0 if p == "32.32" else 1024.0,
-                partials="float",
-                stochastic_rounding=p == "16.16",
-            )
-
-
-def _partials_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
-    if config.half_compute:
-        yield config.replace(partials="half" if config.partials == "float" else "float")
-
-
-def _accumulation_moves(
-    problem: KnobProblem, config: _Config, values: list[Any]
-) -> Iterable[_Config]:
-    if not problem.global_batch:  # a fixed global batch fixes the accumulation
-        yield from every_value("gradient_accumulation")(problem, config, values)
-
-
-def _amp_moves(problem: KnobProblem, config: _Config, values: list[Any]) -> Iterable[_Config]:
-    for a in values:
-        yield config.replace(available_memory_proportion=(a,) * config.ipus_per_replica)
-
-
-# --- the table ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -354,7 +92,7 @@ def _bool_abbrev(on: str) -> Callable[[bool], str]:
 
 SPEC: tuple[KnobSpec, ...] = (
     KnobSpec(
-        "precision", "word", PRECISIONS, abbrev=lambda v: v, line_rank=3, moves=_precision_moves
+        "precision", "word", PRECISIONS, abbrev=lambda v: v, line_rank=3, moves=precision_moves
     ),
     KnobSpec(
         "partials",
@@ -362,7 +100,7 @@ SPEC: tuple[KnobSpec, ...] = (
         PARTIALS,
         abbrev=lambda v: f"partials:{v}",
         line_rank=19,
-        moves=_partials_moves,
+        moves=partials_moves,
     ),
     KnobSpec(
         "stochastic_rounding",
@@ -415,7 +153,7 @@ SPEC: tuple[KnobSpec, ...] = (
         "number",
         line_rank=9,
         abbrev=lambda v: "amp" + "/".join(f"{a:g}" for a in v),
-        moves=_amp_moves,
+        moves=amp_moves,
         replay=lambda c: {
             f"available_memory_proportion_ipu{i}": a
             for i, a in enumerate(c.available_memory_proportion)
@@ -428,7 +166,7 @@ SPEC: tuple[KnobSpec, ...] = (
         abbrev=_bool_abbrev("offload"),
         line_rank=10,
         moves=toggle("optimizer_offload"),
-        refusal=_offload_refusal,
+        refusal=offload_refusal,
     ),
     KnobSpec(
         "replicated_tensor_sharding",
@@ -444,7 +182,7 @@ SPEC: tuple[KnobSpec, ...] = (
         least=1,
         abbrev=lambda v: f"ga{v}",
         line_rank=4,
-        moves=_accumulation_moves,
+        moves=accumulation_moves,
     ),
     KnobSpec(
         "device_iterations",
@@ -498,7 +236,7 @@ SPEC: tuple[KnobSpec, ...] = (
         abbrev=lambda v: f"vocab/{v}",
         line_rank=22,
         moves=other_usable_values("embedding_serialization", projection_factors),
-        refusal=_projection_refusal,
+        refusal=projection_refusal,
         ipu_config_key="embedding_serialization_factor",
         omit_at_default=True,
         sampled=True,
@@ -515,7 +253,7 @@ SPEC: tuple[KnobSpec, ...] = (
         abbrev=lambda v: f"embed/{v}",
         line_rank=23,
         moves=other_usable_values("input_embedding_serialization", input_embedding_factors),
-        refusal=_input_embedding_refusal,
+        refusal=input_embedding_refusal,
         ipu_config_key="embedding_serialization_factor",
         omit_at_default=True,
         sampled=True,

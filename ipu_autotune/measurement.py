@@ -116,8 +116,8 @@ class Measurement:
             used = self.max_tile_bytes[ipu] / self.tile_capacity_bytes
             if unsure:
                 return (
-                    f"{used:.0%} of tile memory on IPU{ipu}: a {self.fit_chance:.0%} chance to fit by the "
-                    f"error bar, under the {self.fit_confidence:.0%} asked"
+                    f"{used:.0%} of tile memory on IPU{ipu}: a {self.fit_chance:.0%} chance to "
+                    f"fit by the error bar, under the {self.fit_confidence:.0%} asked"
                 )
             return (
                 f"{used:.0%} of tile memory on IPU{ipu}, inside the {self.headroom:.0%} headroom"

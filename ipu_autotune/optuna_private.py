@@ -137,5 +137,6 @@ def replace_group_decomposition(sampler: optuna.samplers.TPESampler, groups: obj
     (it was built without `group=True`)."""
     if getattr(sampler, "_group_decomposed_search_space", None) is None:
         return False
-    sampler._group_decomposed_search_space = groups  # type: ignore[assignment]  # duck-typed: calculate()
+    # duck-typed: TPE only calls its calculate()
+    sampler._group_decomposed_search_space = groups  # type: ignore[assignment]
     return True

@@ -22,7 +22,8 @@ from .parsing import parse_fields, read_toml
 DEFAULT_DATASET_SIZE = 50_000
 #: host memory one call's samples (times the loader's buffering) may take, GB
 DEFAULT_HOST_MEMORY_GB = 32.0
-#: samples per weight update beyond which the tuner does not go unless told (README, "Training recipe")
+#: samples per weight update beyond which the tuner does not go unless told
+#: (README, "Training recipe")
 DEFAULT_MAX_GLOBAL_BATCH = 2048
 #: the ceiling when fine-tuning a transformer (a task head on a pretrained body): the global
 #: batch of Graphcore's SQuAD BERT-Large, micro-batch 4 x accumulation 32 x 2 replicas
@@ -136,14 +137,15 @@ class Problem:
             hf.check_attention_dropout(self.model, self.attention_dropout)
         elif self.max_predictions or self.attention_dropout is not None:
             raise UsageError(
-                f"model '{self.model}': --max-predictions and --attention-dropout are for hf: models"
+                f"model '{self.model}': --max-predictions and --attention-dropout are for hf: "
+                "models"
             )
         if not self.model.startswith("hf:") and (
             self.task or self.seq_len or self.decoder_seq_len
         ):
             raise UsageError(
-                f"model '{self.model}': --task, --seq-len and --decoder-seq-len are for hf: models; "
-                "describe a factory's inputs with --input NAME:SHAPE:DTYPE"
+                f"model '{self.model}': --task, --seq-len and --decoder-seq-len are for hf: "
+                "models; describe a factory's inputs with --input NAME:SHAPE:DTYPE"
             )
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "host_worker_speedups", tuple(self.host_worker_speedups))
@@ -159,7 +161,7 @@ class Problem:
 
     @property
     def hf_options(self) -> tuple[tuple[str, int | float], ...]:
-        """What the hf: model builder takes beyond name and task, as (key, value) pairs, set ones only."""
+        """The hf: model builder's settings beyond name and task, as (key, value) pairs, if set."""
         return tuple(
             (k, v)
             for k, v in (

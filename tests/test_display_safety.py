@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from rich.console import Console, Group
 
-from ipu_autotune.present import ui
+from ipu_autotune.present import live_view
 from ipu_autotune.backends.base import Measurement, failed
 from ipu_autotune.cli import main
 from ipu_autotune.present.display import html_text
@@ -204,7 +204,7 @@ def run(capsys: pytest.CaptureFixture[str], argv: Any) -> tuple[int, str]:
 def live_table(url: str) -> str:
     """The live view's table and best line (what tune redraws on a terminal), rendered plainly."""
     records, _ = read_records(optuna.load_study(study_name=STUDY, storage=url))
-    view = ui.TrialTable()
+    view = live_view.TrialTable()
     view.seed(records)
     for r in records:
         view.add(r)

@@ -21,7 +21,7 @@ from ipu_autotune.present.tune_summary import resume_point as _resume_point
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.study.records import TrialRecord
-from ipu_autotune.present.ui import TrialTable, TuneView
+from ipu_autotune.present.live_view import TrialTable, TuneView
 from testing import run_cli, run_cli_process
 
 REPO = Path(__file__).resolve().parents[1]

@@ -405,7 +405,7 @@ def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(
 
     from rich.console import Console
 
-    from ipu_autotune.present import ui
+    from ipu_autotune.present import live_view
     from ipu_autotune.backends.base import Measurement
     from ipu_autotune.problem import Config
     from ipu_autotune.study.records import TrialRecord
@@ -425,6 +425,6 @@ def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(
         "baseline",
         "COMPLETE",
     )
-    with ui.TuneView(console, 3) as view:
+    with live_view.TuneView(console, 3) as view:
         view(record)
     assert view.live is None  # rich would draw a live display nowhere without the widget

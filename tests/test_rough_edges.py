@@ -47,7 +47,7 @@ def test_a_suggestion_changing_a_knob_omitted_at_its_default_is_labelled() -> No
 
 def test_trial_lines_are_cut_between_knobs_never_inside_one() -> None:
     from ipu_autotune.present import trial_line as tl
-    from ipu_autotune.present.ui import TuneView
+    from ipu_autotune.present.live_view import TuneView
 
     out = io.StringIO()
     view = TuneView(Console(file=out, width=80, force_terminal=False), 1)

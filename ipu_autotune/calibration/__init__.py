@@ -1,1 +1,2 @@
-"""The calibration store: what every compile reported, kept across studies (docs/calibration.md)."""
+"""The calibration store: what every compile reported, kept across studies
+(docs/calibration.md)."""

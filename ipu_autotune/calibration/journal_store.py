@@ -33,7 +33,8 @@ class JournalStore:
                 raise no_store_yet(url)
             with self._locked():
                 if not self.path.exists() or self.path.stat().st_size == 0:
-                    # whole or not at all: a worker reading without the lock never sees half a header
+                    # whole or not at all: a worker reading without the lock never sees
+                    # half a header
                     tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
                     tmp.write_text(json.dumps({HEADER: FORMAT}) + "\n")
                     os.replace(tmp, self.path)

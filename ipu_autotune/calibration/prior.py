@@ -50,7 +50,8 @@ SCALES = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 #: at most this many studies are held out in turn (a team's store may hold hundreds; each
 #: held-out study costs a fit on all the others)
 SCALE_FOLDS = 8
-#: the memory parts a store prior sets (the per-layout parts stay the default's: layouts differ per model)
+#: the memory parts a store prior sets (the per-layout parts stay the default's: layouts
+#: differ per model)
 SHARED = ("fixed", "proportional", "per stage", "per replica", "per checkpoint")
 #: the knob-effect rows a prior carries at most, the newest studies' first (a fit of the
 #: knob-effect model grows with the cube of its rows)

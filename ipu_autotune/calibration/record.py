@@ -123,7 +123,8 @@ def check_record(record: Any) -> str | None:
     try:
         Config.from_dict(record["config"], "record config")
     except Exception as exc:  # a record from a newer Config, or hand-edited
-        return f"its config does not read: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"its config does not read: {first_line}"
     return None
 
 

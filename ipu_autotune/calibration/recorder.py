@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from ..study.records import TrialRecord
     from .store import Store
 
-#: failures that say something about the configuration on this SDK (the rest are ours or the host's)
+#: failures that say something about the configuration on this SDK (the rest are ours or
+#: the host's)
 RECORDED_FAILURES = (None, "oom", "compile_error", "timeout")
 
 
@@ -97,6 +98,6 @@ class Recorder:
             self.failed = True
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             self.warn(
-                f"calibration store {mask_url(getattr(self.store, 'url', ''))}: not written ({mask_url(first)}); "
-                "the study goes on without recording"
+                f"calibration store {mask_url(getattr(self.store, 'url', ''))}: not written "
+                f"({mask_url(first)}); the study goes on without recording"
             )

@@ -23,8 +23,8 @@ class NoStoreYet(StoreRefused):
 
 def no_store_yet(url: str) -> NoStoreYet:
     return NoStoreYet(
-        f"calibration store {mask_url(url)}: no calibration store there (no compile recorded yet); "
-        f"{EMPTY_FIX}"
+        f"calibration store {mask_url(url)}: no calibration store there (no compile recorded "
+        f"yet); {EMPTY_FIX}"
     )
 
 

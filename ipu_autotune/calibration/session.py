@@ -34,7 +34,7 @@ ATTR_UID = "calibration_uid"
 
 
 def store_url(storage_url: str, calibration_storage: str | None, off: bool) -> str | None:
-    """The store a tune run uses (None: none), its URL checked (one line, exit 2, nothing touched)."""
+    """The store a tune run uses (None: none), its URL checked (one line, exit 2, no writes)."""
     if off:
         return None
     if calibration_storage:
@@ -88,7 +88,8 @@ def open_for_tune(url: str | None, warn: Callable[[str], None]) -> Any:
     except Exception as exc:  # unreachable server, permissions: the store is an aid
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         warn(
-            f"calibration store {mask_url(url)}: {mask_url(first)}; this study runs uncorrected and records nothing"
+            f"calibration store {mask_url(url)}: {mask_url(first)}; this study runs uncorrected "
+            "and records nothing"
         )
     return None
 
@@ -152,8 +153,8 @@ def prior_veto(guide: Guide | None, baseline: Config) -> Callable[[Config], str 
         chance = judged.chance
         return (
             (
-                f"the estimate corrected by the calibration store gives it a {chance:.1%} chance to fit "
-                f"(busiest tile {judged.busiest:.0%} of a tile)"
+                f"the estimate corrected by the calibration store gives it a {chance:.1%} chance "
+                f"to fit (busiest tile {judged.busiest:.0%} of a tile)"
             )
             if chance < VETO_CHANCE
             else None

@@ -32,7 +32,8 @@ def run(args: CalibrationOptions) -> int:
     url = args.calibration_storage or default_url(args.storage)
     if url is None:
         raise UsageError(
-            f"storage {mask_url(args.storage)} has no calibration store; give --calibration-storage URL"
+            f"storage {mask_url(args.storage)} has no calibration store; give "
+            "--calibration-storage URL"
         )
     if args.forget and args.target is None and args.sdk is None and args.study is None:
         raise UsageError(
@@ -55,7 +56,10 @@ def run(args: CalibrationOptions) -> int:
             )
         if args.forget:
             gone = store.forget(target=args.target, sdk=args.sdk, study=args.study)
-            line = f"forgot {gone} record(s) with {_filters(args)}; {len(everything) - gone} remain in {mask_url(url)}"
+            line = (
+                f"forgot {gone} record(s) with {_filters(args)}; "
+                f"{len(everything) - gone} remain in {mask_url(url)}"
+            )
             print(
                 json.dumps({"forgotten": gone, "remaining": len(everything) - gone})
                 if args.json
@@ -194,7 +198,8 @@ def _show(console: Console, url: str, groups: list[dict[str, Any]], unreadable: 
         )
     if unreadable:
         console.print(
-            f"[yellow]{unreadable} stored record(s) unreadable (another format, or hand-edited): left out[/]"
+            f"[yellow]{unreadable} stored record(s) unreadable (another format, or hand-edited): "
+            "left out[/]"
         )
     for g in groups:
         head = terminal_text(f"{g['target']}, {g['sdk']}")
@@ -231,20 +236,21 @@ def _show(console: Console, url: str, groups: list[dict[str, Any]], unreadable: 
                 else "one study: the default, nothing to hold out"
             )
             console.print(
-                f"  a new model's departure from these parts: {c['memory scale']:g} of the default "
-                f"priors' spread ({how})",
+                f"  a new model's departure from these parts: {c['memory scale']:g} of the "
+                f"default priors' spread ({how})",
                 soft_wrap=True,
             )
         if "device factor" in c:
             console.print(
-                f"  call time: device x{c['device factor']:.3f}, host x{c['host factor']:.3f} of nominal"
+                f"  call time: device x{c['device factor']:.3f}, host x{c['host factor']:.3f} of "
+                "nominal"
             )
         t = g["compile_time"]
         if t is not None:
             console.print(
-                f"  compile time: {t['seconds_at_1000_ops']:.0f} s at 1,000 ops on the busiest stage, "
-                f"x (ops / 1,000)^{t['exponent']:.2f}, spread x{math.exp(t['log_spread']):.2f} "
-                f"({t['records']} compiles)",
+                f"  compile time: {t['seconds_at_1000_ops']:.0f} s at 1,000 ops on the busiest "
+                f"stage, x (ops / 1,000)^{t['exponent']:.2f}, spread "
+                f"x{math.exp(t['log_spread']):.2f} ({t['records']} compiles)",
                 soft_wrap=True,
             )
         e = g["leave_one_study_out"]
@@ -255,6 +261,7 @@ def _show(console: Console, url: str, groups: list[dict[str, Any]], unreadable: 
             f"  leave-one-study-out ({e['studies']} studies), median error: busiest tile nominal "
             f"{_pct(e['memory_nominal'])} of a tile, corrected {_pct(e['memory_corrected'])} "
             f"({e['memory_points']} IPUs); throughput nominal {_pct(e['throughput_nominal'])}, "
-            f"corrected {_pct(e['throughput_corrected'])} (log error, {e['throughput_points']} compiles)",
+            f"corrected {_pct(e['throughput_corrected'])} (log error, {e['throughput_points']} "
+            "compiles)",
             soft_wrap=True,
         )

@@ -122,7 +122,7 @@ def make_backend(
     work_dir: Path | None = None,
     estimate_headroom: float | None = None,
 ) -> Backend:
-    """The backend --backend names, screened as --screen-margin says (measuring_backend, screened)."""
+    """The backend --backend names, screened per --screen-margin (measuring_backend, screened)."""
     return screened(options, measuring_backend(options, console, work_dir, estimate_headroom))
 
 
@@ -248,8 +248,8 @@ def numerics_advice(
 
 
 def print_unreadable(console: Console, unreadable: dict[int, str]) -> None:
-    """One line per trial whose stored record does not match the schema (study/records.read_records):
-    the trial is left out, the rest of the study shows."""
+    """One line per trial whose stored record does not match the schema
+    (study/records.read_records): the trial is left out, the rest of the study shows."""
     for reason in unreadable.values():
         console.print(
             terminal_text(f"unreadable, left out: {reason}"),

@@ -128,7 +128,8 @@ def _print_measurement(
     if m.throughput:
         assert m.step_time_s is not None  # a backend that gives a throughput gives its step time
         console.print(
-            f"throughput: {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms ({label})",
+            f"throughput: {m.throughput:,.0f} samples/s, step {m.step_time_s * 1e3:.1f} ms "
+            f"({label})",
             highlight=False,
         )
     if m.bottleneck:

@@ -1,4 +1,4 @@
-"""`ipu-autotune export`: a stored trial (the best by default) as TOML, Python or ipu_config.json."""
+"""`ipu-autotune export`: a trial (the best by default) as TOML, Python or ipu_config.json."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ..errors import UsageError
 from ..options import ShowOptions
-from ..present import ui
+from ..present import live_view, ui
 from ..present.display import terminal_text
 from ..present.outputs import record_json
 from ..present.tune_summary import result_line
@@ -46,7 +46,7 @@ def run(args: ShowOptions) -> int:
         )
         return 0
     print_unreadable(console, unreadable)
-    table = ui.TrialTable(rows=max(1, len(recs)))
+    table = live_view.TrialTable(rows=max(1, len(recs)))
     for r in recs:
         table.add(r)
     console.print(table)

@@ -1,7 +1,8 @@
-"""A `tune --jobs N` worker process (study/parallel.py): `python -m ipu_autotune.commands.tune_worker`
-with its `TuneOptions` pickled on stdin by the tune run that started it (tune.worker_inputs):
-the run's own options, one job, its share of the trials, as a worker. Its options are the
-object itself, never a command line written out and parsed again.
+"""A `tune --jobs N` worker process (study/parallel.py):
+`python -m ipu_autotune.commands.tune_worker` with its `TuneOptions` pickled on stdin by the tune
+run that started it (tune.worker_inputs): the run's own options, one job, its share of the
+trials, as a worker. Its options are the object itself, never a command line written out and
+parsed again.
 """
 
 from __future__ import annotations

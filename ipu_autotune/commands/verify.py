@@ -36,7 +36,8 @@ def _config_file(path: str) -> tuple[Problem | None, Config]:
             raise UsageError(f"{path}: not a readable JSON export ({exc})") from None
         if not isinstance(data, dict) or "config" not in data:
             raise UsageError(
-                f"{path}: expected an export with a 'config' object (ipu-autotune export --format json)"
+                f"{path}: expected an export with a 'config' object (ipu-autotune export "
+                "--format json)"
             )
         problem = (
             Problem.from_dict(data["problem"], f"{path} problem") if "problem" in data else None
@@ -61,8 +62,8 @@ def configs(args: VerifyOptions) -> tuple[Problem, Config, Config, optuna.Study 
         base = baseline_of(records(study))
         if best is None or base is None:
             raise UsageError(
-                f"study '{args.study}' has no {'fitting trial' if best is None else 'baseline trial'} "
-                "to verify"
+                f"study '{args.study}' has no "
+                f"{'fitting trial' if best is None else 'baseline trial'} to verify"
             )
         problem = problem_from_options(args, stored)
         return problem, base.config, best.config, study
@@ -85,7 +86,7 @@ def verify(args: VerifyOptions, console: Console) -> Verdict:
 def verify_tuned(
     args: TuneOptions, console: Console, study: optuna.Study, problem: Problem
 ) -> Verdict:
-    """`tune --verify`: the study just tuned, its best against its baseline, with verify's defaults."""
+    """`tune --verify`: the study just tuned, its best against its baseline, verify's defaults."""
     from ..study.records import best_record, records
     from .common import baseline_of
 
@@ -144,7 +145,8 @@ def verify_configs(
             console.print(f"[dim]FP32, as on the IPU: {note}[/]", highlight=False)
         console.print(
             f"verify: {the_plan.samples:,} samples per run ({samples.size:,} to train on, "
-            f"{samples.eval_inputs.shape[0]} held out), 3 runs, about {seconds:,.0f} s on this CPU",
+            f"{samples.eval_inputs.shape[0]} held out), 3 runs, about {seconds:,.0f} s on this "
+            "CPU",
             highlight=False,
         )
     with Progress(

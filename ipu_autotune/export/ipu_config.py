@@ -99,7 +99,8 @@ def ipu_config(problem: Problem, config: Config, profile: ModelProfile) -> dict[
             for k in SPEC
             if k.ipu_config_key == "embedding_serialization_factor"
         ),
-        # unexpressible() has checked the checkpoints are optimum's own (profiles/placement.optimum_checkpoints)
+        # unexpressible() has checked the checkpoints are optimum's own
+        # (profiles/placement.optimum_checkpoints)
         "recompute_checkpoint_every_layer": bool(c.checkpoints)
         and c.effective_recompute == "pipeline",
     }

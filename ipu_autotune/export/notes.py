@@ -20,7 +20,8 @@ def numerics_notes(advice: NumericsAdvice | None, config: Config) -> list[str]:
         return []
     if not config.half_compute:
         return [
-            "Numerics: FP32 compute, so the FP16 advice (loss scale, partials, rounding) does not apply."
+            "Numerics: FP32 compute, so the FP16 advice (loss scale, partials, rounding) does "
+            "not apply."
         ]
     ls, sr, pa = advice.loss_scale, advice.stochastic_rounding, advice.partials
     advised_scale = "auto" if ls.auto and config.half_weights else float(ls.scale)

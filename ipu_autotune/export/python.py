@@ -2,19 +2,18 @@
 
 The PopTorch backend compiles each trial by executing this very snippet in its child
 process, so the code a user pastes is the code that was compiled. Only validated values
-reach the generated source: module paths must match `rules/cross_field.MODULE_PATH` and are emitted
-with repr(); numbers are re-typed; choices come from fixed tables.
+reach the generated source (literals.py); choices come from fixed tables. The TrainingModel of
+a model fed tokens or named inputs is training_model.py's.
 """
 
 from __future__ import annotations
 
-import math
-
 from ..problem import DEFAULT_AMP, Config, Problem
-from ..rules.cross_field import MODULE_PATH
 from ..rules.optimum_target import checkpoint_hook, trainer_option_lines
 from ..version import __version__
+from .literals import comment_lines, float_literal, int_literal, path_literal
 from .serialization import serialization_code, serialization_lines
+from .training_model import training_model
 
 # PopART RecomputationType (popart sessionoptions.hpp): values and names.
 RECOMPUTATION_TYPE = {"none": 0, "standard": 1, "norm_only": 2, "pipeline": 3, "all": 4}
@@ -29,24 +28,6 @@ _RECOMPUTE_NAME = {
 ALS_INITIAL_SCALE = 128.0
 
 
-def _path(path: str) -> str:
-    if not isinstance(path, str) or not MODULE_PATH.match(path):
-        raise ValueError(f"refusing to export {path!r}: not a module path")
-    return repr(path)
-
-
-def int_literal(v: object) -> str:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"refusing to export {v!r}: not an integer")
-    return str(int(v))
-
-
-def float_literal(v: object) -> str:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"refusing to export {v!r}: not a finite number")
-    return repr(float(v))
-
-
 def options_lines(config: Config) -> list[str]:
     """Every non-default knob as a call on `opts`, in PopTorch's own API."""
     c = config
@@ -59,7 +40,8 @@ def options_lines(config: Config) -> list[str]:
         c.reserved_ipus != c.total_ipus
     ):  # else PopTorch refuses a count not a power of two on hardware
         lines.append(
-            f"opts.autoRoundNumIPUs(True)  # reserves {c.reserved_ipus} IPUs for these {c.total_ipus}"
+            f"opts.autoRoundNumIPUs(True)  # reserves {c.reserved_ipus} IPUs for these "
+            f"{c.total_ipus}"
         )
     if c.gradient_accumulation != 1:
         lines.append(f"opts.Training.gradientAccumulation({int_literal(c.gradient_accumulation)})")
@@ -157,10 +139,12 @@ def annotate_lines(config: Config) -> list[str]:
     if c.precision == "16.16":
         lines.append("model.half()  # 16.16: FP16 weights and activations")
     for ipu, path in enumerate(c.splits, start=1):
-        lines.append(f"poptorch.BeginBlock(model.get_submodule({_path(path)}), ipu_id={ipu})")
+        lines.append(
+            f"poptorch.BeginBlock(model.get_submodule({path_literal(path)}), ipu_id={ipu})"
+        )
     for path in c.checkpoints:
         lines.append(
-            f"model.get_submodule({_path(path)}).register_forward_hook(_checkpoint_output)"
+            f"model.get_submodule({path_literal(path)}).register_forward_hook(_checkpoint_output)"
         )
     return lines
 
@@ -196,7 +180,7 @@ class NormalizeInput(torch.nn.Module):
 
     def forward(self, x):
         return self.model((x.to(INPUT_DTYPE) - self.mean) / self.std)
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 _BODY = '''
 
@@ -242,16 +226,13 @@ def make_loader(opts, dataset):
     """One call takes MICRO_BATCH x accumulation x replicas x device iterations samples."""{loader_comment}
     return poptorch.DataLoader(opts, dataset, batch_size=MICRO_BATCH, shuffle=True, drop_last=True,
                                num_workers=LOADER_WORKERS, mode=poptorch.DataLoaderMode.{loader_mode})
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
-
-def comment_lines(text: str) -> str:
-    """Free text (possibly read back from a study database) as inert comment lines."""
-    lines = []
-    for line in text.strip().splitlines():
-        safe = "".join(ch if ch.isprintable() else " " for ch in line)
-        lines.append(f"# {safe}".rstrip())
-    return "\n".join(lines) + "\n" if lines else ""
+# make_loader's note when the dataset yields uint8 images
+_EIGHT_BIT_LOADER = (
+    "\n    # 8-bit I/O: the dataset yields uint8 images (no ToTensor float cast, no Normalize"
+    " on the\n    # host); NormalizeInput casts and normalises on the IPU."
+)
 
 
 def _indent(lines: list[str]) -> str:
@@ -272,115 +253,28 @@ def learning_rate(
         return repr(base), ""
     return (
         float_literal(scaled.lr),
-        f"\n    # Base rate {base:g} at global batch {scaled.base_global_batch}; this config trains at "
-        f"{scaled.global_batch},\n    # {scaled.rule} rule for {problem.optimizer}: {scaled.formula()}.",
+        f"\n    # Base rate {base:g} at global batch {scaled.base_global_batch}; this config "
+        f"trains at {scaled.global_batch},\n    # {scaled.rule} rule for {problem.optimizer}: "
+        f"{scaled.formula()}.",
     )
-
-
-# hf: models compute their own loss from the labels; token ids stay integers.
-_TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
-    """PopTorch training models return the loss from forward; {labels} as transformers names them."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = annotate(model)
-
-    def forward(self, input_ids, attention_mask, {label_args}):
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, {label_kwargs})
-        return out.logits if out.loss is None else out.loss
-
-
-'''
-
-
-# --max-predictions: Graphcore's pretraining model (models/masked_tokens.py, the same ops):
-# the encoder over every position, the head over the gathered masked ones.
-_MASKED_TOKEN_MODEL = '''class TrainingModel(torch.nn.Module):
-    """Masked LM on {n} gathered positions per sequence, as Graphcore pretrains BERT: labels are
-    the masked tokens' ids (batch x {n}), masked_lm_positions where they sit (batch x {n})."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = annotate(model)
-
-    def forward(self, input_ids, attention_mask, masked_lm_positions, labels):
-        hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
-        # A one-hot matmul, as optimum-graphcore's OnehotGather: its gradient is a matmul too.
-        one_hot = torch.nn.functional.one_hot(masked_lm_positions, hidden.shape[1]).to(hidden.dtype)
-        logits = self.model.{head}(torch.matmul(one_hot.detach(), hidden))
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
-
-
-'''
-
-
-def _token_model(problem: Problem) -> str:
-    if problem.max_predictions:
-        from ..models import hf
-        from ..models.masked_tokens import HEADS
-
-        head = HEADS[hf.architecture(problem.model).family]
-        return _MASKED_TOKEN_MODEL.format(n=problem.max_predictions, head=head)
-    labels = (
-        ["start_positions", "end_positions"]
-        if problem.task == "question-answering"
-        else ["labels"]
-    )
-    return _TOKEN_MODEL.format(
-        labels=" and ".join(labels),
-        label_args=", ".join(f"{n}=None" for n in labels),
-        label_kwargs=", ".join(f"{n}={n}" for n in labels),
-    )
-
-
-# A factory's named inputs (--input): passed by name; float inputs in the compute dtype.
-_NAMED_MODEL = '''class TrainingModel(torch.nn.Module):
-    """PopTorch training models return the loss from forward; the inputs by name, then the labels."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = annotate(model)
-        self.loss = torch.nn.CrossEntropyLoss()
-
-    def forward(self, {names}, labels=None):
-        out = self.model({kwargs})
-        out = getattr(out, "logits", out)  # Hugging Face style output objects
-        if labels is None:
-            return out
-        return out, self.loss(out.float(), labels)
-
-
-'''
-
-
-def _named_model(problem: Problem) -> str:
-    from ..models.inputs import problem_inputs
-
-    specs = problem_inputs(problem)
-    kwargs = [
-        f"{s.name}={s.name}.to(INPUT_DTYPE)"
-        if s.dtype.startswith("float")
-        else f"{s.name}={s.name}"
-        for s in specs
-    ]
-    return _NAMED_MODEL.format(names=", ".join(s.name for s in specs), kwargs=", ".join(kwargs))
 
 
 def tied_head_lines(problem: Problem, config: Config) -> list[str]:
     """hf: models: what runs back on IPU0 (profiles/placement.head_blocks: a tied head with its
     embedding, as optimum-graphcore's parallelize() places it, PipelinedBertForMaskedLM:
-    `BeginBlock(self.cls, "Classifier", ipu_id=0)`; under --trainer optimum, what the class pins)."""
+    `BeginBlock(self.cls, "Classifier", ipu_id=0)`; under --trainer optimum, what it pins)."""
     from ..profiles.placement import head_blocks
 
     return [
-        f"poptorch.BeginBlock(model.get_submodule({_path(path)}), ipu_id={ipu})  # "
+        f"poptorch.BeginBlock(model.get_submodule({path_literal(path)}), ipu_id={ipu})  # "
         + ("on IPU0 with the embedding" if ipu == 0 else "back from IPU0")
         for path, ipu in (head_blocks(problem, config) if config.pipelined else [])
     ]
 
 
 def model_check_lines(problem: Problem) -> list[str]:
-    """What the estimate assumed of the user's model: set where the code can (hf.model_settings), else checked."""
+    """What the estimate assumed of the user's model: set where the code can
+    (hf.model_settings), else checked."""
     from ..models.hf import attention_dropout_key, model_settings
 
     if problem.attention_dropout is None:
@@ -388,7 +282,8 @@ def model_check_lines(problem: Problem) -> list[str]:
     key = attention_dropout_key(problem.model)
     return model_settings(problem) + [
         f"assert model.config.{key} == {problem.attention_dropout!r}, "
-        f'"estimated with attention dropout {problem.attention_dropout:g} (--attention-dropout): set {key}"'
+        f'"estimated with attention dropout {problem.attention_dropout:g} '
+        f'(--attention-dropout): set {key}"'
     ]
 
 
@@ -398,11 +293,8 @@ def render_snippet(
     from ..host import pipeline
 
     if config.eight_bit_io:
-        norm_args = (
-            ""
-            if problem.input_shape[0] == 3
-            else f", mean=({', '.join(['0.5'] * problem.input_shape[0])},), std=({', '.join(['0.5'] * problem.input_shape[0])},)"
-        )
+        halves = ", ".join(["0.5"] * problem.input_shape[0])
+        norm_args = "" if problem.input_shape[0] == 3 else f", mean=({halves},), std=({halves},)"
         wrapped = f"NormalizeInput(annotate(model){norm_args})"
     else:
         wrapped = "annotate(model)"
@@ -433,9 +325,8 @@ def render_snippet(
         + annotate_lines(config)
         + heads
     )
-    options = options_lines(config) + trainer_option_lines(
-        problem
-    )  # --trainer optimum: IPUTrainer's
+    # --trainer optimum: IPUTrainer's options too
+    options = options_lines(config) + trainer_option_lines(problem)
     if heads:  # stages follow the blocks' order, so the head on IPU0 is a stage of its own
         options = [
             line.replace("AutoStage.SameAsIpu", "AutoStage.AutoIncrement") for line in options
@@ -449,14 +340,14 @@ def render_snippet(
         optimizer=optimizer_call(problem, config),
         loader_mode={"sync": "Sync", "async": "Async"}[config.loader_mode],
         **checkpoint_hook(problem),
-        loader_comment="\n    # 8-bit I/O: the dataset yields uint8 images (no ToTensor float cast, no Normalize on the\n"
-        "    # host); NormalizeInput casts and normalises on the IPU."
-        if config.eight_bit_io
-        else "",
+        loader_comment=_EIGHT_BIT_LOADER if config.eight_bit_io else "",
     )
     if problem.token_inputs or problem.inputs:
         start = source.index("class TrainingModel(torch.nn.Module):")
-        model = _token_model(problem) if problem.token_inputs else _named_model(problem)
-        source = source[:start] + model + source[source.index("def make_options():") :]
+        source = (
+            source[:start]
+            + training_model(problem)
+            + source[source.index("def make_options():") :]
+        )
     compile(source, "best_options.py", "exec")  # never hand out code that does not parse
     return source

@@ -14,7 +14,7 @@ are those of the real vocabulary (its `forward` does the same).
 
 from __future__ import annotations
 
-from ..knob_spec import input_embedding
+from ..knob_conditions import input_embedding
 from ..problem import Config, Problem
 
 SERIALIZED_PROJECTION = '''
@@ -45,7 +45,7 @@ def _serialize_projection(model, path, factor):
     linear.serialization_factor, linear.words = factor, words
     linear.forward = _serialized_forward.__get__(linear)  # a bound method: copies of the model rebind it
     return linear
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 
 SERIALIZED_EMBEDDING = '''
@@ -81,7 +81,7 @@ class SerializedEmbedding(torch.nn.Module):
         """One nn.Embedding again (to save the model as transformers has it)."""
         return torch.nn.Embedding.from_pretrained(torch.cat([e.weight for e in self.split_embeddings]).detach(),
                                                   freeze=False)
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 
 def serialization_code(config: Config) -> str:
@@ -92,15 +92,15 @@ def serialization_code(config: Config) -> str:
 
 
 def serialization_lines(problem: Problem, config: Config) -> list[str]:
-    """The annotate() line that serialises the projection or the token embedding, or none at factor 1."""
+    """The annotate() line that serialises the projection or the token embedding (none at 1)."""
     if config.input_embedding_serialization != 1:
         factor = config.input_embedding_serialization
         embedding = input_embedding(problem)
         assert embedding is not None  # the rules allow the factor only where there is one
         rows = embedding[1]
         return [
-            f"model.set_input_embeddings(SerializedEmbedding(model.get_input_embeddings(), {factor}))"
-            f"  # {rows:,} rows in {factor} look-ups"
+            "model.set_input_embeddings(SerializedEmbedding(model.get_input_embeddings(), "
+            f"{factor}))  # {rows:,} rows in {factor} look-ups"
         ]
     if config.embedding_serialization == 1:
         return []

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 
 from ..problem import Config, Problem
 from ..version import __version__
-from .python import ALS_INITIAL_SCALE, comment_lines, float_literal, int_literal, learning_rate
+from .literals import comment_lines, float_literal, int_literal
+from .python import ALS_INITIAL_SCALE, learning_rate
 
-#: transformers' Auto class for each --task (optimum's to_pipelined maps it to its Pipelined* class)
+#: transformers' Auto class for each --task (optimum's to_pipelined maps it to a Pipelined*)
 _BLOCK = '''"""Train with optimum-graphcore: IPUTrainer and the ipu_config.json beside this file.
 
 Found by ipu-autotune {version}.
@@ -40,7 +41,7 @@ def train(train_dataset, checkpoint={checkpoint!r}, output_dir="outputs", data_c
     trainer = IPUTrainer(model=model, ipu_config=ipu_config, args=args, train_dataset=train_dataset,
                          data_collator=data_collator)
     return trainer.train()
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 
 _TOKENS = "a tokenized dataset: input_ids, attention_mask and the task's labels"
@@ -57,7 +58,7 @@ def collate_images(examples):
     pixel_values = torch.stack([torch.as_tensor(e["pixel_values"], dtype=torch.float) for e in examples])
     labels = torch.tensor([e["labels"] for e in examples])
     return {"pixel_values": pixel_values, "labels": labels}
-'''
+'''  # noqa: E501 (the generated file's own lines, as written out)
 
 
 def training_arguments(
@@ -94,23 +95,28 @@ def trainer_notes(config: Config) -> list[str]:
     notes = [
         "FP16 weights and activations: IPUTrainer halves the model (fp32=False)."
         if c.half_weights
-        else "FP32 weights, activations and optimizer state: fp32=True (IPUTrainer would otherwise halve the model)."
+        else "FP32 weights, activations and optimizer state: fp32=True (IPUTrainer would "
+        "otherwise halve the model)."
     ]
     if c.loss_scaling == "auto":
         notes.append(
-            f"Loss scaling: automatic from {ALS_INITIAL_SCALE:g} (auto_loss_scaling; also in ipu_config.json)."
+            f"Loss scaling: automatic from {ALS_INITIAL_SCALE:g} (auto_loss_scaling; also in "
+            "ipu_config.json)."
         )
     elif c.loss_scaling != 1.0:
         notes.append(
-            f"Loss scaling: fixed at {c.loss_scaling:g}, on the optimizer IPUTrainer builds (loss_scaling)."
+            f"Loss scaling: fixed at {c.loss_scaling:g}, on the optimizer IPUTrainer builds "
+            "(loss_scaling)."
         )
     # What IPUConfig._to_options (optimum/graphcore/ipu_configuration.py) sets otherwise than the
-    # trial's best_options.py: only an FP32 trial can have stochastic rounding off (optimum_target).
+    # trial's best_options.py: only an FP32 trial can have stochastic rounding off
+    # (optimum_target).
     if not c.stochastic_rounding:
         notes.append(
-            "Stochastic rounding: on. IPUTrainer always enables it for training (IPUConfig._to_options); "
-            "this trial was estimated, and its best_options.py compiles, with it off (the estimate's "
-            "memory and time do not depend on it; the arithmetic's rounding does)."
+            "Stochastic rounding: on. IPUTrainer always enables it for training "
+            "(IPUConfig._to_options); this trial was estimated, and its best_options.py "
+            "compiles, with it off (the estimate's memory and time do not depend on it; the "
+            "arithmetic's rounding does)."
         )
     if c.reserved_ipus != c.total_ipus:
         notes.append(

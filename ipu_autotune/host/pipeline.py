@@ -171,8 +171,8 @@ def assumptions(problem: Problem, config: Config) -> list[str]:
         out.append(f"host cost per sample {costs.sample_s(config) * 1e3:.2f} ms ({costs.source})")
     if config.loader_workers > 1 and not costs.worker_speedups:
         out.append(
-            f"{config.loader_workers} loader workers each adding {costs.worker_efficiency:g} of a process "
-            "(assumed)"
+            f"{config.loader_workers} loader workers each adding {costs.worker_efficiency:g} of "
+            "a process (assumed)"
         )
     return out
 

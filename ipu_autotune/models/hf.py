@@ -1,4 +1,5 @@
-"""Hugging Face transformers as `hf:NAME` or `hf:PATH`, built from their configuration, never downloaded.
+"""Hugging Face transformers as `hf:NAME` or `hf:PATH`, built from their configuration, never
+downloaded.
 
 `hf:PATH` is a folder with the checkpoint's `config.json`; the names tabulated in
 models/hf_config.py are the offline shortcut. Either way `transformers` builds the module
@@ -47,7 +48,8 @@ def check_seq_len(name: str, seq_len: int, flag: str = "--seq-len") -> None:
     limit = architecture(name).max_positions
     if limit and seq_len > limit:
         raise UsageError(
-            f"{name}: {flag} {seq_len} exceeds its {limit} position embeddings; use {limit} or less"
+            f"{name}: {flag} {seq_len} exceeds its {limit} position embeddings; use {limit} or "
+            "less"
         )
 
 
@@ -121,7 +123,8 @@ def model_settings(problem: ProblemInputs) -> list[str]:
     """Lines of the exported snippet that set on the user's model what the estimate trained."""
     if problem.token_inputs and problem.task == "sequence-classification":
         return [
-            f"model.config.problem_type = {SEQUENCE_CLASSIFICATION_LOSS!r}  # the loss PopTorch can trace"
+            f"model.config.problem_type = {SEQUENCE_CLASSIFICATION_LOSS!r}  # the loss PopTorch "
+            "can trace"
         ]
     return []
 
@@ -187,7 +190,8 @@ def build_hf_model(
     with torch.device(device):
         model = getattr(transformers, TASKS[task]).from_config(config, attn_implementation="eager")
     if config.is_encoder_decoder:
-        # T5's and BART's encoder and decoder always share one embedding (`shared`), tied head or not.
+        # T5's and BART's encoder and decoder always share one embedding (`shared`), tied head
+        # or not.
         model.set_input_embeddings(model.get_input_embeddings())
     if max_predictions:
         from .masked_tokens import gather_before_head
@@ -197,7 +201,7 @@ def build_hf_model(
 
 
 def _identical_stacks(model: Any) -> list[tuple[str, int]]:
-    """(path, blocks) of each outermost ModuleList of two or more blocks of one class with weights."""
+    """(path, blocks) of each outermost ModuleList of two or more weighted blocks of one class."""
     from torch import nn
 
     found: list[tuple[str, int]] = []

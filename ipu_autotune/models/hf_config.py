@@ -56,8 +56,8 @@ def download_hint(key: str) -> str:
     """The fix for a model we have no config for: one file of its Hub download, as a folder."""
     local = Path(key).name or "DIR"
     return (
-        f"download its config.json (huggingface-cli download {key} config.json --local-dir {local}) "
-        f"and pass the folder: hf:{local}"
+        f"download its config.json (huggingface-cli download {key} config.json --local-dir "
+        f"{local}) and pass the folder: hf:{local}"
     )
 
 
@@ -179,7 +179,8 @@ def _loaded(name: str) -> PretrainedConfig:
     """The model's transformers config (shared: callers take a copy via `model_config`)."""
     import transformers
 
-    transformers.logging.set_verbosity_error()  # its notes about unused config keys are not the user's
+    # its notes about unused config keys are not the user's
+    transformers.logging.set_verbosity_error()
     key = name[len(PREFIX) :] if is_hf(name) else name
     where = folder(name)
     if where is None and key not in ARCHITECTURES:
@@ -232,12 +233,13 @@ def _check_config_file(name: str, path: Path) -> None:
     family = data.get("model_type") if isinstance(data, dict) else None
     if not isinstance(family, str):
         raise UsageError(
-            f"model '{name}': {path} has no model_type; it must be a transformers model's config.json"
+            f"model '{name}': {path} has no model_type; it must be a transformers model's "
+            "config.json"
         )
     if family not in CONFIG_MAPPING:
         raise UsageError(
-            f"model '{name}': model_type '{family}' in {path} is not one transformers {__version__} "
-            "knows; upgrade transformers or use a model it has"
+            f"model '{name}': model_type '{family}' in {path} is not one transformers "
+            f"{__version__} knows; upgrade transformers or use a model it has"
         )
 
 
@@ -291,8 +293,8 @@ def derived(name: str) -> Architecture:
     heads = _heads(family)
     text_heads = tuple(t for t in heads if t != "image-classification")
     if config.is_encoder_decoder:
-        # Our inputs give the decoder its labels only for seq2seq-lm (the model shifts them
-        # into decoder_input_ids); other heads of encoder-decoders need decoder inputs we do not build.
+        # Our inputs give the decoder its labels only for seq2seq-lm (the model shifts them into
+        # decoder_input_ids); other heads of encoder-decoders need decoder inputs we do not build.
         tasks = tuple(t for t in text_heads if t == "seq2seq-lm")
     elif text_heads:
         tasks = text_heads
@@ -300,8 +302,9 @@ def derived(name: str) -> Architecture:
         tasks = tuple(t for t in heads if t == "image-classification")
     if not tasks:
         raise UsageError(
-            f"model '{name}' (model_type {family}): transformers has none of the heads ipu-autotune "
-            f"trains ({', '.join(TASKS)}) for it; use a text or image-classification model"
+            f"model '{name}' (model_type {family}): transformers has none of the heads "
+            f"ipu-autotune trains ({', '.join(TASKS)}) for it; use a text or "
+            "image-classification model"
         )
     key = name[len(PREFIX) :]
     if key in ARCHITECTURES and folder(name) is None:

@@ -11,7 +11,7 @@ graphcore/examples' BERT (nlp/bert/pytorch) feeds the positions as an input, at 
 
 `--max-predictions N` builds that model: its forward takes `masked_lm_positions` (batch x N)
 and `labels` (batch x N, the masked tokens' ids), so the trace the estimator reads and the
-exported `TrainingModel` (export/python.py, `MASKED_TOKEN_MODEL`) compute the same thing.
+exported `TrainingModel` (`_MASKED_TOKEN_MODEL`, export/training_model.py) compute the same.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def gather_before_head(model: nn.Module) -> nn.Module:
 
     base = type(model)
 
-    class GatheredMaskedLM(base):  # type: ignore[misc, valid-type]  # the model's class, known at run time
+    # the model's own class, known at run time only
+    class GatheredMaskedLM(base):  # type: ignore[misc, valid-type]
         def forward(
             self,
             input_ids: torch.Tensor,

@@ -122,8 +122,8 @@ def pickled(model: str) -> bytes:
     if local:
         raise UsageError(
             f"model '{model}': the PopTorch backend compiles in a separate process, which cannot "
-            f"import {', '.join(local)} (defined in the notebook or script itself); move the class "
-            "into a .py file next to it and import it from there"
+            f"import {', '.join(local)} (defined in the notebook or script itself); move the "
+            "class into a .py file next to it and import it from there"
         )
     try:
         return pickle.dumps(built)

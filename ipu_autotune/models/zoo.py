@@ -29,7 +29,7 @@ def torchvision_models() -> tuple[str, ...]:
 
 
 def check_model_name(name: str) -> None:
-    """Fail early, with suggestions, for a name that is neither torchvision's nor module:factory."""
+    """Fail early, with suggestions, for a name neither torchvision's nor a module:factory."""
     if objects.is_object(name):
         objects.registered(name)
         return
@@ -49,7 +49,8 @@ def check_model_name(name: str) -> None:
             f"; did you mean {', '.join(close)}?"
             if close
             else (
-                "; use a torchvision classification model name (e.g. resnet50) or package.module:factory"
+                "; use a torchvision classification model name (e.g. resnet50) or "
+                "package.module:factory"
             )
         )
         raise UsageError(f"unknown model '{name}'{hint}")

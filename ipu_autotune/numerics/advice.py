@@ -47,8 +47,8 @@ def advise(
     if problem.token_inputs or problem.inputs:
         raise UsageError(
             f"numerics: {problem.model} takes token ids or named inputs, and the statistics run "
-            "feeds one float image batch so far; tuning searches loss scaling, stochastic rounding "
-            "and partials for it instead"
+            "feeds one float image batch so far; tuning searches loss scaling, stochastic "
+            "rounding and partials for it instead"
         )
     if lr is not None and not lr > 0:
         raise UsageError(f"--lr must be positive, got {lr}")

@@ -37,7 +37,8 @@ def load_data(spec: str) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
         raise UsageError(f"--data '{spec}' failed: {first_line(exc)}") from None
     if not isinstance(batches, Iterable):
         raise UsageError(
-            f"--data '{spec}' returned {type(batches).__name__}, not an iterable of (inputs, labels)"
+            f"--data '{spec}' returned {type(batches).__name__}, not an iterable of (inputs, "
+            "labels)"
         )
     return batches
 
@@ -60,7 +61,8 @@ def take(batches: Iterable[Any], steps: int) -> list[tuple[torch.Tensor, torch.T
             and all(isinstance(t, torch.Tensor) for t in item)
         ):
             raise UsageError(
-                f"each batch must be an (inputs, labels) pair of tensors, got {type(item).__name__}"
+                "each batch must be an (inputs, labels) pair of tensors, got "
+                f"{type(item).__name__}"
             )
         taken.append((item[0].cpu(), item[1].cpu()))
         if len(taken) == steps:

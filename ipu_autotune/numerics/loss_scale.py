@@ -87,7 +87,10 @@ def recommend_loss_scale(
     at_1, at_scale = (row.flushed for row in loss_scale_table(stats, [1.0, 2.0**k]))
     overflow_free = top * 2.0**k <= FP16_MAX
     drift = stats.drift_binades()
-    kept = f"keeps {format_percent(1 - at_scale)} of non-zero gradients representable in FP16 (scale 1 loses {format_percent(at_1)})"
+    kept = (
+        f"keeps {format_percent(1 - at_scale)} of non-zero gradients representable in FP16 "
+        f"(scale 1 loses {format_percent(at_1)})"
+    )
     why_auto = []
     if stats.nonfinite_count:
         why_auto.append(

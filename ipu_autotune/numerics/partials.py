@@ -72,7 +72,8 @@ def partials_advice(
     range_limit: float = PARTIALS_RANGE_LIMIT,
     swamp_tolerance: float = PARTIALS_SWAMP_TOLERANCE,
 ) -> PartialsAdvice:
-    """Recommend "half" partials unless a Linear/Conv layer's partial sums could overflow or swamp in FP16.
+    """Recommend "half" partials unless a Linear/Conv layer's partial sums could overflow or swamp
+    in FP16.
 
     One forward pass (train mode, state restored) with hooks: a layer is risky when
     max sum|x*w| > range_limit (partial sums could pass FP16_MAX / 16), or when more than

@@ -61,7 +61,7 @@ def cpu_threads() -> Iterator[None]:
 
 @contextlib.contextmanager
 def preserved(model: nn.Module) -> Iterator[None]:
-    """Run on `model` and leave its weights, buffers (BN statistics), mode and grads as they were."""
+    """Run on `model`, leaving its weights, buffers (BN statistics), mode and grads unchanged."""
     state = copy.deepcopy(model.state_dict())
     training = model.training
     grads = {p: p.grad for p in model.parameters()}

@@ -43,7 +43,8 @@ def stochastic_rounding_advice(
     optimizer: str | None = None,
     threshold: float = SR_THRESHOLD,
 ) -> StochasticRoundingAdvice:
-    """Recommend stochastic rounding when more than `threshold` of FP16 weight updates would be lost.
+    """Recommend stochastic rounding when more than `threshold` of FP16 weight updates would be
+    lost.
 
     `lr` and `optimizer` default to the collection's; the optimizer must match it (the pairing
     comes from that optimizer's updates).
@@ -57,7 +58,10 @@ def stochastic_rounding_advice(
     lr = stats.lr if lr is None else float(lr)
     lost = lost_update_fraction(stats, lr)
     recommend = lost > threshold
-    what = f"{format_percent(lost)} of FP16 weight updates (lr {lr:g}, {stats.optimizer}) are below half an ulp"
+    what = (
+        f"{format_percent(lost)} of FP16 weight updates (lr {lr:g}, {stats.optimizer}) "
+        "are below half an ulp"
+    )
     if recommend:
         reason = f"{what} and round-to-nearest would drop them"
     else:

@@ -16,7 +16,7 @@ SHOWN_EXPONENTS = (0, 4, 8, 12, 16, 20, 24)
 
 
 def scale_table(advice: NumericsAdvice) -> Table:
-    """A few loss scales: the share of non-zero gradients lost or subnormal in FP16, and overflow."""
+    """A few loss scales: the non-zero gradients lost or subnormal in FP16, and overflow."""
     chosen = advice.loss_scale.scale
     shown = {2.0**k for k in SHOWN_EXPONENTS} | {chosen}
     table = Table(
@@ -67,8 +67,8 @@ def recommendations(advice: NumericsAdvice) -> Table:
 def render(advice: NumericsAdvice) -> RenderableType:
     context = Text(
         f"{advice.model}: {advice.steps} FP32 steps at batch {advice.batch_used} on the CPU, "
-        f"{advice.optimizer} lr {advice.lr:g}; max |gradient| {advice.max_abs_grad:.3g}, "
-        f"drift across steps {advice.drift_binades} binade{'' if advice.drift_binades == 1 else 's'}",
+        f"{advice.optimizer} lr {advice.lr:g}; max |gradient| {advice.max_abs_grad:.3g}, drift "
+        f"across steps {advice.drift_binades} binade{'' if advice.drift_binades == 1 else 's'}",
         style="dim",
     )
     note = Text(

@@ -3,6 +3,8 @@ the Python API fill it.
 
 - `table.py`: the option table, one frozen dataclass per command (`TuneOptions`, ...); a field
   is an option's one definition (its default, flags, check and help).
+- `shared.py`: what several commands' options share: the defaults, the base class, the
+  Problem's flags and the measuring commands'.
 - `spec.py`: what a field says about its option (`Spec`) and the helpers that declare one.
 - `values.py`: parsing of values: the checks a flag's text goes through.
 - `parser.py`: the CLI's parser, generated from the table, and the options from parsed flags.
@@ -14,21 +16,23 @@ the Python API fill it.
 (`ipu_autotune/problem.py`). Only the command layer imports this package.
 """
 
-from .table import (
+from .shared import (
     DEFAULT_FIT_CONFIDENCE as DEFAULT_FIT_CONFIDENCE,
     DEFAULT_HEADROOM as DEFAULT_HEADROOM,
     DEFAULT_OUT as DEFAULT_OUT,
     DEFAULT_STORAGE as DEFAULT_STORAGE,
     DEFAULT_TRIALS as DEFAULT_TRIALS,
+    CommandOptions as CommandOptions,
+    MeasureOptions as MeasureOptions,
+    ProblemOptions as ProblemOptions,
+)
+from .table import (
     OPTIONS as OPTIONS,
     CalibrationOptions as CalibrationOptions,
-    CommandOptions as CommandOptions,
     EstimateOptions as EstimateOptions,
     ExportOptions as ExportOptions,
-    MeasureOptions as MeasureOptions,
     NumericsOptions as NumericsOptions,
     PlanOptions as PlanOptions,
-    ProblemOptions as ProblemOptions,
     ReportOptions as ReportOptions,
     ShowOptions as ShowOptions,
     StudiesOptions as StudiesOptions,

@@ -11,8 +11,9 @@ from dataclasses import fields, replace
 from typing import Any, TypeVar
 
 from ..errors import UsageError
+from .shared import CommandOptions
 from .spec import Spec, keywords, specs
-from .table import OPTIONS, CommandOptions
+from .table import OPTIONS
 
 _Options = TypeVar("_Options", bound=CommandOptions)
 

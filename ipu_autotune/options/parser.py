@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from .shared import CommandOptions
 from .spec import defaults, specs
-from .table import OPTIONS, CommandOptions
+from .table import OPTIONS
 from .values import BadValue, Check
 
 

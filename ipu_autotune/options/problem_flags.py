@@ -9,8 +9,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..problem import Problem, default_input_shape, default_max_global_batch
+from .shared import DEFAULT_STORAGE, CommandOptions, ProblemOptions
 from .spec import defaults
-from .table import DEFAULT_STORAGE, CommandOptions, ProblemOptions
 
 
 def problem_from_options(options: ProblemOptions, base: Problem | None = None) -> Problem:

@@ -77,23 +77,23 @@ def lines(
         n = m.samples_per_call or pipeline.samples_per_call(problem, best.config)
         alone = f", the IPUs alone {m.device_throughput:,.0f}/s" if m.device_throughput else ""
         out.append(
-            f"best: bottleneck {pipeline.bottleneck_line(m)}{label}{alone}; {n:,} samples per call "
-            f"of {problem.dataset_size:,} per epoch"
+            f"best: bottleneck {pipeline.bottleneck_line(m)}{label}{alone}; {n:,} samples per "
+            f"call of {problem.dataset_size:,} per epoch"
         )
         assumed = (
             pipeline.assumptions(problem, best.config) if m.bottleneck == "host input" else []
         )
         if assumed:
             out.append(
-                f"the host-input bottleneck rests on: {'; '.join(assumed)}; --data module:fn measures "
-                "both on your loader"
+                f"the host-input bottleneck rests on: {'; '.join(assumed)}; --data module:fn "
+                "measures both on your loader"
             )
     if reference is not None and reference.throughput:
         ratio = f"; best is {m.throughput / reference.throughput:.1f}x it" if m.throughput else ""
         out.append(
-            f"workshop's final config (16.16, GA 8, DI 4, 8-bit I/O, async loader): "
-            f"{reference.throughput:,.0f}/s (estimated), bottleneck {pipeline.bottleneck_line(reference)}"
-            f"{ratio}"
+            "workshop's final config (16.16, GA 8, DI 4, 8-bit I/O, async loader): "
+            f"{reference.throughput:,.0f}/s (estimated), bottleneck "
+            f"{pipeline.bottleneck_line(reference)}{ratio}"
         )
     lr = learning_rate(problem, base.config if base is not None else None, best.config)
     if lr is not None:

@@ -53,8 +53,9 @@ def headroom_note(m: Measurement, headroom: float) -> str:
     if used <= 1.0 - headroom:
         return ""
     return (
-        f"the search's {headroom:.0%} headroom would reject it: IPU{worst}'s busiest tile at {used:.0%} of a "
-        f"tile is over {1 - headroom:.0%} (tune keeps that margin for the estimate's error; --headroom)"
+        f"the search's {headroom:.0%} headroom would reject it: IPU{worst}'s busiest tile at "
+        f"{used:.0%} of a tile is over {1 - headroom:.0%} (tune keeps that margin for the "
+        "estimate's error; --headroom)"
     )
 
 
@@ -69,7 +70,7 @@ def line(m: Measurement) -> str:
 
 
 def summary_line(base: Measurement | None, best: Measurement) -> str:
-    """The tune summary's one line: the best's bars, and the baseline's when its verdict is uncertain."""
+    """The tune summary's line: the best's bars, and the baseline's if its verdict is uncertain."""
     out = line(best)
     if not out:
         return ""
@@ -87,7 +88,8 @@ def alternative_line(best: Measurement, alternative_number: int, alternative: Me
     assert alternative.throughput is not None and best.throughput is not None  # both trials fit
     ratio = alternative.throughput / best.throughput
     return (
-        f"alternative: trial {alternative_number}, {ratio:.2f}x the best's throughput (estimated), "
-        f"a {alternative.fit_chance:.0%} chance to fit by the error bar (busiest tile {tile_bars(alternative)}), "
-        f"under the {alternative.fit_confidence:.0%} asked (--fit-confidence)"
+        f"alternative: trial {alternative_number}, {ratio:.2f}x the best's throughput "
+        f"(estimated), a {alternative.fit_chance:.0%} chance to fit by the error bar (busiest "
+        f"tile {tile_bars(alternative)}), under the {alternative.fit_confidence:.0%} asked "
+        "(--fit-confidence)"
     )

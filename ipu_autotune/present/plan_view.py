@@ -38,7 +38,8 @@ def chance(p: SizePlan, certain: Set[int] = frozenset()) -> str:
     m = p.measurement
     if m.fit_chance is None:
         return "-"
-    return f"{math.floor(m.fit_chance * 100):.0f}%"  # rounded down: 89.95% is not shown as the 90% asked
+    # rounded down: 89.95% is not shown as the 90% asked
+    return f"{math.floor(m.fit_chance * 100):.0f}%"
 
 
 def plan_table(
@@ -86,10 +87,10 @@ def notes(
 ) -> list[str]:
     """The lines under the table: what the columns mean where it is not obvious."""
     out = [
-        "each row: tune --ipus N's own search on the estimate backend (default trials, its numerics answer); "
-        "mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end to end (host input included); "
-        "busiest tile: its share of a tile's memory (and its error bar); chance: to fit, by that bar "
-        "(!: none, whatever the compiler decides)"
+        "each row: tune --ipus N's own search on the estimate backend (default trials, its "
+        "numerics answer); mb: micro-batch; layout: IPUs per replica x replicas; samples/s: end "
+        "to end (host input included); busiest tile: its share of a tile's memory (and its "
+        "error bar); chance: to fit, by that bar (!: none, whatever the compiler decides)"
     ]
     out += why_lines(plans)
     if any(p.micro_batch != asked_batch for p in plans):
@@ -97,7 +98,8 @@ def notes(
     uncertain = [p for p in plans if p.fits and p.measurement.straddles_tile_limit]
     if uncertain:
         out.append(
-            f"at {', '.join(str(p.ipus) for p in uncertain)} IPUs the best is {intervals.UNCERTAIN}"
+            f"at {', '.join(str(p.ipus) for p in uncertain)} IPUs the best is "
+            f"{intervals.UNCERTAIN}"
         )
     return out
 

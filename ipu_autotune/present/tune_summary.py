@@ -68,7 +68,8 @@ def print_header(
             Text.assemble(
                 (f"{problem.model}", "bold"),
                 f"  micro-batch {problem.batch_size}, {shape}, {problem.optimizer}{gb}\n",
-                f"{problem.ipus} x {problem.target.upper()} IPU   backend {backend.describe()}{note}\n",
+                f"{problem.ipus} x {problem.target.upper()} IPU   backend "
+                f"{backend.describe()}{note}\n",
                 f"{named} in {mask_url(storage_url)}\n" if inside else "",
                 where,
             ),

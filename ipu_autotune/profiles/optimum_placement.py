@@ -147,8 +147,8 @@ def unchecked_layers(profile: ModelProfile, layers: list[str]) -> set[str]:
 
 #: Tensors each checkpointed layer returns under IPUTrainer, in hidden states (each the size of the
 #: layer's output): `recomputation_checkpoint` (optimum/graphcore/modeling_utils.py) checkpoints
-#: every element of a tuple output, and poptorch.recomputationCheckpoint flattens a nested tuple, so
-#: each returned tensor is one checkpoint PopART keeps. Read in the transformers optimum pins
+#: every element of a tuple output, and poptorch.recomputationCheckpoint flattens a nested tuple,
+#: so each returned tensor is one checkpoint PopART keeps. Read in the transformers optimum pins
 #: (4.29.2; newer ones return a tensor where 4.29.2 returns a tuple), training, no attention
 #: weights asked for:
 CHECKPOINTED_OUTPUTS: dict[tuple[str, str], int] = {
@@ -170,35 +170,38 @@ CHECKPOINTED_OUTPUTS: dict[tuple[str, str], int] = {
 }
 
 
-#: Units each pipelined class's parallelize() puts on IPU 0 beyond the embeddings (the first
-#: unit): module paths a unit must begin with (the module itself or one inside it). Every other
-#: unit runs on its layer's IPU, a head after the last layer on the last IPU, whether or not it
-#: reads the embedding's weight (the PopTorch target's rule, trace._place_heads_with_their_weights).
-#: None: the class pins the tied head only (the traced ties stand). optimum/graphcore/models/:
+#: Units each pipelined class's parallelize() puts on IPU 0 beyond the embeddings (the first unit):
+#: module paths a unit must begin with (the module itself or one inside it). Every other unit runs
+#: on its layer's IPU, a head after the last layer on the last IPU, whether or not it reads the
+#: embedding's weight (the PopTorch target's rule, trace._place_heads_with_their_weights). None:
+#: the class pins the tied head only (the traced ties stand). optimum/graphcore/models/:
 ON_IPU0: dict[tuple[str, str], tuple[str, ...] | None] = {
-    # bert/modeling_bert.py: PipelinedBertForMaskedLM.parallelize, BeginBlock(self.cls, "Classifier",
-    # ipu_id=0); BertPipelineMixin.parallelize (classification, QA) puts the heads on the last IPU
+    # bert/modeling_bert.py: PipelinedBertForMaskedLM.parallelize, BeginBlock(self.cls,
+    # "Classifier", ipu_id=0); BertPipelineMixin.parallelize (classification, QA) puts the heads
+    # on the last IPU
     ("bert", "sequence-classification"): (),
     ("bert", "question-answering"): (),
     ("bert", "masked-lm"): ("cls",),
-    # roberta/modeling_roberta.py: PipelinedRobertaForMaskedLM.parallelize, BeginBlock(self.lm_head,
-    # "LM Head", ipu_id=0); RobertaPipelineMixin's heads on the last IPU
+    # roberta/modeling_roberta.py: PipelinedRobertaForMaskedLM.parallelize,
+    # BeginBlock(self.lm_head, "LM Head", ipu_id=0); RobertaPipelineMixin's heads on the last IPU
     ("roberta", "sequence-classification"): (),
     ("roberta", "question-answering"): (),
     ("roberta", "masked-lm"): ("lm_head",),
-    # distilbert/modeling_distilbert.py: PipelinedDistilBertForMaskedLM.parallelize, BeginBlock(...,
-    # "LM Head", ipu_id=0) on vocab_transform, vocab_layer_norm and vocab_projector, all three
+    # distilbert/modeling_distilbert.py: PipelinedDistilBertForMaskedLM.parallelize,
+    # BeginBlock(..., "LM Head", ipu_id=0) on vocab_transform, vocab_layer_norm and
+    # vocab_projector, all three
     ("distilbert", "sequence-classification"): (),
     ("distilbert", "question-answering"): (),
     ("distilbert", "masked-lm"): ("vocab_transform", "vocab_layer_norm", "vocab_projector"),
-    # deberta/modeling_deberta.py: DebertaPipelineMixin.parallelize, for PipelinedDebertaForMaskedLM
-    # only BeginBlock(self.cls.predictions.decoder, "Projection", ipu_id=0): the transform before
-    # it stays on the last layer's IPU
+    # deberta/modeling_deberta.py: DebertaPipelineMixin.parallelize, for
+    # PipelinedDebertaForMaskedLM only BeginBlock(self.cls.predictions.decoder, "Projection",
+    # ipu_id=0): the transform before it stays on the last layer's IPU
     ("deberta", "sequence-classification"): (),
     ("deberta", "question-answering"): (),
     ("deberta", "masked-lm"): ("cls.predictions.decoder",),
-    # gpt2/modeling_gpt2.py: PipelinedGPT2LMHeadModel.parallelize, BeginBlock(self.lm_head, "LM head",
-    # ipu_id=0) (ln_f stays with the last layer); PipelinedGPT2ForSequenceClassification: score last
+    # gpt2/modeling_gpt2.py: PipelinedGPT2LMHeadModel.parallelize,
+    # BeginBlock(self.lm_head, "LM head", ipu_id=0) (ln_f stays with the last layer);
+    # PipelinedGPT2ForSequenceClassification: score last
     ("gpt2", "causal-lm"): ("lm_head",),
     ("gpt2", "sequence-classification"): (),
     # bart/modeling_bart.py: PipelinedBartForConditionalGeneration.parallelize (training):
@@ -215,7 +218,8 @@ ON_IPU0: dict[tuple[str, str], tuple[str, ...] | None] = {
     # mt5/modeling_mt5.py: PipelinedMT5ForConditionalGeneration.parallelize, lm_head on IPU 0 only
     # `if self.config.tie_word_embeddings`, else on the last IPU: the traced tie decides
     ("mt5", "seq2seq-lm"): None,
-    # vit/modeling_vit.py: PipelinedViTForImageClassification.parallelize, classifier on the last IPU
+    # vit/modeling_vit.py: PipelinedViTForImageClassification.parallelize, classifier on the
+    # last IPU
     ("vit", "image-classification"): (),
 }
 

@@ -23,7 +23,7 @@ from .model_profile import ModelProfile
 
 
 def stage_start(profile: ModelProfile, path: str) -> int | None:
-    """The unit a stage beginning at `path` starts with, or None inside a unit (where `refined` cuts it)."""
+    """The unit a stage beginning at `path` starts with; None inside a unit (`refined` cuts it)."""
     return _placed(profile, _stage_start, path)
 
 

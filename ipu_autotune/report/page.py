@@ -31,7 +31,7 @@ th, td { border-bottom: 1px solid #eee; padding: 0.25em 0.5em; text-align: left;
 th { background: #f6f6f6; position: sticky; top: 0; } td.num { text-align: right; }
 tr.best td { background: #e8f5e9; } pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
 .note { color: #666; font-style: italic; }
-"""
+"""  # noqa: E501 (the report's stylesheet, as written out)
 
 
 def render(data: ReportData) -> str:
@@ -41,8 +41,8 @@ def render(data: ReportData) -> str:
     ]
     if data.estimated:
         body.append(
-            "<p class='estimated'>Every figure here is <b>estimated</b> by the analytical IPU model "
-            "(no compile, no run).</p>"
+            "<p class='estimated'>Every figure here is <b>estimated</b> by the analytical IPU "
+            "model (no compile, no run).</p>"
         )
     body += _summary(data)
     body.append("<h2>Memory per IPU</h2>")
@@ -57,8 +57,9 @@ def render(data: ReportData) -> str:
         else "<p class='note'>No trial recorded a memory breakdown.</p>"
     )
     body.append(
-        "<p class='note'>Whether a configuration fits is judged per tile (its busiest tile against "
-        "the tile's memory), so an IPU can run out of memory below its total capacity.</p>"
+        "<p class='note'>Whether a configuration fits is judged per tile (its busiest tile "
+        "against the tile's memory), so an IPU can run out of memory below its total "
+        "capacity.</p>"
     )
     body += ["<h2>Bottleneck</h2>", _bottlenecks(data), _fig(figures.step_time(data))]
     if data.verify is not None:
@@ -225,11 +226,14 @@ def _trials(data: ReportData) -> str:
         ]
         cls = " class='best'" if r.number == best else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
-    table = f"<div style='max-height: 32em; overflow: auto'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
+    table = (
+        "<div style='max-height: 32em; overflow: auto'>"
+        f"<table><tr>{head}</tr>{''.join(rows)}</table></div>"
+    )
     if data.unreadable:  # left out, each with its reason (study/records.read_records)
         table += (
-            f"<p class='note'>{len(data.unreadable)} trial(s) left out, their stored records unreadable:</p>"
-            "<ul>"
+            f"<p class='note'>{len(data.unreadable)} trial(s) left out, their stored records "
+            "unreadable:</p><ul>"
             + "".join(f"<li>{_e(reason)}</li>" for reason in data.unreadable.values())
             + "</ul>"
         )

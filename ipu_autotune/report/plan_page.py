@@ -74,6 +74,19 @@ def throughput_figure(plans: Sequence[SizePlan]) -> go.Figure:
     return fig
 
 
+def _row(p: SizePlan, certain: Set[int]) -> str:
+    m = p.measurement
+    throughput = f"{m.throughput:,.0f}" if p.fits and m.throughput else "-"
+    bottleneck = html_text(m.bottleneck or "-") if p.fits else "-"
+    return (
+        f"<tr><td class='num'>{p.ipus}</td><td>{'yes' if p.fits else 'no'}</td>"
+        f"<td class='num'>{p.micro_batch}</td><td>{html_text(layout_text(p.config))}</td>"
+        f"<td class='num'>{throughput}</td><td>{bottleneck}</td>"
+        f"<td class='num'>{html_text(busiest_tile(m))}</td>"
+        f"<td class='num'>{html_text(chance(p, certain))}</td><td>{html_text(p.why)}</td></tr>"
+    )
+
+
 def render_plan(
     problem: Problem,
     plans: Sequence[SizePlan],
@@ -81,15 +94,7 @@ def render_plan(
     why: list[str],
     certain: Set[int] = frozenset(),
 ) -> str:
-    rows = "".join(
-        f"<tr><td class='num'>{p.ipus}</td><td>{'yes' if p.fits else 'no'}</td><td class='num'>{p.micro_batch}</td>"
-        f"<td>{html_text(layout_text(p.config))}</td>"
-        f"<td class='num'>{f'{p.measurement.throughput:,.0f}' if p.fits and p.measurement.throughput else '-'}</td>"
-        f"<td>{html_text(p.measurement.bottleneck or '-') if p.fits else '-'}</td>"
-        f"<td class='num'>{html_text(busiest_tile(p.measurement))}</td>"
-        f"<td class='num'>{html_text(chance(p, certain))}</td><td>{html_text(p.why)}</td></tr>"
-        for p in plans
-    )
+    rows = "".join(_row(p, certain) for p in plans)
     body = [
         f"<h1>Plan: {html_text(problem.model)}</h1>",
         f"<p class='sub'>micro-batch up to {problem.batch_size}, {html_text(problem.optimizer)}, "
@@ -97,7 +102,8 @@ def render_plan(
         "<p class='estimated'>Every figure here is <b>estimated</b> by the analytical IPU model "
         "(no compile, no run).</p>",
         "<table><tr><th>IPUs</th><th>fits</th><th>micro-batch</th><th>layout</th>"
-        f"<th>samples/s</th><th>bottleneck</th><th>busiest tile</th><th>chance</th><th>why</th></tr>{rows}</table>",
+        "<th>samples/s</th><th>bottleneck</th><th>busiest tile</th><th>chance</th><th>why</th>"
+        f"</tr>{rows}</table>",
         *[
             f"<p class='sub'>{html_text(line)}</p>"
             for line in notes(plans, problem.batch_size, certain)

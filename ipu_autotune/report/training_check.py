@@ -80,11 +80,13 @@ def training_check(verify: dict[str, Any], fig_html: Callable[..., Any]) -> list
     cls = "fits" if kind == "at parity" else "oom"
     out = [
         "<h2>Training check (verify)</h2>",
-        f"<p><b class='{cls}'>{html_text(kind)}</b>: {html_text(verify.get('reason', ''))} "
-        f"(at {html_text(verify.get('samples'))} samples; the shaded band is the baseline's over two seeds)</p>",
+        f"<p><b class='{cls}'>{html_text(kind)}</b>: {html_text(verify.get('reason', ''))} (at "
+        f"{html_text(verify.get('samples'))} samples; the shaded band is the baseline's over two "
+        "seeds)</p>",
         fig_html(curves(verify)),
-        "<table><tr><th>run</th><th>seed</th><th>recipe</th><th>samples</th><th>gradients underflowed</th>"
-        "<th>overflowed</th><th>updates lost</th><th>skipped updates</th><th>time</th></tr>",
+        "<table><tr><th>run</th><th>seed</th><th>recipe</th><th>samples</th>"
+        "<th>gradients underflowed</th><th>overflowed</th><th>updates lost</th>"
+        "<th>skipped updates</th><th>time</th></tr>",
         *(_row(r) for r in verify.get("runs") or [] if isinstance(r, dict)),
         "</table>",
     ]

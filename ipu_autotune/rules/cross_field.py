@@ -2,27 +2,20 @@
 
 Each rule is a small function returning a message that names the rule and the fix, or
 None. `violations` runs them all; `validate` raises the first one as a UsageError.
-Model-aware rules (split and checkpoint paths) need the traced model's module list.
+Model-aware rules (split and checkpoint paths, model_paths.py) need the traced model's module
+list.
 """
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..host import pipeline as host
-from ..knob_spec import SPEC, has_optimizer_state, takes_images
+from ..knob_conditions import has_optimizer_state, takes_images
+from ..knob_spec import SPEC
 from ..problem import Config, Problem
-
-if TYPE_CHECKING:
-    from ..profiles.model_profile import ModelProfile
-
-# A module path as `nn.Module.get_submodule` takes it: dotted names and list indices.
-# "6" is an nn.Sequential child; RegNet names its blocks "block1-0". Exported with repr().
-MODULE_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+from .model_paths import model_violations, path_syntax, placement_violations
 
 
 def _ipus_available(p: Problem, c: Config) -> str | None:
@@ -92,8 +85,9 @@ def _pipeline_accumulation(p: Problem, c: Config) -> str | None:
         if c.gradient_accumulation < need:
             head = " with the tied head back on IPU0" if need > 2 * c.ipus_per_replica - 1 else ""
             return (
-                f"pipelined training over {c.ipus_per_replica} IPUs{head} needs gradient_accumulation "
-                f">= {need} (2 x pipeline stages - 1), got {c.gradient_accumulation}"
+                f"pipelined training over {c.ipus_per_replica} IPUs{head} needs "
+                f"gradient_accumulation >= {need} (2 x pipeline stages - 1), got "
+                f"{c.gradient_accumulation}"
             )
     return None
 
@@ -103,7 +97,10 @@ def _io_tiles(p: Problem, c: Config) -> str | None:
         if c.io_tiles % 2 or not 32 <= c.io_tiles <= 192:
             return f"io_tiles must be 0 or an even number in [32, 192], got {c.io_tiles}"
         if c.execution == "pipelined":
-            return 'io_tiles need execution = "sharded" (overlapped I/O is not supported when pipelined)'
+            return (
+                'io_tiles need execution = "sharded" '
+                "(overlapped I/O is not supported when pipelined)"
+            )
     return None
 
 
@@ -156,14 +153,16 @@ def _tied_head_split(p: Problem, c: Config) -> str | None:
         head = next((t for t in tied if split == t or split.startswith(t + ".")), None)
         if head is not None:
             return (
-                f"split '{split}' puts {head}, tied to the embedding's weight, on another pipeline stage "
-                "than that weight: PopART refuses to copy a weight between stages; split at a layer"
+                f"split '{split}' puts {head}, tied to the embedding's weight, on another "
+                "pipeline stage than that weight: PopART refuses to copy a weight between "
+                "stages; split at a layer"
             )
     return None
 
 
 def _optimum_trainer(p: Problem, c: Config) -> str | None:
-    """--trainer optimum: only what IPUTrainer + IPUConfig train as estimated (optimum_target.py)."""
+    """--trainer optimum: only what IPUTrainer + IPUConfig train as estimated
+    (optimum_target.py)."""
     if p.trainer != "optimum":
         return None
     from .optimum_target import unexpressible
@@ -192,8 +191,9 @@ def _global_batch(p: Problem, c: Config) -> str | None:
         got = host.global_batch(p, c)
         if got != p.global_batch:
             return (
-                f"global batch is fixed at {p.global_batch} but micro-batch {host.micro_batch(p, c)} x "
-                f"accumulation {c.gradient_accumulation} x replicas {c.replicas} = {got}"
+                f"global batch is fixed at {p.global_batch} but micro-batch "
+                f"{host.micro_batch(p, c)} x accumulation {c.gradient_accumulation} x replicas "
+                f"{c.replicas} = {got}"
             )
     return None
 
@@ -242,14 +242,6 @@ def _micro_batch(p: Problem, c: Config) -> str | None:
     return None
 
 
-def _path_syntax(p: Problem, c: Config) -> str | None:
-    for kind, paths in (("split", c.splits), ("checkpoint", c.checkpoints)):
-        for path in paths:
-            if not MODULE_PATH.match(path):
-                return f"{kind} '{path}' is not a module path (dotted names, e.g. layer3.8)"
-    return None
-
-
 #: Rules of the recipe, not of the hardware: the data and batch defaults a search keeps to.
 #: `estimate` answers a configuration that breaks them, naming each (EXIT_BREAKS_RECIPE).
 RECIPE_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
@@ -272,7 +264,7 @@ HOST_BATCH_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
 EXIT_BREAKS_RECIPE = 4
 
 CONFIG_RULES: tuple[Callable[[Problem, Config], str | None], ...] = (
-    _path_syntax,
+    path_syntax,
     _ipus_available,
     _power_of_two,
     _split_count,
@@ -326,66 +318,6 @@ def check_problem(p: Problem) -> None:
             f"--global-batch {p.global_batch} is more than the dataset ({p.dataset_size:,} "
             "samples): not one weight update per epoch; lower it or check --dataset-size"
         )
-
-
-def model_violations(c: Config, module_order: Sequence[str]) -> list[str]:
-    """Splits and checkpoints must name modules of the model; splits in execution order.
-
-    `module_order` lists the model's module paths in the order they first run.
-    """
-    position = {path: i for i, path in enumerate(module_order)}
-    found: list[str] = []
-
-    def unknown(kind: str, path: str) -> str:
-        close = difflib.get_close_matches(path, module_order, n=3)
-        hint = f"; closest: {', '.join(close)}" if close else ""
-        return f"{kind} '{path}' is not a module of the model that runs in the forward pass{hint}"
-
-    previous = 0
-    for path in c.splits:
-        if path not in position:
-            found.append(unknown("split", path))
-            continue
-        if position[path] <= previous:
-            found.append(
-                f"split '{path}' is out of execution order or starts the model; "
-                "list splits in the order the modules run"
-            )
-        previous = position[path]
-    for path in c.checkpoints:
-        if path not in position:
-            found.append(unknown("checkpoint", path))
-    return found
-
-
-def placement_violations(c: Config, profile: ModelProfile) -> list[str]:
-    """PopTorch begins a stage at any module that runs (`BeginBlock`), in execution order, and
-    checkpoints any (`recomputationCheckpoint`); the estimator cuts a layer where one lands
-    inside it (profiles/refine.py). Left to refuse, as PopTorch would: a stage with nothing in
-    it (model_violations has the rest: a module that does not run, an order that goes back)."""
-    from ..profiles.placement import stage_start
-    from ..profiles.refine import refined
-
-    fine = refined(profile, c.splits, c.checkpoints)
-    starts = [stage_start(fine, path) for path in c.splits]
-    if not c.splits or None in starts:
-        return []  # a split that does not run is model_violations' to name
-    bounds = [0, *starts, len(fine.units)]
-    found: list[str] = []
-    for k, path in enumerate(c.splits):
-        before = fine.units[bounds[k] : bounds[k + 1]]
-        after = fine.units[bounds[k + 1] : bounds[k + 2]]
-        if not sum(u.ops for u in before):
-            where = f"'{c.splits[k - 1]}'" if k else "the model's start"
-            found.append(
-                f"split '{path}' leaves the stage from {where} with nothing to run; drop one of "
-                "the two splits or move this one to a later module"
-            )
-        elif k == len(c.splits) - 1 and not sum(u.ops for u in after):
-            found.append(
-                f"split '{path}' begins a last stage with nothing to run; split at an earlier module"
-            )
-    return found
 
 
 def violations(

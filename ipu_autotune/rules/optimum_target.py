@@ -11,10 +11,10 @@ the models' `parallelize()`.
 from __future__ import annotations
 
 # What the target can serialise is a knob's domain: the knob spec's (the search space asks it too).
-from ..knob_spec import projection_factors as serialization_factors
+from ..knob_conditions import projection_factors as serialization_factors
 from ..problem import Config, Problem
 
-#: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW, or LAMB with `lamb=True`)
+#: the optimizers IPUTrainer.create_optimizer builds (poptorch.optim.AdamW; LAMB if `lamb=True`)
 TRAINER_OPTIMIZERS = ("adamw", "lamb")
 
 # IPUConfig._to_options (training), beyond the knobs a Config already carries. The PopTorch
@@ -68,7 +68,9 @@ def checkpoint_hook(problem: Problem) -> dict[str, str]:
         # (a None where transformers' newer layers return one, e.g. DeBERTa's, passes through)
         return {
             "tuple_comment": "# every tensor, as optimum-graphcore's recomputation_checkpoint",
-            "tuple_checkpoint": "tuple(y if y is None else poptorch.recomputationCheckpoint(y) for y in output)",
+            "tuple_checkpoint": (
+                "tuple(y if y is None else poptorch.recomputationCheckpoint(y) for y in output)"
+            ),
         }
     return {
         "tuple_comment": "# Hugging Face layers return (hidden_states, ...)",
@@ -155,8 +157,9 @@ def model_refusal(problem: Problem) -> str | None:
         return None
     name = task_class(family, problem.task) or "class"
     return (
-        f"optimum-graphcore pipelines no {family} {problem.task} model: no pipelined {name} is registered "
-        f"(to_pipelined, optimum/graphcore/modeling_utils.py); it pipelines {pipelined_families()}"
+        f"optimum-graphcore pipelines no {family} {problem.task} model: no pipelined {name} is "
+        "registered (to_pipelined, optimum/graphcore/modeling_utils.py); it pipelines "
+        f"{pipelined_families()}"
     )
 
 
@@ -170,7 +173,7 @@ def trainer_precision(config: Config) -> bool:
 
 
 def unexpressible(problem: Problem, config: Config) -> list[str]:
-    """Why IPUTrainer + IPUConfig would not train `config` as it was estimated (empty: it would)."""
+    """Why IPUTrainer + IPUConfig would not train `config` as estimated (empty: it would)."""
     from ..profiles.placement import is_layer, optimum_checkpoints
     from ..profiles.trace import profile_for
 
@@ -186,7 +189,8 @@ def unexpressible(problem: Problem, config: Config) -> list[str]:
         )
     if problem.optimizer not in TRAINER_OPTIMIZERS:
         out.append(
-            f"optimizer {problem.optimizer}: IPUTrainer builds AdamW or LAMB (trainer.py, create_optimizer)"
+            f"optimizer {problem.optimizer}: IPUTrainer builds AdamW or LAMB (trainer.py, "
+            "create_optimizer)"
         )
     if c.execution == "sharded" and c.ipus_per_replica > 1:
         out.append(
@@ -195,8 +199,9 @@ def unexpressible(problem: Problem, config: Config) -> list[str]:
         )
     if not trainer_precision(c):
         out.append(
-            f"precision {c.precision} with {c.optimizer_state} optimizer state: IPUTrainer trains FP16 "
-            "weights with FP16 accumulators and first moment, or (fp32=True) FP32 throughout"
+            f"precision {c.precision} with {c.optimizer_state} optimizer state: IPUTrainer "
+            "trains FP16 weights with FP16 accumulators and first moment, or (fp32=True) FP32 "
+            "throughout"
         )
     if c.half_weights and not c.stochastic_rounding:
         out.append("stochastic rounding off: IPUConfig always enables it for training")
@@ -217,15 +222,15 @@ def unexpressible(problem: Problem, config: Config) -> list[str]:
             )
     if c.embedding_serialization not in serialization_factors(problem, optimum=True):
         out.append(
-            f"embedding_serialization {c.embedding_serialization}: optimum's SerializedLinear does not "
-            "pad this vocabulary and PopART refuses a factor that does not divide it"
+            f"embedding_serialization {c.embedding_serialization}: optimum's SerializedLinear "
+            "does not pad this vocabulary and PopART refuses a factor that does not divide it"
         )
     return out
 
 
 def _checkpoint_refusal(checkpoints: tuple[str, ...], theirs: tuple[str, ...]) -> list[str]:
     """Why `checkpoints` are not the ones parallelize() registers under
-    recompute_checkpoint_every_layer (`theirs`, placement.optimum_checkpoints); empty when they are."""
+    recompute_checkpoint_every_layer (`theirs`, placement.optimum_checkpoints); empty if equal."""
     if tuple(checkpoints) == theirs:
         return []
     from ..profiles.placement import is_layer
@@ -241,8 +246,8 @@ def _checkpoint_refusal(checkpoints: tuple[str, ...], theirs: tuple[str, ...]) -
         what = f"checkpoints on {', '.join(others)} ({where})"
     else:
         what = (
-            f"checkpoints on {len(checkpoints)} of the {len(theirs)} layers parallelize() checkpoints "
-            f"(not on {', '.join(missing)})"
+            f"checkpoints on {len(checkpoints)} of the {len(theirs)} layers parallelize() "
+            f"checkpoints (not on {', '.join(missing)})"
         )
     return [
         f"{what}: IPUConfig's recompute_checkpoint_every_layer checkpoints all {len(theirs)}, "

@@ -47,9 +47,9 @@ def plan(
     samples: int | None = None,
     lr: float | None = None,
 ) -> Plan:
-    """Each run sees the same samples: `steps` updates of the larger global batch, at most `samples`.
-    `lr`: the baseline's learning rate (default: the export's make_optimizer default); the tuned
-    recipe's is scaled from it by the export's rule."""
+    """Each run sees the same samples: `steps` updates of the larger global batch, at most
+    `samples`. `lr`: the baseline's learning rate (default: the export's make_optimizer default);
+    the tuned recipe's is scaled from it by the export's rule."""
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     if lr is not None and not lr > 0:

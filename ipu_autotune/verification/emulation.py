@@ -42,7 +42,7 @@ _DROPPED_BITS = 23 - FP16_MANTISSA_BITS
 
 
 def _stochastic_small(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Stochastic rounding through the two neighbours, for any magnitude (FP16 subnormals included)."""
+    """Stochastic rounding through the two neighbours, any magnitude (FP16 subnormals included)."""
     mag = x.abs()
     _, exp = torch.frexp(mag)  # mag = m * 2^exp, m in [0.5, 1): floor(log2 mag) = exp - 1
     # below FP16's normal range the step is the subnormal one, 2^-24
@@ -71,8 +71,8 @@ def stochastic_fp16(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor
 
 #: magnitudes from here up round to inf in FP16
 FP16_OVERFLOW = 65520.0
-#: tensors above this many values have their zeros counted on every STRIDE-th value (a prime, so that
-#: the sample walks across rows and channels); overflow is always looked for in every value
+#: tensors above this many values have their zeros counted on every STRIDE-th value (a prime, so
+#: that the sample walks across rows and channels); overflow is always looked for in every value
 SAMPLE_ABOVE, STRIDE = 4096, 31
 
 
@@ -139,13 +139,15 @@ _SKIP = {
     _aten.lift_fresh_copy.default,
     _aten._local_scalar_dense.default,
 }
-#: arguments an operation writes although its schema does not say so (batch norm's running statistics)
+#: arguments an operation writes although its schema does not say so (batch norm's
+#: running statistics)
 _WRITES = {_aten.native_batch_norm.default: ((3, "running_mean"), (4, "running_var"))}
 
 
 def _plan(func: Any) -> tuple[tuple[tuple[int, str], ...], tuple[int, ...], bool] | None:
-    """What of `func`'s results to round: (the arguments it writes, as position and name), (its fresh
-    results: those that alias no argument), whether it returns one tensor; None: nothing (a view)."""
+    """What of `func`'s results to round: (the arguments it writes, as position and name),
+    (its fresh results: those that alias no argument), whether it returns one tensor; None:
+    nothing (a view)."""
     if func in _SKIP or func.is_view:
         return None
     schema = func._schema

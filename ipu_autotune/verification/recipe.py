@@ -13,9 +13,9 @@ from ..problem import Config, Problem
 #: where automatic loss scaling starts (export/python.py's ALS_INITIAL_SCALE writes the same
 #: into make_optimizer; kept equal by tests/test_verify.py)
 ALS_INITIAL_SCALE = 128.0
-#: automatic loss scaling, emulated: halve the scale and skip the update on an overflow, double
-#: it after this many clean updates (the rule of torch.cuda.amp.GradScaler; PopTorch's ALS
-#: moves the scale from gradient histograms instead, poptorch Options.Training.setAutomaticLossScaling)
+#: automatic loss scaling, emulated: halve the scale and skip the update on an overflow, double it
+#: after this many clean updates (the rule of torch.cuda.amp.GradScaler; PopTorch's ALS moves the
+#: scale from gradient histograms instead, poptorch Options.Training.setAutomaticLossScaling)
 ALS_GROWTH_INTERVAL = 100
 
 
@@ -62,25 +62,27 @@ class Recipe:
         return ", ".join(parts)
 
     def not_emulated(self) -> list[str]:
-        """What the IPU would do that this CPU run does not, said plainly (verify prints each line)."""
+        """What the IPU would do that this CPU run does not, plainly (verify prints each line)."""
         out = []
         if self.half_compute:
             out.append(
-                "inside one operation (a matmul, a layer norm, a softmax, the loss) the CPU computes in "
-                "FP32 and rounds the result to FP16 once; an IPU kernel may also round intermediates"
+                "inside one operation (a matmul, a layer norm, a softmax, the loss) the CPU "
+                "computes in FP32 and rounds the result to FP16 once; an IPU kernel may also "
+                "round intermediates"
             )
             out.append(
-                "the optimizer's arithmetic: computed in FP32 from the FP16 gradients, rounded once where "
-                "it is stored (FP16 weights, FP16 first-order state)"
+                "the optimizer's arithmetic: computed in FP32 from the FP16 gradients, rounded "
+                "once where it is stored (FP16 weights, FP16 first-order state)"
             )
             out.append(
-                "the tensors' dtype is FP32: model code that reads it (torch.finfo, dtype checks) sees "
-                "FP32's limits, e.g. an attention mask at finfo(float32).min rounds to -inf, not -65504"
+                "the tensors' dtype is FP32: model code that reads it (torch.finfo, dtype "
+                "checks) sees FP32's limits, e.g. an attention mask at finfo(float32).min "
+                "rounds to -inf, not -65504"
             )
         if self.half_partials:
             out.append(
-                "half partials: the CPU accumulates matmuls, convolutions and reductions in FP32 (float "
-                "partials); see `numerics` for the partials check"
+                "half partials: the CPU accumulates matmuls, convolutions and reductions in "
+                "FP32 (float partials); see `numerics` for the partials check"
             )
         if self.auto_loss_scale:
             out.append(
@@ -89,7 +91,8 @@ class Recipe:
             )
         if self.stochastic_rounding:
             out.append(
-                "stochastic rounding: on the weight update only (the IPU also rounds other FP16 ops so)"
+                "stochastic rounding: on the weight update only (the IPU also rounds other FP16 "
+                "ops so)"
             )
         if self.replicas > 1:
             out.append(
@@ -99,20 +102,21 @@ class Recipe:
         return out
 
     def fp32_kept(self) -> list[str]:
-        """What stays FP32 in this run because the IPU keeps it FP32 too (the export's settings)."""
+        """What stays FP32 in this run because the IPU keeps it FP32 (the export's settings)."""
         if not self.half_compute:
             return []
         out = []
         if not self.half_weights:
             out.append(
-                "the master weights (16.32): updates added in FP32, the model computes with an FP16 copy"
+                "the master weights (16.32): updates added in FP32, the model computes with an "
+                "FP16 copy"
             )
         if not self.half_state:
             out.append("the optimizer state (optimizer_state float)")
         elif self.optimizer in ("adam", "adamw", "lamb", "rmsprop"):
             out.append(
-                f"{self.optimizer}'s second moment (the export sets second_order_momentum_accum_type="
-                "torch.float32); the first-order state is FP16"
+                f"{self.optimizer}'s second moment (the export sets "
+                "second_order_momentum_accum_type=torch.float32); the first-order state is FP16"
             )
         out.append("the loss scale and the held-out loss (measured in FP32 from the FP16 logits)")
         return out

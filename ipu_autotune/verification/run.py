@@ -80,7 +80,8 @@ class Trainer:
             with torch.no_grad():
                 for p in self.params:
                     p.copy_(to_fp16(p))  # model.half(): the weights are FP16 from the start
-        # 16.32: FP32 master weights, an FP16 copy computes; otherwise the parameters are the weights
+        # 16.32: FP32 master weights, an FP16 copy computes; otherwise the parameters are
+        # the weights
         self.master = (
             [p.detach().clone() for p in self.params]
             if recipe.half_compute and not recipe.half_weights
@@ -187,7 +188,7 @@ class Trainer:
 
 
 def checkpoint_steps(steps: int, checkpoints: int = CHECKPOINTS) -> list[int]:
-    """The updates after which the held-out samples are evaluated (evenly spread, the last included)."""
+    """The updates after which the held-out samples are evaluated (evenly spread, last included)"""
     return sorted({max(1, round(k * steps / checkpoints)) for k in range(1, checkpoints + 1)})
 
 
@@ -201,8 +202,9 @@ def train(
     checkpoints: int = CHECKPOINTS,
     progress: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """`recipe` trained on `total_samples` samples (whole updates, at least one) from `samples` in the
-    order `seed` draws; the model built after seeding with `seed`. The caller's RNG is left as it was."""
+    """`recipe` trained on `total_samples` samples (whole updates, at least one) from `samples`
+    in the order `seed` draws; the model built after seeding with `seed`. The caller's RNG is
+    left as it was."""
     steps = max(1, total_samples // recipe.global_batch)
     result = RunResult(
         recipe.label,

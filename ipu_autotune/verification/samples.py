@@ -109,9 +109,9 @@ FEW_CLASSES = 0.5
 def check_samples(
     samples: Samples, spec: str, num_classes: int, build: Callable[[], nn.Module]
 ) -> list[str]:
-    """Bad data is bad input (UsageError, before any run): labels outside 0..num_classes-1, one class
-    only, a batch the model cannot take or whose logits have too few classes. Returns the warnings:
-    labels that use few of the declared classes."""
+    """Bad data is bad input (UsageError, before any run): labels outside 0..num_classes-1, one
+    class only, a batch the model cannot take or whose logits have too few classes. Returns the
+    warnings: labels that use few of the declared classes."""
     labels = torch.cat([samples.labels, samples.eval_labels])
     if labels.dim() != 1:
         raise UsageError(
@@ -122,7 +122,8 @@ def check_samples(
     if lo < 0 or hi >= num_classes:
         raise UsageError(
             f"--data '{spec}': labels run {lo}..{hi}, outside the {num_classes:,} classes of "
-            f"--num-classes {num_classes}; give --num-classes {hi + 1} or labels 0..{num_classes - 1}"
+            f"--num-classes {num_classes}; give --num-classes {hi + 1} or labels "
+            f"0..{num_classes - 1}"
         )
     used = int(torch.unique(labels).numel())
     if used < 2:
@@ -149,8 +150,8 @@ def check_samples(
         )
     if used <= FEW_CLASSES * num_classes:
         return [
-            f"the labels use {used:,} of the {num_classes:,} classes (--num-classes {num_classes}): "
-            f"give --num-classes {hi + 1} if that is all there are; a loss over unused classes "
-            "starts higher and falls for the wrong reason"
+            f"the labels use {used:,} of the {num_classes:,} classes (--num-classes "
+            f"{num_classes}): give --num-classes {hi + 1} if that is all there are; a loss over "
+            "unused classes starts higher and falls for the wrong reason"
         ]
     return []

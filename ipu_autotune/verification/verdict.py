@@ -13,8 +13,8 @@ the baseline's loss fall and, for accuracy, one point or two binomial standard e
 held-out samples, whichever is wider: two seeds underestimate the spread of many.
 
 - "inconclusive": the baseline did not learn within the budget (its loss became inf/NaN, or
-  fell no more than twice the seeds' noise or a twentieth of its start): nothing can be judged; the advice names what
-  to change (more --steps, a lower --lr, --num-classes);
+  fell no more than twice the seeds' noise or a twentieth of its start): nothing can be judged;
+  the advice names what to change (more --steps, a lower --lr, --num-classes);
 - "diverged": the tuned loss or a weight became inf/NaN, or its loss ended above where it began
   by more than the band is wide;
 - "stalled": its loss fell (to its plateau) less than a quarter of what each baseline run's fell
@@ -74,8 +74,8 @@ def _window_mean(run: RunResult, grid: list[int] | list[float], attr: str) -> fl
 
 
 def _plateau(run: RunResult, attr: str, better: int) -> float:
-    """The best mean of PLATEAU_POINTS checkpoints in a row over the last half of the run's own curve
-    (better = -1: lowest, for the loss; +1: highest, for accuracy)."""
+    """The best mean of PLATEAU_POINTS checkpoints in a row over the last half of the run's own
+    curve (better = -1: lowest, for the loss; +1: highest, for accuracy)."""
     pts = [
         float(getattr(p, attr)) for p in run.points[1:] if p.samples >= run.points[-1].samples / 2
     ]
@@ -87,16 +87,17 @@ def _plateau(run: RunResult, attr: str, better: int) -> float:
 
 
 def _jitter(run: RunResult, start: float, attr: str) -> float:
-    """Checkpoint-to-checkpoint noise of `attr` from `start` samples on: the RMS of second differences
-    over sqrt(6), the standard deviation of white noise (a straight trend does not move it)."""
+    """Checkpoint-to-checkpoint noise of `attr` from `start` samples on: the RMS of second
+    differences over sqrt(6), the standard deviation of white noise (a straight trend does not
+    move it)."""
     vals = [getattr(p, attr) for p in run.points[1:] if p.samples >= start]
     second = [a - 2 * b + c for a, b, c in zip(vals, vals[1:], vals[2:], strict=False)]
     return math.sqrt(sum(d * d for d in second) / len(second) / 6) if second else 0.0
 
 
 def _still_falling(run: RunResult) -> bool:
-    """Its loss still falls at the end: the last PLATEAU_POINTS checkpoints' mean is below the mean of
-    those before them by more than twice the curve's own jitter."""
+    """Its loss still falls at the end: the last PLATEAU_POINTS checkpoints' mean is below the mean
+    of those before them by more than twice the curve's own jitter."""
     vals = [p.eval_loss for p in run.points[1:]]
     k = PLATEAU_POINTS
     if len(vals) < 2 * k:
@@ -109,8 +110,8 @@ def _still_falling(run: RunResult) -> bool:
 def _on_par_at_matched_updates(
     runs: list[RunResult], grid: list[int], loss_floor: float, acc_floor: float
 ) -> bool:
-    """A tuned recipe with a larger global batch, behind at matched samples and still falling: is it
-    within the baselines' band after as many updates (the baselines' curves read at the samples
+    """A tuned recipe with a larger global batch, behind at matched samples and still falling: is
+    it within the baselines' band after as many updates (the baselines' curves read at the samples
     they had seen after the tuned run's number of updates)?"""
     base, other, tuned = runs
     ratio = (
@@ -188,9 +189,9 @@ class Verdict:
             plo, phi = self.plateau_loss_band
             plateau = f"; at its plateau {self.plateau_loss:.3g} against {plo:.3g}-{phi:.3g}"
         return (
-            f"verify: {self.kind}: tuned loss {self.tuned_loss:.3g} (accuracy {format_percent(self.tuned_accuracy)}) "
-            f"at {self.samples:,} samples, baseline band {lo:.3g}-{hi:.3g} over 2 seeds{plateau}; {numerics}"
-            f"{lost}{self.reason}"
+            f"verify: {self.kind}: tuned loss {self.tuned_loss:.3g} (accuracy "
+            f"{format_percent(self.tuned_accuracy)}) at {self.samples:,} samples, baseline band "
+            f"{lo:.3g}-{hi:.3g} over 2 seeds{plateau}; {numerics}{lost}{self.reason}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -214,7 +215,7 @@ def _band(a: float, b: float, floor: float, top: float = math.inf) -> tuple[floa
 
 
 def _accuracy_floor(acc: float, runs: Sequence[RunResult]) -> float:
-    """One point, or two binomial standard errors of an accuracy measured on the held-out samples."""
+    """One point, or two binomial standard errors of an accuracy measured on held-out samples."""
     n = min((r.eval_samples for r in runs), default=0)
     p = min(max(acc, 0.0), 1.0)
     return max(ACCURACY_FLOOR, 2 * math.sqrt(p * (1 - p) / n)) if n else ACCURACY_FLOOR
@@ -223,8 +224,8 @@ def _accuracy_floor(acc: float, runs: Sequence[RunResult]) -> float:
 def _advice(samples: int, lr: float | None) -> str:
     rate = f" (the baseline's is {lr:g})" if lr else ""
     return (
-        f"it does not learn within {samples:,} samples, so the tuned recipe cannot be judged: give more "
-        f"--steps, a lower --lr{rate}, or --num-classes to match the labels"
+        f"it does not learn within {samples:,} samples, so the tuned recipe cannot be judged: "
+        f"give more --steps, a lower --lr{rate}, or --num-classes to match the labels"
     )
 
 
@@ -261,8 +262,9 @@ def judge(
     fall = max(min(base_falls), 0.0) if finite else 0.0
 
     def floor(points: int, share: float, least: float) -> tuple[float, float]:
-        """Loss and accuracy floors of a band on means of `points` checkpoints: two standard errors of
-        the difference of two such means, and at least `share` of the fall and `least` of accuracy."""
+        """Loss and accuracy floors of a band on means of `points` checkpoints: two standard
+        errors of the difference of two such means, at least `share` of the fall and `least` of
+        accuracy."""
         spread = 2 * math.sqrt(2 / points)
         return max(share * fall, spread * jitter[0]) if finite else 0.0, max(
             least, spread * jitter[1]
@@ -343,8 +345,9 @@ def judge(
     if matched_lags and plateau_lags:
         return verdict(
             "lags",
-            f"outside the baseline's band at matched samples and at its plateau (loss above "
-            f"{p_loss_band[1]:.3g} or accuracy below {format_percent(max(p_acc_band[0], 0.0))} there)",
+            "outside the baseline's band at matched samples and at its plateau (loss above "
+            f"{p_loss_band[1]:.3g} or accuracy below {format_percent(max(p_acc_band[0], 0.0))} "
+            "there)",
         )
     if matched_lags:
         return verdict(

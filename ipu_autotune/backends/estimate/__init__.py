@@ -89,9 +89,10 @@ def device_parts(config: Config, time: Timing, k: EstimatorConstants) -> dict[st
     }
 
 
-#: estimates already made in this process, by what they depend on (the IPU count of the problem
-#: is not one of them: a config uses the IPUs it names), with the profile and constants kept alive so their ids
-#: stay their own (constants hold a dict: not hashable). A study's warm starts, its trials and `plan`'s sizes ask for many twice.
+#: estimates already made in this process, by what they depend on (the IPU count of the problem is
+#: not one of them: a config uses the IPUs it names), with the profile and constants kept alive so
+#: their ids stay their own (constants hold a dict: not hashable). A study's warm starts, its
+#: trials and `plan`'s sizes ask for many twice.
 _MADE: dict[tuple[Any, ...], tuple[ModelProfile, EstimatorConstants, Measurement]] = {}
 _MADE_LIMIT = 20_000
 

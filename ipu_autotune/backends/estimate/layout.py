@@ -97,7 +97,8 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
         for i in indices:
             segment += units[i].saved_bytes
             if i in ckpt_units:
-                # every tensor the checkpoint keeps (GPT-2's key and value too under --trainer optimum)
+                # every tensor the checkpoint keeps (under --trainer optimum, GPT-2's key and
+                # value too)
                 checkpoint_bytes += unit_produced_bytes(profile, i) * units[i].checkpointed_outputs
                 best_segment = max(best_segment, segment)
                 segment = 0
@@ -140,8 +141,8 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
                 max_segment_saved=best_segment,
                 out_bytes=unit_output_bytes(profile, hi - 1) if hi > lo else 0,
                 returning_heads=sum(1 for i in moved_in if i - 1 not in moved_in),
-                # only a head at the end runs forward and backward in one cycle; a unit moved here from
-                # mid-model (BART's decoder position embedding) is stashed like the rest
+                # only a head at the end runs forward and backward in one cycle; a unit moved here
+                # from mid-model (BART's decoder position embedding) is stashed like the rest
                 head_saved=sum(
                     units[i].saved_bytes
                     for i in moved_in
@@ -154,8 +155,8 @@ def stages(profile: ModelProfile, config: Config) -> list[Stage]:
 
 
 def forward_stages(layout: list[Stage], config: Config) -> int:
-    """Pipeline stages as PopTorch counts them: one per IPU, plus one per tied head that
-    returns to an earlier IPU and one per resumption of a stage after it (rules/cross_field.pipeline_stages).
+    """Pipeline stages as PopTorch counts them: one per IPU, plus one per tied head that returns to
+    an earlier IPU and one per resumption of a stage after it (rules/cross_field.pipeline_stages).
     Stash depths and the fill and flush follow this count, not the number of IPUs."""
     if not config.pipelined or len(layout) < 2:
         return len(layout)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...knob_spec import applies, has_optimizer_state
+from ...knob_conditions import has_optimizer_state
+from ...knob_spec import applies
 from ...problem import Config, Problem
 from ...profiles.attribution import MIN_ELEMENTS_FOR_SHARDING
 from ..targets import Target

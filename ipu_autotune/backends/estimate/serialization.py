@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...knob_spec import input_embedding
+from ...knob_conditions import input_embedding
 from ...problem import Config, Problem
 from ...profiles.model_profile import ModelProfile
 from ...profiles.placement import unit_of_path

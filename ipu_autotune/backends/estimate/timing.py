@@ -150,7 +150,8 @@ def timing(
     outer_params = outer_fragment_params(problem, [s.params for s in stages])
     update = update_ops_seconds(problem, stages, k)
     if offloaded(problem, config):  # a state to stream, and Streaming Memory to stream it to
-        # Each replica streams its own shard of each stage's state (memory.state_elements_per_replica).
+        # Each replica streams its own shard of each stage's state
+        # (memory.state_elements_per_replica).
         elements = outer_fragment_params(
             problem, [state_elements_per_replica(problem, config, s) for s in stages]
         )

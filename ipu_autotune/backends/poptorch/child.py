@@ -1,10 +1,11 @@
-"""One trial, in a fresh interpreter: `python -m ipu_autotune.backends.poptorch.child request.json`.
+"""One trial, in a fresh interpreter:
+`python -m ipu_autotune.backends.poptorch.child request.json`.
 
-It compiles by executing the exported snippet (`export/python.py`), so what was compiled is
-exactly what a user pastes: build the model, `TrainingModel(model)`, `make_options()`,
-`make_optimizer(model)`, then `poptorch.trainingModel(...).compile(...)` (inputs, then labels) on the full
-host batch. On top of `make_options()` it adds only tuner options: a complete graph profile
-even when out of memory, a per-trial report directory, the shared executable cache, and the
+It compiles by executing the exported snippet (`export/python.py`), so what was compiled is exactly
+what a user pastes: build the model, `TrainingModel(model)`, `make_options()`,
+`make_optimizer(model)`, then `poptorch.trainingModel(...).compile(...)` (inputs, then labels) on
+the full host batch. On top of `make_options()` it adds only tuner options: a complete graph
+profile even when out of memory, a per-trial report directory, the shared executable cache, and the
 offline target (memory only) or on-demand attachment and synthetic data (timed run).
 
 It always tries to write `result.json`; the parent treats a missing result as a crash. A
@@ -27,7 +28,7 @@ from ...problem import Config, Problem
 from .errors import ERROR_LOG, CaughtError, oom_evidence, read_text
 from .profile import find_profile, read_profile
 
-#: poptorch.Options.useOfflineIpuTarget versions (1 Mk1, 2 Mk2; Bow is a Mk2 IPU at a higher clock).
+#: poptorch.Options.useOfflineIpuTarget versions (1 Mk1, 2 Mk2; Bow: a Mk2 at a higher clock).
 IPU_VERSION = {"mk1": 1, "mk2": 2, "bow": 2}
 
 
@@ -36,7 +37,7 @@ def log(msg: str) -> None:
 
 
 def load_snippet(path: str | Path) -> dict[str, Any]:
-    """Execute the exported snippet; its namespace holds annotate, TrainingModel, make_options..."""
+    """Execute the exported snippet; its namespace has annotate, TrainingModel, make_options..."""
     return run_snippet(Path(path).read_text(), str(path))
 
 
@@ -54,7 +55,8 @@ def add_tuner_options(
     engine = dict(opts._Popart.options.get("engineOptions", {}))
     engine.update(
         {
-            "debug.allowOutOfMemory": "true",  # lay out the whole graph, so the profile is complete
+            # lay out the whole graph, so the profile is complete
+            "debug.allowOutOfMemory": "true",
             "autoReport.outputGraphProfile": "true",
             "autoReport.outputExecutionProfile": "false",  # instrumentation would cost memory
             "autoReport.directory": str(request["report_dir"]),

@@ -1,4 +1,5 @@
-"""Is a PopTorch failure an out-of-memory? The heuristics of the API reference (§3.5), in one place.
+"""Is a PopTorch failure an out-of-memory? The heuristics of the API reference (§3.5), in one
+place.
 
 An OOM compile surfaces as `poptorch.Error` with `.type == "popart_exception"` (PopART
 rethrows Poplar's graph_memory_allocation_error as its own subclass) and a message starting
