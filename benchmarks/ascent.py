@@ -13,7 +13,8 @@ from typing import Any
 
 from common import HiddenIPU
 
-from ipu_autotune.guide.warmstart import Screen, screen_rank, single_changes
+from ipu_autotune.guide.single_changes import single_changes
+from ipu_autotune.guide.warmstart import Screen, screen_rank
 from ipu_autotune.models import partition
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules.cross_field import violations

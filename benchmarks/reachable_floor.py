@@ -27,7 +27,8 @@ import common
 from ascent import OracleScreen, kicked, polish
 from common import REFERENCE_CACHE, compile_minutes
 
-from ipu_autotune.guide.warmstart import naive_baseline, proposals, screen_rank, single_changes
+from ipu_autotune.guide.single_changes import single_changes
+from ipu_autotune.guide.warmstart import naive_baseline, proposals, screen_rank
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace

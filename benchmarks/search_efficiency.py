@@ -85,7 +85,8 @@ from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.guide.guide import COMPILED_WARM_STARTS, Guide, GuideSettings, memory_correction
 from ipu_autotune.guide.proposal import Proposal
-from ipu_autotune.guide.warmstart import naive_baseline, proposals, single_changes
+from ipu_autotune.guide.single_changes import single_changes
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations

@@ -340,7 +340,8 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart() -> None
     import region_hidden
     import search_efficiency as se
 
-    from ipu_autotune.guide.warmstart import single_changes, naive_baseline, proposals
+    from ipu_autotune.guide.single_changes import single_changes
+    from ipu_autotune.guide.warmstart import naive_baseline, proposals
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
 

@@ -96,12 +96,9 @@ def test_guided_trials_fit_on_the_hidden_ipu() -> None:
 def test_the_guides_climb_sees_the_corrected_model() -> None:
     """The climb walks CorrectedScreen: its answers must be the corrected ones, not the nominal
     estimate (a misplaced method once left the climb on the uncorrected model)."""
-    from ipu_autotune.guide.corrected import (
-        CorrectedModel,
-        CorrectedScreen,
-        memory_distance,
-        observe,
-    )
+    from ipu_autotune.guide.apart import memory_distance
+    from ipu_autotune.guide.corrected import CorrectedModel, observe
+    from ipu_autotune.guide.corrected_screen import CorrectedScreen
     from ipu_autotune.guide.warmstart import Screen
 
     profile = profile_for(PROBLEM)
@@ -142,7 +139,7 @@ def _compiled(throughput: Any, oom: Any = False) -> Any:
 
 
 def test_compiles_since_best_counts_what_did_not_beat_it_by_the_stop_gain() -> None:
-    from ipu_autotune.guide.guide import compiles_since_best
+    from ipu_autotune.guide.stopping import compiles_since_best
 
     config = naive_baseline(PROBLEM, profile_for(PROBLEM))
     runs = [
@@ -167,7 +164,7 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain
     the rule now also needs STOP_PATIENCE compiles in a row that did not beat the best. Once
     it applies, its note names the largest expected gain of an untried candidate on the
     best, and that gain is under STOP_GAIN. (One guided study for both: 14 compiles.)"""
-    from ipu_autotune.guide.guide import STOP_GAIN, STOP_PATIENCE, compiles_since_best
+    from ipu_autotune.guide.stopping import STOP_GAIN, STOP_PATIENCE, compiles_since_best
 
     profile = profile_for(PROBLEM)
     space = SearchSpace.load(PROBLEM)
@@ -211,7 +208,8 @@ def test_the_stopping_rule_waits_for_compiles_that_confirm_it_and_gives_its_gain
 def test_a_layouts_compiles_set_its_prior() -> None:
     """The estimator's errors differ most between IPU layouts: a candidate far (in other knobs)
     from every compile still takes its own layout's error, not the mean over all layouts."""
-    from ipu_autotune.guide.corrected import CorrectedModel, layout, observe
+    from ipu_autotune.guide.apart import layout
+    from ipu_autotune.guide.corrected import CorrectedModel, observe
     from ipu_autotune.guide.warmstart import Screen
 
     profile = profile_for(PROBLEM)
@@ -272,7 +270,7 @@ def test_the_first_round_of_parallel_workers_does_not_bet_everything_on_one_edge
     together on the structural hand-made IPU. The round's expected best puts a bet in
     another layout, leaner than the pipelines, through the Runner, as `tune --jobs N`'s
     workers ask."""
-    from ipu_autotune.guide.corrected import layout
+    from ipu_autotune.guide.apart import layout
     from ipu_autotune.guide.warmstart import Screen
 
     problem = Problem("resnet152", 16, input_shape=(3, 224, 224), ipus=2)  # the benchmark's

@@ -11,7 +11,8 @@ from ipu_autotune.guide.proposal import History, Reason
 from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config
-from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, observe
+from ipu_autotune.guide.corrected import CorrectedModel, observe
+from ipu_autotune.guide.corrected_screen import CorrectedScreen
 from ipu_autotune.guide.moves import split_moves
 from ipu_autotune.profiles.placement import checkpoints_every
 from ipu_autotune.search.space import SearchSpace

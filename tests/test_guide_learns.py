@@ -10,7 +10,8 @@ import optuna
 import pytest
 
 from ipu_autotune.guide.call_model import CallModel, CallTime
-from ipu_autotune.guide.corrected import Judgement, layout
+from ipu_autotune.guide.apart import layout
+from ipu_autotune.guide.corrected import Judgement
 from ipu_autotune.guide.proposal import History, Reason
 from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.proposal import Proposal
@@ -299,7 +300,8 @@ def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory() -> None:
     back to a slower layout (ViT, develop draw 10006)."""
     from dataclasses import replace
 
-    from ipu_autotune.guide.corrected import CorrectedModel, memory_distance, observe
+    from ipu_autotune.guide.apart import memory_distance
+    from ipu_autotune.guide.corrected import CorrectedModel, observe
 
     guide, done = _guided_run(1.0, 3)
     config, m = next((r.config, r.measurement) for r in done if r.measurement.feasible)
@@ -341,7 +343,8 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
     were each given 34-40 % and each ran out (develop draw 20050)."""
     from dataclasses import replace
 
-    from ipu_autotune.guide.corrected import CorrectedModel, memory_distance, observe
+    from ipu_autotune.guide.apart import memory_distance
+    from ipu_autotune.guide.corrected import CorrectedModel, observe
     from ipu_autotune.guide.memory_model import recompute_segments
 
     guide, done = _guided_run(1.0, 3)

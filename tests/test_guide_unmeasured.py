@@ -12,7 +12,8 @@ import pytest
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
-from ipu_autotune.guide.corrected import CorrectedModel, layout, observe
+from ipu_autotune.guide.apart import layout
+from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.features import GROUPS
 from ipu_autotune.guide.gain import bar, expected_improvement
 from ipu_autotune.guide.proposal import History

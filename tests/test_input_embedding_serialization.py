@@ -21,7 +21,7 @@ from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import _RandomAnswers
 from ipu_autotune.present.trial_line import changed_knobs
-from ipu_autotune.guide.warmstart import single_changes
+from ipu_autotune.guide.single_changes import single_changes
 
 QA = Problem("hf:bert-base-uncased", 2, task="question-answering", seq_len=32, ipus=4)
 MLM = Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=32, ipus=4)

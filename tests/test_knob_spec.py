@@ -21,7 +21,7 @@ from ipu_autotune.search.replay import wanted_params
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import _RandomAnswers
 from ipu_autotune.present.trial_line import changed_knobs
-from ipu_autotune.guide.warmstart import single_changes
+from ipu_autotune.guide.single_changes import single_changes
 
 CNN = Problem("resnet18", 4, (3, 32, 32), num_classes=10, ipus=4)
 

@@ -12,7 +12,7 @@ from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.guide.guide import memory_correction
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
-from ipu_autotune.guide.corrected import layout
+from ipu_autotune.guide.apart import layout
 from ipu_autotune.guide.memory_model import (
     MemoryModel,
     MemoryPoint,

@@ -15,7 +15,7 @@ import pytest
 
 from testing import run_cli
 
-from ipu_autotune.guide import nofit
+from ipu_autotune.guide import least_memory, nofit
 from ipu_autotune.problem import Problem
 from ipu_autotune.study import plan_advice, planning
 
@@ -79,7 +79,7 @@ def test_the_plan_finds_the_smallest_size_that_fits_and_says_how_to_tune_it(
     assert code == 0, err
     planned = json.loads(out)
     sizes = planned["sizes"]
-    assert [s["ipus"] for s in sizes] == list(nofit.SIZES)
+    assert [s["ipus"] for s in sizes] == list(least_memory.SIZES)
     fitting = [s for s in sizes if s["fits"]]
     assert planned["smallest_fit"] == fitting[0]["ipus"]
     for s in fitting:  # the best at each size counts as fitting only under the error bar
@@ -133,7 +133,10 @@ def test_the_exit_3_advice_plans_no_size_beyond_the_first_that_fits_at_the_asked
     asked = list(planned)
     every_size = planning.plan(problem, 0.05, 0.9, (2, 4, 8, 16, 32, 64))
     first_full = next(p for p in every_size if p.fits and p.micro_batch == problem.batch_size)
-    assert asked == [n for n in nofit.SIZES if 1 < n <= first_full.ipus] and first_full.ipus < 64
+    assert (
+        asked == [n for n in least_memory.SIZES if 1 < n <= first_full.ipus]
+        and first_full.ipus < 64
+    )
     fit = planning.smallest_fit(every_size)
     assert fit is not None and advice[0].flag.startswith(f"--ipus {fit.ipus}")
     assert [c.to_dict() for c in advice] == [

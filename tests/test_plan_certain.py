@@ -15,7 +15,7 @@ import pytest
 
 from testing import run_cli
 
-from ipu_autotune.guide import nofit
+from ipu_autotune.guide import least_memory
 from ipu_autotune.problem import Problem
 from ipu_autotune.study import planning
 
@@ -49,7 +49,7 @@ def test_a_7b_model_cannot_fit_at_any_size_with_certainty_and_the_first_line_giv
 
     problem = Problem("hf:llama-7b", 1, seq_len=2048)
     for size in sizes:
-        least = nofit.least_on_one_ipu(problem, size["ipus"])
+        least = least_memory.least_on_one_ipu(problem, size["ipus"])
         assert least is not None
         # the bound holds for the row's own configuration: its busiest IPU needs at least as much
         assert max(size["measurement"]["required_bytes"]) >= least[0], size["ipus"]
@@ -80,5 +80,5 @@ def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(
             exact = sum(m.breakdown[ipu][c] for c in EXACT) / (1472 - row.config.io_tiles)
             assert lo >= exact  # no factor takes the exact bytes away
         # and the bound any configuration keeps on one IPU never exceeds what this fitting one needs
-        least = nofit.least_on_one_ipu(problem, row.ipus)
+        least = least_memory.least_on_one_ipu(problem, row.ipus)
         assert least is None or least[0] <= max(m.required_bytes), row.ipus

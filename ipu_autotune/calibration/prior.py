@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterable
 from statistics import median
 from typing import Any, TypeVar, cast
 
+from ..guide.apart import layout
 from ..guide.call_model import NOISE_SD, PRIOR_SD, CallModel, CallTime, call_time
-from ..guide.corrected import layout, local_memory_sd
+from ..guide.corrected import local_memory_sd
 from ..guide.features import split_fractions
 from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
 from ..guide.prior import GuidePrior, KnobRow

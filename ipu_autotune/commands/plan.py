@@ -13,7 +13,8 @@ import json
 
 from rich.console import Console
 
-from ..guide.nofit import SIZES, certainly_over, layout_text
+from ..guide.least_memory import SIZES, certainly_over
+from ..guide.nofit import layout_text
 from ..options import DEFAULT_STORAGE, PlanOptions
 from ..options.problem_flags import problem_from_options, resume_command
 from ..present import plan_view, ui

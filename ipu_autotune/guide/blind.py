@@ -40,7 +40,8 @@ class BlindRound:
         return self._layouts[key]
 
     def outcomes(self, key: Hashable, load: float, speed: float) -> list[float]:
-        """Per draw, the bet's throughput if it fits, else 0 (`load`: estimated busiest tile / a tile)."""
+        """Per draw, the bet's throughput if it fits, else 0 (`load`: estimated busiest tile / a
+        tile)."""
         # _layout draws a (layout, speed) pair per shared draw: equal lengths
         return [
             speed * math.exp(s) if load * math.exp(g + g_layout) <= 1.0 else 0.0

@@ -18,7 +18,9 @@ from typing import Any
 
 from ..problem import Config
 from ..search.space import SearchSpace
-from .corrected import CorrectedModel, CorrectedScreen, Judgement, Observation, layout
+from .apart import layout
+from .corrected import CorrectedModel, Judgement, Observation
+from .corrected_screen import CorrectedScreen
 from .gain import expected_improvement
 from .pairs import best_pair
 from .warmstart import Screen, climb
@@ -57,7 +59,8 @@ class BetModel(CorrectedModel):
         return 0.0 if j is None else j.throughput
 
     def starts(self, pool: Iterable[Config]) -> list[Config]:
-        """Per IPU layout, the candidate fastest if it fit, among those with a LONG_SHOT or more."""
+        """Per IPU layout, the candidate fastest if it fit, among those with a LONG_SHOT or
+        more."""
         fastest: dict[tuple[Any, ...], tuple[float, Config]] = {}
         pool = list(pool)
         self.prefetch(pool)

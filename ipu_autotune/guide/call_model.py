@@ -19,8 +19,8 @@ has no gradient where the bottleneck moves). Compiles with different bottlenecks
 factors; where every compile is device-bound the host factor stays near its prior. With a
 leak, a config the estimate puts at its host cap is still faster for a faster device: where
 the loader overlaps imperfectly, optimizer offload (free to a model without a leak) costs
-speed, and the model sees it. What the factors leave unexplained (per-layout costs such as pipeline fill or the
-all-reduce) is the residual, which guide/corrected.py blends per config.
+speed, and the model sees it. What the factors leave unexplained (per-layout costs such as
+pipeline fill or the all-reduce) is the residual, which guide/corrected.py blends per config.
 
 Only the estimator's outputs (throughput, samples per call, the call's shares) are used.
 """

@@ -22,21 +22,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
 from ..host.pipeline import overlapped
-from ..knob_spec import SPEC
 from ..measurement import Measurement
 from ..problem import Config
-from ..search.space import SearchSpace
+from .apart import layout, memory_distance
 from .call_model import CallModel, CallTime, call_time
 from .features import featurizer_for
-from .knob_effects import Residuals
 from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
-from .moves import finer_changes, split_moves
 from .prior import GuidePrior
+from .residuals import Residuals
 from .trust import CALIBRATED_SD, misfit
 from .warmstart import Screen
 
@@ -64,42 +62,14 @@ SPEED_GROUP_EFFECT = CALIBRATED_SD
 #: learnt parts take up what is structural: a few compiles may move a knob's memory spread
 #: by a factor of about 1.35 (MEMORY_SPREAD_SD), not pin one compile's excess on one knob
 MEMORY_EFFECT, MEMORY_NOISE, MEMORY_SPREAD_SD = 0.02, 0.002, 0.3
-_FIELDS = [f.name for f in fields(Config)]
-_TILE_MEMORY = [
-    i for i, name in enumerate(_FIELDS) if name not in {k.name for k in SPEC if not k.tile_memory}
-]
-
-
-_VALUES: dict[Config, tuple[Any, ...]] = {}
-
-
-def _values(c: Config) -> tuple[Any, ...]:
-    v = _VALUES.get(c)
-    if v is None:
-        if len(_VALUES) > 200_000:  # bounded: a long study must not grow it forever
-            _VALUES.clear()
-        v = _VALUES[c] = tuple(getattr(c, f) for f in _FIELDS)
-    return v
-
-
-def memory_distance(a: Config, b: Config) -> int:
-    """How many knobs that change what the tiles hold differ (knob_spec's tile_memory): two
-    configs that differ only in the host's loader or device iterations hold the same tiles."""
-    va, vb = _values(a), _values(b)
-    return sum(va[i] != vb[i] for i in _TILE_MEMORY)
-
-
-def layout(c: Config) -> tuple[Any, ...]:
-    """How the model is laid out on the IPUs: the estimator's errors differ most between
-    layouts (pipeline stages, replicas, sharding), less between configs of one layout."""
-    return c.ipus_per_replica, c.replicas, c.execution
 
 
 @dataclass(frozen=True)
 class Judgement:
     """What a corrected model says of one candidate."""
 
-    fits: bool  # its busiest tile at the model's confidence stays under the limit (a bet's: any chance)
+    # its busiest tile at the model's confidence stays under the limit (a bet's: any chance)
+    fits: bool
     throughput: float  # corrected samples/s, were it to fit
     load: float  # busiest tile at the model's confidence, as a fraction of the limit
     busiest: float  # mean busiest tile, as a fraction of a tile
@@ -316,7 +286,8 @@ class CorrectedModel:
         for c in configs:
             if c in self.cache or (m := self.screen(c)) is None or not m.max_tile_bytes:
                 continue
-            # as _tiles reads them: one per IPU the estimate gives tiles and (if any) a breakdown for
+            # as _tiles reads them: one per IPU the estimate gives tiles and (if any) a
+            # breakdown for
             ipus = (
                 min(len(m.max_tile_bytes), len(m.breakdown))
                 if m.breakdown
@@ -403,51 +374,3 @@ def _log_normal_cdf(z: float) -> float:
     if z > -30.0:
         return math.log(0.5 * math.erfc(-z / math.sqrt(2.0)))
     return -0.5 * z * z - math.log(-z) - 0.5 * math.log(2.0 * math.pi) + math.log1p(-1.0 / (z * z))
-
-
-class CorrectedScreen(Screen):
-    """A warmstart.Screen whose answers are corrected (so warmstart.climb climbs the corrected model)."""
-
-    def __init__(
-        self,
-        model: CorrectedModel,
-        neighbours: dict[Config, list[tuple[str, Config]]] | None = None,
-    ):
-        """`neighbours`: a cache of each config's single-knob changes, kept across proposals
-        (generating them balances splits on the estimator: the costly part of a climb)."""
-        s = model.screen
-        super().__init__(s.problem, s.profile, s.constants, 0.0, s.prepare, s.space)
-        self.model = model
-        self.neighbours = {} if neighbours is None else neighbours
-
-    def candidates(self, space: SearchSpace, config: Config) -> list[tuple[str, Config]]:
-        if config not in self.neighbours:
-            found = list(super().candidates(space, config))
-            found += [("fine", self.prepare(c)) for c in finer_changes(space, config)]
-            found += [
-                ("splits", self.prepare(space.project(self.problem, self.profile, c)))
-                for c in split_moves(self.profile, config)
-            ]
-            self.neighbours[config] = list(dict.fromkeys(found))
-        self.model.prefetch(c for _, c in self.neighbours[config])  # each is judged next
-        return self.neighbours[config]
-
-    def __call__(self, config: Config) -> Measurement | None:
-        if config not in self.cache:
-            j, m = self.model.judge(config), self.model.screen(config)
-            # m is None only where j is (judge rejects what the cached screen rejects)
-            self.cache[config] = (
-                None
-                if j is None or m is None
-                else replace(
-                    m,
-                    feasible=j.fits,
-                    throughput=j.worth,
-                    headroom=0.0,
-                    failure=None if j.fits else "oom",
-                    max_tile_bytes=[int(j.load * m.tile_capacity_bytes)]
-                    if m.tile_capacity_bytes
-                    else m.max_tile_bytes,
-                )
-            )
-        return self.cache[config]

@@ -54,7 +54,8 @@ class Coordinates:
     levels: tuple[str, ...]
 
     def memory_mask(self) -> tuple[list[bool], list[bool]]:
-        """Which numeric coordinates and levels change what the tiles hold (knob_spec's tile_memory)."""
+        """Which numeric coordinates and levels change what the tiles hold (knob_spec's
+        tile_memory)."""
 
         def knob(name: str) -> str:  # 'available_memory_proportion[2]'
             return name.split("[")[0]

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..problem import Config
-from .corrected import CorrectedModel, CorrectedScreen
+from .corrected import CorrectedModel
+from .corrected_screen import CorrectedScreen
 from .guide import Guide
 from .proposal import History, Proposal, Reason
 

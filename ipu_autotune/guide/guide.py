@@ -34,33 +34,30 @@ from ..backends.estimate.constants import NOMINAL, EstimatorConstants
 from ..problem import Config, Problem
 from ..profiles.model_profile import ModelProfile
 from ..search.space import SearchSpace
+from .apart import layout
 from .blind import BlindRound
 from .bold import BetModel, GainModel, bet_climb
 from .corrected import (
     FIT_CONFIDENCE,
     CandidatePool,
     CorrectedModel,
-    CorrectedScreen,
     Judgement,
     Observation,
-    layout,
     observe,
 )
+from .corrected_screen import CorrectedScreen
 from .gain import bar, expected_improvement
 from .moves import combined_changes
 from .pairs import best_pair, merged
 from .prior import GuidePrior
 from .proposal import History, Proposal, Reason
+from .stopping import STOP_GAIN, STOP_PATIENCE, Stop, compiles_since_best
 from .untried import Closed
 from .warmstart import Screen, climb
 
 #: with a compiling backend, the warm starts enqueued before the guide takes over: the baseline,
 #: whose compile teaches the correction; the guide ranks the rest
 COMPILED_WARM_STARTS = 1
-#: the stopping rule: no untried candidate is expected to gain this much on the best measured
-#: (a fraction of it), and STOP_PATIENCE compiles in a row did not beat the best by as much
-STOP_GAIN = 0.01
-STOP_PATIENCE = 3
 #: the confidence the edge of memory is climbed at (the safe climbs': corrected.FIT_CONFIDENCE)
 EDGE_CONFIDENCE = 0.5
 #: while no compile has returned: the extra memory margin of the model the candidates around
@@ -136,7 +133,8 @@ class GuideSettings:
 
 
 class Guide:
-    """Proposes the next configuration to compile (`propose`), or None to let the sampler choose."""
+    """Proposes the next configuration to compile (`propose`), or None to let the sampler
+    choose."""
 
     def __init__(
         self,
@@ -322,8 +320,9 @@ class Guide:
         speed-memory frontier (its climbs at the FRONTIER margins). The estimator's errors
         differ most between layouts, and what the IPU holds beyond the estimate is unknown
         but shared: bets near the edge of memory in the one layout the estimator rates
-        fastest run out together, where a leaner layout rated slower may be near the best. The round's first bet
-        (serially the only one) is the fastest candidate at the safest margin; with compiles
+        fastest run out together, where a leaner layout rated slower may be near the best.
+        The round's first bet (serially the only one) is the fastest candidate at the safest
+        margin; with compiles
         running, a further bet is worth what it adds where the running ones run out."""
         done = {c for c, _ in measured}
         # every layout's start: the single changes of what was asked (the baseline, when it
@@ -381,38 +380,6 @@ class Guide:
                 self.pool.add(pair_climb(screen, model, self.space, c))
 
 
-@dataclass(frozen=True)
-class Stop:
-    """The stopping rule, once it applies: more compiles are unlikely to pay."""
-
-    compiles_since_best: int  # compiles that did not beat the best by STOP_GAIN
-    expected_gain: (
-        float  # the largest expected gain of an untried candidate, a fraction of the best
-    )
-    compiles_ran: int  # compiles whose speed corrected the estimator
-
-    def __str__(self) -> str:
-        return (
-            f"the last {self.compiles_since_best} compiles did not beat the best by {STOP_GAIN:.0%}, and the "
-            f"largest expected gain of an untried candidate is {self.expected_gain:.2%} of the best (the "
-            f"estimator corrected by {self.compiles_ran} compile(s) that ran): further compiles are unlikely to pay"
-        )
-
-
 def _key(history: History) -> tuple[Any, ...]:
     """What a stopping rule depends on: which compiles finished and what was asked."""
     return len(history.measured), frozenset(history.asked), history.running
-
-
-def compiles_since_best(measured: Sequence[Any]) -> int:
-    """Compiles (fitting or out of memory) since the last one that beat the best before it by STOP_GAIN."""
-    best, since = 0.0, 0
-    for _, m in measured:
-        if m.source == "estimate" or m.failure not in (None, "oom"):
-            continue
-        t = (m.throughput or 0.0) if m.feasible else 0.0
-        if t > 0 and t >= best * (1 + STOP_GAIN):
-            best, since = t, 0
-        else:
-            since += 1
-    return since

@@ -7,8 +7,10 @@ over the knob's coordinates, guide/features.py; a level per word or switch), a c
 the interactions of every two and every three knobs:
 
     r(x) = c + sum_k f_k(x_k) + g_2(x) + g_3(x),
-    f_k ~ GP(0, s_k^2 (k_k(x_k, x'_k) + (x_k - 1/2)(x'_k - 1/2))),   k_k = m52(|x_k - x'_k| / l) or [x_k = x'_k],
-    g_d ~ GP(0, s_d^2 e_d(k_1 .. k_K) / C(K, d)),   e_d: the sum over every d knobs of their kernels' product.
+    f_k ~ GP(0, s_k^2 (k_k(x_k, x'_k) + (x_k - 1/2)(x'_k - 1/2))),
+        k_k = m52(|x_k - x'_k| / l) or [x_k = x'_k],
+    g_d ~ GP(0, s_d^2 e_d(k_1 .. k_K) / C(K, d)),
+        e_d: the sum over every d knobs of their kernels' product.
 
 Two configs that share a pair (a triple) of knob values share its effect, whatever their
 other knobs: on an IPU nobody modelled a combination of two or three knob values can be off
@@ -45,18 +47,14 @@ decide.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
-from ..problem import Config
-from .features import GROUPS as GROUP_NAMES, Featurizer
-from .prior import KnobRow
-
 #: a knob's length scale on its coordinates (about [0, 1] each): non-monotone effects allowed
 LENGTH = 0.3
-#: the log-normal prior on each spread: median `unit` (the interactions': `group_unit`, or half the unit),
+#: the log-normal prior on each spread: median `unit` (the interactions': `group_unit`, or half the
+#: unit),
 #: and by default this standard deviation of its log (a knob may matter ten times more, or less)
 LOG_SPREAD_SD = 1.0
 #: with learnt noise, the standard deviation of its log around the given noise
@@ -76,7 +74,6 @@ STEPS, RATE = 80, 0.1
 #: modelled, a combination of two or three knob values is off as a whole)
 ORDERS = 2
 _SQRT5 = math.sqrt(5.0)
-_FITTED: dict[tuple[Any, ...], KnobEffects] = {}  # Residuals: one fit per set of rows
 
 
 def _rho(logit: float) -> float:
@@ -119,7 +116,8 @@ class KnobEffects:
     a knob; `studies`: the last level column is the row's study (OWN: this one's), correlated
     by the fitted `study_correlation` across studies; `learn_noise`: fit the noise too (its
     prior median `noise`); `group_levels`: the level columns that are groups of structural
-    choices, their prior spread `group_unit` (the interactions' too; without it, they start at half the unit);
+    choices, their prior spread `group_unit` (the interactions' too; without it, they start
+    at half the unit);
     `widen`: a factor on the groups' and the interactions' prior spreads (guide/trust.py)."""
 
     def __init__(
@@ -273,7 +271,8 @@ class KnobEffects:
             inv = np.linalg.inv(k)
             alpha = inv @ self.y
             grad = np.zeros_like(theta)
-            # d log evidence / d theta_t = s_t^2 (alpha' K_t alpha - tr(K^-1 K_t)), the noise's alike
+            # d log evidence / d theta_t = s_t^2 (alpha' K_t alpha - tr(K^-1 K_t)), the
+            # noise's alike
             grad[:count] = spreads * (
                 np.einsum("i,tij,j->t", alpha, shared, alpha) - np.einsum("ij,tji->t", inv, shared)
             )
@@ -324,155 +323,3 @@ class KnobEffects:
             self._variance(num_a)[:, None] * self._variance(num_b)[None, :]
         )
         return correlation
-
-
-class Residuals:
-    """KnobEffects over configurations: rows of (config, level, residual), where `level` is
-    an extra level of the row (an IPU's place, for memory) or None; `memory` keeps only the
-    knobs that change what the tiles hold (a host knob cannot change a tile). `foreign`:
-    other studies' rows (guide/prior.KnobRow), each of its own study."""
-
-    def __init__(
-        self,
-        featurizer: Featurizer,
-        rows: Sequence[tuple[Any, ...]],
-        unit: float,
-        noise: float,
-        memory: bool = False,
-        log_spread_sd: float = LOG_SPREAD_SD,
-        foreign: Sequence[KnobRow] = (),
-        learn_noise: bool = False,
-        group_unit: float | None = None,
-        widen: float = 1.0,
-    ):
-        self.featurizer = featurizer
-        numeric_mask, level_mask = featurizer.coordinates.memory_mask() if memory else (None, None)
-        names = featurizer.coordinates.numeric
-        keep = [i for i in range(len(names)) if numeric_mask is None or numeric_mask[i]]
-        self._num_cols = keep
-        self._lvl_cols = [
-            i
-            for i in range(len(featurizer.coordinates.levels))
-            if level_mask is None or level_mask[i]
-        ]
-        by_knob: dict[str, list[int]] = {}
-        for j, i in enumerate(keep):
-            by_knob.setdefault(names[i].split("[")[0], []).append(j)
-        self._extra = any(level is not None for _, level, _ in rows) or any(
-            r.level is not None for r in foreign
-        )
-        self._studies = bool(foreign)
-        # a proposal builds several models on the same compiles: each fit is made once
-        key = (
-            id(featurizer),
-            memory,
-            unit,
-            noise,
-            log_spread_sd,
-            learn_noise,
-            group_unit,
-            widen,
-            tuple(rows),
-            tuple(foreign),
-        )
-        effects = _FITTED.get(key)
-        if effects is None:
-            num, lvl = self._arrays(
-                [(c, level) for c, level, _ in rows]
-                + [(r.config, r.level, r.split_at, r.study) for r in foreign]
-            )
-            effects = KnobEffects(
-                num,
-                lvl,
-                [y for _, _, y in rows] + [r.residual for r in foreign],
-                list(by_knob.values()),
-                unit,
-                noise,
-                log_spread_sd,
-                outputs=self._extra,
-                studies=self._studies,
-                learn_noise=learn_noise,
-                group_levels=[
-                    j
-                    for j, i in enumerate(self._lvl_cols)
-                    if featurizer.coordinates.levels[i] in GROUP_NAMES
-                ],
-                group_unit=group_unit,
-                widen=widen,
-            )
-            if len(_FITTED) > 256:  # bounded: a long study must not grow it forever
-                _FITTED.clear()
-            _FITTED[key] = effects
-        self.effects = effects
-        self._cache: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
-
-    def _arrays(self, items: Sequence[tuple[Any, ...]]) -> tuple[np.ndarray, np.ndarray]:
-        """Rows of (config, level), this study's, or (config, level, split_at, study), another's."""
-        nums, lvls = [], []
-        for config, level, *elsewhere in items:
-            num, lvl = (
-                self.featurizer.foreign(config, elsewhere[0])
-                if elsewhere
-                else self.featurizer(config)
-            )
-            nums.append([num[i] for i in self._num_cols])
-            lvls.append(
-                [lvl[i] for i in self._lvl_cols]
-                + ([level] if self._extra else [])
-                + ([elsewhere[1] if elsewhere else OWN] if self._studies else [])
-            )
-        width = len(self._lvl_cols) + (1 if self._extra else 0) + (1 if self._studies else 0)
-        return (
-            np.asarray(nums, dtype=float).reshape(len(items), len(self._num_cols)),
-            np.asarray(lvls, dtype=object).reshape(len(items), width),
-        )
-
-    def correlation(self, config: Config, others: Sequence[Config]) -> list[float]:
-        """Prior correlation of the residual at `config` with that at each of `others`."""
-        if not others:
-            return []
-        a = self._arrays([(config, None)])
-        b = self._arrays([(c, None) for c in others])
-        return [float(x) for x in self.effects.correlation(*a, *b)[0]]
-
-    def __call__(self, config: Config, level: object = None) -> tuple[float, float]:
-        """(mean, spread) of the residual at `config` (and `level`)."""
-        return self.at_levels(config, (level,))[0]
-
-    def prefetch(self, items: Iterable[tuple[Config, Sequence[object]]]) -> None:
-        """Predict many (config, levels) in one call, into the cache `at_levels` reads: a climb
-        judges a round's candidates one by one, and one prediction of them all costs about
-        what one of them does (numpy's overhead per call is most of a row's cost)."""
-        todo = [
-            key
-            for key in dict.fromkeys((c, tuple(levels)) for c, levels in items)
-            if key not in self._cache
-        ]
-        if len(todo) > 1:
-            self._predict(todo)
-
-    def at_levels(self, config: Config, levels: Sequence[object]) -> list[tuple[float, float]]:
-        """(mean, spread) of the residual at `config` with each of `levels` (one prediction)."""
-        key = (config, tuple(levels))
-        got = self._cache.get(key)
-        if got is None:
-            self._predict([key])
-            got = self._cache[key]
-        return got
-
-    def _predict(self, keys: list[tuple[Config, tuple[Any, ...]]]) -> None:
-        """One prediction of every (config, levels) in `keys`, a row per level, into the cache."""
-        if len(self._cache) + len(keys) > 100_000:  # bounded, as the Featurizer's
-            self._cache.clear()
-        # predict: a mean and a spread per row
-        mean, sd = self.effects.predict(
-            *self._arrays([(c, level) for c, levels in keys for level in levels])
-        )
-        row = 0
-        for key in keys:
-            n = len(key[1])
-            self._cache[key] = [
-                (float(m), float(s))
-                for m, s in zip(mean[row : row + n], sd[row : row + n], strict=True)
-            ]
-            row += n

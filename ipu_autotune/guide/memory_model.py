@@ -38,6 +38,7 @@ from typing import Any
 
 from ..measurement import CATEGORIES, Measurement
 from ..problem import Config
+from .cholesky import cholesky, inverse, log_det, solve
 from .prior import GuidePrior
 
 #: prior (mean, standard deviation) of each part, in fractions of a tile
@@ -94,7 +95,7 @@ def memory_points(
 ) -> list[MemoryPoint]:
     """One point per IPU of every compile that reports its tiles; `screen` gives the nominal
     estimate of a config (warmstart.Screen), `measured` is (config, Measurement) pairs,
-    `layout` the IPU layout a fixed cost may depend on (guide/corrected.layout)."""
+    `layout` the IPU layout a fixed cost may depend on (guide/apart.layout)."""
     out = []
     for config, m in measured:
         if m.source == "estimate" or m.failure not in (None, "oom") or not m.max_tile_bytes:
@@ -120,40 +121,6 @@ def memory_points(
                 )
             )
     return out
-
-
-def _cholesky(a: list[list[float]]) -> list[list[float]]:
-    """The lower Cholesky factor of a symmetric positive definite a (small: pure Python)."""
-    n = len(a)
-    low = [[0.0] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1):
-            s = a[i][j] - sum(low[i][k] * low[j][k] for k in range(j))
-            low[i][j] = math.sqrt(max(s, 1e-18)) if i == j else s / low[j][j]
-    return low
-
-
-def _solve(low: list[list[float]], b: list[float]) -> list[float]:
-    """x with low low' x = b."""
-    n = len(low)
-    y = [0.0] * n
-    for i in range(n):
-        y[i] = (b[i] - sum(low[i][k] * y[k] for k in range(i))) / low[i][i]
-    x = [0.0] * n
-    for i in reversed(range(n)):
-        x[i] = (y[i] - sum(low[k][i] * x[k] for k in range(i + 1, n))) / low[i][i]
-    return x
-
-
-def _inverse(low: list[list[float]]) -> list[list[float]]:
-    """The inverse of low low' (`low`: a Cholesky factor, _cholesky)."""
-    n = len(low)
-    return [_solve(low, [1.0 if i == j else 0.0 for j in range(n)]) for i in range(n)]
-
-
-def _log_det(low: list[list[float]]) -> float:
-    """log |low low'| (`low`: a Cholesky factor): twice the sum of its diagonal's logs."""
-    return 2.0 * sum(math.log(low[i][i]) for i in range(len(low)))
 
 
 def _prior_covariance(
@@ -194,7 +161,8 @@ class MemoryModel:
     _prior_precision: list[list[float]]
 
     def __init__(self, points: list[MemoryPoint], prior: GuidePrior | None = None):
-        """`prior`: a guide.prior.GuidePrior whose parts replace PRIORS (other studies' compiles)."""
+        """`prior`: a guide.prior.GuidePrior whose parts replace PRIORS (other studies'
+        compiles)."""
         self.points = points
         self.layouts = sorted({p.layout for p in points}, key=repr)
         names = [
@@ -216,7 +184,8 @@ class MemoryModel:
             *[PRIORS["layout"]] * len(self.layouts),
         ]
         self.names = names
-        #: a layout part's prior spread: the default's, scaled by what the store showed (guide/prior.py)
+        #: a layout part's prior spread: the default's, scaled by what the store showed
+        #: (guide/prior.py)
         self.layout_sd = PRIORS["layout"][1] * (1.0 if prior is None else prior.memory_scale)
         if prior is not None:
             priors = [
@@ -253,7 +222,7 @@ class MemoryModel:
         fits = []
         for prior_weight, widths in hypotheses:
             evidence = self._settle(widths)
-            cov = _inverse(self._low)
+            cov = inverse(self._low)
             fits.append((math.log(prior_weight) + evidence, widths, self.mean, cov, self.noise))
         top = max(f[0] for f in fits)
         total = sum(math.exp(f[0] - top) for f in fits)
@@ -281,11 +250,11 @@ class MemoryModel:
         of the points (their marginal likelihood) under those priors."""
         n = len(self.names)
         cov = _widened(self._prior_cov, {self.names.index(k): w for k, w in widths.items()})
-        cov_low = _cholesky(cov)
+        cov_low = cholesky(cov)
         self._prior_precision = (
             [[1.0 / cov[i][i] if i == j else 0.0 for j in range(n)] for i in range(n)]
             if self._diagonal
-            else _inverse(cov_low)
+            else inverse(cov_low)
         )
         self.noise = self._noise_prior
         self.mean = self._fit()
@@ -300,8 +269,8 @@ class MemoryModel:
         apart = [mi - m0 for mi, m0 in zip(m, self.prior_mean, strict=True)]  # one per part, both
         return -0.5 * (
             len(self.points) * math.log(2 * math.pi * self.noise**2)
-            + _log_det(cov_low)
-            + _log_det(self._low)
+            + log_det(cov_low)
+            + log_det(self._low)
             + w * self._rss(m)
             + self._dot(apart, [self._dot(row, apart) for row in self._prior_precision])
         )
@@ -350,10 +319,10 @@ class MemoryModel:
             self._dot(row, self.prior_mean) + w * xy
             for row, xy in zip(self._prior_precision, self._xy, strict=True)
         ]
-        self._low = _cholesky(
+        self._low = cholesky(
             precision
         )  # the posterior precision's factor: the mean, its inverse, its determinant
-        return _solve(self._low, b)
+        return solve(self._low, b)
 
     def covariance(self, names: list[str]) -> list[list[float]]:
         """The posterior covariance of the named parts (a store's prior keeps how they move

@@ -1,6 +1,6 @@
 """Changes of a configuration that warmstart's climb leaves out, worth a compile once the
 estimator is corrected by compiles: finer steps of a knob and a pipeline's stage boundaries
-moved together (guide/corrected.CorrectedScreen adds them), and random combinations of
+moved together (guide/corrected_screen.CorrectedScreen adds them), and random combinations of
 single changes (the guide gathers them around its anchors)."""
 
 from __future__ import annotations

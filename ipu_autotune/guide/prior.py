@@ -7,8 +7,8 @@ call_model's factors of 1. With one, those priors are replaced by what the other
 compiles say, with a spread wide enough for a new model to differ; the study's own
 compiles then move the parts as before. The other studies' compiles are also rows of the
 memory knob-effect model (`memory_rows`), so what a knob did to the tiles of this IPU
-elsewhere carries to this study as far as the studies agree. A Screen carries it (`Screen.prior`), so every
-CorrectedModel the guide builds on that screen starts from it.
+elsewhere carries to this study as far as the studies agree. A Screen carries it
+(`Screen.prior`), so every CorrectedModel the guide builds on that screen starts from it.
 """
 
 from __future__ import annotations

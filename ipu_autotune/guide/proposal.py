@@ -98,5 +98,6 @@ class Proposer(Protocol):
         ...
 
     def stopping(self, history: History) -> object | None:
-        """The stopping rule's finding (printable) once more compiles are unlikely to pay, else None."""
+        """The stopping rule's finding (printable) once more compiles are unlikely to pay, else
+        None."""
         ...

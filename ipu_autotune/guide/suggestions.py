@@ -18,7 +18,7 @@ from ..profiles.trace import ModelProfile, profile_for
 from ..rules.cross_field import recipe_violations, violations
 from ..search.replay import checkpoint_spacing
 from ..search.space import SearchSpace
-from .warmstart import single_changes
+from .single_changes import single_changes
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ choices') are of that size. A study whose compiles are off the estimate by much 
 an IPU the calibration set does not describe, and what the estimator ranks highly where
 nothing was compiled is as uncertain: every prior spread is widened by
 
-    misfit = sqrt((PRIOR_COMPILES + sum z^2) / (PRIOR_COMPILES + n)),   z = log(measured / estimated) / CALIBRATED_SD
+    misfit = sqrt((PRIOR_COMPILES + sum z^2) / (PRIOR_COMPILES + n)),
+        z = log(measured / estimated) / CALIBRATED_SD
 
 over the n compiles that ran (the posterior mean of the error's variance ratio under an
 inverse-gamma prior worth PRIOR_COMPILES compiles at the calibrated error). Compiles that

@@ -32,7 +32,7 @@ def busiest_tile(m: Measurement) -> str:
 
 def chance(p: SizePlan, certain: Set[int] = frozenset()) -> str:
     """The chance to fit by the error bar; "0%!" where the exact weights alone exceed
-    the size's largest replica (guide/nofit.certainly_over)."""
+    the size's largest replica (guide/least_memory.certainly_over)."""
     if p.ipus in certain:
         return "0%!"
     m = p.measurement

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..guide.least_memory import SIZES
 from ..guide.nofit import (
-    SIZES,
     Change,
     layout_text,
     smaller_batch,

@@ -211,7 +211,7 @@ def plan_size(
     """The search's best on `ipus` IPUs, halving the micro-batch until one fits (at the
     micro-batch a smaller size fitted at, that size's best is enqueued: it fits here too); None
     when the model has no layout on that many (more stages than units)."""
-    from ..guide.nofit import certainly_over
+    from ..guide.least_memory import certainly_over
 
     closest: SizePlan | None = None
     if certainly_over(dataclasses.replace(problem, ipus=ipus), ipus):
@@ -284,13 +284,13 @@ def _host_bound(problem: Problem, before: SizePlan | None, n: int) -> SizePlan |
 def _certain_row(
     problem: Problem, headroom: float, fit_confidence: float | None
 ) -> SizePlan | None:
-    """Where no configuration can fit whatever the compiler decides (guide/nofit.certainly_over),
+    """Where no configuration can fit whatever the compiler decides (guide/least_memory.certainly_over),
     no search can find one: the row is the space's cheapest configuration in exact bytes
-    (the layout of nofit.least_on_one_ipu, FP16 weights, half state offloaded and sharded,
+    (the layout of least_memory.least_on_one_ipu, FP16 weights, half state offloaded and sharded,
     no accumulation, splits balanced by memory) at micro-batch 1, estimated, to show how far."""
     from ..backends.estimate import EstimateBackend
-    from ..guide.nofit import least_on_one_ipu
-    from ..guide.warmstart import balanced_splits
+    from ..guide.balanced_splits import balanced_splits
+    from ..guide.least_memory import least_on_one_ipu
     from ..profiles.trace import profile_for
     from ..search.space import SearchSpace
 
@@ -326,7 +326,8 @@ def planned(
 ) -> Iterable[SizePlan]:
     """One size at a time, smallest first, each starting from the one before (a caller that
     has its answer stops planning)."""
-    from ..guide.nofit import certain_reason, row_reason
+    from ..guide.least_memory import certain_reason
+    from ..guide.nofit import row_reason
 
     before: SizePlan | None = None
     for n in sizes:
@@ -351,7 +352,7 @@ def plan(
     sizes: tuple[int, ...] | None = None,
     trials: int = DEFAULT_TRIALS,
 ) -> list[SizePlan]:
-    from ..guide.nofit import SIZES
+    from ..guide.least_memory import SIZES
 
     return list(
         planned(problem, headroom, fit_confidence, SIZES if sizes is None else sizes, trials)

@@ -65,7 +65,7 @@ class Runner:
     guide: Proposer | None = None  # estimator-guided proposals for compiling backends
     last_proposal: Proposal | None = None  # the guide's, before the last trial was asked
     guide_stop: Any = (
-        None  # the guide's stopping rule then (guide/guide.Stop), None while compiles pay
+        None  # the guide's stopping rule then (guide/stopping.Stop), None while compiles pay
     )
     stop_requested: bool = False
     #: after a stop request the running measurement gets this long, then is interrupted
