@@ -29,14 +29,18 @@ Optuna's own sampler suites run against it in tests/test_optuna_conformance_samp
 from __future__ import annotations
 
 import copy
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any, cast
 
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from ..optuna_private import replace_group_decomposition, study_trials
+from ..optuna_private import (
+    replace_group_decomposition,
+    split_trials_through_study,
+    study_trials,
+)
 
 #: finished trials TPE models at most (recent ones); the best are kept on top of these
 DEFAULT_WINDOW = 200
@@ -112,6 +116,25 @@ class _WindowedStudy:
         finished = study_trials(study, _FINISHED, use_cache=True)
         self._finished = best_before(study, finished)
         self._running: list[FrozenTrial] | None = None
+        self._split: tuple[tuple[int, ...], tuple[list[FrozenTrial], list[FrozenTrial]]] | None
+        self._split = None
+
+    def split_trials(
+        self,
+        trials: list[FrozenTrial],
+        n_below: int,
+        split: Callable[
+            [Any, list[FrozenTrial], int], tuple[list[FrozenTrial], list[FrozenTrial]]
+        ],
+    ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+        """TPE's split of `trials` into good and bad (`split`, Optuna's), made once for this
+        ask: every group of knobs hands it the same trials (this window's, the same objects)
+        and the same `n_below`, and the split depends on nothing else."""
+        key = (n_below, *map(id, trials))  # the window holds them: no id is reused meanwhile
+        if self._split is None or self._split[0] != key:
+            self._split = (key, split(self, trials, n_below))
+        below, above = self._split[1]
+        return list(below), list(above)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._study, name)
@@ -188,6 +211,7 @@ class WindowedTPESampler(optuna.samplers.TPESampler):
         self.window, self.keep_best = window, keep_best
         self._best_before = _BestBefore(window, keep_best)
         replace_group_decomposition(self, _IncrementalGroups(include_pruned=True))
+        split_trials_through_study()  # the window's split: once per ask, not once per group
         self._asked: tuple[int, _WindowedStudy] | None = None  # (trial number, its window)
 
     def _windowed(self, study: optuna.Study, trial: FrozenTrial) -> _WindowedStudy:

@@ -32,6 +32,7 @@ tests/test_optuna_conformance_storage.py.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -103,7 +104,9 @@ class DeferredTrialWrites(_StorageBase):
         held writes and running trials: a copy elsewhere does not run them."""
         state = cast(dict[str, Any], super().__getstate__())  # the storage's own (RDBStorage's...)
         state.pop("_held_lock", None)
-        state.update({k: type(state[k])() for k in ("_held", "_own", "_just_read") if k in state})
+        state.update(
+            {k: type(state[k])() for k in ("_held", "_own", "_just_read", "_told") if k in state}
+        )
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -211,6 +214,33 @@ class DeferredTrialWrites(_StorageBase):
         return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
 
 
+def _finished(
+    trial_id: int,
+    running: FrozenTrial,
+    state: TrialState,
+    values: Sequence[float] | None,
+    completed: datetime,
+) -> FrozenTrial:
+    """The trial as the database holds it after its last batch (`running`: with that batch's
+    writes): its attributes as JSON reads them back, its state, values and end time. The end
+    time is the one written, as RDBStorage's own `_create_new_trial` returns the start time
+    it wrote (a MySQL DATETIME keeps whole seconds of either)."""
+    return FrozenTrial(
+        number=running.number,
+        state=state,
+        value=None,
+        values=None if values is None else [float(v) for v in values],
+        datetime_start=running.datetime_start,
+        datetime_complete=completed,
+        params=dict(running.params),
+        distributions=dict(running.distributions),
+        user_attrs=json.loads(json.dumps(running.user_attrs)),
+        system_attrs=json.loads(json.dumps(running.system_attrs)),
+        intermediate_values=dict(running.intermediate_values),
+        trial_id=trial_id,
+    )
+
+
 def _first_distribution(trials: Iterable[FrozenTrial], name: str) -> BaseDistribution | None:
     """The distribution of `name` in the first of `trials` that has it (any will do: every
     distribution a storage recorded for a name is compatible with every other)."""
@@ -239,6 +269,10 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
         #: studies in which `ask` just created a trial: its `_pop_waiting_trial_id` read the
         #: study a moment before, so the sampler's read that follows need not read it again
         self._just_read: set[int] = set()
+        #: the trials this process just finished, as its last batch wrote them: `study.tell`
+        #: reads the trial back at once (what it returns), and the cache would read it from
+        #: the database (six queries) until its next read of the study brings it in finished
+        self._told: dict[int, FrozenTrial] = {}
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         trial_id = super().create_new_trial(study_id, template_trial)
@@ -266,6 +300,9 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         with self._held_lock:
+            told = self._told.get(trial_id)
+            if told is not None:
+                return told
             held = self._held.get(trial_id)
             if held is None:
                 return CachedStorage.get_trial(self, trial_id)
@@ -292,16 +329,24 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
                 )
                 fresh = True
         if not fresh:
-            return CachedStorage.get_all_trials(self, study_id, deepcopy=deepcopy, states=states)
+            trials = CachedStorage.get_all_trials(self, study_id, deepcopy=deepcopy, states=states)
+            with self._held_lock:  # the read brought this study's finished trials into the cache
+                for tid in [tid for tid in self._told if self._study_of(tid) == study_id]:
+                    del self._told[tid]
+            return trials
         return copy.deepcopy(trials) if deepcopy else trials
 
     def set_trial_state_values(
         self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
     ) -> bool:
+        if state != TrialState.RUNNING:
+            try:
+                return super().set_trial_state_values(trial_id, state, values)
+            finally:
+                with self._held_lock:
+                    self._own.pop(trial_id, None)
         with self._held_lock:
             self._own.pop(trial_id, None)
-        if state != TrialState.RUNNING:
-            return super().set_trial_state_values(trial_id, state, values)
         models = rdb_models()
 
         with self._held_lock:
@@ -387,17 +432,19 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
                     rdb._set_trial_attr_without_commit(
                         session, models.TrialSystemAttributeModel, trial_id, key, value
                     )
-                if (
-                    state is not None
-                ):  # as RDBStorage.set_trial_state_values does for a finished state
+                completed = datetime.now()
+                if state is not None:  # as RDBStorage.set_trial_state_values does when finished
                     for objective, v in enumerate(values or ()):
                         rdb._set_trial_value_without_commit(session, trial, objective, v)
                     trial.state = state
-                    trial.datetime_complete = datetime.now()
+                    trial.datetime_complete = completed
             for name, (_, dist) in held.params.items():
                 known.setdefault(name, dist)
-        if state is None and trial_id in self._own:
-            self._own[trial_id] = held.merged(self._own[trial_id])
+        own = self._own.get(trial_id)
+        if own is not None and state is None:
+            self._own[trial_id] = held.merged(own)
+        elif own is not None and state is not None:
+            self._told[trial_id] = _finished(trial_id, held.merged(own), state, values, completed)
         return True
 
 
