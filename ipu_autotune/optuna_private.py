@@ -8,7 +8,7 @@ an Optuna object it did not make (a Study, a Trial); the subclasses above still 
 they inherit, named below. `pyproject.toml` pins Optuna to one minor release: before widening
 it, run the suites named there against these.
 
-Count (distinct private names, in study/storage.py, study/deferred_writes.py,
+Count (distinct private names, in study/storage.py, study/deferred_writes.py + deferred_rdb.py,
 search/window.py and study/runner.py): 26 before, 21 after, 22 since the window makes TPE's
 split once per ask (issue 61's per-trial time). Replaced by public API or our own code (5):
 `TPESampler._sample` (the window overrides the public `sample_relative` and

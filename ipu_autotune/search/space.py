@@ -214,7 +214,8 @@ class SearchSpace:
     def params_for(
         self, problem: Problem, profile: ModelProfile, config: Config
     ) -> dict[str, Any]:
-        """Optuna parameters that make `sample` reproduce `config` (as far as the space reaches)."""
+        """Optuna parameters that make `sample` reproduce `config` (as far as the space
+        reaches)."""
         wanted = wanted_params(config, profile, stage_candidates(problem, profile))
         wanted["micro_batch"] = micro_batch(problem, config)
         replay = Replay(wanted)

@@ -11,14 +11,17 @@ resets that cache at each ask), RUNNING ones (the constant liar's lies) included
 `window` finished trials it is exactly TPESampler. The window stands in for the study in
 TPE's public `sample_relative` and `sample_independent`, which hand it on to `_sample`.
 
-Three more costs grew with the study, each once per ask rather than once per group of knobs
-(`group=True` samples each group on its own, about 7 here): the window is built once per
-trial; the best trials before it are kept between asks (`_BestBefore`: a finished trial never
-changes, so each is judged once as it leaves the window); and the grouped search space (Optuna's `_GroupDecomposedSearchSpace.calculate` walks
-every finished trial at every ask) is `KnobGroups`, the same decomposition, which only adds
-the trials it has not seen. Its groups are kept between asks and adding a trial's
-distributions again changes nothing, so skipping seen trials gives the same groups. TPE
-finds it where it keeps its own (optuna_private.py).
+Four more costs are paid once per ask rather than once per group of knobs (`group=True`
+samples each group on its own, about 7 here): the window is built once per trial; the best
+trials before it are kept between asks (`_BestBefore`: a finished trial never changes, so
+each is judged once as it leaves the window); the grouped search space (Optuna's
+`_GroupDecomposedSearchSpace.calculate` walks every finished trial at every ask) is
+`KnobGroups`, the same decomposition, which only adds the trials it has not seen (its groups
+are kept between asks and adding a trial's distributions again changes nothing, so skipping
+seen trials gives the same groups; TPE finds it where it keeps its own, optuna_private.py);
+and TPE's split of the trials into good and bad, which every group makes from the same
+trials, is made once (`_WindowedStudy.split_trials`, reached through optuna_private.py).
+The same seed proposes the same: tests/test_window_speed_same_proposals.py.
 
 The window holds at least `window` finished trials, so it changes no startup decision while
 `window` is at least TPE's `n_startup_trials`.
@@ -108,8 +111,8 @@ class _BestBefore:
 
 
 class _WindowedStudy:
-    """The study as TPE sees it during one ask (its sampling methods): a bounded slice of its trials,
-    built once, and the RUNNING trials read once."""
+    """The study as TPE sees it during one ask (its sampling methods): a bounded slice of its
+    trials, built once, the RUNNING trials read once, and TPE's split of them made once."""
 
     def __init__(self, study: optuna.Study, best_before: _BestBefore):
         self._study = study
