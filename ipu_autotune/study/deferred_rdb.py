@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sqlite3
 from collections.abc import Container, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -197,14 +198,10 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
                     )
                 if rows:  # one INSERT for them all (added one by one, the ORM sends one each)
                     session.execute(insert(models.TrialParamModel), rows)
-                for key, value in held.user_attrs.items():
-                    rdb._set_trial_attr_without_commit(
-                        session, models.TrialUserAttributeModel, trial_id, key, value
-                    )
-                for key, value in held.system_attrs.items():
-                    rdb._set_trial_attr_without_commit(
-                        session, models.TrialSystemAttributeModel, trial_id, key, value
-                    )
+                _set_attrs(session, rdb, models.TrialUserAttributeModel, trial_id, held.user_attrs)
+                _set_attrs(
+                    session, rdb, models.TrialSystemAttributeModel, trial_id, held.system_attrs
+                )
                 completed = datetime.now()
                 if state is not None:  # as RDBStorage.set_trial_state_values does when finished
                     for objective, v in enumerate(values or ()):
@@ -219,6 +216,36 @@ class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
         elif own is not None and state is not None:
             self._told[trial_id] = _finished(trial_id, held.merged(own), state, values, completed)
         return True
+
+
+def _set_attrs(
+    session: Any, rdb: RDBStorage, model: Any, trial_id: int, attrs: dict[str, Any]
+) -> None:
+    """Write a held trial's attributes of one kind as RDBStorage's
+    `_set_trial_attr_without_commit` writes each (an upsert on SQLite and PostgreSQL), but in
+    one statement and without looking the trial up again for each (the batch has checked it
+    can be updated). Other databases take RDBStorage's own path, one attribute at a time."""
+    if not attrs:
+        return
+    dialect = rdb.engine.name
+    if dialect == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0):
+        from sqlalchemy.dialects.sqlite import insert as upsert
+    elif dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as upsert  # type: ignore[assignment]
+    else:
+        for key, value in attrs.items():
+            rdb._set_trial_attr_without_commit(session, model, trial_id, key, value)
+        return
+    rows = [
+        {"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()
+    ]
+    statement = upsert(model).values(rows)
+    session.execute(
+        statement.on_conflict_do_update(
+            index_elements=[model.trial_id, model.key],
+            set_={"value_json": statement.excluded.value_json},
+        )
+    )
 
 
 def _finished(
