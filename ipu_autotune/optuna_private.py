@@ -8,9 +8,10 @@ an Optuna object it did not make (a Study, a Trial); the subclasses above still 
 they inherit, named below. `pyproject.toml` pins Optuna to one minor release: before widening
 it, run the suites named there against these.
 
-Count (distinct private names, in study/storage.py, study/deferred_writes.py,
-search/window.py and study/runner.py): 26 before, 21 after. Replaced by public API or our
-own code (5): `TPESampler._sample` (the window overrides the public `sample_relative` and
+Count (distinct private names, in study/storage.py, study/deferred_writes.py + deferred_rdb.py,
+search/window.py and study/runner.py): 26 before, 21 after, 22 since the window makes TPE's
+split once per ask (issue 61's per-trial time). Replaced by public API or our own code (5):
+`TPESampler._sample` (the window overrides the public `sample_relative` and
 `sample_independent` instead); `_GroupDecomposedSearchSpace`, `_SearchSpaceGroup` and their
 `_include_pruned`, `_search_space` (search/window.py's `KnobGroups`, the same decomposition);
 a stale journal trial's id is asked of the storage's public
@@ -49,6 +50,11 @@ Read by our subclasses, of the state they inherit:
     `._sync_with_backend`: the journal's lock, its replayed state and its re-read after an
     append, as its own writes use them.
 21. `BaseHeartbeat._get_stale_trial_ids`: the abstract method a heartbeat storage implements.
+
+Routed through here:
+22. `samplers._tpe.sampler._split_trials`: TPE's split of the trials into good and bad, made
+    once per group of knobs (about 7 a trial here) from the same trials; the window makes it
+    once per ask (`split_trials_through_study`).
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ __all__ = [
     "rdb_models",
     "rdb_session",
     "replace_group_decomposition",
+    "split_trials_through_study",
     "study_storage",
     "study_trials",
     "trial_id",
@@ -130,6 +137,25 @@ def journal_operations() -> Any:
     from optuna.storages.journal._storage import JournalOperation
 
     return JournalOperation
+
+
+def split_trials_through_study() -> None:
+    """Let the study TPE samples from make its split of the trials into good and bad: a study
+    with a `split_trials(trials, n_below, split)` method (search/window.py's window) answers,
+    given Optuna's own `split`; any other study gets Optuna's split as before. TPE calls the
+    module's `_split_trials(study, trials, n_below)` once per group of knobs. Installed once."""
+    from optuna.samplers._tpe import sampler as tpe
+
+    optunas = tpe._split_trials
+    if getattr(optunas, "through_study", False):
+        return
+
+    def split(study: Any, trials: list[FrozenTrial], n_below: int) -> Any:
+        own = getattr(type(study), "split_trials", None)
+        return own(study, trials, n_below, optunas) if own else optunas(study, trials, n_below)
+
+    split.through_study = True  # type: ignore[attr-defined]  # the mark of the installed one
+    tpe._split_trials = split
 
 
 def replace_group_decomposition(sampler: optuna.samplers.TPESampler, groups: object) -> bool:

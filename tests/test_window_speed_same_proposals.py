@@ -1,13 +1,16 @@
 """The windowed sampler's per-ask shortcuts (search/window.py: the best trials before the window
-kept between asks, the grouped space not walked when nothing finished) change its cost, not
-what it proposes: the same seed gives the same parameters as the window recomputed from every
-finished trial at every ask (`windowed`, the definition)."""
+kept between asks, the grouped space not walked when nothing finished, TPE's good/bad split made
+once per ask) change its cost, not what it proposes: the same seed gives the same parameters as
+the window recomputed from every finished trial at every ask (`windowed`, the definition), split
+once per group of knobs as Optuna does. The same holds on the SQLite storage the tuner writes
+(study/deferred_writes.py: a finished trial read back from what its last batch wrote)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import random
+import warnings
 
 import optuna
 import pytest
@@ -53,7 +56,7 @@ def test_the_best_before_the_window_kept_between_asks_equals_windowed_at_every_a
     assert [t.number for t in kept(object(), other)] == [t.number for t in windowed(other, 25, 4)]
 
 
-def _run(seed: int, trials: int) -> list[dict[str, Any]]:
+def _run(seed: int, trials: int, storage: Any = None) -> list[dict[str, Any]]:
     """An ask/tell study as the Runner drives it: grouped conditional knobs, the constraint
     written as the Runner writes it, tied and infeasible values."""
     sampler = WindowedTPESampler(
@@ -65,7 +68,7 @@ def _run(seed: int, trials: int) -> list[dict[str, Any]]:
         window=12,
         keep_best=3,
     )
-    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study = optuna.create_study(direction="maximize", sampler=sampler, storage=storage)
     asked = []
     for _ in range(trials):
         trial = study.ask()
@@ -98,8 +101,23 @@ def test_the_same_seed_proposes_the_same_as_the_window_recomputed_at_every_ask(
 
     monkeypatch.setattr(window._BestBefore, "__call__", recomputed)
     monkeypatch.setattr(window._IncrementalGroups, "calculate", _walk_every_trial)
+    monkeypatch.setattr(window._WindowedStudy, "split_trials", _split_every_group)
     assert _run(seed=7, trials=70) == shipped
     assert _run(seed=8, trials=70) != shipped  # the comparison can fail: another seed differs
+
+
+def _split_every_group(self: Any, trials: Any, n_below: int, split: Any) -> Any:
+    """_WindowedStudy.split_trials without keeping the split for the ask: Optuna's, each time."""
+    return split(self, trials, n_below)
+
+
+def test_the_sqlite_storage_proposes_the_same_as_memory(tmp_path: Any) -> None:
+    from ipu_autotune.study.storage import open_storage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "heartbeat is meant for optimize()": the Runner beats
+        on_disk = _run(seed=7, trials=70, storage=open_storage(f"sqlite:///{tmp_path}/s.db"))
+    assert on_disk == _run(seed=7, trials=70)
 
 
 def _walk_every_trial(self: Any, study: Any, use_cache: bool = False) -> Any:

@@ -21,7 +21,8 @@ _AMP = re.compile(r"^available_memory_proportion_ipu(\d+)$")
 
 
 def readable(key: str) -> str:
-    """'split0_of_2' -> 'pipeline split 1 (2 IPUs)'; 'recompute_pipelined' -> 'recompute (pipelined)'."""
+    """'split0_of_2' -> 'pipeline split 1 (2 IPUs)';
+    'recompute_pipelined' -> 'recompute (pipelined)'."""
     if key in _RENAMED:
         return _RENAMED[key]
     if m := _SPLIT.match(key):

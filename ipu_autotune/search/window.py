@@ -11,14 +11,17 @@ resets that cache at each ask), RUNNING ones (the constant liar's lies) included
 `window` finished trials it is exactly TPESampler. The window stands in for the study in
 TPE's public `sample_relative` and `sample_independent`, which hand it on to `_sample`.
 
-Three more costs grew with the study, each once per ask rather than once per group of knobs
-(`group=True` samples each group on its own, about 7 here): the window is built once per
-trial; the best trials before it are kept between asks (`_BestBefore`: a finished trial never
-changes, so each is judged once as it leaves the window); and the grouped search space (Optuna's `_GroupDecomposedSearchSpace.calculate` walks
-every finished trial at every ask) is `KnobGroups`, the same decomposition, which only adds
-the trials it has not seen. Its groups are kept between asks and adding a trial's
-distributions again changes nothing, so skipping seen trials gives the same groups. TPE
-finds it where it keeps its own (optuna_private.py).
+Four more costs are paid once per ask rather than once per group of knobs (`group=True`
+samples each group on its own, about 7 here): the window is built once per trial; the best
+trials before it are kept between asks (`_BestBefore`: a finished trial never changes, so
+each is judged once as it leaves the window); the grouped search space (Optuna's
+`_GroupDecomposedSearchSpace.calculate` walks every finished trial at every ask) is
+`KnobGroups`, the same decomposition, which only adds the trials it has not seen (its groups
+are kept between asks and adding a trial's distributions again changes nothing, so skipping
+seen trials gives the same groups; TPE finds it where it keeps its own, optuna_private.py);
+and TPE's split of the trials into good and bad, which every group makes from the same
+trials, is made once (`_WindowedStudy.split_trials`, reached through optuna_private.py).
+The same seed proposes the same: tests/test_window_speed_same_proposals.py.
 
 The window holds at least `window` finished trials, so it changes no startup decision while
 `window` is at least TPE's `n_startup_trials`.
@@ -29,14 +32,18 @@ Optuna's own sampler suites run against it in tests/test_optuna_conformance_samp
 from __future__ import annotations
 
 import copy
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any, cast
 
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from ..optuna_private import replace_group_decomposition, study_trials
+from ..optuna_private import (
+    replace_group_decomposition,
+    split_trials_through_study,
+    study_trials,
+)
 
 #: finished trials TPE models at most (recent ones); the best are kept on top of these
 DEFAULT_WINDOW = 200
@@ -104,14 +111,33 @@ class _BestBefore:
 
 
 class _WindowedStudy:
-    """The study as TPE sees it during one ask (its sampling methods): a bounded slice of its trials,
-    built once, and the RUNNING trials read once."""
+    """The study as TPE sees it during one ask (its sampling methods): a bounded slice of its
+    trials, built once, the RUNNING trials read once, and TPE's split of them made once."""
 
     def __init__(self, study: optuna.Study, best_before: _BestBefore):
         self._study = study
         finished = study_trials(study, _FINISHED, use_cache=True)
         self._finished = best_before(study, finished)
         self._running: list[FrozenTrial] | None = None
+        self._split: tuple[tuple[int, ...], tuple[list[FrozenTrial], list[FrozenTrial]]] | None
+        self._split = None
+
+    def split_trials(
+        self,
+        trials: list[FrozenTrial],
+        n_below: int,
+        split: Callable[
+            [Any, list[FrozenTrial], int], tuple[list[FrozenTrial], list[FrozenTrial]]
+        ],
+    ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+        """TPE's split of `trials` into good and bad (`split`, Optuna's), made once for this
+        ask: every group of knobs hands it the same trials (this window's, the same objects)
+        and the same `n_below`, and the split depends on nothing else."""
+        key = (n_below, *map(id, trials))  # the window holds them: no id is reused meanwhile
+        if self._split is None or self._split[0] != key:
+            self._split = (key, split(self, trials, n_below))
+        below, above = self._split[1]
+        return list(below), list(above)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._study, name)
@@ -188,6 +214,7 @@ class WindowedTPESampler(optuna.samplers.TPESampler):
         self.window, self.keep_best = window, keep_best
         self._best_before = _BestBefore(window, keep_best)
         replace_group_decomposition(self, _IncrementalGroups(include_pruned=True))
+        split_trials_through_study()  # the window's split: once per ask, not once per group
         self._asked: tuple[int, _WindowedStudy] | None = None  # (trial number, its window)
 
     def _windowed(self, study: optuna.Study, trial: FrozenTrial) -> _WindowedStudy:

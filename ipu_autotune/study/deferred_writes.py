@@ -19,11 +19,10 @@ That is Optuna's own promise for its cached storage (optuna/storages/_cached_sto
 before its state changes). What a process killed mid-trial loses is at most the writes of
 the few milliseconds between its ask and its flush; its trial is failed by the heartbeat.
 
-A batch is one SQL transaction (`DeferredCachedStorage`, calling the `_without_commit`
-helpers RDBStorage itself uses to create a trial from a template,
-optuna/storages/_rdb/storage.py `_get_prepared_new_trial`) or one `append_logs` call of
-the journal backend (`DeferredJournalWrites`, the same log records `JournalStorage` writes
-one at a time, optuna/storages/journal/_storage.py).
+A batch is one SQL transaction (`DeferredCachedStorage`, deferred_rdb.py) or one
+`append_logs` call of the journal backend (`DeferredJournalWrites` here, the same log records
+`JournalStorage` writes one at a time, optuna/storages/journal/_storage.py). Both hold a
+trial's writes through `DeferredTrialWrites`, the mixin here.
 
 Both meet Optuna's storage contract: its own suite (StorageTestCase) runs against them in
 tests/test_optuna_conformance_storage.py.
@@ -43,10 +42,9 @@ from optuna.distributions import (
     check_distribution_compatibility,
     distribution_to_json,
 )
-from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from ..optuna_private import CachedStorage, journal_operations, rdb_models, rdb_session
+from ..optuna_private import journal_operations
 
 if TYPE_CHECKING:  # the mixins are type-checked as the storages they are mixed into
     from optuna.storages import BaseStorage as _StorageBase, JournalStorage as _JournalBase
@@ -55,7 +53,7 @@ else:
 
 
 @dataclass
-class _Held:
+class Held:
     """One trial's writes not yet in the storage."""
 
     params: dict[str, tuple[float, BaseDistribution]] = field(default_factory=dict)
@@ -85,7 +83,7 @@ class DeferredTrialWrites(_StorageBase):
         def _write_batch(
             self,
             trial_id: int,
-            held: _Held,
+            held: Held,
             state: TrialState | None,
             values: Sequence[float] | None,
         ) -> bool: ...
@@ -95,7 +93,7 @@ class DeferredTrialWrites(_StorageBase):
         def _known_distribution(self, study_id: int, name: str) -> BaseDistribution | None: ...
 
     def _held_init(self) -> None:
-        self._held: dict[int, _Held] = {}
+        self._held: dict[int, Held] = {}
         self._held_lock = threading.RLock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -103,7 +101,9 @@ class DeferredTrialWrites(_StorageBase):
         held writes and running trials: a copy elsewhere does not run them."""
         state = cast(dict[str, Any], super().__getstate__())  # the storage's own (RDBStorage's...)
         state.pop("_held_lock", None)
-        state.update({k: type(state[k])() for k in ("_held", "_own", "_just_read") if k in state})
+        state.update(
+            {k: type(state[k])() for k in ("_held", "_own", "_just_read", "_told") if k in state}
+        )
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -112,7 +112,7 @@ class DeferredTrialWrites(_StorageBase):
 
     def _hold(self, trial_id: int) -> None:
         with self._held_lock:
-            self._held.setdefault(trial_id, _Held())
+            self._held.setdefault(trial_id, Held())
 
     def flush(self, trial_id: int | None = None) -> None:
         """Write the held writes of one trial (None: of every trial) in one batch each."""
@@ -121,7 +121,7 @@ class DeferredTrialWrites(_StorageBase):
             for tid in ids:
                 held = self._held.get(tid)
                 if held:
-                    self._held[tid] = _Held()
+                    self._held[tid] = Held()
                     self._write_batch(tid, held, None, None)
 
     # --- writes -----------------------------------------------------------------------------
@@ -211,7 +211,7 @@ class DeferredTrialWrites(_StorageBase):
         return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
 
 
-def _first_distribution(trials: Iterable[FrozenTrial], name: str) -> BaseDistribution | None:
+def first_distribution(trials: Iterable[FrozenTrial], name: str) -> BaseDistribution | None:
     """The distribution of `name` in the first of `trials` that has it (any will do: every
     distribution a storage recorded for a name is compatible with every other)."""
     return next((t.distributions[name] for t in trials if name in t.distributions), None)
@@ -223,184 +223,6 @@ def flush(storage: object, trial_id: int) -> None:
         storage.flush(trial_id)
 
 
-class DeferredCachedStorage(DeferredTrialWrites, CachedStorage):
-    """Optuna's cached RDB storage, a held trial's writes in one transaction. Popping a queued
-    trial is one conditional UPDATE, so two workers cannot both pop it: RDBStorage reads the
-    state and then writes it (`set_trial_state_values`), and SQLite ignores its
-    `with_for_update`, so two workers could both see WAITING and both run the trial."""
-
-    def __init__(self, backend: RDBStorage) -> None:
-        super().__init__(backend)
-        self._held_init()
-        #: the trials this process runs, as it last read or wrote them: Optuna reads a running
-        #: trial from the database at every `get_trial` (three a trial), though only this
-        #: process writes to it (another may only fail it as stale: its tell then fails)
-        self._own: dict[int, FrozenTrial] = {}
-        #: studies in which `ask` just created a trial: its `_pop_waiting_trial_id` read the
-        #: study a moment before, so the sampler's read that follows need not read it again
-        self._just_read: set[int] = set()
-
-    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
-        trial_id = super().create_new_trial(study_id, template_trial)
-        if template_trial is None:
-            with self._lock:
-                _, number = self._trial_id_to_study_id_and_number[trial_id]
-                self._own[trial_id] = self._studies[study_id].trials[number]
-                self._just_read.add(study_id)
-        return trial_id
-
-    def _study_of(self, trial_id: int) -> int | None:
-        study_and_number = self._trial_id_to_study_id_and_number.get(trial_id)
-        return study_and_number[0] if study_and_number else None
-
-    def _known_distribution(self, study_id: int, name: str) -> BaseDistribution | None:
-        with self._lock:
-            study = self._studies.get(study_id)
-            if study is None:
-                return None
-            if name not in study.param_distribution:  # as read: it is in the database
-                found = _first_distribution(study.trials.values(), name)
-                if found is not None:
-                    study.param_distribution[name] = found
-            return study.param_distribution.get(name)
-
-    def get_trial(self, trial_id: int) -> FrozenTrial:
-        with self._held_lock:
-            held = self._held.get(trial_id)
-            if held is None:
-                return CachedStorage.get_trial(self, trial_id)
-            if trial_id not in self._own:
-                self._own[trial_id] = CachedStorage.get_trial(self, trial_id)
-            return held.merged(self._own[trial_id])
-
-    def get_all_trials(
-        self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
-    ) -> list[FrozenTrial]:
-        self.flush()
-        with self._lock:
-            if study_id not in self._just_read or study_id not in self._studies:
-                fresh = False
-            else:
-                self._just_read.discard(study_id)
-                trials = sorted(
-                    (
-                        t
-                        for t in self._studies[study_id].trials.values()
-                        if states is None or t.state in states
-                    ),
-                    key=lambda t: t.number,
-                )
-                fresh = True
-        if not fresh:
-            return CachedStorage.get_all_trials(self, study_id, deepcopy=deepcopy, states=states)
-        return copy.deepcopy(trials) if deepcopy else trials
-
-    def set_trial_state_values(
-        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
-    ) -> bool:
-        with self._held_lock:
-            self._own.pop(trial_id, None)
-        if state != TrialState.RUNNING:
-            return super().set_trial_state_values(trial_id, state, values)
-        models = rdb_models()
-
-        with self._held_lock:
-            self.flush(trial_id)
-            with rdb_session(self._backend) as session:
-                updated = (
-                    session.query(models.TrialModel)
-                    .filter(
-                        models.TrialModel.trial_id == trial_id,
-                        models.TrialModel.state == TrialState.WAITING,
-                    )
-                    .update(
-                        {models.TrialModel.state: TrialState.RUNNING}, synchronize_session=False
-                    )
-                )
-                if (
-                    updated == 1
-                ):  # the start time as RDBStorage writes it (its model converts to UTC)
-                    models.TrialModel.find_or_raise_by_id(
-                        trial_id, session
-                    ).datetime_start = datetime.now()
-                else:  # as RDBStorage: KeyError for no such trial, UpdateFinishedTrialError for a
-                    # finished one (Optuna's `_pop_waiting_trial_id` moves on), False for a running one
-                    found = models.TrialModel.find_or_raise_by_id(trial_id, session)
-                    self._backend.check_trial_is_updatable(trial_id, cast(TrialState, found.state))
-            if updated == 1:
-                self._hold(trial_id)
-            return bool(updated == 1)
-
-    def set_trial_intermediate_value(
-        self, trial_id: int, step: int, intermediate_value: float
-    ) -> None:
-        """Written at once (not held); a running trial's own copy sees it too."""
-        super().set_trial_intermediate_value(trial_id, step, intermediate_value)
-        with self._held_lock:
-            own = self._own.get(trial_id)
-            if own is not None:
-                own = copy.copy(own)
-                own.intermediate_values = {**own.intermediate_values, step: intermediate_value}
-                self._own[trial_id] = own
-
-    def _write_batch(
-        self, trial_id: int, held: _Held, state: TrialState | None, values: Sequence[float] | None
-    ) -> bool:
-        from sqlalchemy import insert
-
-        models = rdb_models()
-        rdb: RDBStorage = self._backend
-        with self._lock:
-            study_id, _ = self._trial_id_to_study_id_and_number[trial_id]
-            known = self._studies[study_id].param_distribution
-            with rdb_session(rdb) as session:
-                trial = models.TrialModel.find_or_raise_by_id(
-                    trial_id, session, for_update=state is not None
-                )
-                rdb.check_trial_is_updatable(
-                    trial_id, cast(TrialState, trial.state)
-                )  # the column's value
-                rows: list[dict[str, Any]] = []
-                for name, (value, dist) in held.params.items():
-                    if (
-                        name not in known
-                    ):  # the first time this process sees it: Optuna looks it up
-                        rdb._set_trial_param_without_commit(session, trial_id, name, value, dist)
-                        continue
-                    # as `_set_trial_param_without_commit` does, without looking the trial up again
-                    check_distribution_compatibility(known[name], dist)
-                    rows.append(
-                        {
-                            "trial_id": trial_id,
-                            "param_name": name,
-                            "param_value": value,
-                            "distribution_json": distribution_to_json(dist),
-                        }
-                    )
-                if rows:  # one INSERT for them all (added one by one, the ORM sends one each)
-                    session.execute(insert(models.TrialParamModel), rows)
-                for key, value in held.user_attrs.items():
-                    rdb._set_trial_attr_without_commit(
-                        session, models.TrialUserAttributeModel, trial_id, key, value
-                    )
-                for key, value in held.system_attrs.items():
-                    rdb._set_trial_attr_without_commit(
-                        session, models.TrialSystemAttributeModel, trial_id, key, value
-                    )
-                if (
-                    state is not None
-                ):  # as RDBStorage.set_trial_state_values does for a finished state
-                    for objective, v in enumerate(values or ()):
-                        rdb._set_trial_value_without_commit(session, trial, objective, v)
-                    trial.state = state
-                    trial.datetime_complete = datetime.now()
-            for name, (_, dist) in held.params.items():
-                known.setdefault(name, dist)
-        if state is None and trial_id in self._own:
-            self._own[trial_id] = held.merged(self._own[trial_id])
-        return True
-
-
 class DeferredJournalWrites(DeferredTrialWrites, _JournalBase):
     """For a JournalStorage subclass: a held trial's writes in one `append_logs` call."""
 
@@ -410,12 +232,12 @@ class DeferredJournalWrites(DeferredTrialWrites, _JournalBase):
 
     def _known_distribution(self, study_id: int, name: str) -> BaseDistribution | None:
         with self._thread_lock:  # the log as this process last read it
-            return _first_distribution(
+            return first_distribution(
                 self._replay_result.get_all_trials(study_id, states=None), name
             )
 
     def _write_batch(
-        self, trial_id: int, held: _Held, state: TrialState | None, values: Sequence[float] | None
+        self, trial_id: int, held: Held, state: TrialState | None, values: Sequence[float] | None
     ) -> bool:
         Op = journal_operations()  # the op codes, named as Optuna imports them
 

@@ -155,7 +155,8 @@ def levers(
             said = (
                 f"fits {where} (estimated)"
                 if shorter.feasible
-                else f"busiest tile {floor:.0%} -> {tile_fraction(shorter):.0%} {where} (estimated)"
+                else f"busiest tile {floor:.0%} -> {tile_fraction(shorter):.0%} {where}"
+                " (estimated)"
             )
             if plan_shorter:
                 said += "; " + _plan_at(problem, seq, headroom, fit_confidence)
@@ -173,7 +174,8 @@ def _plan_at(problem: Problem, seq: int, headroom: float, fit_confidence: float 
     for p in planned(shorter, headroom, fit_confidence, SIZES):
         if p.fits:
             return (
-                f"ipu-autotune plan at --seq-len {seq}: {p.ipus} IPU(s) at micro-batch {p.micro_batch}, "
+                f"ipu-autotune plan at --seq-len {seq}: {p.ipus} IPU(s) at micro-batch "
+                f"{p.micro_batch}, "
                 f"{layout_text(p.config)}, {p.measurement.throughput:,.0f} samples/s"
             )
     return f"ipu-autotune plan at --seq-len {seq}: no IPU count up to {max(SIZES)} fits"

@@ -44,7 +44,10 @@ def numerics_unmeasured(problem: Problem, space: SearchSpace) -> str | None:
     if all(v == "32.32" for v in getattr(precision, "values", ())):
         return "nothing runs in FP16"
     if problem.inputs or problem.token_inputs:
-        return "the gradient statistics run feeds one float image batch, and this model takes token ids or named inputs"
+        return (
+            "the gradient statistics run feeds one float image batch, and this model takes "
+            "token ids or named inputs"
+        )
     return None
 
 
@@ -276,7 +279,8 @@ def _host_bound(problem: Problem, before: SizePlan | None, n: int) -> SizePlan |
         before.micro_batch,
         before.config,
         before.measurement,
-        f"the host input caps every size at {ceiling:,.0f} samples/s, reached at {before.ipus} IPUs: "
+        f"the host input caps every size at {ceiling:,.0f} samples/s, reached at "
+        f"{before.ipus} IPUs: "
         f"the same configuration (more IPUs cannot be faster)",
     )
 

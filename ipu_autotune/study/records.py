@@ -41,7 +41,8 @@ ATTR_HEARTBEAT = "heartbeat_s"  # seconds between a worker's beats; set when the
 #: a trial's one user attribute: {"config": the complete Config, "measurement": the Measurement
 #: (with "details"), "origin", "seconds"}; one storage write per trial (README, "Reading a study")
 ATTR_RECORD = "record"
-#: an enqueued trial the guide chose: {"reason", "chance_to_fit", "expected_gain"} (guide/proposal.py)
+#: an enqueued trial the guide chose: {"reason", "chance_to_fit", "expected_gain"}
+#: (guide/proposal.py)
 ATTR_PROPOSAL = "proposal"
 #: how long a worker waits for another worker that is creating the same study
 READY_TIMEOUT_S = 300.0
@@ -180,7 +181,9 @@ def _wait_until_ready(study: optuna.Study) -> None:
         if ATTR_PROBLEM not in study.user_attrs and (
             waited > 5.0 or study.get_trials(deepcopy=False)
         ):
-            return  # not an ipu-autotune study (ours get the problem before any trial): check_same_problem says so
+            # not an ipu-autotune study (ours get the problem before any trial):
+            # check_same_problem says so
+            return
         if waited > READY_TIMEOUT_S:
             raise UsageError(
                 f"study '{study.study_name}' is still unfinished after {READY_TIMEOUT_S:.0f} s: "
@@ -236,7 +239,8 @@ def check_space(
     space: SearchSpace, problem: Problem, profile: ModelProfile, samples: int = 128
 ) -> None:
     """Sample the space with random answers before any study exists, so that a space leaving
-    some knob no valid value fails as bad input (UsageError) instead of half-way through a study."""
+    some knob no valid value fails as bad input (UsageError) instead of half-way through a
+    study."""
     rng = random.Random(0)
     for _ in range(samples):
         space.sample(_RandomAnswers(rng), problem, profile)

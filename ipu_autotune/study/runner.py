@@ -170,8 +170,9 @@ class Runner:
         origin = "sampled"
         try:
             config, origin = self.config_for(trial)
-            # the sampled parameters in one write, before the measurement: other workers' constant
-            # liar and a stale-trial retry read them (the rest goes with the tell: deferred_writes.py)
+            # the sampled parameters in one write, before the measurement: other workers'
+            # constant liar and a stale-trial retry read them (the rest goes with the tell:
+            # deferred_writes.py)
             flush_held(study_storage(self.study), trial_id(trial))
             found = violations(self.problem, config, self.profile.module_order)
             if found:
