@@ -288,10 +288,11 @@ def _host_bound(problem: Problem, before: SizePlan | None, n: int) -> SizePlan |
 def _certain_row(
     problem: Problem, headroom: float, fit_confidence: float | None
 ) -> SizePlan | None:
-    """Where no configuration can fit whatever the compiler decides (guide/least_memory.certainly_over),
-    no search can find one: the row is the space's cheapest configuration in exact bytes
-    (the layout of least_memory.least_on_one_ipu, FP16 weights, half state offloaded and sharded,
-    no accumulation, splits balanced by memory) at micro-batch 1, estimated, to show how far."""
+    """Where no configuration can fit whatever the compiler decides
+    (guide/least_memory.certainly_over), no search can find one: the row is the space's
+    cheapest configuration in exact bytes (the layout of least_memory.least_on_one_ipu, FP16
+    weights, half state offloaded and sharded, no accumulation, splits balanced by memory) at
+    micro-batch 1, estimated, to show how far."""
     from ..backends.estimate import EstimateBackend
     from ..guide.balanced_splits import balanced_splits
     from ..guide.least_memory import least_on_one_ipu
