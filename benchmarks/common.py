@@ -132,14 +132,15 @@ def markdown_table(headers: list[str], rows: list[list[str]], align: str | None 
 
     def line(values: list[str]) -> str:
         out = []
-        for v, w, a in zip(values, widths, align):
+        for v, w, a in zip(values, widths, align, strict=True):
             out.append(v.rjust(w) if a == "r" else v.ljust(w))
         return "| " + " | ".join(out) + " |"
 
     rule = (
         "|"
         + "|".join(
-            ("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align)
+            ("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
+            for w, a in zip(widths, align, strict=True)
         )
         + "|"
     )
@@ -324,7 +325,7 @@ class StructuralHiddenIPU(HiddenIPU):
             m.source, m.details = "compile", {}
             tiles = []
             for busiest, parts in zip(
-                m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes)
+                m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes), strict=True
             ):
                 total = sum(parts.values())
                 scale = (

@@ -74,7 +74,7 @@ def _curve(rng, amplitude: float):
     c = [rng.gauss(0.0, 1.0) / (k + 1) for k in range(3)]
 
     def raw(u: float) -> float:
-        return sum(a * p for a, p in zip(c, _legendre(u)))
+        return sum(a * p for a, p in zip(c, _legendre(u), strict=True))
 
     scale = amplitude / (max(abs(raw(u)) for u in _GRID) or 1.0)
     return lambda u: scale * raw(u)
@@ -85,7 +85,7 @@ def _levels(rng, values: tuple, amplitude: float) -> dict:
     raw = [rng.uniform(-1.0, 1.0) for _ in values]
     mean = sum(raw) / len(raw)
     spread = max(abs(r - mean) for r in raw) or 1.0
-    return {v: amplitude * (r - mean) / spread for v, r in zip(values, raw)}
+    return {v: amplitude * (r - mean) / spread for v, r in zip(values, raw, strict=True)}
 
 
 def knob_domains(problem: Problem) -> dict[str, Range | tuple]:
@@ -219,7 +219,9 @@ class KnobResponseHiddenIPU(RandomHiddenIPU):
         tiles = super()._tiles(problem, config, m)
         response = self.response(problem)
         out, breakdown = [], []
-        for i, (tile, parts) in enumerate(zip(tiles, m.breakdown or [{}] * len(tiles))):
+        for i, (tile, parts) in enumerate(
+            zip(tiles, m.breakdown or [{}] * len(tiles), strict=True)
+        ):
             factors = {c: response.factor(f"memory:{c}", config, ipu=i) for c in parts}
             total = sum(parts.values())
             mix = sum(v * factors[c] for c, v in parts.items()) / total if total else 1.0

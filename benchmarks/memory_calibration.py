@@ -100,7 +100,7 @@ class _RatioModel:
             if m.source == "estimate" or m.failure not in (None, "oom"):
                 continue
             want = screen(config).max_tile_bytes
-            ratios = [got / w for got, w in zip(m.max_tile_bytes, want) if w > 0]
+            ratios = [got / w for got, w in zip(m.max_tile_bytes, want, strict=True) if w > 0]
             if ratios:
                 self.points.append((config, max(ratios)))
         self.prior = (

@@ -139,7 +139,7 @@ def _main_effects_top(
     for c in single_moves(space, screen, start):
         m = screen(c)
         if m is not None and m.feasible and len(m.required_bytes) == len(base.required_bytes):
-            moved = [b - a for a, b in zip(base.required_bytes, m.required_bytes)]
+            moved = [b - a for a, b in zip(base.required_bytes, m.required_bytes, strict=True)]
             singles.append((knob_changes(start, c), m.throughput / base.throughput, moved))
 
     def fits(applied: list[Any]) -> bool:

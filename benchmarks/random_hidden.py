@@ -127,7 +127,9 @@ class RandomHiddenIPU(HiddenIPU):
     def _tiles(self, problem: Problem, config: Config, m: Measurement) -> list[int]:
         d, s = self.draw, self.draw.strengths
         tiles = []
-        for busiest, parts in zip(m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes)):
+        for busiest, parts in zip(
+            m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes), strict=True
+        ):
             total = sum(parts.values())
             scale = (
                 sum(v * d.category.get(k, 1.0) for k, v in parts.items()) / total if total else 1.0
@@ -148,7 +150,7 @@ class RandomHiddenIPU(HiddenIPU):
             # the saving (without - with, either sign) scaled: less or more than modelled
             tiles = [
                 t + (1.0 - factor) * (w - e)
-                for t, w, e in zip(tiles, without.max_tile_bytes, m.max_tile_bytes)
+                for t, w, e in zip(tiles, without.max_tile_bytes, m.max_tile_bytes, strict=True)
             ]
         cap = m.tile_capacity_bytes
         ops = [

@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             results = [r for r in results if set(r["runs"]) == everyone]
         keys = list(dict.fromkeys(r["problem"] for r in results))
-        for path, s in zip(args.report, saved):
+        for path, s in zip(args.report, saved, strict=True):
             print(
                 f"tables of {path} (family {s.get('family', 'structural')}, draw set {s['set']}; command: python benchmarks/random_ipus.py "
                 f"{' '.join(s['argv'])}; {len(s['results'])} runs)"

@@ -146,7 +146,7 @@ def reachable_minutes(
     for run in runs.values():
         found += [
             d
-            for t, d in zip(run.get("compiles") or [], run.get("durations") or [])
+            for t, d in zip(run.get("compiles") or [], run.get("durations") or [], strict=True)
             if t and t >= near * reference
         ]
     return min(found, default=math.inf)

@@ -168,7 +168,7 @@ class RegionHiddenIPU(RandomHiddenIPU):
         tiles = super()._tiles(problem, config, m)
         regions = self.regions(problem)
         out, breakdown = [], []
-        for tile, parts in zip(tiles, m.breakdown or [{}] * len(tiles)):
+        for tile, parts in zip(tiles, m.breakdown or [{}] * len(tiles), strict=True):
             factors = {c: regions.memory(config, c) for c in parts}
             total = sum(parts.values())
             mix = sum(v * factors[c] for c, v in parts.items()) / total if total else 1.0

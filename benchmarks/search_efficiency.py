@@ -963,7 +963,7 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
     ]
     kept = [
         (one, four, rf)
-        for (one, four), rf in zip(runs, reachable)
+        for (one, four), rf in zip(runs, reachable, strict=True)
         if not math.isinf(one["near_minutes"])
     ]
     if kept:
@@ -974,8 +974,8 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
             f"Per (problem, seed) where --jobs 1 got within 5% ({len(kept)}): --jobs 4 <= 0.4x in "
             f"{sum(r <= 0.4 for r in ratios)}; its floor <= 0.4x in {sum(f <= 0.4 for f in floors)}; the "
             f"reachable floor <= 0.4x in {sum(f <= 0.4 for f in reach_floors)}, and --jobs 4 <= 0.4x in "
-            f"{sum(r <= 0.4 for r, f in zip(ratios, reach_floors) if f <= 0.4)} of those; --jobs 4 at or "
-            f"under its floor (x1.05) in {sum(r <= f * 1.05 for r, f in zip(ratios, floors))}."
+            f"{sum(r <= 0.4 for r, f in zip(ratios, reach_floors, strict=True) if f <= 0.4)} of those; --jobs 4 at or "
+            f"under its floor (x1.05) in {sum(r <= f * 1.05 for r, f in zip(ratios, floors, strict=True))}."
         )
         both = [(one, four) for one, four, _ in kept if not math.isinf(four["near_minutes"])]
         total_one = sum(one["near_minutes"] for one, _ in both)

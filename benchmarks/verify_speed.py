@@ -99,7 +99,7 @@ def main(argv: list[str]) -> None:
             f"{1e3 * t / r.samples:.1f}",
             f"{t / r.samples / base_rate:.2f}x",
         ]
-        for r, t in zip(verdict.runs, training)
+        for r, t in zip(verdict.runs, training, strict=True)
     ]
     print(f"## Runs (K = {steps}, {IMAGE_SIZE[0]}x{IMAGE_SIZE[0]} images, {CLASSES} classes)\n")
     print(

@@ -10,14 +10,13 @@ whose PYTHONPATH `fake_env()` sets to tests/fake_sdk and tests/.
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
 import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 

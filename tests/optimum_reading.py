@@ -21,9 +21,8 @@ changes nothing (the stage's output is stashed for its copy anyway), so it is dr
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -114,7 +113,11 @@ def read_module_ipus(
 
     pinned = PINNED_TO_IPU0[architecture(problem.model).family, problem.task]
     layer_ipu = dict(
-        zip(layers, (ipu for ipu, n in enumerate(data["layers_per_ipu"]) for _ in range(n)))
+        zip(
+            layers,
+            (ipu for ipu, n in enumerate(data["layers_per_ipu"]) for _ in range(n)),
+            strict=True,
+        )
     )
     out, ipu = {}, 0
     for path in modules:

@@ -1,9 +1,8 @@
 """docs/architecture.md matches the tree: every module path it names exists (issue 15)."""
 
-from typing import Any
-
 import re
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
@@ -47,7 +46,7 @@ def doc_layers(text: str) -> dict[str, int]:
     section = text.split("## The layers, top down", 1)[1].split("\n## ", 1)[0]
     starts = list(LAYER_ITEM.finditer(section))
     layers: dict[str, int] = {}
-    for item, following in zip(starts, [*starts[1:], None]):
+    for item, following in zip(starts, [*starts[1:], None], strict=True):
         body = section[item.start() : following.start() if following else len(section)]
         for path in named_paths(body):
             dotted = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")

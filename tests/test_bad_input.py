@@ -8,13 +8,11 @@ created, or, for the resume case, holds exactly the studies and trials it held b
 
 from __future__ import annotations
 
-from typing import Any
-
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from testing import RESNET18, run_cli, sqlite_url
 from workers_helpers import storage_snapshot
 

@@ -6,15 +6,15 @@ its numbers are sane (positive times, fractions in [0, 1], counts within the bud
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import math
 import os
 import re
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +53,7 @@ def table(text: str, heading: str) -> list[dict[str, str]]:
     assert set(rule[0]) <= {"-", ":"}
     assert body, f"empty table under {heading}"
     assert all(len(r) == len(header) for r in body)
-    return [dict(zip(header, r)) for r in body]
+    return [dict(zip(header, r, strict=True)) for r in body]
 
 
 def number(cell: str) -> float:
@@ -288,6 +288,7 @@ def test_knob_response_draws_are_fixed_every_knob_acts_within_30_percent() -> No
     import knob_hidden
     import random_hidden
     import search_efficiency as se
+
     from ipu_autotune.search.space import Range
 
     develop, report = (
@@ -340,7 +341,7 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart() -> None
     import region_hidden
     import search_efficiency as se
 
-    from ipu_autotune.guide.warmstart import single_changes, naive_baseline, proposals
+    from ipu_autotune.guide.warmstart import naive_baseline, proposals, single_changes
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
 
@@ -448,7 +449,10 @@ def test_regions_move_speed_and_memory_beyond_the_noise() -> None:
                 and abs(math.log(a.throughput / b.throughput)) > math.log(1.1)
             ):
                 speed = True
-            if any(abs(x / y - 1) > 0.05 for x, y in zip(a.max_tile_bytes, b.max_tile_bytes)):
+            if any(
+                abs(x / y - 1) > 0.05
+                for x, y in zip(a.max_tile_bytes, b.max_tile_bytes, strict=True)
+            ):
                 memory = True
         moved["speed"] += speed
         moved["memory"] += memory
@@ -496,7 +500,7 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     import knob_hidden
     import oracle_walk
     import search_efficiency as se
-    from ascent import knob_changes, OracleScreen, single_moves
+    from ascent import OracleScreen, knob_changes, single_moves
 
     from ipu_autotune.guide.warmstart import screen_rank
     from ipu_autotune.profiles.trace import profile_for
@@ -513,7 +517,7 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     fits = [t for t in walked if t is not None]
     assert len(walked) >= 4 and fits, walked
     first_fit = walked.index(fits[0])
-    assert all(b > a for a, b in zip(walked[first_fit:], walked[first_fit + 1 :])), walked
+    assert all(b > a for a, b in pairwise(walked[first_fit:])), walked
     best = baseline
     for c in configs[1:]:
         steps = [knob_changes(best, s) for s in single_moves(space, screen, best)]

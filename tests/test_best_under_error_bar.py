@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import optuna
 import pytest
-
 from testing import RESNET50_4IPU_SGD
 
 from ipu_autotune.backends.estimate import EstimateBackend

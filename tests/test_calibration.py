@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.rules.cross_field import violations
 
 POINTS = tomllib.loads((Path(__file__).parent / "calibration" / "points.toml").read_text())[
     "point"

@@ -3,19 +3,17 @@ target and SDK, forgotten only as named, a foreign store refused while the study
 
 from __future__ import annotations
 
-from typing import Any
-
 import dataclasses
 import json
 import os
 import sqlite3
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from conftest_fake_sdk import SMALL_CNN
 
 from ipu_autotune.backends.base import Backend
@@ -37,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = Problem(model=SMALL_CNN, batch_size=64, input_shape=(3, 32, 32), num_classes=10, ipus=2)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _setup(target: str = "mk2") -> Any:
     problem = dataclasses.replace(PROBLEM, target=target)
     profile = profile_for(problem)
@@ -434,7 +432,7 @@ def test_the_priors_spread_is_what_studies_held_out_show() -> None:
     assert fit_prior(records_of("a")).memory_scale == 1.0
     agree = fit_prior([r for s in "abc" for r in records_of(s, factor=1.3)])
     differ = fit_prior(
-        [r for s, f in zip("abc", (1.0, 1.3, 1.7)) for r in records_of(s, factor=f)]
+        [r for s, f in zip("abc", (1.0, 1.3, 1.7), strict=True) for r in records_of(s, factor=f)]
     )
     assert agree.memory_scale == min(SCALES) and differ.memory_scale > 2 * agree.memory_scale
     problem, profile, space, configs = _setup()
@@ -467,7 +465,7 @@ def test_the_call_factors_spread_is_what_studies_held_out_show() -> None:
 
     def timed(speeds: Any) -> list[dict[str, Any]]:
         out = []
-        for study, speed in zip("abc", speeds):
+        for study, speed in zip("abc", speeds, strict=False):  # one to three studies
             backend = SpeedFactor(speed)
             rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
             out += [
@@ -496,20 +494,20 @@ def test_the_prior_keeps_how_its_parts_move_together() -> None:
     lay = (configs[2].ipus_per_replica, configs[2].replicas, configs[2].execution)
     together = MemoryModel([], prior).busiest(lay, m)
     apart = MemoryModel([], dataclasses.replace(prior, memory_cov=None)).busiest(lay, m)
-    for (mu, sd), (mu_apart, sd_apart) in zip(together, apart):
+    for (mu, sd), (mu_apart, sd_apart) in zip(together, apart, strict=True):
         assert mu == pytest.approx(mu_apart, abs=1e-6)  # the same means
         assert sd < sd_apart
     tiles = HiddenFactor(1.3).measure(problem, configs[2]).max_tile_bytes
-    for (mu, sd), t in zip(together, tiles):
+    for (mu, sd), t in zip(together, tiles, strict=True):
         assert abs(mu - t / m.tile_capacity_bytes) < 2 * sd + 0.01  # and the truth within them
 
 
 def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> None:
     from ipu_autotune.guide.corrected import FIT_CONFIDENCE
     from ipu_autotune.guide.first_trials import FIRST_CONFIDENCE
-    from ipu_autotune.guide.proposal import History
-    from ipu_autotune.guide.prior import GuidePrior
     from ipu_autotune.guide.guide import Guide, GuideSettings
+    from ipu_autotune.guide.prior import GuidePrior
+    from ipu_autotune.guide.proposal import History
     from ipu_autotune.guide.warmstart import proposals
 
     problem, profile, space, configs = _setup()

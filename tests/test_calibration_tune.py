@@ -4,17 +4,15 @@ running uncorrected, and the estimate backend writes nothing."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
-
 from conftest_fake_sdk import SMALL_CNN, fake_env
 
 from ipu_autotune.calibration.store import open_store

@@ -4,8 +4,6 @@ create a database: a storage file that is not there is said, not made."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
 import signal
 import subprocess
@@ -13,9 +11,9 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from testing import run_cli, sqlite_url
 
 ROOT = Path(__file__).resolve().parents[1]

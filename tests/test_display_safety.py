@@ -15,8 +15,6 @@ details, the origin), set to HTML and to terminal control sequences:
 
 from __future__ import annotations
 
-from typing import Any
-
 import io
 import json
 import re
@@ -25,20 +23,21 @@ import subprocess
 import typing
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from rich.console import Console, Group
+from test_report import _chromium
+from testing import run_cli
 
-from ipu_autotune.present import ui
 from ipu_autotune.backends.base import Measurement, failed
 from ipu_autotune.cli import main
+from ipu_autotune.present import ui
 from ipu_autotune.present.display import html_text
 from ipu_autotune.problem import Config
 from ipu_autotune.study.records import ATTR_RECORD, read_records, trial_attrs
-from testing import run_cli
-from test_report import _chromium
 
 pytestmark = pytest.mark.slow
 STUDY = "resnet18-bs8-2ipu-mk2"

@@ -14,15 +14,15 @@ from pathlib import Path
 import optuna
 import pytest
 from rich.console import Console
+from testing import run_cli, run_cli_process
 
-from ipu_autotune.present import trial_line as tl
 from ipu_autotune.backends.base import Measurement
-from ipu_autotune.present.tune_summary import resume_point as _resume_point
 from ipu_autotune.export.python import render_snippet
+from ipu_autotune.present import trial_line as tl
+from ipu_autotune.present.tune_summary import resume_point as _resume_point
+from ipu_autotune.present.ui import TrialTable, TuneView
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.study.records import TrialRecord
-from ipu_autotune.present.ui import TrialTable, TuneView
-from testing import run_cli, run_cli_process
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -293,9 +293,9 @@ def test_one_ipu_summary_does_not_report_an_execution_change() -> None:
 
 @pytest.mark.slow
 def test_no_fix_warm_start_when_the_baseline_already_fits() -> None:
+    from ipu_autotune.guide.warmstart import naive_baseline, proposals
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
-    from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
     problem = Problem("resnet18", 16)
     profile = profile_for(problem)
@@ -335,7 +335,7 @@ def test_summary_memory_figures_agree_with_estimate() -> None:
     import re as _re
 
     from ipu_autotune.backends.estimate import EstimateBackend
-    from ipu_autotune.present.ui import comparison, compact_bytes, measurement_table
+    from ipu_autotune.present.ui import compact_bytes, comparison, measurement_table
 
     problem = Problem("resnet18", 16)
     config = Config(ipus_per_replica=2, splits=("layer3.0",), gradient_accumulation=3)

@@ -3,21 +3,19 @@ set, docs/estimator.md's coverage table is what it prints, and every estimate ca
 
 from __future__ import annotations
 
-from typing import Any
-
 import importlib.util
 import io
 import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
-from ipu_autotune.backends.estimate import EstimateBackend
-from ipu_autotune.backends.estimate import error_bars as eb
 from ipu_autotune.backends.base import Measurement
+from ipu_autotune.backends.estimate import EstimateBackend, error_bars as eb
 from ipu_autotune.problem import Config, Problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,8 +148,8 @@ def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool: Any) -> None:
 
 def _baseline() -> Config:
     """The default run's baseline (FP32, split by block count): 108% of a tile on IPU0."""
-    from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.guide.warmstart import naive_baseline
+    from ipu_autotune.profiles.trace import profile_for
 
     return naive_baseline(WORKSHOP, profile_for(WORKSHOP))
 
@@ -160,9 +158,9 @@ def test_every_estimate_carries_error_bars_around_its_figures() -> None:
     backend = EstimateBackend()
     for config in (_baseline(), FITTING):
         m = backend.measure(WORKSHOP, config)
-        for (lo, hi), tile in zip(m.max_tile_bytes_interval, m.max_tile_bytes):
+        for (lo, hi), tile in zip(m.max_tile_bytes_interval, m.max_tile_bytes, strict=True):
             assert lo <= tile <= hi and lo < hi
-        for (lo, hi), req in zip(m.required_bytes_interval, m.required_bytes):
+        for (lo, hi), req in zip(m.required_bytes_interval, m.required_bytes, strict=True):
             assert lo <= req <= hi
         lo, hi = m.throughput_interval
         assert lo < m.throughput < hi and math.log(hi / m.throughput) == pytest.approx(
@@ -178,8 +176,8 @@ def test_every_estimate_carries_error_bars_around_its_figures() -> None:
 
 
 def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit() -> None:
-    from ipu_autotune.options import DEFAULT_FIT_CONFIDENCE
     from ipu_autotune.commands.estimate import _print_measurement
+    from ipu_autotune.options import DEFAULT_FIT_CONFIDENCE
 
     backend = EstimateBackend()
     baseline, best = backend.measure(WORKSHOP, _baseline()), backend.measure(WORKSHOP, FITTING)

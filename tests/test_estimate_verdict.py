@@ -3,11 +3,10 @@ error bar straddles it, and the search's headroom on a line of its own (issue 42
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-
-import json
 
 from ipu_autotune.cli import main
 

@@ -4,21 +4,20 @@ configuration that breaks a recipe rule."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import re
+from typing import Any
 
 import optuna
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ipu_autotune.guide.suggestions import suggestions
 from ipu_autotune.backends.base import format_bytes
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.cli import main
-from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.guide.suggestions import suggestions
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import EXIT_BREAKS_RECIPE, violations
 from ipu_autotune.search.space import SearchSpace
 
@@ -122,7 +121,9 @@ def test_turning_offload_off_never_lowers_on_chip_memory(seed: Any) -> None:
         off = on.replace(optimizer_offload=False)
         backend = EstimateBackend()
         for x, y in zip(
-            backend.measure(p, on).required_bytes, backend.measure(p, off).required_bytes
+            backend.measure(p, on).required_bytes,
+            backend.measure(p, off).required_bytes,
+            strict=True,
         ):
             assert x <= y
         assert not [t for t in suggestions(p, on) if not t.config.optimizer_offload]
@@ -281,8 +282,9 @@ def test_the_search_keeps_the_recipe_rules_hard(
 
 
 def test_exit_code_4_is_documented() -> None:
-    import ipu_autotune.cli as cli
     from pathlib import Path
+
+    import ipu_autotune.cli as cli
 
     assert "4 `estimate` answered" in cli.__doc__
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()

@@ -5,11 +5,10 @@ In-process (no subprocess): the fake is importable only inside the `poptorch` fi
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
 import itertools
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,9 +20,9 @@ from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.poptorch import child
 from ipu_autotune.backends.poptorch.profile import find_profile, read_profile
 from ipu_autotune.export.python import render_snippet
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.models.zoo import build_model
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 
 
 @pytest.fixture(scope="module")

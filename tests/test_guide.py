@@ -1,26 +1,25 @@
 """The guide learns how far compiles differ from the estimator and proposes configs that fit."""
 
-from typing import Any
-
 import math
 from dataclasses import replace
+from typing import Any
 
 import optuna
 import pytest
+from testing import RESNET50_4IPU_SGD as PROBLEM
 
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.guide.corrected import CorrectedModel, observe
-from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.guide import Guide, GuideSettings, memory_correction
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Problem
-from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study.runner import Runner
-from ipu_autotune.study.records import create_sampler, enqueue, records
+from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
-from testing import RESNET50_4IPU_SGD as PROBLEM
+from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study.records import create_sampler, enqueue, records
+from ipu_autotune.study.runner import Runner
 
 HIDDEN = replace(
     NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * 1.25

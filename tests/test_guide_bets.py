@@ -5,17 +5,17 @@ carry their checkpoints (guide/corrected.py)."""
 from typing import Any
 
 import pytest
+from testing import RESNET152_2IPU as PROBLEM
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.guide.proposal import History, Reason
-from ipu_autotune.guide.guide import Guide, GuideSettings
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config
 from ipu_autotune.guide.corrected import CorrectedModel, CorrectedScreen, observe
+from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.moves import split_moves
+from ipu_autotune.guide.proposal import History, Reason
+from ipu_autotune.problem import Config
 from ipu_autotune.profiles.placement import checkpoints_every
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
-from testing import RESNET152_2IPU as PROBLEM
 
 #: the "real" IPU's busiest tile over the estimator's, the same for every config here
 RATIO = 1.357

@@ -5,12 +5,12 @@ sets the guide's state."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import ast
 from pathlib import Path
+from typing import Any
 
 import optuna
+from testing import RESNET18_CIFAR_1IPU as PROBLEM
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.guide.proposal import History, Proposal, Reason
@@ -20,7 +20,6 @@ from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import create_sampler, enqueue, records
 from ipu_autotune.study.runner import Runner
-from testing import RESNET18_CIFAR_1IPU as PROBLEM
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ipu_autotune"
 #: what a module outside guide/ may call on a Guide

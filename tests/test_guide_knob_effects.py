@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
+from testing import RESNET50_4IPU_SGD as PROBLEM
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.features import Featurizer, split_fractions
+from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.knob_effects import KnobEffects
 from ipu_autotune.guide.proposal import History, Reason
-from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.problem import Config
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
-from testing import RESNET50_4IPU_SGD as PROBLEM
 
 
 def effects(xs: list[tuple[float, float]], ys: list[float]) -> KnobEffects:

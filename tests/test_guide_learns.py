@@ -1,25 +1,23 @@
 """The guide learns the IPU's structure from compiles (issue 22): device and host time apart,
 every IPU layout gets its chance, and the stopping rule says how likely more compiles pay."""
 
-from typing import Any
-
 import math
 import random
+from typing import Any
 
 import optuna
 import pytest
+from test_guide import PROBLEM, HiddenIPU
 
 from ipu_autotune.guide.call_model import CallModel, CallTime
 from ipu_autotune.guide.corrected import Judgement, layout
-from ipu_autotune.guide.proposal import History, Reason
 from ipu_autotune.guide.guide import Guide, GuideSettings
-from ipu_autotune.guide.proposal import Proposal
+from ipu_autotune.guide.proposal import History, Proposal, Reason
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import create_sampler, enqueue, records
 from ipu_autotune.study.runner import Runner
-from test_guide import PROBLEM, HiddenIPU
 
 
 def test_device_and_host_time_are_learnt_apart() -> None:
@@ -363,7 +361,7 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
     ) -> Any:  # the candidate's predicted busiest tiles over the learnt parts alone
         parts = model.memory_model.busiest(layout(c), guide.screen(c), recompute_segments(c))
         tiles, _ = model._tiles(c, guide.screen(c))
-        return [mu - p for (mu, _), (p, _) in zip(tiles, parts)]
+        return [mu - p for (mu, _), (p, _) in zip(tiles, parts, strict=True)]
 
     neighbours = [
         c
@@ -374,7 +372,9 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
     for near in neighbours:
         # mostly: the per-knob model carries at least 0.6 of it (the kernel blend before issue 41
         # gave a config one knob away 0.6 of a compile's weight)
-        assert min(e / r for e, r in zip(excess(near), residual) if abs(r) > 0.01) >= 0.6
+        assert (
+            min(e / r for e, r in zip(excess(near), residual, strict=True) if abs(r) > 0.01) >= 0.6
+        )
         host = near.replace(
             device_iterations=1 if near.device_iterations != 1 else 4,
             loader_workers=near.loader_workers or 1,

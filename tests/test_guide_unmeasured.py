@@ -2,26 +2,25 @@
 regions they reached widen its uncertainty where nothing was compiled, and a gain within the
 learnt compile-to-compile noise is worth nothing."""
 
-from typing import Any
-
 import math
 import random
 from dataclasses import replace
+from typing import Any
 
 import pytest
+from test_guide_learns import Judged
+from testing import RESNET50_4IPU_SGD as PROBLEM
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.guide.corrected import CorrectedModel, layout, observe
 from ipu_autotune.guide.features import GROUPS
 from ipu_autotune.guide.gain import bar, expected_improvement
-from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.guide import Guide, GuideSettings
+from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
-from test_guide_learns import Judged
-from testing import RESNET50_4IPU_SGD as PROBLEM
 
 
 def structure(config: Any) -> Any:

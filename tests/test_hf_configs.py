@@ -7,13 +7,11 @@ config's snippet runs on the fake SDK, next to an optimum-graphcore IPUConfig.
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
-from pathlib import Path
-
 import json
 import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -23,8 +21,8 @@ from ipu_autotune.cli import main
 from ipu_autotune.errors import UsageError
 from ipu_autotune.export.ipu_config import IPU_CONFIG_FIELDS
 from ipu_autotune.models.hf import build_hf_model, layer_count, layer_stacks
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem, load_config_file
+from ipu_autotune.profiles.trace import profile_for
 
 HIDDEN, LAYERS, HEADS, FFN, VOCAB = 256, 4, 4, 1024, 8000
 _BERT_LIKE = dict(

@@ -3,12 +3,10 @@ snippet's DataLoader and learning rate, --data timing, and the PopTorch child's 
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import math
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,12 +14,10 @@ from conftest_fake_sdk import SMALL_CNN, fake_env, fake_sdk
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.export.python import render_snippet
-from ipu_autotune.host import measure as host_measure
-from ipu_autotune.host import pipeline as host
-from ipu_autotune.host import recipe
+from ipu_autotune.host import measure as host_measure, pipeline as host, recipe
 from ipu_autotune.present.host_report import WORKSHOP_FINAL, lines, workshop_reference
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 
@@ -377,8 +373,7 @@ def test_poptorch_child_refuses_a_call_too_large_for_host_memory_before_allocati
 ) -> None:
     """Against the fake SDK, in a real trial subprocess: the reason comes back as an invalid
     Measurement, and the child never built the host batch (no 'compiling: host batch' line)."""
-    from ipu_autotune.backends.poptorch import PopTorchBackend
-    from ipu_autotune.backends.poptorch import child
+    from ipu_autotune.backends.poptorch import PopTorchBackend, child
 
     problem = Problem(
         model=SMALL_CNN,

@@ -7,13 +7,12 @@ by hand for an MBConv with its skip connection and for a GPT-2 layer split at it
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
 import dataclasses
 import json
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest_fake_sdk import fake_sdk

@@ -4,9 +4,8 @@ SerializedEmbedding), added through the knob spec, the estimator and the export.
 
 from __future__ import annotations
 
-from typing import Any
-
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -15,13 +14,13 @@ from conftest_fake_sdk import fake_sdk
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.export.ipu_config import ipu_config
 from ipu_autotune.export.python import render_snippet
-from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.guide.warmstart import single_changes
+from ipu_autotune.present.trial_line import changed_knobs
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import _RandomAnswers
-from ipu_autotune.present.trial_line import changed_knobs
-from ipu_autotune.guide.warmstart import single_changes
 
 QA = Problem("hf:bert-base-uncased", 2, task="question-answering", seq_len=32, ipus=4)
 MLM = Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=32, ipus=4)

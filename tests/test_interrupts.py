@@ -14,10 +14,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+import workers_helpers as wh
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
-
-import workers_helpers as wh
 
 from ipu_autotune.study.records import trial_attrs
 

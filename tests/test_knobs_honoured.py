@@ -8,13 +8,11 @@ export, or that the fake cannot see, fails here.
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
-from pathlib import Path
-
 import dataclasses
 import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -23,12 +21,12 @@ from conftest_fake_sdk import SMALL_CNN, fake_sdk
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.poptorch import child
 from ipu_autotune.export.python import render_snippet
-from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.models.zoo import build_model
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace, builtin_space_path
 from ipu_autotune.study.records import _RandomAnswers
-from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 SHIPPED = ("default", "cnn", "transformer")
 OPTIMIZERS = ("adamw", "sgd", "sgd_combined", "lamb")

@@ -2,10 +2,9 @@
 about 2 s of CPU, torchvision 1.5 s more, transformers 0.7 s. The parser and `--help` need
 none of them; tracing a torchvision model needs no transformers."""
 
-from pathlib import Path
-
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _modules_after(code: str) -> set[str]:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import json
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
+from testing import run_cli_process
 
 from ipu_autotune.problem import Config
-from testing import run_cli_process
 
 TRIALS = 5
 

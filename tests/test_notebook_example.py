@@ -4,13 +4,12 @@ a widget, the summary's HTML with memory bars, a best configuration that fits, t
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,9 +121,8 @@ def test_a_kernel_interrupt_stops_after_the_current_trial_and_returns_the_result
     """Interrupt the kernel (Jupyter's stop button: SIGINT to the kernel) while tune runs in a cell."""
     import time
 
-    from jupyter_client.manager import start_new_kernel
-
     import workers_helpers as wh
+    from jupyter_client.manager import start_new_kernel
 
     db = tmp_path / "s.db"
     km, kc = start_new_kernel(kernel_name=_kernel_spec(tmp_path, monkeypatch), cwd=str(tmp_path))

@@ -6,15 +6,15 @@ real torch.optim steps applied to FP16 weights, never the module's own histogram
 
 from __future__ import annotations
 
-from typing import Any
-
 import copy
 import json
+from typing import Any
 
 import pytest
 import torch
 from numerics_models import BareMatmul, ScaledMLP, SmallCNN
 from rich.console import Console
+from testing import NUMERICS_CNN_SGD as PROBLEM
 from torch import nn
 from torch.nn import functional as F
 
@@ -34,7 +34,6 @@ from ipu_autotune.numerics.statistics import collect_gradient_stats
 from ipu_autotune.numerics.stochastic_rounding import SR_THRESHOLD, stochastic_rounding_advice
 from ipu_autotune.numerics.view import render
 from ipu_autotune.problem import Config, Problem
-from testing import NUMERICS_CNN_SGD as PROBLEM
 
 FP16_MAX = 65504.0
 TINY = 2.0**-24  # smallest FP16 subnormal
@@ -147,7 +146,7 @@ def simulated_lost_fraction(model: nn.Module, data: Any, optimizer: str, lr: flo
     F.cross_entropy(ref(x.double()), y).backward()
     opt.step()
     lost = changed = 0
-    for p0, p1, p32 in zip(before, ref.parameters(), model.parameters()):
+    for p0, p1, p32 in zip(before, ref.parameters(), model.parameters(), strict=True):
         u = p1.detach() - p0
         w16 = p32.detach().half()
         same = (w16.double() + u).half() == w16

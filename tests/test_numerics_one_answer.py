@@ -4,13 +4,11 @@ baseline (`resnet101 --batch-size 64`), not the precision move's defaults (1024,
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import re
+from typing import Any
 
 import pytest
-
 from testing import run_cli, sqlite_url
 
 from ipu_autotune.numerics.answer import NumericsAdvice

@@ -15,10 +15,9 @@ Both MLM heads are tied to the word embedding, which is not what decides it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_hf_configs import CONFIGS, FFN, HEADS, HIDDEN, VOCAB, offline  # noqa: F401 (offline: autouse fixture)
@@ -26,9 +25,9 @@ from transformers import AutoConfig
 
 from ipu_autotune.guide.warmstart import naive_baseline
 from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.optimum_placement import SKIPPED_INDEX
 from ipu_autotune.profiles.placement import optimum_checkpoints
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.profiles.optimum_placement import SKIPPED_INDEX
 from ipu_autotune.rules.optimum_target import PIPELINED, unexpressible
 
 DISTILBERT = dict(

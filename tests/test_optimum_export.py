@@ -8,10 +8,9 @@ back (tests/optimum_reading.py), field by field.
 
 from __future__ import annotations
 
-from typing import Any
-
 import ast
 import json
+from typing import Any
 
 import pytest
 from conftest_fake_sdk import fake_sdk
@@ -25,16 +24,16 @@ from ipu_autotune.export.ipu_config import NotAnIPUConfig, ipu_config
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.export.trainer import render_trainer
 from ipu_autotune.models.hf import build_hf_model
+from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.placement import optimum_checkpoints
 from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.rules.cross_field import check_problem, violations
 from ipu_autotune.rules.optimum_target import (
     ENGINE_OPTIONS,
     PATTERNS,
     POPART_OPTIONS,
     serialization_factors,
 )
-from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules.cross_field import check_problem, violations
-from ipu_autotune.profiles.placement import optimum_checkpoints
 
 #: IPUTrainingArguments' own fields (optimum/graphcore/training_args.py) that a block may use,
 #: and transformers' TrainingArguments fields it inherits that the block uses

@@ -15,9 +15,8 @@ as tests/optimum_reading.read_module_ipus reads it back; the PopTorch target kee
 
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import pytest
 from optimum_reading import read_ipu_config, read_module_ipus

@@ -9,13 +9,11 @@ PipelinedViTForImageClassification.parallelize.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import ast
 import dataclasses
 import json
+from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -26,9 +24,9 @@ from ipu_autotune.export.ipu_config import ipu_config
 from ipu_autotune.export.trainer import render_trainer
 from ipu_autotune.guide.warmstart import naive_baseline
 from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.optimum_placement import optimum_placed
 from ipu_autotune.profiles.placement import optimum_checkpoints
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.profiles.optimum_placement import optimum_placed
 from ipu_autotune.rules.optimum_target import unexpressible
 from ipu_autotune.search.space import SearchSpace
 

@@ -4,20 +4,19 @@ cli.py and options/parser.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import ipu_autotune
 from ipu_autotune import cli
-from ipu_autotune.options.parser import options_from
 from ipu_autotune.errors import UsageError
 from ipu_autotune.options import OPTIONS, EstimateOptions, TuneOptions
 from ipu_autotune.options.keywords import from_keywords, with_keywords
+from ipu_autotune.options.parser import options_from
 
 PACKAGE_DIR = Path(ipu_autotune.__file__).parent
 

@@ -16,22 +16,20 @@ in a schema of its own in that database (the suite needs an empty storage; the U
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
-from pathlib import Path
-
 import pickle
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from optuna.testing.pytest_storages import StorageTestCase
+from testing import NO_POSTGRES, POSTGRES_URL
 
 from ipu_autotune.errors import UsageError
 from ipu_autotune.study.parallel import check_jobs
 from ipu_autotune.study.storage import heartbeat_interval, open_storage, set_heartbeat
-from testing import NO_POSTGRES, POSTGRES_URL
 
 pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 

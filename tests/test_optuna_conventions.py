@@ -4,19 +4,18 @@ that fits, readable parameter names, the complete Config in one user attribute."
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import io
 import json
 import re
+from pathlib import Path
+from typing import Any
 from wsgiref.util import setup_testing_defaults
 
 import optuna
 import optuna_dashboard  # the test extra: optuna-dashboard from the package index
 import pytest
 from optuna.trial import TrialState
+from testing import STUDY, TUNE, finished_study
 
 from ipu_autotune.cli import main
 from ipu_autotune.problem import Config
@@ -27,7 +26,6 @@ from ipu_autotune.study.records import (
     records,
     trial_attrs,
 )
-from testing import STUDY, TUNE, finished_study
 
 pytestmark = pytest.mark.slow
 #: what parameter names looked like before: internal keys, no longer written

@@ -4,15 +4,13 @@ fit, against a tile's memory; advice that never sends a user to hardware that is
 
 from __future__ import annotations
 
-from typing import Any
-
 import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from testing import run_cli
 
 from ipu_autotune.guide import nofit

@@ -4,15 +4,14 @@ command it prints opens a study of the very problem it planned."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import html
 import json
 import shlex
+from itertools import pairwise
+from typing import Any
 
 import optuna
 import pytest
-
 from testing import run_cli, run_cli_stdout
 
 from ipu_autotune.options import DEFAULT_TRIALS
@@ -217,7 +216,7 @@ def test_no_size_fits_where_a_larger_one_does_not_and_a_rising_tile_says_why(
     write_configs(in_tmp)
     rows = planning.plan(Problem(f"hf:{name}", batch, seq_len=seq), 0.05, 0.9, trials=FEW_TRIALS)
     assert rows
-    for smaller, larger in zip(rows, rows[1:]):
+    for smaller, larger in pairwise(rows):
         if smaller.fits:  # what fits on N IPUs fits on 2N, at a micro-batch at least as large
             assert larger.fits and larger.micro_batch >= smaller.micro_batch, (
                 name,

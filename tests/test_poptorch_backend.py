@@ -6,8 +6,6 @@ at a time, in a module-scoped fixture; each test then checks one of them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import subprocess
@@ -16,6 +14,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest_fake_sdk import SMALL_CNN, fake_env

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
-
 from conftest_fake_sdk import SMALL_CNN, fake_env
 
 from ipu_autotune.study.records import trial_attrs

@@ -11,22 +11,20 @@ Models are traced once (profile_for caches); example counts stay modest (< 60 s 
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import json
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings, strategies as st
 
-from ipu_autotune.export import tomlio
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.export import tomlio
 from ipu_autotune.knob_spec import EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES
 from ipu_autotune.parsing import OPTIMIZERS, TARGETS
 from ipu_autotune.problem import Config, Problem, load_config_file
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 

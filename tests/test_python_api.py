@@ -4,8 +4,6 @@ the result's exports; a model object through the PopTorch backend's compile proc
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import signal
@@ -13,17 +11,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 import torch
 from conftest_fake_sdk import SMALL_CNN, SmallCNN, fake_env, fake_sdk
+from testing import run_cli
 from torch import nn
 
 import ipu_autotune
 from ipu_autotune import api, cli
 from ipu_autotune.errors import UsageError
-from testing import run_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -405,8 +404,8 @@ def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(
 
     from rich.console import Console
 
-    from ipu_autotune.present import ui
     from ipu_autotune.backends.base import Measurement
+    from ipu_autotune.present import ui
     from ipu_autotune.problem import Config
     from ipu_autotune.study.records import TrialRecord
 

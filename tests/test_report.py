@@ -3,24 +3,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
+from png_pixels import colours, read_png
+from testing import STUDY, TUNE, finished_study
 
 from ipu_autotune.backends.base import Measurement
 from ipu_autotune.cli import main
 from ipu_autotune.report import gather, render
 from ipu_autotune.study.records import ATTR_RECORD, records, stored_problem, trial_attrs
-from png_pixels import colours, read_png
-from testing import STUDY, TUNE, finished_study
 
 pytestmark = pytest.mark.slow
 #: an element that would fetch from the network when the page opens

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import argparse
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
-
 from testing import run_cli, sqlite_url
 
 from ipu_autotune.backends.base import Measurement

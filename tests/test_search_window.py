@@ -3,22 +3,21 @@ the estimator's error config by config."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import optuna
 import pytest
-from optuna.trial import TrialState, create_trial
 from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+from testing import RESNET50_4IPU_SGD as PROBLEM
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.guide.corrected import CorrectedModel, observe
+from ipu_autotune.guide.warmstart import Screen, naive_baseline
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.window import WindowedTPESampler, windowed
 from ipu_autotune.study.records import create_sampler
-from ipu_autotune.guide.warmstart import Screen, naive_baseline
-from testing import RESNET50_4IPU_SGD as PROBLEM
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 

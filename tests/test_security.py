@@ -10,24 +10,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import ast
 import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
-
 import workers_helpers as wh
-from ipu_autotune.study import records as st
+from testing import RESNET18 as PROBLEM
+
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.cli import main
 from ipu_autotune.problem import Config
+from ipu_autotune.study import records as st
 from ipu_autotune.study.storage import mask_url
-from testing import RESNET18 as PROBLEM
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 GOOD = Config(precision="16.16", ipus_per_replica=2, splits=("layer3",), gradient_accumulation=3)

@@ -1,15 +1,14 @@
 """Search spaces: every sampled config is valid; enqueued configs replay exactly."""
 
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 
 from ipu_autotune.errors import UsageError
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace, family
 

@@ -6,22 +6,20 @@ The issue's own space files, on a full study in-process: every trial of every or
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from pathlib import Path
-
-import json
-
 import pytest
+from testing import RESNET18_CIFAR_4IPU as PROBLEM
 
 from ipu_autotune.cli import main
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config
-from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study.runner import Runner
-from ipu_autotune.study.records import _RandomAnswers
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
-from testing import RESNET18_CIFAR_4IPU as PROBLEM
+from ipu_autotune.problem import Config
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study.records import _RandomAnswers
+from ipu_autotune.study.runner import Runner
 
 
 def tune(tmp_path: Path, space_text: str, *extra: str) -> list[dict[str, Any]]:

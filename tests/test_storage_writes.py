@@ -4,10 +4,8 @@ the trial record is read in both its layouts."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
-
+from typing import Any
 
 import optuna
 import pytest
@@ -15,16 +13,16 @@ import sqlalchemy
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
+from testing import RESNET18_CIFAR_1IPU as PROBLEM
 
 from ipu_autotune.backends.estimate import EstimateBackend
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.study.runner import Runner
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.search.window import WindowedTPESampler
-from ipu_autotune.study.storage import open_storage
 from ipu_autotune.study.records import ATTR_RECORD, TrialRecord, enqueue, open_study
-from ipu_autotune.guide.warmstart import naive_baseline, proposals
-from testing import RESNET18_CIFAR_1IPU as PROBLEM
+from ipu_autotune.study.runner import Runner
+from ipu_autotune.study.storage import open_storage
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),

@@ -3,23 +3,22 @@ parameters charged where they are read (tied ones once), and the must-show tunin
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torchvision
+from testing import run_cli_process, run_cli_stdout
 from torch import nn
 
 from ipu_autotune.errors import UsageError
 from ipu_autotune.models.hf import ARCHITECTURES, build_hf_model, layer_count, layer_stacks
 from ipu_autotune.models.inputs import parse_input, parse_inputs
-from ipu_autotune.profiles.trace import profile_for, trace_model
 from ipu_autotune.problem import Problem, load_config_file
-from testing import run_cli_process, run_cli_stdout
+from ipu_autotune.profiles.trace import profile_for, trace_model
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:

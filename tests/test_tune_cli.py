@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import subprocess
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
+from testing import run_cli_process
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.problem import Config, Problem
-from testing import run_cli_process
 
 #: the workshop's final configuration, async data loader included (seed-epoch-ga8-di4-8bit-async)
 HAND_TUNED = Config(
@@ -108,7 +107,9 @@ def test_default_run_json_carries_the_error_bars(default_run: Any) -> None:
     assert low < best["throughput"] < high
     assert all(
         lo <= t <= hi
-        for (lo, hi), t in zip(best["max_tile_bytes_interval"], best["max_tile_bytes"])
+        for (lo, hi), t in zip(
+            best["max_tile_bytes_interval"], best["max_tile_bytes"], strict=True
+        )
     )
     assert base["straddles_tile_limit"] is True  # 108% of a tile, inside the CNN band's reach
     cap = best["tile_capacity_bytes"]  # the best may sit near the line among host-bound ties

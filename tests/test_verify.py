@@ -3,11 +3,9 @@ the verdict on scikit-learn's bundled digits, for the tuner's recipe and three b
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,12 +15,12 @@ pytest.importorskip("sklearn")
 import ipu_autotune
 from ipu_autotune import cli
 from ipu_autotune.export import python as export_python
+from ipu_autotune.models.zoo import build_model
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.verification import emulation, recipe as verify_recipe
 from ipu_autotune.verification.check import plan, run_check
 from ipu_autotune.verification.samples import read_samples
 from ipu_autotune.verification.verdict import EXIT_FAILED_CHECK
-from ipu_autotune.models.zoo import build_model
 
 DIGITS = "verify_models:digits"
 SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]

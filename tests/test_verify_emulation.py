@@ -9,10 +9,10 @@ import copy
 import pytest
 import torch
 from torch import nn
+from verify_models import AttentionBlock
 
 from ipu_autotune.problem import Config
 from ipu_autotune.verification import emulation
-from verify_models import AttentionBlock
 
 #: the block's q and k weights: at this spread about 1 % of its unscaled attention scores pass 65504
 QK_STD = 12.0

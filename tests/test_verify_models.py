@@ -6,15 +6,15 @@ caught; bad data is bad input (exit 2, one line, nothing stored)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("sklearn")
+
+from testing import run_cli
 
 import ipu_autotune
 from ipu_autotune.models.zoo import build_model
@@ -22,7 +22,6 @@ from ipu_autotune.problem import Config, Problem
 from ipu_autotune.verification.check import plan, run_check
 from ipu_autotune.verification.samples import read_samples
 from ipu_autotune.verification.verdict import ATTR_VERIFY, EXIT_FAILED_CHECK, EXIT_INCONCLUSIVE
-from testing import run_cli
 
 DIGITS = "verify_models:digits"
 SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]

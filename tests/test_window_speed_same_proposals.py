@@ -5,9 +5,8 @@ finished trial at every ask (`windowed`, the definition)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import random
+from typing import Any
 
 import optuna
 import pytest

@@ -4,15 +4,14 @@ workshop study, and storage URLs. Importable as `testing` (conftest.py puts test
 
 from __future__ import annotations
 
-
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from conftest_fake_sdk import SMALL_CNN
+
 from ipu_autotune.cli import main
 from ipu_autotune.problem import Problem
 

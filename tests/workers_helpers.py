@@ -11,8 +11,6 @@ The model is importable by the CLI as "workers_helpers:tiny_cnn" (tests/ on PYTH
 
 from __future__ import annotations
 
-from typing import Any
-
 import argparse
 import os
 import sqlite3
@@ -20,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -176,13 +175,13 @@ def worker(argv: list[str] | None = None) -> int:
 
     import optuna
 
-    from ipu_autotune.study import records as st
-    from ipu_autotune.study.runner import Runner
-    from ipu_autotune.profiles.trace import profile_for
-    from ipu_autotune.search.space import SearchSpace
-    from ipu_autotune.study.storage import HEARTBEAT_INTERVAL_S, open_storage
     from ipu_autotune.guide.proposal import Proposal
     from ipu_autotune.guide.warmstart import naive_baseline
+    from ipu_autotune.profiles.trace import profile_for
+    from ipu_autotune.search.space import SearchSpace
+    from ipu_autotune.study import records as st
+    from ipu_autotune.study.runner import Runner
+    from ipu_autotune.study.storage import HEARTBEAT_INTERVAL_S, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     p = problem()

@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -39,8 +40,8 @@ from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.targets import get_target
 from ipu_autotune.models.hf import jit_like_tracing
 from ipu_autotune.models.inputs import DTYPES
-from ipu_autotune.profiles.trace import trace_module
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import trace_module
 
 from . import enums, optim
 from .ops import block_annotations, checkpointed_modules, serialized_matmuls
@@ -484,7 +485,7 @@ def _forward_stages(profile, blocks) -> int:
     before the first block runs on IPU0, and a block that returns to an IPU starts a new stage."""
     position = {p: i for i, p in enumerate(profile.module_order)}
     ipus = [0] + [ipu for _, ipu in sorted((position[p], ipu) for ipu, p in blocks)]
-    return 1 + sum(a != b for a, b in zip(ipus, ipus[1:]))
+    return 1 + sum(a != b for a, b in pairwise(ipus))
 
 
 def _traced_root(model):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import List
 
 import torch
 
@@ -48,7 +47,7 @@ def removeBlocks(module) -> None:
         )
 
 
-def recomputationCheckpoint(*tensors: List[torch.Tensor]):
+def recomputationCheckpoint(*tensors: list[torch.Tensor]):
     if len(tensors) == 1 and isinstance(tensors[0], (tuple, list)):
         return type(tensors[0])(recomputationCheckpoint(*tensors[0]))
     out = []
