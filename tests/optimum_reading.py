@@ -131,8 +131,9 @@ def read_module_ipus(
 
 def read_snippet(
     poptorch: Any, snippet: str, model: Any, layers: list[str], head: str, batch: Any
-) -> tuple[Placement, object]:
-    """(placement, options) of the snippet's TrainingModel as the fake PopTorch compiles it."""
+) -> tuple[Placement, Any]:
+    """(placement, options) of the snippet's TrainingModel as the fake PopTorch compiles it (the
+    fake SDK is untyped, as the SDK is)."""
     from poptorch import ops
 
     ns: dict[str, Any] = {}

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from testing import not_none
 
 from ipu_autotune.backends.base import Measurement
 from ipu_autotune.backends.estimate import EstimateBackend, error_bars as eb
@@ -44,6 +45,7 @@ def _tool() -> Any:
     spec = importlib.util.spec_from_file_location(
         "error_bars_tool", ROOT / "tools" / "error_bars.py"
     )
+    assert spec is not None and spec.loader is not None  # a .py file that is there
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -158,16 +160,18 @@ def test_every_estimate_carries_error_bars_around_its_figures() -> None:
     backend = EstimateBackend()
     for config in (_baseline(), FITTING):
         m = backend.measure(WORKSHOP, config)
-        for (lo, hi), tile in zip(m.max_tile_bytes_interval, m.max_tile_bytes, strict=True):
+        tiles, required = not_none(m.max_tile_bytes_interval), not_none(m.required_bytes_interval)
+        for (lo, hi), tile in zip(tiles, m.max_tile_bytes, strict=True):
             assert lo <= tile <= hi and lo < hi
-        for (lo, hi), req in zip(m.required_bytes_interval, m.required_bytes, strict=True):
+        for (lo, hi), req in zip(required, m.required_bytes, strict=True):
             assert lo <= req <= hi
-        lo, hi = m.throughput_interval
-        assert lo < m.throughput < hi and math.log(hi / m.throughput) == pytest.approx(
+        slow, fast = not_none(m.throughput_interval)
+        speed = not_none(m.throughput)
+        assert slow < speed < fast and math.log(fast / speed) == pytest.approx(
             eb.THROUGHPUT_LOG_WIDTH["all"]
         )
-        lo, hi = m.device_throughput_interval
-        assert lo < m.device_throughput < hi
+        slow, fast = not_none(m.device_throughput_interval)
+        assert slow < not_none(m.device_throughput) < fast
         again = Measurement.from_dict(json.loads(json.dumps(m.to_dict())))
         assert (
             again.max_tile_bytes_interval == m.max_tile_bytes_interval
@@ -200,7 +204,7 @@ def test_families_take_their_own_memory_band_on_all_but_the_exact_bytes() -> Non
     from ipu_autotune.backends.estimate.memory import EXACT
 
     cnn = EstimateBackend().measure(WORKSHOP, _baseline())
-    lo, hi = cnn.max_tile_bytes_interval[0]
+    lo, hi = not_none(cnn.max_tile_bytes_interval)[0]
     exact = sum(cnn.breakdown[0][c] for c in EXACT) / 1472  # the baseline has no I/O tiles
     assert 0 < exact < cnn.max_tile_bytes[0]
     rest = cnn.max_tile_bytes[0] - exact

@@ -6,7 +6,7 @@ from typing import Any
 
 import optuna
 import pytest
-from testing import RESNET50_4IPU_SGD as PROBLEM
+from testing import RESNET50_4IPU_SGD as PROBLEM, not_none
 
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import estimate
@@ -110,14 +110,14 @@ def test_the_guides_climb_sees_the_corrected_model() -> None:
     model = CorrectedModel(
         screen, observe(screen, [(config, HiddenIPU().measure(PROBLEM, config))]), 0.05
     )
-    seen = CorrectedScreen(model)(config)
-    j = model.judge(config)
+    seen = not_none(CorrectedScreen(model)(config))
+    j = not_none(model.judge(config))
     assert seen.throughput == j.throughput and seen.feasible == j.fits
     # 25 % more memory than the nominal estimate says: the learnt mean shows it. The compiled
     # program's own tiles are known; a config whose tiles differ gets the margin for the
     # model's spread on top of its learnt mean.
-    nominal = max(screen(config).max_tile_bytes)
-    cap = screen(config).tile_capacity_bytes
+    nominal = max(not_none(screen(config)).max_tile_bytes)
+    cap = not_none(screen(config)).tile_capacity_bytes
     assert 1.25 * nominal * 0.98 <= j.busiest * cap <= 1.25 * nominal * 1.02
     assert max(seen.max_tile_bytes) == pytest.approx(j.busiest * cap, rel=1e-3)
     other = next(
@@ -125,8 +125,8 @@ def test_the_guides_climb_sees_the_corrected_model() -> None:
         for _, c in screen.candidates(space, config)
         if memory_distance(c, config) > 0 and model.judge(c) is not None
     )
-    mean = model.judge(other).busiest * cap
-    assert mean < max(CorrectedScreen(model)(other).max_tile_bytes) <= mean * 1.1
+    mean = not_none(model.judge(other)).busiest * cap
+    assert mean < max(not_none(CorrectedScreen(model)(other)).max_tile_bytes) <= mean * 1.1
 
 
 def _compiled(throughput: Any, oom: Any = False) -> Any:
@@ -222,17 +222,17 @@ def test_a_layouts_compiles_set_its_prior() -> None:
             PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05
         )
     ]
-    by_layout: dict[str, Any] = {}
+    by_layout: dict[tuple[Any, ...], Any] = {}
     for c in items:
-        if screen(c) is not None and screen(c).feasible:  # a compile that ran: it has a speed
+        if (m := screen(c)) is not None and m.feasible:  # a compile that ran: it has a speed
             by_layout.setdefault(layout(c), c)
     assert len(by_layout) >= 2, "the proposals should span two IPU layouts"
     (a, ca), (b, cb) = list(by_layout.items())[:2]
     slow, fast = -0.7, 0.0  # layout a measured at half the estimate; layout b as estimated
 
     def measured(c: Any, log_ratio: Any) -> Any:
-        m = replace(screen(c), source="compile")
-        return c, replace(m, throughput=m.throughput * math.exp(log_ratio))
+        m = replace(not_none(screen(c)), source="compile")
+        return c, replace(m, throughput=not_none(m.throughput) * math.exp(log_ratio))
 
     model = CorrectedModel(screen, observe(screen, [measured(ca, slow), measured(cb, fast)]), 0.05)
     # a config of layout a that shares few knobs with the compiled one
@@ -255,8 +255,8 @@ def test_a_layouts_compiles_set_its_prior() -> None:
     ]
     far = next((c for move in moves if screen(c := ca.replace(**move)) is not None), None)
     assert far is not None, "no config three knobs from the compiled one passes the rules"
-    nominal = screen(far).throughput
-    corrected = model.judge(far).throughput
+    nominal = not_none(not_none(screen(far)).throughput)
+    corrected = not_none(model.judge(far)).throughput
     assert corrected < nominal * math.exp(
         (slow + fast) / 2
     )  # nearer the layout's error than the mean
@@ -299,7 +299,7 @@ def test_the_first_round_of_parallel_workers_does_not_bet_everything_on_one_edge
     }
     assert len(loads) == len(bets) and max(loads.values()) <= 1.0
     assert len({layout(c) for c in bets}) >= 2, "every bet in one layout"
-    fastest = max(bets, key=lambda c: nominal(c).throughput)
+    fastest = max(bets, key=lambda c: not_none(not_none(nominal(c)).throughput))
     assert any(layout(c) != layout(fastest) and loads[c] <= loads[fastest] - 0.05 for c in bets)
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from test_guide_learns import Judged
+from test_guide_learns import Judged, named
 from testing import RESNET50_4IPU_SGD as PROBLEM
 
 from ipu_autotune.backends.estimate import estimate
@@ -104,11 +104,11 @@ def test_a_gain_within_the_learnt_noise_is_worth_nothing() -> None:
         speed_noise = 0.03
 
     model = Noisy({"best": (100.0, 1.0), "twin": (101.5, 1.0), "far": (99.0, 1.0)}, sd=0.01)
-    line = bar(model, [("best", 100.0)])
+    line = bar(model.as_model(), [(named("best"), 100.0)])
     assert line == pytest.approx(100.0 * math.exp(0.03))
-    sure_twin = expected_improvement(model, "twin", line)
+    sure_twin = expected_improvement(model.as_model(), named("twin"), line)
     model.sd = 0.15  # "far": a region nothing was compiled in
-    unsure_far = expected_improvement(model, "far", line)
+    unsure_far = expected_improvement(model.as_model(), named("far"), line)
     assert sure_twin < 1e-3 < unsure_far
 
 
@@ -123,8 +123,10 @@ def test_two_candidates_within_the_noise_are_ranked_by_their_spread_beyond_it() 
             return {"a": 0.02, "b": 0.06}.get(config, 0.02)
 
     model = Noisy({"best": (100.0, 1.0), "a": (101.0, 1.0), "b": (100.0, 1.0)}, sd=0.02)
-    line = bar(model, [("best", 100.0)])
-    assert expected_improvement(model, "b", line) > 2 * expected_improvement(model, "a", line)
+    line = bar(model.as_model(), [(named("best"), 100.0)])
+    assert expected_improvement(model.as_model(), named("b"), line) > 2 * expected_improvement(
+        model.as_model(), named("a"), line
+    )
     # the rule at the measured best (no noise) would have ranked "a" by its 1 % alone
-    plain = bar(model, [("best", 100.0)]) / math.exp(0.03)
-    assert expected_improvement(model, "a", plain) > 0.003
+    plain = bar(model.as_model(), [(named("best"), 100.0)]) / math.exp(0.03)
+    assert expected_improvement(model.as_model(), named("a"), plain) > 0.003

@@ -16,24 +16,20 @@ import pytest
 from conftest_fake_sdk import fake_sdk
 from optimum_reading import read_ipu_config, read_snippet, token_batch
 from test_transformers import cli
-from testing import run_cli_stdout
+from testing import not_none, run_cli_stdout
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.errors import UsageError
 from ipu_autotune.export.ipu_config import NotAnIPUConfig, ipu_config
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.export.trainer import render_trainer
+from ipu_autotune.knob_spec import projection_factors as serialization_factors
 from ipu_autotune.models.hf import build_hf_model
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.placement import optimum_checkpoints
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import check_problem, violations
-from ipu_autotune.rules.optimum_target import (
-    ENGINE_OPTIONS,
-    PATTERNS,
-    POPART_OPTIONS,
-    serialization_factors,
-)
+from ipu_autotune.rules.optimum_target import ENGINE_OPTIONS, PATTERNS, POPART_OPTIONS
 
 #: IPUTrainingArguments' own fields (optimum/graphcore/training_args.py) that a block may use,
 #: and transformers' TrainingArguments fields it inherits that the block uses
@@ -56,7 +52,9 @@ TRAINING_ARGUMENT_FIELDS = {
 
 BERT_MLM = Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=32, ipus=4)
 LAYERS = tuple(f"bert.encoder.layer.{i}" for i in range(12))
-FP16 = dict(precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half")
+FP16: dict[str, Any] = dict(
+    precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half"
+)
 PIPELINED = Config(
     **FP16,
     ipus_per_replica=4,
@@ -65,7 +63,7 @@ PIPELINED = Config(
 )
 
 
-def trainer_call(block: str) -> dict[str, ast.expr]:
+def trainer_call(block: str) -> dict[str | None, ast.expr]:
     call = next(
         n
         for n in ast.walk(ast.parse(block))
@@ -133,7 +131,9 @@ def test_recomputation_ipu_config_cannot_say_is_refused_with_the_reason() -> Non
 
 
 def test_optimum_target_runs_only_factors_its_serialized_linear_can() -> None:
-    optimum = lambda p: Problem(**{**p.to_dict(), "trainer": "optimum"})  # noqa: E731
+    def optimum(p: Problem) -> Problem:
+        return Problem(**{**p.to_dict(), "trainer": "optimum"})
+
     assert serialization_factors(optimum(BERT_MLM)) == (1, 2)  # 30,522 words, not padded
     assert serialization_factors(
         optimum(Problem("hf:roberta-base", 4, task="masked-lm", seq_len=32))
@@ -248,7 +248,7 @@ def test_the_estimate_assumes_ipu0_outside_the_overlapped_weight_update() -> Non
     )
     update = optimum_target.details["time_parts"]["weight_update"]
     assert update > poptorch_target.details["time_parts"]["weight_update"] > 0
-    assert optimum_target.step_time_s > poptorch_target.step_time_s
+    assert not_none(optimum_target.step_time_s) > not_none(poptorch_target.step_time_s)
     assert (
         optimum_target.required_bytes == poptorch_target.required_bytes
     )  # memory is not what changed

@@ -17,7 +17,7 @@ import optuna
 import pytest
 import torch
 from conftest_fake_sdk import SMALL_CNN, SmallCNN, fake_env, fake_sdk
-from testing import run_cli
+from testing import not_none, run_cli
 from torch import nn
 
 import ipu_autotune
@@ -33,7 +33,9 @@ def _in_tmp(in_tmp: Any) -> Any:
     return in_tmp
 
 
-FAST = dict(batch_size=8, input_shape=(3, 32, 32), num_classes=10, seed=3, quiet=True)
+FAST: dict[str, Any] = dict(
+    batch_size=8, input_shape=(3, 32, 32), num_classes=10, seed=3, quiet=True
+)
 
 
 class TinyNet(nn.Module):
@@ -66,11 +68,11 @@ def test_an_nn_module_instance_is_tuned_and_left_as_it_was(tmp_path: Path) -> No
     )
     assert result.study_name == "object-TinyNet-bs8-2ipu-mk2-3x32x32-num_classes10"
     assert [r.number for r in result.records] == [0, 1, 2, 3, 4]
-    assert result.baseline.number == 0 and result.baseline.origin.startswith("baseline")
-    assert (
-        result.best is not None and result.best.feasible and result.best_measurement.throughput > 0
-    )
-    assert result.best_measurement.throughput >= result.baseline.measurement.throughput
+    baseline = not_none(result.baseline)
+    assert baseline.number == 0 and baseline.origin.startswith("baseline")
+    assert result.best is not None and result.best.feasible
+    best = not_none(not_none(result.best_measurement).throughput)
+    assert best > 0 and best >= not_none(baseline.measurement.throughput)
     # the user's own model: never moved to meta, never trained
     assert all(p.device.type == "cpu" for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -100,8 +102,8 @@ def test_a_lambda_is_named_by_the_class_it_builds_and_resumes_the_instances_stud
     assert named.study_name.startswith("object-narrow-bs8")
     # the narrow model was traced as itself, not from the cached trace of TinyNet
     assert (
-        named.baseline.measurement.breakdown[0]["weights"]
-        < first.baseline.measurement.breakdown[0]["weights"]
+        not_none(named.baseline).measurement.breakdown[0]["weights"]
+        < not_none(first.baseline).measurement.breakdown[0]["weights"]
     )
     # the resume line a run prints for an object model is the Python call, and it resumes
     assert named.resume.startswith("ipu_autotune.tune(model, name='narrow', batch_size=8")
@@ -244,8 +246,9 @@ def test_options_is_a_real_poptorch_options_where_poptorch_imports(tmp_path: Pat
     with fake_sdk() as poptorch:
         opts = result.options()
         assert isinstance(opts, poptorch.Options)
-        assert opts.Training.gradient_accumulation == result.best_config.gradient_accumulation
-        assert opts.device_iterations == result.best_config.device_iterations
+        best = not_none(result.best_config)
+        assert opts.Training.gradient_accumulation == best.gradient_accumulation
+        assert opts.device_iterations == best.device_iterations
     # An IPUConfig is what optimum-graphcore's IPUTrainer trains: hf: models only (issue 24).
     with pytest.raises(UsageError, match="IPUTrainer trains hf: models"):
         result.ipu_config()
@@ -269,7 +272,7 @@ def test_ipu_config_of_an_hf_model_is_the_export_commands(
         trainer="optimum",
     )
     config = result.ipu_config(tmp_path / "ipu_config.json")
-    assert config["ipus_per_replica"] == result.best_config.ipus_per_replica
+    assert config["ipus_per_replica"] == not_none(result.best_config).ipus_per_replica
     assert json.loads((tmp_path / "ipu_config.json").read_text()) == config
     code, out, _ = _cli(
         capsys, "export", "--study", result.study_name, "--storage", url, "--format", "ipu-config"
@@ -358,7 +361,7 @@ def test_ctrl_c_stops_a_python_run_after_the_current_trial_and_returns_the_resul
     )
     try:
         deadline = time.monotonic() + 120
-        for line in proc.stdout:
+        for line in not_none(proc.stdout):
             if line.startswith("trial   3") or time.monotonic() > deadline:
                 break
         proc.send_signal(signal.SIGINT)
@@ -382,10 +385,10 @@ def test_the_readme_quick_start_shows_the_command_and_the_same_call_in_three_lin
         .read_text()
         .split("## Install and run")[0]
     )
-    command = re.search(r"```\n(ipu-autotune [^\n]+)\n```", quick).group(1)
-    lines = re.search(r"```python\n(.*?)```", quick, re.S).group(1).strip().splitlines()
+    command = not_none(re.search(r"```\n(ipu-autotune [^\n]+)\n```", quick)).group(1)
+    lines = not_none(re.search(r"```python\n(.*?)```", quick, re.S)).group(1).strip().splitlines()
     assert len(lines) == 3 and lines[0] == "import ipu_autotune"
-    call = re.search(r"result = ipu_autotune\.tune\((.*?)\)", lines[1]).group(1)
+    call = not_none(re.search(r"result = ipu_autotune\.tune\((.*?)\)", lines[1])).group(1)
     model, keywords = eval(f"(lambda model, **keywords: (model, keywords))({call})")
     from ipu_autotune.options.keywords import from_keywords
     from ipu_autotune.options.parser import options_from
@@ -393,7 +396,7 @@ def test_the_readme_quick_start_shows_the_command_and_the_same_call_in_three_lin
     assert from_keywords("tune", model, keywords) == options_from(
         cli.build_parser().parse_args(["tune", *command.split()[1:]])
     )
-    assert re.match(r"result\.(\w+)\(\)", lines[2]).group(1) in dir(TuneResult)
+    assert not_none(re.match(r"result\.(\w+)\(\)", lines[2])).group(1) in dir(TuneResult)
 
 
 def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(

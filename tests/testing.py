@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from conftest_fake_sdk import SMALL_CNN
@@ -16,6 +17,16 @@ from ipu_autotune.cli import main
 from ipu_autotune.problem import Problem
 
 TESTS = Path(__file__).resolve().parent
+
+T = TypeVar("T")
+
+
+def not_none(value: T | None) -> T:
+    """`value`, which the test's premise says is there (a measurement, a judgement, a fit): the
+    check that lets the type checker follow, and a failure that names the broken premise."""
+    assert value is not None, "expected a value, got None"
+    return value
+
 
 # --- problems -------------------------------------------------------------------------------------
 
