@@ -59,7 +59,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -76,10 +76,12 @@ from common import (
     fmt_count,
     markdown_table,
     median,
+    not_none,
     quantile,
 )
 from simulated_workers import run_workers
 
+from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
@@ -161,6 +163,9 @@ class Run:
     durations: list[float] = field(default_factory=list)
     #: per compile, the guide's chance to fit when it proposed it (None: not the guide's)
     chances: list[float | None] = field(default_factory=list)
+    #: the guided strategies' best fitting config, set after the run (absent for the others, so
+    #: their saved runs are as before)
+    best_config: Config | None = field(init=False, repr=False, compare=False)
 
 
 def _study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -194,8 +199,9 @@ def run_strategy(
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
     start = time.perf_counter()
-    backend = oracle
-    screen = guide = None
+    backend: Backend = oracle
+    screen: ScreenedBackend | None = None
+    guide: Guide | None = None
     if strategy == "random":
         study = _study(optuna.samplers.RandomSampler(seed=seed))
         st.enqueue(study, space, problem, profile, [Proposal(baseline, "baseline")])
@@ -241,7 +247,11 @@ def run_strategy(
         run.screened = screen.compiles_saved
         run.seconds = time.perf_counter() - start
         run.best_config = max(
-            ((r.measurement.throughput, r.config) for r in st.records(study) if r.feasible),
+            (
+                (not_none(r.measurement.throughput), r.config)
+                for r in st.records(study)
+                if r.feasible
+            ),
             key=lambda t: t[0],
             default=(None, None),
         )[1]
@@ -338,7 +348,10 @@ class _Calibrate:
         self.measured.append((rec.config, rec.measurement))
         correction = memory_correction(self.problem, self.profile, self.measured, NOMINAL)
         corrected = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * correction)
-        self.screen.estimator.constants = corrected
+        # the screen's estimator (this read `.estimator`, which ScreenedBackend never had)
+        estimator = self.screen.screen
+        assert isinstance(estimator, EstimateBackend)
+        estimator.constants = corrected
         if len(self.measured) > 1:
             return
         with _pair_climb(self.better_climb):
@@ -404,10 +417,11 @@ def best_known(
         profile,
         [Proposal(baseline, "baseline")] + [Proposal(c, "climb") for c in dict.fromkeys(climbed)],
     )
-    recs = Runner(study, problem, profile, space, _Uncounted(oracle)).run(trials)
+    uncounted = cast(Backend, _Uncounted(oracle))  # it answers every attribute as the oracle
+    recs = Runner(study, problem, profile, space, uncounted).run(trials)
     fits = sorted(
         (r for r in recs if r.feasible and r.origin == "sampled"),
-        key=lambda r: -r.measurement.throughput,
+        key=lambda r: -not_none(r.measurement.throughput),
     )
     for r in fits[:1]:
         consider(r.config, f"tpe{trials}")
@@ -639,7 +653,7 @@ def report(
     for key in keys:
         rs = [r for r in results if r["problem"] == key]
         refs = [r["reference"] for r in rs if r["reference"]]
-        sources = {}
+        sources: dict[str, int] = {}
         for r in rs:
             sources[r["reference_source"]] = sources.get(r["reference_source"], 0) + 1
         rows.append(
@@ -828,7 +842,8 @@ def _reachable(result: dict[str, Any], budget: int) -> float:
     if math.isinf(one):
         return math.inf
     bests = {float(k): v for k, v in (result.get("class_bests") or {}).items()}
-    return reachable_minutes(bests, result["runs"], result["reference"], NEAR) / one
+    minutes: float = reachable_minutes(bests, result["runs"], result["reference"], NEAR)
+    return minutes / one
 
 
 def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[str]) -> str:
@@ -956,14 +971,14 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
         for r in results
         if r["reference"] and "ipu-autotune" in r["runs"] and "ipu-autotune --jobs 4" in r["runs"]
     ]
-    reachable = [
+    floors_reached = [
         _reachable(r, budget)
         for r in results
         if r["reference"] and "ipu-autotune" in r["runs"] and "ipu-autotune --jobs 4" in r["runs"]
     ]
     kept = [
         (one, four, rf)
-        for (one, four), rf in zip(runs, reachable, strict=True)
+        for (one, four), rf in zip(runs, floors_reached, strict=True)
         if not math.isinf(one["near_minutes"])
     ]
     if kept:

@@ -62,7 +62,7 @@ def small_cnn(num_classes: int = 10) -> nn.Module:
     return SmallCNN(num_classes)
 
 
-def fake_env(**extra: str) -> dict[str, str]:
+def fake_env(**extra: object) -> dict[str, str]:
     """The `env` for PopTorchBackend: the fake SDK and this folder importable by the child."""
     env = {"PYTHONPATH": os.pathsep.join([str(FAKE_SDK), str(TESTS)])}
     env.update({k: str(v) for k, v in extra.items()})

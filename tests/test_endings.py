@@ -10,11 +10,12 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from rich.console import Console
-from testing import run_cli, run_cli_process
+from testing import not_none, run_cli, run_cli_process
 
 from ipu_autotune.backends.base import Measurement
 from ipu_autotune.export.python import render_snippet
@@ -136,7 +137,7 @@ def test_stars_count_the_whole_study_after_a_resume() -> None:
     view = TuneView(console, total=2, earlier=earlier)
     slower = _record(2, 300.0)
     view(slower)
-    assert not view.table.is_best(slower) and view.table.best.number == 1
+    assert not view.table.is_best(slower) and not_none(view.table.best).number == 1
     assert "★" not in view.table.line(slower)
     faster = _record(3, 900.0)
     view(faster)
@@ -169,7 +170,7 @@ def test_study_name_names_every_problem_field_that_differs_from_its_default() ->
     assert Extended("resnet101", 64, dataset_size=50000).slug.endswith("-dataset_size50000")
     with_host = Extended("resnet101", 64, host={"workers": 8, "loader": "async"}).slug
     assert with_host.startswith(base.slug + "-host-") and " " not in with_host
-    changed = {
+    changed: dict[str, Any] = {
         "ipus": 4,
         "target": "bow",
         "input_shape": (3, 32, 32),

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from conftest_fake_sdk import SMALL_CNN, fake_env, fake_sdk
+from testing import not_none
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.export.python import render_snippet
@@ -83,9 +84,9 @@ def test_workers_speed_up_the_host_and_cost_buffers() -> None:
 
 def test_every_estimate_carries_end_to_end_fields() -> None:
     m = EstimateBackend().measure(WORKSHOP, WORKSHOP_FINAL)
-    assert m.throughput < m.device_throughput
+    assert not_none(m.throughput) < not_none(m.device_throughput)
     assert m.samples_per_call == 64 * 8 * 4 and m.host_bytes_per_call == 2048 * (3 * 64 * 64 + 8)
-    assert m.bottleneck in host.BOTTLENECKS and 0 < m.bottleneck_share <= 1
+    assert m.bottleneck in host.BOTTLENECKS and 0 < not_none(m.bottleneck_share) <= 1
     d = m.to_dict()
     for key in (
         "device_throughput",
@@ -103,9 +104,8 @@ def test_measured_host_costs_replace_the_workshop_defaults() -> None:
     slow = Problem("resnet101", 64, host_float_sample_s=1e-2, host_uint8_sample_s=5e-3)
     assert host.host_costs(WORKSHOP) is host.WORKSHOP
     assert host.host_costs(slow).uint8_sample_s == 5e-3
-    assert (
-        EstimateBackend().measure(slow, WORKSHOP_FINAL).throughput
-        < EstimateBackend().measure(WORKSHOP, WORKSHOP_FINAL).throughput
+    assert not_none(EstimateBackend().measure(slow, WORKSHOP_FINAL).throughput) < not_none(
+        EstimateBackend().measure(WORKSHOP, WORKSHOP_FINAL).throughput
     )
 
 
@@ -227,11 +227,11 @@ def test_micro_batch_knob_solves_a_fixed_global_batch_that_does_not_fit() -> Non
 
 
 def test_learning_rate_rules() -> None:
-    adam = recipe.scaling("adamw", 1e-3, 192, 2048)
+    adam = not_none(recipe.scaling("adamw", 1e-3, 192, 2048))
     assert adam.rule == "square root" and adam.lr == pytest.approx(
         1e-3 * math.sqrt(2048 / 192), rel=1e-2
     )
-    sgd = recipe.scaling("sgd", 0.1, 256, 1024)
+    sgd = not_none(recipe.scaling("sgd", 0.1, 256, 1024))
     assert sgd.rule == "linear" and sgd.lr == pytest.approx(0.4)
     assert recipe.scaling("adamw", 1e-3, 512, 512) is None
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from conftest_fake_sdk import SMALL_CNN, fake_sdk
+from testing import not_none
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.poptorch import child
@@ -67,7 +68,8 @@ def seen_by_poptorch(poptorch: Any, p: Problem, c: Config, tmp: Any) -> Config:
     except poptorch.Error as exc:  # out of memory still says what PopTorch understood
         if "Out of memory" not in str(exc):
             raise
-    return training.fake_record["config"].replace(**loader_seen(poptorch, ns))
+    seen: Config = training.fake_record["config"]  # the fake PopTorch's record of the compile
+    return seen.replace(**loader_seen(poptorch, ns))
 
 
 def loader_seen(poptorch: Any, ns: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +100,7 @@ def drawn_configs() -> Any:
         for optimizer in OPTIMIZERS:
             p = problem(optimizer)
             profile = profile_for(p)
-            space = SearchSpace.load(p, builtin_space_path(name))
+            space = SearchSpace.load(p, str(builtin_space_path(name)))
             for _ in range(6):
                 out.append(
                     (f"{name}/{optimizer}", p, space.sample(_RandomAnswers(rng), p, profile))
@@ -177,7 +179,7 @@ def test_io_tiles_earn_no_overlap_credit() -> None:
     for c in (Config(execution="sharded"), Config(execution="sharded", device_iterations=8)):
         without = estimate(p, c, profile)
         with_tiles = estimate(p, c.replace(io_tiles=64), profile)
-        assert with_tiles.throughput <= without.throughput
+        assert not_none(with_tiles.throughput) <= not_none(without.throughput)
         assert with_tiles.max_tile_bytes[0] >= without.max_tile_bytes[0]
 
 
@@ -280,7 +282,7 @@ def test_masked_lm_configs_round_trip_with_embedding_serialization(
     rebuilds from the snippet's serializedMatMul calls equals the config, factor included."""
     p = Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=32, ipus=4)
     profile = profile_for(p)
-    space = SearchSpace.load(p, builtin_space_path("transformer"))
+    space = SearchSpace.load(p, str(builtin_space_path("transformer")))
     rng = random.Random(12)
     cases = [space.sample(_RandomAnswers(rng), p, profile) for _ in range(3)]
     cases += [

@@ -48,7 +48,7 @@ PIPELINE = Config(ipus_per_replica=2, splits=("block2",), gradient_accumulation=
 HANG_TIMEOUT_S = 6.0
 
 #: name -> (backend options, problem, configs measured in order)
-SCENARIOS = {
+SCENARIOS: dict[str, tuple[dict[str, Any], Problem, list[Config]]] = {
     "hang": (
         dict(env=fake_env(FAKE_POPTORCH_FAULT="hang"), timeout_s=HANG_TIMEOUT_S, kill_grace_s=1.0),
         FIT_PROBLEM,

@@ -10,7 +10,7 @@ import optuna
 import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
-from testing import RESNET50_4IPU_SGD as PROBLEM
+from testing import RESNET50_4IPU_SGD as PROBLEM, not_none
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.guide.corrected import CorrectedModel, observe
@@ -78,13 +78,13 @@ def test_the_correction_is_local_near_a_compile_and_the_mean_far_away() -> None:
     assert sum(getattr(a, f) != getattr(b, f) for f in a.__dataclass_fields__) == 4  # knobs apart
     near_a = a.replace(device_iterations=2)
     for config, memory, speed in ((a, 1.3, 0.8), (b, 1.0, 1.0)):
-        j = model.judge(config)
+        j, nominal = not_none(model.judge(config)), not_none(screen(config))
         raw, throughput = j.busiest, j.throughput
         assert raw == pytest.approx(
-            max(screen(config).max_tile_bytes) * memory / screen(config).tile_capacity_bytes,
-            rel=0.05,
+            max(nominal.max_tile_bytes) * memory / nominal.tile_capacity_bytes, rel=0.05
         )
-        assert throughput == pytest.approx(screen(config).throughput * speed, rel=0.05)
+        assert throughput == pytest.approx(not_none(nominal.throughput) * speed, rel=0.05)
     # One knob from a: mostly like a.
-    assert model.judge(near_a).throughput / screen(near_a).throughput < 0.85
+    near = not_none(model.judge(near_a)).throughput / not_none(not_none(screen(near_a)).throughput)
+    assert near < 0.85
     assert model.memory_prior == pytest.approx(math.sqrt(1.3), rel=1e-6)

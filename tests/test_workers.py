@@ -34,7 +34,7 @@ pytestmark = [
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def cli(*args: str, cwd: Path) -> subprocess.Popen[bytes]:
+def cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [wh.cli_exe(), *args],
         cwd=cwd,
