@@ -104,7 +104,10 @@ def one_study(problem: Any, oracle: Any, budget: int, store: Any, name: str) -> 
 
     study, _ = st.open_study(open_storage("memory:"), name, problem, 0, on_create)
     runner = Runner(study, problem, profile, space, backend, guide=guide)
-    if session.attach(calibrated, study, problem, profile, backend, print) is not None:
+    if (
+        calibrated is not None
+        and session.attach(calibrated, study, problem, profile, backend, print) is not None
+    ):
         runner.observers.append(calibrated.recorder)
     compiles, first = [], oracle.compiles
     trials = 0

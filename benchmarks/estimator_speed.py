@@ -61,7 +61,8 @@ print(json.dumps({{"import": t1 - t0 - tv, "torchvision": tv, "first": t2 - t1, 
 def trace_cold(model: str) -> dict[str, Any]:
     code = _CHILD.format(repo=str(common.REPO), model=model, batch=BATCH, shape=SHAPE)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    times: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return times
 
 
 def sample_configs(problem: Problem, n: int, seed: int = 0) -> list[Any]:
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     start = time.perf_counter()
-    rows, ratios, results = [], [], {}
+    rows, ratios = [], []
+    results: dict[str, dict[str, Any]] = {}
     for model in models:
         cold = trace_cold(model)
         problem = Problem(model, BATCH, SHAPE, ipus=IPUS)

@@ -123,7 +123,8 @@ class _RatioModel:
         ratio = (0.25 * self.prior + sum(w * r for w, r in weights)) / (
             0.25 + sum(w for w, _ in weights)
         )
-        return max(estimate.max_tile_bytes) * ratio <= estimate.tile_capacity_bytes
+        fits: bool = max(estimate.max_tile_bytes) * ratio <= estimate.tile_capacity_bytes
+        return fits
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ import math
 import multiprocessing
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -427,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table)
         return 0
     if args.report:
-        saved = [json.loads(path.read_text()) for path in args.report]
-        families = {s.get("family", "structural") for s in saved}
+        reports = [json.loads(path.read_text()) for path in args.report]
+        families = {s.get("family", "structural") for s in reports}
         if len(families) > 1:
             print(
                 f"error: the --report files hold different families ({', '.join(sorted(families))}); "
@@ -436,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        results = joined([s["results"] for s in saved])
+        results = joined([s["results"] for s in reports])
         everyone = set().union(*(r["runs"] for r in results))
         partial = [r for r in results if set(r["runs"]) != everyone]
         if partial:  # a run stopped early: report the (problem, draw) pairs every strategy ran on
@@ -446,13 +447,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             results = [r for r in results if set(r["runs"]) == everyone]
         keys = list(dict.fromkeys(r["problem"] for r in results))
-        for path, s in zip(args.report, saved, strict=True):
+        for path, s in zip(args.report, reports, strict=True):
             print(
                 f"tables of {path} (family {s.get('family', 'structural')}, draw set {s['set']}; command: python benchmarks/random_ipus.py "
                 f"{' '.join(s['argv'])}; {len(s['results'])} runs)"
             )
         print()
-        print(report(results, saved[0].get("budget", 20), keys, families.pop()))
+        print(report(results, reports[0].get("budget", 20), keys, families.pop()))
         return 0
     draws = args.draws or (2 if args.quick else 20)
     budget = args.budget or (10 if args.quick else 20)
@@ -492,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     with contextlib.ExitStack() as stack:
+        done: Iterator[dict[str, Any]]
         if args.processes > 1:
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(args.processes))
             done = pool.imap_unordered(run_draw, jobs)

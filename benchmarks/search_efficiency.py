@@ -838,12 +838,13 @@ def _reachable(result: dict[str, Any], budget: int) -> float:
     time --jobs 1 took to within 5% (inf when it never got there)."""
     from reachable_floor import reachable_minutes
 
-    one = metrics(result["runs"]["ipu-autotune"], result["reference"], budget)["near_minutes"]
+    one: float = metrics(result["runs"]["ipu-autotune"], result["reference"], budget)[
+        "near_minutes"
+    ]
     if math.isinf(one):
         return math.inf
     bests = {float(k): v for k, v in (result.get("class_bests") or {}).items()}
-    minutes: float = reachable_minutes(bests, result["runs"], result["reference"], NEAR)
-    return minutes / one
+    return reachable_minutes(bests, result["runs"], result["reference"], NEAR) / one
 
 
 def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[str]) -> str:

@@ -31,7 +31,7 @@ import common
 import optuna
 import random_hidden
 import search_efficiency as se
-from common import DEFAULT_HEADROOM, DEFAULT_SCREEN_MARGIN, markdown_table
+from common import DEFAULT_HEADROOM, DEFAULT_SCREEN_MARGIN, HiddenIPU, markdown_table
 from random_ipus import FAMILIES
 from simulated_workers import run_workers
 
@@ -53,7 +53,7 @@ Z = 1.2816
 
 
 def _fitting_random(
-    problem: Problem, oracle: se.HiddenIPU, space: SearchSpace, count: int, seed: int
+    problem: Problem, oracle: HiddenIPU, space: SearchSpace, count: int, seed: int
 ) -> list[Config]:
     """`count` configurations drawn at random from the space that fit on the hidden IPU."""
     profile = profile_for(problem)

@@ -72,7 +72,7 @@ def main(argv: list[str]) -> None:
     problem = Problem(
         MODEL,
         MICRO,
-        input_shape=[3, IMAGE_SIZE[0], IMAGE_SIZE[0]],
+        input_shape=(3, IMAGE_SIZE[0], IMAGE_SIZE[0]),
         num_classes=CLASSES,
         optimizer="sgd",
     )

@@ -4,6 +4,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from testing import not_none
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 #: `ipu_autotune/x/y.py` (a module) or `ipu_autotune/x/` / `ipu_autotune/x` (a package)
@@ -66,7 +68,7 @@ def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[s
         f"{m} (layer {layer_of(m, layers)}) imports {t} (layer {layer_of(t, layers)})"
         for m, targets in graph.items()
         for t in targets
-        if layer_of(t, layers) < layer_of(m, layers)
+        if not_none(layer_of(t, layers)) < not_none(layer_of(m, layers))
     )
 
 

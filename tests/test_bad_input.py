@@ -20,7 +20,7 @@ MODEL = ["resnet18", "--batch-size", "8"]
 
 
 @pytest.fixture
-def db(in_tmp: Any) -> Path:
+def db(in_tmp: Path) -> Path:
     return in_tmp / "study.db"
 
 

@@ -207,9 +207,10 @@ def live_table(url: str) -> str:
     view.seed(records)
     for r in records:
         view.add(r)
-    console = Console(file=io.StringIO(), width=120, force_terminal=False)
+    out = io.StringIO()
+    console = Console(file=out, width=120, force_terminal=False)
     console.print(Group(view, view.best_line()))
-    return console.file.getvalue()
+    return out.getvalue()
 
 
 def attacked(

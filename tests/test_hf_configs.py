@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from conftest_fake_sdk import fake_sdk
+from testing import not_none
 
 from ipu_autotune.cli import main
 from ipu_autotune.errors import UsageError
@@ -266,8 +267,8 @@ def test_bad_hf_input_is_one_line_and_exit_2(
     (tmp_path / "unknown" / "config.json").write_text('{"model_type": "no-such-model"}')
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text('{"model_type": "bert",')
-    args = [a.replace("FOLDER", str(tmp_path)) for a in args]
-    assert main(["estimate", *args]) == 2
+    argv = [a.replace("FOLDER", str(tmp_path)) for a in args]
+    assert main(["estimate", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
 
@@ -314,7 +315,9 @@ def test_an_untabulated_name_is_read_from_the_local_hub_cache(
 
 #: family -> its problem's flags: micro-batch and sequence length big enough that the FP32
 #: baseline split over 2 IPUs is out of memory on the estimator
-TUNED = {family: ("--batch-size", "16", "--seq-len", "512") for family in CONFIGS}
+TUNED: dict[str, tuple[str, ...]] = {
+    family: ("--batch-size", "16", "--seq-len", "512") for family in CONFIGS
+}
 TUNED["vit"] = ("--batch-size", "64")
 
 
@@ -366,7 +369,7 @@ def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(
     )
     result = json.loads(capsys.readouterr().out)
     base, best = result["baseline"], result["best"]
-    problem = load_config_file(out / "best.toml").problem
+    problem = not_none(load_config_file(out / "best.toml").problem)
     assert base["measurement"]["failure"] == "oom" and not base["measurement"]["feasible"]
     assert best is not None and best["measurement"]["feasible"]
     assert best["measurement"]["throughput"] > base["measurement"]["throughput"]

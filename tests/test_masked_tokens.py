@@ -128,7 +128,8 @@ def test_estimate_takes_the_flag_and_the_config_key(
     import json
 
     def estimate(*argv: str) -> dict[str, Any]:
-        return json.loads(run_cli_stdout(capsys, "estimate", *argv))
+        out: dict[str, Any] = json.loads(run_cli_stdout(capsys, "estimate", *argv))
+        return out
 
     config = (
         "--set",

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testing import run_cli_process
+from testing import not_none, run_cli_process
 
 from ipu_autotune.problem import Config
 
@@ -81,7 +81,7 @@ def test_show_at_80_columns_one_line_per_trial(two_studies: Any) -> None:
     assert too_long(out.stdout) == []
     rows = table_rows(out.stdout)
     assert len(rows) == TRIALS  # no trial spills onto a second line
-    numbers = [int(re.match(r"\s*(?:★\s*)?(\d+)\s", row).group(1)) for row in rows]
+    numbers = [int(not_none(re.match(r"\s*(?:★\s*)?(\d+)\s", row)).group(1)) for row in rows]
     assert numbers == list(range(TRIALS))
     assert sum("★" in row for row in rows) == 1
     assert "2ipu pipe 32.32 ga3" in rows[0]  # the baseline row names its own layout

@@ -36,7 +36,7 @@ def _kernel_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return KERNEL
 
 
-def _run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
+def _run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:  # a NotebookNode
     _kernel_spec(tmp_path, monkeypatch)
     nb = nbformat.read(path, as_version=4)
     # appended in memory only: which interpreter the kernel is
@@ -54,7 +54,8 @@ def _outputs(nb: Any, needle: str) -> list[Any]:
     """The outputs of the code cell whose source contains `needle`."""
     cells = [c for c in nb.cells if c.cell_type == "code" and needle in c.source]
     assert len(cells) == 1, needle
-    return cells[0].outputs
+    outputs: list[Any] = cells[0].outputs
+    return outputs
 
 
 def _html(outputs: Any) -> str:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
 from numerics_models import BareMatmul, ScaledMLP, SmallCNN
 from rich.console import Console
-from testing import NUMERICS_CNN_SGD as PROBLEM
+from testing import NUMERICS_CNN_SGD as PROBLEM, not_none
 from torch import nn
 from torch.nn import functional as F
 
@@ -55,7 +56,7 @@ def fresh_param_grads(model: nn.Module, data: Any, loss_fn: Any = F.cross_entrop
     model = copy.deepcopy(model).train()
     x, y = data
     loss_fn(model(x), y).backward()
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    return torch.cat([not_none(p.grad).reshape(-1) for p in model.parameters()])
 
 
 def seeded(cls: Any, *args: Any, **kwargs: Any) -> Any:
@@ -137,11 +138,12 @@ def simulated_lost_fraction(model: nn.Module, data: Any, optimizer: str, lr: flo
     weights with round-to-nearest: the share of non-zero updates that leave the weight unchanged."""
     ref = copy.deepcopy(model).double().train()
     before = [p.detach().clone() for p in ref.parameters()]
-    opt = {
+    optimizers: dict[str, Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]] = {
         "sgd": lambda ps: torch.optim.SGD(ps, lr=lr, momentum=0.9),
         "adamw": lambda ps: torch.optim.AdamW(ps, lr=lr, weight_decay=0.01),
         "adam": lambda ps: torch.optim.Adam(ps, lr=lr),
-    }[optimizer](ref.parameters())
+    }
+    opt = optimizers[optimizer](ref.parameters())
     x, y = data
     F.cross_entropy(ref(x.double()), y).backward()
     opt.step()
@@ -377,10 +379,12 @@ def test_a_torchvision_models_advice_is_measured_once_a_process_and_a_users_each
     from ipu_autotune.numerics import advice as advice_module
 
     runs = []
-    real = advice_module.collect_gradient_stats
-    monkeypatch.setattr(
-        advice_module, "collect_gradient_stats", lambda *a, **k: runs.append(1) or real(*a, **k)
-    )
+
+    def counted(*a: Any, **k: Any) -> Any:  # the advice's own, counted
+        runs.append(1)
+        return collect_gradient_stats(*a, **k)
+
+    monkeypatch.setattr(advice_module, "collect_gradient_stats", counted)
     problem = Problem("resnet18", 4, input_shape=(3, 16, 16), num_classes=7)
     first = advise(problem, steps=2, seed=5)
     first.table.clear()  # the caller's copy: the next answer is not changed by it

@@ -26,6 +26,7 @@ import pytest
 import torch
 from conftest_fake_sdk import fake_sdk
 from optimum_reading import skipped_layers
+from testing import not_none
 
 import ipu_autotune
 from ipu_autotune.backends.estimate.layout import stages
@@ -161,7 +162,7 @@ def test_snippet_and_estimate_checkpoint_what_parallelize_registers(study: Any) 
                 kept = sum(
                     t.numel() * 4
                     for p, ts in ours.items()
-                    if stage.first <= profile.unit_index(p) < stage.last
+                    if stage.first <= not_none(profile.unit_index(p)) < stage.last
                     for t in ts
                 )
                 assert stage.checkpoint_bytes == kept, (config, stage.index)

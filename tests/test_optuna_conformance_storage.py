@@ -25,7 +25,7 @@ from typing import Any
 import optuna
 import pytest
 from optuna.testing.pytest_storages import StorageTestCase
-from testing import NO_POSTGRES, POSTGRES_URL
+from testing import NO_POSTGRES, POSTGRES_URL, not_none
 
 from ipu_autotune.errors import UsageError
 from ipu_autotune.study.parallel import check_jobs
@@ -57,7 +57,7 @@ SKIPS = {
 def _postgres_schema_url(schema: str) -> str:
     from sqlalchemy.engine import make_url
 
-    url = make_url(POSTGRES_URL)
+    url = make_url(not_none(POSTGRES_URL))  # called only when it is set
     return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
         hide_password=False
     )
@@ -66,7 +66,9 @@ def _postgres_schema_url(schema: str) -> str:
 def _postgres(sql: str) -> None:
     import sqlalchemy
 
-    engine = sqlalchemy.create_engine(POSTGRES_URL.replace("postgres://", "postgresql://", 1))
+    engine = sqlalchemy.create_engine(
+        not_none(POSTGRES_URL).replace("postgres://", "postgresql://", 1)
+    )
     try:
         with engine.begin() as conn:
             conn.exec_driver_sql(sql)
@@ -94,7 +96,7 @@ class TestStorage(StorageTestCase):
             "memory": "memory:",
             "postgres": schema and _postgres_schema_url(schema),
         }[kind]
-        storage = open_storage(url)
+        storage = open_storage(not_none(url))
         yield storage
         engine = getattr(getattr(storage, "_backend", None), "engine", None)
         if engine is not None:

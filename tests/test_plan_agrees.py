@@ -12,7 +12,7 @@ from typing import Any
 
 import optuna
 import pytest
-from testing import run_cli, run_cli_stdout
+from testing import not_none, run_cli, run_cli_stdout
 
 from ipu_autotune.options import DEFAULT_TRIALS
 from ipu_autotune.problem import Problem
@@ -223,7 +223,7 @@ def test_no_size_fits_where_a_larger_one_does_not_and_a_rising_tile_says_why(
                 smaller.ipus,
                 larger.ipus,
             )
-        low, high = smaller.measurement.max_tile_bytes_interval[
+        low, high = not_none(smaller.measurement.max_tile_bytes_interval)[
             smaller.measurement.worst_ipu() or 0
         ]
         if (

@@ -43,7 +43,8 @@ def tune(cwd: Any, *args: str, exit_code: int = 0, **env: str) -> dict[str, Any]
         timeout=600,
     )
     assert done.returncode == exit_code, done.stderr[-2000:]
-    return json.loads(done.stdout)
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
 
 
 def trials(cwd: Any, result: Any) -> Any:

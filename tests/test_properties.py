@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings, strategies as st
+from testing import not_none
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.export import tomlio
@@ -95,7 +96,7 @@ def problems(draw: Any) -> Any:
     )
 
 
-def finite_non_negative(x: Any) -> bool:
+def finite_non_negative(x: object) -> TypeGuard[float]:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
 
 
@@ -205,7 +206,7 @@ def toml_round_trip(tmp_path: Path, problem: Problem, config: Config) -> tuple[P
         )
     )
     loaded = load_config_file(path)
-    return loaded.problem, loaded.config
+    return not_none(loaded.problem), not_none(loaded.config)
 
 
 @pytest.mark.slow

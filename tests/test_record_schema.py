@@ -35,7 +35,7 @@ CONFIGS = [
 
 def stored(m: Measurement, config: Config = Config(), origin: str = "sampled") -> dict[str, Any]:
     """A record as the runner writes it, through JSON as the storage keeps it."""
-    return json.loads(
+    record: dict[str, Any] = json.loads(
         json.dumps(
             {
                 "config": config.to_dict(),
@@ -45,6 +45,7 @@ def stored(m: Measurement, config: Config = Config(), origin: str = "sampled") -
             }
         )
     )
+    return record
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["fp32", "pipelined", "replicated"])

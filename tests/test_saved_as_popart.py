@@ -77,10 +77,10 @@ def test_a_mask_passed_along_is_carried_not_checkpointed() -> None:
     assert all(u.carried_in_bytes > 0 for u in layers[1:])
     assert all(u.in_bytes == 2 * hidden and u.carried_in_bytes == hidden for u in layers[1:])
 
-    checkpoints = [u.path for u in layers]
+    checkpoints = tuple(u.path for u in layers)
     config = Config(
         ipus_per_replica=2,
-        splits=["layers.2"],
+        splits=("layers.2",),
         recompute="pipeline",
         checkpoints=checkpoints,
         gradient_accumulation=8,

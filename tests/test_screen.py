@@ -127,7 +127,7 @@ def test_a_screen_that_cannot_judge_lets_the_compile_decide() -> None:
 
 
 def largest_estimated_fit() -> Problem:
-    def at(batch: Any) -> Any:
+    def at(batch: int) -> Problem:
         return Problem(model=SMALL_CNN, batch_size=batch, input_shape=(3, 32, 32), num_classes=10)
 
     lo, hi = 8, 4096

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 import torchvision
-from testing import run_cli_process, run_cli_stdout
+from testing import not_none, run_cli_process, run_cli_stdout
 from torch import nn
 
 from ipu_autotune.errors import UsageError
@@ -249,7 +249,7 @@ def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(
         'inputs = [{name = "input_ids", shape = [32], dtype = "int64"}, '
         '"attention_mask:32:float32"]\n[config]\n'
     )
-    assert load_config_file(config).problem.inputs == tuple(out["problem"]["inputs"])
+    assert not_none(load_config_file(config).problem).inputs == tuple(out["problem"]["inputs"])
     from_file = json.loads(run_cli_stdout(capsys, "estimate", "--config", str(config), "--json"))
     assert from_file["problem"] == out["problem"] and from_file["required_bytes"][0] > 0
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 import pytest
-from testing import run_cli_process
+from testing import not_none, run_cli_process
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.problem import Config, Problem
@@ -35,9 +35,10 @@ def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 
 
 def tune_json(cwd: Path, *extra: str) -> dict[str, Any]:
-    return json.loads(
+    result: dict[str, Any] = json.loads(
         cli("resnet101", "--batch-size", "64", "--json", "--seed", "0", *extra, cwd=cwd).stdout
     )
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,9 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run: An
     assert best["measurement"]["feasible"] is True
     hand_tuned = EstimateBackend().measure(WORKSHOP, HAND_TUNED)
     assert hand_tuned.feasible
-    assert best["measurement"]["throughput"] >= 1.2 * hand_tuned.throughput  # both end to end
+    assert best["measurement"]["throughput"] >= 1.2 * not_none(
+        hand_tuned.throughput
+    )  # both end to end
     # Trainable: one call within an epoch of CIFAR-10, the global batch within the ceiling.
     c = best["config"]
     assert (

@@ -28,7 +28,7 @@ SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]
 
 
 def check(model: str, optimizer: str, tuned: Config, steps: int, lr: float) -> Any:
-    problem = Problem(model, 16, input_shape=[1, 8, 8], num_classes=10, optimizer=optimizer)
+    problem = Problem(model, 16, input_shape=(1, 8, 8), num_classes=10, optimizer=optimizer)
     the_plan = plan(problem, Config(), tuned, steps=steps, lr=lr)
     samples = read_samples(DIGITS, the_plan.samples)
     return run_check(lambda: build_model(model, 10, device="cpu"), the_plan, samples)
