@@ -82,9 +82,8 @@ class Draw:
 
     draw_id: int
     strengths: dict[str, Any]
-    knob_factors: dict[
-        str, Any
-    ]  # (mechanism, layer kind) -> what the knob's saving is multiplied by
+    #: (mechanism, layer kind) -> what the knob's saving is multiplied by
+    knob_factors: dict[tuple[str, str], Any]
     category: dict[str, Any]  # memory category -> busiest-tile factor ("op-kind imbalance")
     allreduce: float
 

@@ -31,9 +31,11 @@ estimator ranks below its own top (a property of the family, not a score of the 
 from __future__ import annotations
 
 import math
+import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -69,13 +71,14 @@ class Condition:
     knob: str
     threshold: float | None = None
     above: bool = False
-    levels: frozenset = frozenset()
+    levels: frozenset[str] = frozenset()
 
-    def holds(self, domain, values: list) -> bool:
+    def holds(self, domain: Range | tuple[str, ...], values: list[Any]) -> bool:
         if not values:  # the knob does not apply to this config (no pipeline splits, say)
             return False
         if isinstance(domain, Range):
             u = sum(_unit(v, domain) for v in values) / len(values)
+            assert self.threshold is not None  # a numeric knob's condition has one
             return u > self.threshold if self.above else u <= self.threshold
         return all(v in self.levels for v in values)
 
@@ -84,13 +87,13 @@ class Condition:
 class Region:
     conditions: tuple[Condition, ...]
     speed: float
-    memory: dict  # category -> factor
+    memory: dict[str, float]  # category -> factor
 
 
-def _condition(rng, knob: str, domain) -> Condition:
+def _condition(rng: random.Random, knob: str, domain: Range | tuple[str, ...]) -> Condition:
     if isinstance(domain, Range):
         return Condition(knob, threshold=rng.uniform(*THRESHOLD), above=rng.random() < 0.5)
-    levels: list = []
+    levels: list[str] = []
     while not 0 < len(levels) < len(domain):  # a proper, non-empty subset
         levels = [v for v in domain if rng.random() < 0.5]
     return Condition(knob, levels=frozenset(levels))
@@ -112,7 +115,11 @@ def draw_regions(draw_id: int, problem: Problem) -> list[Region]:
     return out
 
 
-def described(regions: list[Region]) -> list:
+#: a region as plain values: its conditions (knob, threshold, above, levels), speed and memory
+Described = tuple[list[tuple[str, float | None, bool, list[str]]], float, list[tuple[str, float]]]
+
+
+def described(regions: list[Region]) -> list[Described]:
     """The regions as plain sorted values (the same text in every process)."""
     return [
         (
