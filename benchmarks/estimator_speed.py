@@ -53,7 +53,8 @@ first = trace_model({model!r}, {batch}, {shape!r}, 1000)
 t2 = time.perf_counter()
 second = trace_model({model!r}, {batch}, {shape!r}, 1000)
 t3 = time.perf_counter()
-print(json.dumps({{"import": t1 - t0 - tv, "torchvision": tv, "first": t2 - t1, "second": t3 - t2, "units": len(first.units),
+print(json.dumps({{"import": t1 - t0 - tv, "torchvision": tv, "first": t2 - t1,
+                  "second": t3 - t2, "units": len(first.units),
                   "ops": sum(u.ops for u in first.units), "params": first.params}}))
 """
 

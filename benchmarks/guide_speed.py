@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
         rows.append(row)
     print(
-        f"## CPU per guided compile (budget {args.budget}; this process's CPU, the trace excluded)\n"
+        f"## CPU per guided compile (budget {args.budget}; this process's CPU, the trace "
+        "excluded)\n"
     )
     print(common.markdown_table(headers, rows, "lrr" + ("rrl" if other is not None else "")))
     total = sum(r["cpu"] for r in here.values())
@@ -182,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     if other is not None:
         before = sum(o["cpu"] for o in other.values())
         same = sum(other[n]["compiles"] == here[n]["compiles"] for n in here)
-        line += f"; at {args.against} {before:.1f} s: {total / before:.2f}x; same compiles in {same} of {len(here)}"
+        line += (
+            f"; at {args.against} {before:.1f} s: {total / before:.2f}x; same compiles in "
+            f"{same} of {len(here)}"
+        )
     print(line)
     print(f"\nwall time: {time.perf_counter() - started:.0f} s")
     return 0

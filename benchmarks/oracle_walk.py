@@ -328,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         "--first-draw",
         type=int,
         default=None,
-        help="the first draw id (default: the set's first); the cached best-knowns decide what is quick",
+        help="the first draw id (default: the set's first); the cached best-knowns decide what "
+        "is quick",
     )
     ap.add_argument("--budget", type=int, default=ri.NEAR_WITHIN)
     ap.add_argument("--reference-trials", type=int, default=30)

@@ -42,7 +42,8 @@ MECHANISMS = {
     # memory: a fixed cost on every tile (code, exchange buffers, sync state) the estimator
     # lacks, growing with a driver; FIXED_SHARE x strength x the driver x a tile
     "fixed per stage": "fixed bytes per tile, x IPUs per replica / the problem's IPUs",
-    "fixed per checkpoint": "fixed bytes per tile, x (recomputation checkpoints + 1) / 4, with recomputation",
+    "fixed per checkpoint": "fixed bytes per tile, x (recomputation checkpoints + 1) / 4, with "
+    "recomputation",
     "fixed per replica": "fixed bytes per tile, x replicas / the problem's IPUs",
     "fixed per op": "fixed bytes per tile, x the IPU's share of the model's ops",
     # memory: a knob saves less (or more) than modelled, differently per layer kind
@@ -234,8 +235,8 @@ class RandomHiddenIPU(HiddenIPU):
 
 
 def draw_ids(which: str, count: int, skip: int = 0, sets: dict[str, int] = DRAW_SETS) -> list[int]:
-    """`count` ids of a draw set, after its first `skip` (a fresh set once those are seen, or
-    one part of a split run). `sets`: a family's sets (knob_hidden.DRAW_SETS; default this one's)."""
+    """`count` ids of a draw set, after its first `skip` (a fresh set once those are seen, or one
+    part of a split run). `sets`: a family's sets (knob_hidden.DRAW_SETS; default this one's)."""
     if which not in sets:
         raise ValueError(f"draw set {which!r}: one of {', '.join(sets)}")
     return list(range(sets[which] + skip, sets[which] + skip + count))

@@ -257,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     keys = args.problems or list(se.PROBLEMS)
     ids = draw_ids("develop", args.draws, sets=DRAW_SETS)
     print(
-        f"develop draws {ids[0]}-{ids[-1]}, {len(keys)} problem(s); best known: search_efficiency.cached_best_known "
-        f"({args.reference_trials} trials, {args.kicks} kicks); the estimator's top: the fastest of its warm starts "
-        "(5 % headroom), as oracle_walk.py reads it\n",
+        f"develop draws {ids[0]}-{ids[-1]}, {len(keys)} problem(s); best known: "
+        f"search_efficiency.cached_best_known ({args.reference_trials} trials, {args.kicks} "
+        "kicks); the estimator's top: the fastest of its warm starts (5 % headroom), as "
+        "oracle_walk.py reads it\n",
         flush=True,
     )
     start = time.perf_counter()
@@ -280,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
                 ratios.append(r)
     if ratios:
         print(
-            f"\nbest known ranked below the estimator's top: {sum(r < 1.0 for r in ratios)}/{len(ratios)} draws "
-            f"with a fit; by more than 5 %: {sum(r < 0.95 for r in ratios)}/{len(ratios)}; median ratio "
+            "\nbest known ranked below the estimator's top: "
+            f"{sum(r < 1.0 for r in ratios)}/{len(ratios)} draws with a fit; by more than 5 %: "
+            f"{sum(r < 0.95 for r in ratios)}/{len(ratios)}; median ratio "
             f"{common.median(ratios):.2f}"
         )
     else:

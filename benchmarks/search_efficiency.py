@@ -40,10 +40,12 @@ committed) per problem, hidden IPU and seed, keyed by the hidden IPU's answers o
 probes and by the search's version (common.REFERENCE_SEARCH_VERSION), so a change to either
 searches afresh.
 
-    python benchmarks/search_efficiency.py            # full: 5 problems x 2 hidden kinds x 6 seeds, budget 50
+    python benchmarks/search_efficiency.py                    # full: 5 problems x 2 hidden kinds
+                                                              # x 6 seeds, budget 50
     python benchmarks/search_efficiency.py --first-seed 100   # on seeds not developed on
-    python benchmarks/search_efficiency.py --what-if  # and the what-ifs
-    python benchmarks/search_efficiency.py --quick    # CI smoke: 1 problem, 2 seeds, budget 20, --jobs 1 4
+    python benchmarks/search_efficiency.py --what-if          # and the what-ifs
+    python benchmarks/search_efficiency.py --quick            # CI smoke: 1 problem, 2 seeds,
+                                                              # budget 20, --jobs 1 4
 """
 
 from __future__ import annotations
@@ -306,7 +308,8 @@ def run_strategy(
 
 @contextlib.contextmanager
 def _pair_climb(on: bool) -> Iterator[Any]:
-    """What-if: `proposals` climbs with `polish` instead of warmstart.climb (the guide keeps its own)."""
+    """What-if: `proposals` climbs with `polish` instead of warmstart.climb (the guide keeps its
+    own)."""
     import ipu_autotune.guide.warmstart as ws
 
     shipped = ws.climb
@@ -576,7 +579,8 @@ def run_job(args: tuple[Any, ...]) -> dict[str, Any]:
         "baseline_violation_nominal": estimate(problem, baseline, profile).violation,
         "baseline_violation_hidden": oracle.evaluate(problem, baseline).violation,
         "runs": {s: r.__dict__ for s, r in runs.items()},
-        "class_bests": classes,  # per compile class (its simulated minutes): best hidden throughput found
+        # per compile class (its simulated minutes): best hidden throughput found
+        "class_bests": classes,
     }
 
 
@@ -810,8 +814,8 @@ def report(
             ]
         )
     out.append(
-        f"\n## Targets for ipu-autotune (medians): first fit at compile <= 2; within 5% in <= {TARGET_NEAR}; "
-        ">= 3x fewer than TPE alone\n"
+        "\n## Targets for ipu-autotune (medians): first fit at compile <= 2; within 5% in <= "
+        f"{TARGET_NEAR}; >= 3x fewer than TPE alone\n"
     )
     out.append(
         markdown_table(
@@ -848,7 +852,8 @@ def _reachable(result: dict[str, Any], budget: int) -> float:
 
 
 def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[str]) -> str:
-    """Simulated hours to within 5% with 1, 2, 4 compile workers; when the stopping rule applied."""
+    """Simulated hours to within 5% with 1, 2, 4 compile workers; when the stopping rule
+    applied."""
     names = [
         n
         for n in dict.fromkeys(s for r in results for s in r["runs"])
@@ -934,14 +939,15 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
     out = [
         "\n## Simulated hours to within 5% (median; a compile takes its simulated minutes, "
         "common.compile_minutes; same seeds)\n",
-        "(compiles: median count to within 5%, in finishing order (with N workers a slow compile started in the "
-        "first round can finish 4th); floor: one compile of the config with which --jobs 1 got within 5%, over "
-        "--jobs 1's time, median over seeds: no number of workers that needs that config does better; when "
-        "--jobs 1 needs k compiles of about one length it is about 1/k, so --jobs 4 <= 0.4x is out of reach where "
-        "--jobs 1 gets there at its 2nd compile; reachable floor: one compile of the fastest-compiling "
-        "config within 5% of the best known (reachable_floor.py: the best of each compile class, searched on "
-        "the hidden IPU), over --jobs 1's time: no tuner with any number of workers does better; above 0.4x, "
-        "--jobs 4 <= 0.4x is out of reach)\n",
+        "(compiles: median count to within 5%, in finishing order (with N workers a slow compile "
+        "started in the first round can finish 4th); floor: one compile of the config with which "
+        "--jobs 1 got within 5%, over --jobs 1's time, median over seeds: no number of workers "
+        "that needs that config does better; when --jobs 1 needs k compiles of about one length "
+        "it is about 1/k, so --jobs 4 <= 0.4x is out of reach where --jobs 1 gets there at its "
+        "2nd compile; reachable floor: one compile of the fastest-compiling config within 5% of "
+        "the best known (reachable_floor.py: the best of each compile class, searched on the "
+        "hidden IPU), over --jobs 1's time: no tuner with any number of workers does better; "
+        "above 0.4x, --jobs 4 <= 0.4x is out of reach)\n",
         markdown_table(
             [
                 "problem",
@@ -959,10 +965,11 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
     ]
     if reach:
         out.append(
-            f"\n--jobs 4 <= 0.4x: met on {sum(m for _, m, _, _ in reach)} of {len(reach)} problems where "
-            f"--jobs 1 got within 5%; the median reachable floor is <= 0.4x on "
-            f"{sum(r for _, _, r, _ in reach)} ({', '.join(k for k, _, r, _ in reach if r) or 'none'}) "
-            f"(medians of different seeds: a problem can meet 0.4x with a larger median floor)."
+            f"\n--jobs 4 <= 0.4x: met on {sum(m for _, m, _, _ in reach)} of {len(reach)} "
+            "problems where --jobs 1 got within 5%; the median reachable floor is <= 0.4x on "
+            f"{sum(r for _, _, r, _ in reach)} "
+            f"({', '.join(k for k, _, r, _ in reach if r) or 'none'}) (medians of different "
+            "seeds: a problem can meet 0.4x with a larger median floor)."
         )
     runs = [
         (
@@ -988,23 +995,27 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
         reach_floors = [rf for _, _, rf in kept]
         out.append(
             f"Per (problem, seed) where --jobs 1 got within 5% ({len(kept)}): --jobs 4 <= 0.4x in "
-            f"{sum(r <= 0.4 for r in ratios)}; its floor <= 0.4x in {sum(f <= 0.4 for f in floors)}; the "
-            f"reachable floor <= 0.4x in {sum(f <= 0.4 for f in reach_floors)}, and --jobs 4 <= 0.4x in "
-            f"{sum(r <= 0.4 for r, f in zip(ratios, reach_floors, strict=True) if f <= 0.4)} of those; --jobs 4 at or "
-            f"under its floor (x1.05) in {sum(r <= f * 1.05 for r, f in zip(ratios, floors, strict=True))}."
+            f"{sum(r <= 0.4 for r in ratios)}; its floor <= 0.4x in "
+            f"{sum(f <= 0.4 for f in floors)}; the reachable floor <= 0.4x in "
+            f"{sum(f <= 0.4 for f in reach_floors)}, and --jobs 4 <= 0.4x in "
+            f"{sum(r <= 0.4 for r, f in zip(ratios, reach_floors, strict=True) if f <= 0.4)} of "
+            "those; --jobs 4 at or under its floor (x1.05) in "
+            f"{sum(r <= f * 1.05 for r, f in zip(ratios, floors, strict=True))}."
         )
         both = [(one, four) for one, four, _ in kept if not math.isinf(four["near_minutes"])]
         total_one = sum(one["near_minutes"] for one, _ in both)
         total_four = sum(four["near_minutes"] for _, four in both)
         out.append(
-            f"\n**Over the whole benchmark** (every problem, hidden kind and seed where both got within 5%, "
-            f"{len(both)} runs): --jobs 4 took {total_four / 60:.1f} simulated hours to within 5% where "
-            f"--jobs 1 took {total_one / 60:.1f}: **{total_four / total_one:.2f}x**; the median of the "
-            f"per-run ratios is {median([f['near_minutes'] / o['near_minutes'] for o, f in both]):.2f}x."
+            "\n**Over the whole benchmark** (every problem, hidden kind and seed where both got "
+            f"within 5%, {len(both)} runs): --jobs 4 took {total_four / 60:.1f} simulated hours "
+            f"to within 5% where --jobs 1 took {total_one / 60:.1f}: "
+            f"**{total_four / total_one:.2f}x**; the median of the per-run ratios is "
+            f"{median([f['near_minutes'] / o['near_minutes'] for o, f in both]):.2f}x."
         )
     out += [
-        "\n## Stopping rule (the guide: no untried candidate expected >= 1% faster than the best measured, "
-        "and the last 3 compiles none either; how reliable: was the run within 5% when it applied)\n",
+        "\n## Stopping rule (the guide: no untried candidate expected >= 1% faster than the best "
+        "measured, and the last 3 compiles none either; how reliable: was the run within 5% when "
+        "it applied)\n",
         markdown_table(
             [
                 "problem",
@@ -1085,7 +1096,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=None,
         metavar="N",
-        help="compile workers of ipu-autotune to time, as `tune --jobs N` (default 1 2 4; quick 1 4)",
+        help="compile workers of ipu-autotune to time, as `tune --jobs N` (default 1 2 4; quick "
+        "1 4)",
     )
     ap.add_argument(
         "--hidden",
@@ -1104,7 +1116,8 @@ def main(argv: list[str] | None = None) -> int:
         "--first-seed",
         type=int,
         default=0,
-        help="seeds run are FIRST_SEED .. FIRST_SEED+SEEDS-1 (default 0): report on seeds not developed on",
+        help="seeds run are FIRST_SEED .. FIRST_SEED+SEEDS-1 (default 0): report on seeds not "
+        "developed on",
     )
     ap.add_argument(
         "--no-reference-cache",
@@ -1141,13 +1154,17 @@ def main(argv: list[str] | None = None) -> int:
         "search_efficiency.py",
         argv,
     )
+    structure = (
+        "; and differing in structure (StructuralHiddenIPU)" if "structural" in kinds else ""
+    )
     print(
-        f"{len(keys)} problem(s) x {seeds} seed(s) x {len(STRATEGIES) + (len(WHAT_IF) if args.what_if else 0)} strategies, budget {budget} compiles "
-        f"per run; best known from climbs, a {reference_trials}-trial TPE run and {kicks} kicks on the hidden IPU; "
-        f"hidden IPU: {', '.join(common.PERTURBED)} x[0.7, 1.3], throughput noise +-3%"
-        f"{'; and differing in structure (StructuralHiddenIPU)' if 'structural' in kinds else ''}; "
-        f"ipu-autotune timed with {', '.join(map(str, workers))} compile worker(s); "
-        f"screen margin {DEFAULT_SCREEN_MARGIN:.0%}, headroom {DEFAULT_HEADROOM:.0%}\n",
+        f"{len(keys)} problem(s) x {seeds} seed(s) x "
+        f"{len(STRATEGIES) + (len(WHAT_IF) if args.what_if else 0)} strategies, budget {budget} "
+        f"compiles per run; best known from climbs, a {reference_trials}-trial TPE run and "
+        f"{kicks} kicks on the hidden IPU; hidden IPU: {', '.join(common.PERTURBED)} x[0.7, 1.3], "
+        f"throughput noise +-3%{structure}; "
+        f"ipu-autotune timed with {', '.join(map(str, workers))} compile worker(s); screen margin "
+        f"{DEFAULT_SCREEN_MARGIN:.0%}, headroom {DEFAULT_HEADROOM:.0%}\n",
         flush=True,
     )
 

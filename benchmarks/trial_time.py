@@ -303,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
                         summary(run_tree(tree, args.trials), args.trials)
                     )
                     print(
-                        f"  round {round_ + 1}, {name}: done ({time.perf_counter() - started:.0f} s)",
+                        f"  round {round_ + 1}, {name}: done ({time.perf_counter() - started:.0f} "
+                        "s)",
                         flush=True,
                     )
         finally:

@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 
     last = ws[-1]
     print(
-        f"\n## Target: under {TARGET_MS:.0f} ms per trial at trial {last[1]} (mean of trials {last[0]}-{last[1]})\n"
+        f"\n## Target: under {TARGET_MS:.0f} ms per trial at trial {last[1]} (mean of trials "
+        f"{last[0]}-{last[1]})\n"
     )
     rows = []
     for r in results:

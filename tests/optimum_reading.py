@@ -84,10 +84,10 @@ def read_ipu_config(
     )
 
 
-#: What parallelize() puts on IPU 0 with BeginBlock(..., ipu_id=0) besides the embeddings, read
-#: off optimum/graphcore/models/ (huggingface/optimum-graphcore main) for the classes tested:
-#: bart/modeling_bart.py PipelinedBartForConditionalGeneration.parallelize (decoder
-#: embed_positions and layernorm_embedding, "Embedding"; lm_head); distilbert/modeling_distilbert.py
+#: What parallelize() puts on IPU 0 with BeginBlock(..., ipu_id=0) besides the embeddings, read off
+#: optimum/graphcore/models/ (huggingface/optimum-graphcore main) for the classes tested:
+#: bart/modeling_bart.py PipelinedBartForConditionalGeneration.parallelize (decoder embed_positions
+#: and layernorm_embedding, "Embedding"; lm_head); distilbert/modeling_distilbert.py
 #: PipelinedDistilBertForMaskedLM.parallelize (vocab_transform, vocab_layer_norm, vocab_projector,
 #: "LM Head"); deberta/modeling_deberta.py DebertaPipelineMixin.parallelize (for the MLM class,
 #: cls.predictions.decoder only, "Projection").

@@ -29,7 +29,8 @@ def test_every_module_the_architecture_page_names_exists() -> None:
 
 def test_the_check_catches_a_path_that_is_not_there() -> None:
     paths = named_paths(
-        "see `ipu_autotune/study/runner.py`, `ipu_autotune/commands/` and `ipu_autotune/nowhere.py`"
+        "see `ipu_autotune/study/runner.py`, `ipu_autotune/commands/` and "
+        "`ipu_autotune/nowhere.py`"
     )
     assert paths == {
         "ipu_autotune/study/runner.py",

@@ -397,8 +397,9 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart() -> None
     assert forward != answers(region_hidden.RegionHiddenIPU(50_006), range(len(questions)))
     # and in another process, whatever its hash seed
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import region_hidden, search_efficiency as se; "
-        "print(region_hidden.described(region_hidden.draw_regions(50_005, se.PROBLEMS['bert-base-sl128-mb8-4ipu'])))"
+        "import sys; sys.path.insert(0, sys.argv[1]); import region_hidden, search_efficiency as "
+        "se; print(region_hidden.described(region_hidden.draw_regions(50_005, "
+        "se.PROBLEMS['bert-base-sl128-mb8-4ipu'])))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(BENCHMARKS)],

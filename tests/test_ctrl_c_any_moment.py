@@ -21,7 +21,8 @@ TUNE = ["resnet101", "--batch-size", "64"]
 
 
 def console_script() -> list[str]:
-    """The `ipu-autotune` entry point pyproject.toml declares, started as pip's script starts it."""
+    """The `ipu-autotune` entry point pyproject.toml declares, started as pip's script starts
+    it."""
     entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"][
         "ipu-autotune"
     ]

@@ -85,7 +85,7 @@ def payloads() -> Any:
     return st.builds(lambda two, rest: "".join(two) + rest, pair, tail)
 
 
-# --- every string-valued field of a record, from the schema (a field added later is covered) ----------
+# --- every string-valued field of a record, from the schema (a field added later is covered) -----
 
 
 def _text_setter(hint: Any) -> Any:
@@ -144,8 +144,8 @@ NEVER_SHOWN = {"measurement.details (key)"}
 
 
 def attack(src: Path, dst: Path, numbers: Any, edit: Any) -> None:
-    """Copy the study and edit the records of trials `numbers` in the storage's table, as
-    someone with write access to a shared study would (Optuna refuses to change a finished trial)."""
+    """Copy the study and edit the records of trials `numbers` in the storage's table, as someone
+    with write access to a shared study would (Optuna refuses to change a finished trial)."""
     with closing(sqlite3.connect(src)) as source, closing(sqlite3.connect(dst)) as copy:
         source.backup(copy)  # with what the write-ahead log still holds (storage.py turns WAL on)
     with closing(sqlite3.connect(dst)) as con, con:
@@ -159,7 +159,8 @@ def attack(src: Path, dst: Path, numbers: Any, edit: Any) -> None:
                 rec = json.loads(value)
                 edit(rec)
                 con.execute(
-                    "UPDATE trial_user_attributes SET value_json = ? WHERE trial_id = ? AND key = ?",
+                    "UPDATE trial_user_attributes SET value_json = ? WHERE trial_id = ? AND key "
+                    "= ?",
                     (json.dumps(rec), trial_id, ATTR_RECORD),
                 )
 
@@ -276,7 +277,7 @@ def test_the_checks_catch_a_payload_left_raw(pristine: Any) -> None:
     assert all(CONTROL.search(p) for p in TERMINAL if "\u202e" not in p)
 
 
-# --- must show 3: a wrong type is one line naming the trial and the field; the rest shows ---------------
+# --- must show 3: a wrong type is one line naming the trial and the field; the rest shows --------
 
 
 def test_a_wrong_type_is_one_line_naming_trial_and_field_and_show_lists_the_rest(
@@ -317,7 +318,7 @@ def test_an_unknown_enum_in_the_measurement_names_trial_and_field(
     assert f"best trial {best} fits" in text
 
 
-# --- must show 2: the report in headless Chromium runs no script from a record -------------------------
+# --- must show 2: the report in headless Chromium runs no script from a record -------------------
 
 
 def test_the_report_of_an_attacked_study_runs_no_stored_script_in_chromium(

@@ -156,9 +156,7 @@ def _through_fake_poptorch(snippet: str, model: Any, *batch: Any) -> Any:
 
 
 @pytest.mark.slow
-def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_the_same_loss() -> (
-    None
-):
+def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_to_the_same_loss() -> None:
     """Config -> snippet -> fake PopTorch: the factor PopTorch receives is the config's, in
     OutputChannels mode, and the serialised projection gives the plain model's loss."""
     torch.manual_seed(0)

@@ -28,7 +28,7 @@ from ipu_autotune.study.records import TrialRecord
 REPO = Path(__file__).resolve().parents[1]
 
 
-# --- exit code 3 ----------------------------------------------------------------------------------
+# --- exit code 3 ---------------------------------------------------------------------------------
 
 NO_FIT = (
     "resnet50",
@@ -93,7 +93,7 @@ def test_exit_codes_are_documented() -> None:
     assert "| 3 |" in readme
 
 
-# --- resume header and stars ----------------------------------------------------------------------
+# --- resume header and stars ---------------------------------------------------------------------
 
 
 def _study_with(states: list[str]) -> optuna.Study:
@@ -154,7 +154,7 @@ def test_running_trials_have_a_row_after_the_finished_ones() -> None:
     assert "running" in text and "16.16" in text
 
 
-# --- study names ----------------------------------------------------------------------------------
+# --- study names ---------------------------------------------------------------------------------
 
 
 def test_study_name_names_every_problem_field_that_differs_from_its_default() -> None:
@@ -222,7 +222,7 @@ def test_hf_study_names_carry_task_and_sequence_length_once() -> None:
     assert gathered.slug == bert.slug + "-max_predictions20-attention_dropout0.0"
 
 
-# --- the trial line -------------------------------------------------------------------------------
+# --- the trial line ------------------------------------------------------------------------------
 
 
 def test_trial_line_names_only_what_differs_from_the_baseline() -> None:
@@ -270,7 +270,7 @@ def test_short_verdicts_fit_their_column() -> None:
     assert tl.short_verdict(crash) == "compile_error"
 
 
-# --- one IPU, warm starts, search spaces ----------------------------------------------------------
+# --- one IPU, warm starts, search spaces ---------------------------------------------------------
 
 
 def test_one_ipu_export_sets_no_execution_strategy() -> None:

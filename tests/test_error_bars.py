@@ -213,9 +213,7 @@ def test_families_take_their_own_memory_band_on_all_but_the_exact_bytes() -> Non
     assert eb.family("hf:bert-base-uncased") == "transformer" and eb.family("resnet50") == "cnn"
 
 
-def test_a_compiled_verdict_has_no_memory_bar_but_its_estimated_throughput_keeps_its_interval() -> (
-    None
-):
+def test_a_compiled_verdict_has_no_memory_bar_its_estimated_throughput_keeps_its_bar() -> None:
     from ipu_autotune.backends.base import Backend
     from ipu_autotune.backends.screen import ScreenedBackend
 

@@ -25,7 +25,8 @@ from ipu_autotune.search.space import SearchSpace
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-# GPT-2 (124M): the word embedding, 50,257 x 768, is the largest tensor, on IPU0 with its tied head.
+# GPT-2 (124M): the word embedding, 50,257 x 768, is the largest tensor, on IPU0 with its tied
+# head.
 VOCAB, HIDDEN = 50257, 768
 ADAMW_FLOAT_STATE = 4 + 4  # first and second moment, FP32 (optimizer_state "float")
 
@@ -130,7 +131,8 @@ def test_turning_offload_off_never_lowers_on_chip_memory(seed: Any) -> None:
         assert not [t for t in suggestions(p, on) if not t.config.optimizer_offload]
 
 
-# --- must show 3: splits the estimator places (inside a layer too: test_in_block_placement.py); suggestions are re-estimates
+# --- must show 3: splits the estimator places (inside a layer too: test_in_block_placement.py);
+# suggestions are re-estimates
 
 
 def one_line_exit_2(code: int, err: str, *needles: str) -> None:
@@ -201,7 +203,7 @@ def test_every_suggestion_claims_what_its_whole_configuration_re_estimates_to(
         assert named == changed, tip.text
 
 
-# --- must show 4: estimate answers for a configuration that breaks a recipe rule ------------------
+# --- must show 4: estimate answers for a configuration that breaks a recipe rule -----------------
 
 
 def test_estimate_above_the_global_batch_ceiling_prints_the_verdict_and_the_rule(

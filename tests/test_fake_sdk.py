@@ -135,7 +135,8 @@ SPREAD = {
 
 
 def expected(c: Config) -> Config:
-    """What the fake can see of a config: partials only matter (and are exported) for FP16 compute."""
+    """What the fake can see of a config: partials only matter (and are exported) for FP16
+    compute."""
     return c if c.half_compute else c.replace(partials="float")
 
 

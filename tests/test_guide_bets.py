@@ -61,7 +61,8 @@ def _fast_without_accumulation(profile: Any) -> Config:
 
 
 def _compiled(config: Config, profile: Any, ratio: float = RATIO) -> Any:
-    """A compile on an IPU whose busiest tile is `ratio` x the estimate: totals only, no breakdown."""
+    """A compile on an IPU whose busiest tile is `ratio` x the estimate: totals only, no
+    breakdown."""
     m = estimate(PROBLEM, config, profile)
     m.source, m.breakdown = "compile", []
     m.max_tile_bytes = [int(b * ratio) for b in m.max_tile_bytes]

@@ -197,9 +197,7 @@ def studies_effects(rows: list[tuple[float, str, float]]) -> KnobEffects:
     )
 
 
-def test_a_knobs_effect_other_studies_agree_on_carries_to_a_new_study_before_its_first_compile() -> (
-    None
-):
+def test_a_knob_effect_other_studies_agree_on_carries_to_a_new_study_before_it_compiles() -> None:
     """Three stored studies saw speed fall along the knob alike: their correlation with a new
     study is learnt high, and the new study expects the fall, sure of it, with no compile."""
 
@@ -279,9 +277,7 @@ def test_a_combination_of_two_knob_values_is_learnt_apart_from_the_other_knobs()
     assert mean[0] > 0.4 and mean[1] < 0.1
 
 
-def test_combined_changes_move_two_or_three_knobs_each_from_a_single_change_and_repeat_with_the_seed() -> (
-    None
-):
+def test_combined_changes_move_two_or_three_knobs_each_a_single_change_repeat_by_seed() -> None:
     import random
 
     from ipu_autotune.guide.moves import combined_changes

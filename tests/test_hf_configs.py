@@ -460,8 +460,8 @@ def refuse_optimum(
     err = capsys.readouterr().err.strip()
     task = EXPECTED[family][0]
     assert (
-        f"--trainer optimum on '{model}': optimum-graphcore pipelines no {POPTORCH_ONLY[family]} {task} model"
-        in err
+        f"--trainer optimum on '{model}': optimum-graphcore pipelines no {POPTORCH_ONLY[family]} "
+        f"{task} model" in err
     )
     assert (
         "it pipelines bert (" in err

@@ -295,7 +295,7 @@ def test_fake_sdk_sees_the_loader_the_config_names(config: Any) -> None:
             opts.deviceIterations(7)
 
 
-# --- the summary -----------------------------------------------------------------------------------
+# --- the summary ---------------------------------------------------------------------------------
 
 
 def test_summary_names_both_bottlenecks_and_the_rate() -> None:
@@ -324,7 +324,7 @@ def test_summary_names_both_bottlenecks_and_the_rate() -> None:
     assert "bottleneck host input" in text and "192 -> 2,048" in text and "square root" in text
 
 
-# --- --data ------------------------------------------------------------------------------------------
+# --- --data --------------------------------------------------------------------------------------
 
 
 class _Images(torch.utils.data.Dataset[Any]):
@@ -364,7 +364,7 @@ def test_a_map_style_dataset_is_accepted(monkeypatch: pytest.MonkeyPatch, tmp_pa
     sys.modules.pop("host_data_mod", None)
 
 
-# --- the PopTorch child ---------------------------------------------------------------------------------
+# --- the PopTorch child --------------------------------------------------------------------------
 
 
 @pytest.mark.slow

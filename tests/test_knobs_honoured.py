@@ -174,7 +174,8 @@ def test_the_sampler_does_not_spend_trials_on_modes_that_compile_alike() -> None
 
 
 def test_io_tiles_earn_no_overlap_credit() -> None:
-    """The snippet reserves I/O tiles but does not overlap I/O: fewer compute tiles, never faster."""
+    """The snippet reserves I/O tiles but does not overlap I/O: fewer compute tiles, never
+    faster."""
     p, profile = _profiled(problem(ipus=1))
     for c in (Config(execution="sharded"), Config(execution="sharded", device_iterations=8)):
         without = estimate(p, c, profile)

@@ -108,7 +108,8 @@ def test_studies_shows_full_names_counts_best_and_state(two_studies: Any) -> Non
     assert out.returncode == 0, out.stderr
     assert too_long(out.stdout) == []
     rows = {row.split()[0]: row.split()[1:] for row in table_rows(out.stdout)}
-    # The optimizer is part of the name, so both studies live side by side, and both names are whole.
+    # The optimizer is part of the name, so both studies live side by side, and both names are
+    # whole.
     assert set(rows) == {"resnet18-bs16-2ipu-mk2", "resnet18-bs16-2ipu-mk2-lamb"}
     assert rows["resnet18-bs16-2ipu-mk2"][0] == str(TRIALS)
     assert rows["resnet18-bs16-2ipu-mk2-lamb"][0] == "2"
@@ -160,7 +161,8 @@ def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path: Path, columns:
     rows = table_rows(out.stdout)
     assert [row.split()[0] for row in rows] == ["IPU0", "IPU1"]
     for row in rows:
-        # IPU, seven categories and the total: each a whole figure with its unit; then the tile use.
+        # IPU, seven categories and the total: each a whole figure with its unit; then the tile
+        # use.
         figures = re.findall(r"\d+(?:\.\d)? (?:GB|MB|kB|B)\b", row)
         assert len(figures) == 8, row
         assert re.search(r"\d+%\s*$", row), row

@@ -23,7 +23,8 @@ KERNEL = "ipu-autotune-test"
 
 
 def _kernel_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A kernel spec for this very interpreter, so the kernel imports the ipu_autotune under test."""
+    """A kernel spec for this very interpreter, so the kernel imports the ipu_autotune under
+    test."""
     prefix = tmp_path / "jupyter"
     kernelspec.install(kernel_name=KERNEL, prefix=str(prefix))
     monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
@@ -108,10 +109,10 @@ INTERRUPTED_RUN = """
 from torch import nn
 import ipu_autotune
 
-model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
-                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
-result = ipu_autotune.tune(model, name="interrupted", batch_size=8, input_shape=(3, 32, 32), num_classes=10,
-                           trials=100000, storage={url!r})
+model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1),
+                      nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+result = ipu_autotune.tune(model, name="interrupted", batch_size=8, input_shape=(3, 32, 32),
+                           num_classes=10, trials=100000, storage={url!r})
 print("RESULT", result.interrupted, len(result.records), result.best is not None)
 """
 
@@ -119,7 +120,8 @@ print("RESULT", result.interrupted, len(result.records), result.best is not None
 def test_a_kernel_interrupt_stops_after_the_current_trial_and_returns_the_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Interrupt the kernel (Jupyter's stop button: SIGINT to the kernel) while tune runs in a cell."""
+    """Interrupt the kernel (Jupyter's stop button: SIGINT to the kernel) while tune runs in a
+    cell."""
     import time
 
     import workers_helpers as wh

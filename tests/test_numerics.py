@@ -130,12 +130,13 @@ def test_drifting_gradients_ask_for_automatic_loss_scaling() -> None:
     assert advice.auto and "binades" in advice.reason
 
 
-# --- stochastic rounding ---------------------------------------------------------------------------
+# --- stochastic rounding -------------------------------------------------------------------------
 
 
 def simulated_lost_fraction(model: nn.Module, data: Any, optimizer: str, lr: float) -> float:
     """One real torch.optim step in float64 (the exact intended update), applied to the FP16
-    weights with round-to-nearest: the share of non-zero updates that leave the weight unchanged."""
+    weights with round-to-nearest: the share of non-zero updates that leave the weight
+    unchanged."""
     ref = copy.deepcopy(model).double().train()
     before = [p.detach().clone() for p in ref.parameters()]
     optimizers: dict[str, Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]] = {
@@ -197,7 +198,7 @@ def test_collection_leaves_the_model_as_it_was() -> None:
     assert all(p.grad is None for p in model.parameters())
 
 
-# --- partials --------------------------------------------------------------------------------------
+# --- partials ------------------------------------------------------------------------------------
 
 
 class Branches(nn.Module):
@@ -311,7 +312,7 @@ def test_synthetic_batches_cap_the_batch() -> None:
     assert torch.equal(got[1][0], again[1][0])
 
 
-# --- command line ----------------------------------------------------------------------------------
+# --- command line --------------------------------------------------------------------------------
 
 
 def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:

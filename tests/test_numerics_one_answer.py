@@ -41,7 +41,8 @@ def test_estimate_and_tune_give_the_same_numerics_on_the_main_runs_baseline(
     fp16 = re.search(r"precision 16\.16[^:]*:", text)
     assert fp16, out
     suggested = fp16.group(0)
-    # each numerics knob: named with tune's value where it differs from the baseline's, else left as it is
+    # each numerics knob: named with tune's value where it differs from the baseline's, else left
+    # as it is
     baseline = Config()
     for knob in ("loss_scaling", "stochastic_rounding", "partials"):
         value = getattr(tuned, knob)

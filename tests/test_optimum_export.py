@@ -95,9 +95,7 @@ def test_the_trainer_block_uses_real_fields_fp32_and_loss_scaling() -> None:
 # --- failure 2: recomputation survives the export, or the export refuses -----------------------
 
 
-def test_checkpoints_on_every_layer_export_as_every_layer_and_without_the_stage_ends_are_refused() -> (
-    None
-):
+def test_every_layer_checkpoints_export_as_every_layer_without_stage_ends_are_refused() -> None:
     """parallelize() checkpoints a stage's last layer too (issue 46): a trial without those three
     checkpoints is not what IPUTrainer trains."""
     profile = profile_for(BERT_MLM)
@@ -169,7 +167,8 @@ def test_export_of_a_sharded_trial_is_one_line_and_exit_2(
         'ipus_per_replica = 4\nexecution = "sharded"\n'
         'splits = ["bert.encoder.layer.3", "bert.encoder.layer.6", "bert.encoder.layer.9"]\n'
     )
-    # the study in this process (its trace is shared); the export as a user runs it: one line on stderr
+    # the study in this process (its trace is shared); the export as a user runs it: one line on
+    # stderr
     run_cli_stdout(
         capsys,
         "hf:bert-base-uncased",

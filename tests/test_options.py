@@ -45,8 +45,9 @@ def parsed(argv: list[str]) -> Any:
                 host_memory=2.5,
                 quiet=False,
             ),
-            "tune resnet18 -b 8 --input-shape 3x32x32 --input a:4:int64 --input b:4:bool --micro-batch 8-64 "
-            "--no-numerics --headroom 0.1 --seed 3 --timeout 5 --optimizer sgd --target bow --host-memory 2.5",
+            "tune resnet18 -b 8 --input-shape 3x32x32 --input a:4:int64 --input b:4:bool "
+            "--micro-batch 8-64 --no-numerics --headroom 0.1 --seed 3 --timeout 5 --optimizer "
+            "sgd --target bow --host-memory 2.5",
         ),
         (
             "estimate",
@@ -54,7 +55,8 @@ def parsed(argv: list[str]) -> Any:
             dict(
                 config=Path("c.toml"), set=["precision=16.16", "splits=layer3"], backend="poptorch"
             ),
-            "estimate --config c.toml --set precision=16.16 --set splits=layer3 --backend poptorch",
+            "estimate --config c.toml --set precision=16.16 --set splits=layer3 --backend "
+            "poptorch",
         ),
         (
             "estimate",

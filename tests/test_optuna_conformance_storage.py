@@ -48,8 +48,8 @@ SKIPS = {
     (
         "test_pickle_storage",
         "sqlite_memory",
-    ): "sqlite:///:memory: is the database of one process's connection: a pickled copy opens a new, "
-    "empty one (plain Optuna RDBStorage does the same); pinned by "
+    ): "sqlite:///:memory: is the database of one process's connection: a pickled copy opens a "
+    "new, empty one (plain Optuna RDBStorage does the same); pinned by "
     "test_an_in_memory_sqlite_storage_is_this_process_own",
 }
 

@@ -64,7 +64,8 @@ def test_each_row_is_at_least_what_tune_finds_at_that_size_with_the_same_numeric
         ratio = row.measurement.throughput / best["measurement"]["throughput"]
         with capsys.disabled():  # the figures, with -s
             print(
-                f"{model} {row.ipus} IPUs mb {row.micro_batch}: plan {row.measurement.throughput:,.0f}, tune "
+                f"{model} {row.ipus} IPUs mb {row.micro_batch}: plan "
+                f"{row.measurement.throughput:,.0f}, tune "
                 f"{best['measurement']['throughput']:,.0f}, {ratio:.3f}x"
             )
         assert ratio >= 0.95, (model, row.ipus, ratio, row.config, best["config"])

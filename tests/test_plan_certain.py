@@ -79,6 +79,7 @@ def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(
             )
             exact = sum(m.breakdown[ipu][c] for c in EXACT) / (1472 - row.config.io_tiles)
             assert lo >= exact  # no factor takes the exact bytes away
-        # and the bound any configuration keeps on one IPU never exceeds what this fitting one needs
+        # and the bound any configuration keeps on one IPU never exceeds what this fitting one
+        # needs
         least = nofit.least_on_one_ipu(problem, row.ipus)
         assert least is None or least[0] <= max(m.required_bytes), row.ipus

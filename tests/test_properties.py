@@ -119,7 +119,8 @@ def test_every_config_a_shipped_space_produces_passes_the_rules_and_estimates_sa
     assume(space.ipu_layouts(problem, profile))  # else `tune` refuses the problem as bad input
     config = space.sample(HypothesisTrial(data), problem, profile)
     event(
-        f"{problem.model}, {config.ipus_per_replica} IPU(s) x {config.replicas}, {config.execution}"
+        f"{problem.model}, {config.ipus_per_replica} IPU(s) x {config.replicas}, "
+        f"{config.execution}"
     )
 
     assert violations(problem, config, profile.module_order) == [], config

@@ -54,7 +54,8 @@ class TinyNet(nn.Module):
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """The command's exit code, stdout, and stderr with its line breaks and runs of spaces as one space."""
+    """The command's exit code, stdout, and stderr with its line breaks and runs of spaces as one
+    space."""
     code, out, err = run_cli(capsys, *argv)
     return code, out, " ".join(err.split())
 
@@ -339,8 +340,8 @@ from torch import nn
 import ipu_autotune
 sys.path.insert(0, {tests!r})
 from conftest_fake_sdk import SmallCNN
-r = ipu_autotune.tune(SmallCNN(), batch_size=8, input_shape=(3, 32, 32), num_classes=10, trials=100000,
-                      storage={url!r}, seed=1)
+r = ipu_autotune.tune(SmallCNN(), batch_size=8, input_shape=(3, 32, 32), num_classes=10,
+                      trials=100000, storage={url!r}, seed=1)
 print("RESULT", r.interrupted, len(r.records), r.best is not None, flush=True)
 """
 

@@ -26,7 +26,8 @@ def test_a_misspelt_subcommand_is_named_not_tuned(
     assert code == 2
     assert "unknown command 'shwo'; did you mean 'show'?" in err
     assert "batch" not in err  # not read as a model to tune
-    # a model name close to no command still starts a tune (and a misspelt model is the zoo's error)
+    # a model name close to no command still starts a tune (and a misspelt model is the zoo's
+    # error)
     code, _, err = run_cli(capsys, "resnt18", "-b", "2")
     assert code == 2 and "unknown model 'resnt18'" in err
 

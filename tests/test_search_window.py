@@ -65,7 +65,8 @@ def test_the_correction_is_local_near_a_compile_and_the_mean_far_away() -> None:
     a = base.replace(precision="16.16", partials="half", loss_scaling=1024.0)
     b = base.replace(device_iterations=16)
 
-    class Compiled:  # what compiles said: a needs 30% more tile memory and runs 20% slower; b is exact
+    # what compiles said: a needs 30% more tile memory and runs 20% slower; b is exact
+    class Compiled:
         def __init__(self, config: Any, memory: Any, speed: Any) -> None:
             m = estimate(PROBLEM, config, profile)
             m.source, m.feasible, m.failure = "compile", True, None

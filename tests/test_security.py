@@ -194,7 +194,7 @@ def test_a_good_trial_exports_safe_code(capsys: pytest.CaptureFixture[str], in_t
     assert "model.get_submodule('layer3')" in source
 
 
-# --- passwords ------------------------------------------------------------------------------------
+# --- passwords -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -245,7 +245,7 @@ def test_tune_output_masks_the_password_in_every_line(
     assert "hunter2" not in out + err and "me:***@127.0.0.1:1" in err
 
 
-# --- stored module:factory ------------------------------------------------------------------------------
+# --- stored module:factory -----------------------------------------------------------------------
 
 EVIL = """
 from pathlib import Path
@@ -262,7 +262,8 @@ def test_a_stored_factory_is_never_imported_by_reading_commands(tmp_path: Path) 
     marker = tmp_path / "IMPORTED"
     env = wh.env()
     env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
-    # The module is importable in this environment: a command that imported it would leave the marker.
+    # The module is importable in this environment: a command that imported it would leave the
+    # marker.
     subprocess.run(
         [sys.executable, "-c", "import evil_module_x"], env=env, cwd=tmp_path, check=True
     )

@@ -30,7 +30,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning"),
 ]
 
-#: per trial: create (or pop), the first heartbeat, the sampled parameters, the tell with the record
+#: per trial: create (or pop), the first heartbeat, the sampled parameters, the tell with the
+#: record
 MAX_WRITES_PER_TRIAL = 4
 
 
@@ -176,7 +177,8 @@ def test_a_queued_trial_is_popped_by_one_worker_only(tmp_path: Path) -> None:
     assert b.set_trial_state_values(waiting._trial_id, TrialState.RUNNING) is False
     started = open_storage(url).get_trial(waiting._trial_id)
     assert started.state == TrialState.RUNNING and started.datetime_start is not None
-    # as RDBStorage: a finished trial raises (Optuna's `_pop_waiting_trial_id` moves on), an unknown one too
+    # as RDBStorage: a finished trial raises (Optuna's `_pop_waiting_trial_id` moves on), an
+    # unknown one too
     a.set_trial_state_values(waiting._trial_id, TrialState.COMPLETE, [1.0])
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         b.set_trial_state_values(waiting._trial_id, TrialState.RUNNING)

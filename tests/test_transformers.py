@@ -88,7 +88,8 @@ def test_gpt2_tied_head_is_counted_once_with_the_embedding() -> None:
     profile = profile_for(Problem("hf:gpt2", 1, task="causal-lm", seq_len=128))
     assert profile.params == 124_439_808  # not 163M: lm_head.weight is transformer.wte.weight
     by_path = {u.path: u for u in profile.units}
-    # Token and position embeddings form one unit (no split between them), with the tied head's weight.
+    # Token and position embeddings form one unit (no split between them), with the tied head's
+    # weight.
     assert by_path["transformer.wte"].params == 50257 * 768 + 1024 * 768
     assert "transformer.wpe" in by_path["transformer.wte"].members
     assert by_path["lm_head"].placed_with == 0  # runs with the embedding, on IPU0

@@ -88,7 +88,8 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run: An
     assert len(study.trials) == 60 and study.best_trial.number == best["trial"]
     files = result["files"]
     assert Path(cwd, files["config"]).is_file() and Path(cwd, files["snippet"]).is_file()
-    # Numerics advice from the model's own gradients sets loss scale, SR and partials, with reasons.
+    # Numerics advice from the model's own gradients sets loss scale, SR and partials, with
+    # reasons.
     advice = result["numerics"]
     assert advice["loss_scale"]["reason"] and advice["stochastic_rounding"]["reason"]
     assert best["config"]["loss_scaling"] == (

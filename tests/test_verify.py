@@ -192,7 +192,8 @@ def test_the_advised_loss_scale_keeps_the_runs_gradients() -> None:
         optimizer="adam",
     )
     advice = advise(problem, lr=1e-4, steps=3, data=DIGITS)
-    # the smallest scale numerics says keeps 99.99 % of the gradients representable, without overflow
+    # the smallest scale numerics says keeps 99.99 % of the gradients representable, without
+    # overflow
     scale = min(r.scale for r in advice.table if r.flushed <= 1e-4 and not r.overflow)
     at_1 = next(r for r in advice.table if r.scale == 1.0)
     assert at_1.flushed > 0.01  # and scale 1 loses some

@@ -15,7 +15,8 @@ from verify_models import AttentionBlock
 from ipu_autotune.problem import Config
 from ipu_autotune.verification import emulation
 
-#: the block's q and k weights: at this spread about 1 % of its unscaled attention scores pass 65504
+#: the block's q and k weights: at this spread about 1 % of its unscaled attention scores pass
+#: 65504
 QK_STD = 12.0
 
 

@@ -1,8 +1,9 @@
 """`verify` on three models the tests did not use before (issue 60): a two-layer BERT encoder from
 `transformers` built from its config (verify_models.BertDigits), a CNN without batch norm
-(plain_cnn) and MLPs (mlp; deep_tanh_mlp, initialised small; large_weight_mlp), on scikit-learn's digits. Sound
-recipes are no false alarm, a baseline that cannot learn is "inconclusive", broken recipes are
-caught; bad data is bad input (exit 2, one line, nothing stored)."""
+(plain_cnn) and MLPs (mlp; deep_tanh_mlp, initialised small; large_weight_mlp), on
+scikit-learn's digits. Sound recipes are no false alarm, a baseline that cannot learn is
+"inconclusive", broken recipes are caught; bad data is bad input (exit 2, one line, nothing
+stored)."""
 
 from __future__ import annotations
 
@@ -96,8 +97,8 @@ def test_loss_scale_1_with_gradients_that_underflow_is_caught() -> None:
 
 @pytest.mark.slow
 def test_stochastic_rounding_off_with_updates_below_half_an_ulp_is_caught() -> None:
-    """Adam at 5e-5 on weights of 0.25-0.5 (half an ulp: 2^-13 = 1.2e-4): round-to-nearest loses every
-    update; stochastic rounding keeps them on average and trains as FP32 does."""
+    """Adam at 5e-5 on weights of 0.25-0.5 (half an ulp: 2^-13 = 1.2e-4): round-to-nearest loses
+    every update; stochastic rounding keeps them on average and trains as FP32 does."""
     off = check("verify_models:large_weight_mlp", "adam", Config(precision="16.16"), 600, lr=5e-5)
     assert off.tuned.lost_update_fraction > 0.99, off.line()
     assert off.kind == "stalled", off.line()

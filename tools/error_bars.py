@@ -1,7 +1,8 @@
 """The estimator's error bars and their leave-one-out coverage on the calibration set.
 
     python tools/error_bars.py              # the coverage table of docs/estimator.md
-    python tools/error_bars.py --constants  # the widths ipu_autotune/backends/estimate/error_bars.py ships
+    python tools/error_bars.py --constants  # the widths that
+                                            # ipu_autotune/backends/estimate/error_bars.py ships
 
 Every calibration point with a number or a verdict is estimated once; then, for each point,
 the interval is rebuilt from the other points only and the point is checked against it.
@@ -189,7 +190,8 @@ def table(pts: list[Point] | None = None) -> str:
         lines.append(f"| {name} | {subset} | {inside} of {total} | {inside / total:.0%} |")
     lines += [
         "",
-        "| point | family | kind | estimate vs published | interval without the point | inside | tuned on |",
+        "| point | family | kind | estimate vs published | interval without the point | inside | "
+        "tuned on |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in checks:
@@ -201,8 +203,8 @@ def table(pts: list[Point] | None = None) -> str:
             what = f"{p.value:.0%} of a tile ({p.exact:.0%} exact), {'fits' if p.fits else 'OOM'}"
             band = f"{c.low:.0%}-{c.high:.0%}"
         lines.append(
-            f"| {p.id} | {p.family} | {p.kind} | {what} | {band} | {'yes' if c.inside else '**no**'} "
-            f"| {TUNED_ON.get(p.id, '-')} |"
+            f"| {p.id} | {p.family} | {p.kind} | {what} | {band} | "
+            f"{'yes' if c.inside else '**no**'} | {TUNED_ON.get(p.id, '-')} |"
         )
     return "\n".join(lines)
 

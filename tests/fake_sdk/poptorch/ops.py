@@ -1,4 +1,5 @@
-"""Pipeline annotations and checkpoints (`python/ops.py`): BeginBlock, removeBlocks, recomputationCheckpoint."""
+"""Pipeline annotations and checkpoints (`python/ops.py`): BeginBlock, removeBlocks,
+recomputationCheckpoint."""
 
 from __future__ import annotations
 
