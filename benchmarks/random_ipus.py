@@ -11,8 +11,8 @@ knob_hidden.KnobResponseHiddenIPU (issue 41) and `--family regions` region_hidde
 (issue 58), each family with its own id sets; those two run Optuna's GPSampler too (`gp`). Draws
 come from two disjoint sets per family (random_hidden.DRAW_SETS, knob_hidden.DRAW_SETS,
 region_hidden.DRAW_SETS): `--set develop` (the default) to develop on, `--set report` to report on,
-after development only. The two hand-made hidden IPUs stay in search_efficiency.py (`--hidden
-constants structural`) as named cases.
+after development only. The two hand-made hidden IPUs stay in search_efficiency.py
+(`--hidden constants structural`) as named cases.
 
     python benchmarks/random_ipus.py --set report          # 5 problems x 20 draws, budget 20
     python benchmarks/random_ipus.py --set develop --draws 6 --problems bert-base-sl128-mb8-4ipu

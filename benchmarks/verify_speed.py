@@ -151,8 +151,8 @@ def main(argv: list[str]) -> None:
     print(
         f"\nFP16 emulation: {cost:.2f}x the FP32 baseline's time per training sample (both "
         f"baseline seeds' mean; limit {MAX_EMULATION_COST:g}x: "
-        f"{'within' if cost <= MAX_EMULATION_COST else 'OVER'}), measured by `python "
-        f"benchmarks/verify_speed.py {' '.join(argv)}`".rstrip()
+        f"{'within' if cost <= MAX_EMULATION_COST else 'OVER'}), measured by "
+        f"`python benchmarks/verify_speed.py {' '.join(argv)}`".rstrip()
     )
     print(f"\nverdict (random labels: the verdict itself means nothing here): {verdict.kind}")
     print(f"\nwall time: {time.perf_counter() - start:.0f} s")

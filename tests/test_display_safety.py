@@ -159,8 +159,8 @@ def attack(src: Path, dst: Path, numbers: Any, edit: Any) -> None:
                 rec = json.loads(value)
                 edit(rec)
                 con.execute(
-                    "UPDATE trial_user_attributes SET value_json = ? WHERE trial_id = ? AND key "
-                    "= ?",
+                    "UPDATE trial_user_attributes SET value_json = ? "
+                    "WHERE trial_id = ? AND key = ?",
                     (json.dumps(rec), trial_id, ATTR_RECORD),
                 )
 

@@ -116,8 +116,8 @@ def storage_url(kind: str, folder: Path) -> str:
 
 
 def finished_study(folder: Path, trials: int = 14) -> tuple[str, Path]:
-    """(storage URL, output folder) of the workshop study run the way a user runs it, `tune
-    --out`."""
+    """(storage URL, output folder) of the workshop study run the way a user runs it:
+    `tune --out`."""
     url = sqlite_url(folder / "study.db")
     out = folder / "out"
     assert main([*TUNE, "--trials", str(trials), "--storage", url, "--out", str(out)]) == 0
