@@ -18,6 +18,7 @@ from ipu_autotune.guide.warmstart import Screen, screen_rank
 from ipu_autotune.models import partition
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.rules.cross_field import violations
+from ipu_autotune.search.knobs import Choice, Range
 from ipu_autotune.search.space import SearchSpace
 
 
@@ -36,6 +37,7 @@ class OracleScreen(Screen):
 
     def __call__(self, config: Any) -> Any:
         if config not in self.cache:
+            assert self.space is not None  # __init__ gives one
             ok = not violations(self.problem, config, self.profile.module_order)
             ok = ok and not self.space.outside(self.problem, self.profile, config)
             self.cache[config] = self.oracle.evaluate(self.problem, config) if ok else None
@@ -55,13 +57,14 @@ def single_moves(space: SearchSpace, screen: Screen, c: Config) -> list[Config]:
         for knob, cand in single_changes(space, problem, profile, c)
         if knob != "ipus_per_replica"
     ]
+    io_tiles, amp = space.knobs["io_tiles"], space.knobs["available_memory_proportion"]
+    assert isinstance(io_tiles, Choice) and isinstance(amp, Range) and amp.step is not None
     if not c.pipelined:
-        for tiles in space.knobs["io_tiles"].values:
+        for tiles in io_tiles.values:
             if tiles != c.io_tiles:
                 out.append(
                     c.replace(io_tiles=tiles, execution="sharded" if tiles else c.execution)
                 )
-    amp = space.knobs["available_memory_proportion"]
     grid = [
         round(amp.low + i * amp.step, 4)
         for i in range(int((amp.high - amp.low) / amp.step + 1e-9) + 1)

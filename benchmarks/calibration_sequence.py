@@ -26,7 +26,8 @@ arm's records of each draw (calibration/prior.loso).
     python benchmarks/calibration_sequence.py --draws 3 --problems 3 --budget 12    # a few minutes
     python benchmarks/calibration_sequence.py --set report --draws 20 --problems 5 --budget 12 \
         --reference-trials 30 --kicks 20                                              # the report
-    python benchmarks/calibration_sequence.py --family knobs --draws 3 --problems 3   # issue 41's family
+    python benchmarks/calibration_sequence.py --family knobs --draws 3 --problems 3
+                                                                    # issue 41's family
 """
 
 from __future__ import annotations
@@ -104,7 +105,10 @@ def one_study(problem: Any, oracle: Any, budget: int, store: Any, name: str) -> 
 
     study, _ = st.open_study(open_storage("memory:"), name, problem, 0, on_create)
     runner = Runner(study, problem, profile, space, backend, guide=guide)
-    if session.attach(calibrated, study, problem, profile, backend, print) is not None:
+    if (
+        calibrated is not None
+        and session.attach(calibrated, study, problem, profile, backend, print) is not None
+    ):
         runner.observers.append(calibrated.recorder)
     compiles, first = [], oracle.compiles
     trials = 0
@@ -132,7 +136,8 @@ def main(argv: Any = None) -> int:
         "--family",
         default="structural",
         choices=sorted(FAMILIES),
-        help="hidden IPUs to draw (random_ipus.py --family): structural, knobs (issue 41) or regions (issue 58)",
+        help="hidden IPUs to draw (random_ipus.py --family): structural, knobs (issue 41) or "
+        "regions (issue 58)",
     )
     parser.add_argument(
         "--problems", type=int, default=3, help="the first N of search_efficiency.PROBLEMS"
@@ -221,11 +226,12 @@ def main(argv: Any = None) -> int:
             if e is not None:
                 errors.append(e)
     print(
-        f"\n{args.draws} draw(s) x problems 2..{len(keys)} ({', '.join(keys[1:])}), budget {args.budget}, "
-        f"{time.perf_counter() - start:.0f} s"
+        f"\n{args.draws} draw(s) x problems 2..{len(keys)} ({', '.join(keys[1:])}), budget "
+        f"{args.budget}, {time.perf_counter() - start:.0f} s"
     )
     best = (
-        f"the best known ({args.reference_trials}-trial search, {args.kicks} kicks, or better found)"
+        f"the best known ({args.reference_trials}-trial search, {args.kicks} kicks, or better "
+        "found)"
         if args.reference_trials
         else "the best any arm found"
     )
@@ -246,10 +252,12 @@ def main(argv: Any = None) -> int:
 
         print("\nleave-one-study-out, median over draws of each draw's median absolute error:")
         print(
-            f"  busiest tile (fraction of a tile): nominal {med('memory_nominal')}, corrected {med('memory_corrected')}"
+            f"  busiest tile (fraction of a tile): nominal {med('memory_nominal')}, corrected "
+            f"{med('memory_corrected')}"
         )
         print(
-            f"  throughput (|log ratio|): nominal {med('throughput_nominal')}, corrected {med('throughput_corrected')}"
+            f"  throughput (|log ratio|): nominal {med('throughput_nominal')}, corrected "
+            f"{med('throughput_corrected')}"
         )
     return 0
 

@@ -17,7 +17,7 @@ import sys
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run from anywhere without installing
@@ -35,6 +35,15 @@ from ipu_autotune.profiles.trace import profile_for
 #: and with the PopTorch backend candidates estimated over memory by more than 25% skip the compile
 DEFAULT_HEADROOM = 0.05
 DEFAULT_SCREEN_MARGIN = 0.25
+
+T = TypeVar("T")
+
+
+def not_none(value: T | None) -> T:
+    """`value`, which the run's own logic says is there (a fitting config's throughput): the
+    check that lets the type checker follow, and a failure that names the broken premise."""
+    assert value is not None, "expected a value, got None"
+    return value
 
 
 def quiet_optuna() -> None:
@@ -132,14 +141,15 @@ def markdown_table(headers: list[str], rows: list[list[str]], align: str | None 
 
     def line(values: list[str]) -> str:
         out = []
-        for v, w, a in zip(values, widths, align):
+        for v, w, a in zip(values, widths, align, strict=True):
             out.append(v.rjust(w) if a == "r" else v.ljust(w))
         return "| " + " | ".join(out) + " |"
 
     rule = (
         "|"
         + "|".join(
-            ("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align)
+            ("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
+            for w, a in zip(widths, align, strict=True)
         )
         + "|"
     )
@@ -254,8 +264,8 @@ class HiddenIPU(Backend):
             m.details = {}
             if m.feasible:
                 j = self.jitter(config)
-                m.throughput = m.throughput * j
-                m.step_time_s = m.step_time_s / j
+                m.throughput = not_none(m.throughput) * j
+                m.step_time_s = not_none(m.step_time_s) / j
             else:
                 m.throughput, m.step_time_s = None, None
                 m.reason = "hidden IPU: out of tile memory"
@@ -324,7 +334,7 @@ class StructuralHiddenIPU(HiddenIPU):
             m.source, m.details = "compile", {}
             tiles = []
             for busiest, parts in zip(
-                m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes)
+                m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes), strict=True
             ):
                 total = sum(parts.values())
                 scale = (

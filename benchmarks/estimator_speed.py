@@ -53,7 +53,8 @@ first = trace_model({model!r}, {batch}, {shape!r}, 1000)
 t2 = time.perf_counter()
 second = trace_model({model!r}, {batch}, {shape!r}, 1000)
 t3 = time.perf_counter()
-print(json.dumps({{"import": t1 - t0 - tv, "torchvision": tv, "first": t2 - t1, "second": t3 - t2, "units": len(first.units),
+print(json.dumps({{"import": t1 - t0 - tv, "torchvision": tv, "first": t2 - t1,
+                  "second": t3 - t2, "units": len(first.units),
                   "ops": sum(u.ops for u in first.units), "params": first.params}}))
 """
 
@@ -61,7 +62,8 @@ print(json.dumps({{"import": t1 - t0 - tv, "torchvision": tv, "first": t2 - t1, 
 def trace_cold(model: str) -> dict[str, Any]:
     code = _CHILD.format(repo=str(common.REPO), model=model, batch=BATCH, shape=SHAPE)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    times: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return times
 
 
 def sample_configs(problem: Problem, n: int, seed: int = 0) -> list[Any]:
@@ -117,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     start = time.perf_counter()
-    rows, ratios, results = [], [], {}
+    rows, ratios = [], []
+    results: dict[str, dict[str, Any]] = {}
     for model in models:
         cold = trace_cold(model)
         problem = Problem(model, BATCH, SHAPE, ipus=IPUS)

@@ -66,11 +66,12 @@ def best_at(run: dict[str, Any], reference: float, k: int) -> float:
 
 
 def sign_test(wins: int, losses: int) -> float:
-    """Two-sided sign test: the chance of a split at least this uneven if neither side were better."""
+    """Two-sided sign test: the chance of a split at least this uneven if neither side were
+    better."""
     n = wins + losses
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
+    tail: float = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
     return min(1.0, 2 * tail)
 
 

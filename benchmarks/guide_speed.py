@@ -33,6 +33,8 @@ import common
 import search_efficiency as se
 from random_ipus import FAMILIES
 
+from ipu_autotune.profiles.trace import profile_for
+
 HERE = Path(__file__).resolve().parent
 
 #: (problem, hidden IPU kind, develop seed or draw): the hand-made kinds, both random families
@@ -58,7 +60,7 @@ def run_cases(budget: int, cases: int) -> dict[str, dict[str, Any]]:
     out = {}
     for key, kind, seed in CASES[:cases]:
         problem = se.PROBLEMS[key]
-        se.profile_for(problem)  # the trace is not the guide's cost
+        profile_for(problem)  # the trace is not the guide's cost
         start = time.process_time()
         run = se.run_strategy(
             "ipu-autotune", problem, oracle(kind, seed), seed, budget, 10 * budget
@@ -106,7 +108,8 @@ def run_at(rev: str, budget: int, cases: int) -> dict[str, dict[str, Any]]:
                 cwd=tree,
                 stdout=subprocess.DEVNULL,
             )
-            return json.loads(saved.read_text())
+            ran: dict[str, dict[str, Any]] = json.loads(saved.read_text())
+            return ran
         finally:
             subprocess.run(
                 ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
@@ -169,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
         rows.append(row)
     print(
-        f"## CPU per guided compile (budget {args.budget}; this process's CPU, the trace excluded)\n"
+        f"## CPU per guided compile (budget {args.budget}; this process's CPU, the trace "
+        "excluded)\n"
     )
     print(common.markdown_table(headers, rows, "lrr" + ("rrl" if other is not None else "")))
     total = sum(r["cpu"] for r in here.values())
@@ -179,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     if other is not None:
         before = sum(o["cpu"] for o in other.values())
         same = sum(other[n]["compiles"] == here[n]["compiles"] for n in here)
-        line += f"; at {args.against} {before:.1f} s: {total / before:.2f}x; same compiles in {same} of {len(here)}"
+        line += (
+            f"; at {args.against} {before:.1f} s: {total / before:.2f}x; same compiles in "
+            f"{same} of {len(here)}"
+        )
     print(line)
     print(f"\nwall time: {time.perf_counter() - started:.0f} s")
     return 0

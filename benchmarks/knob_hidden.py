@@ -25,7 +25,10 @@ must pass without being tuned to it.
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Callable
 from dataclasses import fields, replace
+from typing import Any, cast
 
 from common import seeded_random
 from random_hidden import RandomHiddenIPU
@@ -34,6 +37,7 @@ from ipu_autotune.backends.base import CATEGORIES, Measurement
 from ipu_autotune.host import pipeline as host
 from ipu_autotune.problem import Config, Problem, effective_recompute
 from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.knobs import Choice
 from ipu_autotune.search.space import Range, SearchSpace
 
 #: draw ids per set, apart from the structural family's (random_hidden.DRAW_SETS)
@@ -69,32 +73,32 @@ def _legendre(u: float) -> tuple[float, float, float]:
     return x, (3 * x * x - 1) / 2, (5 * x**3 - 3 * x) / 2
 
 
-def _curve(rng, amplitude: float):
+def _curve(rng: random.Random, amplitude: float) -> Callable[[float], float]:
     """A random low-order curve on [0, 1] whose largest |value| is `amplitude`."""
     c = [rng.gauss(0.0, 1.0) / (k + 1) for k in range(3)]
 
     def raw(u: float) -> float:
-        return sum(a * p for a, p in zip(c, _legendre(u)))
+        return sum(a * p for a, p in zip(c, _legendre(u), strict=True))
 
     scale = amplitude / (max(abs(raw(u)) for u in _GRID) or 1.0)
     return lambda u: scale * raw(u)
 
 
-def _levels(rng, values: tuple, amplitude: float) -> dict:
+def _levels(rng: random.Random, values: tuple[str, ...], amplitude: float) -> dict[str, float]:
     """One random level per value, centred over the domain, the largest |level| `amplitude`."""
     raw = [rng.uniform(-1.0, 1.0) for _ in values]
     mean = sum(raw) / len(raw)
     spread = max(abs(r - mean) for r in raw) or 1.0
-    return {v: amplitude * (r - mean) / spread for v, r in zip(values, raw)}
+    return {v: amplitude * (r - mean) / spread for v, r in zip(values, raw, strict=True)}
 
 
-def knob_domains(problem: Problem) -> dict[str, Range | tuple]:
+def knob_domains(problem: Problem) -> dict[str, Range | tuple[str, ...]]:
     """The default search space's domain of every knob that varies for `problem`: a Range
     (numeric) or the level names of a choice. A knob with one value has no effect."""
     space, profile = SearchSpace.load(problem), profile_for(problem)
     layouts = space.ipu_layouts(problem, profile)
-    recompute = space.knobs["recompute"].values
-    out: dict[str, Range | tuple] = {
+    recompute = cast(Choice, space.knobs["recompute"]).values  # a choice in every space
+    out: dict[str, Range | tuple[str, ...]] = {
         "ipus_per_replica": tuple(str(i) for i in sorted({i for i, _ in layouts})),
         "replicas": tuple(str(r) for r in sorted({r for _, r in layouts})),
         "recompute": tuple(
@@ -109,11 +113,11 @@ def knob_domains(problem: Problem) -> dict[str, Range | tuple]:
     return {k: v for k, v in out.items() if isinstance(v, Range) or len(v) > 1}
 
 
-def knob_values(problem: Problem, config: Config) -> dict[str, list]:
+def knob_values(problem: Problem, config: Config) -> dict[str, list[Any]]:
     """Each knob's value(s) as the domains name them: a level name, or numbers (one per IPU
     for the memory proportion, one per split); unit shares as a fraction of the model."""
     units = {u.path: i for i, u in enumerate(profile_for(problem).units)}
-    out = {f.name: [str(getattr(config, f.name))] for f in fields(Config)}
+    out: dict[str, list[Any]] = {f.name: [str(getattr(config, f.name))] for f in fields(Config)}
     for name in ("gradient_accumulation", "device_iterations"):
         out[name] = [getattr(config, name)]
     out["available_memory_proportion"] = list(config.available_memory_proportion)
@@ -132,11 +136,12 @@ class KnobResponse:
         self.problem = problem
         self.domains = knob_domains(problem)
         rng = seeded_random(f"{self.key}/{problem.slug}/interactions")
+        pairs: set[tuple[str, ...]]
         count, pairs = rng.randint(*INTERACTIONS), set()
         while len(pairs) < count:
             pairs.add(tuple(sorted(rng.sample(sorted(self.domains), 2))))
         self.pairs = sorted(pairs)
-        self._terms: dict[tuple, object] = {}
+        self._terms: dict[tuple[object, ...], Any] = {}
         self._strengths = {
             (pair, t): seeded_random(
                 "/".join(map(str, (self.key, problem.slug, pair, t)))
@@ -144,9 +149,9 @@ class KnobResponse:
             for pair in self.pairs
             for t in TARGETS
         }
-        self._values: tuple[Config | None, dict] = (None, {})
+        self._values: tuple[Config | None, dict[str, list[Any]]] = (None, {})
 
-    def term(self, *where):
+    def term(self, *where: object) -> Any:
         """A knob's response named by `where` (target, knob[, IPU]): a curve on [0, 1] or
         levels per value; its largest |effect| is drawn (STRONG)."""
         if where not in self._terms:
@@ -154,7 +159,8 @@ class KnobResponse:
             amplitude = rng.uniform(*(STRONG_RANGE if rng.random() < STRONG else MILD_RANGE))
             if where[0] == "pair":  # a knob's shape in an interaction: [-1, 1]
                 amplitude = 1.0
-            domain = self.domains[where[1] if where[0] != "pair" else where[2]]
+            knob = cast(str, where[1] if where[0] != "pair" else where[2])  # a knob's name
+            domain = self.domains[knob]
             self._terms[where] = (
                 _curve(rng, amplitude)
                 if isinstance(domain, Range)
@@ -162,13 +168,13 @@ class KnobResponse:
             )
         return self._terms[where]
 
-    def effect(self, knob: str, values: list, *where) -> float:
+    def effect(self, knob: str, values: list[Any], *where: object) -> float:
         """`knob`'s effect named by `where` at its `values`, averaged over them (per IPU or
         per split); 0 for a value outside the domain or none at all."""
         if not values:
             return 0.0
         domain, term = self.domains[knob], self.term(*where)
-        each = (
+        each: list[float] = (
             [term(_unit(v, domain)) for v in values]
             if isinstance(domain, Range)
             else [term.get(v, 0.0) for v in values]
@@ -219,7 +225,9 @@ class KnobResponseHiddenIPU(RandomHiddenIPU):
         tiles = super()._tiles(problem, config, m)
         response = self.response(problem)
         out, breakdown = [], []
-        for i, (tile, parts) in enumerate(zip(tiles, m.breakdown or [{}] * len(tiles))):
+        for i, (tile, parts) in enumerate(
+            zip(tiles, m.breakdown or [{}] * len(tiles), strict=True)
+        ):
             factors = {c: response.factor(f"memory:{c}", config, ipu=i) for c in parts}
             total = sum(parts.values())
             mix = sum(v * factors[c] for c, v in parts.items()) / total if total else 1.0

@@ -14,7 +14,8 @@ margin) is scored on the same candidates. Nothing here counts compiles or change
     python benchmarks/memory_calibration.py --quick          # CI smoke: 1 problem, 2 draws
     python benchmarks/memory_calibration.py --family knobs --set report --first-draw 100 --draws 4
                                                              # every knob's own response (issue 41)
-    python benchmarks/memory_calibration.py --family regions --draws 4   # random regions off (issue 58)
+    python benchmarks/memory_calibration.py --family regions --draws 4
+                                                             # random regions off (issue 58)
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ BINS = [(i / 10, (i + 1) / 10) for i in range(10)]
 def judge_draw(
     key: str, draw_id: int, family: str = "structural"
 ) -> list[tuple[float, bool, bool]]:
-    """(the guide's chance to fit, the ratio it used before says it fits, it fits on the hidden IPU) per candidate."""
+    """(the guide's chance to fit, the ratio it used before says it fits, it fits on the hidden
+    IPU) per candidate."""
     problem = se.PROBLEMS[key]
     profile, space = profile_for(problem), SearchSpace.load(problem)
     oracle = FAMILIES[family][0](draw_id)
@@ -100,7 +102,7 @@ class _RatioModel:
             if m.source == "estimate" or m.failure not in (None, "oom"):
                 continue
             want = screen(config).max_tile_bytes
-            ratios = [got / w for got, w in zip(m.max_tile_bytes, want) if w > 0]
+            ratios = [got / w for got, w in zip(m.max_tile_bytes, want, strict=True) if w > 0]
             if ratios:
                 self.points.append((config, max(ratios)))
         self.prior = (
@@ -123,7 +125,8 @@ class _RatioModel:
         ratio = (0.25 * self.prior + sum(w * r for w, r in weights)) / (
             0.25 + sum(w for w, _ in weights)
         )
-        return max(estimate.max_tile_bytes) * ratio <= estimate.tile_capacity_bytes
+        fits: bool = max(estimate.max_tile_bytes) * ratio <= estimate.tile_capacity_bytes
+        return fits
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         "--family",
         choices=sorted(FAMILIES),
         default="structural",
-        help="hidden IPUs: structural mechanisms (issue 22), every knob's own response (issue 41) or "
-        "random regions of the space off (issue 58)",
+        help="hidden IPUs: structural mechanisms (issue 22), every knob's own response (issue "
+        "41) or random regions of the space off (issue 58)",
     )
     ap.add_argument(
         "--set",
@@ -171,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ids = draw_ids(args.set, draws, args.first_draw, FAMILIES[args.family][1])
     print(
-        f"family: {args.family}; draw set: {args.set} (ids {ids[0]}-{ids[-1]}); {len(keys)} problem(s) x {draws} draw(s); learnt from "
-        f"the first {COMPILES} compiles of each run\n",
+        f"family: {args.family}; draw set: {args.set} (ids {ids[0]}-{ids[-1]}); {len(keys)} "
+        f"problem(s) x {draws} draw(s); learnt from the first {COMPILES} compiles of each run\n",
         flush=True,
     )
     start = time.perf_counter()
@@ -222,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
     print(
-        "\n## Says it fits: of the candidates it says fit, the fraction that fit / of those it rules out, "
-        "how many fit\n"
+        "\n## Says it fits: of the candidates it says fit, the fraction that fit / of those it "
+        "rules out, how many fit\n"
     )
     print(
         markdown_table(

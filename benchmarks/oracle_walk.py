@@ -104,7 +104,9 @@ def _walk_configs(
             compiled.append(branch[0])
             continue
         best = max(branch, key=lambda c: screen_rank(screen(c)))
-        nxt = _main_effects_top(screen, space, best) if oracle == "main-effects oracle" else best
+        nxt: Config | None = (
+            _main_effects_top(screen, space, best) if oracle == "main-effects oracle" else best
+        )
         if nxt in compiled:
             nxt = _step(screen, space, best, pairs_always=oracle == "pair oracle")
         if nxt is None or nxt in compiled:
@@ -139,7 +141,7 @@ def _main_effects_top(
     for c in single_moves(space, screen, start):
         m = screen(c)
         if m is not None and m.feasible and len(m.required_bytes) == len(base.required_bytes):
-            moved = [b - a for a, b in zip(base.required_bytes, m.required_bytes)]
+            moved = [b - a for a, b in zip(base.required_bytes, m.required_bytes, strict=True)]
             singles.append((knob_changes(start, c), m.throughput / base.throughput, moved))
 
     def fits(applied: list[Any]) -> bool:
@@ -187,12 +189,14 @@ def _guide_and_oracle(
         done = {c for c, _ in measured}
         best = max(done, key=lambda c: screen_rank(screen(c)))
         proposal = guide.propose(History.of(measured))
-        options = [
+        candidates = [
             proposal.config if proposal is not None else None,
             _step(screen, space, best, pairs_always=True),
             best_warm,
         ]
-        options = [c for c in options if c is not None and c not in done and screen(c) is not None]
+        options = [
+            c for c in candidates if c is not None and c not in done and screen(c) is not None
+        ]
         if not options:
             break
         pick = max(options, key=lambda c: screen_rank(screen(c)))
@@ -324,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         "--first-draw",
         type=int,
         default=None,
-        help="the first draw id (default: the set's first); the cached best-knowns decide what is quick",
+        help="the first draw id (default: the set's first); the cached best-knowns decide what "
+        "is quick",
     )
     ap.add_argument("--budget", type=int, default=ri.NEAR_WITHIN)
     ap.add_argument("--reference-trials", type=int, default=30)

@@ -42,7 +42,8 @@ MECHANISMS = {
     # memory: a fixed cost on every tile (code, exchange buffers, sync state) the estimator
     # lacks, growing with a driver; FIXED_SHARE x strength x the driver x a tile
     "fixed per stage": "fixed bytes per tile, x IPUs per replica / the problem's IPUs",
-    "fixed per checkpoint": "fixed bytes per tile, x (recomputation checkpoints + 1) / 4, with recomputation",
+    "fixed per checkpoint": "fixed bytes per tile, x (recomputation checkpoints + 1) / 4, with "
+    "recomputation",
     "fixed per replica": "fixed bytes per tile, x replicas / the problem's IPUs",
     "fixed per op": "fixed bytes per tile, x the IPU's share of the model's ops",
     # memory: a knob saves less (or more) than modelled, differently per layer kind
@@ -82,9 +83,8 @@ class Draw:
 
     draw_id: int
     strengths: dict[str, Any]
-    knob_factors: dict[
-        str, Any
-    ]  # (mechanism, layer kind) -> what the knob's saving is multiplied by
+    #: (mechanism, layer kind) -> what the knob's saving is multiplied by
+    knob_factors: dict[tuple[str, str], Any]
     category: dict[str, Any]  # memory category -> busiest-tile factor ("op-kind imbalance")
     allreduce: float
 
@@ -127,7 +127,9 @@ class RandomHiddenIPU(HiddenIPU):
     def _tiles(self, problem: Problem, config: Config, m: Measurement) -> list[int]:
         d, s = self.draw, self.draw.strengths
         tiles = []
-        for busiest, parts in zip(m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes)):
+        for busiest, parts in zip(
+            m.max_tile_bytes, m.breakdown or [{}] * len(m.max_tile_bytes), strict=True
+        ):
             total = sum(parts.values())
             scale = (
                 sum(v * d.category.get(k, 1.0) for k, v in parts.items()) / total if total else 1.0
@@ -148,7 +150,7 @@ class RandomHiddenIPU(HiddenIPU):
             # the saving (without - with, either sign) scaled: less or more than modelled
             tiles = [
                 t + (1.0 - factor) * (w - e)
-                for t, w, e in zip(tiles, without.max_tile_bytes, m.max_tile_bytes)
+                for t, w, e in zip(tiles, without.max_tile_bytes, m.max_tile_bytes, strict=True)
             ]
         cap = m.tile_capacity_bytes
         ops = [
@@ -233,8 +235,8 @@ class RandomHiddenIPU(HiddenIPU):
 
 
 def draw_ids(which: str, count: int, skip: int = 0, sets: dict[str, int] = DRAW_SETS) -> list[int]:
-    """`count` ids of a draw set, after its first `skip` (a fresh set once those are seen, or
-    one part of a split run). `sets`: a family's sets (knob_hidden.DRAW_SETS; default this one's)."""
+    """`count` ids of a draw set, after its first `skip` (a fresh set once those are seen, or one
+    part of a split run). `sets`: a family's sets (knob_hidden.DRAW_SETS; default this one's)."""
     if which not in sets:
         raise ValueError(f"draw set {which!r}: one of {', '.join(sets)}")
     return list(range(sets[which] + skip, sets[which] + skip + count))

@@ -6,18 +6,18 @@ tuner as `tune` runs it with a compiling backend (search_efficiency.run_strategy
 compiles. Best known per (problem, draw): search_efficiency.cached_best_known on the draw
 (climbs, a TPE run and kicks on the hidden IPU itself), raised by anything a run measured.
 
-`--family structural` (the default) draws random_hidden.RandomHiddenIPU; `--family knobs`
-draws knob_hidden.KnobResponseHiddenIPU (issue 41) and `--family regions`
-region_hidden.RegionHiddenIPU (issue 58), each family with its own id sets; those two run
-Optuna's GPSampler too (`gp`). Draws come from two disjoint sets per family
-(random_hidden.DRAW_SETS, knob_hidden.DRAW_SETS, region_hidden.DRAW_SETS): `--set develop` (the default)
-to develop on, `--set report` to report on, after development only. The two hand-made
-hidden IPUs stay in search_efficiency.py (`--hidden constants structural`) as named cases.
+`--family structural` (the default) draws random_hidden.RandomHiddenIPU; `--family knobs` draws
+knob_hidden.KnobResponseHiddenIPU (issue 41) and `--family regions` region_hidden.RegionHiddenIPU
+(issue 58), each family with its own id sets; those two run Optuna's GPSampler too (`gp`). Draws
+come from two disjoint sets per family (random_hidden.DRAW_SETS, knob_hidden.DRAW_SETS,
+region_hidden.DRAW_SETS): `--set develop` (the default) to develop on, `--set report` to report on,
+after development only. The two hand-made hidden IPUs stay in search_efficiency.py
+(`--hidden constants structural`) as named cases.
 
-    python benchmarks/random_ipus.py --set report                     # 5 problems x 20 draws, budget 20
+    python benchmarks/random_ipus.py --set report          # 5 problems x 20 draws, budget 20
     python benchmarks/random_ipus.py --set develop --draws 6 --problems bert-base-sl128-mb8-4ipu
-    python benchmarks/random_ipus.py --set report --first-draw 20     # report draws 20020-20039
-    python benchmarks/random_ipus.py --quick                          # CI smoke: 1 problem, 2 develop draws
+    python benchmarks/random_ipus.py --set report --first-draw 20   # report draws 20020-20039
+    python benchmarks/random_ipus.py --quick               # CI smoke: 1 problem, 2 develop draws
     python benchmarks/random_ipus.py --family knobs --set develop --draws 3   # issue 41, with gp
     python benchmarks/random_ipus.py --family regions --set develop --draws 3 # issue 58, with gp
     python benchmarks/random_ipus.py --compare before.json after.json  # two --json runs, paired
@@ -32,6 +32,7 @@ import math
 import multiprocessing
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,8 @@ def report(
             if s == "ipu-autotune" and key != "all problems":
                 checks.append([key, *_checks(TARGETS[family], ms)])
     out.append(
-        f"\n## Compiles (budget {budget}; runs on draws with a fit; >{budget}: not within the budget)\n"
+        f"\n## Compiles (budget {budget}; runs on draws with a fit; >{budget}: not within the "
+        "budget)\n"
     )
     out.append(
         markdown_table(
@@ -254,7 +256,8 @@ def report(
             ]
         )
     out.append(
-        "\n## Stopping rule (ipu-autotune): of the runs where it said stop, how many were within 5% then\n"
+        "\n## Stopping rule (ipu-autotune): of the runs where it said stop, how many were within "
+        "5% then\n"
     )
     out.append(
         markdown_table(
@@ -338,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         "--first-draw",
         type=int,
         default=0,
-        help="skip this many draws of the set: a fresh report set after the first is seen, or a split run",
+        help="skip this many draws of the set: a fresh report set after the first is seen, or a "
+        "split run",
     )
     ap.add_argument(
         "--budget", type=int, default=None, help="compiles per run (default 20; quick 10)"
@@ -368,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         choices=STRATEGIES,
         default=None,
-        help="strategies to run (default: ipu-autotune and tpe; with --family knobs or regions gp too, Optuna's "
-        "GPSampler with the out-of-memory constraint; the tuner alone while developing)",
+        help="strategies to run (default: ipu-autotune and tpe; with --family knobs or regions "
+        "gp too, Optuna's GPSampler with the out-of-memory constraint; the tuner alone "
+        "while developing)",
     )
     ap.add_argument(
         "--processes", type=int, default=1, help="benchmark worker processes (default 1)"
@@ -400,8 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs=2,
         default=None,
         metavar=("A", "B"),
-        help="the tuner in two earlier runs' --json files (two versions of the guide, say) on the "
-        "(problem, draw) pairs both ran: best@10, B's wins and losses, a sign test; running nothing",
+        help="the tuner in two earlier runs' --json files (two versions of the guide, say) on "
+        "the (problem, draw) pairs both ran: best@10, B's wins and losses, a sign test; "
+        "running nothing",
     )
     args = ap.parse_args(argv)
     if args.compare:
@@ -410,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             table = paired(a["results"], b["results"])
         except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
             print(
-                f"error: --compare reads two files written by random_ipus.py --json ({type(e).__name__}: {e})",
+                "error: --compare reads two files written by random_ipus.py --json "
+                f"({type(e).__name__}: {e})",
                 file=sys.stderr,
             )
             return 2
@@ -421,22 +428,23 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         print(
-            f"A: {args.compare[0]} ({' '.join(a.get('argv', []))})\nB: {args.compare[1]} ({' '.join(b.get('argv', []))})\n"
+            f"A: {args.compare[0]} ({' '.join(a.get('argv', []))})\nB: {args.compare[1]} "
+            f"({' '.join(b.get('argv', []))})\n"
         )
         print("## The tuner in A against B (wins: B's best@10 higher by more than 0.01)\n")
         print(table)
         return 0
     if args.report:
-        saved = [json.loads(path.read_text()) for path in args.report]
-        families = {s.get("family", "structural") for s in saved}
+        reports = [json.loads(path.read_text()) for path in args.report]
+        families = {s.get("family", "structural") for s in reports}
         if len(families) > 1:
             print(
-                f"error: the --report files hold different families ({', '.join(sorted(families))}); "
-                "report each family apart",
+                "error: the --report files hold different families "
+                f"({', '.join(sorted(families))}); report each family apart",
                 file=sys.stderr,
             )
             return 2
-        results = joined([s["results"] for s in saved])
+        results = joined([s["results"] for s in reports])
         everyone = set().union(*(r["runs"] for r in results))
         partial = [r for r in results if set(r["runs"]) != everyone]
         if partial:  # a run stopped early: report the (problem, draw) pairs every strategy ran on
@@ -446,13 +454,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             results = [r for r in results if set(r["runs"]) == everyone]
         keys = list(dict.fromkeys(r["problem"] for r in results))
-        for path, s in zip(args.report, saved):
+        for path, s in zip(args.report, reports, strict=True):
             print(
-                f"tables of {path} (family {s.get('family', 'structural')}, draw set {s['set']}; command: python benchmarks/random_ipus.py "
-                f"{' '.join(s['argv'])}; {len(s['results'])} runs)"
+                f"tables of {path} (family {s.get('family', 'structural')}, draw set {s['set']}; "
+                f"command: python benchmarks/random_ipus.py {' '.join(s['argv'])}; "
+                f"{len(s['results'])} runs)"
             )
         print()
-        print(report(results, saved[0].get("budget", 20), keys, families.pop()))
+        print(report(results, reports[0].get("budget", 20), keys, families.pop()))
         return 0
     draws = args.draws or (2 if args.quick else 20)
     budget = args.budget or (10 if args.quick else 20)
@@ -467,11 +476,12 @@ def main(argv: list[str] | None = None) -> int:
         "knobs": " and every knob's own response (knob_hidden.py)",
         "regions": " and random regions of the space off in speed and memory (region_hidden.py)",
     }.get(args.family, "")
+    use = "develop on these" if args.set == "develop" else "held out: report only, never tuned on"
     print(
-        f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {'develop on these' if args.set == 'develop' else 'held out: report only, never tuned on'}); "
-        f"family: {args.family}; "
-        f"{len(keys)} problem(s) x {draws} draw(s); budget {budget} compiles; best known from climbs, a "
-        f"{trials}-trial TPE run and {kicks} kicks on each hidden IPU; mechanisms: {', '.join(MECHANISMS)}{layer}\n",
+        f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {use}); "
+        f"family: {args.family}; {len(keys)} problem(s) x {draws} draw(s); budget {budget} "
+        f"compiles; best known from climbs, a {trials}-trial TPE run and {kicks} kicks on each "
+        f"hidden IPU; mechanisms: {', '.join(MECHANISMS)}{layer}\n",
         flush=True,
     )
     start = time.perf_counter()
@@ -492,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     with contextlib.ExitStack() as stack:
+        done: Iterator[dict[str, Any]]
         if args.processes > 1:
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(args.processes))
             done = pool.imap_unordered(run_draw, jobs)

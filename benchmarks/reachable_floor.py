@@ -145,9 +145,12 @@ def reachable_minutes(
     whose best is that good, or a config a benchmarked run compiled that good."""
     found = [minutes for minutes, t in bests.items() if t >= near * reference]
     for run in runs.values():
+        durations = run.get("durations") or []
+        if not durations:  # a strategy the simulated workers did not run: no compile's minutes
+            continue
         found += [
             d
-            for t, d in zip(run.get("compiles") or [], run.get("durations") or [])
+            for t, d in zip(run.get("compiles") or [], durations, strict=True)
             if t and t >= near * reference
         ]
     return min(found, default=math.inf)

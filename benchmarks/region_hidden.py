@@ -31,9 +31,11 @@ estimator ranks below its own top (a property of the family, not a score of the 
 from __future__ import annotations
 
 import math
+import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -69,13 +71,14 @@ class Condition:
     knob: str
     threshold: float | None = None
     above: bool = False
-    levels: frozenset = frozenset()
+    levels: frozenset[str] = frozenset()
 
-    def holds(self, domain, values: list) -> bool:
+    def holds(self, domain: Range | tuple[str, ...], values: list[Any]) -> bool:
         if not values:  # the knob does not apply to this config (no pipeline splits, say)
             return False
         if isinstance(domain, Range):
             u = sum(_unit(v, domain) for v in values) / len(values)
+            assert self.threshold is not None  # a numeric knob's condition has one
             return u > self.threshold if self.above else u <= self.threshold
         return all(v in self.levels for v in values)
 
@@ -84,13 +87,13 @@ class Condition:
 class Region:
     conditions: tuple[Condition, ...]
     speed: float
-    memory: dict  # category -> factor
+    memory: dict[str, float]  # category -> factor
 
 
-def _condition(rng, knob: str, domain) -> Condition:
+def _condition(rng: random.Random, knob: str, domain: Range | tuple[str, ...]) -> Condition:
     if isinstance(domain, Range):
         return Condition(knob, threshold=rng.uniform(*THRESHOLD), above=rng.random() < 0.5)
-    levels: list = []
+    levels: list[str] = []
     while not 0 < len(levels) < len(domain):  # a proper, non-empty subset
         levels = [v for v in domain if rng.random() < 0.5]
     return Condition(knob, levels=frozenset(levels))
@@ -112,7 +115,11 @@ def draw_regions(draw_id: int, problem: Problem) -> list[Region]:
     return out
 
 
-def described(regions: list[Region]) -> list:
+#: a region as plain values: its conditions (knob, threshold, above, levels), speed and memory
+Described = tuple[list[tuple[str, float | None, bool, list[str]]], float, list[tuple[str, float]]]
+
+
+def described(regions: list[Region]) -> list[Described]:
     """The regions as plain sorted values (the same text in every process)."""
     return [
         (
@@ -168,7 +175,7 @@ class RegionHiddenIPU(RandomHiddenIPU):
         tiles = super()._tiles(problem, config, m)
         regions = self.regions(problem)
         out, breakdown = [], []
-        for tile, parts in zip(tiles, m.breakdown or [{}] * len(tiles)):
+        for tile, parts in zip(tiles, m.breakdown or [{}] * len(tiles), strict=True):
             factors = {c: regions.memory(config, c) for c in parts}
             total = sum(parts.values())
             mix = sum(v * factors[c] for c, v in parts.items()) / total if total else 1.0
@@ -250,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     keys = args.problems or list(se.PROBLEMS)
     ids = draw_ids("develop", args.draws, sets=DRAW_SETS)
     print(
-        f"develop draws {ids[0]}-{ids[-1]}, {len(keys)} problem(s); best known: search_efficiency.cached_best_known "
-        f"({args.reference_trials} trials, {args.kicks} kicks); the estimator's top: the fastest of its warm starts "
-        "(5 % headroom), as oracle_walk.py reads it\n",
+        f"develop draws {ids[0]}-{ids[-1]}, {len(keys)} problem(s); best known: "
+        f"search_efficiency.cached_best_known ({args.reference_trials} trials, {args.kicks} "
+        "kicks); the estimator's top: the fastest of its warm starts (5 % headroom), as "
+        "oracle_walk.py reads it\n",
         flush=True,
     )
     start = time.perf_counter()
@@ -273,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
                 ratios.append(r)
     if ratios:
         print(
-            f"\nbest known ranked below the estimator's top: {sum(r < 1.0 for r in ratios)}/{len(ratios)} draws "
-            f"with a fit; by more than 5 %: {sum(r < 0.95 for r in ratios)}/{len(ratios)}; median ratio "
+            "\nbest known ranked below the estimator's top: "
+            f"{sum(r < 1.0 for r in ratios)}/{len(ratios)} draws with a fit; by more than 5 %: "
+            f"{sum(r < 0.95 for r in ratios)}/{len(ratios)}; median ratio "
             f"{common.median(ratios):.2f}"
         )
     else:

@@ -40,10 +40,12 @@ committed) per problem, hidden IPU and seed, keyed by the hidden IPU's answers o
 probes and by the search's version (common.REFERENCE_SEARCH_VERSION), so a change to either
 searches afresh.
 
-    python benchmarks/search_efficiency.py            # full: 5 problems x 2 hidden kinds x 6 seeds, budget 50
+    python benchmarks/search_efficiency.py                    # full: 5 problems x 2 hidden kinds
+                                                              # x 6 seeds, budget 50
     python benchmarks/search_efficiency.py --first-seed 100   # on seeds not developed on
-    python benchmarks/search_efficiency.py --what-if  # and the what-ifs
-    python benchmarks/search_efficiency.py --quick    # CI smoke: 1 problem, 2 seeds, budget 20, --jobs 1 4
+    python benchmarks/search_efficiency.py --what-if          # and the what-ifs
+    python benchmarks/search_efficiency.py --quick            # CI smoke: 1 problem, 2 seeds,
+                                                              # budget 20, --jobs 1 4
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -76,10 +78,12 @@ from common import (
     fmt_count,
     markdown_table,
     median,
+    not_none,
     quantile,
 )
 from simulated_workers import run_workers
 
+from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
@@ -162,6 +166,9 @@ class Run:
     durations: list[float] = field(default_factory=list)
     #: per compile, the guide's chance to fit when it proposed it (None: not the guide's)
     chances: list[float | None] = field(default_factory=list)
+    #: the guided strategies' best fitting config, set after the run (absent for the others, so
+    #: their saved runs are as before)
+    best_config: Config | None = field(init=False, repr=False, compare=False)
 
 
 def _study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -195,8 +202,9 @@ def run_strategy(
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
     start = time.perf_counter()
-    backend = oracle
-    screen = guide = None
+    backend: Backend = oracle
+    screen: ScreenedBackend | None = None
+    guide: Guide | None = None
     if strategy == "random":
         study = _study(optuna.samplers.RandomSampler(seed=seed))
         st.enqueue(study, space, problem, profile, [Proposal(baseline, "baseline")])
@@ -242,7 +250,11 @@ def run_strategy(
         run.screened = screen.compiles_saved
         run.seconds = time.perf_counter() - start
         run.best_config = max(
-            ((r.measurement.throughput, r.config) for r in st.records(study) if r.feasible),
+            (
+                (not_none(r.measurement.throughput), r.config)
+                for r in st.records(study)
+                if r.feasible
+            ),
             key=lambda t: t[0],
             default=(None, None),
         )[1]
@@ -297,7 +309,8 @@ def run_strategy(
 
 @contextlib.contextmanager
 def _pair_climb(on: bool) -> Iterator[Any]:
-    """What-if: `proposals` climbs with `polish` instead of warmstart.climb (the guide keeps its own)."""
+    """What-if: `proposals` climbs with `polish` instead of warmstart.climb (the guide keeps its
+    own)."""
     import ipu_autotune.guide.warmstart as ws
 
     shipped = ws.climb
@@ -339,7 +352,10 @@ class _Calibrate:
         self.measured.append((rec.config, rec.measurement))
         correction = memory_correction(self.problem, self.profile, self.measured, NOMINAL)
         corrected = replace(NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * correction)
-        self.screen.estimator.constants = corrected
+        # the screen's estimator (this read `.estimator`, which ScreenedBackend never had)
+        estimator = self.screen.screen
+        assert isinstance(estimator, EstimateBackend)
+        estimator.constants = corrected
         if len(self.measured) > 1:
             return
         with _pair_climb(self.better_climb):
@@ -405,10 +421,11 @@ def best_known(
         profile,
         [Proposal(baseline, "baseline")] + [Proposal(c, "climb") for c in dict.fromkeys(climbed)],
     )
-    recs = Runner(study, problem, profile, space, _Uncounted(oracle)).run(trials)
+    uncounted = cast(Backend, _Uncounted(oracle))  # it answers every attribute as the oracle
+    recs = Runner(study, problem, profile, space, uncounted).run(trials)
     fits = sorted(
         (r for r in recs if r.feasible and r.origin == "sampled"),
-        key=lambda r: -r.measurement.throughput,
+        key=lambda r: -not_none(r.measurement.throughput),
     )
     for r in fits[:1]:
         consider(r.config, f"tpe{trials}")
@@ -563,7 +580,8 @@ def run_job(args: tuple[Any, ...]) -> dict[str, Any]:
         "baseline_violation_nominal": estimate(problem, baseline, profile).violation,
         "baseline_violation_hidden": oracle.evaluate(problem, baseline).violation,
         "runs": {s: r.__dict__ for s, r in runs.items()},
-        "class_bests": classes,  # per compile class (its simulated minutes): best hidden throughput found
+        # per compile class (its simulated minutes): best hidden throughput found
+        "class_bests": classes,
     }
 
 
@@ -640,7 +658,7 @@ def report(
     for key in keys:
         rs = [r for r in results if r["problem"] == key]
         refs = [r["reference"] for r in rs if r["reference"]]
-        sources = {}
+        sources: dict[str, int] = {}
         for r in rs:
             sources[r["reference_source"]] = sources.get(r["reference_source"], 0) + 1
         rows.append(
@@ -797,8 +815,8 @@ def report(
             ]
         )
     out.append(
-        f"\n## Targets for ipu-autotune (medians): first fit at compile <= 2; within 5% in <= {TARGET_NEAR}; "
-        ">= 3x fewer than TPE alone\n"
+        "\n## Targets for ipu-autotune (medians): first fit at compile <= 2; within 5% in <= "
+        f"{TARGET_NEAR}; >= 3x fewer than TPE alone\n"
     )
     out.append(
         markdown_table(
@@ -825,7 +843,9 @@ def _reachable(result: dict[str, Any], budget: int) -> float:
     time --jobs 1 took to within 5% (inf when it never got there)."""
     from reachable_floor import reachable_minutes
 
-    one = metrics(result["runs"]["ipu-autotune"], result["reference"], budget)["near_minutes"]
+    one: float = metrics(result["runs"]["ipu-autotune"], result["reference"], budget)[
+        "near_minutes"
+    ]
     if math.isinf(one):
         return math.inf
     bests = {float(k): v for k, v in (result.get("class_bests") or {}).items()}
@@ -833,7 +853,8 @@ def _reachable(result: dict[str, Any], budget: int) -> float:
 
 
 def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[str]) -> str:
-    """Simulated hours to within 5% with 1, 2, 4 compile workers; when the stopping rule applied."""
+    """Simulated hours to within 5% with 1, 2, 4 compile workers; when the stopping rule
+    applied."""
     names = [
         n
         for n in dict.fromkeys(s for r in results for s in r["runs"])
@@ -919,14 +940,15 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
     out = [
         "\n## Simulated hours to within 5% (median; a compile takes its simulated minutes, "
         "common.compile_minutes; same seeds)\n",
-        "(compiles: median count to within 5%, in finishing order (with N workers a slow compile started in the "
-        "first round can finish 4th); floor: one compile of the config with which --jobs 1 got within 5%, over "
-        "--jobs 1's time, median over seeds: no number of workers that needs that config does better; when "
-        "--jobs 1 needs k compiles of about one length it is about 1/k, so --jobs 4 <= 0.4x is out of reach where "
-        "--jobs 1 gets there at its 2nd compile; reachable floor: one compile of the fastest-compiling "
-        "config within 5% of the best known (reachable_floor.py: the best of each compile class, searched on "
-        "the hidden IPU), over --jobs 1's time: no tuner with any number of workers does better; above 0.4x, "
-        "--jobs 4 <= 0.4x is out of reach)\n",
+        "(compiles: median count to within 5%, in finishing order (with N workers a slow compile "
+        "started in the first round can finish 4th); floor: one compile of the config with which "
+        "--jobs 1 got within 5%, over --jobs 1's time, median over seeds: no number of workers "
+        "that needs that config does better; when --jobs 1 needs k compiles of about one length "
+        "it is about 1/k, so --jobs 4 <= 0.4x is out of reach where --jobs 1 gets there at its "
+        "2nd compile; reachable floor: one compile of the fastest-compiling config within 5% of "
+        "the best known (reachable_floor.py: the best of each compile class, searched on the "
+        "hidden IPU), over --jobs 1's time: no tuner with any number of workers does better; "
+        "above 0.4x, --jobs 4 <= 0.4x is out of reach)\n",
         markdown_table(
             [
                 "problem",
@@ -944,10 +966,11 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
     ]
     if reach:
         out.append(
-            f"\n--jobs 4 <= 0.4x: met on {sum(m for _, m, _, _ in reach)} of {len(reach)} problems where "
-            f"--jobs 1 got within 5%; the median reachable floor is <= 0.4x on "
-            f"{sum(r for _, _, r, _ in reach)} ({', '.join(k for k, _, r, _ in reach if r) or 'none'}) "
-            f"(medians of different seeds: a problem can meet 0.4x with a larger median floor)."
+            f"\n--jobs 4 <= 0.4x: met on {sum(m for _, m, _, _ in reach)} of {len(reach)} "
+            "problems where --jobs 1 got within 5%; the median reachable floor is <= 0.4x on "
+            f"{sum(r for _, _, r, _ in reach)} "
+            f"({', '.join(k for k, _, r, _ in reach if r) or 'none'}) (medians of different "
+            "seeds: a problem can meet 0.4x with a larger median floor)."
         )
     runs = [
         (
@@ -957,14 +980,14 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
         for r in results
         if r["reference"] and "ipu-autotune" in r["runs"] and "ipu-autotune --jobs 4" in r["runs"]
     ]
-    reachable = [
+    floors_reached = [
         _reachable(r, budget)
         for r in results
         if r["reference"] and "ipu-autotune" in r["runs"] and "ipu-autotune --jobs 4" in r["runs"]
     ]
     kept = [
         (one, four, rf)
-        for (one, four), rf in zip(runs, reachable)
+        for (one, four), rf in zip(runs, floors_reached, strict=True)
         if not math.isinf(one["near_minutes"])
     ]
     if kept:
@@ -973,23 +996,27 @@ def _parallel_and_stop(results: list[dict[str, Any]], budget: int, keys: list[st
         reach_floors = [rf for _, _, rf in kept]
         out.append(
             f"Per (problem, seed) where --jobs 1 got within 5% ({len(kept)}): --jobs 4 <= 0.4x in "
-            f"{sum(r <= 0.4 for r in ratios)}; its floor <= 0.4x in {sum(f <= 0.4 for f in floors)}; the "
-            f"reachable floor <= 0.4x in {sum(f <= 0.4 for f in reach_floors)}, and --jobs 4 <= 0.4x in "
-            f"{sum(r <= 0.4 for r, f in zip(ratios, reach_floors) if f <= 0.4)} of those; --jobs 4 at or "
-            f"under its floor (x1.05) in {sum(r <= f * 1.05 for r, f in zip(ratios, floors))}."
+            f"{sum(r <= 0.4 for r in ratios)}; its floor <= 0.4x in "
+            f"{sum(f <= 0.4 for f in floors)}; the reachable floor <= 0.4x in "
+            f"{sum(f <= 0.4 for f in reach_floors)}, and --jobs 4 <= 0.4x in "
+            f"{sum(r <= 0.4 for r, f in zip(ratios, reach_floors, strict=True) if f <= 0.4)} of "
+            "those; --jobs 4 at or under its floor (x1.05) in "
+            f"{sum(r <= f * 1.05 for r, f in zip(ratios, floors, strict=True))}."
         )
         both = [(one, four) for one, four, _ in kept if not math.isinf(four["near_minutes"])]
         total_one = sum(one["near_minutes"] for one, _ in both)
         total_four = sum(four["near_minutes"] for _, four in both)
         out.append(
-            f"\n**Over the whole benchmark** (every problem, hidden kind and seed where both got within 5%, "
-            f"{len(both)} runs): --jobs 4 took {total_four / 60:.1f} simulated hours to within 5% where "
-            f"--jobs 1 took {total_one / 60:.1f}: **{total_four / total_one:.2f}x**; the median of the "
-            f"per-run ratios is {median([f['near_minutes'] / o['near_minutes'] for o, f in both]):.2f}x."
+            "\n**Over the whole benchmark** (every problem, hidden kind and seed where both got "
+            f"within 5%, {len(both)} runs): --jobs 4 took {total_four / 60:.1f} simulated hours "
+            f"to within 5% where --jobs 1 took {total_one / 60:.1f}: "
+            f"**{total_four / total_one:.2f}x**; the median of the per-run ratios is "
+            f"{median([f['near_minutes'] / o['near_minutes'] for o, f in both]):.2f}x."
         )
     out += [
-        "\n## Stopping rule (the guide: no untried candidate expected >= 1% faster than the best measured, "
-        "and the last 3 compiles none either; how reliable: was the run within 5% when it applied)\n",
+        "\n## Stopping rule (the guide: no untried candidate expected >= 1% faster than the best "
+        "measured, and the last 3 compiles none either; how reliable: was the run within 5% when "
+        "it applied)\n",
         markdown_table(
             [
                 "problem",
@@ -1070,7 +1097,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=None,
         metavar="N",
-        help="compile workers of ipu-autotune to time, as `tune --jobs N` (default 1 2 4; quick 1 4)",
+        help="compile workers of ipu-autotune to time, as `tune --jobs N` (default 1 2 4; quick "
+        "1 4)",
     )
     ap.add_argument(
         "--hidden",
@@ -1089,7 +1117,8 @@ def main(argv: list[str] | None = None) -> int:
         "--first-seed",
         type=int,
         default=0,
-        help="seeds run are FIRST_SEED .. FIRST_SEED+SEEDS-1 (default 0): report on seeds not developed on",
+        help="seeds run are FIRST_SEED .. FIRST_SEED+SEEDS-1 (default 0): report on seeds not "
+        "developed on",
     )
     ap.add_argument(
         "--no-reference-cache",
@@ -1126,13 +1155,17 @@ def main(argv: list[str] | None = None) -> int:
         "search_efficiency.py",
         argv,
     )
+    structure = (
+        "; and differing in structure (StructuralHiddenIPU)" if "structural" in kinds else ""
+    )
     print(
-        f"{len(keys)} problem(s) x {seeds} seed(s) x {len(STRATEGIES) + (len(WHAT_IF) if args.what_if else 0)} strategies, budget {budget} compiles "
-        f"per run; best known from climbs, a {reference_trials}-trial TPE run and {kicks} kicks on the hidden IPU; "
-        f"hidden IPU: {', '.join(common.PERTURBED)} x[0.7, 1.3], throughput noise +-3%"
-        f"{'; and differing in structure (StructuralHiddenIPU)' if 'structural' in kinds else ''}; "
-        f"ipu-autotune timed with {', '.join(map(str, workers))} compile worker(s); "
-        f"screen margin {DEFAULT_SCREEN_MARGIN:.0%}, headroom {DEFAULT_HEADROOM:.0%}\n",
+        f"{len(keys)} problem(s) x {seeds} seed(s) x "
+        f"{len(STRATEGIES) + (len(WHAT_IF) if args.what_if else 0)} strategies, budget {budget} "
+        f"compiles per run; best known from climbs, a {reference_trials}-trial TPE run and "
+        f"{kicks} kicks on the hidden IPU; hidden IPU: {', '.join(common.PERTURBED)} x[0.7, 1.3], "
+        f"throughput noise +-3%{structure}; "
+        f"ipu-autotune timed with {', '.join(map(str, workers))} compile worker(s); screen margin "
+        f"{DEFAULT_SCREEN_MARGIN:.0%}, headroom {DEFAULT_HEADROOM:.0%}\n",
         flush=True,
     )
 

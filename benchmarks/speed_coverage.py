@@ -12,7 +12,8 @@ must show 4). Too low: the guide is sure of what it has not measured.
 
     python benchmarks/speed_coverage.py --family regions --set develop --draws 2
     python benchmarks/speed_coverage.py --family structural --set report --draws 4 --json out.json
-    python benchmarks/speed_coverage.py --quick    # CI smoke: one region draw of ResNet-101, 3 compiles
+    python benchmarks/speed_coverage.py --quick    # CI smoke: one region draw of ResNet-101,
+                                                   # 3 compiles
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import common
 import optuna
 import random_hidden
 import search_efficiency as se
-from common import DEFAULT_HEADROOM, DEFAULT_SCREEN_MARGIN, markdown_table
+from common import DEFAULT_HEADROOM, DEFAULT_SCREEN_MARGIN, HiddenIPU, markdown_table
 from random_ipus import FAMILIES
 from simulated_workers import run_workers
 
@@ -53,7 +54,7 @@ Z = 1.2816
 
 
 def _fitting_random(
-    problem: Problem, oracle: se.HiddenIPU, space: SearchSpace, count: int, seed: int
+    problem: Problem, oracle: HiddenIPU, space: SearchSpace, count: int, seed: int
 ) -> list[Config]:
     """`count` configurations drawn at random from the space that fit on the hidden IPU."""
     profile = profile_for(problem)
@@ -122,7 +123,8 @@ def run_draw(
 
 def report(results: list[dict[str, Any]], family: str) -> str:
     out = [
-        f"\n## {family}: the guide's {COVERAGE:.0%} speed interval covers the truth (calibrated: 70-90 %)\n"
+        f"\n## {family}: the guide's {COVERAGE:.0%} speed interval covers the truth (calibrated: "
+        "70-90 %)\n"
     ]
     table = []
     for kind in ("best known", "random"):
@@ -147,8 +149,8 @@ def report(results: list[dict[str, Any]], family: str) -> str:
     )
     misfits = sorted(res.get("misfit", 1.0) for res in results)
     out.append(
-        f"\nthe guide's misfit after the compiles (guide/trust.py), median {misfits[len(misfits) // 2]:.2f}, "
-        f"range {misfits[0]:.2f}-{misfits[-1]:.2f}"
+        "\nthe guide's misfit after the compiles (guide/trust.py), median "
+        f"{misfits[len(misfits) // 2]:.2f}, range {misfits[0]:.2f}-{misfits[-1]:.2f}"
     )
     return "\n".join(out)
 
@@ -202,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             print(
-                f"  {len(results)}/{len(args.problems) * len(ids)} done ({time.perf_counter() - start:.0f} s)",
+                f"  {len(results)}/{len(args.problems) * len(ids)} done "
+                f"({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )
     print(report(results, args.family))

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,8 @@ def child(trials: int, out: Path, profile: tuple[int, int] | None) -> None:
         status = cli([*COMMAND, "--trials", str(trials)])
     if status != 0:
         raise SystemExit(f"the tune command ended with exit code {status}")
-    wall = [(b[0] - a[0]) * 1e3 for a, b in zip(ends, ends[1:])]
-    cpu = [(b[1] - a[1]) * 1e3 for a, b in zip(ends, ends[1:])]
+    wall = [(b[0] - a[0]) * 1e3 for a, b in pairwise(ends)]
+    cpu = [(b[1] - a[1]) * 1e3 for a, b in pairwise(ends)]
     result = {"package": ipu_autotune.__file__, "wall": [None, *wall], "cpu": [None, *cpu]}
     if profiler is not None:
         text = io.StringIO()
@@ -309,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                         summary(run_tree(tree, args.trials), args.trials)
                     )
                     print(
-                        f"  round {round_ + 1}, {name}: done ({time.perf_counter() - started:.0f} s)",
+                        f"  round {round_ + 1}, {name}: done ({time.perf_counter() - started:.0f} "
+                        "s)",
                         flush=True,
                     )
         finally:

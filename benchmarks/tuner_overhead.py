@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 from common import DEFAULT_HEADROOM, markdown_table
+from optuna.samplers import BaseSampler
 
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import EstimateBackend
@@ -78,8 +79,12 @@ def run_storage(kind: str, trials: int, folder: Path, sampler: str = "windowed")
         "memory": "memory:",
     }[kind]
     shipped = st.create_sampler
+
+    def full_history(seed: int | None, window: int | None = None) -> BaseSampler:
+        return shipped(seed, window=None)  # every finished trial, whatever the caller asks
+
     if sampler == "full":
-        st.create_sampler = lambda seed: shipped(seed, window=None)
+        st.create_sampler = full_history
     try:
         return _run(kind, url, trials, sampler)
     finally:
@@ -206,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 
     last = ws[-1]
     print(
-        f"\n## Target: under {TARGET_MS:.0f} ms per trial at trial {last[1]} (mean of trials {last[0]}-{last[1]})\n"
+        f"\n## Target: under {TARGET_MS:.0f} ms per trial at trial {last[1]} (mean of trials "
+        f"{last[0]}-{last[1]})\n"
     )
     rows = []
     for r in results:

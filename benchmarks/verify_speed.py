@@ -1,4 +1,4 @@
-"""How long `ipu-autotune verify` takes for a ResNet-18 at K optimizer steps on this CPU (issue 44).
+"""How long `ipu-autotune verify` takes for ResNet-18 at K optimizer steps on this CPU (issue 44).
 
 The check `verify` runs (verification/check.py): the baseline (FP32, micro-batch 8) at two
 seeds and a tuned recipe (16.16, loss scale 1024, stochastic rounding, micro-batch 8 x 2
@@ -11,7 +11,8 @@ the FP32 baseline's, measured in the same run (issue 60: at most 3x; every opera
 forward and backward, by verification/emulation.Fp16Mode).
 
     python benchmarks/verify_speed.py             # K = 200
-    python benchmarks/verify_speed.py --steps 20  # on a busy machine: training x10, same evaluations
+    python benchmarks/verify_speed.py --steps 20  # on a busy machine: training x10, the same
+                                                  # evaluations
     python benchmarks/verify_speed.py --quick     # K = 3, a 32x32 ResNet-18 (the smoke test)
 """
 
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> None:
     problem = Problem(
         MODEL,
         MICRO,
-        input_shape=[3, IMAGE_SIZE[0], IMAGE_SIZE[0]],
+        input_shape=(3, IMAGE_SIZE[0], IMAGE_SIZE[0]),
         num_classes=CLASSES,
         optimizer="sgd",
     )
@@ -99,7 +100,7 @@ def main(argv: list[str]) -> None:
             f"{1e3 * t / r.samples:.1f}",
             f"{t / r.samples / base_rate:.2f}x",
         ]
-        for r, t in zip(verdict.runs, training)
+        for r, t in zip(verdict.runs, training, strict=True)
     ]
     print(f"## Runs (K = {steps}, {IMAGE_SIZE[0]}x{IMAGE_SIZE[0]} images, {CLASSES} classes)\n")
     print(
@@ -123,7 +124,8 @@ def main(argv: list[str]) -> None:
         [str(steps), "measured", f"{estimated:.0f}", f"{total:.0f}", f"{estimated / total:.2f}"]
     ]
     if steps < FULL_K:
-        # Training scales with K; the held-out evaluations do not (CHECKPOINTS + 1 per run from K = 20 on).
+        # Training scales with K; the held-out evaluations do not (CHECKPOINTS + 1 per run from
+        # K = 20 on).
         extrapolated = sum(training) * FULL_K / steps + sum(r.eval_seconds for r in verdict.runs)
         rows.append(
             [
@@ -147,8 +149,9 @@ def main(argv: list[str]) -> None:
         / (sum(training[:2]) / sum(r.samples for r in verdict.runs[:2]))
     )
     print(
-        f"\nFP16 emulation: {cost:.2f}x the FP32 baseline's time per training sample (both baseline seeds' "
-        f"mean; limit {MAX_EMULATION_COST:g}x: {'within' if cost <= MAX_EMULATION_COST else 'OVER'}), measured by "
+        f"\nFP16 emulation: {cost:.2f}x the FP32 baseline's time per training sample (both "
+        f"baseline seeds' mean; limit {MAX_EMULATION_COST:g}x: "
+        f"{'within' if cost <= MAX_EMULATION_COST else 'OVER'}), measured by "
         f"`python benchmarks/verify_speed.py {' '.join(argv)}`".rstrip()
     )
     print(f"\nverdict (random labels: the verdict itself means nothing here): {verdict.kind}")

@@ -10,14 +10,13 @@ whose PYTHONPATH `fake_env()` sets to tests/fake_sdk and tests/.
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
 import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
@@ -63,7 +62,7 @@ def small_cnn(num_classes: int = 10) -> nn.Module:
     return SmallCNN(num_classes)
 
 
-def fake_env(**extra: str) -> dict[str, str]:
+def fake_env(**extra: object) -> dict[str, str]:
     """The `env` for PopTorchBackend: the fake SDK and this folder importable by the child."""
     env = {"PYTHONPATH": os.pathsep.join([str(FAKE_SDK), str(TESTS)])}
     env.update({k: str(v) for k, v in extra.items()})

@@ -1,4 +1,5 @@
-"""Small models for the numerics tests: importable as `numerics_models:...` (tests/ is on sys.path)."""
+"""Small models for the numerics tests: importable as `numerics_models:...` (tests/ is on
+sys.path)."""
 
 from typing import Any
 
@@ -7,7 +8,8 @@ from torch import nn
 
 
 class ScaledMLP(nn.Module):
-    """An MLP whose logits are multiplied by `scale`: tiny (1e-4) or huge (1e4) gradients on purpose."""
+    """An MLP whose logits are multiplied by `scale`: tiny (1e-4) or huge (1e4) gradients on
+    purpose."""
 
     def __init__(
         self, in_features: int = 48, hidden: int = 64, num_classes: int = 10, scale: float = 1.0
@@ -28,7 +30,8 @@ class ScaledMLP(nn.Module):
 
 
 class BareMatmul(nn.Module):
-    """Logits = x @ W with a bare parameter: no Linear/Conv, so only weight gradients are recorded."""
+    """Logits = x @ W with a bare parameter: no Linear/Conv, so only weight gradients are
+    recorded."""
 
     def __init__(self, in_features: int = 64, num_classes: int = 10) -> None:
         super().__init__()

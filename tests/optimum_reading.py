@@ -21,9 +21,8 @@ changes nothing (the stage's output is stashed for its copy anyway), so it is dr
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -85,10 +84,10 @@ def read_ipu_config(
     )
 
 
-#: What parallelize() puts on IPU 0 with BeginBlock(..., ipu_id=0) besides the embeddings, read
-#: off optimum/graphcore/models/ (huggingface/optimum-graphcore main) for the classes tested:
-#: bart/modeling_bart.py PipelinedBartForConditionalGeneration.parallelize (decoder
-#: embed_positions and layernorm_embedding, "Embedding"; lm_head); distilbert/modeling_distilbert.py
+#: What parallelize() puts on IPU 0 with BeginBlock(..., ipu_id=0) besides the embeddings, read off
+#: optimum/graphcore/models/ (huggingface/optimum-graphcore main) for the classes tested:
+#: bart/modeling_bart.py PipelinedBartForConditionalGeneration.parallelize (decoder embed_positions
+#: and layernorm_embedding, "Embedding"; lm_head); distilbert/modeling_distilbert.py
 #: PipelinedDistilBertForMaskedLM.parallelize (vocab_transform, vocab_layer_norm, vocab_projector,
 #: "LM Head"); deberta/modeling_deberta.py DebertaPipelineMixin.parallelize (for the MLM class,
 #: cls.predictions.decoder only, "Projection").
@@ -114,7 +113,11 @@ def read_module_ipus(
 
     pinned = PINNED_TO_IPU0[architecture(problem.model).family, problem.task]
     layer_ipu = dict(
-        zip(layers, (ipu for ipu, n in enumerate(data["layers_per_ipu"]) for _ in range(n)))
+        zip(
+            layers,
+            (ipu for ipu, n in enumerate(data["layers_per_ipu"]) for _ in range(n)),
+            strict=True,
+        )
     )
     out, ipu = {}, 0
     for path in modules:
@@ -128,8 +131,9 @@ def read_module_ipus(
 
 def read_snippet(
     poptorch: Any, snippet: str, model: Any, layers: list[str], head: str, batch: Any
-) -> tuple[Placement, object]:
-    """(placement, options) of the snippet's TrainingModel as the fake PopTorch compiles it."""
+) -> tuple[Placement, Any]:
+    """(placement, options) of the snippet's TrainingModel as the fake PopTorch compiles it (the
+    fake SDK is untyped, as the SDK is)."""
     from poptorch import ops
 
     ns: dict[str, Any] = {}

@@ -37,7 +37,7 @@ def read_png(path: Path) -> tuple[int, int, list[bytes]]:
             for i in range(channels, stride):
                 line[i] = (line[i] + line[i - channels]) & 255
         elif kind == 2:
-            line = bytearray((a + b) & 255 for a, b in zip(line, prev))
+            line = bytearray((a + b) & 255 for a, b in zip(line, prev, strict=True))
         elif kind == 3:
             for i in range(stride):
                 left = line[i - channels] if i >= channels else 0

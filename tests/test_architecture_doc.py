@@ -1,9 +1,10 @@
 """docs/architecture.md matches the tree: every module path it names exists (issue 15)."""
 
-from typing import Any
-
 import re
 from pathlib import Path
+from typing import Any
+
+from testing import not_none
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
@@ -28,7 +29,8 @@ def test_every_module_the_architecture_page_names_exists() -> None:
 
 def test_the_check_catches_a_path_that_is_not_there() -> None:
     paths = named_paths(
-        "see `ipu_autotune/study/runner.py`, `ipu_autotune/commands/` and `ipu_autotune/nowhere.py`"
+        "see `ipu_autotune/study/runner.py`, `ipu_autotune/commands/` and "
+        "`ipu_autotune/nowhere.py`"
     )
     assert paths == {
         "ipu_autotune/study/runner.py",
@@ -47,7 +49,7 @@ def doc_layers(text: str) -> dict[str, int]:
     section = text.split("## The layers, top down", 1)[1].split("\n## ", 1)[0]
     starts = list(LAYER_ITEM.finditer(section))
     layers: dict[str, int] = {}
-    for item, following in zip(starts, [*starts[1:], None]):
+    for item, following in zip(starts, [*starts[1:], None], strict=True):
         body = section[item.start() : following.start() if following else len(section)]
         for path in named_paths(body):
             dotted = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
@@ -67,7 +69,7 @@ def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[s
         f"{m} (layer {layer_of(m, layers)}) imports {t} (layer {layer_of(t, layers)})"
         for m, targets in graph.items()
         for t in targets
-        if layer_of(t, layers) < layer_of(m, layers)
+        if not_none(layer_of(t, layers)) < not_none(layer_of(m, layers))
     )
 
 

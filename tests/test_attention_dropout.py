@@ -3,19 +3,17 @@ model the estimate traces and checked by the exported code (Graphcore pretrains 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pathlib import Path
-
 import pytest
+from test_transformers import cli
 
 from ipu_autotune.errors import UsageError
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.models.hf import build_hf_model
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
-
-from test_transformers import cli
+from ipu_autotune.profiles.trace import profile_for
 
 
 @pytest.mark.slow

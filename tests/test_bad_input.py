@@ -8,13 +8,11 @@ created, or, for the resume case, holds exactly the studies and trials it held b
 
 from __future__ import annotations
 
-from typing import Any
-
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from testing import RESNET18, run_cli, sqlite_url
 from workers_helpers import storage_snapshot
 
@@ -22,7 +20,7 @@ MODEL = ["resnet18", "--batch-size", "8"]
 
 
 @pytest.fixture
-def db(in_tmp: Any) -> Path:
+def db(in_tmp: Path) -> Path:
     return in_tmp / "study.db"
 
 
@@ -129,7 +127,7 @@ def test_a_bad_file_is_named_with_what_is_wrong(
     assert not db.exists()
 
 
-# --- the rules of DESIGN.md, one baseline each ------------------------------------------------------
+# --- the rules of DESIGN.md, one baseline each ---------------------------------------------------
 
 PIPE2 = 'ipus_per_replica = 2\nsplits = ["layer3"]\ngradient_accumulation = 3\n'
 RULES = {
@@ -147,7 +145,8 @@ RULES = {
     ),
     # splits in execution order
     "split order": (
-        'ipus_per_replica = 4\nsplits = ["layer4", "layer2", "layer3"]\ngradient_accumulation = 7\n',
+        'ipus_per_replica = 4\nsplits = ["layer4", "layer2", "layer3"]\ngradient_accumulation = '
+        "7\n",
         ["--ipus", "4"],
         ["out of execution order", "in the order the modules run"],
     ),
@@ -215,7 +214,8 @@ def test_a_baseline_breaking_a_rule_names_the_rule(
     assert not db.exists()
 
 
-#: baselines the problem or the model rejects (not a rule of the config alone): text, flags, needles
+#: baselines the problem or the model rejects (not a rule of the config alone): text, flags,
+#: needles
 REJECTED = {
     "fewer IPUs than it needs": (
         PIPE2,
@@ -232,7 +232,8 @@ REJECTED = {
         ],
     ),
     "split not a path": (
-        "ipus_per_replica = 2\nsplits = [\"layer3'); import os; ('\"]\ngradient_accumulation = 3\n",
+        "ipus_per_replica = 2\nsplits = [\"layer3'); import os; ('\"]\ngradient_accumulation = "
+        "3\n",
         [],
         ["is not a module path"],
     ),
@@ -250,7 +251,7 @@ def test_a_baseline_the_problem_or_model_rejects(
     assert not db.exists()
 
 
-# --- search spaces that leave nothing to search ---------------------------------------------------
+# --- search spaces that leave nothing to search --------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -278,7 +279,7 @@ def test_empty_search_space(
     assert storage_snapshot(db) == []  # no study, no trial
 
 
-# --- storage -----------------------------------------------------------------------------------------
+# --- storage -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -331,7 +332,7 @@ def test_read_commands_on_an_unreachable_postgres_hide_the_password(
     assert "secret" not in out + err
 
 
-# --- resuming ----------------------------------------------------------------------------------------
+# --- resuming ------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow

@@ -6,17 +6,20 @@ its numbers are sane (positive times, fractions in [0, 1], counts within the bud
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import math
 import os
 import re
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
+from testing import not_none
+
+from ipu_autotune.problem import Config
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -53,7 +56,7 @@ def table(text: str, heading: str) -> list[dict[str, str]]:
     assert set(rule[0]) <= {"-", ":"}
     assert body, f"empty table under {heading}"
     assert all(len(r) == len(header) for r in body)
-    return [dict(zip(header, r)) for r in body]
+    return [dict(zip(header, r, strict=True)) for r in body]
 
 
 def number(cell: str) -> float:
@@ -213,7 +216,9 @@ def test_random_ipus_quick() -> None:
         for s in ("ipu-autotune", "tpe")
     ]
     for r in rows:
-        within, runs = re.fullmatch(r"(\d+)/(\d+) \(\d+%\)", r["within 5% in <= 10"]).groups()
+        within, runs = not_none(
+            re.fullmatch(r"(\d+)/(\d+) \(\d+%\)", r["within 5% in <= 10"])
+        ).groups()
         assert int(runs) == fits and int(within) <= fits
         for key in ("median to 5%", "p90 to 5%", "median first fit"):
             assert r[key] == ">10" or 1 <= number(r[key]) <= 10, (key, r[key])
@@ -260,7 +265,9 @@ def test_random_ipus_knobs_quick() -> None:
         for s in ("ipu-autotune", "tpe", "gp")
     ]
     for r in rows:
-        within, runs = re.fullmatch(r"(\d+)/(\d+) \(\d+%\)", r["within 5% in <= 10"]).groups()
+        within, runs = not_none(
+            re.fullmatch(r"(\d+)/(\d+) \(\d+%\)", r["within 5% in <= 10"])
+        ).groups()
         assert int(runs) == fits and int(within) <= fits
         assert r["median to 5%"] == ">10" or 1 <= number(r["median to 5%"]) <= 10
         assert 0.0 <= number(r["best@10 (median)"]) <= 1.0
@@ -288,6 +295,7 @@ def test_knob_response_draws_are_fixed_every_knob_acts_within_30_percent() -> No
     import knob_hidden
     import random_hidden
     import search_efficiency as se
+
     from ipu_autotune.search.space import Range
 
     develop, report = (
@@ -390,8 +398,9 @@ def test_region_draws_are_fixed_whatever_the_order_and_their_ids_apart() -> None
     assert forward != answers(region_hidden.RegionHiddenIPU(50_006), range(len(questions)))
     # and in another process, whatever its hash seed
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import region_hidden, search_efficiency as se; "
-        "print(region_hidden.described(region_hidden.draw_regions(50_005, se.PROBLEMS['bert-base-sl128-mb8-4ipu'])))"
+        "import sys; sys.path.insert(0, sys.argv[1]); import region_hidden, search_efficiency as "
+        "se; print(region_hidden.described(region_hidden.draw_regions(50_005, "
+        "se.PROBLEMS['bert-base-sl128-mb8-4ipu'])))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(BENCHMARKS)],
@@ -446,10 +455,13 @@ def test_regions_move_speed_and_memory_beyond_the_noise() -> None:
             if (
                 a.feasible
                 and b.feasible
-                and abs(math.log(a.throughput / b.throughput)) > math.log(1.1)
+                and abs(math.log(not_none(a.throughput) / not_none(b.throughput))) > math.log(1.1)
             ):
                 speed = True
-            if any(abs(x / y - 1) > 0.05 for x, y in zip(a.max_tile_bytes, b.max_tile_bytes)):
+            if any(
+                abs(x / y - 1) > 0.05
+                for x, y in zip(a.max_tile_bytes, b.max_tile_bytes, strict=True)
+            ):
                 memory = True
         moved["speed"] += speed
         moved["memory"] += memory
@@ -497,16 +509,16 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     import knob_hidden
     import oracle_walk
     import search_efficiency as se
-    from ascent import knob_changes, OracleScreen, single_moves
+    from ascent import OracleScreen, knob_changes, single_moves
 
-    from ipu_autotune.guide.warmstart import screen_rank
+    from ipu_autotune.guide.warmstart import naive_baseline, screen_rank
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
 
     problem = se.PROBLEMS["resnet101-mb64-64px-2ipu"]
     profile, space = profile_for(problem), SearchSpace.load(problem)
     screen = OracleScreen(problem, profile, knob_hidden.KnobResponseHiddenIPU(30_000), space)
-    baseline = se.naive_baseline(problem, profile)
+    baseline = naive_baseline(problem, profile)
     assert not screen(baseline).feasible  # the OOM config: its main effects say nothing, it stays
     assert oracle_walk._main_effects_top(screen, space, baseline) == baseline
     configs = oracle_walk._walk_configs(screen, space, [baseline], 8, "greedy oracle")
@@ -514,7 +526,7 @@ def test_the_greedy_oracle_improves_with_every_compile_by_a_single_or_pair_chang
     fits = [t for t in walked if t is not None]
     assert len(walked) >= 4 and fits, walked
     first_fit = walked.index(fits[0])
-    assert all(b > a for a, b in zip(walked[first_fit:], walked[first_fit + 1 :])), walked
+    assert all(b > a for a, b in pairwise(not_none(t) for t in walked[first_fit:])), walked
     best = baseline
     for c in configs[1:]:
         steps = [knob_changes(best, s) for s in single_moves(space, screen, best)]
@@ -583,10 +595,13 @@ def test_a_cached_best_known_that_no_longer_measures_its_value_is_searched_again
     measured = oracle.evaluate(problem, config).throughput
     assert measured  # fits: a best the cache can hold
     monkeypatch.setattr(se, "REFERENCE_CACHE", tmp_path)
-    searches = []
-    monkeypatch.setattr(
-        se, "best_known", lambda *a: searches.append(a) or (measured, "search", config)
-    )
+    searches: list[object] = []
+
+    def best_known(*a: object) -> tuple[float | None, str, Config]:
+        searches.append(a)
+        return measured, "search", config
+
+    monkeypatch.setattr(se, "best_known", best_known)
     assert se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 1
     assert (
         se.cached_best_known(problem, oracle, 0, 5, 1)[0] == measured and len(searches) == 1
@@ -606,6 +621,7 @@ def test_a_cached_best_known_is_searched_again_when_a_version_is_bumped(
     """The key holds the searches' version and the hidden IPU's (not the code's text): a bump
     of either misses."""
     sys.path.insert(0, str(BENCHMARKS))
+    import common
     import search_efficiency as se
     from common import HiddenIPU
 
@@ -618,13 +634,16 @@ def test_a_cached_best_known_is_searched_again_when_a_version_is_bumped(
     measured = oracle.evaluate(problem, config).throughput
     monkeypatch.setattr(se, "REFERENCE_CACHE", tmp_path)
     searches: list[object] = []
-    monkeypatch.setattr(
-        se, "best_known", lambda *a: searches.append(a) or (measured, "search", config)
-    )
+
+    def best_known(*a: object) -> tuple[float | None, str, Config]:
+        searches.append(a)
+        return measured, "search", config
+
+    monkeypatch.setattr(se, "best_known", best_known)
     se.cached_best_known(problem, oracle, 0, 5, 1)
     se.cached_best_known(problem, oracle, 0, 5, 1)
     assert len(searches) == 1  # a hit
-    monkeypatch.setattr(se, "REFERENCE_SEARCH_VERSION", se.REFERENCE_SEARCH_VERSION + 1)
+    monkeypatch.setattr(se, "REFERENCE_SEARCH_VERSION", common.REFERENCE_SEARCH_VERSION + 1)
     se.cached_best_known(problem, oracle, 0, 5, 1)
     assert len(searches) == 2
     monkeypatch.setattr(HiddenIPU, "answers_version", HiddenIPU.answers_version + 1)
@@ -646,16 +665,21 @@ def test_the_compile_class_bests_are_searched_again_when_the_reference_measures_
 
     problem = Problem("resnet18", 8, (3, 32, 32), ipus=2)
     config = naive_baseline(problem, profile_for(problem))
-    searches = []
+    searches: list[object] = []
+
+    def class_bests(*a: object) -> dict[float, tuple[float, Config]]:
+        searches.append(a)
+        return {30.0: (1.0, config)}
+
     monkeypatch.setattr(rf, "REFERENCE_CACHE", tmp_path)
-    monkeypatch.setattr(rf, "class_bests", lambda *a: searches.append(a) or {30.0: (1.0, config)})
+    monkeypatch.setattr(rf, "class_bests", class_bests)
     rf.cached_class_bests(problem, HiddenIPU(0), 0, config, 1, "same key")
     rf.cached_class_bests(problem, HiddenIPU(0), 0, config, 1, "same key")
     assert len(searches) == 1  # a hit
     faster = HiddenIPU(0)
-    faster.evaluate = lambda p, c: type(
-        "M", (), {"throughput": 2.0}
-    )()  # the same key, a reference that measures otherwise
+    monkeypatch.setattr(  # the same key, a reference that measures otherwise
+        faster, "evaluate", lambda p, c: type("M", (), {"throughput": 2.0})()
+    )
     rf.cached_class_bests(problem, faster, 0, config, 1, "same key")
     assert len(searches) == 2
 
@@ -726,8 +750,14 @@ def test_the_guides_picks_are_binned_by_the_chance_it_gave_them() -> None:
     assert (
         chance_table([_saved_run("p", 0, 100.0, [None, 50.0])]) is None
     )  # saved before chances were kept
-    text = chance_table(
-        [_saved_run("p", 0, 100.0, [None, 50.0, None, 70.0, 60.0], [None, 0.95, 0.92, 1.0, 0.3])]
+    text = not_none(
+        chance_table(
+            [
+                _saved_run(
+                    "p", 0, 100.0, [None, 50.0, None, 70.0, 60.0], [None, 0.95, 0.92, 1.0, 0.3]
+                )
+            ]
+        )
     )
     assert text.startswith("2 of 5 compiles did not fit (40%).")
     bins = {

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
+from testing import not_none
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.rules.cross_field import violations
 
 POINTS = tomllib.loads((Path(__file__).parent / "calibration" / "points.toml").read_text())[
     "point"
@@ -77,8 +77,8 @@ def test_each_workshop_step_moves_like_the_measurement(point: Any) -> None:
     by_id = {p["id"]: p for p in POINTS}
     before = by_id[point["step_of"]]
     measured = point["throughput"] / before["throughput"]
-    estimated = (
-        backend.measure(*load(point)).throughput / backend.measure(*load(before)).throughput
+    estimated = not_none(backend.measure(*load(point)).throughput) / not_none(
+        backend.measure(*load(before)).throughput
     )
     assert (estimated > 1) == (measured > 1), (
         f"estimated {estimated:.2f}x, measured {measured:.2f}x"
@@ -102,11 +102,10 @@ def test_workshop_runs_are_host_bound_and_the_async_loader_moves_the_bottleneck_
     """The measured story: without 8-bit I/O the host's cast and normalisation dominate."""
     by_id = {p["id"]: backend.measure(*load(p)) for p in POINTS if p.get("scope") == "end_to_end"}
     assert by_id["seed-epoch-ga8-di4"].bottleneck == "host input"
-    assert by_id["seed-epoch-ga8-di4"].bottleneck_share > 0.8
+    assert not_none(by_id["seed-epoch-ga8-di4"].bottleneck_share) > 0.8
     assert by_id["seed-epoch-ga8-di4-8bit-async"].bottleneck == "host input"
-    assert (
-        by_id["seed-epoch-ga8-di4-8bit"].device_throughput
-        > 2 * by_id["seed-epoch-ga8-di4-8bit"].throughput
+    assert not_none(by_id["seed-epoch-ga8-di4-8bit"].device_throughput) > 2 * not_none(
+        by_id["seed-epoch-ga8-di4-8bit"].throughput
     )
 
 
@@ -128,7 +127,7 @@ def test_hand_tuned_workshop_config_is_faster_than_its_start() -> None:
     by_id = {p["id"]: load(p) for p in POINTS}
     start = backend.measure(*by_id["seed-fp16"])
     tuned = backend.measure(*by_id["seed-fp16-ga8-di4-8bit"])
-    assert tuned.throughput > 1.1 * start.throughput
+    assert not_none(tuned.throughput) > 1.1 * not_none(start.throughput)
 
 
 def test_mt5_runs_out_of_memory_on_the_embedding_and_head_ipus() -> None:
@@ -147,6 +146,8 @@ def test_the_workshop_traces_pay_for_each_weight_update() -> None:
     by_id = {
         p["id"]: backend.measure(*load(p)) for p in POINTS if p["id"].startswith("seed-trace-")
     }
-    ratio = by_id["seed-trace-ga8"].device_throughput / by_id["seed-trace-ga3"].device_throughput
+    ratio = not_none(by_id["seed-trace-ga8"].device_throughput) / not_none(
+        by_id["seed-trace-ga3"].device_throughput
+    )
     assert 1.35 <= ratio <= 2.1, f"GA 8 / GA 3 estimated {ratio:.2f}, traced 1.68"
     assert by_id["seed-trace-ga3"].details["time_parts"]["weight_update"] > 0.01

@@ -3,20 +3,20 @@ target and SDK, forgotten only as named, a foreign store refused while the study
 
 from __future__ import annotations
 
-from typing import Any
-
 import dataclasses
 import json
 import os
 import sqlite3
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+from typing import Any, cast
 
+import optuna
 import pytest
-
 from conftest_fake_sdk import SMALL_CNN
+from testing import not_none
 
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import EstimateBackend
@@ -24,7 +24,7 @@ from ipu_autotune.calibration import session
 from ipu_autotune.calibration.prior import fit_prior, loso
 from ipu_autotune.calibration.recorder import Recorder
 from ipu_autotune.calibration.refusal import StoreRefused
-from ipu_autotune.calibration.store import default_url, open_store
+from ipu_autotune.calibration.store import Store, default_url, open_store
 from ipu_autotune.cli import main
 from ipu_autotune.guide.corrected import CorrectedModel
 from ipu_autotune.guide.first_trials import first_trials
@@ -32,12 +32,17 @@ from ipu_autotune.guide.warmstart import Screen, naive_baseline
 from ipu_autotune.problem import Problem
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study.records import TrialRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = Problem(model=SMALL_CNN, batch_size=64, input_shape=(3, 32, 32), num_classes=10, ipus=2)
 
 
-@lru_cache(maxsize=None)
+#: record_of builds a record without the store it would add it to
+NO_STORE = cast(Store, None)
+
+
+@cache
 def _setup(target: str = "mk2") -> Any:
     problem = dataclasses.replace(PROBLEM, target=target)
     profile = profile_for(problem)
@@ -82,8 +87,10 @@ def records_of(
 ) -> list[dict[str, Any]]:
     problem, profile, _, configs = _setup(target)
     backend = HiddenFactor(factor, sdk)
-    rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
-    return [rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)]
+    rec = Recorder(NO_STORE, problem, profile, backend, study, f"uid-{study}")
+    return [
+        not_none(rec.record_of(i, c, backend.measure(problem, c))) for i, c in enumerate(configs)
+    ]
 
 
 def _url(tmp_path: Path, kind: str) -> str:
@@ -145,6 +152,9 @@ def test_a_recorder_writes_compiles_and_never_estimates(tmp_path: Path) -> None:
         config: object
         measurement: object
 
+    def as_trial(rec: Rec) -> TrialRecord:
+        return cast(TrialRecord, rec)  # Recorder reads a trial's number, config and measurement
+
     compiling = HiddenFactor(1.2)
     recorder = Recorder(store, problem, profile, compiling, "s", "uid-s")
     m = compiling.measure(problem, configs[0])
@@ -153,11 +163,11 @@ def test_a_recorder_writes_compiles_and_never_estimates(tmp_path: Path) -> None:
         m, details={"throughput_source": "estimate", "sdk": "poptorch-9.9"}
     )
     for i, (c, mm) in enumerate([(configs[0], m), (configs[1], screened), (configs[2], offline)]):
-        recorder(Rec(i, c, mm))
-    recorder(Rec(0, configs[0], m))  # the same trial again: stored once
+        recorder(as_trial(Rec(i, c, mm)))
+    recorder(as_trial(Rec(0, configs[0], m)))  # the same trial again: stored once
     estimating = Recorder(store, problem, profile, EstimateBackend(), "s", "uid-s")
     estimating(
-        Rec(7, configs[3], dataclasses.replace(m, source="compile"))
+        as_trial(Rec(7, configs[3], dataclasses.replace(m, source="compile")))
     )  # labelled estimate-*: never
     stored = {r["trial"]: r for r in store.records()[0]}
     assert sorted(stored) == [0, 2]
@@ -183,14 +193,23 @@ class _Study:
     def __init__(self, name: Any, uid: Any) -> None:
         self.study_name, self.user_attrs = name, {session.ATTR_UID: uid}
 
+    def as_study(self) -> optuna.Study:
+        return cast(optuna.Study, self)  # prepare reads a study's name and user attributes
+
 
 def _guided(store: Any, target: Any = "mk2", sdk: Any = "sdk-a", uid: Any = "uid-new") -> Any:
     from ipu_autotune.guide.guide import Guide, GuideSettings
 
     problem, profile, space, _ = _setup(target)
     cal = session.prepare(
-        store, _Study("new", uid), problem, profile, HiddenFactor(1.0, sdk), lambda s: None
+        store,
+        _Study("new", uid).as_study(),
+        problem,
+        profile,
+        HiddenFactor(1.0, sdk),
+        lambda s: None,
     )
+    assert cal is not None  # a store is given
     return Guide(problem, profile, space, GuideSettings(0.05, prior=cal.prior)), cal
 
 
@@ -199,12 +218,12 @@ def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path: Path) -> No
     for r in records_of("old", factor=1.3):
         store.add(r)
     problem, profile, space, configs = _setup()
-    nominal = Screen(problem, profile, space=space)(configs[0]).max_tile_bytes
-    cap = Screen(problem, profile, space=space)(configs[0]).tile_capacity_bytes
+    nominal = not_none(Screen(problem, profile, space=space)(configs[0])).max_tile_bytes
+    cap = not_none(Screen(problem, profile, space=space)(configs[0])).tile_capacity_bytes
 
     same, cal = _guided(store)
     assert same.has_prior and "1 other study" in cal.note
-    mean = CorrectedModel(same.screen, [], 0.05).judge(configs[0]).busiest
+    mean = not_none(CorrectedModel(same.screen, [], 0.05).judge(configs[0])).busiest
     assert mean == pytest.approx(
         1.3 * max(nominal) / cap, rel=0.03
     )  # the other study's x1.3, from trial 1
@@ -215,7 +234,7 @@ def test_a_store_from_another_target_or_sdk_is_not_applied(tmp_path: Path) -> No
         _guided(store, uid="uid-old"),
     ):
         assert not guide.has_prior  # another SDK, another target, or the study's own records
-        untouched = CorrectedModel(guide.screen, [], 0.05).judge(configs[0]).busiest
+        untouched = not_none(CorrectedModel(guide.screen, [], 0.05).judge(configs[0])).busiest
         assert untouched == pytest.approx(max(nominal) / cap)
 
 
@@ -223,10 +242,10 @@ def test_the_corrected_estimate_beats_the_nominal_one_left_one_study_out() -> No
     records = (
         records_of("a", factor=1.25) + records_of("b", factor=1.3) + records_of("c", factor=1.28)
     )
-    e = loso(records)
+    e = not_none(loso(records))
     assert e["studies"] == 3 and e["memory_points"] == 2 * len(records)
     assert e["memory_corrected"] < 0.5 * e["memory_nominal"]
-    prior = fit_prior(records)
+    prior = not_none(fit_prior(records))
     assert prior.memory["proportional"][0] == pytest.approx(1.28, abs=0.05)
 
 
@@ -382,7 +401,7 @@ def test_compile_time_is_fitted_on_the_ops_of_the_busiest_stage() -> None:
         }
         for ops in (100, 200, 400, 800, 1600)
     ]
-    fit = fit_compile_time(records)
+    fit = not_none(fit_compile_time(records))
     assert fit.b == pytest.approx(0.8, abs=1e-6) and fit.seconds(3200) == pytest.approx(
         2.0 * 3200**0.8, rel=1e-6
     )
@@ -431,14 +450,20 @@ def test_the_priors_spread_is_what_studies_held_out_show() -> None:
     from ipu_autotune.guide.memory_model import MemoryModel
 
     assert memory_scale(records_of("a")) == (BETWEEN, 1.0)
-    assert fit_prior(records_of("a")).memory_scale == 1.0
-    agree = fit_prior([r for s in "abc" for r in records_of(s, factor=1.3)])
-    differ = fit_prior(
-        [r for s, f in zip("abc", (1.0, 1.3, 1.7)) for r in records_of(s, factor=f)]
+    assert not_none(fit_prior(records_of("a"))).memory_scale == 1.0
+    agree = not_none(fit_prior([r for s in "abc" for r in records_of(s, factor=1.3)]))
+    differ = not_none(
+        fit_prior(
+            [
+                r
+                for s, f in zip("abc", (1.0, 1.3, 1.7), strict=True)
+                for r in records_of(s, factor=f)
+            ]
+        )
     )
     assert agree.memory_scale == min(SCALES) and differ.memory_scale > 2 * agree.memory_scale
     problem, profile, space, configs = _setup()
-    m = Screen(problem, profile, space=space)(configs[1])
+    m = not_none(Screen(problem, profile, space=space)(configs[1]))
     lay = (configs[1].ipus_per_replica, configs[1].replicas, configs[1].execution)
     sharp = max(sd for _, sd in MemoryModel([], agree).busiest(lay, m))
     wide = max(sd for _, sd in MemoryModel([], differ).busiest(lay, m))
@@ -467,11 +492,12 @@ def test_the_call_factors_spread_is_what_studies_held_out_show() -> None:
 
     def timed(speeds: Any) -> list[dict[str, Any]]:
         out = []
-        for study, speed in zip("abc", speeds):
+        for study, speed in zip("abc", speeds, strict=False):  # one to three studies
             backend = SpeedFactor(speed)
-            rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
+            rec = Recorder(NO_STORE, problem, profile, backend, study, f"uid-{study}")
             out += [
-                rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)
+                not_none(rec.record_of(i, c, backend.measure(problem, c)))
+                for i, c in enumerate(configs)
             ]
         return out
 
@@ -479,7 +505,8 @@ def test_the_call_factors_spread_is_what_studies_held_out_show() -> None:
     agree, differ = call_scale(timed([0.8, 0.8, 0.8])), call_scale(timed([0.5, 1.0, 1.6]))
     assert agree == min(SCALES) and differ >= 0.7
     assert (
-        fit_prior(timed([0.5, 1.0, 1.6])).call[2] > 2 * fit_prior(timed([0.8, 0.8, 0.8])).call[2]
+        not_none(not_none(fit_prior(timed([0.5, 1.0, 1.6]))).call)[2]
+        > 2 * not_none(not_none(fit_prior(timed([0.8, 0.8, 0.8]))).call)[2]
     )
 
 
@@ -489,27 +516,27 @@ def test_the_prior_keeps_how_its_parts_move_together() -> None:
     their spreads alone would make them several times less so."""
     from ipu_autotune.guide.memory_model import MemoryModel
 
-    prior = fit_prior([r for s in "abc" for r in records_of(s, factor=1.3)])
+    prior = not_none(fit_prior([r for s in "abc" for r in records_of(s, factor=1.3)]))
     assert prior.memory_cov is not None and len(prior.memory_cov) == len(prior.memory)
     problem, profile, space, configs = _setup()
-    m = Screen(problem, profile, space=space)(configs[2])
+    m = not_none(Screen(problem, profile, space=space)(configs[2]))
     lay = (configs[2].ipus_per_replica, configs[2].replicas, configs[2].execution)
     together = MemoryModel([], prior).busiest(lay, m)
     apart = MemoryModel([], dataclasses.replace(prior, memory_cov=None)).busiest(lay, m)
-    for (mu, sd), (mu_apart, sd_apart) in zip(together, apart):
+    for (mu, sd), (mu_apart, sd_apart) in zip(together, apart, strict=True):
         assert mu == pytest.approx(mu_apart, abs=1e-6)  # the same means
         assert sd < sd_apart
     tiles = HiddenFactor(1.3).measure(problem, configs[2]).max_tile_bytes
-    for (mu, sd), t in zip(together, tiles):
+    for (mu, sd), t in zip(together, tiles, strict=True):
         assert abs(mu - t / m.tile_capacity_bytes) < 2 * sd + 0.01  # and the truth within them
 
 
 def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> None:
     from ipu_autotune.guide.corrected import FIT_CONFIDENCE
     from ipu_autotune.guide.first_trials import FIRST_CONFIDENCE
-    from ipu_autotune.guide.proposal import History
-    from ipu_autotune.guide.prior import GuidePrior
     from ipu_autotune.guide.guide import Guide, GuideSettings
+    from ipu_autotune.guide.prior import GuidePrior
+    from ipu_autotune.guide.proposal import History
     from ipu_autotune.guide.warmstart import proposals
 
     problem, profile, space, configs = _setup()
@@ -528,13 +555,20 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> 
     for s in "abc":
         for r in records_of(s, factor=1.3):
             store.add(r)
-    prior = session.prepare(
-        store, _Study("new", "uid-new"), problem, profile, HiddenFactor(1.0), lambda s: None
+    prior = not_none(
+        session.prepare(
+            store,
+            _Study("new", "uid-new").as_study(),
+            problem,
+            profile,
+            HiddenFactor(1.0),
+            lambda s: None,
+        )
     ).prior
     guide = guide_with(prior)
     first = first_trials(guide, warm[:2])
     assert "calibration store prior" in first[0].origin and first[1] is warm[0]
-    assert first[0].reason is not None and first[0].chance >= FIRST_CONFIDENCE
+    assert first[0].reason is not None and not_none(first[0].chance) >= FIRST_CONFIDENCE
     assert CorrectedModel(guide.screen, [], 0.05).chance(first[0].config) >= FIRST_CONFIDENCE
     # a prior that puts this model's fast configs at 80-95 % to fit: the guide would take one
     # later in a study, but not as its first compile; nothing is 95 % sure, so the first is
@@ -584,9 +618,10 @@ def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement() 
     backend = HighProportionHeavy(1.0)
     records = []
     for study in "abc":
-        rec = Recorder(None, problem, profile, backend, study, f"uid-{study}")
+        rec = Recorder(NO_STORE, problem, profile, backend, study, f"uid-{study}")
         records += [
-            rec.record_of(i, c, backend.measure(problem, c)) for i, c in enumerate(configs)
+            not_none(rec.record_of(i, c, backend.measure(problem, c)))
+            for i, c in enumerate(configs)
         ]
     prior = fit_prior(records)
     assert prior is not None and len(prior.memory_rows) == 3 * len(configs) * problem.ipus
@@ -603,9 +638,11 @@ def test_a_knobs_memory_in_other_studies_reaches_a_new_studys_first_judgement() 
         screen.prior = prior
         model = CorrectedModel(screen, [], 0.05)
         nominal = (
-            screen(reference).max_tile_bytes[0] - screen(config).max_tile_bytes[0]
-        ) / screen(config).tile_capacity_bytes
-        return model.judge(reference).busiest - model.judge(config).busiest - nominal
+            not_none(screen(reference)).max_tile_bytes[0]
+            - not_none(screen(config)).max_tile_bytes[0]
+        ) / not_none(screen(config)).tile_capacity_bytes
+        busiest = not_none(model.judge(reference)).busiest - not_none(model.judge(config)).busiest
+        return busiest - nominal
 
     for config, reference in ((low, base), (offload_low, offload)):
         assert heavier(prior, config, reference) == pytest.approx(0.08, abs=0.025)

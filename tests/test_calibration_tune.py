@@ -4,17 +4,15 @@ running uncorrected, and the estimate backend writes nothing."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
-
 from conftest_fake_sdk import SMALL_CNN, fake_env
 
 from ipu_autotune.calibration.store import open_store
@@ -114,9 +112,10 @@ def test_two_workers_record_every_compile_once_and_the_next_study_starts_from_th
     )  # the header says so
     s = optuna.load_study(study_name="two", storage=f"sqlite:///{tmp_path}/ipu-autotune.db")
     origins = [trial_attrs(t)["origin"] for t in s.trials[:2]]
-    # the guide's choice under the prior first (the study's first compile, and it fits), then the baseline
-    # (the summary compares with it); the fake SDK's baseline at micro-batch 512 does not fit and is not
-    # compiled (the nominal screen already skips it here; the prior's veto: test_calibration_store.py)
+    # the guide's choice under the prior first (the study's first compile, and it fits), then the
+    # baseline (the summary compares with it); the fake SDK's baseline at micro-batch 512 does not
+    # fit and is not compiled (the nominal screen already skips it here; the prior's veto:
+    # test_calibration_store.py)
     assert origins[0].startswith("guided") and "calibration store prior" in origins[0]
     assert origins[1].startswith("baseline")
     first_m, baseline = (trial_attrs(t)["measurement"] for t in s.trials[:2])

@@ -4,8 +4,6 @@ create a database: a storage file that is not there is said, not made."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
 import signal
 import subprocess
@@ -13,9 +11,9 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from testing import run_cli, sqlite_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +21,8 @@ TUNE = ["resnet101", "--batch-size", "64"]
 
 
 def console_script() -> list[str]:
-    """The `ipu-autotune` entry point pyproject.toml declares, started as pip's script starts it."""
+    """The `ipu-autotune` entry point pyproject.toml declares, started as pip's script starts
+    it."""
     entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"][
         "ipu-autotune"
     ]

@@ -15,8 +15,6 @@ details, the origin), set to HTML and to terminal control sequences:
 
 from __future__ import annotations
 
-from typing import Any
-
 import io
 import json
 import re
@@ -25,20 +23,21 @@ import subprocess
 import typing
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from rich.console import Console, Group
+from test_report import _chromium
+from testing import run_cli
 
-from ipu_autotune.present import live_view
 from ipu_autotune.backends.base import Measurement, failed
 from ipu_autotune.cli import main
+from ipu_autotune.present import live_view
 from ipu_autotune.present.display import html_text
 from ipu_autotune.problem import Config
 from ipu_autotune.study.records import ATTR_RECORD, read_records, trial_attrs
-from testing import run_cli
-from test_report import _chromium
 
 pytestmark = pytest.mark.slow
 STUDY = "resnet18-bs8-2ipu-mk2"
@@ -86,7 +85,7 @@ def payloads() -> Any:
     return st.builds(lambda two, rest: "".join(two) + rest, pair, tail)
 
 
-# --- every string-valued field of a record, from the schema (a field added later is covered) ----------
+# --- every string-valued field of a record, from the schema (a field added later is covered) -----
 
 
 def _text_setter(hint: Any) -> Any:
@@ -145,8 +144,8 @@ NEVER_SHOWN = {"measurement.details (key)"}
 
 
 def attack(src: Path, dst: Path, numbers: Any, edit: Any) -> None:
-    """Copy the study and edit the records of trials `numbers` in the storage's table, as
-    someone with write access to a shared study would (Optuna refuses to change a finished trial)."""
+    """Copy the study and edit the records of trials `numbers` in the storage's table, as someone
+    with write access to a shared study would (Optuna refuses to change a finished trial)."""
     with closing(sqlite3.connect(src)) as source, closing(sqlite3.connect(dst)) as copy:
         source.backup(copy)  # with what the write-ahead log still holds (storage.py turns WAL on)
     with closing(sqlite3.connect(dst)) as con, con:
@@ -160,7 +159,8 @@ def attack(src: Path, dst: Path, numbers: Any, edit: Any) -> None:
                 rec = json.loads(value)
                 edit(rec)
                 con.execute(
-                    "UPDATE trial_user_attributes SET value_json = ? WHERE trial_id = ? AND key = ?",
+                    "UPDATE trial_user_attributes SET value_json = ? "
+                    "WHERE trial_id = ? AND key = ?",
                     (json.dumps(rec), trial_id, ATTR_RECORD),
                 )
 
@@ -208,9 +208,10 @@ def live_table(url: str) -> str:
     view.seed(records)
     for r in records:
         view.add(r)
-    console = Console(file=io.StringIO(), width=120, force_terminal=False)
+    out = io.StringIO()
+    console = Console(file=out, width=120, force_terminal=False)
     console.print(Group(view, view.best_line()))
-    return console.file.getvalue()
+    return out.getvalue()
 
 
 def attacked(
@@ -276,7 +277,7 @@ def test_the_checks_catch_a_payload_left_raw(pristine: Any) -> None:
     assert all(CONTROL.search(p) for p in TERMINAL if "\u202e" not in p)
 
 
-# --- must show 3: a wrong type is one line naming the trial and the field; the rest shows ---------------
+# --- must show 3: a wrong type is one line naming the trial and the field; the rest shows --------
 
 
 def test_a_wrong_type_is_one_line_naming_trial_and_field_and_show_lists_the_rest(
@@ -317,7 +318,7 @@ def test_an_unknown_enum_in_the_measurement_names_trial_and_field(
     assert f"best trial {best} fits" in text
 
 
-# --- must show 2: the report in headless Chromium runs no script from a record -------------------------
+# --- must show 2: the report in headless Chromium runs no script from a record -------------------
 
 
 def test_the_report_of_an_attacked_study_runs_no_stored_script_in_chromium(

@@ -11,15 +11,13 @@ follows a list separator, `,` or `/`, inside a long knob list). A shell command 
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.cells import cell_len
-
 from testing import run_cli
 
 pytestmark = pytest.mark.slow

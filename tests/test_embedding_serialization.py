@@ -3,9 +3,8 @@ the transformer space through the estimate to the PopTorch code and the IPUConfi
 
 from __future__ import annotations
 
-from typing import Any
-
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -14,8 +13,8 @@ from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.export.ipu_config import ipu_config
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.models.hf import build_hf_model
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import _RandomAnswers
@@ -157,9 +156,7 @@ def _through_fake_poptorch(snippet: str, model: Any, *batch: Any) -> Any:
 
 
 @pytest.mark.slow
-def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_and_computes_the_same_loss() -> (
-    None
-):
+def test_the_snippet_serialises_the_projection_as_poptorch_sees_it_to_the_same_loss() -> None:
     """Config -> snippet -> fake PopTorch: the factor PopTorch receives is the config's, in
     OutputChannels mode, and the serialised projection gives the plain model's loss."""
     torch.manual_seed(0)

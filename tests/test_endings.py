@@ -10,24 +10,25 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from rich.console import Console
+from testing import not_none, run_cli, run_cli_process
 
-from ipu_autotune.present import trial_line as tl
 from ipu_autotune.backends.base import Measurement
-from ipu_autotune.present.tune_summary import resume_point as _resume_point
 from ipu_autotune.export.python import render_snippet
+from ipu_autotune.present import trial_line as tl
+from ipu_autotune.present.live_view import TrialTable, TuneView
+from ipu_autotune.present.tune_summary import resume_point as _resume_point
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.study.records import TrialRecord
-from ipu_autotune.present.live_view import TrialTable, TuneView
-from testing import run_cli, run_cli_process
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-# --- exit code 3 ----------------------------------------------------------------------------------
+# --- exit code 3 ---------------------------------------------------------------------------------
 
 NO_FIT = (
     "resnet50",
@@ -92,7 +93,7 @@ def test_exit_codes_are_documented() -> None:
     assert "| 3 |" in readme
 
 
-# --- resume header and stars ----------------------------------------------------------------------
+# --- resume header and stars ---------------------------------------------------------------------
 
 
 def _study_with(states: list[str]) -> optuna.Study:
@@ -136,7 +137,7 @@ def test_stars_count_the_whole_study_after_a_resume() -> None:
     view = TuneView(console, total=2, earlier=earlier)
     slower = _record(2, 300.0)
     view(slower)
-    assert not view.table.is_best(slower) and view.table.best.number == 1
+    assert not view.table.is_best(slower) and not_none(view.table.best).number == 1
     assert "★" not in view.table.line(slower)
     faster = _record(3, 900.0)
     view(faster)
@@ -153,7 +154,7 @@ def test_running_trials_have_a_row_after_the_finished_ones() -> None:
     assert "running" in text and "16.16" in text
 
 
-# --- study names ----------------------------------------------------------------------------------
+# --- study names ---------------------------------------------------------------------------------
 
 
 def test_study_name_names_every_problem_field_that_differs_from_its_default() -> None:
@@ -169,7 +170,7 @@ def test_study_name_names_every_problem_field_that_differs_from_its_default() ->
     assert Extended("resnet101", 64, dataset_size=50000).slug.endswith("-dataset_size50000")
     with_host = Extended("resnet101", 64, host={"workers": 8, "loader": "async"}).slug
     assert with_host.startswith(base.slug + "-host-") and " " not in with_host
-    changed = {
+    changed: dict[str, Any] = {
         "ipus": 4,
         "target": "bow",
         "input_shape": (3, 32, 32),
@@ -221,7 +222,7 @@ def test_hf_study_names_carry_task_and_sequence_length_once() -> None:
     assert gathered.slug == bert.slug + "-max_predictions20-attention_dropout0.0"
 
 
-# --- the trial line -------------------------------------------------------------------------------
+# --- the trial line ------------------------------------------------------------------------------
 
 
 def test_trial_line_names_only_what_differs_from_the_baseline() -> None:
@@ -269,7 +270,7 @@ def test_short_verdicts_fit_their_column() -> None:
     assert tl.short_verdict(crash) == "compile_error"
 
 
-# --- one IPU, warm starts, search spaces ----------------------------------------------------------
+# --- one IPU, warm starts, search spaces ---------------------------------------------------------
 
 
 def test_one_ipu_export_sets_no_execution_strategy() -> None:
@@ -293,9 +294,9 @@ def test_one_ipu_summary_does_not_report_an_execution_change() -> None:
 
 @pytest.mark.slow
 def test_no_fix_warm_start_when_the_baseline_already_fits() -> None:
+    from ipu_autotune.guide.warmstart import naive_baseline, proposals
     from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.search.space import SearchSpace
-    from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
     problem = Problem("resnet18", 16)
     profile = profile_for(problem)
@@ -335,7 +336,7 @@ def test_summary_memory_figures_agree_with_estimate() -> None:
     import re as _re
 
     from ipu_autotune.backends.estimate import EstimateBackend
-    from ipu_autotune.present.ui import comparison, compact_bytes, measurement_table
+    from ipu_autotune.present.ui import compact_bytes, comparison, measurement_table
 
     problem = Problem("resnet18", 16)
     config = Config(ipus_per_replica=2, splits=("layer3.0",), gradient_accumulation=3)

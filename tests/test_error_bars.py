@@ -3,21 +3,20 @@ set, docs/estimator.md's coverage table is what it prints, and every estimate ca
 
 from __future__ import annotations
 
-from typing import Any
-
 import importlib.util
 import io
 import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
+from testing import not_none
 
-from ipu_autotune.backends.estimate import EstimateBackend
-from ipu_autotune.backends.estimate import error_bars as eb
 from ipu_autotune.backends.base import Measurement
+from ipu_autotune.backends.estimate import EstimateBackend, error_bars as eb
 from ipu_autotune.problem import Config, Problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +45,7 @@ def _tool() -> Any:
     spec = importlib.util.spec_from_file_location(
         "error_bars_tool", ROOT / "tools" / "error_bars.py"
     )
+    assert spec is not None and spec.loader is not None  # a .py file that is there
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -150,8 +150,8 @@ def test_leave_one_out_marks_a_point_the_others_do_not_cover(tool: Any) -> None:
 
 def _baseline() -> Config:
     """The default run's baseline (FP32, split by block count): 108% of a tile on IPU0."""
-    from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.guide.warmstart import naive_baseline
+    from ipu_autotune.profiles.trace import profile_for
 
     return naive_baseline(WORKSHOP, profile_for(WORKSHOP))
 
@@ -160,16 +160,18 @@ def test_every_estimate_carries_error_bars_around_its_figures() -> None:
     backend = EstimateBackend()
     for config in (_baseline(), FITTING):
         m = backend.measure(WORKSHOP, config)
-        for (lo, hi), tile in zip(m.max_tile_bytes_interval, m.max_tile_bytes):
+        tiles, required = not_none(m.max_tile_bytes_interval), not_none(m.required_bytes_interval)
+        for (lo, hi), tile in zip(tiles, m.max_tile_bytes, strict=True):
             assert lo <= tile <= hi and lo < hi
-        for (lo, hi), req in zip(m.required_bytes_interval, m.required_bytes):
+        for (lo, hi), req in zip(required, m.required_bytes, strict=True):
             assert lo <= req <= hi
-        lo, hi = m.throughput_interval
-        assert lo < m.throughput < hi and math.log(hi / m.throughput) == pytest.approx(
+        slow, fast = not_none(m.throughput_interval)
+        speed = not_none(m.throughput)
+        assert slow < speed < fast and math.log(fast / speed) == pytest.approx(
             eb.THROUGHPUT_LOG_WIDTH["all"]
         )
-        lo, hi = m.device_throughput_interval
-        assert lo < m.device_throughput < hi
+        slow, fast = not_none(m.device_throughput_interval)
+        assert slow < not_none(m.device_throughput) < fast
         again = Measurement.from_dict(json.loads(json.dumps(m.to_dict())))
         assert (
             again.max_tile_bytes_interval == m.max_tile_bytes_interval
@@ -178,8 +180,8 @@ def test_every_estimate_carries_error_bars_around_its_figures() -> None:
 
 
 def test_the_verdict_says_when_the_memory_bar_straddles_the_tile_limit() -> None:
-    from ipu_autotune.options import DEFAULT_FIT_CONFIDENCE
     from ipu_autotune.commands.estimate import _print_measurement
+    from ipu_autotune.options import DEFAULT_FIT_CONFIDENCE
 
     backend = EstimateBackend()
     baseline, best = backend.measure(WORKSHOP, _baseline()), backend.measure(WORKSHOP, FITTING)
@@ -202,7 +204,7 @@ def test_families_take_their_own_memory_band_on_all_but_the_exact_bytes() -> Non
     from ipu_autotune.backends.estimate.memory import EXACT
 
     cnn = EstimateBackend().measure(WORKSHOP, _baseline())
-    lo, hi = cnn.max_tile_bytes_interval[0]
+    lo, hi = not_none(cnn.max_tile_bytes_interval)[0]
     exact = sum(cnn.breakdown[0][c] for c in EXACT) / 1472  # the baseline has no I/O tiles
     assert 0 < exact < cnn.max_tile_bytes[0]
     rest = cnn.max_tile_bytes[0] - exact
@@ -211,9 +213,7 @@ def test_families_take_their_own_memory_band_on_all_but_the_exact_bytes() -> Non
     assert eb.family("hf:bert-base-uncased") == "transformer" and eb.family("resnet50") == "cnn"
 
 
-def test_a_compiled_verdict_has_no_memory_bar_but_its_estimated_throughput_keeps_its_interval() -> (
-    None
-):
+def test_a_compiled_verdict_has_no_memory_bar_its_estimated_throughput_keeps_its_bar() -> None:
     from ipu_autotune.backends.base import Backend
     from ipu_autotune.backends.screen import ScreenedBackend
 

@@ -3,11 +3,10 @@ error bar straddles it, and the search's headroom on a line of its own (issue 42
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-
-import json
 
 from ipu_autotune.cli import main
 
@@ -50,7 +49,8 @@ def test_a_config_at_97_percent_of_a_tile_fits_uncertain_and_the_headroom_is_a_l
         lines
     )
 
-    # Without the search's headroom, no such line; a wider headroom still does not change the verdict.
+    # Without the search's headroom, no such line; a wider headroom still does not change the
+    # verdict.
     assert main(["estimate", "--config", "c.toml", "--headroom", "0"]) == 0
     assert "headroom would reject" not in capsys.readouterr()[0]
     assert main(["estimate", "--config", "c.toml", "--headroom", "0.2", "--json"]) == 0

@@ -4,28 +4,29 @@ configuration that breaks a recipe rule."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import re
+from typing import Any
 
 import optuna
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from testing import not_none
 
-from ipu_autotune.guide.suggestions import suggestions
-from ipu_autotune.backends.base import format_bytes
+from ipu_autotune.backends.base import Measurement, format_bytes
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.cli import main
-from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.guide.suggestions import suggestions
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import EXIT_BREAKS_RECIPE, violations
 from ipu_autotune.search.space import SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-# GPT-2 (124M): the word embedding, 50,257 x 768, is the largest tensor, on IPU0 with its tied head.
+# GPT-2 (124M): the word embedding, 50,257 x 768, is the largest tensor, on IPU0 with its tied
+# head.
 VOCAB, HIDDEN = 50257, 768
 ADAMW_FLOAT_STATE = 4 + 4  # first and second moment, FP32 (optimizer_state "float")
 
@@ -122,13 +123,16 @@ def test_turning_offload_off_never_lowers_on_chip_memory(seed: Any) -> None:
         off = on.replace(optimizer_offload=False)
         backend = EstimateBackend()
         for x, y in zip(
-            backend.measure(p, on).required_bytes, backend.measure(p, off).required_bytes
+            backend.measure(p, on).required_bytes,
+            backend.measure(p, off).required_bytes,
+            strict=True,
         ):
             assert x <= y
         assert not [t for t in suggestions(p, on) if not t.config.optimizer_offload]
 
 
-# --- must show 3: splits the estimator places (inside a layer too: test_in_block_placement.py); suggestions are re-estimates
+# --- must show 3: splits the estimator places (inside a layer too: test_in_block_placement.py);
+# suggestions are re-estimates
 
 
 def one_line_exit_2(code: int, err: str, *needles: str) -> None:
@@ -160,7 +164,7 @@ def test_a_container_split_begins_its_first_layer() -> None:
     assert suggestions(p, c)  # the advice places the same stages (was: KeyError 'layer2')
 
 
-def _tiles(m: Any) -> int:
+def _tiles(m: Measurement) -> int:
     return m.capacity_bytes[0] // m.tile_capacity_bytes
 
 
@@ -188,17 +192,18 @@ def test_every_suggestion_claims_what_its_whole_configuration_re_estimates_to(
         assert (", fits" in tip.text) == (again.feasible and not base.feasible)
         assert ("still " + again.verdict() in tip.text) == (not again.feasible)
         ratio = re.search(r", ([0-9.]+)x throughput", tip.text)
+        speedup = not_none(again.throughput) / not_none(base.throughput)
         if ratio:
-            assert float(ratio.group(1)) == round(again.throughput / base.throughput, 2)
+            assert float(ratio.group(1)) == round(speedup, 2)
         else:
-            assert abs(again.throughput / base.throughput - 1) <= 0.005
+            assert abs(speedup - 1) <= 0.005
         # The text names every field the suggestion changes: applying it gives exactly tip.config.
         changed = {k for k, v in tip.config.to_dict().items() if config.to_dict()[k] != v}
         named = set(re.findall(r"(?:^|, )([a-z_]+) ", tip.text.split(": saves")[0]))
         assert named == changed, tip.text
 
 
-# --- must show 4: estimate answers for a configuration that breaks a recipe rule ------------------
+# --- must show 4: estimate answers for a configuration that breaks a recipe rule -----------------
 
 
 def test_estimate_above_the_global_batch_ceiling_prints_the_verdict_and_the_rule(
@@ -281,8 +286,9 @@ def test_the_search_keeps_the_recipe_rules_hard(
 
 
 def test_exit_code_4_is_documented() -> None:
-    import ipu_autotune.cli as cli
     from pathlib import Path
+
+    import ipu_autotune.cli as cli
 
     assert "4 `estimate` answered" in cli.__doc__
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()

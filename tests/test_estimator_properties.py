@@ -1,16 +1,15 @@
 """Monotonicity the estimator must keep, over configs drawn from the default search space."""
 
-from typing import Any
-
 import math
+from typing import Any
 
 import optuna
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 
@@ -38,7 +37,9 @@ def measure(p: Any, c: Any) -> Any:
 def test_more_micro_batch_never_needs_less_memory(seed: Any, a: Any, b: Any) -> None:
     small, large = problem(min(a, b)), problem(max(a, b))
     c = draw_config(seed, small)
-    for x, y in zip(measure(small, c).required_bytes, measure(large, c).required_bytes):
+    for x, y in zip(
+        measure(small, c).required_bytes, measure(large, c).required_bytes, strict=True
+    ):
         assert y >= x
 
 
@@ -51,7 +52,7 @@ def test_fp16_never_needs_more_than_fp32(seed: Any) -> None:
         precision="32.32", partials="float", loss_scaling=1.0, stochastic_rounding=False
     )
     fp16 = fp32.replace(precision="16.16")
-    for h, f in zip(measure(p, fp16).required_bytes, measure(p, fp32).required_bytes):
+    for h, f in zip(measure(p, fp16).required_bytes, measure(p, fp32).required_bytes, strict=True):
         assert h <= f
 
 
@@ -62,11 +63,14 @@ def test_offload_and_sharding_never_add_on_chip_memory(seed: Any) -> None:
     c = draw_config(seed).replace(optimizer_offload=False, replicated_tensor_sharding=False)
     base = measure(p, c).required_bytes
     assert all(
-        x <= y for x, y in zip(measure(p, c.replace(optimizer_offload=True)).required_bytes, base)
+        x <= y
+        for x, y in zip(
+            measure(p, c.replace(optimizer_offload=True)).required_bytes, base, strict=True
+        )
     )
     if c.replicas > 1:
         sharded = measure(p, c.replace(replicated_tensor_sharding=True)).required_bytes
-        assert all(x <= y for x, y in zip(sharded, base))
+        assert all(x <= y for x, y in zip(sharded, base, strict=True))
 
 
 @given(st.integers(0, 10**6), st.floats(0.05, 1.0), st.floats(0.05, 1.0))

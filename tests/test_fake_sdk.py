@@ -5,25 +5,26 @@ In-process (no subprocess): the fake is importable only inside the `poptorch` fi
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
 import itertools
 import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from conftest_fake_sdk import SMALL_CNN, fake_sdk
+from testing import not_none
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.poptorch import child
 from ipu_autotune.backends.poptorch.profile import find_profile, read_profile
 from ipu_autotune.export.python import render_snippet
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.models.zoo import build_model
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +36,12 @@ def poptorch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield module
 
 
-_REPORTS = None
+_REPORTS: Path | None = None  # the module's fixture sets it
 _COUNT = itertools.count()
 
 
 def new_report_dir() -> str:
-    return str(_REPORTS / f"report-{next(_COUNT)}")
+    return str(not_none(_REPORTS) / f"report-{next(_COUNT)}")
 
 
 def problem(batch: int = 8, optimizer: str = "adamw") -> Problem:
@@ -134,7 +135,8 @@ SPREAD = {
 
 
 def expected(c: Config) -> Config:
-    """What the fake can see of a config: partials only matter (and are exported) for FP16 compute."""
+    """What the fake can see of a config: partials only matter (and are exported) for FP16
+    compute."""
     return c if c.half_compute else c.replace(partials="float")
 
 
@@ -215,12 +217,13 @@ def test_options_freeze_on_training_model_and_clone_unfreezes(poptorch: Any) -> 
     opts = poptorch.Options()
     model = build_model(SMALL_CNN, 10, device="cpu")
     poptorch.trainingModel(_with_loss(model), opts)
-    for change in (
+    changes: tuple[Callable[[], object], ...] = (
         lambda: opts.deviceIterations(2),
         lambda: opts.Training.gradientAccumulation(2),
         lambda: opts._Popart.set("autoRecomputation", 3),
         lambda: opts.Precision.enableStochasticRounding(True),
-    ):
+    )
+    for change in changes:
         with pytest.raises(AttributeError, match="Can't modify frozen Options"):
             change()
     fresh = opts.clone()
@@ -231,7 +234,7 @@ def test_options_freeze_on_training_model_and_clone_unfreezes(poptorch: Any) -> 
 
 
 def test_popart_keys_and_engine_options_are_checked_at_compile(poptorch: Any) -> None:
-    cases = [
+    cases: list[tuple[Callable[[Any], object], str]] = [
         (
             lambda o: o._Popart.set("autoRecomputation", True),
             "Unknown bool option autoRecomputation",
@@ -332,7 +335,7 @@ def test_error_fields_live_on_the_class_and_oom_writes_a_profile(poptorch: Any) 
         assert error.message.startswith(
             "Out of memory: Cannot fit all variable data onto one or more tiles"
         )
-        memory = read_profile(find_profile(report), ipus_per_replica=1)
+        memory = read_profile(not_none(find_profile(report)), ipus_per_replica=1)
     assert memory.total_overflow > 0 and memory.overflowing_tiles[0] > 0
     assert memory.max_tile_bytes[0] > memory.tile_capacity_bytes
     mean_tile = memory.required_bytes[0] / 1472
@@ -413,7 +416,9 @@ def test_fake_profile_has_the_pva_paths_the_reference_lists(poptorch: Any) -> No
     assert (
         max(s.notAlwaysLiveMemory.bytes for s in report_obj.compilation.livenessProgramSteps) > 0
     )
-    assert json.loads(find_profile(report).read_text())["fake"]["config"]["splits"] == ["block2"]
+    assert json.loads(not_none(find_profile(report)).read_text())["fake"]["config"]["splits"] == [
+        "block2"
+    ]
 
 
 def _with_loss(model: Any) -> Any:

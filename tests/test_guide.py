@@ -1,26 +1,25 @@
 """The guide learns how far compiles differ from the estimator and proposes configs that fit."""
 
-from typing import Any
-
 import math
 from dataclasses import replace
+from typing import Any
 
 import optuna
 import pytest
+from testing import RESNET50_4IPU_SGD as PROBLEM, not_none
 
 from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.guide.corrected import CorrectedModel, observe
-from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.guide import Guide, GuideSettings, memory_correction
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Problem
-from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study.runner import Runner
-from ipu_autotune.study.records import create_sampler, enqueue, records
+from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
-from testing import RESNET50_4IPU_SGD as PROBLEM
+from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study.records import create_sampler, enqueue, records
+from ipu_autotune.study.runner import Runner
 
 HIDDEN = replace(
     NOMINAL, tile_imbalance=NOMINAL.tile_imbalance * 1.25
@@ -108,14 +107,14 @@ def test_the_guides_climb_sees_the_corrected_model() -> None:
     model = CorrectedModel(
         screen, observe(screen, [(config, HiddenIPU().measure(PROBLEM, config))]), 0.05
     )
-    seen = CorrectedScreen(model)(config)
-    j = model.judge(config)
+    seen = not_none(CorrectedScreen(model)(config))
+    j = not_none(model.judge(config))
     assert seen.throughput == j.throughput and seen.feasible == j.fits
     # 25 % more memory than the nominal estimate says: the learnt mean shows it. The compiled
     # program's own tiles are known; a config whose tiles differ gets the margin for the
     # model's spread on top of its learnt mean.
-    nominal = max(screen(config).max_tile_bytes)
-    cap = screen(config).tile_capacity_bytes
+    nominal = max(not_none(screen(config)).max_tile_bytes)
+    cap = not_none(screen(config)).tile_capacity_bytes
     assert 1.25 * nominal * 0.98 <= j.busiest * cap <= 1.25 * nominal * 1.02
     assert max(seen.max_tile_bytes) == pytest.approx(j.busiest * cap, rel=1e-3)
     other = next(
@@ -123,8 +122,8 @@ def test_the_guides_climb_sees_the_corrected_model() -> None:
         for _, c in screen.candidates(space, config)
         if memory_distance(c, config) > 0 and model.judge(c) is not None
     )
-    mean = model.judge(other).busiest * cap
-    assert mean < max(CorrectedScreen(model)(other).max_tile_bytes) <= mean * 1.1
+    mean = not_none(model.judge(other)).busiest * cap
+    assert mean < max(not_none(CorrectedScreen(model)(other)).max_tile_bytes) <= mean * 1.1
 
 
 def _compiled(throughput: Any, oom: Any = False) -> Any:
@@ -221,17 +220,17 @@ def test_a_layouts_compiles_set_its_prior() -> None:
             PROBLEM, profile, space, naive_baseline(PROBLEM, profile), headroom=0.05
         )
     ]
-    by_layout: dict[str, Any] = {}
+    by_layout: dict[tuple[Any, ...], Any] = {}
     for c in items:
-        if screen(c) is not None and screen(c).feasible:  # a compile that ran: it has a speed
+        if (m := screen(c)) is not None and m.feasible:  # a compile that ran: it has a speed
             by_layout.setdefault(layout(c), c)
     assert len(by_layout) >= 2, "the proposals should span two IPU layouts"
     (a, ca), (b, cb) = list(by_layout.items())[:2]
     slow, fast = -0.7, 0.0  # layout a measured at half the estimate; layout b as estimated
 
     def measured(c: Any, log_ratio: Any) -> Any:
-        m = replace(screen(c), source="compile")
-        return c, replace(m, throughput=m.throughput * math.exp(log_ratio))
+        m = replace(not_none(screen(c)), source="compile")
+        return c, replace(m, throughput=not_none(m.throughput) * math.exp(log_ratio))
 
     model = CorrectedModel(screen, observe(screen, [measured(ca, slow), measured(cb, fast)]), 0.05)
     # a config of layout a that shares few knobs with the compiled one
@@ -254,8 +253,8 @@ def test_a_layouts_compiles_set_its_prior() -> None:
     ]
     far = next((c for move in moves if screen(c := ca.replace(**move)) is not None), None)
     assert far is not None, "no config three knobs from the compiled one passes the rules"
-    nominal = screen(far).throughput
-    corrected = model.judge(far).throughput
+    nominal = not_none(not_none(screen(far)).throughput)
+    corrected = not_none(model.judge(far)).throughput
     assert corrected < nominal * math.exp(
         (slow + fast) / 2
     )  # nearer the layout's error than the mean
@@ -298,7 +297,7 @@ def test_the_first_round_of_parallel_workers_does_not_bet_everything_on_one_edge
     }
     assert len(loads) == len(bets) and max(loads.values()) <= 1.0
     assert len({layout(c) for c in bets}) >= 2, "every bet in one layout"
-    fastest = max(bets, key=lambda c: nominal(c).throughput)
+    fastest = max(bets, key=lambda c: not_none(not_none(nominal(c)).throughput))
     assert any(layout(c) != layout(fastest) and loads[c] <= loads[fastest] - 0.05 for c in bets)
 
 

@@ -5,18 +5,18 @@ carry their checkpoints (guide/corrected.py)."""
 from typing import Any
 
 import pytest
+from testing import RESNET152_2IPU as PROBLEM, not_none
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.guide.proposal import History, Reason
-from ipu_autotune.guide.guide import Guide, GuideSettings
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config
 from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.corrected_screen import CorrectedScreen
+from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.moves import split_moves
+from ipu_autotune.guide.proposal import History, Reason
+from ipu_autotune.problem import Config
 from ipu_autotune.profiles.placement import checkpoints_every
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
-from testing import RESNET152_2IPU as PROBLEM
 
 #: the "real" IPU's busiest tile over the estimator's, the same for every config here
 RATIO = 1.357
@@ -62,7 +62,8 @@ def _fast_without_accumulation(profile: Any) -> Config:
 
 
 def _compiled(config: Config, profile: Any, ratio: float = RATIO) -> Any:
-    """A compile on an IPU whose busiest tile is `ratio` x the estimate: totals only, no breakdown."""
+    """A compile on an IPU whose busiest tile is `ratio` x the estimate: totals only, no
+    breakdown."""
     m = estimate(PROBLEM, config, profile)
     m.source, m.breakdown = "compile", []
     m.max_tile_bytes = [int(b * ratio) for b in m.max_tile_bytes]
@@ -99,8 +100,8 @@ def test_split_moves_carry_their_checkpoints(setup: Any) -> None:
     assert {c.splits for c in found} >= {
         m.splits for m in moves
     }  # kept in the space, not projected away
-    nominal = max(guide.screen(config).max_tile_bytes)
-    assert all(max(guide.screen(c).max_tile_bytes) < 1.1 * nominal for c in found)
+    nominal = max(not_none(guide.screen(config)).max_tile_bytes)
+    assert all(max(not_none(guide.screen(c)).max_tile_bytes) < 1.1 * nominal for c in found)
 
 
 @pytest.mark.slow
@@ -141,15 +142,16 @@ def test_after_compiles_that_stall_the_guide_climbs_down_from_the_fastest_candid
     profile, space = setup
     measured = _stalled(profile)
     guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
-    picked = guide.propose(History.of(measured))
+    picked = not_none(guide.propose(History.of(measured)))
     proposal = picked.config
     # chosen for its expected gain, with its chance to fit shown in the trial's origin
-    assert picked.reason is Reason.GAIN and 0.0 < picked.chance <= 1.0 and picked.gain > 0.0
+    assert picked.reason is Reason.GAIN
+    assert 0.0 < not_none(picked.chance) <= 1.0 and not_none(picked.gain) > 0.0
     assert f"{picked.chance:.0%} chance to fit" in picked.origin
     assert guide.stopping(History.of(measured)) is None  # it is expected to pay
-    best = max(m.throughput for _, m in measured)
+    best = max(not_none(m.throughput) for _, m in measured)
     model = CorrectedModel(guide.screen, observe(guide.screen, measured), 0.0)
-    assert model.judge(proposal).throughput > 1.5 * best
+    assert not_none(model.judge(proposal)).throughput > 1.5 * best
     assert proposal.gradient_accumulation > 1
     compiled = _compiled(proposal, profile)  # on the IPU that taught the ratio: it fits, and pays
     assert compiled.feasible and compiled.throughput > 1.5 * best

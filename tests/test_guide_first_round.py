@@ -4,12 +4,12 @@ recomputing config's checkpoints with them."""
 
 import pytest
 
-from ipu_autotune.guide.blind import BlindRound
 from ipu_autotune.guide.apart import layout
+from ipu_autotune.guide.blind import BlindRound
 from ipu_autotune.guide.warmstart import Screen, naive_baseline
+from ipu_autotune.problem import Problem
 from ipu_autotune.profiles.placement import checkpoints_every
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Problem
 from ipu_autotune.search.replay import checkpoint_spacing
 from ipu_autotune.search.space import SearchSpace
 

@@ -5,12 +5,12 @@ sets the guide's state."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import ast
 from pathlib import Path
+from typing import Any
 
 import optuna
+from testing import RESNET18_CIFAR_1IPU as PROBLEM, not_none
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.guide.proposal import History, Proposal, Reason
@@ -20,7 +20,6 @@ from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import create_sampler, enqueue, records
 from ipu_autotune.study.runner import Runner
-from testing import RESNET18_CIFAR_1IPU as PROBLEM
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ipu_autotune"
 #: what a module outside guide/ may call on a Guide
@@ -62,7 +61,8 @@ class OneProposal:
     """A guide that proposes one configuration, for what the runner does with a Proposal."""
 
     def __init__(self, proposal: Proposal) -> None:
-        self.proposal, self.histories = proposal, []
+        self.proposal = proposal
+        self.histories: list[History] = []
 
     def propose(self, history: History) -> Proposal | None:
         self.histories.append(history)
@@ -83,10 +83,11 @@ def test_the_runner_enqueues_the_proposal_and_the_trial_line_shows_its_reason() 
     runner = Runner(study, PROBLEM, profile, space, EstimateBackend(), guide=guide)
     first, second = runner.run_one(), runner.run_one()
     assert first.reason is None and short_label(first) == "baseline"
-    assert second.config == config and runner.last_proposal.reason is Reason.GAIN
+    assert second.config == config and not_none(runner.last_proposal).reason is Reason.GAIN
     # the history the guide was told: the baseline measured, and what the backend would compile
     told = guide.histories[-1]
-    assert [c for c, _ in told.measured] == [baseline] and told.would_compile(config)
+    assert [c for c, _ in told.measured] == [baseline]
+    assert told.would_compile is not None and told.would_compile(config)
     # the record and the trial line carry the reason; the origin keeps the full story
     stored = {r.number: r for r in records(study)}[second.number]
     assert stored.reason == second.reason == "gain" and short_label(stored) == "gain"

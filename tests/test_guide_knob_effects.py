@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
+from testing import RESNET50_4IPU_SGD as PROBLEM, not_none
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.features import Featurizer, split_fractions
+from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.knob_effects import KnobEffects
 from ipu_autotune.guide.proposal import History, Reason
-from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.problem import Config
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
-from testing import RESNET50_4IPU_SGD as PROBLEM
 
 
 def effects(xs: list[tuple[float, float]], ys: list[float]) -> KnobEffects:
@@ -31,7 +30,9 @@ def effects(xs: list[tuple[float, float]], ys: list[float]) -> KnobEffects:
 
 
 def test_a_knob_the_compiles_moved_is_learnt_and_one_they_did_not_keeps_its_spread() -> None:
-    peak = lambda x: -3.0 * (x - 0.4) ** 2  # noqa: E731 - the true effect of knob 0
+    def peak(x: float) -> float:  # the true effect of knob 0
+        return -3.0 * (x - 0.4) ** 2
+
     xs = [(x, 0.5) for x in (0.1, 0.3, 0.5, 0.7, 0.9)]
     model = effects(xs, [peak(x) for x, _ in xs])
     mean, sd = model.predict(
@@ -50,7 +51,10 @@ def test_a_knob_the_compiles_moved_is_learnt_and_one_they_did_not_keeps_its_spre
 
 def test_one_knobs_effect_is_learnt_from_compiles_that_moved_another_too() -> None:
     """Additive: compiles that moved both knobs at once still tell knob 0's effect apart."""
-    truth = lambda a, b: -0.3 * a + 0.2 * math.sin(3 * b)  # noqa: E731
+
+    def truth(a: float, b: float) -> float:
+        return -0.3 * a + 0.2 * math.sin(3 * b)
+
     xs = [(0.2, 0.1), (0.8, 0.3), (0.5, 0.9), (0.9, 0.6), (0.1, 0.7), (0.6, 0.2), (0.3, 0.5)]
     model = effects(xs, [truth(a, b) for a, b in xs])
     probe = [(0.2, 0.5), (0.8, 0.5)]
@@ -88,17 +92,18 @@ def peaked() -> Any:
     base = next(
         p.config for p in warm[1:] if EstimateBackend().measure(PROBLEM, p.config).feasible
     )
-    at = lambda a: base.replace(available_memory_proportion=(a,) * base.ipus_per_replica)  # noqa: E731
+
+    def at(a: float) -> Config:
+        return base.replace(available_memory_proportion=(a,) * base.ipus_per_replica)
+
     estimate = EstimateBackend()
+
+    def speed(a: float) -> float:
+        return not_none(estimate.measure(PROBLEM, at(a)).throughput)
+
     # the premise: the estimator says 0.6 is faster than 0.5, and 0.8 no slower than 0.6
-    assert (
-        estimate.measure(PROBLEM, at(0.6)).throughput
-        > estimate.measure(PROBLEM, at(0.5)).throughput
-    )
-    assert (
-        estimate.measure(PROBLEM, at(0.8)).throughput
-        >= estimate.measure(PROBLEM, at(0.6)).throughput
-    )
+    assert speed(0.6) > speed(0.5)
+    assert speed(0.8) >= speed(0.6)
     measured = [(at(a), PeakIPU().measure(PROBLEM, at(a))) for a in (0.6, 0.8, 0.95)]
     return profile, space, base, at, measured
 
@@ -111,7 +116,9 @@ def test_a_knob_whose_speed_peaks_mid_range_is_learnt_from_three_compiles(peaked
     truth = PeakIPU().measure(PROBLEM, at(0.7)).throughput
     nominal = EstimateBackend().measure(PROBLEM, at(0.7)).throughput
     assert abs(nominal / truth - 1) > 0.25  # the estimator is a quarter off between the compiles
-    assert model.judge(at(0.7)).throughput == pytest.approx(truth, rel=0.05)  # the model is not
+    assert not_none(model.judge(at(0.7))).throughput == pytest.approx(
+        truth, rel=0.05
+    )  # the model is not
 
 
 @pytest.mark.slow
@@ -144,7 +151,7 @@ def test_the_next_proposal_moves_toward_the_peak(peaked: Any) -> None:
     for knob, values in fixed.items():
         space = space.with_knob(knob, values, "test")
     picked = Guide(PROBLEM, profile, space, GuideSettings(0.05)).propose(History.of(measured))
-    assert picked is not None and picked.reason is Reason.GAIN and picked.gain > 0
+    assert picked is not None and picked.reason is Reason.GAIN and not_none(picked.gain) > 0
     amps = picked.config.available_memory_proportion
     assert sum(amps) / len(amps) < 0.6 and min(amps) < 0.6
     best = max(m.throughput for _, m in measured)
@@ -174,7 +181,7 @@ def test_judgements_predicted_together_are_those_predicted_one_by_one(peaked: An
         a, b = together.judge(c), alone.judge(c)
         assert (a is None) == (b is None)
         if a is not None:
-            assert a.fits == b.fits
+            assert b is not None and a.fits == b.fits
             for field in ("throughput", "load", "busiest", "chance", "worth"):
                 assert getattr(a, field) == pytest.approx(
                     getattr(b, field), rel=1e-12, abs=1e-15
@@ -190,12 +197,13 @@ def studies_effects(rows: list[tuple[float, str, float]]) -> KnobEffects:
     )
 
 
-def test_a_knobs_effect_other_studies_agree_on_carries_to_a_new_study_before_its_first_compile() -> (
-    None
-):
+def test_a_knob_effect_other_studies_agree_on_carries_to_a_new_study_before_it_compiles() -> None:
     """Three stored studies saw speed fall along the knob alike: their correlation with a new
     study is learnt high, and the new study expects the fall, sure of it, with no compile."""
-    truth = lambda x: -0.4 * x  # noqa: E731
+
+    def truth(x: float) -> float:
+        return -0.4 * x
+
     rows = [
         (x, s, truth(x) + offset)
         for s, offset in (("a", 0.02), ("b", -0.03), ("c", 0.0))
@@ -249,7 +257,9 @@ def test_a_combination_of_two_knob_values_is_learnt_apart_from_the_other_knobs()
     knobs (issue 58); a config with one of the two values does not inherit it."""
     from itertools import product
 
-    truth = lambda c: 0.5 if c[0] == c[1] == "a" else 0.0  # noqa: E731
+    def truth(c: tuple[str, ...]) -> float:
+        return 0.5 if c[0] == c[1] == "a" else 0.0
+
     left_out = [("a", "a", "b", "a"), ("a", "b", "b", "a")]
     rows = [c for c in product("ab", repeat=4) if c not in left_out]
     levels = np.array(rows, dtype=object)
@@ -267,9 +277,7 @@ def test_a_combination_of_two_knob_values_is_learnt_apart_from_the_other_knobs()
     assert mean[0] > 0.4 and mean[1] < 0.1
 
 
-def test_combined_changes_move_two_or_three_knobs_each_from_a_single_change_and_repeat_with_the_seed() -> (
-    None
-):
+def test_combined_changes_move_two_or_three_knobs_each_a_single_change_repeat_by_seed() -> None:
     import random
 
     from ipu_autotune.guide.moves import combined_changes

@@ -2,13 +2,14 @@
 regions they reached widen its uncertainty where nothing was compiled, and a gain within the
 learnt compile-to-compile noise is worth nothing."""
 
-from typing import Any
-
 import math
 import random
 from dataclasses import replace
+from typing import Any
 
 import pytest
+from test_guide_learns import Judged, named
+from testing import RESNET50_4IPU_SGD as PROBLEM
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
@@ -16,13 +17,11 @@ from ipu_autotune.guide.apart import layout
 from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.features import GROUPS
 from ipu_autotune.guide.gain import bar, expected_improvement
-from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.guide import Guide, GuideSettings
+from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
-from test_guide_learns import Judged
-from testing import RESNET50_4IPU_SGD as PROBLEM
 
 
 def structure(config: Any) -> Any:
@@ -106,11 +105,11 @@ def test_a_gain_within_the_learnt_noise_is_worth_nothing() -> None:
         speed_noise = 0.03
 
     model = Noisy({"best": (100.0, 1.0), "twin": (101.5, 1.0), "far": (99.0, 1.0)}, sd=0.01)
-    line = bar(model, [("best", 100.0)])
+    line = bar(model.as_model(), [(named("best"), 100.0)])
     assert line == pytest.approx(100.0 * math.exp(0.03))
-    sure_twin = expected_improvement(model, "twin", line)
+    sure_twin = expected_improvement(model.as_model(), named("twin"), line)
     model.sd = 0.15  # "far": a region nothing was compiled in
-    unsure_far = expected_improvement(model, "far", line)
+    unsure_far = expected_improvement(model.as_model(), named("far"), line)
     assert sure_twin < 1e-3 < unsure_far
 
 
@@ -125,8 +124,10 @@ def test_two_candidates_within_the_noise_are_ranked_by_their_spread_beyond_it() 
             return {"a": 0.02, "b": 0.06}.get(config, 0.02)
 
     model = Noisy({"best": (100.0, 1.0), "a": (101.0, 1.0), "b": (100.0, 1.0)}, sd=0.02)
-    line = bar(model, [("best", 100.0)])
-    assert expected_improvement(model, "b", line) > 2 * expected_improvement(model, "a", line)
+    line = bar(model.as_model(), [(named("best"), 100.0)])
+    assert expected_improvement(model.as_model(), named("b"), line) > 2 * expected_improvement(
+        model.as_model(), named("a"), line
+    )
     # the rule at the measured best (no noise) would have ranked "a" by its 1 % alone
-    plain = bar(model, [("best", 100.0)]) / math.exp(0.03)
-    assert expected_improvement(model, "a", plain) > 0.003
+    plain = bar(model.as_model(), [(named("best"), 100.0)]) / math.exp(0.03)
+    assert expected_improvement(model.as_model(), named("a"), plain) > 0.003

@@ -7,24 +7,23 @@ config's snippet runs on the fake SDK, next to an optimum-graphcore IPUConfig.
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
-from pathlib import Path
-
 import json
 import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from conftest_fake_sdk import fake_sdk
+from testing import not_none
 
 from ipu_autotune.cli import main
 from ipu_autotune.errors import UsageError
 from ipu_autotune.export.ipu_config import IPU_CONFIG_FIELDS
 from ipu_autotune.models.hf import build_hf_model, layer_count, layer_stacks
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Problem, load_config_file
+from ipu_autotune.profiles.trace import profile_for
 
 HIDDEN, LAYERS, HEADS, FFN, VOCAB = 256, 4, 4, 1024, 8000
 _BERT_LIKE = dict(
@@ -268,8 +267,8 @@ def test_bad_hf_input_is_one_line_and_exit_2(
     (tmp_path / "unknown" / "config.json").write_text('{"model_type": "no-such-model"}')
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text('{"model_type": "bert",')
-    args = [a.replace("FOLDER", str(tmp_path)) for a in args]
-    assert main(["estimate", *args]) == 2
+    argv = [a.replace("FOLDER", str(tmp_path)) for a in args]
+    assert main(["estimate", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
 
@@ -316,7 +315,9 @@ def test_an_untabulated_name_is_read_from_the_local_hub_cache(
 
 #: family -> its problem's flags: micro-batch and sequence length big enough that the FP32
 #: baseline split over 2 IPUs is out of memory on the estimator
-TUNED = {family: ("--batch-size", "16", "--seq-len", "512") for family in CONFIGS}
+TUNED: dict[str, tuple[str, ...]] = {
+    family: ("--batch-size", "16", "--seq-len", "512") for family in CONFIGS
+}
 TUNED["vit"] = ("--batch-size", "64")
 
 
@@ -368,7 +369,7 @@ def test_must_show_each_family_tunes_from_oom_to_a_fit_and_exports_run(
     )
     result = json.loads(capsys.readouterr().out)
     base, best = result["baseline"], result["best"]
-    problem = load_config_file(out / "best.toml").problem
+    problem = not_none(load_config_file(out / "best.toml").problem)
     assert base["measurement"]["failure"] == "oom" and not base["measurement"]["feasible"]
     assert best is not None and best["measurement"]["feasible"]
     assert best["measurement"]["throughput"] > base["measurement"]["throughput"]
@@ -459,8 +460,8 @@ def refuse_optimum(
     err = capsys.readouterr().err.strip()
     task = EXPECTED[family][0]
     assert (
-        f"--trainer optimum on '{model}': optimum-graphcore pipelines no {POPTORCH_ONLY[family]} {task} model"
-        in err
+        f"--trainer optimum on '{model}': optimum-graphcore pipelines no {POPTORCH_ONLY[family]} "
+        f"{task} model" in err
     )
     assert (
         "it pipelines bert (" in err

@@ -3,25 +3,22 @@ snippet's DataLoader and learning rate, --data timing, and the PopTorch child's 
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import math
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from conftest_fake_sdk import SMALL_CNN, fake_env, fake_sdk
+from testing import not_none
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.export.python import render_snippet
-from ipu_autotune.host import measure as host_measure
-from ipu_autotune.host import pipeline as host
-from ipu_autotune.host import recipe
+from ipu_autotune.host import measure as host_measure, pipeline as host, recipe
 from ipu_autotune.present.host_report import WORKSHOP_FINAL, lines, workshop_reference
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 
@@ -87,9 +84,9 @@ def test_workers_speed_up_the_host_and_cost_buffers() -> None:
 
 def test_every_estimate_carries_end_to_end_fields() -> None:
     m = EstimateBackend().measure(WORKSHOP, WORKSHOP_FINAL)
-    assert m.throughput < m.device_throughput
+    assert not_none(m.throughput) < not_none(m.device_throughput)
     assert m.samples_per_call == 64 * 8 * 4 and m.host_bytes_per_call == 2048 * (3 * 64 * 64 + 8)
-    assert m.bottleneck in host.BOTTLENECKS and 0 < m.bottleneck_share <= 1
+    assert m.bottleneck in host.BOTTLENECKS and 0 < not_none(m.bottleneck_share) <= 1
     d = m.to_dict()
     for key in (
         "device_throughput",
@@ -107,9 +104,8 @@ def test_measured_host_costs_replace_the_workshop_defaults() -> None:
     slow = Problem("resnet101", 64, host_float_sample_s=1e-2, host_uint8_sample_s=5e-3)
     assert host.host_costs(WORKSHOP) is host.WORKSHOP
     assert host.host_costs(slow).uint8_sample_s == 5e-3
-    assert (
-        EstimateBackend().measure(slow, WORKSHOP_FINAL).throughput
-        < EstimateBackend().measure(WORKSHOP, WORKSHOP_FINAL).throughput
+    assert not_none(EstimateBackend().measure(slow, WORKSHOP_FINAL).throughput) < not_none(
+        EstimateBackend().measure(WORKSHOP, WORKSHOP_FINAL).throughput
     )
 
 
@@ -231,11 +227,11 @@ def test_micro_batch_knob_solves_a_fixed_global_batch_that_does_not_fit() -> Non
 
 
 def test_learning_rate_rules() -> None:
-    adam = recipe.scaling("adamw", 1e-3, 192, 2048)
+    adam = not_none(recipe.scaling("adamw", 1e-3, 192, 2048))
     assert adam.rule == "square root" and adam.lr == pytest.approx(
         1e-3 * math.sqrt(2048 / 192), rel=1e-2
     )
-    sgd = recipe.scaling("sgd", 0.1, 256, 1024)
+    sgd = not_none(recipe.scaling("sgd", 0.1, 256, 1024))
     assert sgd.rule == "linear" and sgd.lr == pytest.approx(0.4)
     assert recipe.scaling("adamw", 1e-3, 512, 512) is None
 
@@ -299,7 +295,7 @@ def test_fake_sdk_sees_the_loader_the_config_names(config: Any) -> None:
             opts.deviceIterations(7)
 
 
-# --- the summary -----------------------------------------------------------------------------------
+# --- the summary ---------------------------------------------------------------------------------
 
 
 def test_summary_names_both_bottlenecks_and_the_rate() -> None:
@@ -328,7 +324,7 @@ def test_summary_names_both_bottlenecks_and_the_rate() -> None:
     assert "bottleneck host input" in text and "192 -> 2,048" in text and "square root" in text
 
 
-# --- --data ------------------------------------------------------------------------------------------
+# --- --data --------------------------------------------------------------------------------------
 
 
 class _Images(torch.utils.data.Dataset[Any]):
@@ -368,7 +364,7 @@ def test_a_map_style_dataset_is_accepted(monkeypatch: pytest.MonkeyPatch, tmp_pa
     sys.modules.pop("host_data_mod", None)
 
 
-# --- the PopTorch child ---------------------------------------------------------------------------------
+# --- the PopTorch child --------------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -377,8 +373,7 @@ def test_poptorch_child_refuses_a_call_too_large_for_host_memory_before_allocati
 ) -> None:
     """Against the fake SDK, in a real trial subprocess: the reason comes back as an invalid
     Measurement, and the child never built the host batch (no 'compiling: host batch' line)."""
-    from ipu_autotune.backends.poptorch import PopTorchBackend
-    from ipu_autotune.backends.poptorch import child
+    from ipu_autotune.backends.poptorch import PopTorchBackend, child
 
     problem = Problem(
         model=SMALL_CNN,

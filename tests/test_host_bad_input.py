@@ -7,9 +7,8 @@ host memory than --host-memory allows.
 
 from __future__ import annotations
 
-from typing import Any
-
 import sys
+from typing import Any
 
 import pytest
 from test_bad_input import MODEL, db, one_line_error, tune, write  # noqa: F401 (db is a fixture)

@@ -4,23 +4,20 @@ names the assumption a host-input bottleneck rests on."""
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
-from pathlib import Path
-
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.errors import UsageError
-from ipu_autotune.host import pipeline as host
-from ipu_autotune.host import workers
+from ipu_autotune.host import pipeline as host, workers
 from ipu_autotune.present.host_report import WORKSHOP_FINAL, lines
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.study.records import TrialRecord

@@ -62,7 +62,7 @@ def import_graph(modules: dict[str, Path], typing_too: bool = False) -> dict[str
     walk = _all_imports if typing_too else _imports
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        targets = set()
+        targets: set[str] = set()
         for node in walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)

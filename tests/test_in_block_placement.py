@@ -7,13 +7,12 @@ by hand for an MBConv with its skip connection and for a GPT-2 layer split at it
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
 import dataclasses
 import json
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest_fake_sdk import fake_sdk
@@ -150,7 +149,7 @@ def test_an_empty_stage_a_backward_order_and_a_module_that_does_not_run_are_refu
     assert len(found) == 1 and needle in found[0], found
 
 
-# --- Graphcore's published EfficientNet-B0 layout, estimated and compiled --------------------------
+# --- Graphcore's published EfficientNet-B0 layout, estimated and compiled ------------------------
 
 POINTS = {
     p["id"]: p
@@ -210,7 +209,8 @@ def test_the_mk1_layout_on_three_ipus_compiles_on_hardware_with_auto_round(
     poptorch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three IPUs: the snippet asks PopTorch to round up (autoRoundNumIPUs), without which it
-    refuses the count on hardware; its second BeginBlock goes on a batch norm inside features.3.1."""
+    refuses the count on hardware; its second BeginBlock goes on a batch norm inside
+    features.3.1."""
     import torch
 
     from ipu_autotune.backends.poptorch import child
@@ -246,7 +246,7 @@ def test_the_mk1_layout_on_three_ipus_compiles_on_hardware_with_auto_round(
         compile_on_hardware(source.replace("opts.autoRoundNumIPUs(True)", "pass"))
 
 
-# --- must show 2: the search proposes in-block splits where blocks are large -----------------------
+# --- must show 2: the search proposes in-block splits where blocks are large ---------------------
 
 
 @pytest.mark.slow

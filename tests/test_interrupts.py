@@ -14,10 +14,10 @@ from pathlib import Path
 
 import optuna
 import pytest
+import workers_helpers as wh
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
-
-import workers_helpers as wh
+from testing import not_none
 
 from ipu_autotune.study.records import trial_attrs
 
@@ -207,7 +207,9 @@ def test_cli_double_ctrl_c_during_a_compile_kills_it_and_says_how_to_resume(
     try:
         deadline = time.monotonic() + 120
         while not wh.sqlite_states(db).get("RUNNING"):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline and proc.poll() is None, not_none(
+                proc.stderr
+            ).read()[-3000:]
             time.sleep(0.25)
         time.sleep(1.0)  # the compile has started
         proc.send_signal(signal.SIGINT)

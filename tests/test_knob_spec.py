@@ -3,25 +3,24 @@ arithmetic in one place."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import dataclasses
 from dataclasses import fields
+from typing import Any
 
 import pytest
 
 from ipu_autotune import batch
 from ipu_autotune.backends.estimate import EstimateBackend, estimate, profile_at_micro_batch
+from ipu_autotune.guide.single_changes import single_changes
 from ipu_autotune.knob_spec import BY_NAME, SPACE_KNOBS, SPEC, applies
-from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.present.trial_line import changed_knobs
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
-from ipu_autotune.search.knobs import read_space_knobs, builtin_space_path
+from ipu_autotune.search.knobs import builtin_space_path, read_space_knobs
 from ipu_autotune.search.replay import wanted_params
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study.records import _RandomAnswers
-from ipu_autotune.present.trial_line import changed_knobs
-from ipu_autotune.guide.single_changes import single_changes
 
 CNN = Problem("resnet18", 4, (3, 32, 32), num_classes=10, ipus=4)
 

@@ -8,27 +8,26 @@ export, or that the fake cannot see, fails here.
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
-from pathlib import Path
-
 import dataclasses
 import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from conftest_fake_sdk import SMALL_CNN, fake_sdk
+from testing import not_none
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.poptorch import child
 from ipu_autotune.export.python import render_snippet
-from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.models.zoo import build_model
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace, builtin_space_path
 from ipu_autotune.study.records import _RandomAnswers
-from ipu_autotune.guide.warmstart import naive_baseline, proposals
 
 SHIPPED = ("default", "cnn", "transformer")
 OPTIMIZERS = ("adamw", "sgd", "sgd_combined", "lamb")
@@ -69,7 +68,8 @@ def seen_by_poptorch(poptorch: Any, p: Problem, c: Config, tmp: Any) -> Config:
     except poptorch.Error as exc:  # out of memory still says what PopTorch understood
         if "Out of memory" not in str(exc):
             raise
-    return training.fake_record["config"].replace(**loader_seen(poptorch, ns))
+    seen: Config = training.fake_record["config"]  # the fake PopTorch's record of the compile
+    return seen.replace(**loader_seen(poptorch, ns))
 
 
 def loader_seen(poptorch: Any, ns: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +100,7 @@ def drawn_configs() -> Any:
         for optimizer in OPTIMIZERS:
             p = problem(optimizer)
             profile = profile_for(p)
-            space = SearchSpace.load(p, builtin_space_path(name))
+            space = SearchSpace.load(p, str(builtin_space_path(name)))
             for _ in range(6):
                 out.append(
                     (f"{name}/{optimizer}", p, space.sample(_RandomAnswers(rng), p, profile))
@@ -174,12 +174,13 @@ def test_the_sampler_does_not_spend_trials_on_modes_that_compile_alike() -> None
 
 
 def test_io_tiles_earn_no_overlap_credit() -> None:
-    """The snippet reserves I/O tiles but does not overlap I/O: fewer compute tiles, never faster."""
+    """The snippet reserves I/O tiles but does not overlap I/O: fewer compute tiles, never
+    faster."""
     p, profile = _profiled(problem(ipus=1))
     for c in (Config(execution="sharded"), Config(execution="sharded", device_iterations=8)):
         without = estimate(p, c, profile)
         with_tiles = estimate(p, c.replace(io_tiles=64), profile)
-        assert with_tiles.throughput <= without.throughput
+        assert not_none(with_tiles.throughput) <= not_none(without.throughput)
         assert with_tiles.max_tile_bytes[0] >= without.max_tile_bytes[0]
 
 
@@ -282,7 +283,7 @@ def test_masked_lm_configs_round_trip_with_embedding_serialization(
     rebuilds from the snippet's serializedMatMul calls equals the config, factor included."""
     p = Problem("hf:bert-base-uncased", 2, task="masked-lm", seq_len=32, ipus=4)
     profile = profile_for(p)
-    space = SearchSpace.load(p, builtin_space_path("transformer"))
+    space = SearchSpace.load(p, str(builtin_space_path("transformer")))
     rng = random.Random(12)
     cases = [space.sample(_RandomAnswers(rng), p, profile) for _ in range(3)]
     cases += [

@@ -2,10 +2,9 @@
 about 2 s of CPU, torchvision 1.5 s more, transformers 0.7 s. The parser and `--help` need
 none of them; tracing a torchvision model needs no transformers."""
 
-from pathlib import Path
-
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _modules_after(code: str) -> set[str]:
@@ -58,10 +57,10 @@ def test_reading_a_study_imports_no_torch(tmp_path: Path) -> None:
         ["export", *study, "--out", str(tmp_path / "snippet.py")],
     ]
     loaded = _modules_after(
-        "import contextlib, io\nfrom ipu_autotune.cli import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
-        f"    codes = [main(argv) for argv in {commands!r}]\n"
-        "assert codes == [0] * len(codes), codes"
+        "import contextlib, io\nfrom ipu_autotune.cli import main\nwith "
+        "contextlib.redirect_stdout(io.StringIO()), "
+        "contextlib.redirect_stderr(io.StringIO()):\n    codes = [main(argv) for argv in "
+        f"{commands!r}]\nassert codes == [0] * len(codes), codes"
     )
     assert (tmp_path / "report.html").exists() and "poptorch.Options()" in (
         tmp_path / "snippet.py"

@@ -4,21 +4,19 @@ TrainingModel, and a masked-LM loss equal to transformers' own over those positi
 
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from test_transformers import cli
+from testing import run_cli_stdout
 
 from ipu_autotune.errors import UsageError
 from ipu_autotune.models.hf import build_hf_model
 from ipu_autotune.models.inputs import sample_batch
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.problem import Config, Problem
-
-from test_transformers import cli
-from testing import run_cli_stdout
+from ipu_autotune.profiles.trace import profile_for
 
 
 def _head(profile: Any) -> Any:
@@ -130,7 +128,8 @@ def test_estimate_takes_the_flag_and_the_config_key(
     import json
 
     def estimate(*argv: str) -> dict[str, Any]:
-        return json.loads(run_cli_stdout(capsys, "estimate", *argv))
+        out: dict[str, Any] = json.loads(run_cli_stdout(capsys, "estimate", *argv))
+        return out
 
     config = (
         "--set",

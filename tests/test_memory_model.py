@@ -1,26 +1,25 @@
 """The learnt memory model: a fixed and a proportional part per tile, and a chance to fit."""
 
-from typing import Any
-
 import random
 from statistics import NormalDist
+from typing import Any
 
 import pytest
 
 from ipu_autotune.backends.base import CATEGORIES
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.guide.guide import memory_correction
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Problem
 from ipu_autotune.guide.apart import layout
+from ipu_autotune.guide.guide import memory_correction
 from ipu_autotune.guide.memory_model import (
     MemoryModel,
     MemoryPoint,
     memory_points,
     recompute_segments,
 )
-from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.guide.warmstart import Screen, naive_baseline, proposals
+from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
 
 PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd")
 FIXED = 0.12  # of a tile: a per-tile cost the estimator lacks (code, exchange buffers)

@@ -8,15 +8,13 @@ rebuilt from what PopTorch saw equals the one exported, knob for knob.
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
-from pathlib import Path
-
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -24,10 +22,10 @@ from conftest_fake_sdk import fake_env, fake_sdk
 from test_knobs_honoured import assert_same_knobs, seen_by_poptorch
 
 from ipu_autotune.backends.poptorch import child
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config, Problem
-from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
 
 
 @pytest.fixture(scope="module")

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import json
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
+from testing import not_none, run_cli_process
 
 from ipu_autotune.problem import Config
-from testing import run_cli_process
 
 TRIALS = 5
 
@@ -83,7 +81,7 @@ def test_show_at_80_columns_one_line_per_trial(two_studies: Any) -> None:
     assert too_long(out.stdout) == []
     rows = table_rows(out.stdout)
     assert len(rows) == TRIALS  # no trial spills onto a second line
-    numbers = [int(re.match(r"\s*(?:★\s*)?(\d+)\s", row).group(1)) for row in rows]
+    numbers = [int(not_none(re.match(r"\s*(?:★\s*)?(\d+)\s", row)).group(1)) for row in rows]
     assert numbers == list(range(TRIALS))
     assert sum("★" in row for row in rows) == 1
     assert "2ipu pipe 32.32 ga3" in rows[0]  # the baseline row names its own layout
@@ -110,7 +108,8 @@ def test_studies_shows_full_names_counts_best_and_state(two_studies: Any) -> Non
     assert out.returncode == 0, out.stderr
     assert too_long(out.stdout) == []
     rows = {row.split()[0]: row.split()[1:] for row in table_rows(out.stdout)}
-    # The optimizer is part of the name, so both studies live side by side, and both names are whole.
+    # The optimizer is part of the name, so both studies live side by side, and both names are
+    # whole.
     assert set(rows) == {"resnet18-bs16-2ipu-mk2", "resnet18-bs16-2ipu-mk2-lamb"}
     assert rows["resnet18-bs16-2ipu-mk2"][0] == str(TRIALS)
     assert rows["resnet18-bs16-2ipu-mk2-lamb"][0] == "2"
@@ -162,7 +161,8 @@ def test_estimate_has_one_row_per_ipu_and_no_cut_figure(tmp_path: Path, columns:
     rows = table_rows(out.stdout)
     assert [row.split()[0] for row in rows] == ["IPU0", "IPU1"]
     for row in rows:
-        # IPU, seven categories and the total: each a whole figure with its unit; then the tile use.
+        # IPU, seven categories and the total: each a whole figure with its unit; then the tile
+        # use.
         figures = re.findall(r"\d+(?:\.\d)? (?:GB|MB|kB|B)\b", row)
         assert len(figures) == 8, row
         assert re.search(r"\d+%\s*$", row), row

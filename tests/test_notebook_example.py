@@ -4,13 +4,12 @@ a widget, the summary's HTML with memory bars, a best configuration that fits, t
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +23,8 @@ KERNEL = "ipu-autotune-test"
 
 
 def _kernel_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A kernel spec for this very interpreter, so the kernel imports the ipu_autotune under test."""
+    """A kernel spec for this very interpreter, so the kernel imports the ipu_autotune under
+    test."""
     prefix = tmp_path / "jupyter"
     kernelspec.install(kernel_name=KERNEL, prefix=str(prefix))
     monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
@@ -37,7 +37,7 @@ def _kernel_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return KERNEL
 
 
-def _run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
+def _run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:  # a NotebookNode
     _kernel_spec(tmp_path, monkeypatch)
     nb = nbformat.read(path, as_version=4)
     # appended in memory only: which interpreter the kernel is
@@ -55,7 +55,8 @@ def _outputs(nb: Any, needle: str) -> list[Any]:
     """The outputs of the code cell whose source contains `needle`."""
     cells = [c for c in nb.cells if c.cell_type == "code" and needle in c.source]
     assert len(cells) == 1, needle
-    return cells[0].outputs
+    outputs: list[Any] = cells[0].outputs
+    return outputs
 
 
 def _html(outputs: Any) -> str:
@@ -108,10 +109,10 @@ INTERRUPTED_RUN = """
 from torch import nn
 import ipu_autotune
 
-model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
-                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
-result = ipu_autotune.tune(model, name="interrupted", batch_size=8, input_shape=(3, 32, 32), num_classes=10,
-                           trials=100000, storage={url!r})
+model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1),
+                      nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+result = ipu_autotune.tune(model, name="interrupted", batch_size=8, input_shape=(3, 32, 32),
+                           num_classes=10, trials=100000, storage={url!r})
 print("RESULT", result.interrupted, len(result.records), result.best is not None)
 """
 
@@ -119,12 +120,12 @@ print("RESULT", result.interrupted, len(result.records), result.best is not None
 def test_a_kernel_interrupt_stops_after_the_current_trial_and_returns_the_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Interrupt the kernel (Jupyter's stop button: SIGINT to the kernel) while tune runs in a cell."""
+    """Interrupt the kernel (Jupyter's stop button: SIGINT to the kernel) while tune runs in a
+    cell."""
     import time
 
-    from jupyter_client.manager import start_new_kernel
-
     import workers_helpers as wh
+    from jupyter_client.manager import start_new_kernel
 
     db = tmp_path / "s.db"
     km, kc = start_new_kernel(kernel_name=_kernel_spec(tmp_path, monkeypatch), cwd=str(tmp_path))

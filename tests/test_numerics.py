@@ -6,15 +6,16 @@ real torch.optim steps applied to FP16 weights, never the module's own histogram
 
 from __future__ import annotations
 
-from typing import Any
-
 import copy
 import json
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
 from numerics_models import BareMatmul, ScaledMLP, SmallCNN
 from rich.console import Console
+from testing import NUMERICS_CNN_SGD as PROBLEM, not_none
 from torch import nn
 from torch.nn import functional as F
 
@@ -34,7 +35,6 @@ from ipu_autotune.numerics.statistics import collect_gradient_stats
 from ipu_autotune.numerics.stochastic_rounding import SR_THRESHOLD, stochastic_rounding_advice
 from ipu_autotune.numerics.view import render
 from ipu_autotune.problem import Config, Problem
-from testing import NUMERICS_CNN_SGD as PROBLEM
 
 FP16_MAX = 65504.0
 TINY = 2.0**-24  # smallest FP16 subnormal
@@ -56,7 +56,7 @@ def fresh_param_grads(model: nn.Module, data: Any, loss_fn: Any = F.cross_entrop
     model = copy.deepcopy(model).train()
     x, y = data
     loss_fn(model(x), y).backward()
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    return torch.cat([not_none(p.grad).reshape(-1) for p in model.parameters()])
 
 
 def seeded(cls: Any, *args: Any, **kwargs: Any) -> Any:
@@ -130,24 +130,26 @@ def test_drifting_gradients_ask_for_automatic_loss_scaling() -> None:
     assert advice.auto and "binades" in advice.reason
 
 
-# --- stochastic rounding ---------------------------------------------------------------------------
+# --- stochastic rounding -------------------------------------------------------------------------
 
 
 def simulated_lost_fraction(model: nn.Module, data: Any, optimizer: str, lr: float) -> float:
     """One real torch.optim step in float64 (the exact intended update), applied to the FP16
-    weights with round-to-nearest: the share of non-zero updates that leave the weight unchanged."""
+    weights with round-to-nearest: the share of non-zero updates that leave the weight
+    unchanged."""
     ref = copy.deepcopy(model).double().train()
     before = [p.detach().clone() for p in ref.parameters()]
-    opt = {
+    optimizers: dict[str, Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]] = {
         "sgd": lambda ps: torch.optim.SGD(ps, lr=lr, momentum=0.9),
         "adamw": lambda ps: torch.optim.AdamW(ps, lr=lr, weight_decay=0.01),
         "adam": lambda ps: torch.optim.Adam(ps, lr=lr),
-    }[optimizer](ref.parameters())
+    }
+    opt = optimizers[optimizer](ref.parameters())
     x, y = data
     F.cross_entropy(ref(x.double()), y).backward()
     opt.step()
     lost = changed = 0
-    for p0, p1, p32 in zip(before, ref.parameters(), model.parameters()):
+    for p0, p1, p32 in zip(before, ref.parameters(), model.parameters(), strict=True):
         u = p1.detach() - p0
         w16 = p32.detach().half()
         same = (w16.double() + u).half() == w16
@@ -196,7 +198,7 @@ def test_collection_leaves_the_model_as_it_was() -> None:
     assert all(p.grad is None for p in model.parameters())
 
 
-# --- partials --------------------------------------------------------------------------------------
+# --- partials ------------------------------------------------------------------------------------
 
 
 class Branches(nn.Module):
@@ -310,7 +312,7 @@ def test_synthetic_batches_cap_the_batch() -> None:
     assert torch.equal(got[1][0], again[1][0])
 
 
-# --- command line ----------------------------------------------------------------------------------
+# --- command line --------------------------------------------------------------------------------
 
 
 def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
@@ -378,10 +380,12 @@ def test_a_torchvision_models_advice_is_measured_once_a_process_and_a_users_each
     from ipu_autotune.numerics import advice as advice_module
 
     runs = []
-    real = advice_module.collect_gradient_stats
-    monkeypatch.setattr(
-        advice_module, "collect_gradient_stats", lambda *a, **k: runs.append(1) or real(*a, **k)
-    )
+
+    def counted(*a: Any, **k: Any) -> Any:  # the advice's own, counted
+        runs.append(1)
+        return collect_gradient_stats(*a, **k)
+
+    monkeypatch.setattr(advice_module, "collect_gradient_stats", counted)
     problem = Problem("resnet18", 4, input_shape=(3, 16, 16), num_classes=7)
     first = advise(problem, steps=2, seed=5)
     first.table.clear()  # the caller's copy: the next answer is not changed by it

@@ -4,13 +4,11 @@ baseline (`resnet101 --batch-size 64`), not the precision move's defaults (1024,
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import re
+from typing import Any
 
 import pytest
-
 from testing import run_cli, sqlite_url
 
 from ipu_autotune.numerics.answer import NumericsAdvice
@@ -43,7 +41,8 @@ def test_estimate_and_tune_give_the_same_numerics_on_the_main_runs_baseline(
     fp16 = re.search(r"precision 16\.16[^:]*:", text)
     assert fp16, out
     suggested = fp16.group(0)
-    # each numerics knob: named with tune's value where it differs from the baseline's, else left as it is
+    # each numerics knob: named with tune's value where it differs from the baseline's, else left
+    # as it is
     baseline = Config()
     for knob in ("loss_scaling", "stochastic_rounding", "partials"):
         value = getattr(tuned, knob)

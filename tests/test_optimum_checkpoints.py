@@ -15,10 +15,9 @@ Both MLM heads are tied to the word embedding, which is not what decides it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_hf_configs import CONFIGS, FFN, HEADS, HIDDEN, VOCAB, offline  # noqa: F401 (offline: autouse fixture)
@@ -26,9 +25,9 @@ from transformers import AutoConfig
 
 from ipu_autotune.guide.warmstart import naive_baseline
 from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.optimum_placement import SKIPPED_INDEX
 from ipu_autotune.profiles.placement import optimum_checkpoints
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.profiles.optimum_placement import SKIPPED_INDEX
 from ipu_autotune.rules.optimum_target import PIPELINED, unexpressible
 
 DISTILBERT = dict(
@@ -57,8 +56,9 @@ def problem_for(tmp_path: Path, family: str, task: str, ipus: int = 1, **config:
 
 
 def optimum_loop(problem: Problem, profile: Any) -> set[str]:
-    """The layers optimum's parallelize() checkpoints: each stack's loop `for index, layer in
-    enumerate(...)` with `if recompute_checkpoint_every_layer and index != self.config.num_hidden_layers - 1`."""
+    """The layers optimum's parallelize() checkpoints: each stack's loop
+    `for index, layer in enumerate(...)` with
+    `if recompute_checkpoint_every_layer and index != self.config.num_hidden_layers - 1`."""
     data = json.loads((tmp_folder(problem) / "config.json").read_text())
     config = AutoConfig.for_model(**data)
     out = set()
@@ -98,7 +98,8 @@ def test_mlm_checkpoints_skip_the_last_layer_though_the_head_is_tied(
     expected = optimum_loop(problem, profile)
     assert len(expected) == layers - 1
     assert set(optimum_checkpoints(profile)) == expected
-    # Over 2 IPUs the layer ending stage 0 keeps its checkpoint: parallelize() registers it (issue 46).
+    # Over 2 IPUs the layer ending stage 0 keeps its checkpoint: parallelize() registers it
+    # (issue 46).
     two = problem_for(tmp_path, family, "masked-lm", ipus=2, **{key: layers})
     baseline = naive_baseline(two, profile)
     assert baseline.splits and not unexpressible(two, baseline)

@@ -8,33 +8,28 @@ back (tests/optimum_reading.py), field by field.
 
 from __future__ import annotations
 
-from typing import Any
-
 import ast
 import json
+from typing import Any
 
 import pytest
 from conftest_fake_sdk import fake_sdk
 from optimum_reading import read_ipu_config, read_snippet, token_batch
 from test_transformers import cli
-from testing import run_cli_stdout
+from testing import not_none, run_cli_stdout
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.errors import UsageError
 from ipu_autotune.export.ipu_config import NotAnIPUConfig, ipu_config
 from ipu_autotune.export.python import render_snippet
 from ipu_autotune.export.trainer import render_trainer
+from ipu_autotune.knob_conditions import projection_factors as serialization_factors
 from ipu_autotune.models.hf import build_hf_model
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.rules.optimum_target import (
-    ENGINE_OPTIONS,
-    PATTERNS,
-    POPART_OPTIONS,
-    serialization_factors,
-)
 from ipu_autotune.problem import Config, Problem
-from ipu_autotune.rules.cross_field import check_problem, violations
 from ipu_autotune.profiles.placement import optimum_checkpoints
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.rules.cross_field import check_problem, violations
+from ipu_autotune.rules.optimum_target import ENGINE_OPTIONS, PATTERNS, POPART_OPTIONS
 
 #: IPUTrainingArguments' own fields (optimum/graphcore/training_args.py) that a block may use,
 #: and transformers' TrainingArguments fields it inherits that the block uses
@@ -57,7 +52,9 @@ TRAINING_ARGUMENT_FIELDS = {
 
 BERT_MLM = Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=32, ipus=4)
 LAYERS = tuple(f"bert.encoder.layer.{i}" for i in range(12))
-FP16 = dict(precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half")
+FP16: dict[str, Any] = dict(
+    precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half"
+)
 PIPELINED = Config(
     **FP16,
     ipus_per_replica=4,
@@ -66,7 +63,7 @@ PIPELINED = Config(
 )
 
 
-def trainer_call(block: str) -> dict[str, ast.expr]:
+def trainer_call(block: str) -> dict[str | None, ast.expr]:
     call = next(
         n
         for n in ast.walk(ast.parse(block))
@@ -98,9 +95,7 @@ def test_the_trainer_block_uses_real_fields_fp32_and_loss_scaling() -> None:
 # --- failure 2: recomputation survives the export, or the export refuses -----------------------
 
 
-def test_checkpoints_on_every_layer_export_as_every_layer_and_without_the_stage_ends_are_refused() -> (
-    None
-):
+def test_every_layer_checkpoints_export_as_every_layer_without_stage_ends_are_refused() -> None:
     """parallelize() checkpoints a stage's last layer too (issue 46): a trial without those three
     checkpoints is not what IPUTrainer trains."""
     profile = profile_for(BERT_MLM)
@@ -134,7 +129,9 @@ def test_recomputation_ipu_config_cannot_say_is_refused_with_the_reason() -> Non
 
 
 def test_optimum_target_runs_only_factors_its_serialized_linear_can() -> None:
-    optimum = lambda p: Problem(**{**p.to_dict(), "trainer": "optimum"})  # noqa: E731
+    def optimum(p: Problem) -> Problem:
+        return Problem(**{**p.to_dict(), "trainer": "optimum"})
+
     assert serialization_factors(optimum(BERT_MLM)) == (1, 2)  # 30,522 words, not padded
     assert serialization_factors(
         optimum(Problem("hf:roberta-base", 4, task="masked-lm", seq_len=32))
@@ -170,7 +167,8 @@ def test_export_of_a_sharded_trial_is_one_line_and_exit_2(
         'ipus_per_replica = 4\nexecution = "sharded"\n'
         'splits = ["bert.encoder.layer.3", "bert.encoder.layer.6", "bert.encoder.layer.9"]\n'
     )
-    # the study in this process (its trace is shared); the export as a user runs it: one line on stderr
+    # the study in this process (its trace is shared); the export as a user runs it: one line on
+    # stderr
     run_cli_stdout(
         capsys,
         "hf:bert-base-uncased",
@@ -249,7 +247,7 @@ def test_the_estimate_assumes_ipu0_outside_the_overlapped_weight_update() -> Non
     )
     update = optimum_target.details["time_parts"]["weight_update"]
     assert update > poptorch_target.details["time_parts"]["weight_update"] > 0
-    assert optimum_target.step_time_s > poptorch_target.step_time_s
+    assert not_none(optimum_target.step_time_s) > not_none(poptorch_target.step_time_s)
     assert (
         optimum_target.required_bytes == poptorch_target.required_bytes
     )  # memory is not what changed

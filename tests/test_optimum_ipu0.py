@@ -15,9 +15,8 @@ as tests/optimum_reading.read_module_ipus reads it back; the PopTorch target kee
 
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import pytest
 from optimum_reading import read_ipu_config, read_module_ipus
@@ -34,7 +33,8 @@ from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import pipeline_stages
 from ipu_autotune.rules.optimum_target import unexpressible
 
-#: (family, task) -> (modules optimum pins to IPU 0, head modules it leaves on the last layer's IPU)
+#: (family, task) -> (modules optimum pins to IPU 0, head modules it leaves on the last layer's
+#: IPU)
 CASES = {
     ("bart", "seq2seq-lm"): (
         ("model.decoder.embed_positions", "model.decoder.layernorm_embedding", "lm_head"),

@@ -1,10 +1,12 @@
-"""Under --trainer optimum, recomputation is where optimum-graphcore's parallelize() puts it (issue 46).
+"""Under --trainer optimum, recomputation is where optimum-graphcore's parallelize() puts it
+(issue 46).
 
 Must show 1: for each of the issue's six problems, a study of 30 estimate trials; for its best and
 two other trials, the checkpoints the snippet registers (run on the fake SDK) are compared layer by
 layer with the ones the pipelined class's parallelize() registers for the exported IPUConfig, as
-the per-class table reads them (tests/optimum_reading.skipped_layers: `index != config.<count> - 1`,
-profiles/optimum_placement.SKIPPED_INDEX), and the estimate's recomputation segments with them.
+the per-class table reads them (tests/optimum_reading.skipped_layers:
+`index != config.<count> - 1`, profiles/optimum_placement.SKIPPED_INDEX), and the estimate's
+recomputation segments with them.
 
 Each checkpoint output is counted the way PopTorch counts it: the snippet's hook is run on what
 the layer returns in the transformers optimum pins (4.29.2, read in its models/*/modeling_*.py,
@@ -26,6 +28,7 @@ import pytest
 import torch
 from conftest_fake_sdk import fake_sdk
 from optimum_reading import skipped_layers
+from testing import not_none
 
 import ipu_autotune
 from ipu_autotune.backends.estimate.layout import stages
@@ -51,7 +54,8 @@ PROBLEMS = {
 
 
 def layer_returns(model: str, hidden: torch.Tensor, heads: int) -> Any:
-    """What one layer returns under IPUTrainer in transformers 4.29.2 (see the module's docstring)."""
+    """What one layer returns under IPUTrainer in transformers 4.29.2 (see the module's
+    docstring)."""
     if model == "hf:gpt2":
         b, s, d = hidden.shape
         key = torch.empty(b, heads, s, d // heads, device="meta")
@@ -98,7 +102,8 @@ def snippet_checkpoints(
     poptorch: Any, problem: Problem, config: Config, returns: Any
 ) -> dict[str, list[torch.Tensor]]:
     """Module path -> the tensors PopTorch's recomputationCheckpoint takes when the snippet's hook
-    sees what that layer returns: the snippet's annotate() run on the model under the fake SDK, its hooks found as the fake tracer finds them."""
+    sees what that layer returns: the snippet's annotate() run on the model under the fake SDK,
+    its hooks found as the fake tracer finds them."""
     from poptorch import ops
 
     ns: dict[str, Any] = {}
@@ -154,14 +159,15 @@ def test_snippet_and_estimate_checkpoint_what_parallelize_registers(study: Any) 
             assert [p in ours for p in layers] == [i in theirs for i in range(len(layers))], config
             outputs = sum(len(t) for t in ours.values())
             assert outputs == (PROBLEMS[model, task, seq_len, batch] if theirs else 0), config
-            # the estimate: its segments end where those checkpoints are, and it keeps what they keep
+            # the estimate: its segments end where those checkpoints are, and it keeps what they
+            # keep
             ends = {checkpoint_unit(profile, p) for p in config.checkpoints}
             assert ends == {profile.unit_index(layers[i]) for i in theirs}, config
             for stage in stages(profile, config):
                 kept = sum(
                     t.numel() * 4
                     for p, ts in ours.items()
-                    if stage.first <= profile.unit_index(p) < stage.last
+                    if stage.first <= not_none(profile.unit_index(p)) < stage.last
                     for t in ts
                 )
                 assert stage.checkpoint_bytes == kept, (config, stage.index)
@@ -170,8 +176,8 @@ def test_snippet_and_estimate_checkpoint_what_parallelize_registers(study: Any) 
 
 
 def test_gpt2_under_optimum_keeps_each_blocks_key_and_value_too() -> None:
-    """The estimate of the same checkpointed config keeps 3 tensors per block under --trainer optimum
-    and 1 (the snippet's hook on the PopTorch target checkpoints the hidden state only)."""
+    """The estimate of the same checkpointed config keeps 3 tensors per block under --trainer
+    optimum and 1 (the snippet's hook on the PopTorch target checkpoints the hidden state only)."""
     poptorch_target = Problem("hf:gpt2", 1, task="causal-lm", seq_len=128, ipus=4)
     optimum = Problem(**{**poptorch_target.to_dict(), "trainer": "optimum"})
     profile = profile_for(optimum)
@@ -199,7 +205,7 @@ def test_gpt2_under_optimum_keeps_each_blocks_key_and_value_too() -> None:
     )
 
 
-# --- must show 3: what IPUTrainer sets otherwise than the snippet, noted --------------------------
+# --- must show 3: what IPUTrainer sets otherwise than the snippet, noted -------------------------
 
 BERT = Problem("hf:bert-base-uncased", 4, task="masked-lm", seq_len=32, ipus=4, trainer="optimum")
 SPLITS = ("bert.encoder.layer.3", "bert.encoder.layer.6", "bert.encoder.layer.9")

@@ -9,27 +9,27 @@ PipelinedViTForImageClassification.parallelize.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import ast
 import dataclasses
 import json
+from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from test_hf_configs import CONFIGS, offline, write_config  # noqa: F401 (offline: autouse fixture)
+from testing import not_none
 
 from ipu_autotune.cli import main
 from ipu_autotune.export.ipu_config import ipu_config
 from ipu_autotune.export.trainer import render_trainer
 from ipu_autotune.guide.warmstart import naive_baseline
 from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.optimum_placement import optimum_placed
 from ipu_autotune.profiles.placement import optimum_checkpoints
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.profiles.optimum_placement import optimum_placed
 from ipu_autotune.rules.optimum_target import unexpressible
+from ipu_autotune.search.knobs import Choice
 from ipu_autotune.search.space import SearchSpace
 
 FP16 = dict(precision="16.16", partials="half", stochastic_rounding=True, optimizer_state="half")
@@ -105,7 +105,7 @@ def test_the_optimum_space_draws_t5_splits_at_blocks_and_replays_them(tmp_path: 
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
-    seen = set()
+    seen: set[str] = set()
     for _ in range(40):
         config = space.sample(study.ask(), problem, profile)
         assert all(".block." in p for p in config.splits), config.splits
@@ -146,13 +146,15 @@ def test_vit_trainer_block_is_an_image_classifier_with_pixel_values_and_labels(
     exec(
         compile(
             "import torch\n"
-            + ast.get_source_segment(
-                block,
-                next(
-                    n
-                    for n in tree.body
-                    if isinstance(n, ast.FunctionDef) and n.name == "collate_images"
-                ),
+            + not_none(
+                ast.get_source_segment(
+                    block,
+                    next(
+                        n
+                        for n in tree.body
+                        if isinstance(n, ast.FunctionDef) and n.name == "collate_images"
+                    ),
+                )
             ),
             "b",
             "exec",
@@ -174,7 +176,8 @@ def test_vit_eight_bit_io_is_refused_in_one_line_and_not_searched(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     problem = vit(tmp_path)
-    assert SearchSpace.load(problem).knobs["eight_bit_io"].values == (False,)
+    eight_bit_io = SearchSpace.load(problem).knobs["eight_bit_io"]
+    assert isinstance(eight_bit_io, Choice) and eight_bit_io.values == (False,)
     config_file = tmp_path / "vit.toml"
     config_file.write_text(
         f'[problem]\nmodel = "{problem.model}"\nbatch_size = 4\nipus = 2\ntrainer = "optimum"\n'

@@ -4,20 +4,19 @@ cli.py and options/parser.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import ipu_autotune
 from ipu_autotune import cli
-from ipu_autotune.options.parser import options_from
 from ipu_autotune.errors import UsageError
 from ipu_autotune.options import OPTIONS, EstimateOptions, TuneOptions
 from ipu_autotune.options.keywords import from_keywords, with_keywords
+from ipu_autotune.options.parser import options_from
 
 PACKAGE_DIR = Path(ipu_autotune.__file__).parent
 
@@ -46,8 +45,9 @@ def parsed(argv: list[str]) -> Any:
                 host_memory=2.5,
                 quiet=False,
             ),
-            "tune resnet18 -b 8 --input-shape 3x32x32 --input a:4:int64 --input b:4:bool --micro-batch 8-64 "
-            "--no-numerics --headroom 0.1 --seed 3 --timeout 5 --optimizer sgd --target bow --host-memory 2.5",
+            "tune resnet18 -b 8 --input-shape 3x32x32 --input a:4:int64 --input b:4:bool "
+            "--micro-batch 8-64 --no-numerics --headroom 0.1 --seed 3 --timeout 5 --optimizer "
+            "sgd --target bow --host-memory 2.5",
         ),
         (
             "estimate",
@@ -55,7 +55,8 @@ def parsed(argv: list[str]) -> Any:
             dict(
                 config=Path("c.toml"), set=["precision=16.16", "splits=layer3"], backend="poptorch"
             ),
-            "estimate --config c.toml --set precision=16.16 --set splits=layer3 --backend poptorch",
+            "estimate --config c.toml --set precision=16.16 --set splits=layer3 --backend "
+            "poptorch",
         ),
         (
             "estimate",

@@ -16,6 +16,7 @@ below says which, and a test of ours pins the behaviour instead (issue 45).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,8 @@ from ipu_autotune.study.records import create_sampler
 pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 
 #: the options `create_sampler` gives TPE (study/records.py)
-PROJECT_OPTIONS = dict(multivariate=True, group=True, constant_liar=True)
-SAMPLERS = {
+PROJECT_OPTIONS: dict[str, Any] = dict(multivariate=True, group=True, constant_liar=True)
+SAMPLERS: dict[str, Callable[[], optuna.samplers.BaseSampler]] = {
     "project": lambda: create_sampler(None),
     "grouped": lambda: WindowedTPESampler(
         **PROJECT_OPTIONS, n_startup_trials=0, window=3, keep_best=1
@@ -120,6 +121,7 @@ def _check_draw(params: dict[str, Any]) -> None:
         if isinstance(dist, CategoricalDistribution):
             assert value in dist.choices
             continue
+        assert isinstance(dist, IntDistribution | FloatDistribution)
         assert isinstance(value, int if isinstance(dist, IntDistribution) else float)
         assert dist.low <= value <= dist.high
         if dist.step is not None:

@@ -16,22 +16,20 @@ in a schema of its own in that database (the suite needs an empty storage; the U
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
-from pathlib import Path
-
 import pickle
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from optuna.testing.pytest_storages import StorageTestCase
+from testing import NO_POSTGRES, POSTGRES_URL, not_none
 
 from ipu_autotune.errors import UsageError
 from ipu_autotune.study.parallel import check_jobs
 from ipu_autotune.study.storage import heartbeat_interval, open_storage, set_heartbeat
-from testing import NO_POSTGRES, POSTGRES_URL
 
 pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 
@@ -50,8 +48,8 @@ SKIPS = {
     (
         "test_pickle_storage",
         "sqlite_memory",
-    ): "sqlite:///:memory: is the database of one process's connection: a pickled copy opens a new, "
-    "empty one (plain Optuna RDBStorage does the same); pinned by "
+    ): "sqlite:///:memory: is the database of one process's connection: a pickled copy opens a "
+    "new, empty one (plain Optuna RDBStorage does the same); pinned by "
     "test_an_in_memory_sqlite_storage_is_this_process_own",
 }
 
@@ -59,7 +57,7 @@ SKIPS = {
 def _postgres_schema_url(schema: str) -> str:
     from sqlalchemy.engine import make_url
 
-    url = make_url(POSTGRES_URL)
+    url = make_url(not_none(POSTGRES_URL))  # called only when it is set
     return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
         hide_password=False
     )
@@ -68,7 +66,9 @@ def _postgres_schema_url(schema: str) -> str:
 def _postgres(sql: str) -> None:
     import sqlalchemy
 
-    engine = sqlalchemy.create_engine(POSTGRES_URL.replace("postgres://", "postgresql://", 1))
+    engine = sqlalchemy.create_engine(
+        not_none(POSTGRES_URL).replace("postgres://", "postgresql://", 1)
+    )
     try:
         with engine.begin() as conn:
             conn.exec_driver_sql(sql)
@@ -96,7 +96,7 @@ class TestStorage(StorageTestCase):
             "memory": "memory:",
             "postgres": schema and _postgres_schema_url(schema),
         }[kind]
-        storage = open_storage(url)
+        storage = open_storage(not_none(url))
         yield storage
         engine = getattr(getattr(storage, "_backend", None), "engine", None)
         if engine is not None:

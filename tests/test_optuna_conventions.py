@@ -4,19 +4,19 @@ that fits, readable parameter names, the complete Config in one user attribute."
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import io
 import json
 import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 from wsgiref.util import setup_testing_defaults
 
 import optuna
 import optuna_dashboard  # the test extra: optuna-dashboard from the package index
 import pytest
 from optuna.trial import TrialState
+from testing import STUDY, TUNE, finished_study, not_none
 
 from ipu_autotune.cli import main
 from ipu_autotune.problem import Config
@@ -27,7 +27,6 @@ from ipu_autotune.study.records import (
     records,
     trial_attrs,
 )
-from testing import STUDY, TUNE, finished_study
 
 pytestmark = pytest.mark.slow
 #: what parameter names looked like before: internal keys, no longer written
@@ -54,7 +53,7 @@ def test_plain_optuna_sees_one_constraint_per_trial_and_a_best_that_fits(study: 
     best = s.best_trial
     assert next(iter(best.constraints.values())) <= 0 and ours[best.number].feasible
     assert best.value == max(
-        ours[t.number].measurement.throughput for t in done if ours[t.number].feasible
+        not_none(ours[t.number].measurement.throughput) for t in done if ours[t.number].feasible
     )
     # The best by value alone (what tools without constraint support pick) is the same trial.
     assert max(done, key=lambda t: t.value).value == best.value
@@ -90,11 +89,15 @@ def _dashboard_get(app: Any, path: str) -> dict[str, Any]:
     setup_testing_defaults(environ)
     environ.update(PATH_INFO=path, REQUEST_METHOD="GET", QUERY_STRING="")
     status: list[str] = []
-    body = b"".join(
-        app(environ, lambda s, h, exc_info=None: status.append(s) or io.BytesIO().write)
-    )
+
+    def start_response(s: str, h: object, exc_info: object = None) -> Callable[[bytes], int]:
+        status.append(s)
+        return io.BytesIO().write
+
+    body = b"".join(app(environ, start_response))
     assert status[0].startswith("200"), (status, body[:500])
-    return json.loads(body)
+    answer: dict[str, Any] = json.loads(body)
+    return answer
 
 
 def test_optuna_dashboard_shows_each_constraint_and_a_best_that_fits(study: Any) -> None:

@@ -3,8 +3,6 @@ leaves no trial running and no worker behind."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import dataclasses
 import json
 import pickle
@@ -12,12 +10,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 import pytest
+import workers_helpers as wh
 from optuna.trial import TrialState
 
-import workers_helpers as wh
 from ipu_autotune.commands.tune import WORKER_COMMAND, worker_inputs
 from ipu_autotune.options import TuneOptions
 from ipu_autotune.study.parallel import shares

@@ -1,8 +1,7 @@
 """Pipeline partitions over per-unit costs."""
 
-from typing import Any
-
 import itertools
+from typing import Any
 
 from hypothesis import given, settings, strategies as st
 
@@ -40,7 +39,7 @@ def test_every_partition_is_reachable_and_valid() -> None:
     reached = set()
     for raw in itertools.product(range(1, units - parts + 2), repeat=parts - 1):
         cuts = partition.decode(list(raw))
-        assert all(0 < a < b < units for a, b in zip(cuts, cuts[1:])) and cuts[-1] < units
+        assert all(0 < a < b < units for a, b in itertools.pairwise(cuts)) and cuts[-1] < units
         reached.add(tuple(cuts))
     assert reached == set(itertools.combinations(range(1, units), parts - 1))
 

@@ -4,20 +4,19 @@ fit, against a tile's memory; advice that never sends a user to hardware that is
 
 from __future__ import annotations
 
-from typing import Any
-
 import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from testing import run_cli
+from testing import not_none, run_cli
 
 from ipu_autotune.guide import least_memory, nofit
 from ipu_autotune.problem import Problem
 from ipu_autotune.study import plan_advice, planning
+from ipu_autotune.study.planning import SizePlan
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "hf_configs"
@@ -94,7 +93,7 @@ def test_the_exit_3_advice_never_suggests_a_size_no_better_than_the_closest_tria
     at 268%). Every IPU count the advice names must fit or come closer to fitting."""
     shutil.copytree(EXAMPLES / "bloom-560m", in_tmp / "bloom-560m")
     problem = Problem("hf:bloom-560m", 1, seq_len=512, ipus=4)
-    closest = planning.plan_size(problem, 4, 0.05, 0.9)
+    closest = not_none(planning.plan_size(problem, 4, 0.05, 0.9))
     assert not closest.fits
     floor = nofit.tile_fraction(closest.measurement)
     changes = plan_advice.best_changes(problem, closest.config, 0.05, closest.measurement, 0.9)
@@ -102,7 +101,7 @@ def test_the_exit_3_advice_never_suggests_a_size_no_better_than_the_closest_tria
         if change.flag:
             assert change.fits or change.tile_fraction < floor, change
     # what the plan says of 8 IPUs, where the old advice sent the user
-    at_8 = planning.plan_size(problem, 8, 0.05, 0.9)
+    at_8 = not_none(planning.plan_size(problem, 8, 0.05, 0.9))
     if not at_8.fits and nofit.tile_fraction(at_8.measurement) >= floor:
         assert not any(c.flag.startswith("--ipus 8") for c in changes)
     # and when no size fits, the advice says so rather than suggesting one
@@ -126,9 +125,12 @@ def test_the_exit_3_advice_plans_no_size_beyond_the_first_that_fits_at_the_asked
     problem = Problem("resnet18", 1024, ipus=1)
     planned: list[int] = []
     real = planning.plan_size
-    monkeypatch.setattr(
-        planning, "plan_size", lambda p, n, *a: planned.append(n) or real(p, n, *a)
-    )
+
+    def plan_size(p: Problem, n: int, *a: Any) -> SizePlan | None:
+        planned.append(n)
+        return real(p, n, *a)
+
+    monkeypatch.setattr(planning, "plan_size", plan_size)
     advice = plan_advice.more_ipus(problem, 0.05, 0.9)
     asked = list(planned)
     every_size = planning.plan(problem, 0.05, 0.9, (2, 4, 8, 16, 32, 64))

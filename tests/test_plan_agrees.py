@@ -4,16 +4,15 @@ command it prints opens a study of the very problem it planned."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import html
 import json
 import shlex
+from itertools import pairwise
+from typing import Any
 
 import optuna
 import pytest
-
-from testing import run_cli, run_cli_stdout
+from testing import not_none, run_cli, run_cli_stdout
 
 from ipu_autotune.options import DEFAULT_TRIALS
 from ipu_autotune.problem import Problem
@@ -65,7 +64,8 @@ def test_each_row_is_at_least_what_tune_finds_at_that_size_with_the_same_numeric
         ratio = row.measurement.throughput / best["measurement"]["throughput"]
         with capsys.disabled():  # the figures, with -s
             print(
-                f"{model} {row.ipus} IPUs mb {row.micro_batch}: plan {row.measurement.throughput:,.0f}, tune "
+                f"{model} {row.ipus} IPUs mb {row.micro_batch}: plan "
+                f"{row.measurement.throughput:,.0f}, tune "
                 f"{best['measurement']['throughput']:,.0f}, {ratio:.3f}x"
             )
         assert ratio >= 0.95, (model, row.ipus, ratio, row.config, best["config"])
@@ -217,14 +217,14 @@ def test_no_size_fits_where_a_larger_one_does_not_and_a_rising_tile_says_why(
     write_configs(in_tmp)
     rows = planning.plan(Problem(f"hf:{name}", batch, seq_len=seq), 0.05, 0.9, trials=FEW_TRIALS)
     assert rows
-    for smaller, larger in zip(rows, rows[1:]):
+    for smaller, larger in pairwise(rows):
         if smaller.fits:  # what fits on N IPUs fits on 2N, at a micro-batch at least as large
             assert larger.fits and larger.micro_batch >= smaller.micro_batch, (
                 name,
                 smaller.ipus,
                 larger.ipus,
             )
-        low, high = smaller.measurement.max_tile_bytes_interval[
+        low, high = not_none(smaller.measurement.max_tile_bytes_interval)[
             smaller.measurement.worst_ipu() or 0
         ]
         if (

@@ -5,14 +5,12 @@ and GPT-2 a fitting row's band is at most half of the whole-tile band it had bef
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from testing import run_cli
 
 from ipu_autotune.guide import least_memory
@@ -69,7 +67,9 @@ def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(
         m = row.measurement
         cap = m.tile_capacity_bytes
         assert m.max_tile_bytes_interval is not None  # an estimate's memory bar
-        for ipu, ((lo, hi), tile) in enumerate(zip(m.max_tile_bytes_interval, m.max_tile_bytes)):
+        for ipu, ((lo, hi), tile) in enumerate(
+            zip(m.max_tile_bytes_interval, m.max_tile_bytes, strict=True)
+        ):
             assert lo <= tile <= hi
             before = (high - low) * tile
             assert hi - lo <= 0.5 * before, (
@@ -79,6 +79,7 @@ def test_a_fitting_rows_memory_band_is_at_most_half_the_whole_tile_band(
             )
             exact = sum(m.breakdown[ipu][c] for c in EXACT) / (1472 - row.config.io_tiles)
             assert lo >= exact  # no factor takes the exact bytes away
-        # and the bound any configuration keeps on one IPU never exceeds what this fitting one needs
+        # and the bound any configuration keeps on one IPU never exceeds what this fitting one
+        # needs
         least = least_memory.least_on_one_ipu(problem, row.ipus)
         assert least is None or least[0] <= max(m.required_bytes), row.ipus

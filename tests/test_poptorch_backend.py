@@ -6,8 +6,6 @@ at a time, in a module-scoped fixture; each test then checks one of them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import subprocess
@@ -16,6 +14,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest_fake_sdk import SMALL_CNN, fake_env
@@ -49,7 +48,7 @@ PIPELINE = Config(ipus_per_replica=2, splits=("block2",), gradient_accumulation=
 HANG_TIMEOUT_S = 6.0
 
 #: name -> (backend options, problem, configs measured in order)
-SCENARIOS = {
+SCENARIOS: dict[str, tuple[dict[str, Any], Problem, list[Config]]] = {
     "hang": (
         dict(env=fake_env(FAKE_POPTORCH_FAULT="hang"), timeout_s=HANG_TIMEOUT_S, kill_grace_s=1.0),
         FIT_PROBLEM,

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
-
 from conftest_fake_sdk import SMALL_CNN, fake_env
 
 from ipu_autotune.study.records import trial_attrs
@@ -46,7 +43,8 @@ def tune(cwd: Any, *args: str, exit_code: int = 0, **env: str) -> dict[str, Any]
         timeout=600,
     )
     assert done.returncode == exit_code, done.stderr[-2000:]
-    return json.loads(done.stdout)
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
 
 
 def trials(cwd: Any, result: Any) -> Any:

@@ -11,22 +11,21 @@ Models are traced once (profile_for caches); example counts stay modest (< 60 s 
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import json
 import math
+from pathlib import Path
+from typing import Any, TypeGuard
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings, strategies as st
+from testing import not_none
 
-from ipu_autotune.export import tomlio
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.export import tomlio
 from ipu_autotune.knob_spec import EXECUTIONS, PARTIALS, PRECISIONS, RECOMPUTE_MODES, STATE_DTYPES
 from ipu_autotune.parsing import OPTIMIZERS, TARGETS
 from ipu_autotune.problem import Config, Problem, load_config_file
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 
@@ -97,7 +96,7 @@ def problems(draw: Any) -> Any:
     )
 
 
-def finite_non_negative(x: Any) -> bool:
+def finite_non_negative(x: object) -> TypeGuard[float]:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
 
 
@@ -120,7 +119,8 @@ def test_every_config_a_shipped_space_produces_passes_the_rules_and_estimates_sa
     assume(space.ipu_layouts(problem, profile))  # else `tune` refuses the problem as bad input
     config = space.sample(HypothesisTrial(data), problem, profile)
     event(
-        f"{problem.model}, {config.ipus_per_replica} IPU(s) x {config.replicas}, {config.execution}"
+        f"{problem.model}, {config.ipus_per_replica} IPU(s) x {config.replicas}, "
+        f"{config.execution}"
     )
 
     assert violations(problem, config, profile.module_order) == [], config
@@ -207,7 +207,7 @@ def toml_round_trip(tmp_path: Path, problem: Problem, config: Config) -> tuple[P
         )
     )
     loaded = load_config_file(path)
-    return loaded.problem, loaded.config
+    return not_none(loaded.problem), not_none(loaded.config)
 
 
 @pytest.mark.slow

@@ -4,8 +4,6 @@ the result's exports; a model object through the PopTorch backend's compile proc
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import signal
@@ -13,17 +11,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 import torch
 from conftest_fake_sdk import SMALL_CNN, SmallCNN, fake_env, fake_sdk
+from testing import not_none, run_cli
 from torch import nn
 
 import ipu_autotune
 from ipu_autotune import api, cli
 from ipu_autotune.errors import UsageError
-from testing import run_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -34,7 +33,9 @@ def _in_tmp(in_tmp: Any) -> Any:
     return in_tmp
 
 
-FAST = dict(batch_size=8, input_shape=(3, 32, 32), num_classes=10, seed=3, quiet=True)
+FAST: dict[str, Any] = dict(
+    batch_size=8, input_shape=(3, 32, 32), num_classes=10, seed=3, quiet=True
+)
 
 
 class TinyNet(nn.Module):
@@ -53,7 +54,8 @@ class TinyNet(nn.Module):
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """The command's exit code, stdout, and stderr with its line breaks and runs of spaces as one space."""
+    """The command's exit code, stdout, and stderr with its line breaks and runs of spaces as one
+    space."""
     code, out, err = run_cli(capsys, *argv)
     return code, out, " ".join(err.split())
 
@@ -67,11 +69,11 @@ def test_an_nn_module_instance_is_tuned_and_left_as_it_was(tmp_path: Path) -> No
     )
     assert result.study_name == "object-TinyNet-bs8-2ipu-mk2-3x32x32-num_classes10"
     assert [r.number for r in result.records] == [0, 1, 2, 3, 4]
-    assert result.baseline.number == 0 and result.baseline.origin.startswith("baseline")
-    assert (
-        result.best is not None and result.best.feasible and result.best_measurement.throughput > 0
-    )
-    assert result.best_measurement.throughput >= result.baseline.measurement.throughput
+    baseline = not_none(result.baseline)
+    assert baseline.number == 0 and baseline.origin.startswith("baseline")
+    assert result.best is not None and result.best.feasible
+    best = not_none(not_none(result.best_measurement).throughput)
+    assert best > 0 and best >= not_none(baseline.measurement.throughput)
     # the user's own model: never moved to meta, never trained
     assert all(p.device.type == "cpu" for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -101,8 +103,8 @@ def test_a_lambda_is_named_by_the_class_it_builds_and_resumes_the_instances_stud
     assert named.study_name.startswith("object-narrow-bs8")
     # the narrow model was traced as itself, not from the cached trace of TinyNet
     assert (
-        named.baseline.measurement.breakdown[0]["weights"]
-        < first.baseline.measurement.breakdown[0]["weights"]
+        not_none(named.baseline).measurement.breakdown[0]["weights"]
+        < not_none(first.baseline).measurement.breakdown[0]["weights"]
     )
     # the resume line a run prints for an object model is the Python call, and it resumes
     assert named.resume.startswith("ipu_autotune.tune(model, name='narrow', batch_size=8")
@@ -245,8 +247,9 @@ def test_options_is_a_real_poptorch_options_where_poptorch_imports(tmp_path: Pat
     with fake_sdk() as poptorch:
         opts = result.options()
         assert isinstance(opts, poptorch.Options)
-        assert opts.Training.gradient_accumulation == result.best_config.gradient_accumulation
-        assert opts.device_iterations == result.best_config.device_iterations
+        best = not_none(result.best_config)
+        assert opts.Training.gradient_accumulation == best.gradient_accumulation
+        assert opts.device_iterations == best.device_iterations
     # An IPUConfig is what optimum-graphcore's IPUTrainer trains: hf: models only (issue 24).
     with pytest.raises(UsageError, match="IPUTrainer trains hf: models"):
         result.ipu_config()
@@ -270,7 +273,7 @@ def test_ipu_config_of_an_hf_model_is_the_export_commands(
         trainer="optimum",
     )
     config = result.ipu_config(tmp_path / "ipu_config.json")
-    assert config["ipus_per_replica"] == result.best_config.ipus_per_replica
+    assert config["ipus_per_replica"] == not_none(result.best_config).ipus_per_replica
     assert json.loads((tmp_path / "ipu_config.json").read_text()) == config
     code, out, _ = _cli(
         capsys, "export", "--study", result.study_name, "--storage", url, "--format", "ipu-config"
@@ -337,8 +340,8 @@ from torch import nn
 import ipu_autotune
 sys.path.insert(0, {tests!r})
 from conftest_fake_sdk import SmallCNN
-r = ipu_autotune.tune(SmallCNN(), batch_size=8, input_shape=(3, 32, 32), num_classes=10, trials=100000,
-                      storage={url!r}, seed=1)
+r = ipu_autotune.tune(SmallCNN(), batch_size=8, input_shape=(3, 32, 32), num_classes=10,
+                      trials=100000, storage={url!r}, seed=1)
 print("RESULT", r.interrupted, len(r.records), r.best is not None, flush=True)
 """
 
@@ -359,7 +362,7 @@ def test_ctrl_c_stops_a_python_run_after_the_current_trial_and_returns_the_resul
     )
     try:
         deadline = time.monotonic() + 120
-        for line in proc.stdout:
+        for line in not_none(proc.stdout):
             if line.startswith("trial   3") or time.monotonic() > deadline:
                 break
         proc.send_signal(signal.SIGINT)
@@ -383,10 +386,11 @@ def test_the_readme_quick_start_shows_the_command_and_the_same_call_in_three_lin
         .read_text()
         .split("## Install and run")[0]
     )
-    command = re.search(r"```\n(ipu-autotune [^\n]+)\n```", quick).group(1)
-    lines = re.search(r"```python\n(.*?)```", quick, re.S).group(1).strip().splitlines()
+    command = not_none(re.search(r"```\n(ipu-autotune [^\n]+)\n```", quick)).group(1)
+    block = not_none(re.search(r"```python\n(.*?)```", quick, re.S)).group(1)
+    lines = [line for line in block.splitlines() if line.strip()]  # PEP 8's blank line aside
     assert len(lines) == 3 and lines[0] == "import ipu_autotune"
-    call = re.search(r"result = ipu_autotune\.tune\((.*?)\)", lines[1]).group(1)
+    call = not_none(re.search(r"result = ipu_autotune\.tune\((.*?)\)", lines[1])).group(1)
     model, keywords = eval(f"(lambda model, **keywords: (model, keywords))({call})")
     from ipu_autotune.options.keywords import from_keywords
     from ipu_autotune.options.parser import options_from
@@ -394,7 +398,7 @@ def test_the_readme_quick_start_shows_the_command_and_the_same_call_in_three_lin
     assert from_keywords("tune", model, keywords) == options_from(
         cli.build_parser().parse_args(["tune", *command.split()[1:]])
     )
-    assert re.match(r"result\.(\w+)\(\)", lines[2]).group(1) in dir(TuneResult)
+    assert not_none(re.match(r"result\.(\w+)\(\)", lines[2])).group(1) in dir(TuneResult)
 
 
 def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(
@@ -405,8 +409,8 @@ def test_in_jupyter_without_ipywidgets_the_trials_print_as_lines(
 
     from rich.console import Console
 
-    from ipu_autotune.present import live_view
     from ipu_autotune.backends.base import Measurement
+    from ipu_autotune.present import live_view
     from ipu_autotune.problem import Config
     from ipu_autotune.study.records import TrialRecord
 

@@ -9,14 +9,12 @@ lines left out are allowed, lines changed are not.
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from testing import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,18 +7,17 @@ and no markup. (The commands end to end, with crafted studies: test_display_safe
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-import json
-
 import pytest
+from testing import RESNET18 as PROBLEM
 
 from ipu_autotune.backends.base import FAILURE_KINDS, Measurement, failed
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.present.display import html_text, terminal_cell, terminal_text
 from ipu_autotune.problem import Config
 from ipu_autotune.study.record_schema import UnreadableRecord, check_record
-from testing import RESNET18 as PROBLEM
 
 CONFIGS = [
     Config(),
@@ -36,7 +35,7 @@ CONFIGS = [
 
 def stored(m: Measurement, config: Config = Config(), origin: str = "sampled") -> dict[str, Any]:
     """A record as the runner writes it, through JSON as the storage keeps it."""
-    return json.loads(
+    record: dict[str, Any] = json.loads(
         json.dumps(
             {
                 "config": config.to_dict(),
@@ -46,6 +45,7 @@ def stored(m: Measurement, config: Config = Config(), origin: str = "sampled") -
             }
         )
     )
+    return record
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["fp32", "pipelined", "replicated"])

@@ -3,24 +3,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
+from png_pixels import colours, read_png
+from testing import STUDY, TUNE, finished_study, not_none
 
 from ipu_autotune.backends.base import Measurement
 from ipu_autotune.cli import main
 from ipu_autotune.report import gather, render
 from ipu_autotune.study.records import ATTR_RECORD, records, stored_problem, trial_attrs
-from png_pixels import colours, read_png
-from testing import STUDY, TUNE, finished_study
 
 pytestmark = pytest.mark.slow
 #: an element that would fetch from the network when the page opens
@@ -101,7 +99,7 @@ def test_the_bottleneck_a_measurement_names_is_shown(tmp_path: Path) -> None:
             user_attrs={ATTR_RECORD: {**rec, "measurement": m, "origin": "test"}},
         )
     )
-    html = render(gather(s, stored_problem(s)))
+    html = render(gather(s, not_none(stored_problem(s))))
     assert "host input pipeline</b>, 62% of the step" in html
 
 

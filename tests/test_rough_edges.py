@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import argparse
 import io
 import re
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from rich.console import Console
-
 from testing import run_cli, sqlite_url
 
 from ipu_autotune.backends.base import Measurement
 from ipu_autotune.problem import Config
+from ipu_autotune.profiles.model_profile import ModelProfile
 from ipu_autotune.study.records import TrialRecord
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +26,8 @@ def test_a_misspelt_subcommand_is_named_not_tuned(
     assert code == 2
     assert "unknown command 'shwo'; did you mean 'show'?" in err
     assert "batch" not in err  # not read as a model to tune
-    # a model name close to no command still starts a tune (and a misspelt model is the zoo's error)
+    # a model name close to no command still starts a tune (and a misspelt model is the zoo's
+    # error)
     code, _, err = run_cli(capsys, "resnt18", "-b", "2")
     assert code == 2 and "unknown model 'resnt18'" in err
 
@@ -41,7 +40,8 @@ def test_a_suggestion_changing_a_knob_omitted_at_its_default_is_labelled() -> No
     assert (
         "embedding_serialization" not in before.to_dict()
     )  # stored dicts leave it out at its default
-    assert describe(before, after, profile=None) == "embedding_serialization 8"
+    no_profile = cast(ModelProfile, None)  # describe reads it for checkpoints only
+    assert describe(before, after, profile=no_profile) == "embedding_serialization 8"
     assert changes(before, after) == ["embedding_serialization: 1 → 8"]
 
 
@@ -167,10 +167,13 @@ def test_poptorch_not_found_is_said_by_the_command_not_its_workers(
     from ipu_autotune.commands import common
 
     monkeypatch.setattr(common, "resolve_backend_name", lambda name: "estimate")
-    args = dict(backend="auto", headroom=0.05, fit_confidence=0.9, quiet=False)
-    common.make_backend(argparse.Namespace(**args, worker=False), None, None)
+    from ipu_autotune.options.shared import MeasureOptions
+
+    args: dict[str, Any] = dict(backend="auto", headroom=0.05, fit_confidence=0.9, quiet=False)
+    unread = Console(file=io.StringIO())  # the estimate backend prints nothing to it
+    common.make_backend(MeasureOptions(**args, worker=False), None, unread)
     assert "PopTorch not found" in capsys.readouterr().err
-    common.make_backend(argparse.Namespace(**args, worker=True), None, None)
+    common.make_backend(MeasureOptions(**args, worker=True), None, unread)
     assert "PopTorch not found" not in capsys.readouterr().err
 
 

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from ipu_autotune.backends.estimate.layout import stages
-from ipu_autotune.profiles.trace import trace_module
 from ipu_autotune.problem import Config
+from ipu_autotune.profiles.trace import trace_module
 
 BATCH, WIDTH = 4, 64
 
@@ -77,10 +77,10 @@ def test_a_mask_passed_along_is_carried_not_checkpointed() -> None:
     assert all(u.carried_in_bytes > 0 for u in layers[1:])
     assert all(u.in_bytes == 2 * hidden and u.carried_in_bytes == hidden for u in layers[1:])
 
-    checkpoints = [u.path for u in layers]
+    checkpoints = tuple(u.path for u in layers)
     config = Config(
         ipus_per_replica=2,
-        splits=["layers.2"],
+        splits=("layers.2",),
         recompute="pipeline",
         checkpoints=checkpoints,
         gradient_accumulation=8,
@@ -95,8 +95,8 @@ def test_a_mask_passed_along_is_carried_not_checkpointed() -> None:
 def test_identical_layers_keep_identical_bytes() -> None:
     """A storage key freed and reused by a later tensor gave it the old tensor's producer:
     some BERT-Large layers counted 31.5 MB of matmul outputs, others 25.2 MB."""
-    from ipu_autotune.profiles.trace import profile_for
     from ipu_autotune.problem import Problem
+    from ipu_autotune.profiles.trace import profile_for
 
     profile = profile_for(
         Problem(

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest_fake_sdk import SMALL_CNN, fake_env
+from testing import SMALL_CNN_CIFAR as PROBLEM
 
 from ipu_autotune.backends.base import Backend, Measurement, failed
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.backends.poptorch import PopTorchBackend
 from ipu_autotune.backends.screen import ScreenedBackend
 from ipu_autotune.problem import Config, Problem
-from testing import SMALL_CNN_CIFAR as PROBLEM
 
 TILE = 638_976
 
@@ -128,7 +127,7 @@ def test_a_screen_that_cannot_judge_lets_the_compile_decide() -> None:
 
 
 def largest_estimated_fit() -> Problem:
-    def at(batch: Any) -> Any:
+    def at(batch: int) -> Problem:
         return Problem(model=SMALL_CNN, batch_size=batch, input_shape=(3, 32, 32), num_classes=10)
 
     lo, hi = 8, 4096

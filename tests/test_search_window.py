@@ -3,22 +3,21 @@ the estimator's error config by config."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import optuna
 import pytest
-from optuna.trial import TrialState, create_trial
 from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+from testing import RESNET50_4IPU_SGD as PROBLEM, not_none
 
 from ipu_autotune.backends.estimate import estimate
-from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.guide.corrected import CorrectedModel, observe
+from ipu_autotune.guide.warmstart import Screen, naive_baseline
+from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.window import WindowedTPESampler, windowed
 from ipu_autotune.study.records import create_sampler
-from ipu_autotune.guide.warmstart import Screen, naive_baseline
-from testing import RESNET50_4IPU_SGD as PROBLEM
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -66,7 +65,8 @@ def test_the_correction_is_local_near_a_compile_and_the_mean_far_away() -> None:
     a = base.replace(precision="16.16", partials="half", loss_scaling=1024.0)
     b = base.replace(device_iterations=16)
 
-    class Compiled:  # what compiles said: a needs 30% more tile memory and runs 20% slower; b is exact
+    # what compiles said: a needs 30% more tile memory and runs 20% slower; b is exact
+    class Compiled:
         def __init__(self, config: Any, memory: Any, speed: Any) -> None:
             m = estimate(PROBLEM, config, profile)
             m.source, m.feasible, m.failure = "compile", True, None
@@ -79,13 +79,13 @@ def test_the_correction_is_local_near_a_compile_and_the_mean_far_away() -> None:
     assert sum(getattr(a, f) != getattr(b, f) for f in a.__dataclass_fields__) == 4  # knobs apart
     near_a = a.replace(device_iterations=2)
     for config, memory, speed in ((a, 1.3, 0.8), (b, 1.0, 1.0)):
-        j = model.judge(config)
+        j, nominal = not_none(model.judge(config)), not_none(screen(config))
         raw, throughput = j.busiest, j.throughput
         assert raw == pytest.approx(
-            max(screen(config).max_tile_bytes) * memory / screen(config).tile_capacity_bytes,
-            rel=0.05,
+            max(nominal.max_tile_bytes) * memory / nominal.tile_capacity_bytes, rel=0.05
         )
-        assert throughput == pytest.approx(screen(config).throughput * speed, rel=0.05)
+        assert throughput == pytest.approx(not_none(nominal.throughput) * speed, rel=0.05)
     # One knob from a: mostly like a.
-    assert model.judge(near_a).throughput / screen(near_a).throughput < 0.85
+    near = not_none(model.judge(near_a)).throughput / not_none(not_none(screen(near_a)).throughput)
+    assert near < 0.85
     assert model.memory_prior == pytest.approx(math.sqrt(1.3), rel=1e-6)

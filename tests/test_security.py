@@ -10,24 +10,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import ast
 import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
-
 import workers_helpers as wh
-from ipu_autotune.study import records as st
+from testing import RESNET18 as PROBLEM
+
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.cli import main
 from ipu_autotune.problem import Config
+from ipu_autotune.study import records as st
 from ipu_autotune.study.storage import mask_url
-from testing import RESNET18 as PROBLEM
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 GOOD = Config(precision="16.16", ipus_per_replica=2, splits=("layer3",), gradient_accumulation=3)
@@ -195,7 +194,7 @@ def test_a_good_trial_exports_safe_code(capsys: pytest.CaptureFixture[str], in_t
     assert "model.get_submodule('layer3')" in source
 
 
-# --- passwords ------------------------------------------------------------------------------------
+# --- passwords -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -246,7 +245,7 @@ def test_tune_output_masks_the_password_in_every_line(
     assert "hunter2" not in out + err and "me:***@127.0.0.1:1" in err
 
 
-# --- stored module:factory ------------------------------------------------------------------------------
+# --- stored module:factory -----------------------------------------------------------------------
 
 EVIL = """
 from pathlib import Path
@@ -263,7 +262,8 @@ def test_a_stored_factory_is_never_imported_by_reading_commands(tmp_path: Path) 
     marker = tmp_path / "IMPORTED"
     env = wh.env()
     env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
-    # The module is importable in this environment: a command that imported it would leave the marker.
+    # The module is importable in this environment: a command that imported it would leave the
+    # marker.
     subprocess.run(
         [sys.executable, "-c", "import evil_module_x"], env=env, cwd=tmp_path, check=True
     )

@@ -6,22 +6,22 @@ The issue's own space files, on a full study in-process: every trial of every or
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import json
+from pathlib import Path
+from typing import Any, cast
 
+import optuna
 import pytest
-
-from ipu_autotune.cli import main
-from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.problem import Config
-from ipu_autotune.search.space import SearchSpace
-from ipu_autotune.study.runner import Runner
-from ipu_autotune.study.records import _RandomAnswers
-from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from testing import RESNET18_CIFAR_4IPU as PROBLEM
+
+from ipu_autotune.backends.base import Backend
+from ipu_autotune.cli import main
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from ipu_autotune.problem import Config
+from ipu_autotune.profiles.trace import profile_for
+from ipu_autotune.search.space import SearchSpace
+from ipu_autotune.study.records import _RandomAnswers
+from ipu_autotune.study.runner import Runner
 
 
 def tune(tmp_path: Path, space_text: str, *extra: str) -> list[dict[str, Any]]:
@@ -147,26 +147,31 @@ class _Trial:
             rng.suggest_float,
         )
 
+    def as_trial(self) -> optuna.Trial:
+        return cast(optuna.Trial, self)  # config_for reads user_attrs and the suggest_ calls
+
 
 def test_the_run_loop_moves_enqueued_and_adjusted_configs_into_the_space(tmp_path: Path) -> None:
     profile = profile_for(PROBLEM)
     space = fixed_space(tmp_path, "[knobs]\neight_bit_io=false\n")
-    import optuna
-
     runner = Runner(
-        study=optuna.create_study(), problem=PROBLEM, profile=profile, space=space, backend=None
+        study=optuna.create_study(),
+        problem=PROBLEM,
+        profile=profile,
+        space=space,
+        backend=cast(Backend, None),  # config_for measures nothing
     )
     outside = Config(eight_bit_io=True, gradient_accumulation=4, replicas=4)  # replicas "max"
     config, origin = runner.config_for(
-        _Trial({"enqueued_config": outside.to_dict(), "origin": "guided"})
+        _Trial({"enqueued_config": outside.to_dict(), "origin": "guided"}).as_trial()
     )
     assert not config.eight_bit_io and origin == "guided, moved into your space"
     # the baseline runs as given, marked
     config, origin = runner.config_for(
-        _Trial({"enqueued_config": outside.to_dict(), "origin": "baseline"})
+        _Trial({"enqueued_config": outside.to_dict(), "origin": "baseline"}).as_trial()
     )
     assert config == outside and origin == "baseline (outside your space: eight_bit_io)"
     # an adjustment (numerics advice) that breaks a fixed knob is undone
     runner.adjust = lambda c: c.replace(eight_bit_io=True)
-    config, origin = runner.config_for(_Trial({}))
+    config, origin = runner.config_for(_Trial({}).as_trial())
     assert not config.eight_bit_io and origin == "sampled"

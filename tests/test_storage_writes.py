@@ -4,10 +4,8 @@ the trial record is read in both its layouts."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
-
+from typing import Any
 
 import optuna
 import pytest
@@ -15,23 +13,26 @@ import sqlalchemy
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
+from testing import RESNET18_CIFAR_1IPU as PROBLEM, not_none
 
 from ipu_autotune.backends.estimate import EstimateBackend
+from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
-from ipu_autotune.study.runner import Runner
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.search.window import WindowedTPESampler
-from ipu_autotune.study.storage import open_storage
+from ipu_autotune.study.deferred_rdb import DeferredCachedStorage
+from ipu_autotune.study.deferred_writes import DeferredTrialWrites
 from ipu_autotune.study.records import ATTR_RECORD, TrialRecord, enqueue, open_study
-from ipu_autotune.guide.warmstart import naive_baseline, proposals
-from testing import RESNET18_CIFAR_1IPU as PROBLEM
+from ipu_autotune.study.runner import Runner
+from ipu_autotune.study.storage import HeartbeatJournalStorage, open_storage
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),
     pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning"),
 ]
 
-#: per trial: create (or pop), the first heartbeat, the sampled parameters, the tell with the record
+#: per trial: create (or pop), the first heartbeat, the sampled parameters, the tell with the
+#: record
 MAX_WRITES_PER_TRIAL = 4
 
 
@@ -140,7 +141,9 @@ def test_held_writes_are_read_back_at_once_and_reach_other_workers_at_flush_and_
     assert study._storage.get_trial(trial._trial_id).user_attrs == {"note": "kept"}
     # ...another worker sees them once flushed: the parameters before the measurement.
     assert other.get_trial(trial._trial_id).params == {}
-    study._storage.flush(trial._trial_id)
+    held = study._storage
+    assert isinstance(held, DeferredTrialWrites)  # open_storage's, for either kind
+    held.flush(trial._trial_id)
     assert other.get_trial(trial._trial_id).params == {"x": x}
     trial.set_user_attr("record", {"a": 1})
     assert "record" not in other.get_trial(trial._trial_id).user_attrs
@@ -175,7 +178,8 @@ def test_a_queued_trial_is_popped_by_one_worker_only(tmp_path: Path) -> None:
     assert b.set_trial_state_values(waiting._trial_id, TrialState.RUNNING) is False
     started = open_storage(url).get_trial(waiting._trial_id)
     assert started.state == TrialState.RUNNING and started.datetime_start is not None
-    # as RDBStorage: a finished trial raises (Optuna's `_pop_waiting_trial_id` moves on), an unknown one too
+    # as RDBStorage: a finished trial raises (Optuna's `_pop_waiting_trial_id` moves on), an
+    # unknown one too
     a.set_trial_state_values(waiting._trial_id, TrialState.COMPLETE, [1.0])
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         b.set_trial_state_values(waiting._trial_id, TrialState.RUNNING)
@@ -186,8 +190,9 @@ def test_a_queued_trial_is_popped_by_one_worker_only(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sqlite_runs_in_write_ahead_log_mode(tmp_path: Path) -> None:
     storage = open_storage(_url("sqlite", tmp_path))
+    assert isinstance(storage, DeferredCachedStorage)
     with storage._backend.engine.connect() as conn:
-        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar().lower() == "wal"
+        assert not_none(conn.exec_driver_sql("PRAGMA journal_mode").scalar()).lower() == "wal"
 
 
 def test_the_journal_heartbeat_is_written_at_once_while_the_trial_writes_wait(
@@ -198,6 +203,7 @@ def test_the_journal_heartbeat_is_written_at_once_while_the_trial_writes_wait(
     study = optuna.create_study(storage=storage, study_name="beat")
     trial = study.ask()
     trial.suggest_float("x", 0, 1)
+    assert isinstance(storage, HeartbeatJournalStorage)
     storage.record_heartbeat(trial._trial_id)
     seen = open_storage(url).get_trial(trial._trial_id)
     assert "ipu_autotune:heartbeat" in seen.system_attrs and seen.params == {}
@@ -225,7 +231,7 @@ def test_the_record_reads_the_same_from_the_old_per_key_layout_and_the_one_attri
     )
     old.number = t.number
     for trial in (t, old):
-        read = TrialRecord.from_trial(trial)
+        read = not_none(TrialRecord.from_trial(trial))
         assert (read.config, read.origin, read.seconds) == (rec.config, rec.origin, one["seconds"])
         assert read.measurement.to_dict() == rec.measurement.to_dict()
         assert read.measurement.details == rec.measurement.details

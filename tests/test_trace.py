@@ -5,8 +5,8 @@ from typing import Any
 import pytest
 import torchvision
 
-from ipu_autotune.profiles.trace import trace_model, profile_for
 from ipu_autotune.problem import Problem
+from ipu_autotune.profiles.trace import profile_for, trace_model
 
 
 def test_resnet101_units_are_stem_blocks_and_head() -> None:

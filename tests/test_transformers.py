@@ -3,23 +3,22 @@ parameters charged where they are read (tied ones once), and the must-show tunin
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torchvision
+from testing import not_none, run_cli_process, run_cli_stdout
 from torch import nn
 
 from ipu_autotune.errors import UsageError
 from ipu_autotune.models.hf import ARCHITECTURES, build_hf_model, layer_count, layer_stacks
 from ipu_autotune.models.inputs import parse_input, parse_inputs
-from ipu_autotune.profiles.trace import profile_for, trace_model
 from ipu_autotune.problem import Problem, load_config_file
-from testing import run_cli_process, run_cli_stdout
+from ipu_autotune.profiles.trace import profile_for, trace_model
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -89,7 +88,8 @@ def test_gpt2_tied_head_is_counted_once_with_the_embedding() -> None:
     profile = profile_for(Problem("hf:gpt2", 1, task="causal-lm", seq_len=128))
     assert profile.params == 124_439_808  # not 163M: lm_head.weight is transformer.wte.weight
     by_path = {u.path: u for u in profile.units}
-    # Token and position embeddings form one unit (no split between them), with the tied head's weight.
+    # Token and position embeddings form one unit (no split between them), with the tied head's
+    # weight.
     assert by_path["transformer.wte"].params == 50257 * 768 + 1024 * 768
     assert "transformer.wpe" in by_path["transformer.wte"].members
     assert by_path["lm_head"].placed_with == 0  # runs with the embedding, on IPU0
@@ -250,7 +250,7 @@ def test_a_factory_with_two_inputs_from_the_command_line_and_a_config_file(
         'inputs = [{name = "input_ids", shape = [32], dtype = "int64"}, '
         '"attention_mask:32:float32"]\n[config]\n'
     )
-    assert load_config_file(config).problem.inputs == tuple(out["problem"]["inputs"])
+    assert not_none(load_config_file(config).problem).inputs == tuple(out["problem"]["inputs"])
     from_file = json.loads(run_cli_stdout(capsys, "estimate", "--config", str(config), "--json"))
     assert from_file["problem"] == out["problem"] and from_file["required_bytes"][0] > 0
 

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import subprocess
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
+from testing import not_none, run_cli_process
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.problem import Config, Problem
-from testing import run_cli_process
 
 #: the workshop's final configuration, async data loader included (seed-epoch-ga8-di4-8bit-async)
 HAND_TUNED = Config(
@@ -36,9 +35,10 @@ def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 
 
 def tune_json(cwd: Path, *extra: str) -> dict[str, Any]:
-    return json.loads(
+    result: dict[str, Any] = json.loads(
         cli("resnet101", "--batch-size", "64", "--json", "--seed", "0", *extra, cwd=cwd).stdout
     )
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,9 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run: An
     assert best["measurement"]["feasible"] is True
     hand_tuned = EstimateBackend().measure(WORKSHOP, HAND_TUNED)
     assert hand_tuned.feasible
-    assert best["measurement"]["throughput"] >= 1.2 * hand_tuned.throughput  # both end to end
+    assert best["measurement"]["throughput"] >= 1.2 * not_none(
+        hand_tuned.throughput
+    )  # both end to end
     # Trainable: one call within an epoch of CIFAR-10, the global batch within the ceiling.
     c = best["config"]
     assert (
@@ -86,7 +88,8 @@ def test_default_run_escapes_oom_and_beats_the_hand_tuned_config(default_run: An
     assert len(study.trials) == 60 and study.best_trial.number == best["trial"]
     files = result["files"]
     assert Path(cwd, files["config"]).is_file() and Path(cwd, files["snippet"]).is_file()
-    # Numerics advice from the model's own gradients sets loss scale, SR and partials, with reasons.
+    # Numerics advice from the model's own gradients sets loss scale, SR and partials, with
+    # reasons.
     advice = result["numerics"]
     assert advice["loss_scale"]["reason"] and advice["stochastic_rounding"]["reason"]
     assert best["config"]["loss_scaling"] == (
@@ -108,7 +111,9 @@ def test_default_run_json_carries_the_error_bars(default_run: Any) -> None:
     assert low < best["throughput"] < high
     assert all(
         lo <= t <= hi
-        for (lo, hi), t in zip(best["max_tile_bytes_interval"], best["max_tile_bytes"])
+        for (lo, hi), t in zip(
+            best["max_tile_bytes_interval"], best["max_tile_bytes"], strict=True
+        )
     )
     assert base["straddles_tile_limit"] is True  # 108% of a tile, inside the CNN band's reach
     cap = best["tile_capacity_bytes"]  # the best may sit near the line among host-bound ties

@@ -3,26 +3,25 @@ the verdict on scikit-learn's bundled digits, for the tuner's recipe and three b
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from testing import not_none
 
 pytest.importorskip("sklearn")
 
 import ipu_autotune
 from ipu_autotune import cli
 from ipu_autotune.export import python as export_python
+from ipu_autotune.models.zoo import build_model
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.verification import emulation, recipe as verify_recipe
 from ipu_autotune.verification.check import plan, run_check
 from ipu_autotune.verification.samples import read_samples
 from ipu_autotune.verification.verdict import EXIT_FAILED_CHECK
-from ipu_autotune.models.zoo import build_model
 
 DIGITS = "verify_models:digits"
 SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]
@@ -36,7 +35,7 @@ def check(
     steps: int,
     lr: float | None = None,
 ) -> Any:
-    problem = Problem(model, 16, input_shape=[1, 8, 8], num_classes=10, optimizer=optimizer)
+    problem = Problem(model, 16, input_shape=(1, 8, 8), num_classes=10, optimizer=optimizer)
     the_plan = plan(problem, baseline, tuned, steps=steps, lr=lr)
     samples = read_samples(DIGITS, the_plan.samples)
     return run_check(lambda: build_model(model, 10, device="cpu"), the_plan, samples)
@@ -107,8 +106,8 @@ def test_the_tuners_fp16_recipe_is_at_parity_on_digits(tmp_path: Path) -> None:
         data=DIGITS,
         verify=True,
     )
-    verdict = result.verdict  # tune --verify: K = 200 steps of the best recipe
-    tuned, best = verdict.tuned, result.best_config
+    verdict = not_none(result.verdict)  # tune --verify: K = 200 steps of the best recipe
+    tuned, best = verdict.tuned, not_none(result.best_config)
     assert best.precision == "16.16" and best.stochastic_rounding and best.loss_scaling != 1.0
     assert tuned.recipe.startswith("16.16") and f"loss scale {best.loss_scaling:g}" in tuned.recipe
     assert verdict.kind == "at parity", verdict.line()
@@ -121,6 +120,7 @@ def test_the_tuners_fp16_recipe_is_at_parity_on_digits(tmp_path: Path) -> None:
     assert "Training check" in html and "at parity" in html
     # verify --study reads the same pair back from the storage
     again = ipu_autotune.verify(study="digits", storage=storage, data=DIGITS, steps=20, quiet=True)
+    again = not_none(again)
     assert again.tuned.recipe == tuned.recipe and again.runs[0].recipe == verdict.runs[0].recipe
 
 
@@ -187,12 +187,13 @@ def test_the_advised_loss_scale_keeps_the_runs_gradients() -> None:
     problem = Problem(
         "verify_models:shallow_vanishing_net",
         16,
-        input_shape=[1, 8, 8],
+        input_shape=(1, 8, 8),
         num_classes=10,
         optimizer="adam",
     )
     advice = advise(problem, lr=1e-4, steps=3, data=DIGITS)
-    # the smallest scale numerics says keeps 99.99 % of the gradients representable, without overflow
+    # the smallest scale numerics says keeps 99.99 % of the gradients representable, without
+    # overflow
     scale = min(r.scale for r in advice.table if r.flushed <= 1e-4 and not r.overflow)
     at_1 = next(r for r in advice.table if r.scale == 1.0)
     assert at_1.flushed > 0.01  # and scale 1 loses some

@@ -1,20 +1,21 @@
 """`verify` on three models the tests did not use before (issue 60): a two-layer BERT encoder from
 `transformers` built from its config (verify_models.BertDigits), a CNN without batch norm
-(plain_cnn) and MLPs (mlp; deep_tanh_mlp, initialised small; large_weight_mlp), on scikit-learn's digits. Sound
-recipes are no false alarm, a baseline that cannot learn is "inconclusive", broken recipes are
-caught; bad data is bad input (exit 2, one line, nothing stored)."""
+(plain_cnn) and MLPs (mlp; deep_tanh_mlp, initialised small; large_weight_mlp), on
+scikit-learn's digits. Sound recipes are no false alarm, a baseline that cannot learn is
+"inconclusive", broken recipes are caught; bad data is bad input (exit 2, one line, nothing
+stored)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("sklearn")
+
+from testing import run_cli
 
 import ipu_autotune
 from ipu_autotune.models.zoo import build_model
@@ -22,14 +23,13 @@ from ipu_autotune.problem import Config, Problem
 from ipu_autotune.verification.check import plan, run_check
 from ipu_autotune.verification.samples import read_samples
 from ipu_autotune.verification.verdict import ATTR_VERIFY, EXIT_FAILED_CHECK, EXIT_INCONCLUSIVE
-from testing import run_cli
 
 DIGITS = "verify_models:digits"
 SHAPE = ["--input-shape", "1,8,8", "--num-classes", "10"]
 
 
 def check(model: str, optimizer: str, tuned: Config, steps: int, lr: float) -> Any:
-    problem = Problem(model, 16, input_shape=[1, 8, 8], num_classes=10, optimizer=optimizer)
+    problem = Problem(model, 16, input_shape=(1, 8, 8), num_classes=10, optimizer=optimizer)
     the_plan = plan(problem, Config(), tuned, steps=steps, lr=lr)
     samples = read_samples(DIGITS, the_plan.samples)
     return run_check(lambda: build_model(model, 10, device="cpu"), the_plan, samples)
@@ -97,8 +97,8 @@ def test_loss_scale_1_with_gradients_that_underflow_is_caught() -> None:
 
 @pytest.mark.slow
 def test_stochastic_rounding_off_with_updates_below_half_an_ulp_is_caught() -> None:
-    """Adam at 5e-5 on weights of 0.25-0.5 (half an ulp: 2^-13 = 1.2e-4): round-to-nearest loses every
-    update; stochastic rounding keeps them on average and trains as FP32 does."""
+    """Adam at 5e-5 on weights of 0.25-0.5 (half an ulp: 2^-13 = 1.2e-4): round-to-nearest loses
+    every update; stochastic rounding keeps them on average and trains as FP32 does."""
     off = check("verify_models:large_weight_mlp", "adam", Config(precision="16.16"), 600, lr=5e-5)
     assert off.tuned.lost_update_fraction > 0.99, off.line()
     assert off.kind == "stalled", off.line()

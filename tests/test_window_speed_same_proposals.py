@@ -7,10 +7,9 @@ once per group of knobs as Optuna does. The same holds on the SQLite storage the
 
 from __future__ import annotations
 
-from typing import Any
-
 import random
 import warnings
+from typing import Any
 
 import optuna
 import pytest

@@ -9,24 +9,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import collections
 import json
 import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
+import workers_helpers as wh
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
-
-import workers_helpers as wh
-from ipu_autotune.study.storage import open_storage
-from ipu_autotune.study.records import trial_attrs
 from testing import NO_POSTGRES, POSTGRES_URL as POSTGRES, STORAGE_KINDS, storage_url
+
+from ipu_autotune.study.records import trial_attrs
+from ipu_autotune.study.storage import open_storage
 
 pytestmark = [
     pytest.mark.slow,
@@ -35,7 +34,7 @@ pytestmark = [
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def cli(*args: str, cwd: Path) -> subprocess.Popen[bytes]:
+def cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [wh.cli_exe(), *args],
         cwd=cwd,

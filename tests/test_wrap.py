@@ -25,7 +25,10 @@ def test_prose_breaks_at_spaces_and_a_long_list_only_after_its_separators() -> N
 
 
 def test_a_command_is_continued_between_its_words() -> None:
-    command = "ipu-autotune hf:configs/gpt2-large --batch-size 1 --ipus 4 --storage sqlite:///runs/s.db --out out"
+    command = (
+        "ipu-autotune hf:configs/gpt2-large --batch-size 1 --ipus 4 --storage "
+        "sqlite:///runs/s.db --out out"
+    )
     text = command_lines(command, 60, "  resume: ")
     lines = text.splitlines()
     assert len(lines) > 1 and all(len(line) <= 60 for line in lines)

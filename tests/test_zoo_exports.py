@@ -8,12 +8,10 @@ normalisation, output objects with `.logits`).
 
 from __future__ import annotations
 
-from typing import Any
-from collections.abc import Iterator
-
-from pathlib import Path
-
 import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch

@@ -4,21 +4,31 @@ workshop study, and storage URLs. Importable as `testing` (conftest.py puts test
 
 from __future__ import annotations
 
-
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
-
 from conftest_fake_sdk import SMALL_CNN
+
 from ipu_autotune.cli import main
 from ipu_autotune.problem import Problem
 
 TESTS = Path(__file__).resolve().parent
 
-# --- problems -------------------------------------------------------------------------------------
+T = TypeVar("T")
+
+
+def not_none(value: T | None) -> T:
+    """`value`, which the test's premise says is there (a measurement, a judgement, a fit): the
+    check that lets the type checker follow, and a failure that names the broken premise."""
+    assert value is not None, "expected a value, got None"
+    return value
+
+
+# --- problems ------------------------------------------------------------------------------------
 
 #: the smallest torchvision problem: ResNet-18, micro-batch 8, every other setting the default
 RESNET18 = Problem("resnet18", 8)
@@ -37,7 +47,7 @@ NUMERICS_CNN_SGD = Problem(
     "numerics_models:small_cnn", 8, input_shape=(3, 16, 16), num_classes=10, optimizer="sgd"
 )
 
-# --- the command ----------------------------------------------------------------------------------
+# --- the command ---------------------------------------------------------------------------------
 
 #: the workshop problem's study: its baseline does not fit, so a study holds infeasible trials
 STUDY = "resnet101-bs64-2ipu-mk2"
@@ -45,7 +55,8 @@ TUNE = ["resnet101", "--batch-size", "64", "--seed", "0", "--quiet"]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `ipu-autotune ARGV` run in this process: only its own output."""
+    """(exit code, stdout, stderr) of `ipu-autotune ARGV` run in this process: only its own
+    output."""
     capsys.readouterr()
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -80,7 +91,7 @@ def run_cli_process(
     return proc
 
 
-# --- storages -------------------------------------------------------------------------------------
+# --- storages ------------------------------------------------------------------------------------
 
 #: the storage kinds a study may live in; "postgres" needs a server (`bash .ci/postgres.sh`)
 STORAGE_KINDS = ("sqlite", "journal", "postgres")
@@ -93,7 +104,8 @@ def sqlite_url(path: Path | str) -> str:
 
 
 def storage_url(kind: str, folder: Path) -> str:
-    """A fresh storage of `kind` in `folder` (PostgreSQL: the test server's; skipped without one)."""
+    """A fresh storage of `kind` in `folder` (PostgreSQL: the test server's; skipped without
+    one)."""
     if kind == "sqlite":
         return sqlite_url(folder / "shared.db")
     if kind == "journal":
@@ -104,7 +116,8 @@ def storage_url(kind: str, folder: Path) -> str:
 
 
 def finished_study(folder: Path, trials: int = 14) -> tuple[str, Path]:
-    """(storage URL, output folder) of the workshop study run the way a user runs it, `tune --out`."""
+    """(storage URL, output folder) of the workshop study run the way a user runs it:
+    `tune --out`."""
     url = sqlite_url(folder / "study.db")
     out = folder / "out"
     assert main([*TUNE, "--trials", str(trials), "--storage", url, "--out", str(out)]) == 0

@@ -12,8 +12,8 @@ from torch import nn
 
 
 def digits() -> Any:
-    """Batches of 16 (inputs, labels): 1x8x8 images scaled to [0, 1], labels 0-9, in a fixed shuffled
-    order (a DataLoader, as `numerics --data` and `verify --data` both take)."""
+    """Batches of 16 (inputs, labels): 1x8x8 images scaled to [0, 1], labels 0-9, in a fixed
+    shuffled order (a DataLoader, as `numerics --data` and `verify --data` both take)."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -72,8 +72,8 @@ def digits_net(num_classes: int = 10) -> nn.Module:
 
 
 class VanishingNet(nn.Module):
-    """Eight tanh layers initialised small (gain 0.2): activations and gradients shrink about 5x per
-    layer, so most weight gradients of a mean loss fall below FP16's 2^-24 at loss scale 1.
+    """Eight tanh layers initialised small (gain 0.2): activations and gradients shrink about 5x
+    per layer, so most weight gradients of a mean loss fall below FP16's 2^-24 at loss scale 1.
     Adam normalises its updates, so in FP32 it trains regardless."""
 
     def __init__(
@@ -117,10 +117,10 @@ def shallow_vanishing_net(num_classes: int = 10) -> nn.Module:
 
 
 class AttentionBlock(nn.Module):
-    """A pre-norm transformer block whose attention is written in `forward`, unscaled (no 1/sqrt(d)):
-    `q @ k.T`, softmax, `@ v`, residual additions. With `qk_std` large the scores pass FP16's 65504:
-    an inf score makes its softmax row NaN in FP16. The last scores and probabilities are kept
-    (`scores`, `probs`) for the tests to read."""
+    """A pre-norm transformer block whose attention is written in `forward`, unscaled (no
+    1/sqrt(d)): `q @ k.T`, softmax, `@ v`, residual additions. With `qk_std` large the scores
+    pass FP16's 65504: an inf score makes its softmax row NaN in FP16. The last scores and
+    probabilities are kept (`scores`, `probs`) for the tests to read."""
 
     def __init__(self, dim: int = 32, qk_std: float = 1.0) -> None:
         super().__init__()
@@ -159,9 +159,10 @@ def mlp(num_classes: int = 10) -> nn.Module:
 def tanh_mlp(
     num_classes: int = 10, depth: int = 6, width: int = 48, gain: float = 0.1
 ) -> nn.Module:
-    """An MLP of `depth` tanh layers initialised small (weights' std gain / sqrt(width), zero biases):
-    its backward signal shrinks about 10x a layer, so at loss scale 1 most of its weight gradients
-    fall below FP16's 2^-24; Adam normalises the update, so in FP32 it trains regardless."""
+    """An MLP of `depth` tanh layers initialised small (weights' std gain / sqrt(width), zero
+    biases): its backward signal shrinks about 10x a layer, so at loss scale 1 most of its
+    weight gradients fall below FP16's 2^-24; Adam normalises the update, so in FP32 it trains
+    regardless."""
     layers: list[nn.Module] = [nn.Flatten()]
     for i in range(depth):
         linear = nn.Linear(64 if i == 0 else width, width)
@@ -188,9 +189,9 @@ def plain_cnn(num_classes: int = 10) -> nn.Module:
 
 
 class BertDigits(nn.Module):
-    """A two-layer BERT encoder from `transformers`, built from its config (nothing downloaded): each
-    8x8 image is 8 tokens of 8 pixels, embedded by a linear layer and fed as `inputs_embeds`; the
-    mean of the last hidden states is classified."""
+    """A two-layer BERT encoder from `transformers`, built from its config (nothing downloaded):
+    each 8x8 image is 8 tokens of 8 pixels, embedded by a linear layer and fed as
+    `inputs_embeds`; the mean of the last hidden states is classified."""
 
     def __init__(self, num_classes: int = 10, hidden: int = 32) -> None:
         super().__init__()
@@ -247,8 +248,9 @@ def large_weight_mlp(num_classes: int = 10) -> nn.Module:
 
 
 class AttentionDigits(nn.Module):
-    """AttentionBlock on the digits: each 8x8 image is 8 tokens of 8 pixels; the block's mean output
-    classified. At qk_std 12 about 1 % of its unscaled attention scores pass FP16's 65504."""
+    """AttentionBlock on the digits: each 8x8 image is 8 tokens of 8 pixels; the block's mean
+    output classified. At qk_std 12 about 1 % of its unscaled attention scores pass FP16's
+    65504."""
 
     def __init__(self, num_classes: int = 10, qk_std: float = 12.0) -> None:
         super().__init__()

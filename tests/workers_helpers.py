@@ -11,8 +11,6 @@ The model is importable by the CLI as "workers_helpers:tiny_cnn" (tests/ on PYTH
 
 from __future__ import annotations
 
-from typing import Any
-
 import argparse
 import os
 import sqlite3
@@ -20,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -47,7 +46,8 @@ class TinyCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.block4(self.block3(self.block2(self.block1(x))))
-        return self.head(self.pool(x).flatten(1))
+        out: torch.Tensor = self.head(self.pool(x).flatten(1))
+        return out
 
 
 def tiny_cnn(num_classes: int = 10) -> nn.Module:
@@ -70,7 +70,7 @@ def cli_exe() -> str:
     return str(Path(sys.executable).with_name("ipu-autotune"))
 
 
-def start_worker(url: str, study: str, *args: str, cwd: Path) -> subprocess.Popen[bytes]:
+def start_worker(url: str, study: str, *args: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), url, study, *args],
         cwd=cwd,
@@ -81,9 +81,10 @@ def start_worker(url: str, study: str, *args: str, cwd: Path) -> subprocess.Pope
     )
 
 
-def wait_for_line(proc: subprocess.Popen[bytes], prefix: str, timeout: float = 120.0) -> str:
+def wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout: float = 120.0) -> str:
     """Read the worker's stdout until a line starts with `prefix` (the worker must flush)."""
     deadline = time.monotonic() + timeout
+    assert proc.stdout is not None and proc.stderr is not None  # start_worker pipes both
     seen = []
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -176,13 +177,13 @@ def worker(argv: list[str] | None = None) -> int:
 
     import optuna
 
-    from ipu_autotune.study import records as st
-    from ipu_autotune.study.runner import Runner
-    from ipu_autotune.profiles.trace import profile_for
-    from ipu_autotune.search.space import SearchSpace
-    from ipu_autotune.study.storage import HEARTBEAT_INTERVAL_S, open_storage
     from ipu_autotune.guide.proposal import Proposal
     from ipu_autotune.guide.warmstart import naive_baseline
+    from ipu_autotune.profiles.trace import profile_for
+    from ipu_autotune.search.space import SearchSpace
+    from ipu_autotune.study import records as st
+    from ipu_autotune.study.runner import Runner
+    from ipu_autotune.study.storage import HEARTBEAT_INTERVAL_S, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     p = problem()
@@ -208,7 +209,7 @@ def worker(argv: list[str] | None = None) -> int:
         backend.current = trial.number
         return trial
 
-    study.ask = ask
+    study.ask = ask  # type: ignore[method-assign]  # the worker reports each trial it asks for
     runner.observers.append(lambda r: print(f"DONE {r.number} {r.state} {r.origin}", flush=True))
     print(f"READY created={created}", flush=True)
     try:

@@ -1,7 +1,8 @@
 """The estimator's error bars and their leave-one-out coverage on the calibration set.
 
     python tools/error_bars.py              # the coverage table of docs/estimator.md
-    python tools/error_bars.py --constants  # the widths ipu_autotune/backends/estimate/error_bars.py ships
+    python tools/error_bars.py --constants  # the widths that
+                                            # ipu_autotune/backends/estimate/error_bars.py ships
 
 Every calibration point with a number or a verdict is estimated once; then, for each point,
 the interval is rebuilt from the other points only and the point is checked against it.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 import sys
 import tomllib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,20 +112,21 @@ def points(path: Path = POINTS_FILE) -> list[Point]:
     return out
 
 
-def _throughput_residuals(pts: list[Point]) -> dict[str, list[float]]:
+def _throughput_residuals(pts: list[Point]) -> dict[str, Sequence[float]]:
     out: dict[str, list[float]] = {}
     for p in pts:
         if p.kind == "throughput":
             out.setdefault(p.category, []).append(p.value)
-    return out
+    return {category: values for category, values in out.items()}
 
 
-def _memory_verdicts(pts: list[Point]) -> dict[str, list[tuple[float, bool]]]:
+def _memory_verdicts(pts: list[Point]) -> dict[str, Sequence[tuple[float, bool]]]:
     out: dict[str, list[tuple[float, bool]]] = {}
     for p in pts:
         if p.kind == "memory":
+            assert p.fits is not None  # a memory point carries its verdict
             out.setdefault(p.category, []).append((p.limit, p.fits))
-    return out
+    return {category: verdicts for category, verdicts in out.items()}
 
 
 def constants(pts: list[Point]) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
@@ -166,10 +169,11 @@ def coverage_rows(checks: list[Check]) -> list[tuple[str, str, int, int]]:
     """(quantity, which points, inside, of) for the docs table."""
     rows = []
     for kind, name in (("memory", "memory per IPU (busiest tile)"), ("throughput", "throughput")):
-        for subset, keep in (
+        subsets: tuple[tuple[str, Callable[[Check], bool]], ...] = (
             ("all points", lambda c: True),
             ("not tuned on", lambda c: c.point.id not in TUNED_ON),
-        ):
+        )
+        for subset, keep in subsets:
             sel = [c for c in checks if c.point.kind == kind and keep(c)]
             rows.append((name, subset, sum(c.inside for c in sel), len(sel)))
     return rows
@@ -186,7 +190,8 @@ def table(pts: list[Point] | None = None) -> str:
         lines.append(f"| {name} | {subset} | {inside} of {total} | {inside / total:.0%} |")
     lines += [
         "",
-        "| point | family | kind | estimate vs published | interval without the point | inside | tuned on |",
+        "| point | family | kind | estimate vs published | interval without the point | inside | "
+        "tuned on |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in checks:
@@ -198,8 +203,8 @@ def table(pts: list[Point] | None = None) -> str:
             what = f"{p.value:.0%} of a tile ({p.exact:.0%} exact), {'fits' if p.fits else 'OOM'}"
             band = f"{c.low:.0%}-{c.high:.0%}"
         lines.append(
-            f"| {p.id} | {p.family} | {p.kind} | {what} | {band} | {'yes' if c.inside else '**no**'} "
-            f"| {TUNED_ON.get(p.id, '-')} |"
+            f"| {p.id} | {p.family} | {p.kind} | {what} | {band} | "
+            f"{'yes' if c.inside else '**no**'} | {TUNED_ON.get(p.id, '-')} |"
         )
     return "\n".join(lines)
 

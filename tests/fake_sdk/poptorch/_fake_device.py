@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -39,8 +40,8 @@ from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.targets import get_target
 from ipu_autotune.models.hf import jit_like_tracing
 from ipu_autotune.models.inputs import DTYPES
-from ipu_autotune.profiles.trace import trace_module
 from ipu_autotune.problem import Config, Problem
+from ipu_autotune.profiles.trace import trace_module
 
 from . import enums, optim
 from .ops import block_annotations, checkpointed_modules, serialized_matmuls
@@ -290,7 +291,8 @@ def _blocks(model, options) -> list[tuple[int, str]]:
             ipu = stage._ipu if stage._ipu is not None else stage._stage_id
         elif strategy._auto_stage == enums.AutoStage.SameAsIpu:
             assert hook._ipu_id is not None, (
-                f"poptorch.AutoStage.SameAsIpu was selected but no IPU was specified for block {block_id}"
+                "poptorch.AutoStage.SameAsIpu was selected but no IPU was specified for block "
+                f"{block_id}"
             )
             ipu = hook._ipu_id
         else:
@@ -350,8 +352,9 @@ def reconstruct(
     for t in args:
         n = t.shape[0] if t.dim() else 1
         assert n % per_call == 0, (
-            f"Invalid batch dimension: In the input {tuple(t.shape)}, the batch dimension ({n}) must "
-            f"be a multiple of Options.deviceIterations({di}) * (Options.replicationFactor({rf}) / "
+            f"Invalid batch dimension: In the input {tuple(t.shape)}, the batch dimension ({n}) "
+            f"must be a multiple of Options.deviceIterations({di}) * "
+            f"(Options.replicationFactor({rf}) / "
             f"Options.inputReplicaGrouping.input_group_size({group})) * "
             f"Options.Training.gradientAccumulation({ga}) = {per_call}"
         )
@@ -484,7 +487,7 @@ def _forward_stages(profile, blocks) -> int:
     before the first block runs on IPU0, and a block that returns to an IPU starts a new stage."""
     position = {p: i for i, p in enumerate(profile.module_order)}
     ipus = [0] + [ipu for _, ipu in sorted((position[p], ipu) for ipu, p in blocks)]
-    return 1 + sum(a != b for a, b in zip(ipus, ipus[1:]))
+    return 1 + sum(a != b for a, b in pairwise(ipus))
 
 
 def _traced_root(model):
@@ -543,10 +546,10 @@ def check_pipeline(config: Config, options, forward_stages: int) -> None:
     stages = 2 * forward_stages - 1
     if config.gradient_accumulation < stages:
         raise _cpp_error(
-            f"poptorch.Options().Training.gradientAccumulation must be greater than or equal to the "
-            f"number of pipeline stages ({stages}) when using poptorch.PipelinedExecution. Please "
-            f"note that a model with {forward_stages} pipeline stages in PopTorch will have "
-            f"an additional {forward_stages - 1} stages when training."
+            "poptorch.Options().Training.gradientAccumulation must be greater than or equal to "
+            f"the number of pipeline stages ({stages}) when using poptorch.PipelinedExecution. "
+            f"Please note that a model with {forward_stages} pipeline stages in PopTorch will "
+            f"have an additional {forward_stages - 1} stages when training."
         )
 
 
@@ -564,7 +567,8 @@ def check_device(total_ipus: int, options) -> None:
         why = (
             "No IPU detected in the system"
             if attached_ipus() == 0
-            else f"No device found on the system with {total_ipus} IPUs: the configuration needs changing"
+            else f"No device found on the system with {total_ipus} IPUs: the configuration needs "
+            "changing"
         )
         raise _cpp_error(f"Failed to acquire {total_ipus} IPU(s): {why}")
 

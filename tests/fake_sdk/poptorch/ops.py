@@ -1,9 +1,9 @@
-"""Pipeline annotations and checkpoints (`python/ops.py`): BeginBlock, removeBlocks, recomputationCheckpoint."""
+"""Pipeline annotations and checkpoints (`python/ops.py`): BeginBlock, removeBlocks,
+recomputationCheckpoint."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import List
 
 import torch
 
@@ -48,7 +48,7 @@ def removeBlocks(module) -> None:
         )
 
 
-def recomputationCheckpoint(*tensors: List[torch.Tensor]):
+def recomputationCheckpoint(*tensors: list[torch.Tensor]):
     if len(tensors) == 1 and isinstance(tensors[0], (tuple, list)):
         return type(tensors[0])(recomputationCheckpoint(*tensors[0]))
     out = []

@@ -7,10 +7,10 @@ Not modelled: phased execution, Block/BlockFunction context managers, DataLoader
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import os
-from typing import Dict, List, Optional, Set, Union
 
 import torch
 
@@ -44,16 +44,18 @@ class _PopartOptions:
         if getattr(self, "_is_frozen", False) and option != "_is_frozen":
             raise AttributeError("Can't modify frozen Options")
 
-    def set(self, key: str, value: Union[int, float, str, List[str], Set[str]]) -> _PopartOptions:
+    def set(
+        self, key: str, value: int | float | str | list[str] | builtins.set[str]
+    ) -> _PopartOptions:
         self.checkIsFrozen()
         self.options[key] = value
         return self
 
-    def setEngineOptions(self, engine_options: Dict[str, str]) -> _PopartOptions:
+    def setEngineOptions(self, engine_options: dict[str, str]) -> _PopartOptions:
         self.set("engineOptions", engine_options)  # replaces the whole dict, as the real one
         return self
 
-    def setPatterns(self, patterns: Dict[str, bool], level: int = 2) -> _PopartOptions:
+    def setPatterns(self, patterns: dict[str, bool], level: int = 2) -> _PopartOptions:
         assert isinstance(level, int)
         assert isinstance(patterns, dict)
         self.set("patterns_level", level)
@@ -252,7 +254,7 @@ class Stage:
         self._ipu = None
 
     @property
-    def blocks(self) -> List[str]:
+    def blocks(self) -> list[str]:
         return self._blocks
 
     def ipu(self, ipu: int) -> Stage:
@@ -395,7 +397,7 @@ class Options(OptionsDict):
         return self
 
     # top-level options (reference §1.2)
-    def sourceLocationExcludes(self, excludes: List[str]) -> Options:
+    def sourceLocationExcludes(self, excludes: list[str]) -> Options:
         self._source_location_excludes = excludes
         return self
 
@@ -425,7 +427,7 @@ class Options(OptionsDict):
         return self
 
     def setAvailableMemoryProportion(
-        self, available_memory_proportion: Dict[str, float]
+        self, available_memory_proportion: dict[str, float]
     ) -> Options:
         actual = {}
         for key, mem in available_memory_proportion.items():
@@ -462,7 +464,7 @@ class Options(OptionsDict):
         self.set(log_dir=log_dir)
         return self
 
-    def maxRepeatLogs(self, max_lines: Optional[int]) -> Options:
+    def maxRepeatLogs(self, max_lines: int | None) -> Options:
         self.set(max_repeat_logs=max_lines if max_lines is not None else 0)
         return self
 
@@ -507,7 +509,7 @@ class Options(OptionsDict):
         short_name: str,
         long_name: str,
         output_mode=None,
-        output_return_period: Optional[int] = 1,
+        output_return_period: int | None = 1,
     ):
         self.checkIsFrozen()
         if output_mode != enums.OutputMode.EveryN:
@@ -519,7 +521,7 @@ class Options(OptionsDict):
             output_return_period,
         ]
 
-    def outputMode(self, output_mode, output_return_period: Optional[int] = None) -> Options:
+    def outputMode(self, output_mode, output_return_period: int | None = None) -> Options:
         assert isinstance(output_mode, enums.OutputMode)
         if output_mode == enums.OutputMode.EveryN:
             assert output_return_period and output_return_period > 0, (
@@ -549,7 +551,7 @@ class Options(OptionsDict):
         self._Popart.set("instrumentWithHardwareCycleCounter", log_cycle_count)
         return self
 
-    def enableProfiling(self, profile_dir: Optional[str] = None) -> Options:
+    def enableProfiling(self, profile_dir: str | None = None) -> Options:
         engine = self._popart.options.get("engineOptions", {})
         engine["debug.allowOutOfMemory"] = "true"
         engine["autoReport.directory"] = profile_dir or "."
@@ -561,7 +563,7 @@ class Options(OptionsDict):
         self._module_namescope_enabled = False
         return self
 
-    def updatableNamedBuffers(self, buffers: List[str]) -> Options:
+    def updatableNamedBuffers(self, buffers: list[str]) -> Options:
         self._Popart.set("updatableNamedBuffers", buffers)
         return self
 

@@ -50,7 +50,8 @@ def attached_ipus() -> int:
 
 
 def ipuHardwareVersion(num_ipus: int = 1) -> int:
-    """0 when fewer than `num_ipus` IPUs are attached, else the version (FAKE_POPTORCH_IPU_VERSION)."""
+    """0 when fewer than `num_ipus` IPUs are attached, else the version
+    (FAKE_POPTORCH_IPU_VERSION)."""
     if attached_ipus() < num_ipus:
         return 0
     return int(os.environ.get("FAKE_POPTORCH_IPU_VERSION", "2"))
