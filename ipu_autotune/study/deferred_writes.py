@@ -46,7 +46,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..optuna_private import journal_operations
 
-if TYPE_CHECKING:  # the mixins are type-checked as the storages they are mixed into
+# The mixins are type-checked as BaseStorage, whose methods are abstract; at run time their
+# super() is the concrete storage they are mixed into (hence each `ignore[safe-super]`).
+if TYPE_CHECKING:
     from optuna.storages import BaseStorage as _StorageBase, JournalStorage as _JournalBase
 else:
     _StorageBase = _JournalBase = object
@@ -138,7 +140,9 @@ class DeferredTrialWrites(_StorageBase):
                 self._check_compatible(trial_id, param_name, distribution)
                 self._held[trial_id].params[param_name] = (param_value_internal, distribution)
                 return
-        super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+        super().set_trial_param(  # type: ignore[safe-super]
+            trial_id, param_name, param_value_internal, distribution
+        )
 
     def _check_compatible(self, trial_id: int, name: str, distribution: BaseDistribution) -> None:
         """ValueError now, as Optuna's storages raise it at `suggest`, for a distribution of a
@@ -167,17 +171,17 @@ class DeferredTrialWrites(_StorageBase):
             if trial_id in self._held:
                 self._held[trial_id].user_attrs[key] = value
                 return
-        super().set_trial_user_attr(trial_id, key, value)
+        super().set_trial_user_attr(trial_id, key, value)  # type: ignore[safe-super]
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         with self._held_lock:
             if trial_id in self._held:
                 self._held[trial_id].system_attrs[key] = value
                 return
-        super().set_trial_system_attr(trial_id, key, value)
+        super().set_trial_system_attr(trial_id, key, value)  # type: ignore[safe-super]
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
-        trial_id = super().create_new_trial(study_id, template_trial)
+        trial_id = super().create_new_trial(study_id, template_trial)  # type: ignore[safe-super]
         if template_trial is None:  # a trial `ask` runs here (a template is enqueued or added)
             self._hold(trial_id)
         return trial_id
@@ -191,7 +195,7 @@ class DeferredTrialWrites(_StorageBase):
                 return self._write_batch(trial_id, held, state, values)  # the trial's last write
             if held:
                 self._write_batch(trial_id, held, None, None)
-            changed = super().set_trial_state_values(trial_id, state, values)
+            changed = super().set_trial_state_values(trial_id, state, values)  # type: ignore[safe-super]
             if state == TrialState.RUNNING and (changed or held is not None):
                 self._hold(trial_id)  # popped from the queue: this process runs it
             return changed
@@ -201,14 +205,14 @@ class DeferredTrialWrites(_StorageBase):
     def get_trial(self, trial_id: int) -> FrozenTrial:
         with self._held_lock:
             held = self._held.get(trial_id)
-            trial = super().get_trial(trial_id)
+            trial = super().get_trial(trial_id)  # type: ignore[safe-super]
             return held.merged(trial) if held else trial
 
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
         self.flush()
-        return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+        return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)  # type: ignore[safe-super]
 
 
 def first_distribution(trials: Iterable[FrozenTrial], name: str) -> BaseDistribution | None:
