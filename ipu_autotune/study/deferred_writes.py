@@ -195,7 +195,9 @@ class DeferredTrialWrites(_StorageBase):
                 return self._write_batch(trial_id, held, state, values)  # the trial's last write
             if held:
                 self._write_batch(trial_id, held, None, None)
-            changed = super().set_trial_state_values(trial_id, state, values)  # type: ignore[safe-super]
+            changed = super().set_trial_state_values(  # type: ignore[safe-super]
+                trial_id, state, values
+            )
             if state == TrialState.RUNNING and (changed or held is not None):
                 self._hold(trial_id)  # popped from the queue: this process runs it
             return changed
@@ -212,7 +214,9 @@ class DeferredTrialWrites(_StorageBase):
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
         self.flush()
-        return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)  # type: ignore[safe-super]
+        return super().get_all_trials(  # type: ignore[safe-super]
+            study_id, deepcopy=deepcopy, states=states
+        )
 
 
 def first_distribution(trials: Iterable[FrozenTrial], name: str) -> BaseDistribution | None:
