@@ -48,8 +48,6 @@ def single_changes(
         "recompute": _recompute_moves,
         "splits": _split_moves,
         "ipus_per_replica": _layout_moves,
-        "stochastic_rounding": _rounding_moves,
-        "loss_scaling": _loss_scaling_moves,
     }
     for knob in SPEC:
         if knob.name in guide_moves:
@@ -90,35 +88,6 @@ def _execution_moves(
                     io_tiles=0,
                     gradient_accumulation=accumulation,
                 )
-
-
-# The numeric modes: the estimator sees neither speed nor memory in them, so no climb takes
-# them, but where the space holds them they are knobs like any other: an IPU the estimator
-# does not describe may run one value faster, alone or with other knobs (guide/knob_effects).
-
-
-def _rounding_moves(
-    space: SearchSpace,
-    problem: Problem,
-    profile: ModelProfile,
-    c: Config,
-    values: Callable[[str], list[Any]],
-) -> Iterator[Config]:
-    if c.half_weights and len(values("stochastic_rounding")) > 1:  # FP32 weights: none
-        yield c.replace(stochastic_rounding=not c.stochastic_rounding)
-
-
-def _loss_scaling_moves(
-    space: SearchSpace,
-    problem: Problem,
-    profile: ModelProfile,
-    c: Config,
-    values: Callable[[str], list[Any]],
-) -> Iterator[Config]:
-    if c.half_compute:  # FP32 compute is not scaled ("auto" needs FP16 weights: search/space)
-        for scale in values("loss_scaling"):
-            if scale != c.loss_scaling and (c.half_weights or scale != "auto"):
-                yield c.replace(loss_scaling=scale)
 
 
 def _recompute_moves(
