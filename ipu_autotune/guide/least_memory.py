@@ -73,29 +73,26 @@ def certain_reason(problem: Problem, ipus: int) -> str:
     if heaviest is not None and narrowest * heaviest.largest_param > ipu:
         return (
             f"certain: one weight tensor ({heaviest.path}, "
-            f"{format_bytes(narrowest * heaviest.largest_param)}) "
-            f"exceeds an IPU's {format_bytes(ipu)}"
+            f"{format_bytes(narrowest * heaviest.largest_param)}) exceeds an IPU's "
+            f"{format_bytes(ipu)}"
         )
     replica = min(ipus, longest_replica(problem))
     weights = least_on_chip(problem, profile.params)
     if weights > replica * ipu:
         return (
             f"certain: the weights alone ({format_bytes(weights)}) exceed the "
-            f"{format_bytes(replica * ipu)} "
-            f"of SRAM of the largest replica here ({replica} IPU{'s' if replica > 1 else ''})"
+            f"{format_bytes(replica * ipu)} of SRAM of the largest replica here ({replica} "
+            f"IPU{'s' if replica > 1 else ''})"
         )
     least = least_on_one_ipu(problem, ipus)
     if least is not None and least[0] > ipu:
         need, per_replica, replicas = least
         return (
             f"certain: any split of the model over {per_replica} IPUs per replica (x{replicas}, "
-            "the least "
-            f"the space allows here) leaves {format_bytes(need)} of exact model state on one "
-            "IPU, over its "
-            f"{format_bytes(ipu)} of SRAM (weights, accumulators a pipeline needs, and the "
-            "largest weight's "
-            "gradient and optimizer state at its update, offloaded and sharded where the space "
-            "allows)"
+            f"the least the space allows here) leaves {format_bytes(need)} of exact model state "
+            f"on one IPU, over its {format_bytes(ipu)} of SRAM (weights, accumulators a pipeline "
+            "needs, and the largest weight's gradient and optimizer state at its update, "
+            "offloaded and sharded where the space allows)"
         )
     return ""
 

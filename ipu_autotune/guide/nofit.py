@@ -137,8 +137,7 @@ def why_nothing_fits(problem: Problem, plans: Sequence[PlanRow]) -> str:
     held = units[0].path if len(units) == 1 else f"{units[0].path} to {units[-1].path}"
     said = (
         f"at {last.ipus} IPUs (micro-batch {last.micro_batch}) the closest configuration's "
-        "busiest tile, on "
-        f"IPU{ipu}, needs {_kb(m.max_tile_bytes[ipu])} against a tile's "
+        f"busiest tile, on IPU{ipu}, needs {_kb(m.max_tile_bytes[ipu])} against a tile's "
         f"{_kb(m.tile_capacity_bytes)} ({m.max_tile_bytes[ipu] / m.tile_capacity_bytes:.0%}; "
         f"largest part {top}, {format_bytes(m.breakdown[ipu][top])} on the IPU); IPU{ipu} holds "
         f"{held}"
@@ -157,16 +156,14 @@ def why_nothing_fits(problem: Problem, plans: Sequence[PlanRow]) -> str:
         )
         return (
             f"{said} ({len(units)} units): the space's longest pipeline is {longest} IPUs per "
-            "replica, so "
-            f"they are not split further; the largest part of the IPU's memory is {top}{grows}"
+            "replica, so they are not split further; the largest part of the IPU's memory is "
+            f"{top}{grows}"
         )
     return (
         f"{said}, whose largest tensor ({heaviest.path}, {heaviest.largest_param:,} elements, "
         f"{format_bytes(tensor)} of weights) is {_kb(tensor / tiles)} on each of the IPU's "
-        f"{tiles:,} "
-        f"tiles, {share:.0%} of a tile before its optimizer state, gradients and activations; a "
-        "pipeline "
-        "places whole tensors, so no split shrinks it"
+        f"{tiles:,} tiles, {share:.0%} of a tile before its optimizer state, gradients and "
+        "activations; a pipeline places whole tensors, so no split shrinks it"
     )
 
 
@@ -207,13 +204,11 @@ def state_line(problem: Problem, config: Config) -> str:
     )
     return (
         f"model state (exact, parameters x bytes): {params:,} parameters, weights "
-        f"{format_bytes(state['weights'])} "
-        f"({weights}), {gradients}, {problem.optimizer} state "
+        f"{format_bytes(state['weights'])} ({weights}), {gradients}, {problem.optimizer} state "
         f"{format_bytes(state['optimizer'])}{where}: {format_bytes(total)} in all, against "
         f"{format_bytes(sram)} of SRAM on the space's largest replica ({longest} IPUs x "
         f"{format_bytes(get_target(problem.target).bytes_per_ipu)}); the weights alone, in the "
-        "narrowest "
-        f"precision, are {format_bytes(least)}, {least / sram:.0%} of it"
+        f"narrowest precision, are {format_bytes(least)}, {least / sram:.0%} of it"
     )
 
 
@@ -231,9 +226,8 @@ def row_reason(before: PlanRow | None, row: PlanRow) -> str:
         if gain < 0.99 * more and row.micro_batch != before.micro_batch:
             out.append(
                 f"{gain:.2f}x the samples/s of {before.ipus} IPUs: micro-batch {row.micro_batch} "
-                "fits here "
-                f"(the largest up to the one asked), {before.micro_batch} at {before.ipus} IPUs; "
-                f"{b.bottleneck or 'the step'} bounds it"
+                f"fits here (the largest up to the one asked), {before.micro_batch} at "
+                f"{before.ipus} IPUs; {b.bottleneck or 'the step'} bounds it"
             )
         elif gain < 0.99 * more:
             if row.config == before.config or (
@@ -269,8 +263,7 @@ def row_reason(before: PlanRow | None, row: PlanRow) -> str:
         if max(b.max_tile_bytes) > hi:
             out.append(
                 f"busiest tile {tile_fraction(b):.0%}, above the "
-                f"{hi / a.tile_capacity_bytes:.0%} top of "
-                f"{before.ipus} IPUs' error bar: "
+                f"{hi / a.tile_capacity_bytes:.0%} top of {before.ipus} IPUs' error bar: "
                 + (
                     "the faster configuration uses more of a tile, within its own bar"
                     if b.feasible

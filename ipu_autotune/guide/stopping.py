@@ -28,11 +28,9 @@ class Stop:
     def __str__(self) -> str:
         return (
             f"the last {self.compiles_since_best} compiles did not beat the best by "
-            f"{STOP_GAIN:.0%}, and the "
-            f"largest expected gain of an untried candidate is {self.expected_gain:.2%} of the "
-            "best (the "
-            f"estimator corrected by {self.compiles_ran} compile(s) that ran): further compiles "
-            "are unlikely to pay"
+            f"{STOP_GAIN:.0%}, and the largest expected gain of an untried candidate is "
+            f"{self.expected_gain:.2%} of the best (the estimator corrected by "
+            f"{self.compiles_ran} compile(s) that ran): further compiles are unlikely to pay"
         )
 
 
