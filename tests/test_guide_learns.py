@@ -365,7 +365,7 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
         c: Any,
     ) -> Any:  # the candidate's predicted busiest tiles over the learnt parts alone
         parts = model.memory_model.busiest(layout(c), guide.screen(c), recompute_segments(c))
-        tiles, _ = model._tiles(c, guide.screen(c))
+        tiles, _ = model.tiles(c, guide.screen(c))
         return [mu - p for (mu, _), (p, _) in zip(tiles, parts, strict=True)]
 
     neighbours = [

@@ -9,15 +9,16 @@ from typing import Any
 
 import pytest
 from test_guide_learns import Judged, named
-from testing import RESNET50_4IPU_SGD as PROBLEM
+from testing import RESNET50_4IPU_SGD as PROBLEM, not_none
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.guide.apart import layout
-from ipu_autotune.guide.corrected import CorrectedModel, observe
+from ipu_autotune.guide.corrected import CorrectedModel, Spreads, observe
 from ipu_autotune.guide.features import GROUPS
 from ipu_autotune.guide.gain import bar, expected_improvement
 from ipu_autotune.guide.guide import Guide, GuideSettings
+from ipu_autotune.guide.hindsight import measured_throughputs, spreads
 from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
@@ -131,3 +132,53 @@ def test_two_candidates_within_the_noise_are_ranked_by_their_spread_beyond_it() 
     # the rule at the measured best (no noise) would have ranked "a" by its 1 % alone
     plain = bar(model.as_model(), [(named("best"), 100.0)]) / math.exp(0.03)
     assert expected_improvement(model.as_model(), named("a"), plain) > 0.003
+
+
+def scattered(profile: Any, configs: Any, speed: float, memory: float) -> Any:
+    """Compiles each off the estimate by a factor of its own, as if every config were a
+    region of its own on this IPU: e^N(0, speed) on its throughput, e^N(0, memory) on its
+    busiest tiles."""
+    rng = random.Random(11)
+    out = []
+    for c in configs:
+        m = estimate(PROBLEM, c, profile, NOMINAL)
+        tiles = [round(t * math.exp(rng.gauss(0, memory))) for t in m.max_tile_bytes]
+        m = replace(m, source="compile", max_tile_bytes=tiles)
+        speed_factor = math.exp(rng.gauss(0, speed))
+        out.append((c, replace(m, throughput=not_none(m.throughput) * speed_factor)))
+    return out
+
+
+@pytest.mark.slow
+def test_compiles_the_model_did_not_foresee_widen_what_it_has_not_measured(
+    regions: Any,
+) -> None:
+    """Each compile forecast by the model of those before it (guide/hindsight.py): where they
+    land inside the forecasts' spreads the model keeps its spreads; where they land far
+    outside, its spreads of what no compile measured widen, speed and memory each by its own
+    forecasts, and the regions nothing reached are the less certain for it."""
+    profile, space, first, settled, untouched = regions
+    configs = [first, *settled]
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
+
+    def widths(measured: Any) -> Any:
+        seen = observe(guide.screen, measured)
+        return spreads(guide.screen, seen, measured_throughputs(measured), 0.05)
+
+    foreseen = widths(scattered(profile, configs, 0.0, 0.0))
+    assert foreseen == Spreads(1.0, 1.0)
+    slow_only = widths(scattered(profile, configs, 0.4, 0.0))
+    assert slow_only.speed > 1.3 and slow_only.memory == 1.0
+    both = scattered(profile, configs, 0.4, 0.3)
+    wide = widths(both)
+    assert wide.speed > 1.3 and wide.memory > 1.2
+    seen = observe(guide.screen, both)
+    plain = CorrectedModel(guide.screen, seen, 0.05)
+    widened = CorrectedModel(guide.screen, seen, 0.05, spreads=wide)
+    for c in untouched:
+        assert widened.speed_sd(c) == pytest.approx(wide.speed * plain.speed_sd(c))
+        m = not_none(guide.screen(c))
+        (mu, sd), *_ = plain.tiles(c, m)[0]
+        assert widened.tiles(c, m)[0][0] == pytest.approx((mu, wide.memory * sd))
+    # what the guide proposes is judged with the widened spreads
+    assert guide.spreads(seen, both) == wide

@@ -226,7 +226,7 @@ def memory_scale(records: list[dict[str, Any]]) -> tuple[float, float]:
                 mean, sd = model.tile(p.layout, p.estimated, p.shares, p.checkpoints)
                 sd = math.hypot(
                     sd, local_memory_sd(prior)
-                )  # as CorrectedModel._tiles with no compile near
+                )  # as CorrectedModel.tiles with no compile near
                 score[scale] += -math.log(sd) - 0.5 * ((p.measured - mean) / sd) ** 2
     best = max(SCALES, key=lambda s: (score[s], -s))
     return best, best

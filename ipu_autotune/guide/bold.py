@@ -19,7 +19,7 @@ from typing import Any
 from ..problem import Config
 from ..search.space import SearchSpace
 from .apart import layout
-from .corrected import CorrectedModel, Judgement, Observation
+from .corrected import AS_MODELLED, CorrectedModel, Judgement, Observation, Spreads
 from .corrected_screen import CorrectedScreen
 from .gain import expected_improvement
 from .pairs import best_pair
@@ -38,8 +38,10 @@ class BetModel(CorrectedModel):
     fast candidate over memory walks to the best bet near it, trading a little speed for
     memory where the model is unsure."""
 
-    def __init__(self, screen: Screen, observations: list[Observation]):
-        super().__init__(screen, observations, 0.0)
+    def __init__(
+        self, screen: Screen, observations: list[Observation], spreads: Spreads = AS_MODELLED
+    ):
+        super().__init__(screen, observations, 0.0, spreads=spreads)
         self.bets: dict[Config, Judgement | None] = {}
 
     def judge(self, config: Config) -> Judgement | None:
@@ -80,8 +82,14 @@ class GainModel(BetModel):
     fastest candidate walks to the compile that layout most likely pays with: often one at
     the edge of memory, which a climb at the learnt margin never reaches."""
 
-    def __init__(self, screen: Screen, observations: list[Observation], best: float):
-        super().__init__(screen, observations)
+    def __init__(
+        self,
+        screen: Screen,
+        observations: list[Observation],
+        best: float,
+        spreads: Spreads = AS_MODELLED,
+    ):
+        super().__init__(screen, observations, spreads)
         self.best = best
 
     def judge(self, config: Config) -> Judgement | None:

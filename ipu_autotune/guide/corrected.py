@@ -78,6 +78,18 @@ class Judgement:
 
 
 @dataclass(frozen=True)
+class Spreads:
+    """Factors on the model's spreads of what no compile measured (guide/hindsight.py)."""
+
+    speed: float = 1.0  # on the knob effects' spread of log throughput
+    memory: float = 1.0  # on a busiest tile's spread beyond the compiles' own tiles
+
+
+#: the model's spreads as they are
+AS_MODELLED = Spreads()
+
+
+@dataclass(frozen=True)
 class Observation:
     config: Config
     memory_ratio: float | None  # measured / estimated busiest tile (worst IPU)
@@ -142,10 +154,13 @@ class CorrectedModel:
         headroom: float,
         hedge: float = 0.0,
         confidence: float = FIT_CONFIDENCE,
+        spreads: Spreads = AS_MODELLED,
     ):
         """`hedge`: extra memory margin (fraction of a tile) while nothing has been compiled:
-        parallel workers proposing while others' compiles run spread their bets."""
+        parallel workers proposing while others' compiles run spread their bets. `spreads`:
+        how much wider what no compile measured is than the model says (guide/hindsight.py)."""
         self.screen, self.headroom, self.hedge = screen, headroom, hedge
+        self.spreads = spreads
         self.memory = [
             (o.config, o.memory_ratio) for o in observations if o.memory_ratio is not None
         ]
@@ -218,8 +233,9 @@ class CorrectedModel:
             else 1.0
         )
 
-    def _tiles(self, config: Config, m: Measurement) -> tuple[list[tuple[float, float]], float]:
-        """Per IPU (mean, spread) of the busiest tile as a fraction of a tile, and the limit."""
+    def tiles(self, config: Config, m: Measurement) -> tuple[list[tuple[float, float]], float]:
+        """Per IPU (mean, spread) of the busiest tile as a fraction of a tile, and the limit
+        (`m`: the config's nominal estimate)."""
         cap = m.tile_capacity_bytes
         if not self.learnt_memory:
             return [(t / cap, 0.0) for t in m.max_tile_bytes], 1.0 - self.headroom - self.hedge
@@ -248,13 +264,14 @@ class CorrectedModel:
                 for i, (mu, _) in enumerate(tiles)
             ], 1.0 - self.hedge
         effects = self.memory_effects.at_levels(config, range(len(tiles)))  # one per tile
+        widen = self.spreads.memory
         return [
-            (mu + residual, math.sqrt(sd * sd + spread * spread))
+            (mu + residual, widen * math.sqrt(sd * sd + spread * spread))
             for (mu, sd), (residual, spread) in zip(tiles, effects, strict=True)
         ], 1.0 - self.hedge
 
     def tiles_known(self, config: Config) -> bool:
-        """Whether a compile held this config's very tiles (_tiles): compiling it cannot
+        """Whether a compile held this config's very tiles (tiles): compiling it cannot
         teach memory, and its chance to fit is that compile's."""
         m = self.screen(config)
         return m is not None and 0 in self._apart(config, m)
@@ -286,7 +303,7 @@ class CorrectedModel:
         for c in configs:
             if c in self.cache or (m := self.screen(c)) is None or not m.max_tile_bytes:
                 continue
-            # as _tiles reads them: one per IPU the estimate gives tiles and (if any) a
+            # as tiles() reads them: one per IPU the estimate gives tiles and (if any) a
             # breakdown for
             ipus = (
                 min(len(m.max_tile_bytes), len(m.breakdown))
@@ -308,7 +325,7 @@ class CorrectedModel:
         if m is None or not m.max_tile_bytes:
             self.cache[config] = None
             return None
-        tiles, limit = self._tiles(config, m)
+        tiles, limit = self.tiles(config, m)
         load = max(mu + self._z * sd for mu, sd in tiles) / limit
         chance = min(
             NormalDist(mu, sd).cdf(1.0) if sd > 0 else float(mu <= 1.0) for mu, sd in tiles
@@ -328,7 +345,7 @@ class CorrectedModel:
         """Spread of log(throughput) for a candidate: what the compiles leave unknown of the
         effects of the knobs that set it apart from them (guide/knob_effects.py). A layout
         whose compiles all ran out of memory has taught nothing about its speed."""
-        return self.speed_effects(config)[1]
+        return self.speed_effects(config)[1] * self.spreads.speed
 
     @property
     def speed_noise(self) -> float:
@@ -355,7 +372,7 @@ class CorrectedModel:
         m = self.screen(config)
         if m is None or not m.max_tile_bytes:
             return float("-inf")
-        tiles, _ = self._tiles(config, m)  # with no margin, as `chance`
+        tiles, _ = self.tiles(config, m)  # with no margin, as `chance`
         return min(
             _log_normal_cdf((1.0 - mu) / sd) if sd > 0 else (0.0 if mu <= 1.0 else float("-inf"))
             for mu, sd in tiles

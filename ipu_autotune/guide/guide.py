@@ -43,10 +43,12 @@ from .corrected import (
     CorrectedModel,
     Judgement,
     Observation,
+    Spreads,
     observe,
 )
 from .corrected_screen import CorrectedScreen
 from .gain import bar, expected_improvement
+from .hindsight import Forecasts, measured_throughputs, spreads
 from .moves import combined_changes
 from .pairs import best_pair, merged
 from .prior import GuidePrior
@@ -163,6 +165,7 @@ class Guide:
         )
         self._would_compile: Callable[[Config], bool] | None = None  # the last history's
         self._verdicts: dict[Config, bool] = {}  # its answers so far (guide/untried.py)
+        self._forecasts: Forecasts = {}  # each compile as the model before it saw it
 
     @property
     def has_prior(self) -> bool:
@@ -202,8 +205,14 @@ class Guide:
         # Before any compile has returned, the first round (guide/blind.py); serially, a
         # calibration store's prior is the better guide (guide/first_trials.py).
         first_round = not seen and (history.running > 0 or self.screen.prior is None)
+        widths = self.spreads(seen, measured)
         model = CorrectedModel(
-            self.screen, seen, self.headroom, HEDGE if first_round else 0.0, confidence=confidence
+            self.screen,
+            seen,
+            self.headroom,
+            HEDGE if first_round else 0.0,
+            confidence=confidence,
+            spreads=widths,
         )
         self._gather(model, measured, confidence)
         self._stop = None
@@ -218,7 +227,7 @@ class Guide:
         best = bar(
             model, fitting
         )  # the measured best as the model sees it, and the noise (guide/gain.py)
-        self._gather_edges(seen, best)
+        self._gather_edges(seen, best, widths)
         least = (
             confidence if not seen else 0.0
         )  # no compile yet: the prior alone must make it likely
@@ -294,13 +303,23 @@ class Guide:
         tag = model.hedge if confidence == FIT_CONFIDENCE else (model.hedge, confidence)
         self._climb_layouts(model, corrected, tag)
 
-    def _gather_edges(self, seen: list[Observation], best: float) -> None:
+    def spreads(self, seen: list[Observation], measured: Sequence[Any]) -> Spreads:
+        """How much wider than the model says what no compile measured is: each compile as
+        the model of the compiles before it foresaw it (guide/hindsight.py)."""
+        return spreads(
+            self.screen, seen, measured_throughputs(measured), self.headroom, self._forecasts
+        )
+
+    def _gather_edges(self, seen: list[Observation], best: float, widths: Spreads) -> None:
         """Candidates a climb at the learnt margin never reaches: every layout climbed at the
         edge of memory (EDGE_CONFIDENCE), and from each layout's fastest candidate were it to
         fit (guide/bold.py) on expected throughput and on the rule itself, expected gain."""
-        edge = CorrectedModel(self.screen, seen, 0.0, confidence=EDGE_CONFIDENCE)
+        edge = CorrectedModel(self.screen, seen, 0.0, confidence=EDGE_CONFIDENCE, spreads=widths)
         self._climb_layouts(edge, CorrectedScreen(edge, self.neighbours), "edge")
-        for model in (BetModel(self.screen, seen), GainModel(self.screen, seen, best)):
+        for model in (
+            BetModel(self.screen, seen, widths),
+            GainModel(self.screen, seen, best, widths),
+        ):
             # again as compiles teach the model: a start's best bet moves
             tag = (type(model).__name__, len(seen))
             for start in model.starts(self.pool):
