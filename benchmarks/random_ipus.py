@@ -97,8 +97,9 @@ DEFAULT_STRATEGIES = {
 
 def run_draw(args: tuple[Any, ...]) -> dict[str, Any]:
     """One (problem, draw): the best-known search, then each strategy. Picklable for a pool."""
-    key, draw_id, budget, reference_trials, kicks, use_cache, strategies, family = args
+    key, draw_id, budget, reference_trials, kicks, use_cache, strategies, family, numerics = args
     common.quiet_optuna()
+    se.NUMERICS = numerics  # a spawned worker starts from the module's default
     problem = se.PROBLEMS[key]
     oracle = FAMILIES[family][0](draw_id)
     t0 = time.perf_counter()
@@ -388,6 +389,15 @@ def main(argv: list[str] | None = None) -> int:
         "--no-reference-cache", action="store_true", help="search the best known afresh"
     )
     ap.add_argument(
+        "--numerics",
+        choices=("searched", "advised"),
+        default="searched",
+        help="loss scaling, stochastic rounding and partials: searched, in the space (as "
+        "`tune --no-numerics`; the default), or advised, as `tune` runs by default: set by "
+        "the numerics advice in every strategy's runs and the best-known search (searched "
+        "where it cannot be measured: BERT)",
+    )
+    ap.add_argument(
         "--json", type=Path, default=None, help="also write every run's raw results here"
     )
     ap.add_argument(
@@ -481,12 +491,22 @@ def main(argv: list[str] | None = None) -> int:
         f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {use}); "
         f"family: {args.family}; {len(keys)} problem(s) x {draws} draw(s); budget {budget} "
         f"compiles; best known from climbs, a {trials}-trial TPE run and {kicks} kicks on each "
-        f"hidden IPU; mechanisms: {', '.join(MECHANISMS)}{layer}\n",
+        f"hidden IPU; numerics {args.numerics}; mechanisms: {', '.join(MECHANISMS)}{layer}\n",
         flush=True,
     )
     start = time.perf_counter()
     jobs = [
-        (k, d, budget, trials, kicks, not args.no_reference_cache, strategies, args.family)
+        (
+            k,
+            d,
+            budget,
+            trials,
+            kicks,
+            not args.no_reference_cache,
+            strategies,
+            args.family,
+            args.numerics,
+        )
         for k in keys
         for d in ids
     ]

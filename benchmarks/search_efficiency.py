@@ -52,13 +52,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import multiprocessing
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -87,15 +88,19 @@ from ipu_autotune.backends.base import Backend
 from ipu_autotune.backends.estimate import EstimateBackend, estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.backends.screen import ScreenedBackend
+from ipu_autotune.errors import UsageError
 from ipu_autotune.guide.guide import COMPILED_WARM_STARTS, Guide, GuideSettings, memory_correction
 from ipu_autotune.guide.proposal import Proposal
 from ipu_autotune.guide.single_changes import single_changes
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
+from ipu_autotune.numerics.advice import advise
+from ipu_autotune.numerics.answer import NumericsAdvice
 from ipu_autotune.problem import Config, Problem
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.rules.cross_field import violations
 from ipu_autotune.search.space import SearchSpace
 from ipu_autotune.study import records as st
+from ipu_autotune.study.planning import NUMERIC_KNOBS, advised
 from ipu_autotune.study.runner import CONSTRAINTS_KEY, Runner
 from ipu_autotune.study.storage import open_storage
 
@@ -195,11 +200,58 @@ def gp_sampler(seed: int) -> optuna.samplers.BaseSampler:
         )
 
 
+#: how the numerics knobs (loss scaling, stochastic rounding, partials) are chosen in every
+#: strategy's runs and in the best-known search: "searched", in the space (as `tune
+#: --no-numerics` runs); or "advised", as `tune` runs by default (commands/tune_steps.
+#: with_numerics): the numerics advice sets them on every candidate and the space no longer
+#: holds them; where the advice cannot be measured (BERT's token inputs), searched
+NUMERICS = "searched"
+
+
+@functools.cache
+def _advice(problem: Problem) -> NumericsAdvice | None:
+    try:
+        return advise(problem, seed=0)  # seed 0: as `tune` without --seed
+    except UsageError:
+        return None
+
+
+def search_setup(problem: Problem) -> tuple[SearchSpace, Callable[[Config], Config] | None]:
+    """The space the runs search and what sets each candidate's numerics (None: the space
+    holds them), as NUMERICS says."""
+    space = SearchSpace.load(problem)
+    advice = _advice(problem) if NUMERICS == "advised" else None
+    if advice is None:
+        return space, None
+    space = space.without(*NUMERIC_KNOBS)
+    return space, advised(advice, space)
+
+
+class _Advised:
+    """The hidden IPU measuring a config as `tune` compiles it: with the numerics advice
+    applied (the best-known search's climbs and kicks move configs themselves)."""
+
+    def __init__(self, oracle: HiddenIPU, prepare: Callable[[Config], Config]) -> None:
+        self.oracle, self.prepare = oracle, prepare
+
+    def __getattr__(self, name: Any) -> Any:
+        return getattr(self.oracle, name)
+
+    def evaluate(self, problem: Problem, config: Config) -> Any:
+        return self.oracle.evaluate(problem, self.prepare(config))
+
+
+def _measuring(problem: Problem, oracle: HiddenIPU) -> HiddenIPU:
+    """The oracle the best-known search measures with (search_setup's numerics applied)."""
+    _, prepare = search_setup(problem)
+    return oracle if prepare is None else cast(HiddenIPU, _Advised(oracle, prepare))
+
+
 def run_strategy(
     strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, budget: int, max_trials: int
 ) -> Run:
     profile = profile_for(problem)
-    space = SearchSpace.load(problem)
+    space, prepare = search_setup(problem)
     baseline = naive_baseline(problem, profile)
     start = time.perf_counter()
     backend: Backend = oracle
@@ -217,12 +269,14 @@ def run_strategy(
     elif strategy.startswith("ipu-autotune"):
         # As `ipu-autotune tune` with a compiling backend (commands/tune.py): the first warm
         # starts enqueued, the rest handed to the guide to rank with the others.
-        items = proposals(problem, profile, space, baseline, headroom=DEFAULT_HEADROOM)
+        items = proposals(
+            problem, profile, space, baseline, headroom=DEFAULT_HEADROOM, prepare=prepare
+        )
         guide = Guide(
             problem,
             profile,
             space,
-            GuideSettings(DEFAULT_HEADROOM, candidates=[p.config for p in items]),
+            GuideSettings(DEFAULT_HEADROOM, prepare, candidates=[p.config for p in items]),
         )
         study, _ = st.open_study(
             open_storage("memory:"),
@@ -234,7 +288,7 @@ def run_strategy(
         backend = screen = ScreenedBackend(
             oracle, EstimateBackend(headroom=DEFAULT_HEADROOM), margin=DEFAULT_SCREEN_MARGIN
         )
-        runner = Runner(study, problem, profile, space, backend, guide=guide)
+        runner = Runner(study, problem, profile, space, backend, guide=guide, adjust=prepare)
         workers = int(strategy.rsplit(" ", 1)[1]) if "--jobs" in strategy else 1
         out = run_workers(runner, oracle, budget, max_trials, workers)
         run = Run(
@@ -289,7 +343,7 @@ def run_strategy(
     else:
         raise ValueError(strategy)
 
-    runner = Runner(study, problem, profile, space, backend, guide=guide)
+    runner = Runner(study, problem, profile, space, backend, guide=guide, adjust=prepare)
     run = Run(strategy)
     first = oracle.compiles
     while oracle.compiles - first < budget and run.trials < max_trials:
@@ -391,7 +445,8 @@ def best_known(
        moves then a greedy single-knob ascent, kept when better.
     """
     profile = profile_for(problem)
-    space = SearchSpace.load(problem)
+    space, prepare = search_setup(problem)
+    oracle = _measuring(problem, oracle)
     baseline = naive_baseline(problem, profile)
     screen = OracleScreen(problem, profile, oracle, space)
     best: list[Any] = [None, "none", None]
@@ -407,7 +462,10 @@ def best_known(
         if knob == "ipus_per_replica"
     ]
     starts += [
-        p.config for p in proposals(problem, profile, space, baseline, constants=oracle.constants)
+        p.config
+        for p in proposals(
+            problem, profile, space, baseline, constants=oracle.constants, prepare=prepare
+        )
     ]
     climbed = [polish(screen, space, s) for s in dict.fromkeys(starts)]
     for c in climbed:
@@ -422,7 +480,7 @@ def best_known(
         [Proposal(baseline, "baseline")] + [Proposal(c, "climb") for c in dict.fromkeys(climbed)],
     )
     uncounted = cast(Backend, _Uncounted(oracle))  # it answers every attribute as the oracle
-    recs = Runner(study, problem, profile, space, uncounted).run(trials)
+    recs = Runner(study, problem, profile, space, uncounted, adjust=prepare).run(trials)
     fits = sorted(
         (r for r in recs if r.feasible and r.origin == "sampled"),
         key=lambda r: -not_none(r.measurement.throughput),
@@ -462,14 +520,15 @@ def reference_inputs(
     baseline and its single changes), so a change to the hidden IPU, the estimator or the
     space misses."""
     profile = profile_for(problem)
-    space = SearchSpace.load(problem)
+    space, _ = search_setup(problem)
+    measuring = _measuring(problem, oracle)
     baseline = naive_baseline(problem, profile)
     probes = [baseline] + [c for _, c in single_changes(space, problem, profile, baseline)]
     answers = []
     for c in probes:
         if violations(problem, c, profile.module_order):
             continue
-        m = oracle.evaluate(problem, c)
+        m = measuring.evaluate(problem, c)
         answers.append(
             (m.feasible, m.throughput and round(m.throughput, 3), list(m.max_tile_bytes))
         )
@@ -499,7 +558,11 @@ def cached_best_known(
 ) -> tuple[float | None, str, Config | None]:
     """best_known, kept on disk per (problem, hidden kind and seed, trials, kicks) under
     REFERENCE_CACHE, keyed by reference_key."""
-    path = REFERENCE_CACHE / f"{problem.slug}-{type(oracle).__name__}-{seed}-{trials}-{kicks}.json"
+    numerics = "" if search_setup(problem)[1] is None else "-advised"
+    path = (
+        REFERENCE_CACHE
+        / f"{problem.slug}-{type(oracle).__name__}-{seed}-{trials}-{kicks}{numerics}.json"
+    )
     key = reference_key(problem, oracle, seed, trials, kicks) if use_cache else ""
     if use_cache and path.exists():
         with contextlib.suppress(ValueError, KeyError, TypeError):
@@ -510,7 +573,10 @@ def cached_best_known(
             # The key's probes can all be out of memory (BERT's baseline and its single changes),
             # so a change to the estimator's speed alone would not miss: the stored best must
             # also still measure what it measured.
-            if data["key"] == key and _still_measures(problem, oracle, config, data["reference"]):
+            measuring = _measuring(problem, oracle)
+            if data["key"] == key and _still_measures(
+                problem, measuring, config, data["reference"]
+            ):
                 return data["reference"], data["source"], config
     found = best_known(problem, oracle, seed, trials, kicks)
     if use_cache:

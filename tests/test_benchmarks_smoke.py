@@ -823,3 +823,44 @@ def test_trial_time_quick() -> None:
     for key in ("wall 5-14", "wall 31-40", "CPU 5-14", "CPU 31-40"):
         assert number(rows[0][key]) > 0
     assert table(text, "Median over runs")[0]["target < 50 ms (wall)"] in ("met", "not met")
+
+
+@pytest.mark.slow
+def test_advised_numerics_are_set_as_tune_sets_them_in_runs_and_best_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--numerics advised: the space no longer holds loss scaling, stochastic rounding and
+    partials, every candidate gets the advice's (as `tune` by default), the best-known
+    search measures with them too; where the advice cannot be measured, they are searched."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import random_ipus
+    import search_efficiency as se
+
+    from ipu_autotune.guide.warmstart import naive_baseline
+    from ipu_autotune.profiles.trace import profile_for
+    from ipu_autotune.study.planning import NUMERIC_KNOBS
+
+    problem = se.PROBLEMS["resnet101-mb64-64px-2ipu"]
+    searched, none = se.search_setup(problem)
+    assert none is None and isinstance(searched.to_dict()["loss_scaling"], list)
+    monkeypatch.setattr(se, "NUMERICS", "advised")
+    space, prepare = se.search_setup(problem)
+    assert prepare is not None
+    for knob in NUMERIC_KNOBS:
+        assert knob in space.advised and not isinstance(space.to_dict()[knob], list)
+    advice = not_none(se._advice(problem))
+    half = naive_baseline(problem, profile_for(problem)).replace(
+        precision="16.16",
+        loss_scaling=32768.0,
+        stochastic_rounding=not advice.stochastic_rounding.recommend,
+    )
+    got = prepare(half)
+    assert got.loss_scaling == advice.loss_scale.scale
+    assert got.stochastic_rounding == advice.stochastic_rounding.recommend
+    assert got.partials == advice.partials.recommend
+    oracle = random_ipus.FAMILIES["regions"][0](50000)
+    measuring = se._measuring(problem, oracle)
+    assert measuring.evaluate(problem, half) == oracle.evaluate(problem, got)
+    bert = se.PROBLEMS["bert-base-sl128-mb8-4ipu"]
+    bert_space, bert_prepare = se.search_setup(bert)  # token inputs: no advice
+    assert bert_prepare is None and isinstance(bert_space.to_dict()["loss_scaling"], list)

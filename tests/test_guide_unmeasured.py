@@ -18,7 +18,7 @@ from ipu_autotune.guide.corrected import CorrectedModel, Spreads, observe
 from ipu_autotune.guide.features import GROUPS
 from ipu_autotune.guide.gain import bar, expected_improvement
 from ipu_autotune.guide.guide import Guide, GuideSettings
-from ipu_autotune.guide.hindsight import measured_throughputs, spreads
+from ipu_autotune.guide.hindsight import spreads
 from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
@@ -150,35 +150,32 @@ def scattered(profile: Any, configs: Any, speed: float, memory: float) -> Any:
 
 
 @pytest.mark.slow
-def test_compiles_the_model_did_not_foresee_widen_what_it_has_not_measured(
-    regions: Any,
-) -> None:
-    """Each compile forecast by the model of those before it (guide/hindsight.py): where they
-    land inside the forecasts' spreads the model keeps its spreads; where they land far
-    outside, its spreads of what no compile measured widen, speed and memory each by its own
-    forecasts, and the regions nothing reached are the less certain for it."""
+def test_tiles_the_model_did_not_foresee_widen_what_no_compile_held(regions: Any) -> None:
+    """Each compile's tiles forecast by the model of those before it (guide/hindsight.py):
+    where they land inside the forecasts' spreads the memory spreads are kept; where they
+    land far outside, the spreads of tiles no compile held widen, and a candidate nearer
+    the limit than its spread is less sure to fit. Speed is not widened so."""
     profile, space, first, settled, untouched = regions
     configs = [first, *settled]
     guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
 
     def widths(measured: Any) -> Any:
-        seen = observe(guide.screen, measured)
-        return spreads(guide.screen, seen, measured_throughputs(measured), 0.05)
+        return spreads(guide.screen, observe(guide.screen, measured), 0.05)
 
-    foreseen = widths(scattered(profile, configs, 0.0, 0.0))
-    assert foreseen == Spreads(1.0, 1.0)
-    slow_only = widths(scattered(profile, configs, 0.4, 0.0))
-    assert slow_only.speed > 1.3 and slow_only.memory == 1.0
+    assert widths(scattered(profile, configs, 0.0, 0.0)) == Spreads(1.0)
+    assert widths(scattered(profile, configs, 0.4, 0.0)) == Spreads(1.0)  # speed alone
     both = scattered(profile, configs, 0.4, 0.3)
     wide = widths(both)
-    assert wide.speed > 1.3 and wide.memory > 1.2
+    assert wide.memory > 1.2
     seen = observe(guide.screen, both)
     plain = CorrectedModel(guide.screen, seen, 0.05)
     widened = CorrectedModel(guide.screen, seen, 0.05, spreads=wide)
     for c in untouched:
-        assert widened.speed_sd(c) == pytest.approx(wide.speed * plain.speed_sd(c))
+        assert widened.speed_sd(c) == plain.speed_sd(c)
         m = not_none(guide.screen(c))
         (mu, sd), *_ = plain.tiles(c, m)[0]
-        assert widened.tiles(c, m)[0][0] == pytest.approx((mu, wide.memory * sd))
+        assert sd > 0 and widened.tiles(c, m)[0][0] == pytest.approx((mu, wide.memory * sd))
+    likely = [c for c in untouched if 0.5 < plain.chance(c) < 1.0]
+    assert likely and all(widened.chance(c) < plain.chance(c) for c in likely)
     # what the guide proposes is judged with the widened spreads
-    assert guide.spreads(seen, both) == wide
+    assert guide.spreads(seen) == wide

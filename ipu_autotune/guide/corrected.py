@@ -81,7 +81,6 @@ class Judgement:
 class Spreads:
     """Factors on the model's spreads of what no compile measured (guide/hindsight.py)."""
 
-    speed: float = 1.0  # on the knob effects' spread of log throughput
     memory: float = 1.0  # on a busiest tile's spread beyond the compiles' own tiles
 
 
@@ -345,7 +344,7 @@ class CorrectedModel:
         """Spread of log(throughput) for a candidate: what the compiles leave unknown of the
         effects of the knobs that set it apart from them (guide/knob_effects.py). A layout
         whose compiles all ran out of memory has taught nothing about its speed."""
-        return self.speed_effects(config)[1] * self.spreads.speed
+        return self.speed_effects(config)[1]
 
     @property
     def speed_noise(self) -> float:

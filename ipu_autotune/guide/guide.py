@@ -48,7 +48,7 @@ from .corrected import (
 )
 from .corrected_screen import CorrectedScreen
 from .gain import bar, expected_improvement
-from .hindsight import Forecasts, measured_throughputs, spreads
+from .hindsight import Forecasts, spreads
 from .moves import combined_changes
 from .pairs import best_pair, merged
 from .prior import GuidePrior
@@ -205,7 +205,7 @@ class Guide:
         # Before any compile has returned, the first round (guide/blind.py); serially, a
         # calibration store's prior is the better guide (guide/first_trials.py).
         first_round = not seen and (history.running > 0 or self.screen.prior is None)
-        widths = self.spreads(seen, measured)
+        widths = self.spreads(seen)
         model = CorrectedModel(
             self.screen,
             seen,
@@ -303,12 +303,10 @@ class Guide:
         tag = model.hedge if confidence == FIT_CONFIDENCE else (model.hedge, confidence)
         self._climb_layouts(model, corrected, tag)
 
-    def spreads(self, seen: list[Observation], measured: Sequence[Any]) -> Spreads:
-        """How much wider than the model says what no compile measured is: each compile as
+    def spreads(self, seen: list[Observation]) -> Spreads:
+        """How much wider than the model says the tiles no compile held are: each compile as
         the model of the compiles before it foresaw it (guide/hindsight.py)."""
-        return spreads(
-            self.screen, seen, measured_throughputs(measured), self.headroom, self._forecasts
-        )
+        return spreads(self.screen, seen, self.headroom, self._forecasts)
 
     def _gather_edges(self, seen: list[Observation], best: float, widths: Spreads) -> None:
         """Candidates a climb at the learnt margin never reaches: every layout climbed at the
