@@ -1,21 +1,23 @@
 """Estimator-guided proposals during a study: one model of this IPU, one rule for the next compile.
 
 The analytical model is off for any real IPU by some tens of percent, in memory (code size,
-tile imbalance) and in time (host, per-step costs), and differently for different knobs. Each
-compile tells us by how much where it ran: guide/corrected.py learns the IPU's memory
+tile imbalance) and in time (host, per-step costs), and differently for different knobs.
+Each compile tells us by how much where it ran: guide/corrected.py learns the IPU's memory
 structure (guide/memory_model.py), its device and host time (guide/call_model.py) and, as a
 function of every knob, what those leave unexplained (guide/knob_effects.py), each with its
-spread. The guide gathers candidates (single-knob changes and pairs around the best
-configurations measured, a climb per IPU layout, at the learnt margin, at the edge of memory
-and on expected throughput) and proposes the one with the largest expected gain on the best
-measured: its chance to fit times the part of its speed's spread above the model's figure for
-the best raised by the learnt compile noise (guide/gain.py: a gain within the noise is worth
-nothing). While nothing fits, that is its expected throughput. A candidate near a
-compile still running is worth less by how much its outcome is that compile's (the two
-share the learnt effects: local penalisation). Before any compile has returned, the first
-round weighs each candidate by what it adds to the round's expected best (guide/blind.py).
-When no untried candidate is expected to gain STOP_GAIN on the best, more compiles are
-unlikely to pay, and `stopping` says so with that gain.
+spread; where the compiles' tiles landed outside what the model of the compiles before them
+forecast, the memory spreads widen (guide/hindsight.py). The guide gathers candidates
+(single-knob changes and pairs around the best configurations measured, a climb per IPU
+layout, at the learnt margin, at the edge of memory and on expected throughput) and proposes
+the one with the largest expected gain on the best measured: its chance to fit times the
+part of its speed's spread above the model's figure for the best raised by the learnt
+compile noise (guide/gain.py: a gain within the noise is worth nothing). While nothing fits,
+that is its expected throughput. A candidate near a compile still running is worth less by
+how much its outcome is that compile's (the two share the learnt effects: local
+penalisation). Before any compile has returned, the first round weighs each candidate by
+what it adds to the round's expected best (guide/blind.py). When no untried candidate is
+expected to gain STOP_GAIN on the best, more compiles are unlikely to pay, and `stopping`
+says so with that gain.
 
 With the estimate backend there is nothing to learn (the measurements are the model), so
 the study does not use a guide there.
