@@ -162,9 +162,8 @@ class Guide:
         self.pool.update(settings.candidates)
         self.climbed: set[tuple[Any, ...]] = set()  # (layout start, margin tag) climbed from
         self._stop: Stop | None = None  # the stopping rule, once it applies
-        self._stopped: tuple[Any, ...] | None = (
-            None  # (the history it was judged on, its Stop): stopping()
-        )
+        # (the history it was judged on, its Stop): stopping()
+        self._stopped: tuple[Any, ...] | None = None
         self._would_compile: Callable[[Config], bool] | None = None  # the last history's
         self._verdicts: dict[Config, bool] = {}  # its answers so far (guide/untried.py)
         self._forecasts: Forecasts = {}  # each compile as the model before it saw it
@@ -193,9 +192,8 @@ class Guide:
         """The next configuration to compile and why, or None. `confidence`: the chance to fit
         the candidates are climbed at, and, before any compile, the least a proposal needs
         (a calibrated study's first compile asks more: guide/first_trials.py)."""
-        if (
-            history.would_compile != self._would_compile
-        ):  # a bound method is made anew at each access
+        # != : a bound method is made anew at each access
+        if history.would_compile != self._would_compile:
             self._would_compile, self._verdicts = history.would_compile, {}
         out = self._choose(history, confidence)
         self._stopped = (_key(history), self._stop)
@@ -226,13 +224,11 @@ class Guide:
             for c, m in measured
             if m.feasible and m.failure is None and m.throughput
         ]
-        best = bar(
-            model, fitting
-        )  # the measured best as the model sees it, and the noise (guide/gain.py)
+        # the measured best as the model sees it, and the noise (guide/gain.py)
+        best = bar(model, fitting)
         self._gather_edges(seen, best, widths)
-        least = (
-            confidence if not seen else 0.0
-        )  # no compile yet: the prior alone must make it likely
+        # no compile yet: the prior alone must make it likely
+        least = confidence if not seen else 0.0
         done = {c for c, _ in measured}
         pending = [c for c in asked if c not in done]  # compiling elsewhere, or enqueued
         worth = {}
@@ -388,9 +384,8 @@ class Guide:
         layouts: dict[tuple[Any, ...], Config] = {}
         model.prefetch(self.pool)
         for c in self.pool:
-            key = layout(
-                c
-            )  # a pipeline and a sharded model on the same IPUs are different layouts
+            # a pipeline and a sharded model on the same IPUs are different layouts
+            key = layout(c)
             if key not in layouts or model.score(c) > model.score(layouts[key]):
                 layouts[key] = c
         for c in layouts.values():
