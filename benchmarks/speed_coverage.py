@@ -107,7 +107,9 @@ def run_draw(
     )
     measured = [(r.config, r.measurement) for r in st.records(study)]
     seen = observe(guide.screen, measured)
-    model = CorrectedModel(guide.screen, seen, DEFAULT_HEADROOM, spreads=guide.spreads(seen))
+    model = CorrectedModel(
+        guide.screen, seen, DEFAULT_HEADROOM, memory_factor=guide.memory_factor(seen)
+    )
     noise = model.speed_effects.effects.noise
     targets = [("best known", best_config)] if best_config is not None else []
     targets += [("random", c) for c in _fitting_random(problem, oracle, space, randoms, draw_id)]

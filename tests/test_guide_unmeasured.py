@@ -14,11 +14,11 @@ from testing import RESNET50_4IPU_SGD as PROBLEM, not_none
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.guide.apart import layout
-from ipu_autotune.guide.corrected import CorrectedModel, Spreads, observe
+from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.features import GROUPS
 from ipu_autotune.guide.gain import bar, expected_improvement
 from ipu_autotune.guide.guide import Guide, GuideSettings
-from ipu_autotune.guide.hindsight import spreads
+from ipu_autotune.guide.hindsight import memory_factor
 from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
@@ -160,22 +160,22 @@ def test_tiles_the_model_did_not_foresee_widen_what_no_compile_held(regions: Any
     guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
 
     def widths(measured: Any) -> Any:
-        return spreads(guide.screen, observe(guide.screen, measured), 0.05)
+        return memory_factor(guide.screen, observe(guide.screen, measured), 0.05)
 
-    assert widths(scattered(profile, configs, 0.0, 0.0)) == Spreads(1.0)
-    assert widths(scattered(profile, configs, 0.4, 0.0)) == Spreads(1.0)  # speed alone
+    assert widths(scattered(profile, configs, 0.0, 0.0)) == 1.0
+    assert widths(scattered(profile, configs, 0.4, 0.0)) == 1.0  # speed alone
     both = scattered(profile, configs, 0.4, 0.3)
     wide = widths(both)
-    assert wide.memory > 1.2
+    assert wide > 1.2
     seen = observe(guide.screen, both)
     plain = CorrectedModel(guide.screen, seen, 0.05)
-    widened = CorrectedModel(guide.screen, seen, 0.05, spreads=wide)
+    widened = CorrectedModel(guide.screen, seen, 0.05, memory_factor=wide)
     for c in untouched:
         assert widened.speed_sd(c) == plain.speed_sd(c)
         m = not_none(guide.screen(c))
         (mu, sd), *_ = plain.tiles(c, m)[0]
-        assert sd > 0 and widened.tiles(c, m)[0][0] == pytest.approx((mu, wide.memory * sd))
+        assert sd > 0 and widened.tiles(c, m)[0][0] == pytest.approx((mu, wide * sd))
     likely = [c for c in untouched if 0.5 < plain.chance(c) < 1.0]
     assert likely and all(widened.chance(c) < plain.chance(c) for c in likely)
     # what the guide proposes is judged with the widened spreads
-    assert guide.spreads(seen) == wide
+    assert guide.memory_factor(seen) == wide

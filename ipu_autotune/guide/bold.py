@@ -19,7 +19,7 @@ from typing import Any
 from ..problem import Config
 from ..search.space import SearchSpace
 from .apart import layout
-from .corrected import AS_MODELLED, CorrectedModel, Judgement, Observation, Spreads
+from .corrected import CorrectedModel, Judgement, Observation
 from .corrected_screen import CorrectedScreen
 from .gain import expected_improvement
 from .pairs import best_pair
@@ -39,9 +39,9 @@ class BetModel(CorrectedModel):
     memory where the model is unsure."""
 
     def __init__(
-        self, screen: Screen, observations: list[Observation], spreads: Spreads = AS_MODELLED
+        self, screen: Screen, observations: list[Observation], memory_factor: float = 1.0
     ):
-        super().__init__(screen, observations, 0.0, spreads=spreads)
+        super().__init__(screen, observations, 0.0, memory_factor=memory_factor)
         self.bets: dict[Config, Judgement | None] = {}
 
     def judge(self, config: Config) -> Judgement | None:
@@ -87,9 +87,9 @@ class GainModel(BetModel):
         screen: Screen,
         observations: list[Observation],
         best: float,
-        spreads: Spreads = AS_MODELLED,
+        memory_factor: float = 1.0,
     ):
-        super().__init__(screen, observations, spreads)
+        super().__init__(screen, observations, memory_factor)
         self.best = best
 
     def judge(self, config: Config) -> Judgement | None:

@@ -78,17 +78,6 @@ class Judgement:
 
 
 @dataclass(frozen=True)
-class Spreads:
-    """Factors on the model's spreads of what no compile measured (guide/hindsight.py)."""
-
-    memory: float = 1.0  # on a busiest tile's spread beyond the compiles' own tiles
-
-
-#: the model's spreads as they are
-AS_MODELLED = Spreads()
-
-
-@dataclass(frozen=True)
 class Observation:
     config: Config
     memory_ratio: float | None  # measured / estimated busiest tile (worst IPU)
@@ -153,13 +142,14 @@ class CorrectedModel:
         headroom: float,
         hedge: float = 0.0,
         confidence: float = FIT_CONFIDENCE,
-        spreads: Spreads = AS_MODELLED,
+        memory_factor: float = 1.0,
     ):
         """`hedge`: extra memory margin (fraction of a tile) while nothing has been compiled:
-        parallel workers proposing while others' compiles run spread their bets. `spreads`:
-        how much wider what no compile measured is than the model says (guide/hindsight.py)."""
+        parallel workers proposing while others' compiles run spread their bets.
+        `memory_factor`: how much wider than the model says the spreads of tiles no compile
+        held are (guide/hindsight.py)."""
         self.screen, self.headroom, self.hedge = screen, headroom, hedge
-        self.spreads = spreads
+        self.memory_factor = memory_factor
         self.memory = [
             (o.config, o.memory_ratio) for o in observations if o.memory_ratio is not None
         ]
@@ -263,7 +253,7 @@ class CorrectedModel:
                 for i, (mu, _) in enumerate(tiles)
             ], 1.0 - self.hedge
         effects = self.memory_effects.at_levels(config, range(len(tiles)))  # one per tile
-        widen = self.spreads.memory
+        widen = self.memory_factor
         return [
             (mu + residual, widen * math.sqrt(sd * sd + spread * spread))
             for (mu, sd), (residual, spread) in zip(tiles, effects, strict=True)

@@ -45,12 +45,11 @@ from .corrected import (
     CorrectedModel,
     Judgement,
     Observation,
-    Spreads,
     observe,
 )
 from .corrected_screen import CorrectedScreen
 from .gain import bar, expected_improvement
-from .hindsight import Forecasts, spreads
+from .hindsight import Forecasts, memory_factor
 from .moves import combined_changes
 from .pairs import best_pair, merged
 from .prior import GuidePrior
@@ -205,14 +204,14 @@ class Guide:
         # Before any compile has returned, the first round (guide/blind.py); serially, a
         # calibration store's prior is the better guide (guide/first_trials.py).
         first_round = not seen and (history.running > 0 or self.screen.prior is None)
-        widths = self.spreads(seen)
+        widen = self.memory_factor(seen)
         model = CorrectedModel(
             self.screen,
             seen,
             self.headroom,
             HEDGE if first_round else 0.0,
             confidence=confidence,
-            spreads=widths,
+            memory_factor=widen,
         )
         self._gather(model, measured, confidence)
         self._stop = None
@@ -226,7 +225,7 @@ class Guide:
         ]
         # the measured best as the model sees it, and the noise (guide/gain.py)
         best = bar(model, fitting)
-        self._gather_edges(seen, best, widths)
+        self._gather_edges(seen, best, widen)
         # no compile yet: the prior alone must make it likely
         least = confidence if not seen else 0.0
         done = {c for c, _ in measured}
@@ -301,20 +300,22 @@ class Guide:
         tag = model.hedge if confidence == FIT_CONFIDENCE else (model.hedge, confidence)
         self._climb_layouts(model, corrected, tag)
 
-    def spreads(self, seen: list[Observation]) -> Spreads:
-        """How much wider than the model says the tiles no compile held are: each compile as
-        the model of the compiles before it foresaw it (guide/hindsight.py)."""
-        return spreads(self.screen, seen, self.headroom, self._forecasts)
+    def memory_factor(self, seen: list[Observation]) -> float:
+        """How much wider than the model says the spreads of tiles no compile held are: each
+        compile as the model of the compiles before it foresaw it (guide/hindsight.py)."""
+        return memory_factor(self.screen, seen, self.headroom, self._forecasts)
 
-    def _gather_edges(self, seen: list[Observation], best: float, widths: Spreads) -> None:
+    def _gather_edges(self, seen: list[Observation], best: float, widen: float) -> None:
         """Candidates a climb at the learnt margin never reaches: every layout climbed at the
         edge of memory (EDGE_CONFIDENCE), and from each layout's fastest candidate were it to
         fit (guide/bold.py) on expected throughput and on the rule itself, expected gain."""
-        edge = CorrectedModel(self.screen, seen, 0.0, confidence=EDGE_CONFIDENCE, spreads=widths)
+        edge = CorrectedModel(
+            self.screen, seen, 0.0, confidence=EDGE_CONFIDENCE, memory_factor=widen
+        )
         self._climb_layouts(edge, CorrectedScreen(edge, self.neighbours), "edge")
         for model in (
-            BetModel(self.screen, seen, widths),
-            GainModel(self.screen, seen, best, widths),
+            BetModel(self.screen, seen, widen),
+            GainModel(self.screen, seen, best, widen),
         ):
             # again as compiles teach the model: a start's best bet moves
             tag = (type(model).__name__, len(seen))

@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 
 from ..problem import Config
-from .corrected import CorrectedModel, Observation, Spreads
+from .corrected import CorrectedModel, Observation
 from .trust import PRIOR_COMPILES
 from .warmstart import Screen
 
@@ -53,9 +53,9 @@ def forecast_error(model: CorrectedModel, observation: Observation) -> float | N
     return sum(z2) / len(z2) if z2 else None
 
 
-def spreads(
+def memory_factor(
     screen: Screen, seen: Sequence[Observation], headroom: float, cache: Forecasts | None = None
-) -> Spreads:
+) -> float:
     """The factor on the corrected model's memory spreads: each compile in `seen` (in the
     order measured) forecast by the model of those before it. `cache`: forecasts kept across
     calls (a study's next proposal adds one compile; its forecast is the last one's model's)."""
@@ -72,8 +72,4 @@ def spreads(
             )
         if (error := cache[key]) is not None:
             errors.append(error)
-    return Spreads(memory=_factor(errors))
-
-
-def _factor(z2: Sequence[float]) -> float:
-    return max(1.0, math.sqrt((PRIOR_COMPILES + sum(z2)) / (PRIOR_COMPILES + len(z2))))
+    return max(1.0, math.sqrt((PRIOR_COMPILES + sum(errors)) / (PRIOR_COMPILES + len(errors))))
