@@ -241,9 +241,8 @@ class _Advised:
         return self.oracle.evaluate(problem, self.prepare(config))
 
 
-def _measuring(problem: Problem, oracle: HiddenIPU) -> HiddenIPU:
+def _measuring(oracle: HiddenIPU, prepare: Callable[[Config], Config] | None) -> HiddenIPU:
     """The oracle the best-known search measures with (search_setup's numerics applied)."""
-    _, prepare = search_setup(problem)
     return oracle if prepare is None else cast(HiddenIPU, _Advised(oracle, prepare))
 
 
@@ -446,7 +445,7 @@ def best_known(
     """
     profile = profile_for(problem)
     space, prepare = search_setup(problem)
-    oracle = _measuring(problem, oracle)
+    oracle = _measuring(oracle, prepare)
     baseline = naive_baseline(problem, profile)
     screen = OracleScreen(problem, profile, oracle, space)
     best: list[Any] = [None, "none", None]
@@ -520,8 +519,8 @@ def reference_inputs(
     baseline and its single changes), so a change to the hidden IPU, the estimator or the
     space misses."""
     profile = profile_for(problem)
-    space, _ = search_setup(problem)
-    measuring = _measuring(problem, oracle)
+    space, prepare = search_setup(problem)
+    measuring = _measuring(oracle, prepare)
     baseline = naive_baseline(problem, profile)
     probes = [baseline] + [c for _, c in single_changes(space, problem, profile, baseline)]
     answers = []
@@ -558,7 +557,8 @@ def cached_best_known(
 ) -> tuple[float | None, str, Config | None]:
     """best_known, kept on disk per (problem, hidden kind and seed, trials, kicks) under
     REFERENCE_CACHE, keyed by reference_key."""
-    numerics = "" if search_setup(problem)[1] is None else "-advised"
+    _, prepare = search_setup(problem)
+    numerics = "" if prepare is None else "-advised"
     path = (
         REFERENCE_CACHE
         / f"{problem.slug}-{type(oracle).__name__}-{seed}-{trials}-{kicks}{numerics}.json"
@@ -573,9 +573,8 @@ def cached_best_known(
             # The key's probes can all be out of memory (BERT's baseline and its single changes),
             # so a change to the estimator's speed alone would not miss: the stored best must
             # also still measure what it measured.
-            measuring = _measuring(problem, oracle)
             if data["key"] == key and _still_measures(
-                problem, measuring, config, data["reference"]
+                problem, _measuring(oracle, prepare), config, data["reference"]
             ):
                 return data["reference"], data["source"], config
     found = best_known(problem, oracle, seed, trials, kicks)

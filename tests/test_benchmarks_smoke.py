@@ -859,7 +859,7 @@ def test_advised_numerics_are_set_as_tune_sets_them_in_runs_and_best_known(
     assert got.stochastic_rounding == advice.stochastic_rounding.recommend
     assert got.partials == advice.partials.recommend
     oracle = random_ipus.FAMILIES["regions"][0](50000)
-    measuring = se._measuring(problem, oracle)
+    measuring = se._measuring(oracle, prepare)
     assert measuring.evaluate(problem, half) == oracle.evaluate(problem, got)
     bert = se.PROBLEMS["bert-base-sl128-mb8-4ipu"]
     bert_space, bert_prepare = se.search_setup(bert)  # token inputs: no advice
