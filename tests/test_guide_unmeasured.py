@@ -14,12 +14,19 @@ from testing import RESNET50_4IPU_SGD as PROBLEM, not_none
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
 from ipu_autotune.guide.apart import layout
-from ipu_autotune.guide.corrected import CorrectedModel, observe
-from ipu_autotune.guide.features import GROUPS
+from ipu_autotune.guide.corrected import (
+    SPEED_EFFECT,
+    SPEED_GROUP_EFFECT,
+    SPEED_NOISE,
+    CorrectedModel,
+    observe,
+)
+from ipu_autotune.guide.features import GROUPS, featurizer_for
 from ipu_autotune.guide.gain import bar, expected_improvement
 from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.hindsight import memory_factor
 from ipu_autotune.guide.proposal import History
+from ipu_autotune.guide.residuals import Residuals
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
 from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
@@ -95,6 +102,25 @@ def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was
     # so the next compile leaves the region the study settled in: its structural choices
     pick = guide.propose(History.of(measured))
     assert pick is not None and structure(pick.config) not in {structure(c) for c in settled}
+
+
+def test_trust_decays_for_every_knob_not_only_for_the_regions(regions: Any) -> None:
+    """A study's misfit widens every prior spread but the constant's (which every compile
+    measures): before any compile, a config's spread beyond the constant's is `widen` times
+    as wide, so a knob no compile moved is as unsure as the estimator is on this IPU, not
+    only the regions (groups of structural choices, combinations of knob values)."""
+    profile, _, first, settled, untouched = regions
+    features = featurizer_for(profile)
+
+    def spread(config: Any, widen: float) -> float:
+        effects = Residuals(
+            features, [], SPEED_EFFECT, SPEED_NOISE, group_unit=SPEED_GROUP_EFFECT, widen=widen
+        )
+        return effects(config)[1]
+
+    for c in [first, settled[0], *untouched]:
+        beyond = [spread(c, w) ** 2 - SPEED_EFFECT**2 for w in (1.0, 2.5)]
+        assert beyond[1] == pytest.approx(2.5**2 * beyond[0])
 
 
 def test_a_gain_within_the_learnt_noise_is_worth_nothing() -> None:

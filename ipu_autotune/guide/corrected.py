@@ -53,9 +53,9 @@ KNOWN_TILE_SD = 0.01
 SPEED_EFFECT, SPEED_NOISE = 0.05, 0.03
 #: the prior spread of a group of structural choices' effect on log throughput (a layout; it
 #: with its precision, optimizer and recomputation: features.GROUPS): the estimator's error
-#: between published configurations (guide/trust.py). The regions' spreads (these, and the
-#: interactions' over combinations of knob values) are widened by the study's misfit: an
-#: IPU the estimator is far off is as far off in the regions nothing was compiled in
+#: between published configurations (guide/trust.py). Every term's prior spread (these, the
+#: knobs' and the interactions' over combinations of knob values) is widened by the study's
+#: misfit: an IPU the estimator is far off is as far off where nothing was compiled
 SPEED_GROUP_EFFECT = CALIBRATED_SD
 #: the same on a busiest tile beyond the learnt memory parts (fraction of a tile, scaled by a
 #: store's prior as LOCAL_MEMORY_SD is); a compile's tiles are exact, so almost no scatter. The

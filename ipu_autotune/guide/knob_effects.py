@@ -21,8 +21,9 @@ Groups of structural choices (a layout; it with its precision, optimizer and rec
 features.GROUPS) are levels of their own, each a term with a spread of its own: the
 estimator's errors differ most between such regions, so a region no compile reached is as
 unsure as the estimator's error between configurations (guide/trust.py), and one compile in a
-region teaches all of it. The terms of regions (the groups' and the interactions') start wider
-on an IPU the compiles show far off the estimator (`widen`: the study's misfit). With
+region teaches all of it. Every term but the constant (each knob's, the groups' and the
+interactions') starts wider on an IPU the compiles show far off the estimator (`widen`: the
+study's misfit), so a knob no compile moved is as unsure as the estimator is here. With
 `learn_noise`, a compile's own scatter is fitted too, as a spread with its own prior.
 
 With the estimator as the prior mean (r = 0), every knob starts with the same prior spread,
@@ -118,7 +119,7 @@ class KnobEffects:
     prior median `noise`); `group_levels`: the level columns that are groups of structural
     choices, their prior spread `group_unit` (the interactions' too; without it, they start
     at half the unit);
-    `widen`: a factor on the groups' and the interactions' prior spreads (guide/trust.py)."""
+    `widen`: a factor on every prior spread but the constant's (guide/trust.py)."""
 
     def __init__(
         self,
@@ -148,13 +149,15 @@ class KnobEffects:
         self.unit, self.noise, self.log_spread_sd = unit, noise, log_spread_sd
         # terms: the constant, one per numeric knob, one per level (a level of a group of
         # structural choices at `group_unit`), and the interactions of two and of three knobs
-        # (at `group_unit`; without one, at half the unit). The terms of regions, the groups'
-        # and the interactions' (combinations of knob values), are `widen`ed: guide/trust.py
+        # (at `group_unit`; without one, at half the unit). All but the constant (which every
+        # compile measures) are `widen`ed: guide/trust.py
         self._group_levels = set(group_levels)
         region = unit if group_unit is None else group_unit
         interaction = unit / 2 if group_unit is None else group_unit
         spreads = np.array(
-            [unit] * (1 + len(self.groups) + knob_levels) + [interaction * widen] * ORDERS
+            [unit]
+            + [unit * widen] * (len(self.groups) + knob_levels)
+            + [interaction * widen] * ORDERS
         )
         for column in group_levels:
             spreads[1 + len(self.groups) + column] = region * widen
