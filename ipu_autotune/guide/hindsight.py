@@ -25,12 +25,11 @@ test_guide_knob_effects.py), with no gain on the region family's searches.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from ..problem import Config
 from .corrected import CorrectedModel, Observation
-from .trust import PRIOR_COMPILES
+from .trust import excess
 from .warmstart import Screen
 
 #: (the configs compiled before, the one forecast) -> its tiles' mean z^2 (None: no spread)
@@ -72,4 +71,4 @@ def memory_factor(
             )
         if (error := cache[key]) is not None:
             errors.append(error)
-    return max(1.0, math.sqrt((PRIOR_COMPILES + sum(errors)) / (PRIOR_COMPILES + len(errors))))
+    return excess(errors)

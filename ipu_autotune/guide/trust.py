@@ -36,9 +36,17 @@ PRIOR_COMPILES = 2
 
 def misfit(calls: Sequence[CallTime]) -> float:
     """The factor (at least 1) by which the compiles' errors exceed the calibrated error."""
-    z2 = [
-        (math.log(c.combined(1.0, 1.0) / c.measured_s) / CALIBRATED_SD) ** 2
-        for c in calls
-        if c.measured_s
-    ]
+    return excess(
+        [
+            (math.log(c.combined(1.0, 1.0) / c.measured_s) / CALIBRATED_SD) ** 2
+            for c in calls
+            if c.measured_s
+        ]
+    )
+
+
+def excess(z2: Sequence[float]) -> float:
+    """The factor (at least 1) on a spread whose errors, in that spread, squared, are `z2`:
+    sqrt((PRIOR_COMPILES + sum z^2) / (PRIOR_COMPILES + n)), the inverse-gamma posterior
+    mean of their variance ratio (guide/hindsight.py applies it to the memory forecasts)."""
     return max(1.0, math.sqrt((PRIOR_COMPILES + sum(z2)) / (PRIOR_COMPILES + len(z2))))
