@@ -264,9 +264,9 @@ def test_the_second_compile_learns_from_the_baselines(factor: float) -> None:
 @pytest.mark.slow
 def test_a_compiles_tiles_are_known_across_knobs_that_do_not_change_them() -> None:
     """A config that differs from a compiled one only in knobs that leave its tiles as they
-    are (device iterations, the loader; or any knob the estimator gives the same tiles to the
-    byte) has that compile's tiles: its chance to fit is the compile's (the guide compiled
-    three such variants of one OOM config, each at "41 % chance to fit")."""
+    are (device iterations, the loader) has that compile's tiles: its chance to fit is the
+    compile's (the guide compiled three such variants of one OOM config, each at "41 %
+    chance to fit")."""
     from ipu_autotune.guide.corrected import CorrectedModel, observe
 
     guide, done = _guided_run(2.6, 6)
@@ -333,6 +333,50 @@ def test_a_program_a_compile_fitted_fits_even_at_the_edge_of_memory() -> None:
     )
     model = CorrectedModel(guide.screen, observe(guide.screen, [(config, over)]), 0.05)
     assert all(model.chance(t) == 0.0 for t in twins)  # and a program that ran out does so again
+
+
+@pytest.mark.slow
+def test_a_tile_memory_knob_the_estimate_sees_no_bytes_in_keeps_its_spread() -> None:
+    """A config one tile-memory knob from a compile that ran out at 1.03 of a tile, where the
+    estimate gives the same bytes to the byte, is not that compile's program: the knob may
+    move the tiles though the estimator sees nothing in it (on the knob-response family an
+    available memory proportion twin of a compile at 0.97 was judged certain to fit, from
+    the estimate's bytes alone, and ran out). It keeps the knob's prior spread: a chance to
+    fit, not the 0.1 % a spread of a hundredth of a tile gave it."""
+    from dataclasses import replace
+
+    from ipu_autotune.guide.apart import memory_distance
+    from ipu_autotune.guide.corrected import CorrectedModel, observe
+
+    guide, done = _guided_run(1.0, 3)
+    estimated_alike = []
+    for r in done:
+        config, m = r.config, r.measurement
+        if not m.max_tile_bytes or m.failure not in (None, "oom"):
+            continue
+        nominal = guide.screen(config)
+        for _, c in guide.screen.candidates(guide.space, config):
+            twin = guide.screen(c)
+            if (
+                memory_distance(c, config) >= 1
+                and twin is not None
+                and twin.max_tile_bytes == nominal.max_tile_bytes
+                and twin.breakdown == nominal.breakdown
+            ):
+                estimated_alike.append((config, m, c))
+    assert estimated_alike, "no tile-memory knob change the estimate gives the same bytes"
+    for config, m, twin in estimated_alike:
+        cap = m.tile_capacity_bytes
+        over = replace(
+            m,
+            feasible=False,
+            failure="oom",
+            throughput=None,
+            max_tile_bytes=[int(1.03 * cap)] + [int(0.5 * cap)] * (len(m.max_tile_bytes) - 1),
+        )
+        model = CorrectedModel(guide.screen, observe(guide.screen, [(config, over)]), 0.05)
+        assert not model.tiles_known(twin)
+        assert 0.05 < model.chance(twin) < 0.5, (twin, model.chance(twin))
 
 
 @pytest.mark.slow

@@ -43,11 +43,6 @@ FIT_CONFIDENCE = 0.8
 #: spread (fraction of a tile) of a config's busiest tile around the learnt memory parts where
 #: no compile is near: knobs the compiles did not vary can add what the parts do not express
 LOCAL_MEMORY_SD = 0.05
-#: spread (fraction of a tile) of a busiest tile a compile held in the estimate only (the same
-#: tiles to the byte with other tile-memory knobs: CorrectedModel.tiles_known): a knob the
-#: estimator sees no memory in may move them a little. With the same tile-memory knobs the
-#: program on the tiles is the same, and so are its tiles: no spread at all
-KNOWN_TILE_SD = 0.01
 #: the knob-effect models (guide/knob_effects.py): a knob's prior spread of effect on the log
 #: of a config's throughput, and a compile's own scatter around the model (run-to-run jitter)
 SPEED_EFFECT, SPEED_NOISE = 0.05, 0.03
@@ -237,21 +232,6 @@ class CorrectedModel:
         ):  # the tiles a compile of this very program measured: it fits as that one did
             return [(max(t[i] for t in same_program), 0.0) for i in range(ipus)], 1.0 - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
-        apart = self._apart(config, m)
-        if 0 in apart:  # tiles a compile held, to the byte as far as the estimate tells
-            # _apart: one entry per memory residual
-            held = [
-                r
-                for d, (_, r) in zip(apart, self.memory_residuals, strict=True)
-                if d == 0 and len(r) == len(tiles)
-            ]
-            # each compile that held them is a draw of how far the knobs the estimator sees no
-            # memory in move them: their mean is known the better the more compiles held them
-            sd = KNOWN_TILE_SD / math.sqrt(max(1, len(held)))
-            return [
-                (mu + sum(r[i] for r in held) / len(held) if held else mu, sd)
-                for i, (mu, _) in enumerate(tiles)
-            ], 1.0 - self.hedge
         effects = self.memory_effects.at_levels(config, range(len(tiles)))  # one per tile
         widen = self.memory_factor
         return [
@@ -260,29 +240,12 @@ class CorrectedModel:
         ], 1.0 - self.hedge
 
     def tiles_known(self, config: Config) -> bool:
-        """Whether a compile held this config's very tiles (tiles): compiling it cannot
-        teach memory, and its chance to fit is that compile's."""
-        m = self.screen(config)
-        return m is not None and 0 in self._apart(config, m)
-
-    def _apart(self, config: Config, m: Measurement) -> list[int]:
-        """Per compile with tiles (memory_residuals): how many knobs that change what the tiles
-        hold set it apart from this config (how far its residual carries), 0 when it held this
-        config's very tiles: the same tile-memory knobs, or tiles the estimate gives to the byte
-        (`m`: the config's nominal estimate; a knob that changes nothing here)."""
-        out = []
-        for c, _ in self.memory_residuals:
-            apart = memory_distance(config, c)
-            if apart:
-                estimated = self.screen(c)
-                if (
-                    estimated is not None
-                    and estimated.max_tile_bytes == m.max_tile_bytes
-                    and estimated.breakdown == m.breakdown
-                ):
-                    apart = 0
-            out.append(apart)
-        return out
+        """Whether a compile held this config's very tiles (the same knobs that change what
+        the tiles hold: apart.memory_distance 0): compiling it cannot teach memory, and it
+        fits as that compile did. A tile-memory knob the estimate gives the same bytes at
+        another value is not such a knob: the estimator seeing no memory in it here is a
+        claim the knob-effect model weighs (its prior spread), not a fact."""
+        return any(memory_distance(config, c) == 0 for c, _ in self.compiled_tiles)
 
     def prefetch(self, configs: Iterable[Config]) -> None:
         """The knob effects of many candidates predicted at once (`judge` then reads them): the
