@@ -224,9 +224,7 @@ class CorrectedModel:
         if not self.learnt_memory:
             return [(t / cap, 0.0) for t in m.max_tile_bytes], 1.0 - self.headroom - self.hedge
         ipus = len(m.max_tile_bytes)
-        same_program = [
-            t for c, t in self.compiled_tiles if memory_distance(config, c) == 0 and len(t) == ipus
-        ]
+        same_program = [t for t in self._same_program(config) if len(t) == ipus]
         if (
             same_program
         ):  # the tiles a compile of this very program measured: it fits as that one did
@@ -245,7 +243,12 @@ class CorrectedModel:
         fits as that compile did. A tile-memory knob the estimate gives the same bytes at
         another value is not such a knob: the estimator seeing no memory in it here is a
         claim the knob-effect model weighs (its prior spread), not a fact."""
-        return any(memory_distance(config, c) == 0 for c, _ in self.compiled_tiles)
+        return bool(self._same_program(config))
+
+    def _same_program(self, config: Config) -> list[list[float]]:
+        """The busiest tiles per IPU of every compile of this config's program on the tiles
+        (the same tile-memory knobs: apart.memory_distance 0)."""
+        return [t for c, t in self.compiled_tiles if memory_distance(config, c) == 0]
 
     def prefetch(self, configs: Iterable[Config]) -> None:
         """The knob effects of many candidates predicted at once (`judge` then reads them): the
