@@ -336,6 +336,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kicks", type=int, default=20)
     ap.add_argument("--problems", nargs="+", choices=list(se.PROBLEMS), default=list(se.PROBLEMS))
     ap.add_argument(
+        "--numerics",
+        choices=("searched", "advised"),
+        default="searched",
+        help="as random_ipus.py's: searched like any knob (the default), or set by the "
+        "numerics advice in the walks, the guide's run and the best-known search (as `tune` "
+        "runs by default; the region family's figures are measured so)",
+    )
+    ap.add_argument(
         "--json", type=Path, default=None, help="also write every walk's compiles here"
     )
     ap.add_argument(
@@ -344,12 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.problems, args.draws, args.set = se.QUICK_PROBLEMS[:1], 1, "develop"
+    se.NUMERICS = args.numerics  # one process: every walk and best-known search reads it
     t0 = time.perf_counter()
     common.header(
         "Searches with perfect local knowledge (issue 41's yardstick)",
         "oracle_walk.py",
         sys.argv[1:] if argv is None else argv,
     )
+    print(f"numerics {args.numerics}\n")
     first_id = (
         ri.FAMILIES[args.family][1][args.set] if args.first_draw is None else args.first_draw
     )

@@ -487,6 +487,7 @@ def test_speed_coverage_quick() -> None:
 
 def test_oracle_walk_quick() -> None:
     text = run("oracle_walk.py", "--quick")
+    assert "\nnumerics searched\n" in text  # the default, as random_ipus.py's
     rows = table(text, "Within 5 % of the best known")
     assert [(r["problem"], r["oracle"]) for r in rows] == [
         ("resnet101-mb64-64px-2ipu", o)
