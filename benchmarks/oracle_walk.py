@@ -40,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
+import random_hidden
 import random_ipus as ri
 import search_efficiency as se
 from ascent import OracleScreen, knob_changes, single_moves
@@ -327,9 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--first-draw",
         type=int,
-        default=None,
-        help="the first draw id (default: the set's first); the cached best-knowns decide what "
-        "is quick",
+        default=0,
+        help="skip the set's first N draws, as random_ipus.py's (report 16: ids 60016 on, on "
+        "the regions); the cached best-knowns decide what is quick",
     )
     ap.add_argument("--budget", type=int, default=ri.NEAR_WITHIN)
     ap.add_argument("--reference-trials", type=int, default=30)
@@ -360,13 +361,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv,
     )
     print(f"numerics {args.numerics}\n")
-    first_id = (
-        ri.FAMILIES[args.family][1][args.set] if args.first_draw is None else args.first_draw
+    ids = random_hidden.draw_ids(
+        args.set, args.draws, args.first_draw, ri.FAMILIES[args.family][1]
     )
     jobs = [
-        (k, first_id + d, args.budget, args.reference_trials, args.kicks, args.family)
+        (k, draw_id, args.budget, args.reference_trials, args.kicks, args.family)
         for k in args.problems
-        for d in range(args.draws)
+        for draw_id in ids
     ]
     results = [run_draw(j) for j in jobs]
     print(report(results, args.budget))
