@@ -338,8 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", nargs="+", choices=list(se.PROBLEMS), default=list(se.PROBLEMS))
     ap.add_argument(
         "--numerics",
-        choices=("searched", "advised"),
-        default="searched",
+        choices=se.NUMERICS_MODES,
+        default=se.NUMERICS_MODES[0],
         help="as random_ipus.py's: searched like any knob (the default), or set by the "
         "numerics advice in the walks, the guide's run and the best-known search (as `tune` "
         "runs by default; the region family's figures are measured so)",

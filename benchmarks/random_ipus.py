@@ -390,8 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--numerics",
-        choices=("searched", "advised"),
-        default="searched",
+        choices=se.NUMERICS_MODES,
+        default=se.NUMERICS_MODES[0],
         help="loss scaling, stochastic rounding and partials: searched, in the space (as "
         "`tune --no-numerics`; the default), or advised, as `tune` runs by default: set by "
         "the numerics advice in every strategy's runs and the best-known search (searched "

@@ -205,7 +205,8 @@ def gp_sampler(seed: int) -> optuna.samplers.BaseSampler:
 #: --no-numerics` runs); or "advised", as `tune` runs by default (commands/tune_steps.
 #: with_numerics): the numerics advice sets them on every candidate and the space no longer
 #: holds them; where the advice cannot be measured (BERT's token inputs), searched
-NUMERICS = "searched"
+NUMERICS_MODES = ("searched", "advised")
+NUMERICS = NUMERICS_MODES[0]
 
 
 @functools.cache
