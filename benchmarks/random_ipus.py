@@ -97,9 +97,10 @@ DEFAULT_STRATEGIES = {
 
 def run_draw(args: tuple[Any, ...]) -> dict[str, Any]:
     """One (problem, draw): the best-known search, then each strategy. Picklable for a pool."""
-    key, draw_id, budget, reference_trials, kicks, use_cache, strategies, family, numerics = args
+    key, draw_id, budget, reference_trials, kicks, use_cache, strategies, family = args[:8]
     common.quiet_optuna()
-    se.NUMERICS = numerics  # a spawned worker starts from the module's default
+    # a spawned worker starts from the module's defaults
+    se.NUMERICS, se.SAMPLER_STARTUP = args[8:]
     problem = se.PROBLEMS[key]
     oracle = FAMILIES[family][0](draw_id)
     t0 = time.perf_counter()
@@ -398,6 +399,14 @@ def main(argv: list[str] | None = None) -> int:
         "where it cannot be measured: BERT)",
     )
     ap.add_argument(
+        "--startup-trials",
+        type=int,
+        default=se.SAMPLER_STARTUP,
+        metavar="N",
+        help="random trials TPE and GPSampler draw before they model any (default "
+        f"{se.SAMPLER_STARTUP}, Optuna's: with budget 10 both are then random search)",
+    )
+    ap.add_argument(
         "--json", type=Path, default=None, help="also write every run's raw results here"
     )
     ap.add_argument(
@@ -420,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         "running nothing",
     )
     args = ap.parse_args(argv)
+    if args.startup_trials < 1:
+        ap.error(f"--startup-trials must be at least 1, got {args.startup_trials}")
     if args.compare:
         try:
             a, b = (json.loads(path.read_text()) for path in args.compare)
@@ -491,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         f"draw set: {args.set} (ids {ids[0]}-{ids[-1]}; {use}); "
         f"family: {args.family}; {len(keys)} problem(s) x {draws} draw(s); budget {budget} "
         f"compiles; best known from climbs, a {trials}-trial TPE run and {kicks} kicks on each "
-        f"hidden IPU; numerics {args.numerics}; mechanisms: {', '.join(MECHANISMS)}{layer}\n",
+        f"hidden IPU; numerics {args.numerics}; TPE and GPSampler start with "
+        f"{args.startup_trials} random trials; mechanisms: {', '.join(MECHANISMS)}{layer}\n",
         flush=True,
     )
     start = time.perf_counter()
@@ -506,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
             strategies,
             args.family,
             args.numerics,
+            args.startup_trials,
         )
         for k in keys
         for d in ids

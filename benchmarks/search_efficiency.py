@@ -188,15 +188,24 @@ def _stored_constraint(trial: optuna.trial.FrozenTrial) -> list[float]:
     return list(trial.system_attrs.get(CONSTRAINTS_KEY, [0.0]))
 
 
+#: trials TPE and GPSampler draw at random before they model any (their n_startup_trials;
+#: Optuna's default, 10, is a whole 10-compile budget: both are then random search)
+SAMPLER_STARTUP = st.STARTUP_TRIALS
+
+
 def gp_sampler(seed: int) -> optuna.samplers.BaseSampler:
     """Optuna's GPSampler with the out-of-memory constraint (its `constraints_func`:
-    optuna/samplers/_gp/sampler.py, the log chance of feasibility added to log EI)."""
+    optuna/samplers/_gp/sampler.py, the log chance of feasibility added to log EI), after
+    SAMPLER_STARTUP random trials."""
     with warnings.catch_warnings():  # constraints_func is marked experimental / deprecated in 5.0
         warnings.simplefilter("ignore")
         # Knobs asked only where they apply are outside its intersection space: Optuna samples
         # them at random, as intended here (GPSampler has no conditional space); no warning each.
         return optuna.samplers.GPSampler(
-            seed=seed, constraints_func=_stored_constraint, warn_independent_sampling=False
+            seed=seed,
+            constraints_func=_stored_constraint,
+            warn_independent_sampling=False,
+            n_startup_trials=SAMPLER_STARTUP,
         )
 
 
@@ -261,7 +270,7 @@ def run_strategy(
         study = _study(optuna.samplers.RandomSampler(seed=seed))
         st.enqueue(study, space, problem, profile, [Proposal(baseline, "baseline")])
     elif strategy == "tpe":
-        study = _study(st.create_sampler(seed))
+        study = _study(st.create_sampler(seed, startup_trials=SAMPLER_STARTUP))
         st.enqueue(study, space, problem, profile, [Proposal(baseline, "baseline")])
     elif strategy == "gp":
         study = _study(gp_sampler(seed))

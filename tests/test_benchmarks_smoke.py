@@ -16,6 +16,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 from testing import not_none
 
@@ -865,3 +866,40 @@ def test_advised_numerics_are_set_as_tune_sets_them_in_runs_and_best_known(
     bert = se.PROBLEMS["bert-base-sl128-mb8-4ipu"]
     bert_space, bert_prepare = se.search_setup(bert)  # token inputs: no advice
     assert bert_prepare is None and isinstance(bert_space.to_dict()["loss_scaling"], list)
+
+
+@pytest.mark.slow
+def test_tpe_models_after_the_startup_trials_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--startup-trials reaches TPE: with Optuna's default (10) a 10-compile budget is all
+    random trials; with 3 the same seed draws the same first trials, then TPE picks the rest."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import random_ipus
+    import search_efficiency as se
+
+    problem = se.PROBLEMS["resnet101-mb64-64px-2ipu"]
+    oracle = random_ipus.FAMILIES["regions"][0](50000)
+    runs = {}
+    for startup in (10, 3):
+        monkeypatch.setattr(se, "SAMPLER_STARTUP", startup)
+        runs[startup] = se.run_strategy("tpe", problem, oracle, 7, 8, 80).compiles
+    assert len(runs[10]) == len(runs[3]) == 8
+    assert runs[10][:3] == runs[3][:3]  # the baseline and two random trials, seed 7 both
+    assert runs[10][3:] != runs[3][3:]
+
+
+def test_gp_sampler_models_after_the_startup_trials_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same for the GPSampler baseline, on a one-knob function: its first 3 trials are
+    random either way; from the 4th, its model's picks differ from the random draws."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import search_efficiency as se
+
+    picks = {}
+    for startup in (10, 3):
+        monkeypatch.setattr(se, "SAMPLER_STARTUP", startup)
+        study = optuna.create_study(sampler=se.gp_sampler(7), direction="maximize")
+        study.optimize(lambda t: -((t.suggest_float("x", 0.0, 1.0) - 0.3) ** 2), n_trials=6)
+        picks[startup] = [t.params["x"] for t in study.trials]
+    assert picks[10][:3] == picks[3][:3]
+    assert picks[10][3:] != picks[3][3:]

@@ -38,6 +38,8 @@ ATTR_VERSION = "ipu_autotune_version"
 ATTR_SPACE = "search_space"
 ATTR_NUMERICS = "numerics"  # the numerics advice the study applies
 ATTR_HEARTBEAT = "heartbeat_s"  # seconds between a worker's beats; set when the study is created
+#: trials the sampler draws at random before TPE models any (Optuna's default)
+STARTUP_TRIALS = 10
 #: a trial's one user attribute: {"config": the complete Config, "measurement": the Measurement
 #: (with "details"), "origin", "seconds"}; one storage write per trial (README, "Reading a study")
 ATTR_RECORD = "record"
@@ -116,16 +118,21 @@ def trial_attrs(t: FrozenTrial) -> dict[str, Any]:
 
 
 def create_sampler(
-    seed: int | None, window: int | None = DEFAULT_WINDOW
+    seed: int | None, window: int | None = DEFAULT_WINDOW, startup_trials: int = STARTUP_TRIALS
 ) -> optuna.samplers.BaseSampler:
     """`window`: finished trials the sampler models at most (search/window.py), so its cost
-    stops growing with the study; None: every trial (Optuna's TPESampler as is)."""
+    stops growing with the study; None: every trial (Optuna's TPESampler as is).
+    `startup_trials`: trials sampled at random before TPE models any."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # Multivariate TPE models the knobs jointly (precision and memory levers interact);
         # group handles the conditional knobs; constant liar keeps parallel workers apart.
         options: dict[str, Any] = dict(
-            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10
+            seed=seed,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            n_startup_trials=startup_trials,
         )
         if window is None:
             return optuna.samplers.TPESampler(**options)
