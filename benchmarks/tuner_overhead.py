@@ -80,8 +80,11 @@ def run_storage(kind: str, trials: int, folder: Path, sampler: str = "windowed")
     }[kind]
     shipped = st.create_sampler
 
-    def full_history(seed: int | None, window: int | None = None) -> BaseSampler:
-        return shipped(seed, window=None)  # every finished trial, whatever the caller asks
+    def full_history(
+        seed: int | None, window: int | None = None, startup_trials: int = st.STARTUP_TRIALS
+    ) -> BaseSampler:
+        # every finished trial, whatever the caller asks
+        return shipped(seed, window=None, startup_trials=startup_trials)
 
     if sampler == "full":
         st.create_sampler = full_history
