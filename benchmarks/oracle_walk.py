@@ -336,14 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference-trials", type=int, default=30)
     ap.add_argument("--kicks", type=int, default=20)
     ap.add_argument("--problems", nargs="+", choices=list(se.PROBLEMS), default=list(se.PROBLEMS))
-    ap.add_argument(
-        "--numerics",
-        choices=se.NUMERICS_MODES,
-        default=se.NUMERICS_MODES[0],
-        help="as random_ipus.py's: searched like any knob (the default), or set by the "
-        "numerics advice in the walks, the guide's run and the best-known search (as `tune` "
-        "runs by default; the region family's figures are measured so)",
-    )
+    se.add_numerics_option(ap)
     ap.add_argument(
         "--json", type=Path, default=None, help="also write every walk's compiles here"
     )

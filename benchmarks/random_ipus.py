@@ -389,15 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-reference-cache", action="store_true", help="search the best known afresh"
     )
-    ap.add_argument(
-        "--numerics",
-        choices=se.NUMERICS_MODES,
-        default=se.NUMERICS_MODES[0],
-        help="loss scaling, stochastic rounding and partials: searched, in the space (as "
-        "`tune --no-numerics`; the default), or advised, as `tune` runs by default: set by "
-        "the numerics advice in every strategy's runs and the best-known search (searched "
-        "where it cannot be measured: BERT)",
-    )
+    se.add_numerics_option(ap)
     ap.add_argument(
         "--startup-trials",
         type=int,

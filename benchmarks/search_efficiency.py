@@ -218,6 +218,19 @@ NUMERICS_MODES = ("searched", "advised")
 NUMERICS = NUMERICS_MODES[0]
 
 
+def add_numerics_option(ap: argparse.ArgumentParser) -> None:
+    """The scripts' --numerics: which of NUMERICS_MODES sets NUMERICS."""
+    ap.add_argument(
+        "--numerics",
+        choices=NUMERICS_MODES,
+        default=NUMERICS_MODES[0],
+        help="loss scaling, stochastic rounding and partials: searched, in the space (as "
+        "`tune --no-numerics`; the default), or advised, as `tune` runs by default: set by "
+        "the numerics advice in every search run and the best-known search (searched "
+        "where it cannot be measured: BERT)",
+    )
+
+
 @functools.cache
 def _advice(problem: Problem) -> NumericsAdvice | None:
     try:
