@@ -484,6 +484,16 @@ def test_speed_coverage_quick() -> None:
         text,
         re.MULTILINE,
     )
+    # the calibrated twin: worlds drawn from the guide's own posterior cover every config
+    # about 80 % of the time (400 worlds of a 6-21 config pool: well inside 65-95 %)
+    twin = re.search(
+        r"^the calibrated twin .*: its best covered (\d+)% \(mean z ([+-]\d+\.\d\d)\), "
+        r"every config (\d+)%",
+        text,
+        re.MULTILINE,
+    )
+    assert twin is not None, text
+    assert 0 <= int(twin[1]) <= 100 and 65 <= int(twin[3]) <= 95
 
 
 def test_oracle_walk_quick() -> None:

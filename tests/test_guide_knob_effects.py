@@ -301,3 +301,22 @@ def test_combined_changes_move_two_or_three_knobs_each_a_single_change_repeat_by
     assert (
         combined_changes(base, singles[:1], random.Random("7"), 24) == []
     )  # one knob: nothing to combine
+
+
+def test_the_joint_posterior_agrees_with_the_marginals_and_ties_a_compiled_point_down() -> None:
+    """covariance(a, a)'s diagonal is predict's variance; a compile pins its own config (its
+    covariance with anything is the noise's order) while two configs near each other and far
+    from the compiles stay correlated."""
+    xs = [(0.1, 0.5), (0.5, 0.5), (0.9, 0.5)]
+    model = effects(xs, [0.1, -0.05, 0.02])
+    probe = np.array([(0.5, 0.5), (0.3, 0.0), (0.32, 0.02), (0.3, 0.5)])
+    none = np.empty((len(probe), 0), dtype=object)
+    cov = model.covariance(probe, none, probe, none)
+    _, sd = model.predict(probe, none)
+    assert np.allclose(np.sqrt(np.diag(cov)), sd, rtol=1e-6)
+    assert np.allclose(cov, cov.T)
+    assert np.linalg.eigvalsh(cov).min() > -1e-9
+    correlation = cov / np.outer(sd, sd)
+    assert sd[0] < 0.5 * sd[1]  # compiled: known to its noise
+    assert correlation[1, 2] > 0.9  # two neighbours the compiles did not reach move together
+    assert abs(correlation[0, 1]) < correlation[1, 2]

@@ -315,6 +315,27 @@ class KnobEffects:
         v = np.linalg.solve(self._chol, k.T)
         return mean, np.sqrt(np.maximum(prior - (v * v).sum(0), 1e-12))
 
+    def covariance(
+        self, num_a: np.ndarray, lvl_a: np.ndarray, num_b: np.ndarray, lvl_b: np.ndarray
+    ) -> np.ndarray:
+        """Posterior covariance of the residuals at each row of a with each row of b: how far
+        what a compile at b shows moves the figure at a."""
+        (lvl_a, study_a), (lvl_b, study_b) = self._study_column(lvl_a), self._study_column(lvl_b)
+        k = self._kernel(self._terms(num_a, lvl_a, num_b, lvl_b), self._across(study_a, study_b))
+        if self._chol is None:
+            return k
+        fitted = self.numeric, self.levels
+        va = np.linalg.solve(
+            self._chol,
+            self._kernel(self._terms(num_a, lvl_a, *fitted), self._across(study_a, self.study)).T,
+        )
+        vb = np.linalg.solve(
+            self._chol,
+            self._kernel(self._terms(num_b, lvl_b, *fitted), self._across(study_b, self.study)).T,
+        )
+        out: np.ndarray = k - va.T @ vb
+        return out
+
     def correlation(
         self, num_a: np.ndarray, lvl_a: np.ndarray, num_b: np.ndarray, lvl_b: np.ndarray
     ) -> np.ndarray:

@@ -129,6 +129,12 @@ class Residuals:
         b = self._arrays([(c, None) for c in others])
         return [float(x) for x in self.effects.correlation(*a, *b)[0]]
 
+    def covariance(self, configs: Sequence[Config], others: Sequence[Config]) -> np.ndarray:
+        """Posterior covariance of the residual at each of `configs` with each of `others`."""
+        a = self._arrays([(c, None) for c in configs])
+        b = self._arrays([(c, None) for c in others])
+        return self.effects.covariance(*a, *b)
+
     def __call__(self, config: Config, level: object = None) -> tuple[float, float]:
         """(mean, spread) of the residual at `config` (and `level`)."""
         return self.at_levels(config, (level,))[0]
