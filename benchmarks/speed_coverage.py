@@ -17,9 +17,9 @@ residual's covariance over a pool of the best known and `--twin-pool` random fit
 configurations, plus the learnt compile noise), in each the pool's fastest taken as that
 world's best known. In those worlds the model is right by construction, so the twin's
 coverage of its best is what a calibrated model scores on the best-known row (its random
-row, about 80 %, checks the draws). The pool is smaller than the best-known search's space,
-so the twin selects less hard than that search does: its best-known coverage is an upper
-bound on what a calibrated model gets.
+row, about 80 %, checks the draws). The pool is smaller than the space the best-known search
+walks, so the twin likely selects less hard than that search (a pool of 600 covers less than
+one of 200: docs/performance.md): read its coverage as about the most a calibrated model gets.
 
     python benchmarks/speed_coverage.py --family regions --set develop --draws 2
     python benchmarks/speed_coverage.py --family structural --set report --draws 4 --json out.json
