@@ -95,9 +95,9 @@ def calibrated_twin(
     if len(judged) < 2:
         return None
     mean = np.log([j.throughput for _, j in judged])
-    noise = model.speed_effects.effects.noise
-    cov = model.speed_effects.covariance([c for c, _ in judged], [c for c, _ in judged])
-    cov = cov + noise * noise * np.eye(len(judged))
+    pool = [c for c, _ in judged]
+    noise = model.speed_noise
+    cov = model.speed_effects.covariance(pool, pool) + noise * noise * np.eye(len(pool))
     sd = np.sqrt(np.diag(cov))
     low = np.linalg.cholesky(cov + 1e-10 * np.eye(len(judged)))
     worlds = mean + np.random.default_rng(seed).standard_normal((TWIN_WORLDS, len(judged))) @ low.T

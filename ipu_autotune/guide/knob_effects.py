@@ -306,14 +306,21 @@ class KnobEffects:
         prior = self._variance(numeric)
         if self._alpha is None or self._chol is None:  # set together (_fit)
             return np.zeros(len(numeric)), np.sqrt(prior)
-        levels, study = self._study_column(levels)
+        k, v = self._to_fitted(numeric, *self._study_column(levels))
+        mean = k @ self._alpha
+        return mean, np.sqrt(np.maximum(prior - (v * v).sum(0), 1e-12))
+
+    def _to_fitted(
+        self, numeric: np.ndarray, levels: np.ndarray, study: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The prior covariance k of each row with the fitted rows, and L^-1 k' (L the fitted
+        rows' Cholesky factor): what predict and covariance take off the prior."""
+        assert self._chol is not None  # fitted (_fit)
         k = self._kernel(
             self._terms(numeric, levels, self.numeric, self.levels),
             self._across(study, self.study),
         )
-        mean = k @ self._alpha
-        v = np.linalg.solve(self._chol, k.T)
-        return mean, np.sqrt(np.maximum(prior - (v * v).sum(0), 1e-12))
+        return k, np.linalg.solve(self._chol, k.T)
 
     def covariance(
         self, num_a: np.ndarray, lvl_a: np.ndarray, num_b: np.ndarray, lvl_b: np.ndarray
@@ -324,15 +331,8 @@ class KnobEffects:
         k = self._kernel(self._terms(num_a, lvl_a, num_b, lvl_b), self._across(study_a, study_b))
         if self._chol is None:
             return k
-        fitted = self.numeric, self.levels
-        va = np.linalg.solve(
-            self._chol,
-            self._kernel(self._terms(num_a, lvl_a, *fitted), self._across(study_a, self.study)).T,
-        )
-        vb = np.linalg.solve(
-            self._chol,
-            self._kernel(self._terms(num_b, lvl_b, *fitted), self._across(study_b, self.study)).T,
-        )
+        _, va = self._to_fitted(num_a, lvl_a, study_a)
+        _, vb = self._to_fitted(num_b, lvl_b, study_b)
         out: np.ndarray = k - va.T @ vb
         return out
 
