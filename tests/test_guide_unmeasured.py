@@ -13,7 +13,7 @@ from testing import RESNET50_4IPU_SGD as PROBLEM, not_none
 
 from ipu_autotune.backends.estimate import estimate
 from ipu_autotune.backends.estimate.constants import NOMINAL
-from ipu_autotune.guide.apart import layout, memory_distance
+from ipu_autotune.guide.apart import layout
 from ipu_autotune.guide.corrected import (
     SPEED_EFFECT,
     SPEED_GROUP_EFFECT,
@@ -25,7 +25,6 @@ from ipu_autotune.guide.features import GROUPS, featurizer_for
 from ipu_autotune.guide.gain import bar, expected_improvement
 from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.hindsight import memory_factor
-from ipu_autotune.guide.memory_model import recompute_segments
 from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.residuals import Residuals
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
@@ -206,44 +205,3 @@ def test_tiles_the_model_did_not_foresee_widen_what_no_compile_held(regions: Any
     assert likely and all(widened.chance(c) < plain.chance(c) for c in likely)
     # what the guide proposes is judged with the widened spreads
     assert guide.memory_factor(seen) == wide
-
-
-@pytest.mark.slow
-def test_the_memory_parts_residual_spread_is_explained_near_a_compile(regions: Any) -> None:
-    """The learnt memory parts leave a residual spread, which the knob effects model: one
-    change from a compile, along a knob the compiles moved, the candidate's tiles are known
-    but for that change, so their spread is narrower than the parts' own; in a layout
-    nothing was compiled in, it is at least theirs."""
-    profile, space, first, settled, untouched = regions
-    configs = [first, *settled]
-    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
-    model = CorrectedModel(
-        guide.screen, observe(guide.screen, scattered(profile, configs, 0.0, 0.3)), 0.05
-    )
-    assert model.memory_model.noise > 0.05  # the parts leave much unexplained
-
-    def spreads(c: Any) -> Any:
-        m = not_none(guide.screen(c))
-        parts = model.memory_model.busiest(layout(c), m, recompute_segments(c))
-        return [sd for _, sd in model.tiles(c, m)[0]], [sd for _, sd in parts]
-
-    home = settled[0]
-
-    def compiled_value(c: Any, knob: str) -> bool:
-        return any(getattr(c, knob) == getattr(s, knob) for s in settled)
-
-    # single changes to values a compile held, but not in the combination it held them in
-    near = [
-        c
-        for _, c in guide.screen.candidates(space, home)
-        if c not in configs
-        and memory_distance(c, home) > 0
-        and all(compiled_value(c, k) for k in vars(c))
-    ]
-    assert near
-    for c in near:
-        tiles, parts = spreads(c)
-        assert all(t < p for t, p in zip(tiles, parts, strict=True))
-    for c in untouched:
-        tiles, parts = spreads(c)
-        assert all(t >= p for t, p in zip(tiles, parts, strict=True))

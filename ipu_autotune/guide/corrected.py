@@ -7,10 +7,7 @@ the error where it ran (even an out-of-memory compile reports its tiles). Memory
 fixed and proportional parts (guide/memory_model.py) give each candidate's busiest tile per IPU
 as a mean and a spread; what they leave unexplained is learnt as a function of the knobs that
 change the tiles (guide/knob_effects.py, one output per IPU; the host's knobs change nothing
-there), unsure by each knob's spread where nothing near was compiled. The parts' own
-residual spread is that same unexplained part, so it counts only as far as the knob effects
-leave it unexplained at the candidate (their posterior over prior variance): one change from
-a compile along knobs the compiles moved, it is mostly explained. A candidate fits when
+there), unsure by each knob's spread where nothing near was compiled. A candidate fits when
 its chance to fit is at least `confidence`; before any compile, when the estimate leaves
 `headroom` free. Time: the learnt device and host factors (guide/call_model.py), then the
 residual as a function of every knob (guide/knob_effects.py). While no compile has returned,
@@ -234,16 +231,10 @@ class CorrectedModel:
             return [(max(t[i] for t in same_program), 0.0) for i in range(ipus)], 1.0 - self.hedge
         tiles = self.memory_model.busiest(layout(config), m, recompute_segments(config))
         effects = self.memory_effects.at_levels(config, range(len(tiles)))  # one per tile
-        # the parts' residual spread is what the knob effects model: near a compile they
-        # explain it, and it is counted only as far as they leave it unexplained
-        explained = [
-            self.memory_model.noise**2 * (1.0 - u)
-            for u in self.memory_effects.unexplained(config, range(len(tiles)))
-        ]
         widen = self.memory_factor
         return [
-            (mu + residual, widen * math.sqrt(max(0.0, sd * sd - e) + spread * spread))
-            for (mu, sd), (residual, spread), e in zip(tiles, effects, explained, strict=True)
+            (mu + residual, widen * math.sqrt(sd * sd + spread * spread))
+            for (mu, sd), (residual, spread) in zip(tiles, effects, strict=True)
         ], 1.0 - self.hedge
 
     def tiles_known(self, config: Config) -> bool:

@@ -303,19 +303,12 @@ class KnobEffects:
 
     def predict(self, numeric: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of the residual at each row."""
-        mean, sd, _ = self.predict_with_prior(numeric, levels)
-        return mean, sd
-
-    def predict_with_prior(
-        self, numeric: np.ndarray, levels: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`predict`'s mean and standard deviation, and the prior's standard deviation."""
         prior = self._variance(numeric)
         if self._alpha is None or self._chol is None:  # set together (_fit)
-            return np.zeros(len(numeric)), np.sqrt(prior), np.sqrt(prior)
+            return np.zeros(len(numeric)), np.sqrt(prior)
         k, v = self._to_fitted(numeric, *self._study_column(levels))
         mean = k @ self._alpha
-        return mean, np.sqrt(np.maximum(prior - (v * v).sum(0), 1e-12)), np.sqrt(prior)
+        return mean, np.sqrt(np.maximum(prior - (v * v).sum(0), 1e-12))
 
     def _to_fitted(
         self, numeric: np.ndarray, levels: np.ndarray, study: np.ndarray | None

@@ -98,7 +98,6 @@ class Residuals:
             _FITTED[key] = effects
         self.effects = effects
         self._cache: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
-        self._unexplained: dict[tuple[Any, ...], list[float]] = {}
 
     def _arrays(self, items: Sequence[tuple[Any, ...]]) -> tuple[np.ndarray, np.ndarray]:
         """Rows of (config, level), this study's, or (config, level, split_at, study),
@@ -161,23 +160,12 @@ class Residuals:
             got = self._cache[key]
         return got
 
-    def unexplained(self, config: Config, levels: Sequence[object]) -> list[float]:
-        """Per level, the share of the residual's prior variance at `config` the rows leave
-        unexplained (its posterior over its prior variance): 1 where no row bears on it."""
-        key = (config, tuple(levels))
-        got = self._unexplained.get(key)
-        if got is None:
-            self._predict([key])
-            got = self._unexplained[key]
-        return got
-
     def _predict(self, keys: list[tuple[Config, tuple[Any, ...]]]) -> None:
         """One prediction of every (config, levels) in `keys`, a row per level, into the cache."""
         if len(self._cache) + len(keys) > 100_000:  # bounded, as the Featurizer's
             self._cache.clear()
-            self._unexplained.clear()
         # predict: a mean and a spread per row
-        mean, sd, prior = self.effects.predict_with_prior(
+        mean, sd = self.effects.predict(
             *self._arrays([(c, level) for c, levels in keys for level in levels])
         )
         row = 0
@@ -186,9 +174,5 @@ class Residuals:
             self._cache[key] = [
                 (float(m), float(s))
                 for m, s in zip(mean[row : row + n], sd[row : row + n], strict=True)
-            ]
-            self._unexplained[key] = [
-                float((s / p) ** 2) if p > 0 else 1.0
-                for s, p in zip(sd[row : row + n], prior[row : row + n], strict=True)
             ]
             row += n
