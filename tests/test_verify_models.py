@@ -114,8 +114,11 @@ def test_stochastic_rounding_off_with_updates_below_half_an_ulp_is_caught() -> N
 
 
 def test_a_64x_global_batch_with_the_linear_rule_is_caught() -> None:
-    verdict = check("verify_models:plain_cnn", "sgd", Config(gradient_accumulation=64), 3, lr=0.1)
-    assert "sgd lr 6.4" in verdict.tuned.recipe
+    """SGD at 0.05, not 0.1: at 0.1 this CNN without batch norm is at the edge of stability,
+    and its two baseline seeds fell 0.23 and 1.26 over 3,072 samples on one machine (0.24 and
+    1.02 on another), too far apart to judge anything against; at 0.05 both fall 2.0-2.1."""
+    verdict = check("verify_models:plain_cnn", "sgd", Config(gradient_accumulation=64), 4, lr=0.05)
+    assert "sgd lr 3.2" in verdict.tuned.recipe
     assert verdict.kind in ("diverged", "stalled", "lags"), verdict.line()
     assert verdict.exit_code == EXIT_FAILED_CHECK
 
