@@ -11,10 +11,11 @@ forecast, the memory spreads widen (guide/hindsight.py). The guide gathers candi
 layout, at the learnt margin, at the edge of memory and on expected throughput) and proposes
 the one with the largest expected gain on the best measured: its chance to fit times the
 part of its speed's spread above the model's figure for the best raised by the learnt
-compile noise (guide/gain.py: a gain within the noise is worth nothing). While nothing fits,
-that is its expected throughput. A candidate near a compile still running is worth less by
-how much its outcome is that compile's (the two share the learnt effects: local
-penalisation). Before any compile has returned, the first round weighs each candidate by
+compile noise (guide/gain.py: a gain within the noise is worth nothing); once a config
+fits, among those more likely to fit than not while one is worth a compile (guide/likely.py).
+While nothing fits, that is its expected throughput. A candidate near a compile still running
+is worth less by how much its outcome is that compile's (the two share the learnt effects:
+local penalisation). Before any compile has returned, the first round weighs each candidate by
 what it adds to the round's expected best (guide/blind.py). When no untried candidate is
 expected to gain STOP_GAIN on the best, more compiles are unlikely to pay, and `stopping`
 says so with that gain.
@@ -50,6 +51,7 @@ from .corrected import (
 from .corrected_screen import CorrectedScreen
 from .gain import bar, expected_improvement
 from .hindsight import Forecasts, memory_factor
+from .likely import likely_pick
 from .moves import combined_changes
 from .pairs import best_pair, merged
 from .prior import GuidePrior
@@ -240,12 +242,12 @@ class Guide:
             since, gain = compiles_since_best(measured), max(worth.values(), default=0.0)
             if gain < STOP_GAIN and since >= STOP_PATIENCE:
                 self._stop = Stop(since, gain, len(model.speed))
+        if best:
+            pick = likely_pick(model, worth, EDGE_CONFIDENCE) or pick
         if pick is not None and worth[pick] <= 0.0 and not best and seen:
-            # Everything is judged all but certain to run out (its chance under-flows): the rule's
-            # limit, the candidate likeliest to fit (by the log of its chance, which does not
-            # under-flow) among those whose tiles no compile has held (a compile of known tiles
-            # teaches nothing). Left to the sampler, such a study had every trial screened by the
-            # estimate and ended without a fit.
+            # All judged all but certain to run out (the chance under-flows): the likeliest to fit
+            # by the log of its chance, among those whose tiles no compile held (known tiles teach
+            # nothing). Left to the sampler, such a study ended without a fit.
             pick = max(
                 (c for c in worth if not model.tiles_known(c)),
                 key=lambda c: (model.log_chance(c), model.score(c)),
@@ -338,8 +340,7 @@ class Guide:
         but shared: bets near the edge of memory in the one layout the estimator rates
         fastest run out together, where a leaner layout rated slower may be near the best.
         The round's first bet (serially the only one) is the fastest candidate at the safest
-        margin; with compiles
-        running, a further bet is worth what it adds where the running ones run out."""
+        margin; with compiles running, a further bet is worth what it adds where they run out."""
         done = {c for c, _ in measured}
         # every layout's start: the single changes of what was asked (the baseline, when it
         # is still compiling, has no measurement to anchor them)
@@ -361,9 +362,8 @@ class Guide:
         running = [
             o for c in sorted(set(asked) - done, key=repr) if (o := outcomes(c)) is not None
         ]
-        if (
-            not running
-        ):  # the round's first bet (serially, the only one): the fastest at the safest margin
+        # the round's first bet (serially, the only one): the fastest at the safest margin
+        if not running:
             safe = CorrectedModel(self.screen, seen, self.headroom, HEDGE)
             first = max((c for c in self.pool if c not in tried), key=safe.score, default=None)
             if first is not None and safe.score(first)[0] == 1:

@@ -1,0 +1,29 @@
+"""Once a configuration fits, the next compile is one more likely to fit than not, when such
+a candidate is worth a compile.
+
+The expected gain (guide/gain.py) weighs a candidate's speed by its chance to fit, one compile
+ahead. Over a budget of compiles that undervalues a fit: an out-of-memory compile gains
+nothing and anchors nothing, where a fit is a new best to climb from. And a model of an IPU
+nobody modelled is most wrong where it extrapolates: on the hidden IPUs the guide's picks it
+gave under an even chance fitted 14-25 % of the time, a third of its compiles. So, as safe
+Bayesian optimisation evaluates only where the constraint holds at the chosen confidence
+(Sui et al., "Safe exploration for optimization with Gaussian processes", ICML 2015), the
+pick is among the candidates at the edge of memory the guide climbs to (its
+EDGE_CONFIDENCE), while one of them is expected to gain what the stopping rule deems worth
+a compile; only when none is does a bet outside them remain.
+"""
+
+from __future__ import annotations
+
+from ..problem import Config
+from .corrected import CorrectedModel
+from .stopping import STOP_GAIN
+
+
+def likely_pick(
+    model: CorrectedModel, worth: dict[Config, float], confidence: float
+) -> Config | None:
+    """The candidate of most `worth` among those whose chance to fit under `model` is at least
+    `confidence`, if one is worth STOP_GAIN; else None."""
+    likely = [c for c, w in worth.items() if w >= STOP_GAIN and model.chance(c) >= confidence]
+    return max(likely, key=worth.__getitem__, default=None)
