@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sqlite3
 import subprocess
@@ -510,6 +511,22 @@ def test_the_call_factors_spread_is_what_studies_held_out_show() -> None:
     )
 
 
+def test_the_prior_carries_how_far_this_ipu_ran_from_the_estimate() -> None:
+    """Each timed compile of the store gives its error against the nominal estimate (log
+    measured over estimated throughput), for a new study's misfit (guide/trust.py); an
+    out-of-memory compile has no speed to give."""
+    problem, profile, _, configs = _setup()
+    backend = SpeedFactor(2.0)
+    rec = Recorder(NO_STORE, problem, profile, backend, "a", "uid-a")
+    records = [
+        not_none(rec.record_of(i, c, backend.measure(problem, c))) for i, c in enumerate(configs)
+    ]
+    timed = [r for r in records if r["measured"].get("throughput")]
+    errors = not_none(fit_prior(records)).speed_errors
+    assert timed and len(errors) == len(timed)
+    assert errors == pytest.approx([math.log(2.0)] * len(timed), abs=1e-3)  # as stored
+
+
 def test_the_prior_keeps_how_its_parts_move_together() -> None:
     """The store's fit moves the proportional part and the per-category deviations together:
     carried as a covariance, a recorded model's tiles are as certain as its records say;
@@ -534,7 +551,8 @@ def test_the_prior_keeps_how_its_parts_move_together() -> None:
 def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> None:
     from ipu_autotune.guide.corrected import FIT_CONFIDENCE
     from ipu_autotune.guide.first_trials import FIRST_CONFIDENCE
-    from ipu_autotune.guide.guide import Guide, GuideSettings
+    from ipu_autotune.guide.gain import expected_improvement
+    from ipu_autotune.guide.guide import EDGE_CONFIDENCE, Guide, GuideSettings
     from ipu_autotune.guide.prior import GuidePrior
     from ipu_autotune.guide.proposal import History
     from ipu_autotune.guide.warmstart import proposals
@@ -572,24 +590,37 @@ def test_a_warm_studys_first_compile_needs_95_percent_to_fit(tmp_path: Path) -> 
     assert CorrectedModel(guide.screen, [], 0.05).chance(first[0].config) >= FIRST_CONFIDENCE
     # a prior that puts this model's fast configs at 80-95 % to fit: the guide would take one
     # later in a study, but not as its first compile; nothing is 95 % sure, so the first is
-    # the likeliest to fit (not the warm starts the nominal estimate chose)
+    # the fastest in expectation of those likelier to fit than not (not the warm starts the
+    # nominal estimate chose, nor the likeliest to fit: the slowest safe config)
     unsure = GuidePrior({"proportional": (6.0, 0.6)})
     later = guide_with(unsure).propose(History()).config
     model = CorrectedModel(guide_with(unsure).screen, [], 0.05)
     assert later is not None and FIT_CONFIDENCE <= model.chance(later) < FIRST_CONFIDENCE
     guide = guide_with(unsure)
     first = first_trials(guide, warm[:2])
-    assert "likeliest to fit" in first[0].origin and first[1] is warm[0]
-    assert model.chance(first[0].config) == max(model.chance(c) for c in guide.pool)
-    assert model.chance(first[0].config) > max(model.chance(later), model.chance(warm[1].config))
+    assert "likelier to fit than not" in first[0].origin and first[1] is warm[0]
+
+    def expected(c: Any) -> float:
+        return expected_improvement(model, c, 0.0)
+
+    even = [c for c in guide.pool if model.chance(c) >= EDGE_CONFIDENCE]
+    assert expected(first[0].config) == max(expected(c) for c in even)
+    likeliest = max(guide.pool, key=model.log_chance)
+    assert expected(first[0].config) > expected(likeliest)
     # a first trial the backend would not compile (the estimator's screen) is never chosen:
-    # the next likeliest is, and so for the confident choice above
+    # the next best is, and so for the confident choice above
     refused = first[0].config
     again = first_trials(guide_with(unsure), warm[:2], lambda c: c != refused)
-    assert again[0].config != refused and "likeliest to fit" in again[0].origin
-    assert model.chance(again[0].config) == max(
-        model.chance(c) for c in guide.pool if c != refused
-    )
+    assert again[0].config != refused and "likelier to fit than not" in again[0].origin
+    assert expected(again[0].config) == max(expected(c) for c in even if c != refused)
+    # a prior under which nothing is an even bet: the likeliest to fit
+    hopeless = GuidePrior({"proportional": (30.0, 0.6)})
+    model = CorrectedModel(guide_with(hopeless).screen, [], 0.05)
+    guide = guide_with(hopeless)
+    assert max(model.chance(c) for c in guide.pool) < EDGE_CONFIDENCE
+    first = first_trials(guide, warm[:2])
+    assert "likeliest to fit" in first[0].origin
+    assert model.log_chance(first[0].config) == max(model.log_chance(c) for c in guide.pool)
     chosen = first_trials(guide_with(prior), warm[:2])[0].config
     instead = first_trials(guide_with(prior), warm[:2], lambda c: c != chosen)
     assert instead[0].config != chosen and "calibration store prior" in instead[0].origin

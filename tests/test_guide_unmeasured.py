@@ -25,6 +25,7 @@ from ipu_autotune.guide.features import GROUPS, featurizer_for
 from ipu_autotune.guide.gain import bar, expected_improvement
 from ipu_autotune.guide.guide import Guide, GuideSettings
 from ipu_autotune.guide.hindsight import memory_factor
+from ipu_autotune.guide.prior import GuidePrior
 from ipu_autotune.guide.proposal import History
 from ipu_autotune.guide.residuals import Residuals
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
@@ -102,6 +103,26 @@ def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was
     # so the next compile leaves the region the study settled in: its structural choices
     pick = guide.propose(History.of(measured))
     assert pick is not None and structure(pick.config) not in {structure(c) for c in settled}
+
+
+def test_other_studies_far_off_the_estimator_widen_a_new_study_where_it_agrees(
+    regions: Any,
+) -> None:
+    """Compiles of other models on this IPU (a calibration store) that the estimator was far
+    off make a new study unsure of what it has not compiled, though its own compiles agree
+    with the estimator in the regions they reached: the misfit pools both, so a few compiles
+    in one well-estimated region do not make the guide sure of the rest of the space."""
+    profile, space, first, settled, untouched = regions
+    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
+    seen = observe(guide.screen, study(profile, first, settled, 1.0))
+    alone = CorrectedModel(guide.screen, seen, 0.05)
+    guide.screen.prior = GuidePrior(speed_errors=(0.7, -0.6, 0.8, 0.5, -0.7, 0.6))
+    pooled = CorrectedModel(guide.screen, seen, 0.05)
+    assert alone.misfit == 1.0 and pooled.misfit > 2.0
+    for c in untouched:
+        assert pooled.speed_sd(c) > 1.5 * alone.speed_sd(c)
+    guide.screen.prior = GuidePrior(speed_errors=(0.01, -0.02, 0.0))  # the store agreed too
+    assert CorrectedModel(guide.screen, seen, 0.05).misfit == 1.0
 
 
 def test_trust_decays_for_every_knob_not_only_for_the_regions(regions: Any) -> None:

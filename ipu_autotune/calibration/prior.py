@@ -176,6 +176,9 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
         memory_scale=scale,
         memory_cov=memory_cov,
         memory_rows=knob_rows(records),
+        speed_errors=tuple(
+            math.log(p.combined(1.0, 1.0) / p.measured_s) for p in calls if p.measured_s
+        ),
     )
 
 

@@ -195,7 +195,7 @@ class CorrectedModel:
             if o.call is not None and o.call.measured_s
         ]
         # what no compile measured is as unsure as the compiles show the estimator to be here
-        self.misfit = misfit(self.calls.points)
+        self.misfit = misfit(self.calls.points, prior.speed_errors if prior is not None else ())
         self.speed_effects = Residuals(
             features,
             [(c, None, r) for c, r in self.speed],

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from ..problem import Config
 from .corrected import CorrectedModel
 from .corrected_screen import CorrectedScreen
-from .guide import Guide
+from .gain import expected_improvement
+from .guide import EDGE_CONFIDENCE, Guide
 from .proposal import History, Proposal, Reason
 
 #: the chance to fit the guide's first choice under a store's prior needs (the guide's safe
@@ -22,7 +23,7 @@ def first_trials(
 ) -> list[Proposal]:
     """The trials a new study enqueues when the guide has a prior: the guide's own first
     choice under the prior (the fastest candidate with FIRST_CONFIDENCE to fit; when none
-    is that sure, the likeliest to fit), then the baseline (the summary compares the best
+    is that sure, `_even_or_likeliest`), then the baseline (the summary compares the best
     with it; calibration/session.prior_veto keeps it from compiling unless the prior says it
     likelier fits than not), in place of the baseline alone; the guide proposes from the third
     trial on, as it does from the second without a store. `warm` as tune would enqueue them
@@ -45,23 +46,33 @@ def first_trials(
             first.config, Reason.PRIOR, first.chance, why="calibration store prior"
         )
     else:
-        # Nothing is that sure: the candidate likeliest to fit (by the log of its chance, as
-        # Guide.propose's), not the warm starts, which the nominal estimate chose and the
-        # prior may well rule out.
-        model = CorrectedModel(guide.screen, [], guide.headroom)
-        closed = guide.closed(set())  # propose above was told would_compile
-        pick = max(
-            (c for c in guide.pool if c not in closed),
-            key=lambda c: (model.log_chance(c), model.score(c)),
-            default=None,
-        )
-        if pick is not None:
-            first = Proposal.guided(
-                pick,
-                Reason.PRIOR,
-                model.chance(pick),
-                why="the likeliest to fit under the calibration store prior",
-            )
+        first = _even_or_likeliest(guide)
     if first is None or first.config == warm[0].config:
         return warm
     return [first, warm[0]]
+
+
+def _even_or_likeliest(guide: Guide) -> Proposal | None:
+    """When no candidate is FIRST_CONFIDENCE sure to fit: the fastest in expectation (chance
+    to fit x speed, as the guide values a study's first fit) among those likelier to fit than
+    not (the chance the guide climbs the edge of memory at), else the likeliest to fit (by the
+    log of its chance, as Guide.propose's). Not the warm starts, which the nominal estimate
+    chose and the prior may well rule out; and not the likeliest alone while an even bet
+    exists: that is the slowest safe config, on the region family's develop draws a tenth of
+    the speed of what fitted next (docs/calibration.md)."""
+    model = CorrectedModel(guide.screen, [], guide.headroom)
+    closed = guide.closed(set())  # Guide.propose was told would_compile
+    open_ = [c for c in guide.pool if c not in closed]
+    even = [c for c in open_ if model.chance(c) >= EDGE_CONFIDENCE]
+    pick: Config | None
+    if even:
+        pick = max(even, key=lambda c: expected_improvement(model, c, 0.0))
+        why = "the fastest in expectation of those likelier to fit than not"
+    else:
+        pick = max(open_, key=lambda c: (model.log_chance(c), model.score(c)), default=None)
+        why = "the likeliest to fit"
+    if pick is None:
+        return None
+    return Proposal.guided(
+        pick, Reason.PRIOR, model.chance(pick), why=f"{why} under the calibration store prior"
+    )

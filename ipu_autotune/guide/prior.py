@@ -55,3 +55,6 @@ class GuidePrior:
     #: other studies' compiles, each IPU's busiest tile, as rows of the memory knob-effect
     #: model (their correlation with this study's is learnt there: guide/knob_effects.py)
     memory_rows: tuple[KnobRow, ...] = ()
+    #: log(measured / estimated) throughput of other studies' timed compiles: how far this IPU
+    #: departs from the estimator, pooled into a new study's misfit (guide/trust.py)
+    speed_errors: tuple[float, ...] = ()

@@ -12,8 +12,9 @@ nothing was compiled is as uncertain: every prior spread is widened by
     misfit = sqrt((PRIOR_COMPILES + sum z^2) / (PRIOR_COMPILES + n)),
         z = log(measured / estimated) / CALIBRATED_SD
 
-over the n compiles that ran (the posterior mean of the error's variance ratio under an
-inverse-gamma prior worth PRIOR_COMPILES compiles at the calibrated error). Compiles that
+over the n compiles that ran, this study's and the calibration store's other studies' on
+this IPU (the posterior mean of the error's variance ratio under an inverse-gamma prior
+worth PRIOR_COMPILES compiles at the calibrated error). Compiles that
 agree with the estimator never narrow it below 1: a few compiles in one region say little of
 the regions they did not reach, so the calibration set's spread is the least assumed. This is
 the trust in the estimator's ranking, decaying as compiles contradict it.
@@ -34,15 +35,14 @@ CALIBRATED_SD = THROUGHPUT_LOG_WIDTH["all"] / NormalDist().inv_cdf(0.95)
 PRIOR_COMPILES = 2
 
 
-def misfit(calls: Sequence[CallTime]) -> float:
-    """The factor (at least 1) by which the compiles' errors exceed the calibrated error."""
-    return excess(
-        [
-            (math.log(c.combined(1.0, 1.0) / c.measured_s) / CALIBRATED_SD) ** 2
-            for c in calls
-            if c.measured_s
-        ]
-    )
+def misfit(calls: Sequence[CallTime], elsewhere: Sequence[float] = ()) -> float:
+    """The factor (at least 1) by which the compiles' errors exceed the calibrated error.
+    `elsewhere`: other studies' errors on this IPU (log measured over estimated throughput,
+    from the calibration store: guide/prior.py), pooled with this study's: an IPU the
+    estimator was far off for other models is as unsure for this one before its compiles
+    say otherwise."""
+    errors = [math.log(c.combined(1.0, 1.0) / c.measured_s) for c in calls if c.measured_s]
+    return excess([(e / CALIBRATED_SD) ** 2 for e in [*errors, *elsewhere]])
 
 
 def excess(z2: Sequence[float]) -> float:
