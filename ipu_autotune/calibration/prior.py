@@ -37,6 +37,7 @@ from ..guide.corrected import local_memory_sd
 from ..guide.features import split_fractions
 from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
 from ..guide.prior import GuidePrior, KnobRow
+from ..guide.trust import log_errors
 from ..host.pipeline import overlapped
 from ..measurement import Measurement
 from ..problem import Config
@@ -176,9 +177,7 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
         memory_scale=scale,
         memory_cov=memory_cov,
         memory_rows=knob_rows(records),
-        speed_errors=tuple(
-            math.log(p.combined(1.0, 1.0) / p.measured_s) for p in calls if p.measured_s
-        ),
+        speed_errors=tuple(log_errors(calls)),
     )
 
 

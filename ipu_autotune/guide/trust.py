@@ -41,8 +41,13 @@ def misfit(calls: Sequence[CallTime], elsewhere: Sequence[float] = ()) -> float:
     from the calibration store: guide/prior.py), pooled with this study's: an IPU the
     estimator was far off for other models is as unsure for this one before its compiles
     say otherwise."""
-    errors = [math.log(c.combined(1.0, 1.0) / c.measured_s) for c in calls if c.measured_s]
-    return excess([(e / CALIBRATED_SD) ** 2 for e in [*errors, *elsewhere]])
+    return excess([(e / CALIBRATED_SD) ** 2 for e in [*log_errors(calls), *elsewhere]])
+
+
+def log_errors(calls: Sequence[CallTime]) -> list[float]:
+    """Each timed compile's error against the nominal estimate: log(measured / estimated)
+    throughput (the misfit's, and a calibration store's for a new study's)."""
+    return [math.log(c.combined(1.0, 1.0) / c.measured_s) for c in calls if c.measured_s]
 
 
 def excess(z2: Sequence[float]) -> float:
