@@ -73,6 +73,13 @@ ARMS = ("cold", "warm")
 def one_study(problem: Any, oracle: Any, budget: int, store: Any, name: str) -> list[Any]:
     """One study as tune runs it (commands/tune.py); returns each compile's throughput (None:
     did not fit)."""
+    runner, _ = start_study(problem, oracle, store, name)
+    return run_compiles(runner, oracle, budget)
+
+
+def start_study(problem: Any, oracle: Any, store: Any, name: str) -> tuple[Runner, Guide]:
+    """A study as tune opens it (commands/tune.py), with the store's prior and recorder when
+    `store` is given; nothing compiled yet."""
     profile = profile_for(problem)
     space = SearchSpace.load(problem)
     baseline = naive_baseline(problem, profile)
@@ -111,6 +118,11 @@ def one_study(problem: Any, oracle: Any, budget: int, store: Any, name: str) -> 
         and session.attach(calibrated, study, problem, profile, backend, print) is not None
     ):
         runner.observers.append(calibrated.recorder)
+    return runner, guide
+
+
+def run_compiles(runner: Runner, oracle: Any, budget: int) -> list[Any]:
+    """`budget` more compiles of `runner`'s study; each one's throughput (None: did not fit)."""
     compiles, first = [], oracle.compiles
     trials = 0
     while oracle.compiles - first < budget and trials < 3 * budget:

@@ -21,7 +21,13 @@ row, about 80 %, checks the draws). The pool is smaller than the space the best-
 walks, so the twin likely selects less hard than that search (a pool of 600 covers less than
 one of 200: docs/performance.md): read its coverage as about the most a calibrated model gets.
 
+With `--warm`, each draw runs the problems in turn with a calibration store, as
+calibration_sequence.py's warm arm does (each study `--budget` compiles, recorded to the
+store), and takes the intervals of every study but the first after its first `--compiles`:
+what other studies on the same IPU tell the guide of what it has not measured there.
+
     python benchmarks/speed_coverage.py --family regions --set develop --draws 2
+    python benchmarks/speed_coverage.py --warm --family regions --set develop --draws 2
     python benchmarks/speed_coverage.py --family structural --set report --draws 4 --json out.json
     python benchmarks/speed_coverage.py --quick    # CI smoke: one region draw of ResNet-101,
                                                    # 3 compiles
@@ -33,12 +39,14 @@ import argparse
 import json
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import calibration_sequence as cs
 import common
 import numpy as np
 import optuna
@@ -50,6 +58,7 @@ from simulated_workers import run_workers
 
 from ipu_autotune.backends.estimate import EstimateBackend
 from ipu_autotune.backends.screen import ScreenedBackend
+from ipu_autotune.calibration.store import open_store
 from ipu_autotune.guide.corrected import CorrectedModel, observe
 from ipu_autotune.guide.guide import COMPILED_WARM_STARTS, Guide, GuideSettings
 from ipu_autotune.guide.warmstart import naive_baseline, proposals
@@ -153,6 +162,26 @@ def run_draw(
         10 * compiles,
         1,
     )
+    return {
+        "problem": key,
+        "draw": draw_id,
+        **intervals(guide, study, problem, oracle, best_config, randoms, draw_id, twin_pool),
+    }
+
+
+def intervals(
+    guide: Guide,
+    study: optuna.Study,
+    problem: Problem,
+    oracle: HiddenIPU,
+    best_config: Config | None,
+    randoms: int,
+    draw_id: int,
+    twin_pool: int,
+) -> dict[str, Any]:
+    """The guide's 80 % intervals, from the compiles of `study`, at the best known and at
+    `randoms` random fitting configurations, against the hidden IPU; the calibrated twin."""
+    space = SearchSpace.load(problem)
     measured = [(r.config, r.measurement) for r in st.records(study)]
     seen = observe(guide.screen, measured)
     model = CorrectedModel(
@@ -174,13 +203,40 @@ def run_draw(
         pool = [best_config] if best_config is not None else []
         pool += _fitting_random(problem, oracle, space, twin_pool, draw_id + 1)
         twin = calibrated_twin(model, list(dict.fromkeys(pool)), draw_id)
-    return {
-        "problem": key,
-        "draw": draw_id,
-        "rows": rows,
-        "misfit": getattr(model, "misfit", 1.0),
-        "twin": twin,
-    }
+    return {"rows": rows, "misfit": getattr(model, "misfit", 1.0), "twin": twin}
+
+
+def run_warm_draw(
+    keys: list[str],
+    family: str,
+    draw_id: int,
+    compiles: int,
+    budget: int,
+    randoms: int,
+    trials: int,
+    kicks: int,
+    twin_pool: int = 0,
+) -> list[dict[str, Any]]:
+    """The problems in turn on one hidden IPU with a calibration store, as
+    calibration_sequence.py's warm arm runs them (`budget` compiles each, recorded to the
+    store); each later study's intervals after its first `compiles` compiles."""
+    common.quiet_optuna()
+    hidden = FAMILIES[family][0]
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(f"journal:///{Path(tmp) / 'store.journal'}")
+        for i, key in enumerate(keys):
+            problem, oracle = se.PROBLEMS[key], hidden(draw_id)
+            runner, guide = cs.start_study(problem, oracle, store, f"{key}-warm")
+            cs.run_compiles(runner, oracle, compiles)
+            if i > 0:  # the first study has an empty store
+                best = se.cached_best_known(problem, oracle, draw_id, trials, kicks, True)[2]
+                found = intervals(
+                    guide, runner.study, problem, oracle, best, randoms, draw_id, twin_pool
+                )
+                out.append({"problem": key, "draw": draw_id, **found})
+            cs.run_compiles(runner, oracle, budget - compiles)
+    return out
 
 
 def report(results: list[dict[str, Any]], family: str) -> str:
@@ -249,6 +305,15 @@ def main(argv: list[str] | None = None) -> int:
         help="random fitting configurations in the calibrated twin's pool, beside the best "
         "known (default 200; 0: no twin)",
     )
+    ap.add_argument(
+        "--warm",
+        action="store_true",
+        help="the problems in turn on each draw with a calibration store "
+        "(calibration_sequence.py's warm arm); the intervals of every study but the first",
+    )
+    ap.add_argument(
+        "--budget", type=int, default=12, help="with --warm: each study's compiles (default 12)"
+    )
     ap.add_argument("--reference-trials", type=int, default=30)
     ap.add_argument("--kicks", type=int, default=20)
     ap.add_argument("--json", type=Path, default=None)
@@ -270,7 +335,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     ids = random_hidden.draw_ids(args.set, args.draws, args.first_draw, FAMILIES[args.family][1])
     start, results = time.perf_counter(), []
-    for key in args.problems:
+    if args.warm:
+        keys = [k for k in se.PROBLEMS if k in args.problems]
+        for draw in ids:
+            results += run_warm_draw(
+                keys,
+                args.family,
+                draw,
+                args.compiles,
+                max(args.budget, args.compiles),
+                args.random,
+                args.reference_trials,
+                args.kicks,
+                args.twin_pool,
+            )
+            print(f"  draw {draw} done ({time.perf_counter() - start:.0f} s)", flush=True)
+    for key in [] if args.warm else args.problems:
         for draw in ids:
             results.append(
                 run_draw(
