@@ -37,7 +37,7 @@ from ..guide.corrected import local_memory_sd
 from ..guide.features import split_fractions
 from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
 from ..guide.prior import GuidePrior, KnobRow
-from ..guide.trust import log_errors
+from ..guide.trust import held_out_errors
 from ..host.pipeline import overlapped
 from ..measurement import Measurement
 from ..problem import Config
@@ -91,6 +91,11 @@ def memory_points(records: Iterable[dict[str, Any]]) -> list[MemoryPoint]:
 
 
 def call_points(records: Iterable[dict[str, Any]]) -> list[CallTime]:
+    return [p for _, p in timed_calls(records)]
+
+
+def timed_calls(records: Iterable[dict[str, Any]]) -> list[tuple[Config, CallTime]]:
+    """Each timed compile's config and call, as the guide's call model reads them."""
     out = []
     for r in records:
         m, n = r["measured"], r.get("nominal")
@@ -104,9 +109,10 @@ def call_points(records: Iterable[dict[str, Any]]) -> list[CallTime]:
             details={"call_shares": n.get("call_shares")},
         )
         got = Measurement(feasible=True, source="compile", throughput=m["throughput"])
-        p = call_time(nominal, overlapped(_config(r)), got)
+        config = _config(r)
+        p = call_time(nominal, overlapped(config), got)
         if p is not None:
-            out.append(p)
+            out.append((config, p))
     return out
 
 
@@ -177,7 +183,16 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
         memory_scale=scale,
         memory_cov=memory_cov,
         memory_rows=knob_rows(records),
-        speed_errors=tuple(log_errors(calls)),
+        speed_errors=tuple(
+            e
+            for study in sorted({study_of(r) for r in records})
+            for e in held_out_errors(
+                [
+                    (layout(c), p)
+                    for c, p in timed_calls(r for r in records if study_of(r) == study)
+                ]
+            )
+        ),
     )
 
 

@@ -49,7 +49,7 @@ SPEED_EFFECT, SPEED_NOISE = 0.05, 0.03
 #: the prior spread of a group of structural choices' effect on log throughput (a layout; it
 #: with its precision, optimizer and recomputation: features.GROUPS): the estimator's error
 #: between published configurations (guide/trust.py). Every term's prior spread (these, the
-#: knobs' and the interactions' over combinations of knob values) is widened by the study's
+#: knobs' and the interactions' over combinations of knob values) is scaled by the study's
 #: misfit: an IPU the estimator is far off is as far off where nothing was compiled
 SPEED_GROUP_EFFECT = CALIBRATED_SD
 #: the same on a busiest tile beyond the learnt memory parts (fraction of a tile, scaled by a
@@ -195,7 +195,11 @@ class CorrectedModel:
             if o.call is not None and o.call.measured_s
         ]
         # what no compile measured is as unsure as the compiles show the estimator to be here
-        self.misfit = misfit(self.calls.points, prior.speed_errors if prior is not None else ())
+        self.misfit = misfit(
+            [(layout(o.config), o.call) for o in observations if o.call is not None],
+            prior.speed_errors if prior is not None else (),
+            prior.call if prior is not None else None,
+        )
         self.speed_effects = Residuals(
             features,
             [(c, None, r) for c, r in self.speed],

@@ -23,7 +23,8 @@ estimator's errors differ most between such regions, so a region no compile reac
 unsure as the estimator's error between configurations (guide/trust.py), and one compile in a
 region teaches all of it. Every term but the constant (each knob's, the groups' and the
 interactions') starts wider on an IPU the compiles show far off the estimator (`widen`: the
-study's misfit), so a knob no compile moved is as unsure as the estimator is here. With
+study's misfit; narrower where a calibration store showed the estimator right on this IPU),
+so a knob no compile moved is as unsure as the estimator is here. With
 `learn_noise`, a compile's own scatter is fitted too, as a spread with its own prior.
 
 With the estimator as the prior mean (r = 0), every knob starts with the same prior spread,
