@@ -185,13 +185,8 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
         memory_rows=knob_rows(records),
         speed_errors=tuple(
             e
-            for study in sorted({study_of(r) for r in records})
-            for e in held_out_errors(
-                [
-                    (layout(c), p)
-                    for c, p in timed_calls(r for r in records if study_of(r) == study)
-                ]
-            )
+            for timed in points_by_study(records, timed_calls).values()
+            for e in held_out_errors([(layout(c), p) for c, p in timed])
         ),
     )
 

@@ -55,6 +55,7 @@ class GuidePrior:
     #: other studies' compiles, each IPU's busiest tile, as rows of the memory knob-effect
     #: model (their correlation with this study's is learnt there: guide/knob_effects.py)
     memory_rows: tuple[KnobRow, ...] = ()
-    #: log(measured / estimated) throughput of other studies' timed compiles: how far this IPU
-    #: departs from the estimator, pooled into a new study's misfit (guide/trust.py)
+    #: other studies' timed compiles, each one's log(measured / corrected) throughput with the
+    #: call factors its study's other layouts give (trust.held_out_errors): their scale is where
+    #: a new study's misfit starts (guide/trust.py)
     speed_errors: tuple[float, ...] = ()

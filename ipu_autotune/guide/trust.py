@@ -70,10 +70,11 @@ def held_out_errors(
     compiled. With every compile in one region, the prior's factors alone (the nominal
     estimate without a store)."""
     timed = [(region, c) for region, c in calls if c.measured_s]
-    return [
-        CallModel([o for r, o in timed if r != region], prior).log_residual(c)
-        for region, c in timed
-    ]
+    elsewhere = {  # one fit per region, not per compile
+        region: CallModel([o for r, o in timed if r != region], prior)
+        for region in dict.fromkeys(r for r, _ in timed)
+    }
+    return [elsewhere[region].log_residual(c) for region, c in timed]
 
 
 def excess(z2: Sequence[float], floor: float = 1.0) -> float:
