@@ -105,35 +105,6 @@ def test_a_region_far_off_the_estimator_widens_the_uncertainty_where_nothing_was
     assert pick is not None and structure(pick.config) not in {structure(c) for c in settled}
 
 
-def test_one_compile_far_off_moves_what_every_config_shares_by_its_share_only(
-    regions: Any,
-) -> None:
-    """A first fit 1.4x the estimate is partly its own config's luck: the device and host
-    factors every config shares take the share of its error their prior gives them, the
-    knob-effect model the rest, near that config. So a layout no compile reached is expected
-    faster than the estimate, but by less than the compiled config's neighbours; compiles in
-    several layouts that agree (an IPU 0.6x the estimate everywhere) pin the shared factors."""
-    profile, space, first, settled, untouched = regions
-    guide = Guide(PROBLEM, profile, space, GuideSettings(0.05))
-
-    def ratio(model: CorrectedModel, config: Any) -> float:
-        corrected = not_none(model.judge(config)).throughput
-        return corrected / not_none(estimate(PROBLEM, config, profile, NOMINAL).throughput)
-
-    home, *near = settled
-    lucky = CorrectedModel(
-        guide.screen, observe(guide.screen, [compiled(home, profile, 1.4)]), 0.05
-    )
-    assert ratio(lucky, home) == pytest.approx(1.4, rel=0.01)
-    far = [ratio(lucky, c) for c in untouched]
-    assert all(1.05 < r < 1.3 for r in far)
-    assert min(ratio(lucky, c) for c in near) > max(far)
-    everywhere = [compiled(c, profile, 0.6) for c in [first, *settled]]
-    agreed = CorrectedModel(guide.screen, observe(guide.screen, everywhere), 0.05)
-    for c in untouched:
-        assert ratio(agreed, c) == pytest.approx(0.6, rel=0.05)
-
-
 def test_a_store_sets_how_sure_a_new_study_starts_and_its_compiles_only_widen_it(
     regions: Any,
 ) -> None:

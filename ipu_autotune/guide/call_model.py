@@ -13,16 +13,14 @@ with the driver, a queue that drains at each call):
 
     measured call time = max(device x D, host x H) + leak x min(device x D, host x H)
 
-(D + H without overlap), by least squares on log time (each compile weighed by its spread
-around the factors, which the caller gives: guide/corrected.own_spread), with a log-normal
-prior on each factor (PRIOR_SD) and a half-normal one on the leak (LEAK_SD): a grid, refined
-twice (`max` has no gradient where the bottleneck moves). Compiles with different
-bottlenecks pin both factors; where every compile is device-bound the host factor stays near
-its prior. With a leak, a config the estimate puts at its host cap is still faster for a
-faster device: where the loader overlaps imperfectly, optimizer offload (free to a model
-without a leak) costs speed, and the model sees it. What the factors leave unexplained
-(per-layout costs such as pipeline fill or the all-reduce) is the residual, which
-guide/corrected.py blends per config.
+(D + H without overlap), by least squares on log time, with a log-normal prior on each
+factor (PRIOR_SD) and a half-normal one on the leak (LEAK_SD): a grid, refined twice (`max`
+has no gradient where the bottleneck moves). Compiles with different bottlenecks pin both
+factors; where every compile is device-bound the host factor stays near its prior. With a
+leak, a config the estimate puts at its host cap is still faster for a faster device: where
+the loader overlaps imperfectly, optimizer offload (free to a model without a leak) costs
+speed, and the model sees it. What the factors leave unexplained (per-layout costs such as
+pipeline fill or the all-reduce) is the residual, which guide/corrected.py blends per config.
 
 Only the estimator's outputs (throughput, samples per call, the call's shares) are used.
 """
@@ -42,9 +40,8 @@ PRIOR_SD = 0.3
 LEAK_SD = 0.25
 #: the leaks the fit tries, before its refinement
 _LEAKS = (0.0, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
-#: spread of one compile's log time around the two-factor model from its jitter alone, used
-#: to weigh the compiles against the prior (the default; guide/corrected.own_spread adds what
-#: of a compile's error is its own config's)
+#: spread of one compile's log time around the two-factor model (run-to-run jitter and what
+#: the factors cannot express), used to weigh the compiles against the prior
 NOISE_SD = 0.05
 #: the coarse grid of log factors, then two refinements around its best point
 _GRID = (1.5, 0.1)
@@ -86,19 +83,11 @@ def call_time(
 class CallModel:
     """The learnt device and host factors (see the module's docstring)."""
 
-    def __init__(
-        self,
-        points: list[CallTime],
-        prior: tuple[float, float, float] | None = None,
-        spread: float = NOISE_SD,
-    ):
+    def __init__(self, points: list[CallTime], prior: tuple[float, float, float] | None = None):
         """`prior`: (log device, log host, spread of each) from other studies (guide/prior.py);
-        None: factors of 1 within PRIOR_SD. `spread`: of one compile's log time around the
-        factors: its jitter, and what of its error is its own config's, which the factors,
-        shared by every config, must not take up (guide/corrected.py)."""
+        None: factors of 1 within PRIOR_SD."""
         self.points = [p for p in points if p.measured_s]
         self.prior = prior or (0.0, 0.0, PRIOR_SD)
-        self.spread = spread
         self.log_device, self.log_host, self.leak = (
             self._cached_fit() if self.points else (*self.prior[:2], 0.0)
         )
@@ -119,14 +108,14 @@ class CallModel:
                 (math.log(cast(float, p.measured_s) / p.combined(du, hv, leak))) ** 2
                 for p in self.points
             )
-            / self.spread**2
+            / NOISE_SD**2
         )
         mu, mv, sd = self.prior
         return fit + ((u - mu) ** 2 + (v - mv) ** 2) / sd**2 + (leak / LEAK_SD) ** 2
 
     def _cached_fit(self) -> tuple[float, float, float]:
         """_fit, once per set of compiles and prior: a proposal builds several models of them."""
-        key = (tuple(self.points), self.prior, self.spread)
+        key = (tuple(self.points), self.prior)
         if key not in _FITS:
             if len(_FITS) > 1_000:  # bounded: a long study must not grow it forever
                 _FITS.clear()

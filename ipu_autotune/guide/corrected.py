@@ -30,8 +30,8 @@ from ..host.pipeline import overlapped
 from ..measurement import Measurement
 from ..problem import Config
 from .apart import layout, memory_distance
-from .call_model import NOISE_SD, CallModel, CallTime, call_time
-from .features import Featurizer, featurizer_for
+from .call_model import CallModel, CallTime, call_time
+from .features import featurizer_for
 from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
 from .prior import GuidePrior
 from .residuals import Residuals
@@ -120,23 +120,6 @@ def local_memory_sd(prior: GuidePrior | None) -> float:
     return LOCAL_MEMORY_SD * (1.0 if prior is None else prior.memory_scale)
 
 
-def own_spread(featurizer: Featurizer, configs: Sequence[Config], widen: float) -> float:
-    """How far one compile's log time may fall from the device and host factors, which every
-    config shares: its jitter (call_model.NOISE_SD), and the part of the estimator's error
-    that is its own config's, the knob-effect model's prior spread at it beyond its constant
-    (the RMS over `configs`). So one compile moves the shared factors by the share of its error
-    the prior gives them, and the knob-effect model keeps the rest near that config, where the
-    factors would carry it to every layout (on an IPU whose errors are its regions', a lucky
-    first fit made every other region look as fast)."""
-    if not configs:
-        return NOISE_SD
-    prior = Residuals(
-        featurizer, [], SPEED_EFFECT, SPEED_NOISE, group_unit=SPEED_GROUP_EFFECT, widen=widen
-    )
-    own2 = [max(0.0, prior(c)[1] ** 2 - SPEED_EFFECT**2) for c in configs]
-    return math.sqrt(NOISE_SD**2 + sum(own2) / len(own2))
-
-
 class CorrectedModel:
     """Estimates (via a nominal `Screen`, cached) corrected by what the compiles showed.
 
@@ -202,21 +185,21 @@ class CorrectedModel:
             log_spread_sd=MEMORY_SPREAD_SD,
             foreign=prior.memory_rows if prior is not None else (),
         )
+        self.calls = CallModel(
+            [o.call for o in observations if o.call is not None],
+            prior.call if prior is not None else None,
+        )
+        self.speed = [
+            (o.config, self.calls.log_residual(o.call))
+            for o in observations
+            if o.call is not None and o.call.measured_s
+        ]
         # what no compile measured is as unsure as the compiles show the estimator to be here
         self.misfit = misfit(
             [(layout(o.config), o.call) for o in observations if o.call is not None],
             prior.speed_errors if prior is not None else (),
             prior.call if prior is not None else None,
         )
-        timed = [o for o in observations if o.call is not None and o.call.measured_s]
-        self.calls = CallModel(
-            [o.call for o in timed if o.call is not None],
-            prior.call if prior is not None else None,
-            own_spread(features, [o.config for o in timed], self.misfit),
-        )
-        self.speed = [
-            (o.config, self.calls.log_residual(o.call)) for o in timed if o.call is not None
-        ]
         self.speed_effects = Residuals(
             features,
             [(c, None, r) for c, r in self.speed],
