@@ -188,6 +188,9 @@ def intervals(
         guide.screen, seen, DEFAULT_HEADROOM, memory_factor=guide.memory_factor(seen)
     )
     noise = model.speed_effects.effects.noise
+    best_measured = max(
+        (m.throughput for _, m in measured if m.feasible and m.throughput), default=None
+    )
     targets = [("best known", best_config)] if best_config is not None else []
     targets += [("random", c) for c in _fitting_random(problem, oracle, space, randoms, draw_id)]
     rows = []
@@ -197,7 +200,19 @@ def intervals(
             continue
         sd = math.hypot(model.speed_sd(config), noise)
         error = math.log(truth.throughput / judged.throughput)
-        rows.append({"kind": kind, "z": error / sd, "sd": sd, "inside": abs(error) <= Z * sd})
+        rows.append(
+            {
+                "kind": kind,
+                "z": error / sd,
+                "sd": sd,
+                "inside": abs(error) <= Z * sd,
+                # every target fits: how sure the guide is of that, and whether its figure and
+                # the truth beat the best it measured (would it bet a compile on it)
+                "chance": judged.chance,
+                "figure over best": judged.throughput / best_measured if best_measured else None,
+                "truth over best": truth.throughput / best_measured if best_measured else None,
+            }
+        )
     twin = None
     if twin_pool:
         pool = [best_config] if best_config is not None else []
@@ -265,6 +280,22 @@ def report(results: list[dict[str, Any]], family: str) -> str:
             ["targets", "inside", "coverage", "median sd (log)", "mean abs z"], table, "lrrrr"
         )
     )
+    known = [r for res in results for r in res["rows"] if r["kind"] == "best known"]
+    if known:
+        chances = sorted(r["chance"] for r in known)
+        figures = sorted(r["figure over best"] for r in known if r.get("figure over best"))
+        truths = sorted(r["truth over best"] for r in known if r.get("truth over best"))
+        out.append(
+            f"\nthe best known (every one fits): the guide's chance that it fits, median "
+            f"{chances[len(chances) // 2]:.2f}, under 0.5 in {sum(c < 0.5 for c in chances)}/"
+            f"{len(chances)}"
+            + (
+                f"; its figure over the best measured, median {figures[len(figures) // 2]:.2f} "
+                f"(the truth {truths[len(truths) // 2]:.2f})"
+                if figures and truths
+                else ""
+            )
+        )
     twins = [res["twin"] for res in results if res.get("twin")]
     if twins:
         out.append(

@@ -484,6 +484,20 @@ def test_speed_coverage_quick() -> None:
         text,
         re.MULTILINE,
     )
+    # the best known fits: how sure the guide is of that, over every best known counted
+    known = re.search(
+        r"^the best known \(every one fits\): the guide's chance that it fits, median "
+        r"(\d\.\d\d), under 0\.5 in (\d+)/(\d+)",
+        text,
+        re.MULTILINE,
+    )
+    if rows[0]["targets"] == "best known":
+        assert known is not None
+        unsure, counted = int(known[2]), int(known[3])
+        assert 0.0 <= float(known[1]) <= 1.0
+        assert 0 <= unsure <= counted == int(rows[0]["inside"].split("/")[1])
+    else:
+        assert known is None
     # the calibrated twin: worlds drawn from the guide's own posterior cover every config
     # about 80 % of the time (400 worlds of a 6-21 config pool: well inside 65-95 %)
     twin = re.search(
