@@ -21,6 +21,11 @@ row, about 80 %, checks the draws). The pool is smaller than the space the best-
 walks, so the twin likely selects less hard than that search (a pool of 600 covers less than
 one of 200: docs/performance.md): read its coverage as about the most a calibrated model gets.
 
+Below the table, for the best known (which fits, by construction): the chance to fit the guide
+gives it, and its figure against the best throughput measured so far (and the truth's). The
+guide's pick needs an even chance to fit while a likelier candidate is worth a compile
+(guide/likely.py), and the largest expected gain on the best measured.
+
 With `--warm`, each draw runs the problems in turn with a calibration store, as
 calibration_sequence.py's warm arm does (each study `--budget` compiles, recorded to the
 store), and takes the intervals of every study but the first after its first `--compiles`:
