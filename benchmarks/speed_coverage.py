@@ -186,7 +186,7 @@ def intervals(
 ) -> dict[str, Any]:
     """The guide's 80 % intervals, from the compiles of `study`, at the best known and at
     `randoms` random fitting configurations, against the hidden IPU; the calibrated twin."""
-    space = SearchSpace.load(problem)
+    space = guide.space  # the study's, which the random configurations are drawn from
     measured = [(r.config, r.measurement) for r in st.records(study)]
     seen = observe(guide.screen, measured)
     model = CorrectedModel(
@@ -386,25 +386,26 @@ def main(argv: list[str] | None = None) -> int:
                 args.twin_pool,
             )
             print(f"  draw {draw} done ({time.perf_counter() - start:.0f} s)", flush=True)
-    for key in [] if args.warm else args.problems:
-        for draw in ids:
-            results.append(
-                run_draw(
-                    key,
-                    args.family,
-                    draw,
-                    args.compiles,
-                    args.random,
-                    args.reference_trials,
-                    args.kicks,
-                    args.twin_pool,
+    else:
+        for key in args.problems:
+            for draw in ids:
+                results.append(
+                    run_draw(
+                        key,
+                        args.family,
+                        draw,
+                        args.compiles,
+                        args.random,
+                        args.reference_trials,
+                        args.kicks,
+                        args.twin_pool,
+                    )
                 )
-            )
-            print(
-                f"  {len(results)}/{len(args.problems) * len(ids)} done "
-                f"({time.perf_counter() - start:.0f} s)",
-                flush=True,
-            )
+                print(
+                    f"  {len(results)}/{len(args.problems) * len(ids)} done "
+                    f"({time.perf_counter() - start:.0f} s)",
+                    flush=True,
+                )
     print(report(results, args.family))
     print(f"\nwall time: {time.perf_counter() - start:.0f} s")
     if args.json:
