@@ -270,8 +270,16 @@ def _measuring(oracle: HiddenIPU, prepare: Callable[[Config], Config] | None) ->
 
 
 def run_strategy(
-    strategy: str, problem: Problem, oracle: HiddenIPU, seed: int, budget: int, max_trials: int
+    strategy: str,
+    problem: Problem,
+    oracle: HiddenIPU,
+    seed: int,
+    budget: int,
+    max_trials: int,
+    guide_type: type[Guide] = Guide,
 ) -> Run:
+    """One search of `budget` compiles on `oracle`. `guide_type`: the guide "ipu-autotune"
+    runs (a subclass that watches its proposals: guide_misses.py)."""
     profile = profile_for(problem)
     space, prepare = search_setup(problem)
     baseline = naive_baseline(problem, profile)
@@ -294,7 +302,7 @@ def run_strategy(
         items = proposals(
             problem, profile, space, baseline, headroom=DEFAULT_HEADROOM, prepare=prepare
         )
-        guide = Guide(
+        guide = guide_type(
             problem,
             profile,
             space,

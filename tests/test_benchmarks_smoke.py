@@ -927,3 +927,25 @@ def test_gp_sampler_models_after_the_startup_trials_asked_for(
         picks[startup] = [t.params["x"] for t in study.trials]
     assert picks[10][:3] == picks[3][:3]
     assert picks[10][3:] != picks[3][3:]
+
+
+def test_guide_misses_quick() -> None:
+    """Where the guide misses the best known (issue 58): every proposal while nothing measured
+    is near the best known is in exactly one state, and a run lacks near-best candidates in
+    its pool at most at every proposal it made."""
+    text = run("guide_misses.py", "--quick")
+    rows = table(text, "regions: the guide's proposals while nothing measured")
+    assert [r["state"] for r in rows] == ["not gathered", "unlikely", "ranked below", "picked"]
+    near = re.search(r"^runs within 5% of the best known in 4: (\d+)/(\d+)", text, re.MULTILINE)
+    assert near is not None
+    within, runs = int(near[1]), int(near[2])
+    assert 0 <= within <= runs == 1
+    proposals = [int(r["proposals"]) for r in rows]
+    # at most one proposal per compile after the first (4 compiles: the baseline enqueued)
+    assert sum(proposals) <= 4
+    for r, count in zip(rows, proposals, strict=True):
+        assert 0 <= int(r["of the 1 missed runs, with it"]) <= runs - within
+        if count:
+            assert int(r["of the 1 missed runs, with it"]) >= 1 or within == 1
+    if within == 0:
+        assert sum(proposals) >= 1  # a missed run was judged at its proposals
