@@ -16,8 +16,9 @@ the hidden IPU, and the proposal is put in one of four states:
 A miss in the first state is the candidates' (no rule over the pool reaches the best); in the
 second, the memory model's; in the third, the speed model's or the rule's. For the third, the
 guide's figure for the near-best candidate it figures fastest, over its figure for the best
-measured, says whether it saw them as no faster. The candidates' truths are measurements of
-the hidden IPU, never shown to the guide.
+measured, says whether it saw them as no faster. For the first, how many knobs the candidate
+nearest the best known still differs from it in says how far the gathering fell short. The
+candidates' truths are measurements of the hidden IPU, never shown to the guide.
 
     python benchmarks/guide_misses.py --family regions --set develop --draws 2 --numerics advised
     python benchmarks/guide_misses.py --family knobs --set develop --draws 2
@@ -51,7 +52,16 @@ NEAR = 0.95
 STATES = ("not gathered", "unlikely", "ranked below", "picked")
 
 
-def watching(oracle: Any, reference: float, states: list[dict[str, Any]]) -> type[Guide]:
+def knobs_apart(a: Config, b: Config) -> int:
+    """How many of Config's fields differ between `a` and `b` (a list, such as the splits,
+    counts as one)."""
+    left, right = a.to_dict(), b.to_dict()
+    return sum(left.get(k) != right.get(k) for k in left.keys() | right.keys())
+
+
+def watching(
+    oracle: Any, reference: float, best_known: Config | None, states: list[dict[str, Any]]
+) -> type[Guide]:
     """A Guide that, after each proposal, puts it in one of STATES (appended to `states`)."""
     truths: dict[Config, float] = {}  # a candidate's throughput on the hidden IPU (0: no fit)
 
@@ -92,6 +102,12 @@ def watching(oracle: Any, reference: float, states: list[dict[str, Any]]) -> typ
                 else "ranked below"
             )
             row: dict[str, Any] = {"compiles": len(measured), "state": state}
+            if state == "not gathered" and best_known is not None:
+                # how far the candidates got towards the best known, in knobs
+                row["pool to best known"] = min(
+                    (knobs_apart(c, best_known) for c in self.pool if c not in history.asked),
+                    default=None,
+                )
             if state == "ranked below":
 
                 def figure(c: Config) -> float:
@@ -115,12 +131,14 @@ def run_draw(key: str, family: str, draw_id: int, budget: int) -> dict[str, Any]
     common.quiet_optuna()
     problem = se.PROBLEMS[key]
     hidden = FAMILIES[family][0]
-    reference = se.cached_best_known(problem, hidden(draw_id), draw_id, 30, 20, True)[0]
+    reference, _, best_known = se.cached_best_known(
+        problem, hidden(draw_id), draw_id, 30, 20, True
+    )
     if reference is None:  # nothing fits this IPU: no best known to miss
         return {"problem": key, "draw": draw_id, "near": None, "states": []}
     states: list[dict[str, Any]] = []
     # the candidates' truths on an IPU of their own: the run's compile noise stays its own
-    guide = watching(hidden(draw_id), reference, states)
+    guide = watching(hidden(draw_id), reference, best_known, states)
     run = se.run_strategy(
         "ipu-autotune", problem, hidden(draw_id), draw_id, budget, 10 * budget, guide_type=guide
     )
@@ -161,6 +179,15 @@ def report(results: list[dict[str, Any]], family: str, budget: int) -> str:
             f"\nranked below: the guide's figure for the near-best candidate it figured fastest, "
             f"over its figure for the best measured, median {figures[len(figures) // 2]:.2f} "
             f"(the truth {truths[len(truths) // 2]:.2f}), {len(below)} proposals"
+        )
+    apart = sorted(
+        s["pool to best known"] for s in rows if s.get("pool to best known") is not None
+    )
+    if apart:
+        out.append(
+            "\nnone within 5 % among the candidates: the candidate nearest the best known "
+            f"differs from it in a median {apart[len(apart) // 2]} knobs (range {apart[0]}-"
+            f"{apart[-1]}), {len(apart)} proposals"
         )
     out.append(
         f"\nruns within {1 - NEAR:.0%} of the best known in {budget}: "

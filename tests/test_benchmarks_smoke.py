@@ -949,3 +949,15 @@ def test_guide_misses_quick() -> None:
             assert int(r["of the 1 missed runs, with it"]) >= 1 or within == 1
     if within == 0:
         assert sum(proposals) >= 1  # a missed run was judged at its proposals
+    apart = re.search(
+        r"^none within 5 % among the candidates: the candidate nearest the best known differs "
+        r"from it in a median (\d+) knobs \(range (\d+)-(\d+)\), (\d+) proposals",
+        text,
+        re.MULTILINE,
+    )
+    # given at every proposal without a near-best candidate, and never 0 knobs (that candidate
+    # would be the best known, within 5 % of itself)
+    assert (apart is not None) == (proposals[0] > 0)
+    if apart is not None:
+        assert 1 <= int(apart[2]) <= int(apart[1]) <= int(apart[3])
+        assert int(apart[4]) == proposals[0]
