@@ -8,13 +8,13 @@ the best known, every untried candidate in its pool (what its rule chooses among
 the hidden IPU, and the proposal is put in one of four states:
 
     not gathered   no candidate in the pool fits within 5 % of the best known
-    unlikely       some do, and the guide gives each a chance to fit under an even one
-                   (its pick needs one: guide/likely.py)
-    ranked below   some do with an even chance or more, and the pick is another
     picked         the pick is one of them
+    unlikely       it is not, and the guide gives each a chance to fit under an even one
+                   (its pick needs one while one is worth a compile: guide/likely.py)
+    ranked below   it is not, and some have an even chance or more
 
 A miss in the first state is the candidates' (no rule over the pool reaches the best); in the
-second, the memory model's; in the third, the speed model's or the rule's. For the third, the
+third, the memory model's; in the last, the speed model's or the rule's. For the last, the
 guide's figure for the near-best candidate it figures fastest, over its figure for the best
 measured, says whether it saw them as no faster. For the first, how many knobs the candidate
 nearest the best known still differs from it in says how far the gathering fell short. The
@@ -95,10 +95,10 @@ def watching(
             state = (
                 "not gathered"
                 if not near
+                else "picked"
+                if pick in near
                 else "unlikely"
                 if not likely
-                else "picked"
-                if pick in likely
                 else "ranked below"
             )
             row: dict[str, Any] = {"compiles": len(measured), "state": state}

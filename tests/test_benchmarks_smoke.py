@@ -930,9 +930,9 @@ def test_gp_sampler_models_after_the_startup_trials_asked_for(
 
 
 def test_guide_misses_quick() -> None:
-    """Where the guide misses the best known (issue 58): every proposal while nothing measured
-    is near the best known is in exactly one state, and a run lacks near-best candidates in
-    its pool at most at every proposal it made."""
+    """Where the guide misses the best known (issue 58): each proposal while nothing measured
+    is near the best known counted in one state, no more proposals than compiles after the
+    first, and where no candidate is near, how many knobs the nearest still differs in."""
     text = run("guide_misses.py", "--quick")
     rows = table(text, "regions: the guide's proposals while nothing measured")
     assert [r["state"] for r in rows] == ["not gathered", "unlikely", "ranked below", "picked"]
