@@ -40,7 +40,7 @@ import common
 import random_hidden
 import search_efficiency as se
 from common import markdown_table
-from random_ipus import FAMILIES
+from random_ipus import FAMILIES, add_draw_options
 
 from ipu_autotune.guide.corrected import FIT_CONFIDENCE, CorrectedModel, observe
 from ipu_autotune.guide.guide import EDGE_CONFIDENCE, Guide
@@ -198,13 +198,7 @@ def report(results: list[dict[str, Any]], family: str, budget: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--family", choices=sorted(FAMILIES), default="regions")
-    ap.add_argument("--set", choices=("develop", "report"), default="develop")
-    ap.add_argument("--draws", type=int, default=2, help="draws per problem (default 2)")
-    ap.add_argument("--first-draw", type=int, default=0)
-    ap.add_argument(
-        "--problems", nargs="+", choices=sorted(se.PROBLEMS), default=sorted(se.PROBLEMS)
-    )
+    add_draw_options(ap)
     ap.add_argument("--budget", type=int, default=10, help="compiles per run (default 10)")
     se.add_numerics_option(ap)
     ap.add_argument("--json", type=Path, default=None)

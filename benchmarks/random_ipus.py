@@ -59,6 +59,20 @@ FAMILIES = {
     "knobs": (KnobResponseHiddenIPU, knob_hidden.DRAW_SETS),
     "regions": (RegionHiddenIPU, region_hidden.DRAW_SETS),
 }
+
+
+def add_draw_options(ap: argparse.ArgumentParser) -> None:
+    """The options of a script that runs the problems on draws of one family: --family
+    (default regions), --set, --draws, --first-draw and --problems."""
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="regions")
+    ap.add_argument("--set", choices=("develop", "report"), default="develop")
+    ap.add_argument("--draws", type=int, default=2, help="draws per problem (default 2)")
+    ap.add_argument("--first-draw", type=int, default=0)
+    ap.add_argument(
+        "--problems", nargs="+", choices=sorted(se.PROBLEMS), default=sorted(se.PROBLEMS)
+    )
+
+
 #: per family, the issue's must-show 1 per problem on the report draws: the share within 5%
 #: in <= 10 compiles, the median compiles to 5%, the median first fit and best@10 (None: not
 #: a target) and the stopping rule's precision

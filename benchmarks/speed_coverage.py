@@ -58,7 +58,7 @@ import optuna
 import random_hidden
 import search_efficiency as se
 from common import DEFAULT_HEADROOM, DEFAULT_SCREEN_MARGIN, HiddenIPU, markdown_table
-from random_ipus import FAMILIES
+from random_ipus import FAMILIES, add_draw_options
 from simulated_workers import run_workers
 
 from ipu_autotune.backends.estimate import EstimateBackend
@@ -321,13 +321,7 @@ def report(results: list[dict[str, Any]], family: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--family", choices=sorted(FAMILIES), default="regions")
-    ap.add_argument("--set", choices=("develop", "report"), default="develop")
-    ap.add_argument("--draws", type=int, default=2, help="draws per problem (default 2)")
-    ap.add_argument("--first-draw", type=int, default=0)
-    ap.add_argument(
-        "--problems", nargs="+", choices=sorted(se.PROBLEMS), default=sorted(se.PROBLEMS)
-    )
+    add_draw_options(ap)
     ap.add_argument(
         "--compiles", type=int, default=5, help="compiles before the intervals (default 5)"
     )
