@@ -340,7 +340,8 @@ def test_the_guides_models_start_from_the_prior_and_move_with_their_own_compiles
     import math
 
     from ipu_autotune.guide.call_model import CallModel, CallTime
-    from ipu_autotune.guide.memory_model import MemoryModel, MemoryPoint
+    from ipu_autotune.guide.memory_model import MemoryModel
+    from ipu_autotune.guide.memory_points import MemoryPoint
     from ipu_autotune.guide.prior import GuidePrior
 
     prior = GuidePrior({"proportional": (1.3, 0.02)}, None, (math.log(1.2), 0.0, 0.05))

@@ -389,7 +389,7 @@ def test_an_out_of_memory_compiles_excess_carries_to_its_neighbours() -> None:
 
     from ipu_autotune.guide.apart import memory_distance
     from ipu_autotune.guide.corrected import CorrectedModel, observe
-    from ipu_autotune.guide.memory_model import recompute_segments
+    from ipu_autotune.guide.memory_points import recompute_segments
 
     guide, done = _guided_run(1.0, 3)
     config, m = next((r.config, r.measurement) for r in done if r.measurement.feasible)

@@ -35,7 +35,8 @@ from ..guide.apart import layout
 from ..guide.call_model import NOISE_SD, PRIOR_SD, CallModel, CallTime, call_time
 from ..guide.corrected import local_memory_sd
 from ..guide.features import split_fractions
-from ..guide.memory_model import PRIORS, MemoryModel, MemoryPoint, ipu_shares, recompute_segments
+from ..guide.memory_model import PRIORS, MemoryModel
+from ..guide.memory_points import MemoryPoint, ipu_shares, recompute_segments
 from ..guide.prior import GuidePrior, KnobRow
 from ..guide.trust import held_out_errors
 from ..host.pipeline import overlapped
@@ -160,7 +161,7 @@ def fit_prior(records: list[dict[str, Any]], label: str = "") -> GuidePrior | No
     memory: dict[str, tuple[float, float]] = {}
     noise, memory_cov, scale = None, None, 1.0
     if mem:
-        model = MemoryModel(mem)
+        model = MemoryModel(mem, own_proportions=False)
         widening, scale = memory_scale(records)
         memory, memory_cov = _widened(model, widening)
         noise = model.noise
@@ -229,7 +230,9 @@ def memory_scale(records: list[dict[str, Any]]) -> tuple[float, float]:
         return BETWEEN, 1.0
     score = dict.fromkeys(SCALES, 0.0)
     for held in sorted(by_study)[:SCALE_FOLDS]:
-        fitted = MemoryModel([p for s, ps in by_study.items() if s != held for p in ps])
+        fitted = MemoryModel(
+            [p for s, ps in by_study.items() if s != held for p in ps], own_proportions=False
+        )
         for scale in SCALES:
             memory, cov = _widened(fitted, scale)
             prior = GuidePrior(memory, fitted.noise, memory_scale=scale, memory_cov=cov)

@@ -32,7 +32,8 @@ from ..problem import Config
 from .apart import layout, memory_distance
 from .call_model import CallModel, CallTime, call_time
 from .features import featurizer_for
-from .memory_model import MemoryModel, MemoryPoint, memory_points, recompute_segments
+from .memory_model import MemoryModel
+from .memory_points import MemoryPoint, memory_points, recompute_segments
 from .prior import GuidePrior
 from .residuals import Residuals
 from .trust import CALIBRATED_SD, misfit

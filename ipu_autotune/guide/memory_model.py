@@ -9,22 +9,26 @@ compile (fitting or not: an out-of-memory compile reports its tiles too) is a po
 
     measured = fixed + per_stage x (stages - 1) + per_replica x (replicas - 1)
                + per_checkpoint x segments + fixed[layout]
-               + (proportional + sum_c deviation_c x share_c) x estimated
+               + (proportional + proportional[layout] + sum_c deviation_c x share_c) x estimated
 
 in fractions of a tile, where share_c is the estimator's share of memory category c on that
-IPU, so a category the estimator gets wrong (planner temporaries, stash) is learnt apart, and
-the fixed cost may grow with the pipeline's stages (code and exchange per stage), the
-replicas (their synchronisation) or the recomputation segments per IPU (each recomputed by
-its own code): learnt as slopes, they carry to a layout or a recomputation not yet compiled. A
-Bayesian linear regression with a prior for each part (PRIORS: nothing fixed, the estimate's
-proportion, no category or layout difference) gives their posterior means and covariance; the
-noise is the residual spread shrunk towards NOISE_PRIOR. A slope's prior may be wider than
-PRIORS: the model averages that hypothesis, one slope at a time, with PRIORS' own, each
-weighed by the compiles' evidence (its marginal likelihood; SLOPES, WIDER), so a cost an IPU
-has at many prior spreads is learnt, where the other parts took it up and predicted it
+IPU, so a category the estimator gets wrong (planner temporaries, stash) is learnt apart. A
+layout (guide/apart.layout) may have a proportion of its own: on an IPU nobody modelled the
+compiler's choices can differ between a pipeline and a sharded model, and compiles that all ran
+over in one layout then say less of another than of theirs (a layout no compile ran in is
+unsure by that part's prior: after out-of-memory compiles in one layout, a leaner one keeps a
+chance to fit). The fixed cost may grow with the pipeline's stages (code and exchange per
+stage), the replicas (their synchronisation) or the recomputation segments per IPU (each
+recomputed by its own code): learnt as slopes, they carry to a layout or a recomputation not
+yet compiled. A Bayesian linear regression with a prior for each part (PRIORS: nothing fixed,
+the estimate's proportion, no category or layout difference) gives their posterior means and
+covariance; the noise is the residual spread shrunk towards NOISE_PRIOR. A slope's prior may be
+wider than PRIORS: the model averages that hypothesis, one slope at a time, with PRIORS' own,
+each weighed by the compiles' evidence (its marginal likelihood; SLOPES, WIDER), so a cost an
+IPU has at many prior spreads is learnt, where the other parts took it up and predicted it
 wrong. A candidate's busiest tile is then a normal with the averaged model's predictive mean
-and spread, and its chance to fit is the smallest of its IPUs'
-(their errors share the learnt parts, so they move together).
+and spread, and its chance to fit is the smallest of its IPUs' (their errors share the learnt
+parts, so they move together).
 
 Only the estimator's outputs (busiest tile and breakdown per IPU) and Config's layout are used.
 """
@@ -32,13 +36,12 @@ Only the estimator's outputs (busiest tile and breakdown per IPU) and Config's l
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from ..measurement import CATEGORIES, Measurement
-from ..problem import Config
 from .cholesky import cholesky, inverse, log_det, solve
+from .memory_points import MemoryPoint, ipu_shares
 from .prior import GuidePrior
 
 #: prior (mean, standard deviation) of each part, in fractions of a tile
@@ -47,6 +50,8 @@ PRIORS = {
     "proportional": (1.0, 0.30),
     "category": (0.0, 0.15),
     "layout": (0.0, 0.05),
+    # a layout's own proportion: as wide as a category's (the compiler's choices per layout)
+    "layout scale": (0.0, 0.15),
     "per stage": (0.0, 0.02),
     "per replica": (0.0, 0.02),
     "per checkpoint": (0.0, 0.01),
@@ -64,63 +69,6 @@ SLOPES = ("per stage", "per replica", "per checkpoint")
 #: of a new layout holds more than the others, and its stages, replicas and segments per IPU
 #: all differ), the candidates it bears on are given that doubt, not one slope's answer
 AS_GIVEN, WIDER = 0.5, (4.0, 16.0)
-
-
-@dataclass(frozen=True)
-class MemoryPoint:
-    layout: tuple[Any, ...]
-    estimated: float  # estimated busiest tile, fraction of a tile
-    shares: tuple[float, ...]  # per CATEGORIES, the estimator's share of the IPU's memory
-    measured: float  # measured busiest tile, fraction of a tile
-    checkpoints: float = 0.0  # recomputation segments per IPU (recompute_segments)
-
-
-def recompute_segments(config: Config) -> float:
-    """Recomputation segments per IPU of a replica (checkpoints + 1 when recomputing, else 0):
-    each segment is recomputed by its own code, which a fixed cost may grow with."""
-    if config.effective_recompute == "none":
-        return 0.0
-    return (len(config.checkpoints) + 1) / config.ipus_per_replica
-
-
-def ipu_shares(breakdown: dict[str, int] | None) -> tuple[float, ...]:
-    total = sum((breakdown or {}).values())
-    return tuple((breakdown or {}).get(c, 0) / total if total else 0.0 for c in CATEGORIES)
-
-
-def memory_points(
-    screen: Callable[[Config], Measurement | None],
-    measured: Sequence[Any],
-    layout: Callable[[Config], tuple[Any, ...]],
-) -> list[MemoryPoint]:
-    """One point per IPU of every compile that reports its tiles; `screen` gives the nominal
-    estimate of a config (warmstart.Screen), `measured` is (config, Measurement) pairs,
-    `layout` the IPU layout a fixed cost may depend on (guide/apart.layout)."""
-    out = []
-    for config, m in measured:
-        if m.source == "estimate" or m.failure not in (None, "oom") or not m.max_tile_bytes:
-            continue
-        predicted = screen(config)
-        if predicted is None or len(predicted.max_tile_bytes) != len(m.max_tile_bytes):
-            continue
-        cap = predicted.tile_capacity_bytes or m.tile_capacity_bytes
-        parts: Sequence[dict[str, int] | None] = predicted.breakdown or [None] * len(
-            m.max_tile_bytes
-        )
-        # a breakdown of another length is read as far as it goes (calibration/prior.memory_points)
-        for got, want, breakdown in zip(
-            m.max_tile_bytes, predicted.max_tile_bytes, parts, strict=False
-        ):
-            out.append(
-                MemoryPoint(
-                    layout(config),
-                    want / cap,
-                    ipu_shares(breakdown),
-                    got / cap,
-                    recompute_segments(config),
-                )
-            )
-    return out
 
 
 def _prior_covariance(
@@ -160,11 +108,19 @@ class MemoryModel:
     _low: list[list[float]]
     _prior_precision: list[list[float]]
 
-    def __init__(self, points: list[MemoryPoint], prior: GuidePrior | None = None):
+    def __init__(
+        self,
+        points: list[MemoryPoint],
+        prior: GuidePrior | None = None,
+        own_proportions: bool = True,
+    ):
         """`prior`: a guide.prior.GuidePrior whose parts replace PRIORS (other studies'
-        compiles)."""
+        compiles). `own_proportions`: each layout's own proportion (off for a store's fit
+        over many models: what it carries is the proportion they share)."""
         self.points = points
         self.layouts = sorted({p.layout for p in points}, key=repr)
+        self.own_proportions = own_proportions
+        self.scaled = self.layouts if own_proportions else []  # layouts with their own
         names = [
             "fixed",
             "proportional",
@@ -173,6 +129,7 @@ class MemoryModel:
             "per checkpoint",
             *(f"category {c}" for c in CATEGORIES),
             *(f"layout {lay}" for lay in self.layouts),
+            *(f"layout scale {lay}" for lay in self.scaled),
         ]
         priors = [
             PRIORS["fixed"],
@@ -182,14 +139,24 @@ class MemoryModel:
             PRIORS["per checkpoint"],
             *[PRIORS["category"]] * len(CATEGORIES),
             *[PRIORS["layout"]] * len(self.layouts),
+            *[PRIORS["layout scale"]] * len(self.scaled),
         ]
         self.names = names
         #: a layout part's prior spread: the default's, scaled by what the store showed
         #: (guide/prior.py)
-        self.layout_sd = PRIORS["layout"][1] * (1.0 if prior is None else prior.memory_scale)
+        scale = 1.0 if prior is None else prior.memory_scale
+        self.layout_sd = PRIORS["layout"][1] * scale
+        self.layout_scale_sd = PRIORS["layout scale"][1] * scale
         if prior is not None:
             priors = [
-                prior.memory.get(name, (p[0], self.layout_sd) if name.startswith("layout ") else p)
+                prior.memory.get(
+                    name,
+                    (p[0], self.layout_scale_sd)
+                    if name.startswith("layout scale ")
+                    else (p[0], self.layout_sd)
+                    if name.startswith("layout ")
+                    else p,
+                )
                 for name, p in zip(names, priors, strict=True)
             ]  # built part for part
         self.prior_mean = [m for m, _ in priors]
@@ -300,6 +267,7 @@ class MemoryModel:
             checkpoints,
             *(estimated * s for s in shares),
             *(1.0 if lay == L else 0.0 for L in self.layouts),
+            *(estimated if lay == L else 0.0 for L in self.scaled),
         ]
 
     @staticmethod
@@ -352,6 +320,8 @@ class MemoryModel:
         )
         if lay not in self.layouts:
             var += self.layout_sd**2
+            if self.own_proportions:
+                var += (self.layout_scale_sd * estimated) ** 2
         return self._dot(x, self.mean), math.sqrt(var)
 
     def busiest(
