@@ -311,7 +311,8 @@ class MemoryModel:
         checkpoints: float = 0.0,
     ) -> tuple[float, float]:
         """(mean, standard deviation) of one IPU's busiest tile, fractions of a tile. A layout
-        no compile ran in has no layout part: its prior spread is added instead."""
+        no compile ran in has no parts of its own (a fixed part, a proportion): their prior
+        spreads are added instead."""
         x = self._x(lay, estimated, shares, checkpoints)
         nonzero = [(i, xi) for i, xi in enumerate(x) if xi]
         var = (
