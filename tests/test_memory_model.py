@@ -18,6 +18,8 @@ from ipu_autotune.profiles.trace import profile_for
 from ipu_autotune.search.space import SearchSpace
 
 PROBLEM = Problem("resnet50", 16, input_shape=(3, 224, 224), ipus=4, optimizer="sgd")
+#: every memory category an equal share of an IPU
+EVEN = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
 FIXED = 0.12  # of a tile: a per-tile cost the estimator lacks (code, exchange buffers)
 
 
@@ -54,10 +56,10 @@ def test_a_fixed_per_tile_cost_is_learnt_as_fixed_not_as_a_ratio() -> None:
     )  # lightly and heavily loaded IPUs: a ratio cannot fit both
 
     model = MemoryModel(memory_points(screen, measured, layout))
-    lay, shares = layout(baseline), (1.0 / len(CATEGORIES),) * len(CATEGORIES)
+    lay = layout(baseline)
     # What the baseline's IPUs hold at no load: the fixed part with the slopes at its stages and
     # recomputation segments (one layout's compiles cannot tell those apart; their sum is learnt)
-    fixed, fixed_sd = model.tile(lay, 0.0, shares, recompute_segments(baseline))
+    fixed, fixed_sd = model.tile(lay, 0.0, EVEN, recompute_segments(baseline))
     proportional, _ = model.part("proportional")
     assert fixed == pytest.approx(FIXED, abs=0.03)
     assert proportional == pytest.approx(1.0, abs=0.06)
@@ -65,7 +67,7 @@ def test_a_fixed_per_tile_cost_is_learnt_as_fixed_not_as_a_ratio() -> None:
 
     # A candidate's predicted tile is its estimate plus the fixed part, light or heavy alike.
     for load in (0.3, 0.85):
-        mean, sd = model.tile(lay, load, shares, recompute_segments(baseline))
+        mean, sd = model.tile(lay, load, EVEN, recompute_segments(baseline))
         assert mean == pytest.approx(load + FIXED, abs=0.03)
         assert sd < 0.06
     # The single multiplier reads the same compiles as a ratio (the largest, from the lightest
@@ -84,7 +86,6 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior() -> None:
     """Of candidates given a chance p to fit, about p fit: IPUs whose fixed and proportional
     parts are drawn at random, four compiles of a two-IPU layout each, candidates anywhere."""
     rng = random.Random(7)
-    shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
     lay = (2, 1, "pipelined")
     pairs = []
     for _ in range(600):
@@ -96,13 +97,12 @@ def test_chance_to_fit_is_calibrated_on_ipus_drawn_from_the_prior() -> None:
             return fixed + proportional * e + rng.gauss(0.0, noise)
 
         points = [
-            MemoryPoint(lay, e, shares, truth(e))
-            for e in (rng.uniform(0.3, 0.9) for _ in range(8))
+            MemoryPoint(lay, e, EVEN, truth(e)) for e in (rng.uniform(0.3, 0.9) for _ in range(8))
         ]
         model = MemoryModel(points)
         for _ in range(10):
             e = rng.uniform(0.5, 1.0)
-            mean, sd = model.tile(lay, e, shares)
+            mean, sd = model.tile(lay, e, EVEN)
             chance = NormalDist(mean, sd).cdf(1.0)
             pairs.append((chance, truth(e) <= 1.0))
     for lo, hi in ((0.05, 0.35), (0.35, 0.65), (0.65, 0.95)):
@@ -125,7 +125,6 @@ def widened(model: Any, slope: Any) -> Any:
 def _checkpoint_cost_points(per_segment: Any, rng: Any) -> Any:
     """Eight compiles of a four-stage pipeline with 0-7 recomputation checkpoints, on an IPU
     that adds `per_segment` of a tile per recomputation segment on each IPU."""
-    shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
     lay = (4, 1, "pipelined")
     points = []
     for checkpoints in (0, 3, 7, 1, 5, 2, 6, 4):
@@ -136,12 +135,12 @@ def _checkpoint_cost_points(per_segment: Any, rng: Any) -> Any:
                 MemoryPoint(
                     lay,
                     e,
-                    shares,
+                    EVEN,
                     0.05 + e + per_segment * segments + rng.gauss(0.0, 0.01),
                     segments,
                 )
             )
-    return lay, shares, points
+    return lay, EVEN, points
 
 
 def test_a_fixed_cost_per_checkpoint_far_over_the_prior_is_learnt_from_the_evidence() -> None:
@@ -173,25 +172,22 @@ def test_one_compile_in_a_new_layout_leaves_its_excess_in_doubt() -> None:
     proportion, which takes up most of it), one is given that doubt, and still a fair
     chance: neither ruled out nor certain."""
     rng = random.Random(5)
-    shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
     pipeline, replicas = (2, 1, "pipelined"), (1, 2, "pipelined")
     points = [
-        MemoryPoint(pipeline, e, shares, e + rng.gauss(0.0, 0.005), 0.5)
+        MemoryPoint(pipeline, e, EVEN, e + rng.gauss(0.0, 0.005), 0.5)
         for e in (0.5, 0.7, 0.6, 0.8, 0.55, 0.75)
     ]
     points += [
-        MemoryPoint(replicas, e, shares, e + 0.15 + rng.gauss(0.0, 0.005), 1.0)
-        for e in (0.95, 0.94)
+        MemoryPoint(replicas, e, EVEN, e + 0.15 + rng.gauss(0.0, 0.005), 1.0) for e in (0.95, 0.94)
     ]
     model = MemoryModel(points)
     assert max(widened(model, s) for s in ("per stage", "per replica", "per checkpoint")) < 0.5
-    mean, sd = model.tile(pipeline, 0.7, shares, checkpoints=4.5)  # eight checkpoints on two IPUs
+    mean, sd = model.tile(pipeline, 0.7, EVEN, checkpoints=4.5)  # eight checkpoints on two IPUs
     assert 0.5 < NormalDist(mean, sd).cdf(1.0) < 0.99
 
 
 def _layout_points(lay: Any, ratio: float, estimates: Any, rng: Any) -> Any:
-    shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
-    return [MemoryPoint(lay, e, shares, ratio * e + rng.gauss(0.0, 0.005)) for e in estimates]
+    return [MemoryPoint(lay, e, EVEN, ratio * e + rng.gauss(0.0, 0.005)) for e in estimates]
 
 
 def test_each_layout_learns_a_proportion_of_its_own() -> None:
@@ -199,13 +195,12 @@ def test_each_layout_learns_a_proportion_of_its_own() -> None:
     holds what it says: the compiler's choices differ by layout, and each layout's tiles are
     predicted from its own compiles, not from an average of the two."""
     rng = random.Random(11)
-    shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
     pipeline, sharded = (2, 1, "pipelined"), (2, 1, "sharded")
     points = _layout_points(pipeline, 1.3, (0.4, 0.5, 0.6, 0.7), rng)
     points += _layout_points(sharded, 1.0, (0.4, 0.5, 0.6, 0.7), rng)
     model = MemoryModel(points)
-    assert model.tile(pipeline, 0.9, shares)[0] == pytest.approx(1.3 * 0.9, abs=0.03)
-    assert model.tile(sharded, 0.9, shares)[0] == pytest.approx(0.9, abs=0.03)
+    assert model.tile(pipeline, 0.9, EVEN)[0] == pytest.approx(1.3 * 0.9, abs=0.03)
+    assert model.tile(sharded, 0.9, EVEN)[0] == pytest.approx(0.9, abs=0.03)
 
 
 def test_compiles_over_in_one_layout_leave_another_a_chance_to_fit() -> None:
@@ -215,10 +210,9 @@ def test_compiles_over_in_one_layout_leave_another_a_chance_to_fit() -> None:
     where they were keeps a chance, where one of their layout has none (a layout's fixed part
     alone gave it none either)."""
     rng = random.Random(13)
-    shares = (1.0 / len(CATEGORIES),) * len(CATEGORIES)
     pipeline, sharded = (2, 1, "pipelined"), (2, 1, "sharded")
     model = MemoryModel(_layout_points(pipeline, 1.25, (0.80, 0.82, 0.84, 0.85), rng))
-    same = NormalDist(*model.tile(pipeline, 0.9, shares)).cdf(1.0)
-    other = NormalDist(*model.tile(sharded, 0.9, shares)).cdf(1.0)
+    same = NormalDist(*model.tile(pipeline, 0.9, EVEN)).cdf(1.0)
+    other = NormalDist(*model.tile(sharded, 0.9, EVEN)).cdf(1.0)
     assert same < 0.01
     assert 0.1 < other < 0.5

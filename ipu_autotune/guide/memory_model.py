@@ -149,14 +149,7 @@ class MemoryModel:
         self.layout_scale_sd = PRIORS["layout scale"][1] * scale
         if prior is not None:
             priors = [
-                prior.memory.get(
-                    name,
-                    (p[0], self.layout_scale_sd)
-                    if name.startswith("layout scale ")
-                    else (p[0], self.layout_sd)
-                    if name.startswith("layout ")
-                    else p,
-                )
+                prior.memory.get(name, (p[0], p[1] * scale) if name.startswith("layout ") else p)
                 for name, p in zip(names, priors, strict=True)
             ]  # built part for part
         self.prior_mean = [m for m, _ in priors]
