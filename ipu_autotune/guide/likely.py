@@ -15,10 +15,11 @@ outside them remain.
 
 What a fit is worth beyond its gain is bounded: the likely pick must be worth at least that
 same confidence times the best bet's worth, so the rule values a fit at most 1/EDGE_CONFIDENCE
-(twice) its one-step gain. Without the bound, on the region family's develop draws, a study
-whose compiles settled at half the best known spent its last compiles on single changes of
-its best (chance 1.00, gains of 1-10 % falling to noise) while a configuration in another
-region, given a chance of 0.16-0.47, was worth up to five times as much (BERT, ResNet-152).
+(twice) its one-step gain. Without the bound, on the region family's develop draws, studies
+whose compiles settled at half the best known (BERT and ResNet-152, draw 50001) spent their
+last compiles on single changes of their best (chance 1.00, gains of 1-10 % falling toward the
+noise) while bets elsewhere were worth up to five times as much (on ResNet-152 the best known
+itself, at a chance of 0.16-0.18).
 """
 
 from __future__ import annotations
