@@ -75,10 +75,10 @@ def test_a_likely_fit_worth_under_half_the_best_bet_leaves_the_bet(judged: Any) 
     model, worth = judged
     likely = {c: w for c, w in worth.items() if model.chance(c) >= EDGE_CONFIDENCE}
     top = max(likely, key=likely.__getitem__)
+    bet = next(c for c in worth if model.chance(c) < EDGE_CONFIDENCE)
     # the likely pick worth just over, then just under, half the best bet
     for share, picked in ((1.01, True), (0.99, False)):
-        scaled = {c: (w if model.chance(c) >= EDGE_CONFIDENCE else 0.0) for c, w in worth.items()}
-        bet = next(c for c in worth if model.chance(c) < EDGE_CONFIDENCE)
+        scaled = {c: likely.get(c, 0.0) for c in worth}
         scaled[bet] = likely[top] / (EDGE_CONFIDENCE * share)
         pick = likely_pick(model, scaled, EDGE_CONFIDENCE)
         assert (pick == top) is picked
